@@ -1,0 +1,162 @@
+"""A throwaway PostgreSQL server for the demo and the test suite.
+
+Wraps ``testing.postgresql`` so that it also works when run as root: PostgreSQL refuses to
+run as root, so the data directory is handed to an unprivileged user (``postgres`` unless
+``PGQUEUE_EMBEDDED_USER`` names another) and ``initdb``/``postgres`` are started through
+``setpriv``, which drops privileges and then execs, so the server's pid is the child's pid.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from types import TracebackType
+from typing import Any
+
+#: Server settings for a fast throwaway cluster: durability off, it is thrown away anyway.
+FAST_SETTINGS: dict[str, str] = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "shared_buffers": "256MB",
+    "log_min_messages": "warning",
+}
+
+
+def _unprivileged_user() -> str | None:
+    """Return the user to run the server as, or None to run it as ourselves."""
+    if os.geteuid() != 0:
+        return None
+    return os.environ.get("PGQUEUE_EMBEDDED_USER", "postgres")
+
+
+def _drop_privileges(user: str | None, argv: list[str]) -> list[str]:
+    if user is None:
+        return argv
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+
+
+def _chown_tree(path: str, user: str) -> None:
+    entry = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        for name in files:
+            os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+
+
+def _make_server_class() -> Any:
+    try:
+        import testing.postgresql as tp
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise RuntimeError(
+            "the embedded server needs testing.postgresql: pip install 'pgqueue[embedded]'"
+        ) from exc
+
+    class _Server(tp.Postgresql):  # type: ignore[misc]
+        run_as: str | None = None
+
+        def initialize_database(self) -> None:
+            data = os.path.join(self.base_dir, "data")
+            if os.path.exists(os.path.join(data, "PG_VERSION")):
+                return
+            if self.run_as is not None:
+                _chown_tree(self.base_dir, self.run_as)
+            argv = _drop_privileges(
+                self.run_as,
+                [self.initdb, "-D", data, "--lc-messages=C", "-E", "UTF8", "--locale=C",
+                 *self.settings["initdb_args"].split()],
+            )
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"initdb failed: {proc.stderr.strip()}")
+
+        def get_server_commandline(self) -> list[str]:
+            argv: list[str] = super().get_server_commandline()
+            return _drop_privileges(self.run_as, argv)
+
+    return _Server
+
+
+class EmbeddedPostgres:
+    """Start a private PostgreSQL server in a temporary directory; stop and delete it on exit.
+
+    Use as a context manager::
+
+        with EmbeddedPostgres() as pg:
+            psycopg.connect(pg.dsn())
+
+    Raises RuntimeError when the server cannot be started (the reason is in the message).
+    """
+
+    def __init__(self, *, settings: dict[str, str] | None = None, boot_timeout: float = 60.0) -> None:
+        self._settings = dict(FAST_SETTINGS)
+        self._settings.update(settings or {})
+        self._boot_timeout = boot_timeout
+        self._server: Any = None
+
+    def start(self) -> EmbeddedPostgres:
+        """Start the server (idempotent) and return self."""
+        if self._server is not None:
+            return self
+        if os.geteuid() == 0 and shutil.which("setpriv") is None:
+            raise RuntimeError("running as root needs setpriv (util-linux) to start PostgreSQL")
+        cls = _make_server_class()
+        cls.run_as = _unprivileged_user()
+        args = " ".join(f"-c {k}={v}" for k, v in self._settings.items())
+        self._server = cls(
+            postgres_args=f"-h 127.0.0.1 -F -c logging_collector=off {args}",
+            boot_timeout=self._boot_timeout,
+        )
+        return self
+
+    @property
+    def port(self) -> int:
+        """The TCP port on 127.0.0.1."""
+        self._require()
+        return int(self._server.settings["port"])
+
+    @property
+    def base_dir(self) -> str:
+        """The temporary directory holding the data directory and the server log."""
+        self._require()
+        return str(self._server.base_dir)
+
+    @property
+    def data_dir(self) -> str:
+        """The cluster's data directory."""
+        return os.path.join(self.base_dir, "data")
+
+    @property
+    def run_as(self) -> str | None:
+        """The unprivileged user the server runs as, or None if it runs as the caller."""
+        self._require()
+        return self._server.run_as  # type: ignore[no-any-return]
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """Return a libpq connection string for a database of this server."""
+        return f"host=127.0.0.1 port={self.port} user={user} dbname={dbname}"
+
+    def log(self) -> str:
+        """Return the server log so far."""
+        self._require()
+        return str(self._server.read_bootlog())
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory."""
+        if self._server is not None:
+            server, self._server = self._server, None
+            server.stop()
+
+    def _require(self) -> None:
+        if self._server is None:
+            raise RuntimeError("the embedded server is not running")
+
+    def __enter__(self) -> EmbeddedPostgres:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian 12 machine for pgqueue: system packages, the extension installed into
+# the local PostgreSQL 15, and a virtualenv (.venv) with pinned Python packages and pgqueue itself.
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+need_apt=()
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql-15)
+[ -f /usr/lib/postgresql/15/lib/pgxs/src/makefiles/pgxs.mk ] || need_apt+=(postgresql-server-dev-15)
+[ -f /usr/share/postgresql/15/extension/pgtap.control ] || need_apt+=(postgresql-15-pgtap)
+command -v pg_prove >/dev/null || need_apt+=(libtap-parser-sourcehandler-pgtap-perl)
+command -v make >/dev/null || need_apt+=(make)
+command -v setpriv >/dev/null || need_apt+=(util-linux)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ] && ! command -v java >/dev/null; then
+    need_apt+=(openjdk-17-jre-headless)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "bootstrap: installing ${need_apt[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
+fi
+
+# The extension goes into the server that pg_config names.
+make -s install PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null 2>&1 \
+    || $SUDO make -s install PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(cat python/requirements-dev.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    .venv/bin/pip install -q --disable-pip-version-check --upgrade -r python/requirements-dev.txt
+    # Our package comes from python/ in this repository, never from the registry.
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./python
+    echo "$want" > "$stamp"
+fi

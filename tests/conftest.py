@@ -1,0 +1,122 @@
+"""Shared fixtures: one throwaway PostgreSQL per test run, a template database with the
+extension installed, and a fresh database cloned from it for every test that asks for one.
+
+Set PGQUEUE_TEST_DSN (a superuser connection string) to run against an existing server
+instead. A run in which the server cannot start fails; it never skips.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgqueue.embedded import EmbeddedPostgres
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE_DB = "pgqueue_template"
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the test server is, and how to reach one of its databases."""
+
+    admin_dsn: str
+    embedded: EmbeddedPostgres | None
+
+    def dsn(self, dbname: str, **params: str) -> str:
+        return make_conninfo(self.admin_dsn, dbname=dbname, **params)
+
+    @property
+    def host(self) -> str:
+        return str(conninfo_to_dict(self.admin_dsn).get("host", "127.0.0.1"))
+
+    @property
+    def port(self) -> int:
+        return int(conninfo_to_dict(self.admin_dsn).get("port", 5432))
+
+    @property
+    def user(self) -> str:
+        return str(conninfo_to_dict(self.admin_dsn).get("user", "postgres"))
+
+    def libpq_env(self) -> dict[str, str]:
+        """Environment for command-line clients (psql, pg_regress, pg_prove, pg_dump)."""
+        env = dict(os.environ)
+        env.update(PGHOST=self.host, PGPORT=str(self.port), PGUSER=self.user)
+        return env
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    external = os.environ.get("PGQUEUE_TEST_DSN")
+    if external:
+        yield Server(external, None)
+        return
+    with EmbeddedPostgres() as pg:
+        yield Server(pg.dsn(), pg)
+
+
+def admin_execute(server: Server, *statements: str | sql.Composable) -> None:
+    with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
+        for stmt in statements:
+            conn.execute(stmt)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: Server) -> str:
+    ident = sql.Identifier(TEMPLATE_DB)
+    admin_execute(
+        pg_server,
+        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident),
+        sql.SQL("CREATE DATABASE {}").format(ident),
+    )
+    with psycopg.connect(pg_server.dsn(TEMPLATE_DB), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pgqueue")
+    return TEMPLATE_DB
+
+
+_db_numbers = itertools.count(1)
+
+
+def create_database(server: Server, template: str, prefix: str = "t") -> str:
+    """Clone the template into a new database and return its name."""
+    name = f"{prefix}_{os.getpid()}_{next(_db_numbers)}"
+    admin_execute(
+        server,
+        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)),
+    )
+    return name
+
+
+def drop_database(server: Server, name: str) -> None:
+    admin_execute(server, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def dbname(pg_server: Server, template_db: str) -> Iterator[str]:
+    """A fresh database with the extension installed, dropped after the test."""
+    name = create_database(pg_server, template_db)
+    try:
+        yield name
+    finally:
+        drop_database(pg_server, name)
+
+
+@pytest.fixture
+def dsn(pg_server: Server, dbname: str) -> str:
+    """Connection string of a fresh database with the extension installed."""
+    return pg_server.dsn(dbname)
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """An autocommit connection to a fresh database with the extension installed."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
