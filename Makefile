@@ -5,9 +5,9 @@ EXTENSION  = pgqueue
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 DATA       = $(sort $(wildcard extension/$(EXTENSION)--*.sql))
 
-REGRESS      = 00_install
+REGRESS      = 00_install 10_queue 20_create 30_dequeue 40_lease 50_dead_letter 60_notify 70_errors
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION      =
+ISOLATION      = consumers complete_expiry heartbeat_expiry defer_complete drop_dequeue drop_deadlock backpressure batch_dequeue notify
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= pg_config

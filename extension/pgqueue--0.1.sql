@@ -218,14 +218,35 @@ BEGIN ATOMIC
                                   LIMIT p_stop) l);
 END;
 
--- Admit p_count new messages into a queue: lock out queue_drop/queue_alter for the rest of
--- the transaction, enforce max_size, and return the queue's settings.
---
--- Locks (transaction-level advisory locks, released at commit or rollback):
---   (1885827445, hashtext(name)) shared here, exclusive in queue_drop and in queue_alter when
---       max_size changes: a drop never leaves orphan messages, a new cap counts every insert;
---   (1885827446, queue id) exclusive here for capped queues only: producers of a capped queue
---       take turns, so max_size is never exceeded. Uncapped queues pay one shared lock only.
+-- Locking discipline (transaction-level advisory locks, released at commit or rollback):
+--   (1885827445, queue id) SHARED is taken by every operation before it touches any message or
+--       dead-letter row of the queue: producers, consumers (message_dequeue only tries, so it
+--       never waits), complete/heartbeat/defer/fail, requeue and purge. queue_drop, and
+--       queue_alter when max_size changes, take it EXCLUSIVE before touching any row. So drop
+--       waits for in-flight work while holding nothing anyone else waits for: no deadlock with a
+--       transaction that consumes and produces on the same queue, and no orphan messages.
+--   (1885827446, queue id) EXCLUSIVE is taken by producers of a capped queue (max_size), so
+--       they take turns and the cap is never exceeded. Uncapped queues pay one shared lock only.
+
+-- Take the queue's shared lock (blocking) for the rest of the transaction.
+CREATE FUNCTION pgqueue._queue_lock_shared(p_queue_id integer)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+RETURN pg_advisory_xact_lock_shared(1885827445, p_queue_id);
+
+-- Take the shared lock of the queue a message belongs to (nothing if the message is gone).
+CREATE FUNCTION pgqueue._message_lock_queue(p_id bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT pg_advisory_xact_lock_shared(1885827445, m.queue_id)
+      FROM pgqueue.message m WHERE m.id = p_id;
+END;
+
+-- Admit p_count new messages into a queue: take its shared lock, enforce max_size, and return
+-- the queue's settings (read again after the lock, since a drop or alter may just have ended).
 CREATE FUNCTION pgqueue._queue_admit(p_queue text, p_count bigint)
 RETURNS pgqueue.queue
 LANGUAGE plpgsql VOLATILE
@@ -235,8 +256,12 @@ DECLARE
     v_queue pgqueue.queue;
     v_upper bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(1885827445, hashtext(p_queue));
     SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(1885827445, v_queue.id);
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.id = v_queue.id;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
@@ -252,8 +277,8 @@ BEGIN
         v_upper := pgqueue._queue_count(v_queue.id, v_queue.max_size + 1);
     END IF;
     IF v_upper + p_count > v_queue.max_size THEN
-        RAISE EXCEPTION 'queue "%" is full: % of % messages, % more refused',
-                        p_queue, v_upper, v_queue.max_size, p_count
+        RAISE EXCEPTION 'queue "%" is full (max_size %): % more message(s) refused',
+                        p_queue, v_queue.max_size, p_count
             USING ERRCODE = 'PQ003',
                   HINT = 'Back off and retry later, or raise max_size with pgqueue.queue_alter().';
     END IF;
@@ -416,13 +441,13 @@ AS $$
 DECLARE
     v_queue pgqueue.queue;
 BEGIN
-    IF p_max_size IS NOT NULL THEN
-        -- wait for in-flight producers so that the new cap counts every message
-        PERFORM pg_advisory_xact_lock(1885827445, hashtext(p_queue));
-    END IF;
     SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    IF p_max_size IS NOT NULL THEN
+        -- wait for in-flight producers so that the new cap counts every message
+        PERFORM pg_advisory_xact_lock(1885827445, v_queue.id);
     END IF;
     PERFORM pgqueue._check_queue_options(
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
@@ -462,11 +487,18 @@ BEGIN
             USING ERRCODE = 'PQ004',
                   HINT = 'Empty it instead: complete or purge its messages.';
     END IF;
-    -- wait for in-flight producers of this queue; new ones wait for us
-    PERFORM pg_advisory_xact_lock(1885827445, hashtext(p_queue));
-    DELETE FROM pgqueue.queue q WHERE q.name = p_queue RETURNING q.id INTO v_id;
+    IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    SELECT q.id INTO v_id FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    -- wait for in-flight work on this queue; new work waits for us (or, dequeue, skips)
+    PERFORM pg_advisory_xact_lock(1885827445, v_id);
+    DELETE FROM pgqueue.queue q WHERE q.id = v_id;
+    IF NOT FOUND THEN
+        RETURN false;  -- dropped by someone else meanwhile
     END IF;
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NULL;
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NOT NULL;
@@ -618,15 +650,19 @@ DECLARE
     v_now   bigint := pgqueue.to_epoch(now());
     v_n     integer := cardinality(p_contents);
 BEGIN
-    IF p_contents IS NULL OR array_position(p_contents, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'message contents must not be NULL (element %)',
-                        coalesce(array_position(p_contents, NULL)::text, 'array')
+    IF p_contents IS NULL THEN
+        RAISE EXCEPTION 'p_contents must not be NULL'
             USING ERRCODE = '22004',
-                  HINT = 'Send an empty bytea for an empty message.';
+                  HINT = 'Pass an empty array to enqueue nothing.';
     END IF;
     IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1 THEN
         RAISE EXCEPTION 'batch arrays must be one-dimensional'
             USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_contents, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message content must not be NULL (element %)', array_position(p_contents, NULL)
+            USING ERRCODE = '22004',
+                  HINT = 'Send an empty bytea for an empty message.';
     END IF;
     IF cardinality(p_dequeue_ats) <> v_n OR cardinality(p_content_types) <> v_n THEN
         RAISE EXCEPTION 'p_dequeue_ats and p_content_types must have as many elements as p_contents (%)', v_n
@@ -680,6 +716,10 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     PERFORM pgqueue._check_lock_ms(v_lock_ms, true);
+    -- Never wait: if a drop (or a max_size change) holds the queue, there is nothing to hand out.
+    IF NOT pg_try_advisory_xact_lock_shared(1885827445, v_queue.id) THEN
+        RETURN;
+    END IF;
 
     -- A message whose lease ran out max_attempts times is dead, not redelivered.
     IF v_queue.max_attempts IS NOT NULL THEN
@@ -753,6 +793,7 @@ AS $$
 BEGIN
     PERFORM pgqueue._not_null(p_id, 'message id');
     PERFORM pgqueue._not_null(p_attempts, 'attempts token');
+    PERFORM pgqueue._message_lock_queue(p_id);
     DELETE FROM pgqueue.message m
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL;
     RETURN FOUND;
@@ -771,6 +812,7 @@ AS $$
 BEGIN
     PERFORM pgqueue._not_null(p_id, 'message id');
     PERFORM pgqueue._not_null(p_attempts, 'attempts token');
+    PERFORM pgqueue._message_lock_queue(p_id);
     PERFORM pgqueue._check_lock_ms(p_lock_ms, false);
     UPDATE pgqueue.message m
        SET locked_until = pgqueue.now_ms() + coalesce(p_lock_ms, q.lock_ms)
@@ -797,6 +839,7 @@ AS $$
 BEGIN
     PERFORM pgqueue._not_null(p_id, 'message id');
     PERFORM pgqueue._not_null(p_attempts, 'attempts token');
+    PERFORM pgqueue._message_lock_queue(p_id);
     UPDATE pgqueue.message m
        SET locked_until = NULL,
            dequeue_at   = coalesce(p_dequeue_at, pgqueue.now_ms()),
@@ -825,6 +868,7 @@ DECLARE
 BEGIN
     PERFORM pgqueue._not_null(p_id, 'message id');
     PERFORM pgqueue._not_null(p_attempts, 'attempts token');
+    PERFORM pgqueue._message_lock_queue(p_id);
     SELECT q.* INTO v_queue
       FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
@@ -878,6 +922,7 @@ DECLARE
     v_now   bigint := pgqueue.to_epoch(now());
     v_ids   bigint[];
 BEGIN
+    PERFORM pgqueue._queue_lock_shared(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
                     WHERE d.queue_id = v_queue.id AND (p_ids IS NULL OR d.id = ANY (p_ids))
                     ORDER BY d.id
@@ -915,6 +960,7 @@ DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_count bigint;
 BEGIN
+    PERFORM pgqueue._queue_lock_shared(v_queue.id);
     DELETE FROM pgqueue.dead_letter d
      WHERE d.queue_id = v_queue.id
        AND (p_ids IS NULL OR d.id = ANY (p_ids))

@@ -8,6 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 echo "== mypy --strict python/pgqueue"
-.venv/bin/mypy --strict python/pgqueue
+.venv/bin/mypy --strict --config-file python/pyproject.toml python/pgqueue
 echo "== pytest"
 exec .venv/bin/python -m pytest "$@"

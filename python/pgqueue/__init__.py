@@ -1,5 +1,33 @@
-"""pgqueue: a message queue inside PostgreSQL. The Python client, worker and command line."""
+"""pgqueue: a message queue inside PostgreSQL. The Python client, worker and command line.
+
+The SQL API of the extension is the product; this package is a thin client over it::
+
+    from pgqueue import Queue
+
+    queue = Queue("dbname=app", "jobs")
+    queue.enqueue({"user": 42})
+    with queue.receive() as msg:
+        ...
+
+See :class:`Queue` (sync), :class:`AsyncQueue` (asyncio) and :mod:`pgqueue.errors`.
+"""
 
 from __future__ import annotations
 
+from pgqueue import errors
+from pgqueue.async_client import AsyncQueue
+from pgqueue.client import Queue
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "AsyncQueue",
+    "DeadLetter",
+    "Message",
+    "Queue",
+    "QueueSettings",
+    "QueueStats",
+    "__version__",
+    "errors",
+]

@@ -1,0 +1,553 @@
+"""The logic that ``Queue`` and ``AsyncQueue`` share: argument checks, scheduling, the
+statement and parameters of every call, and the conversion of result rows.
+
+Nothing here does I/O. Each operation is described by a :class:`Call` (statement, parameters,
+how to turn the rows into the result); the sync and async clients only execute it, so the two
+clients cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, Literal, LiteralString, TypeVar
+
+from psycopg.conninfo import make_conninfo
+from psycopg.pq.abc import PGconn
+
+from pgqueue import _sql, codec
+from pgqueue.errors import InvalidArgument, QueueNotFound
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+
+T = TypeVar("T")
+
+#: A result row as the clients fetch it (always with ``tuple_row``).
+Row = tuple[Any, ...]
+
+#: A delay: a ``timedelta`` or a number of seconds.
+Delay = timedelta | float | int
+#: A point in time: an aware ``datetime`` (naive ones are taken as UTC) or epoch milliseconds.
+When = datetime | int
+
+#: The largest priority, as ``pgqueue.priority_dequeue_at(integer)`` accepts.
+MAX_PRIORITY = 2**31 - 1
+#: The most characters of an error text stored in ``last_error``.
+MAX_ERROR_CHARS = 8000
+#: The shortest heartbeat interval in seconds, however short the lease.
+MIN_HEARTBEAT_INTERVAL = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One statement to execute, and how to turn its rows into the caller's result.
+
+    Attributes:
+        query: the SQL (a constant from :mod:`pgqueue._sql`).
+        params: its named parameters.
+        result: converts the fetched rows into the result (may raise).
+        probe_queue: if set and the statement returns no rows, the client runs
+            ``_sql.CHECK_QUEUE`` for this queue before ``result``, so that an unknown or
+            invalid queue name raises the extension's own error instead of giving an empty
+            answer.
+    """
+
+    query: LiteralString
+    params: Mapping[str, object]
+    result: Callable[[list[Row]], T]
+    probe_queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When a message becomes deliverable: an absolute epoch-ms value or a delay from the server's now.
+
+    Both None means "now" (the extension's default).
+    """
+
+    dequeue_at: int | None = None
+    delay_ms: int | None = None
+
+    def params(self) -> dict[str, object]:
+        """Return the ``dequeue_at`` and ``delay_ms`` parameters of the statements in ``_sql``."""
+        return {"dequeue_at": self.dequeue_at, "delay_ms": self.delay_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A message dequeued by ``receive`` and the lease granted with it (ms)."""
+
+    message: Message
+    lease_ms: int
+
+
+# ---------------------------------------------------------------------------------------
+# Argument checks and scheduling
+# ---------------------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object, *, allow_none: bool = True) -> int | None:
+    """Return ``value`` if it is an int (or None when allowed), else raise InvalidArgument."""
+    if value is None and allow_none:
+        return None
+    if not _is_int(value):
+        raise InvalidArgument(f"{name} must be an int{' or None' if allow_none else ''}, got {value!r}")
+    assert isinstance(value, int)
+    return value
+
+
+def check_bool(name: str, value: object, *, allow_none: bool = True) -> bool | None:
+    """Return ``value`` if it is a bool (or None when allowed), else raise InvalidArgument."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be a bool{' or None' if allow_none else ''}, got {value!r}")
+    return value
+
+
+def delay_to_ms(delay: Delay) -> int:
+    """Return a delay in whole milliseconds (rounded).
+
+    Parameters:
+        delay: a ``timedelta`` or a number of seconds, not negative.
+
+    Raises:
+        InvalidArgument: a negative, infinite or NaN delay, or one of another type.
+    """
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise InvalidArgument(f"delay must be a timedelta or a number of seconds, got {delay!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgument(f"delay must be finite and >= 0, got {delay!r}")
+    return round(seconds * 1000)
+
+
+def to_epoch_ms(at: When) -> int:
+    """Return a point in time as epoch milliseconds (floor, as ``pgqueue.to_epoch`` does).
+
+    Parameters:
+        at: an aware ``datetime``; a naive one is taken as UTC; an int is epoch ms already.
+
+    Raises:
+        InvalidArgument: ``at`` is of another type.
+    """
+    if isinstance(at, datetime):
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=timezone.utc)
+        return (at - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+    if _is_int(at):
+        return at
+    raise InvalidArgument(f"at must be a datetime or epoch milliseconds (int), got {at!r}")
+
+
+def priority_to_dequeue_at(priority: int) -> int:
+    """Return the ``dequeue_at`` of a priority, as ``pgqueue.priority_dequeue_at`` computes it.
+
+    ``-1 - priority``: ahead of every normal message; larger priorities go first.
+
+    Raises:
+        InvalidArgument: ``priority`` is not an int in 0 .. 2**31-1.
+    """
+    if not _is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
+    return -1 - priority
+
+
+def schedule(delay: Delay | None = None, at: When | None = None, priority: int | None = None) -> Schedule:
+    """Return when a message becomes deliverable, from at most one of delay, at and priority.
+
+    A delay is added to the server's clock (``pgqueue.now_ms()``) when the statement runs.
+
+    Raises:
+        InvalidArgument: more than one is given, or one is invalid (also a ValueError).
+    """
+    given = [name for name, value in (("delay", delay), ("at", at), ("priority", priority)) if value is not None]
+    if len(given) > 1:
+        raise InvalidArgument(f"give at most one of delay, at and priority, got {' and '.join(given)}")
+    if delay is not None:
+        return Schedule(delay_ms=delay_to_ms(delay))
+    if at is not None:
+        return Schedule(dequeue_at=to_epoch_ms(at))
+    if priority is not None:
+        return Schedule(dequeue_at=priority_to_dequeue_at(priority))
+    return Schedule()
+
+
+def dequeue_at_for(delay: Delay | None = None, at: When | None = None, priority: int | None = None) -> int | None:
+    """Return the ``dequeue_at`` (epoch ms) for a delay, a point in time or a priority.
+
+    Parameters:
+        delay: a ``timedelta`` or seconds from now, measured on this machine's clock (the
+            client's own calls add delays to the server's clock instead).
+        at: an aware ``datetime`` (naive = UTC) or epoch milliseconds.
+        priority: an int >= 0; gives ``-1 - priority`` as ``pgqueue.priority_dequeue_at``.
+
+    Returns:
+        The epoch-ms value, or None if none was given (the extension then uses its now).
+
+    Raises:
+        InvalidArgument: (a ValueError) more than one was given, or one is invalid.
+    """
+    plan = schedule(delay, at, priority)
+    if plan.delay_ms is not None:
+        return int(time.time() * 1000) + plan.delay_ms
+    return plan.dequeue_at
+
+
+def error_text(error: str | BaseException) -> str:
+    """Return the text stored as a failed message's ``last_error``.
+
+    A string is kept as it is; an exception becomes ``"TypeName: message"``. Either is cut to
+    :data:`MAX_ERROR_CHARS` characters.
+    """
+    if isinstance(error, BaseException):
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    elif isinstance(error, str):
+        text = error
+    else:
+        raise InvalidArgument(f"error must be a str or an exception, got {error!r}")
+    return text[:MAX_ERROR_CHARS]
+
+
+def _ids(ids: Sequence[int] | None) -> list[int] | None:
+    if ids is None:
+        return None
+    if isinstance(ids, (str, bytes)) or not all(_is_int(i) for i in ids):
+        raise InvalidArgument(f"ids must be a sequence of ints, got {ids!r}")
+    return list(ids)
+
+
+def _state(state: bytes | bytearray | memoryview | None) -> bytes | None:
+    if state is None:
+        return None
+    if not isinstance(state, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(f"state must be bytes or None, got {type(state).__name__}")
+    return bytes(state)
+
+
+def _token(msg: Message) -> dict[str, object]:
+    if not isinstance(msg, Message):
+        raise InvalidArgument(f"expected a pgqueue Message, got {type(msg).__name__}")
+    return {"id": msg.id, "attempts": msg.attempts}
+
+
+def heartbeat_interval(lease_ms: int) -> float:
+    """Return the seconds between heartbeats for a lease: a third of it (at least 5 ms)."""
+    return max(lease_ms / 3000, MIN_HEARTBEAT_INTERVAL)
+
+
+Outcome = Literal["complete", "fail", "release"]
+
+
+def outcome(exc: BaseException | None) -> Outcome:
+    """Return what ``receive`` does with its message when the block ends.
+
+    ``complete`` when the block succeeded; ``fail`` (retry with back-off or dead-letter) when
+    it raised an ``Exception``; ``release`` (defer to now, another consumer may take it at
+    once) when it was interrupted: KeyboardInterrupt, SystemExit, asyncio cancellation.
+    """
+    if exc is None:
+        return "complete"
+    return "fail" if isinstance(exc, Exception) else "release"
+
+
+def conninfo_of(pgconn: PGconn) -> str:
+    """Return a connection string that reaches the same server, database and user as a connection.
+
+    It includes the password if the connection used one (libpq reports it), so a second
+    connection can be opened with the same credentials.
+    """
+    params = {opt.keyword.decode(): opt.val.decode() for opt in pgconn.info if opt.val is not None}
+    return make_conninfo("", **params)
+
+
+# ---------------------------------------------------------------------------------------
+# Row conversion
+# ---------------------------------------------------------------------------------------
+
+
+def _payload(content: bytes, content_type: str | None) -> object:
+    try:
+        return codec.decode(content, content_type)
+    except ValueError:
+        # A message that does not decode must still reach its handler (or the dead letters):
+        # hand out the raw bytes rather than fail the whole batch.
+        return content
+
+
+def message_from_row(queue: str, row: Row) -> Message:
+    """Return the Message for a row of ``_sql.DEQUEUE``."""
+    content = bytes(row[1])
+    return Message(
+        id=int(row[0]),
+        queue=queue,
+        payload=_payload(content, row[5]),
+        attempts=int(row[2]),
+        state=None if row[4] is None else bytes(row[4]),
+        dequeue_at=int(row[3]),
+        created_at=int(row[6]),
+        locked_until=None if row[7] is None else int(row[7]),
+        content=content,
+        content_type=row[5],
+    )
+
+
+def stats_from_row(row: Row) -> QueueStats:
+    """Return the QueueStats for a row of ``_sql.QUEUE_STATS`` / ``_sql.ALL_STATS``."""
+    return QueueStats(
+        queue=str(row[0]),
+        ready=int(row[1]),
+        scheduled=int(row[2]),
+        leased=int(row[3]),
+        dead=int(row[4]),
+        oldest_ready_age_ms=None if row[5] is None else int(row[5]),
+    )
+
+
+def settings_from_row(row: Row) -> QueueSettings:
+    """Return the QueueSettings for a row of ``_sql.QUEUE_LIST`` / ``_sql.QUEUE_SETTINGS``."""
+    return QueueSettings(
+        queue=str(row[0]),
+        lock_ms=int(row[1]),
+        max_attempts=None if row[2] is None else int(row[2]),
+        retry_base_ms=int(row[3]),
+        retry_cap_ms=int(row[4]),
+        max_size=None if row[5] is None else int(row[5]),
+        notify=bool(row[6]),
+        created_at=row[7],
+    )
+
+
+def dead_letter_from_row(row: Row) -> DeadLetter:
+    """Return the DeadLetter for a row of ``_sql.DEAD_LETTERS``."""
+    content = bytes(row[2])
+    return DeadLetter(
+        id=int(row[0]),
+        queue=str(row[1]),
+        payload=_payload(content, row[3]),
+        content=content,
+        content_type=row[3],
+        state=None if row[4] is None else bytes(row[4]),
+        attempts=int(row[5]),
+        last_error=row[6],
+        created_at=int(row[7]),
+        dead_at=int(row[8]),
+    )
+
+
+def _scalar(rows: list[Row]) -> Any:
+    return rows[0][0] if rows else None
+
+
+def _bool(rows: list[Row]) -> bool:
+    return bool(_scalar(rows))
+
+
+def _int(rows: list[Row]) -> int:
+    return int(_scalar(rows))
+
+
+def _none(rows: list[Row]) -> None:
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Calls
+# ---------------------------------------------------------------------------------------
+
+
+def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When | None = None,
+            priority: int | None = None) -> Call[int]:
+    """Return the call that enqueues one payload; its result is the message id."""
+    content, content_type = codec.encode(payload)
+    return Call(
+        _sql.ENQUEUE,
+        {"queue": queue, "content": content, "content_type": content_type,
+         **schedule(delay, at, priority).params()},
+        _int,
+    )
+
+
+def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None = None,
+                 at: When | None = None, priority: int | None = None) -> Call[list[int]]:
+    """Return the call that enqueues many payloads in one statement; its result is their ids in order."""
+    plan = schedule(delay, at, priority)
+    if isinstance(payloads, (str, bytes, bytearray, memoryview)):
+        raise InvalidArgument("payloads must be an iterable of payloads, not a single str or bytes")
+    encoded = [codec.encode(p) for p in payloads]
+    return Call(
+        _sql.ENQUEUE_MANY,
+        {"queue": queue, "contents": [c for c, _ in encoded], "content_types": [t for _, t in encoded],
+         **plan.params()},
+        lambda rows: [int(r[0]) for r in rows],
+    )
+
+
+def dequeue(queue: str, limit: int = 1, *, lock_ms: int | None = None) -> Call[list[Message]]:
+    """Return the call that dequeues up to ``limit`` messages (``lock_ms=0`` deletes them)."""
+    check_int("limit", limit, allow_none=False)
+    check_int("lock_ms", lock_ms)
+    return Call(
+        _sql.DEQUEUE,
+        {"queue": queue, "limit": limit, "lock_ms": lock_ms},
+        lambda rows: [message_from_row(queue, r) for r in rows],
+    )
+
+
+def receive(queue: str, *, lock_ms: int | None = None) -> Call[Lease | None]:
+    """Return the call that dequeues one leased message for ``receive``, with its lease length.
+
+    Raises:
+        InvalidArgument: ``lock_ms`` is 0 (receive needs a lease to complete or fail).
+    """
+    if check_int("lock_ms", lock_ms) == 0:
+        raise InvalidArgument("receive() needs a lease: lock_ms must be > 0 or None (the queue's lock_ms)")
+
+    def result(rows: list[Row]) -> Lease | None:
+        if not rows:
+            return None
+        message = message_from_row(queue, rows[0])
+        if lock_ms is not None:
+            granted = lock_ms
+        else:
+            assert message.locked_until is not None
+            granted = message.locked_until - int(rows[0][8])
+        return Lease(message, max(granted, 1))
+
+    return Call(_sql.DEQUEUE, {"queue": queue, "limit": 1, "lock_ms": lock_ms}, result)
+
+
+def complete(msg: Message) -> Call[bool]:
+    """Return the call that completes a leased message; False if the lease was lost."""
+    return Call(_sql.COMPLETE, _token(msg), _bool)
+
+
+def heartbeat(msg: Message, lock_ms: int | None = None) -> Call[bool]:
+    """Return the call that extends a lease to now + lock_ms (None: the queue's); False if lost."""
+    check_int("lock_ms", lock_ms)
+    return Call(_sql.HEARTBEAT, {**_token(msg), "lock_ms": lock_ms}, _bool)
+
+
+def defer(msg: Message, *, delay: Delay | None = None, at: When | None = None,
+          state: bytes | bytearray | memoryview | None = None) -> Call[bool]:
+    """Return the call that gives a leased message back until later, optionally saving state."""
+    return Call(_sql.DEFER, {**_token(msg), "state": _state(state), **schedule(delay, at).params()}, _bool)
+
+
+def fail(msg: Message, error: str | BaseException, *, delay: Delay | None = None,
+         at: When | None = None) -> Call[bool]:
+    """Return the call that reports a failed attempt (retry after back-off, or dead-letter)."""
+    return Call(_sql.FAIL, {**_token(msg), "error": error_text(error), **schedule(delay, at).params()}, _bool)
+
+
+def next_due(queue: str) -> Call[int | None]:
+    """Return the call that asks when the queue's next message becomes deliverable (epoch ms)."""
+    return Call(_sql.NEXT_DUE, {"queue": queue}, lambda rows: None if _scalar(rows) is None else _int(rows))
+
+
+def create(queue: str, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,
+           retry_cap_ms: int = 3600000, max_size: int | None = None, notify: bool = False,
+           if_not_exists: bool = False) -> Call[None]:
+    """Return the call that creates a queue."""
+    params = {
+        "queue": queue,
+        "lock_ms": check_int("lock_ms", lock_ms, allow_none=False),
+        "max_attempts": check_int("max_attempts", max_attempts),
+        "retry_base_ms": check_int("retry_base_ms", retry_base_ms, allow_none=False),
+        "retry_cap_ms": check_int("retry_cap_ms", retry_cap_ms, allow_none=False),
+        "max_size": check_int("max_size", max_size),
+        "notify": check_bool("notify", notify, allow_none=False),
+        "if_not_exists": check_bool("if_not_exists", if_not_exists, allow_none=False),
+    }
+    return Call(_sql.QUEUE_CREATE, params, _none)
+
+
+def alter(queue: str, *, lock_ms: int | None = None, max_attempts: int | None = None,
+          retry_base_ms: int | None = None, retry_cap_ms: int | None = None, max_size: int | None = None,
+          notify: bool | None = None) -> Call[None]:
+    """Return the call that changes a queue's settings (None keeps a setting)."""
+    params = {
+        "queue": queue,
+        "lock_ms": check_int("lock_ms", lock_ms),
+        "max_attempts": check_int("max_attempts", max_attempts),
+        "retry_base_ms": check_int("retry_base_ms", retry_base_ms),
+        "retry_cap_ms": check_int("retry_cap_ms", retry_cap_ms),
+        "max_size": check_int("max_size", max_size),
+        "notify": check_bool("notify", notify),
+    }
+    return Call(_sql.QUEUE_ALTER, params, _none)
+
+
+def drop(queue: str) -> Call[bool]:
+    """Return the call that drops a queue with its messages; False if it did not exist."""
+    return Call(_sql.QUEUE_DROP, {"queue": queue}, _bool)
+
+
+def settings(queue: str) -> Call[QueueSettings]:
+    """Return the call that reads a queue's settings."""
+
+    def result(rows: list[Row]) -> QueueSettings:
+        if not rows:  # the probe did not raise: the queue was dropped in between
+            raise QueueNotFound(f'queue "{queue}" does not exist', sqlstate="PQ001")
+        return settings_from_row(rows[0])
+
+    return Call(_sql.QUEUE_SETTINGS, {"queue": queue}, result, probe_queue=queue)
+
+
+def stats(queue: str) -> Call[QueueStats]:
+    """Return the call that counts a queue's messages by state."""
+
+    def result(rows: list[Row]) -> QueueStats:
+        if not rows:
+            raise QueueNotFound(f'queue "{queue}" does not exist', sqlstate="PQ001")
+        return stats_from_row(rows[0])
+
+    return Call(_sql.QUEUE_STATS, {"queue": queue}, result)
+
+
+def dead_letters(queue: str, limit: int = 100) -> Call[list[DeadLetter]]:
+    """Return the call that lists a queue's dead letters, oldest death first."""
+    check_int("limit", limit, allow_none=False)
+    if limit < 0:
+        raise InvalidArgument(f"limit must be >= 0, got {limit}")
+    return Call(
+        _sql.DEAD_LETTERS,
+        {"queue": queue, "limit": limit},
+        lambda rows: [dead_letter_from_row(r) for r in rows],
+        probe_queue=queue,
+    )
+
+
+def requeue_dead(queue: str, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
+                 at: When | None = None) -> Call[int]:
+    """Return the call that moves dead letters back onto the queue; its result is how many."""
+    return Call(_sql.DEAD_REQUEUE, {"queue": queue, "ids": _ids(ids), **schedule(delay, at).params()}, _int)
+
+
+def purge_dead(queue: str, ids: Sequence[int] | None = None, *, before: When | None = None) -> Call[int]:
+    """Return the call that deletes dead letters (all, the ids given, and/or dead before a time)."""
+    return Call(
+        _sql.DEAD_PURGE,
+        {"queue": queue, "ids": _ids(ids), "before": None if before is None else to_epoch_ms(before)},
+        _int,
+    )
+
+
+def list_queues() -> Call[list[QueueSettings]]:
+    """Return the call that lists every queue's settings, by name."""
+    return Call(_sql.QUEUE_LIST, {}, lambda rows: [settings_from_row(r) for r in rows])
+
+
+def all_stats() -> Call[list[QueueStats]]:
+    """Return the call that counts the messages of every queue, by name."""
+    return Call(_sql.ALL_STATS, {}, lambda rows: [stats_from_row(r) for r in rows])

@@ -1,0 +1,380 @@
+"""The asyncio client: :class:`AsyncQueue`, and :func:`list_queues` / :func:`all_stats`.
+
+The same queue operations as :class:`pgqueue.Queue`, as coroutines, over a connection string,
+a ``psycopg.AsyncConnection`` or a ``psycopg_pool.AsyncConnectionPool``, with the same rules:
+it never commits or closes what it did not open; on a caller's connection every call runs in
+the caller's transaction state; a pool lends a connection per call. Statements, parameters
+and results come from :mod:`pgqueue._core`, shared with the sync client.
+
+Example::
+
+    async with AsyncQueue(dsn, "emails") as queue:
+        await queue.enqueue({"to": "a@example.com"})
+        async with queue.receive() as msg:
+            if msg is not None:
+                await send(msg.payload)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue import _core, _sql
+from pgqueue._core import Call, Delay, When
+from pgqueue.errors import PgQueueError, translating
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+
+__all__ = ["AsyncQueue", "list_queues", "all_stats", "AsyncConnectionSource"]
+
+T = TypeVar("T")
+
+#: What an AsyncQueue can work over: a connection string, an async connection or an async pool.
+AsyncConnectionSource = str | psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]
+
+Runner = Callable[[Call[bool]], Awaitable[bool]]
+
+logger = logging.getLogger("pgqueue")
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+    with translating():
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(call.query, call.params)
+            rows = await cur.fetchall()
+            if not rows and call.probe_queue is not None:
+                await cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
+    return call.result(rows)
+
+
+class _AsyncConnector:
+    """Run calls over a DSN, a caller's async connection or an async pool."""
+
+    def __init__(self, source: AsyncConnectionSource) -> None:
+        self._dsn: str | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._pool: AsyncConnectionPool[Any] | None = None
+        if isinstance(source, str):
+            self._dsn = source
+        elif isinstance(source, psycopg.AsyncConnection):
+            self._conn = source
+        elif isinstance(source, AsyncConnectionPool):
+            self._pool = source
+        else:
+            hint = " (use Queue for sync connections and pools)" if isinstance(source, psycopg.Connection) else ""
+            raise TypeError(
+                "expected a connection string, a psycopg.AsyncConnection or a "
+                f"psycopg_pool.AsyncConnectionPool, got {type(source).__name__}{hint}"
+            )
+        self._lock: asyncio.Lock | None = None
+        self._own: psycopg.AsyncConnection[Any] | None = None
+        self._own_heartbeat: psycopg.AsyncConnection[Any] | None = None
+        self._closed = False
+
+    async def _open(self, attr: str) -> psycopg.AsyncConnection[Any]:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._closed:
+                raise PgQueueError("the queue is closed")
+            conn: psycopg.AsyncConnection[Any] | None = getattr(self, attr)
+            if conn is None or conn.closed:
+                assert self._dsn is not None
+                with translating():
+                    conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+                setattr(self, attr, conn)
+            return conn
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """Lend the connection a call runs on."""
+        if self._conn is not None:
+            yield self._conn
+        elif self._pool is not None:
+            with translating():
+                async with self._pool.connection() as conn:
+                    yield conn
+        else:
+            yield await self._open("_own")
+
+    async def run(self, call: Call[T]) -> T:
+        """Execute a call and return its result."""
+        async with self.connection() as conn:
+            return await _execute(conn, call)
+
+    @asynccontextmanager
+    async def heartbeat_runner(self) -> AsyncIterator[Runner | None]:
+        """Lend a coroutine function that runs a heartbeat on a connection other than the calls'.
+
+        Yields None when the caller's connection is inside a transaction (its row lock keeps
+        the message from other consumers); see ``Queue.receive``.
+        """
+        if self._pool is not None:
+            pool = self._pool
+
+            async def on_pool(call: Call[bool]) -> bool:
+                with translating():
+                    async with pool.connection() as conn:
+                        return await _execute(conn, call)
+
+            yield on_pool
+        elif self._conn is not None:
+            if self._conn.info.transaction_status != TransactionStatus.IDLE:
+                yield None
+                return
+            with translating():
+                side = await psycopg.AsyncConnection.connect(_core.conninfo_of(self._conn.pgconn), autocommit=True)
+            async with side:
+                yield lambda call: _execute(side, call)
+        else:
+            conn = await self._open("_own_heartbeat")
+            yield lambda call: _execute(conn, call)
+
+    async def close(self) -> None:
+        """Close the connections this connector opened (never the caller's)."""
+        self._closed = self._dsn is not None
+        owned = [c for c in (self._own, self._own_heartbeat) if c is not None]
+        self._own = self._own_heartbeat = None
+        for conn in owned:
+            await conn.close()
+
+
+class _Heartbeat:
+    """An asyncio task that extends a lease every ``interval`` seconds until stopped.
+
+    It is stopped by an event, never cancelled, so a heartbeat in flight always finishes and
+    leaves its connection usable.
+    """
+
+    def __init__(self, beat: Callable[[], Awaitable[bool]], interval: float, msg: Message) -> None:
+        self._beat = beat
+        self._interval = interval
+        self._msg = msg
+        self._stop = asyncio.Event()
+        self.lost = False
+        self._task = asyncio.create_task(self._loop(), name=f"pgqueue-heartbeat-{msg.id}")
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), self._interval)
+                return
+            except TimeoutError:
+                pass
+            try:
+                alive = await self._beat()
+            except PgQueueError as exc:  # a transient failure: try again at the next beat
+                logger.warning("heartbeat of message %s on queue %s failed: %s", self._msg.id, self._msg.queue, exc)
+                continue
+            if not alive:
+                self.lost = True
+                logger.warning("message %s on queue %s lost its lease", self._msg.id, self._msg.queue)
+                return
+
+    async def stop(self) -> None:
+        """Stop beating and wait for a beat in flight to finish."""
+        self._stop.set()
+        await asyncio.shield(self._task)
+
+
+class AsyncQueue:
+    """A queue of the pgqueue extension, used with asyncio.
+
+    Parameters:
+        conn: a connection string, a ``psycopg.AsyncConnection`` or a
+            ``psycopg_pool.AsyncConnectionPool``.
+        name: the queue's name.
+
+    The methods are those of :class:`pgqueue.Queue`, as coroutines, with the same parameters,
+    results and errors; ``receive()`` is an async context manager.
+    """
+
+    def __init__(self, conn: AsyncConnectionSource, name: str = "default") -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"the queue name must be a str, got {type(name).__name__}")
+        self._name = name
+        self._connector = _AsyncConnector(conn)
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"AsyncQueue({self._name!r})"
+
+    async def close(self) -> None:
+        """Close the connections the queue opened itself; a caller's connection or pool stays open."""
+        await self._connector.close()
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- producing ---------------------------------------------------------------------
+
+    async def enqueue(self, payload: object, *, delay: Delay | None = None, at: When | None = None,
+                      priority: int | None = None) -> int:
+        """Enqueue one message and return its id (see :meth:`pgqueue.Queue.enqueue`)."""
+        return await self._connector.run(_core.enqueue(self._name, payload, delay=delay, at=at, priority=priority))
+
+    async def enqueue_many(self, payloads: Iterable[object], *, delay: Delay | None = None,
+                           at: When | None = None, priority: int | None = None) -> list[int]:
+        """Enqueue many messages in one statement and return their ids (see :meth:`pgqueue.Queue.enqueue_many`)."""
+        return await self._connector.run(
+            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority))
+
+    # -- consuming ---------------------------------------------------------------------
+
+    async def dequeue(self, limit: int = 1, *, lock_ms: int | None = None) -> list[Message]:
+        """Take up to ``limit`` deliverable messages (see :meth:`pgqueue.Queue.dequeue`)."""
+        return await self._connector.run(_core.dequeue(self._name, limit, lock_ms=lock_ms))
+
+    async def complete(self, msg: Message) -> bool:
+        """Acknowledge a leased message; False if its lease was lost (see :meth:`pgqueue.Queue.complete`)."""
+        return await self._connector.run(_core.complete(msg))
+
+    async def heartbeat(self, msg: Message, lock_ms: int | None = None) -> bool:
+        """Extend a lease to now + lock_ms; False if it was lost (see :meth:`pgqueue.Queue.heartbeat`)."""
+        return await self._connector.run(_core.heartbeat(msg, lock_ms))
+
+    async def defer(self, msg: Message, *, delay: Delay | None = None, at: When | None = None,
+                    state: bytes | None = None) -> bool:
+        """Give a leased message back until later (see :meth:`pgqueue.Queue.defer`)."""
+        return await self._connector.run(_core.defer(msg, delay=delay, at=at, state=state))
+
+    async def fail(self, msg: Message, error: str | BaseException, *, delay: Delay | None = None,
+                   at: When | None = None) -> bool:
+        """Report a failed attempt: retry after back-off or dead-letter (see :meth:`pgqueue.Queue.fail`)."""
+        return await self._connector.run(_core.fail(msg, error, delay=delay, at=at))
+
+    @asynccontextmanager
+    async def receive(self, *, lock_ms: int | None = None, heartbeat: bool = True) -> AsyncIterator[Message | None]:
+        """Dequeue one message for the ``async with`` block and settle it when the block ends.
+
+        Completes it when the block returns, fails it when the block raises an ``Exception``
+        (which propagates), gives it back for immediate redelivery when the block is
+        cancelled or interrupted. While the block runs, an asyncio task extends the lease
+        every third of it on a separate connection (see :meth:`pgqueue.Queue.receive`).
+
+        Raises:
+            InvalidArgument: lock_ms is 0. And what the block raises.
+        """
+        lease = await self._connector.run(_core.receive(self._name, lock_ms=lock_ms))
+        if lease is None:
+            yield None
+            return
+        msg = lease.message
+        async with AsyncExitStack() as stack:
+            try:
+                if heartbeat:
+                    runner = await stack.enter_async_context(self._connector.heartbeat_runner())
+                    if runner is not None:
+                        hb_call = _core.heartbeat(msg, lock_ms)
+                        beats = _Heartbeat(lambda: runner(hb_call), _core.heartbeat_interval(lease.lease_ms), msg)
+                        stack.push_async_callback(beats.stop)
+            except BaseException as exc:
+                await stack.aclose()
+                await self._settle(msg, exc)
+                raise
+            try:
+                yield msg
+            except BaseException as exc:
+                await stack.aclose()
+                await self._settle(msg, exc)
+                raise
+        await self._settle(msg, None)
+
+    async def _settle(self, msg: Message, exc: BaseException | None) -> None:
+        action = _core.outcome(exc)
+        if action == "complete":
+            if not await self.complete(msg):
+                logger.warning("message %s on queue %s could not be completed: its lease was lost",
+                               msg.id, msg.queue)
+            return
+        assert exc is not None
+        try:
+            if action == "fail":
+                await self.fail(msg, exc)
+            else:
+                await self.defer(msg)
+        except PgQueueError as err:
+            exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
+            logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
+
+    async def next_due(self) -> int | None:
+        """Return when the next message becomes deliverable (epoch ms), None if the queue is empty."""
+        return await self._connector.run(_core.next_due(self._name))
+
+    # -- management --------------------------------------------------------------------
+
+    async def create(self, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,
+                     retry_cap_ms: int = 3600000, max_size: int | None = None, notify: bool = False,
+                     if_not_exists: bool = False) -> None:
+        """Create the queue (see :meth:`pgqueue.Queue.create`)."""
+        await self._connector.run(_core.create(
+            self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify, if_not_exists=if_not_exists))
+
+    async def alter(self, *, lock_ms: int | None = None, max_attempts: int | None = None,
+                    retry_base_ms: int | None = None, retry_cap_ms: int | None = None,
+                    max_size: int | None = None, notify: bool | None = None) -> None:
+        """Change the queue's settings; None keeps a setting (see :meth:`pgqueue.Queue.alter`)."""
+        await self._connector.run(_core.alter(
+            self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify))
+
+    async def drop(self) -> bool:
+        """Drop the queue with its messages and dead letters; False if it did not exist."""
+        return await self._connector.run(_core.drop(self._name))
+
+    async def settings(self) -> QueueSettings:
+        """Return the queue's settings."""
+        return await self._connector.run(_core.settings(self._name))
+
+    async def stats(self) -> QueueStats:
+        """Return the queue's message counts by state."""
+        return await self._connector.run(_core.stats(self._name))
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Return up to ``limit`` dead letters of the queue, oldest death first."""
+        return await self._connector.run(_core.dead_letters(self._name, limit))
+
+    async def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
+                           at: When | None = None) -> int:
+        """Move dead letters back onto the queue as new messages; return how many."""
+        return await self._connector.run(_core.requeue_dead(self._name, ids, delay=delay, at=at))
+
+    async def purge_dead(self, ids: Sequence[int] | None = None, *, before: When | None = None) -> int:
+        """Delete dead letters of the queue (all, the ids given, and/or dead before a time); return how many."""
+        return await self._connector.run(_core.purge_dead(self._name, ids, before=before))
+
+
+async def _run_once(conn: AsyncConnectionSource, call: Call[T]) -> T:
+    connector = _AsyncConnector(conn)
+    try:
+        return await connector.run(call)
+    finally:
+        await connector.close()
+
+
+async def list_queues(conn: AsyncConnectionSource) -> list[QueueSettings]:
+    """Return the settings of every queue, by name (a connection string is opened and closed here)."""
+    return await _run_once(conn, _core.list_queues())
+
+
+async def all_stats(conn: AsyncConnectionSource) -> list[QueueStats]:
+    """Return the message counts of every queue, by name (a connection string is opened and closed here)."""
+    return await _run_once(conn, _core.all_stats())

@@ -1,0 +1,520 @@
+"""The synchronous client: :class:`Queue`, and :func:`list_queues` / :func:`all_stats`.
+
+A ``Queue`` works over whatever the caller has, and never commits or closes what it did not
+open:
+
+* a **connection string**: it opens its own autocommit connection on first use (and a second
+  one for the heartbeats of ``receive``); ``close()`` or leaving ``with Queue(...)`` closes them;
+* a **psycopg Connection**: every call runs on it, in the caller's transaction state. On an
+  autocommit connection each call is its own transaction; otherwise ``enqueue`` joins the
+  caller's transaction and nothing is visible (or leased) until the caller commits;
+* a **psycopg_pool ConnectionPool**: each call borrows a connection for its duration (the pool
+  commits it when it is given back).
+
+Example::
+
+    with psycopg.connect(dsn) as conn:              # a business transaction
+        conn.execute("INSERT INTO orders ...")
+        Queue(conn, "emails").enqueue({"order": 42})
+    # committed together, or not at all
+
+    with Queue(dsn, "emails") as queue:
+        with queue.receive() as msg:                 # completes on success, fails on error
+            if msg is not None:
+                send(msg.payload)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool
+
+from pgqueue import _core, _sql
+from pgqueue._core import Call, Delay, When
+from pgqueue.errors import PgQueueError, translating
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+
+__all__ = ["Queue", "list_queues", "all_stats", "ConnectionSource"]
+
+T = TypeVar("T")
+
+#: What a Queue can work over: a connection string, a connection or a pool.
+ConnectionSource = str | psycopg.Connection[Any] | ConnectionPool[Any]
+
+logger = logging.getLogger("pgqueue")
+
+
+def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
+    with translating(), conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(call.query, call.params).fetchall()
+        if not rows and call.probe_queue is not None:
+            cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
+    return call.result(rows)
+
+
+class _Connector:
+    """Run calls over a DSN, a caller's connection or a pool, by the rules of the module docstring."""
+
+    def __init__(self, source: ConnectionSource) -> None:
+        self._dsn: str | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pool: ConnectionPool[Any] | None = None
+        if isinstance(source, str):
+            self._dsn = source
+        elif isinstance(source, psycopg.Connection):
+            self._conn = source
+        elif isinstance(source, ConnectionPool):
+            self._pool = source
+        else:
+            hint = " (use AsyncQueue for async connections and pools)" if isinstance(
+                source, psycopg.AsyncConnection) else ""
+            raise TypeError(
+                "expected a connection string, a psycopg.Connection or a psycopg_pool.ConnectionPool, "
+                f"got {type(source).__name__}{hint}"
+            )
+        self._lock = threading.Lock()
+        self._own: psycopg.Connection[Any] | None = None
+        self._own_heartbeat: psycopg.Connection[Any] | None = None
+        self._closed = False
+
+    def _open(self, attr: str) -> psycopg.Connection[Any]:
+        with self._lock:
+            if self._closed:
+                raise PgQueueError("the queue is closed")
+            conn: psycopg.Connection[Any] | None = getattr(self, attr)
+            if conn is None or conn.closed:
+                assert self._dsn is not None
+                with translating():
+                    conn = psycopg.connect(self._dsn, autocommit=True)
+                setattr(self, attr, conn)
+            return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Lend the connection a call runs on."""
+        if self._conn is not None:
+            yield self._conn
+        elif self._pool is not None:
+            with translating(), self._pool.connection() as conn:
+                yield conn
+        else:
+            yield self._open("_own")
+
+    def run(self, call: Call[T]) -> T:
+        """Execute a call and return its result."""
+        with self.connection() as conn:
+            return _execute(conn, call)
+
+    @contextmanager
+    def heartbeat_runner(self) -> Iterator[Callable[[Call[bool]], bool] | None]:
+        """Lend a function that runs a heartbeat on a connection other than the one of the calls.
+
+        Yields None when no heartbeat is needed: the caller's connection is inside a
+        transaction, whose row lock on the leased message keeps every other consumer away
+        (they skip locked rows) until it ends; a heartbeat from another connection would only
+        wait on that lock.
+        """
+        if self._pool is not None:
+            pool = self._pool
+
+            def on_pool(call: Call[bool]) -> bool:
+                with translating(), pool.connection() as conn:
+                    return _execute(conn, call)
+
+            yield on_pool
+        elif self._conn is not None:
+            if self._conn.info.transaction_status != TransactionStatus.IDLE:
+                yield None
+                return
+            # The caller's autocommit connection: a heartbeat on it could land inside a
+            # transaction the block opens. Use a private connection to the same server, with
+            # the same credentials, for the duration of the block.
+            with translating():
+                side = psycopg.connect(_core.conninfo_of(self._conn.pgconn), autocommit=True)
+            with side:
+                yield lambda call: _execute(side, call)
+        else:
+            conn = self._open("_own_heartbeat")
+            yield lambda call: _execute(conn, call)
+
+    def close(self) -> None:
+        """Close the connections this connector opened (never the caller's)."""
+        with self._lock:
+            self._closed = self._dsn is not None
+            owned = [c for c in (self._own, self._own_heartbeat) if c is not None]
+            self._own = self._own_heartbeat = None
+        for conn in owned:
+            conn.close()
+
+
+class _Heartbeat:
+    """A thread that extends a lease every ``interval`` seconds until stopped."""
+
+    def __init__(self, beat: Callable[[], bool], interval: float, msg: Message) -> None:
+        self._beat = beat
+        self._interval = interval
+        self._msg = msg
+        self._stop = threading.Event()
+        self.lost = False
+        self._thread = threading.Thread(target=self._loop, name=f"pgqueue-heartbeat-{msg.id}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                alive = self._beat()
+            except PgQueueError as exc:  # a transient failure: try again at the next beat
+                logger.warning("heartbeat of message %s on queue %s failed: %s", self._msg.id, self._msg.queue, exc)
+                continue
+            if not alive:
+                self.lost = True
+                logger.warning("message %s on queue %s lost its lease", self._msg.id, self._msg.queue)
+                return
+
+    def stop(self) -> None:
+        """Stop beating and wait for a beat in flight to finish."""
+        self._stop.set()
+        self._thread.join()
+
+
+class Queue:
+    """A queue of the pgqueue extension, used synchronously.
+
+    Parameters:
+        conn: a connection string, a ``psycopg.Connection`` or a ``psycopg_pool.ConnectionPool``
+            (see the module docstring for what each means for transactions).
+        name: the queue's name (``default`` is created with the extension).
+
+    Every method raises :class:`pgqueue.errors.PgQueueError` subclasses for database errors
+    (``QueueNotFound`` when the queue does not exist, ``ExtensionNotInstalled``,
+    ``ConnectionFailed``, ...). Thread-safe as far as psycopg is: calls on one connection are
+    serialised.
+    """
+
+    def __init__(self, conn: ConnectionSource, name: str = "default") -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"the queue name must be a str, got {type(name).__name__}")
+        self._name = name
+        self._connector = _Connector(conn)
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"Queue({self._name!r})"
+
+    def close(self) -> None:
+        """Close the connections the queue opened itself; a caller's connection or pool stays open."""
+        self._connector.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- producing ---------------------------------------------------------------------
+
+    def enqueue(self, payload: object, *, delay: Delay | None = None, at: When | None = None,
+                priority: int | None = None) -> int:
+        """Enqueue one message and return its id.
+
+        Parameters:
+            payload: bytes, str or any JSON-serialisable value; it comes back as the same type
+                (see :mod:`pgqueue.codec`).
+            delay: deliver no sooner than this long from now (``timedelta`` or seconds),
+                measured on the server's clock.
+            at: deliver no sooner than this time (aware ``datetime``, naive = UTC, or epoch ms).
+            priority: deliver ahead of every normal message; larger goes first (int >= 0).
+                At most one of delay, at and priority.
+
+        Raises:
+            QueueNotFound, QueueFull, InvalidQueueName, UnsupportedPayload, InvalidArgument.
+        """
+        return self._connector.run(_core.enqueue(self._name, payload, delay=delay, at=at, priority=priority))
+
+    def enqueue_many(self, payloads: Iterable[object], *, delay: Delay | None = None, at: When | None = None,
+                     priority: int | None = None) -> list[int]:
+        """Enqueue many messages in one statement (all or none) and return their ids in order.
+
+        Parameters are those of :meth:`enqueue`; delay, at or priority apply to every message.
+
+        Raises:
+            QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload.
+        """
+        return self._connector.run(_core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority))
+
+    # -- consuming ---------------------------------------------------------------------
+
+    def dequeue(self, limit: int = 1, *, lock_ms: int | None = None) -> list[Message]:
+        """Take up to ``limit`` deliverable messages, without waiting for other consumers.
+
+        Parameters:
+            limit: the most messages to return (1 to 10000).
+            lock_ms: the lease in ms (None: the queue's ``lock_ms``); each message must be
+                completed, deferred or failed before it runs out or it is delivered again.
+                0 deletes the messages as they are delivered (at most once, no lease).
+
+        Returns:
+            The messages, expired leases first, then by due time and id; empty if none is due.
+
+        Raises:
+            QueueNotFound, InvalidArgument (limit or lock_ms out of range).
+        """
+        return self._connector.run(_core.dequeue(self._name, limit, lock_ms=lock_ms))
+
+    def complete(self, msg: Message) -> bool:
+        """Acknowledge a leased message: delete it.
+
+        Returns:
+            False (and nothing changes) if the lease was lost: it ran out and the message was
+            delivered again, or it was already completed, deferred or failed.
+        """
+        return self._connector.run(_core.complete(msg))
+
+    def heartbeat(self, msg: Message, lock_ms: int | None = None) -> bool:
+        """Extend a message's lease to now + ``lock_ms`` (None: the queue's ``lock_ms``).
+
+        Returns:
+            False if the lease was already lost (see :meth:`complete`).
+        """
+        return self._connector.run(_core.heartbeat(msg, lock_ms))
+
+    def defer(self, msg: Message, *, delay: Delay | None = None, at: When | None = None,
+              state: bytes | None = None) -> bool:
+        """Give a leased message back until later, keeping its attempts count.
+
+        Parameters:
+            msg: the leased message.
+            delay, at: when it is due again (default: now). At most one.
+            state: checkpoint bytes saved with it (``msg.state`` on the next delivery); None
+                keeps the current state.
+
+        Returns:
+            False if the lease was lost.
+        """
+        return self._connector.run(_core.defer(msg, delay=delay, at=at, state=state))
+
+    def fail(self, msg: Message, error: str | BaseException, *, delay: Delay | None = None,
+             at: When | None = None) -> bool:
+        """Report a failed attempt: retry after the queue's back-off, or dead-letter it.
+
+        Parameters:
+            msg: the leased message.
+            error: what went wrong, stored as ``last_error`` (an exception is stored as
+                ``"TypeName: message"``).
+            delay, at: retry then instead of after the exponential back-off. At most one.
+
+        Returns:
+            False if the lease was lost. Once ``attempts`` reaches the queue's
+            ``max_attempts`` the message moves to the dead letters.
+        """
+        return self._connector.run(_core.fail(msg, error, delay=delay, at=at))
+
+    @contextmanager
+    def receive(self, *, lock_ms: int | None = None, heartbeat: bool = True) -> Iterator[Message | None]:
+        """Dequeue one message for the ``with`` block and settle it when the block ends.
+
+        ``with queue.receive() as msg:`` gives None if no message is due. Otherwise, when the
+        block returns the message is completed; when it raises an ``Exception`` the message is
+        failed with it (retry after back-off, or dead letter) and the exception propagates;
+        when it is interrupted (KeyboardInterrupt, SystemExit) the message is given back for
+        immediate redelivery. If settling itself fails, the block's exception still
+        propagates, with a note.
+
+        Parameters:
+            lock_ms: the lease in ms (None: the queue's ``lock_ms``; 0 is refused).
+            heartbeat: extend the lease every third of it from a background thread while the
+                block runs, on a separate connection: a second connection the queue opens
+                from its connection string, or one borrowed from the pool for each beat. With
+                a caller's connection inside a transaction no heartbeat is sent: the
+                transaction's row lock keeps the message from every other consumer until it
+                ends. With a caller's autocommit connection a private connection to the same
+                server is opened for the block. Without heartbeats a block that outlives the
+                lease may see its message delivered to another consumer (and ``complete``
+                then does nothing).
+
+        Raises:
+            InvalidArgument: lock_ms is 0. And what the block raises.
+        """
+        lease = self._connector.run(_core.receive(self._name, lock_ms=lock_ms))
+        if lease is None:
+            yield None
+            return
+        msg = lease.message
+        beats: _Heartbeat | None = None
+        with ExitStack() as stack:
+            try:
+                if heartbeat:
+                    runner = stack.enter_context(self._connector.heartbeat_runner())
+                    if runner is not None:
+                        hb_call = _core.heartbeat(msg, lock_ms)
+                        beats = _Heartbeat(lambda: runner(hb_call), _core.heartbeat_interval(lease.lease_ms), msg)
+                        stack.callback(beats.stop)
+            except BaseException as exc:
+                stack.close()
+                self._settle(msg, exc)
+                raise
+            try:
+                yield msg
+            except BaseException as exc:
+                stack.close()
+                self._settle(msg, exc)
+                raise
+        self._settle(msg, None)
+
+    def _settle(self, msg: Message, exc: BaseException | None) -> None:
+        action = _core.outcome(exc)
+        if action == "complete":
+            if not self.complete(msg):
+                logger.warning("message %s on queue %s could not be completed: its lease was lost",
+                               msg.id, msg.queue)
+            return
+        assert exc is not None
+        try:
+            if action == "fail":
+                self.fail(msg, exc)
+            else:
+                self.defer(msg)
+        except PgQueueError as err:
+            exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
+            logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
+
+    def next_due(self) -> int | None:
+        """Return when the next message becomes deliverable (epoch ms), None if the queue is empty.
+
+        A scheduled message counts with its due time, a leased one with its lease expiry.
+        """
+        return self._connector.run(_core.next_due(self._name))
+
+    # -- management --------------------------------------------------------------------
+
+    def create(self, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,
+               retry_cap_ms: int = 3600000, max_size: int | None = None, notify: bool = False,
+               if_not_exists: bool = False) -> None:
+        """Create the queue.
+
+        Parameters:
+            lock_ms: the default lease (ms).
+            max_attempts: deliveries before a message is dead-lettered (None or 0: unlimited).
+            retry_base_ms, retry_cap_ms: the back-off after a failure doubles from base up to cap.
+            max_size: the most live messages accepted (None or 0: unbounded).
+            notify: send NOTIFY on channel ``pgqueue.<name>`` when messages arrive.
+            if_not_exists: do nothing if the queue exists already.
+
+        Raises:
+            QueueExists, InvalidQueueName, InvalidArgument.
+        """
+        self._connector.run(_core.create(
+            self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify, if_not_exists=if_not_exists))
+
+    def alter(self, *, lock_ms: int | None = None, max_attempts: int | None = None,
+              retry_base_ms: int | None = None, retry_cap_ms: int | None = None, max_size: int | None = None,
+              notify: bool | None = None) -> None:
+        """Change the queue's settings; None keeps a setting, 0 makes max_attempts/max_size unlimited.
+
+        Raises:
+            QueueNotFound, InvalidArgument.
+        """
+        self._connector.run(_core.alter(
+            self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify))
+
+    def drop(self) -> bool:
+        """Drop the queue with its messages and dead letters; False if it did not exist.
+
+        Raises:
+            ProtectedQueue: for the ``default`` queue.
+        """
+        return self._connector.run(_core.drop(self._name))
+
+    def settings(self) -> QueueSettings:
+        """Return the queue's settings.
+
+        Raises:
+            QueueNotFound, InvalidQueueName.
+        """
+        return self._connector.run(_core.settings(self._name))
+
+    def stats(self) -> QueueStats:
+        """Return the queue's message counts by state.
+
+        Raises:
+            QueueNotFound, InvalidQueueName.
+        """
+        return self._connector.run(_core.stats(self._name))
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Return up to ``limit`` dead letters of the queue, oldest death first.
+
+        Raises:
+            QueueNotFound, InvalidQueueName.
+        """
+        return self._connector.run(_core.dead_letters(self._name, limit))
+
+    def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
+                     at: When | None = None) -> int:
+        """Move dead letters back onto the queue as new messages (new id, attempts 0).
+
+        Parameters:
+            ids: which dead letters (their ``id``); None for all of the queue.
+            delay, at: when they are due (default: now). At most one.
+
+        Returns:
+            How many were requeued.
+
+        Raises:
+            QueueNotFound, QueueFull.
+        """
+        return self._connector.run(_core.requeue_dead(self._name, ids, delay=delay, at=at))
+
+    def purge_dead(self, ids: Sequence[int] | None = None, *, before: When | None = None) -> int:
+        """Delete dead letters of the queue: all, the ids given, and/or those that died before a time.
+
+        Parameters:
+            ids: which dead letters; None for all (subject to ``before``).
+            before: only those dead before this time (``datetime`` or epoch ms).
+
+        Returns:
+            How many were deleted.
+        """
+        return self._connector.run(_core.purge_dead(self._name, ids, before=before))
+
+
+def _run_once(conn: ConnectionSource, call: Call[T]) -> T:
+    connector = _Connector(conn)
+    try:
+        return connector.run(call)
+    finally:
+        connector.close()
+
+
+def list_queues(conn: ConnectionSource) -> list[QueueSettings]:
+    """Return the settings of every queue, by name.
+
+    Parameters:
+        conn: a connection string (opened and closed here), a connection or a pool.
+    """
+    return _run_once(conn, _core.list_queues())
+
+
+def all_stats(conn: ConnectionSource) -> list[QueueStats]:
+    """Return the message counts of every queue, by name.
+
+    Parameters:
+        conn: a connection string (opened and closed here), a connection or a pool.
+    """
+    return _run_once(conn, _core.all_stats())

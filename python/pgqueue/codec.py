@@ -1,0 +1,101 @@
+"""Turn payloads into message content and back, recording the encoding in ``content_type``.
+
+The extension stores a message as ``content bytea`` plus a ``content_type text`` that says how
+the bytes are encoded, so that a consumer written in any language can read them:
+
+==============================  ================================  ==========================
+payload (Python)                content                           content_type
+==============================  ================================  ==========================
+bytes, bytearray, memoryview    the bytes as they are             NULL
+str                             UTF-8                             ``text/plain; charset=utf-8``
+anything else (dict, list, int,  compact JSON, UTF-8               ``application/json``
+float, bool, None, ...)
+==============================  ================================  ==========================
+
+Decoding reverses this: JSON (``application/json`` or any ``+json`` type) is parsed, text
+(``text/*``) is decoded with its charset (UTF-8 if none is named), and any other or no content
+type gives the bytes back. JSON turns tuples into lists and non-string keys into strings.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pgqueue.errors import UnsupportedPayload
+
+__all__ = ["JSON", "TEXT", "encode", "decode", "media_type"]
+
+#: The content type of JSON payloads.
+JSON = "application/json"
+#: The content type of ``str`` payloads.
+TEXT = "text/plain; charset=utf-8"
+
+
+def encode(payload: object) -> tuple[bytes, str | None]:
+    """Encode a payload into message content and its content type.
+
+    Parameters:
+        payload: bytes-like (stored raw), ``str`` (UTF-8 text) or any JSON-serialisable value
+            (``None`` included: it is stored as the JSON ``null``).
+
+    Returns:
+        ``(content, content_type)``; ``content_type`` is None for raw bytes.
+
+    Raises:
+        UnsupportedPayload: the payload is not JSON-serialisable (also NaN and infinities,
+            which JSON cannot express). It is a ``TypeError`` and a ``ValueError`` too.
+    """
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return bytes(payload), None
+    if isinstance(payload, str):
+        return payload.encode("utf-8"), TEXT
+    try:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UnsupportedPayload(
+            f"cannot encode a payload of type {type(payload).__name__}: pass bytes, str or a "
+            f"JSON-serialisable value ({exc})"
+        ) from exc
+    return text.encode("utf-8"), JSON
+
+
+def media_type(content_type: str | None) -> tuple[str, dict[str, str]]:
+    """Split a content type into its lower-case media type and its parameters.
+
+    ``"text/plain; charset=UTF-8"`` gives ``("text/plain", {"charset": "UTF-8"})``; None gives
+    ``("", {})``.
+    """
+    if not content_type:
+        return "", {}
+    head, *rest = content_type.split(";")
+    params: dict[str, str] = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if sep:
+            params[key.strip().lower()] = value.strip().strip('"')
+    return head.strip().lower(), params
+
+
+def decode(content: bytes, content_type: str | None) -> object:
+    """Decode message content back into the payload, following its content type.
+
+    Parameters:
+        content: the stored bytes.
+        content_type: the recorded content type (None for raw bytes).
+
+    Returns:
+        The parsed JSON value, the ``str``, or ``bytes`` for a missing or unknown content type.
+
+    Raises:
+        ValueError: the content is not valid for its declared type (malformed JSON, bytes
+            that are not in the named charset, or an unknown charset).
+    """
+    kind, params = media_type(content_type)
+    if kind == JSON or kind.endswith("+json"):
+        return json.loads(bytes(content).decode(params.get("charset", "utf-8")))
+    if kind.startswith("text/"):
+        try:
+            return bytes(content).decode(params.get("charset", "utf-8"))
+        except LookupError as exc:
+            raise ValueError(f"unknown charset in content type {content_type!r}") from exc
+    return bytes(content)

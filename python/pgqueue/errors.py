@@ -1,0 +1,173 @@
+"""The exceptions of pgqueue, and the one place that maps the extension's SQLSTATEs onto them.
+
+Every database call of the client runs inside :func:`translating`, so callers catch
+:class:`PgQueueError` (or one of its subclasses) and never a bare ``psycopg.Error``. The
+original psycopg exception stays available as ``__cause__``.
+
+=======================  =====================  ==========================================
+class                    SQLSTATE               raised when
+=======================  =====================  ==========================================
+QueueNotFound            PQ001                  the queue does not exist
+QueueExists              PQ002                  queue_create on an existing queue
+QueueFull                PQ003                  the queue has max_size messages
+ProtectedQueue           PQ004                  dropping the default queue
+InvalidQueueName         42602                  the name breaks the queue-name rule
+InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
+ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema or functions are missing
+ConnectionFailed         08xxx, no SQLSTATE     the server cannot be reached or the link broke
+PgQueueError             anything else          any other database error
+=======================  =====================  ==========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+__all__ = [
+    "PgQueueError",
+    "QueueNotFound",
+    "QueueExists",
+    "QueueFull",
+    "ProtectedQueue",
+    "InvalidQueueName",
+    "InvalidArgument",
+    "UnsupportedPayload",
+    "ExtensionNotInstalled",
+    "ConnectionFailed",
+    "translate",
+    "translating",
+]
+
+INSTALL_HINT = (
+    "install the extension with `make install` (in the pgqueue source tree), then run "
+    "`CREATE EXTENSION pgqueue` in the database or `pgqueue install DSN`"
+)
+
+
+class PgQueueError(Exception):
+    """Base class of every error pgqueue raises.
+
+    Attributes:
+        sqlstate: the five-character SQLSTATE of the database error, or None for an error
+            detected by the client itself or one without a SQLSTATE (a failed connection).
+        hint: the server's HINT (what to do about it), or None.
+    """
+
+    sqlstate: str | None
+    hint: str | None
+
+    def __init__(self, message: str, *, sqlstate: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.hint = hint
+
+    @property
+    def message(self) -> str:
+        """The error message, one line, without the hint."""
+        return str(self.args[0]) if self.args else ""
+
+
+class QueueNotFound(PgQueueError):
+    """The queue does not exist (PQ001)."""
+
+
+class QueueExists(PgQueueError):
+    """The queue already exists (PQ002)."""
+
+
+class QueueFull(PgQueueError):
+    """The queue holds max_size messages and refused new ones (PQ003); back off and retry."""
+
+
+class ProtectedQueue(PgQueueError):
+    """The operation is not allowed on this queue, e.g. dropping ``default`` (PQ004)."""
+
+
+class InvalidQueueName(PgQueueError):
+    """The queue name breaks the rule: 1-48 of ``A-Za-z0-9_.-``, not starting with ``.`` or ``-`` (42602)."""
+
+
+class InvalidArgument(PgQueueError, ValueError):
+    """An argument is out of range, of the wrong kind or NULL (22023, 22004, or client-side).
+
+    It is also a ``ValueError``, so ``except ValueError`` catches it.
+    """
+
+
+class UnsupportedPayload(InvalidArgument, TypeError):
+    """A payload cannot be encoded: not bytes, not str and not JSON-serialisable.
+
+    It is also a ``TypeError`` (what ``json.dumps`` raises) and a ``ValueError``.
+    """
+
+
+class ExtensionNotInstalled(PgQueueError):
+    """The database has no pgqueue extension (its schema or functions are missing)."""
+
+
+class ConnectionFailed(PgQueueError):
+    """The server could not be reached, refused the login, or the connection broke."""
+
+
+_BY_SQLSTATE: dict[str, type[PgQueueError]] = {
+    "PQ001": QueueNotFound,
+    "PQ002": QueueExists,
+    "PQ003": QueueFull,
+    "PQ004": ProtectedQueue,
+    "42602": InvalidQueueName,
+    "22023": InvalidArgument,
+    "22004": InvalidArgument,
+}
+
+# undefined schema / function / table: the extension is missing if the message names pgqueue
+_MISSING_OBJECT = frozenset({"3F000", "42883", "42P01"})
+
+
+def translate(exc: psycopg.Error) -> PgQueueError:
+    """Return the pgqueue exception for a psycopg error (the caller raises it ``from exc``).
+
+    Parameters:
+        exc: the error psycopg raised.
+
+    Returns:
+        An instance of the :class:`PgQueueError` subclass for the error's SQLSTATE (see the
+        module docstring), carrying the server's primary message, SQLSTATE and hint.
+    """
+    sqlstate = exc.sqlstate
+    diag = exc.diag
+    # a server error has a primary message; a client-side one (failed connection) only text,
+    # which may span lines: keep it on one line
+    message = diag.message_primary or " ".join(str(exc).split()) or type(exc).__name__
+    hint = diag.message_hint
+    if sqlstate in _MISSING_OBJECT and "pgqueue" in message:
+        return ExtensionNotInstalled(
+            f"the pgqueue extension is not installed in this database ({message}): {INSTALL_HINT}",
+            sqlstate=sqlstate,
+            hint=INSTALL_HINT,
+        )
+    if sqlstate is not None and sqlstate in _BY_SQLSTATE:
+        return _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate, hint=hint)
+    if (sqlstate is not None and sqlstate.startswith("08")) or (
+        sqlstate is None and isinstance(exc, psycopg.OperationalError)
+    ):
+        return ConnectionFailed(message, sqlstate=sqlstate, hint=hint)
+    return PgQueueError(message, sqlstate=sqlstate, hint=hint)
+
+
+@contextmanager
+def translating() -> Iterator[None]:
+    """Turn any ``psycopg.Error`` raised in the block into a :class:`PgQueueError`.
+
+    The psycopg error becomes the new exception's ``__cause__``. Works around ``await``
+    too, since it only catches what the block raises.
+
+    Raises:
+        PgQueueError: (a subclass of it) for every psycopg error raised in the block.
+    """
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translate(exc) from exc

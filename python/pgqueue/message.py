@@ -1,0 +1,134 @@
+"""The values the client hands out: messages, queue statistics, queue settings, dead letters.
+
+Times that the extension keeps as BIGINT epoch milliseconds (``dequeue_at``, ``created_at``,
+``locked_until``, ``dead_at``) stay integers here; :func:`to_datetime` converts one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+__all__ = ["Message", "QueueStats", "QueueSettings", "DeadLetter", "to_datetime"]
+
+
+def to_datetime(epoch_ms: int) -> datetime:
+    """Return the aware UTC datetime for epoch milliseconds."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message handed out by ``dequeue``.
+
+    Attributes:
+        id: the message id.
+        queue: the queue's name.
+        payload: the decoded payload (see :mod:`pgqueue.codec`); the raw ``content`` if it does
+            not decode under its content type.
+        attempts: deliveries so far, this one included; with ``id`` it is the fencing token
+            that ``complete``/``heartbeat``/``defer``/``fail`` check.
+        state: the checkpoint state saved by ``defer(state=...)``, or None.
+        dequeue_at: when the message became deliverable (epoch ms; negative for priorities).
+        created_at: when it was enqueued (epoch ms).
+        locked_until: when the lease runs out (epoch ms), or None if it was dequeued with
+            ``lock_ms=0`` (deleted on delivery).
+        content: the stored bytes.
+        content_type: how ``content`` is encoded, None for raw bytes.
+    """
+
+    id: int
+    queue: str
+    payload: object
+    attempts: int
+    state: bytes | None
+    dequeue_at: int
+    created_at: int
+    locked_until: int | None
+    content: bytes
+    content_type: str | None
+
+    @property
+    def leased(self) -> bool:
+        """True if the message is held under a lease (False if it was deleted on dequeue)."""
+        return self.locked_until is not None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """How many messages a queue holds, by state.
+
+    Attributes:
+        queue: the queue's name.
+        ready: deliverable now (expired leases included).
+        scheduled: due later.
+        leased: held by a consumer under a live lease.
+        dead: dead letters.
+        oldest_ready_age_ms: how long the next ready message has waited (ms), None if none.
+    """
+
+    queue: str
+    ready: int
+    scheduled: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int | None
+
+    @property
+    def total(self) -> int:
+        """Live messages: ready + scheduled + leased (dead letters not counted)."""
+        return self.ready + self.scheduled + self.leased
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """A queue's settings, as ``pgqueue.queue_list()`` reports them.
+
+    Attributes:
+        queue: the queue's name.
+        lock_ms: the default lease length (ms).
+        max_attempts: deliveries before a message is dead-lettered, None for unlimited.
+        retry_base_ms: the first retry's back-off (ms); it doubles each failure.
+        retry_cap_ms: the longest back-off (ms).
+        max_size: the most live messages the queue accepts, None for unbounded.
+        notify: whether enqueues send NOTIFY on channel ``pgqueue.<queue>``.
+        created_at: when the queue was created.
+    """
+
+    queue: str
+    lock_ms: int
+    max_attempts: int | None
+    retry_base_ms: int
+    retry_cap_ms: int
+    max_size: int | None
+    notify: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that failed ``max_attempts`` times or whose lease ran out that often.
+
+    Attributes:
+        id: the message id it had.
+        queue: the queue's name.
+        payload: the decoded payload (the raw ``content`` if it does not decode).
+        content: the stored bytes.
+        content_type: how ``content`` is encoded, None for raw bytes.
+        state: its last checkpoint state, or None.
+        attempts: deliveries it had.
+        last_error: the error reported by the last ``fail`` (or ``"lease expired"``), or None.
+        created_at: when it was enqueued (epoch ms).
+        dead_at: when it died (epoch ms).
+    """
+
+    id: int
+    queue: str
+    payload: object
+    content: bytes
+    content_type: str | None
+    state: bytes | None
+    attempts: int
+    last_error: str | None
+    created_at: int
+    dead_at: int

@@ -1,0 +1,144 @@
+\set VERBOSITY terse
+SET client_min_messages = warning;
+-- Queues: queue_create/alter/drop/list/stats/next_due, option validation,
+-- 0 = unlimited/unbounded, duplicates, if_not_exists, the default queue.
+
+-- err(sql): run a statement, return 'ok' or its SQLSTATE and message.
+CREATE FUNCTION pg_temp.err(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- Create with the defaults, and with every option.
+SELECT pgqueue.queue_create('qa');
+SELECT pgqueue.queue_create('qb', p_lock_ms => 5000, p_max_attempts => 3, p_retry_base_ms => 10,
+                            p_retry_cap_ms => 100, p_max_size => 50, p_notify => true);
+-- 0 means unlimited attempts and an unbounded size (stored as NULL).
+SELECT pgqueue.queue_create('qc', p_max_attempts => 0, p_max_size => 0);
+-- Names: digits, dots, dashes, underscores; up to 48 characters.
+SELECT pgqueue.queue_create('0q.with-all_chars');
+SELECT pgqueue.queue_create(repeat('x', 48));
+SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify,
+       created_at <= now() AS created_in_past
+  FROM pgqueue.queue_list() ORDER BY queue COLLATE "C";
+
+-- A duplicate is PQ002; with if_not_exists it is a no-op that keeps the old settings.
+SELECT pg_temp.err($$SELECT pgqueue.queue_create('qa')$$);
+SELECT pg_temp.err($$SELECT pgqueue.queue_create('default')$$);
+SELECT pgqueue.queue_create('qb', p_lock_ms => 1, p_if_not_exists => true);
+SELECT queue, lock_ms, max_attempts, max_size FROM pgqueue.queue_list() WHERE queue = 'qb';
+-- if_not_exists still validates the options.
+SELECT pg_temp.err($$SELECT pgqueue.queue_create('qb', p_lock_ms => 0, p_if_not_exists => true)$$);
+-- Names are case-sensitive: 'QA' is another queue.
+SELECT pgqueue.queue_create('QA');
+SELECT pgqueue.queue_drop('QA');
+
+-- Option validation: every bad value is 22023 (22004 for NULL), and nothing is created.
+SELECT t.label, pg_temp.err(t.stmt)
+  FROM (VALUES
+    (1, 'lock_ms 0',          $$SELECT pgqueue.queue_create('qbad', p_lock_ms => 0)$$),
+    (2, 'lock_ms < 0',        $$SELECT pgqueue.queue_create('qbad', p_lock_ms => -1)$$),
+    (3, 'lock_ms > a year',   $$SELECT pgqueue.queue_create('qbad', p_lock_ms => 31536000001)$$),
+    (4, 'lock_ms NULL',       $$SELECT pgqueue.queue_create('qbad', p_lock_ms => NULL)$$),
+    (5, 'max_attempts < 0',   $$SELECT pgqueue.queue_create('qbad', p_max_attempts => -1)$$),
+    (6, 'retry_base < 0',     $$SELECT pgqueue.queue_create('qbad', p_retry_base_ms => -1)$$),
+    (7, 'retry_cap < base',   $$SELECT pgqueue.queue_create('qbad', p_retry_base_ms => 10, p_retry_cap_ms => 9)$$),
+    (8, 'retry_cap > a year', $$SELECT pgqueue.queue_create('qbad', p_retry_cap_ms => 31536000001)$$),
+    (9, 'retry_base NULL',    $$SELECT pgqueue.queue_create('qbad', p_retry_base_ms => NULL)$$),
+    (10, 'retry_cap NULL',    $$SELECT pgqueue.queue_create('qbad', p_retry_cap_ms => NULL)$$),
+    (11, 'max_size < 0',      $$SELECT pgqueue.queue_create('qbad', p_max_size => -1)$$),
+    (12, 'notify NULL',       $$SELECT pgqueue.queue_create('qbad', p_notify => NULL)$$),
+    (13, 'if_not_exists NULL', $$SELECT pgqueue.queue_create('qbad', p_if_not_exists => NULL)$$),
+    (14, 'name NULL',         $$SELECT pgqueue.queue_create(NULL)$$),
+    (15, 'name 49 chars',     $$SELECT pgqueue.queue_create(repeat('x', 49))$$),
+    (16, 'name starts with .', $$SELECT pgqueue.queue_create('.q')$$),
+    (17, 'name starts with -', $$SELECT pgqueue.queue_create('-q')$$)
+  ) t(n, label, stmt)
+ ORDER BY t.n;
+-- retry_base_ms = retry_cap_ms = 0 (immediate retry) is allowed.
+SELECT pgqueue.queue_create('qzero', p_retry_base_ms => 0, p_retry_cap_ms => 0);
+SELECT pgqueue.queue_drop('qzero');
+SELECT count(*) AS bad_queues FROM pgqueue.queue WHERE name IN ('qbad', 'qzero');
+
+-- queue_alter: NULL keeps a setting, a value replaces it, 0 clears max_attempts/max_size.
+SELECT pgqueue.queue_alter('qa', p_lock_ms => 1234);
+SELECT pgqueue.queue_alter('qa', p_max_attempts => 5, p_max_size => 10, p_notify => true);
+SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify
+  FROM pgqueue.queue_list() WHERE queue = 'qa';
+SELECT pgqueue.queue_alter('qa');
+SELECT pgqueue.queue_alter('qa', p_max_attempts => 0, p_max_size => 0, p_retry_base_ms => 0);
+SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify
+  FROM pgqueue.queue_list() WHERE queue = 'qa';
+-- A new base is checked against the stored cap and vice versa; a bad alter changes nothing.
+SELECT t.label, pg_temp.err(t.stmt)
+  FROM (VALUES
+    (1, 'base above stored cap', $$SELECT pgqueue.queue_alter('qb', p_retry_base_ms => 101)$$),
+    (2, 'cap below stored base', $$SELECT pgqueue.queue_alter('qb', p_retry_cap_ms => 9)$$),
+    (3, 'lock_ms 0',             $$SELECT pgqueue.queue_alter('qb', p_lock_ms => 0)$$),
+    (4, 'max_attempts < 0',      $$SELECT pgqueue.queue_alter('qb', p_max_attempts => -1)$$),
+    (5, 'max_size < 0',          $$SELECT pgqueue.queue_alter('qb', p_max_size => -1)$$),
+    (6, 'unknown queue',         $$SELECT pgqueue.queue_alter('nosuchqueue', p_lock_ms => 1)$$),
+    (7, 'invalid name',          $$SELECT pgqueue.queue_alter('no such queue', p_lock_ms => 1)$$),
+    (8, 'NULL name',             $$SELECT pgqueue.queue_alter(NULL, p_lock_ms => 1)$$),
+    (9, 'NULL name, max_size',   $$SELECT pgqueue.queue_alter(NULL, p_max_size => 1)$$)
+  ) t(n, label, stmt)
+ ORDER BY t.n;
+SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify
+  FROM pgqueue.queue_list() WHERE queue = 'qb';
+-- The default queue can be altered (and put back).
+SELECT pgqueue.queue_alter('default', p_lock_ms => 60000);
+SELECT queue, lock_ms FROM pgqueue.queue_list() WHERE queue = 'default';
+SELECT pgqueue.queue_alter('default', p_lock_ms => 30000);
+
+-- queue_stats and queue_next_due on an empty queue.
+SELECT queue, ready, scheduled, leased, dead, oldest_ready_age_ms FROM pgqueue.queue_stats('qc');
+SELECT pgqueue.queue_next_due('qc') IS NULL AS empty_has_no_due;
+-- One ready, two scheduled, one leased, one dead.
+SELECT pgqueue.queue_alter('qc', p_max_attempts => 1);
+SELECT pgqueue.message_create('qc', '\x01') AS ready_id \gset
+SELECT pgqueue.message_create('qc', '\x02', pgqueue.now_ms() + 3600000) AS sched1 \gset
+SELECT pgqueue.message_create('qc', '\x03', pgqueue.now_ms() + 7200000) AS sched2 \gset
+SELECT pgqueue.message_create('qc', '\x04', -1) AS lease_id \gset
+SELECT pgqueue.message_create('qc', '\x05', -2) AS dead_id \gset
+SELECT id = :dead_id AS got_dead_candidate, attempts FROM pgqueue.message_dequeue('qc');
+SELECT pgqueue.message_fail(:dead_id, 1, 'boom');
+SELECT id = :lease_id AS got_lease_candidate, attempts FROM pgqueue.message_dequeue('qc');
+SELECT queue, ready, scheduled, leased, dead, oldest_ready_age_ms >= 0 AS has_age
+  FROM pgqueue.queue_stats('qc');
+-- The next due time is the earliest dequeue_at of the unleased messages and lease expiries:
+-- the ready message's, then (once it is gone) the lease's, then the first scheduled one's.
+SELECT pgqueue.queue_next_due('qc') = (SELECT dequeue_at FROM pgqueue.message WHERE id = :ready_id)
+       AS next_due_is_ready_message;
+SELECT id = :ready_id AS took_ready FROM pgqueue.message_dequeue('qc', 1, 0);
+SELECT pgqueue.queue_next_due('qc') = (SELECT locked_until FROM pgqueue.message WHERE id = :lease_id)
+       AS next_due_is_lease_expiry;
+SELECT pgqueue.message_complete(:lease_id, 1);
+SELECT pgqueue.queue_next_due('qc') = (SELECT dequeue_at FROM pgqueue.message WHERE id = :sched1)
+       AS next_due_is_first_scheduled;
+-- queue_stats(NULL) lists every queue, by name.
+SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats() ORDER BY queue COLLATE "C";
+SELECT pg_temp.err($$SELECT * FROM pgqueue.queue_stats('nosuchqueue')$$);
+SELECT pg_temp.err($$SELECT pgqueue.queue_next_due('nosuchqueue')$$);
+
+-- queue_drop removes the queue with its messages and dead letters; false if it did not exist.
+SELECT pgqueue.queue_drop('qc');
+SELECT pgqueue.queue_drop('qc');
+SELECT pgqueue.queue_drop('never-existed');
+SELECT count(*) AS orphan_messages FROM pgqueue.message m
+ WHERE NOT EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = m.queue_id);
+SELECT count(*) AS orphan_dead_letters FROM pgqueue.dead_letter d
+ WHERE NOT EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = d.queue_id);
+SELECT count(*) AS orphan_sizes FROM pgqueue.queue_size s
+ WHERE NOT EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = s.queue_id);
+-- The default queue cannot be dropped (PQ004); NULL is 22004.
+SELECT pg_temp.err($$SELECT pgqueue.queue_drop('default')$$);
+SELECT pg_temp.err($$SELECT pgqueue.queue_drop(NULL)$$);
+-- A dropped queue can be created again, empty.
+SELECT pgqueue.queue_create('qc');
+SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qc');
+
+SELECT pgqueue.queue_drop(q) FROM unnest(ARRAY['qa', 'qb', 'qc', '0q.with-all_chars', repeat('x', 48)]) q;
+SELECT queue FROM pgqueue.queue_list() ORDER BY queue COLLATE "C";

@@ -1,0 +1,137 @@
+\set VERBOSITY terse
+SET client_min_messages = warning;
+-- Producing: message_create (both overloads), time helpers, priorities and message_create_batch.
+
+CREATE FUNCTION pg_temp.err(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT pgqueue.queue_create('qcreate');
+
+-- Time helpers: priority_dequeue_at maps priorities below every real time, larger first.
+SELECT p, pgqueue.priority_dequeue_at(p) AS dequeue_at
+  FROM unnest(ARRAY[0, 1, 5, 2147483647]) p ORDER BY p;
+SELECT pgqueue.priority_dequeue_at(NULL) IS NULL AS strict_null;
+SELECT pg_temp.err($$SELECT pgqueue.priority_dequeue_at(-1)$$);
+
+-- message_create: defaults. created_at and dequeue_at are the transaction time in epoch ms.
+BEGIN;
+SELECT pgqueue.message_create('qcreate', convert_to('plain', 'UTF8')) AS id1 \gset
+SELECT pgqueue.message_create('qcreate', convert_to('typed', 'UTF8'), NULL, 'application/json') AS id2 \gset
+SELECT pgqueue.message_create('qcreate', convert_to('at', 'UTF8'), 1234567890123) AS id3 \gset
+SELECT pgqueue.message_create('qcreate', convert_to('prio', 'UTF8'), pgqueue.priority_dequeue_at(3), 'text/plain') AS id4 \gset
+SELECT pgqueue.message_create('qcreate', ''::bytea) AS id5 \gset
+SELECT m.id = :id1 AS is1, m.id = :id2 AS is2, m.id = :id3 AS is3, m.id = :id4 AS is4, m.id = :id5 AS is5,
+       convert_from(m.content, 'UTF8') AS content, m.content_type,
+       CASE WHEN m.dequeue_at = pgqueue.to_epoch(now()) THEN 'now' ELSE m.dequeue_at::text END AS dequeue_at,
+       m.created_at = pgqueue.to_epoch(now()) AS created_now,
+       m.locked_until, m.attempts, m.state, m.last_error
+  FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE q.name = 'qcreate'
+ ORDER BY m.id;
+COMMIT;
+-- ids grow in creation order.
+SELECT :id1 < :id2 AND :id2 < :id3 AND :id3 < :id4 AND :id4 < :id5 AS ascending_ids;
+
+-- The one-argument overload enqueues on the default queue.
+SELECT pgqueue.message_create(convert_to('on default', 'UTF8')) AS def_id \gset
+SELECT q.name, convert_from(m.content, 'UTF8') AS content, m.content_type,
+       m.dequeue_at = m.created_at AS due_now
+  FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE m.id = :def_id;
+SELECT id = :def_id AS got_it FROM pgqueue.message_dequeue('default', 1, 0);
+
+-- NULL content is refused; no message is created.
+SELECT pg_temp.err($$SELECT pgqueue.message_create('qcreate', NULL)$$);
+SELECT pg_temp.err($$SELECT pgqueue.message_create(NULL::bytea)$$);
+SELECT count(*) AS messages FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE q.name = 'qcreate';
+DELETE FROM pgqueue.message m USING pgqueue.queue q WHERE q.id = m.queue_id AND q.name = 'qcreate';
+
+-- message_create_batch: ids come back in input order, one row per content.
+SELECT array_agg(b.id ORDER BY b.n) AS ids
+  FROM pgqueue.message_create_batch('qcreate',
+         ARRAY[convert_to('b1', 'UTF8'), convert_to('b2', 'UTF8'), convert_to('b3', 'UTF8'),
+               convert_to('b4', 'UTF8')]) WITH ORDINALITY AS b(id, n) \gset batch_
+SELECT cardinality(:'batch_ids'::bigint[]) AS returned,
+       :'batch_ids'::bigint[] = (SELECT array_agg(x ORDER BY x) FROM unnest(:'batch_ids'::bigint[]) x)
+       AS ascending_in_input_order;
+SELECT u.n, convert_from(m.content, 'UTF8') AS content, m.content_type,
+       m.dequeue_at = m.created_at AS due_now, m.attempts, m.locked_until
+  FROM unnest(:'batch_ids'::bigint[]) WITH ORDINALITY AS u(id, n)
+  JOIN pgqueue.message m ON m.id = u.id
+ ORDER BY u.n;
+-- They are delivered in input order.
+SELECT convert_from(content, 'UTF8') AS content FROM pgqueue.message_dequeue('qcreate', 10, 0);
+
+-- Scalars apply to every message; per-message arrays override them, NULL elements fall back.
+SELECT array_agg(b.id ORDER BY b.n) AS ids
+  FROM pgqueue.message_create_batch('qcreate',
+         ARRAY[convert_to('c1', 'UTF8'), convert_to('c2', 'UTF8'), convert_to('c3', 'UTF8')],
+         p_dequeue_at    => 1000,
+         p_content_type  => 'text/plain',
+         p_dequeue_ats   => ARRAY[NULL, -5, 2000]::bigint[],
+         p_content_types => ARRAY['application/json', NULL, 'application/x-c3']) WITH ORDINALITY AS b(id, n) \gset batch_
+SELECT u.n, convert_from(m.content, 'UTF8') AS content, m.content_type, m.dequeue_at
+  FROM unnest(:'batch_ids'::bigint[]) WITH ORDINALITY AS u(id, n)
+  JOIN pgqueue.message m ON m.id = u.id
+ ORDER BY u.n;
+-- Only per-message values, no scalars: NULL elements mean now / no content type.
+SELECT array_agg(b.id ORDER BY b.n) AS ids
+  FROM pgqueue.message_create_batch('qcreate',
+         ARRAY[convert_to('d1', 'UTF8'), convert_to('d2', 'UTF8')],
+         p_dequeue_ats   => ARRAY[NULL, pgqueue.priority_dequeue_at(0)],
+         p_content_types => ARRAY[NULL, 'x/y']) WITH ORDINALITY AS b(id, n) \gset batch_
+SELECT u.n, convert_from(m.content, 'UTF8') AS content, m.content_type,
+       CASE WHEN m.dequeue_at = m.created_at THEN 'now' ELSE m.dequeue_at::text END AS dequeue_at
+  FROM unnest(:'batch_ids'::bigint[]) WITH ORDINALITY AS u(id, n)
+  JOIN pgqueue.message m ON m.id = u.id
+ ORDER BY u.n;
+-- Delivery follows dequeue_at: c2 (-5), d2 (priority 0 = -1), c1 (1000), c3 (2000), d1 (now).
+SELECT convert_from(content, 'UTF8') AS content, content_type FROM pgqueue.message_dequeue('qcreate', 10, 0);
+
+-- An empty batch inserts nothing and returns no rows (the queue must still exist).
+SELECT count(*) AS returned FROM pgqueue.message_create_batch('qcreate', '{}'::bytea[]);
+SELECT count(*) AS returned FROM pgqueue.message_create_batch('qcreate', '{}'::bytea[], p_dequeue_ats => '{}', p_content_types => '{}');
+SELECT pg_temp.err($$SELECT pgqueue.message_create_batch('nosuchqueue', '{}'::bytea[])$$);
+
+-- Bad batches are refused as a whole: nothing is inserted.
+SELECT t.label, pg_temp.err(t.stmt)
+  FROM (VALUES
+    (1, 'NULL element',      $$SELECT pgqueue.message_create_batch('qcreate', ARRAY['\x01', NULL, '\x03']::bytea[])$$),
+    (2, 'NULL array',        $$SELECT pgqueue.message_create_batch('qcreate', NULL)$$),
+    (3, 'short dequeue_ats', $$SELECT pgqueue.message_create_batch('qcreate', ARRAY['\x01', '\x02']::bytea[], p_dequeue_ats => ARRAY[1]::bigint[])$$),
+    (4, 'long content_types', $$SELECT pgqueue.message_create_batch('qcreate', ARRAY['\x01', '\x02']::bytea[], p_content_types => ARRAY['a', 'b', 'c'])$$),
+    (5, 'empty dequeue_ats', $$SELECT pgqueue.message_create_batch('qcreate', ARRAY['\x01']::bytea[], p_dequeue_ats => '{}'::bigint[])$$),
+    (6, 'two dimensions',    $$SELECT pgqueue.message_create_batch('qcreate', ARRAY[['\x01', '\x02'], ['\x03', '\x04']]::bytea[])$$),
+    (7, 'two-dim dequeue_ats', $$SELECT pgqueue.message_create_batch('qcreate', ARRAY['\x01', '\x02']::bytea[], p_dequeue_ats => ARRAY[[1], [2]]::bigint[])$$),
+    (8, 'unknown queue',     $$SELECT pgqueue.message_create_batch('nosuchqueue', ARRAY['\x01']::bytea[])$$),
+    (9, 'invalid queue',     $$SELECT pgqueue.message_create_batch('no such queue', ARRAY['\x01']::bytea[])$$)
+  ) t(n, label, stmt)
+ ORDER BY t.n;
+SELECT count(*) AS messages FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE q.name = 'qcreate';
+
+-- A batch joins the caller's transaction: rolled back, nothing remains.
+BEGIN;
+SELECT count(*) AS returned FROM pgqueue.message_create_batch('qcreate', ARRAY['\x01', '\x02']::bytea[]);
+ROLLBACK;
+SELECT count(*) AS messages FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE q.name = 'qcreate';
+
+-- A larger batch keeps its order too.
+CREATE TEMP TABLE big AS
+SELECT b.id, b.n
+  FROM pgqueue.message_create_batch('qcreate',
+         ARRAY(SELECT convert_to(g::text, 'UTF8') FROM generate_series(1, 1000) g))
+       WITH ORDINALITY AS b(id, n);
+SELECT count(*) AS returned,
+       bool_and(m.content = convert_to(b.n::text, 'UTF8')) AS contents_match,
+       array_agg(b.id ORDER BY b.n) = array_agg(b.id ORDER BY b.id) AS ids_in_input_order
+  FROM big b JOIN pgqueue.message m ON m.id = b.id;
+
+SELECT pgqueue.queue_drop('qcreate');

@@ -1,0 +1,120 @@
+\set VERBOSITY terse
+SET client_min_messages = warning;
+-- Consuming: order (dequeue_at, id), priorities, schedules, lease vs delete mode, limits.
+
+CREATE FUNCTION pg_temp.err(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT pgqueue.queue_create('qdeq', p_lock_ms => 60000);
+SELECT pgqueue.queue_create('qother');
+
+-- An empty queue returns no rows (the no-argument call uses the default queue).
+SELECT * FROM pgqueue.message_dequeue();
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq', 100);
+
+-- FIFO by id among messages with the same dequeue_at (one transaction: one now()).
+BEGIN;
+SELECT count(pgqueue.message_create('qdeq', convert_to('m' || g, 'UTF8'))) AS created FROM generate_series(1, 5) g;
+COMMIT;
+SELECT pgqueue.message_create('qother', convert_to('other', 'UTF8')) AS other_id \gset
+SELECT convert_from(content, 'UTF8') AS content, attempts FROM pgqueue.message_dequeue('qdeq');
+SELECT convert_from(content, 'UTF8') AS content, attempts FROM pgqueue.message_dequeue('qdeq', 2);
+SELECT convert_from(content, 'UTF8') AS content, attempts FROM pgqueue.message_dequeue('qdeq', 10);
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq', 10);
+-- The other queue's message was not touched.
+SELECT attempts, locked_until FROM pgqueue.message WHERE id = :other_id;
+DELETE FROM pgqueue.message m USING pgqueue.queue q WHERE q.id = m.queue_id AND q.name = 'qdeq';
+
+-- The same explicit dequeue_at in separate transactions: still by id.
+SELECT count(pgqueue.message_create('qdeq', convert_to('x' || g, 'UTF8'), 1000)) AS created FROM generate_series(1, 3) g;
+SELECT convert_from(content, 'UTF8') AS content, dequeue_at FROM pgqueue.message_dequeue('qdeq', 10, 0);
+
+-- Priorities: negative dequeue_at goes first, larger priority first, then normal messages,
+-- and scheduled messages are not delivered before their time.
+SELECT pgqueue.message_create('qdeq', convert_to('normal-1', 'UTF8')) > 0 AS created;
+SELECT pgqueue.message_create('qdeq', convert_to('scheduled', 'UTF8'), pgqueue.now_ms() + 3600000) > 0 AS created;
+SELECT pgqueue.message_create('qdeq', convert_to('prio-0', 'UTF8'), pgqueue.priority_dequeue_at(0)) > 0 AS created;
+SELECT pgqueue.message_create('qdeq', convert_to('prio-9', 'UTF8'), pgqueue.priority_dequeue_at(9)) > 0 AS created;
+SELECT pgqueue.message_create('qdeq', convert_to('normal-2', 'UTF8')) > 0 AS created;
+SELECT pgqueue.message_create('qdeq', convert_to('prio-9b', 'UTF8'), pgqueue.priority_dequeue_at(9)) > 0 AS created;
+SELECT pgqueue.message_create('qdeq', convert_to('past', 'UTF8'), pgqueue.to_epoch(now() - interval '1 day')) > 0 AS created;
+SELECT convert_from(content, 'UTF8') AS content, attempts,
+       CASE WHEN dequeue_at < 0 THEN dequeue_at::text ELSE 'time' END AS dequeue_at
+  FROM pgqueue.message_dequeue('qdeq', 100, 0);
+SELECT queue, ready, scheduled, leased FROM pgqueue.queue_stats('qdeq');
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq', 100);
+DELETE FROM pgqueue.message m USING pgqueue.queue q WHERE q.id = m.queue_id AND q.name = 'qdeq';
+
+-- A message scheduled a little ahead is delivered once its time has come.
+SELECT pgqueue.message_create('qdeq', convert_to('soon', 'UTF8'), pgqueue.now_ms() + 500) AS soon_id \gset
+SELECT count(*) AS got_early FROM pgqueue.message_dequeue('qdeq');
+SELECT pg_sleep(0.6);
+SELECT id = :soon_id AS got_soon FROM pgqueue.message_dequeue('qdeq', 1, 0);
+
+-- Lease mode (the default): the row stays, leased for the queue's lock_ms, attempts counts up;
+-- the returned row carries every column.
+SELECT pgqueue.message_create('qdeq', convert_to('leased', 'UTF8'), NULL, 'text/plain') AS lease_id \gset
+SELECT pgqueue.now_ms() AS before_ms \gset
+SELECT id = :lease_id AS is_it, convert_from(content, 'UTF8') AS content, attempts,
+       dequeue_at = created_at AS due_at_creation, state, content_type,
+       locked_until BETWEEN :before_ms + 60000 AND pgqueue.now_ms() + 60000 AS leased_for_lock_ms
+  FROM pgqueue.message_dequeue('qdeq');
+SELECT attempts, locked_until IS NOT NULL AS locked FROM pgqueue.message WHERE id = :lease_id;
+-- A leased message is not delivered again while its lease lasts.
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq');
+DELETE FROM pgqueue.message WHERE id = :lease_id;
+-- p_lock_ms overrides the queue's lease length.
+SELECT pgqueue.message_create('qdeq', convert_to('short', 'UTF8')) AS short_id \gset
+SELECT pgqueue.now_ms() AS before_ms \gset
+SELECT locked_until BETWEEN :before_ms + 5000 AND pgqueue.now_ms() + 5000 AS leased_for_5s
+  FROM pgqueue.message_dequeue('qdeq', 1, 5000);
+DELETE FROM pgqueue.message WHERE id = :short_id;
+
+-- Delete mode (p_lock_ms => 0): the message is returned once and removed.
+SELECT pgqueue.message_create('qdeq', convert_to('gone', 'UTF8'), NULL, 'text/plain') AS gone_id \gset
+SELECT id = :gone_id AS is_it, convert_from(content, 'UTF8') AS content, attempts, content_type,
+       locked_until
+  FROM pgqueue.message_dequeue('qdeq', p_lock_ms => 0);
+SELECT count(*) AS remaining FROM pgqueue.message WHERE id = :gone_id;
+SELECT pgqueue.message_complete(:gone_id, 1) AS complete_after_delete;
+
+-- A dequeue that is rolled back hands the message out again, with attempts unchanged.
+SELECT pgqueue.message_create('qdeq', convert_to('rolled back', 'UTF8')) AS rb_id \gset
+BEGIN;
+SELECT id = :rb_id AS is_it, attempts FROM pgqueue.message_dequeue('qdeq');
+ROLLBACK;
+SELECT attempts, locked_until IS NULL AS ready FROM pgqueue.message WHERE id = :rb_id;
+SELECT id = :rb_id AS is_it, attempts FROM pgqueue.message_dequeue('qdeq', 1, 0);
+
+-- Limits: p_limit caps the batch; 10000 is the largest allowed.
+SELECT count(*) FROM pgqueue.message_create_batch('qdeq', ARRAY(SELECT convert_to(g::text, 'UTF8') FROM generate_series(1, 25) g));
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq', 10);
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq', 10000);
+SELECT count(*) AS got FROM pgqueue.message_dequeue('qdeq', 10000);
+SELECT t.label, pg_temp.err(t.stmt)
+  FROM (VALUES
+    (1, 'limit 0',      $$SELECT * FROM pgqueue.message_dequeue('qdeq', 0)$$),
+    (2, 'limit -1',     $$SELECT * FROM pgqueue.message_dequeue('qdeq', -1)$$),
+    (3, 'limit 10001',  $$SELECT * FROM pgqueue.message_dequeue('qdeq', 10001)$$),
+    (4, 'limit NULL',   $$SELECT * FROM pgqueue.message_dequeue('qdeq', NULL)$$),
+    (5, 'lock_ms < 0',  $$SELECT * FROM pgqueue.message_dequeue('qdeq', 1, -1)$$),
+    (6, 'lock_ms > a year', $$SELECT * FROM pgqueue.message_dequeue('qdeq', 1, 31536000001)$$)
+  ) t(n, label, stmt)
+ ORDER BY t.n;
+-- Returned rows of a batch are in delivery order.
+SELECT count(pgqueue.message_create('qdeq', convert_to('b' || g, 'UTF8'), 1000 - g)) AS created FROM generate_series(1, 4) g;
+SELECT convert_from(content, 'UTF8') AS content, dequeue_at FROM pgqueue.message_dequeue('qdeq', 4, 0);
+
+-- The no-argument call takes one message of the default queue with the default lease.
+SELECT pgqueue.message_create(convert_to('default msg', 'UTF8')) AS def_id \gset
+SELECT id = :def_id AS is_it, convert_from(content, 'UTF8') AS content, attempts,
+       locked_until > pgqueue.now_ms() AS leased
+  FROM pgqueue.message_dequeue();
+SELECT pgqueue.message_complete(:def_id, 1);
+
+SELECT pgqueue.queue_drop('qdeq'), pgqueue.queue_drop('qother');

@@ -1,0 +1,120 @@
+\set VERBOSITY terse
+SET client_min_messages = warning;
+-- Leases: hiding, attempts as a fencing token (complete/heartbeat/defer/fail), lease expiry
+-- and redelivery, heartbeat extension, defer keeping attempts and state.
+
+CREATE FUNCTION pg_temp.err(p_sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT pgqueue.queue_create('qlease', p_lock_ms => 60000);
+
+-- A leased message is hidden; complete with the right token deletes it, once.
+SELECT pgqueue.message_create('qlease', convert_to('one', 'UTF8')) AS m1 \gset
+SELECT id = :m1 AS is_m1, attempts FROM pgqueue.message_dequeue('qlease');
+SELECT count(*) AS visible FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_complete(:m1, 0) AS wrong_token;
+SELECT pgqueue.message_complete(:m1, 2) AS future_token;
+SELECT pgqueue.message_complete(:m1, 1) AS right_token;
+SELECT pgqueue.message_complete(:m1, 1) AS again;
+SELECT count(*) AS rows_left FROM pgqueue.message WHERE id = :m1;
+SELECT pgqueue.message_complete(-42, 1) AS unknown_id;
+
+-- None of the token functions works on a message that is not leased.
+SELECT pgqueue.message_create('qlease', convert_to('ready', 'UTF8')) AS ready \gset
+SELECT pgqueue.message_complete(:ready, 0) AS complete_ready,
+       pgqueue.message_heartbeat(:ready, 0) AS heartbeat_ready,
+       pgqueue.message_defer(:ready, 0, NULL) AS defer_ready,
+       pgqueue.message_fail(:ready, 0, 'x') AS fail_ready;
+SELECT attempts, locked_until, last_error, dequeue_at = created_at AS due_unchanged
+  FROM pgqueue.message WHERE id = :ready;
+DELETE FROM pgqueue.message WHERE id = :ready;
+
+-- An expired lease is redelivered, ahead of ready messages, with attempts + 1.
+SELECT pgqueue.message_create('qlease', convert_to('first', 'UTF8')) AS e1 \gset
+SELECT pgqueue.message_create('qlease', convert_to('second', 'UTF8')) AS e2 \gset
+SELECT id = :e1 AS is_e1, attempts FROM pgqueue.message_dequeue('qlease', 1, 1);
+SELECT pg_sleep(0.01);
+SELECT queue, ready, scheduled, leased FROM pgqueue.queue_stats('qlease');
+SELECT id = :e1 AS is_e1, convert_from(content, 'UTF8') AS content, attempts
+  FROM pgqueue.message_dequeue('qlease', 10);
+-- The first consumer's token (1) is stale now: every call returns false and changes nothing.
+CREATE TEMP TABLE before_stale AS SELECT * FROM pgqueue.message WHERE id = :e1;
+SELECT pgqueue.message_complete(:e1, 1) AS stale_complete,
+       pgqueue.message_heartbeat(:e1, 1, 1) AS stale_heartbeat,
+       pgqueue.message_defer(:e1, 1, 0, convert_to('stale state', 'UTF8')) AS stale_defer,
+       pgqueue.message_fail(:e1, 1, 'stale error', 0) AS stale_fail;
+SELECT (SELECT m FROM pgqueue.message m WHERE m.id = :e1)::text
+       = (SELECT b FROM before_stale b)::text AS row_unchanged;
+-- The current holder (token 2) still completes it.
+SELECT pgqueue.message_complete(:e1, 2) AS current_complete;
+SELECT pgqueue.message_complete(:e2, 1) AS complete_e2;
+
+-- An expired lease that nobody took again still belongs to its holder (its token is current).
+SELECT pgqueue.message_create('qlease', convert_to('late', 'UTF8')) AS late \gset
+SELECT id = :late AS is_late, attempts FROM pgqueue.message_dequeue('qlease', 1, 1);
+SELECT pg_sleep(0.01);
+SELECT pgqueue.message_complete(:late, 1) AS late_complete;
+
+-- Heartbeat extends a lease (here one that had already run out, before anyone took it).
+SELECT pgqueue.message_create('qlease', convert_to('beat', 'UTF8')) AS beat \gset
+SELECT id = :beat AS is_beat, attempts FROM pgqueue.message_dequeue('qlease', 1, 1);
+SELECT pg_sleep(0.01);
+SELECT pgqueue.now_ms() AS before_ms \gset
+SELECT pgqueue.message_heartbeat(:beat, 1, 600000) AS heartbeat;
+SELECT locked_until BETWEEN :before_ms + 600000 AND pgqueue.now_ms() + 600000 AS extended_600s,
+       attempts
+  FROM pgqueue.message WHERE id = :beat;
+SELECT count(*) AS redelivered FROM pgqueue.message_dequeue('qlease');
+-- Without p_lock_ms the queue's lock_ms is used.
+SELECT pgqueue.now_ms() AS before_ms \gset
+SELECT pgqueue.message_heartbeat(:beat, 1) AS heartbeat;
+SELECT locked_until BETWEEN :before_ms + 60000 AND pgqueue.now_ms() + 60000 AS extended_60s
+  FROM pgqueue.message WHERE id = :beat;
+SELECT pg_temp.err($$SELECT pgqueue.message_heartbeat($$ || :beat || $$, 1, 0)$$) AS zero_lock;
+SELECT pg_temp.err($$SELECT pgqueue.message_heartbeat($$ || :beat || $$, 1, -5)$$) AS negative_lock;
+SELECT pgqueue.message_heartbeat(:beat, 2) AS wrong_token;
+SELECT pgqueue.message_complete(:beat, 1) AS complete;
+SELECT pgqueue.message_heartbeat(:beat, 1) AS after_complete;
+
+-- Defer gives the message back (to a time, or now), keeping attempts; p_state replaces the
+-- checkpoint state, NULL keeps it.
+SELECT pgqueue.message_create('qlease', convert_to('job', 'UTF8')) AS job \gset
+SELECT attempts FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_defer(:job, 1, NULL, convert_to('step 1', 'UTF8')) AS defer_now;
+SELECT attempts, locked_until, convert_from(state, 'UTF8') AS state,
+       dequeue_at <= pgqueue.now_ms() AS due
+  FROM pgqueue.message WHERE id = :job;
+SELECT pgqueue.message_complete(:job, 1) AS complete_after_defer;
+SELECT id = :job AS is_job, attempts, convert_from(state, 'UTF8') AS state
+  FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_defer(:job, 2, pgqueue.now_ms() + 3600000) AS defer_later;
+SELECT attempts, locked_until, convert_from(state, 'UTF8') AS state,
+       dequeue_at > pgqueue.now_ms() + 3500000 AS scheduled_in_an_hour
+  FROM pgqueue.message WHERE id = :job;
+SELECT queue, ready, scheduled, leased FROM pgqueue.queue_stats('qlease');
+SELECT count(*) AS delivered FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_defer(:job, 2, pgqueue.now_ms() + 3600000) AS defer_unleased;
+-- Make it due again, and take it with its state.
+UPDATE pgqueue.message SET dequeue_at = 0 WHERE id = :job;
+SELECT id = :job AS is_job, attempts, convert_from(state, 'UTF8') AS state
+  FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_defer(:job, 3, 0, convert_to('step 2', 'UTF8')) AS defer_state;
+SELECT id = :job AS is_job, attempts, convert_from(state, 'UTF8') AS state
+  FROM pgqueue.message_dequeue('qlease', 1, 0);
+
+-- Defer racing lease expiry: the old holder defers after the message was redelivered.
+SELECT pgqueue.message_create('qlease', convert_to('race', 'UTF8')) AS race \gset
+SELECT attempts FROM pgqueue.message_dequeue('qlease', 1, 1);
+SELECT pg_sleep(0.01);
+SELECT attempts FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_defer(:race, 1, 0, convert_to('lost', 'UTF8')) AS stale_defer;
+SELECT attempts, locked_until IS NOT NULL AS still_leased, state FROM pgqueue.message WHERE id = :race;
+SELECT pgqueue.message_complete(:race, 2) AS complete;
+
+SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qlease');
+SELECT pgqueue.queue_drop('qlease');

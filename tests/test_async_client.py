@@ -1,0 +1,270 @@
+"""The asyncio client against the real server: every public method of AsyncQueue over a DSN,
+an AsyncConnection and an AsyncConnectionPool, transactions, and receive() with its heartbeat
+task. Each test drives its own event loop with asyncio.run (no pytest plugin needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from conftest import Server, create_database, drop_database
+from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
+from pgqueue.async_client import all_stats, list_queues
+
+Conn = psycopg.Connection[Any]
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 120))
+
+
+def test_every_method_over_a_dsn(dsn: str, conn: Conn) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "ajobs") as q:
+            assert q.name == "ajobs" and repr(q) == "AsyncQueue('ajobs')"
+            await q.create(lock_ms=2000, max_attempts=2, retry_base_ms=0, retry_cap_ms=0)
+            await q.create(if_not_exists=True)
+            with pytest.raises(errors.QueueExists):
+                await q.create()
+            s = await q.settings()
+            assert isinstance(s, QueueSettings) and (s.lock_ms, s.max_attempts) == (2000, 2)
+            await q.alter(lock_ms=3000, notify=True)
+            assert (await q.settings()).lock_ms == 3000
+
+            payloads: list[object] = [b"raw", "text", {"a": [1, None]}, 5, None]
+            ids = [await q.enqueue(p) for p in payloads]
+            ids += await q.enqueue_many(["m1", "m2"])
+            prio = await q.enqueue("first", priority=1)
+            await q.enqueue("later", delay=timedelta(hours=1))
+            await q.enqueue("at", at=datetime.now(timezone.utc) + timedelta(hours=1))
+
+            got = await q.dequeue(20)
+            assert [m.id for m in got] == [prio, *ids]
+            assert [m.payload for m in got] == ["first", *payloads, "m1", "m2"]
+            assert all(isinstance(m, Message) and m.leased and m.attempts == 1 for m in got)
+            stats = await q.stats()
+            assert isinstance(stats, QueueStats)
+            assert (stats.ready, stats.scheduled, stats.leased) == (0, 2, 8)
+            due = await q.next_due()
+            assert due is not None
+
+            first, raw, text, obj, five, none, m1, m2 = got
+            assert await q.complete(first) and not await q.complete(first)
+            assert await q.heartbeat(raw, 60000) and await q.heartbeat(raw)
+            assert await q.defer(text, delay=0, state=b"cp")
+            [again] = await q.dequeue(1)
+            assert again.id == text.id and again.state == b"cp" and again.attempts == 2
+            assert await q.complete(again)
+            assert await q.fail(obj, ValueError("bad"))
+            [retry] = await q.dequeue(1)  # retry_base_ms 0: due at once
+            assert retry.id == obj.id and retry.attempts == 2
+            assert await q.fail(retry, "bad again")  # attempts reached max_attempts: dead
+            dead = await q.dead_letters()
+            assert len(dead) == 1 and isinstance(dead[0], DeadLetter)
+            assert dead[0].payload == {"a": [1, None]} and dead[0].last_error == "bad again"
+            assert await q.requeue_dead([dead[0].id]) == 1
+            [requeued] = await q.dequeue(1)
+            assert requeued.payload == {"a": [1, None]} and requeued.attempts == 1
+            await q.fail(requeued, "x", delay=0)
+            await q.fail((await q.dequeue(1))[0], "x")
+            assert await q.purge_dead(before=datetime.now(timezone.utc) + timedelta(minutes=1)) == 1
+            assert await q.purge_dead() == 0 and await q.requeue_dead() == 0
+
+            assert [x.queue for x in await list_queues(dsn)] == ["ajobs", "default"]
+            assert [x.queue for x in await all_stats(dsn)] == ["ajobs", "default"]
+            for m in (five, none, m1, m2, raw):
+                assert await q.complete(m)
+            assert await q.drop() is True
+            assert await q.drop() is False
+            async with AsyncQueue(dsn) as default:
+                with pytest.raises(errors.ProtectedQueue):
+                    await default.drop()
+
+    run(main)
+
+
+def test_async_connection_joins_the_callers_transaction(dsn: str, conn: Conn) -> None:
+    observer = Queue(conn)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            q = AsyncQueue(aconn)
+            await q.enqueue("rolled back")
+            await q.enqueue_many(["also"])
+            assert observer.stats().ready == 0
+            await aconn.rollback()
+            await q.enqueue("committed")
+            assert observer.stats().ready == 0
+            await aconn.commit()
+            assert observer.stats().ready == 1
+            await q.close()
+            assert not aconn.closed
+
+    run(main)
+    assert [m.payload for m in observer.dequeue(5)] == ["committed"]
+
+
+def test_pool_based_async_queue(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False) as pool:
+            q = AsyncQueue(pool, "apool")
+            await q.create()
+            await asyncio.gather(*(q.enqueue(i) for i in range(10)))
+            got = await q.dequeue(20)
+            assert sorted(m.payload for m in got) == list(range(10))  # type: ignore[type-var]
+            assert all(await asyncio.gather(*(q.complete(m) for m in got)))
+            assert (await q.stats()).total == 0
+            assert [s.queue for s in await list_queues(pool)] == ["apool", "default"]
+            assert len(await all_stats(pool)) == 2
+            await q.close()
+            assert not pool.closed
+
+    run(main)
+
+
+def test_async_receive_completes_fails_and_releases(dsn: str, conn: Conn) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.alter(retry_base_ms=10000, retry_cap_ms=10000)
+            await q.enqueue("ok")
+            async with q.receive() as msg:
+                assert msg is not None and msg.payload == "ok"
+            assert (await q.stats()).total == 0
+            async with q.receive() as empty:
+                assert empty is None
+
+            await q.enqueue("boom")
+            with pytest.raises(RuntimeError, match="boom"):
+                async with q.receive() as msg:
+                    raise RuntimeError("boom")
+            stats = await q.stats()
+            assert (stats.ready, stats.scheduled) == (0, 1)  # backed off
+            row = conn.execute("SELECT attempts, last_error FROM pgqueue.message").fetchone()
+            assert row == (1, "RuntimeError: boom")
+            await q.purge_dead()
+
+            with pytest.raises(errors.InvalidArgument):
+                async with q.receive(lock_ms=0):
+                    pass
+
+    run(main)
+
+
+def test_cancelled_receive_gives_the_message_back(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.enqueue("work")
+            started = asyncio.Event()
+
+            async def consumer() -> None:
+                async with q.receive(lock_ms=60000) as msg:
+                    assert msg is not None
+                    started.set()
+                    await asyncio.sleep(60)
+
+            task = asyncio.create_task(consumer())
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            [again] = await q.dequeue(1)  # due at once, no back-off
+            assert again.payload == "work" and again.attempts == 2
+
+    run(main)
+
+
+async def _slow_receive(q: AsyncQueue, other: Queue, *, heartbeat: bool) -> tuple[Message | None, list[Message]]:
+    stolen: list[Message] = []
+    async with q.receive(lock_ms=300, heartbeat=heartbeat) as msg:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            stolen += await asyncio.to_thread(other.dequeue, 1, lock_ms=60000)
+            await asyncio.sleep(0.1)
+    return msg, stolen
+
+
+@pytest.mark.parametrize("source", ["dsn", "pool", "autocommit-connection"])
+def test_async_heartbeats_keep_the_lease(source: str, dsn: str, conn: Conn) -> None:
+    other = Queue(conn)
+    other.enqueue("slow")
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+                src: Any = {"dsn": dsn, "pool": pool, "autocommit-connection": aconn}[source]
+                async with AsyncQueue(src) as q:
+                    msg, stolen = await _slow_receive(q, other, heartbeat=True)
+                    assert msg is not None and stolen == []
+
+    run(main)
+    assert other.stats().total == 0
+
+
+def test_async_without_heartbeats_the_message_is_redelivered(dsn: str, conn: Conn) -> None:
+    other = Queue(conn)
+    other.enqueue("slow")
+
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            msg, stolen = await _slow_receive(q, other, heartbeat=False)
+            assert msg is not None and [m.id for m in stolen] == [msg.id]
+            assert stolen[0].attempts == 2
+            assert (await q.stats()).leased == 1
+
+    run(main)
+
+
+def test_async_receive_in_the_callers_transaction(dsn: str, conn: Conn) -> None:
+    other = Queue(conn)
+    other.enqueue("in tx")
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            msg, stolen = await _slow_receive(AsyncQueue(aconn), other, heartbeat=True)
+            assert msg is not None and stolen == []
+            await aconn.commit()
+
+    run(main)
+    assert other.stats().total == 0
+
+
+def test_async_errors(dsn: str, pg_server: Server) -> None:
+    name = create_database(pg_server, "template1", prefix="noext")
+
+    async def main() -> None:
+        async with AsyncQueue(dsn, "missing") as q:
+            with pytest.raises(errors.QueueNotFound) as info:
+                await q.enqueue(1)
+            assert info.value.sqlstate == "PQ001" and isinstance(info.value.__cause__, psycopg.Error)
+            with pytest.raises(errors.QueueNotFound):
+                await q.settings()
+            with pytest.raises(errors.QueueNotFound):
+                await q.dead_letters()
+        async with AsyncQueue(dsn, "-bad") as q:
+            with pytest.raises(errors.InvalidQueueName):
+                await q.create()
+        async with AsyncQueue(dsn, "capped") as q:
+            await q.create(max_size=1)
+            await q.enqueue(1)
+            with pytest.raises(errors.QueueFull):
+                await q.enqueue_many([2])
+        async with AsyncQueue(pg_server.dsn(name)) as q:
+            with pytest.raises(errors.ExtensionNotInstalled, match="CREATE EXTENSION pgqueue"):
+                await q.dequeue()
+        async with AsyncQueue(pg_server.dsn("no_such_database")) as q:
+            with pytest.raises(errors.ConnectionFailed):
+                await q.stats()
+        with psycopg.connect(dsn) as sync_conn, pytest.raises(TypeError, match="use Queue"):
+            AsyncQueue(sync_conn)  # type: ignore[arg-type]
+
+    try:
+        run(main)
+    finally:
+        drop_database(pg_server, name)

@@ -1,0 +1,670 @@
+"""The synchronous client against the real server: every public method of Queue, the three
+kinds of connection source, transactions, receive() and its heartbeats, and error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from conftest import Server, create_database, drop_database
+from pgqueue import _sql
+from pgqueue import DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
+from pgqueue.client import all_stats, list_queues
+
+Conn = psycopg.Connection[Any]
+
+
+def server_now(conn: Conn) -> int:
+    row = conn.execute("SELECT pgqueue.now_ms()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def queue(dsn: str) -> Iterator[Queue]:
+    """A queue "jobs" with a 30 s lease, reached through its own connection."""
+    with Queue(dsn, "jobs") as q:
+        q.create()
+        yield q
+
+
+@pytest.fixture
+def pool(dsn: str) -> Iterator[ConnectionPool[Any]]:
+    with ConnectionPool(dsn, min_size=1, max_size=4, open=True) as p:
+        yield p
+
+
+# -- payloads ---------------------------------------------------------------------------
+
+
+PAYLOADS: list[object] = [
+    b"\x00\x01raw bytes",
+    "text ✓",
+    {"order": 42, "items": [1, 2], "note": None},
+    [1, "two", None, {"x": 1.5}],
+    7,
+    None,
+    True,
+    "",
+    b"",
+]
+
+
+def test_payloads_round_trip_with_their_type(queue: Queue) -> None:
+    ids = [queue.enqueue(p) for p in PAYLOADS]
+    got = queue.dequeue(len(PAYLOADS))
+    assert [m.id for m in got] == ids
+    for msg, payload in zip(got, PAYLOADS):
+        assert msg.payload == payload
+        assert type(msg.payload) is type(payload)
+        assert msg.queue == "jobs"
+        assert msg.attempts == 1
+        assert msg.state is None
+        assert msg.leased
+
+
+def test_content_type_is_recorded_for_other_languages(queue: Queue, conn: Conn) -> None:
+    queue.enqueue(b"raw")
+    queue.enqueue("text")
+    queue.enqueue({"a": 1})
+    rows = conn.execute("SELECT content, content_type FROM pgqueue.message ORDER BY id").fetchall()
+    assert rows == [
+        (b"raw", None),
+        (b"text", "text/plain; charset=utf-8"),
+        (b'{"a":1}', "application/json"),
+    ]
+
+
+def test_message_enqueued_by_sql_is_read_by_python(queue: Queue, conn: Conn) -> None:
+    conn.execute("""SELECT pgqueue.message_create('jobs', convert_to('{"from": "sql"}', 'UTF8'), NULL,
+                                                  'application/json')""")
+    conn.execute("SELECT pgqueue.message_create('jobs', '\\xdead'::bytea)")
+    assert [m.payload for m in queue.dequeue(2)] == [{"from": "sql"}, b"\xde\xad"]
+
+
+def test_unserialisable_payload_is_refused_before_the_server(queue: Queue) -> None:
+    with pytest.raises(errors.UnsupportedPayload):
+        queue.enqueue({1, 2})
+    with pytest.raises(TypeError):
+        queue.enqueue_many([1, object()])
+    assert queue.stats().ready == 0
+
+
+# -- producing ---------------------------------------------------------------------------
+
+
+class CountingCursor(psycopg.Cursor[Any]):
+    statements: list[str] = []
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> CountingCursor:
+        CountingCursor.statements.append(str(query))
+        super().execute(query, params, **kwargs)
+        return self
+
+
+def test_enqueue_many_is_one_statement_and_keeps_order(dsn: str) -> None:
+    CountingCursor.statements = []
+    with psycopg.connect(dsn, autocommit=True, cursor_factory=CountingCursor) as c:
+        q = Queue(c, "default")
+        ids = q.enqueue_many(["a", b"b", {"c": 3}, None])
+        assert len(CountingCursor.statements) == 1
+        assert "message_create_batch" in CountingCursor.statements[0]
+        assert ids == sorted(ids) and len(set(ids)) == 4
+        got = q.dequeue(10)
+        assert [m.id for m in got] == ids
+        assert [m.payload for m in got] == ["a", b"b", {"c": 3}, None]
+        assert q.enqueue_many([]) == []
+        assert len(q.enqueue_many(iter([1, 2]), priority=3)) == 2
+        assert [(m.payload, m.dequeue_at) for m in q.dequeue(5)] == [(1, -4), (2, -4)]
+
+
+def test_enqueue_many_is_all_or_nothing(queue: Queue) -> None:
+    queue.alter(max_size=2)
+    with pytest.raises(errors.QueueFull) as info:
+        queue.enqueue_many([1, 2, 3])
+    assert info.value.sqlstate == "PQ003"
+    assert queue.stats().ready == 0
+    assert len(queue.enqueue_many([1, 2])) == 2
+    with pytest.raises(errors.QueueFull):
+        queue.enqueue(3)
+
+
+def test_enqueue_joins_the_callers_transaction(dsn: str, conn: Conn) -> None:
+    observer = Queue(conn, "default")
+    with psycopg.connect(dsn) as tx:  # not autocommit: the caller's transaction
+        q = Queue(tx, "default")
+        q.enqueue("rolled back")
+        q.enqueue_many(["also", "rolled back"])
+        assert tx.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert observer.stats().ready == 0  # the queue did not commit
+        tx.rollback()
+        assert observer.stats().ready == 0
+
+        q.enqueue("committed")
+        assert observer.stats().ready == 0
+        tx.commit()
+        assert observer.stats().ready == 1
+        q.close()  # closes nothing of the caller's
+        assert not tx.closed
+    assert [m.payload for m in observer.dequeue(5)] == ["committed"]
+
+
+def test_enqueue_with_business_data_in_one_transaction(dsn: str, conn: Conn) -> None:
+    conn.execute("CREATE TABLE orders (id int)")
+    with psycopg.connect(dsn) as tx:
+        with tx.transaction():
+            tx.execute("INSERT INTO orders VALUES (1)")
+            Queue(tx).enqueue({"order": 1})
+        with pytest.raises(RuntimeError), tx.transaction():
+            tx.execute("INSERT INTO orders VALUES (2)")
+            Queue(tx).enqueue({"order": 2})
+            raise RuntimeError("business failure")
+    assert conn.execute("SELECT array_agg(id) FROM orders").fetchone() == ([1],)
+    assert [m.payload for m in Queue(conn).dequeue(5)] == [{"order": 1}]
+
+
+def test_priority_delay_and_at_map_onto_dequeue_at(queue: Queue, conn: Conn) -> None:
+    normal = queue.enqueue("normal")
+    low = queue.enqueue("low", priority=0)
+    high = queue.enqueue("high", priority=5)
+    now = server_now(conn)
+    later = queue.enqueue("later", delay=timedelta(seconds=60))
+    soon = queue.enqueue("soon", delay=0.4)
+    when = datetime.now(timezone.utc) + timedelta(hours=1)
+    at_id = queue.enqueue("at", at=when)
+    at_naive = queue.enqueue("naive", at=when.replace(tzinfo=None))
+    past = queue.enqueue("past", at=1000)
+    due = dict(conn.execute("SELECT id, dequeue_at FROM pgqueue.message").fetchall())
+    assert due[high] == -6 and due[low] == -1
+    assert now + 60000 <= due[later] <= now + 61000
+    assert now + 400 <= due[soon] <= now + 1400
+    expected_ms = int(when.timestamp() * 1000)
+    assert abs(due[at_id] - expected_ms) <= 1 and due[at_naive] == due[at_id]
+    assert due[past] == 1000
+
+    got = queue.dequeue(10)
+    assert [m.id for m in got] == [high, low, past, normal]
+    assert [m.payload for m in got] == ["high", "low", "past", "normal"]
+    time.sleep(0.5)
+    assert [m.payload for m in queue.dequeue(10)] == ["soon"]
+    assert queue.stats().scheduled == 3
+    with pytest.raises(errors.InvalidArgument):
+        queue.enqueue("x", delay=1, priority=1)
+    with pytest.raises(ValueError):
+        queue.enqueue("x", priority=-1)
+
+
+# -- consuming ---------------------------------------------------------------------------
+
+
+def test_dequeue_limit_lease_and_delete_on_dequeue(queue: Queue, conn: Conn) -> None:
+    queue.enqueue_many(range(5))
+    before = server_now(conn)
+    got = queue.dequeue(2, lock_ms=5000)
+    assert [m.payload for m in got] == [0, 1]
+    assert all(m.locked_until is not None and before + 5000 <= m.locked_until <= before + 6000 for m in got)
+    gone = queue.dequeue(2, lock_ms=0)
+    assert [m.payload for m in gone] == [2, 3]
+    assert [m.leased for m in gone] == [False, False]
+    assert not queue.complete(gone[0])  # nothing to complete: it was deleted on delivery
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (1, 2)
+    assert queue.dequeue() and queue.dequeue() == []
+    with pytest.raises(errors.InvalidArgument) as info:
+        queue.dequeue(0)
+    assert info.value.sqlstate == "22023"
+    with pytest.raises(errors.InvalidArgument):
+        queue.dequeue(1, lock_ms=-5)
+
+
+def test_complete_heartbeat_defer_fail(queue: Queue, conn: Conn) -> None:
+    queue.alter(retry_base_ms=60000, retry_cap_ms=60000)
+    a, b, c, d = (queue.enqueue(p) for p in "abcd")
+    ma, mb, mc, md = queue.dequeue(4, lock_ms=300)
+
+    assert queue.complete(ma)
+    assert not queue.complete(ma)  # already done: a stale token changes nothing
+
+    assert queue.heartbeat(mb, 10000)
+    assert queue.heartbeat(mb)  # the queue's lock_ms (30 s)
+    now = server_now(conn)
+    locked = conn.execute("SELECT locked_until FROM pgqueue.message WHERE id = %s", (b,)).fetchone()
+    assert locked is not None and now + 29000 <= locked[0] <= now + 31000
+
+    assert queue.defer(mc, delay=0, state=b"checkpoint-1")
+    [again] = queue.dequeue(1)
+    assert again.id == c and again.state == b"checkpoint-1" and again.attempts == 2
+    assert queue.defer(again, delay=timedelta(hours=1))  # state None keeps the state
+    assert conn.execute("SELECT state FROM pgqueue.message WHERE id = %s", (c,)).fetchone() == (b"checkpoint-1",)
+    assert not queue.defer(again)  # no longer leased
+
+    assert queue.fail(md, RuntimeError("boom"))
+    row = conn.execute("SELECT dequeue_at, last_error, locked_until FROM pgqueue.message WHERE id = %s",
+                       (d,)).fetchone()
+    assert row is not None
+    now = server_now(conn)
+    assert now + 29000 <= row[0] <= now + 61000  # back-off with jitter in [base/2, base]
+    assert row[1] == "RuntimeError: boom" and row[2] is None
+    assert not queue.fail(md, "again")  # stale
+
+    time.sleep(0.4)  # b's heartbeats keep it; nothing else is due
+    assert queue.dequeue(5) == []
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 2, 1)
+
+
+def test_fail_with_explicit_retry_time_and_dead_letters(queue: Queue) -> None:
+    queue.alter(max_attempts=2)
+    queue.enqueue({"job": 1})
+    [m1] = queue.dequeue()
+    assert queue.fail(m1, "first", delay=0)
+    [m2] = queue.dequeue()
+    assert m2.attempts == 2
+    assert queue.fail(m2, ValueError("second"))
+    assert queue.dequeue() == []
+    [dead] = queue.dead_letters()
+    assert isinstance(dead, DeadLetter)
+    assert (dead.id, dead.queue, dead.payload, dead.attempts) == (m1.id, "jobs", {"job": 1}, 2)
+    assert dead.last_error == "ValueError: second"
+    assert dead.content == b'{"job":1}' and dead.content_type == "application/json"
+    assert dead.dead_at >= dead.created_at
+    assert queue.stats().dead == 1
+
+
+def test_next_due(queue: Queue, conn: Conn) -> None:
+    assert queue.next_due() is None
+    queue.enqueue("x", at=4102444800000)
+    assert queue.next_due() == 4102444800000
+    queue.enqueue("y", priority=2)
+    assert queue.next_due() == -3
+    queue.dequeue(1, lock_ms=60000)
+    due = queue.next_due()
+    assert due is not None and due <= 4102444800000
+
+
+# -- receive -----------------------------------------------------------------------------
+
+
+def test_receive_completes_on_success(queue: Queue) -> None:
+    queue.enqueue({"n": 1})
+    with queue.receive() as msg:
+        assert isinstance(msg, Message)
+        assert msg.payload == {"n": 1}
+        assert queue.stats().leased == 1
+    assert queue.stats().total == 0
+    with queue.receive() as empty:
+        assert empty is None
+
+
+def test_receive_fails_on_exception_and_reraises(queue: Queue, conn: Conn) -> None:
+    queue.alter(retry_base_ms=0, retry_cap_ms=0, max_attempts=2)
+    queue.enqueue("work")
+    with pytest.raises(ZeroDivisionError):
+        with queue.receive() as msg:
+            assert msg is not None
+            1 / 0  # noqa: B018
+    row = conn.execute("SELECT attempts, last_error, locked_until FROM pgqueue.message").fetchone()
+    assert row == (1, "ZeroDivisionError: division by zero", None)
+    with pytest.raises(KeyError):
+        with queue.receive() as msg:
+            assert msg is not None and msg.attempts == 2
+            raise KeyError("again")
+    [dead] = queue.dead_letters()
+    assert dead.attempts == 2 and dead.last_error == "KeyError: 'again'"
+
+
+def test_receive_back_off_is_visible(queue: Queue, conn: Conn) -> None:
+    queue.alter(retry_base_ms=10000, retry_cap_ms=20000)
+    queue.enqueue("work")
+    with pytest.raises(RuntimeError):
+        with queue.receive():
+            raise RuntimeError("later")
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled) == (0, 1)
+    due = queue.next_due()
+    now = server_now(conn)
+    assert due is not None and now + 4000 <= due <= now + 10500
+
+
+def test_receive_gives_the_message_back_when_interrupted(queue: Queue) -> None:
+    queue.enqueue("work")
+    with pytest.raises(KeyboardInterrupt):
+        with queue.receive() as msg:
+            raise KeyboardInterrupt
+    [again] = queue.dequeue()  # due at once, not backed off
+    assert msg is not None and again.id == msg.id and again.attempts == 2
+
+
+def test_receive_refuses_lock_ms_zero(queue: Queue) -> None:
+    queue.enqueue("work")
+    with pytest.raises(errors.InvalidArgument):
+        with queue.receive(lock_ms=0):
+            pass
+    assert queue.stats().ready == 1
+
+
+def _slow_receive(q: Queue, other: Queue, *, heartbeat: bool) -> tuple[Message | None, list[Message]]:
+    """Run a 1 s receive block on a 300 ms lease; another consumer polls meanwhile."""
+    stolen: list[Message] = []
+    with q.receive(lock_ms=300, heartbeat=heartbeat) as msg:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            stolen += other.dequeue(1, lock_ms=60000)
+            time.sleep(0.1)
+    return msg, stolen
+
+
+@pytest.mark.parametrize("source", ["dsn", "pool", "autocommit-connection"])
+def test_heartbeats_keep_the_lease_of_a_slow_block(source: str, dsn: str, conn: Conn,
+                                                   pool: ConnectionPool[Any]) -> None:
+    other = Queue(conn, "default")
+    with psycopg.connect(dsn, autocommit=True) as own:
+        src: Any = {"dsn": dsn, "pool": pool, "autocommit-connection": own}[source]
+        with Queue(src, "default") as q:
+            q.enqueue("slow")
+            msg, stolen = _slow_receive(q, other, heartbeat=True)
+    assert msg is not None
+    assert stolen == []  # nobody else got it while the block ran
+    assert other.stats().total == 0  # and it was completed
+
+
+def test_without_heartbeats_a_slow_block_loses_its_message(queue: Queue, conn: Conn) -> None:
+    other = Queue(conn, "jobs")
+    queue.enqueue("slow")
+    msg, stolen = _slow_receive(queue, other, heartbeat=False)
+    assert msg is not None
+    assert [m.id for m in stolen] == [msg.id]  # redelivered to the other consumer
+    assert stolen[0].attempts == 2
+    assert queue.stats().leased == 1  # the late complete changed nothing; the other holds it
+    assert other.complete(stolen[0])
+
+
+def test_receive_inside_the_callers_transaction_is_held_by_its_row_lock(dsn: str, conn: Conn) -> None:
+    other = Queue(conn, "default")
+    other.enqueue("in tx")
+    with psycopg.connect(dsn) as tx:
+        q = Queue(tx, "default")
+        msg, stolen = _slow_receive(q, other, heartbeat=True)
+        assert msg is not None and stolen == []
+        tx.commit()
+    assert other.stats().total == 0
+
+
+def test_receive_with_a_callers_connection_and_rollback(dsn: str, conn: Conn) -> None:
+    other = Queue(conn, "default")
+    other.enqueue("kept")
+    with psycopg.connect(dsn) as tx:
+        with Queue(tx, "default").receive() as msg:
+            assert msg is not None
+        tx.rollback()  # the completion is undone with the caller's transaction
+    assert [m.payload for m in other.dequeue()] == ["kept"]
+
+
+# -- connection sources ------------------------------------------------------------------
+
+
+def test_pool_based_queue(pool: ConnectionPool[Any]) -> None:
+    q = Queue(pool, "pooled")
+    q.create(lock_ms=1000)
+    ids = q.enqueue_many(["a", "b"])
+    threads = [threading.Thread(target=lambda: q.enqueue("t")) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = q.dequeue(20)
+    assert [m.id for m in got[:2]] == ids and len(got) == 10
+    assert all(q.complete(m) for m in got)
+    assert q.stats().total == 0
+    q.close()
+    assert not pool.closed
+    assert [s.queue for s in list_queues(pool)] == ["default", "pooled"]
+
+
+def test_dsn_queue_opens_lazily_and_closes(dsn: str, conn: Conn) -> None:
+    def backends() -> int:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def settles_at(count: int) -> bool:
+        deadline = time.monotonic() + 5
+        while backends() != count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return backends() == count
+
+    q = Queue(dsn, "default")
+    assert backends() == 0
+    q.enqueue(1)
+    assert backends() == 1
+    q.close()
+    assert settles_at(0)
+    with pytest.raises(errors.PgQueueError, match="closed"):
+        q.enqueue(2)
+    with Queue(dsn) as q2:
+        assert [m.payload for m in q2.dequeue()] == [1]
+        q2.enqueue(2)
+        with q2.receive() as msg:  # the heartbeat connection is a second one
+            assert msg is not None
+            assert settles_at(2)
+    assert settles_at(0)
+
+
+def test_callers_connection_with_any_row_factory(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as c:
+        q = Queue(c)
+        q.enqueue({"a": 1})
+        assert q.stats().ready == 1
+        assert [m.payload for m in q.dequeue()] == [{"a": 1}]
+        assert c.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+
+
+def test_wrong_sources_are_refused(dsn: str) -> None:
+    aconn = asyncio.run(psycopg.AsyncConnection.connect(dsn))
+    try:
+        with pytest.raises(TypeError, match="AsyncQueue"):
+            Queue(aconn)  # type: ignore[arg-type]
+    finally:
+        asyncio.run(aconn.close())
+    with pytest.raises(TypeError):
+        Queue(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Queue(dsn, 3)  # type: ignore[arg-type]
+
+
+def test_listen_statement_receives_the_queues_notifications(dsn: str, conn: Conn) -> None:
+    with Queue(conn, "Loud.Queue-1") as q:
+        q.create(notify=True)
+        with psycopg.connect(dsn, autocommit=True) as listener:
+            listener.execute(_sql.listen_statement(q.name))
+            q.enqueue("wake up")
+            got = list(listener.notifies(timeout=5, stop_after=1))
+    assert [(n.channel, n.payload) for n in got] == [(_sql.channel_name("Loud.Queue-1"), "Loud.Queue-1")]
+    assert _sql.channel_name("Loud.Queue-1") == "pgqueue.Loud.Queue-1"
+
+
+# -- management --------------------------------------------------------------------------
+
+
+def test_create_settings_alter_drop(dsn: str) -> None:
+    with Queue(dsn, "mgmt") as q:
+        assert q.name == "mgmt" and repr(q) == "Queue('mgmt')"
+        q.create(lock_ms=5000, max_attempts=3, retry_base_ms=10, retry_cap_ms=100, max_size=50, notify=True)
+        s = q.settings()
+        assert isinstance(s, QueueSettings)
+        assert (s.queue, s.lock_ms, s.max_attempts, s.retry_base_ms, s.retry_cap_ms, s.max_size, s.notify) == (
+            "mgmt", 5000, 3, 10, 100, 50, True)
+        assert isinstance(s.created_at, datetime) and s.created_at.tzinfo is not None
+        with pytest.raises(errors.QueueExists) as exists:
+            q.create()
+        assert exists.value.sqlstate == "PQ002"
+        q.create(if_not_exists=True)
+
+        q.alter(lock_ms=7000, notify=False)
+        s = q.settings()
+        assert (s.lock_ms, s.max_attempts, s.notify, s.max_size) == (7000, 3, False, 50)
+        q.alter(max_attempts=0, max_size=0)  # 0 = unlimited
+        s = q.settings()
+        assert (s.max_attempts, s.max_size) == (None, None)
+        with pytest.raises(errors.InvalidArgument):
+            q.alter(lock_ms=0)
+        with pytest.raises(errors.InvalidArgument):
+            q.alter(lock_ms="5")  # type: ignore[arg-type]
+
+        q.enqueue("bye")
+        assert q.drop() is True
+        assert q.drop() is False
+        with pytest.raises(errors.QueueNotFound):
+            q.settings()
+        with Queue(dsn, "default") as default, pytest.raises(errors.ProtectedQueue) as protected:
+            default.drop()
+        assert protected.value.sqlstate == "PQ004"
+
+
+def test_stats_and_module_functions(dsn: str, conn: Conn, pool: ConnectionPool[Any]) -> None:
+    q = Queue(conn, "stats")
+    q.create(max_attempts=1)
+    q.enqueue_many([1, 2, 3])
+    q.enqueue(4, delay=3600)
+    [leased] = q.dequeue(1)
+    [failing] = q.dequeue(1)
+    q.fail(failing, "dead")
+    s = q.stats()
+    assert isinstance(s, QueueStats)
+    assert (s.queue, s.ready, s.scheduled, s.leased, s.dead) == ("stats", 1, 1, 1, 1)
+    assert s.oldest_ready_age_ms is not None and s.oldest_ready_age_ms >= 0
+    assert s.total == 3
+    assert leased.payload == 1
+
+    for source in (dsn, conn, pool):
+        assert [x.queue for x in list_queues(source)] == ["default", "stats"]
+        everything = all_stats(source)
+        assert [x.queue for x in everything] == ["default", "stats"]
+        assert everything[1].dead == 1
+    assert Queue(conn).stats() == QueueStats("default", 0, 0, 0, 0, None)
+
+
+def test_dead_letters_requeue_and_purge(queue: Queue, conn: Conn) -> None:
+    queue.alter(max_attempts=1)
+    queue.enqueue_many(["a", "b", "c", "d"])
+    for m in queue.dequeue(4):
+        queue.fail(m, f"failed {m.payload}")
+    dead = queue.dead_letters()
+    assert [d.payload for d in dead] == ["a", "b", "c", "d"]
+    assert [d.last_error for d in dead] == ["failed a", "failed b", "failed c", "failed d"]
+    assert len(queue.dead_letters(limit=2)) == 2
+    with pytest.raises(errors.InvalidArgument):
+        queue.dead_letters(limit=-1)
+
+    assert queue.requeue_dead([dead[0].id]) == 1
+    [back] = queue.dequeue()
+    assert back.payload == "a" and back.attempts == 1 and back.id != dead[0].id
+    queue.complete(back)
+
+    assert queue.requeue_dead([dead[1].id], delay=3600) == 1
+    assert queue.stats().scheduled == 1
+    assert queue.requeue_dead([]) == 0
+
+    assert queue.purge_dead(before=dead[2].dead_at) == 0
+    assert queue.purge_dead([dead[2].id]) == 1
+    assert queue.purge_dead(before=datetime.now(timezone.utc) + timedelta(minutes=1)) == 1
+    assert queue.dead_letters() == []
+    assert queue.stats().dead == 0
+
+    assert queue.requeue_dead() == 0
+    assert queue.purge_dead() == 0
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_errors_map_to_classes_with_the_psycopg_error_as_cause(dsn: str) -> None:
+    missing = Queue(dsn, "missing")
+    for call in (lambda: missing.enqueue(1), missing.dequeue, missing.stats, missing.settings,
+                 missing.dead_letters, missing.next_due, missing.requeue_dead, missing.purge_dead,
+                 lambda: missing.alter(lock_ms=5), lambda: missing.enqueue_many([1])):
+        with pytest.raises(errors.QueueNotFound) as info:
+            call()
+        assert info.value.sqlstate == "PQ001"
+        assert isinstance(info.value.__cause__, psycopg.Error)
+        assert 'queue "missing" does not exist' in str(info.value)
+        assert info.value.hint is not None and "queue_create" in info.value.hint
+
+    bad = Queue(dsn, "bad name!")
+    for call in (lambda: bad.enqueue(1), bad.create, bad.settings, bad.dead_letters):
+        with pytest.raises(errors.InvalidQueueName) as named:
+            call()
+        assert named.value.sqlstate == "42602"
+
+    capped = Queue(dsn, "capped")
+    capped.create(max_size=1)
+    capped.enqueue(1)
+    with pytest.raises(errors.QueueFull):
+        capped.enqueue(2)
+    for q in (missing, bad, capped):
+        q.close()
+
+
+def test_extension_not_installed(pg_server: Server) -> None:
+    name = create_database(pg_server, "template1", prefix="noext")
+    try:
+        with Queue(pg_server.dsn(name)) as q:
+            for call in (lambda: q.enqueue(1), q.dequeue, q.stats, q.create, q.dead_letters):
+                with pytest.raises(errors.ExtensionNotInstalled) as info:
+                    call()
+                assert "CREATE EXTENSION pgqueue" in str(info.value)
+                assert "make install" in str(info.value)
+                assert info.value.sqlstate in {"3F000", "42883", "42P01"}
+                assert isinstance(info.value.__cause__, psycopg.Error)
+    finally:
+        drop_database(pg_server, name)
+
+
+def test_connection_failure(pg_server: Server) -> None:
+    with socket_port() as port:
+        q = Queue(f"host=127.0.0.1 port={port} dbname=x connect_timeout=2")
+        with pytest.raises(errors.ConnectionFailed) as info:
+            q.enqueue(1)
+        assert isinstance(info.value.__cause__, psycopg.OperationalError)
+        assert "\n" not in str(info.value)
+    with Queue(pg_server.dsn("no_such_database")) as q:
+        with pytest.raises(errors.ConnectionFailed):
+            q.stats()
+
+
+class socket_port:
+    """A local TCP port that nothing listens on, for the life of the block."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        return int(self._sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+
+def test_other_database_errors_are_pgqueue_errors(dsn: str) -> None:
+    with psycopg.connect(dsn) as tx:
+        q = Queue(tx)
+        with pytest.raises(errors.PgQueueError):
+            q.dequeue(0)
+        # the caller's transaction is aborted by the error; the caller decides what to do
+        with pytest.raises(errors.PgQueueError) as info:
+            q.stats()
+        assert info.value.sqlstate == "25P02"
+        assert type(info.value) is errors.PgQueueError
+        tx.rollback()
+        assert q.stats().ready == 0

@@ -1,0 +1,167 @@
+"""The payload codec and the pure scheduling logic shared by Queue and AsyncQueue (no server)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from pgqueue import _core, codec, errors
+
+
+@pytest.mark.parametrize(
+    ("payload", "content", "content_type"),
+    [
+        (b"\x00\xffraw", b"\x00\xffraw", None),
+        (bytearray(b"ba"), b"ba", None),
+        (memoryview(b"mv"), b"mv", None),
+        (b"", b"", None),
+        ("héllo ✓", "héllo ✓".encode(), "text/plain; charset=utf-8"),
+        ("", b"", "text/plain; charset=utf-8"),
+        ({"a": 1, "b": [True, None]}, b'{"a":1,"b":[true,null]}', "application/json"),
+        ([1, "two", 3.5], b'[1,"two",3.5]', "application/json"),
+        (42, b"42", "application/json"),
+        (None, b"null", "application/json"),
+        ({"ünï": "✓"}, '{"ünï":"✓"}'.encode(), "application/json"),
+    ],
+)
+def test_encode_records_the_encoding(payload: object, content: bytes, content_type: str | None) -> None:
+    assert codec.encode(payload) == (content, content_type)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"raw", "text ✓", {"k": [1, 2, {"n": None}]}, [None], 0, -7, 2.5, True, False, None, "", b""],
+)
+def test_decode_reverses_encode(payload: object) -> None:
+    decoded = codec.decode(*codec.encode(payload))
+    assert decoded == payload
+    assert type(decoded) is type(payload)
+
+
+def test_json_turns_tuples_into_lists() -> None:
+    assert codec.decode(*codec.encode({"t": (1, 2)})) == {"t": [1, 2]}
+
+
+@pytest.mark.parametrize("payload", [object(), {1, 2}, Decimal("1.5"), float("nan"), {"x": float("inf")}])
+def test_unserialisable_payload_raises(payload: object) -> None:
+    with pytest.raises(errors.UnsupportedPayload) as info:
+        codec.encode(payload)
+    # one class, catchable the three ways a caller may expect
+    assert isinstance(info.value, TypeError)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, errors.InvalidArgument)
+    assert info.value.sqlstate is None
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type", "expected"),
+    [
+        (b"abc", None, b"abc"),
+        (b"abc", "application/octet-stream", b"abc"),
+        (b"abc", "image/png", b"abc"),
+        (b'{"a":1}', "APPLICATION/JSON", {"a": 1}),
+        (b'{"a":1}', "application/json; charset=utf-8", {"a": 1}),
+        (b'{"a":1}', "application/cloudevents+json", {"a": 1}),
+        ("é".encode("latin-1"), "text/plain; charset=ISO-8859-1", "é"),
+        ("é".encode(), "text/plain", "é"),
+        (b"<a/>", "text/xml", "<a/>"),
+    ],
+)
+def test_decode_follows_the_content_type(content: bytes, content_type: str | None, expected: object) -> None:
+    assert codec.decode(content, content_type) == expected
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [(b"{not json", "application/json"), (b"\xff\xfe", "text/plain; charset=utf-8"), (b"x", "text/plain; charset=nope")],
+)
+def test_decode_rejects_malformed_content(content: bytes, content_type: str) -> None:
+    with pytest.raises(ValueError):
+        codec.decode(content, content_type)
+
+
+def test_message_with_malformed_content_keeps_its_bytes() -> None:
+    row = (1, b"{oops", 1, 0, None, "application/json", 0, 10, 0)
+    msg = _core.message_from_row("q", row)
+    assert msg.payload == b"{oops"
+    assert msg.content_type == "application/json"
+
+
+def test_media_type() -> None:
+    assert codec.media_type('Text/Plain; Charset="UTF-8"; x') == ("text/plain", {"charset": "UTF-8"})
+    assert codec.media_type(None) == ("", {})
+
+
+def test_json_is_compact_and_readable_by_any_json_parser() -> None:
+    content, _ = codec.encode({"a": [1, 2], "b": "ü"})
+    assert b" " not in content
+    assert json.loads(content.decode("utf-8")) == {"a": [1, 2], "b": "ü"}
+
+
+# -- scheduling -------------------------------------------------------------------------
+
+
+def test_priority_maps_like_the_extension() -> None:
+    assert _core.dequeue_at_for(priority=0) == -1
+    assert _core.dequeue_at_for(priority=9) == -10
+    assert _core.dequeue_at_for(priority=_core.MAX_PRIORITY) == -1 - (2**31 - 1)
+    for bad in (-1, 2**31, 1.5, True, "1"):
+        with pytest.raises(errors.InvalidArgument):
+            _core.dequeue_at_for(priority=bad)  # type: ignore[arg-type]
+
+
+def test_at_accepts_aware_naive_and_epoch_ms() -> None:
+    aware = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    ms = 1893553445678
+    assert _core.dequeue_at_for(at=aware) == ms
+    assert _core.dequeue_at_for(at=aware.replace(tzinfo=None)) == ms  # naive = UTC
+    assert _core.dequeue_at_for(at=aware.astimezone(timezone(timedelta(hours=5)))) == ms
+    assert _core.dequeue_at_for(at=ms) == ms
+    assert _core.dequeue_at_for(at=datetime(1969, 12, 31, 23, 59, 59, 999500)) == -1  # floor, like to_epoch
+    with pytest.raises(errors.InvalidArgument):
+        _core.dequeue_at_for(at=1.5)  # type: ignore[arg-type]
+
+
+def test_delay_is_relative_to_now() -> None:
+    before = int(time.time() * 1000)
+    value = _core.dequeue_at_for(delay=timedelta(seconds=30))
+    after = int(time.time() * 1000)
+    assert value is not None and before + 30000 <= value <= after + 30000
+    value = _core.dequeue_at_for(delay=1.5)
+    assert value is not None and before + 1500 <= value <= int(time.time() * 1000) + 1500
+    assert _core.schedule(delay=timedelta(milliseconds=2500)) == _core.Schedule(delay_ms=2500)
+    assert _core.schedule(delay=0) == _core.Schedule(delay_ms=0)
+    for bad in (-1, timedelta(seconds=-1), float("nan"), float("inf"), "5", True):
+        with pytest.raises(errors.InvalidArgument):
+            _core.dequeue_at_for(delay=bad)  # type: ignore[arg-type]
+
+
+def test_at_most_one_of_delay_at_priority() -> None:
+    assert _core.dequeue_at_for() is None
+    with pytest.raises(ValueError, match="at most one"):
+        _core.dequeue_at_for(delay=1, priority=1)
+    with pytest.raises(ValueError, match="delay and at"):
+        _core.dequeue_at_for(delay=1, at=5)
+
+
+def test_error_text() -> None:
+    assert _core.error_text("plain") == "plain"
+    assert _core.error_text(ValueError("boom")) == "ValueError: boom"
+    assert len(_core.error_text("x" * 100000)) == _core.MAX_ERROR_CHARS
+
+
+def test_outcome_of_a_receive_block() -> None:
+    assert _core.outcome(None) == "complete"
+    assert _core.outcome(RuntimeError()) == "fail"
+    assert _core.outcome(KeyboardInterrupt()) == "release"
+    assert _core.outcome(SystemExit()) == "release"
+
+
+def test_heartbeat_interval_is_a_third_of_the_lease() -> None:
+    assert _core.heartbeat_interval(30000) == pytest.approx(10.0)
+    assert _core.heartbeat_interval(300) == pytest.approx(0.1)
+    assert _core.heartbeat_interval(1) == _core.MIN_HEARTBEAT_INTERVAL
