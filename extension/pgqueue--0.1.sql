@@ -8,7 +8,10 @@
 --   * message_leased_idx (queue_id, locked_until, id) WHERE locked_until IS NOT NULL
 --       holds leased messages ordered by lease expiry, so an expired lease is one probe too;
 --   * dead letters live in their own table and never cost a dequeue anything.
--- All functions pin search_path; every object is schema-qualified.
+-- Every object is schema-qualified. PL/pgSQL functions pin search_path; SQL functions with a
+-- SQL-standard body (RETURN ... / BEGIN ATOMIC) bind every name when they are created, so no
+-- object a user creates later can hijack them, and without a SET clause the planner can inline
+-- them into the hot paths.
 -- Error codes are listed in README.md ("Error codes").
 
 \echo Use "CREATE EXTENSION pgqueue" to load this file. \quit
@@ -116,8 +119,7 @@ SELECT pg_catalog.pg_extension_config_dump('pgqueue.dead_letter', '');
 CREATE FUNCTION pgqueue.to_epoch(p_ts timestamptz)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN floor(EXTRACT(EPOCH FROM p_ts) * 1000)::bigint;
+RETURN floor(EXTRACT(EPOCH FROM (p_ts AT TIME ZONE 'UTC')) * 1000)::bigint;
 
 COMMENT ON FUNCTION pgqueue.to_epoch(timestamptz) IS
     'Convert a timestamptz to BIGINT milliseconds since the Unix epoch (floor)';
@@ -126,7 +128,6 @@ COMMENT ON FUNCTION pgqueue.to_epoch(timestamptz) IS
 CREATE FUNCTION pgqueue.from_epoch(p_ms bigint)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 RETURN to_timestamp(p_ms / 1000.0);
 
 COMMENT ON FUNCTION pgqueue.from_epoch(bigint) IS
@@ -136,7 +137,6 @@ COMMENT ON FUNCTION pgqueue.from_epoch(bigint) IS
 CREATE FUNCTION pgqueue.now_ms()
 RETURNS bigint
 LANGUAGE sql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 RETURN pgqueue.to_epoch(clock_timestamp());
 
 COMMENT ON FUNCTION pgqueue.now_ms() IS
@@ -208,7 +208,6 @@ $$;
 CREATE FUNCTION pgqueue._queue_count(p_queue_id integer, p_stop bigint)
 RETURNS bigint
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
                                   WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
@@ -232,14 +231,12 @@ END;
 CREATE FUNCTION pgqueue._queue_lock_shared(p_queue_id integer)
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 RETURN pg_advisory_xact_lock_shared(1885827445, p_queue_id);
 
 -- Take the shared lock of the queue a message belongs to (nothing if the message is gone).
 CREATE FUNCTION pgqueue._message_lock_queue(p_id bigint)
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT pg_advisory_xact_lock_shared(1885827445, m.queue_id)
       FROM pgqueue.message m WHERE m.id = p_id;
@@ -294,7 +291,6 @@ $$;
 CREATE FUNCTION pgqueue._backoff_ms(p_attempts integer, p_base_ms bigint, p_cap_ms bigint)
 RETURNS bigint
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT (d / 2 + floor(random() * (d - d / 2 + 1)))::bigint
       FROM (SELECT least(p_cap_ms::float8,
@@ -305,7 +301,6 @@ END;
 CREATE FUNCTION pgqueue._dead_letter(p_id bigint, p_error text, p_now bigint)
 RETURNS void
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH d AS (
         DELETE FROM pgqueue.message m WHERE m.id = p_id
@@ -516,7 +511,6 @@ CREATE FUNCTION pgqueue.queue_list()
 RETURNS TABLE (queue text, lock_ms bigint, max_attempts integer, retry_base_ms bigint,
                retry_cap_ms bigint, max_size bigint, notify boolean, created_at timestamptz)
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT q.name, q.lock_ms, q.max_attempts, q.retry_base_ms, q.retry_cap_ms,
            q.max_size, q.notify, q.created_at
@@ -609,10 +603,23 @@ BEGIN
             USING ERRCODE = '22004',
                   HINT = 'Send an empty bytea for an empty message.';
     END IF;
-    v_queue := pgqueue._queue_admit(p_queue, 1);
-    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-    VALUES (v_queue.id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type)
-    RETURNING id INTO v_id;
+    -- Fast path (uncapped queue): look up, take the shared lock, and insert only if the queue
+    -- still exists uncapped in the INSERT's own snapshot, taken after the lock.
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF FOUND AND v_queue.max_size IS NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(1885827445, v_queue.id);
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        SELECT v_queue.id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type
+         WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue.id AND q.max_size IS NULL)
+        RETURNING id INTO v_id;
+    END IF;
+    IF v_id IS NULL THEN
+        -- unknown queue (raises), capped queue, or a drop/alter got in first: full admission
+        v_queue := pgqueue._queue_admit(p_queue, 1);
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        VALUES (v_queue.id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type)
+        RETURNING id INTO v_id;
+    END IF;
     IF v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
     END IF;
@@ -627,7 +634,6 @@ COMMENT ON FUNCTION pgqueue.message_create(text, bytea, bigint, text) IS
 CREATE FUNCTION pgqueue.message_create(p_content bytea)
 RETURNS bigint
 LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
 RETURN pgqueue.message_create('default', p_content, NULL::bigint, NULL::text);
 
 COMMENT ON FUNCTION pgqueue.message_create(bytea) IS
@@ -705,17 +711,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue   pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_queue   pgqueue.queue;
     v_now     bigint := pgqueue.now_ms();
-    v_lock_ms bigint := coalesce(p_lock_ms, v_queue.lock_ms);
+    v_lock_ms bigint;
     v_dead    bigint;
     v_ids     bigint[];
 BEGIN
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', coalesce(p_limit::text, 'NULL')
             USING ERRCODE = '22023';
     END IF;
-    PERFORM pgqueue._check_lock_ms(v_lock_ms, true);
+    v_lock_ms := coalesce(p_lock_ms, v_queue.lock_ms);
+    IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
+        PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
+    END IF;
     -- Never wait: if a drop (or a max_size change) holds the queue, there is nothing to hand out.
     IF NOT pg_try_advisory_xact_lock_shared(1885827445, v_queue.id) THEN
         RETURN;

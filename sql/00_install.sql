@@ -49,11 +49,19 @@ SELECT p.oid::regprocedure AS uncommented
    AND obj_description(p.oid, 'pg_proc') IS NULL
  ORDER BY p.oid::regprocedure::text;
 
--- Every function, private helpers included, pins search_path (must be none).
+-- Every function, private helpers included, is immune to search_path (must be none unsafe):
+-- it either pins search_path or has a SQL-standard body, whose names are bound at CREATE time.
 SELECT p.oid::regprocedure AS unpinned
   FROM pg_proc p
  WHERE p.pronamespace = 'pgqueue'::regnamespace
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
+   AND p.prosqlbody IS NULL
+ ORDER BY p.oid::regprocedure::text;
+
+-- The functions with a SQL-standard body (no SET clause, so the planner can inline them).
+SELECT p.oid::regprocedure AS sql_standard_body
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL
  ORDER BY p.oid::regprocedure::text;
 
 -- The view and the tables have comments too.

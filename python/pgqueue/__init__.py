@@ -18,6 +18,7 @@ from pgqueue import errors
 from pgqueue.async_client import AsyncQueue
 from pgqueue.client import Queue
 from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "Queue",
     "QueueSettings",
     "QueueStats",
+    "Worker",
     "__version__",
     "errors",
 ]

@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
@@ -85,6 +86,18 @@ class _Connector:
         self._own: psycopg.Connection[Any] | None = None
         self._own_heartbeat: psycopg.Connection[Any] | None = None
         self._closed = False
+
+    def conninfo(self) -> str:
+        """Return a connection string that reaches the same database (for extra connections)."""
+        if self._dsn is not None:
+            return self._dsn
+        if self._conn is not None:
+            return _core.conninfo_of(self._conn.pgconn)
+        assert self._pool is not None
+        conninfo = self._pool.conninfo() if callable(self._pool.conninfo) else self._pool.conninfo
+        kwargs = self._pool.kwargs() if callable(self._pool.kwargs) else self._pool.kwargs
+        extra = {k: v for k, v in (kwargs or {}).items() if isinstance(v, (str, int))}
+        return make_conninfo(conninfo, **extra)
 
     def _open(self, attr: str) -> psycopg.Connection[Any]:
         with self._lock:
@@ -205,6 +218,14 @@ class Queue:
             raise TypeError(f"the queue name must be a str, got {type(name).__name__}")
         self._name = name
         self._connector = _Connector(conn)
+
+    @property
+    def conninfo(self) -> str:
+        """A connection string for the queue's database (the password included, if any).
+
+        Workers and heartbeats use it to open connections of their own.
+        """
+        return self._connector.conninfo()
 
     @property
     def name(self) -> str:

@@ -14,7 +14,7 @@ ProtectedQueue           PQ004                  dropping the default queue
 InvalidQueueName         42602                  the name breaks the queue-name rule
 InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema or functions are missing
-ConnectionFailed         08xxx, no SQLSTATE     the server cannot be reached or the link broke
+ConnectionFailed         08xxx, 57P01-03, none  the server cannot be reached or the link broke
 PgQueueError             anything else          any other database error
 =======================  =====================  ==========================================
 """
@@ -126,6 +126,11 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
 _MISSING_OBJECT = frozenset({"3F000", "42883", "42P01"})
 
 
+#: The server ended the session: admin shutdown or pg_terminate_backend (57P01), crash
+#: shutdown (57P02), cannot connect now (57P03).
+_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03"})
+
+
 def translate(exc: psycopg.Error) -> PgQueueError:
     """Return the pgqueue exception for a psycopg error (the caller raises it ``from exc``).
 
@@ -150,7 +155,7 @@ def translate(exc: psycopg.Error) -> PgQueueError:
         )
     if sqlstate is not None and sqlstate in _BY_SQLSTATE:
         return _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate, hint=hint)
-    if (sqlstate is not None and sqlstate.startswith("08")) or (
+    if (sqlstate is not None and (sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST)) or (
         sqlstate is None and isinstance(exc, psycopg.OperationalError)
     ):
         return ConnectionFailed(message, sqlstate=sqlstate, hint=hint)

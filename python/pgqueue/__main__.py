@@ -1,0 +1,7 @@
+"""``python -m pgqueue``: the ``pgqueue`` command line."""
+
+from __future__ import annotations
+
+from pgqueue.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,642 @@
+"""The ``pgqueue`` command line.
+
+Run ``pgqueue --help`` for the commands. Every command but ``demo`` needs a database: give
+``--dsn`` or set ``PGQUEUE_DSN`` (``worker`` also takes it as its first argument). A user
+mistake (a bad connection string, an unknown queue, a missing extension, a bad argument) is
+reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib
+import inspect
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, TextIO
+
+import psycopg
+
+from pgqueue import __version__
+from pgqueue.client import Queue, all_stats, list_queues
+from pgqueue.errors import (
+    ConnectionFailed,
+    ExtensionNotInstalled,
+    PgQueueError,
+    QueueExists,
+    QueueNotFound,
+)
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats, to_datetime
+
+__all__ = ["main"]
+
+PROG = "pgqueue"
+DSN_ENV = "PGQUEUE_DSN"
+MAKE_INSTALL_HINT = ("install the extension files into the server with `make install` in the "
+                     "pgqueue repository (scripts/bootstrap.sh does it), then run `pgqueue install` again")
+
+
+class UserError(Exception):
+    """A mistake the user can fix: reported as one line, exit status 1."""
+
+
+class UsageError(Exception):
+    """Bad command-line usage: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises UsageError instead of printing the usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
+
+
+# ---------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``pgqueue`` command line with ``argv`` (default: ``sys.argv[1:]``).
+
+    Returns the exit status: 0 on success, 1 on an error, 2 on bad usage, 130 on Ctrl-C.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not hasattr(args, "run"):
+            parser.print_help(sys.stderr)
+            return 2
+        run: Callable[[argparse.Namespace], int] = args.run
+        return run(args)
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except UsageError as exc:
+        _error(str(exc), prefix=False)
+        return 2
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `pgqueue dead list jobs | head`: the reader has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
+        return 1
+    except Exception as exc:
+        message = describe_error(exc)
+        if message is None:
+            raise  # a bug, not a user mistake: the traceback is what we need
+        _error(message)
+        return 1
+
+
+def describe_error(exc: BaseException) -> str | None:
+    """Return the one-line report of a user-facing error, or None for an unexpected one."""
+    if isinstance(exc, UserError):
+        return str(exc)
+    if isinstance(exc, QueueNotFound):
+        return f"{exc.message} (create it with `pgqueue queue create NAME`; list queues with `pgqueue queue list`)"
+    if isinstance(exc, ExtensionNotInstalled):
+        return ("the pgqueue extension is not installed in this database: run `pgqueue install` "
+                "(after `make install` in the pgqueue repository)")
+    if isinstance(exc, ConnectionFailed):
+        return f"database connection failed: {_one_line(exc.message)}"
+    if isinstance(exc, PgQueueError):
+        hint = f" ({_one_line(exc.hint)})" if exc.hint else ""
+        return f"{_one_line(exc.message)}{hint}"
+    if isinstance(exc, psycopg.OperationalError):
+        return f"cannot connect to the database: {_one_line(str(exc))}"
+    if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
+        return f"invalid connection string: {_one_line(str(exc))}"
+    if isinstance(exc, psycopg.Error):
+        diag = exc.diag
+        text = diag.message_primary or str(exc)
+        hint = f" ({_one_line(diag.message_hint)})" if diag.message_hint else ""
+        return f"{_one_line(text)}{hint}"
+    return None
+
+
+def _one_line(text: str) -> str:
+    """Return text on one line: lines joined with "; ", runs of blanks made one space."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    return "; ".join(line for line in lines if line)
+
+
+def _error(message: str, *, prefix: bool = True) -> None:
+    print(f"{PROG}: error: {message}" if prefix else message, file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# The parser
+# ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``pgqueue`` command."""
+    # --dsn is accepted before and after the command name: `pgqueue --dsn X stats`, `pgqueue stats --dsn X`
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dsn", default=argparse.SUPPRESS, metavar="DSN",
+                        help=f"the database, as a libpq connection string or URI (default: ${DSN_ENV})")
+
+    parser = _Parser(prog=PROG, parents=[common], description=(
+        "pgqueue: a message queue inside PostgreSQL. Start with `pgqueue demo`."))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, run: Callable[[argparse.Namespace], int] | None, help: str,
+                parent: Any = commands) -> argparse.ArgumentParser:
+        """Add a command; one without ``run`` is a group whose actions are its subcommands."""
+        p: argparse.ArgumentParser = parent.add_parser(name, parents=[common], help=help, description=help)
+        p.set_defaults(run=run or _usage_of(p))
+        return p
+
+    # demo
+    p = command("demo", _cmd_demo, "run producers and workers on a realistic mix of messages and "
+                "report (on a throwaway server unless --dsn or $PGQUEUE_DSN is given)")
+    from pgqueue.demo import add_arguments as add_demo_arguments
+
+    add_demo_arguments(p)
+
+    # install
+    command("install", _cmd_install, "CREATE EXTENSION pgqueue in the database")
+
+    # enqueue
+    p = command("enqueue", _cmd_enqueue, "put a message on a queue and print its id")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input)")
+    p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
+    p.add_argument("--delay", type=_seconds, metavar="S", help="deliver it after S seconds")
+    p.add_argument("--priority", type=_non_negative_int, metavar="N",
+                   help="deliver it before every normal message (larger N first)")
+
+    # dequeue
+    p = command("dequeue", _cmd_dequeue, "receive messages and print them as JSON lines")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--limit", type=_positive_int, default=1, metavar="N", help="at most N messages (default 1)")
+    p.add_argument("--lock-ms", type=_non_negative_int, metavar="MS",
+                   help="lease length (default: the queue's lock_ms); 0 deletes them on receipt")
+    p.add_argument("--complete", action="store_true", help="complete (delete) them after printing")
+
+    # stats
+    p = command("stats", _cmd_stats, "show message counts per queue")
+    p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
+    p.add_argument("--watch", type=_positive_float, metavar="S", help="refresh every S seconds until Ctrl-C")
+
+    # dead
+    p = command("dead", None, "list, requeue or purge dead letters")
+    dead = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
+    p = command("list", _cmd_dead_list, "list a queue's dead letters", dead)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="at most N (default 100)")
+    p = command("requeue", _cmd_dead_requeue, "put dead letters back on their queue", dead)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
+                   help="only this dead letter (repeat for more; default: all)")
+    p = command("purge", _cmd_dead_purge, "delete dead letters", dead)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
+                   help="only this dead letter (repeat for more)")
+    p.add_argument("--all", action="store_true", help="delete all of the queue's dead letters")
+
+    # queue management
+    p = command("queue", None, "create, alter, drop or list queues")
+    manage = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
+    p = command("create", _cmd_queue_create, "create a queue", manage)
+    p.add_argument("queue", metavar="QUEUE")
+    _queue_options(p, create=True)
+    p.add_argument("--if-not-exists", action="store_true", help="do nothing if it exists")
+    p = command("alter", _cmd_queue_alter, "change a queue's settings", manage)
+    p.add_argument("queue", metavar="QUEUE")
+    _queue_options(p, create=False)
+    p = command("drop", _cmd_queue_drop, "drop a queue with its messages and dead letters", manage)
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--if-exists", action="store_true", help="do nothing if it does not exist")
+    command("list", _cmd_queue_list, "list queues and their settings", manage)
+
+    # worker
+    p = command("worker", _cmd_worker, "run a handler on a queue's messages until SIGINT/SIGTERM")
+    p.usage = "pgqueue worker [DSN] QUEUE MODULE:FUNCTION [options]"
+    p.add_argument("target", nargs="+", metavar="[DSN] QUEUE MODULE:FUNCTION",
+                   help="the database (default: --dsn or $PGQUEUE_DSN), the queue, and the handler: "
+                        "a function taking a pgqueue.Message, imported from MODULE (the current "
+                        "directory is on the import path)")
+    p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
+                   help="handlers running at once (default 4)")
+    p.add_argument("--batch-size", type=_positive_int, metavar="N",
+                   help="most messages fetched at once (default: the free slots)")
+    p.add_argument("--lock-ms", type=_positive_int, metavar="MS", help="lease length (default: the queue's)")
+    p.add_argument("--no-listen", dest="listen", action="store_false", help="poll only, no LISTEN")
+    p.add_argument("--poll-max", type=_positive_float, default=5.0, metavar="S",
+                   help="longest sleep between polls of an empty queue (default 5)")
+    p.add_argument("--shutdown-grace", type=_non_negative_float, default=10.0, metavar="S",
+                   help="seconds in-flight handlers get to finish on SIGTERM (default 10)")
+    p.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
+    p.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
+    return parser
+
+
+def _queue_options(p: argparse.ArgumentParser, *, create: bool) -> None:
+    def d(default: str) -> str:
+        return f" (default {default})" if create else ""
+
+    p.add_argument("--lock-ms", type=_positive_int, metavar="MS", help="lease length" + d("30000"))
+    p.add_argument("--max-attempts", type=_non_negative_int, metavar="N",
+                   help="deliveries before a message is dead-lettered, 0 = unlimited" + d("unlimited"))
+    p.add_argument("--retry-base-ms", type=_non_negative_int, metavar="MS",
+                   help="back-off after the first failure, doubling each time" + d("1000"))
+    p.add_argument("--retry-cap-ms", type=_non_negative_int, metavar="MS",
+                   help="longest back-off" + d("3600000"))
+    p.add_argument("--max-size", type=_non_negative_int, metavar="N",
+                   help="most live messages, 0 = unbounded" + d("unbounded"))
+    if create:
+        p.add_argument("--notify", action="store_true", help="NOTIFY listeners on enqueue (instant wake-ups)")
+    else:
+        p.add_argument("--notify", action=argparse.BooleanOptionalAction, default=None,
+                       help="NOTIFY listeners on enqueue, or not")
+
+
+def _number(kind: Callable[[str], Any], test: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not test(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+_positive_int = _number(int, lambda v: v > 0, "a positive integer")
+_non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
+_positive_float = _number(float, lambda v: v > 0 and v < float("inf"), "a positive number")
+_non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
+_seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0")
+
+
+# ---------------------------------------------------------------------------------------
+# Connections
+# ---------------------------------------------------------------------------------------
+
+
+def resolve_dsn(args: argparse.Namespace) -> str:
+    """Return the connection string from --dsn or $PGQUEUE_DSN; raise UserError if neither."""
+    dsn: str | None = getattr(args, "dsn", None) or os.environ.get(DSN_ENV)
+    if not dsn:
+        raise UserError(f"no database given: pass --dsn DSN or set {DSN_ENV} "
+                        "(e.g. --dsn postgresql://user@localhost/mydb)")
+    return dsn
+
+
+@contextmanager
+def connect(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """Open an autocommit connection, reporting a bad DSN or an unreachable server clearly."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    except psycopg.ProgrammingError as exc:
+        raise UserError(f"invalid connection string: {_one_line(str(exc))}") from exc
+    except psycopg.OperationalError as exc:
+        raise UserError(f"cannot connect to the database: {_one_line(str(exc))}") from exc
+    with conn:
+        yield conn
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Return rows as an aligned text table: numbers right-aligned, text left-aligned."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) and bool(rows)
+               for i in range(len(headers))]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  ".join(parts).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out.extend(line(r) for r in cells)
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def format_ms(ms: int | None) -> str:
+    """Return a duration in milliseconds as a short readable text (``850 ms``, ``2.5 s``, ``3 h``)."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{s / 60:.1f} min"
+    if s < 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def _payload_json(payload: object, content: bytes) -> dict[str, object]:
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return {"payload_base64": base64.b64encode(bytes(payload)).decode("ascii")}
+    try:
+        json.dumps(payload)
+    except (TypeError, ValueError):
+        return {"payload_base64": base64.b64encode(content).decode("ascii")}
+    return {"payload": payload}
+
+
+def _preview(payload: object, width: int = 40) -> str:
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        text = f"<{len(payload)} bytes>"
+    elif isinstance(payload, str):
+        text = payload
+    else:
+        try:
+            text = json.dumps(payload, separators=(",", ":"))
+        except (TypeError, ValueError):
+            text = repr(payload)
+    text = _one_line(text)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def stats_table(stats: Sequence[QueueStats]) -> str:
+    """Return queue statistics as an aligned table."""
+    rows = [(s.queue, s.ready, s.scheduled, s.leased, s.dead, format_ms(s.oldest_ready_age_ms))
+            for s in stats]
+    return format_table(["queue", "ready", "scheduled", "leased", "dead", "oldest ready"], rows)
+
+
+def settings_table(queues: Sequence[QueueSettings]) -> str:
+    """Return queue settings as an aligned table."""
+    rows = [(q.queue, q.lock_ms, q.max_attempts, q.retry_base_ms, q.retry_cap_ms, q.max_size,
+             q.notify, q.created_at) for q in queues]
+    return format_table(["queue", "lock_ms", "max_attempts", "retry_base_ms", "retry_cap_ms",
+                         "max_size", "notify", "created"], rows)
+
+
+def dead_table(letters: Sequence[DeadLetter]) -> str:
+    """Return dead letters as an aligned table."""
+    rows = [(d.id, d.attempts, to_datetime(d.dead_at).astimezone(), _preview(d.last_error or "", 50),
+             _preview(d.payload)) for d in letters]
+    return format_table(["id", "attempts", "dead since", "last error", "payload"], rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------
+
+
+def _usage_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """Return a command that reports a missing action of a command group."""
+
+    def run(args: argparse.Namespace) -> int:
+        raise UsageError(f"{parser.prog}: error: give an action (see `{parser.prog} --help`)")
+
+    return run
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pgqueue.demo import run_from_args
+
+    return run_from_args(args)
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        before = _extension_version(conn)
+        if before is not None:
+            print(f"pgqueue {before} is already installed in database {conn.info.dbname}")
+            return 0
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pgqueue")
+        except psycopg.errors.UndefinedFile as exc:
+            raise UserError(f"the pgqueue extension is not available on the server: {MAKE_INSTALL_HINT}") from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise UserError(f"{_one_line(exc.diag.message_primary or str(exc))}: connect as a role with "
+                            "CREATE on the database (or a superuser) to install pgqueue") from exc
+        print(f"pgqueue {_extension_version(conn)} installed in database {conn.info.dbname}")
+    return 0
+
+
+def _extension_version(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgqueue'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def _cmd_enqueue(args: argparse.Namespace) -> int:
+    text: str = sys.stdin.read() if args.payload == "-" else args.payload
+    payload: object = text
+    if args.json:
+        try:
+            payload = json.loads(text)
+        except ValueError as exc:
+            raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
+    delay = timedelta(seconds=args.delay) if args.delay else None
+    with connect(resolve_dsn(args)) as conn:
+        msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, priority=args.priority)
+    print(msg_id)
+    return 0
+
+
+def _cmd_dequeue(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        queue = Queue(conn, args.queue)
+        messages = queue.dequeue(args.limit, lock_ms=args.lock_ms)
+        for msg in messages:
+            print(json.dumps(_message_json(msg)), flush=True)
+            if args.complete and msg.leased:
+                queue.complete(msg)
+        if not messages:
+            print(f"no message ready on queue {args.queue}", file=sys.stderr)
+        elif not args.complete and any(m.leased for m in messages):
+            print(f"{len(messages)} message(s) leased, not completed: they return to the queue when "
+                  "the lease runs out (use --complete or --lock-ms 0 to remove them)", file=sys.stderr)
+    return 0
+
+
+def _message_json(msg: Message) -> dict[str, object]:
+    record: dict[str, object] = {"id": msg.id, "queue": msg.queue, "attempts": msg.attempts,
+                                 "content_type": msg.content_type}
+    record.update(_payload_json(msg.payload, msg.content))
+    record["created_at"] = to_datetime(msg.created_at).isoformat()
+    if msg.locked_until is not None:
+        record["locked_until"] = to_datetime(msg.locked_until).isoformat()
+    return record
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+
+        def collect() -> list[QueueStats]:
+            return [Queue(conn, args.queue).stats()] if args.queue else list(all_stats(conn))
+
+        if not args.watch:
+            print(stats_table(collect()))
+            return 0
+        return _watch(collect, args.watch, sys.stdout)
+
+
+def _watch(collect: Callable[[], list[QueueStats]], every: float, out: TextIO) -> int:
+    tty = out.isatty()
+    try:
+        while True:
+            table = stats_table(collect())
+            stamp = datetime.now().strftime("%H:%M:%S")
+            header = f"pgqueue stats at {stamp} (every {every:g} s, Ctrl-C to stop)"
+            if tty:
+                out.write("\x1b[H\x1b[2J")
+            out.write(f"{header}\n{table}\n")
+            if not tty:
+                out.write("\n")
+            out.flush()
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _cmd_dead_list(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        letters = Queue(conn, args.queue).dead_letters(args.limit)
+    if letters:
+        print(dead_table(letters))
+    else:
+        print(f"no dead letters on queue {args.queue}")
+    return 0
+
+
+def _cmd_dead_requeue(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        n = Queue(conn, args.queue).requeue_dead(args.ids)
+    print(f"requeued {n} dead letter(s) on queue {args.queue}")
+    return 0
+
+
+def _cmd_dead_purge(args: argparse.Namespace) -> int:
+    if not args.ids and not args.all:
+        raise UsageError("pgqueue dead purge: error: give --id ID (repeatable) or --all to delete every dead letter")
+    with connect(resolve_dsn(args)) as conn:
+        n = Queue(conn, args.queue).purge_dead(args.ids or None)
+    print(f"purged {n} dead letter(s) from queue {args.queue}")
+    return 0
+
+
+def _queue_settings(args: argparse.Namespace) -> dict[str, Any]:
+    names = ["lock_ms", "max_attempts", "retry_base_ms", "retry_cap_ms", "max_size", "notify"]
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def _cmd_queue_create(args: argparse.Namespace) -> int:
+    options = _queue_settings(args)
+    with connect(resolve_dsn(args)) as conn:
+        queue = Queue(conn, args.queue)
+        try:
+            queue.create(if_not_exists=args.if_not_exists, **options)
+        except QueueExists as exc:
+            raise UserError(f"queue {args.queue} already exists (change it with `pgqueue queue alter`, "
+                            "or pass --if-not-exists)") from exc
+        print(settings_table([queue.settings()]))
+    return 0
+
+
+def _cmd_queue_alter(args: argparse.Namespace) -> int:
+    options = _queue_settings(args)
+    if not options:
+        raise UsageError("pgqueue queue alter: error: nothing to change (see `pgqueue queue alter --help`)")
+    with connect(resolve_dsn(args)) as conn:
+        queue = Queue(conn, args.queue)
+        queue.alter(**options)
+        print(settings_table([queue.settings()]))
+    return 0
+
+
+def _cmd_queue_drop(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        dropped = Queue(conn, args.queue).drop()
+    if dropped:
+        print(f"dropped queue {args.queue}")
+    elif args.if_exists:
+        print(f"queue {args.queue} does not exist")
+    else:
+        raise UserError(f'queue "{args.queue}" does not exist')
+    return 0
+
+
+def _cmd_queue_list(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        print(settings_table(list(list_queues(conn))))
+    return 0
+
+
+def load_handler(spec: str) -> Callable[[Message], object]:
+    """Import ``module:function`` (the current directory is on the import path)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"the handler must be MODULE:FUNCTION (like myapp.tasks:handle), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import handler module {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        raise UserError(f"importing handler module {module_name!r} failed: "
+                        f"{type(exc).__name__}: {_one_line(str(exc))}") from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UserError(f"module {module_name!r} has no {attr!r}") from None
+    if not callable(target):
+        raise UserError(f"{spec} is not callable")
+    if inspect.iscoroutinefunction(target):
+        raise UserError(f"{spec} is a coroutine function; the worker runs plain functions")
+    handler: Callable[[Message], object] = target
+    return handler
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from pgqueue.worker import Worker
+
+    if len(args.target) == 3:
+        dsn, queue_name, spec = args.target
+    elif len(args.target) == 2:
+        queue_name, spec = args.target
+        dsn = resolve_dsn(args)
+    else:
+        raise UsageError("pgqueue worker: error: expected [DSN] QUEUE MODULE:FUNCTION "
+                         "(see `pgqueue worker --help`)")
+    handler = load_handler(spec)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s pgqueue[%(process)d] %(levelname)s %(message)s")
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.getLogger("pgqueue").setLevel(level)
+    with connect(dsn) as conn:
+        Queue(conn, queue_name).settings()  # fail fast: unknown queue, missing extension
+    worker = Worker(Queue(dsn, queue_name), handler, concurrency=args.concurrency,
+                    batch_size=args.batch_size, lock_ms=args.lock_ms, listen=args.listen,
+                    poll_max=args.poll_max, poll_min=min(0.05, args.poll_max),
+                    shutdown_grace=args.shutdown_grace, dsn=dsn)
+    worker.install_signal_handlers()
+    worker.run()
+    return 0

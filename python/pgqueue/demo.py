@@ -1,0 +1,477 @@
+"""``pgqueue demo``: producers and workers on a realistic mix of messages, then a report.
+
+This is the first thing to run, and an example of the API to read. What happens:
+
+1. Without ``--dsn`` (or ``PGQUEUE_DSN``) a throwaway PostgreSQL server is started and the
+   extension is installed in it (``CREATE EXTENSION pgqueue``).
+2. A queue is created with notifications on (idle workers wake up at once), a short lease
+   (heartbeats keep it while a handler runs) and ``max_attempts=3`` (then dead letters).
+3. Producer threads enqueue messages at a steady rate, like an application would::
+
+       queue.enqueue(job, delay=1.5)        # scheduled
+       queue.enqueue(job, priority=5)       # ahead of everything else
+
+4. Workers run :func:`handle` on them, ``concurrency`` at a time each. In production each
+   worker is a process of its own (``pgqueue worker DSN QUEUE module:function``); here they
+   are threads so that one process can watch every outcome.
+5. The report: throughput, latency from due to completed, retries, dead letters, and the
+   check that every message was completed exactly once, or dead-lettered exactly once.
+
+The queue is dropped at the end, and the throwaway server stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import secrets
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TextIO
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from pgqueue.client import Queue
+from pgqueue.message import Message
+from pgqueue.worker import Result, Worker
+
+__all__ = ["add_arguments", "run_demo", "run_from_args", "DemoOptions", "handle"]
+
+# What the demo sends, with how often (weights out of 100). Every kind is handled by handle().
+MIX: dict[str, int] = {
+    "immediate": 62,  # deliver now
+    "scheduled": 15,  # deliver in 0.5-2 s
+    "priority": 10,  # jump the queue
+    "flaky": 8,  # the handler fails on the first attempt, then succeeds (retry with back-off)
+    "slow": 1,  # the handler takes longer than the lease: heartbeats must keep it
+    "poison": 4,  # the handler always fails: dead-lettered after max_attempts
+}
+
+LEASE_MS = 1000  # short, so that "slow" messages need their heartbeats
+MAX_ATTEMPTS = 3
+RETRY_BASE_MS = 250  # first retry after 125-250 ms, the next after 250-500 ms
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """The knobs of the demo (the command-line options of ``pgqueue demo``)."""
+
+    messages: int = 4000
+    rate: float = 400.0  # messages per second, all producers together; 0 = as fast as possible
+    producers: int = 2
+    workers: int = 3
+    concurrency: int = 8
+    dsn: str | None = None
+    seed: int | None = None
+    progress: bool | None = None  # a progress bar; None = if the output is a terminal
+
+
+# -----------------------------------------------------------------------------------------
+# The handler: what a worker runs for each message
+# -----------------------------------------------------------------------------------------
+
+
+class TransientError(Exception):
+    """A failure worth retrying (a flaky downstream service)."""
+
+
+class PoisonMessage(Exception):
+    """A message that can never be processed."""
+
+
+def handle(msg: Message) -> None:
+    """Process one demo job: pretend to work for a while, and fail where the job says so.
+
+    Returning completes the message; raising fails it, and the queue retries it after a
+    back-off or, after ``max_attempts``, moves it to the dead letters.
+    """
+    job: dict[str, Any] = msg.payload  # type: ignore[assignment]  # the demo enqueues dicts
+    time.sleep(job["work_ms"] / 1000)
+    if job["kind"] == "poison":
+        raise PoisonMessage(f"job {job['n']} cannot be processed")
+    if job["kind"] == "flaky" and msg.attempts == 1:
+        raise TransientError(f"job {job['n']}: downstream service unavailable, try again")
+
+
+# -----------------------------------------------------------------------------------------
+# The producers
+# -----------------------------------------------------------------------------------------
+
+
+def make_jobs(count: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Return ``count`` demo jobs (the message payloads, less their due time)."""
+    kinds = rng.choices(list(MIX), weights=list(MIX.values()), k=count)
+    jobs = []
+    for n, kind in enumerate(kinds):
+        work_ms = rng.uniform(1500, 2500) if kind == "slow" else min(rng.expovariate(1 / 4), 40)
+        job: dict[str, Any] = {"n": n, "kind": kind, "work_ms": round(work_ms, 2)}
+        if kind == "scheduled":
+            job["delay"] = round(rng.uniform(0.5, 2.0), 3)
+        if kind == "priority":
+            job["priority"] = rng.randint(0, 9)
+        jobs.append(job)
+    return jobs
+
+
+def produce(queue: Queue, jobs: Sequence[dict[str, Any]], start: float, rate: float,
+            tally: Tally, stop: threading.Event) -> None:
+    """Enqueue jobs at their turn of a steady ``rate`` (messages/s), recording their ids."""
+    for job in jobs:
+        if stop.is_set():
+            return
+        if rate > 0:
+            turn = start + job["n"] / rate
+            if turn > time.monotonic():
+                stop.wait(turn - time.monotonic())
+        delay = job.get("delay")
+        # When the message is due: the clock its end-to-end latency is measured from.
+        payload = {**job, "due": time.time() + (delay or 0)}
+        msg_id = queue.enqueue(payload, delay=delay, priority=job.get("priority"))
+        tally.enqueued(msg_id, job["kind"])
+
+
+# -----------------------------------------------------------------------------------------
+# Keeping score
+# -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Everything the producers and workers report, for the progress bar and the check."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    kinds: dict[int, str] = field(default_factory=dict)  # message id -> kind, once enqueued
+    completed: Counter[int] = field(default_factory=Counter)  # id -> completes the DB accepted
+    dead: Counter[int] = field(default_factory=Counter)  # id -> times dead-lettered
+    stale: int = 0  # acknowledgements refused: the lease had been lost
+    retries: int = 0
+    latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    first_enqueue: float | None = None
+    last_settle: float | None = None
+
+    def enqueued(self, msg_id: int, kind: str) -> None:
+        with self.lock:
+            self.kinds[msg_id] = kind
+            if self.first_enqueue is None:
+                self.first_enqueue = time.monotonic()
+
+    def record(self, result: Result) -> None:
+        """The workers' ``on_result`` hook: called once per delivery of a message."""
+        msg = result.message
+        now = time.time()
+        with self.lock:
+            if not result.acknowledged:
+                self.stale += 1
+            elif result.outcome == "completed":
+                self.completed[msg.id] += 1
+                job: dict[str, Any] = msg.payload  # type: ignore[assignment]
+                self.latency[job["kind"]].append(now - job["due"])
+            elif result.outcome == "retried":
+                self.retries += 1
+            elif result.outcome == "dead":
+                self.dead[msg.id] += 1
+            if result.acknowledged and result.outcome in ("completed", "dead"):
+                self.last_settle = time.monotonic()
+
+    @property
+    def settled(self) -> int:
+        """Messages that reached an end: completed or dead-lettered."""
+        with self.lock:
+            return sum(self.completed.values()) + sum(self.dead.values())
+
+
+# -----------------------------------------------------------------------------------------
+# The run
+# -----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def database(dsn: str | None, out: TextIO) -> Iterator[str]:
+    """Yield the DSN of a database with the extension: ``dsn``, or a throwaway server's."""
+    if dsn is not None:
+        _install_extension(dsn, out)
+        yield dsn
+        return
+    from pgqueue.embedded import EmbeddedPostgres
+
+    print("Starting a throwaway PostgreSQL server (use --dsn or PGQUEUE_DSN for your own)...",
+          file=out, flush=True)
+    with EmbeddedPostgres() as pg:
+        _install_extension(pg.dsn(), out)
+        yield pg.dsn()
+    print("Stopped the throwaway server.", file=out)
+
+
+def _install_extension(dsn: str, out: TextIO) -> None:
+    from pgqueue.cli import MAKE_INSTALL_HINT, UserError
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pgqueue'").fetchone():
+            return
+        try:
+            conn.execute("CREATE EXTENSION pgqueue")
+        except psycopg.errors.UndefinedFile as exc:
+            raise UserError(f"the pgqueue extension is not available on the server: {MAKE_INSTALL_HINT}") from exc
+        print(f"Installed the pgqueue extension in database {conn.info.dbname}.", file=out)
+
+
+def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
+    """Run the demo and print its report; return 0 if every message was accounted for, else 1."""
+    out = out or sys.stdout
+    jobs = make_jobs(options.messages, random.Random(options.seed))
+    # The workers log every failure; the flaky and poison jobs fail on purpose and the
+    # report counts them, so keep the screen for the progress bar.
+    pgqueue_logger = logging.getLogger("pgqueue")
+    level = pgqueue_logger.level
+    pgqueue_logger.setLevel(logging.ERROR)
+    try:
+        with database(options.dsn, out) as dsn, Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue:
+            queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
+                         retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
+            try:
+                tally, elapsed = run_workload(queue, dsn, jobs, options, out)
+                return report(queue, jobs, tally, elapsed, options, out)
+            finally:
+                queue.drop()
+    finally:
+        pgqueue_logger.setLevel(level)
+
+
+class _Threads:
+    """Threads whose exceptions are kept, to be raised on the main thread."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+
+    def start(self, name: str, target: Callable[[], object]) -> None:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self.errors.append(exc)
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def check(self) -> None:
+        if self.errors:
+            raise self.errors[0]
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+
+def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: DemoOptions,
+                 out: TextIO) -> tuple[Tally, float]:
+    """Run the producers and workers until every job is done; return the tally and the time taken."""
+    tally = Tally()
+    rate = "as fast as they can" if options.rate <= 0 else f"at {options.rate:g} msg/s"
+    print(f"Queue {queue.name}: {options.producers} producers send {len(jobs):,} messages {rate}; "
+          f"{options.workers} workers x {options.concurrency} handlers process them.", file=out)
+
+    # Each worker has a Queue of its own (and opens its own connections from its DSN).
+    workers = [Worker(Queue(dsn, queue.name), handle, concurrency=options.concurrency,
+                      on_result=tally.record, shutdown_grace=5.0)
+               for _ in range(options.workers)]
+    # The producers share a pool: each enqueue borrows a connection and commits.
+    pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=options.producers,
+                                               max_size=options.producers, open=True)
+    producer_queue = Queue(pool, queue.name)
+    stop_producing = threading.Event()
+    worker_threads, producer_threads = _Threads(), _Threads()
+    start = time.monotonic()
+    interrupted = True
+    try:
+        for i, worker in enumerate(workers):
+            worker_threads.start(f"demo-worker-{i}", worker.run)
+        for i in range(options.producers):
+            share = jobs[i::options.producers]
+            producer_threads.start(f"demo-producer-{i}", partial(
+                produce, producer_queue, share, start, options.rate, tally, stop_producing))
+        # Time enough to send every message and for the slowest to finish; whatever is
+        # not done by then counts as lost.
+        deadline = start + (len(jobs) / options.rate if options.rate > 0 else 0.0) + 60.0
+        with Progress(len(jobs), out, options.progress) as progress:
+            while tally.settled < len(jobs) and time.monotonic() < deadline:
+                producer_threads.check()
+                worker_threads.check()
+                progress.update(tally)
+                time.sleep(0.1)
+            progress.update(tally)
+        interrupted = False
+    finally:
+        stop_producing.set()
+        producer_threads.join()
+        for worker in workers:
+            worker.stop(now=interrupted)
+        worker_threads.join()
+        pool.close()
+    end = tally.last_settle or time.monotonic()
+    return tally, end - (tally.first_enqueue or start)
+
+
+class Progress:
+    """A progress bar on a terminal; a line every two seconds otherwise."""
+
+    def __init__(self, total: int, out: TextIO, bar: bool | None) -> None:
+        self.total = total
+        self.out = out
+        self.bar = out.isatty() if bar is None else bar
+        self.start = time.monotonic()
+        self.last_line = self.start
+        self.text = ""
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.out.write("\n" if self.bar else f"  {self.text}\n")
+        self.out.flush()
+
+    def update(self, tally: Tally) -> None:
+        with tally.lock:
+            dead = sum(tally.dead.values())
+            done = sum(tally.completed.values()) + dead
+            sent, retries = len(tally.kinds), tally.retries
+        now = time.monotonic()
+        self.text = (f"{done:,}/{self.total:,} done  sent {sent:,}  retries {retries:,}  "
+                     f"dead {dead:,}  {now - self.start:4.1f} s")
+        if self.bar:
+            width = 30
+            filled = width * done // max(self.total, 1)
+            percent = 100 * done // max(self.total, 1)
+            self.out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {percent:3d}%  {self.text}")
+            self.out.flush()
+        elif now - self.last_line >= 2.0:
+            self.out.write(f"  {self.text}\n")
+            self.out.flush()
+            self.last_line = now
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Return the p-th percentile (0-100) of values, nearest-rank."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
+
+
+def check(queue: Queue, tally: Tally, expected_kinds: Counter[str]) -> list[str]:
+    """Return what is wrong: every message completed once, or dead-lettered once if poison."""
+    problems = []
+    sent = sum(expected_kinds.values())
+    if len(tally.kinds) != sent:
+        problems.append(f"{sent - len(tally.kinds):,} messages were never enqueued")
+    for msg_id, kind in tally.kinds.items():
+        completed, dead = tally.completed[msg_id], tally.dead[msg_id]
+        if kind == "poison":
+            if dead != 1 or completed:
+                problems.append(f"poison message {msg_id}: dead-lettered {dead}x, completed {completed}x")
+        elif completed != 1 or dead:
+            problems.append(f"{kind} message {msg_id}: completed {completed}x, dead-lettered {dead}x")
+    for msg_id in (tally.completed.keys() | tally.dead.keys()) - tally.kinds.keys():
+        problems.append(f"message {msg_id} was processed but never enqueued")
+    # The database must agree: nothing left, and the dead letters are exactly the poison ones.
+    stats = queue.stats()
+    if stats.ready or stats.scheduled or stats.leased:
+        problems.append(f"left in the queue: {stats.ready} ready, {stats.scheduled} scheduled, "
+                        f"{stats.leased} leased")
+    poison = {i for i, k in tally.kinds.items() if k == "poison"}
+    dead_ids = [d.id for d in queue.dead_letters(limit=max(1000, 2 * len(poison)))]
+    if sorted(dead_ids) != sorted(poison):
+        problems.append(f"the dead letters ({len(dead_ids)}) are not the poison messages ({len(poison)})")
+    return problems
+
+
+def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: float,
+           options: DemoOptions, out: TextIO) -> int:
+    """Print the summary and the exactly-once check; return the exit status."""
+    kinds = Counter(job["kind"] for job in jobs)
+    problems = check(queue, tally, kinds)
+    completed = sum(tally.completed.values())
+    dead = sum(tally.dead.values())
+    all_latencies = [v for values in tally.latency.values() for v in values]
+
+    w = out.write
+    w("\nSummary\n")
+    w(f"  messages      {len(jobs):,} sent by {options.producers} producers, "
+      f"{completed + dead:,} processed by {options.workers} workers x {options.concurrency}\n")
+    offered = "as fast as the producers could" if options.rate <= 0 else f"offered at {options.rate:g} msg/s"
+    w(f"  throughput    {(completed + dead) / max(elapsed, 1e-9):,.0f} msg/s "
+      f"({completed + dead:,} messages in {elapsed:.1f} s, {offered})\n")
+    if all_latencies:
+        w(f"  latency       p50 {_ms(percentile(all_latencies, 50))}, "
+          f"p99 {_ms(percentile(all_latencies, 99))} (from due to completed)\n")
+    for kind in MIX:
+        values = tally.latency.get(kind, [])
+        if kind == "poison":
+            w(f"    {kind:<10} {kinds[kind]:>6,}  dead-lettered after {MAX_ATTEMPTS} attempts each\n")
+        elif values:
+            w(f"    {kind:<10} {kinds[kind]:>6,}  p50 {_ms(percentile(values, 50)):>9}  "
+              f"p99 {_ms(percentile(values, 99)):>9}\n")
+    w(f"  retries       {tally.retries:,} (each flaky job once, each poison job "
+      f"{MAX_ATTEMPTS - 1} times before it is dead-lettered)\n")
+    w(f"  dead letters  {dead:,}\n")
+    if tally.stale:
+        w(f"  lost leases   {tally.stale:,} acknowledgements refused (the message was redelivered)\n")
+    if problems:
+        w(f"  exactly once  FAILED: {len(problems)} problem(s)\n")
+        for problem in problems[:20]:
+            w(f"    - {problem}\n")
+        return 1
+    w(f"  exactly once  OK: {completed:,} completed once each, {dead:,} dead-lettered once each, "
+      "none lost, none twice\n")
+    return 0
+
+
+# -----------------------------------------------------------------------------------------
+# Command line
+# -----------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``pgqueue demo`` to its parser (--dsn is added by the CLI)."""
+    from pgqueue.cli import _non_negative_float, _positive_int
+
+    d = DemoOptions()
+    parser.add_argument("--messages", "-n", type=_positive_int, default=d.messages, metavar="N",
+                        help=f"how many messages to send (default {d.messages:,})")
+    parser.add_argument("--rate", type=_non_negative_float, default=d.rate, metavar="R",
+                        help=f"messages per second the producers send (default {d.rate:g}; "
+                             "0 = as fast as they can, a throughput test)")
+    parser.add_argument("--producers", type=_positive_int, default=d.producers, metavar="N",
+                        help=f"producer threads (default {d.producers})")
+    parser.add_argument("--workers", type=_positive_int, default=d.workers, metavar="N",
+                        help=f"workers (default {d.workers})")
+    parser.add_argument("--concurrency", type=_positive_int, default=d.concurrency, metavar="N",
+                        help=f"handlers per worker (default {d.concurrency})")
+    parser.add_argument("--seed", type=int, help="random seed, to repeat a run's mix")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                        help="no progress bar, even on a terminal")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run ``pgqueue demo`` with parsed arguments."""
+    from pgqueue.cli import DSN_ENV
+
+    dsn = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or None
+    options = DemoOptions(messages=args.messages, rate=args.rate, producers=args.producers,
+                          workers=args.workers, concurrency=args.concurrency, dsn=dsn,
+                          seed=args.seed, progress=args.progress)
+    return run_demo(options)

@@ -1,0 +1,568 @@
+"""Run a handler over the messages of a queue: the pgqueue worker.
+
+A :class:`Worker` leases messages in batches, runs the handler on a bounded pool of threads,
+completes each message whose handler returns and fails each message whose handler raises
+(the extension then retries it after the queue's back-off, or moves it to the dead letters
+after ``max_attempts``). While a handler runs, its lease is extended with heartbeats.
+
+Wake-ups: a LISTEN connection on the queue's channel wakes an idle worker as soon as a
+message is enqueued (the queue needs ``notify`` on). Without notifications the worker polls,
+backing off from ``poll_min`` to ``poll_max`` while the queue is empty; when messages are
+scheduled it sleeps until the next one is due, never longer.
+
+Delivery is at least once: a worker that dies (even by SIGKILL) loses nothing, because the
+messages it held come back when their leases run out. The attempts counter fences every
+acknowledgement, so a message is completed at most once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import queue as stdqueue
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Literal
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgqueue._sql import listen_statement
+from pgqueue.client import Queue
+from pgqueue.errors import ConnectionFailed, PgQueueError, translating
+from pgqueue.message import Message
+
+__all__ = ["Handler", "Outcome", "Result", "Worker"]
+
+log = logging.getLogger("pgqueue.worker")
+
+#: A handler takes a message; its return value is ignored, an exception fails the message.
+Handler = Callable[[Message], object]
+
+#: What became of a delivery: completed; failed and to be retried; failed for the last time
+#: (dead-lettered); or released (given back unprocessed at shutdown).
+Outcome = Literal["completed", "retried", "dead", "released"]
+
+_RECONNECT_MAX = 30.0
+#: What a lost or refused connection raises: psycopg itself, or the client's translation.
+_CONNECTION_ERRORS = (psycopg.OperationalError, ConnectionFailed)
+#: Any database error.
+_DATABASE_ERRORS = (psycopg.Error, PgQueueError)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What became of one delivery of a message, passed to the ``on_result`` hook.
+
+    ``acknowledged`` is what the database answered: False means the worker no longer held
+    the message (its lease ran out and it was delivered again), so the outcome was not
+    recorded and the message will be (or was) handled by another delivery.
+    """
+
+    message: Message
+    outcome: Outcome
+    acknowledged: bool
+    error: BaseException | None = None
+    duration: float = 0.0
+
+
+@dataclass(eq=False)
+class _Delivery:
+    """A message in hand, from dequeue until it is acknowledged or released."""
+
+    message: Message
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    error: BaseException | None = None
+    released: bool = False
+    settled: bool = False
+
+
+def _describe(exc: BaseException) -> str:
+    """Return the one-line error text stored with a failed message."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+def _worker_conninfo(dsn: str) -> str:
+    """Add application_name=pgqueue-worker to a conninfo that does not name one."""
+    if "application_name" in conninfo_to_dict(dsn):
+        return dsn
+    return make_conninfo(dsn, application_name="pgqueue-worker")
+
+
+def dsn_of(queue: Queue) -> str:
+    """Return a connection string that reaches the database of ``queue`` (see Queue.conninfo)."""
+    return queue.conninfo
+
+
+class _HandlerPool:
+    """A fixed number of daemon threads running the handler on deliveries.
+
+    Daemon threads, so that a handler still running after the shutdown grace period does
+    not keep the process alive: its message has been given back by then.
+    """
+
+    def __init__(self, size: int, handler: Handler, done: Callable[[_Delivery], None]) -> None:
+        self._handler = handler
+        self._done = done
+        self._jobs: stdqueue.SimpleQueue[_Delivery | None] = stdqueue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"pgqueue-handler-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, delivery: _Delivery) -> None:
+        self._jobs.put(delivery)
+
+    def close(self) -> None:
+        """Let every idle thread exit (busy ones exit when their handler returns)."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            delivery = self._jobs.get()
+            if delivery is None:
+                return
+            try:
+                self._handler(delivery.message)
+            except BaseException as exc:  # a handler must never take a thread down
+                delivery.error = exc
+            delivery.finished = time.monotonic()
+            self._done(delivery)
+
+
+class Worker:
+    """Process the messages of a queue with a handler, ``concurrency`` at a time.
+
+    Parameters:
+        queue: the queue to consume; the worker opens its own connections to its database
+            (one to fetch and acknowledge, one for heartbeats, one to LISTEN).
+        handler: called with each :class:`~pgqueue.message.Message` on a worker thread.
+            Returning completes the message; raising fails it (retry after the queue's
+            back-off, dead letter after ``max_attempts``).
+        concurrency: the most handlers running at once, and messages held at once.
+        batch_size: the most messages fetched by one dequeue (default: the free slots).
+        lock_ms: the lease of each delivery (default: the queue's ``lock_ms``); heartbeats
+            renew it every ``lock_ms / 3`` while the handler runs.
+        listen: LISTEN for new-message notifications (the queue must have ``notify`` on).
+        poll_min, poll_max: the polling back-off on an empty queue, in seconds.
+        shutdown_grace: seconds that in-flight handlers get to finish after :meth:`stop`;
+            messages still in hand after that are given back for immediate redelivery.
+        dsn: the connection string to use; by default it is taken from ``queue``.
+        on_result: called on the worker's thread with a :class:`Result` after each
+            delivery is settled (for metrics and tests); exceptions from it are logged.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Handler,
+        *,
+        concurrency: int = 4,
+        batch_size: int | None = None,
+        lock_ms: int | None = None,
+        listen: bool = True,
+        poll_min: float = 0.05,
+        poll_max: float = 5.0,
+        shutdown_grace: float = 10.0,
+        dsn: str | None = None,
+        on_result: Callable[[Result], None] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if lock_ms is not None and lock_ms < 1:
+            raise ValueError(f"lock_ms must be at least 1, got {lock_ms}")
+        if not 0 < poll_min <= poll_max:
+            raise ValueError(f"need 0 < poll_min <= poll_max, got {poll_min} and {poll_max}")
+        if shutdown_grace < 0:
+            raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
+                            "on threads (wrap it: lambda msg: asyncio.run(handler(msg)))")
+        self._name = queue.name
+        self._dsn = _worker_conninfo(dsn if dsn is not None else dsn_of(queue))
+        self._handler = handler
+        self._concurrency = concurrency
+        self._batch_size = min(batch_size or concurrency, concurrency, 10000)
+        self._lock_ms = lock_ms
+        self._listen = listen
+        self._poll_min = poll_min
+        self._poll_max = poll_max
+        self._shutdown_grace = shutdown_grace
+        self._on_result = on_result
+
+        self._wake = threading.Event()  # something happened: a result, a notification, stop
+        self._notified = threading.Event()  # a message was enqueued
+        self._stopping = threading.Event()  # stop fetching, drain
+        self._aborting = threading.Event()  # skip the rest of the grace period
+        self._closing = threading.Event()  # helper threads exit
+        self._started = False
+        self._signalled = False
+        self._lock = threading.Lock()
+        self._in_hand: dict[int, _Delivery] = {}
+        self._finished: deque[_Delivery] = deque()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._queue: Queue | None = None
+        self._max_attempts: int | None = None
+        self._lease_ms = lock_ms or 30000
+        self._pool: _HandlerPool | None = None
+
+    @property
+    def queue_name(self) -> str:
+        """The name of the queue this worker consumes."""
+        return self._name
+
+    @property
+    def in_flight(self) -> int:
+        """How many messages the worker holds right now."""
+        with self._lock:
+            return len(self._in_hand)
+
+    # -- control ------------------------------------------------------------------------
+
+    def stop(self, *, now: bool = False) -> None:
+        """Ask the worker to stop: fetch no more, let in-flight handlers finish (up to
+        ``shutdown_grace``), give back the rest. Thread-safe; :meth:`run` then returns.
+
+        Parameters:
+            now: skip (what is left of) the grace period: give back at once what is in hand.
+        """
+        if now:
+            self._aborting.set()
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """Make SIGINT and SIGTERM stop the worker gracefully; a second signal stops it now.
+
+        Call from the main thread (Python delivers signals there).
+        """
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            # A signal handler runs on the main thread between two bytecodes, maybe while
+            # that thread holds a lock that stop() needs: act from another thread.
+            again, self._signalled = self._signalled, True
+            threading.Thread(target=self._stop_on_signal, args=(signum, again), daemon=True).start()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+
+    def _stop_on_signal(self, signum: int, again: bool) -> None:
+        name = signal.Signals(signum).name
+        if again:
+            log.warning("%s again: giving back the messages in hand now", name)
+        else:
+            log.info("%s: stopping; in-flight handlers get %gs to finish (send it again "
+                     "to stop at once)", name, self._shutdown_grace)
+        self.stop(now=again)
+
+    # -- the main loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Process messages until :meth:`stop` is called, then shut down gracefully.
+
+        Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
+        (``ConnectionFailed``, ``QueueNotFound``, ...); later connection losses are logged
+        and retried.
+        """
+        with self._lock:
+            if self._started:
+                raise RuntimeError("a Worker runs once; create a new one")
+            self._started = True
+        try:
+            self._start()
+        except BaseException:
+            self._disconnect()
+            raise
+        assert self._pool is not None
+        helpers = [threading.Thread(target=self._heartbeat_loop, name="pgqueue-heartbeat", daemon=True)]
+        if self._listen:
+            helpers.append(threading.Thread(target=self._listen_loop, name="pgqueue-listen", daemon=True))
+        for thread in helpers:
+            thread.start()
+        try:
+            self._loop()
+            self._drain()
+        finally:
+            self._closing.set()
+            self._pool.close()
+            for thread in helpers:
+                thread.join(timeout=2.0)
+            self._disconnect()
+            log.info("worker stopped")
+
+    def _start(self) -> None:
+        """Connect, read the queue's settings and start the handler threads."""
+        self._connect()
+        assert self._queue is not None
+        settings = self._queue.settings()
+        self._max_attempts = settings.max_attempts
+        self._lease_ms = self._lock_ms or settings.lock_ms
+        if self._listen and not settings.notify:
+            log.info("queue %r has notify off: polling only (turn it on with "
+                     "`pgqueue queue alter %s --notify` for instant wake-ups)", self._name, self._name)
+        where = conninfo_to_dict(self._dsn)
+        log.info("worker started: queue %r in database %s on %s, concurrency %d, lease %d ms",
+                 self._name, where.get("dbname", "?"), where.get("host", "localhost"),
+                 self._concurrency, self._lease_ms)
+        self._pool = _HandlerPool(self._concurrency, self._handler, self._handler_done)
+
+    def _loop(self) -> None:
+        delay = self._poll_min  # the next sleep if the queue is empty
+        next_poll = 0.0  # monotonic time of the next dequeue, when there is a free slot
+        self._notified.set()
+        while not self._stopping.is_set():
+            if self._settle():
+                next_poll = 0.0  # a retry or release may be due soon: look again
+            free = self._concurrency - self.in_flight
+            now = time.monotonic()
+            if free > 0 and (self._notified.is_set() or now >= next_poll):
+                self._notified.clear()
+                want = min(free, self._batch_size)
+                try:
+                    got = self._fetch(want)
+                    if got == want:
+                        # There may be more: fetch again as soon as a slot is free.
+                        delay, sleep = self._poll_min, 0.0
+                    else:
+                        if got:
+                            delay = self._poll_min
+                        sleep, delay = delay, min(delay * 2, self._poll_max)
+                        sleep = self._until_due(sleep)
+                except _DATABASE_ERRORS as exc:
+                    if not self._is_connection_error(exc):
+                        raise
+                    sleep = self._connection_lost(exc)
+                next_poll = time.monotonic() + sleep
+            timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
+            self._wake.wait(timeout)
+            self._wake.clear()
+
+    def _fetch(self, want: int) -> int:
+        """Lease up to ``want`` messages and hand them to the handler threads."""
+        if self._queue is None:
+            self._connect()
+        assert self._queue is not None and self._pool is not None
+        messages = self._queue.dequeue(want, lock_ms=self._lock_ms)
+        deliveries = [_Delivery(m) for m in messages]
+        with self._lock:
+            for d in deliveries:
+                self._in_hand[d.message.id] = d
+        for d in deliveries:
+            self._pool.submit(d)
+        return len(messages)
+
+    def _until_due(self, sleep: float) -> float:
+        """Shorten ``sleep`` to end when the queue's next scheduled message is due."""
+        assert self._queue is not None
+        due_ms = self._queue.next_due()
+        if due_ms is None:
+            return sleep
+        due_in = due_ms / 1000.0 - time.time()
+        if due_in <= 0:
+            # Due but not delivered to us: another consumer holds it right now. Back off.
+            return sleep
+        return min(sleep, due_in + 0.002)
+
+    def _handler_done(self, delivery: _Delivery) -> None:
+        with self._lock:
+            self._finished.append(delivery)
+        self._wake.set()
+
+    def _settle(self) -> bool:
+        """Acknowledge finished deliveries; return True if one went back on the queue."""
+        requeued = False
+        while True:
+            with self._lock:
+                if not self._finished:
+                    return requeued
+                delivery = self._finished[0]
+            if delivery.released:
+                self._forget(delivery)
+                continue
+            try:
+                result = self._acknowledge(delivery)
+            except _DATABASE_ERRORS as exc:
+                if not self._is_connection_error(exc):
+                    raise
+                self._connection_lost(exc)
+                return requeued  # keep it; acknowledge after reconnecting
+            self._forget(delivery)
+            requeued = requeued or result.outcome == "retried"
+            self._report(result)
+
+    def _acknowledge(self, delivery: _Delivery) -> Result:
+        if self._queue is None:
+            self._connect()
+        assert self._queue is not None
+        msg = delivery.message
+        duration = (delivery.finished or time.monotonic()) - delivery.started
+        if delivery.error is None:
+            ok = self._queue.complete(msg)
+            log.debug("message %d completed (attempt %d, %.3f s)", msg.id, msg.attempts, duration)
+            if not ok:
+                log.warning("message %d: finished after its lease ran out; it was delivered "
+                            "again (raise lock_ms?)", msg.id)
+            return Result(msg, "completed", ok, None, duration)
+        error = delivery.error
+        last = self._max_attempts is not None and msg.attempts >= self._max_attempts
+        ok = self._queue.fail(msg, _describe(error))
+        if last:
+            log.warning("message %d failed for the last time (attempt %d): %s; moved to the dead "
+                        "letters", msg.id, msg.attempts, _describe(error))
+        else:
+            log.warning("message %d failed (attempt %d): %s; will be retried",
+                        msg.id, msg.attempts, _describe(error))
+        log.debug("message %d: handler traceback", msg.id, exc_info=error)
+        return Result(msg, "dead" if last else "retried", ok, error, duration)
+
+    def _forget(self, delivery: _Delivery) -> None:
+        with self._lock:
+            if self._finished and self._finished[0] is delivery:
+                self._finished.popleft()
+            delivery.settled = True
+            if self._in_hand.get(delivery.message.id) is delivery:
+                del self._in_hand[delivery.message.id]
+
+    def _report(self, result: Result) -> None:
+        if self._on_result is None:
+            return
+        try:
+            self._on_result(result)
+        except Exception:
+            log.exception("on_result hook failed")
+
+    def _drain(self) -> None:
+        """Wait up to shutdown_grace for in-flight handlers, then give back the rest."""
+        deadline = time.monotonic() + self._shutdown_grace
+        if self.in_flight:
+            log.info("waiting up to %gs for %d in-flight message(s)", self._shutdown_grace, self.in_flight)
+        while self.in_flight and not self._aborting.is_set():
+            self._settle()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.in_flight:
+                break
+            self._wake.wait(min(remaining, 0.5))
+            self._wake.clear()
+        self._settle()
+        with self._lock:
+            left = [d for d in self._in_hand.values() if not d.settled]
+        for delivery in left:
+            if delivery.finished is None:
+                self._release(delivery)
+            else:
+                log.warning("message %d: handled but not acknowledged (no database); it will be "
+                            "delivered again when its lease runs out", delivery.message.id)
+
+    def _release(self, delivery: _Delivery) -> None:
+        """Give a message back unprocessed, due now (its attempts count stays)."""
+        delivery.released = True
+        msg = delivery.message
+        ok = False
+        try:
+            if self._queue is None:
+                self._connect()
+            assert self._queue is not None
+            ok = self._queue.defer(msg)
+            log.info("message %d given back (its handler had not finished)", msg.id)
+        except _DATABASE_ERRORS as exc:
+            log.warning("message %d: could not give it back (%s); it returns when its lease "
+                        "runs out", msg.id, _first_line(exc))
+        with self._lock:
+            delivery.settled = True
+            self._in_hand.pop(msg.id, None)
+        self._report(Result(msg, "released", ok, None, time.monotonic() - delivery.started))
+
+    # -- connections --------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        with translating():
+            self._conn = psycopg.connect(self._dsn, autocommit=True)
+        self._queue = Queue(self._conn, self._name)
+
+    def _disconnect(self) -> None:
+        conn, self._conn, self._queue = self._conn, None, None
+        if conn is not None:
+            conn.close()
+
+    def _is_connection_error(self, exc: Exception) -> bool:
+        """Tell whether an error means the connection is gone (then reconnect and go on)."""
+        if isinstance(exc, _CONNECTION_ERRORS) or isinstance(exc.__cause__, psycopg.OperationalError):
+            return True
+        return self._conn is None or self._conn.closed or self._conn.broken
+
+    def _connection_lost(self, exc: Exception) -> float:
+        """Drop the broken connection and return how long to wait before trying again."""
+        self._disconnect()
+        log.warning("database connection lost: %s; reconnecting", _first_line(exc))
+        if not self._stopping.is_set():
+            self._stopping.wait(1.0)
+        return 0.0
+
+    def _heartbeat_loop(self) -> None:
+        """Renew the lease of every message in hand every lease/3, on a connection of its own."""
+        interval = max(self._lease_ms / 3000.0, 0.01)
+        conn: psycopg.Connection[Any] | None = None
+        while not self._closing.wait(interval):
+            with self._lock:
+                deliveries = [d for d in self._in_hand.values() if not d.settled and not d.released]
+            if not deliveries:
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self._dsn, autocommit=True)
+                beat = Queue(conn, self._name)
+                for d in deliveries:
+                    if self._closing.is_set():
+                        break
+                    if not beat.heartbeat(d.message, self._lock_ms) and not d.settled and not d.released:
+                        log.warning("message %d: lease lost before its handler finished (it "
+                                    "will be delivered again)", d.message.id)
+            except _DATABASE_ERRORS as exc:
+                log.warning("heartbeat failed: %s", _first_line(exc))
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def _listen_loop(self) -> None:
+        """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""
+        backoff = 0.5
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                    conn.execute(listen_statement(self._name))
+                    self._notify()  # something may have arrived while we were connecting
+                    backoff = 0.5
+                    while not self._closing.is_set():
+                        for _ in conn.notifies(timeout=0.2):
+                            self._notify()
+            except _DATABASE_ERRORS as exc:
+                if self._closing.is_set():
+                    return
+                log.warning("LISTEN connection failed: %s; polling until it is back (retry in %gs)",
+                            _first_line(exc), backoff)
+                self._closing.wait(backoff)
+                backoff = min(backoff * 2, _RECONNECT_MAX)
+
+    def _notify(self) -> None:
+        self._notified.set()
+        self._wake.set()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,318 @@
+"""The `pgqueue` command line: every command in-process (capturing its output), a few as real
+subprocesses, and its error reports: one line on stderr, a non-zero status, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from psycopg import sql
+
+from conftest import Server, admin_execute, drop_database
+from pgqueue import Queue
+from pgqueue.cli import format_table, main
+
+PGQUEUE = Path(sys.executable).with_name("pgqueue")
+TESTS = Path(__file__).resolve().parent
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `pgqueue ARGV` in-process; return (status, stdout, stderr)."""
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_one_line_error(status: int, out: str, err: str, *words: str, code: int = 1) -> None:
+    assert status == code, (out, err)
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err, err
+
+
+@pytest.fixture
+def bare_db(pg_server: Server) -> Iterator[str]:
+    """The DSN of a fresh database without the extension."""
+    name = f"bare_{os.getpid()}_{time.monotonic_ns()}"
+    admin_execute(pg_server, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        drop_database(pg_server, name)
+
+
+@pytest.fixture(autouse=True)
+def no_env_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGQUEUE_DSN", raising=False)
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+def test_enqueue_then_dequeue_and_complete(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    status, out, _ = run(capsys, "queue", "create", "jobs", "--dsn", dsn)
+    assert status == 0 and "jobs" in out
+    status, out, _ = run(capsys, "enqueue", "jobs", "hello", "--dsn", dsn)
+    assert status == 0
+    first = int(out)
+    status, out, _ = run(capsys, "--dsn", dsn, "enqueue", "jobs", '{"n": [1, 2]}', "--json", "--priority", "5")
+    second = int(out)
+    status, out, _ = run(capsys, "enqueue", "jobs", "later", "--delay", "60", "--dsn", dsn)
+    assert status == 0
+
+    status, out, err = run(capsys, "dequeue", "jobs", "--limit", "5", "--complete", "--dsn", dsn)
+    assert status == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    # the prioritised one first; the scheduled one is not due
+    assert [(r["id"], r["payload"], r["attempts"]) for r in records] == [
+        (second, {"n": [1, 2]}, 1), (first, "hello", 1)]
+    stats = Queue(dsn, "jobs").stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 1, 0)
+
+
+def test_dequeue_without_complete_leaves_the_messages_leased(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    Queue(dsn).enqueue(b"\x00\xff")
+    status, out, err = run(capsys, "dequeue", "default", "--lock-ms", "60000", "--dsn", dsn)
+    assert status == 0
+    assert json.loads(out)["payload_base64"] == "AP8="
+    assert "leased" in err
+    assert Queue(dsn).stats().leased == 1
+    status, out, err = run(capsys, "dequeue", "default", "--dsn", dsn)
+    assert (status, out) == (0, "")
+    assert "no message" in err
+
+
+def test_enqueue_reads_standard_input(capsys: pytest.CaptureFixture[str], dsn: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"from": "stdin"}'))
+    status, out, _ = run(capsys, "enqueue", "default", "-", "--json", "--dsn", dsn)
+    assert status == 0
+    [msg] = Queue(dsn).dequeue(1)
+    assert msg.id == int(out) and msg.payload == {"from": "stdin"}
+
+
+def test_dsn_from_the_environment(capsys: pytest.CaptureFixture[str], dsn: str,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGQUEUE_DSN", dsn)
+    status, out, _ = run(capsys, "enqueue", "default", "x")
+    assert status == 0 and int(out) > 0
+
+
+def test_stats_is_an_aligned_table(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    queue = Queue(dsn, "a_rather_long_queue_name")
+    queue.create()
+    queue.enqueue_many(["x"] * 12)
+    queue.enqueue("y", delay=3600)
+    status, out, _ = run(capsys, "stats", "--dsn", dsn)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["queue", "ready", "scheduled", "leased", "dead", "oldest", "ready"]
+    rows = {line.split()[0]: line for line in lines[2:]}
+    assert set(rows) == {"a_rather_long_queue_name", "default"}
+    assert rows["a_rather_long_queue_name"].split()[1:5] == ["12", "1", "0", "0"]
+    # columns line up: the numbers end where their headers end
+    ready_end = lines[0].index("ready") + len("ready")
+    assert all(line[:ready_end].endswith(("12", "0", "-----")) for line in lines[1:])
+    status, out, _ = run(capsys, "stats", "default", "--dsn", dsn)
+    assert status == 0 and "a_rather_long_queue_name" not in out and "default" in out
+
+
+def test_format_table_aligns_numbers_right() -> None:
+    text = format_table(["name", "n"], [("a", 1), ("bbb", 100)])
+    assert text.splitlines() == ["name    n", "----  ---", "a       1", "bbb   100"]
+
+
+def test_queue_management(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    status, out, _ = run(capsys, "queue", "create", "mail", "--lock-ms", "5000", "--max-attempts", "4",
+                         "--retry-base-ms", "100", "--retry-cap-ms", "1000", "--max-size", "10",
+                         "--notify", "--dsn", dsn)
+    assert status == 0
+    settings = Queue(dsn, "mail").settings()
+    assert (settings.lock_ms, settings.max_attempts, settings.retry_base_ms, settings.retry_cap_ms,
+            settings.max_size, settings.notify) == (5000, 4, 100, 1000, 10, True)
+
+    status, out, err = run(capsys, "queue", "create", "mail", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "already exists", "--if-not-exists")
+    assert run(capsys, "queue", "create", "mail", "--if-not-exists", "--dsn", dsn)[0] == 0
+
+    status, out, _ = run(capsys, "queue", "alter", "mail", "--no-notify", "--max-attempts", "0", "--dsn", dsn)
+    assert status == 0
+    settings = Queue(dsn, "mail").settings()
+    assert (settings.notify, settings.max_attempts, settings.lock_ms) == (False, None, 5000)
+
+    status, out, _ = run(capsys, "queue", "list", "--dsn", dsn)
+    assert status == 0
+    assert [line.split()[0] for line in out.splitlines()[2:]] == ["default", "mail"]
+
+    status, out, _ = run(capsys, "queue", "drop", "mail", "--dsn", dsn)
+    assert status == 0 and "dropped" in out
+    status, out, err = run(capsys, "queue", "drop", "mail", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "does not exist")
+    assert run(capsys, "queue", "drop", "mail", "--if-exists", "--dsn", dsn)[0] == 0
+
+
+def test_dead_letters_list_requeue_purge(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=1)
+    queue.enqueue_many([{"n": i} for i in range(3)])
+    for msg in queue.dequeue(3):
+        queue.fail(msg, f"bad {msg.payload}")
+    dead = [d.id for d in queue.dead_letters()]
+    assert len(dead) == 3
+
+    status, out, _ = run(capsys, "dead", "list", "jobs", "--dsn", dsn)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["id", "attempts", "dead"]
+    assert {int(line.split()[0]) for line in lines[2:]} == set(dead)
+    assert "bad {'n': 0}" in out
+
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(dead[0]), "--dsn", dsn)
+    assert status == 0 and "requeued 1" in out
+    assert queue.stats().ready == 1
+
+    status, out, err = run(capsys, "dead", "purge", "jobs", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "--all", code=2)
+    status, out, _ = run(capsys, "dead", "purge", "jobs", "--id", str(dead[1]), "--dsn", dsn)
+    assert status == 0 and "purged 1" in out
+    status, out, _ = run(capsys, "dead", "purge", "jobs", "--all", "--dsn", dsn)
+    assert status == 0 and "purged 1" in out
+    status, out, _ = run(capsys, "dead", "list", "jobs", "--dsn", dsn)
+    assert status == 0 and "no dead letters" in out
+
+
+def test_install(capsys: pytest.CaptureFixture[str], bare_db: str) -> None:
+    status, out, err = run(capsys, "stats", "--dsn", bare_db)
+    assert_one_line_error(status, out, err, "not installed", "pgqueue install")
+    status, out, err = run(capsys, "install", "--dsn", bare_db)
+    assert status == 0, err
+    assert "installed" in out
+    status, out, _ = run(capsys, "install", "--dsn", bare_db)
+    assert status == 0 and "already installed" in out
+    assert run(capsys, "stats", "--dsn", bare_db)[0] == 0
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path) -> None:
+    cases: list[tuple[list[str], tuple[str, ...], int]] = [
+        (["stats"], ("no database", "PGQUEUE_DSN"), 1),
+        (["stats", "--dsn", "this is not a dsn"], ("invalid connection string",), 1),
+        (["stats", "--dsn", "host=127.0.0.1 port=1 connect_timeout=5"], ("cannot connect",), 1),
+        (["stats", "nope", "--dsn", dsn], ('queue "nope" does not exist',), 1),
+        (["enqueue", "nope", "x", "--dsn", dsn], ('queue "nope" does not exist',), 1),
+        (["enqueue", "bad name!", "x", "--dsn", dsn], ("invalid queue name",), 1),
+        (["enqueue", "default", "{", "--json", "--dsn", dsn], ("not valid JSON",), 1),
+        (["enqueue", "default", "x", "--delay", "-1", "--dsn", dsn], ("--delay",), 2),
+        (["dequeue", "default", "--limit", "0", "--dsn", dsn], ("--limit",), 2),
+        (["dead", "list", "nope", "--dsn", dsn], ("does not exist",), 1),
+        (["queue", "drop", "default", "--dsn", dsn], ("cannot be dropped",), 1),
+        (["queue", "alter", "default", "--dsn", dsn], ("nothing to change",), 2),
+        (["queue", "create", "q", "--retry-base-ms", "10", "--retry-cap-ms", "1", "--dsn", dsn],
+         ("retry",), 1),
+        (["queue"], ("give an action",), 2),
+        (["frobnicate"], ("invalid choice",), 2),
+        (["worker", dsn, "default", "nocolon"], ("MODULE:FUNCTION",), 1),
+        (["worker", dsn, "default", "no_such_module_xyz:f"], ("cannot import",), 1),
+        (["worker", dsn, "default", "worker_handlers:missing"], ("has no",), 1),
+        (["worker", dsn, "default", "worker_handlers:not_callable"], ("not callable",), 1),
+        (["worker", dsn, "default", "worker_handlers:coroutine_handler"], ("coroutine",), 1),
+        (["worker", dsn, "nope", "worker_handlers:obey"], ('queue "nope" does not exist',), 1),
+        (["worker", "default", "worker_handlers:obey"], ("no database",), 1),
+    ]
+    for argv, words, code in cases:
+        status, out, err = run(capsys, *argv)
+        assert_one_line_error(status, out, err, *words, code=code)
+
+
+def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "--help")
+    assert status == 0
+    for command in ("demo", "install", "enqueue", "dequeue", "stats", "dead", "queue", "worker"):
+        assert command in out
+    status, out, _ = run(capsys, "worker", "--help")
+    assert status == 0 and "MODULE:FUNCTION" in out
+    status, out, _ = run(capsys, "--version")
+    assert status == 0 and out.startswith("pgqueue ")
+
+
+# -- real processes -----------------------------------------------------------------------
+
+
+def pgqueue(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    return subprocess.run([str(PGQUEUE), *argv], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_the_installed_command(dsn: str) -> None:
+    proc = pgqueue("enqueue", "default", "from a process", "--dsn", dsn)
+    assert proc.returncode == 0, proc.stderr
+    msg_id = int(proc.stdout)
+    proc = pgqueue("stats", "--dsn", dsn)
+    assert proc.returncode == 0 and "default" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "pgqueue", "dequeue", "default", "--complete", "--dsn", dsn],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["id"] == msg_id
+
+
+def test_the_installed_command_reports_errors_in_one_line(dsn: str) -> None:
+    for argv in (["stats", "nope", "--dsn", dsn], ["stats", "--dsn", "host=127.0.0.1 port=1"]):
+        proc = pgqueue(*argv)
+        assert proc.returncode == 1
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_stats_watch_refreshes_until_interrupted(dsn: str) -> None:
+    proc = subprocess.Popen([str(PGQUEUE), "stats", "--watch", "0.2", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # three refreshes, then Ctrl-C
+        seen.append(line)
+        if sum("pgqueue stats at" in s for s in seen) == 3:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert sum(line.startswith("default ") for line in seen) >= 2
+
+
+def test_worker_command_processes_messages(dsn: str, tmp_path: Path) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create(notify=True)
+    mark = str(tmp_path / "marks")
+    ids = queue.enqueue_many([{"mark": mark} for _ in range(5)])
+    env = {**os.environ, "PGQUEUE_DSN": dsn}
+    # DSN from the environment: `pgqueue worker QUEUE MODULE:FUNCTION`
+    proc = subprocess.Popen([str(PGQUEUE), "worker", "jobs", "worker_handlers:obey", "-c", "2"],
+                            cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while queue.stats().total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    from worker_handlers import marks
+
+    assert sorted(i for i, _ in marks(mark)) == sorted(ids)
+    assert queue.stats().total == 0

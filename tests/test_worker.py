@@ -1,0 +1,406 @@
+"""The worker against a real server: completion and failure, bounded concurrency, heartbeats,
+wake-ups (LISTEN, scheduled messages, retries) without busy polling, graceful shutdown, and
+a worker process killed with SIGKILL losing nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from pgqueue import Message, Queue
+from pgqueue.worker import Result, Worker, dsn_of
+from worker_handlers import marks
+
+TESTS = Path(__file__).resolve().parent
+PGQUEUE = Path(sys.executable).with_name("pgqueue")
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[threading.Thread]:
+    """Run a worker on a thread for the block; stop it and check that it stopped."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        worker.stop()
+        thread.join(20)
+        assert not thread.is_alive(), "the worker did not stop"
+        assert not errors, errors
+
+
+class Results:
+    """An on_result hook that keeps every Result."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list[Result] = []
+
+    def __call__(self, result: Result) -> None:
+        with self.lock:
+            self.items.append(result)
+
+    def outcomes(self) -> Counter[str]:
+        with self.lock:
+            return Counter(r.outcome for r in self.items)
+
+    def count(self, outcome: str) -> int:
+        return self.outcomes()[outcome]
+
+
+def make_queue(dsn: str, name: str = "jobs", **options: Any) -> Queue:
+    queue = Queue(dsn, name)
+    queue.create(**{"notify": True, **options})
+    return queue
+
+
+def test_completes_successes_and_fails_failures(dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=2, retry_base_ms=0, retry_cap_ms=0)
+    good = queue.enqueue_many([{"n": i} for i in range(20)])
+    bad = queue.enqueue({"fail": "boom"})
+    seen: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def handler(msg: Message) -> None:
+        with lock:
+            seen[msg.id] += 1
+        if isinstance(msg.payload, dict) and "fail" in msg.payload:
+            raise ValueError(msg.payload["fail"])
+
+    results = Results()
+    with running(Worker(queue, handler, concurrency=4, on_result=results)):
+        wait_for(lambda: results.count("completed") == 20 and results.count("dead") == 1, what="all settled")
+
+    assert all(r.acknowledged for r in results.items)
+    assert {r.message.id for r in results.items if r.outcome == "completed"} == set(good)
+    assert seen == Counter({**{i: 1 for i in good}, bad: 2})  # one retry, then dead
+    assert results.outcomes() == Counter(completed=20, retried=1, dead=1)
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 1)
+    [dead] = queue.dead_letters()
+    assert dead.id == bad and dead.attempts == 2
+    assert dead.last_error == "ValueError: boom"
+
+
+def test_concurrency_is_bounded(dsn: str) -> None:
+    queue = make_queue(dsn)
+    queue.enqueue_many(list(range(30)))
+    lock = threading.Lock()
+    running_now = 0
+    peak = 0
+
+    def handler(msg: Message) -> None:
+        nonlocal running_now, peak
+        with lock:
+            running_now += 1
+            peak = max(peak, running_now)
+        time.sleep(0.05)
+        with lock:
+            running_now -= 1
+
+    results = Results()
+    worker = Worker(queue, handler, concurrency=3, batch_size=2, on_result=results)
+    with running(worker):
+        for _ in range(50):
+            assert worker.in_flight <= 3
+            time.sleep(0.01)
+        wait_for(lambda: results.count("completed") == 30, what="30 completions")
+    assert peak == 3
+
+
+def test_heartbeats_keep_the_lease_of_a_long_handler(dsn: str) -> None:
+    queue = make_queue(dsn, lock_ms=600)  # heartbeats every 200 ms
+    msg_id = queue.enqueue("long")
+    started = threading.Event()
+    calls: list[int] = []
+
+    def handler(msg: Message) -> None:
+        calls.append(msg.attempts)
+        started.set()
+        time.sleep(2.5)  # four leases long
+
+    results = Results()
+    with running(Worker(queue, handler, concurrency=1, on_result=results)):
+        assert started.wait(5)
+        other = Queue(dsn, "jobs")
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:  # the lease never runs out meanwhile
+            assert other.dequeue(1) == []
+            time.sleep(0.05)
+        other.close()
+        wait_for(lambda: results.items, what="the result")
+    [result] = results.items
+    assert (result.message.id, result.outcome, result.acknowledged) == (msg_id, "completed", True)
+    assert calls == [1]
+
+
+def test_listen_wakes_an_idle_worker_at_once(dsn: str) -> None:
+    queue = make_queue(dsn)
+    handled = threading.Event()
+    worker = Worker(queue, lambda msg: handled.set(), poll_min=30, poll_max=30)
+    with running(worker):
+        time.sleep(0.5)  # the worker has polled once and sleeps for 30 s
+        start = time.monotonic()
+        queue.enqueue("wake up")
+        assert handled.wait(5)
+        latency = time.monotonic() - start
+    assert latency < 1.0, f"an idle worker took {latency:.3f}s to pick up a message"
+
+
+def test_without_listen_an_idle_worker_waits_for_its_poll(dsn: str) -> None:
+    # The control for the test above: the quick pick-up is LISTEN's doing.
+    queue = make_queue(dsn)
+    handled = threading.Event()
+    worker = Worker(queue, lambda msg: handled.set(), listen=False, poll_min=30, poll_max=30)
+    with running(worker):
+        time.sleep(0.5)
+        queue.enqueue("nobody hears this")
+        assert not handled.wait(1.5)
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_scheduled_message_is_picked_up_when_due(dsn: str, listen: bool) -> None:
+    queue = make_queue(dsn)
+    handled_at: list[float] = []
+    worker = Worker(queue, lambda msg: handled_at.append(time.monotonic()), listen=listen,
+                    poll_min=30, poll_max=30)
+    start = time.monotonic()
+    queue.enqueue("later", delay=1.0)
+    with running(worker):
+        wait_for(lambda: handled_at, timeout=5, what="the scheduled message")
+    waited = handled_at[0] - start
+    assert 0.95 <= waited < 2.0, f"picked up after {waited:.3f}s"
+
+
+def test_a_failed_message_is_retried_after_its_back_off(dsn: str) -> None:
+    queue = make_queue(dsn, retry_base_ms=400, retry_cap_ms=400)  # retry after 200-400 ms
+    queue.enqueue("flaky")
+    attempts: list[tuple[int, float]] = []
+
+    def handler(msg: Message) -> None:
+        attempts.append((msg.attempts, time.monotonic()))
+        if msg.attempts == 1:
+            raise RuntimeError("try again")
+
+    results = Results()
+    with running(Worker(queue, handler, poll_min=30, poll_max=30, on_result=results)):
+        wait_for(lambda: results.count("completed") == 1, timeout=5, what="the retry")
+    [(first, t1), (second, t2)] = attempts
+    assert (first, second) == (1, 2)
+    assert 0.19 <= t2 - t1 < 1.0
+
+
+def _dequeue_calls(dsn: str) -> int:
+    """How many times pgqueue.message_dequeue ran (track_functions must be on for the caller)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+            "WHERE schemaname = 'pgqueue' AND funcname = 'message_dequeue'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_an_idle_worker_does_not_busy_poll(dsn: str) -> None:
+    queue = make_queue(dsn)
+    queue.enqueue("far away", delay=3600)
+    handled = threading.Event()
+    counted = make_conninfo(dsn, options="-c track_functions=all")
+    before = _dequeue_calls(dsn)
+    # next_due says an hour, LISTEN is on: the worker backs off from 50 ms to poll_max
+    worker = Worker(queue, lambda msg: handled.set(), poll_min=0.05, poll_max=1.0, dsn=counted)
+    with running(worker):
+        time.sleep(3.0)
+    # a backend flushes its function statistics when it exits
+    calls = 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        calls = _dequeue_calls(dsn) - before
+        if calls:
+            break
+        time.sleep(0.1)
+    # 50+100+200+400 ms, then once a second: about 7 polls in 3 s; busy polling would be hundreds
+    assert 3 <= calls <= 12, calls
+    assert not handled.is_set()
+
+
+def test_stop_finishes_in_flight_handlers_then_gives_back_the_rest(dsn: str) -> None:
+    queue = make_queue(dsn, lock_ms=60000)
+    quick = queue.enqueue({"sleep": 0.3})
+    stuck = queue.enqueue({"sleep": 30})
+    release = threading.Event()
+    started: list[int] = []
+
+    def handler(msg: Message) -> None:
+        started.append(msg.id)
+        if msg.id == stuck:
+            release.wait(30)
+        else:
+            time.sleep(0.3)
+
+    results = Results()
+    worker = Worker(queue, handler, concurrency=2, shutdown_grace=1.0, on_result=results)
+    try:
+        with running(worker):
+            wait_for(lambda: len(started) == 2, what="both handlers to start")
+            t0 = time.monotonic()
+            worker.stop()
+        took = time.monotonic() - t0
+    finally:
+        release.set()
+    assert took < 3.0
+    by_id = {r.message.id: r for r in results.items}
+    assert by_id[quick].outcome == "completed" and by_id[quick].acknowledged
+    assert by_id[stuck].outcome == "released" and by_id[stuck].acknowledged
+    # the stuck message is back, due now, and its next delivery is attempt 2
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (1, 0)
+    [again] = queue.dequeue(1)
+    assert (again.id, again.attempts) == (stuck, 2)
+
+
+def test_worker_survives_losing_its_connections(dsn: str) -> None:
+    queue = make_queue(dsn)
+    results = Results()
+    worker = Worker(queue, lambda msg: None, poll_max=0.5, on_result=results)
+    with running(worker) as thread:
+        queue.enqueue_many(list(range(5)))
+        wait_for(lambda: results.count("completed") == 5, what="the first five")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = 'pgqueue-worker'").fetchone()
+        assert killed is not None and killed[0] >= 2  # the main and LISTEN connections
+        queue.enqueue_many(list(range(5)))
+        wait_for(lambda: results.count("completed") == 10, timeout=15, what="the next five")
+        assert thread.is_alive()
+    assert all(r.acknowledged for r in results.items)
+
+
+def test_dsn_of_each_kind_of_queue(dsn: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    assert dsn_of(Queue(dsn)) == dsn
+    with psycopg.connect(dsn) as conn:
+        dbname = conn.info.dbname
+        with psycopg.connect(dsn_of(Queue(conn))) as again:
+            assert again.info.dbname == dbname
+    with ConnectionPool(dsn, min_size=1, open=True) as pool:
+        with psycopg.connect(dsn_of(Queue(pool))) as again:
+            assert again.info.dbname == dbname
+
+
+def test_worker_refuses_bad_options(dsn: str) -> None:
+    queue = Queue(dsn)
+    with pytest.raises(ValueError):
+        Worker(queue, print, concurrency=0)
+    with pytest.raises(ValueError):
+        Worker(queue, print, poll_min=2, poll_max=1)
+
+    async def coro(msg: Message) -> None:
+        pass
+
+    with pytest.raises(TypeError):
+        Worker(queue, coro)
+
+
+def test_run_on_a_missing_queue_raises(dsn: str) -> None:
+    from pgqueue.errors import QueueNotFound
+
+    with pytest.raises(QueueNotFound):
+        Worker(Queue(dsn, "nope"), print).run()
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+def start_worker_process(dsn: str, queue: str, *options: str) -> subprocess.Popen[str]:
+    """Run `pgqueue worker DSN QUEUE worker_handlers:obey` from the tests directory."""
+    return subprocess.Popen(
+        [str(PGQUEUE), "worker", dsn, queue, "worker_handlers:obey", *options],
+        cwd=TESTS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_sigterm_finishes_or_gives_back_and_exits_0(dsn: str, tmp_path: Path) -> None:
+    queue = make_queue(dsn, lock_ms=60000)
+    mark = str(tmp_path / "marks")
+    quick = queue.enqueue({"mark": mark, "sleep": 1.0})
+    stuck = queue.enqueue({"mark": mark, "sleep": 60})
+    proc = start_worker_process(dsn, "jobs", "--concurrency", "2", "--shutdown-grace", "2")
+    try:
+        wait_for(lambda: len(marks(mark)) == 2, timeout=15, what="both handlers to start")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "SIGTERM" in err
+    # the quick one finished within the grace period and was completed; the stuck one is back
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (1, 0, 0, 0)
+    [again] = queue.dequeue(1)
+    assert (again.id, again.attempts) == (stuck, 2)
+    assert quick != stuck
+
+
+def test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once(dsn: str, tmp_path: Path) -> None:
+    queue = make_queue(dsn, lock_ms=1000)
+    mark = str(tmp_path / "marks")
+    msg_id = queue.enqueue({"mark": mark, "sleep": 60})
+    proc = start_worker_process(dsn, "jobs")
+    try:
+        wait_for(lambda: marks(mark), timeout=15, what="the handler to start")
+        proc.kill()  # SIGKILL: no clean-up at all
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    killed_at = time.monotonic()
+    assert queue.stats().leased == 1  # still held by the dead worker's lease
+
+    results = Results()
+    redelivered: list[Message] = []
+    with running(Worker(queue, redelivered.append, on_result=results)):
+        wait_for(lambda: results.items, timeout=10, what="the redelivery")
+        time.sleep(0.5)  # nothing else arrives
+    took = time.monotonic() - killed_at
+    assert [(m.id, m.attempts) for m in redelivered] == [(msg_id, 2)]
+    assert [(r.outcome, r.acknowledged) for r in results.items] == [("completed", True)]
+    assert took < 5
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 0)
+    assert marks(mark) == [(msg_id, 1)]  # the killed worker's attempt
