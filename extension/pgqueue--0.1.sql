@@ -715,14 +715,18 @@ DECLARE
     v_now     bigint := pgqueue.now_ms();
     v_lock_ms bigint;
     v_dead    bigint;
+    v_dead_ids bigint[];
     v_ids     bigint[];
 BEGIN
     SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
-    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
-        RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', coalesce(p_limit::text, 'NULL')
+    IF p_limit IS NULL THEN
+        RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', p_limit
             USING ERRCODE = '22023';
     END IF;
     v_lock_ms := coalesce(p_lock_ms, v_queue.lock_ms);
@@ -734,42 +738,31 @@ BEGIN
         RETURN;
     END IF;
 
-    -- A message whose lease ran out max_attempts times is dead, not redelivered.
-    IF v_queue.max_attempts IS NOT NULL THEN
-        FOR v_dead IN
-            SELECT m.id FROM pgqueue.message m
+    -- Expired leases first (overdue work): one bounded probe of message_leased_idx. Those whose
+    -- lease ran out max_attempts times go to the dead letters instead: a poison message must not
+    -- loop forever. Then ready messages by (dequeue_at, id) through message_ready_idx, only if
+    -- the first probe left room.
+    SELECT coalesce(array_agg(e.id ORDER BY e.locked_until, e.id)
+                      FILTER (WHERE v_queue.max_attempts IS NULL OR e.attempts < v_queue.max_attempts), '{}'),
+           coalesce(array_agg(e.id) FILTER (WHERE e.attempts >= v_queue.max_attempts), '{}')
+      INTO v_ids, v_dead_ids
+      FROM (SELECT m.id, m.attempts, m.locked_until FROM pgqueue.message m
              WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-               AND m.locked_until <= v_now AND m.attempts >= v_queue.max_attempts
+               AND m.locked_until <= v_now
              ORDER BY m.locked_until, m.id
-             LIMIT 1000
-               FOR UPDATE SKIP LOCKED
-        LOOP
-            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
-        END LOOP;
+             LIMIT p_limit
+               FOR UPDATE SKIP LOCKED) e;
+    FOREACH v_dead IN ARRAY v_dead_ids LOOP
+        PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
+    END LOOP;
+    IF cardinality(v_ids) < p_limit THEN
+        v_ids := v_ids || ARRAY(
+            SELECT m.id FROM pgqueue.message m
+             WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
+             ORDER BY m.dequeue_at, m.id
+             LIMIT p_limit - cardinality(v_ids)
+               FOR UPDATE SKIP LOCKED);
     END IF;
-
-    -- Expired leases first (overdue work), then ready messages by (dequeue_at, id):
-    -- two bounded probes; the second runs only if the first leaves room.
-    v_ids := ARRAY(
-        SELECT c.id FROM (
-            SELECT e.id FROM (
-                SELECT m.id FROM pgqueue.message m
-                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-                   AND m.locked_until <= v_now
-                   AND (v_queue.max_attempts IS NULL OR m.attempts < v_queue.max_attempts)
-                 ORDER BY m.locked_until, m.id
-                 LIMIT p_limit
-                   FOR UPDATE SKIP LOCKED) e
-            UNION ALL
-            SELECT r.id FROM (
-                SELECT m.id FROM pgqueue.message m
-                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
-                   AND m.dequeue_at <= v_now
-                 ORDER BY m.dequeue_at, m.id
-                 LIMIT p_limit
-                   FOR UPDATE SKIP LOCKED) r
-        ) c
-        LIMIT p_limit);
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;

@@ -1,0 +1,214 @@
+"""Helpers shared by the invariant tests: table snapshots, SQLSTATE capture, and reading the
+plans of the statements that run inside pgqueue's functions (auto_explain)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+Row = tuple[Any, ...]
+
+#: Every table of the extension and the columns that identify a row, for snapshots.
+TABLES: dict[str, str] = {
+    "pgqueue.queue": "id",
+    "pgqueue.message": "id",
+    "pgqueue.dead_letter": "id",
+    "pgqueue.queue_size": "queue_id",
+}
+
+
+def snapshot(conn: psycopg.Connection[Any]) -> dict[str, list[Row]]:
+    """Return the full contents of every pgqueue table, ordered by key."""
+    out: dict[str, list[Row]] = {}
+    for table, key in TABLES.items():
+        # table names are constants of this module, not input
+        out[table] = conn.execute(f"SELECT t.* FROM {table} t ORDER BY t.{key}").fetchall()
+    return out
+
+
+def sqlstate_of(conn: psycopg.Connection[Any], query: str, params: Sequence[Any] | None = None) -> str | None:
+    """Run a statement and return the SQLSTATE it failed with, or None if it succeeded."""
+    try:
+        conn.execute(query, params)
+    except psycopg.Error as exc:
+        return exc.sqlstate
+    return None
+
+
+def message_row(conn: psycopg.Connection[Any], msg_id: int) -> Row | None:
+    """The full row of a live message, or None."""
+    return conn.execute("SELECT m.* FROM pgqueue.message m WHERE m.id = %s", (msg_id,)).fetchone()
+
+
+# --------------------------------------------------------------------------------------------
+# Plans of nested statements
+# --------------------------------------------------------------------------------------------
+
+AUTO_EXPLAIN = (
+    "LOAD 'auto_explain'",
+    "SET auto_explain.log_min_duration = 0",
+    "SET auto_explain.log_analyze = on",
+    "SET auto_explain.log_buffers = on",
+    "SET auto_explain.log_timing = off",
+    "SET auto_explain.log_nested_statements = on",
+    "SET auto_explain.log_format = 'json'",
+    "SET auto_explain.log_level = 'notice'",
+    "SET client_min_messages = notice",
+)
+
+#: Marks the statement the test sends, so that it is told apart from the nested ones.
+TOP_MARKER = "/* pgqueue-test top-level */"
+
+SCAN_NODES = {"Seq Scan", "Sample Scan", "Tid Scan", "Tid Range Scan", "Bitmap Heap Scan"}
+INDEX_NODES = {"Index Scan", "Index Only Scan", "Bitmap Index Scan"}
+SORT_NODES = {"Sort", "Incremental Sort"}
+#: Children that are a node's input (InitPlans and SubPlans are not, e.g. a CTE).
+INPUT_RELATIONSHIPS = {"Outer", "Inner", "Member", "Subquery", None}
+
+
+@dataclass
+class Statement:
+    """One statement auto_explain reported: its text and its JSON plan."""
+
+    text: str
+    plan: dict[str, Any]
+
+    @property
+    def buffers(self) -> int:
+        """Shared buffers hit + read by the whole statement."""
+        return int(self.plan.get("Shared Hit Blocks", 0)) + int(self.plan.get("Shared Read Blocks", 0))
+
+
+@dataclass
+class Call:
+    """One call of a top-level statement: its rows, the top-level plan and the nested ones."""
+
+    rows: list[Row]
+    top: Statement
+    nested: list[Statement] = field(default_factory=list)
+
+    @property
+    def nested_buffers(self) -> int:
+        """Shared buffers (hit + read) of the nested statements, summed."""
+        return sum(s.buffers for s in self.nested)
+
+
+class PlanCapture:
+    """Capture auto_explain's plans of every statement run on a connection (nested included)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self._notices: list[str] = []
+        conn.add_notice_handler(self._on_notice)
+        for stmt in AUTO_EXPLAIN:
+            conn.execute(stmt)
+        self._notices.clear()
+
+    def _on_notice(self, diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary:
+            self._notices.append(diag.message_primary)
+
+    def run(self, query: str, params: Sequence[Any] | None = None) -> Call:
+        """Run one statement and return its rows with the plans auto_explain logged for it."""
+        self._notices.clear()
+        rows = self.conn.execute(f"{TOP_MARKER} {query}", params).fetchall()  # type: ignore[arg-type]
+        statements = [parse_auto_explain(n) for n in self._notices]
+        plans = [s for s in statements if s is not None]
+        tops = [s for s in plans if TOP_MARKER in s.text]
+        assert len(tops) == 1, f"expected one top-level plan, got {len(tops)}: {self._notices!r}"
+        return Call(rows=rows, top=tops[0], nested=[s for s in plans if TOP_MARKER not in s.text])
+
+
+def parse_auto_explain(message: str) -> Statement | None:
+    """Parse one auto_explain notice ("duration: ... plan:\\n{json}"); None for other notices."""
+    head, sep, body = message.partition("plan:\n")
+    if not sep or not head.startswith("duration:"):
+        return None
+    doc = json.loads(body)
+    return Statement(text=doc.get("Query Text", ""), plan=doc["Plan"])
+
+
+def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of a plan tree, the root first."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from walk(child)
+
+
+def walk_input(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The nodes that feed a node's output: its subtree without InitPlans and SubPlans."""
+    for child in node.get("Plans", []):
+        if child.get("Parent Relationship") in INPUT_RELATIONSHIPS:
+            yield child
+            yield from walk_input(child)
+
+
+def _touches(node: dict[str, Any], relation: str, indexes: set[str]) -> bool:
+    return node.get("Relation Name") == relation or node.get("Index Name") in indexes
+
+
+def _describe(node: dict[str, Any]) -> str:
+    bits = [node["Node Type"]]
+    if "Index Name" in node:
+        bits.append(f"using {node['Index Name']}")
+    if "Relation Name" in node:
+        bits.append(f"on {node['Relation Name']}")
+    return " ".join(bits)
+
+
+def index_names(conn: psycopg.Connection[Any], table: str = "pgqueue.message") -> set[str]:
+    """Names of the indexes on a table."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = %s::regclass", (table,)).fetchall()
+    return {r[0] for r in rows}
+
+
+def plan_violations(statements: Sequence[Statement], message_indexes: set[str], *,
+                    required_indexes: Sequence[str] = ("message_ready_idx",),
+                    untouched: Sequence[str] = ("dead_letter",),
+                    small_table: bool = False,
+                    max_filtered: int = 1000) -> list[str]:
+    """Everything in these plans that is not a bounded index probe of pgqueue.message.
+
+    Always reported: each of required_indexes that no statement used for an index scan, and any
+    read of a relation in untouched (writing to it is fine). Unless small_table (a table of a
+    few pages, which the planner may rightly scan), also: a Seq/Sample/Tid/Bitmap scan of
+    pgqueue.message; an index scan of it without an index condition (a full-index walk) or one
+    that filtered out more than max_filtered rows; a Sort whose input scans pgqueue.message (a
+    Sort over a CTE's handed-out rows is fine).
+    """
+    problems: list[str] = []
+    used: set[str] = set()
+    for st in statements:
+        where = " ".join(st.text.split())[:140]
+        for node in walk(st.plan):
+            kind = node["Node Type"]
+            if node.get("Relation Name") in untouched and kind != "ModifyTable":
+                problems.append(f"{_describe(node)} in: {where}")
+            if kind in INDEX_NODES and node.get("Index Name") in message_indexes:
+                used.add(node["Index Name"])
+            if small_table:
+                continue
+            if kind in SCAN_NODES and node.get("Relation Name") == "message":
+                problems.append(f"{_describe(node)} in: {where}")
+            if kind in INDEX_NODES and node.get("Index Name") in message_indexes:
+                if kind == "Bitmap Index Scan":
+                    problems.append(f"{_describe(node)} in: {where}")
+                elif "Index Cond" not in node:
+                    problems.append(f"{_describe(node)} without an index condition in: {where}")
+                removed = int(node.get("Rows Removed by Filter", 0)) + int(node.get("Rows Removed by Index Recheck", 0))
+                if removed > max_filtered:
+                    problems.append(f"{_describe(node)} filtered out {removed} rows in: {where}")
+            if kind in SORT_NODES:
+                scanned = [n for n in walk_input(node) if _touches(n, "message", message_indexes)]
+                if scanned:
+                    problems.append(f"{kind} over {_describe(scanned[0])} in: {where}")
+    for idx in required_indexes:
+        if idx not in used:
+            problems.append(f"no index scan using {idx} in any statement")
+    return problems

@@ -1,0 +1,312 @@
+"""Invariant 3: N concurrent consumers over M messages, each on its own connection.
+
+Every consumer records what it saw; the records are merged and compared with the ids that were
+created (the method of shared/seeds/002): in delete mode every message is delivered exactly
+once; in lease mode every message is completed exactly once (message_complete returns true once
+per id), also when leases run out and messages are delivered again.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
+M = 5_000
+CONSUMERS = 8
+DEADLINE_S = 120
+
+
+def run_concurrently(workers: list[Callable[[threading.Barrier], T]]) -> list[T]:
+    """Start every worker in its own thread at the same moment; return their results (or raise)."""
+    barrier = threading.Barrier(len(workers))
+    with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+        futures = [pool.submit(w, barrier) for w in workers]
+        return [f.result(timeout=DEADLINE_S + 60) for f in futures]
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True, options="-c statement_timeout=30000")
+
+
+def create_messages(conn: psycopg.Connection[Any], queue: str, n: int) -> list[int]:
+    conn.execute("SELECT pgqueue.queue_create(%s, p_if_not_exists => true)", (queue,))
+    contents = [f"{queue}-{i}".encode() for i in range(n)]
+    ids = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch(%s, %s)", (queue, contents)).fetchall()]
+    assert len(set(ids)) == n
+    return ids
+
+
+def queue_is_empty(conn: psycopg.Connection[Any], queue: str) -> bool:
+    row = conn.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+        "WHERE q.name = %s)", (queue,)).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+@dataclass
+class Seen:
+    """What one consumer saw."""
+
+    delivered: list[tuple[int, int]] = field(default_factory=list)    # (id, attempts)
+    completed: list[tuple[int, int, bool]] = field(default_factory=list)  # (id, attempts, result)
+    batches: list[list[int]] = field(default_factory=list)
+
+
+def assert_busy(seen: list[Seen]) -> None:
+    """The run was concurrent: most consumers got work."""
+    busy = sum(1 for s in seen if s.delivered)
+    assert busy >= len(seen) // 2, f"only {busy} of {len(seen)} consumers got messages"
+
+
+def test_delete_mode_delivers_each_message_exactly_once(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    ids = create_messages(conn, "q", M)
+
+    def consumer(limit: int) -> Callable[[threading.Barrier], Seen]:
+        def run(barrier: threading.Barrier) -> Seen:
+            seen = Seen()
+            with connect(dsn) as c:
+                barrier.wait()
+                end = time.monotonic() + DEADLINE_S
+                while time.monotonic() < end:
+                    rows = c.execute("SELECT id, attempts FROM pgqueue.message_dequeue('q', %s, 0)", (limit,)).fetchall()
+                    if rows:
+                        seen.delivered += [(r[0], r[1]) for r in rows]
+                        seen.batches.append([r[0] for r in rows])
+                    elif queue_is_empty(c, "q"):
+                        break
+            return seen
+        return run
+
+    seen = run_concurrently([consumer(limit) for limit in (1, 2, 3, 5, 7, 10, 1, 10)])
+    counts = Counter(i for s in seen for i, _ in s.delivered)
+    assert sorted(counts) == ids, "the delivered ids are not the created ones"
+    assert [i for i, n in counts.items() if n != 1] == [], "delivered more than once"
+    assert all(a == 1 for s in seen for _, a in s.delivered)
+    assert all(b == sorted(b) for s in seen for b in s.batches), "a batch is not in (dequeue_at, id) order"
+    assert queue_is_empty(conn, "q")
+    assert_busy(seen)
+
+
+def test_in_transaction_consumers_with_rollbacks_process_each_message_once(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Delete-mode dequeue inside the consumer's own transaction, with its own write: a rolled
+    back transaction gives its messages back, a committed one consumed them, exactly once."""
+    ids = create_messages(conn, "q", M // 2)
+    conn.execute("CREATE TABLE done (id bigint NOT NULL, consumer int NOT NULL)")
+
+    def consumer(n: int) -> Callable[[threading.Barrier], Seen]:
+        def run(barrier: threading.Barrier) -> Seen:
+            seen = Seen()
+            rnd = random.Random(n)
+            with connect(dsn) as c:
+                barrier.wait()
+                end = time.monotonic() + DEADLINE_S
+                while time.monotonic() < end:
+                    rolled_back = rnd.random() < 0.2
+                    got: list[int] = []
+                    with c.transaction():
+                        got = [r[0] for r in c.execute(
+                            "SELECT id FROM pgqueue.message_dequeue('q', %s, 0)", (rnd.randint(1, 8),)).fetchall()]
+                        c.execute("INSERT INTO done SELECT unnest(%s::bigint[]), %s", (got, n))
+                        if rolled_back:
+                            raise psycopg.Rollback()
+                    if got and not rolled_back:
+                        seen.delivered += [(i, 1) for i in got]
+                    if not got and queue_is_empty(c, "q"):
+                        break
+            return seen
+        return run
+
+    seen = run_concurrently([consumer(n) for n in range(CONSUMERS)])
+    done = Counter(r[0] for r in conn.execute("SELECT id FROM done").fetchall())
+    assert sorted(done) == ids
+    assert [i for i, n in done.items() if n != 1] == []
+    # what the consumers believe they committed is what the table holds
+    assert Counter(i for s in seen for i, _ in s.delivered) == done
+    assert queue_is_empty(conn, "q")
+    assert_busy(seen)
+
+
+def lease_consumer(dsn: str, queue: str, *, limit: int, lock_ms: int, sleep_s: float = 0.0,
+                   sleep_every: int = 1, done: threading.Event | None = None) -> Callable[[threading.Barrier], Seen]:
+    """Dequeue with a lease, sleep sleep_s every sleep_every-th batch (letting short leases run
+    out), then complete each message; record every delivery and every complete's result."""
+    def run(barrier: threading.Barrier) -> Seen:
+        seen = Seen()
+        with connect(dsn) as c:
+            barrier.wait()
+            end = time.monotonic() + DEADLINE_S
+            n = 0
+            while time.monotonic() < end:
+                rows = c.execute("SELECT id, attempts FROM pgqueue.message_dequeue(%s, %s, %s)",
+                                 (queue, limit, lock_ms)).fetchall()
+                if not rows:
+                    if (done is None or done.is_set()) and queue_is_empty(c, queue):
+                        break
+                    time.sleep(0.002)
+                    continue
+                n += 1
+                seen.delivered += [(r[0], r[1]) for r in rows]
+                seen.batches.append([r[0] for r in rows])
+                if sleep_s and n % sleep_every == 0:
+                    time.sleep(sleep_s)
+                for msg_id, attempts in rows:
+                    ok = c.execute("SELECT pgqueue.message_complete(%s, %s)", (msg_id, attempts)).fetchone()
+                    assert ok is not None
+                    seen.completed.append((msg_id, attempts, bool(ok[0])))
+        return seen
+    return run
+
+
+def check_lease_run(ids: list[int], seen: list[Seen]) -> tuple[int, int]:
+    """Merge the consumers' records; return (messages delivered more than once, stale completes)."""
+    deliveries: dict[int, list[int]] = {}
+    for s in seen:
+        for msg_id, attempts in s.delivered:
+            deliveries.setdefault(msg_id, []).append(attempts)
+    assert sorted(deliveries) == ids, "the delivered ids are not the created ones"
+    for msg_id, tokens in deliveries.items():
+        # each delivery hands out the next token: 1, 2, 3, ... never one token twice
+        assert sorted(tokens) == list(range(1, len(tokens) + 1)), (msg_id, tokens)
+
+    wins = Counter(i for s in seen for i, _, ok in s.completed if ok)
+    assert sorted(wins) == ids, "some message was never completed"
+    assert [i for i, n in wins.items() if n != 1] == [], "completed more than once"
+    stale = 0
+    for s in seen:
+        for msg_id, attempts, ok in s.completed:
+            latest = max(deliveries[msg_id])
+            if ok:
+                assert attempts == latest, f"message {msg_id}: stale token {attempts} completed (latest {latest})"
+            else:
+                stale += 1
+                assert attempts < latest, f"message {msg_id}: complete with the latest token {attempts} returned false"
+    return sum(1 for a in deliveries.values() if len(a) > 1), stale
+
+
+def test_lease_mode_completes_each_message_exactly_once(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    ids = create_messages(conn, "q", M)
+    seen = run_concurrently([lease_consumer(dsn, "q", limit=limit, lock_ms=120_000)
+                             for limit in (1, 2, 3, 5, 7, 10, 1, 10)])
+    redelivered, stale = check_lease_run(ids, seen)
+    assert (redelivered, stale) == (0, 0), "no lease ran out, so nothing may be delivered twice"
+    assert all(ok for s in seen for _, _, ok in s.completed)
+    assert queue_is_empty(conn, "q")
+    assert_busy(seen)
+
+
+def test_lease_mode_with_expiring_leases_completes_each_message_exactly_once(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Three slow consumers take 30 ms leases and sleep past them before completing: their
+    messages are delivered again to the fast ones, and their stale completes return false."""
+    ids = create_messages(conn, "q", M // 2)
+    slow = [lease_consumer(dsn, "q", limit=limit, lock_ms=30, sleep_s=0.12, sleep_every=every)
+            for limit, every in ((1, 1), (3, 2), (5, 3))]
+    fast = [lease_consumer(dsn, "q", limit=limit, lock_ms=120_000) for limit in (1, 2, 4, 8, 10)]
+    seen = run_concurrently(slow + fast)
+    redelivered, stale = check_lease_run(ids, seen)
+    assert redelivered > 0, "no lease ran out: the test did not exercise redelivery"
+    assert stale > 0, "no stale complete happened: the test did not exercise fencing"
+    assert queue_is_empty(conn, "q")
+
+
+def test_concurrent_producers_and_consumers(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """Producers commit (or roll back) messages while consumers of both modes drain the queue:
+    each committed message is consumed exactly once, a rolled-back one never."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    producers_done = threading.Event()
+    produced: list[list[int]] = []
+    aborted: list[list[int]] = []
+
+    def producer(n: int) -> Callable[[threading.Barrier], tuple[list[int], list[int]]]:
+        def run(barrier: threading.Barrier) -> tuple[list[int], list[int]]:
+            ok: list[int] = []
+            bad: list[int] = []
+            rnd = random.Random(100 + n)
+            with connect(dsn) as c:
+                barrier.wait()
+                while len(ok) < M // 3:
+                    size = rnd.randint(1, 20)
+                    rollback = rnd.random() < 0.1
+                    got: list[int] = []
+                    with c.transaction():
+                        if rnd.random() < 0.5:
+                            got = [r[0] for r in c.execute(
+                                "SELECT pgqueue.message_create_batch('q', %s)",
+                                ([f"p{n}-{len(ok) + i}".encode() for i in range(size)],)).fetchall()]
+                        else:
+                            for i in range(size):
+                                row = c.execute("SELECT pgqueue.message_create('q', %s)", (f"p{n}-{len(ok) + i}".encode(),)).fetchone()
+                                assert row is not None
+                                got.append(row[0])
+                        if rollback:
+                            raise psycopg.Rollback()
+                    (bad if rollback else ok).extend(got)
+            return ok, bad
+        return run
+
+    def finish_producers(workers: list[Callable[[threading.Barrier], tuple[list[int], list[int]]]]) -> list[Callable[[threading.Barrier], Any]]:
+        left = [len(workers)]
+        lock = threading.Lock()
+
+        def wrap(w: Callable[[threading.Barrier], tuple[list[int], list[int]]]) -> Callable[[threading.Barrier], Any]:
+            def run(barrier: threading.Barrier) -> tuple[list[int], list[int]]:
+                try:
+                    return w(barrier)
+                finally:
+                    with lock:
+                        left[0] -= 1
+                        if left[0] == 0:
+                            producers_done.set()
+            return run
+        return [wrap(w) for w in workers]
+
+    def delete_consumer(limit: int) -> Callable[[threading.Barrier], Seen]:
+        def run(barrier: threading.Barrier) -> Seen:
+            seen = Seen()
+            with connect(dsn) as c:
+                barrier.wait()
+                end = time.monotonic() + DEADLINE_S
+                while time.monotonic() < end:
+                    rows = c.execute("SELECT id, attempts FROM pgqueue.message_dequeue('q', %s, 0)", (limit,)).fetchall()
+                    if rows:
+                        seen.delivered += [(r[0], r[1]) for r in rows]
+                    elif producers_done.is_set() and queue_is_empty(c, "q"):
+                        break
+                    else:
+                        time.sleep(0.002)
+            return seen
+        return run
+
+    workers: list[Callable[[threading.Barrier], Any]] = finish_producers([producer(n) for n in range(3)])
+    workers += [delete_consumer(limit) for limit in (1, 4, 10)]
+    workers += [lease_consumer(dsn, "q", limit=limit, lock_ms=120_000, done=producers_done) for limit in (2, 6)]
+    results = run_concurrently(workers)
+    for ok, bad in results[:3]:
+        produced.append(ok)
+        aborted.append(bad)
+    seen: list[Seen] = results[3:]
+
+    committed = sorted(i for p in produced for i in p)
+    rolled_back = {i for p in aborted for i in p}
+    assert len(committed) >= M - 3 and rolled_back, "premise: commits and rollbacks happened"
+    consumed = Counter(i for s in seen[:3] for i, _ in s.delivered)
+    consumed.update(i for s in seen[3:] for i, _, ok in s.completed if ok)
+    assert sorted(consumed) == committed, "consumed ids differ from the committed ones"
+    assert [i for i, n in consumed.items() if n != 1] == []
+    delivered_any = {i for s in seen for i, _ in s.delivered}
+    assert not delivered_any & rolled_back, "a rolled-back message was delivered"
+    assert all(ok for s in seen[3:] for _, _, ok in s.completed)
+    assert queue_is_empty(conn, "q")
+    assert_busy(seen)

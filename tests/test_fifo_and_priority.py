@@ -1,0 +1,192 @@
+"""Invariant 2: delivery order is (dequeue_at, id): FIFO by the id sequence among messages with
+the same dequeue_at, priorities (negative dequeue_at) ahead of normal messages, scheduled
+messages held back until due, expired leases first."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+MODES = {"lease": None, "delete": 0}
+HOUR = 3_600_000
+
+
+def dequeue_ids(conn: psycopg.Connection[Any], queue: str, limit: int, lock_ms: int | None) -> list[int]:
+    rows = conn.execute("SELECT id FROM pgqueue.message_dequeue(%s, %s, %s)", (queue, limit, lock_ms)).fetchall()
+    return [r[0] for r in rows]
+
+
+def drain(conn: psycopg.Connection[Any], queue: str, limit: int, lock_ms: int | None) -> list[int]:
+    """Dequeue until the queue hands out nothing; every batch must itself be in order."""
+    out: list[int] = []
+    while batch := dequeue_ids(conn, queue, limit, lock_ms):
+        assert len(batch) <= limit
+        out += batch
+    return out
+
+
+def now_ms(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT pgqueue.now_ms()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("how", ["one_by_one", "batch"])
+@pytest.mark.parametrize("limit", [1, 7])
+def test_same_transaction_comes_out_in_id_order(conn: psycopg.Connection[Any], mode: str, how: str, limit: int) -> None:
+    """Messages created in one transaction share dequeue_at (now()); the id sequence orders them."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    n = 200
+    # contents in an order unrelated to creation, so that no other column could explain the result
+    contents = [f"m{(i * 7919) % n:04d}".encode() for i in range(n)]
+    with conn.transaction():
+        if how == "batch":
+            ids = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('q', %s)", (contents,)).fetchall()]
+        else:
+            ids = [conn.execute("SELECT pgqueue.message_create('q', %s)", (c,)).fetchone()[0]  # type: ignore[index]
+                   for c in contents]
+    row = conn.execute("SELECT count(DISTINCT dequeue_at), count(*) FROM pgqueue.message").fetchone()
+    assert row == (1, n), "premise: one transaction, one dequeue_at"
+    assert ids == sorted(ids), "ids follow creation order"
+
+    got: list[tuple[int, bytes]] = []
+    while rows := conn.execute("SELECT id, content FROM pgqueue.message_dequeue('q', %s, %s)",
+                               (limit, MODES[mode])).fetchall():
+        got += [(r[0], bytes(r[1])) for r in rows]
+    assert [g[0] for g in got] == ids
+    assert [g[1] for g in got] == contents
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_equal_dequeue_at_is_fifo_even_when_rows_move(conn: psycopg.Connection[Any], mode: str) -> None:
+    """Equal dequeue_at across transactions, with the heap order scrambled by deferring every
+    message (newest first) back to the same dequeue_at: delivery still follows the ids."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    due = now_ms(conn) - HOUR
+    ids = [conn.execute("SELECT pgqueue.message_create('q', %s, %s)", (f"m{i}".encode(), due)).fetchone()[0]  # type: ignore[index]
+           for i in range(60)]
+    leased = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('q', 100, 60000)").fetchall()
+    assert [r[0] for r in leased] == ids
+    for msg_id, attempts in sorted(leased, reverse=True):
+        assert conn.execute("SELECT pgqueue.message_defer(%s, %s, %s)", (msg_id, attempts, due)).fetchone() == (True,)
+    heap_order = [r[0] for r in conn.execute("SELECT id FROM pgqueue.message ORDER BY ctid").fetchall()]
+    assert heap_order != ids, "premise: the heap order is no longer the id order"
+
+    assert drain(conn, "q", 1, MODES[mode]) == ids
+
+
+def test_priority_jumps_ahead_and_scheduled_wait(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+
+    def create(label: str, dequeue_at: int | None) -> int:
+        row = conn.execute("SELECT pgqueue.message_create('q', %s, %s)", (label.encode(), dequeue_at)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def prio(p: int) -> int:
+        row = conn.execute("SELECT pgqueue.priority_dequeue_at(%s)", (p,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    now = now_ms(conn)
+    normal = [create(f"normal{i}", None) for i in range(3)]
+    future = create("future", now + HOUR)
+    p0 = create("p0", prio(0))
+    p5a = create("p5a", prio(5))
+    p10 = create("p10", prio(10))
+    p5b = create("p5b", prio(5))
+    past = create("past", now - HOUR)
+    very_negative = create("explicit -1000000", -1_000_000)
+    normal.append(create("normal_last", None))
+
+    assert prio(10) < prio(5) < prio(0) < 0 < now - HOUR
+    expected = [very_negative, p10, p5a, p5b, p0, past, *normal]
+    assert drain(conn, "q", 1, 0) == expected
+    # the scheduled one is still there, waiting
+    assert conn.execute("SELECT id FROM pgqueue.message").fetchall() == [(future,)]
+    assert conn.execute("SELECT pgqueue.queue_next_due('q')").fetchone() == (now + HOUR,)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_scheduled_message_waits_until_due(conn: psycopg.Connection[Any], mode: str) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    due = now_ms(conn) + 1500
+    later = conn.execute("SELECT pgqueue.message_create('q', 'later', %s)", (due,)).fetchone()[0]  # type: ignore[index]
+    far = conn.execute("SELECT pgqueue.message_create('q', 'far', %s)", (due + HOUR,)).fetchone()[0]  # type: ignore[index]
+    ready = conn.execute("SELECT pgqueue.message_create('q', 'ready')").fetchone()[0]  # type: ignore[index]
+    assert dequeue_ids(conn, "q", 10, MODES[mode]) == [ready]
+    assert dequeue_ids(conn, "q", 10, MODES[mode]) == []
+    assert conn.execute("SELECT pgqueue.queue_next_due('q')").fetchone() == (due,)
+    deadline = time.monotonic() + 30
+    while not (got := dequeue_ids(conn, "q", 10, MODES[mode])):
+        assert time.monotonic() < deadline, "the scheduled message never became due"
+        time.sleep(0.05)
+    assert now_ms(conn) >= due, "delivered before it was due"
+    assert got == [later]
+    assert dequeue_ids(conn, "q", 10, MODES[mode]) == []
+    assert conn.execute("SELECT id FROM pgqueue.message WHERE locked_until IS NULL").fetchall() == [(far,)]
+
+
+def test_expired_leases_come_first(conn: psycopg.Connection[Any]) -> None:
+    """Overdue work (an expired lease) is handed out before ready messages, oldest lease first."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    first, second = (conn.execute("SELECT pgqueue.message_create('q', %s, %s)", (c, now_ms(conn) - HOUR)).fetchone()[0]  # type: ignore[index]
+                     for c in (b"a", b"b"))
+    assert dequeue_ids(conn, "q", 1, 1000) == [first]
+    assert dequeue_ids(conn, "q", 1, 100) == [second]
+    ready = [conn.execute("SELECT pgqueue.message_create('q', %s, %s)", (c, now_ms(conn) - 2 * HOUR)).fetchone()[0]  # type: ignore[index]
+             for c in (b"c", b"d")]
+    time.sleep(1.2)
+    # second's lease ran out first, then first's; then the ready ones by (dequeue_at, id)
+    assert drain(conn, "q", 1, 60000) == [second, first, *ready]
+
+
+# -- model-based: any mix of dequeue_at values comes out as sorted(deliverable, (dequeue_at, id))
+
+_queue_names = (f"h{i}" for i in itertools.count())
+DUE = st.one_of(
+    st.just(None),                                   # now
+    st.sampled_from([-1_000_000, -5, -1, 0, 1]),     # explicit negatives and early epochs
+    st.integers(min_value=0, max_value=3).map(lambda p: ("priority", p)),
+    st.sampled_from(["past", "future"]),
+)
+OPS = st.lists(st.one_of(st.tuples(st.just("create"), DUE), st.tuples(st.just("dequeue"), st.integers(1, 5))),
+               min_size=1, max_size=40)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, mode=st.sampled_from(list(MODES)))
+def test_model_order(conn: psycopg.Connection[Any], ops: list[tuple[str, Any]], mode: str) -> None:
+    queue = next(_queue_names)
+    conn.execute("SELECT pgqueue.queue_create(%s)", (queue,))
+    now = now_ms(conn)
+    pending: list[tuple[int, int]] = []  # (dequeue_at, id) of deliverable messages
+    for op, arg in ops:
+        if op == "create":
+            if isinstance(arg, tuple):
+                due = conn.execute("SELECT pgqueue.priority_dequeue_at(%s)", (arg[1],)).fetchone()[0]  # type: ignore[index]
+            elif arg == "past":
+                due = now - HOUR
+            elif arg == "future":
+                due = now + HOUR
+            else:
+                due = arg
+            msg_id = conn.execute("SELECT pgqueue.message_create(%s, 'x', %s)", (queue, due)).fetchone()[0]  # type: ignore[index]
+            stored = conn.execute("SELECT dequeue_at FROM pgqueue.message WHERE id = %s", (msg_id,)).fetchone()[0]  # type: ignore[index]
+            if due is not None:
+                assert stored == due
+            if arg != "future":
+                pending.append((stored, msg_id))
+        else:
+            pending.sort()
+            expected, pending = pending[:arg], pending[arg:]
+            assert dequeue_ids(conn, queue, arg, MODES[mode]) == [m for _, m in expected]
+    pending.sort()
+    assert drain(conn, queue, 3, MODES[mode]) == [m for _, m in pending]

@@ -1,0 +1,259 @@
+"""Invariant 1: every dequeue is a bounded index probe.
+
+Each test builds a fixture of 100,000 rows that a dequeue must not pay for (scheduled, leased,
+dead, in another queue) or may only touch at its head (a large ready backlog, a backlog of
+expired leases), then dequeues with auto_explain loaded (log_nested_statements shows the plans of
+the statements inside message_dequeue) and checks, on every call:
+
+* a call that handed out ready messages found them through message_ready_idx, one that handed
+  out expired leases through message_leased_idx;
+* no Seq Scan, Bitmap scan or full-index walk of pgqueue.message, and no Sort over it;
+* the shared buffers of the nested statements, in total and statement by statement, are of the
+  same order as on a near-empty queue that hands out the same kind of messages.
+
+Two tests break the setup on purpose (no ready index; a ready index that is not partial) and
+show that the same checks then fail: the checks are not vacuous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import Call, PlanCapture, index_names, plan_violations
+
+pytestmark = pytest.mark.slow
+
+N = 100_000            # rows in each fixture
+READY = 1_500          # deliverable messages of the measured queues
+EXPIRED = 3            # expired leases of the measured queues: the first calls hand them out,
+                       # every later call runs the ready probe too
+CALLS = 7              # calls per session: 5 custom plans, then the generic-plan decision
+MODES = [("lease", None), ("delete", 0)]
+LIMITS = [1, 100]
+# A dequeue's nested statements read a handful of buffers per message handed out, on the
+# near-empty queue and on the 100k fixture alike (one index level more at most): measured ~15
+# for limit 1 and ~500-1,100 for limit 100, in total; each statement is also bounded on its own.
+# A scan of a fixture reads every heap page: ~4,000 buffers (100k rows of ~250 bytes), and an
+# index walk over 100k non-deliverable entries ~3,000: far above these bounds.
+RATIO, SLACK = 3, 40
+
+
+def _message_rows(queue: str, n: int, *, dequeue_at: str, locked_until: str = "NULL",
+                  attempts: str = "0") -> str:
+    """INSERT ... SELECT of n messages; the expressions may use g (1..n) and now_ms."""
+    return f"""
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, locked_until, attempts, created_at, content)
+        SELECT q.id, {dequeue_at}, {locked_until}, {attempts}, t.now_ms,
+               convert_to(repeat('x', 200) || g, 'UTF8')
+          FROM generate_series(1, {n}) g,
+               (SELECT id FROM pgqueue.queue WHERE name = '{queue}') q,
+               (SELECT pgqueue.now_ms() AS now_ms) t
+    """
+
+
+def add_deliverable(conn: psycopg.Connection[Any], queue: str, kind: str) -> None:
+    """A near-empty working queue: READY ready messages ("ready") or READY expired leases
+    ("expired"), plus EXPIRED expired leases handed out first."""
+    if kind == "ready":
+        conn.execute(_message_rows(queue, READY, dequeue_at="t.now_ms - 600000 + g"))
+    else:
+        conn.execute(_message_rows(queue, READY, dequeue_at="t.now_ms - 900000 + g",
+                                   locked_until="t.now_ms - 30000 + g", attempts="1"))
+    conn.execute(_message_rows(queue, EXPIRED, dequeue_at="t.now_ms - 900000 + g",
+                               locked_until="t.now_ms - 60000 + g", attempts="1"))
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """The 100,000 rows added to queue "q" (or next to it), and what the dequeues hand out
+    meanwhile ("ready" or "expired" leases); the near-empty queue hands out the same kind, so
+    that both run the same statements."""
+
+    kind: str
+    statements: tuple[str, ...]
+
+
+FIXTURES: dict[str, Fixture] = {
+    "scheduled": Fixture("ready", (_message_rows("q", N, dequeue_at="t.now_ms + 3600000 + g"),)),
+    # leased long ago: if they were in the ready index they would sort before every ready message
+    "leased": Fixture("ready", (_message_rows("q", N, dequeue_at="t.now_ms - 86400000 + g",
+                                              locked_until="t.now_ms + 3600000 + g", attempts="1"),)),
+    "dead_letters": Fixture("ready", (f"""
+        INSERT INTO pgqueue.dead_letter (id, queue_id, dequeue_at, attempts, created_at, dead_at,
+                                         content, last_error)
+        SELECT nextval('pgqueue.message_id_seq'), q.id, t.now_ms - 86400000 + g, 5,
+               t.now_ms - 86400000, t.now_ms - 3600000 + g,
+               convert_to(repeat('x', 200) || g, 'UTF8'), 'boom'
+          FROM generate_series(1, {N}) g,
+               (SELECT id FROM pgqueue.queue WHERE name = 'q') q,
+               (SELECT pgqueue.now_ms() AS now_ms) t
+    """,)),
+    "other_queue_backlog": Fixture("ready", (
+        "SELECT pgqueue.queue_create('other')",
+        _message_rows("other", N, dequeue_at="t.now_ms - 86400000 + g"),
+    )),
+    # the head of the backlog is handed out: older than the queue's own ready messages
+    "ready_backlog": Fixture("ready", (_message_rows("q", N, dequeue_at="t.now_ms - 86400000 + g"),)),
+    # consumers crashed: a backlog of expired leases, each still below max_attempts
+    "expired_lease_backlog": Fixture("expired", (_message_rows("q", N, dequeue_at="t.now_ms - 86400000 + g",
+                                                               locked_until="t.now_ms - 3600000 + g",
+                                                               attempts="1"),)),
+}
+
+
+@dataclass
+class Measured:
+    """CALLS dequeues of one mode and limit in one session, with their nested plans."""
+
+    mode: str
+    limit: int
+    calls: list[Call]
+
+    @property
+    def warm(self) -> list[Call]:
+        return self.calls[1:]  # the first call of a session also fills caches
+
+    @property
+    def buffers(self) -> int:
+        """Worst total shared buffers of the nested statements of a warm call."""
+        return max(c.nested_buffers for c in self.warm)
+
+    def per_statement(self) -> dict[str, int]:
+        """Worst shared buffers of each nested statement (by its text) over the warm calls."""
+        worst: dict[str, int] = {}
+        for call in self.warm:
+            per: dict[str, int] = {}
+            for st in call.nested:
+                key = " ".join(st.text.split())
+                per[key] = per.get(key, 0) + st.buffers
+            for key, n in per.items():
+                worst[key] = max(worst.get(key, 0), n)
+        return worst
+
+
+def measure(dsn: str, queue: str, mode: str, lock_ms: int | None, limit: int) -> Measured:
+    """Dequeue CALLS times in a new session with auto_explain on; return every call's plans."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        capture = PlanCapture(conn)
+        calls = [capture.run("SELECT id, attempts FROM pgqueue.message_dequeue(%s, %s, %s)", (queue, limit, lock_ms))
+                 for _ in range(CALLS)]
+    for call in calls:
+        assert len(call.rows) == limit, f"{queue} {mode} limit {limit}: the fixture ran dry"
+    return Measured(mode, limit, calls)
+
+
+def measure_all(dsn: str, queue: str) -> list[Measured]:
+    """Measure every mode and limit, in this order, each in its own session."""
+    return [measure(dsn, queue, mode, lock_ms, limit) for limit in LIMITS for mode, lock_ms in MODES]
+
+
+def plan_problems(conn: psycopg.Connection[Any], m: Measured, *, small_table: bool) -> list[str]:
+    """Plan violations of every call. A call that handed out a ready message (attempts now 1)
+    must have found it through message_ready_idx; one that handed out an expired lease
+    (attempts now 2 or more), through message_leased_idx."""
+    indexes = index_names(conn)
+    out = []
+    for i, call in enumerate(m.calls, 1):
+        required = sorted({"message_ready_idx" if r[1] == 1 else "message_leased_idx" for r in call.rows})
+        out += [f"{m.mode} limit {m.limit} call {i}: {p}"
+                for p in plan_violations(call.nested, indexes, small_table=small_table,
+                                         required_indexes=required)]
+    return out
+
+
+def buffer_problems(base: Measured, fixture: Measured) -> list[str]:
+    """Buffers of the fixture's dequeue beyond RATIO x the near-empty queue's + SLACK, in total
+    and per nested statement."""
+    out = []
+    bound = RATIO * base.buffers + SLACK
+    if fixture.buffers > bound:
+        out.append(f"{fixture.mode} limit {fixture.limit}: {fixture.buffers} buffers in all, "
+                   f"near-empty queue {base.buffers}, bound {bound}")
+    base_per = base.per_statement()
+    for text, n in fixture.per_statement().items():
+        bound = RATIO * base_per.get(text, 0) + SLACK
+        if n > bound:
+            out.append(f"{fixture.mode} limit {fixture.limit}: {n} buffers (near-empty queue "
+                       f"{base_per.get(text, 0)}, bound {bound}) in: {text[:140]}")
+    return out
+
+
+def message_rows(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'pgqueue.message'::regclass").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture(params=[None, 5], ids=["unlimited_attempts", "max_attempts"])
+def max_attempts(request: pytest.FixtureRequest) -> int | None:
+    return request.param  # type: ignore[no-any-return]
+
+
+def prepare(conn: psycopg.Connection[Any], max_attempts: int | None, kind: str) -> None:
+    """Queues "base" (stays near-empty) and "q" (gets the fixture), same settings and contents."""
+    for name in ("base", "q"):
+        conn.execute("SELECT pgqueue.queue_create(%s, p_max_attempts => %s)", (name, max_attempts))
+        add_deliverable(conn, name, kind)
+    conn.execute("VACUUM ANALYZE pgqueue.message")
+
+
+def run_fixture(conn: psycopg.Connection[Any], dsn: str, fixture: Fixture) -> tuple[list[str], list[str]]:
+    """Measure "base", add the fixture, measure "q"; return (plan problems, buffer problems)."""
+    baseline = measure_all(dsn, "base")
+    for stmt in fixture.statements:
+        conn.execute(stmt)
+    conn.execute("VACUUM ANALYZE pgqueue.message")
+    conn.execute("VACUUM ANALYZE pgqueue.dead_letter")
+    # Dead letters live in their own table, so with that fixture pgqueue.message is as small as
+    # the baseline's and the planner may rightly scan its few pages: there the plan check is
+    # that the probes use their indexes and dead letters are never read; buffers say the rest.
+    small = message_rows(conn) < N
+    plans: list[str] = []
+    buffers: list[str] = []
+    for base, m in zip(baseline, measure_all(dsn, "q")):
+        plans += plan_problems(conn, m, small_table=small)
+        buffers += buffer_problems(base, m)
+    return plans, buffers
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_dequeue_is_an_index_probe(conn: psycopg.Connection[Any], dsn: str, max_attempts: int | None,
+                                   name: str) -> None:
+    prepare(conn, max_attempts, FIXTURES[name].kind)
+    plans, buffers = run_fixture(conn, dsn, FIXTURES[name])
+    big = conn.execute("SELECT (SELECT count(*) FROM pgqueue.message) "
+                       "+ (SELECT count(*) FROM pgqueue.dead_letter)").fetchone()
+    assert big is not None and big[0] >= N
+    assert not plans + buffers, "\n".join(plans + buffers)
+
+
+def test_checks_fail_without_the_ready_index(conn: psycopg.Connection[Any], dsn: str, max_attempts: int | None) -> None:
+    """Without message_ready_idx the dequeue scans: the plan and buffer checks must say so."""
+    conn.execute("DROP INDEX pgqueue.message_ready_idx")
+    prepare(conn, max_attempts, "ready")
+    plans, buffers = run_fixture(conn, dsn, FIXTURES["other_queue_backlog"])
+    assert any("no index scan using message_ready_idx" in p for p in plans), plans
+    assert any("Seq Scan on message" in p or "Bitmap" in p for p in plans), plans
+    for mode, _ in MODES:
+        for limit in LIMITS:  # every mode and limit reads the whole table
+            assert any(b.startswith(f"{mode} limit {limit}: ") for b in buffers), buffers
+
+
+def test_checks_fail_with_a_ready_index_that_is_not_partial(conn: psycopg.Connection[Any], dsn: str,
+                                                            max_attempts: int | None) -> None:
+    """A ready index that also holds leased messages still gives an Index Scan using
+    message_ready_idx, but the probe wades through 100k leases: the buffer check (and the
+    filtered-rows check) must catch it."""
+    conn.execute("DROP INDEX pgqueue.message_ready_idx")
+    conn.execute("CREATE INDEX message_ready_idx ON pgqueue.message (queue_id, dequeue_at, id)")
+    prepare(conn, max_attempts, "ready")
+    plans, buffers = run_fixture(conn, dsn, FIXTURES["leased"])
+    assert not [p for p in plans if "no index scan" in p], plans
+    assert any("filtered out" in p for p in plans), plans
+    for mode, _ in MODES:
+        for limit in LIMITS:
+            assert any(b.startswith(f"{mode} limit {limit}: ") for b in buffers), buffers
