@@ -1,0 +1,35 @@
+-- pgqueue privilege recipes: run as the extension's owner (or a superuser) with psql, naming the
+-- roles that should produce, consume and administer:
+--
+--   psql -d mydb -v producer=app_writer -v consumer=app_worker -v admin=queue_ops -f docs/grants.sql
+--
+-- The roles must exist (CREATE ROLE ... NOLOGIN, then GRANT them to login roles). pgqueue's
+-- functions are SECURITY INVOKER, so these table and column privileges are what decides who
+-- may do what; without them PUBLIC can call the functions but every call fails with 42501.
+-- Run it again after ALTER EXTENSION pgqueue UPDATE: a new version may add tables.
+-- See docs/security.md for what each role can and cannot do.
+
+\set ON_ERROR_STOP on
+
+-- Producer: enqueue (message_create, message_create_batch), read settings and stats.
+-- It can see message ids, queues and times but not contents, and cannot dequeue, complete or
+-- drop anything (all of those need UPDATE or DELETE).
+GRANT USAGE ON SCHEMA pgqueue TO :"producer";
+GRANT SELECT ON pgqueue.queue TO :"producer";
+GRANT INSERT ON pgqueue.message TO :"producer";
+GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"producer";
+GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
+GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
+GRANT SELECT, INSERT, UPDATE ON pgqueue.queue_size TO :"producer";   -- max_size accounting
+
+-- Consumer: dequeue, complete, heartbeat, defer, fail (which may dead-letter), stats.
+-- It cannot create, alter or drop queues, nor requeue or purge dead letters.
+GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
+GRANT SELECT ON pgqueue.queue TO :"consumer";
+GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
+GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
+
+-- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
+GRANT USAGE ON SCHEMA pgqueue TO :"admin";
+GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
+GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";

@@ -1,0 +1,145 @@
+"""Least privilege: the GRANT recipes in docs/grants.sql give a producer, a consumer and an
+administrator exactly their rights. Each test logs in as a real non-superuser role and checks
+that every allowed call works and every forbidden one fails with insufficient_privilege."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from conftest import REPO, Server
+
+GRANTS = REPO / "docs" / "grants.sql"
+
+
+@dataclass(frozen=True)
+class Roles:
+    producer: str
+    consumer: str
+    admin: str
+    nobody: str
+    dsn: Callable[[str], str]
+
+
+@pytest.fixture
+def roles(pg_server: Server, dbname: str) -> Iterator[Roles]:
+    suffix = f"{os.getpid()}_{dbname}"
+    names = {kind: f"pq_{kind}_{suffix}" for kind in ("producer", "consumer", "admin", "nobody")}
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+        for name in names.values():
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        proc = subprocess.run(
+            ["psql", "-X", "-q", "-d", dbname, "-f", str(GRANTS),
+             "-v", f"producer={names['producer']}", "-v", f"consumer={names['consumer']}",
+             "-v", f"admin={names['admin']}"],
+            env=pg_server.libpq_env(), capture_output=True, text=True, check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+            owner.execute("SELECT pgqueue.queue_create('jobs', p_max_attempts => 1)")
+            owner.execute("SELECT pgqueue.queue_create('capped', p_max_size => 2)")
+        yield Roles(**names, dsn=lambda role: pg_server.dsn(dbname, user=role))
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+            for name in names.values():
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def run(dsn: str, statement: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(statement)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def denied(dsn: str, statement: str) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        run(dsn, statement)
+
+
+def seed(roles: Roles, queue: str = "jobs") -> tuple[int, int]:
+    """Enqueue one message as the producer, lease it as the consumer; return (id, attempts)."""
+    run(roles.dsn(roles.producer), f"SELECT pgqueue.message_create('{queue}', 'x')")
+    rows = run(roles.dsn(roles.consumer), f"SELECT id, attempts FROM pgqueue.message_dequeue('{queue}')")
+    assert len(rows) == 1
+    return int(rows[0][0]), int(rows[0][1])  # type: ignore[call-overload]
+
+
+def test_producer_can_enqueue_and_read_stats_only(roles: Roles) -> None:
+    p = roles.dsn(roles.producer)
+    assert run(p, "SELECT pgqueue.message_create('jobs', 'a') > 0") == [(True,)]
+    assert run(p, "SELECT count(*) FROM pgqueue.message_create_batch('jobs', ARRAY['b','c']::bytea[])") == [(2,)]
+    assert run(p, "SELECT ready FROM pgqueue.queue_stats('jobs')") == [(3,)]
+    assert run(p, "SELECT pgqueue.queue_next_due('jobs') IS NOT NULL") == [(True,)]
+    # max_size accounting works for a producer and still refuses past the cap
+    run(p, "SELECT pgqueue.message_create_batch('capped', ARRAY['1','2']::bytea[])")
+    with pytest.raises(psycopg.Error) as full:
+        run(p, "SELECT pgqueue.message_create('capped', '3')")
+    assert full.value.sqlstate == "PQ003"
+
+    denied(p, "SELECT * FROM pgqueue.message_dequeue('jobs')")
+    denied(p, "SELECT * FROM pgqueue.message_dequeue('jobs', 1, 0)")
+    denied(p, "SELECT content FROM pgqueue.message")          # cannot read payloads
+    denied(p, "SELECT pgqueue.queue_drop('jobs')")
+    denied(p, "SELECT pgqueue.queue_create('mine')")
+    denied(p, "SELECT pgqueue.queue_alter('jobs', p_lock_ms => 1000)")
+    denied(p, "SELECT pgqueue.dead_letter_purge('jobs')")
+    msg_id, attempts = seed(roles)
+    denied(p, f"SELECT pgqueue.message_complete({msg_id}, {attempts})")
+    denied(p, f"SELECT pgqueue.message_heartbeat({msg_id}, {attempts}, 1000)")
+    denied(p, f"SELECT pgqueue.message_defer({msg_id}, {attempts}, NULL)")
+    denied(p, f"SELECT pgqueue.message_fail({msg_id}, {attempts}, 'no')")
+
+
+def test_consumer_can_consume_but_not_administer(roles: Roles) -> None:
+    c = roles.dsn(roles.consumer)
+    msg_id, attempts = seed(roles)
+    assert run(c, f"SELECT pgqueue.message_heartbeat({msg_id}, {attempts}, 60000)") == [(True,)]
+    assert run(c, f"SELECT pgqueue.message_defer({msg_id}, {attempts}, NULL, 'ck')") == [(True,)]
+    rows = run(c, "SELECT id, attempts, state FROM pgqueue.message_dequeue('jobs')")
+    assert rows == [(msg_id, attempts + 1, b"ck")]
+    assert run(c, f"SELECT pgqueue.message_complete({msg_id}, {attempts + 1})") == [(True,)]
+    # delete mode, and a failure that dead-letters (max_attempts 1)
+    run(roles.dsn(roles.producer), "SELECT pgqueue.message_create_batch('jobs', ARRAY['d','e']::bytea[])")
+    assert len(run(c, "SELECT id FROM pgqueue.message_dequeue('jobs', 1, 0)")) == 1
+    (dead_id, dead_attempts), = run(c, "SELECT id, attempts FROM pgqueue.message_dequeue('jobs')")
+    assert run(c, f"SELECT pgqueue.message_fail({dead_id}, {dead_attempts}, 'poison')") == [(True,)]
+    assert run(c, "SELECT dead FROM pgqueue.queue_stats('jobs')") == [(1,)]
+
+    denied(c, "SELECT pgqueue.message_create('jobs', 'x')")
+    denied(c, "SELECT pgqueue.queue_drop('jobs')")
+    denied(c, "SELECT pgqueue.queue_create('mine')")
+    denied(c, "SELECT pgqueue.queue_alter('jobs', p_lock_ms => 1000)")
+    denied(c, "SELECT pgqueue.dead_letter_purge('jobs')")
+    denied(c, "SELECT pgqueue.dead_letter_requeue('jobs')")
+    denied(c, "DELETE FROM pgqueue.dead_letter")
+    assert run(roles.dsn(roles.admin), "SELECT count(*) FROM pgqueue.dead_letter") == [(1,)]
+
+
+def test_admin_can_do_everything(roles: Roles) -> None:
+    a = roles.dsn(roles.admin)
+    run(a, "SELECT pgqueue.queue_create('ops', p_max_attempts => 1)")
+    run(a, "SELECT pgqueue.queue_alter('ops', p_lock_ms => 5000, p_max_size => 10)")
+    run(a, "SELECT pgqueue.message_create('ops', 'x')")
+    (msg_id, attempts), = run(a, "SELECT id, attempts FROM pgqueue.message_dequeue('ops')")
+    assert run(a, f"SELECT pgqueue.message_fail({msg_id}, {attempts}, 'boom')") == [(True,)]
+    assert run(a, "SELECT pgqueue.dead_letter_requeue('ops')") == [(1,)]
+    (msg_id, attempts), = run(a, "SELECT id, attempts FROM pgqueue.message_dequeue('ops')")
+    assert run(a, f"SELECT pgqueue.message_fail({msg_id}, {attempts}, 'boom')") == [(True,)]
+    assert run(a, "SELECT pgqueue.dead_letter_purge('ops')") == [(1,)]
+    assert run(a, "SELECT pgqueue.queue_drop('ops')") == [(True,)]
+
+
+def test_a_role_without_grants_can_do_nothing(roles: Roles) -> None:
+    n = roles.dsn(roles.nobody)
+    denied(n, "SELECT pgqueue.message_create('jobs', 'x')")
+    denied(n, "SELECT * FROM pgqueue.message_dequeue('jobs')")
+    denied(n, "SELECT * FROM pgqueue.queue_stats()")
+    denied(n, "SELECT pgqueue.queue_drop('jobs')")
