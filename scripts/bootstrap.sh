@@ -40,3 +40,23 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./python
     echo "$want" > "$stamp"
 fi
+
+# The benchmark suite's plots (bench/, `pgqueue bench`): matplotlib.
+bench_stamp=.venv/.requirements-bench.sha
+bench_want=$(sha256sum python/requirements-bench.txt | cut -d' ' -f1)
+if [ ! -f "$bench_stamp" ] || [ "$(cat "$bench_stamp")" != "$bench_want" ]; then
+    .venv/bin/pip install -q --disable-pip-version-check -r python/requirements-bench.txt
+    echo "$bench_want" > "$bench_stamp"
+fi
+
+# The Spark integration (pgqueue.spark) and its tests: pyspark, py4j and pyarrow (Java is
+# installed above). PGQUEUE_WITH_SPARK=0 skips both; the Spark tests then fail, they never skip.
+if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ]; then
+    spark_stamp=.venv/.requirements-spark.sha
+    spark_want=$(sha256sum python/requirements-spark.txt | cut -d' ' -f1)
+    if [ ! -f "$spark_stamp" ] || [ "$(cat "$spark_stamp")" != "$spark_want" ]; then
+        echo "bootstrap: installing python/requirements-spark.txt (pyspark is about 430 MB)"
+        .venv/bin/pip install -q --disable-pip-version-check -r python/requirements-spark.txt
+        echo "$spark_want" > "$spark_stamp"
+    fi
+fi

@@ -9,6 +9,8 @@ reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for 
 from __future__ import annotations
 
 import argparse
+import importlib
+from pathlib import Path
 import base64
 import importlib
 import inspect
@@ -68,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns the exit status: 0 on success, 1 on an error, 2 on bad usage, 130 on Ctrl-C.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # every option after it belongs to the benchmark suite
+        try:
+            return _run_bench(argv[1:])
+        except UserError as exc:
+            _error(str(exc))
+            return 1
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -155,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = parent.add_parser(name, parents=[common], help=help, description=help)
         p.set_defaults(run=run or _usage_of(p))
         return p
+
+    # bench
+    p = command("bench", _cmd_bench, "run the benchmark suite (bench/ in a clone of the repository) "
+                "and write docs/benchmarks.md; options go to `python -m bench` (try --smoke, --help)")
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, metavar="...",
+                   help="options of the benchmark suite, e.g. --smoke or --profile quick")
 
     # demo
     p = command("demo", _cmd_demo, "run producers and workers on a realistic mix of messages and "
@@ -414,6 +429,21 @@ def _usage_of(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace],
         raise UsageError(f"{parser.prog}: error: give an action (see `{parser.prog} --help`)")
 
     return run
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    return _run_bench(list(args.bench_args))
+
+
+def _run_bench(bench_args: list[str]) -> int:
+    """Run the repository's benchmark suite, which lives beside python/ rather than in the package."""
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / "bench" / "cli.py").is_file():
+        raise UserError("`pgqueue bench` runs from a clone of the pgqueue repository (bench/ not found)")
+    os.chdir(repo)
+    sys.path.insert(0, str(repo))
+    bench_cli = importlib.import_module("bench.cli")
+    return int(bench_cli.main(bench_args))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

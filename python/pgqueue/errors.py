@@ -11,6 +11,9 @@ QueueNotFound            PQ001                  the queue does not exist
 QueueExists              PQ002                  queue_create on an existing queue
 QueueFull                PQ003                  the queue has max_size messages
 ProtectedQueue           PQ004                  dropping the default queue
+ConsumerInUse            PQ005                  another Spark query holds the consumer
+ConsumerNotFound         PQ006                  the Spark consumer does not exist
+StagedRowsMissing        PQ007                  a Spark publish finds staged rows missing
 InvalidQueueName         42602                  the name breaks the queue-name rule
 InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema or functions are missing
@@ -32,6 +35,9 @@ __all__ = [
     "QueueExists",
     "QueueFull",
     "ProtectedQueue",
+    "ConsumerInUse",
+    "ConsumerNotFound",
+    "StagedRowsMissing",
     "InvalidQueueName",
     "InvalidArgument",
     "UnsupportedPayload",
@@ -86,6 +92,18 @@ class ProtectedQueue(PgQueueError):
     """The operation is not allowed on this queue, e.g. dropping ``default`` (PQ004)."""
 
 
+class ConsumerInUse(PgQueueError):
+    """Another streaming query holds this Spark consumer (PQ005)."""
+
+
+class ConsumerNotFound(PgQueueError):
+    """The Spark consumer does not exist (PQ006)."""
+
+
+class StagedRowsMissing(PgQueueError):
+    """A Spark job-mode publish found fewer staged rows than its tasks reported (PQ007)."""
+
+
 class InvalidQueueName(PgQueueError):
     """The queue name breaks the rule: 1-48 of ``A-Za-z0-9_.-``, not starting with ``.`` or ``-`` (42602)."""
 
@@ -117,6 +135,9 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "PQ002": QueueExists,
     "PQ003": QueueFull,
     "PQ004": ProtectedQueue,
+    "PQ005": ConsumerInUse,
+    "PQ006": ConsumerNotFound,
+    "PQ007": StagedRowsMissing,
     "42602": InvalidQueueName,
     "22023": InvalidArgument,
     "22004": InvalidArgument,

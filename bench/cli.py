@@ -1,0 +1,205 @@
+"""Command line of the benchmark suite: ``python -m bench`` from the repository root.
+
+    .venv/bin/python -m bench [--smoke | --profile full|quick|smoke] [--only SECTION ...]
+                              [--dsn DSN] [--out docs/benchmarks.md] [--render RESULTS.json]
+
+Without --dsn a private server is started with the settings of bench/config.py. The exit
+status is 0 when every benchmark ran and every correctness check passed (missed performance
+targets are reported, not failed), 1 otherwise, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench import config, db, report
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--smoke", action="store_true",
+                   help="every benchmark for a moment on tiny fixtures (under a minute); report to a temp dir")
+    p.add_argument("--profile", choices=sorted(config.PROFILES), help="full (default), quick or smoke")
+    p.add_argument("--only", nargs="+", choices=config.SECTIONS, metavar="SECTION",
+                   help="run only these sections: " + ", ".join(config.SECTIONS))
+    p.add_argument("--dsn", help="run against this server (a role that can create databases) instead of a private one")
+    p.add_argument("--out", help="the Markdown report (default docs/benchmarks.md; smoke: a temp dir); "
+                                 "plots go to img/ beside it")
+    p.add_argument("--json", help="where to save the raw results (default bench/results/<report name>.json, "
+                                  "or beside the report outside docs/)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a server setting for the private server (repeatable)")
+    p.add_argument("--churn-seconds", type=int, help="override the churn duration")
+    p.add_argument("--churn-designs", nargs="+", default=["pgqueue", "seed001"],
+                   choices=["pgqueue", "seed001", "pgqueue_delete"],
+                   help="designs of the churn section (default: pgqueue seed001)")
+    p.add_argument("--render", metavar="RESULTS.json", help="only re-render the report from saved results")
+    p.add_argument("--inject-fault", choices=["duplicate"],
+                   help="testing: make every consumer record its first message twice (the checks must fail)")
+    return p.parse_args(argv)
+
+
+def _machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "mem_gb": mem, "kernel": f"{platform.system()} {platform.release()}"}
+
+
+def _git() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "extension"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return head + (" + uncommitted changes in extension/" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def _pgbench_version() -> str:
+    try:
+        out = subprocess.run([db.find_pgbench(), "--version"], capture_output=True, text=True, check=True).stdout
+        return out.strip().split()[-3] if "(" in out else out.strip()
+    except (OSError, RuntimeError, subprocess.CalledProcessError):
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    profile_name = "smoke" if args.smoke else (args.profile or "full")
+    profile = config.PROFILES[profile_name].with_overrides(churn_seconds=args.churn_seconds)
+    if args.out:
+        out = Path(args.out)
+    elif profile_name == "smoke":
+        out = Path(tempfile.mkdtemp(prefix="pgqueue-bench-smoke-")) / "benchmarks.md"
+    else:
+        out = REPO / "docs" / "benchmarks.md"
+    out = out.resolve()
+    if args.json:
+        json_out = Path(args.json).resolve()
+    elif out.parent == (REPO / "docs").resolve():
+        json_out = REPO / "bench" / "results" / (out.stem + ".json")
+    else:
+        json_out = out.with_suffix(".json")
+
+    if args.render:
+        saved: dict[str, Any] = json.loads(Path(args.render).read_text())
+        report.render(saved, out)
+        _log(f"report written to {out}")
+        return 1 if report.failures(saved) else 0
+
+    settings = dict(config.BENCH_SETTINGS)
+    for item in args.set:
+        if "=" not in item:
+            print(f"--set wants NAME=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        k, v = item.split("=", 1)
+        settings[k] = v
+    sections = args.only or list(config.SECTIONS)
+    started = time.time()
+    load_start = db.loadavg()
+    _log(f"profile {profile_name}, sections {' '.join(sections)}, load average {load_start:.2f}")
+    results: dict[str, Any] = {"errors": {}}
+    with db.server(args.dsn, settings) as srv:
+        srv.build_template()
+        meta_settings = srv.settings(config.REPORTED_SETTINGS)
+        reloptions = srv.message_reloptions()
+        extversion = srv.extension_version()
+        for section in sections:
+            _log(f"section {section}")
+            try:
+                results[section] = _run_section(section, srv, profile, args.inject_fault, args.churn_designs)
+            except Exception:
+                results["errors"][section] = traceback.format_exc()
+                _log(f"section {section} failed:\n{results['errors'][section]}")
+    cmd = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    results["meta"] = {
+        "command": cmd.strip(), "command_full": ".venv/bin/python -m bench", "date": dt.datetime.now().isoformat(
+            timespec="seconds"), "profile": profile_name, "runtime_s": time.time() - started,
+        "load_start": load_start, "load_end": db.loadavg(), "noisy": load_start > 1.0, "machine": _machine(),
+        "settings": meta_settings, "pgbench_version": _pgbench_version(), "python": platform.python_version(),
+        "extension_version": extversion, "git": _git(), "reloptions": reloptions, "embedded": not args.dsn,
+        "json": str(json_out.relative_to(REPO)) if json_out.is_relative_to(REPO) else str(json_out),
+        "sections": sections, "inject_fault": args.inject_fault,
+    }
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(results, indent=1, default=str))
+    report.render(results, out)
+    fails = report.failures(results)
+    _log(f"report written to {out} ({(time.time() - started) / 60:.1f} min)")
+    if fails:
+        _log("FAILURE:\n  " + "\n  ".join(fails))
+        return 1
+    return 0
+
+
+def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: str | None,
+                 churn_designs: list[str]) -> Any:
+    if section == "ops":
+        from bench import ops
+        return ops.run_ops(srv, profile, _log)
+    if section == "profile":
+        from bench import profile as prof
+        return prof.run_profile(srv, profile, _log)
+    if section == "curves":
+        from bench import ops
+        return ops.run_curves(srv, profile, _log)
+    if section == "workflows":
+        from bench import workflows
+        return workflows.run_workflows(srv, profile, _log, fault=fault)
+    if section == "depth":
+        from bench import depth
+        return depth.run_depth(srv, profile, _log)
+    if section == "churn":
+        from bench import churn
+        out = {}
+        for design in churn_designs:
+            out[design] = churn.run_churn(
+                srv, design, seconds=profile.churn_seconds, window=profile.churn_window,
+                producers=profile.churn_producers, consumers=profile.churn_consumers,
+                backlog=profile.churn_backlog, slack=profile.churn_slack, fault=fault, log=_log)
+        return out
+    if section == "held_xmin":
+        from bench import churn
+        total = profile.held_before + profile.held_hold + profile.held_after
+        return churn.run_churn(
+            srv, "pgqueue", seconds=total, window=profile.churn_window, producers=profile.churn_producers,
+            consumers=profile.churn_consumers, backlog=profile.churn_backlog, slack=profile.churn_slack,
+            hold=(profile.held_before, profile.held_before + profile.held_hold), fault=fault, log=_log)
+    if section == "latency":
+        from bench import latency
+        return latency.run_latency(srv, profile, _log)
+    if section == "stats":
+        from bench import latency
+        return latency.run_stats(srv, profile, _log)
+    raise ValueError(section)

@@ -1,0 +1,131 @@
+"""The benchmark profiles (how long, how big) and the server configuration.
+
+Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 40 minutes), ``quick`` (the
+same benchmarks shortened, for a noisy or busy machine, about 10 minutes) and ``smoke`` (every
+benchmark for a moment on tiny fixtures, every correctness check still run: under a minute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: Settings of the server the suite starts when no --dsn is given. Durable defaults (fsync,
+#: synchronous_commit, full_page_writes on) so that the headline numbers are what a default
+#: installation gives; sections that are about CPU or bloat rather than the disk switch
+#: synchronous_commit off for their own sessions and say so. WAL is sized so that no
+#: checkpoint is forced by volume during a run; autovacuum keeps its defaults.
+BENCH_SETTINGS: dict[str, str] = {
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    "shared_buffers": "1GB",
+    "max_connections": "100",
+    "max_wal_size": "8GB",
+    "min_wal_size": "1GB",
+    "checkpoint_timeout": "30min",
+    "maintenance_work_mem": "256MB",
+    "log_min_messages": "warning",
+}
+
+#: Server settings shown in the report (whatever server the run used).
+REPORTED_SETTINGS = [
+    "server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method",
+    "shared_buffers", "work_mem", "maintenance_work_mem", "max_connections", "max_wal_size",
+    "checkpoint_timeout", "effective_cache_size", "jit", "autovacuum", "autovacuum_naptime",
+    "autovacuum_vacuum_scale_factor", "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_insert_scale_factor", "autovacuum_vacuum_cost_limit",
+    "autovacuum_vacuum_cost_delay", "default_transaction_isolation",
+]
+
+#: Session options for the sections measured with synchronous_commit off.
+SYNC_OFF = "-c synchronous_commit=off"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long and how big each benchmark is."""
+
+    name: str
+    # single operations with pgbench (targets 1-4)
+    ops_clients: int = 15
+    ops_seconds: int = 6            # -T per run; 0 = use ops_transactions (-t) instead
+    ops_transactions: int = 0
+    ops_repeats: int = 3
+    ops_passes: tuple[str, ...] = ("durable", "sync_off")
+    ops_backlog: int = 150_000       # minimum ready messages before a dequeue run
+    ops_batch_backlog: int = 400_000
+    curve_clients: tuple[int, ...] = (1, 2, 4, 8, 16)
+    curve_seconds: int = 4
+    curve_transactions: int = 0
+    curve_repeats: int = 1
+    # Python workflows (seed 002's method)
+    wf_items: int = 5000
+    wf_workers: tuple[int, ...] = (1, 2, 4, 8, 16)
+    wf_repeats: int = 1
+    # depth (target 5)
+    depth_levels: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
+    depth_samples: int = 1000
+    depth_warmup: int = 5
+    depth_max_seconds: float = 5.0
+    # churn (targets 6, 7)
+    churn_seconds: int = 300
+    churn_window: int = 15
+    churn_producers: int = 2
+    churn_consumers: int = 4
+    churn_backlog: int = 20_000
+    churn_slack: int = 10_000
+    held_before: int = 60
+    held_hold: int = 120
+    held_after: int = 120
+    # latency (target 8) and queue_stats (target 9)
+    latency_messages: int = 300
+    latency_interval: float = 0.02
+    stats_messages: int = 1_000_000
+    stats_calls: int = 7
+    stats_seconds: int = 8
+    stats_transactions: int = 0
+    stats_repeats: int = 2
+    stats_clients: int = 4
+
+    def with_overrides(self, **kw: Any) -> Profile:
+        """Return a copy with the given fields replaced (None values are ignored)."""
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+PROFILES: dict[str, Profile] = {
+    "full": Profile(name="full"),
+    "quick": Profile(
+        name="quick", ops_seconds=3, ops_repeats=2, ops_backlog=80_000, ops_batch_backlog=200_000,
+        curve_seconds=2, wf_items=2000, wf_workers=(1, 4, 16), depth_samples=300,
+        churn_seconds=60, held_before=20, held_hold=40, held_after=40, churn_window=5,
+        latency_messages=150, stats_messages=1_000_000, stats_seconds=4, stats_repeats=1,
+    ),
+    "smoke": Profile(
+        name="smoke", ops_clients=4, ops_seconds=0, ops_transactions=25, ops_repeats=1,
+        ops_passes=("durable",), ops_backlog=3000, ops_batch_backlog=20_000,
+        curve_clients=(1, 2), curve_seconds=0, curve_transactions=20,
+        wf_items=200, wf_workers=(1, 4), depth_levels=(100, 1000), depth_samples=5,
+        depth_warmup=1, depth_max_seconds=1.0, churn_seconds=3, churn_window=1,
+        churn_producers=1, churn_consumers=2, churn_backlog=500, churn_slack=500,
+        held_before=1, held_hold=2, held_after=1, latency_messages=20, latency_interval=0.01,
+        stats_messages=10_000, stats_calls=3, stats_seconds=0, stats_transactions=50,
+        stats_repeats=1, stats_clients=2,
+    ),
+}
+
+#: The benchmark sections, in the order they run.
+SECTIONS = ["ops", "profile", "curves", "workflows", "depth", "churn", "held_xmin", "latency", "stats"]
+
+
+@dataclass
+class RunOptions:
+    """What the command line asked for."""
+
+    profile: Profile
+    sections: list[str]
+    dsn: str | None
+    out: str
+    json_out: str
+    inject_fault: str | None = None
+    settings: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,2 @@
+-- Ceiling: the cheapest round trip.
+SELECT 1;

@@ -1,0 +1,553 @@
+"""Turn the results into docs/benchmarks.md (or another path) and its PNG plots.
+
+Every target gets a table row with the measured ratio, the bound, and PASS or MISS (a MISS
+says by how much). A section whose correctness check failed shows FAILURE instead of
+numbers. ``python -m bench --render RESULTS.json`` re-renders a report from saved results.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench import plots
+from bench.config import SECTIONS
+
+TARGET_SHAPES = ["future", "leased", "dead", "other_queue", "ready"]
+
+
+def _fmt(v: float | None, digits: int = 0) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if not a or not b:
+        return None
+    return a / b
+
+
+def _verdict(value: float | None, bound: float, *, at_least: bool = True) -> str:
+    if value is None:
+        return "n/a"
+    if at_least:
+        if value >= bound:
+            return "PASS"
+        return f"MISS ({(1 - value / bound) * 100:.0f}% short)"
+    if value <= bound:
+        return "PASS"
+    if value >= 2 * bound:
+        return f"MISS ({value / bound:.0f}× the bound)"
+    return f"MISS ({(value / bound - 1) * 100:.0f}% over)"
+
+
+def _paired(runs: list[dict[str, Any]], a: str, b: str) -> str:
+    """Range of the per-round ratio a/b (each round runs both)."""
+    by_round: dict[int, dict[str, float]] = {}
+    for r in runs:
+        if r.get("msgs_per_s"):
+            by_round.setdefault(r["round"], {})[r["key"]] = r["msgs_per_s"]
+    ratios = [d[a] / d[b] for d in by_round.values() if a in d and b in d and d[b]]
+    if len(ratios) < 2:
+        return ""
+    return f"{min(ratios):.2f}–{max(ratios):.2f}"
+
+
+OPS_TARGETS = [
+    # target, description, numerator, denominator, bound
+    ("1", "message_create vs seed 001 message_create", "enqueue:pgqueue", "enqueue:seed001", 1.0),
+    ("1", "message_create vs raw single-row INSERT", "enqueue:pgqueue", "enqueue:raw", 0.85),
+    ("2", "message_dequeue (delete mode) vs seed 001 dequeue", "dequeue:pgqueue", "dequeue:seed001", 1.1),
+    ("2", "message_dequeue (delete mode) vs seed 000 dequeue", "dequeue:pgqueue", "dequeue:seed000", 1.5),
+    ("3", "lease + complete vs delete-mode dequeue", "lease_cycle:pgqueue", "dequeue:pgqueue", 0.6),
+    ("4", "dequeue x100 vs single dequeue (messages/s)", "dequeue_batch:pgqueue", "dequeue:pgqueue", 10.0),
+    ("4", "message_create_batch x1000 vs single create (messages/s)", "enqueue_batch:pgqueue", "enqueue:pgqueue",
+     10.0),
+]
+
+
+def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(target, what, measured, bound, verdict) for every target that ran."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    ops = results.get("ops")
+    if ops:
+        for pass_name, p in ops["passes"].items():
+            med = p["median"]
+            tag = "durable" if pass_name == "durable" else "synchronous_commit off"
+            for tgt, desc, a, b, bound in OPS_TARGETS:
+                r = _ratio(med.get(a), med.get(b))
+                rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", _fmt(r, 2) + "×", f"≥ {bound}×",
+                             _verdict(r, bound)))
+    dep = results.get("depth")
+    if dep:
+        for shape in TARGET_SHAPES + dep.get("extra", []):
+            per = dep["shapes"].get(shape)
+            if not per:
+                continue
+            lat, buf = _depth_ratios(dep, shape)
+            worst = max(lat or 0, buf or 0) or None
+            extra = ""
+            rows.append(("5", f"dequeue cost at {int(dep['levels'][-1]):,} vs {int(dep['levels'][0]):,}: "
+                              f"{dep['labels'].get(shape, shape)}{extra}",
+                         f"latency {_fmt(lat, 2)}×, buffers {_fmt(buf, 2)}×", "≤ 1.5×",
+                         _verdict(worst, 1.5, at_least=False)))
+    ch = results.get("churn")
+    if ch and "pgqueue" in ch:
+        r = ch["pgqueue"]
+        if not r["ok"]:
+            rows.append(("6", "churn: slowest vs fastest window", "FAILURE", "≥ 0.80", "FAILURE"))
+        else:
+            rows.append(("6", f"churn {r['seconds']} s: slowest vs fastest {r['window']} s window (pgqueue)",
+                         _fmt(r.get("min_max_ratio"), 2), "≥ 0.80", _verdict(r.get("min_max_ratio"), 0.8)))
+            rows.append(("6", "churn: table + index size, peak of 2nd half vs 1st half (pgqueue)",
+                         _fmt(r.get("size_growth"), 2) + "×", "≤ 1.25× (bounded)",
+                         _verdict(r.get("size_growth"), 1.25, at_least=False)))
+        for other, r2 in ch.items():
+            if other == "pgqueue":
+                continue
+            rows.append(("6", f"churn: slowest vs fastest window ({r2['label']}, for comparison)",
+                         _fmt(r2.get("min_max_ratio"), 2) if r2["ok"] else "FAILURE", "(reference)", ""))
+            rows.append(("6", f"churn: size, peak of 2nd half vs 1st half ({r2['label']}, for comparison)",
+                         _fmt(r2.get("size_growth"), 2) + "×" if r2["ok"] else "FAILURE", "(reference)", ""))
+    hx = results.get("held_xmin")
+    if hx:
+        if not hx["ok"]:
+            rows.append(("7", "held xmin", "FAILURE", "", "FAILURE"))
+        else:
+            rec = hx.get("recovery_s")
+            rows.append(("7", "held xmin: recovery to 80% of baseline after the snapshot ends",
+                         "never" if rec is None else f"{rec} s", "≤ 60 s",
+                         "MISS (did not recover in the run)" if rec is None else _verdict(rec, 60, at_least=False)))
+            rows.append(("7", "held xmin: slowest 5 s while held, vs baseline (proposed bound)",
+                         _fmt(hx.get("held_min_ratio"), 2), "≥ 0.50", _verdict(hx.get("held_min_ratio"), 0.5)))
+            if hx.get("after_minute_ratio") is not None:
+                rows.append(("7", "held xmin: mean rate in the minute after the snapshot ends, vs baseline",
+                             _fmt(hx.get("after_minute_ratio"), 2), "(reported)", ""))
+    lat = results.get("latency")
+    if lat:
+        for r in lat["runs"]:
+            tag = "synchronous_commit off" if r["sync_off"] else "durable"
+            if not r["ok"]:
+                rows.append(("8", f"wake-up latency ({tag})", "FAILURE", "", "FAILURE"))
+                continue
+            rows.append(("8", f"wake-up latency p50 ({tag})", f"{r['p50_ms']:.2f} ms", "< 5 ms",
+                         _verdict(r["p50_ms"], 5, at_least=False)))
+            rows.append(("8", f"wake-up latency p99 ({tag})", f"{r['p99_ms']:.2f} ms", "< 20 ms",
+                         _verdict(r["p99_ms"], 20, at_least=False)))
+    st = results.get("stats")
+    if st:
+        rows.append(("9", f"queue_stats on {st['messages']:,} messages, median", f"{st['median_ms']:.0f} ms",
+                     "< 500 ms", _verdict(st["median_ms"], 500, at_least=False)))
+        med = st["median"]
+        for mode, desc in (("every_1s", "queue_stats every second"), ("back_to_back", "queue_stats back to back")):
+            for side in ("produce_tps", "consume_tps"):
+                r = _ratio(med[mode][side], med["none"][side])
+                graded = mode == "every_1s"
+                rows.append(("9", f"{side.split('_')[0]}rs' rate with {desc} vs without",
+                             _fmt(r, 2) + "×", "≥ 0.95×" if graded else "(reported)",
+                             _verdict(r, 0.95) if graded else ""))
+    return rows
+
+
+def _depth_ratios(dep: dict[str, Any], shape: str) -> tuple[float | None, float | None]:
+    per = dep["shapes"][shape]
+    levels = [str(x) for x in dep["levels"]]
+    base = per.get(levels[0], {})
+    lat = [(per[lv]["latency_ms"] / base["latency_ms"]) for lv in levels if lv in per and base.get("latency_ms")]
+    buf = [(per[lv]["buffers"] / base["buffers"]) for lv in levels if lv in per and base.get("buffers")]
+    return (max(lat) if lat else None, max(buf) if buf else None)
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """Every failed correctness check or failed run, as text."""
+    out = [f"section {name} raised: {tb.strip().splitlines()[-1]}" for name, tb in results.get("errors", {}).items()]
+    wf = results.get("workflows")
+    if wf:
+        for r in wf["runs"]:
+            if not r["ok"]:
+                out.append(f"workflows {r['strategy']} with {r['workers']} workers: {'; '.join(r['problems'])}")
+    for name in ("churn",):
+        for design, r in (results.get(name) or {}).items():
+            if not r["ok"]:
+                out.append(f"churn {design}: {'; '.join(r['problems'])}")
+    hx = results.get("held_xmin")
+    if hx and not hx["ok"]:
+        out.append(f"held xmin: {'; '.join(hx['problems'])}")
+    lat = results.get("latency")
+    if lat:
+        for r in lat["runs"]:
+            if not r["ok"]:
+                out.append(f"latency: {'; '.join(r['problems'])}")
+    for key in ("ops", "curves"):
+        sec = results.get(key)
+        if not sec:
+            continue
+        runs = sec.get("runs", []) + [r for p in sec.get("passes", {}).values() for r in p["runs"]]
+        for r in runs:
+            if not r.get("ok"):
+                out.append(f"{key} {r['key']} ({r['clients']} clients): {r.get('error')}")
+    st = results.get("stats")
+    if st:
+        for p in st["phases"]:
+            if not p["ok"]:
+                out.append(f"stats phase {p['mode']}: {p['error']}")
+    dep = results.get("depth")
+    if dep:
+        for shape, per in dep["shapes"].items():
+            for lv, r in per.items():
+                if r.get("empty"):
+                    out.append(f"depth {shape} {lv}: {r['empty']} dequeues found no message")
+    return out
+
+
+def render(results: dict[str, Any], out: Path) -> str:
+    """Write the Markdown report (and plots under out's folder img/) and return its text."""
+    img = out.parent / "img"
+    meta = results["meta"]
+    lines: list[str] = []
+    w = lines.append
+    fails = failures(results)
+    w("# pgqueue benchmarks")
+    w("")
+    w(f"Generated by `{meta['command']}` on {meta['date']} "
+      f"(profile **{meta['profile']}**, {meta['runtime_s'] / 60:.1f} minutes).")
+    w("")
+    if meta.get("noisy"):
+        w(f"> **Noisy run.** The machine was busy when the run started (load average {meta['load_start']:.2f} "
+          f"on {meta['machine']['nproc']} cores): absolute numbers and ratios may be off. Re-run on a quiet "
+          "machine for numbers to quote.")
+        w("")
+    if meta["profile"] != "full":
+        w(f"> **{meta['profile']} profile**: shorter runs and fewer repeats than the full suite; the numbers "
+          "show the shape, not the values to quote.")
+        w("")
+    if fails:
+        w("## FAILURE")
+        w("")
+        w("These runs failed (a correctness check, or a run that could not complete); they report no number:")
+        w("")
+        for f in fails:
+            w(f"- {f}")
+        w("")
+    w("## Summary of the targets (issue 4)")
+    w("")
+    w("Ratios are taken within one run on one machine (medians of the alternated repeats). "
+      "PASS/MISS compares with the issue's bound; a MISS says by how much.")
+    w("")
+    w("| # | what | measured | bound | verdict |")
+    w("|---|---|---|---|---|")
+    for row in summary_rows(results):
+        w("| " + " | ".join(row) + " |")
+    w("")
+    _machine(w, results)
+    _ops(w, results, img, out)
+    _profile(w, results)
+    _workflows(w, results, img, out)
+    _depth(w, results, img, out)
+    _churn(w, results, img, out)
+    _latency(w, results)
+    _stats(w, results)
+    text = "\n".join(lines) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return text
+
+
+def _rel(path: Path | None, out: Path) -> str | None:
+    if path is None:
+        return None
+    return str(path.relative_to(out.parent))
+
+
+def _img(w: Any, path: Path | None, out: Path, alt: str) -> None:
+    rel = _rel(path, out)
+    if rel:
+        w(f"![{alt}]({rel})")
+    else:
+        w("_(plot skipped: matplotlib is not installed; `pip install -r python/requirements-bench.txt`)_")
+    w("")
+
+
+def _machine(w: Any, results: dict[str, Any]) -> None:
+    meta = results["meta"]
+    m = meta["machine"]
+    w("## Machine and server")
+    w("")
+    w(f"- CPU: {m['cpu']} ({m['nproc']} cores), memory {m['mem_gb']:.1f} GiB, {m['kernel']}")
+    w(f"- PostgreSQL {meta['settings'].get('server_version', '?')}, pgbench {meta['pgbench_version']}, "
+      f"Python {meta['python']}")
+    w(f"- pgqueue extension {meta['extension_version']} from commit `{meta['git']}`; reloptions of "
+      f"pgqueue.message: {meta['reloptions']}")
+    w(f"- Load average when the run started: {meta['load_start']:.2f}; when it ended: {meta['load_end']:.2f}")
+    w(f"- Server: {'started by the suite (a private cluster on 127.0.0.1)' if meta['embedded'] else 'given by --dsn'}"
+      "; clients (pgbench, Python) run on the same machine.")
+    w("")
+    w("Server settings (`pg_settings`). The headline numbers of targets 1-4 use durable commits "
+      "(fsync, synchronous_commit and full_page_writes on); sections that measure CPU work or bloat "
+      "rather than the disk run their sessions with `synchronous_commit = off` and say so.")
+    w("")
+    w("| setting | value |")
+    w("|---|---|")
+    for k, v in sorted(meta["settings"].items()):
+        w(f"| {k} | {v} |")
+    w("")
+    w("### Reproduce")
+    w("")
+    w("```sh")
+    w("cd /path/to/pgqueue && make install          # the extension under test")
+    w(".venv/bin/pip install -r python/requirements-bench.txt")
+    w(f"{meta['command_full']}             # everything, about 40 minutes")
+    w(".venv/bin/python -m bench --only ops curves  # one or more sections: " + " ".join(SECTIONS))
+    w(".venv/bin/python -m bench --smoke           # every benchmark for a moment (CI)")
+    w("```")
+    w("")
+    w("Without `--dsn` the suite starts its own server with the settings above "
+      "(`bench/config.py`, BENCH_SETTINGS); `--dsn` runs against an existing server (it needs a role that "
+      "can create databases, and the extension installed). Raw results are saved as JSON "
+      f"(`{meta['json']}`); `--render FILE.json` re-renders this report from them.")
+    w("")
+
+
+def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
+    ops = results.get("ops")
+    if ops:
+        w("## Targets 1-4: single operations (pgbench)")
+        w("")
+        how = (f"-T {ops['seconds']}" if ops["seconds"] else f"-t {ops['transactions']}")
+        w(f"pgbench `-M prepared -c {ops['clients']} -j 2 {how}`, scripts in `bench/pgbench/`, reference "
+          "designs in `bench/sql/`. Each run starts from emptied tables; every dequeue run gets the same "
+          "fresh backlog of ready messages, then `VACUUM (ANALYZE)`. Designs alternate round-robin (order "
+          f"rotated each round), {ops['repeats']} rounds; the number is the median, messages counted in the "
+          "table (rows added or removed) over pgbench's measured time. `CHECKPOINT` before each round.")
+        w("")
+        passes = list(ops["passes"])
+        w("| operation | " + " | ".join(f"{p.replace('_', ' ')}: msg/s (median)" for p in passes) + " |")
+        w("|---|" + "---|" * len(passes))
+        for key, label in ops["labels"].items():
+            vals = [ops["passes"][p]["median"].get(key) for p in passes]
+            w(f"| {label} | " + " | ".join(_fmt(v) for v in vals) + " |")
+        w("")
+        w("Per-round ratios (min–max over rounds) for the targets:")
+        w("")
+        w("| target | " + " | ".join(passes) + " |")
+        w("|---|" + "---|" * len(passes))
+        for tgt, desc, a, b, _bound in OPS_TARGETS:
+            w(f"| {tgt}: {desc} | " + " | ".join(_paired(ops["passes"][p]["runs"], a, b) or "n/a" for p in passes)
+              + " |")
+        w("")
+    cur = results.get("curves")
+    if cur:
+        w("### Throughput against clients")
+        w("")
+        how = f"-T {cur['seconds']}" if cur["seconds"] else f"-t {cur['transactions']}"
+        w(f"Durable commits, pgbench `{how}`, {cur['repeats']} round(s) per client count, designs alternated.")
+        w("")
+        _img(w, plots.throughput_vs_clients(cur, img / "throughput_vs_clients.png"), out,
+             "messages per second against clients, per design")
+        clients = cur["clients"]
+        w("| design | " + " | ".join(f"{c} clients" for c in clients) + " |")
+        w("|---|" + "---|" * len(clients))
+        for key, label in cur["labels"].items():
+            w(f"| {label} | " + " | ".join(_fmt(cur["median"][key].get(str(c))) for c in clients) + " |")
+        w("")
+
+
+def _profile(w: Any, results: dict[str, Any]) -> None:
+    pr = results.get("profile")
+    if not pr:
+        return
+    w("### Where the time of one call goes (one session, no concurrency)")
+    w("")
+    w(f"One session with synchronous_commit off calls each operation {pr['calls']} times per round, "
+      f"{pr['rounds']} rounds with the order rotated; client wall time per call in the best round (CPU work "
+      "plus one round trip; the best round is the one the rest of the machine disturbed least). A second "
+      "session does the same with `plan_cache_mode = force_generic_plan`: the difference is time spent "
+      "re-planning statements on every call. Then calls under auto_explain (nested statements, timing off): the statements inside "
+      "each function, per call, and what is left of the call's server time (PL/pgSQL and function-call "
+      "overhead: variable assignments, checks, SET search_path, plan cache look-ups).")
+    w("")
+    w("| operation | µs per call | µs per call, generic plans forced |")
+    w("|---|---|---|")
+    for key, label in pr["labels"].items():
+        w(f"| {label} | {_fmt(pr['per_call_us'].get(key), 1)} | "
+          f"{_fmt(pr.get('per_call_generic_us', {}).get(key), 1)} |")
+    w("")
+    if pr.get("breakdown"):
+        w("| operation | server ms per call | in nested statements | elsewhere | top statements (ms per call, buffers) |")
+        w("|---|---|---|---|---|")
+        for key, b in pr["breakdown"].items():
+            top = "; ".join(f"`{s['statement'][:70].replace('|', '/')}` {s['ms']:.4f} ms, {s['buffers']:.0f} buf"
+                            for s in b["statements"][:3])
+            w(f"| {pr['labels'].get(key, key)} | {b['total_ms']:.4f} | {b['nested_ms']:.4f} | "
+              f"{b['overhead_ms']:.4f} | {top} |")
+        w("")
+
+
+def _workflows(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
+    wf = results.get("workflows")
+    if not wf:
+        return
+    w("## Workflows (Python driver, seed 002's exactly-once check)")
+    w("")
+    w(f"A fixture of {wf['items']:,} items drained by N worker threads (one connection each, "
+      "synchronous_commit off as in seed 002); each worker records what it claimed and what it "
+      "finished; merged, every item must appear exactly once and the table must be left with nothing "
+      f"unfinished. Best of {wf['repeats']} run(s); FAILURE where the check failed.")
+    w("")
+    _img(w, plots.workflows(wf, img / "workflows.png"), out, "items per second against workers")
+    workers = wf["workers"]
+    w("| strategy | " + " | ".join(f"{x} workers" for x in workers) + " |")
+    w("|---|" + "---|" * len(workers))
+    for name, label in wf["labels"].items():
+        cells = []
+        for x in workers:
+            v = wf["best"][name].get(str(x))
+            cells.append("FAILURE" if v is None else _fmt(v))
+        w(f"| {label} | " + " | ".join(cells) + " |")
+    w("")
+    races = {r["strategy"]: r["races"] for r in wf["runs"] if r["races"] and r["workers"] == max(workers)}
+    if races:
+        w("Advisory-lock races hit (at the largest worker count): "
+          + ", ".join(f"{k}: {v}" for k, v in races.items()) + ".")
+        w("")
+
+
+def _depth(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
+    dep = results.get("depth")
+    if not dep:
+        return
+    w("## Target 5: dequeue cost against queue depth")
+    w("")
+    w("One database per depth, the backlog built with INSERT ... SELECT generate_series and vacuumed; "
+      "the depths are sampled in turn (round and round) on sessions with synchronous_commit off. "
+      "Latency is the client's wall time of `SELECT * FROM pgqueue.message_dequeue('depth', 1, 0)` "
+      f"(median of up to {dep.get('samples', '?')} calls); buffers are shared hit + read of the same call under "
+      "EXPLAIN (ANALYZE, BUFFERS), nested statements included. Shapes marked extra go beyond the issue's list.")
+    w("")
+    _img(w, plots.depth(dep, img / "dequeue_cost_vs_depth.png"), out, "dequeue cost against depth")
+    levels = [str(x) for x in dep["levels"]]
+    w("| shape | " + " | ".join(f"{int(lv):,}: ms / buffers" for lv in levels) + " | worst ratio vs first |")
+    w("|---|" + "---|" * (len(levels) + 1))
+    for shape, per in dep["shapes"].items():
+        cells = [f"{per[lv]['latency_ms']:.3f} / {per[lv]['buffers']:.0f}" if lv in per else "n/a" for lv in levels]
+        lat, buf = _depth_ratios(dep, shape)
+        w(f"| {dep['labels'].get(shape, shape)} | " + " | ".join(cells)
+          + f" | latency {_fmt(lat, 2)}×, buffers {_fmt(buf, 2)}× |")
+    w("")
+    w("Where the buffers go at the deepest level (one call under auto_explain, nested statements):")
+    w("")
+    w("| shape | statement | buffers | ms |")
+    w("|---|---|---|---|")
+    for shape, per in dep["shapes"].items():
+        rows = [b for b in per.get(levels[-1], {}).get("breakdown", [])
+                if not b["statement"].startswith("SELECT * FROM pgqueue.message_dequeue(")]
+        for b in sorted(rows, key=lambda b: -b["buffers"])[:4]:
+            stmt = b["statement"].replace("|", "\\|")[:110]
+            w(f"| {shape} | `{stmt}` | {b['buffers']} | {b['ms']:.3f} |")
+    w("")
+
+
+def _churn(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
+    ch = results.get("churn")
+    if ch:
+        any_run = next(iter(ch.values()))
+        w("## Target 6: churn")
+        w("")
+        w(f"{any_run['producers']} producer and {any_run['consumers']} consumer threads for {any_run['seconds']} s "
+          f"(synchronous_commit off), starting from a backlog of {any_run['backlog']:,} messages; producers nap "
+          f"while the backlog exceeds {any_run['cap']:,}, so the live set is bounded and table growth is bloat. "
+          "Every message is checked finished exactly once (or still queued) at the end. Autovacuum runs with "
+          "the server's defaults and whatever the extension sets on its tables.")
+        w("")
+        _img(w, plots.churn(ch, img / "churn_throughput.png"), out, "throughput over time under churn")
+        w("| design | mean msg/s | slowest / fastest window | windows (msg/s) | size start → peak → end (MiB) "
+          "| autovacuums | check |")
+        w("|---|---|---|---|---|---|---|")
+        for _name, r in ch.items():
+            s = r["samples"]
+            sizes = (f"{r.get('size_start', 0) / 2**20:.1f} → "
+                     f"{max([x['total_bytes'] for x in s] or [0]) / 2**20:.1f} → {r.get('size_end', 0) / 2**20:.1f}")
+            av = s[-1]["autovacuums"] if s else "?"
+            wins = ", ".join(f"{x:,.0f}" for x in r["windows"])
+            w(f"| {r['label']} | {_fmt(r['mean_rate'])} | {_fmt(r.get('min_max_ratio'), 2)} | {wins} | {sizes} "
+              f"| {av} | {r['check']['summary'] if r['ok'] else 'FAILURE: ' + '; '.join(r['problems'])} |")
+        w("")
+    hx = results.get("held_xmin")
+    if hx:
+        hold = hx.get("hold", {})
+        w("## Target 7: churn with a held snapshot (xmin)")
+        w("")
+        w(f"The same churn on pgqueue for {hx['seconds']} s; a REPEATABLE READ transaction in the same database "
+          f"takes its snapshot at {hold.get('start', 0):.0f} s and holds it until {hold.get('end', 0):.0f} s. "
+          "Baseline: median per-second rate before the snapshot. Recovery: the first 5 s window after the "
+          "snapshot ends whose mean is back at 80% of the baseline, counted from the end of the hold.")
+        w("")
+        _img(w, plots.held_xmin(hx, img / "held_xmin.png"), out, "throughput with a held snapshot")
+        w("| baseline msg/s | slowest 5 s while held | mean while held | recovery after release "
+          "| mean in the minute after | peak size (MiB) | check |")
+        w("|---|---|---|---|---|---|---|")
+        s = hx["samples"]
+        w(f"| {_fmt(hx.get('held_baseline'))} | {_fmt(hx.get('held_min'))} ({_fmt(hx.get('held_min_ratio'), 2)}×) "
+          f"| {_fmt(hx.get('held_mean_ratio'), 2)}× | "
+          f"{'not within the run' if hx.get('recovery_s') is None else str(hx['recovery_s']) + ' s'} "
+          f"| {_fmt(hx.get('after_minute_ratio'), 2)}× "
+          f"| {max([x['total_bytes'] for x in s] or [0]) / 2**20:.1f} "
+          f"| {hx['check']['summary'] if hx['ok'] else 'FAILURE'} |")
+        w("")
+
+
+def _latency(w: Any, results: dict[str, Any]) -> None:
+    lat = results.get("latency")
+    if not lat:
+        return
+    w("## Target 8: wake-up latency with LISTEN/NOTIFY")
+    w("")
+    n = lat["runs"][0]["messages"]
+    w(f"A queue with notify on; an idle worker LISTENs on one connection and dequeues (with a lease, then "
+      f"completes) on another. {n} messages enqueued one at a time with random gaps; latency is from just "
+      "before the producer's `message_create` to the worker having the message (the enqueue's commit, "
+      "the notification, the wake-up and the dequeue's own commit).")
+    w("")
+    w("| commits | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) | of which: to the notification, p50 / p99 "
+      "| of which: the dequeue, p50 / p99 | received |")
+    w("|---|---|---|---|---|---|---|---|")
+    for r in lat["runs"]:
+        tag = "synchronous_commit off" if r["sync_off"] else "durable"
+        w(f"| {tag} | {_fmt(r['p50_ms'], 2)} | {_fmt(r['p90_ms'], 2)} | {_fmt(r['p99_ms'], 2)} | "
+          f"{_fmt(r['max_ms'], 2)} | {_fmt(r.get('notify_p50_ms'), 2)} / {_fmt(r.get('notify_p99_ms'), 2)} | "
+          f"{_fmt(r.get('dequeue_p50_ms'), 2)} / {_fmt(r.get('dequeue_p99_ms'), 2)} | "
+          f"{r['received']}/{r['messages']} |")
+    w("")
+
+
+def _stats(w: Any, results: dict[str, Any]) -> None:
+    st = results.get("stats")
+    if not st:
+        return
+    w("## Target 9: queue_stats on a deep queue")
+    w("")
+    parts = ", ".join(f"{v:,} {k}" for k, v in st["parts"].items())
+    w(f"Queue of {st['messages']:,} messages ({parts}; plus {st['messages'] // 20:,} dead letters), vacuumed. "
+      f"`queue_stats('stats')`: median {st['median_ms']:.1f} ms, max {st['max_ms']:.1f} ms over "
+      f"{len(st['call_ms'])} calls; EXPLAIN ANALYZE {st['explain_ms']:.1f} ms, {st['buffers']:,} shared buffers; "
+      f"`queue_stats()` over all queues {st['all_queues_ms']:.1f} ms.")
+    w("")
+    w("Producers and consumers (pgbench, `message_create` and delete-mode `message_dequeue` on the same "
+      "queue, synchronous_commit off) with nothing beside them, with a monitor calling queue_stats every "
+      "second, and with a loop calling it back to back; phases alternate.")
+    w("")
+    w("| beside the load | produce tx/s | consume tx/s | vs none (produce / consume) |")
+    w("|---|---|---|---|")
+    med = st["median"]
+    for mode in ("none", "every_1s", "back_to_back"):
+        m = med[mode]
+        w(f"| {mode} | {_fmt(m['produce_tps'])} | {_fmt(m['consume_tps'])} | "
+          f"{_fmt(_ratio(m['produce_tps'], med['none']['produce_tps']), 2)} / "
+          f"{_fmt(_ratio(m['consume_tps'], med['none']['consume_tps']), 2)} |")
+    w("")
+    calls = [p["stats_median_ms"] for p in st["phases"] if p.get("stats_median_ms")]
+    if calls:
+        w(f"queue_stats itself under that load: median {statistics.median(calls):.0f} ms per call.")
+        w("")

@@ -1,0 +1,151 @@
+"""pgqueue for Apache Spark: a PySpark data source that feeds and drains queues.
+
+Needs the ``spark`` extra (``pip install 'pgqueue[spark]'``: pyspark 4.x and pyarrow; Java 17+);
+``import pgqueue`` alone never imports pyspark. Register the format once per SparkSession::
+
+    import pgqueue.spark
+    pgqueue.spark.register(spark)
+
+    # enqueue a DataFrame (one column "payload"; more below)
+    df.write.format("pgqueue").option("dsn", dsn).mode("append").save("jobs")
+    # look at a queue, never consume
+    spark.read.format("pgqueue").option("dsn", dsn).load("jobs")
+    # consume: claims are offsets, acknowledged when Spark commits the micro-batch
+    (spark.readStream.format("pgqueue").option("dsn", dsn).option("consumer", "etl").load("jobs")
+        .writeStream.foreachBatch(handle).option("checkpointLocation", ck)
+        .trigger(availableNow=True).start())
+
+Executors import this package too: install it (and psycopg) on every worker node, and point
+``PYSPARK_PYTHON`` at that interpreter.
+
+Options (names are case-insensitive; values are strings)
+---------------------------------------------------------
+
+All entry points:
+
+``dsn`` (required; alias ``conninfo``)
+    libpq connection string of the database with the extension (0.2 or later).
+``queue`` (or the path of ``load()``/``save()``)
+    the queue's name; it must exist.
+
+Writing (``df.write.format("pgqueue").mode("append")``: Spark refuses its default mode,
+ErrorIfExists, for Python sources, and ``overwrite`` is refused here, a queue being append-only):
+
+``payloadColumn`` (default ``payload``)
+    the column that becomes the message. Every other column must be named by one of the three
+    schedule options below, so that nothing is dropped silently.
+``payloadType``: ``auto`` (default), ``binary``, ``string``, ``json``
+    how the payload is encoded, following :mod:`pgqueue.codec` so that ``Queue.dequeue()``
+    decodes it: BINARY is stored as is (content_type NULL), STRING as UTF-8 text
+    (``text/plain; charset=utf-8``), STRUCT/ARRAY/MAP/numbers/BOOLEAN as JSON
+    (``application/json``). ``json`` with a STRING column takes it as JSON text (checked, stored
+    as ``application/json``): ``to_json(struct(*)) AS payload`` is the fastest way to JSON.
+``dequeueAtColumn``
+    TIMESTAMP (or TIMESTAMP_NTZ, taken as UTC) or integer epoch milliseconds: deliver then.
+``delayColumn``
+    seconds (a number) or a day-time INTERVAL: deliver that long after the enqueue (task mode:
+    the server's clock at the insert; job mode: at the publication).
+``priorityColumn``
+    an integer >= 0; larger is delivered first (``pgqueue.priority_dequeue_at``).
+    A NULL in a schedule column means "now"; a row may set at most one of the three.
+``commitMode``: ``task`` (default) or ``job``
+    ``task``: each partition is enqueued in one transaction (``message_create_batch`` in chunks),
+    visible as soon as its task ends. ``job``: each task attempt stages its rows
+    (``spark_stage``); the driver publishes the winning attempts in one transaction
+    (``spark_publish``) when the job commits, and discards the staging when it aborts.
+``batchSize`` (default 5000)
+    rows per SQL call.
+
+Reading, batch and streaming:
+
+``payloadType``: ``binary`` (default), ``string``, ``json``
+    the ``payload`` column: the stored bytes; or the content decoded as text (NULL if it is not
+    text); or JSON text (JSON content as is, text as a JSON string, NULL for raw bytes).
+``numPartitions`` (default 1)
+    Spark partitions per read or micro-batch, by id range.
+``fetchSize`` (default 5000)
+    rows per round trip of a partition's cursor.
+
+Batch reads only: ``includeDead`` (default false) adds the dead letters (status ``dead``).
+
+Streaming reads only:
+
+``consumer`` (default ``spark``)
+    the consumer's name: one running query per (queue, consumer) (PQ005 otherwise); keep it
+    stable across restarts of a query.
+``maxMessagesPerBatch`` (default 100000)
+    messages per micro-batch (Spark's ``ReadMaxRows`` limit; ``availableNow`` runs as many
+    micro-batches of this size as it takes).
+``failOnDataLoss`` (default true)
+    fail a micro-batch whose claims are gone (released by an administrator, or acknowledged by
+    another query with the same consumer) instead of going on without them.
+
+Rows read have the schema of :func:`pgqueue.spark.source.schema_for`: ``id, queue, status,
+payload, content_type, attempts, dequeue_at, created_at, locked_until, last_error, dead_at,
+state, claim_seq`` (times are BIGINT epoch milliseconds, as in the extension).
+
+Guarantees
+----------
+
+* ``df.write``, ``commitMode=task``: each partition lands atomically; a task that Spark runs
+  again after its transaction committed (an executor lost after the write, a speculative copy)
+  enqueues its partition again: at-least-once per partition. A NULL payload or a bad value
+  fails its task before anything of that partition is committed, but partitions whose tasks
+  already finished stay enqueued.
+* ``df.write``, ``commitMode=job``: the whole DataFrame appears atomically and exactly once,
+  whatever Spark retries; a failed job, a NULL payload or a bad column type publishes nothing.
+* ``spark.read``: a snapshot; it changes nothing (every action reads again, so new messages may
+  appear: ``cache()`` the DataFrame for a stable view). Each partition reads at its own time.
+* ``spark.readStream``: a micro-batch's messages are claimed (``spark_claim``) before Spark
+  records the offset, invisible to ``message_dequeue``, and deleted only once Spark has
+  committed the batch. After a failed batch or a driver crash the same claims are replayed, so
+  none is lost: exactly-once end to end into an idempotent or transactional sink (a table keyed
+  by ``id``, ``foreachBatch`` keyed by ``batchId``, Delta), at-least-once into any other sink
+  (Spark may run a batch again whose output was written but not committed).
+  ``trigger(availableNow=True)`` claims only messages that exist when the query starts and stops
+  when they are done. A consumer that will never come back is released with
+  :func:`release` (its messages become deliverable again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from pgqueue.errors import translating
+from pgqueue.spark import _sql
+from pgqueue.spark.source import (
+    PgQueueBatchReader,
+    PgQueueDataSource,
+    PgQueueStreamReader,
+    PgQueueWriter,
+    schema_for,
+)
+
+__all__ = [
+    "PgQueueDataSource",
+    "PgQueueBatchReader",
+    "PgQueueStreamReader",
+    "PgQueueWriter",
+    "register",
+    "release",
+    "schema_for",
+]
+
+
+def register(spark: Any) -> None:
+    """Register the ``pgqueue`` format with a SparkSession (``spark.dataSource.register``)."""
+    spark.dataSource.register(PgQueueDataSource)
+
+
+def release(dsn: str, queue: str, consumer: str) -> int:
+    """Give back the messages claimed by a consumer that will not come back; return how many.
+
+    They become deliverable again to every consumer. Raises PgQueueError (SQLSTATE PQ005) while
+    a query consumes as that consumer, and PQ006 for a consumer that does not exist.
+    """
+    with translating(), psycopg.connect(dsn, autocommit=True, row_factory=tuple_row) as conn:
+        row = conn.execute(_sql.RELEASE, {"queue": queue, "consumer": consumer}).fetchone()
+    return int(row[0]) if row is not None else 0

@@ -1,0 +1,283 @@
+"""Turn Arrow record batches of a DataFrame into message contents, and messages back into rows.
+
+Writing follows :mod:`pgqueue.codec`, so that ``Queue.dequeue()`` decodes what Spark wrote:
+
+=====================================  =====================  ================================
+payload column (Spark type)            content                content_type
+=====================================  =====================  ================================
+BINARY                                 the bytes              NULL
+STRING (payloadType auto or string)    UTF-8                  ``text/plain; charset=utf-8``
+STRING (payloadType json)              the JSON text, UTF-8   ``application/json`` (validated)
+STRUCT, ARRAY, MAP, numbers, BOOLEAN   compact JSON, UTF-8    ``application/json``
+=====================================  =====================  ================================
+
+Inside JSON, maps become objects (keys as strings), decimals numbers, dates and timestamps ISO
+8601 strings, binary values base64 strings (as Spark's ``to_json`` writes them).
+
+Only pyarrow is needed (imported where used); nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pgqueue import codec
+from pgqueue.errors import InvalidArgument
+
+__all__ = ["WritePlan", "Chunk", "encode_batch", "decode_payload", "MAX_PRIORITY"]
+
+MAX_PRIORITY = 2**31 - 1
+#: The longest delay (ms) a bigint holds; the server saturates now + delay at the same bound.
+MAX_DELAY_MS = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """How the columns of a DataFrame become messages; decided on the driver from its schema.
+
+    Attributes:
+        payload_column: the payload column's name.
+        payload_kind: ``binary``, ``text``, ``json_text`` (a string holding JSON) or
+            ``json_value`` (a struct, array, map, number or boolean serialised to JSON).
+        dequeue_at_column, dequeue_at_kind: an absolute due time, ``timestamp`` or ``epoch_ms``.
+        delay_column, delay_kind: a delay from now, ``seconds`` (a number) or ``interval``.
+        priority_column: a priority (int >= 0, larger first).
+    """
+
+    payload_column: str
+    payload_kind: str
+    dequeue_at_column: str | None = None
+    dequeue_at_kind: str | None = None
+    delay_column: str | None = None
+    delay_kind: str | None = None
+    priority_column: str | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        """True if any column sets when messages become deliverable."""
+        return any((self.dequeue_at_column, self.delay_column, self.priority_column))
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Messages ready for ``message_create_batch`` / ``spark_stage``.
+
+    A column has one encoding, so every message of a chunk has the same ``content_type``.
+    ``dequeue_ats`` and ``delays_ms`` (as long as ``contents``) are None when no row is scheduled.
+    """
+
+    contents: list[bytes]
+    content_type: str | None
+    dequeue_ats: list[int | None] | None
+    delays_ms: list[int | None] | None
+
+    def __len__(self) -> int:
+        return len(self.contents)
+
+    def slices(self, size: int) -> Iterator[Chunk]:
+        """Yield consecutive chunks of at most ``size`` messages."""
+        for start in range(0, len(self.contents), size):
+            end = start + size
+            yield Chunk(
+                self.contents[start:end],
+                self.content_type,
+                None if self.dequeue_ats is None else self.dequeue_ats[start:end],
+                None if self.delays_ms is None else self.delays_ms[start:end],
+            )
+
+
+def _where(partition: int, row: int) -> str:
+    return f"row {row + 1} of partition {partition}"
+
+
+def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
+    """Return a function turning a Python value of an Arrow type into a JSON-serialisable one."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_struct(arrow_type):
+        fields = [(arrow_type.field(i).name, _json_converter(arrow_type.field(i).type))
+                  for i in range(arrow_type.num_fields)]
+        return lambda v: None if v is None else {name: conv(v.get(name)) for name, conv in fields}
+    if t.is_map(arrow_type):
+        key_conv = _json_converter(arrow_type.key_type)
+        item_conv = _json_converter(arrow_type.item_type)
+        return lambda v: None if v is None else {str(key_conv(k)): item_conv(x) for k, x in v}
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
+        item = _json_converter(arrow_type.value_type)
+        return lambda v: None if v is None else [item(x) for x in v]
+    if t.is_decimal(arrow_type):
+        return lambda v: None if v is None else (int(v) if v == v.to_integral_value() else float(v))
+    if t.is_timestamp(arrow_type) or t.is_date(arrow_type) or t.is_time(arrow_type):
+        return lambda v: None if v is None else v.isoformat()
+    if t.is_duration(arrow_type):
+        return lambda v: None if v is None else v.total_seconds()
+    if t.is_binary(arrow_type) or t.is_large_binary(arrow_type) or t.is_fixed_size_binary(arrow_type):
+        return lambda v: None if v is None else base64.b64encode(v).decode("ascii")
+    return lambda v: v
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> tuple[list[bytes], str | None]:
+    if column.null_count:
+        row = column.is_null().to_pylist().index(True)
+        raise InvalidArgument(
+            f"payload column {plan.payload_column!r} is NULL in {_where(partition, first_row + row)}: "
+            "every message needs content (write an empty string or empty bytes for an empty message, "
+            "or filter the NULL rows out)"
+        )
+    values = column.to_pylist()
+    n = len(values)
+    if plan.payload_kind == "binary":
+        return [bytes(v) for v in values], None
+    if plan.payload_kind == "text":
+        return [v.encode("utf-8") for v in values], codec.TEXT
+    if plan.payload_kind == "json_text":
+        contents: list[bytes] = []
+        for i, v in enumerate(values):
+            try:
+                json.loads(v)
+            except ValueError as exc:
+                raise InvalidArgument(
+                    f"payload column {plan.payload_column!r} is not valid JSON in "
+                    f"{_where(partition, first_row + i)}: {exc}"
+                ) from None
+            contents.append(v.encode("utf-8"))
+        return contents, codec.JSON
+    conv = _json_converter(column.type)
+    contents = []
+    for i, v in enumerate(values):
+        try:
+            contents.append(_dumps(conv(v)))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"payload column {plan.payload_column!r} cannot be written as JSON in "
+                f"{_where(partition, first_row + i)}: {exc}"
+            ) from None
+    return contents, codec.JSON
+
+
+def _int_values(column: Any) -> list[int | None]:
+    import pyarrow as pa
+
+    values: list[int | None] = column.cast(pa.int64()).to_pylist()
+    return values
+
+
+def _schedule(plan: WritePlan, batch: Any, partition: int, first_row: int
+              ) -> tuple[list[int | None], list[int | None]]:
+    n = batch.num_rows
+    ats: list[int | None] = [None] * n
+    delays: list[int | None] = [None] * n
+    given: list[str | None] = [None] * n
+
+    def claim(i: int, name: str) -> None:
+        if given[i] is not None:
+            raise InvalidArgument(
+                f"{_where(partition, first_row + i)} sets both {given[i]!r} and {name!r}: "
+                "give at most one of the due time, delay and priority columns per row"
+            )
+        given[i] = name
+
+    if plan.dequeue_at_column is not None:
+        col = batch.column(plan.dequeue_at_column)
+        if plan.dequeue_at_kind == "timestamp":
+            # Arrow keeps timestamps as units since the epoch (UTC); as microseconds, floored to ms
+            import pyarrow as pa
+
+            micros = _int_values(col.cast(pa.timestamp("us", tz=col.type.tz)))
+            for i, us in enumerate(micros):
+                if us is not None:
+                    claim(i, plan.dequeue_at_column)
+                    ats[i] = us // 1000
+        else:
+            for i, ms in enumerate(_int_values(col)):
+                if ms is not None:
+                    claim(i, plan.dequeue_at_column)
+                    ats[i] = ms
+    if plan.delay_column is not None:
+        col = batch.column(plan.delay_column)
+        if plan.delay_kind == "interval":
+            import pyarrow as pa
+
+            micros = _int_values(col.cast(pa.duration("us")))
+            raw: Sequence[Any] = [None if us is None else us / 1_000_000 for us in micros]
+        else:
+            raw = col.to_pylist()
+        for i, seconds in enumerate(raw):
+            if seconds is None:
+                continue
+            seconds = float(seconds) if isinstance(seconds, Decimal) else seconds
+            if not math.isfinite(seconds) or seconds < 0 or seconds * 1000 > MAX_DELAY_MS:
+                raise InvalidArgument(
+                    f"delay column {plan.delay_column!r} must be finite, >= 0 and < 2**63 ms, got "
+                    f"{seconds!r} in {_where(partition, first_row + i)}"
+                )
+            claim(i, plan.delay_column)
+            delays[i] = round(seconds * 1000)
+    if plan.priority_column is not None:
+        for i, p in enumerate(_int_values(batch.column(plan.priority_column))):
+            if p is None:
+                continue
+            if not 0 <= p <= MAX_PRIORITY:
+                raise InvalidArgument(
+                    f"priority column {plan.priority_column!r} must be from 0 to {MAX_PRIORITY}, got "
+                    f"{p} in {_where(partition, first_row + i)}"
+                )
+            claim(i, plan.priority_column)
+            ats[i] = -1 - p
+    return ats, delays
+
+
+def encode_batch(plan: WritePlan, batch: Any, *, partition: int, first_row: int) -> Chunk:
+    """Encode one ``pyarrow.RecordBatch`` of a partition into messages.
+
+    Parameters:
+        plan: what the columns mean.
+        batch: the record batch (its columns are those of the DataFrame).
+        partition: the Spark partition (for error messages).
+        first_row: the index in the partition of the batch's first row (for error messages).
+
+    Raises:
+        InvalidArgument: a NULL payload, invalid JSON, a negative delay, a priority out of
+            range, or more than one of due time, delay and priority in a row. The message names
+            the column and the row.
+    """
+    contents, content_type = _payloads(plan, batch.column(plan.payload_column), partition, first_row)
+    if not plan.scheduled:
+        return Chunk(contents, content_type, None, None)
+    ats, delays = _schedule(plan, batch, partition, first_row)
+    return Chunk(contents, content_type, ats, delays)
+
+
+def decode_payload(content: bytes, content_type: str | None, payload_type: str) -> bytes | str | None:
+    """Return a message's payload as the read option ``payloadType`` asks for.
+
+    ``binary``: the bytes as stored. ``string``: the content decoded as text (with the charset
+    of its content type, UTF-8 if none); None if it is not text. ``json``: JSON text: JSON content
+    as it is, other text as a JSON string; None for bytes that are not text.
+    """
+    if payload_type == "binary":
+        return bytes(content)
+    kind, params = codec.media_type(content_type)
+    try:
+        text = bytes(content).decode(params.get("charset", "utf-8"))
+    except (LookupError, UnicodeDecodeError):
+        return None
+    if payload_type == "string":
+        return text
+    if kind == codec.JSON or kind.endswith("+json"):
+        return text
+    if kind.startswith("text/"):
+        return json.dumps(text, ensure_ascii=False)
+    return None
+

@@ -1,0 +1,154 @@
+"""The options of the ``pgqueue`` Spark data source, parsed and checked once on the driver.
+
+Spark hands options over as a case-insensitive mapping of strings; :func:`parse` turns them into
+a frozen, picklable :class:`Options` (it travels to the executors inside readers, writers and
+partitions). Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pgqueue.errors import InvalidArgument
+
+__all__ = ["Options", "parse", "READ_PAYLOAD_TYPES", "WRITE_PAYLOAD_TYPES"]
+
+CommitMode = Literal["task", "job"]
+
+#: Payload types of reads: the column's Spark type.
+READ_PAYLOAD_TYPES = ("binary", "string", "json")
+#: Payload types of writes: how a column becomes content and content_type.
+WRITE_PAYLOAD_TYPES = ("auto", "binary", "string", "json")
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$")
+_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
+
+#: Every option the source understands (lower case), so that a typo is an error, not a no-op.
+KNOWN = frozenset({
+    "dsn", "conninfo", "queue", "path", "consumer", "maxmessagesperbatch", "numpartitions",
+    "payloadcolumn", "payloadtype", "dequeueatcolumn", "delaycolumn", "prioritycolumn",
+    "commitmode", "batchsize", "includedead", "failondataloss", "fetchsize",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The checked options (see the module docstring of :mod:`pgqueue.spark` for each).
+
+    The connection string stays out of ``repr`` (Spark logs partitions, which carry it).
+    """
+
+    dsn: str = field(repr=False)
+    queue: str
+    consumer: str = "spark"
+    max_messages_per_batch: int = 100_000
+    num_partitions: int = 1
+    payload_column: str = "payload"
+    payload_type: str = "auto"
+    dequeue_at_column: str | None = None
+    delay_column: str | None = None
+    priority_column: str | None = None
+    commit_mode: CommitMode = "task"
+    batch_size: int = 5_000
+    include_dead: bool = False
+    fail_on_data_loss: bool = True
+    fetch_size: int = 5_000
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # Spark passes a CaseInsensitiveDict; a plain dict (tests, direct use) may use any case.
+    for key, value in options.items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def _int(options: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = _get(options, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidArgument(f"option {name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise InvalidArgument(f"option {name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None or raw == "":
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise InvalidArgument(f"option {name} must be true or false, got {raw!r}")
+
+
+def _choice(options: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = _get(options, name)
+    if raw is None or raw == "":
+        return default
+    value = str(raw).strip().lower()
+    if value not in choices:
+        raise InvalidArgument(f"option {name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def _column(options: Mapping[str, str], name: str) -> str | None:
+    raw = _get(options, name)
+    return raw if raw else None
+
+
+def parse(options: Mapping[str, str], *, reading: bool) -> Options:
+    """Return the checked options of a read (``reading``) or a write.
+
+    Raises:
+        InvalidArgument: a missing dsn or queue, an unknown option, or a value out of range.
+    """
+    unknown = sorted(k for k in options if k.lower() not in KNOWN)
+    if unknown:
+        raise InvalidArgument(
+            f"unknown option(s) {', '.join(unknown)} for the pgqueue data source; known: "
+            + ", ".join(sorted(KNOWN))
+        )
+    dsn = _get(options, "dsn") or _get(options, "conninfo")
+    if not dsn:
+        raise InvalidArgument('the pgqueue data source needs option("dsn", "<libpq connection string>")')
+    queue = _get(options, "queue") or _get(options, "path")
+    if not queue:
+        raise InvalidArgument('name the queue: .load("<queue>") / .save("<queue>") or option("queue", ...)')
+    if not _QUEUE_NAME.match(queue):
+        raise InvalidArgument(
+            f"invalid queue name {queue!r}: 1 to 48 characters from A-Z a-z 0-9 _ . - not starting with . or -"
+        )
+    consumer = _get(options, "consumer") or "spark"
+    if not _CONSUMER_NAME.match(consumer):
+        raise InvalidArgument(
+            f"invalid consumer name {consumer!r}: 1 to 100 characters from A-Z a-z 0-9 _ . : - "
+            "not starting with . : or -"
+        )
+    payload_types = READ_PAYLOAD_TYPES if reading else WRITE_PAYLOAD_TYPES
+    return Options(
+        dsn=dsn,
+        queue=queue,
+        consumer=consumer,
+        max_messages_per_batch=_int(options, "maxMessagesPerBatch", 100_000, 1, 2**31 - 1),
+        num_partitions=_int(options, "numPartitions", 1, 1, 10_000),
+        payload_column=_get(options, "payloadColumn") or "payload",
+        payload_type=_choice(options, "payloadType", "binary" if reading else "auto", payload_types),
+        dequeue_at_column=_column(options, "dequeueAtColumn"),
+        delay_column=_column(options, "delayColumn"),
+        priority_column=_column(options, "priorityColumn"),
+        commit_mode="job" if _choice(options, "commitMode", "task", ("task", "job")) == "job" else "task",
+        batch_size=_int(options, "batchSize", 5_000, 1, 100_000),
+        include_dead=_bool(options, "includeDead", False),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        fetch_size=_int(options, "fetchSize", 5_000, 1, 1_000_000),
+    )

@@ -1,0 +1,92 @@
+"""Every SQL statement of the Spark integration, as constants.
+
+They call only the extension's public functions (``pgqueue.*``, the 0.2 ``spark_*`` family and
+``message_create_batch``); parameters are passed by name and cast explicitly.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# -- writing -----------------------------------------------------------------------------
+
+#: Enqueue one chunk of a task-mode write. Per-row due times are an absolute epoch-ms value, or
+#: the server's clock plus a delay (saturating at the largest bigint), or NULL (now).
+ENQUEUE_CHUNK: Final[LiteralString] = (
+    "SELECT count(*) FROM pgqueue.message_create_batch("
+    "p_queue => %(queue)s::text, p_contents => %(contents)s::bytea[], "
+    "p_dequeue_ats => (SELECT array_agg(coalesce(u.at, c.now + CASE WHEN u.delay_ms IS NOT NULL "
+    "THEN least(u.delay_ms, 9223372036854775807 - c.now) END) ORDER BY u.n) FROM unnest(%(dequeue_ats)s::bigint[], %(delays_ms)s::bigint[]) WITH ORDINALITY AS u(at, delay_ms, n), "
+    "(SELECT pgqueue.now_ms() AS now) AS c), "
+    "p_content_type => %(content_type)s::text)"
+)
+
+#: Stage one chunk of a job-mode task attempt.
+STAGE_CHUNK: Final[LiteralString] = (
+    "SELECT pgqueue.spark_stage(%(write_id)s::uuid, %(partition)s::integer, %(attempt)s::bigint, "
+    "%(first)s::bigint, %(contents)s::bytea[], %(content_type)s::text, %(dequeue_ats)s::bigint[], "
+    "%(delays_ms)s::bigint[])"
+)
+
+PUBLISH: Final[LiteralString] = (
+    "SELECT pgqueue.spark_publish(%(publish_key)s::text, %(queue)s::text, %(write_id)s::uuid, "
+    "%(partitions)s::integer[], %(attempts)s::bigint[], %(counts)s::bigint[])"
+)
+
+DISCARD: Final[LiteralString] = "SELECT pgqueue.spark_discard(%(write_id)s::uuid)"
+
+#: Raises PQ001 / 42602 for a queue that is not there.
+CHECK_QUEUE: Final[LiteralString] = "SELECT pgqueue.queue_next_due(%(queue)s::text)"
+
+# -- batch reads (snapshots) -------------------------------------------------------------------
+
+SNAPSHOT_RANGE: Final[LiteralString] = (
+    "SELECT r.min_id, r.max_id FROM pgqueue.spark_snapshot_range(%(queue)s::text, %(include_dead)s::boolean) AS r"
+)
+
+SNAPSHOT: Final[LiteralString] = (
+    "SELECT s.id, s.status, s.content, s.content_type, s.attempts, s.dequeue_at, s.created_at, "
+    "s.locked_until, s.last_error, s.dead_at, s.state "
+    "FROM pgqueue.spark_snapshot(%(queue)s::text, %(min_id)s::bigint, %(max_id)s::bigint, "
+    "%(include_dead)s::boolean) AS s"
+)
+
+# -- streaming reads (claims) --------------------------------------------------------------------
+
+CONSUMER_OPEN: Final[LiteralString] = "SELECT pgqueue.spark_consumer_open(%(queue)s::text, %(consumer)s::text)"
+
+CONSUMER_CLOSE: Final[LiteralString] = "SELECT pgqueue.spark_consumer_close(%(queue)s::text, %(consumer)s::text)"
+
+CLAIM: Final[LiteralString] = (
+    "SELECT pgqueue.spark_claim(%(queue)s::text, %(consumer)s::text, %(max_messages)s::integer, "
+    "%(max_id)s::bigint)"
+)
+
+PENDING_SEQ: Final[LiteralString] = "SELECT pgqueue.spark_pending_seq(%(queue)s::text, %(consumer)s::text)"
+
+#: The consumer's claim sequence: (acked_seq, next_seq), no row if the consumer does not exist.
+CONSUMER_POSITION: Final[LiteralString] = (
+    "SELECT c.acked_seq, c.next_seq FROM pgqueue.spark_consumers(%(queue)s::text) AS c "
+    "WHERE c.consumer = %(consumer)s::text"
+)
+
+CLAIMS: Final[LiteralString] = (
+    "SELECT k.seq, k.n, k.min_id, k.max_id FROM pgqueue.spark_claims(%(queue)s::text, "
+    "%(consumer)s::text, %(after_seq)s::bigint, %(up_to_seq)s::bigint) AS k ORDER BY k.seq"
+)
+
+CLAIMED: Final[LiteralString] = (
+    "SELECT m.id, m.claim_seq, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at, "
+    "m.state, m.last_error "
+    "FROM pgqueue.spark_claimed(%(queue)s::text, %(consumer)s::text, %(after_seq)s::bigint, "
+    "%(up_to_seq)s::bigint, %(min_id)s::bigint, %(max_id)s::bigint) AS m"
+)
+
+ACK: Final[LiteralString] = "SELECT pgqueue.spark_ack(%(queue)s::text, %(consumer)s::text, %(up_to_seq)s::bigint)"
+
+RELEASE: Final[LiteralString] = "SELECT pgqueue.spark_release(%(queue)s::text, %(consumer)s::text)"
+
+#: The largest message id now: the AvailableNow target (one probe of the primary key).
+MAX_MESSAGE_ID: Final[LiteralString] = (
+    "SELECT r.max_id FROM pgqueue.spark_snapshot_range(%(queue)s::text, false) AS r"
+)

@@ -1,0 +1,627 @@
+"""The ``pgqueue`` data source: batch writer, snapshot reader and streaming (claim) reader.
+
+See :mod:`pgqueue.spark` for the options and the guarantees. Which process runs what:
+
+* ``PgQueueDataSource``, ``writer()``, ``reader()``, ``partitions()`` of the batch reader and
+  ``commit()``/``abort()`` of the writer run in Python workers on the driver;
+* ``write()`` and ``read()`` run in executor Python workers on pickled copies, so they take
+  everything they need from the pickled object or the partition, and open their own
+  connections;
+* the stream reader's ``initialOffset``/``latestOffset``/``partitions``/``commit``/``stop`` run in
+  one long-lived driver worker per query, which keeps one connection (holding the consumer's
+  session lock) for the whole query.
+
+No live connection is ever pickled (``__getstate__`` drops it).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DayTimeIntervalType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from pgqueue.errors import InvalidArgument, PgQueueError, translating
+from pgqueue.spark import _sql
+from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
+from pgqueue.spark._options import Options, parse
+
+__all__ = [
+    "PgQueueDataSource",
+    "PgQueueWriter",
+    "PgQueueBatchReader",
+    "PgQueueStreamReader",
+    "PgQueueCommit",
+    "IdRange",
+    "ClaimRange",
+    "schema_for",
+    "write_plan",
+]
+
+logger = logging.getLogger("pgqueue.spark")
+
+#: The most messages one spark_claim call takes; larger micro-batches are several claims.
+CLAIM_CHUNK = 100_000
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+_NUMERIC = (*_INTEGRAL, FloatType, DoubleType, DecimalType)
+_JSON_VALUE = (StructType, ArrayType, MapType, *_NUMERIC, BooleanType)
+
+
+def schema_for(payload_type: str) -> StructType:
+    """Return the schema of rows read from a queue, batch and streaming alike.
+
+    ``payload`` is BINARY for ``payloadType`` binary, STRING for string and json. Times are
+    BIGINT epoch milliseconds, as in the extension (``timestamp_millis(col)`` converts them).
+    ``status`` is ready, scheduled, leased, claimed or dead; ``claim_seq`` is set for streamed
+    messages (the claim that delivered them), NULL in snapshots.
+    """
+    payload: DataType = BinaryType() if payload_type == "binary" else StringType()
+    return StructType([
+        StructField("id", LongType(), False),
+        StructField("queue", StringType(), False),
+        StructField("status", StringType(), False),
+        StructField("payload", payload, True),
+        StructField("content_type", StringType(), True),
+        StructField("attempts", IntegerType(), False),
+        StructField("dequeue_at", LongType(), False),
+        StructField("created_at", LongType(), False),
+        StructField("locked_until", LongType(), True),
+        StructField("last_error", StringType(), True),
+        StructField("dead_at", LongType(), True),
+        StructField("state", BinaryType(), True),
+        StructField("claim_seq", LongType(), True),
+    ])
+
+
+def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...]]:
+    with translating():
+        return psycopg.connect(dsn, autocommit=autocommit, row_factory=tuple_row)
+
+
+def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: Any, params: dict[str, object]) -> Any:
+    with translating():
+        row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------
+
+
+def _field(schema: StructType, name: str, role: str) -> StructField:
+    for f in schema.fields:
+        if f.name == name:
+            return f
+    raise InvalidArgument(
+        f"the DataFrame has no {role} column {name!r} (columns: {', '.join(schema.fieldNames()) or 'none'})"
+    )
+
+
+def _type_error(role: str, f: StructField, wanted: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{role} column {f.name!r} has type {f.dataType.simpleString()}, but it must be {wanted}"
+    )
+
+
+def write_plan(opts: Options, schema: StructType) -> WritePlan:
+    """Check a DataFrame's schema against the write options and return how to encode its rows.
+
+    Raises:
+        InvalidArgument: a missing column, a column of the wrong type, or a column that no option
+            names (every column must be the payload or a schedule column, so nothing is dropped
+            silently).
+    """
+    pf = _field(schema, opts.payload_column, "payload")
+    dt = pf.dataType
+    kind: str
+    if opts.payload_type == "binary":
+        if not isinstance(dt, BinaryType):
+            raise _type_error("payload", pf, "binary for payloadType=binary")
+        kind = "binary"
+    elif opts.payload_type == "string":
+        if not isinstance(dt, StringType):
+            raise _type_error("payload", pf, "string for payloadType=string")
+        kind = "text"
+    elif opts.payload_type == "json":
+        if isinstance(dt, StringType):
+            kind = "json_text"
+        elif isinstance(dt, _JSON_VALUE):
+            kind = "json_value"
+        else:
+            raise _type_error("payload", pf, "string (JSON text), struct, array, map, number or boolean "
+                                             "for payloadType=json")
+    else:
+        if isinstance(dt, BinaryType):
+            kind = "binary"
+        elif isinstance(dt, StringType):
+            kind = "text"
+        elif isinstance(dt, _JSON_VALUE):
+            kind = "json_value"
+        else:
+            raise _type_error("payload", pf, "binary, string, struct, array, map, number or boolean")
+
+    used = {pf.name}
+    at_kind = delay_kind = None
+    if opts.dequeue_at_column is not None:
+        f = _field(schema, opts.dequeue_at_column, "dequeueAt")
+        if isinstance(f.dataType, (TimestampType, TimestampNTZType)):
+            at_kind = "timestamp"
+        elif isinstance(f.dataType, _INTEGRAL):
+            at_kind = "epoch_ms"
+        else:
+            raise _type_error("dequeueAt", f, "a timestamp or an integer (epoch milliseconds)")
+        used.add(f.name)
+    if opts.delay_column is not None:
+        f = _field(schema, opts.delay_column, "delay")
+        if isinstance(f.dataType, DayTimeIntervalType):
+            delay_kind = "interval"
+        elif isinstance(f.dataType, _NUMERIC):
+            delay_kind = "seconds"
+        else:
+            raise _type_error("delay", f, "a number of seconds or a day-time interval")
+        used.add(f.name)
+    if opts.priority_column is not None:
+        f = _field(schema, opts.priority_column, "priority")
+        if not isinstance(f.dataType, _INTEGRAL):
+            raise _type_error("priority", f, "an integer")
+        used.add(f.name)
+    if len(used) < len([c for c in (opts.payload_column, opts.dequeue_at_column, opts.delay_column,
+                                    opts.priority_column) if c is not None]):
+        raise InvalidArgument("the payload, dequeueAt, delay and priority columns must be different columns")
+    extra = [n for n in schema.fieldNames() if n not in used]
+    if extra:
+        raise InvalidArgument(
+            f"the DataFrame has column(s) {', '.join(map(repr, extra))} that the pgqueue sink would drop: "
+            f"select only the payload column (e.g. to_json(struct(*)) AS {opts.payload_column}) and the "
+            "columns named by dequeueAtColumn, delayColumn or priorityColumn"
+        )
+    return WritePlan(
+        payload_column=pf.name,
+        payload_kind=kind,
+        dequeue_at_column=opts.dequeue_at_column,
+        dequeue_at_kind=at_kind,
+        delay_column=opts.delay_column,
+        delay_kind=delay_kind,
+        priority_column=opts.priority_column,
+    )
+
+
+@dataclass(frozen=True)
+class PgQueueCommit(WriterCommitMessage):
+    """What a write task reports to the driver: its partition, its attempt and how many rows it wrote."""
+
+    partition: int
+    attempt: int
+    rows: int
+
+
+def _task_identity() -> tuple[int, int]:
+    """Return (partition id, task attempt id) of the running Spark task; (0, 0) outside Spark."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0
+    return ctx.partitionId(), ctx.taskAttemptId()
+
+
+class PgQueueWriter(DataSourceArrowWriter):
+    """Write a DataFrame into a queue: per partition (task mode) or all at once (job mode)."""
+
+    def __init__(self, opts: Options, plan: WritePlan) -> None:
+        self.opts = opts
+        self.plan = plan
+        #: identifies this write's staging rows and, in job mode, its publication (made on the
+        #: driver, so that every task and commit()/abort() see the same value)
+        self.write_id = str(uuid.uuid4())
+
+    def write(self, iterator: Iterator[Any]) -> PgQueueCommit:
+        """Enqueue (task mode) or stage (job mode) one partition in one transaction."""
+        partition, attempt = _task_identity()
+        opts, plan = self.opts, self.plan
+        rows = 0
+        conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                chunk = encode_batch(plan, batch, partition=partition, first_row=rows)
+                if conn is None:
+                    conn = _connect(opts.dsn, autocommit=False)
+                for part in chunk.slices(opts.batch_size):
+                    params: dict[str, object] = {
+                        "contents": part.contents, "content_type": part.content_type,
+                        "dequeue_ats": part.dequeue_ats, "delays_ms": part.delays_ms,
+                    }
+                    with translating():
+                        if opts.commit_mode == "task":
+                            conn.execute(_sql.ENQUEUE_CHUNK, {**params, "queue": opts.queue})
+                        else:
+                            conn.execute(_sql.STAGE_CHUNK, {
+                                **params, "write_id": self.write_id, "partition": partition,
+                                "attempt": attempt, "first": rows,
+                            })
+                    rows += len(part)
+            if conn is not None:
+                with translating():
+                    conn.commit()
+        finally:
+            if conn is not None:
+                conn.close()  # without a commit this rolls back: nothing of this attempt stays
+        return PgQueueCommit(partition, attempt, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Job mode: publish the winning attempts in one transaction (once); task mode: nothing."""
+        if self.opts.commit_mode != "job":
+            return
+        done = [m for m in messages if isinstance(m, PgQueueCommit)]
+        if len(done) != len(messages):
+            self._discard()
+            raise PgQueueError("a write task reported no result: refusing to publish part of the DataFrame")
+        with _connect(self.opts.dsn, autocommit=True) as conn:
+            try:
+                published = _scalar(conn, _sql.PUBLISH, {
+                    "publish_key": self.write_id, "queue": self.opts.queue, "write_id": self.write_id,
+                    "partitions": [m.partition for m in done], "attempts": [m.attempt for m in done],
+                    "counts": [m.rows for m in done],
+                })
+            except BaseException as exc:
+                try:
+                    _scalar(conn, _sql.DISCARD, {"write_id": self.write_id})
+                except PgQueueError as err:  # keep the publish error; note why staging stays
+                    exc.add_note(f"pgqueue: could not discard the staging rows of write {self.write_id}: {err}")
+                raise
+        logger.info("pgqueue: published %s message(s) into queue %s (write %s)",
+                    published, self.opts.queue, self.write_id)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Job mode: delete the write's staging rows. Task mode: report what stays enqueued."""
+        if self.opts.commit_mode == "job":
+            self._discard()
+            return
+        done = [m for m in messages if isinstance(m, PgQueueCommit) and m.rows]
+        if done:
+            logger.warning(
+                "pgqueue: the write into queue %s failed, but %d message(s) of partition(s) %s were "
+                "enqueued already (commitMode=task); use commitMode=job for all-or-nothing writes",
+                self.opts.queue, sum(m.rows for m in done), sorted(m.partition for m in done))
+
+    def _discard(self) -> None:
+        with _connect(self.opts.dsn, autocommit=True) as conn:
+            _scalar(conn, _sql.DISCARD, {"write_id": self.write_id})
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------
+
+
+def split_range(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Split the id range [lo, hi] into at most ``parts`` consecutive, non-empty ranges."""
+    if hi < lo:
+        return []
+    size = hi - lo + 1
+    parts = max(1, min(parts, size))
+    step, extra = divmod(size, parts)
+    out = []
+    start = lo
+    for i in range(parts):
+        end = start + step - 1 + (1 if i < extra else 0)
+        out.append((start, end))
+        start = end + 1
+    return out
+
+
+@dataclass(frozen=True)
+class IdRange(InputPartition):
+    """A partition of a snapshot read: the queue's messages with min_id <= id <= max_id."""
+
+    opts: Options
+    min_id: int
+    max_id: int
+
+
+class PgQueueBatchReader(DataSourceReader):
+    """A non-destructive snapshot of a queue, split into id ranges (``spark.read``)."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Freeze the id range now and split it into ``numPartitions`` partitions."""
+        with _connect(self.opts.dsn, autocommit=True) as conn, translating():
+            row = conn.execute(_sql.SNAPSHOT_RANGE, {
+                "queue": self.opts.queue, "include_dead": self.opts.include_dead}).fetchone()
+        if row is None or row[0] is None:
+            return []
+        return [IdRange(self.opts, a, b) for a, b in split_range(int(row[0]), int(row[1]),
+                                                                 self.opts.num_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Yield the rows of one id range (Spark gives an empty partition for an empty queue)."""
+        if not isinstance(partition, IdRange):
+            return iter(())
+        return _read_snapshot(partition)
+
+
+def _read_snapshot(p: IdRange) -> Iterator[tuple[Any, ...]]:
+    opts = p.opts
+    with _connect(opts.dsn, autocommit=False) as conn, translating():
+        with conn.cursor(name="pgqueue_spark_snapshot") as cur:
+            cur.itersize = opts.fetch_size
+            cur.execute(_sql.SNAPSHOT, {"queue": opts.queue, "min_id": p.min_id, "max_id": p.max_id,
+                                        "include_dead": opts.include_dead})
+            for (mid, status, content, ctype, attempts, dequeue_at, created_at, locked_until,
+                 last_error, dead_at, state) in cur:
+                yield (mid, opts.queue, status, decode_payload(content, ctype, opts.payload_type), ctype,
+                       attempts, dequeue_at, created_at, locked_until, last_error, dead_at,
+                       None if state is None else bytes(state), None)
+
+
+@dataclass(frozen=True)
+class ClaimRange(InputPartition):
+    """A partition of a micro-batch: the messages of claims after_seq < seq <= up_to_seq with ids in range."""
+
+    opts: Options
+    after_seq: int
+    up_to_seq: int
+    min_id: int
+    max_id: int
+
+
+class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Consume a queue with claims as offsets, acknowledged when Spark commits (``spark.readStream``).
+
+    An offset is ``{"consumer": name, "seq": n}``: every claim of the consumer up to sequence
+    number n. See :mod:`pgqueue.spark` for the guarantees.
+    """
+
+    def __init__(self, opts: Options) -> None:
+        # No I/O here: Spark also builds this object in the planner and on executors.
+        self.opts = opts
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._target: int | None = None
+        self._available_now = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        return state
+
+    # -- the driver connection ------------------------------------------------------------
+
+    def _db(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The driver's connection; opening it takes the consumer's session lock (PQ005 if held)."""
+        if self._conn is None or self._conn.closed:
+            conn = _connect(self.opts.dsn, autocommit=True)
+            try:
+                _scalar(conn, _sql.CONSUMER_OPEN, self._key())
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _key(self) -> dict[str, object]:
+        return {"queue": self.opts.queue, "consumer": self.opts.consumer}
+
+    def _offset(self, seq: int) -> dict[str, Any]:
+        return {"consumer": self.opts.consumer, "seq": int(seq)}
+
+    def _seq(self, offset: dict[str, Any]) -> int:
+        if offset.get("consumer") != self.opts.consumer:
+            raise InvalidArgument(
+                f"the checkpoint belongs to consumer {offset.get('consumer')!r}, but the query consumes as "
+                f"{self.opts.consumer!r}: keep the consumer option of a query, or start a new checkpoint"
+            )
+        return int(offset["seq"])
+
+    def _position(self) -> tuple[int, int]:
+        """The consumer's (acked_seq, next_seq)."""
+        with translating():
+            row = self._db().execute(_sql.CONSUMER_POSITION, self._key()).fetchone()
+        if row is None:  # dropped with its queue while we run
+            raise PgQueueError(f"consumer {self.opts.consumer!r} of queue {self.opts.queue!r} is gone: "
+                               "was the queue dropped?")
+        return int(row[0]), int(row[1])
+
+    def _ack(self, seq: int) -> None:
+        if seq > 0:
+            _scalar(self._db(), _sql.ACK, {**self._key(), "up_to_seq": seq})
+
+    # -- the offsets ------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Start after what the consumer acknowledged (its open claims are replayed first)."""
+        acked, _next = self._position()
+        return self._offset(acked)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """At most ``maxMessagesPerBatch`` messages per micro-batch."""
+        return ReadMaxRows(self.opts.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record the largest message id now: an AvailableNow run claims nothing newer."""
+        self._available_now = True
+        target = _scalar(self._db(), _sql.MAX_MESSAGE_ID, {"queue": self.opts.queue})
+        self._target = 0 if target is None else int(target)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """Acknowledge up to ``start`` (committed), re-use open claims, else claim new messages."""
+        seq = self._seq(start)
+        conn = self._db()
+        _acked, next_seq = self._position()
+        if seq >= next_seq:
+            raise PgQueueError(
+                f"the checkpoint is at claim {seq} of consumer {self.opts.consumer!r} on queue "
+                f"{self.opts.queue!r}, but the consumer's last claim is {next_seq - 1}: the queue or its "
+                "consumers were dropped and re-created; start the query with a new checkpoint"
+            )
+        # Spark asks for the next offset only after the batch ending at `start` is in the commit
+        # log, so everything up to `start` is processed: acknowledge it now instead of a batch late.
+        self._ack(seq)
+        pending = _scalar(conn, _sql.PENDING_SEQ, self._key())
+        if pending is not None and int(pending) > seq:
+            # claims made before a crash that no micro-batch owns yet: deliver them first
+            return self._offset(int(pending))
+        if isinstance(limit, ReadAllAvailable):
+            max_rows = None
+        elif isinstance(limit, ReadMaxRows):
+            max_rows = int(limit.max_rows)
+        else:
+            max_rows = self.opts.max_messages_per_batch
+        last = self._claim(max_rows)
+        return start if last is None else self._offset(last)
+
+    def _claim(self, max_rows: int | None) -> int | None:
+        conn = self._db()
+        bound = self._target
+        if bound is None and max_rows is None:
+            # "all available" with a producer still running must end: stop at what exists now
+            found = _scalar(conn, _sql.MAX_MESSAGE_ID, {"queue": self.opts.queue})
+            bound = 0 if found is None else int(found)
+        last: int | None = None
+        taken = 0
+        while max_rows is None or taken < max_rows:
+            want = CLAIM_CHUNK if max_rows is None else min(CLAIM_CHUNK, max_rows - taken)
+            seq = _scalar(conn, _sql.CLAIM, {**self._key(), "max_messages": want, "max_id": bound})
+            if seq is None:
+                break
+            last = int(seq)
+            with translating():
+                claims = conn.execute(_sql.CLAIMS, {**self._key(), "after_seq": last - 1,
+                                                    "up_to_seq": last}).fetchall()
+            got = int(claims[0][1]) if claims else 0
+            taken += got
+            if got < want:
+                break
+        return last
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The claims start < seq <= end, split by id into ``numPartitions`` partitions."""
+        after, up_to = self._seq(start), self._seq(end)
+        if up_to <= after:
+            return []
+        with translating():
+            claims = self._db().execute(_sql.CLAIMS, {**self._key(), "after_seq": after,
+                                                      "up_to_seq": up_to}).fetchall()
+        missing = sorted(set(range(after + 1, up_to + 1)) - {int(c[0]) for c in claims})
+        if missing:
+            text = (f"claim(s) {missing[0]}..{missing[-1]} of consumer {self.opts.consumer!r} on queue "
+                    f"{self.opts.queue!r} are gone ({len(missing)} of {up_to - after} in this micro-batch): "
+                    "they were acknowledged by another query with the same consumer, or released with "
+                    "pgqueue.spark_release()")
+            if self.opts.fail_on_data_loss:
+                raise PgQueueError(text + "; set failOnDataLoss=false to go on without them")
+            logger.warning("pgqueue: %s; going on (failOnDataLoss=false)", text)
+        if not claims:
+            return []
+        lo = min(int(c[2]) for c in claims)
+        hi = max(int(c[3]) for c in claims)
+        return [ClaimRange(self.opts, after, up_to, a, b)
+                for a, b in split_range(lo, hi, self.opts.num_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Yield the claimed messages of one partition; reading twice gives the same rows."""
+        assert isinstance(partition, ClaimRange)
+        return _read_claimed(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark processed everything up to ``end``: delete those messages."""
+        self._ack(self._seq(end))
+
+    def stop(self) -> None:
+        """Close the connection, which gives up the consumer's session lock."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            conn.close()
+
+
+def _read_claimed(p: ClaimRange) -> Iterator[tuple[Any, ...]]:
+    opts = p.opts
+    with _connect(opts.dsn, autocommit=False) as conn, translating():
+        with conn.cursor(name="pgqueue_spark_claimed") as cur:
+            cur.itersize = opts.fetch_size
+            cur.execute(_sql.CLAIMED, {"queue": opts.queue, "consumer": opts.consumer,
+                                       "after_seq": p.after_seq, "up_to_seq": p.up_to_seq,
+                                       "min_id": p.min_id, "max_id": p.max_id})
+            for mid, seq, content, ctype, attempts, dequeue_at, created_at, state, last_error in cur:
+                yield (mid, opts.queue, "claimed", decode_payload(content, ctype, opts.payload_type), ctype,
+                       attempts, dequeue_at, created_at, None, last_error, None,
+                       None if state is None else bytes(state), seq)
+
+
+# ---------------------------------------------------------------------------------------
+# The data source
+# ---------------------------------------------------------------------------------------
+
+
+class PgQueueDataSource(DataSource):
+    """The ``pgqueue`` format: ``df.write``, ``spark.read`` and ``spark.readStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``spark.read.format("pgqueue")``."""
+        return "pgqueue"
+
+    def schema(self) -> StructType:
+        """The rows of reads (see :func:`schema_for`); fixed by the options, no database access."""
+        return schema_for(parse(self.options, reading=True).payload_type)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A snapshot reader."""
+        return PgQueueBatchReader(parse(self.options, reading=True))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A claiming stream reader."""
+        return PgQueueStreamReader(parse(self.options, reading=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> PgQueueWriter:
+        """A writer, after checking the options, the DataFrame's schema and that the queue exists."""
+        if overwrite:
+            raise InvalidArgument('a queue is append-only: write with .mode("append")')
+        opts = parse(self.options, reading=False)
+        plan = write_plan(opts, schema)
+        with _connect(opts.dsn, autocommit=True) as conn:
+            _scalar(conn, _sql.CHECK_QUEUE, {"queue": opts.queue})
+        return PgQueueWriter(opts, plan)

@@ -1,0 +1,98 @@
+"""The benchmark suite's CI smoke: every benchmark runs for a moment and still checks correctness.
+
+Benchmarks are not timed tests: nothing here asserts a number. It asserts that
+``python -m bench --smoke`` runs every section to the end and exits 0 with a report, and that
+a deliberately broken consumer (one that records a message twice) makes seed 002's
+exactly-once check report FAILURE and the suite exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Server
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.check import Recorder, exactly_once  # noqa: E402
+from bench.config import SECTIONS  # noqa: E402
+
+
+def _bench(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
+    out = tmp_path / "report" / "benchmarks.md"
+    args = ["--smoke", "--out", str(out)]
+    external = os.environ.get("PGQUEUE_TEST_DSN")
+    if external:  # the suite's own server otherwise: the path `pgqueue bench --smoke` takes
+        args += ["--dsn", external]
+    proc = _bench(*args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = out.read_text()
+    assert "## FAILURE" not in text
+    for heading in ("Targets 1-4", "Throughput against clients", "Workflows", "Target 5", "Target 6",
+                    "Target 7", "Target 8", "Target 9"):
+        assert heading in text
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert set(SECTIONS) <= set(results)
+    assert not results["errors"]
+    assert results["workflows"]["ok"]
+    assert all(r["ok"] for r in results["churn"].values())
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    for png in ("throughput_vs_clients", "workflows", "dequeue_cost_vs_depth", "churn_throughput", "held_xmin"):
+        assert (out.parent / "img" / f"{png}.png").stat().st_size > 10_000
+
+
+def test_broken_consumer_is_reported_as_failure(tmp_path: Path, pg_server: Server) -> None:
+    out = tmp_path / "benchmarks.md"
+    proc = _bench("--smoke", "--only", "workflows", "churn", "--inject-fault", "duplicate",
+                  "--dsn", pg_server.admin_dsn, "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    text = out.read_text()
+    assert "## FAILURE" in text
+    results = json.loads(out.with_suffix(".json").read_text())
+    runs = results["workflows"]["runs"]
+    assert runs and not any(r["ok"] for r in runs)
+    assert all(r["items_per_s"] is None for r in runs)  # a failed check gives no number
+    assert all(any(c["duplicates"] for c in r["checks"]) for r in runs)
+    assert not any(r["ok"] for r in results["churn"].values())
+
+
+def test_exactly_once_check() -> None:
+    good = [Recorder(), Recorder()]
+    good[0].extend([1, 3])
+    good[1].extend([2])
+    assert exactly_once([1, 2, 3], good).ok
+
+    twice = [Recorder("duplicate"), Recorder()]
+    twice[0].extend([1, 3])
+    twice[1].extend([2])
+    bad = exactly_once([1, 2, 3], twice)
+    assert not bad.ok and bad.duplicates == 1 and bad.summary().startswith("FAILURE")
+
+    lost = [Recorder()]
+    lost[0].extend([1])
+    assert exactly_once([1, 2], lost).missing == 1
+    assert exactly_once([1, 2], lost, remaining=[2]).ok          # still queued: fine
+    assert not exactly_once([1, 2], lost, remaining=[1, 2]).ok    # delivered and still queued
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_section_is_documented_in_help(section: str) -> None:
+    from bench.cli import _parse
+
+    assert _parse(["--only", section]).only == [section]

@@ -1,0 +1,313 @@
+"""pgqueue.spark in Spark local mode (local[2,2]: two threads, a failed task is tried again)
+against the test server: enqueue a DataFrame (task and job mode, with a task that fails after
+its write committed), read snapshots, and drain a queue with Structured Streaming into an
+id-keyed sink, across a failed micro-batch and a restart from the checkpoint.
+
+These tests fail (never skip) when pyspark or Java is missing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue import Queue, codec
+from spark_helpers import build_session, require_spark, spark_environment
+
+pytestmark = pytest.mark.spark
+
+Conn = psycopg.Connection[Any]
+N = 10_000
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    require_spark()
+    spark_environment()
+    session = build_session(tmp_path_factory.mktemp("spark"))
+    import pgqueue.spark
+    from spark_flaky import FlakySource
+
+    pgqueue.spark.register(session)
+    session.dataSource.register(FlakySource)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def queue_payloads(conn: Conn, queue: str) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT convert_from(m.content, 'UTF8') FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+        "WHERE q.name = %s ORDER BY m.id", (queue,)).fetchall()]
+
+
+def work_items(spark: Any, n: int = N, partitions: int = 4) -> Any:
+    """n JSON payloads {"i": 0..n-1} in `partitions` partitions of n/partitions rows each."""
+    return spark.range(0, n, 1, partitions).selectExpr("to_json(named_struct('i', id)) AS payload")
+
+
+def write(df: Any, dsn: str, queue: str, fmt: str = "pgqueue", **options: str) -> None:
+    w = df.write.format(fmt).option("dsn", dsn).mode("append")
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save(queue)
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------
+
+
+def test_write_task_mode(spark: Any, dsn: str, conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    write(work_items(spark), dsn, "jobs", payloadType="json")
+    got = queue_payloads(conn, "jobs")
+    assert sorted(got, key=lambda p: int(p[5:-1])) == [f'{{"i":{i}}}' for i in range(N)]
+    assert one(conn, "SELECT count(DISTINCT content_type) FROM pgqueue.message") == 1
+    with Queue(dsn, "jobs") as queue:
+        (msg,) = queue.dequeue(1, lock_ms=0)
+        assert isinstance(msg.payload, dict) and set(msg.payload) == {"i"}
+
+
+def test_write_job_mode_exactly_once_despite_a_failed_task(spark: Any, dsn: str, conn: Conn) -> None:
+    from spark_flaky import FLAKY
+
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    write(work_items(spark), dsn, "jobs", fmt=FLAKY, payloadType="json", commitMode="job")
+    assert conn.execute("SELECT partition, attempt, rows FROM flaky_log").fetchall() == [(0, 0, N // 4)], \
+        "premise: the first attempt of partition 0 staged its rows, committed, then failed"
+    got = queue_payloads(conn, "jobs")
+    assert len(got) == N and len(set(got)) == N
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_publish_log") == 1
+
+
+def test_write_task_mode_duplicates_the_retried_partition(spark: Any, dsn: str, conn: Conn) -> None:
+    """What task mode gives when a task fails after its transaction committed: that partition
+    twice (at-least-once per partition), every other row once."""
+    from spark_flaky import FLAKY
+
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    write(work_items(spark), dsn, "jobs", fmt=FLAKY, payloadType="json")
+    ((_, _, rows),) = conn.execute("SELECT partition, attempt, rows FROM flaky_log").fetchall()
+    got = queue_payloads(conn, "jobs")
+    assert len(got) == N + rows
+    assert len(set(got)) == N
+    twice = one(conn, "SELECT count(*) FROM (SELECT content FROM pgqueue.message GROUP BY content "
+                      "HAVING count(*) = 2) d")
+    assert twice == rows == N // 4
+
+
+def test_bad_rows_and_columns_publish_nothing(spark: Any, dsn: str, conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    # a NULL payload in one partition: the job fails with the row named, nothing is published
+    df = spark.range(0, 1000, 1, 4).selectExpr("CASE WHEN id = 900 THEN NULL ELSE CAST(id AS STRING) END AS payload")
+    with pytest.raises(Exception, match=r"payload column 'payload' is NULL in row 151 of partition 3"):
+        write(df, dsn, "jobs", commitMode="job")
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    # task mode, one partition: its transaction rolls back
+    with pytest.raises(Exception, match="is NULL"):
+        write(df.coalesce(1), dsn, "jobs")
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    # a bad column type, an extra column, a missing queue: refused before any task runs
+    for bad, text in [
+        (spark.range(3).selectExpr("current_date() AS payload"), "payload column 'payload' has type date"),
+        (spark.range(3).selectExpr("CAST(id AS STRING) AS payload", "id"), "'id' that the pgqueue sink would drop"),
+        (spark.range(3).selectExpr("CAST(id AS STRING) AS body"), "no payload column 'payload'"),
+    ]:
+        with pytest.raises(Exception, match=text):
+            write(bad, dsn, "jobs", commitMode="job")
+    with pytest.raises(Exception, match='queue "nope" does not exist'):
+        write(spark.range(3).selectExpr("CAST(id AS STRING) AS payload"), dsn, "nope")
+    with pytest.raises(Exception, match="append-only"):
+        spark.range(3).selectExpr("CAST(id AS STRING) AS payload").write.format("pgqueue") \
+            .option("dsn", dsn).mode("overwrite").save("jobs")
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+
+
+def test_payload_types_and_schedule_columns_round_trip(spark: Any, dsn: str, conn: Conn) -> None:
+    """What Spark writes, Queue.dequeue() decodes (pgqueue.codec), with due times and priorities."""
+    conn.execute("SELECT pgqueue.queue_create('mixed')")
+    one_row = spark.range(1)
+    write(one_row.selectExpr("unhex('00726177') AS payload"), dsn, "mixed")
+    write(one_row.selectExpr("'h\u00e9llo' AS payload"), dsn, "mixed")
+    write(one_row.selectExpr("named_struct('n', 1, 'tags', array('a')) AS payload", "5 AS p"), dsn, "mixed",
+          priorityColumn="p")
+    write(one_row.selectExpr("'later' AS payload", "3600.0D AS d"), dsn, "mixed", delayColumn="d")
+    with Queue(dsn, "mixed") as queue:
+        got = queue.dequeue(10, lock_ms=0)
+    assert [m.payload for m in got] == [{"n": 1, "tags": ["a"]}, b"\x00raw", "h\u00e9llo"]
+    assert [m.content_type for m in got] == [codec.JSON, None, codec.TEXT]
+    assert one(conn, "SELECT dequeue_at - pgqueue.now_ms() BETWEEN 3500000 AND 3600000 FROM pgqueue.message")
+
+
+# ---------------------------------------------------------------------------------------
+# Snapshot reads
+# ---------------------------------------------------------------------------------------
+
+
+def test_snapshot_read_counts_and_changes_nothing(spark: Any, dsn: str, conn: Conn) -> None:
+    from helpers import snapshot
+
+    conn.execute("SELECT pgqueue.queue_create('jobs', p_max_attempts => 1)")
+    conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)", ([f"m{i}".encode() for i in range(N)],))
+    conn.execute("SELECT pgqueue.message_create('jobs', 'later', pgqueue.now_ms() + 3600000)")
+    conn.execute("SELECT pgqueue.message_dequeue('jobs', 10, 600000)")  # leased
+    dead = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 3, 600000)").fetchall()
+    for msg_id, token in dead:
+        conn.execute("SELECT pgqueue.message_fail(%s, %s, 'boom')", (msg_id, token))
+    conn.execute("SELECT pgqueue.spark_claim('jobs', 'etl', 100)")
+    before = snapshot(conn)
+    df = (spark.read.format("pgqueue").option("dsn", dsn).option("numPartitions", 3)
+          .option("includeDead", "true").option("payloadType", "string").load("jobs"))
+    assert df.rdd.getNumPartitions() == 3
+    counts = dict(df.groupBy("status").count().collect())
+    assert counts == {"ready": N - 113, "scheduled": 1, "leased": 10, "claimed": 100, "dead": 3}
+    assert dict(df.groupBy("status").count().collect()) == counts, "reading twice gives the same"
+    assert df.filter("status = 'dead'").select("last_error").distinct().collect()[0][0] == "boom"
+    assert df.filter("payload = 'm42'").count() == 1
+    live = spark.read.format("pgqueue").option("dsn", dsn).load("jobs")
+    assert live.count() == N + 1 - 3
+    assert snapshot(conn) == before, "a snapshot read changes nothing"
+
+
+# ---------------------------------------------------------------------------------------
+# Streaming reads
+# ---------------------------------------------------------------------------------------
+
+
+def sink_table(conn: Conn) -> None:
+    conn.execute("CREATE TABLE sink (id bigint PRIMARY KEY, payload text NOT NULL, batch_id bigint NOT NULL)")
+    conn.execute("CREATE TABLE deliveries (id bigint NOT NULL, batch_id bigint NOT NULL)")
+
+
+def to_sink(dsn: str, fail_once_at: int | None = None) -> tuple[Callable[[Any, int], None], list[tuple[int, int]]]:
+    """A foreachBatch function writing into the id-keyed sink table (a replayed row is ignored),
+    noting every delivery; it raises once, after writing, at batch `fail_once_at`."""
+    batches: list[tuple[int, int]] = []
+
+    def handle(df: Any, batch_id: int) -> None:
+        rows = [(r["id"], r["payload"], batch_id) for r in df.select("id", "payload").collect()]
+        batches.append((batch_id, len(rows)))
+        with psycopg.connect(dsn) as c, c.cursor() as cur:
+            cur.executemany("INSERT INTO sink VALUES (%s, %s, %s) ON CONFLICT (id) DO NOTHING", rows)
+            cur.executemany("INSERT INTO deliveries VALUES (%s, %s)", [(r[0], batch_id) for r in rows])
+        if batch_id == fail_once_at and sum(1 for b, _ in batches if b == batch_id) == 1:
+            raise RuntimeError("injected failure of the sink after it wrote")
+
+    return handle, batches
+
+
+def stream(spark: Any, dsn: str, queue: str, checkpoint: Path, handle: Callable[[Any, int], None],
+           **options: str) -> Any:
+    reader = spark.readStream.format("pgqueue").option("dsn", dsn).option("payloadType", "string")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (reader.load(queue).writeStream.foreachBatch(handle)
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+
+
+def test_stream_available_now_drains_once(spark: Any, dsn: str, conn: Conn, tmp_path: Path) -> None:
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    ids = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)",
+                                      ([f"m{i}".encode() for i in range(N)],)).fetchall()]
+    sink_table(conn)
+    handle, batches = to_sink(dsn)
+    query = stream(spark, dsn, "jobs", tmp_path / "ck", handle, consumer="etl", maxMessagesPerBatch="3000",
+                   numPartitions="2")
+    assert query.awaitTermination(120), "availableNow must stop by itself"
+    assert query.exception() is None
+    assert [n for _, n in batches] == [3000, 3000, 3000, 1000]
+    assert [r[0] for r in conn.execute("SELECT id FROM sink ORDER BY id").fetchall()] == ids
+    assert one(conn, "SELECT count(*) FROM deliveries") == N, "every message delivered once"
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0, "and acknowledged"
+    assert conn.execute("SELECT acked_seq, claims FROM pgqueue.spark_consumers('jobs')").fetchall() == [(4, 0)]
+    # a second run finds nothing
+    handle2, batches2 = to_sink(dsn)
+    again = stream(spark, dsn, "jobs", tmp_path / "ck", handle2, consumer="etl", maxMessagesPerBatch="3000")
+    assert again.awaitTermination(60)
+    assert batches2 == []
+
+
+def test_stream_failure_and_restart_lose_and_duplicate_nothing(spark: Any, dsn: str, conn: Conn,
+                                                                tmp_path: Path) -> None:
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    ids = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)",
+                                      ([f"m{i}".encode() for i in range(N)],)).fetchall()]
+    sink_table(conn)
+    ck = tmp_path / "ck"
+    handle, batches = to_sink(dsn, fail_once_at=1)
+    query = stream(spark, dsn, "jobs", ck, handle, consumer="etl", maxMessagesPerBatch="4000")
+    with pytest.raises(Exception, match="injected failure of the sink"):
+        query.awaitTermination(120)
+    assert batches == [(0, 4000), (1, 4000)]
+    # batch 1 is not acknowledged: its messages are still claimed, invisible to message_dequeue
+    failed = [r[0] for r in conn.execute("SELECT id FROM deliveries WHERE batch_id = 1 ORDER BY id").fetchall()]
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE claim_id IS NOT NULL") == 4000
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = ANY (%s) AND claim_id IS NOT NULL",
+               (failed,)) == 4000
+    with psycopg.connect(dsn, autocommit=True) as other:
+        handed = [r[0] for r in other.execute("SELECT id FROM pgqueue.message_dequeue('jobs', 10000, 60000)")]
+        assert len(handed) == N - 8000 and not set(handed) & set(failed)
+        for msg_id in handed:  # give them back
+            other.execute("SELECT pgqueue.message_defer(%s, 1, NULL)", (msg_id,))
+    # restart from the checkpoint: batch 1 is replayed with the same messages, then the rest
+    handle2, batches2 = to_sink(dsn)
+    query = stream(spark, dsn, "jobs", ck, handle2, consumer="etl", maxMessagesPerBatch="4000")
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert batches2 == [(1, 4000), (2, 2000)]
+    replayed = [r[0] for r in conn.execute("SELECT id FROM deliveries WHERE batch_id = 1 ORDER BY id").fetchall()]
+    assert replayed == sorted(failed * 2), "the replayed micro-batch holds exactly the same messages"
+    assert [r[0] for r in conn.execute("SELECT id FROM sink ORDER BY id").fetchall()] == ids
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+
+
+def test_abandoned_claims_can_be_released(spark: Any, dsn: str, conn: Conn, tmp_path: Path) -> None:
+    """A query that failed and never comes back leaves its claim; release gives the messages back."""
+    import pgqueue.spark
+
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)", ([b"x"] * 50,))
+    sink_table(conn)
+    handle, _ = to_sink(dsn, fail_once_at=0)
+    query = stream(spark, dsn, "jobs", tmp_path / "ck", handle, consumer="gone")
+    with pytest.raises(Exception, match="injected failure"):
+        query.awaitTermination(120)
+    with Queue(dsn, "jobs") as queue:
+        assert queue.dequeue(10, lock_ms=0) == []
+        assert pgqueue.spark.release(dsn, "jobs", "gone") == 50
+        assert len(queue.dequeue(100, lock_ms=0)) == 50
+
+
+# ---------------------------------------------------------------------------------------
+# The example pipeline and the benchmark (smoke runs on the shared session)
+# ---------------------------------------------------------------------------------------
+
+
+def test_example_pipeline(spark: Any, dsn: str) -> None:
+    import spark_pipeline  # examples/ is on the path of the driver and of the executors
+
+    summary = spark_pipeline.run_pipeline(spark, dsn, items=3000, partitions=2, batch=1000)
+    assert summary.ok, summary
+    assert summary.micro_batches == 3
+
+
+def test_benchmark_smoke(spark: Any, dsn: str) -> None:
+    from pgqueue.spark.bench import measure
+
+    results = measure(spark, dsn, 2000, [1, 2], mode="job")
+    assert [(r.rows, r.partitions) for r in results] == [(2000, 1), (2000, 2)]
+    assert all(r.per_second > 0 for r in results)

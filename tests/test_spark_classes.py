@@ -1,0 +1,515 @@
+"""The pgqueue.spark reader and writer classes called directly, as Spark's workers call them,
+against the real server but without a JVM: options, encoding, the job-mode protocol across task
+attempts, the stream reader's offsets across a driver crash, AvailableNow, data loss."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import (
+    BinaryType,
+    DateType,
+    DayTimeIntervalType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+import pgqueue.spark
+from pgqueue import Queue, codec
+from pgqueue.errors import InvalidArgument, PgQueueError
+from pgqueue.spark import source
+from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
+from pgqueue.spark._options import parse
+from pgqueue.spark.source import (
+    ClaimRange,
+    IdRange,
+    PgQueueBatchReader,
+    PgQueueCommit,
+    PgQueueDataSource,
+    PgQueueStreamReader,
+    PgQueueWriter,
+    split_range,
+    write_plan,
+)
+
+Conn = psycopg.Connection[Any]
+
+
+def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def fill(conn: Conn, queue: str, n: int) -> list[int]:
+    conn.execute("SELECT pgqueue.queue_create(%s, p_if_not_exists => true)", (queue,))
+    return [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch(%s, %s)",
+                                       (queue, [f"m{i}".encode() for i in range(n)])).fetchall()]
+
+
+# ---------------------------------------------------------------------------------------
+# Options and schemas
+# ---------------------------------------------------------------------------------------
+
+
+def test_options() -> None:
+    opts = parse({"DSN": "dbname=x", "path": "jobs", "NumPartitions": "4", "commitmode": "JOB"}, reading=False)
+    assert (opts.queue, opts.num_partitions, opts.commit_mode, opts.payload_type) == ("jobs", 4, "job", "auto")
+    assert "dbname" not in repr(opts), "the connection string (it may hold a password) stays out of logs"
+    assert parse({"conninfo": "x", "queue": "q"}, reading=True).payload_type == "binary"
+    bad = [
+        ({"queue": "q"}, "dsn"),
+        ({"dsn": "x"}, "name the queue"),
+        ({"dsn": "x", "queue": "q", "numPartitons": "2"}, "unknown option"),
+        ({"dsn": "x", "queue": "q", "numPartitions": "0"}, "between 1"),
+        ({"dsn": "x", "queue": "q", "batchSize": "many"}, "integer"),
+        ({"dsn": "x", "queue": "q", "commitMode": "stage"}, "one of task, job"),
+        ({"dsn": "x", "queue": "q", "includeDead": "maybe"}, "true or false"),
+        ({"dsn": "x", "queue": "bad name"}, "invalid queue name"),
+        ({"dsn": "x", "queue": "q", "consumer": "-x"}, "invalid consumer name"),
+    ]
+    for options, text in bad:
+        with pytest.raises(InvalidArgument, match=text):
+            parse(options, reading=False)
+    with pytest.raises(InvalidArgument, match="payloadType"):
+        parse({"dsn": "x", "queue": "q", "payloadType": "auto"}, reading=True)
+
+
+def test_write_plans() -> None:
+    opts = parse({"dsn": "x", "queue": "q"}, reading=False)
+
+    def plan(*fields: StructField, **options: str) -> WritePlan:
+        o = parse({"dsn": "x", "queue": "q", **options}, reading=False)
+        return write_plan(o, StructType(list(fields)))
+
+    payload_b = StructField("payload", BinaryType())
+    payload_s = StructField("payload", StringType())
+    assert plan(payload_b).payload_kind == "binary"
+    assert plan(payload_s).payload_kind == "text"
+    assert plan(payload_s, payloadType="json").payload_kind == "json_text"
+    assert plan(StructField("payload", MapType(StringType(), LongType()))).payload_kind == "json_value"
+    p = plan(StructField("body", StringType()), StructField("at", TimestampType()), StructField("d", DayTimeIntervalType()),
+             StructField("prio", IntegerType()), payloadColumn="body", dequeueAtColumn="at", delayColumn="d",
+             priorityColumn="prio")
+    assert (p.dequeue_at_kind, p.delay_kind, p.priority_column) == ("timestamp", "interval", "prio")
+    errors = [
+        (lambda: write_plan(opts, StructType([StructField("x", StringType())])), "no payload column 'payload'"),
+        (lambda: plan(StructField("payload", DateType())), "has type date"),
+        (lambda: plan(payload_s, StructField("extra", LongType())), "'extra' that the pgqueue sink would drop"),
+        (lambda: plan(payload_b, payloadType="string"), "must be string"),
+        (lambda: plan(payload_s, payloadType="binary"), "must be binary"),
+        (lambda: plan(payload_s, StructField("p", StringType()), priorityColumn="p"), "must be an integer"),
+        (lambda: plan(payload_s, StructField("t", StringType()), dequeueAtColumn="t"), "timestamp or an integer"),
+        (lambda: plan(payload_s, delayColumn="missing"), "no delay column"),
+    ]
+    for make, text in errors:
+        with pytest.raises(InvalidArgument, match=text):
+            make()
+
+
+def test_data_source_checks_before_any_task(dsn: str) -> None:
+    ds = PgQueueDataSource({"dsn": dsn, "path": "default"})
+    assert ds.schema().fieldNames()[:4] == ["id", "queue", "status", "payload"]
+    schema = StructType([StructField("payload", StringType())])
+    with pytest.raises(InvalidArgument, match="append-only"):
+        ds.writer(schema, True)
+    with pytest.raises(PgQueueError, match='queue "nope" does not exist'):
+        PgQueueDataSource({"dsn": dsn, "path": "nope"}).writer(schema, False)
+    assert isinstance(ds.writer(schema, False), PgQueueWriter)
+
+
+# ---------------------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------------------
+
+
+def test_encoding_follows_the_codec(dsn: str) -> None:
+    """What the writer stores, Queue.dequeue() decodes into the value the DataFrame held."""
+    struct_type = pa.struct([("n", pa.int64()), ("tags", pa.list_(pa.string())),
+                             ("attrs", pa.map_(pa.string(), pa.float64())), ("price", pa.decimal128(10, 2)),
+                             ("when", pa.timestamp("us", tz="UTC")), ("raw", pa.binary())])
+    values = [{"n": 1, "tags": ["a", "b"], "attrs": [("x", 1.5)], "price": Decimal("9.99"),
+               "when": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc), "raw": b"\x00\x01"}]
+    cases: list[tuple[str, Any, pa.DataType, object]] = [
+        ("binary", [b"\x00\xffraw"], pa.binary(), b"\x00\xffraw"),
+        ("text", ["h\u00e9llo"], pa.string(), "h\u00e9llo"),
+        ("json_text", ['{"a": [1, 2]}'], pa.string(), {"a": [1, 2]}),
+        ("json_value", values, struct_type,
+         {"n": 1, "tags": ["a", "b"], "attrs": {"x": 1.5}, "price": 9.99,
+          "when": "2024-01-02T03:04:05+00:00", "raw": "AAE="}),
+        ("json_value", [7], pa.int32(), 7),
+    ]
+    with Queue(dsn, "default") as queue:
+        for kind, data, typ, expected in cases:
+            batch = pa.record_batch({"payload": pa.array(data, typ)})
+            chunk = encode_batch(WritePlan("payload", kind), batch, partition=0, first_row=0)
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("SELECT pgqueue.message_create_batch('default', %s, p_content_type => %s)",
+                          (chunk.contents, chunk.content_type))
+            (msg,) = queue.dequeue(1, lock_ms=0)
+            assert msg.payload == expected, kind
+            assert msg.content_type == codec.encode(expected)[1]
+
+
+def test_encoding_errors_name_the_row() -> None:
+    batch = pa.record_batch({"payload": pa.array(["a", None], pa.string())})
+    with pytest.raises(InvalidArgument, match="is NULL in row 12 of partition 3"):
+        encode_batch(WritePlan("payload", "text"), batch, partition=3, first_row=10)
+    batch = pa.record_batch({"payload": pa.array(["{}", "{nope"], pa.string())})
+    with pytest.raises(InvalidArgument, match="not valid JSON in row 2"):
+        encode_batch(WritePlan("payload", "json_text"), batch, partition=0, first_row=0)
+    batch = pa.record_batch({"payload": pa.array([float("nan")], pa.float64())})
+    with pytest.raises(InvalidArgument, match="cannot be written as JSON"):
+        encode_batch(WritePlan("payload", "json_value"), batch, partition=0, first_row=0)
+    both = pa.record_batch({"payload": pa.array(["a"]), "d": pa.array([1.0]), "p": pa.array([1])})
+    with pytest.raises(InvalidArgument, match="sets both 'd' and 'p'"):
+        encode_batch(WritePlan("payload", "text", delay_column="d", delay_kind="seconds", priority_column="p"),
+                     both, partition=0, first_row=0)
+    neg = pa.record_batch({"payload": pa.array(["a"]), "d": pa.array([-1.0])})
+    with pytest.raises(InvalidArgument, match="finite, >= 0"):
+        encode_batch(WritePlan("payload", "text", delay_column="d", delay_kind="seconds"), neg, partition=0, first_row=0)
+
+
+def test_schedule_columns() -> None:
+    when = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+    batch = pa.record_batch({
+        "payload": pa.array(["a", "b", "c", "d"]),
+        "at": pa.array([when, None, None, None], pa.timestamp("us", tz="UTC")),
+        "delay": pa.array([None, dt.timedelta(seconds=1.5), None, None], pa.duration("us")),
+        "prio": pa.array([None, None, 7, None], pa.int32()),
+    })
+    plan = WritePlan("payload", "text", dequeue_at_column="at", dequeue_at_kind="timestamp",
+                     delay_column="delay", delay_kind="interval", priority_column="prio")
+    chunk = encode_batch(plan, batch, partition=0, first_row=0)
+    assert chunk.dequeue_ats == [1893456000000, None, -8, None]
+    assert chunk.delays_ms == [None, 1500, None, None]
+    assert [len(c) for c in chunk.slices(3)] == [3, 1]
+
+
+def test_decode_payload() -> None:
+    assert decode_payload(b"\xff", None, "binary") == b"\xff"
+    assert decode_payload(b"\xff", None, "string") is None
+    assert decode_payload("h\u00e9".encode(), codec.TEXT, "string") == "h\u00e9"
+    assert decode_payload(b'{"a":1}', codec.JSON, "json") == '{"a":1}'
+    assert decode_payload(b"hi", codec.TEXT, "json") == '"hi"'
+    assert decode_payload(b"hi", None, "json") is None
+    assert decode_payload("h\u00e9".encode("latin-1"), "text/plain; charset=latin-1", "string") == "h\u00e9"
+
+
+# ---------------------------------------------------------------------------------------
+# The writer, as Spark's tasks and driver call it
+# ---------------------------------------------------------------------------------------
+
+
+def batches(values: list[str], size: int) -> Iterator[pa.RecordBatch]:
+    for i in range(0, len(values), size):
+        yield pa.record_batch({"payload": pa.array(values[i:i + size], pa.string())})
+
+
+@pytest.fixture
+def as_task(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Pretend to be Spark task (partition, attempt id)."""
+
+    def set_task(partition: int, attempt: int) -> None:
+        monkeypatch.setattr(source, "_task_identity", lambda: (partition, attempt))
+
+    return set_task
+
+
+def payloads(conn: Conn, queue: str = "q") -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT convert_from(m.content, 'UTF8') FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+        "WHERE q.name = %s ORDER BY m.id", (queue,)).fetchall()]
+
+
+def writer(dsn: str, **options: str) -> PgQueueWriter:
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", **options})
+    return ds.writer(StructType([StructField("payload", StringType())]), False)
+
+
+def test_task_mode_writes_each_partition_in_chunks(dsn: str, conn: Conn, as_task: Any) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    w = pickle.loads(pickle.dumps(writer(dsn, batchSize="3")))
+    as_task(0, 0)
+    msg = w.write(batches([f"r{i}" for i in range(10)], 4))
+    assert msg == PgQueueCommit(0, 0, 10)
+    assert payloads(conn) == [f"r{i}" for i in range(10)]
+    # a NULL payload fails the task and leaves nothing of its partition
+    as_task(1, 1)
+    with pytest.raises(InvalidArgument, match="NULL in row 5 of partition 1"):
+        w.write(iter([pa.record_batch({"payload": pa.array(["a", "b", "c", "d", None])})]))
+    assert len(payloads(conn)) == 10
+    assert w.write(iter([])) == PgQueueCommit(1, 1, 0)
+    w.commit([msg])  # nothing to do in task mode
+    assert len(payloads(conn)) == 10
+
+
+def test_job_mode_publishes_winning_attempts_once(dsn: str, conn: Conn, as_task: Any) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    driver = writer(dsn, commitMode="job", batchSize="2")
+    task = pickle.loads(pickle.dumps(driver))  # what an executor gets
+    as_task(0, 100)
+    lost = task.write(batches(["p0-first-0", "p0-first-1", "p0-first-2"], 2))  # committed, then the task died
+    as_task(0, 101)
+    won0 = task.write(batches(["p0-0", "p0-1", "p0-2"], 2))
+    as_task(1, 102)
+    won1 = task.write(batches(["p1-0"], 2))
+    assert lost.rows == won0.rows == 3
+    assert payloads(conn) == [], "nothing is visible before the job commits"
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 7
+    driver.commit([won1, won0])
+    assert payloads(conn) == ["p0-0", "p0-1", "p0-2", "p1-0"]
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    driver.commit([won1, won0])  # a replayed commit publishes nothing more
+    assert len(payloads(conn)) == 4
+    # a failed job: abort discards the staging, nothing is published
+    other = writer(dsn, commitMode="job")
+    as_task(0, 200)
+    done = other.write(batches(["never"], 5))
+    other.abort([done, None])
+    assert len(payloads(conn)) == 4
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    # a commit without every task's result refuses
+    third = writer(dsn, commitMode="job")
+    with pytest.raises(PgQueueError, match="refusing to publish"):
+        third.commit([done, None])
+
+
+def test_job_mode_publish_failure_discards_staging(dsn: str, conn: Conn, as_task: Any) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q', p_max_size => 2)")
+    w = writer(dsn, commitMode="job")
+    as_task(0, 1)
+    msg = w.write(batches(["a", "b", "c"], 3))
+    with pytest.raises(PgQueueError, match="is full"):
+        w.commit([msg])
+    assert payloads(conn) == []
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+
+
+# ---------------------------------------------------------------------------------------
+# The batch reader
+# ---------------------------------------------------------------------------------------
+
+
+def test_split_range() -> None:
+    assert split_range(1, 10, 3) == [(1, 4), (5, 7), (8, 10)]
+    assert split_range(5, 6, 4) == [(5, 5), (6, 6)]
+    assert split_range(3, 2, 2) == []
+
+
+def test_batch_reader_partitions_and_reads(dsn: str, conn: Conn) -> None:
+    ids = fill(conn, "q", 10)
+    fill(conn, "other", 5)
+    reader = PgQueueDataSource({"dsn": dsn, "path": "q", "numPartitions": "3", "payloadType": "string"}).reader(
+        StructType([]))
+    assert isinstance(reader, PgQueueBatchReader)
+    parts = reader.partitions()
+    assert len(parts) == 3 and all(isinstance(p, IdRange) for p in parts)
+    rows = [r for p in parts for r in pickle.loads(pickle.dumps(reader)).read(p)]
+    assert [r[0] for r in rows] == ids
+    assert {r[1:4] for r in rows} == {("q", "ready", r[3]) for r in rows}
+    assert rows[0][3] == "m0"
+    assert list(reader.read(InputPartition(None))) == []
+    conn.execute("SELECT pgqueue.queue_create('empty')")
+    empty = PgQueueDataSource({"dsn": dsn, "path": "empty"}).reader(StructType([]))
+    assert [r for p in empty.partitions() for r in empty.read(p)] == []
+
+
+# ---------------------------------------------------------------------------------------
+# The stream reader, as the driver worker and the executors call it
+# ---------------------------------------------------------------------------------------
+
+
+def stream_reader(dsn: str, **options: str) -> PgQueueStreamReader:
+    reader = PgQueueDataSource({"dsn": dsn, "queue": "q", "consumer": "etl", **options}).streamReader(StructType([]))
+    assert isinstance(reader, PgQueueStreamReader)
+    return reader
+
+
+def read_batch(reader: PgQueueStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+    """Plan on the driver, read on 'executors' (fresh unpickled readers)."""
+    out = []
+    for p in reader.partitions(start, end):
+        assert isinstance(p, ClaimRange)
+        executor = pickle.loads(pickle.dumps(reader))
+        out += [row[0] for row in executor.read(pickle.loads(pickle.dumps(p)))]
+    return sorted(out)
+
+
+def test_stream_offsets_claims_and_acks(dsn: str, conn: Conn) -> None:
+    ids = fill(conn, "q", 10)
+    reader = stream_reader(dsn, numPartitions="2")
+    try:
+        start = reader.initialOffset()
+        assert start == {"consumer": "etl", "seq": 0}
+        assert reader.getDefaultReadLimit() == ReadMaxRows(100_000)
+        end = reader.latestOffset(start, ReadMaxRows(4))
+        assert end == {"consumer": "etl", "seq": 1}
+        assert len(reader.partitions(start, end)) == 2
+        assert read_batch(reader, start, end) == ids[:4]
+        assert read_batch(reader, start, end) == ids[:4], "reading again gives the same rows"
+        # claimed messages are invisible to ordinary consumers
+        assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.message_dequeue('q', 2, 60000)")] == ids[4:6]
+        # the next batch: the previous one is acknowledged, the leased two are not claimable
+        end2 = reader.latestOffset(end, ReadMaxRows(100))
+        assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = ANY (%s)", (ids[:4],)) == 0
+        assert read_batch(reader, end, end2) == ids[6:]
+        reader.commit(end2)
+        assert one(conn, "SELECT count(*) FROM pgqueue.message") == 2
+        assert reader.latestOffset(end2, ReadMaxRows(100)) is end2, "no new data: start as it is"
+        assert reader.partitions(end2, end2) == []
+        assert "_conn" in pickle.loads(pickle.dumps(reader)).__dict__
+        assert pickle.loads(pickle.dumps(reader))._conn is None, "a live connection is never pickled"
+    finally:
+        reader.stop()
+
+
+def test_stream_replays_after_a_driver_crash(dsn: str, conn: Conn) -> None:
+    """Claims made by a driver that died are replayed by the next one: nothing is lost."""
+    ids = fill(conn, "q", 9)
+    first = stream_reader(dsn)
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadMaxRows(3))
+    assert read_batch(first, start, end) == ids[:3]
+    end2 = first.latestOffset(end, ReadMaxRows(3))  # acks batch 0; claims 3 more; then crash
+    first.stop()
+    # the restarted query re-runs the batch of its offset log (end -> end2) ...
+    second = stream_reader(dsn)
+    try:
+        assert read_batch(second, end, end2) == ids[3:6]
+        # ... or, had the offset log not been written, finds the open claim again
+        assert second.latestOffset(end, ReadMaxRows(3)) == end2
+        end3 = second.latestOffset(end2, ReadMaxRows(100))
+        assert read_batch(second, end2, end3) == ids[6:]
+        second.commit(end3)
+        assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    finally:
+        second.stop()
+
+
+def test_one_query_per_consumer(dsn: str, conn: Conn) -> None:
+    fill(conn, "q", 3)
+    first = stream_reader(dsn)
+    try:
+        first.initialOffset()
+        second = stream_reader(dsn)
+        with pytest.raises(PgQueueError, match="in use by another session") as exc:
+            second.initialOffset()
+        assert exc.value.sqlstate == "PQ005"
+        with pytest.raises(PgQueueError, match="in use"):
+            pgqueue.spark.release(dsn, "q", "etl")
+    finally:
+        first.stop()
+    assert stream_reader(dsn).initialOffset() == {"consumer": "etl", "seq": 0}
+
+
+def test_available_now_stops_at_what_exists(dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source, "CLAIM_CHUNK", 4)
+    ids = fill(conn, "q", 10)
+    reader = stream_reader(dsn)
+    try:
+        start = reader.initialOffset()
+        reader.prepareForTriggerAvailableNow()
+        later = fill(conn, "q", 5)
+        end = reader.latestOffset(start, ReadAllAvailable())  # three claims of at most 4
+        assert end["seq"] == 3
+        assert read_batch(reader, start, end) == ids
+        assert reader.latestOffset(end, ReadAllAvailable()) == end, "the target is reached"
+        assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = ANY (%s) AND claim_id IS NULL",
+                   (later,)) == 5
+    finally:
+        reader.stop()
+
+
+def test_data_loss_is_reported(dsn: str, conn: Conn) -> None:
+    ids = fill(conn, "q", 6)
+    reader = stream_reader(dsn)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(3))
+    reader.stop()  # the query is gone; an administrator releases its claims
+    assert pgqueue.spark.release(dsn, "q", "etl") == 3
+    again = stream_reader(dsn)
+    try:
+        with pytest.raises(PgQueueError, match="claim.s. 1..1 .* are gone"):
+            again.partitions(start, end)
+    finally:
+        again.stop()
+    lenient = stream_reader(dsn, failOnDataLoss="false")
+    try:
+        assert lenient.partitions(start, end) == []
+        end2 = lenient.latestOffset(end, ReadMaxRows(10))
+        assert read_batch(lenient, end, end2) == ids
+    finally:
+        lenient.stop()
+
+
+def test_checkpoint_of_another_consumer_or_ahead(dsn: str, conn: Conn) -> None:
+    fill(conn, "q", 2)
+    reader = stream_reader(dsn)
+    try:
+        with pytest.raises(InvalidArgument, match="belongs to consumer 'other'"):
+            reader.latestOffset({"consumer": "other", "seq": 0}, ReadMaxRows(1))
+        with pytest.raises(PgQueueError, match="start the query with a new checkpoint"):
+            reader.latestOffset({"consumer": "etl", "seq": 7}, ReadMaxRows(1))
+    finally:
+        reader.stop()
+
+
+def test_stream_rows_match_the_schema(dsn: str, conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    Queue(conn, "q").enqueue({"k": "v"})
+    reader = stream_reader(dsn, payloadType="json")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        (p,) = reader.partitions(start, end)
+        (row,) = list(reader.read(p))
+        schema = pgqueue.spark.schema_for("json")
+        assert len(row) == len(schema.fields)
+        named = dict(zip(schema.fieldNames(), row))
+        assert (named["status"], named["payload"], named["content_type"], named["attempts"], named["claim_seq"]) == (
+            "claimed", '{"k":"v"}', codec.JSON, 1, 1)
+    finally:
+        reader.stop()
+
+
+def test_unique_write_ids() -> None:
+    a = PgQueueWriter(parse({"dsn": "x", "queue": "q"}, reading=False), WritePlan("payload", "text"))
+    b = PgQueueWriter(parse({"dsn": "x", "queue": "q"}, reading=False), WritePlan("payload", "text"))
+    assert a.write_id != b.write_id and uuid.UUID(a.write_id)
+
+
+def test_import_pgqueue_never_imports_pyspark() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, pgqueue, pgqueue.client, pgqueue.codec; "
+            "assert not [m for m in sys.modules if m.startswith(('pyspark', 'pyarrow', 'py4j'))], sorted(sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_auto_registration_shim(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    # python/ holds the shim; it is packaged only if pyproject's packages include pyspark_pgqueue*
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "python"))
+    import pyspark_pgqueue
+
+    assert pyspark_pgqueue.DefaultSource is PgQueueDataSource
+    assert PgQueueDataSource.name() == "pgqueue"

@@ -1,0 +1,521 @@
+"""The SQL of the Spark integration (extension 0.2), without Spark: claims, acknowledgements,
+releases, snapshots, staging and publishing, the upgrade from 0.1, dump/restore, and the
+index-probe guarantee of the new statements."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from conftest import Server, admin_execute, create_database, drop_database
+from helpers import PlanCapture, index_names, plan_violations, snapshot, sqlstate_of
+
+Conn = psycopg.Connection[Any]
+CLAIMED_UNTIL = 253402300799999
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def one(conn: Conn, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def fill(conn: Conn, queue: str, n: int) -> list[int]:
+    conn.execute("SELECT pgqueue.queue_create(%s, p_if_not_exists => true)", (queue,))
+    return [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch(%s, %s)",
+                                       (queue, [f"m{i}".encode() for i in range(n)])).fetchall()]
+
+
+def claimed_ids(conn: Conn, queue: str, consumer: str, after: int, up_to: int) -> list[int]:
+    return [r[0] for r in conn.execute("SELECT id FROM pgqueue.spark_claimed(%s, %s, %s, %s) ORDER BY id",
+                                       (queue, consumer, after, up_to)).fetchall()]
+
+
+# ---------------------------------------------------------------------------------------
+# Claims
+# ---------------------------------------------------------------------------------------
+
+
+def test_claims_hide_messages_from_dequeue_and_ack_deletes_them(conn: Conn) -> None:
+    ids = fill(conn, "q", 10)
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'etl', 4)") == 1
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'etl', 4)") == 2
+    assert claimed_ids(conn, "q", "etl", 0, 1) == ids[:4]
+    assert claimed_ids(conn, "q", "etl", 0, 2) == ids[:8]
+    # claimed: leased forever, attempts + 1, invisible to ordinary consumers
+    assert conn.execute("SELECT DISTINCT locked_until, attempts FROM pgqueue.message WHERE claim_id IS NOT NULL"
+                        ).fetchall() == [(CLAIMED_UNTIL, 1)]
+    got = [r[0] for r in conn.execute("SELECT id FROM pgqueue.message_dequeue('q', 100, 0)").fetchall()]
+    assert got == ids[8:]
+    assert one(conn, "SELECT leased FROM pgqueue.queue_stats('q')") == 8
+    # nothing more to claim
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'etl', 4)") is None
+    assert one(conn, "SELECT pgqueue.spark_pending_seq('q', 'etl')") == 2
+    assert conn.execute("SELECT seq, n, min_id, max_id FROM pgqueue.spark_claims('q', 'etl', 0, 9)").fetchall() == [
+        (1, 4, ids[0], ids[3]), (2, 4, ids[4], ids[7])]
+    # ack is idempotent and only deletes what it covers
+    assert one(conn, "SELECT pgqueue.spark_ack('q', 'etl', 1)") == 4
+    assert one(conn, "SELECT pgqueue.spark_ack('q', 'etl', 1)") == 0
+    assert one(conn, "SELECT pgqueue.spark_ack('q', 'etl', 0)") == 0
+    assert claimed_ids(conn, "q", "etl", 0, 2) == ids[4:8]
+    assert one(conn, "SELECT pgqueue.spark_ack('q', 'etl', 2)") == 4
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    assert one(conn, "SELECT pgqueue.spark_pending_seq('q', 'etl')") is None
+    assert conn.execute("SELECT acked_seq, next_seq, claims FROM pgqueue.spark_consumers('q')").fetchall() == [(2, 3, 0)]
+    # acknowledging a claim that was never made is an error
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_ack('q', 'etl', 3)") == "22023"
+
+
+def test_claim_order_bounds_and_schedule(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    now = one(conn, "SELECT pgqueue.now_ms()")
+    later = one(conn, "SELECT pgqueue.message_create('q', 'later', %s)", (now + 3_600_000,))
+    normal = one(conn, "SELECT pgqueue.message_create('q', 'normal')")
+    urgent = one(conn, "SELECT pgqueue.message_create('q', 'urgent', pgqueue.priority_dequeue_at(5))")
+    newest = one(conn, "SELECT pgqueue.message_create('q', 'newest')")
+    # an expired lease comes first, as in message_dequeue
+    leased = one(conn, "SELECT id FROM pgqueue.message_dequeue('q', 1, 1)")
+    assert leased == urgent
+    conn.execute("SELECT pg_sleep(0.01)")
+    # p_max_id leaves out newer messages (the AvailableNow bound)
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'c', 10, %s)", (urgent,)) == 1
+    assert claimed_ids(conn, "q", "c", 0, 1) == sorted([urgent, normal])
+    assert one(conn, "SELECT attempts FROM pgqueue.message WHERE id = %s", (urgent,)) == 2
+    # the lease holder's token no longer matches: it cannot complete the claimed message
+    assert one(conn, "SELECT pgqueue.message_complete(%s, 1)", (urgent,)) is False
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'c', 10)") == 2
+    assert claimed_ids(conn, "q", "c", 1, 2) == [newest]  # the scheduled one is not due
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = %s AND claim_id IS NULL", (later,)) == 1
+
+
+def test_two_consumers_and_dequeue_never_share_a_message(pg_server: Server, dsn: str, conn: Conn) -> None:
+    ids = fill(conn, "q", 3000)
+    seen: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def spark_consumer(name: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                got: list[int] = []
+                while (seq := one(c, "SELECT pgqueue.spark_claim('q', %s, 50)", (name,))) is not None:
+                    got += claimed_ids(c, "q", name, seq - 1, seq)
+                seen[name] = got
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def dequeuer() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                got: list[int] = []
+                while rows := c.execute("SELECT id FROM pgqueue.message_dequeue('q', 50, 0)").fetchall():
+                    got += [r[0] for r in rows]
+                seen["dequeue"] = got
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=spark_consumer, args=(n,)) for n in ("a", "b")]
+    threads.append(threading.Thread(target=dequeuer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    merged = seen["a"] + seen["b"] + seen["dequeue"]
+    assert sorted(merged) == ids, "every message went to exactly one consumer"
+
+
+def test_release_gives_messages_back(conn: Conn) -> None:
+    ids = fill(conn, "q", 6)
+    conn.execute("SELECT pgqueue.spark_claim('q', 'gone', 4)")
+    conn.execute("SELECT pgqueue.spark_claim('q', 'gone', 1)")
+    assert one(conn, "SELECT pgqueue.spark_release('q', 'gone')") == 5
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE claim_id IS NOT NULL OR locked_until IS NOT NULL") == 0
+    assert conn.execute("SELECT acked_seq, next_seq, claims FROM pgqueue.spark_consumers('q')").fetchall() == [(2, 3, 0)]
+    # deliverable again, in their old order
+    assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.message_dequeue('q', 10, 0)").fetchall()] == ids
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_release('q', 'nobody')") == "PQ006"
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_ack('q', 'nobody', 1)") == "PQ006"
+
+
+def test_a_consumer_in_use_cannot_be_opened_or_released(dsn: str, conn: Conn) -> None:
+    fill(conn, "q", 3)
+    with psycopg.connect(dsn, autocommit=True) as holder:
+        assert one(holder, "SELECT pgqueue.spark_consumer_open('q', 'etl')") == 0
+        assert one(holder, "SELECT pgqueue.spark_claim('q', 'etl', 10)") == 1
+        assert conn.execute("SELECT consumer, active FROM pgqueue.spark_consumers()").fetchall() == [("etl", True)]
+        assert sqlstate_of(conn, "SELECT pgqueue.spark_consumer_open('q', 'etl')") == "PQ005"
+        assert sqlstate_of(conn, "SELECT pgqueue.spark_release('q', 'etl')") == "PQ005"
+        assert one(conn, "SELECT pgqueue.spark_consumer_open('q', 'other')") == 0  # another name is free
+        assert one(holder, "SELECT pgqueue.spark_consumer_close('q', 'etl')") is True
+        assert one(holder, "SELECT pgqueue.spark_consumer_close('q', 'etl')") is False
+        assert one(conn, "SELECT pgqueue.spark_consumer_open('q', 'etl')") == 0
+        assert sqlstate_of(holder, "SELECT pgqueue.spark_release('q', 'etl')") == "PQ005"
+    # the session that holds it may release it
+    assert one(conn, "SELECT pgqueue.spark_release('q', 'etl')") == 3
+
+
+def test_argument_errors(conn: Conn) -> None:
+    fill(conn, "q", 1)
+    cases = {
+        "SELECT pgqueue.spark_claim('q', 'c', 0)": "22023",
+        "SELECT pgqueue.spark_claim('q', 'c', 1000001)": "22023",
+        "SELECT pgqueue.spark_claim('q', 'c', NULL)": "22023",
+        "SELECT pgqueue.spark_claim('q', NULL, 1)": "22004",
+        "SELECT pgqueue.spark_claim('q', '-bad', 1)": "42602",
+        "SELECT pgqueue.spark_claim('q', repeat('x', 101), 1)": "42602",
+        "SELECT pgqueue.spark_claim('nope', 'c', 1)": "PQ001",
+        "SELECT pgqueue.spark_claim('bad name', 'c', 1)": "42602",
+        "SELECT pgqueue.spark_ack('q', 'c', NULL)": "22004",
+        "SELECT pgqueue.spark_snapshot('q', NULL, 1)": "22004",
+        "SELECT pgqueue.spark_consumer_open('nope', 'c')": "PQ001",
+    }
+    assert {q: sqlstate_of(conn, q) for q in cases} == cases
+
+
+def test_queue_drop_removes_consumers_and_claims(conn: Conn) -> None:
+    fill(conn, "q", 5)
+    fill(conn, "keep", 5)
+    conn.execute("SELECT pgqueue.spark_claim('q', 'etl', 3)")
+    conn.execute("SELECT pgqueue.spark_claim('keep', 'etl', 3)")
+    assert one(conn, "SELECT pgqueue.queue_drop('q')") is True
+    assert conn.execute("SELECT queue, consumer, claims FROM pgqueue.spark_consumers()").fetchall() == [("keep", "etl", 1)]
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_claim") == 1
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 5
+    # a queue of the same name starts afresh
+    fill(conn, "q", 1)
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'etl', 3)") == 1
+
+
+def test_queue_drop_waits_for_an_ack_in_flight(dsn: str, conn: Conn) -> None:
+    """An ack holds the queue's shared lock: drop waits for it, then removes everything."""
+    fill(conn, "q", 5)
+    conn.execute("SELECT pgqueue.spark_claim('q', 'etl', 5)")
+    with psycopg.connect(dsn) as acker:
+        assert one(acker, "SELECT pgqueue.spark_ack('q', 'etl', 1)") == 5  # transaction left open
+        done = threading.Event()
+
+        def drop() -> None:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("SELECT pgqueue.queue_drop('q')")
+            done.set()
+
+        t = threading.Thread(target=drop)
+        t.start()
+        assert not done.wait(0.5), "drop must wait for the acknowledging transaction"
+        acker.commit()
+        t.join(10)
+    assert done.is_set()
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_consumer") == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Snapshots
+# ---------------------------------------------------------------------------------------
+
+
+def test_snapshot_statuses_and_changes_nothing(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q', p_max_attempts => 1)")
+    fill(conn, "other", 3)
+    now = one(conn, "SELECT pgqueue.now_ms()")
+    conn.execute("SELECT pgqueue.message_create_batch('q', %s)", ([b"r"] * 6,))
+    conn.execute("SELECT pgqueue.message_create('q', 's', %s)", (now + 3_600_000,))
+    dead_id, token = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('q', 1, 60000)").fetchone()  # type: ignore[misc]
+    conn.execute("SELECT pgqueue.message_fail(%s, %s, 'boom')", (dead_id, token))
+    conn.execute("SELECT pgqueue.message_dequeue('q', 2, 60000)")
+    conn.execute("SELECT pgqueue.spark_claim('q', 'etl', 1)")
+    before = snapshot(conn)
+    lo, hi = conn.execute("SELECT min_id, max_id FROM pgqueue.spark_snapshot_range('q', true)").fetchone()  # type: ignore[misc]
+    rows = conn.execute("SELECT status, count(*) FROM pgqueue.spark_snapshot('q', %s, %s, true) "
+                        "GROUP BY 1 ORDER BY 1", (lo, hi)).fetchall()
+    assert rows == [("claimed", 1), ("dead", 1), ("leased", 2), ("ready", 2), ("scheduled", 1)]
+    no_dead = conn.execute("SELECT count(*) FROM pgqueue.spark_snapshot('q', %s, %s)", (lo, hi)).fetchone()
+    assert no_dead == (6,)
+    # split ranges add up
+    parts = [(lo, lo + 3), (lo + 4, hi)]
+    assert sum(one(conn, "SELECT count(*) FROM pgqueue.spark_snapshot('q', %s, %s, true)", p) for p in parts) == 7
+    assert snapshot(conn) == before
+    conn.execute("SELECT pgqueue.queue_create('empty')")
+    assert conn.execute("SELECT * FROM pgqueue.spark_snapshot('empty', %s, %s)", (lo, hi)).fetchall() == []
+
+
+# ---------------------------------------------------------------------------------------
+# Staging and publishing
+# ---------------------------------------------------------------------------------------
+
+
+def stage(conn: Conn, write_id: str, partition: int, attempt: int, contents: list[bytes], **arrays: Any) -> None:
+    conn.execute("SELECT pgqueue.spark_stage(%s, %s, %s, 0, %s, %s, %s, %s)",
+                 (write_id, partition, attempt, contents, arrays.get("type"), arrays.get("ats"), arrays.get("delays")))
+
+
+def test_publish_moves_winners_once(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q', p_notify => true)")
+    conn.execute('LISTEN "pgqueue.q"')
+    w = str(uuid.uuid4())
+    stage(conn, w, 0, 10, [b"p0-a", b"p0-b"], type="text/plain; charset=utf-8")
+    stage(conn, w, 0, 11, [b"p0-a", b"p0-b"])  # a retry of partition 0 that lost
+    stage(conn, w, 1, 12, [b"p1-a"], delays=[60_000])
+    now = one(conn, "SELECT pgqueue.now_ms()")
+    assert one(conn, "SELECT pgqueue.spark_publish('k1', 'q', %s, '{1,0}', '{12,10}', '{1,2}')", (w,)) == 3
+    rows = conn.execute("SELECT convert_from(content, 'UTF8'), content_type, dequeue_at > %s + 50000 "
+                        "FROM pgqueue.message ORDER BY id", (now,)).fetchall()
+    assert rows == [("p0-a", "text/plain; charset=utf-8", False), ("p0-b", "text/plain; charset=utf-8", False),
+                    ("p1-a", None, True)]
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    assert [n.channel for n in conn.notifies(timeout=1, stop_after=1)] == ["pgqueue.q"]
+    # the same key again: nothing more, only its staging rows go
+    stage(conn, w, 0, 10, [b"again"])
+    assert one(conn, "SELECT pgqueue.spark_publish('k1', 'q', %s, '{0}', '{10}', '{1}')", (w,)) is None
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 3
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+
+
+def test_publish_errors_publish_nothing(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q', p_max_size => 2)")
+    w = str(uuid.uuid4())
+    stage(conn, w, 0, 1, [b"a", b"b", b"c"])
+    publish = "SELECT pgqueue.spark_publish('k', 'q', %s, %s, %s, %s)"
+    assert sqlstate_of(conn, publish, (w, [0], [1], [2])) == "PQ007"       # rows missing
+    assert sqlstate_of(conn, publish, (w, [0, 0], [1, 2], [3, 0])) == "22023"  # two winners
+    assert sqlstate_of(conn, publish, (w, [0], [1, 2], [3])) == "22023"    # lengths differ
+    assert sqlstate_of(conn, publish, (w, [0], [None], [3])) == "22004"
+    assert sqlstate_of(conn, publish, (w, [0], [1], [3])) == "PQ003"       # queue full
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_publish('k', 'nope', %s, '{0}', '{1}', '{3}')", (w,)) == "PQ001"
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_publish_log") == 0
+    assert one(conn, "SELECT pgqueue.spark_discard(%s)", (w,)) == 3
+    # an empty write publishes nothing, once
+    assert one(conn, "SELECT pgqueue.spark_publish('empty', 'q', %s, '{}', '{}', '{}')", (w,)) == 0
+    assert one(conn, "SELECT pgqueue.spark_publish('empty', 'q', %s, '{}', '{}', '{}')", (w,)) is None
+
+
+def test_stage_checks_its_arrays(conn: Conn) -> None:
+    w = str(uuid.uuid4())
+    q = "SELECT pgqueue.spark_stage(%s, 0, 0, 0, %s, %s, %s, %s)"
+    assert sqlstate_of(conn, q, (w, [b"a", None], None, None, None)) == "22004"
+    assert sqlstate_of(conn, q, (w, [b"a"], None, [1, 2], None)) == "22023"
+    assert sqlstate_of(conn, q, (w, [b"a"], None, None, [-1])) == "22023"
+    assert sqlstate_of(conn, q, (None, [b"a"], None, None, None)) == "22004"
+    assert one(conn, "SELECT pgqueue.spark_staging_purge(pgqueue.now_ms() + 1)") == 0
+    stage(conn, w, 0, 0, [b"x"])
+    assert one(conn, "SELECT pgqueue.spark_staging_purge(pgqueue.now_ms() + 1000)") == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Index probes
+# ---------------------------------------------------------------------------------------
+
+N = 100_000
+
+
+def test_claim_ack_and_reads_are_index_probes(dsn: str, conn: Conn) -> None:
+    """Next to 100,000 messages that a claim must not pay for (scheduled ones of the queue,
+    another queue's messages leased by its workers), claims go through message_ready_idx,
+    acknowledgements, releases and claimed reads through message_claim_idx, snapshot partitions
+    through the primary key: no Seq Scan of pgqueue.message, no full-index walk, no sort of it."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    conn.execute("SELECT pgqueue.queue_create('other')")
+    conn.execute(f"""
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, locked_until, attempts, created_at, content)
+        SELECT q.id, pgqueue.now_ms() + CASE WHEN q.name = 'q' THEN 3600000 ELSE -86400000 END + g,
+               CASE WHEN q.name = 'q' THEN NULL ELSE pgqueue.now_ms() + 3600000 + g END,
+               CASE WHEN q.name = 'q' THEN 0 ELSE 1 END,
+               pgqueue.now_ms(), convert_to(repeat('x', 100) || g, 'UTF8')
+          FROM generate_series(1, {N // 2}) g, pgqueue.queue q WHERE q.name IN ('q', 'other')""")
+    conn.execute("SELECT pgqueue.message_create_batch('q', %s)", ([b"work"] * 300,))
+    conn.execute("ANALYZE pgqueue.message")
+    indexes = index_names(conn)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        capture = PlanCapture(c)
+        problems: list[str] = []
+        for seq in range(1, 7):  # past the generic-plan decision of PL/pgSQL
+            call = capture.run("SELECT pgqueue.spark_claim('q', 'etl', 50)")
+            assert call.rows == [(seq,)]
+            problems += plan_violations(call.nested, indexes, required_indexes=["message_ready_idx"])
+            call = capture.run("SELECT count(*) FROM pgqueue.spark_claimed('q', 'etl', %s, %s)", (seq - 1, seq))
+            assert call.rows == [(50,)]
+            problems += plan_violations(call.nested, indexes, required_indexes=["message_claim_idx"])
+        for seq in range(1, 7):
+            call = capture.run("SELECT pgqueue.spark_ack('q', 'etl', %s)", (seq,))
+            assert call.rows == [(50,)]
+            problems += plan_violations(call.nested, indexes, required_indexes=["message_claim_idx"])
+        lo, hi = one(c, "SELECT min_id FROM pgqueue.spark_snapshot_range('q')"), one(
+            c, "SELECT max_id FROM pgqueue.spark_snapshot_range('q')")
+        call = capture.run("SELECT count(*) FROM pgqueue.spark_snapshot('q', %s, %s)", (hi - 999, hi))
+        problems += plan_violations(call.nested, indexes, required_indexes=["message_pkey"])
+        assert lo is not None
+        conn.execute("SELECT pgqueue.spark_claim('q', 'gone', 1)")
+        call = capture.run("SELECT pgqueue.spark_release('q', 'gone')")
+        problems += plan_violations(call.nested, indexes, required_indexes=["message_claim_idx"])
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------
+# Upgrade from 0.1 and dump/restore
+# ---------------------------------------------------------------------------------------
+
+CATALOG = {
+    "functions": """
+        SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')
+          FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace ORDER BY 1""",
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               pg_get_expr(d.adbin, d.adrelid), col_description(c.oid, a.attnum)
+          FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+          LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+         WHERE c.relnamespace = 'pgqueue'::regnamespace ORDER BY 1, 2""",
+    "indexes": """
+        SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index
+         WHERE indrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace) ORDER BY 1""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
+         WHERE connamespace = 'pgqueue'::regnamespace ORDER BY 1, 2""",
+    "relations": """
+        SELECT relname, relkind, obj_description(oid, 'pg_class') FROM pg_class
+         WHERE relnamespace = 'pgqueue'::regnamespace ORDER BY 1""",
+    "extension": """
+        SELECT extversion, (SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
+                              FROM unnest(extconfig) c) FROM pg_extension WHERE extname = 'pgqueue'""",
+    "members": """
+        SELECT count(*) FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+           AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pgqueue')""",
+}
+
+
+def catalog(conn: Conn) -> dict[str, list[tuple[Any, ...]]]:
+    return {k: conn.execute(q).fetchall() for k, q in CATALOG.items()}
+
+
+@pytest.fixture
+def empty_db(pg_server: Server) -> Iterator[str]:
+    name = f"upgrade_{uuid.uuid4().hex[:8]}"
+    admin_execute(pg_server, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield name
+    drop_database(pg_server, name)
+
+
+def test_upgrade_from_0_1_matches_a_fresh_install(pg_server: Server, empty_db: str, conn: Conn) -> None:
+    with psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as old:
+        old.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+        ids = fill(old, "q", 3)
+        leased = one(old, "SELECT id FROM pgqueue.message_dequeue('q', 1, 60000)")
+        old.execute("ALTER EXTENSION pgqueue UPDATE TO '0.2'")
+        assert catalog(old) == catalog(conn)
+        # the messages of 0.1 are there and can be claimed
+        assert one(old, "SELECT pgqueue.spark_claim('q', 'etl', 10)") == 1
+        assert claimed_ids(old, "q", "etl", 0, 1) == [i for i in ids if i != leased]
+
+
+def test_dump_restore_keeps_consumers_and_claims(pg_server: Server, dbname: str, conn: Conn,
+                                                 tmp_path: Path) -> None:
+    ids = fill(conn, "q", 5)
+    conn.execute("SELECT pgqueue.spark_claim('q', 'etl', 2)")
+    conn.execute("SELECT pgqueue.spark_claim('q', 'etl', 2)")
+    conn.execute("SELECT pgqueue.spark_ack('q', 'etl', 1)")
+    w = str(uuid.uuid4())
+    stage(conn, w, 0, 0, [b"x"])
+    assert one(conn, "SELECT pgqueue.spark_publish('k', 'q', %s, '{0}', '{0}', '{1}')", (w,)) == 1
+    stage(conn, w, 0, 1, [b"in flight"])
+    dump = tmp_path / "db.dump"
+    env = pg_server.libpq_env()
+    for argv in ([str(BIN / "pg_dump"), "-Fc", "-f", str(dump), "-d", dbname],):
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    restored = f"{dbname}_r"
+    admin_execute(pg_server, sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(restored)))
+    try:
+        proc = subprocess.run([str(BIN / "pg_restore"), "-d", restored, str(dump)], env=env,
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        with psycopg.connect(pg_server.dsn(restored), autocommit=True) as r:
+            assert r.execute("SELECT consumer, acked_seq, next_seq, claims FROM pgqueue.spark_consumers()"
+                             ).fetchall() == [("etl", 1, 3, 1)]
+            assert claimed_ids(r, "q", "etl", 1, 2) == ids[2:4]
+            assert one(r, "SELECT count(*) FROM pgqueue.spark_staging") == 0  # not dumped, by design
+            assert one(r, "SELECT pgqueue.spark_publish('k', 'q', %s, '{0}', '{1}', '{1}')", (w,)) is None
+            assert one(r, "SELECT pgqueue.spark_claim('q', 'etl', 10)") == 3  # the sequences go on
+            assert one(r, "SELECT pgqueue.spark_ack('q', 'etl', 3)") == 4
+    finally:
+        drop_database(pg_server, restored)
+
+
+def test_template_database_is_at_0_2(pg_server: Server, template_db: str) -> None:
+    name = create_database(pg_server, template_db, prefix="ver")
+    try:
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as c:
+            assert one(c, "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'") == "0.2"
+    finally:
+        drop_database(pg_server, name)
+
+
+# ---------------------------------------------------------------------------------------
+# The 0.1 functions that 0.2 redefines, the fuzzer's findings
+# ---------------------------------------------------------------------------------------
+
+EXTENSION = Path(__file__).resolve().parents[1] / "extension"
+REDEFINED = ["queue_drop", "message_complete", "message_heartbeat", "message_defer", "message_fail"]
+
+
+def _function_text(script: str, name: str) -> str:
+    import re
+
+    match = re.search(rf"^CREATE (?:OR REPLACE )?FUNCTION pgqueue\.{name}\(.*?^\$\$;$", script, re.S | re.M)
+    assert match is not None, f"{name} not found"
+    return match.group(0)
+
+
+def _normalised(text: str) -> str:
+    import re
+
+    text = text.replace("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION")
+    text = "\n".join(line for line in text.splitlines() if "spark" not in line)  # the 0.2 additions
+    text = re.sub(r"\s+AND m\.claim_id IS NULL", "", text)
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("name", REDEFINED)
+def test_redefined_functions_differ_from_0_1_only_by_spark(name: str) -> None:
+    """0.2 re-creates these 0.1 functions with Spark additions. A change to the 0.1 original must
+    be made to the copy in pgqueue--0.1--0.2.sql too, or this fails."""
+    old = _function_text((EXTENSION / "pgqueue--0.1.sql").read_text(), name)
+    new = _function_text((EXTENSION / "pgqueue--0.1--0.2.sql").read_text(), name)
+    assert new != old, "premise: 0.2 changes it"
+    assert _normalised(new) == _normalised(old)
+
+
+def test_lease_calls_ignore_claimed_messages(conn: Conn) -> None:
+    """The attempts value of a claimed message is no lease token: each lease call returns false."""
+    fill(conn, "q", 1)
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'etl', 1)") == 1
+    msg_id, token = conn.execute("SELECT id, attempts FROM pgqueue.message").fetchone()  # type: ignore[misc]
+    before = snapshot(conn)
+    for call in ("SELECT pgqueue.message_heartbeat(%s, %s, 1000)", "SELECT pgqueue.message_defer(%s, %s, 0, 'x')",
+                 "SELECT pgqueue.message_fail(%s, %s, 'boom')", "SELECT pgqueue.message_complete(%s, %s)"):
+        assert one(conn, call, (msg_id, token)) is False, call
+    assert snapshot(conn) == before
+
+
+def test_staging_and_publishing_edge_values(conn: Conn) -> None:
+    w = str(uuid.uuid4())
+    big = 9223372036854775806
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_stage(%s, 0, 1, %s, ARRAY['a', 'b', 'c']::bytea[])", (w, big)) == "22023"
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_stage(%s, 0, 1, -1, ARRAY['a']::bytea[])", (w,)) == "22023"
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_stage(%s, 0, 1, %s, ARRAY['a', 'b']::bytea[])", (w, big)) is None
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_stage(%s, 0, 1, %s, ARRAY['a']::bytea[])", (w, big)) == "22023"
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 2
+    for key in ("", "k" * 201):
+        assert sqlstate_of(conn, "SELECT pgqueue.spark_publish(%s, 'default', %s, '{}', '{}', '{}')", (key, w)) == "22023"
+    w2 = str(uuid.uuid4())
+    conn.execute("SELECT pgqueue.spark_stage(%s, 0, 1, 0, ARRAY['far']::bytea[], p_delays_ms => ARRAY[9223372036854775807])",
+                 (w2,))
+    assert one(conn, "SELECT pgqueue.spark_publish('far', 'default', %s, '{0}', '{1}', '{1}')", (w2,)) == 1
+    assert one(conn, "SELECT dequeue_at FROM pgqueue.message") == 9223372036854775807
