@@ -262,7 +262,7 @@ BEGIN
     -- The cached value only grows with inserts while consumers shrink the real size, so it is
     -- an upper bound; recount exactly (bounded by max_size) only when the bound says "full".
     IF v_upper IS NULL OR v_upper + p_count > v_queue.max_size THEN
-        v_upper := pgqueue._queue_count(v_queue.id, v_queue.max_size + 1);
+        v_upper := pgqueue._queue_count(v_queue.id, least(v_queue.max_size, 9223372036854775806) + 1);
     END IF;
     IF v_upper + p_count > v_queue.max_size THEN
         RAISE EXCEPTION 'queue "%" is full (max_size %): % more message(s) refused',

@@ -1,0 +1,339 @@
+"""Faults against a real server: a client connection terminated mid-transaction, the server
+crashing (pg_ctl stop -m immediate) under a heavy mixed load, and restarts.
+
+(A worker process killed with SIGKILL is tests/test_worker.py::
+test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once; pg_dump/pg_restore is
+tests/test_dump_restore.py.)
+
+The crash and restart tests use a server of their own with durability on (fsync,
+synchronous_commit and full_page_writes: the shared test server runs without them, and on it
+a crash may lose commits by design). It runs as the unprivileged user of the embedded server
+and is stopped and started with pg_ctl through setpriv, as pgqueue.embedded does.
+
+How each test would fail if its promise broke:
+* terminated connection: if any effect of the killed transaction survived (the enqueued
+  message, the dequeue's delete or lease, the back-pressure count), the table snapshot would
+  differ, the message would not come back as attempt 1, or the cap would refuse the next
+  message. The "committed" variant is the control: the same steps with a COMMIT before the
+  kill are visible, so the observations tell the two apart.
+* crash: the producers' and consumers' own logs are merged with the tables by soak.check,
+  which reports a message lost (its create committed but it is nowhere and no removal of it
+  may have committed), removed twice (two committed completions or delete-mode deliveries),
+  delivered after its removal committed, handed out twice under one token, or back after its
+  removal committed. tests/test_soak_smoke.py feeds that checker logs with each of those
+  faults and shows that it reports them, and
+  test_control_without_synchronous_commit_the_crash_check_finds_losses runs this very crash on a
+  server that acknowledges commits before flushing them: the check reports the lost commits.
+* restart: every table, the queue settings, the dead letters and the checkpoint state are
+  compared before and after; a lost or changed row fails the comparison.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import soak
+from helpers import snapshot
+from pgqueue.embedded import EmbeddedPostgres
+
+Conn = psycopg.Connection[Any]
+DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+HOUR = 3_600_000
+
+
+def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def bindir() -> Path:
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        if out.returncode == 0 and (Path(out.stdout.strip()) / "pg_ctl").exists():
+            return Path(out.stdout.strip())
+    return Path("/usr/lib/postgresql/15/bin")
+
+
+# -- 1. a client connection terminated inside its transaction -----------------------------------
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["killed-before-commit", "control-committed"])
+@pytest.mark.parametrize("mode", ["delete", "lease"])
+def test_terminated_connection_rolls_back_everything(dsn: str, conn: Conn, mode: str, committed: bool) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q', p_max_size => 3)")  # capped: the count is state too
+    ids = [r[0] for r in conn.execute("SELECT * FROM pgqueue.message_create_batch('q', ARRAY['m1', 'm2']::bytea[])")]
+    before = snapshot(conn)
+
+    victim = psycopg.connect(dsn)  # not autocommit: one transaction
+    pid = victim.info.backend_pid
+    new_id = one(victim, "SELECT pgqueue.message_create('q', 'new')")
+    got = victim.execute("SELECT id, attempts FROM pgqueue.message_dequeue('q', 1, %s)",
+                         (0 if mode == "delete" else 60_000,)).fetchall()
+    assert got == [(ids[0], 1)]
+    if committed:
+        victim.commit()
+        victim.execute("SELECT 1")  # a new transaction is open when the connection dies
+    else:  # premise: its effects are invisible from outside until it commits
+        assert snapshot(conn) == before
+    assert one(conn, "SELECT pg_terminate_backend(%s, 10000)", (pid,)) is True
+    with pytest.raises(psycopg.OperationalError):
+        victim.execute("SELECT 1")
+        victim.commit()
+    victim.close()
+    assert one(conn, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) == 0
+
+    if committed:  # the control: what a commit makes visible, the kill does not undo
+        assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = %s", (new_id,)) == 1
+        m1 = conn.execute("SELECT attempts, locked_until IS NOT NULL FROM pgqueue.message WHERE id = %s", (ids[0],)).fetchall()
+        assert m1 == ([] if mode == "delete" else [(1, True)])
+        assert snapshot(conn) != before
+        return
+
+    # everything rolled back: every table (messages, dead letters, queues, the cap's count) as before
+    assert snapshot(conn) == before
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = %s", (new_id,)) == 0
+    # the dequeued message is deliverable at once, and this is its first delivery (attempts unchanged)
+    assert conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('q', 2, 60000)"
+                        ).fetchall() == [(ids[0], 1, "m1"), (ids[1], 1, "m2")]
+    # the killed enqueue took no room under the cap (max_size 3, two live): one more fits, then full
+    conn.execute("SELECT pgqueue.message_create('q', 'fits')")
+    with pytest.raises(psycopg.Error) as exc:
+        conn.execute("SELECT pgqueue.message_create('q', 'full')")
+    assert exc.value.sqlstate == "PQ003"
+    # and no lock of the killed session is left: the queue can be dropped at once
+    conn.execute("SET lock_timeout = '5s'")
+    assert one(conn, "SELECT pgqueue.queue_drop('q')") is True
+
+
+# -- a dedicated durable server that can be crashed and restarted -------------------------------
+
+
+class DurableServer:
+    """An EmbeddedPostgres with durability on (unless settings say otherwise), which pg_ctl can
+    stop (in any mode) and start again on the same data directory."""
+
+    def __init__(self, settings: dict[str, str] = DURABLE) -> None:
+        self.settings = settings
+        self.pg = EmbeddedPostgres(settings=settings).start()
+        self.bin = bindir()
+        self.restarted = False
+        self.stopped = False
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return self.pg.dsn(dbname)
+
+    def pg_ctl(self, *args: str) -> None:
+        argv = [str(self.bin / "pg_ctl"), *args]
+        if self.pg.run_as is not None:
+            argv = ["setpriv", f"--reuid={self.pg.run_as}", f"--regid={self.pg.run_as}", "--init-groups", "--", *argv]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+        assert proc.returncode == 0, f"pg_ctl {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+
+    def stop(self, mode: str) -> None:
+        self.pg_ctl("stop", "-D", self.pg.data_dir, "-m", mode, "-w", "-t", "120")
+        self.stopped = True
+
+    def start(self) -> None:
+        settings = " ".join(f"-c {k}={v}" for k, v in self.settings.items())
+        options = f"-p {self.pg.port} -k {self.pg.base_dir}/tmp -h 127.0.0.1 -c max_connections=200 {settings}"
+        self.pg_ctl("start", "-D", self.pg.data_dir, "-o", options, "-l", f"{self.pg.base_dir}/restart.log",
+                    "-w", "-t", "180")
+        self.stopped = False
+        self.restarted = True
+        self.check_settings()
+
+    def restart(self, mode: str) -> None:
+        self.stop(mode)
+        self.start()
+
+    def check_settings(self) -> None:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            for name, value in self.settings.items():
+                assert one(conn, sql.SQL("SHOW {}").format(sql.Identifier(name)).as_string(conn)) == value, name
+
+    def new_database(self, name: str) -> str:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        with psycopg.connect(self.dsn(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pgqueue")
+        return self.dsn(name)
+
+    def close(self) -> None:
+        if self.restarted and not self.stopped:
+            self.stop("fast")  # started by pg_ctl, not by the embedded server's process handle
+        self.pg.stop()
+
+
+@pytest.fixture(scope="module")
+def durable() -> Iterator[DurableServer]:
+    server = DurableServer()
+    try:
+        server.check_settings()
+        yield server
+    finally:
+        server.close()
+
+
+# -- 2. the server crashes in the middle of a heavy mixed run -----------------------------------
+
+PRODUCER = {"create": 3, "create_batch": 2}
+LEASE_CONSUMER = {"lease": 5, "complete": 7, "heartbeat": 1, "defer": 1, "fail": 1, "abandon": 1}
+DELETE_CONSUMER = {"take": 1}
+
+
+def crash_run(server: DurableServer, dbname: str) -> tuple[list[soak.Client], dict[str, list[soak.Row]], list[str]]:
+    """Producers, lease consumers and delete-mode consumers (threads, a connection and a log
+    each) run until a fair amount of each kind has committed; then the server crashes
+    (pg_ctl stop -m immediate) and starts again. Returns the clients, what the tables hold
+    after recovery, and what soak.check finds wrong."""
+    dsn = server.new_database(dbname)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('crash', p_lock_ms => 1000, p_retry_base_ms => 0, p_retry_cap_ms => 50)")
+    run = f"{dbname}-{int(time.time())}"
+    profiles = [PRODUCER] * 3 + [LEASE_CONSUMER] * 2 + [DELETE_CONSUMER] * 2
+    clients = [soak.Client(dsn, run, n, ["crash"], profile=p, seed=n, lease_ms=(200, 1500))
+               for n, p in enumerate(profiles)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=c.run_until, args=(time.monotonic() + 120, stop), daemon=True) for c in clients]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    deadline = start + 30
+    while time.monotonic() < deadline and (time.monotonic() < start + 2 or committed(clients, "create") < 500
+                                           or committed(clients, "take") < 50 or committed(clients, "lease") < 50):
+        time.sleep(0.1)
+    server.stop("immediate")  # the crash, with every client in the middle of something
+    for t in threads:  # each client stops when its next call finds the connection gone
+        t.join(20)
+    stop.set()
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive(), "a client hangs after the crash"
+    server.start()  # crash recovery on the same data directory
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        final = soak.read_final(conn, run)
+        problems = soak.check([c.log for c in clients], final)
+        problems += soak.stats_problems(conn, ["crash"], final)
+    return clients, final, problems
+
+
+def committed(clients: list[soak.Client], op: str) -> int:
+    """How many operations of this kind committed with at least one message."""
+    return sum(1 for c in clients for ev in list(c.log) if ev.op == op and ev.outcome == soak.COMMITTED and ev.items)
+
+
+def test_crash_loses_no_committed_message_and_duplicates_nothing(durable: DurableServer) -> None:
+    clients, final, problems = crash_run(durable, "crash")
+    logs = [c.log for c in clients]
+    events = Counter((ev.op, ev.outcome) for log in logs for ev in log)
+    assert [p for c in clients for p in c.problems if "connection lost" not in p] == []
+    assert problems == [], f"{problems[:20]}\nevents: {events}"
+
+    # premise: a heavy mixed run really happened, and the crash interrupted every client
+    assert committed(clients, "create") >= 500 and committed(clients, "take") >= 50, events
+    assert committed(clients, "lease") >= 50, events
+    assert sum(1 for log in logs for ev in log if ev.op == "complete" and ev.result) >= 10, events
+    assert all(any("connection lost" in p for p in c.problems) for c in clients)
+
+    # after the restart every live message is delivered (once the crash run's leases run out)
+    time.sleep(1.6)
+    with psycopg.connect(durable.dsn("crash"), autocommit=True) as conn:
+        drained: list[str] = []
+        while batch := [bytes(r[0]).decode() for r in conn.execute(
+                "SELECT content FROM pgqueue.message_dequeue('crash', 1000, 0)").fetchall()]:
+            drained += batch
+        assert sorted(drained) == sorted(tag for tag, rows in final.items() if rows[0].table == "message")
+        assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+
+
+def test_control_without_synchronous_commit_the_crash_check_finds_losses() -> None:
+    """The deliberately broken variant: the same crash on a server with synchronous_commit off,
+    where a COMMIT returns before its WAL is flushed, so the last commits before the crash are
+    lost. The check must say so (in practice every run loses some; three tries for safety)."""
+    server = DurableServer({"fsync": "on", "synchronous_commit": "off", "full_page_writes": "on"})
+    try:
+        for attempt in range(3):
+            _, _, problems = crash_run(server, f"careless{attempt}")
+            if problems:
+                break
+    finally:
+        server.close()
+    assert problems, "three crashes without synchronous_commit lost nothing the check could see"
+    assert all(" lost " in p or "but still in" in p or "queue_stats" in p for p in problems), problems
+
+
+# -- 3. dead letters, checkpoint state and settings survive a restart ---------------------------
+
+
+def fill(conn: Conn) -> None:
+    """Queue settings, a checkpointed message, leased, scheduled and ready ones, dead letters."""
+    now = one(conn, "SELECT pgqueue.now_ms()")
+    conn.execute("SELECT pgqueue.queue_alter('default', p_lock_ms => 4321, p_max_attempts => 9, p_notify => true)")
+    conn.execute("SELECT pgqueue.queue_create('keep', p_lock_ms => 12345, p_max_attempts => 2, p_retry_base_ms => 7, "
+                 "p_retry_cap_ms => 70, p_max_size => 1000, p_notify => true)")
+    conn.execute("SELECT pgqueue.message_create_batch('keep', ARRAY['ready 1', 'ready 2']::bytea[], NULL, 'text/plain')")
+    conn.execute("SELECT pgqueue.message_create('keep', 'scheduled', %s, 'application/json')", (now + HOUR,))
+    # a checkpoint: delivered, deferred with state (due now), so its next delivery resumes
+    conn.execute("SELECT pgqueue.message_create('keep', 'long job', pgqueue.priority_dequeue_at(9))")
+    msg_id, token = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('keep', 1, 600000)").fetchone()  # type: ignore[misc]
+    assert one(conn, "SELECT pgqueue.message_defer(%s, %s, %s, 'step 3 of 5')", (msg_id, token, now - HOUR))
+    # dead letters: failed twice (max_attempts 2), with their last error
+    for content in ("poison 1", "poison 2"):
+        conn.execute("SELECT pgqueue.message_create('keep', %s, pgqueue.priority_dequeue_at(99))", (content.encode(),))
+        for attempt in (1, 2):
+            i, a, c = conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') "
+                                   "FROM pgqueue.message_dequeue('keep', 1, 600000)").fetchone()  # type: ignore[misc]
+            assert (a, c) == (attempt, content)
+            # retried at once, still ahead of everything else
+            assert one(conn, "SELECT pgqueue.message_fail(%s, %s, %s, pgqueue.priority_dequeue_at(99))",
+                       (i, a, f"{content} failed {a}"))
+    # one leased for an hour (its lease must survive too)
+    conn.execute("SELECT pgqueue.message_create('keep', 'leased', pgqueue.priority_dequeue_at(1))")
+    assert conn.execute("SELECT content FROM pgqueue.message_dequeue('keep', 1, %s)", (HOUR,)).fetchall() == [(b"leased",)]
+
+
+def contents(conn: Conn) -> dict[str, Any]:
+    out: dict[str, Any] = dict(snapshot(conn))
+    out["queue_list"] = conn.execute("SELECT * FROM pgqueue.queue_list()").fetchall()
+    out["dead_letters"] = conn.execute("SELECT * FROM pgqueue.dead_letters ORDER BY id").fetchall()
+    out["stats"] = conn.execute("SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()").fetchall()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_restart_keeps_dead_letters_checkpoints_and_settings(durable: DurableServer, mode: str) -> None:
+    dsn = durable.new_database(f"keep_{mode}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        fill(conn)
+        before = contents(conn)
+        max_id = one(conn, "SELECT greatest((SELECT max(id) FROM pgqueue.message), (SELECT max(id) FROM pgqueue.dead_letter))")
+    assert len(before["dead_letters"]) == 2 and before["stats"] == [("default", 0, 0, 0, 0), ("keep", 3, 1, 1, 2)]
+
+    durable.restart(mode)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        after = contents(conn)
+        for key in before:
+            assert after[key] == before[key], f"{key} differs after a restart (-m {mode})"
+        # and they work: the checkpoint comes back with its attempts, dead letters requeue,
+        # the settings apply (max_attempts 2 of 'keep'), new ids are new
+        resumed = conn.execute("SELECT convert_from(content, 'UTF8'), attempts, convert_from(state, 'UTF8') "
+                               "FROM pgqueue.message_dequeue('keep', 1, 600000)").fetchall()
+        assert resumed == [("long job", 2, "step 3 of 5")]
+        assert conn.execute("SELECT last_error FROM pgqueue.dead_letters ORDER BY id").fetchall() == \
+            [("poison 1 failed 2",), ("poison 2 failed 2",)]
+        assert one(conn, "SELECT pgqueue.dead_letter_requeue('keep')") == 2
+        assert one(conn, "SELECT pgqueue.message_create('keep', 'after the restart')") > max_id

@@ -1,0 +1,413 @@
+"""Security: hostile objects cannot hijack pgqueue, and a database owner who is not a superuser
+can install and use it.
+
+Hostile objects: an unprivileged role (mallory) plants, in the schema public, functions that
+shadow the catalog's (now, clock_timestamp, random, floor, to_timestamp, the advisory lock and
+NOTIFY functions, and polymorphic ones that an exact-type overload would beat: unnest,
+cardinality, array_position, array_ndims), operators that always say "equal" or "true"
+(= on bigint/integer/text, <= and < on bigint, + on bigint), and tables named like ours
+(message, queue, dead_letter) with the same columns and decoy rows. The victim, a superuser,
+also has temp tables of those names, and runs with search_path = pg_temp, public, pg_catalog.
+Every hostile function and operator records each call in public.hijack_log.
+
+The same scenario of every public function runs in a clean database and in the hostile one:
+the results are the same, the clock is the real one, and hijack_log stays empty. The control
+test shows that the hostile setup is potent: the very body of pgqueue.message_create without
+its SET search_path clause is hijacked by it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from conftest import Server, admin_execute, create_database, drop_database
+
+Conn = psycopg.Connection[Any]
+HOSTILE_PATH = "pg_temp, public, pg_catalog"
+FAR_PAST = "2000-01-01 00:00:00+00"
+
+
+def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+# -- the hostile objects ------------------------------------------------------------------------
+
+#: (signature, return type, returned value): each logs its call and returns a plausible lie.
+HOSTILE_FUNCTIONS = [
+    ("now()", "timestamptz", f"'{FAR_PAST}'::timestamptz"),
+    ("clock_timestamp()", "timestamptz", f"'{FAR_PAST}'::timestamptz"),
+    ("statement_timestamp()", "timestamptz", f"'{FAR_PAST}'::timestamptz"),
+    ("random()", "double precision", "0.5"),
+    ("floor(numeric)", "numeric", "0"),
+    ("floor(double precision)", "double precision", "0"),
+    ("to_timestamp(double precision)", "timestamptz", f"'{FAR_PAST}'::timestamptz"),
+    ("timezone(text, timestamptz)", "timestamp", "'2000-01-01'::timestamp"),
+    ("pg_advisory_xact_lock_shared(integer, integer)", "void", "NULL"),
+    ("pg_try_advisory_xact_lock_shared(integer, integer)", "boolean", "true"),
+    ("pg_advisory_xact_lock(integer, integer)", "void", "NULL"),
+    ("pg_notify(text, text)", "void", "NULL"),
+    ("nextval(regclass)", "bigint", "1"),
+    ("cardinality(bytea[])", "integer", "0"),
+    ("cardinality(bigint[])", "integer", "0"),
+    ("array_ndims(bytea[])", "integer", "1"),
+    ("array_position(bytea[], bytea)", "integer", "NULL"),
+    ("quote_literal(text)", "text", "'x'"),
+    ("left(text, integer)", "text", "'x'"),
+]
+#: (operator, left, right, function returning the lie)
+HOSTILE_OPERATORS = [
+    ("=", "bigint", "bigint", "true"),
+    ("=", "integer", "integer", "true"),
+    ("=", "text", "text", "true"),
+    ("<=", "bigint", "bigint", "true"),
+    ("<", "bigint", "bigint", "true"),
+    ("+", "bigint", "bigint", "0::bigint"),
+]
+SHADOWED_TABLES = ("message", "queue", "dead_letter")
+
+
+def plant_hostile_objects(admin: Conn, mallory: Conn) -> None:
+    """As mallory (no privileges but CREATE on public), plant everything; admin prepares."""
+    admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(mallory.info.user)))
+    mallory.execute("CREATE TABLE public.hijack_log (what text NOT NULL, at timestamptz DEFAULT pg_catalog.clock_timestamp())")
+    mallory.execute("GRANT INSERT, SELECT ON public.hijack_log TO PUBLIC")
+    for signature, returns, value in HOSTILE_FUNCTIONS:
+        name, args = signature.split("(", 1)
+        params = ", ".join(f"a{i} {t.strip()}" for i, t in enumerate(args.rstrip(")").split(",")) if t.strip())
+        body = "PERFORM 1;" if returns == "void" else f"RETURN {value};"
+        mallory.execute(f"""
+            CREATE FUNCTION public.{name}({params}) RETURNS {returns} LANGUAGE plpgsql VOLATILE AS $f$
+            BEGIN
+                INSERT INTO public.hijack_log (what) VALUES ('{name}');
+                {body}
+            END $f$""")
+    for n, (op, left, right, value) in enumerate(HOSTILE_OPERATORS):
+        mallory.execute(f"""
+            CREATE FUNCTION public.hostile_op_{n}(a {left}, b {right}) RETURNS {'bigint' if op == '+' else 'boolean'}
+            LANGUAGE plpgsql VOLATILE AS $f$
+            BEGIN
+                INSERT INTO public.hijack_log (what) VALUES ('operator {op} ({left}, {right})');
+                RETURN {value};
+            END $f$""")
+        mallory.execute(f"CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, "
+                        f"FUNCTION = public.hostile_op_{n})")
+    # tables named like ours, with the same columns, full of decoys
+    for table in SHADOWED_TABLES:
+        columns = admin.execute(
+            "SELECT string_agg(quote_ident(attname) || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum) "
+            "FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+            (f"pgqueue.{table}",)).fetchone()[0]  # type: ignore[index]
+        mallory.execute(f"CREATE TABLE public.{table} ({columns})")
+        mallory.execute(f"GRANT ALL ON public.{table} TO PUBLIC")
+    decoys(mallory, "public")
+
+
+def decoys(conn: Conn, schema: str) -> None:
+    """Rows that would show up if pgqueue read these tables: queues 1..20, ready decoy messages."""
+    conn.execute(f"INSERT INTO {schema}.queue (id, name, lock_ms, retry_base_ms, retry_cap_ms, notify, created_at) "
+                 "SELECT g, 'sec', 1, 0, 0, false, '2000-01-01' FROM generate_series(1, 20) g")
+    conn.execute(f"INSERT INTO {schema}.message (id, queue_id, dequeue_at, attempts, created_at, content) "
+                 "SELECT 1000000 + g, g % 20 + 1, -9000000000000000000, 0, 0, 'decoy' FROM generate_series(1, 200) g")
+    conn.execute(f"INSERT INTO {schema}.dead_letter (id, queue_id, dequeue_at, attempts, created_at, dead_at, content) "
+                 "SELECT 2000000 + g, g % 20 + 1, 0, 1, 0, 0, 'decoy' FROM generate_series(1, 200) g")
+
+
+def hostile_session(conn: Conn) -> None:
+    """The victim's own session: temp tables named like ours, and the hostile search_path."""
+    for table in SHADOWED_TABLES:
+        conn.execute(f"CREATE TEMP TABLE {table} (LIKE pgqueue.{table})")
+    decoys(conn, "pg_temp")
+    conn.execute(f"SET search_path = {HOSTILE_PATH}")
+    assert one(conn, "SHOW search_path") == HOSTILE_PATH
+    # premise: unqualified names in this session now resolve to the hostile objects
+    assert one(conn, "SELECT now()").year == 2000
+    assert one(conn, "SELECT count(*) FROM message") == 200  # the temp decoys
+    assert one(conn, "SELECT 1::bigint = 2::bigint") is True
+    conn.execute("TRUNCATE public.hijack_log")
+
+
+# -- the scenario -------------------------------------------------------------------------------
+
+
+class Transcript:
+    """What a scenario saw, with ids relative to the first one and clock values checked and dropped."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.steps: list[tuple[str, Any]] = []
+        self.base_id: int | None = None
+        self.clock_errors: list[str] = []
+
+    def rel(self, msg_id: int | None) -> int | None:
+        if msg_id is None:
+            return None
+        if self.base_id is None:
+            self.base_id = msg_id
+        return msg_id - self.base_id
+
+    def clock(self, what: str, value: int | None, offset_ms: int = 0, slack_ms: int = 120_000) -> None:
+        """value must be about real now + offset (a hijacked clock would be decades off)."""
+        real = time.time() * 1000 + offset_ms
+        if value is None or abs(value - real) > slack_ms:
+            self.clock_errors.append(f"{what}: {value} is not about {real:.0f}")
+
+    def step(self, name: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        rows = self.conn.execute(query, params).fetchall()
+        self.steps.append((name, rows))
+        return rows
+
+
+def scenario(conn: Conn) -> Transcript:
+    """Call every public function (Spark ones too, if installed) and keep what they return."""
+    t = Transcript(conn)
+    s = t.step
+    s("queue_create", "SELECT pgqueue.queue_create('sec', p_lock_ms => 60000, p_max_attempts => 2, "
+                      "p_retry_base_ms => 0, p_retry_cap_ms => 0, p_max_size => 100, p_notify => true)")
+    s("queue_create existing", "SELECT pgqueue.queue_create('sec', p_if_not_exists => true)")
+    ids = [t.rel(r[0]) for r in conn.execute(
+        "SELECT * FROM pgqueue.message_create_batch('sec', ARRAY['a', 'b', 'c']::bytea[], NULL, 'text/plain', "
+        "NULL, ARRAY[NULL, 'application/json', NULL])").fetchall()]
+    t.steps.append(("message_create_batch", ids))
+    t.steps.append(("message_create", [t.rel(one(conn, "SELECT pgqueue.message_create('sec', 'd'::bytea)"))]))
+    t.steps.append(("priority", [t.rel(one(conn, "SELECT pgqueue.message_create('sec', 'urgent'::bytea, "
+                                                 "pgqueue.priority_dequeue_at(5))"))]))
+    later = one(conn, "SELECT pgqueue.now_ms()") + 3_600_000
+    t.steps.append(("scheduled", [t.rel(one(conn, "SELECT pgqueue.message_create('sec', 'later'::bytea, %s)", (later,)))]))
+    t.steps.append(("default queue", [t.rel(one(conn, "SELECT pgqueue.message_create('on default'::bytea)"))]))
+    t.clock("now_ms", one(conn, "SELECT pgqueue.now_ms()"))
+    created = conn.execute("SELECT created_at FROM pgqueue.message").fetchall()
+    for (c,) in created:
+        t.clock("created_at", c)
+    s("stats", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()")
+    t.clock("queue_next_due", one(conn, "SELECT pgqueue.queue_next_due('default')"))
+
+    leased = conn.execute("SELECT id, convert_from(content, 'UTF8'), attempts, content_type, locked_until "
+                          "FROM pgqueue.message_dequeue('sec', 2)").fetchall()
+    t.steps.append(("lease", [(t.rel(i), c, a, ct) for i, c, a, ct, _ in leased]))
+    for *_, until in leased:
+        t.clock("locked_until", until, 60_000)
+    (urgent, _, tok_u, _, _), (a, _, tok_a, _, _) = leased
+    s("heartbeat", "SELECT pgqueue.message_heartbeat(%s, %s, 120000)", (urgent, tok_u))
+    # the scenario's own SQL must not meet the hostile operators either: OPERATOR(pg_catalog.=)
+    t.clock("heartbeat lease", one(conn, "SELECT locked_until FROM pgqueue.message "
+                                         "WHERE id OPERATOR(pg_catalog.=) %s::bigint", (urgent,)), 120_000)
+    s("complete", "SELECT pgqueue.message_complete(%s, %s)", (urgent, tok_u))
+    s("complete stale", "SELECT pgqueue.message_complete(%s, %s)", (urgent, tok_u))
+    s("heartbeat stale", "SELECT pgqueue.message_heartbeat(%s, %s)", (a, tok_a + 1))
+    s("defer", "SELECT pgqueue.message_defer(%s, %s, NULL, 'checkpoint'::bytea)", (a, tok_a))
+    again = conn.execute("SELECT id, attempts, convert_from(state, 'UTF8') FROM pgqueue.message_dequeue('sec', 1, 60000)").fetchall()
+    t.steps.append(("dequeue deferred", [(t.rel(i), at, st) for i, at, st in again]))
+    s("fail", "SELECT pgqueue.message_fail(%s, %s, 'first')", (again[0][0], again[0][1]))
+    third = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('sec', 1, 60000)").fetchall()
+    t.steps.append(("dequeue retried", [(t.rel(i), at) for i, at in third]))
+    s("fail to dead", "SELECT pgqueue.message_fail(%s, %s, 'second')", third[0])
+    dead = conn.execute("SELECT id, queue, convert_from(content, 'UTF8'), attempts, last_error, dead_at "
+                        "FROM pgqueue.dead_letters ORDER BY id").fetchall()
+    t.steps.append(("dead letters", [(t.rel(i), q, c, at, e) for i, q, c, at, e, _ in dead]))
+    for *_, dead_at in dead:
+        t.clock("dead_at", dead_at)
+    s("stats 2", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('sec')")
+    s("requeue", "SELECT pgqueue.dead_letter_requeue('sec')")
+    s("requeued attempts", "SELECT convert_from(content, 'UTF8'), attempts, convert_from(state, 'UTF8'), last_error "
+                           "FROM pgqueue.message WHERE content = 'a'")
+    s("fail again", "SELECT pgqueue.message_fail(id, attempts, 'x', 0) FROM pgqueue.message_dequeue('sec', 1, 60000)")
+    s("fail again to dead", "SELECT pgqueue.message_fail(id, attempts, 'y') FROM pgqueue.message_dequeue('sec', 1, 60000)")
+    s("purge", "SELECT pgqueue.dead_letter_purge('sec', p_before => pgqueue.now_ms() + 1000)")
+    taken = conn.execute("SELECT id, convert_from(content, 'UTF8'), attempts FROM pgqueue.message_dequeue('sec', 10, 0)").fetchall()
+    t.steps.append(("delete mode", [(t.rel(i), c, at) for i, c, at in taken]))
+    s("stats 3", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()")
+    s("queue_alter", "SELECT pgqueue.queue_alter('sec', p_max_size => 1)")
+    s("list", "SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify FROM pgqueue.queue_list()")
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pgqueue.message_create('sec', 'over the cap')")
+        t.steps.append(("back-pressure", "accepted"))
+    except psycopg.Error as exc:
+        t.steps.append(("back-pressure", exc.sqlstate))
+    s("to_epoch", "SELECT pgqueue.to_epoch('2020-02-29 12:34:56.789+00'::timestamptz), "
+                  "pgqueue.to_epoch('1969-12-31 23:59:59.9995+00'::timestamptz)")
+    s("from_epoch", "SELECT pgqueue.from_epoch(1582979696789) = '2020-02-29 12:34:56.789+00'::timestamptz")
+    s("priority_dequeue_at", "SELECT pgqueue.priority_dequeue_at(0), pgqueue.priority_dequeue_at(7)")
+    if one(conn, "SELECT to_regprocedure('pgqueue.spark_claim(text,text,integer,bigint)') IS NOT NULL"):
+        s("spark queue", "SELECT pgqueue.queue_create('spark')")
+        s("spark batch", "SELECT count(*) FROM pgqueue.message_create_batch('spark', ARRAY['s1', 's2', 's3']::bytea[])")
+        s("spark open", "SELECT pgqueue.spark_consumer_open('spark', 'etl')")
+        s("spark claim", "SELECT pgqueue.spark_claim('spark', 'etl', 2)")
+        s("spark claimed", "SELECT claim_seq, convert_from(content, 'UTF8'), attempts FROM pgqueue.spark_claimed('spark', 'etl', 0, 1)")
+        s("spark claims", "SELECT seq, n FROM pgqueue.spark_claims('spark', 'etl', 0, 10)")
+        s("spark pending", "SELECT pgqueue.spark_pending_seq('spark', 'etl')")
+        s("spark ack", "SELECT pgqueue.spark_ack('spark', 'etl', 1)")
+        s("spark snapshot", "SELECT status, convert_from(content, 'UTF8') FROM pgqueue.spark_snapshot('spark', "
+                            "(SELECT min_id FROM pgqueue.spark_snapshot_range('spark')), "
+                            "(SELECT max_id FROM pgqueue.spark_snapshot_range('spark')))")
+        s("spark stage", "SELECT pgqueue.spark_stage('00000000-0000-0000-0000-000000000001', 0, 1, 0, ARRAY['p']::bytea[])")
+        s("spark publish", "SELECT pgqueue.spark_publish('k', 'spark', '00000000-0000-0000-0000-000000000001', '{0}', '{1}', '{1}')")
+        s("spark discard", "SELECT pgqueue.spark_discard('00000000-0000-0000-0000-000000000001')")
+        s("spark staging purge", "SELECT pgqueue.spark_staging_purge(pgqueue.now_ms() + 1000)")
+        s("spark consumers", "SELECT queue, consumer, acked_seq, next_seq, claims, active FROM pgqueue.spark_consumers()")
+        s("spark close", "SELECT pgqueue.spark_consumer_close('spark', 'etl')")
+        s("spark release", "SELECT pgqueue.spark_release('spark', 'etl')")
+        s("spark drop", "SELECT pgqueue.queue_drop('spark')")
+    s("queue_drop", "SELECT pgqueue.queue_drop('sec')")
+    s("final stats", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()")
+    s("final tables", "SELECT (SELECT count(*) FROM pgqueue.message), (SELECT count(*) FROM pgqueue.dead_letter), "
+                      "(SELECT count(*) FROM pgqueue.queue)")
+    return t
+
+
+# -- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def role(pg_server: Server) -> Iterator[str]:
+    """A LOGIN role without any privilege (cluster-wide, so named per run and dropped after)."""
+    name = f"pgq_mallory_{os.getpid()}"
+    admin_execute(pg_server, sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def hostile_db(pg_server: Server, template_db: str, role: str) -> Iterator[str]:
+    name = create_database(pg_server, template_db, prefix="hostile")
+    try:
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as admin, \
+             psycopg.connect(pg_server.dsn(name, user=role), autocommit=True) as mallory:
+            assert one(mallory, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+            plant_hostile_objects(admin, mallory)
+        yield name
+    finally:
+        drop_database(pg_server, name)
+        # the role owns objects only in that database, dropped above
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+def test_hostile_objects_change_nothing(pg_server: Server, conn: Conn, hostile_db: str) -> None:
+    clean = scenario(conn)
+    assert not clean.clock_errors, clean.clock_errors
+
+    with psycopg.connect(pg_server.dsn(hostile_db), autocommit=True) as victim:
+        hostile_session(victim)
+        hostile = scenario(victim)
+        calls = victim.execute("SELECT what, count(*) FROM public.hijack_log GROUP BY 1 ORDER BY 1").fetchall()
+        decoys_left = [one(victim, f"SELECT count(*) FROM {schema}.{table}")
+                       for schema in ("public", "pg_temp") for table in SHADOWED_TABLES]
+    assert calls == [], f"hostile objects were called: {calls}"
+    assert not hostile.clock_errors, hostile.clock_errors
+    assert len(hostile.steps) == len(clean.steps)
+    for (name, got), (_, expected) in zip(hostile.steps, clean.steps):
+        assert got == expected, f"{name}: {got!r} under hostile objects, {expected!r} without"
+    # premise: the scenario did things (a transcript of errors would compare equal too)
+    steps = dict(clean.steps)
+    assert steps["complete"] == [(True,)] and steps["complete stale"] == [(False,)]
+    assert steps["back-pressure"] == "PQ003"
+    assert steps["to_epoch"] == [(1582979696789, -1)]
+    assert decoys_left == [200, 20, 200] * 2, "the decoy tables were touched"
+
+
+def test_the_scenario_calls_every_public_function(conn: Conn) -> None:
+    """So that a function added later is added to the scenario too."""
+    public = {r[0] for r in conn.execute(
+        "SELECT DISTINCT proname FROM pg_proc WHERE pronamespace = 'pgqueue'::regnamespace AND proname !~ '^_'")}
+    called = set(re.findall(r"pgqueue\.([a-z_]+)\(", inspect.getsource(scenario)))
+    assert public - called == set()
+
+
+def test_control_an_unpinned_copy_of_a_pgqueue_function_is_hijacked(hostile_db: str, pg_server: Server) -> None:
+    """The hostile setup is potent: message_create's own body, created without its
+    SET search_path clause, calls the hostile now() and reports a time in 2000. So a pgqueue
+    function that lost its pin would fail test_hostile_objects_change_nothing."""
+    with psycopg.connect(pg_server.dsn(hostile_db), autocommit=True) as victim:
+        definition = one(victim, "SELECT pg_get_functiondef('pgqueue.message_create(text,bytea,bigint,text)'::regprocedure)")
+        unpinned, n = re.subn(r"\n\s*SET search_path TO [^\n]*", "", definition)
+        assert n == 1, definition
+        unpinned = unpinned.replace("FUNCTION pgqueue.message_create(", "FUNCTION pg_temp.unpinned_message_create(")
+        victim.execute(unpinned)
+        hostile_session(victim)
+        msg_id = one(victim, "SELECT pg_temp.unpinned_message_create('default', 'x'::bytea)")
+        created_at = one(victim, "SELECT created_at FROM pgqueue.message WHERE id OPERATOR(pg_catalog.=) %s::bigint", (msg_id,))
+        calls = [r[0] for r in victim.execute("SELECT DISTINCT what FROM public.hijack_log ORDER BY 1").fetchall()]
+    assert "now" in calls, calls
+    assert created_at == 946684800000  # 2000-01-01: the hostile clock
+
+
+def test_no_dynamic_sql_in_any_function(conn: Conn) -> None:
+    """No function body runs EXECUTE (dynamic SQL), so no user input can become SQL text.
+    (search_path pinning and "no SECURITY DEFINER" are checked by tests/pgtap/10_schema.sql.)"""
+    bodies = conn.execute("""
+        SELECT p.oid::regprocedure::text, p.prosrc FROM pg_proc p
+         WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL""").fetchall()
+    assert len(bodies) >= 10  # premise: the PL/pgSQL functions are there
+    dynamic = [name for name, src in bodies
+               if re.search(r"\bEXECUTE\b", re.sub(r"--[^\n]*", "", src), re.IGNORECASE)]
+    assert dynamic == []
+
+
+# -- installation by a database owner who is not a superuser ------------------------------------
+
+
+@pytest.fixture
+def owner(pg_server: Server) -> Iterator[tuple[str, str]]:
+    """A non-superuser role and a database it owns (without the extension)."""
+    name = f"pgq_owner_{os.getpid()}"
+    db = f"owned_{os.getpid()}"
+    admin_execute(pg_server,
+                  sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE").format(sql.Identifier(name)),
+                  sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(sql.Identifier(db), sql.Identifier(name)))
+    try:
+        yield name, db
+    finally:
+        drop_database(pg_server, db)
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_a_database_owner_who_is_not_superuser_installs_and_uses_it(pg_server: Server, owner: tuple[str, str]) -> None:
+    role, db = owner
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        assert one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+        conn.execute("CREATE EXTENSION pgqueue")
+        assert one(conn, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pgqueue'") == role
+        assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgqueue'::regnamespace "
+                         "AND proowner <> current_user::regrole") == 0
+        # the whole life of a message, as that role
+        conn.execute("SELECT pgqueue.queue_create('jobs', p_max_attempts => 1, p_max_size => 10)")
+        ids = [r[0] for r in conn.execute("SELECT * FROM pgqueue.message_create_batch('jobs', ARRAY['a', 'b', 'c']::bytea[])")]
+        first = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1, 60000)").fetchone()
+        assert first is not None and first[0] == ids[0]
+        assert one(conn, "SELECT pgqueue.message_heartbeat(%s, %s, 1000)", first) is True
+        assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", first) is True
+        second = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1, 60000)").fetchone()
+        assert one(conn, "SELECT pgqueue.message_fail(%s, %s, 'boom')", second) is True  # max_attempts 1: dead
+        assert conn.execute("SELECT queue, ready, leased, dead FROM pgqueue.queue_stats('jobs')").fetchall() == [("jobs", 1, 0, 1)]
+        assert one(conn, "SELECT pgqueue.dead_letter_requeue('jobs')") == 1
+        taken = conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('jobs', 10, 0) ORDER BY 1").fetchall()
+        assert taken == [("b",), ("c",)]
+        assert one(conn, "SELECT pgqueue.queue_drop('jobs')") is True
+        # and so can an upgrade from the first release, if there is a later one
+        versions = [r[0] for r in conn.execute(
+            "SELECT version FROM pg_available_extension_versions WHERE name = 'pgqueue' "
+            "ORDER BY string_to_array(version, '.')::int[]")]
+        if len(versions) > 1:
+            conn.execute("DROP EXTENSION pgqueue")
+            conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(versions[0])))
+            conn.execute("SELECT pgqueue.message_create('kept across the upgrade'::bytea)")
+            conn.execute("ALTER EXTENSION pgqueue UPDATE")
+            assert one(conn, "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'") == versions[-1]
+            assert one(conn, "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('default', 1, 0)") \
+                == "kept across the upgrade"
