@@ -339,7 +339,6 @@ def run_call(conn: Conn, call: Call, *, savepoint: bool) -> Outcome:
 # xfail(strict=True), that asserts the correct behaviour: when the extension is fixed it
 # XPASSes, the suite fails, and the entry here and the xfail mark are to be removed.
 
-INT8_MAX = 2**63 - 1
 #: the epoch milliseconds of the first and last timestamptz PostgreSQL has (4714-11-24 BC, 294276 AD)
 TIMESTAMPTZ_MS = (-210_866_803_200_000, 9_224_318_015_999_999)
 
