@@ -7,6 +7,8 @@ numbers. ``python -m bench --render RESULTS.json`` re-renders a report from save
 
 from __future__ import annotations
 
+import json
+
 import statistics
 from pathlib import Path
 from typing import Any
@@ -249,6 +251,7 @@ def render(results: dict[str, Any], out: Path) -> str:
     _churn(w, results, img, out)
     _latency(w, results)
     _stats(w, results)
+    _spark(w)
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
@@ -551,3 +554,25 @@ def _stats(w: Any, results: dict[str, Any]) -> None:
     if calls:
         w(f"queue_stats itself under that load: median {statistics.median(calls):.0f} ms per call.")
         w("")
+
+
+def _spark(w: Any) -> None:
+    """Enqueue throughput from Spark (issue 5), measured by pgqueue.spark.bench on its own."""
+    path = Path(__file__).resolve().parent / "results" / "spark.json"
+    w("## Spark: enqueue throughput from a DataFrame")
+    w("")
+    if not path.exists():
+        w("Not measured yet: run `.venv/bin/python -m pgqueue.spark.bench --rows 1000000 "
+          "--json bench/results/spark.json`, then `pgqueue bench --render bench/results/benchmarks.json`.")
+        w("")
+        return
+    data = json.loads(path.read_text())
+    w(f"`{data['command']}` on {data['date']} (load average {data['load_start']:.2f} at the start): "
+      "`df.write.format(\"pgqueue\")` in task mode (one transaction per partition, "
+      "`message_create_batch` in chunks), Spark local mode on this machine, a throwaway server.")
+    w("")
+    w("| rows | partitions | mode | seconds | messages/s |")
+    w("|---|---|---|---|---|")
+    for r in data["results"]:
+        w(f"| {r['rows']:,} | {r['partitions']} | {r['mode']} | {r['seconds']:.2f} | {r['per_second']:,.0f} |")
+    w("")

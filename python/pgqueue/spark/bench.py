@@ -13,6 +13,7 @@ The payload is a ~60-byte JSON object (``payloadType=json``, a string column mad
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -114,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=5000, help="rows per SQL call (default 5000)")
     parser.add_argument("--cores", type=int, default=2, help="Spark local threads (default 2)")
     parser.add_argument("--dsn", help="database with the extension (default: a throwaway server)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also save the results as JSON (bench/results/spark.json is rendered into "
+                             "docs/benchmarks.md by `pgqueue bench`)")
     parser.add_argument("--warmup", type=int, default=20_000,
                         help="rows of an untimed first write per partition count, which starts Spark's "
                              "Python workers (default 20000; 0: none)")
@@ -130,6 +134,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'rows':>10} {'partitions':>10} {'mode':>5} {'seconds':>8} {'messages/s':>11}")
     for r in results:
         print(f"{r.rows:>10} {r.partitions:>10} {r.mode:>5} {r.seconds:>8.2f} {r.per_second:>11,.0f}")
+    if args.json:
+        saved = {
+            "command": "python -m pgqueue.spark.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_start": os.getloadavg()[0],
+            "results": [{"rows": r.rows, "partitions": r.partitions, "mode": r.mode,
+                         "seconds": r.seconds, "per_second": r.per_second} for r in results],
+        }
+        with open(args.json, "w") as f:
+            json.dump(saved, f, indent=2)
     return 0
 
 
