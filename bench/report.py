@@ -567,7 +567,7 @@ def _spark(w: Any) -> None:
         w("")
         return
     data = json.loads(path.read_text())
-    w(f"`{data['command']}` on {data['date']} (load average {data['load_start']:.2f} at the start): "
+    w(f"`{data['command']}` on {data['date']} (load average {data['load_end']:.2f} when it finished): "
       "`df.write.format(\"pgqueue\")` in task mode (one transaction per partition, "
       "`message_create_batch` in chunks), Spark local mode on this machine, a throwaway server.")
     w("")

@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = {
             "command": "python -m pgqueue.spark.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load_start": os.getloadavg()[0],
+            "load_end": os.getloadavg()[0],
             "results": [{"rows": r.rows, "partitions": r.partitions, "mode": r.mode,
                          "seconds": r.seconds, "per_second": r.per_second} for r in results],
         }
