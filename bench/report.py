@@ -238,6 +238,8 @@ def render(results: dict[str, Any], out: Path) -> str:
     w("Ratios are taken within one run on one machine (medians of the alternated repeats). "
       "PASS/MISS compares with the issue's bound; a MISS says by how much.")
     w("")
+    w("Why each missed target is missed, and what comes next: [performance.md](performance.md).")
+    w("")
     w("| # | what | measured | bound | verdict |")
     w("|---|---|---|---|---|")
     for row in summary_rows(results):
