@@ -21,7 +21,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from pgqueue import Message, Queue
-from pgqueue.worker import Result, Worker, dsn_of
+from pgqueue.worker import Result, Worker
 from worker_handlers import marks
 
 TESTS = Path(__file__).resolve().parent
@@ -305,16 +305,16 @@ def test_worker_survives_losing_its_connections(dsn: str) -> None:
     assert all(r.acknowledged for r in results.items)
 
 
-def test_dsn_of_each_kind_of_queue(dsn: str) -> None:
+def test_conninfo_of_each_kind_of_queue(dsn: str) -> None:
     from psycopg_pool import ConnectionPool
 
-    assert dsn_of(Queue(dsn)) == dsn
+    assert Queue(dsn).conninfo == dsn
     with psycopg.connect(dsn) as conn:
         dbname = conn.info.dbname
-        with psycopg.connect(dsn_of(Queue(conn))) as again:
+        with psycopg.connect(Queue(conn).conninfo) as again:
             assert again.info.dbname == dbname
     with ConnectionPool(dsn, min_size=1, open=True) as pool:
-        with psycopg.connect(dsn_of(Queue(pool))) as again:
+        with psycopg.connect(Queue(pool).conninfo) as again:
             assert again.info.dbname == dbname
 
 

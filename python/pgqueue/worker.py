@@ -97,11 +97,6 @@ def _worker_conninfo(dsn: str) -> str:
     return make_conninfo(dsn, application_name="pgqueue-worker")
 
 
-def dsn_of(queue: Queue) -> str:
-    """Return a connection string that reaches the database of ``queue`` (see Queue.conninfo)."""
-    return queue.conninfo
-
-
 class _HandlerPool:
     """A fixed number of daemon threads running the handler on deliveries.
 
@@ -192,7 +187,7 @@ class Worker:
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
                             "on threads (wrap it: lambda msg: asyncio.run(handler(msg)))")
         self._name = queue.name
-        self._dsn = _worker_conninfo(dsn if dsn is not None else dsn_of(queue))
+        self._dsn = _worker_conninfo(dsn if dsn is not None else queue.conninfo)
         self._handler = handler
         self._concurrency = concurrency
         self._batch_size = min(batch_size or concurrency, concurrency, 10000)
