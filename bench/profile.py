@@ -10,6 +10,12 @@ The same calls also run in a session with plan_cache_mode = force_generic_plan: 
 difference is the time spent re-planning statements on every call (the plan cache keeps
 choosing custom plans when a generic plan looks worse). This is evidence for the
 single-operation targets (1-3), not a target itself.
+
+Last, a cost ladder for message_create, measured inside the server (a DO block that calls the
+step and commits, many times, synchronous_commit off; no round trip, no client): seed 001's
+whole message_create, then PL/pgSQL functions that add pgqueue's work one piece at a time (the
+INSERT alone into pgqueue.message, + the queue look-up by name, + the queue's shared lock), then
+pgqueue.message_create itself. It shows which part of the gap to seed 001 each piece costs.
 """
 
 from __future__ import annotations
@@ -126,6 +132,94 @@ def _breakdown(conn: psycopg.Connection[Any], notes: list[str], key: str, n: int
             "statements": stmts}
 
 
+#: The ladder: (key, label, statement run in the loop; $1 is the payload). The bench_ladder
+#: functions are created in the profile database only (LADDER_SQL); they are not part of pgqueue.
+LADDER: list[tuple[str, str, str]] = [
+    ("raw", "raw INSERT (primary key only)", "INSERT INTO bench_raw.message (content) VALUES (v_p)"),
+    ("seed001", "seed 001 message_create", "PERFORM seed001.message_create(v_p, NULL)"),
+    ("insert", "PL/pgSQL: the INSERT into pgqueue.message alone (queue id given)",
+     "PERFORM bench_ladder.insert_only(v_q, v_p)"),
+    ("lookup", "+ find the queue by name", "PERFORM bench_ladder.lookup_insert('bench', v_p)"),
+    ("lock", "+ the queue's shared advisory lock", "PERFORM bench_ladder.lookup_lock_insert('bench', v_p)"),
+    ("recheck", "+ the INSERT re-checks the queue after the lock (WHERE EXISTS)",
+     "PERFORM bench_ladder.lookup_lock_recheck_insert('bench', v_p)"),
+    ("pgqueue", "pgqueue.message_create (+ NULL and notify checks, capped-queue branch, pinned search_path)",
+     "PERFORM pgqueue.message_create('bench', v_p)"),
+]
+
+LADDER_SQL = """
+CREATE SCHEMA IF NOT EXISTS bench_ladder;
+CREATE OR REPLACE FUNCTION bench_ladder.insert_only(p_queue_id integer, p_content bytea) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE v_now bigint := pgqueue.to_epoch(now()); v_id bigint;
+BEGIN
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+    VALUES (p_queue_id, v_now, v_now, p_content, NULL) RETURNING id INTO v_id;
+    RETURN v_id;
+END $$;
+CREATE OR REPLACE FUNCTION bench_ladder.lookup_insert(p_queue text, p_content bytea) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE v_now bigint := pgqueue.to_epoch(now()); v_id bigint; v_queue_id integer;
+BEGIN
+    SELECT q.id INTO v_queue_id FROM pgqueue.queue q WHERE q.name = p_queue;
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+    VALUES (v_queue_id, v_now, v_now, p_content, NULL) RETURNING id INTO v_id;
+    RETURN v_id;
+END $$;
+CREATE OR REPLACE FUNCTION bench_ladder.lookup_lock_insert(p_queue text, p_content bytea) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE v_now bigint := pgqueue.to_epoch(now()); v_id bigint; v_queue_id integer; v_locked boolean;
+BEGIN
+    SELECT q.id, pg_advisory_xact_lock_shared(1885827445, q.id) IS NULL INTO v_queue_id, v_locked
+      FROM pgqueue.queue q WHERE q.name = p_queue;
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+    VALUES (v_queue_id, v_now, v_now, p_content, NULL) RETURNING id INTO v_id;
+    RETURN v_id;
+END $$;
+CREATE OR REPLACE FUNCTION bench_ladder.lookup_lock_recheck_insert(p_queue text, p_content bytea) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE v_now bigint := pgqueue.to_epoch(now()); v_id bigint; v_queue_id integer; v_locked boolean;
+BEGIN
+    SELECT q.id, pg_advisory_xact_lock_shared(1885827445, q.id) IS NULL INTO v_queue_id, v_locked
+      FROM pgqueue.queue q WHERE q.name = p_queue;
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+    SELECT v_queue_id, v_now, v_now, p_content, NULL
+     WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue_id AND q.max_size IS NULL)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END $$;
+"""
+
+
+def _ladder(conn: psycopg.Connection[Any], calls: int, rounds: int) -> dict[str, float]:
+    """Server-side µs per call of each ladder step, best round (steps rotated each round)."""
+    conn.execute(LADDER_SQL)
+    queue_id = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'bench'").fetchone()[0]  # type: ignore[index]
+    times: dict[str, list[float]] = defaultdict(list)
+    notes: list[str] = []
+    conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
+    for rnd in range(rounds):
+        order = LADDER[rnd % len(LADDER):] + LADDER[:rnd % len(LADDER)]
+        for key, _label, stmt in order:
+            conn.execute("TRUNCATE pgqueue.message, seed001.message, bench_raw.message")
+            notes.clear()
+            # the loop commits after every call (a DO block run outside a transaction may)
+            conn.execute(f"""
+                DO $ladder$
+                DECLARE v_p bytea := '{PAYLOAD_TEXT}'::bytea; v_q integer := {int(queue_id)}; t0 timestamptz;
+                BEGIN
+                    t0 := clock_timestamp();
+                    FOR i IN 1..{int(calls)} LOOP
+                        {stmt};
+                        COMMIT;
+                    END LOOP;
+                    RAISE NOTICE '%', extract(epoch FROM clock_timestamp() - t0) * 1e6 / {int(calls)};
+                END $ladder$""")
+            times[key].append(float(notes[-1]))
+    conn.execute("TRUNCATE pgqueue.message, seed001.message, bench_raw.message")
+    return {key: min(v) for key, v in times.items()}
+
+
 PLAN_MODES = ["auto", "force_generic_plan"]
 
 
@@ -170,10 +264,15 @@ def run_profile(server: db.Server, profile: Any, log: Any) -> dict[str, Any]:
             else:
                 for key in BREAKDOWN:
                     breakdown[key] = _breakdown(conn, notes, key, n, lease_list)
+        with psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) as conn:
+            ladder = _ladder(conn, calls * 20, rounds)
     best = {m: {k: min(v) for k, v in per_call[m].items()} for m in PLAN_MODES}
     for key in keys:
         log(f"  profile {key:<18} {best['auto'][key]:8.1f} µs/call "
             f"({best['force_generic_plan'][key]:.1f} with generic plans)")
+    for key, label, _stmt in LADDER:
+        log(f"  ladder  {key:<10} {ladder[key]:8.1f} µs/call  {label}")
     return {"calls": calls, "rounds": rounds, "labels": {k: v[0] for k, v in CALLS.items()},
             "per_call_us": best["auto"], "per_call_generic_us": best["force_generic_plan"],
-            "breakdown": breakdown}
+            "breakdown": breakdown, "ladder_calls": calls * 20,
+            "ladder": [{"key": k, "label": lbl, "us": ladder[k]} for k, lbl, _s in LADDER]}

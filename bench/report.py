@@ -388,6 +388,21 @@ def _profile(w: Any, results: dict[str, Any]) -> None:
             w(f"| {pr['labels'].get(key, key)} | {b['total_ms']:.4f} | {b['nested_ms']:.4f} | "
               f"{b['overhead_ms']:.4f} | {top} |")
         w("")
+    if pr.get("ladder"):
+        seed = next((r["us"] for r in pr["ladder"] if r["key"] == "seed001"), None)
+        w("#### The cost of message_create, piece by piece (inside the server)")
+        w("")
+        w(f"A DO block calls each step {pr['ladder_calls']} times and commits after every call "
+          "(synchronous_commit off), steps rotated over "
+          f"{pr['rounds']} rounds; server time per call in the best round, no round trip and no client. "
+          "Each `+` row is a PL/pgSQL function (created for this measurement only, `bench/profile.py`) "
+          "that adds one piece of message_create's work to the row above it.")
+        w("")
+        w("| step | µs per call (incl. commit) | rate vs seed 001 message_create (its µs / these µs) |")
+        w("|---|---|---|")
+        for r in pr["ladder"]:
+            w(f"| {r['label']} | {r['us']:.1f} | {_fmt(_ratio(seed, r['us']), 2)}× |")
+        w("")
 
 
 def _workflows(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
