@@ -14,6 +14,10 @@ window (15 s): the dequeue rate, and the slowest window against the fastest.
 
 pgqueue runs the lease cycle (dequeue with a lease, then message_complete: two statements,
 an UPDATE and a DELETE per message); seed 001 runs its message_create / message_dequeue.
+The design "pgqueue_naptime10" is the same pgqueue run with the server's autovacuum_naptime
+lowered to 10 s for its duration (ALTER SYSTEM + pg_reload_conf(), reset afterwards; it needs
+a superuser, as on the suite's own server): the setting docs/performance.md recommends for a
+busy queue, since dead index entries pile up between two autovacuum visits.
 
 The held-xmin variant opens a REPEATABLE READ transaction, takes its snapshot, and holds it
 for a while in the middle of the run (in the same database, where it stops vacuum from
@@ -29,6 +33,7 @@ from array import array
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench import db
 from bench.check import Recorder, exactly_once
@@ -93,6 +98,11 @@ class _Pgqueue(_Design):
             "WHERE q.name = 'churn'")]
 
 
+class _PgqueueNaptime(_Pgqueue):
+    label = "pgqueue (lease + complete), autovacuum_naptime 10 s"
+    naptime = "10s"
+
+
 class _PgqueueDelete(_Pgqueue):
     label = "pgqueue (delete mode)"
 
@@ -124,7 +134,27 @@ class _Seed001(_Design):
         return [_token(r[0]) for r in conn.execute("SELECT content FROM seed001.message")]
 
 
-DESIGNS: dict[str, _Design] = {"pgqueue": _Pgqueue(), "seed001": _Seed001(), "pgqueue_delete": _PgqueueDelete()}
+DESIGNS: dict[str, _Design] = {"pgqueue": _Pgqueue(), "pgqueue_naptime10": _PgqueueNaptime(), "seed001": _Seed001(),
+                               "pgqueue_delete": _PgqueueDelete()}
+
+
+def _set_naptime(server: db.Server, dbname: str, value: str | None, *, reset: bool = False) -> str:
+    """Set autovacuum_naptime server-wide (value), reset it (reset=True), or neither (value None);
+    return the value in effect."""
+    with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+        if value is None and not reset:
+            return str(conn.execute("SHOW autovacuum_naptime").fetchone()[0])  # type: ignore[index]
+        if reset:
+            conn.execute("ALTER SYSTEM RESET autovacuum_naptime")
+        else:
+            conn.execute(sql.SQL("ALTER SYSTEM SET autovacuum_naptime = {}").format(sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")
+        for _ in range(50):  # the reload is asynchronous; wait until this session sees it
+            shown = str(conn.execute("SHOW autovacuum_naptime").fetchone()[0])  # type: ignore[index]
+            if reset or shown == value:
+                return shown
+            time.sleep(0.1)
+        raise RuntimeError(f"autovacuum_naptime is {shown}, not {value}, after pg_reload_conf()")
 
 
 def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int, producers: int,
@@ -132,113 +162,129 @@ def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int,
               fault: str | None = None, log: Any = print) -> dict[str, Any]:
     """Run one churn; hold = (start, end) seconds into the run for the held-xmin variant."""
     design = DESIGNS[design_name]
+    naptime: str | None = getattr(design, "naptime", None)
     with server.database(f"churn_{design_name}") as dbname:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
             design.setup(conn, backlog)
-        stop = threading.Event()
-        slots = seconds + 5
-        enq = [array("l", [0] * slots) for _ in range(producers)]
-        deq = [array("l", [0] * slots) for _ in range(consumers)]
-        produced = [array("q") for _ in range(producers)]
-        recorders = [Recorder(fault) for _ in range(consumers)]
-        lost = [0] * consumers
-        errors: list[str] = []
-        samples: list[dict[str, Any]] = []
-        cap = backlog + slack
-        conns_p = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(producers)]
-        conns_c = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(consumers)]
-        t0 = time.perf_counter() + 0.2
+        in_effect = _set_naptime(server, dbname, naptime)
+        try:
+            result = _run(server, dbname, design, design_name, seconds=seconds, window=window,
+                          producers=producers, consumers=consumers, backlog=backlog, slack=slack, hold=hold,
+                          fault=fault, log=log)
+        finally:
+            if naptime:
+                _set_naptime(server, dbname, None, reset=True)
+        result["autovacuum_naptime"] = in_effect
+        return result
 
-        def backlog_now() -> int:
-            return backlog + sum(len(p) for p in produced) - sum(len(r) for r in recorders) - sum(lost)
 
-        def producer(i: int) -> None:
-            conn, seq, bins = conns_p[i], 0, enq[i]
-            base = (i + 1) * TOKEN_BASE
-            try:
-                while not stop.is_set():
-                    if backlog_now() > cap:
-                        time.sleep(0.001)
-                        continue
-                    token = base + seq
-                    design.produce(conn, _content(token))
-                    produced[i].append(token)
-                    seq += 1
-                    sec = int(time.perf_counter() - t0)
-                    if 0 <= sec < slots:
-                        bins[sec] += 1
-            except Exception as exc:
-                errors.append(f"producer {i}: {type(exc).__name__}: {exc}")
-                stop.set()
+def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, seconds: int, window: int,
+         producers: int, consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None,
+         fault: str | None, log: Any) -> dict[str, Any]:
+    stop = threading.Event()
+    slots = seconds + 5
+    enq = [array("l", [0] * slots) for _ in range(producers)]
+    deq = [array("l", [0] * slots) for _ in range(consumers)]
+    produced = [array("q") for _ in range(producers)]
+    recorders = [Recorder(fault) for _ in range(consumers)]
+    lost = [0] * consumers
+    errors: list[str] = []
+    samples: list[dict[str, Any]] = []
+    cap = backlog + slack
+    conns_p = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(producers)]
+    conns_c = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(consumers)]
+    t0 = time.perf_counter() + 0.2
 
-        def consumer(i: int) -> None:
-            conn, bins, rec = conns_c[i], deq[i], recorders[i]
-            try:
-                while not stop.is_set():
-                    token = design.consume(conn)
-                    if token is None:
-                        time.sleep(0.001)
-                        continue
-                    if token < 0:
-                        lost[i] += 1
-                        continue
-                    rec.record(token)
-                    sec = int(time.perf_counter() - t0)
-                    if 0 <= sec < slots:
-                        bins[sec] += 1
-            except Exception as exc:
-                errors.append(f"consumer {i}: {type(exc).__name__}: {exc}")
-                stop.set()
+    def backlog_now() -> int:
+        return backlog + sum(len(p) for p in produced) - sum(len(r) for r in recorders) - sum(lost)
 
-        def monitor() -> None:
-            with psycopg.connect(server.dsn(dbname), autocommit=True) as mconn:
-                nxt = t0
-                while not stop.is_set():
-                    nxt += 1.0
-                    time.sleep(max(0.0, nxt - time.perf_counter()))
-                    row = mconn.execute(
-                        "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), s.n_dead_tup, s.n_live_tup, "
-                        "s.autovacuum_count, (SELECT max(age(backend_xmin)) FROM pg_stat_activity "
-                        "WHERE datname = current_database()) "
-                        "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                        "WHERE c.oid = %s::regclass", [design.table]).fetchone()
-                    if row:
-                        samples.append({"t": round(time.perf_counter() - t0, 2), "total_bytes": row[0],
-                                        "heap_bytes": row[1], "dead": row[2], "live": row[3],
-                                        "autovacuums": row[4], "xmin_age": row[5], "backlog": backlog_now()})
+    def producer(i: int) -> None:
+        conn, seq, bins = conns_p[i], 0, enq[i]
+        base = (i + 1) * TOKEN_BASE
+        try:
+            while not stop.is_set():
+                if backlog_now() > cap:
+                    time.sleep(0.001)
+                    continue
+                token = base + seq
+                design.produce(conn, _content(token))
+                produced[i].append(token)
+                seq += 1
+                sec = int(time.perf_counter() - t0)
+                if 0 <= sec < slots:
+                    bins[sec] += 1
+        except Exception as exc:
+            errors.append(f"producer {i}: {type(exc).__name__}: {exc}")
+            stop.set()
 
-        holder_state: dict[str, Any] = {}
+    def consumer(i: int) -> None:
+        conn, bins, rec = conns_c[i], deq[i], recorders[i]
+        try:
+            while not stop.is_set():
+                token = design.consume(conn)
+                if token is None:
+                    time.sleep(0.001)
+                    continue
+                if token < 0:
+                    lost[i] += 1
+                    continue
+                rec.record(token)
+                sec = int(time.perf_counter() - t0)
+                if 0 <= sec < slots:
+                    bins[sec] += 1
+        except Exception as exc:
+            errors.append(f"consumer {i}: {type(exc).__name__}: {exc}")
+            stop.set()
 
-        def holder() -> None:
-            assert hold is not None
-            time.sleep(max(0.0, t0 + hold[0] - time.perf_counter()))
-            if stop.is_set():
-                return
-            with psycopg.connect(server.dsn(dbname)) as hconn:
-                hconn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-                hconn.execute("SELECT count(*) FROM pgqueue.queue")  # takes the snapshot
-                holder_state["start"] = time.perf_counter() - t0
-                stop.wait(max(0.0, t0 + hold[1] - time.perf_counter()))
-                hconn.commit()
-                holder_state["end"] = time.perf_counter() - t0
+    def monitor() -> None:
+        with psycopg.connect(server.dsn(dbname), autocommit=True) as mconn:
+            nxt = t0
+            while not stop.is_set():
+                nxt += 1.0
+                time.sleep(max(0.0, nxt - time.perf_counter()))
+                row = mconn.execute(
+                    "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), s.n_dead_tup, s.n_live_tup, "
+                    "s.autovacuum_count, (SELECT max(age(backend_xmin)) FROM pg_stat_activity "
+                    "WHERE datname = current_database()) "
+                    "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                    "WHERE c.oid = %s::regclass", [design.table]).fetchone()
+                if row:
+                    samples.append({"t": round(time.perf_counter() - t0, 2), "total_bytes": row[0],
+                                    "heap_bytes": row[1], "dead": row[2], "live": row[3],
+                                    "autovacuums": row[4], "xmin_age": row[5], "backlog": backlog_now()})
 
-        threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
-        threads += [threading.Thread(target=consumer, args=(i,)) for i in range(consumers)]
-        aux = [threading.Thread(target=monitor)]
-        if hold:
-            aux.append(threading.Thread(target=holder))
-        for t in threads + aux:
-            t.start()
-        end = t0 + seconds
-        while time.perf_counter() < end and not stop.is_set():
-            time.sleep(min(1.0, max(0.0, end - time.perf_counter())))
-        stop.set()
-        for t in threads + aux:
-            t.join()
-        for c in conns_p + conns_c:
-            c.close()
-        with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-            remaining = design.remaining(conn)
+    holder_state: dict[str, Any] = {}
+
+    def holder() -> None:
+        assert hold is not None
+        time.sleep(max(0.0, t0 + hold[0] - time.perf_counter()))
+        if stop.is_set():
+            return
+        with psycopg.connect(server.dsn(dbname)) as hconn:
+            hconn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            hconn.execute("SELECT count(*) FROM pgqueue.queue")  # takes the snapshot
+            holder_state["start"] = time.perf_counter() - t0
+            stop.wait(max(0.0, t0 + hold[1] - time.perf_counter()))
+            hconn.commit()
+            holder_state["end"] = time.perf_counter() - t0
+
+    threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
+    threads += [threading.Thread(target=consumer, args=(i,)) for i in range(consumers)]
+    aux = [threading.Thread(target=monitor)]
+    if hold:
+        aux.append(threading.Thread(target=holder))
+    for t in threads + aux:
+        t.start()
+    end = t0 + seconds
+    while time.perf_counter() < end and not stop.is_set():
+        time.sleep(min(1.0, max(0.0, end - time.perf_counter())))
+    stop.set()
+    for t in threads + aux:
+        t.join()
+    for c in conns_p + conns_c:
+        c.close()
+    with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+        remaining = design.remaining(conn)
 
     expected = list(range(backlog))
     for p in produced:

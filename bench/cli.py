@@ -47,9 +47,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a server setting for the private server (repeatable)")
     p.add_argument("--churn-seconds", type=int, help="override the churn duration")
-    p.add_argument("--churn-designs", nargs="+", default=["pgqueue", "seed001"],
-                   choices=["pgqueue", "seed001", "pgqueue_delete"],
-                   help="designs of the churn section (default: pgqueue seed001)")
+    p.add_argument("--churn-designs", nargs="+",
+                   choices=["pgqueue", "pgqueue_naptime10", "seed001", "pgqueue_delete"],
+                   help="designs of the churn section (default: pgqueue pgqueue_naptime10 seed001; with --dsn "
+                        "pgqueue seed001, since pgqueue_naptime10 changes a server setting for its run)")
     p.add_argument("--render", metavar="RESULTS.json", help="only re-render the report from saved results")
     p.add_argument("--inject-fault", choices=["duplicate"],
                    help="testing: make every consumer record its first message twice (the checks must fail)")
@@ -138,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         for section in sections:
             _log(f"section {section}")
             try:
-                results[section] = _run_section(section, srv, profile, args.inject_fault, args.churn_designs)
+                churn_designs = args.churn_designs or (
+                    ["pgqueue", "seed001"] if args.dsn else ["pgqueue", "pgqueue_naptime10", "seed001"])
+                results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs)
             except Exception:
                 results["errors"][section] = traceback.format_exc()
                 _log(f"section {section} failed:\n{results['errors'][section]}")
