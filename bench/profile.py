@@ -11,11 +11,15 @@ difference is the time spent re-planning statements on every call (the plan cach
 choosing custom plans when a generic plan looks worse). This is evidence for the
 single-operation targets (1-3), not a target itself.
 
-Last, a cost ladder for message_create, measured inside the server (a DO block that calls the
-step and commits, many times, synchronous_commit off; no round trip, no client): seed 001's
+Last, two cost ladders, measured inside the server (a DO block that calls the step and commits,
+many times, synchronous_commit off; no round trip, no client). For message_create: seed 001's
 whole message_create, then PL/pgSQL functions that add pgqueue's work one piece at a time (the
-INSERT alone into pgqueue.message, + the queue look-up by name, + the queue's shared lock), then
-pgqueue.message_create itself. It shows which part of the gap to seed 001 each piece costs.
+INSERT alone into pgqueue.message, + the queue look-up by name, + the queue's shared lock,
++ the re-check), then pgqueue.message_create itself. For the delete-mode dequeue: seed 001's
+message_dequeue, then the ready-index probe and DELETE alone on pgqueue.message, + the queue
+look-up and try-lock, + the expired-lease probe, then pgqueue.message_dequeue (the dequeue steps
+all run with plan_cache_mode = force_generic_plan, as message_dequeue does). Each ladder shows
+which part of the gap to seed 001 each piece costs.
 """
 
 from __future__ import annotations
@@ -132,9 +136,10 @@ def _breakdown(conn: psycopg.Connection[Any], notes: list[str], key: str, n: int
             "statements": stmts}
 
 
-#: The ladder: (key, label, statement run in the loop; $1 is the payload). The bench_ladder
-#: functions are created in the profile database only (LADDER_SQL); they are not part of pgqueue.
-LADDER: list[tuple[str, str, str]] = [
+#: The ladders: (key, label, statement run in the loop; v_p is the payload, v_q the queue id). The
+#: bench_ladder functions are created in the profile database only (LADDER_SQL); they are not
+#: part of pgqueue. Dequeue steps start from a fresh, vacuumed backlog of their own table.
+LADDER_CREATE: list[tuple[str, str, str]] = [
     ("raw", "raw INSERT (primary key only)", "INSERT INTO bench_raw.message (content) VALUES (v_p)"),
     ("seed001", "seed 001 message_create", "PERFORM seed001.message_create(v_p, NULL)"),
     ("insert", "PL/pgSQL: the INSERT into pgqueue.message alone (queue id given)",
@@ -146,6 +151,18 @@ LADDER: list[tuple[str, str, str]] = [
     ("pgqueue", "pgqueue.message_create (+ NULL and notify checks, capped-queue branch, pinned search_path)",
      "PERFORM pgqueue.message_create('bench', v_p)"),
 ]
+LADDER_DEQUEUE: list[tuple[str, str, str]] = [
+    ("seed001", "seed 001 message_dequeue", "PERFORM seed001.message_dequeue()"),
+    ("probe", "PL/pgSQL: the ready-index probe and the DELETE alone on pgqueue.message (queue id given)",
+     "PERFORM bench_ladder.dq_probe_delete(v_q)"),
+    ("lookup_lock", "+ find the queue by name and try its shared lock",
+     "PERFORM bench_ladder.dq_lookup_lock('bench')"),
+    ("expired", "+ the expired-lease probe (both probes under one LIMIT, ids gathered in an array)",
+     "PERFORM bench_ladder.dq_expired('bench')"),
+    ("pgqueue", "pgqueue.message_dequeue (+ argument checks, RETURN QUERY, pinned search_path)",
+     "PERFORM pgqueue.message_dequeue('bench', 1, 0)"),
+]
+LADDERS = {"create": LADDER_CREATE, "dequeue": LADDER_DEQUEUE}
 
 LADDER_SQL = """
 CREATE SCHEMA IF NOT EXISTS bench_ladder;
@@ -188,36 +205,99 @@ BEGIN
     RETURNING id INTO v_id;
     RETURN v_id;
 END $$;
+CREATE OR REPLACE FUNCTION bench_ladder.dq_probe_delete(p_queue_id integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE v_now bigint := pgqueue.now_ms(); v_id bigint;
+BEGIN
+    SELECT m.id INTO v_id FROM pgqueue.message m
+     WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
+     ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    DELETE FROM pgqueue.message m WHERE m.id = v_id;
+    RETURN v_id;
+END $$;
+CREATE OR REPLACE FUNCTION bench_ladder.dq_lookup_lock(p_queue text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE v_now bigint := pgqueue.now_ms(); v_id bigint; v_queue_id integer; v_locked boolean;
+BEGIN
+    SELECT q.id, pg_try_advisory_xact_lock_shared(1885827445, q.id) INTO v_queue_id, v_locked
+      FROM pgqueue.queue q WHERE q.name = p_queue;
+    SELECT m.id INTO v_id FROM pgqueue.message m
+     WHERE m.queue_id = v_queue_id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
+     ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    DELETE FROM pgqueue.message m WHERE m.id = v_id;
+    RETURN v_id;
+END $$;
+CREATE OR REPLACE FUNCTION bench_ladder.dq_expired(p_queue text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE v_now bigint := pgqueue.now_ms(); v_ids bigint[]; v_dead bigint[]; v_queue_id integer;
+        v_max_attempts integer; v_locked boolean;
+BEGIN
+    SELECT q.id, q.max_attempts, pg_try_advisory_xact_lock_shared(1885827445, q.id)
+      INTO v_queue_id, v_max_attempts, v_locked
+      FROM pgqueue.queue q WHERE q.name = p_queue;
+    SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+           array_agg(c.id) FILTER (WHERE c.dead)
+      INTO v_ids, v_dead
+      FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                  coalesce(m.attempts >= v_max_attempts, false) AS dead
+                             FROM pgqueue.message m
+                            WHERE m.queue_id = v_queue_id AND m.locked_until IS NOT NULL
+                              AND m.locked_until <= v_now
+                            ORDER BY m.locked_until, m.id LIMIT 1 FOR UPDATE SKIP LOCKED) e
+            UNION ALL
+            SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                             FROM pgqueue.message m
+                            WHERE m.queue_id = v_queue_id AND m.locked_until IS NULL
+                              AND m.dequeue_at <= v_now
+                            ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
+            LIMIT 1) c;
+    DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids);
+    RETURN v_ids[1];
+END $$;
 """
 
 
-def _ladder(conn: psycopg.Connection[Any], calls: int, rounds: int) -> dict[str, float]:
-    """Server-side µs per call of each ladder step, best round (steps rotated each round)."""
+def _backlog(conn: psycopg.Connection[Any], n: int) -> None:
+    """n ready messages in the 'bench' queue and in seed 001's table, vacuumed."""
+    conn.execute("TRUNCATE pgqueue.message, seed001.message, bench_raw.message")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('bench', "
+                 "array_fill(%s::bytea, ARRAY[%s]), 0)", [P, n])
+    conn.execute("INSERT INTO seed001.message (content, dequeue_after) SELECT %s, 0 FROM generate_series(1, %s)",
+                 [P, n])
+    db.vacuum_analyze(conn, ["pgqueue.message", "seed001.message"])
+
+
+def _ladder(conn: psycopg.Connection[Any], calls: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Server-side µs per call of each step of each ladder, best round (steps rotated each round)."""
     conn.execute(LADDER_SQL)
     queue_id = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'bench'").fetchone()[0]  # type: ignore[index]
-    times: dict[str, list[float]] = defaultdict(list)
+    times: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in LADDERS}
     notes: list[str] = []
     conn.add_notice_handler(lambda d: notes.append(d.message_primary or ""))
     for rnd in range(rounds):
-        order = LADDER[rnd % len(LADDER):] + LADDER[:rnd % len(LADDER)]
-        for key, _label, stmt in order:
-            conn.execute("TRUNCATE pgqueue.message, seed001.message, bench_raw.message")
-            notes.clear()
-            # the loop commits after every call (a DO block run outside a transaction may)
-            conn.execute(f"""
-                DO $ladder$
-                DECLARE v_p bytea := '{PAYLOAD_TEXT}'::bytea; v_q integer := {int(queue_id)}; t0 timestamptz;
-                BEGIN
-                    t0 := clock_timestamp();
-                    FOR i IN 1..{int(calls)} LOOP
-                        {stmt};
-                        COMMIT;
-                    END LOOP;
-                    RAISE NOTICE '%', extract(epoch FROM clock_timestamp() - t0) * 1e6 / {int(calls)};
-                END $ladder$""")
-            times[key].append(float(notes[-1]))
+        for name, ladder in LADDERS.items():
+            order = ladder[rnd % len(ladder):] + ladder[:rnd % len(ladder)]
+            for key, _label, stmt in order:
+                if name == "dequeue":
+                    _backlog(conn, calls + 100)
+                else:
+                    conn.execute("TRUNCATE pgqueue.message, seed001.message, bench_raw.message")
+                notes.clear()
+                # the loop commits after every call (a DO block run outside a transaction may)
+                conn.execute(f"""
+                    DO $ladder$
+                    DECLARE v_p bytea := '{PAYLOAD_TEXT}'::bytea; v_q integer := {int(queue_id)}; t0 timestamptz;
+                    BEGIN
+                        t0 := clock_timestamp();
+                        FOR i IN 1..{int(calls)} LOOP
+                            {stmt};
+                            COMMIT;
+                        END LOOP;
+                        RAISE NOTICE '%', extract(epoch FROM clock_timestamp() - t0) * 1e6 / {int(calls)};
+                    END $ladder$""")
+                times[name][key].append(float(notes[-1]))
     conn.execute("TRUNCATE pgqueue.message, seed001.message, bench_raw.message")
-    return {key: min(v) for key, v in times.items()}
+    return {name: {key: min(v) for key, v in t.items()} for name, t in times.items()}
 
 
 PLAN_MODES = ["auto", "force_generic_plan"]
@@ -270,9 +350,11 @@ def run_profile(server: db.Server, profile: Any, log: Any) -> dict[str, Any]:
     for key in keys:
         log(f"  profile {key:<18} {best['auto'][key]:8.1f} µs/call "
             f"({best['force_generic_plan'][key]:.1f} with generic plans)")
-    for key, label, _stmt in LADDER:
-        log(f"  ladder  {key:<10} {ladder[key]:8.1f} µs/call  {label}")
+    for name, steps in LADDERS.items():
+        for key, label, _stmt in steps:
+            log(f"  ladder {name:<8} {key:<12} {ladder[name][key]:8.1f} µs/call  {label}")
     return {"calls": calls, "rounds": rounds, "labels": {k: v[0] for k, v in CALLS.items()},
             "per_call_us": best["auto"], "per_call_generic_us": best["force_generic_plan"],
             "breakdown": breakdown, "ladder_calls": calls * 20,
-            "ladder": [{"key": k, "label": lbl, "us": ladder[k]} for k, lbl, _s in LADDER]}
+            "ladders": {name: [{"key": k, "label": lbl, "us": ladder[name][k]} for k, lbl, _s in steps]
+                        for name, steps in LADDERS.items()}}

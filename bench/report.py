@@ -398,19 +398,21 @@ def _profile(w: Any, results: dict[str, Any]) -> None:
             w(f"| {pr['labels'].get(key, key)} | {b['total_ms']:.4f} | {b['nested_ms']:.4f} | "
               f"{b['overhead_ms']:.4f} | {top} |")
         w("")
-    if pr.get("ladder"):
-        seed = next((r["us"] for r in pr["ladder"] if r["key"] == "seed001"), None)
-        w("#### The cost of message_create, piece by piece (inside the server)")
+    titles = {"create": "message_create", "dequeue": "the delete-mode dequeue"}
+    for name, steps in (pr.get("ladders") or {}).items():
+        seed = next((r["us"] for r in steps if r["key"] == "seed001"), None)
+        w(f"#### The cost of {titles.get(name, name)}, piece by piece (inside the server)")
         w("")
         w(f"A DO block calls each step {pr['ladder_calls']} times and commits after every call "
           "(synchronous_commit off), steps rotated over "
           f"{pr['rounds']} rounds; server time per call in the best round, no round trip and no client. "
           "Each `+` row is a PL/pgSQL function (created for this measurement only, `bench/profile.py`) "
-          "that adds one piece of message_create's work to the row above it.")
+          "that adds one piece of pgqueue's work to the row above it."
+          + (" Each dequeue step starts from its own fresh, vacuumed backlog." if name == "dequeue" else ""))
         w("")
-        w("| step | µs per call (incl. commit) | rate vs seed 001 message_create (its µs / these µs) |")
+        w("| step | µs per call (incl. commit) | rate vs seed 001 (its µs / these µs) |")
         w("|---|---|---|")
-        for r in pr["ladder"]:
+        for r in steps:
             w(f"| {r['label']} | {r['us']:.1f} | {_fmt(_ratio(seed, r['us']), 2)}× |")
         w("")
 
