@@ -49,6 +49,15 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
     assert not results["errors"]
     assert results["workflows"]["ok"]
     assert all(r["ok"] for r in results["churn"].values())
+    # the ladders of the profile section, and the churn run with a lowered autovacuum_naptime
+    ladders = results["profile"]["ladders"]
+    assert set(ladders) == {"create", "dequeue"}
+    assert all(step["us"] > 0 for steps in ladders.values() for step in steps)
+    assert "piece by piece" in text
+    if not external:  # the naptime variant runs only on the suite's own server
+        assert results["churn"]["pgqueue_naptime10"]["autovacuum_naptime"] == "10s"
+        assert list(results["churn"]) == ["pgqueue", "pgqueue_naptime10", "seed001"]
+        assert results["churn"]["seed001"]["autovacuum_naptime"] == "1min"  # reset after the variant's run
     try:
         import matplotlib  # noqa: F401
     except ImportError:
