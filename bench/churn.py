@@ -138,23 +138,23 @@ DESIGNS: dict[str, _Design] = {"pgqueue": _Pgqueue(), "pgqueue_naptime10": _Pgqu
                                "pgqueue_delete": _PgqueueDelete()}
 
 
-def _set_naptime(server: db.Server, dbname: str, value: str | None, *, reset: bool = False) -> str:
-    """Set autovacuum_naptime server-wide (value), reset it (reset=True), or neither (value None);
-    return the value in effect."""
-    with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-        if value is None and not reset:
-            return str(conn.execute("SHOW autovacuum_naptime").fetchone()[0])  # type: ignore[index]
-        if reset:
-            conn.execute("ALTER SYSTEM RESET autovacuum_naptime")
-        else:
-            conn.execute(sql.SQL("ALTER SYSTEM SET autovacuum_naptime = {}").format(sql.Literal(value)))
-        conn.execute("SELECT pg_reload_conf()")
-        for _ in range(50):  # the reload is asynchronous; wait until this session sees it
-            shown = str(conn.execute("SHOW autovacuum_naptime").fetchone()[0])  # type: ignore[index]
-            if reset or shown == value:
-                return shown
-            time.sleep(0.1)
-        raise RuntimeError(f"autovacuum_naptime is {shown}, not {value}, after pg_reload_conf()")
+def _alter_naptime(conn: psycopg.Connection[Any], value: str | None) -> None:
+    """ALTER SYSTEM SET autovacuum_naptime = value (RESET when None) and reload; after a SET, wait
+    until this session sees the new value (the reload is asynchronous)."""
+    if value is None:
+        conn.execute("ALTER SYSTEM RESET autovacuum_naptime")
+    else:
+        conn.execute(sql.SQL("ALTER SYSTEM SET autovacuum_naptime = {}").format(sql.Literal(value)))
+    conn.execute("SELECT pg_reload_conf()")
+    for _ in range(50):
+        if value is None or _naptime(conn) == value:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"autovacuum_naptime is {_naptime(conn)}, not {value}, after pg_reload_conf()")
+
+
+def _naptime(conn: psycopg.Connection[Any]) -> str:
+    return str(conn.execute("SHOW autovacuum_naptime").fetchone()[0])  # type: ignore[index]
 
 
 def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int, producers: int,
@@ -166,14 +166,17 @@ def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int,
     with server.database(f"churn_{design_name}") as dbname:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
             design.setup(conn, backlog)
-        in_effect = _set_naptime(server, dbname, naptime)
+            if naptime:
+                _alter_naptime(conn, naptime)
+            in_effect = _naptime(conn)
         try:
             result = _run(server, dbname, design, design_name, seconds=seconds, window=window,
                           producers=producers, consumers=consumers, backlog=backlog, slack=slack, hold=hold,
                           fault=fault, log=log)
         finally:
             if naptime:
-                _set_naptime(server, dbname, None, reset=True)
+                with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+                    _alter_naptime(conn, None)
         result["autovacuum_naptime"] = in_effect
         return result
 
