@@ -243,7 +243,7 @@ def render(results: dict[str, Any], out: Path) -> str:
         for f in fails:
             w(f"- {f}")
         w("")
-    w("## Summary of the targets (issue 4)")
+    w("## Summary of the targets")
     w("")
     w("Ratios are taken within one run on one machine (medians of the alternated repeats). "
       "PASS/MISS compares with the issue's bound; a MISS says by how much.")
