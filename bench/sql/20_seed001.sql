@@ -1,14 +1,17 @@
--- Seed 001 (LonnyMQ, "a simple FIFO queue" with scheduling): BIGSERIAL ids, a BIGINT
--- dequeue_after in epoch milliseconds, an index on (dequeue_after, id), and PL/pgSQL
--- message_create / message_dequeue (SELECT ... FOR UPDATE SKIP LOCKED, then DELETE).
+-- Reference design "seed 001": the scheduled FIFO queue of "Building LonnyMQ", the LonnyMQ
+-- project's write-up (https://lonnymq.lonnycorp.com/diy.html), where pgqueue's one sort key
+-- comes from (docs/design.md): BIGSERIAL ids, a BIGINT dequeue_after in epoch milliseconds, an
+-- index on (dequeue_after, id), and PL/pgSQL message_create / message_dequeue (SELECT ... FOR
+-- UPDATE SKIP LOCKED, then DELETE).
 --
--- Written from the seed's text with two corrections, both noted where they are made:
---   * to_epoch: the seed adds EXTRACT(EPOCH)::BIGINT * 1000 (rounded seconds) and
+-- Written from the text of the version of the article we read, with two corrections, both
+-- noted where they are made:
+--   * to_epoch: the article adds EXTRACT(EPOCH)::BIGINT * 1000 (rounded seconds) and
 --     EXTRACT(MILLISECOND) (which already includes the seconds), so its value jumps back at
 --     every minute boundary and freshly enqueued messages become invisible for up to a minute.
---     We compute epoch milliseconds directly, still in PL/pgSQL as the seed does.
---   * message_create: the seed assigns a TIMESTAMPTZ argument to a BIGINT; we convert it.
--- Like the seed, the functions have no SET search_path clause and no argument checks.
+--     We compute epoch milliseconds directly, still in PL/pgSQL as the article does.
+--   * message_create: the article assigns a TIMESTAMPTZ argument to a BIGINT; we convert it.
+-- Like the article's, the functions have no SET search_path clause and no argument checks.
 CREATE SCHEMA seed001;
 
 CREATE TABLE seed001.message (

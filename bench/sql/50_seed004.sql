@@ -1,7 +1,9 @@
--- Seed 004 (hasql-queue): the schema its migrate creates, with bytea payloads; a sequence
--- (not a timestamp) orders the queue and a partial index holds the enqueued elements. Enqueue
--- is INSERT ... VALUES (0, $1) or, for a batch, INSERT ... SELECT 0, * FROM unnest($1);
--- dequeue is DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT $1) RETURNING.
+-- Reference design "seed 004": the Haskell library hasql-queue as Jonathan Fischoff's post
+-- "Introducing hasql-queue" describes it (https://hackage.haskell.org/package/hasql-queue):
+-- the schema its migrate creates, with bytea payloads; a sequence (not a timestamp) orders
+-- the queue and a partial index holds the enqueued elements. Enqueue is
+-- INSERT ... VALUES (0, $1) or, for a batch, INSERT ... SELECT 0, * FROM unnest($1); dequeue
+-- is DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT $1) RETURNING.
 CREATE SCHEMA seed004;
 
 CREATE TYPE seed004.state_t AS ENUM ('enqueued', 'failed');
