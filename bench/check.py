@@ -1,5 +1,6 @@
-"""Seed 002's correctness check: every consumer records what it got; merged, every message
-appears exactly once.
+"""Seed 002's correctness check (the method of Marko Tiikkaja's "Queues, queues, they all fall
+down", see docs/design.md): every consumer records what it got; merged, every message appears
+exactly once.
 
 A consumer records into a :class:`Recorder`; :func:`exactly_once` merges the recorders and
 compares the result with what was expected. A benchmark whose check fails reports FAILURE
