@@ -1,9 +1,10 @@
 """Invariant 3: N concurrent consumers over M messages, each on its own connection.
 
 Every consumer records what it saw; the records are merged and compared with the ids that were
-created (the method of shared/seeds/002): in delete mode every message is delivered exactly
-once; in lease mode every message is completed exactly once (message_complete returns true once
-per id), also when leases run out and messages are delivered again.
+created (the method of Marko Tiikkaja's "Queues, queues, they all fall down", see
+docs/design.md): in delete mode every message is delivered exactly once; in lease mode every
+message is completed exactly once (message_complete returns true once per id), also when leases
+run out and messages are delivered again.
 """
 
 from __future__ import annotations
