@@ -1,14 +1,71 @@
-# pgqueue: PGXS build. `make install` installs into the server pg_config names;
-# `make installcheck` runs the pg_regress suite (sql/, expected/) and the
-# isolation specs (specs/) against a running server (PGHOST, PGPORT, PGUSER).
+# pgqueue: PGXS build.
+#
+#   make                 build/pgqueue--$(EXTVERSION).sql, the full install script of the current
+#                        version, from extension/src/ (one file per function, see below), and the
+#                        plain SQL scripts in python/pgqueue/sql/ (install without extension files)
+#   make install         install the extension into the server that pg_config names
+#   make installcheck    the pg_regress suite (sql/, expected/) and the isolation specs (specs/)
+#                        against a running server (PGHOST, PGPORT, PGUSER)
+#
+# extension/src/ is the source of the current version: schema.sql (the install-time schema
+# check), tables/, dump.sql (pg_dump registration, extension only), functions/<kind>/<name>.sql,
+# views/, triggers/, data/. Released scripts in extension/ (pgqueue--0.1.sql and the upgrade
+# deltas pgqueue--A--B.sql) are frozen; the delta to the current version is written by hand and
+# tests/test_upgrade.py proves it gives the same catalog as the full script built here.
 EXTENSION  = pgqueue
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
-DATA       = $(sort $(wildcard extension/$(EXTENSION)--*.sql))
+
+SRC_TABLES = $(sort $(wildcard extension/src/tables/*.sql))
+SRC_FUNCS  = $(sort $(wildcard extension/src/functions/*/*.sql))
+SRC_REST   = $(sort $(wildcard extension/src/views/*.sql)) \
+             $(sort $(wildcard extension/src/triggers/*.sql)) \
+             $(sort $(wildcard extension/src/data/*.sql))
+SRC        = extension/src/schema.sql $(SRC_TABLES) extension/src/dump.sql $(SRC_FUNCS) $(SRC_REST)
+SRC_PLAIN  = extension/src/schema.sql $(SRC_TABLES) $(SRC_FUNCS) $(SRC_REST)
+
+FULL       = build/$(EXTENSION)--$(EXTVERSION).sql
+RELEASED   = $(sort $(wildcard extension/$(EXTENSION)--*.sql))
+DATA       = $(RELEASED)
+DATA_built = $(FULL)
+
+# Plain SQL install: the same SQL without the extension-only parts (\echo guard,
+# pg_extension_config_dump), after CREATE SCHEMA and before the version record.
+PLAIN_DIR   = python/pgqueue/sql
+PLAIN_FULL  = $(PLAIN_DIR)/pgqueue--$(EXTVERSION).sql
+PLAIN       = $(PLAIN_FULL) $(patsubst extension/%,$(PLAIN_DIR)/%,$(RELEASED))
+EXTENSION_ONLY = '/^\\echo /d; /pg_catalog\.pg_extension_config_dump(/d'
 
 REGRESS      = 00_install 10_queue 20_create 30_dequeue 40_lease 50_dead_letter 60_notify 70_errors 80_spark
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION      = consumers complete_expiry heartbeat_expiry defer_complete drop_dequeue drop_deadlock backpressure batch_dequeue notify
+ISOLATION      = consumers complete_expiry heartbeat_expiry defer_complete drop_dequeue drop_deadlock backpressure batch_dequeue notify \
+                 rr_orphans rr_backpressure alter_deadlock
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+EXTRA_CLEAN    = build $(PLAIN)
+
+all: $(FULL) $(PLAIN)
+
+$(FULL): $(SRC) $(EXTENSION).control
+	@mkdir -p $(dir $@)
+	{ printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
+	  echo '-- pgqueue $(EXTVERSION), built from extension/src by make: edit the sources, not this file.'; \
+	  for f in $(SRC); do echo; echo "-- $$f"; cat $$f; done; } > $@
+
+$(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/begin.sql extension/src/plain/end.sql $(EXTENSION).control
+	@mkdir -p $(dir $@)
+	{ cat extension/src/plain/begin.sql; \
+	  for f in $(SRC_PLAIN); do echo; echo "-- $$f"; cat $$f; done; \
+	  sed 's/@VERSION@/$(EXTVERSION)/' extension/src/plain/end.sql; } > $@
+
+# A released script, plain: a full script (pgqueue--X.sql) gets the schema and the version
+# record around it, an upgrade delta (pgqueue--A--B.sql) the version update after it.
+$(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql extension/src/plain/begin.sql extension/src/plain/end.sql
+	@mkdir -p $(dir $@)
+	@v='$*'; case "$$v" in \
+	  *--*) { sed $(EXTENSION_ONLY) $<; \
+	          echo "UPDATE pgqueue.install SET version = '$${v##*--}', upgraded_at = pg_catalog.now();"; } ;; \
+	  *)    { cat extension/src/plain/begin.sql; sed $(EXTENSION_ONLY) $<; \
+	          sed "s/@VERSION@/$$v/" extension/src/plain/end.sql; } ;; \
+	esac > $@
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

@@ -20,7 +20,11 @@ GRANT INSERT ON pgqueue.message TO :"producer";
 GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"producer";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
-GRANT SELECT, INSERT, UPDATE ON pgqueue.queue_size TO :"producer";   -- max_size accounting
+-- the queues' lock stripes (docs/locking.md); max_size accounting and the REPEATABLE READ pin
+-- run as the extension's owner: producers may not write pgqueue.queue or pgqueue.queue_size
+SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
+GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
 
 -- Consumer: dequeue, complete, heartbeat, defer, fail (which may dead-letter), stats.
 -- It cannot create, alter or drop queues, nor requeue or purge dead letters.
@@ -28,8 +32,12 @@ GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
 GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
 GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
+SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
 
 -- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
 GRANT USAGE ON SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
+GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
+                          pgqueue._queue_quiesce(integer) TO :"admin";

@@ -170,3 +170,19 @@ def test_expired_lease_not_yet_redelivered_still_belongs_to_its_holder(q: Conn) 
     assert one(q, "SELECT pgqueue.message_heartbeat(%s, %s, %s)", (msg_id, token, 60_000)) is True
     assert one(q, "SELECT pgqueue.message_complete(%s, %s)", (msg_id, token)) is True
     assert q.execute("SELECT id FROM pgqueue.message_dequeue('q', 10, 0)").fetchall() == []
+
+
+def test_dequeue_fills_its_limit_after_dead_lettering(conn: Any) -> None:
+    """Review defect 6: after dead-lettering an expired lease, the probe is repeated for the room
+    it left; rows this call already locked must not be counted again (0.3 handed out 4 of 5)."""
+    conn.execute("SELECT pgqueue.queue_create('refill', p_max_attempts => 2, p_lock_ms => 1)")
+    poison, retry = [r[0] for r in conn.execute(
+        "SELECT * FROM pgqueue.message_create_batch('refill', ARRAY['poison', 'retry']::bytea[], p_dequeue_at => 0)")]
+    conn.execute("SELECT pgqueue.message_dequeue('refill', 2, 1)")
+    conn.execute("UPDATE pgqueue.message SET attempts = 2 WHERE id = %s", (poison,))
+    conn.execute("SELECT * FROM pgqueue.message_create_batch('refill', ARRAY['r1','r2','r3','r4','r5']::bytea[])")
+    time.sleep(0.01)  # both leases (1 ms) have run out
+    got = [r[0] for r in conn.execute("SELECT id FROM pgqueue.message_dequeue('refill', 5, 60000)")]
+    assert len(got) == 5 and len(set(got)) == 5
+    assert retry in got and poison not in got
+    assert conn.execute("SELECT count(*) FROM pgqueue.dead_letter WHERE id = %s", (poison,)).fetchone()[0] == 1

@@ -143,3 +143,41 @@ def test_a_role_without_grants_can_do_nothing(roles: Roles) -> None:
     denied(n, "SELECT * FROM pgqueue.message_dequeue('jobs')")
     denied(n, "SELECT * FROM pgqueue.queue_stats()")
     denied(n, "SELECT pgqueue.queue_drop('jobs')")
+
+
+def test_a_role_granted_nothing_cannot_hold_a_queue(roles: Roles) -> None:
+    """Review defect 4: a queue's lock is a relation lock on its stripe (docs/locking.md), which
+    needs a privilege; the advisory lock 0.3 used could be held by anyone who can connect."""
+    nobody = psycopg.connect(roles.dsn(roles.nobody))
+    try:
+        # what froze a queue in 0.3: now nothing in pgqueue waits for advisory locks
+        nobody.execute("SELECT pg_advisory_lock(1885827445, q) FROM generate_series(1, 100) q")
+        nobody.execute("SELECT pg_advisory_lock_shared(1885827445, q) FROM generate_series(1, 100) q")
+        nobody.commit()
+        for stmt in ("SELECT pg_sequence_last_value('pgqueue.queue_lock_1')",
+                     "SELECT pgqueue._queue_quiesce(1)", "SELECT pgqueue._queue_pin(1)",
+                     "SELECT pgqueue._queue_reserve(1, 1)"):
+            with pytest.raises((errors.InsufficientPrivilege, errors.InFailedSqlTransaction)):
+                nobody.execute(stmt)  # type: ignore[arg-type]
+            nobody.rollback()
+        # with the outsider's session (and its advisory locks) still open, the queue works
+        msg_id, attempts = seed(roles)
+        assert run(roles.dsn(roles.consumer), f"SELECT pgqueue.message_complete({msg_id}, {attempts})") == [(True,)]
+        run(roles.dsn(roles.producer), "SELECT pgqueue.message_create('jobs', 'more')")
+        assert run(roles.dsn(roles.admin), "SELECT pgqueue.queue_drop('jobs')") == [(True,)]
+    finally:
+        nobody.close()
+
+
+def test_producers_cannot_switch_the_cap_off(roles: Roles) -> None:
+    """Review defect 7: max_size accounting is written only by pgqueue._queue_reserve."""
+    p = roles.dsn(roles.producer)
+    run(p, "SELECT pgqueue.message_create('capped', 'a')")
+    denied(p, "UPDATE pgqueue.queue_size SET upper = -1000")
+    denied(p, "DELETE FROM pgqueue.queue_size")
+    denied(p, "INSERT INTO pgqueue.queue_size VALUES (999, -1000)")
+    run(p, "SELECT pgqueue.message_create('capped', 'b')")
+    with pytest.raises(psycopg.Error) as full:
+        run(p, "SELECT pgqueue.message_create('capped', 'c')")
+    assert full.value.sqlstate == "PQ003"
+    assert run(roles.dsn(roles.admin), "SELECT ready FROM pgqueue.queue_stats('capped')") == [(2,)]

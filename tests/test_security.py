@@ -348,15 +348,17 @@ def test_control_an_unpinned_copy_of_a_pgqueue_function_is_hijacked(hostile_db: 
 
 
 def test_no_dynamic_sql_in_any_function(conn: Conn) -> None:
-    """No function body runs EXECUTE (dynamic SQL), so no user input can become SQL text.
-    (search_path pinning and "no SECURITY DEFINER" are checked by tests/pgtap/10_schema.sql.)"""
+    """No function body runs EXECUTE (dynamic SQL) but _queue_quiesce, whose one statement is built
+    from a name it computes itself (ALTER SEQUENCE of the queue's lock stripe): no user input can
+    become SQL text. (search_path pinning and the SECURITY DEFINER list are checked by
+    tests/pgtap/10_schema.sql.)"""
     bodies = conn.execute("""
         SELECT p.oid::regprocedure::text, p.prosrc FROM pg_proc p
          WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL""").fetchall()
     assert len(bodies) >= 10  # premise: the PL/pgSQL functions are there
     dynamic = [name for name, src in bodies
                if re.search(r"\bEXECUTE\b", re.sub(r"--[^\n]*", "", src), re.IGNORECASE)]
-    assert dynamic == []
+    assert dynamic == ["pgqueue._queue_quiesce(integer)"]
 
 
 # -- installation by a database owner who is not a superuser ------------------------------------
@@ -411,3 +413,82 @@ def test_a_database_owner_who_is_not_superuser_installs_and_uses_it(pg_server: S
             assert one(conn, "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'") == versions[-1]
             assert one(conn, "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('default', 1, 0)") \
                 == "kept across the upgrade"
+
+
+# -- the schema: pgqueue never installs into a schema someone else made (review defect 1) --------
+
+PLANT = """CREATE FUNCTION pgqueue._not_null(p_value text, p_name text) RETURNS void
+           LANGUAGE sql AS $$ SELECT NULL::void $$"""
+
+
+@pytest.fixture
+def squatter(pg_server: Server) -> Iterator[tuple[str, str]]:
+    """A role with CREATE on a fresh database (as granted by many setups) and that database."""
+    name = f"pgq_squatter_{os.getpid()}"
+    db = f"squatted_{os.getpid()}"
+    admin_execute(pg_server,
+                  sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(name)),
+                  sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(db)),
+                  sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(db), sql.Identifier(name)))
+    try:
+        yield name, db
+    finally:
+        drop_database(pg_server, db)
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def _sqlstate(conn: psycopg.Connection[Any], statement: str) -> str | None:
+    try:
+        conn.execute(statement)  # type: ignore[arg-type]
+    except psycopg.Error as exc:
+        return exc.sqlstate
+    return None
+
+
+def test_create_extension_refuses_a_schema_another_role_made(pg_server: Server, squatter: tuple[str, str]) -> None:
+    role, db = squatter
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA pgqueue")
+        conn.execute(PLANT)
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:  # a superuser installs
+        assert _sqlstate(admin, "CREATE EXTENSION pgqueue") == "PQ008"
+        assert one(admin, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
+        # even once the superuser owns the schema, the planted function stops the install
+        admin.execute("ALTER SCHEMA pgqueue OWNER TO CURRENT_USER")
+        assert _sqlstate(admin, "CREATE EXTENSION pgqueue") == "PQ008"
+        admin.execute("DROP FUNCTION pgqueue._not_null(text, text)")
+        # and so does a CREATE right left to others on the schema
+        admin.execute(sql.SQL("GRANT CREATE ON SCHEMA pgqueue TO {}").format(sql.Identifier(role)))
+        assert _sqlstate(admin, "CREATE EXTENSION pgqueue") == "PQ008"
+        admin.execute(sql.SQL("REVOKE CREATE ON SCHEMA pgqueue FROM {}").format(sql.Identifier(role)))
+        admin.execute("CREATE EXTENSION pgqueue")
+        assert one(admin, "SELECT nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user) "
+                          "FROM pg_namespace WHERE nspname = 'pgqueue'") is True
+
+
+def test_restore_into_a_schema_another_role_made_fails_loudly(pg_server: Server, squatter: tuple[str, str],
+                                                              tmp_path: Any) -> None:
+    import subprocess
+
+    from helpers import pg_bindir
+    role, db = squatter
+    source = create_database(pg_server, "template0", prefix="dumped")
+    try:
+        with psycopg.connect(pg_server.dsn(source), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pgqueue")
+            conn.execute("SELECT pgqueue.message_create('kept'::bytea)")
+        dump = tmp_path / "pgqueue.dump"
+        env = pg_server.libpq_env()
+        subprocess.run([str(pg_bindir() / "pg_dump"), "-Fc", "-f", str(dump), "-d", source],
+                       env=env, check=True, capture_output=True)
+        with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA pgqueue")
+            conn.execute(PLANT)
+        proc = subprocess.run([str(pg_bindir() / "pg_restore"), "-d", db, str(dump)],
+                              env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode != 0
+        assert "holds objects pgqueue did not create" in proc.stderr
+        with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:
+            assert one(admin, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
+    finally:
+        drop_database(pg_server, source)

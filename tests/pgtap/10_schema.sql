@@ -1,7 +1,7 @@
 -- The catalog: tables, indexes, the ready index's predicate, dumped tables, and every public
 -- function with its signature, a COMMENT and a pinned search_path.
 BEGIN;
-SELECT plan(63);
+SELECT plan(64);
 
 -- relations
 SELECT has_table('pgqueue', 'queue', 'table pgqueue.queue');
@@ -110,9 +110,17 @@ SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
                       AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false) $$,
                 'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp');
+-- SECURITY DEFINER only where a privilege must not be given to the callers (docs/security.md),
+-- and none of those callable by PUBLIC: holding their locks would stall a queue.
+SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
+                  WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef $$,
+              ARRAY['pgqueue._queue_pin(integer)', 'pgqueue._queue_quiesce(integer)',
+                    'pgqueue._queue_reserve(integer,bigint)'],
+              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce and _queue_reserve');
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
-                    WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef $$,
-                'no pgqueue function is SECURITY DEFINER');
+                    WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef
+                      AND has_function_privilege('public', p.oid, 'EXECUTE') $$,
+                'PUBLIC may execute no SECURITY DEFINER function');
 SELECT is_empty($$ SELECT c.relname FROM pg_class c
                     WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind IN ('r', 'v')
                       AND obj_description(c.oid, 'pg_class') IS NULL $$,

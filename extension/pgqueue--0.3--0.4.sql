@@ -1,0 +1,1412 @@
+-- pgqueue 0.3 -> 0.4: the fixes of an outside review (docs/security.md, docs/locking.md,
+-- docs/guarantees.md "Isolation levels").
+--
+--   * The schema check (extension/src/schema.sql) runs first: the schema must be owned by the
+--     extension's owner, grant CREATE to no one else, and hold only the extension's objects.
+--   * Advisory locks are gone. A queue's lock is now a relation lock on one of 64 sequences,
+--     pgqueue.queue_lock_0 .. _63 (queue id & 63): every operation takes it in ROW EXCLUSIVE
+--     mode (pgqueue._queue_lock), queue_drop and max_size changes in SHARE ROW EXCLUSIVE mode
+--     (pgqueue._queue_quiesce). A role that was granted nothing can no longer hold a queue's
+--     lock; consumers now wait (instead of returning nothing) while a drop of their queue waits.
+--   * queue_alter(p_max_size) takes the stripe before the queue row (no deadlock with a
+--     transaction that enqueued and then drops or alters).
+--   * REPEATABLE READ / SERIALIZABLE: producers pin the queue row FOR SHARE (pgqueue._queue_pin:
+--     40001 if a drop or alter committed after their snapshot); queue_drop and
+--     queue_alter(p_max_size) refuse to run there (PQ009).
+--   * max_size accounting (pgqueue.queue_size) is written only by the SECURITY DEFINER function
+--     pgqueue._queue_reserve; every grant on pgqueue.queue_size is revoked.
+--   * message_dequeue no longer counts rows it locked itself twice after dead-lettering.
+--   * pgqueue._not_null takes (boolean, text): exact argument types at every call.
+-- Functions whose body changed are re-created below from extension/src as of 0.4.
+
+\echo Use "ALTER EXTENSION pgqueue UPDATE TO '0.4'" to load this file. \quit
+
+-------------------------------------------------------------------------------
+-- The schema check
+-------------------------------------------------------------------------------
+
+
+-- Refuse to install into a schema that another role owns, that others may create objects in,
+-- or that holds objects pgqueue did not create (PQ008). PostgreSQL creates the schema of
+-- `CREATE EXTENSION pgqueue` (control file: schema = pgqueue) only when it is missing and
+-- otherwise installs into whatever is there; a role that made the schema first could plant an
+-- overload of a function pgqueue calls and have it run with the installer's rights. The same
+-- holds for pg_restore into a database where such a schema was made before the restore: the
+-- restore fails here, loudly. Runs first in the full install script, the plain install and
+-- every upgrade delta (docs/security.md, "The schema").
+--   extension: the schema's owner must be the extension's owner, and every object in the
+--              schema a member of the extension;
+--   plain:     the schema's owner must be the installing role, and every object in the schema
+--              owned by it.
+DO $$
+DECLARE
+    v_ns      oid;
+    v_owner   oid;
+    v_me      oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user);
+    v_ext     oid;
+    v_extown  oid;
+    v_foreign text;
+BEGIN
+    SELECT n.oid, n.nspowner INTO v_ns, v_owner
+      FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue';
+    SELECT e.oid, e.extowner INTO v_ext, v_extown
+      FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue';
+    IF v_ns IS NULL THEN
+        RAISE EXCEPTION 'schema pgqueue does not exist' USING ERRCODE = 'PQ008';
+    END IF;
+    IF v_owner <> coalesce(v_extown, v_me) THEN
+        RAISE EXCEPTION 'schema pgqueue is owned by role %, not by %, who installs pgqueue',
+                        pg_catalog.pg_get_userbyid(v_owner),
+                        pg_catalog.pg_get_userbyid(coalesce(v_extown, v_me))
+            USING ERRCODE = 'PQ008',
+                  HINT = 'pgqueue never installs into a schema someone else made: drop that schema '
+                         '(after checking what it holds) or install as its owner.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+                WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner) THEN
+        RAISE EXCEPTION 'roles other than its owner may create objects in schema pgqueue'
+            USING ERRCODE = 'PQ008',
+                  HINT = 'REVOKE CREATE ON SCHEMA pgqueue FROM PUBLIC (and every other grantee), then retry.';
+    END IF;
+    SELECT pg_catalog.string_agg(o.what, ', ' ORDER BY o.what) INTO v_foreign
+      FROM (SELECT pg_catalog.pg_describe_object(o.classid, o.objid, 0) AS what, o.classid, o.objid, o.owner
+              FROM (SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid, c.relowner AS owner
+                      FROM pg_catalog.pg_class c
+                     WHERE c.relnamespace = v_ns AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid, p.proowner
+                      FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, t.typowner
+                      FROM pg_catalog.pg_type t
+                     WHERE t.typnamespace = v_ns
+                       AND (t.typrelid = 0 OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid) = 'c')
+                       AND NOT EXISTS (SELECT FROM pg_catalog.pg_type e WHERE e.typarray = t.oid)
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, o.oprowner
+                      FROM pg_catalog.pg_operator o WHERE o.oprnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, c.oid, c.collowner
+                      FROM pg_catalog.pg_collation c WHERE c.collnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_conversion'::pg_catalog.regclass, c.oid, c.conowner
+                      FROM pg_catalog.pg_conversion c WHERE c.connamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, f.oid, f.opfowner
+                      FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_ts_config'::pg_catalog.regclass, c.oid, c.cfgowner
+                      FROM pg_catalog.pg_ts_config c WHERE c.cfgnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_ts_dict'::pg_catalog.regclass, d.oid, d.dictowner
+                      FROM pg_catalog.pg_ts_dict d WHERE d.dictnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, s.oid, s.stxowner
+                      FROM pg_catalog.pg_statistic_ext s WHERE s.stxnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_extension'::pg_catalog.regclass, e.oid, e.extowner
+                      FROM pg_catalog.pg_extension e
+                     WHERE e.extnamespace = v_ns AND e.oid IS DISTINCT FROM v_ext) o) o
+     WHERE CASE WHEN v_ext IS NOT NULL
+                THEN NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                                  WHERE d.classid = o.classid AND d.objid = o.objid
+                                    AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                                    AND d.refobjid = v_ext AND d.deptype = 'e')
+                ELSE o.owner <> v_owner END;
+    IF v_foreign IS NOT NULL THEN
+        RAISE EXCEPTION 'schema pgqueue holds objects pgqueue did not create: %', pg_catalog.left(v_foreign, 500)
+            USING ERRCODE = 'PQ008',
+                  HINT = 'Someone else put them there: find out who before anything runs them, then '
+                         'drop them (or the schema) and retry.';
+    END IF;
+END;
+$$;
+
+
+-------------------------------------------------------------------------------
+-- Lock stripes
+-------------------------------------------------------------------------------
+
+-- The lock stripes: 64 sequences whose only use is their relation lock (docs/locking.md).
+-- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._queue_lock_relation). Every operation on a
+-- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
+-- a max_size change take it in SHARE ROW EXCLUSIVE mode (pgqueue._queue_quiesce), so they wait
+-- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike
+-- an advisory lock, a relation lock needs a privilege on the relation: a role that was granted
+-- nothing cannot hold it. They are never advanced, so they leave no dead tuples and no WAL.
+DO $$
+BEGIN
+    FOR i IN 0..63 LOOP
+        EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_lock_%s AS integer', i);
+        EXECUTE pg_catalog.format(
+            'COMMENT ON SEQUENCE pgqueue.queue_lock_%s IS %L', i,
+            'pgqueue internal: lock stripe of the queues whose id & 63 = ' || i || ' (never advanced)');
+    END LOOP;
+END;
+$$;
+
+
+-------------------------------------------------------------------------------
+-- New functions
+-------------------------------------------------------------------------------
+
+-- Raise 22004 "<p_name> must not be NULL" when p_is_null. Callers pass (x IS NULL, '...'::text):
+-- exact argument types, so no overload planted beside it could be a better match.
+CREATE FUNCTION pgqueue._not_null(p_is_null boolean, p_name text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_is_null THEN
+        RAISE EXCEPTION '% must not be NULL', p_name USING ERRCODE = '22004';
+    END IF;
+END;
+$$;
+
+-- The lock stripe of a queue: pgqueue.queue_lock_<id & 63> (docs/locking.md).
+CREATE FUNCTION pgqueue._lock_stripe(p_queue_id integer)
+RETURNS regclass
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN (CAST('{pgqueue.queue_lock_0,pgqueue.queue_lock_1,pgqueue.queue_lock_2,pgqueue.queue_lock_3,'
+    'pgqueue.queue_lock_4,pgqueue.queue_lock_5,pgqueue.queue_lock_6,pgqueue.queue_lock_7,'
+    'pgqueue.queue_lock_8,pgqueue.queue_lock_9,pgqueue.queue_lock_10,pgqueue.queue_lock_11,'
+    'pgqueue.queue_lock_12,pgqueue.queue_lock_13,pgqueue.queue_lock_14,pgqueue.queue_lock_15,'
+    'pgqueue.queue_lock_16,pgqueue.queue_lock_17,pgqueue.queue_lock_18,pgqueue.queue_lock_19,'
+    'pgqueue.queue_lock_20,pgqueue.queue_lock_21,pgqueue.queue_lock_22,pgqueue.queue_lock_23,'
+    'pgqueue.queue_lock_24,pgqueue.queue_lock_25,pgqueue.queue_lock_26,pgqueue.queue_lock_27,'
+    'pgqueue.queue_lock_28,pgqueue.queue_lock_29,pgqueue.queue_lock_30,pgqueue.queue_lock_31,'
+    'pgqueue.queue_lock_32,pgqueue.queue_lock_33,pgqueue.queue_lock_34,pgqueue.queue_lock_35,'
+    'pgqueue.queue_lock_36,pgqueue.queue_lock_37,pgqueue.queue_lock_38,pgqueue.queue_lock_39,'
+    'pgqueue.queue_lock_40,pgqueue.queue_lock_41,pgqueue.queue_lock_42,pgqueue.queue_lock_43,'
+    'pgqueue.queue_lock_44,pgqueue.queue_lock_45,pgqueue.queue_lock_46,pgqueue.queue_lock_47,'
+    'pgqueue.queue_lock_48,pgqueue.queue_lock_49,pgqueue.queue_lock_50,pgqueue.queue_lock_51,'
+    'pgqueue.queue_lock_52,pgqueue.queue_lock_53,pgqueue.queue_lock_54,pgqueue.queue_lock_55,'
+    'pgqueue.queue_lock_56,pgqueue.queue_lock_57,pgqueue.queue_lock_58,pgqueue.queue_lock_59,'
+    'pgqueue.queue_lock_60,pgqueue.queue_lock_61,pgqueue.queue_lock_62,pgqueue.queue_lock_63}' AS regclass[]))[(p_queue_id & 63) + 1];
+
+COMMENT ON FUNCTION pgqueue._lock_stripe(integer) IS
+    'pgqueue internal: the sequence whose relation lock guards a queue (docs/locking.md)';
+
+-- Find a queue, take its lock stripe (docs/locking.md) and read its settings again after the
+-- lock (a drop or alter may just have ended); PQ001/42602/22004 if there is no such queue.
+CREATE FUNCTION pgqueue._queue_enter(p_queue text)
+RETURNS pgqueue.queue
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+BEGIN
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.id = v_queue.id;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    RETURN v_queue;
+END;
+$$;
+
+-- Take a queue's lock stripe in ROW EXCLUSIVE mode until the end of the transaction; always true.
+-- Every operation on a queue's messages or dead letters calls it before it touches a row, so
+-- queue_drop and a max_size change (pgqueue._queue_quiesce) wait for it and it waits for them.
+-- pg_sequence_last_value opens the sequence with that lock and needs SELECT or USAGE on it;
+-- the stripes are never advanced, so it reads NULL (docs/locking.md).
+CREATE FUNCTION pgqueue._queue_lock(p_queue_id integer)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+RETURN (pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)) IS NULL) IS NOT NULL;
+
+COMMENT ON FUNCTION pgqueue._queue_lock(integer) IS
+    'pgqueue internal: take the queue''s lock stripe in ROW EXCLUSIVE mode for the rest of the transaction (docs/locking.md)';
+
+-- In REPEATABLE READ and SERIALIZABLE, make sure the queue row a producer read from its snapshot
+-- is still the current one, and keep it so until commit: FOR SHARE on it raises a serialization
+-- failure (40001, retry the transaction) if a queue_drop or queue_alter committed after the
+-- snapshot was taken, and makes a later drop or alter wait for this transaction. READ COMMITTED
+-- producers do not need it: they read the queue again after taking its lock stripe.
+--
+-- SECURITY DEFINER because FOR SHARE needs UPDATE on pgqueue.queue, which producers must not
+-- have. EXECUTE is revoked from PUBLIC (a share lock held by anyone would stall drop and alter)
+-- and granted to producers by docs/grants.sql.
+CREATE FUNCTION pgqueue._queue_pin(p_queue_id integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM FROM pgqueue.queue q WHERE q.id = p_queue_id FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue % was dropped', p_queue_id
+            USING ERRCODE = 'PQ001',
+                  HINT = 'The queue was dropped while this transaction ran.';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pgqueue._queue_pin(integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION pgqueue._queue_pin(integer) IS
+    'pgqueue internal: lock a queue row FOR SHARE for a REPEATABLE READ or SERIALIZABLE producer (40001 if it changed since the snapshot)';
+
+-- Wait for the work in flight on a queue's lock stripe and hold new work off until the end of the
+-- transaction: the stripe in SHARE ROW EXCLUSIVE mode (docs/locking.md). queue_drop and a
+-- max_size change call it before they read or change any row of the queue.
+--
+-- SECURITY DEFINER because ALTER SEQUENCE (the only statement that takes a strong lock on a
+-- sequence) needs its owner; it runs nothing but that statement, on a name it computes itself.
+-- EXECUTE is revoked from PUBLIC: holding a stripe this way stops every queue on it.
+CREATE FUNCTION pgqueue._queue_quiesce(p_queue_id integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('ALTER SEQUENCE %s NO CYCLE', pgqueue._lock_stripe(p_queue_id));
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pgqueue._queue_quiesce(integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION pgqueue._queue_quiesce(integer) IS
+    'pgqueue internal: wait for in-flight work on the queue''s lock stripe and block new work until commit (queue_drop, max_size changes)';
+
+-- Reserve room for p_count new messages in a capped queue (max_size), or raise PQ003.
+--
+-- Producers of a capped queue take turns on its pgqueue.queue_size row (FOR UPDATE). The cached
+-- value only grows with admissions while consumers shrink the real size, so it is an upper
+-- bound; it is recounted exactly (bounded by max_size) only when it says "full". Under
+-- REPEATABLE READ the row lock raises 40001 if another producer admitted since the snapshot.
+--
+-- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size: back-pressure must
+-- not depend on a row the producers it limits can write. It reads max_size itself. EXECUTE is
+-- revoked from PUBLIC and granted to producers by docs/grants.sql.
+CREATE FUNCTION pgqueue._queue_reserve(p_queue_id integer, p_count bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name  text;
+    v_max   bigint;
+    v_upper bigint;
+BEGIN
+    SELECT q.name, q.max_size INTO v_name, v_max FROM pgqueue.queue q WHERE q.id = p_queue_id;
+    IF v_max IS NULL OR p_count <= 0 THEN
+        RETURN;
+    END IF;
+    SELECT s.upper INTO v_upper FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO pgqueue.queue_size (queue_id, upper) VALUES (p_queue_id, 0)
+            ON CONFLICT (queue_id) DO NOTHING;
+        PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
+        v_upper := NULL;
+    END IF;
+    IF v_upper IS NULL OR v_upper + p_count > v_max THEN
+        v_upper := pgqueue._queue_count(p_queue_id, least(v_max, 9223372036854775806) + 1);
+    END IF;
+    IF v_upper + p_count > v_max THEN
+        RAISE EXCEPTION 'queue "%" is full (max_size %): % more message(s) refused',
+                        v_name, v_max, p_count
+            USING ERRCODE = 'PQ003',
+                  HINT = 'Back off and retry later, or raise max_size with pgqueue.queue_alter().';
+    END IF;
+    UPDATE pgqueue.queue_size s SET upper = v_upper + p_count WHERE s.queue_id = p_queue_id;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint) FROM PUBLIC;
+
+COMMENT ON FUNCTION pgqueue._queue_reserve(integer, bigint) IS
+    'pgqueue internal: admit p_count messages into a capped queue or raise PQ003; the only writer of pgqueue.queue_size';
+
+-- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop and max_size changes wait for
+-- the work in flight and must then see what it committed, which a REPEATABLE READ or
+-- SERIALIZABLE snapshot taken earlier cannot (docs/guarantees.md, "Isolation levels").
+CREATE FUNCTION pgqueue._require_read_committed(p_what text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '% needs READ COMMITTED, not %', p_what,
+                        upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'PQ009',
+                  HINT = 'Run it in its own transaction at the default isolation level (READ COMMITTED).';
+    END IF;
+END;
+$$;
+
+
+-------------------------------------------------------------------------------
+-- Re-created functions (their 0.4 bodies)
+-------------------------------------------------------------------------------
+
+-- Delete dead letters of a queue (all, the ids given, and/or those dead before p_before ms).
+CREATE OR REPLACE FUNCTION pgqueue.dead_letter_purge(
+    p_queue  text,
+    p_ids    bigint[] DEFAULT NULL,
+    p_before bigint   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_count bigint;
+BEGIN
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    DELETE FROM pgqueue.dead_letter d
+     WHERE d.queue_id = v_queue.id
+       AND (p_ids IS NULL OR d.id = ANY (p_ids))
+       AND (p_before IS NULL OR d.dead_at < p_before);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.dead_letter_purge(text, bigint[], bigint) IS
+    'Delete dead letters of a queue: all, the ids given, and/or those dead before p_before (epoch ms); returns how many';
+
+-- Put dead letters back on their queue as new messages (fresh id, attempts 0); returns how many.
+CREATE OR REPLACE FUNCTION pgqueue.dead_letter_requeue(
+    p_queue      text,
+    p_ids        bigint[] DEFAULT NULL,
+    p_dequeue_at bigint   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_now   bigint := pgqueue.to_epoch(now());
+    v_ids   bigint[];
+BEGIN
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
+                    WHERE d.queue_id = v_queue.id AND (p_ids IS NULL OR d.id = ANY (p_ids))
+                    ORDER BY d.id
+                      FOR UPDATE);
+    PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
+    -- A fresh id keeps fencing sound: no token handed out before can match the new message.
+    WITH d AS (
+        DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
+        RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
+    )
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
+    SELECT v_queue.id, coalesce(p_dequeue_at, v_now), d.created_at, d.content, d.content_type,
+           d.state, d.last_error
+      FROM d ORDER BY d.id;
+    IF cardinality(v_ids) > 0 AND v_queue.notify THEN
+        PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+    END IF;
+    RETURN cardinality(v_ids);
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.dead_letter_requeue(text, bigint[], bigint) IS
+    'Move dead letters of a queue (all, or the ids given) back to it as new messages with attempts 0; returns how many';
+
+-- Admit p_count new messages into a queue and return its settings: take the queue's lock stripe,
+-- read the settings again after it (a drop or alter may just have ended), in REPEATABLE READ or
+-- SERIALIZABLE pin the queue row (pgqueue._queue_pin: 40001 if it changed since the snapshot),
+-- and enforce max_size (pgqueue._queue_reserve). Every producer goes through here except the
+-- READ COMMITTED fast path of message_create (docs/locking.md).
+CREATE OR REPLACE FUNCTION pgqueue._queue_admit(p_queue text, p_count bigint)
+RETURNS pgqueue.queue
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue;
+BEGIN
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pgqueue._queue_pin(v_queue.id);
+    END IF;
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.id = v_queue.id;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    IF v_queue.max_size IS NOT NULL AND p_count > 0 THEN
+        PERFORM pgqueue._queue_reserve(v_queue.id, p_count);
+    END IF;
+    RETURN v_queue;
+END;
+$$;
+
+-- Acknowledge a leased message: delete it. False if the token is stale.
+CREATE OR REPLACE FUNCTION pgqueue.message_complete(p_id bigint, p_attempts integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- The queue's shared lock before the row lock (see the locking discipline in 0.1): the
+    -- condition is evaluated on the row before the DELETE locks it. The lock function returns
+    -- void, which is never NULL; the test only makes the call part of the condition.
+    DELETE FROM pgqueue.message m
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL
+       AND pgqueue._queue_lock(m.queue_id);
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_complete(bigint, integer) IS
+    'Complete (delete) a leased message; returns false and changes nothing if the attempts token is stale';
+
+-- Enqueue one message; returns its id.
+CREATE OR REPLACE FUNCTION pgqueue.message_create(
+    p_queue        text,
+    p_content      bytea,
+    p_dequeue_at   bigint DEFAULT NULL,
+    p_content_type text   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+    v_max_size bigint;
+    v_notify   boolean;
+    v_locked   boolean;
+    v_queue    pgqueue.queue;
+    v_now      bigint := pgqueue.to_epoch(now());
+    v_id       bigint;
+BEGIN
+    IF p_content IS NULL THEN
+        RAISE EXCEPTION 'message content must not be NULL'
+            USING ERRCODE = '22004',
+                  HINT = 'Send an empty bytea for an empty message.';
+    END IF;
+    -- Fast path (uncapped queue, READ COMMITTED): find the queue and take its lock stripe in one
+    -- statement, then insert only if the queue still exists uncapped in the INSERT's own
+    -- snapshot, which is taken after the lock (a queue_drop that got in first leaves no orphan
+    -- behind). Other isolation levels read an older snapshot: they go through _queue_admit.
+    SELECT q.id, q.max_size, q.notify, pgqueue._queue_lock(q.id)
+      INTO v_queue_id, v_max_size, v_notify, v_locked
+      FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF FOUND AND v_max_size IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        SELECT v_queue_id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type
+         WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue_id AND q.max_size IS NULL)
+        RETURNING id INTO v_id;
+    END IF;
+    IF v_id IS NULL THEN
+        -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
+        v_queue := pgqueue._queue_admit(p_queue, 1);
+        v_notify := v_queue.notify;
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        VALUES (v_queue.id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type)
+        RETURNING id INTO v_id;
+    END IF;
+    IF v_notify THEN
+        PERFORM pg_notify('pgqueue.' || p_queue, p_queue);
+    END IF;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_create(text, bytea, bigint, text) IS
+    'Enqueue a message; dequeue_at NULL = now, future = scheduled, past or negative = ahead of normal messages (priority); returns the id';
+
+-- Enqueue one message on the default queue.
+CREATE OR REPLACE FUNCTION pgqueue.message_create(p_content bytea)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN pgqueue.message_create('default', p_content, NULL::bigint, NULL::text);
+
+COMMENT ON FUNCTION pgqueue.message_create(bytea) IS
+    'Enqueue a message on the default queue; returns the id';
+
+-- Give a leased message back for later, keeping its row, attempts and (new) checkpoint state.
+CREATE OR REPLACE FUNCTION pgqueue.message_defer(
+    p_id         bigint,
+    p_attempts   integer,
+    p_dequeue_at bigint,
+    p_state      bytea DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- the queue's lock stripe before the row lock (docs/locking.md)
+    PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
+    UPDATE pgqueue.message m
+       SET locked_until = NULL,
+           dequeue_at   = coalesce(p_dequeue_at, pgqueue.now_ms()),
+           state        = coalesce(p_state, m.state)
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL;
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_defer(bigint, integer, bigint, bytea) IS
+    'Release a leased message until p_dequeue_at (NULL = now), keeping attempts; p_state (if not NULL) replaces the checkpoint state; false if the token is stale';
+
+-- Hand out up to p_limit deliverable messages, with a lease (p_lock_ms > 0) or deleting them (0).
+CREATE OR REPLACE FUNCTION pgqueue.message_dequeue(
+    p_queue   text    DEFAULT 'default',
+    p_limit   integer DEFAULT 1,
+    p_lock_ms bigint  DEFAULT NULL)
+RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,
+               content_type text, created_at bigint, locked_until bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Custom plans would be re-planned on every call (a LIMIT parameter makes the generic plan look
+-- dear to the plan cache); the generic plans are the same index probes and save half the call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue_id     integer;
+    v_lock_ms      bigint;
+    v_max_attempts integer;
+    v_locked       boolean;
+    v_now          bigint := pgqueue.now_ms();
+    v_need         integer := p_limit;
+    v_ids          bigint[] := '{}';
+    v_found        bigint[];
+    v_dead_ids     bigint[];
+    v_dead         bigint;
+BEGIN
+    SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
+           pgqueue._queue_lock(q.id)
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked
+      FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    IF p_limit IS NULL THEN
+        RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', p_limit
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
+        PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
+    END IF;
+    -- Expired leases first (overdue work), then ready messages by (dequeue_at, id): two bounded
+    -- index probes (message_leased_idx, message_ready_idx) under one LIMIT, so the second runs
+    -- only for the room the first leaves. A lease that ran out max_attempts times is locked too
+    -- but goes to the dead letters (a poison message must not loop forever); the probe is then
+    -- repeated for the room it leaves, leaving out the rows this call has locked already (SKIP
+    -- LOCKED does not skip a transaction's own locks). Each round dead-letters at least one
+    -- row, so it ends.
+    LOOP
+        SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+               array_agg(c.id) FILTER (WHERE c.dead)
+          INTO v_found, v_dead_ids
+          FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                      coalesce(m.attempts >= v_max_attempts, false) AS dead
+                                 FROM pgqueue.message m
+                                WHERE m.queue_id = v_queue_id AND m.locked_until IS NOT NULL
+                                  AND m.locked_until <= v_now
+                                  AND m.id <> ALL (v_ids)
+                                ORDER BY m.locked_until, m.id
+                                LIMIT v_need
+                                  FOR UPDATE SKIP LOCKED) e
+                UNION ALL
+                SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                 FROM pgqueue.message m
+                                WHERE m.queue_id = v_queue_id AND m.locked_until IS NULL
+                                  AND m.dequeue_at <= v_now
+                                  AND m.id <> ALL (v_ids)
+                                ORDER BY m.dequeue_at, m.id
+                                LIMIT v_need
+                                  FOR UPDATE SKIP LOCKED) r
+                LIMIT v_need) c;
+        v_ids := v_ids || v_found;
+        EXIT WHEN v_dead_ids IS NULL;
+        FOREACH v_dead IN ARRAY v_dead_ids LOOP
+            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
+        END LOOP;
+        v_need := p_limit - cardinality(v_ids);
+        EXIT WHEN v_need = 0;
+    END LOOP;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    ELSIF v_lock_ms = 0 THEN
+        IF cardinality(v_ids) = 1 THEN
+            RETURN QUERY
+            DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+            RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
+                      m.content_type, m.created_at, NULL::bigint;
+        ELSE
+            RETURN QUERY
+            WITH d AS (
+                DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, NULL::bigint AS locked_until)
+            SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+        END IF;
+    ELSIF cardinality(v_ids) = 1 THEN
+        RETURN QUERY
+        UPDATE pgqueue.message m
+           SET locked_until = v_now + v_lock_ms, attempts = m.attempts + 1
+         WHERE m.id = v_ids[1]
+        RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                  m.content_type, m.created_at, m.locked_until;
+    ELSE
+        RETURN QUERY
+        WITH u AS (
+            UPDATE pgqueue.message m
+               SET locked_until = v_now + v_lock_ms, attempts = m.attempts + 1
+             WHERE m.id = ANY (v_ids)
+            RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                      m.content_type, m.created_at, m.locked_until)
+        SELECT * FROM u ORDER BY array_position(v_ids, u.id);
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_dequeue(text, integer, bigint) IS
+    'Hand out up to p_limit deliverable messages (expired leases first, then by dequeue_at, id) without waiting on other consumers; p_lock_ms NULL = queue lease, 0 = delete on dequeue';
+
+-- Report a failed attempt: retry after the queue's back-off, or dead-letter after max_attempts.
+CREATE OR REPLACE FUNCTION pgqueue.message_fail(
+    p_id         bigint,
+    p_attempts   integer,
+    p_error      text,
+    p_dequeue_at bigint DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   bigint := pgqueue.now_ms();
+    v_queue pgqueue.queue;
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- the queue's lock stripe before the row lock (docs/locking.md)
+    PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
+    SELECT q.* INTO v_queue
+      FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL
+       FOR UPDATE OF m;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_queue.max_attempts IS NOT NULL AND p_attempts >= v_queue.max_attempts THEN
+        PERFORM pgqueue._dead_letter(p_id, p_error, v_now);
+    ELSE
+        UPDATE pgqueue.message m
+           SET locked_until = NULL,
+               dequeue_at   = coalesce(p_dequeue_at,
+                                       v_now + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
+                                                                   v_queue.retry_cap_ms)),
+               last_error   = p_error
+         WHERE m.id = p_id;
+    END IF;
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_fail(bigint, integer, text, bigint) IS
+    'Fail a leased message: retry after exponential back-off with jitter (or at p_dequeue_at), or move it to the dead letters once attempts reach max_attempts; false if the token is stale';
+
+-- Extend a lease by p_lock_ms from now (NULL: the queue's lock_ms). False if the token is stale.
+CREATE OR REPLACE FUNCTION pgqueue.message_heartbeat(p_id bigint, p_attempts integer, p_lock_ms bigint DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- the queue's lock stripe before the row lock (docs/locking.md)
+    PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
+    PERFORM pgqueue._check_lock_ms(p_lock_ms, false);
+    UPDATE pgqueue.message m
+       SET locked_until = pgqueue.now_ms() + coalesce(p_lock_ms, q.lock_ms)
+      FROM pgqueue.queue q
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL
+       AND q.id = m.queue_id;
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_heartbeat(bigint, integer, bigint) IS
+    'Extend a lease to now + p_lock_ms (NULL = the queue''s lock_ms); returns false if the attempts token is stale';
+
+-- Change a queue's settings; NULL leaves a setting as it is, 0 clears max_attempts/max_size.
+CREATE OR REPLACE FUNCTION pgqueue.queue_alter(
+    p_queue         text,
+    p_lock_ms       bigint  DEFAULT NULL,
+    p_max_attempts  integer DEFAULT NULL,
+    p_retry_base_ms bigint  DEFAULT NULL,
+    p_retry_cap_ms  bigint  DEFAULT NULL,
+    p_max_size      bigint  DEFAULT NULL,
+    p_notify        boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue;
+BEGIN
+    IF p_max_size IS NOT NULL THEN
+        -- A new cap must count every message, including those of producers still in flight:
+        -- wait for them on the queue's lock stripe before locking the queue row (the other
+        -- order deadlocks with a transaction that enqueued and then drops or alters), and
+        -- count with snapshots taken after that, which REPEATABLE READ cannot give.
+        PERFORM pgqueue._require_read_committed('queue_alter(p_max_size)');
+        SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+        IF FOUND THEN
+            PERFORM pgqueue._queue_quiesce(v_queue.id);
+        END IF;
+    END IF;
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    PERFORM pgqueue._check_queue_options(
+        coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
+        coalesce(p_retry_base_ms, v_queue.retry_base_ms),
+        coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
+    UPDATE pgqueue.queue q
+       SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),
+           max_attempts  = CASE WHEN p_max_attempts IS NULL THEN q.max_attempts
+                                ELSE nullif(p_max_attempts, 0) END,
+           retry_base_ms = coalesce(p_retry_base_ms, q.retry_base_ms),
+           retry_cap_ms  = coalesce(p_retry_cap_ms, q.retry_cap_ms),
+           max_size      = CASE WHEN p_max_size IS NULL THEN q.max_size
+                                ELSE nullif(p_max_size, 0) END,
+           notify        = coalesce(p_notify, q.notify)
+     WHERE q.id = v_queue.id;
+    IF p_max_size IS NOT NULL THEN
+        DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean) IS
+    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded';
+
+-- Create a queue.
+CREATE OR REPLACE FUNCTION pgqueue.queue_create(
+    p_queue         text,
+    p_lock_ms       bigint  DEFAULT 30000,
+    p_max_attempts  integer DEFAULT NULL,
+    p_retry_base_ms bigint  DEFAULT 1000,
+    p_retry_cap_ms  bigint  DEFAULT 3600000,
+    p_max_size      bigint  DEFAULT NULL,
+    p_notify        boolean DEFAULT false,
+    p_if_not_exists boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
+    IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    PERFORM pgqueue._not_null(p_lock_ms IS NULL, 'lock_ms'::text);
+    PERFORM pgqueue._not_null(p_retry_base_ms IS NULL, 'retry_base_ms'::text);
+    PERFORM pgqueue._not_null(p_retry_cap_ms IS NULL, 'retry_cap_ms'::text);
+    PERFORM pgqueue._not_null(p_notify IS NULL, 'notify'::text);
+    PERFORM pgqueue._not_null(p_if_not_exists IS NULL, 'if_not_exists'::text);
+    PERFORM pgqueue._check_queue_options(p_lock_ms, p_max_attempts, p_retry_base_ms,
+                                         p_retry_cap_ms, p_max_size);
+    BEGIN
+        INSERT INTO pgqueue.queue (name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
+                                   max_size, notify)
+        VALUES (p_queue, p_lock_ms, nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms,
+                nullif(p_max_size, 0), p_notify);
+    EXCEPTION WHEN unique_violation THEN
+        IF p_if_not_exists THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'queue "%" already exists', p_queue
+            USING ERRCODE = 'PQ002',
+                  HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
+    END;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean) IS
+    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify';
+
+-- Drop a queue with its messages and dead letters; false if it did not exist.
+CREATE OR REPLACE FUNCTION pgqueue.queue_drop(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id integer;
+BEGIN
+    PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
+    IF p_queue = 'default' THEN
+        RAISE EXCEPTION 'the default queue cannot be dropped'
+            USING ERRCODE = 'PQ004',
+                  HINT = 'Empty it instead: complete or purge its messages.';
+    END IF;
+    IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    -- The deletes below must see every message committed before them: READ COMMITTED only.
+    PERFORM pgqueue._require_read_committed('queue_drop');
+    SELECT q.id INTO v_id FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- wait for in-flight work on the queue's lock stripe; new work waits for us
+    PERFORM pgqueue._queue_quiesce(v_id);
+    DELETE FROM pgqueue.queue q WHERE q.id = v_id;
+    IF NOT FOUND THEN
+        RETURN false;  -- dropped by someone else meanwhile
+    END IF;
+    DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NULL;
+    DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NOT NULL;
+    DELETE FROM pgqueue.dead_letter d WHERE d.queue_id = v_id;
+    DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_id;
+    DELETE FROM pgqueue.spark_claim k
+     WHERE k.consumer_id IN (SELECT c.id FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id);
+    DELETE FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id;
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.queue_drop(text) IS
+    'Drop a queue with its messages, dead letters and Spark consumers; returns false if it did not exist';
+
+-- The consumer row, locked FOR UPDATE; created if missing and p_create, else PQ006.
+-- Call with the queue's lock stripe held (docs/locking.md).
+CREATE OR REPLACE FUNCTION pgqueue._spark_consumer_row(p_queue pgqueue.queue, p_consumer text, p_create boolean)
+RETURNS pgqueue.spark_consumer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_consumer pgqueue.spark_consumer;
+BEGIN
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    SELECT c.* INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = p_queue.id AND c.name = p_consumer
+       FOR UPDATE;
+    IF FOUND THEN
+        RETURN v_consumer;
+    END IF;
+    IF NOT p_create THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue.name
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
+    INSERT INTO pgqueue.spark_consumer (queue_id, name, created_at)
+    VALUES (p_queue.id, p_consumer, pgqueue.now_ms())
+    ON CONFLICT (queue_id, name) DO NOTHING;
+    SELECT c.* INTO STRICT v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = p_queue.id AND c.name = p_consumer
+       FOR UPDATE;
+    RETURN v_consumer;
+END;
+$$;
+
+-- Acknowledge a consumer's claims up to p_up_to_seq: delete their messages; returns how many.
+--
+-- Idempotent: claims at or below the acknowledged position are gone already. Errors: 22023 if
+-- p_up_to_seq is beyond the consumer's last claim, PQ006 for an unknown consumer.
+CREATE OR REPLACE FUNCTION pgqueue.spark_ack(p_queue text, p_consumer text, p_up_to_seq bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer pgqueue.spark_consumer;
+    v_claims   bigint[];
+    v_count    bigint;
+BEGIN
+    PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_enter(p_queue);
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, false);
+    IF p_up_to_seq >= v_consumer.next_seq THEN
+        RAISE EXCEPTION 'cannot acknowledge claim % of consumer "%": its last claim is %',
+                        p_up_to_seq, p_consumer, v_consumer.next_seq - 1
+            USING ERRCODE = '22023',
+                  HINT = 'Acknowledge only sequence numbers that pgqueue.spark_claim() returned.';
+    END IF;
+    IF p_up_to_seq <= v_consumer.acked_seq THEN
+        RETURN 0;
+    END IF;
+    v_claims := ARRAY(SELECT k.id FROM pgqueue.spark_claim k
+                       WHERE k.consumer_id = v_consumer.id AND k.seq <= p_up_to_seq
+                       ORDER BY k.seq);
+    DELETE FROM pgqueue.message m WHERE m.claim_id = ANY (v_claims);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
+    UPDATE pgqueue.spark_consumer c SET acked_seq = p_up_to_seq WHERE c.id = v_consumer.id;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_ack(text, text, bigint) IS
+    'Acknowledge a Spark consumer''s claims up to sequence number p_up_to_seq: delete their messages; idempotent; returns how many were deleted';
+
+-- Claim up to p_max_messages deliverable messages for a consumer; returns the claim's sequence number.
+--
+-- Takes expired leases first, then ready messages by (dequeue_at, id), as message_dequeue does,
+-- with FOR UPDATE SKIP LOCKED; p_max_id (if not NULL) leaves out messages with a larger id.
+-- A lease that ran out max_attempts times is dead-lettered, as by message_dequeue. Returns NULL
+-- and claims nothing when no message is due; creates the
+-- consumer if needed. Errors: 22023 (p_max_messages outside 1..1000000), PQ001/42602/22004.
+CREATE OR REPLACE FUNCTION pgqueue.spark_claim(
+    p_queue        text,
+    p_consumer     text,
+    p_max_messages integer,
+    p_max_id       bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer pgqueue.spark_consumer;
+    v_now      bigint := pgqueue.now_ms();
+    v_dead     bigint;
+    v_ids      bigint[];
+    v_claim_id bigint;
+BEGIN
+    IF p_max_messages IS NULL OR p_max_messages < 1 OR p_max_messages > 1000000 THEN
+        RAISE EXCEPTION 'p_max_messages must be between 1 and 1000000, got %',
+                        coalesce(p_max_messages::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_enter(p_queue);
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+
+    IF v_queue.max_attempts IS NOT NULL THEN
+        FOR v_dead IN
+            SELECT m.id FROM pgqueue.message m
+             WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+               AND m.locked_until <= v_now AND m.attempts >= v_queue.max_attempts
+             ORDER BY m.locked_until, m.id
+             LIMIT 1000
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
+        END LOOP;
+    END IF;
+
+    v_ids := ARRAY(
+        SELECT c.id FROM (
+            SELECT e.id FROM (
+                SELECT m.id FROM pgqueue.message m
+                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+                   AND m.locked_until <= v_now
+                   AND (v_queue.max_attempts IS NULL OR m.attempts < v_queue.max_attempts)
+                   AND (p_max_id IS NULL OR m.id <= p_max_id)
+                 ORDER BY m.locked_until, m.id
+                 LIMIT p_max_messages
+                   FOR UPDATE SKIP LOCKED) e
+            UNION ALL
+            SELECT r.id FROM (
+                SELECT m.id FROM pgqueue.message m
+                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
+                   AND m.dequeue_at <= v_now
+                   AND (p_max_id IS NULL OR m.id <= p_max_id)
+                 ORDER BY m.dequeue_at, m.id
+                 LIMIT p_max_messages
+                   FOR UPDATE SKIP LOCKED) r
+        ) c
+        LIMIT p_max_messages);
+    IF cardinality(v_ids) = 0 THEN
+        RETURN NULL;
+    END IF;
+
+    v_claim_id := nextval('pgqueue.spark_claim_id_seq');
+    UPDATE pgqueue.message m
+       SET locked_until = pgqueue._spark_claimed_until(), attempts = m.attempts + 1,
+           claim_id = v_claim_id
+     WHERE m.id = ANY (v_ids);
+    INSERT INTO pgqueue.spark_claim (id, consumer_id, seq, n, min_id, max_id, claimed_at)
+    SELECT v_claim_id, v_consumer.id, v_consumer.next_seq, cardinality(v_ids), min(u.id), max(u.id), v_now
+      FROM unnest(v_ids) AS u(id);
+    UPDATE pgqueue.spark_consumer c SET next_seq = c.next_seq + 1 WHERE c.id = v_consumer.id;
+    RETURN v_consumer.next_seq;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint) IS
+    'Claim up to p_max_messages deliverable messages (id <= p_max_id if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
+
+-- Open a consumer for one Spark query: create it if needed, hold its session lock, return acked_seq.
+CREATE OR REPLACE FUNCTION pgqueue.spark_consumer_open(p_queue text, p_consumer text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue := pgqueue._queue_enter(p_queue);
+    v_consumer pgqueue.spark_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+BEGIN
+    IF NOT pg_try_advisory_lock(1885827447, v_consumer.id) THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
+            USING ERRCODE = 'PQ005',
+                  HINT = 'Only one Spark query may consume as a consumer at a time: stop the other query or use another consumer name.';
+    END IF;
+    RETURN v_consumer.acked_seq;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_consumer_open(text, text) IS
+    'Create the Spark consumer if needed and hold its lock for this session (PQ005 if another session holds it); returns the acknowledged claim sequence number';
+
+-- Delete the staging rows of a write (an aborted Spark job); returns how many.
+CREATE OR REPLACE FUNCTION pgqueue.spark_discard(p_write_id uuid)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgqueue._not_null(p_write_id IS NULL, 'p_write_id'::text);
+    DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_discard(uuid) IS
+    'Delete the staging rows of a Spark write that will not be published (an aborted job); returns how many';
+
+-- Move the staged rows of the winning task attempts into a queue, once per publish key.
+--
+-- p_partitions[i] won with attempt p_attempts[i], which staged p_counts[i] rows. All rows go in
+-- one statement through pgqueue._queue_admit (the queue's lock stripe, max_size, then NOTIFY),
+-- as message_create_batch; ids follow (partition, row) order. The write's staging rows (losers
+-- too) are deleted. Returns how many were published, NULL if the key was published before
+-- (then only the staging rows are deleted). Errors: 22004/22023 for bad arrays, PQ007 if the
+-- staged rows differ from p_counts, PQ003 if the queue is full, PQ001 if it does not exist.
+CREATE OR REPLACE FUNCTION pgqueue.spark_publish(
+    p_publish_key text,
+    p_queue       text,
+    p_write_id    uuid,
+    p_partitions  integer[],
+    p_attempts    bigint[],
+    p_counts      bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue   pgqueue.queue;
+    v_now     bigint := pgqueue.to_epoch(now());
+    v_clock   bigint := pgqueue.now_ms();
+    v_count   bigint;
+    v_bad     record;
+BEGIN
+    PERFORM pgqueue._not_null(p_publish_key IS NULL, 'p_publish_key'::text);
+    IF length(p_publish_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'p_publish_key must have 1 to 200 characters, got %', length(p_publish_key)
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgqueue._not_null(p_write_id IS NULL, 'p_write_id'::text);
+    PERFORM pgqueue._not_null(p_partitions IS NULL, 'p_partitions'::text);
+    PERFORM pgqueue._not_null(p_attempts IS NULL, 'p_attempts'::text);
+    PERFORM pgqueue._not_null(p_counts IS NULL, 'p_counts'::text);
+    IF array_ndims(p_partitions) > 1 OR array_ndims(p_attempts) > 1 OR array_ndims(p_counts) > 1
+       OR cardinality(p_attempts) <> cardinality(p_partitions)
+       OR cardinality(p_counts) <> cardinality(p_partitions) THEN
+        RAISE EXCEPTION 'p_partitions, p_attempts and p_counts must be one-dimensional and of the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_partitions, NULL) IS NOT NULL OR array_position(p_attempts, NULL) IS NOT NULL
+       OR array_position(p_counts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_partitions, p_attempts and p_counts must not contain NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    IF (SELECT count(DISTINCT u.p) FROM unnest(p_partitions) AS u(p)) <> cardinality(p_partitions) THEN
+        RAISE EXCEPTION 'each partition must have exactly one winning attempt'
+            USING ERRCODE = '22023';
+    END IF;
+    v_queue := pgqueue._queue_get(p_queue);
+
+    IF EXISTS (SELECT 1 FROM pgqueue.spark_publish_log l WHERE l.publish_key = p_publish_key) THEN
+        DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+        RETURN NULL;
+    END IF;
+
+    SELECT w.p AS partition, w.a AS attempt, w.c AS expected,
+           (SELECT count(*) FROM pgqueue.spark_staging s
+             WHERE s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a) AS staged
+      INTO v_bad
+      FROM unnest(p_partitions, p_attempts, p_counts) AS w(p, a, c)
+     WHERE w.c <> (SELECT count(*) FROM pgqueue.spark_staging s
+                    WHERE s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'partition % attempt % of write % staged % row(s), expected %',
+                        v_bad.partition, v_bad.attempt, p_write_id, v_bad.staged, v_bad.expected
+            USING ERRCODE = 'PQ007',
+                  HINT = 'The staging rows were deleted or never committed: run the write again.';
+    END IF;
+    v_count := (SELECT coalesce(sum(u.c), 0) FROM unnest(p_counts) AS u(c));
+
+    -- a concurrent publish of the same key waits here and then finds it taken
+    INSERT INTO pgqueue.spark_publish_log (publish_key, write_id, queue_id, n, published_at)
+    VALUES (p_publish_key, p_write_id, v_queue.id, v_count, v_clock)
+    ON CONFLICT (publish_key) DO NOTHING;
+    IF NOT FOUND THEN
+        DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+        RETURN NULL;
+    END IF;
+
+    v_queue := pgqueue._queue_admit(p_queue, v_count);
+    IF v_count > 0 THEN
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        SELECT v_queue.id,
+               coalesce(s.dequeue_at,
+                        v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
+                                       THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
+                        v_now),
+               v_now,
+               s.content, s.content_type
+          FROM unnest(p_partitions, p_attempts) AS w(p, a)
+          JOIN pgqueue.spark_staging s
+            ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+         ORDER BY w.p, s.n;
+        IF v_queue.notify THEN
+            PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+        END IF;
+    END IF;
+    DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_publish(text, text, uuid, integer[], bigint[], bigint[]) IS
+    'Publish the staged rows of the winning Spark task attempts into a queue in one transaction, once per publish key (NULL if already published), and delete the write''s staging rows; returns how many';
+
+-- Give back the messages of every open claim of a consumer (one that will not come back).
+--
+-- The messages become deliverable again at their old place in the queue (dequeue_at kept,
+-- attempts kept); the consumer's acknowledged position moves to its last claim. Errors: PQ005
+-- if a session holds the consumer (its query is running), PQ006 for an unknown consumer.
+CREATE OR REPLACE FUNCTION pgqueue.spark_release(p_queue text, p_consumer text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer pgqueue.spark_consumer;
+    v_claims   bigint[];
+    v_count    bigint;
+BEGIN
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_enter(p_queue);
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, false);
+    IF NOT pg_try_advisory_xact_lock(1885827447, v_consumer.id) THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
+            USING ERRCODE = 'PQ005',
+                  HINT = 'Stop the Spark query that consumes as it first; release is for consumers that will not come back.';
+    END IF;
+    v_claims := ARRAY(SELECT k.id FROM pgqueue.spark_claim k
+                       WHERE k.consumer_id = v_consumer.id ORDER BY k.seq);
+    UPDATE pgqueue.message m SET locked_until = NULL, claim_id = NULL
+     WHERE m.claim_id = ANY (v_claims);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
+    UPDATE pgqueue.spark_consumer c SET acked_seq = c.next_seq - 1 WHERE c.id = v_consumer.id;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_release(text, text) IS
+    'Give back the messages of every open claim of a Spark consumer that will not come back: they become deliverable again; PQ005 if its query is running; returns how many';
+
+-- The messages (and dead letters) of a queue with p_min_id <= id <= p_max_id, by id; changes nothing.
+--
+-- status is ready (expired leases too, as queue_stats counts them), scheduled, leased, claimed
+-- (by a Spark consumer) or dead.
+CREATE OR REPLACE FUNCTION pgqueue.spark_snapshot(
+    p_queue        text,
+    p_min_id       bigint,
+    p_max_id       bigint,
+    p_include_dead boolean DEFAULT false)
+RETURNS TABLE (id bigint, status text, content bytea, content_type text, attempts integer,
+               dequeue_at bigint, created_at bigint, locked_until bigint, last_error text,
+               dead_at bigint, state bytea)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_now   bigint := pgqueue.now_ms();
+BEGIN
+    PERFORM pgqueue._not_null(p_min_id IS NULL, 'p_min_id'::text);
+    PERFORM pgqueue._not_null(p_max_id IS NULL, 'p_max_id'::text);
+    RETURN QUERY
+    SELECT m.id,
+           CASE WHEN m.claim_id IS NOT NULL THEN 'claimed'
+                WHEN m.locked_until IS NULL AND m.dequeue_at <= v_now THEN 'ready'
+                WHEN m.locked_until IS NULL THEN 'scheduled'
+                WHEN m.locked_until <= v_now THEN 'ready'
+                ELSE 'leased' END,
+           m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at, m.locked_until,
+           m.last_error, NULL::bigint, m.state
+      FROM pgqueue.message m
+     WHERE m.id >= p_min_id AND m.id <= p_max_id AND m.queue_id = v_queue.id
+     ORDER BY m.id;
+    IF coalesce(p_include_dead, false) THEN
+        RETURN QUERY
+        SELECT d.id, 'dead'::text, d.content, d.content_type, d.attempts, d.dequeue_at,
+               d.created_at, NULL::bigint, d.last_error, d.dead_at, d.state
+          FROM pgqueue.dead_letter d
+         WHERE d.id >= p_min_id AND d.id <= p_max_id AND d.queue_id = v_queue.id
+         ORDER BY d.id;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_snapshot(text, bigint, bigint, boolean) IS
+    'Messages of a queue with p_min_id <= id <= p_max_id and their status (ready, scheduled, leased, claimed; dead letters too if asked), by id; changes nothing';
+
+-- Stage rows of one Spark task attempt; p_first numbers them (p_first, p_first + 1, ...).
+CREATE OR REPLACE FUNCTION pgqueue.spark_stage(
+    p_write_id     uuid,
+    p_partition    integer,
+    p_attempt      bigint,
+    p_first        bigint,
+    p_contents     bytea[],
+    p_content_type text     DEFAULT NULL,
+    p_dequeue_ats  bigint[] DEFAULT NULL,
+    p_delays_ms    bigint[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n integer := cardinality(p_contents);
+BEGIN
+    PERFORM pgqueue._not_null(p_write_id IS NULL, 'p_write_id'::text);
+    PERFORM pgqueue._not_null(p_partition IS NULL, 'p_partition'::text);
+    PERFORM pgqueue._not_null(p_attempt IS NULL, 'p_attempt'::text);
+    PERFORM pgqueue._not_null(p_first IS NULL, 'p_first'::text);
+    PERFORM pgqueue._not_null(p_contents IS NULL, 'p_contents'::text);
+    IF p_first < 0 OR (v_n > 0 AND p_first - 1 > 9223372036854775807 - v_n) THEN
+        RAISE EXCEPTION 'p_first must be >= 0 and number every row within bigint, got % for % row(s)', p_first, v_n
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_delays_ms) > 1 THEN
+        RAISE EXCEPTION 'batch arrays must be one-dimensional'
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_contents, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message content must not be NULL (element %)', array_position(p_contents, NULL)
+            USING ERRCODE = '22004',
+                  HINT = 'Send an empty bytea for an empty message.';
+    END IF;
+    IF cardinality(p_dequeue_ats) <> v_n OR cardinality(p_delays_ms) <> v_n THEN
+        RAISE EXCEPTION 'p_dequeue_ats and p_delays_ms must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_delays_ms) AS u(d) WHERE u.d < 0) THEN
+        RAISE EXCEPTION 'delays must be >= 0 ms'
+            USING ERRCODE = '22023';
+    END IF;
+    BEGIN
+        INSERT INTO pgqueue.spark_staging (write_id, partition, attempt, n, dequeue_at, delay_ms,
+                                           staged_at, content, content_type)
+        SELECT p_write_id, p_partition, p_attempt, p_first + (u.ord - 1), u.dequeue_at, u.delay_ms,
+               pgqueue.to_epoch(now()), u.content, p_content_type
+          FROM unnest(p_contents, p_dequeue_ats, p_delays_ms)
+               WITH ORDINALITY AS u(content, dequeue_at, delay_ms, ord);
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'rows % to % of partition % attempt % of write % are staged already',
+                        p_first, p_first + (v_n - 1), p_partition, p_attempt, p_write_id
+            USING ERRCODE = '22023',
+                  HINT = 'Number the rows of an attempt once (p_first); a retried task is a new attempt.';
+    END;
+    RETURN v_n;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[]) IS
+    'Stage messages of one Spark task attempt (write_id, partition, attempt), numbered from p_first, until spark_publish; one content type, per-message due times (epoch ms) and delays (ms from publication)';
+
+-- Delete staging rows staged before p_before (epoch ms): writes whose driver died.
+CREATE OR REPLACE FUNCTION pgqueue.spark_staging_purge(p_before bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    PERFORM pgqueue._not_null(p_before IS NULL, 'p_before'::text);
+    DELETE FROM pgqueue.spark_staging s WHERE s.staged_at < p_before;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_staging_purge(bigint) IS
+    'Delete staging rows staged before p_before (epoch ms), left by Spark jobs whose driver died; returns how many';
+
+-- The current wall-clock time in epoch milliseconds (leases and due times use this).
+CREATE OR REPLACE FUNCTION pgqueue.now_ms()
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN floor(EXTRACT(EPOCH FROM (clock_timestamp() AT TIME ZONE 'UTC')) * 1000)::bigint;
+
+COMMENT ON FUNCTION pgqueue.now_ms() IS
+    'Current wall-clock time (clock_timestamp) in epoch milliseconds, the clock of leases and due times';
+
+
+-------------------------------------------------------------------------------
+-- Gone: the advisory-lock helpers and the polymorphic _not_null
+-------------------------------------------------------------------------------
+
+DROP FUNCTION pgqueue._queue_lock_shared(integer);
+DROP FUNCTION pgqueue._spark_queue_lock(text, boolean);
+DROP FUNCTION pgqueue._not_null(anyelement, text);
+
+-------------------------------------------------------------------------------
+-- queue_size: no role but its owner may write it (pgqueue._queue_reserve does)
+-------------------------------------------------------------------------------
+
+DO $$
+DECLARE
+    v_grantee text;
+BEGIN
+    FOR v_grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                             ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.oid = 'pgqueue.queue_size'::pg_catalog.regclass AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON pgqueue.queue_size FROM %s', v_grantee);
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,2 @@
+-- The default queue.
+SELECT pgqueue.queue_create('default');

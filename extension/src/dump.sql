@@ -1,0 +1,16 @@
+-- pg_dump must keep the queue's contents and settings: an extension's tables are not dumped
+-- unless they are marked as configuration. Consumers, claims and the publish log survive too (a
+-- restored Spark consumer resumes where it was; a replayed publish stays a no-op). Staging is
+-- in-flight work of running Spark jobs, which publish into the database they staged in, never
+-- into a restored copy: not dumped; nor is queue_size, which is derived. (The plain SQL install
+-- leaves this file out: pg_dump dumps every table of a plain install.)
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.message', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.message_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.dead_letter', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_consumer', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_consumer_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_claim', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_claim_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_publish_log', '');

@@ -1,0 +1,25 @@
+-- Delete dead letters of a queue (all, the ids given, and/or those dead before p_before ms).
+CREATE FUNCTION pgqueue.dead_letter_purge(
+    p_queue  text,
+    p_ids    bigint[] DEFAULT NULL,
+    p_before bigint   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_count bigint;
+BEGIN
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    DELETE FROM pgqueue.dead_letter d
+     WHERE d.queue_id = v_queue.id
+       AND (p_ids IS NULL OR d.id = ANY (p_ids))
+       AND (p_before IS NULL OR d.dead_at < p_before);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.dead_letter_purge(text, bigint[], bigint) IS
+    'Delete dead letters of a queue: all, the ids given, and/or those dead before p_before (epoch ms); returns how many';

@@ -1,0 +1,38 @@
+-- Put dead letters back on their queue as new messages (fresh id, attempts 0); returns how many.
+CREATE FUNCTION pgqueue.dead_letter_requeue(
+    p_queue      text,
+    p_ids        bigint[] DEFAULT NULL,
+    p_dequeue_at bigint   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_now   bigint := pgqueue.to_epoch(now());
+    v_ids   bigint[];
+BEGIN
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
+                    WHERE d.queue_id = v_queue.id AND (p_ids IS NULL OR d.id = ANY (p_ids))
+                    ORDER BY d.id
+                      FOR UPDATE);
+    PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
+    -- A fresh id keeps fencing sound: no token handed out before can match the new message.
+    WITH d AS (
+        DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
+        RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
+    )
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
+    SELECT v_queue.id, coalesce(p_dequeue_at, v_now), d.created_at, d.content, d.content_type,
+           d.state, d.last_error
+      FROM d ORDER BY d.id;
+    IF cardinality(v_ids) > 0 AND v_queue.notify THEN
+        PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+    END IF;
+    RETURN cardinality(v_ids);
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.dead_letter_requeue(text, bigint[], bigint) IS
+    'Move dead letters of a queue (all, or the ids given) back to it as new messages with attempts 0; returns how many';

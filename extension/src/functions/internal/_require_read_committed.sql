@@ -1,0 +1,17 @@
+-- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop and max_size changes wait for
+-- the work in flight and must then see what it committed, which a REPEATABLE READ or
+-- SERIALIZABLE snapshot taken earlier cannot (docs/guarantees.md, "Isolation levels").
+CREATE FUNCTION pgqueue._require_read_committed(p_what text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '% needs READ COMMITTED, not %', p_what,
+                        upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'PQ009',
+                  HINT = 'Run it in its own transaction at the default isolation level (READ COMMITTED).';
+    END IF;
+END;
+$$;

@@ -1,0 +1,24 @@
+-- Acknowledge a leased message: delete it. False if the token is stale.
+CREATE FUNCTION pgqueue.message_complete(p_id bigint, p_attempts integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- The queue's shared lock before the row lock (see the locking discipline in 0.1): the
+    -- condition is evaluated on the row before the DELETE locks it. The lock function returns
+    -- void, which is never NULL; the test only makes the call part of the condition.
+    DELETE FROM pgqueue.message m
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL
+       AND pgqueue._queue_lock(m.queue_id);
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_complete(bigint, integer) IS
+    'Complete (delete) a leased message; returns false and changes nothing if the attempts token is stale';

@@ -1,0 +1,55 @@
+-- Enqueue many messages in one statement; returns their ids in input order.
+CREATE FUNCTION pgqueue.message_create_batch(
+    p_queue         text,
+    p_contents      bytea[],
+    p_dequeue_at    bigint   DEFAULT NULL,
+    p_content_type  text     DEFAULT NULL,
+    p_dequeue_ats   bigint[] DEFAULT NULL,
+    p_content_types text[]   DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue;
+    v_now   bigint := pgqueue.to_epoch(now());
+    v_n     integer := cardinality(p_contents);
+BEGIN
+    IF p_contents IS NULL THEN
+        RAISE EXCEPTION 'p_contents must not be NULL'
+            USING ERRCODE = '22004',
+                  HINT = 'Pass an empty array to enqueue nothing.';
+    END IF;
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1 THEN
+        RAISE EXCEPTION 'batch arrays must be one-dimensional'
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_contents, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message content must not be NULL (element %)', array_position(p_contents, NULL)
+            USING ERRCODE = '22004',
+                  HINT = 'Send an empty bytea for an empty message.';
+    END IF;
+    IF cardinality(p_dequeue_ats) <> v_n OR cardinality(p_content_types) <> v_n THEN
+        RAISE EXCEPTION 'p_dequeue_ats and p_content_types must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    v_queue := pgqueue._queue_admit(p_queue, v_n);
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+    SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_now), v_now, u.content,
+           coalesce(u.content_type, p_content_type)
+      FROM unnest(p_contents, p_dequeue_ats, p_content_types)
+           WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
+     ORDER BY u.n
+    RETURNING id;
+    IF v_queue.notify THEN
+        PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[]) IS
+    'Enqueue many messages in one statement (all or none); per-message dequeue_ats/content_types override the scalars; returns ids in input order';

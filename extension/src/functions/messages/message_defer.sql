@@ -1,0 +1,29 @@
+-- Give a leased message back for later, keeping its row, attempts and (new) checkpoint state.
+CREATE FUNCTION pgqueue.message_defer(
+    p_id         bigint,
+    p_attempts   integer,
+    p_dequeue_at bigint,
+    p_state      bytea DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- the queue's lock stripe before the row lock (docs/locking.md)
+    PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
+    UPDATE pgqueue.message m
+       SET locked_until = NULL,
+           dequeue_at   = coalesce(p_dequeue_at, pgqueue.now_ms()),
+           state        = coalesce(p_state, m.state)
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL;
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_defer(bigint, integer, bigint, bytea) IS
+    'Release a leased message until p_dequeue_at (NULL = now), keeping attempts; p_state (if not NULL) replaces the checkpoint state; false if the token is stale';

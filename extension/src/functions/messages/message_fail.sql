@@ -1,0 +1,45 @@
+-- Report a failed attempt: retry after the queue's back-off, or dead-letter after max_attempts.
+CREATE FUNCTION pgqueue.message_fail(
+    p_id         bigint,
+    p_attempts   integer,
+    p_error      text,
+    p_dequeue_at bigint DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   bigint := pgqueue.now_ms();
+    v_queue pgqueue.queue;
+BEGIN
+    IF p_id IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts token'::text);
+    END IF;
+    -- the queue's lock stripe before the row lock (docs/locking.md)
+    PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
+    SELECT q.* INTO v_queue
+      FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+       AND m.claim_id IS NULL
+       FOR UPDATE OF m;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_queue.max_attempts IS NOT NULL AND p_attempts >= v_queue.max_attempts THEN
+        PERFORM pgqueue._dead_letter(p_id, p_error, v_now);
+    ELSE
+        UPDATE pgqueue.message m
+           SET locked_until = NULL,
+               dequeue_at   = coalesce(p_dequeue_at,
+                                       v_now + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
+                                                                   v_queue.retry_cap_ms)),
+               last_error   = p_error
+         WHERE m.id = p_id;
+    END IF;
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_fail(bigint, integer, text, bigint) IS
+    'Fail a leased message: retry after exponential back-off with jitter (or at p_dequeue_at), or move it to the dead letters once attempts reach max_attempts; false if the token is stale';

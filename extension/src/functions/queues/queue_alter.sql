@@ -1,0 +1,53 @@
+-- Change a queue's settings; NULL leaves a setting as it is, 0 clears max_attempts/max_size.
+CREATE FUNCTION pgqueue.queue_alter(
+    p_queue         text,
+    p_lock_ms       bigint  DEFAULT NULL,
+    p_max_attempts  integer DEFAULT NULL,
+    p_retry_base_ms bigint  DEFAULT NULL,
+    p_retry_cap_ms  bigint  DEFAULT NULL,
+    p_max_size      bigint  DEFAULT NULL,
+    p_notify        boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue;
+BEGIN
+    IF p_max_size IS NOT NULL THEN
+        -- A new cap must count every message, including those of producers still in flight:
+        -- wait for them on the queue's lock stripe before locking the queue row (the other
+        -- order deadlocks with a transaction that enqueued and then drops or alters), and
+        -- count with snapshots taken after that, which REPEATABLE READ cannot give.
+        PERFORM pgqueue._require_read_committed('queue_alter(p_max_size)');
+        SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+        IF FOUND THEN
+            PERFORM pgqueue._queue_quiesce(v_queue.id);
+        END IF;
+    END IF;
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    PERFORM pgqueue._check_queue_options(
+        coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
+        coalesce(p_retry_base_ms, v_queue.retry_base_ms),
+        coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
+    UPDATE pgqueue.queue q
+       SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),
+           max_attempts  = CASE WHEN p_max_attempts IS NULL THEN q.max_attempts
+                                ELSE nullif(p_max_attempts, 0) END,
+           retry_base_ms = coalesce(p_retry_base_ms, q.retry_base_ms),
+           retry_cap_ms  = coalesce(p_retry_cap_ms, q.retry_cap_ms),
+           max_size      = CASE WHEN p_max_size IS NULL THEN q.max_size
+                                ELSE nullif(p_max_size, 0) END,
+           notify        = coalesce(p_notify, q.notify)
+     WHERE q.id = v_queue.id;
+    IF p_max_size IS NOT NULL THEN
+        DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean) IS
+    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded';

@@ -1,0 +1,41 @@
+-- Acknowledge a consumer's claims up to p_up_to_seq: delete their messages; returns how many.
+--
+-- Idempotent: claims at or below the acknowledged position are gone already. Errors: 22023 if
+-- p_up_to_seq is beyond the consumer's last claim, PQ006 for an unknown consumer.
+CREATE FUNCTION pgqueue.spark_ack(p_queue text, p_consumer text, p_up_to_seq bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer pgqueue.spark_consumer;
+    v_claims   bigint[];
+    v_count    bigint;
+BEGIN
+    PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_enter(p_queue);
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, false);
+    IF p_up_to_seq >= v_consumer.next_seq THEN
+        RAISE EXCEPTION 'cannot acknowledge claim % of consumer "%": its last claim is %',
+                        p_up_to_seq, p_consumer, v_consumer.next_seq - 1
+            USING ERRCODE = '22023',
+                  HINT = 'Acknowledge only sequence numbers that pgqueue.spark_claim() returned.';
+    END IF;
+    IF p_up_to_seq <= v_consumer.acked_seq THEN
+        RETURN 0;
+    END IF;
+    v_claims := ARRAY(SELECT k.id FROM pgqueue.spark_claim k
+                       WHERE k.consumer_id = v_consumer.id AND k.seq <= p_up_to_seq
+                       ORDER BY k.seq);
+    DELETE FROM pgqueue.message m WHERE m.claim_id = ANY (v_claims);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
+    UPDATE pgqueue.spark_consumer c SET acked_seq = p_up_to_seq WHERE c.id = v_consumer.id;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_ack(text, text, bigint) IS
+    'Acknowledge a Spark consumer''s claims up to sequence number p_up_to_seq: delete their messages; idempotent; returns how many were deleted';

@@ -1,0 +1,87 @@
+-- Claim up to p_max_messages deliverable messages for a consumer; returns the claim's sequence number.
+--
+-- Takes expired leases first, then ready messages by (dequeue_at, id), as message_dequeue does,
+-- with FOR UPDATE SKIP LOCKED; p_max_id (if not NULL) leaves out messages with a larger id.
+-- A lease that ran out max_attempts times is dead-lettered, as by message_dequeue. Returns NULL
+-- and claims nothing when no message is due; creates the
+-- consumer if needed. Errors: 22023 (p_max_messages outside 1..1000000), PQ001/42602/22004.
+CREATE FUNCTION pgqueue.spark_claim(
+    p_queue        text,
+    p_consumer     text,
+    p_max_messages integer,
+    p_max_id       bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer pgqueue.spark_consumer;
+    v_now      bigint := pgqueue.now_ms();
+    v_dead     bigint;
+    v_ids      bigint[];
+    v_claim_id bigint;
+BEGIN
+    IF p_max_messages IS NULL OR p_max_messages < 1 OR p_max_messages > 1000000 THEN
+        RAISE EXCEPTION 'p_max_messages must be between 1 and 1000000, got %',
+                        coalesce(p_max_messages::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_enter(p_queue);
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+
+    IF v_queue.max_attempts IS NOT NULL THEN
+        FOR v_dead IN
+            SELECT m.id FROM pgqueue.message m
+             WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+               AND m.locked_until <= v_now AND m.attempts >= v_queue.max_attempts
+             ORDER BY m.locked_until, m.id
+             LIMIT 1000
+               FOR UPDATE SKIP LOCKED
+        LOOP
+            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
+        END LOOP;
+    END IF;
+
+    v_ids := ARRAY(
+        SELECT c.id FROM (
+            SELECT e.id FROM (
+                SELECT m.id FROM pgqueue.message m
+                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+                   AND m.locked_until <= v_now
+                   AND (v_queue.max_attempts IS NULL OR m.attempts < v_queue.max_attempts)
+                   AND (p_max_id IS NULL OR m.id <= p_max_id)
+                 ORDER BY m.locked_until, m.id
+                 LIMIT p_max_messages
+                   FOR UPDATE SKIP LOCKED) e
+            UNION ALL
+            SELECT r.id FROM (
+                SELECT m.id FROM pgqueue.message m
+                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
+                   AND m.dequeue_at <= v_now
+                   AND (p_max_id IS NULL OR m.id <= p_max_id)
+                 ORDER BY m.dequeue_at, m.id
+                 LIMIT p_max_messages
+                   FOR UPDATE SKIP LOCKED) r
+        ) c
+        LIMIT p_max_messages);
+    IF cardinality(v_ids) = 0 THEN
+        RETURN NULL;
+    END IF;
+
+    v_claim_id := nextval('pgqueue.spark_claim_id_seq');
+    UPDATE pgqueue.message m
+       SET locked_until = pgqueue._spark_claimed_until(), attempts = m.attempts + 1,
+           claim_id = v_claim_id
+     WHERE m.id = ANY (v_ids);
+    INSERT INTO pgqueue.spark_claim (id, consumer_id, seq, n, min_id, max_id, claimed_at)
+    SELECT v_claim_id, v_consumer.id, v_consumer.next_seq, cardinality(v_ids), min(u.id), max(u.id), v_now
+      FROM unnest(v_ids) AS u(id);
+    UPDATE pgqueue.spark_consumer c SET next_seq = c.next_seq + 1 WHERE c.id = v_consumer.id;
+    RETURN v_consumer.next_seq;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint) IS
+    'Claim up to p_max_messages deliverable messages (id <= p_max_id if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';

@@ -1,0 +1,38 @@
+-- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id.
+CREATE FUNCTION pgqueue.spark_claimed(
+    p_queue     text,
+    p_consumer  text,
+    p_after_seq bigint,
+    p_up_to_seq bigint,
+    p_min_id    bigint DEFAULT NULL,
+    p_max_id    bigint DEFAULT NULL)
+RETURNS TABLE (id bigint, claim_seq bigint, content bytea, content_type text, attempts integer,
+               dequeue_at bigint, created_at bigint, state bytea, last_error text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_claim record;
+BEGIN
+    -- one bounded range scan of message_claim_idx per claim
+    FOR v_claim IN
+        SELECT k.id, k.seq FROM pgqueue.spark_claim k
+         WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
+           AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
+         ORDER BY k.seq
+    LOOP
+        RETURN QUERY
+        SELECT m.id, v_claim.seq, m.content, m.content_type, m.attempts, m.dequeue_at,
+               m.created_at, m.state, m.last_error
+          FROM pgqueue.message m
+         WHERE m.claim_id = v_claim.id
+           AND m.id >= coalesce(p_min_id, -9223372036854775808)
+           AND m.id <= coalesce(p_max_id, 9223372036854775807)
+         ORDER BY m.id;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_claimed(text, text, bigint, bigint, bigint, bigint) IS
+    'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing';

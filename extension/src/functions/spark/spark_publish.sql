@@ -1,0 +1,107 @@
+-- Move the staged rows of the winning task attempts into a queue, once per publish key.
+--
+-- p_partitions[i] won with attempt p_attempts[i], which staged p_counts[i] rows. All rows go in
+-- one statement through pgqueue._queue_admit (the queue's lock stripe, max_size, then NOTIFY),
+-- as message_create_batch; ids follow (partition, row) order. The write's staging rows (losers
+-- too) are deleted. Returns how many were published, NULL if the key was published before
+-- (then only the staging rows are deleted). Errors: 22004/22023 for bad arrays, PQ007 if the
+-- staged rows differ from p_counts, PQ003 if the queue is full, PQ001 if it does not exist.
+CREATE FUNCTION pgqueue.spark_publish(
+    p_publish_key text,
+    p_queue       text,
+    p_write_id    uuid,
+    p_partitions  integer[],
+    p_attempts    bigint[],
+    p_counts      bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue   pgqueue.queue;
+    v_now     bigint := pgqueue.to_epoch(now());
+    v_clock   bigint := pgqueue.now_ms();
+    v_count   bigint;
+    v_bad     record;
+BEGIN
+    PERFORM pgqueue._not_null(p_publish_key IS NULL, 'p_publish_key'::text);
+    IF length(p_publish_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'p_publish_key must have 1 to 200 characters, got %', length(p_publish_key)
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pgqueue._not_null(p_write_id IS NULL, 'p_write_id'::text);
+    PERFORM pgqueue._not_null(p_partitions IS NULL, 'p_partitions'::text);
+    PERFORM pgqueue._not_null(p_attempts IS NULL, 'p_attempts'::text);
+    PERFORM pgqueue._not_null(p_counts IS NULL, 'p_counts'::text);
+    IF array_ndims(p_partitions) > 1 OR array_ndims(p_attempts) > 1 OR array_ndims(p_counts) > 1
+       OR cardinality(p_attempts) <> cardinality(p_partitions)
+       OR cardinality(p_counts) <> cardinality(p_partitions) THEN
+        RAISE EXCEPTION 'p_partitions, p_attempts and p_counts must be one-dimensional and of the same length'
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_partitions, NULL) IS NOT NULL OR array_position(p_attempts, NULL) IS NOT NULL
+       OR array_position(p_counts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_partitions, p_attempts and p_counts must not contain NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    IF (SELECT count(DISTINCT u.p) FROM unnest(p_partitions) AS u(p)) <> cardinality(p_partitions) THEN
+        RAISE EXCEPTION 'each partition must have exactly one winning attempt'
+            USING ERRCODE = '22023';
+    END IF;
+    v_queue := pgqueue._queue_get(p_queue);
+
+    IF EXISTS (SELECT 1 FROM pgqueue.spark_publish_log l WHERE l.publish_key = p_publish_key) THEN
+        DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+        RETURN NULL;
+    END IF;
+
+    SELECT w.p AS partition, w.a AS attempt, w.c AS expected,
+           (SELECT count(*) FROM pgqueue.spark_staging s
+             WHERE s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a) AS staged
+      INTO v_bad
+      FROM unnest(p_partitions, p_attempts, p_counts) AS w(p, a, c)
+     WHERE w.c <> (SELECT count(*) FROM pgqueue.spark_staging s
+                    WHERE s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'partition % attempt % of write % staged % row(s), expected %',
+                        v_bad.partition, v_bad.attempt, p_write_id, v_bad.staged, v_bad.expected
+            USING ERRCODE = 'PQ007',
+                  HINT = 'The staging rows were deleted or never committed: run the write again.';
+    END IF;
+    v_count := (SELECT coalesce(sum(u.c), 0) FROM unnest(p_counts) AS u(c));
+
+    -- a concurrent publish of the same key waits here and then finds it taken
+    INSERT INTO pgqueue.spark_publish_log (publish_key, write_id, queue_id, n, published_at)
+    VALUES (p_publish_key, p_write_id, v_queue.id, v_count, v_clock)
+    ON CONFLICT (publish_key) DO NOTHING;
+    IF NOT FOUND THEN
+        DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+        RETURN NULL;
+    END IF;
+
+    v_queue := pgqueue._queue_admit(p_queue, v_count);
+    IF v_count > 0 THEN
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        SELECT v_queue.id,
+               coalesce(s.dequeue_at,
+                        v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
+                                       THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
+                        v_now),
+               v_now,
+               s.content, s.content_type
+          FROM unnest(p_partitions, p_attempts) AS w(p, a)
+          JOIN pgqueue.spark_staging s
+            ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+         ORDER BY w.p, s.n;
+        IF v_queue.notify THEN
+            PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+        END IF;
+    END IF;
+    DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+    RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_publish(text, text, uuid, integer[], bigint[], bigint[]) IS
+    'Publish the staged rows of the winning Spark task attempts into a queue in one transaction, once per publish key (NULL if already published), and delete the write''s staging rows; returns how many';

@@ -1,0 +1,95 @@
+-- Refuse to install into a schema that another role owns, that others may create objects in,
+-- or that holds objects pgqueue did not create (PQ008). PostgreSQL creates the schema of
+-- `CREATE EXTENSION pgqueue` (control file: schema = pgqueue) only when it is missing and
+-- otherwise installs into whatever is there; a role that made the schema first could plant an
+-- overload of a function pgqueue calls and have it run with the installer's rights. The same
+-- holds for pg_restore into a database where such a schema was made before the restore: the
+-- restore fails here, loudly. Runs first in the full install script, the plain install and
+-- every upgrade delta (docs/security.md, "The schema").
+--   extension: the schema's owner must be the extension's owner, and every object in the
+--              schema a member of the extension;
+--   plain:     the schema's owner must be the installing role, and every object in the schema
+--              owned by it.
+DO $$
+DECLARE
+    v_ns      oid;
+    v_owner   oid;
+    v_me      oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user);
+    v_ext     oid;
+    v_extown  oid;
+    v_foreign text;
+BEGIN
+    SELECT n.oid, n.nspowner INTO v_ns, v_owner
+      FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue';
+    SELECT e.oid, e.extowner INTO v_ext, v_extown
+      FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue';
+    IF v_ns IS NULL THEN
+        RAISE EXCEPTION 'schema pgqueue does not exist' USING ERRCODE = 'PQ008';
+    END IF;
+    IF v_owner <> coalesce(v_extown, v_me) THEN
+        RAISE EXCEPTION 'schema pgqueue is owned by role %, not by %, who installs pgqueue',
+                        pg_catalog.pg_get_userbyid(v_owner),
+                        pg_catalog.pg_get_userbyid(coalesce(v_extown, v_me))
+            USING ERRCODE = 'PQ008',
+                  HINT = 'pgqueue never installs into a schema someone else made: drop that schema '
+                         '(after checking what it holds) or install as its owner.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+                WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner) THEN
+        RAISE EXCEPTION 'roles other than its owner may create objects in schema pgqueue'
+            USING ERRCODE = 'PQ008',
+                  HINT = 'REVOKE CREATE ON SCHEMA pgqueue FROM PUBLIC (and every other grantee), then retry.';
+    END IF;
+    SELECT pg_catalog.string_agg(o.what, ', ' ORDER BY o.what) INTO v_foreign
+      FROM (SELECT pg_catalog.pg_describe_object(o.classid, o.objid, 0) AS what, o.classid, o.objid, o.owner
+              FROM (SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid, c.relowner AS owner
+                      FROM pg_catalog.pg_class c
+                     WHERE c.relnamespace = v_ns AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid, p.proowner
+                      FROM pg_catalog.pg_proc p WHERE p.pronamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, t.typowner
+                      FROM pg_catalog.pg_type t
+                     WHERE t.typnamespace = v_ns
+                       AND (t.typrelid = 0 OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid) = 'c')
+                       AND NOT EXISTS (SELECT FROM pg_catalog.pg_type e WHERE e.typarray = t.oid)
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, o.oprowner
+                      FROM pg_catalog.pg_operator o WHERE o.oprnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, c.oid, c.collowner
+                      FROM pg_catalog.pg_collation c WHERE c.collnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_conversion'::pg_catalog.regclass, c.oid, c.conowner
+                      FROM pg_catalog.pg_conversion c WHERE c.connamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, f.oid, f.opfowner
+                      FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_ts_config'::pg_catalog.regclass, c.oid, c.cfgowner
+                      FROM pg_catalog.pg_ts_config c WHERE c.cfgnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_ts_dict'::pg_catalog.regclass, d.oid, d.dictowner
+                      FROM pg_catalog.pg_ts_dict d WHERE d.dictnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, s.oid, s.stxowner
+                      FROM pg_catalog.pg_statistic_ext s WHERE s.stxnamespace = v_ns
+                    UNION ALL
+                    SELECT 'pg_catalog.pg_extension'::pg_catalog.regclass, e.oid, e.extowner
+                      FROM pg_catalog.pg_extension e
+                     WHERE e.extnamespace = v_ns AND e.oid IS DISTINCT FROM v_ext) o) o
+     WHERE CASE WHEN v_ext IS NOT NULL
+                THEN NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                                  WHERE d.classid = o.classid AND d.objid = o.objid
+                                    AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                                    AND d.refobjid = v_ext AND d.deptype = 'e')
+                ELSE o.owner <> v_owner END;
+    IF v_foreign IS NOT NULL THEN
+        RAISE EXCEPTION 'schema pgqueue holds objects pgqueue did not create: %', pg_catalog.left(v_foreign, 500)
+            USING ERRCODE = 'PQ008',
+                  HINT = 'Someone else put them there: find out who before anything runs them, then '
+                         'drop them (or the schema) and retry.';
+    END IF;
+END;
+$$;

@@ -1,0 +1,24 @@
+CREATE SEQUENCE pgqueue.queue_id_seq AS integer;
+
+-- One row per queue, with the queue's settings.
+CREATE TABLE pgqueue.queue (
+    id            integer     NOT NULL DEFAULT pg_catalog.nextval('pgqueue.queue_id_seq'),
+    name          text        NOT NULL,
+    lock_ms       bigint      NOT NULL DEFAULT 30000,
+    max_attempts  integer,
+    retry_base_ms bigint      NOT NULL DEFAULT 1000,
+    retry_cap_ms  bigint      NOT NULL DEFAULT 3600000,
+    max_size      bigint,
+    notify        boolean     NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT queue_pkey PRIMARY KEY (id),
+    CONSTRAINT queue_name_key UNIQUE (name),
+    CONSTRAINT queue_name_check CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$'),
+    CONSTRAINT queue_lock_ms_check CHECK (lock_ms > 0),
+    CONSTRAINT queue_max_attempts_check CHECK (max_attempts IS NULL OR max_attempts > 0),
+    CONSTRAINT queue_retry_check CHECK (retry_base_ms >= 0 AND retry_cap_ms >= retry_base_ms),
+    CONSTRAINT queue_max_size_check CHECK (max_size IS NULL OR max_size > 0)
+);
+ALTER SEQUENCE pgqueue.queue_id_seq OWNED BY pgqueue.queue.id;
+
+COMMENT ON TABLE pgqueue.queue IS 'pgqueue: one row per queue with its settings; change it with queue_create/queue_alter/queue_drop';
