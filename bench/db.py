@@ -43,20 +43,23 @@ BENCH_QUEUES: dict[str, dict[str, Any]] = {
 
 
 def find_pgbench() -> str:
-    """Return the pgbench executable: $PGBENCH, then PATH, then pg_config --bindir."""
+    """Return the pgbench executable: $PGBENCH, then PATH, then the server's bindir (the
+    pg_config that scripts/find-pg-config finds)."""
     env = os.environ.get("PGBENCH")
     if env:
         return env
     found = shutil.which("pgbench")
     if found:
         return found
+    finder = Path(__file__).resolve().parents[1] / "scripts" / "find-pg-config"
     try:
-        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
+        pg_config = subprocess.run([str(finder)], capture_output=True, text=True, check=True).stdout.strip()
+        bindir = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
                                 check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        bindir = "/usr/lib/postgresql/15/bin"
+        bindir = ""
     candidate = os.path.join(bindir, "pgbench")
-    if os.path.exists(candidate):
+    if bindir and os.path.exists(candidate):
         return candidate
     raise RuntimeError("pgbench not found: install postgresql-client or set PGBENCH")
 

@@ -8,10 +8,17 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
+# The server's pg_config (scripts/find-pg-config says which) tells where its programs, PGXS
+# and extension files are; without one, install PostgreSQL 15 from Debian.
 need_apt=()
-[ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql-15)
-[ -f /usr/lib/postgresql/15/lib/pgxs/src/makefiles/pgxs.mk ] || need_apt+=(postgresql-server-dev-15)
-[ -f /usr/share/postgresql/15/extension/pgtap.control ] || need_apt+=(postgresql-15-pgtap)
+pg_config=$(scripts/find-pg-config 2>/dev/null || true)
+if [ -z "$pg_config" ]; then
+    need_apt+=(postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap)
+else
+    [ -x "$("$pg_config" --bindir)/postgres" ] || need_apt+=(postgresql-15)
+    [ -f "$("$pg_config" --pgxs)" ] || need_apt+=(postgresql-server-dev-15)
+    [ -f "$("$pg_config" --sharedir)/extension/pgtap.control" ] || need_apt+=(postgresql-15-pgtap)
+fi
 command -v pg_prove >/dev/null || need_apt+=(libtap-parser-sourcehandler-pgtap-perl)
 command -v make >/dev/null || need_apt+=(make)
 command -v setpriv >/dev/null || need_apt+=(util-linux)
@@ -26,8 +33,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # The extension goes into the server that pg_config names.
-make -s install PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null 2>&1 \
-    || $SUDO make -s install PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+pg_config=$(scripts/find-pg-config)
+make -s install PG_CONFIG="$pg_config" >/dev/null 2>&1 || $SUDO make -s install PG_CONFIG="$pg_config"
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

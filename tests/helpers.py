@@ -3,14 +3,34 @@ plans of the statements that run inside pgqueue's functions (auto_explain)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 Row = tuple[Any, ...]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def server_pg_config() -> str:
+    """Return the path of the server's pg_config, as scripts/find-pg-config finds it."""
+    out = subprocess.run([str(REPO / "scripts" / "find-pg-config")], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@functools.cache
+def pg_bindir() -> Path:
+    """Return the directory of the server's programs (pg_ctl, pg_dump, pgbench): pg_config --bindir."""
+    out = subprocess.run([server_pg_config(), "--bindir"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
 
 #: Every table of the extension and the columns that identify a row, for snapshots.
 TABLES: dict[str, str] = {

@@ -13,9 +13,9 @@ import pytest
 from psycopg import sql
 
 from conftest import Server, admin_execute, drop_database
-from helpers import snapshot
+from helpers import pg_bindir, snapshot
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+BIN = pg_bindir()
 HOUR = 3_600_000
 Conn = psycopg.Connection[Any]
 

@@ -30,7 +30,6 @@ How each test would fail if its promise broke:
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 import time
@@ -44,7 +43,7 @@ import pytest
 from psycopg import sql
 
 import soak
-from helpers import snapshot
+from helpers import pg_bindir, snapshot
 from pgqueue.embedded import EmbeddedPostgres
 
 Conn = psycopg.Connection[Any]
@@ -59,12 +58,7 @@ def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
 
 
 def bindir() -> Path:
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
-        if out.returncode == 0 and (Path(out.stdout.strip()) / "pg_ctl").exists():
-            return Path(out.stdout.strip())
-    return Path("/usr/lib/postgresql/15/bin")
+    return pg_bindir()
 
 
 # -- 1. a client connection terminated inside its transaction -----------------------------------

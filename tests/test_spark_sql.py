@@ -17,11 +17,11 @@ import pytest
 from psycopg import sql
 
 from conftest import Server, admin_execute, create_database, drop_database
-from helpers import PlanCapture, index_names, plan_violations, snapshot, sqlstate_of
+from helpers import PlanCapture, index_names, pg_bindir, plan_violations, snapshot, sqlstate_of
 
 Conn = psycopg.Connection[Any]
 CLAIMED_UNTIL = 253402300799999
-BIN = Path("/usr/lib/postgresql/15/bin")
+BIN = pg_bindir()
 
 
 def one(conn: Conn, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 
 from conftest import REPO, Server, create_database, drop_database
+from helpers import server_pg_config
 
 
 def _tail(path: Path, limit: int = 20000) -> str:
@@ -17,7 +18,7 @@ def _tail(path: Path, limit: int = 20000) -> str:
 
 def test_pg_regress_and_isolation(pg_server: Server) -> None:
     proc = subprocess.run(
-        ["make", "-s", "installcheck", "PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config"],
+        ["make", "-s", "installcheck", f"PG_CONFIG={server_pg_config()}"],
         cwd=REPO, env=pg_server.libpq_env(), capture_output=True, text=True, check=False,
     )
     report = proc.stdout + proc.stderr + _tail(REPO / "regression.diffs") + _tail(REPO / "output_iso" / "regression.diffs")
