@@ -321,7 +321,8 @@ def _machine(w: Any, results: dict[str, Any]) -> None:
     w("Without `--dsn` the suite starts its own server with the settings above "
       "(`bench/config.py`, BENCH_SETTINGS); `--dsn` runs against an existing server (it needs a role that "
       "can create databases, and the extension installed). Raw results are saved as JSON "
-      f"(`{meta['json']}`); `--render FILE.json` re-renders this report from them.")
+      f"(`{meta['json']}`, not committed: git ignores it); `--render FILE.json` re-renders this report "
+      "from them.")
     w("")
 
 
@@ -589,13 +590,14 @@ def _stats(w: Any, results: dict[str, Any]) -> None:
 
 
 def _spark(w: Any) -> None:
-    """Enqueue throughput from Spark (issue 5), measured by pgqueue.spark.bench on its own."""
+    """Enqueue throughput from Spark (issue 5), measured by bench/spark.py on its own."""
     path = Path(__file__).resolve().parent / "results" / "spark.json"
     w("## Spark: enqueue throughput from a DataFrame")
     w("")
     if not path.exists():
-        w("Not measured yet: run `.venv/bin/python -m pgqueue.spark.bench --rows 1000000 "
-          "--json bench/results/spark.json`, then `pgqueue bench --render bench/results/benchmarks.json`.")
+        w("Not measured yet: run `.venv/bin/python -m bench.spark --rows 1000000 "
+          "--json bench/results/spark.json`, then `pgqueue bench` (or `--render` of the last run's "
+          "bench/results/benchmarks.json, which stays on the machine that ran it).")
         w("")
         return
     data = json.loads(path.read_text())

@@ -46,6 +46,11 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
         assert heading in text
     results = json.loads(out.with_suffix(".json").read_text())
     assert set(SECTIONS) <= set(results)
+    # --render rebuilds the same page from a run's JSON (the repository keeps the page, not the JSON)
+    again = tmp_path / "again" / "benchmarks.md"
+    rendered = _bench("--render", str(out.with_suffix(".json")), "--out", str(again), timeout=120)
+    assert rendered.returncode == 0, rendered.stderr[-4000:]
+    assert again.read_text() == text
     assert not results["errors"]
     assert results["workflows"]["ok"]
     assert all(r["ok"] for r in results["churn"].values())

@@ -7,7 +7,7 @@ These tests fail (never skip) when pyspark or Java is missing."""
 
 from __future__ import annotations
 
-import time
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -306,7 +306,10 @@ def test_example_pipeline(spark: Any, dsn: str) -> None:
 
 
 def test_benchmark_smoke(spark: Any, dsn: str) -> None:
-    from pgqueue.spark.bench import measure
+    repo = str(Path(__file__).resolve().parents[1])
+    if repo not in sys.path:  # the benchmark lives in the repository's bench/, not in the package
+        sys.path.insert(0, repo)
+    from bench.spark import measure
 
     results = measure(spark, dsn, 2000, [1, 2], mode="job")
     assert [(r.rows, r.partitions) for r in results] == [(2000, 1), (2000, 2)]

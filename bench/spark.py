@@ -1,9 +1,9 @@
 """Measure enqueue throughput from Spark: N rows written into a queue with 1 and with 2 partitions.
 
-Run it (a throwaway PostgreSQL is started when no DSN is given)::
+Run it from the repository's root (a throwaway PostgreSQL is started when no DSN is given)::
 
-    python -m pgqueue.spark.bench --rows 1000000
-    python -m pgqueue.spark.bench --rows 200000 --mode job --dsn "host=... dbname=..."
+    python -m bench.spark --rows 1000000
+    python -m bench.spark --rows 200000 --mode job --dsn "host=... dbname=..."
 
 After an untimed warm-up write, each run writes the same DataFrame (cached and counted first, so
 that generating the rows is not timed) into an empty queue with ``df.write.format("pgqueue")`` and prints messages per second.
@@ -108,7 +108,7 @@ def _session(cores: int) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark from the command line and print one line per partition count."""
-    parser = argparse.ArgumentParser(prog="python -m pgqueue.spark.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="messages per write (default 1000000)")
     parser.add_argument("--partitions", default="1,2", help="comma-separated partition counts (default 1,2)")
     parser.add_argument("--mode", choices=("task", "job"), default="task", help="commitMode (default task)")
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{r.rows:>10} {r.partitions:>10} {r.mode:>5} {r.seconds:>8.2f} {r.per_second:>11,.0f}")
     if args.json:
         saved = {
-            "command": "python -m pgqueue.spark.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m bench.spark " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load_end": os.getloadavg()[0],
             "results": [{"rows": r.rows, "partitions": r.partitions, "mode": r.mode,
