@@ -40,11 +40,19 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 stamp=.venv/.requirements.sha
-want=$(cat python/requirements-dev.txt python/pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat python/requirements-dev.txt python/pyproject.toml python/pgqueue/_version.py | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/pip install -q --disable-pip-version-check --upgrade -r python/requirements-dev.txt
-    # Our package comes from python/ in this repository, never from the registry.
-    .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e ./python
+    # Our package comes from python/ in this repository, never from the registry (the PyPI
+    # project named `pgqueue` is someone else's; ours is pgqueue-sql). Drop the editable install
+    # of the name it had before 0.4, then install in compat mode: a .pth path entry that mypy
+    # and Spark's data-source discovery can follow, where the default editable finder hides
+    # the package from both.
+    if .venv/bin/pip show -q pgqueue >/dev/null 2>&1; then
+        .venv/bin/pip uninstall -q -y pgqueue
+    fi
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+        --config-settings editable_mode=compat -e ./python
     echo "$want" > "$stamp"
 fi
 

@@ -15,12 +15,12 @@ See :class:`Queue` (sync), :class:`AsyncQueue` (asyncio) and :mod:`pgqueue.error
 from __future__ import annotations
 
 from pgqueue import errors
+from pgqueue._version import __version__
 from pgqueue.async_client import AsyncQueue
 from pgqueue.client import Queue
+from pgqueue.compat import check_server
 from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
 from pgqueue.worker import Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncQueue",
@@ -31,5 +31,6 @@ __all__ = [
     "QueueStats",
     "Worker",
     "__version__",
+    "check_server",
     "errors",
 ]

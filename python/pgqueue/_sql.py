@@ -132,3 +132,12 @@ def listen_statement(queue: str) -> sql.Composed:
 def unlisten_statement(queue: str) -> sql.Composed:
     """Return ``UNLISTEN "pgqueue.<queue>"`` for a queue."""
     return sql.SQL("UNLISTEN {}").format(sql.Identifier(channel_name(queue)))
+
+# The version of pgqueue in the database: an extension records it in pg_extension, a plain
+# (non-extension) install in its table pgqueue.install, read only when that table exists.
+SERVER_VERSION: Final[LiteralString] = (
+    "SELECT (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue'), "
+    "pg_catalog.to_regclass('pgqueue.install') IS NOT NULL"
+)
+
+PLAIN_INSTALL_VERSIONS: Final[LiteralString] = "SELECT version FROM pgqueue.install"

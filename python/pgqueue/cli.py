@@ -9,8 +9,6 @@ reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for 
 from __future__ import annotations
 
 import argparse
-import importlib
-from pathlib import Path
 import base64
 import importlib
 import inspect
@@ -22,12 +20,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 import psycopg
 
-from pgqueue import __version__
+from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue.client import Queue, all_stats, list_queues
+from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
     ExtensionNotInstalled,
@@ -80,12 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if args.version:
+            return _print_version(args, sys.stdout)
         if not hasattr(args, "run"):
             parser.print_help(sys.stderr)
             return 2
         run: Callable[[argparse.Namespace], int] = args.run
         return run(args)
-    except SystemExit as exc:  # --help, --version
+    except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
         _error(str(exc), prefix=False)
@@ -155,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog=PROG, parents=[common], description=(
         "pgqueue: a message queue inside PostgreSQL. Start with `pgqueue demo`."))
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="store_true",
+                        help="print the client's version and, if a database is reachable (--dsn, "
+                             f"${DSN_ENV} or the libpq PG* environment), the database's, then exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
 
     def command(name: str, run: Callable[[argparse.Namespace], int] | None, help: str,
@@ -312,8 +316,12 @@ def resolve_dsn(args: argparse.Namespace) -> str:
 
 
 @contextmanager
-def connect(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """Open an autocommit connection, reporting a bad DSN or an unreachable server clearly."""
+def connect(dsn: str, *, check: bool = True) -> Iterator[psycopg.Connection[Any]]:
+    """Open an autocommit connection, reporting a bad DSN or an unreachable server clearly.
+
+    With ``check`` (the default) the database's pgqueue must match this client's version
+    (:func:`pgqueue.check_server`); ``pgqueue install`` connects without the check.
+    """
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.ProgrammingError as exc:
@@ -321,7 +329,30 @@ def connect(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     except psycopg.OperationalError as exc:
         raise UserError(f"cannot connect to the database: {_one_line(str(exc))}") from exc
     with conn:
+        if check:
+            check_server(conn)
         yield conn
+
+
+def _print_version(args: argparse.Namespace, out: TextIO) -> int:
+    """Print the client's version, then the database's when one is reachable; return 0."""
+    print(f"{PROG} {__version__} ({DISTRIBUTION})", file=out)
+    dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""  # "": libpq's PG* defaults
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
+            installed = server_pgqueue(conn)
+    except (psycopg.Error, PgQueueError) as exc:
+        print(f"database: not connected ({_one_line(str(exc)) or type(exc).__name__})", file=out)
+        return 0
+    if installed is None:
+        print(f"database: pgqueue not installed in {where}", file=out)
+        return 0
+    print(f"database: pgqueue {installed.version} ({installed.kind}) in {where}", file=out)
+    mismatch = version_mismatch(installed)
+    if mismatch is not None:
+        print(f"database: {mismatch.message}", file=out)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -436,10 +467,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _run_bench(bench_args: list[str]) -> int:
-    """Run the repository's benchmark suite, which lives beside python/ rather than in the package."""
-    repo = Path(__file__).resolve().parents[2]
-    if not (repo / "bench" / "cli.py").is_file():
-        raise UserError("`pgqueue bench` runs from a clone of the pgqueue repository (bench/ not found)")
+    """Run the repository's benchmark suite, which lives beside python/ rather than in the package.
+
+    It is found beside an editable install of the package, or in the current directory.
+    """
+    for repo in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (repo / "bench" / "cli.py").is_file():
+            break
+    else:
+        raise UserError("the benchmark suite is not part of the installed package: in a clone of the "
+                        "pgqueue repository, run `python -m bench` (or `pgqueue bench` there)")
     os.chdir(repo)
     sys.path.insert(0, str(repo))
     bench_cli = importlib.import_module("bench.cli")
@@ -453,7 +490,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args)) as conn:
+    with connect(resolve_dsn(args), check=False) as conn:
         before = _extension_version(conn)
         if before is not None:
             print(f"pgqueue {before} is already installed in database {conn.info.dbname}")

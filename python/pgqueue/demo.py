@@ -41,6 +41,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from pgqueue.client import Queue
+from pgqueue.compat import check_server, server_pgqueue
 from pgqueue.message import Message
 from pgqueue.worker import Result, Worker
 
@@ -201,11 +202,22 @@ def database(dsn: str | None, out: TextIO) -> Iterator[str]:
         _install_extension(dsn, out)
         yield dsn
         return
-    from pgqueue.embedded import EmbeddedPostgres
+    from pgqueue.cli import UserError, _one_line
+    from pgqueue.embedded import EmbeddedPostgres, EmbeddedUnavailable, check_available
 
+    own = "or run the demo on your own database with --dsn DSN"
+    try:
+        check_available()
+    except EmbeddedUnavailable as exc:
+        raise UserError(f"{exc}; {own}") from exc
     print("Starting a throwaway PostgreSQL server (use --dsn or PGQUEUE_DSN for your own)...",
           file=out, flush=True)
-    with EmbeddedPostgres() as pg:
+    server = EmbeddedPostgres()
+    try:
+        server.start()
+    except RuntimeError as exc:  # no initdb on this machine, or it failed
+        raise UserError(f"cannot start a throwaway PostgreSQL: {_one_line(str(exc))}; {own}") from exc
+    with server as pg:
         _install_extension(pg.dsn(), out)
         yield pg.dsn()
     print("Stopped the throwaway server.", file=out)
@@ -215,13 +227,13 @@ def _install_extension(dsn: str, out: TextIO) -> None:
     from pgqueue.cli import MAKE_INSTALL_HINT, UserError
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pgqueue'").fetchone():
-            return
-        try:
-            conn.execute("CREATE EXTENSION pgqueue")
-        except psycopg.errors.UndefinedFile as exc:
-            raise UserError(f"the pgqueue extension is not available on the server: {MAKE_INSTALL_HINT}") from exc
-        print(f"Installed the pgqueue extension in database {conn.info.dbname}.", file=out)
+        if server_pgqueue(conn) is None:
+            try:
+                conn.execute("CREATE EXTENSION pgqueue")
+            except psycopg.errors.UndefinedFile as exc:
+                raise UserError(f"the pgqueue extension is not available on the server: {MAKE_INSTALL_HINT}") from exc
+            print(f"Installed the pgqueue extension in database {conn.info.dbname}.", file=out)
+        check_server(conn)
 
 
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:

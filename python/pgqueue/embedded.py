@@ -1,4 +1,9 @@
-"""A throwaway PostgreSQL server for the demo and the test suite.
+"""The throwaway PostgreSQL server that ``pgqueue demo`` runs on when it is given no database.
+
+It needs the ``embedded`` extra (``pip install 'pgqueue-sql[embedded]'``: ``testing.postgresql``)
+and PostgreSQL's server programs (``initdb``, ``postgres``) on the machine; the package works
+without both. The repository's test suite, benchmarks and examples start their servers with it
+too, so that there is one way to do it.
 
 Wraps ``testing.postgresql`` so that it also works when run as root: PostgreSQL refuses to
 run as root, so the data directory is handed to an unprivileged user (``postgres`` unless
@@ -14,6 +19,13 @@ import shutil
 import subprocess
 from types import TracebackType
 from typing import Any
+
+__all__ = ["FAST_SETTINGS", "EmbeddedPostgres", "EmbeddedUnavailable", "check_available"]
+
+
+class EmbeddedUnavailable(RuntimeError):
+    """The throwaway server cannot be started here: the extra or setpriv is missing."""
+
 
 #: Server settings for a fast throwaway cluster: durability off, it is thrown away anyway.
 FAST_SETTINGS: dict[str, str] = {
@@ -41,19 +53,27 @@ def _drop_privileges(user: str | None, argv: list[str]) -> list[str]:
 
 def _chown_tree(path: str, user: str) -> None:
     entry = pwd.getpwnam(user)
-    for root, dirs, files in os.walk(path):
+    for root, _dirs, files in os.walk(path):
         os.chown(root, entry.pw_uid, entry.pw_gid)
         for name in files:
             os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
 
 
-def _make_server_class() -> Any:
+def check_available() -> None:
+    """Raise EmbeddedUnavailable, saying what to install, if no server can be started here."""
     try:
-        import testing.postgresql as tp
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise RuntimeError(
-            "the embedded server needs testing.postgresql: pip install 'pgqueue[embedded]'"
+        import testing.postgresql  # noqa: F401
+    except ImportError as exc:
+        raise EmbeddedUnavailable(
+            "the throwaway server needs the embedded extra: pip install 'pgqueue-sql[embedded]'"
         ) from exc
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        raise EmbeddedUnavailable("running as root needs setpriv (util-linux) to start PostgreSQL")
+
+
+def _make_server_class() -> Any:
+    check_available()
+    import testing.postgresql as tp
 
     class _Server(tp.Postgresql):  # type: ignore[misc]
         run_as: str | None = None
@@ -88,7 +108,8 @@ class EmbeddedPostgres:
         with EmbeddedPostgres() as pg:
             psycopg.connect(pg.dsn())
 
-    Raises RuntimeError when the server cannot be started (the reason is in the message).
+    Raises EmbeddedUnavailable when it cannot be started here (the embedded extra or setpriv is
+    missing), RuntimeError when the server fails to start (the reason is in the message).
     """
 
     def __init__(self, *, settings: dict[str, str] | None = None, boot_timeout: float = 60.0) -> None:
@@ -101,8 +122,6 @@ class EmbeddedPostgres:
         """Start the server (idempotent) and return self."""
         if self._server is not None:
             return self
-        if os.geteuid() == 0 and shutil.which("setpriv") is None:
-            raise RuntimeError("running as root needs setpriv (util-linux) to start PostgreSQL")
         cls = _make_server_class()
         cls.run_as = _unprivileged_user()
         args = " ".join(f"-c {k}={v}" for k, v in self._settings.items())
@@ -138,11 +157,6 @@ class EmbeddedPostgres:
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """Return a libpq connection string for a database of this server."""
         return f"host=127.0.0.1 port={self.port} user={user} dbname={dbname}"
-
-    def log(self) -> str:
-        """Return the server log so far."""
-        self._require()
-        return str(self._server.read_bootlog())
 
     def stop(self) -> None:
         """Stop the server and delete its directory."""

@@ -17,6 +17,7 @@ StagedRowsMissing        PQ007                  a Spark publish finds staged row
 InvalidQueueName         42602                  the name breaks the queue-name rule
 InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema or functions are missing
+VersionMismatch          (client-side)          the database's pgqueue is older or newer
 ConnectionFailed         08xxx, 57P01-03, none  the server cannot be reached or the link broke
 PgQueueError             anything else          any other database error
 =======================  =====================  ==========================================
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidArgument",
     "UnsupportedPayload",
     "ExtensionNotInstalled",
+    "VersionMismatch",
     "ConnectionFailed",
     "translate",
     "translating",
@@ -124,6 +126,11 @@ class UnsupportedPayload(InvalidArgument, TypeError):
 
 class ExtensionNotInstalled(PgQueueError):
     """The database has no pgqueue extension (its schema or functions are missing)."""
+
+
+class VersionMismatch(PgQueueError):
+    """The database's pgqueue differs from this client in major.minor (raised by
+    :func:`pgqueue.check_server`); the message says which side to upgrade."""
 
 
 class ConnectionFailed(PgQueueError):

@@ -34,6 +34,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue._sql import listen_statement
 from pgqueue.client import Queue
+from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
 
@@ -299,9 +300,11 @@ class Worker:
             log.info("worker stopped")
 
     def _start(self) -> None:
-        """Connect, read the queue's settings and start the handler threads."""
+        """Connect, check the database's pgqueue version, read the queue's settings and start
+        the handler threads."""
         self._connect()
-        assert self._queue is not None
+        assert self._conn is not None and self._queue is not None
+        check_server(self._conn)  # once: reconnections later reach the same database
         settings = self._queue.settings()
         self._max_attempts = settings.max_attempts
         self._lease_ms = self._lock_ms or settings.lock_ms
