@@ -154,7 +154,7 @@ def churn(runs: dict[str, Any], path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True)
     colors = {"pgqueue": "#d62728", "pgqueue_naptime10": "#9467bd", "seed001": "#2ca02c", "pgqueue_delete": "#ff7f0e"}
-    for name, r in runs.items():
+    for r in runs.values():
         color = colors.get(r["design"], None)
         w = r["window"]
         per_s = r["deq_per_s"]

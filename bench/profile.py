@@ -25,7 +25,6 @@ which part of the gap to seed 001 each piece costs.
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections import defaultdict
 from typing import Any

@@ -228,7 +228,7 @@ def test_dequeue_limit_lease_and_delete_on_dequeue(queue: Queue, conn: Conn) -> 
 
 def test_complete_heartbeat_defer_fail(queue: Queue, conn: Conn) -> None:
     queue.alter(retry_base_ms=60000, retry_cap_ms=60000)
-    a, b, c, d = (queue.enqueue(p) for p in "abcd")
+    _, b, c, d = (queue.enqueue(p) for p in "abcd")
     ma, mb, mc, md = queue.dequeue(4, lock_ms=300)
 
     assert queue.complete(ma)

@@ -360,7 +360,7 @@ def test_sigterm_finishes_or_gives_back_and_exits_0(dsn: str, tmp_path: Path) ->
     try:
         wait_for(lambda: len(marks(mark)) == 2, timeout=15, what="both handlers to start")
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()

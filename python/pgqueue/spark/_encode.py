@@ -136,7 +136,6 @@ def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> t
             "or filter the NULL rows out)"
         )
     values = column.to_pylist()
-    n = len(values)
     if plan.payload_kind == "binary":
         return [bytes(v) for v in values], None
     if plan.payload_kind == "text":
