@@ -141,3 +141,79 @@ SERVER_VERSION: Final[LiteralString] = (
 )
 
 PLAIN_INSTALL_VERSIONS: Final[LiteralString] = "SELECT version FROM pgqueue.install"
+
+# ---------------------------------------------------------------------------------------
+# pgqueue install / uninstall (pgqueue.installer)
+# ---------------------------------------------------------------------------------------
+
+# What the database holds, in one row: the extension's version, whether schema pgqueue exists
+# and who owns it, whether the plain install's version record exists, whether the server has
+# the extension's files for the wanted version, and who we are. From the catalogs only: the
+# schema may be someone else's, which we may not look into (to_regclass would fail).
+INSTALL_STATE: Final[LiteralString] = (
+    "SELECT (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue'), "
+    "(SELECT pg_catalog.pg_get_userbyid(n.nspowner) FROM pg_catalog.pg_namespace n "
+    "WHERE n.nspname = 'pgqueue'), "
+    "EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'pgqueue' AND c.relname = 'install' AND c.relkind = 'r'), "
+    "EXISTS (SELECT FROM pg_catalog.pg_available_extension_versions v "
+    "WHERE v.name = 'pgqueue' AND v.version = %(version)s::text), "
+    "current_user::text, pg_catalog.current_database()::text"
+)
+
+# The plain install's recorded versions (one row; read only when pgqueue.install exists).
+INSTALL_VERSIONS: Final[LiteralString] = "SELECT i.version FROM pgqueue.install AS i"
+
+# Taken at the start of each upgrade step's transaction, so that two `pgqueue install` runs
+# cannot apply the same step twice: the second waits, then reads the version the first wrote.
+INSTALL_LOCK: Final[LiteralString] = "LOCK TABLE pgqueue.install IN SHARE ROW EXCLUSIVE MODE"
+
+CREATE_EXTENSION: Final[LiteralString] = "CREATE EXTENSION pgqueue VERSION {version}"
+
+UPDATE_EXTENSION: Final[LiteralString] = "ALTER EXTENSION pgqueue UPDATE TO {version}"
+
+DROP_EXTENSION: Final[LiteralString] = "DROP EXTENSION pgqueue"
+
+# After DROP EXTENSION: the schema goes too when it is empty (no CASCADE: whatever someone
+# else put in it stays, and so does the schema).
+DROP_SCHEMA_IF_EMPTY: Final[LiteralString] = "DROP SCHEMA IF EXISTS pgqueue"
+
+DROP_PLAIN_INSTALL: Final[LiteralString] = "DROP SCHEMA pgqueue CASCADE"
+
+# Objects outside schema pgqueue that depend on something inside it (a view over
+# pgqueue.message, a trigger calling a pgqueue function, a column of a pgqueue type): DROP
+# SCHEMA pgqueue CASCADE would drop them silently, so uninstall refuses while there are any.
+OUTSIDE_DEPENDENTS: Final[LiteralString] = """
+WITH ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue'),
+inside AS (
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid
+      FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM ns)
+    UNION ALL
+    SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid
+      FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
+    UNION ALL
+    SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid
+      FROM pg_catalog.pg_type t WHERE t.typnamespace = (SELECT oid FROM ns)
+    UNION ALL
+    SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid
+      FROM pg_catalog.pg_constraint k WHERE k.connamespace = (SELECT oid FROM ns)
+    UNION ALL
+    SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid
+      FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+     WHERE c.relnamespace = (SELECT oid FROM ns)
+    UNION ALL
+    SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, g.oid
+      FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_class c ON c.oid = g.tgrelid
+     WHERE c.relnamespace = (SELECT oid FROM ns)
+    UNION ALL
+    SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid
+      FROM pg_catalog.pg_attrdef a JOIN pg_catalog.pg_class c ON c.oid = a.adrelid
+     WHERE c.relnamespace = (SELECT oid FROM ns)
+)
+SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, 0) AS what
+  FROM pg_catalog.pg_depend d
+ WHERE d.deptype IN ('n', 'a')
+   AND (d.refclassid, d.refobjid) IN (SELECT i.classid, i.objid FROM inside i)
+   AND (d.classid, d.objid) NOT IN (SELECT i.classid, i.objid FROM inside i)
+ ORDER BY what
+"""

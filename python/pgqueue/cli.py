@@ -182,8 +182,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_arguments(p)
 
-    # install
-    command("install", _cmd_install, "CREATE EXTENSION pgqueue in the database")
+    # install, uninstall
+    p = command("install", _cmd_install, "install pgqueue in the database, or upgrade it to this client's "
+                "version: the extension if the server has its files, else the plain SQL this package ships")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--plain", dest="mode", action="store_const", const="plain",
+                     help="the plain SQL install (no extension files needed on the server; upgrades apply the "
+                          "missing steps)")
+    how.add_argument("--extension", dest="mode", action="store_const", const="extension",
+                     help="CREATE EXTENSION pgqueue (needs `make install` on the server)")
+    p = command("uninstall", _cmd_uninstall, "remove pgqueue from the database, with every queue and message")
+    p.add_argument("--yes", action="store_true", help="really remove it (required)")
 
     # enqueue
     p = command("enqueue", _cmd_enqueue, "put a message on a queue and print its id")
@@ -490,25 +499,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
+    from pgqueue import installer
+
     with connect(resolve_dsn(args), check=False) as conn:
-        before = _extension_version(conn)
-        if before is not None:
-            print(f"pgqueue {before} is already installed in database {conn.info.dbname}")
-            return 0
         try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pgqueue")
-        except psycopg.errors.UndefinedFile as exc:
-            raise UserError(f"the pgqueue extension is not available on the server: {MAKE_INSTALL_HINT}") from exc
+            installer.install(conn, args.mode)
+        except installer.InstallError as exc:
+            raise UserError(str(exc)) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
-            raise UserError(f"{_one_line(exc.diag.message_primary or str(exc))}: connect as a role with "
-                            "CREATE on the database (or a superuser) to install pgqueue") from exc
-        print(f"pgqueue {_extension_version(conn)} installed in database {conn.info.dbname}")
+            raise UserError(f"{_one_line(exc.diag.message_primary or str(exc))}: connect as the role that is to "
+                            "own pgqueue, with CREATE on the database (its owner, say), to install it") from exc
     return 0
 
 
-def _extension_version(conn: psycopg.Connection[Any]) -> str | None:
-    row = conn.execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgqueue'").fetchone()
-    return None if row is None else str(row[0])
+def _cmd_uninstall(args: argparse.Namespace) -> int:
+    from pgqueue import installer
+
+    if not args.yes:
+        raise UserError("`pgqueue uninstall` drops pgqueue with every queue and message in the database: "
+                        "add --yes to do it")
+    with connect(resolve_dsn(args), check=False) as conn:
+        try:
+            installer.uninstall(conn)
+        except installer.InstallError as exc:
+            raise UserError(str(exc)) from exc
+    return 0
 
 
 def _cmd_enqueue(args: argparse.Namespace) -> int:
