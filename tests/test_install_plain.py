@@ -1,0 +1,494 @@
+"""The plain SQL install: pgqueue without extension files on the server.
+
+Every test here works as a role that owns its database and nothing else (no superuser), the
+situation on managed PostgreSQL: it installs with `pgqueue install --plain` or `psql -f` of the
+generated script, uses the queue, upgrades a plain install made from release 0.1's SQL, dumps
+and restores it, uninstalls it; the plain and the extension install have the same catalog; and
+every state pgqueue must not install into is refused in one line with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from conftest import REPO, Server, admin_execute, drop_database
+from helpers import pg_bindir, snapshot
+
+from pgqueue import Queue
+from pgqueue.installer import sql_version
+
+PLAIN_DIR = REPO / "python" / "pgqueue" / "sql"
+CURRENT = sql_version()
+Conn = psycopg.Connection[Any]
+
+_numbers = itertools.count(1)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: a non-superuser role and empty databases it owns
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Owner:
+    """A login role without superuser, and the empty databases made for it."""
+
+    server: Server
+    name: str
+    databases: list[str]
+
+    def database(self) -> str:
+        """Create an empty database (from template0) owned by this role; return its name."""
+        name = f"plain_{os.getpid()}_{next(_numbers)}"
+        admin_execute(self.server, sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+            sql.Identifier(name), sql.Identifier(self.name)))
+        self.databases.append(name)
+        return name
+
+    def dsn(self, dbname: str) -> str:
+        return self.server.dsn(dbname, user=self.name)
+
+    def connect(self, dbname: str) -> Conn:
+        return psycopg.connect(self.dsn(dbname), autocommit=True)
+
+    def psql(self, dbname: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = self.server.libpq_env()
+        env["PGUSER"] = self.name
+        return subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbname, *args],
+                              env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _make_role(server: Server, kind: str) -> str:
+    name = f"pq_{kind}_{os.getpid()}_{next(_numbers)}"
+    admin_execute(server, sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE").format(
+        sql.Identifier(name)))
+    return name
+
+
+@pytest.fixture
+def owner(pg_server: Server) -> Iterator[Owner]:
+    o = Owner(pg_server, _make_role(pg_server, "owner"), [])
+    try:
+        yield o
+    finally:
+        for db in o.databases:
+            drop_database(pg_server, db)
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(o.name)))
+
+
+@pytest.fixture
+def other_role(pg_server: Server, owner: Owner) -> Iterator[str]:
+    """Another login role without superuser (dropped after the owner's databases)."""
+    name = _make_role(pg_server, "other")
+    yield name
+    for db in owner.databases:
+        drop_database(pg_server, db)
+    owner.databases.clear()
+    admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def pgqueue(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the `pgqueue` command line in a child process."""
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    return subprocess.run([sys.executable, "-m", "pgqueue", *argv], capture_output=True, text=True,
+                          timeout=300, env=env, check=False)
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+def refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Assert a refusal: exit status 1, one line on stderr holding every word (any case)."""
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for word in words:
+        assert word.lower() in lines[0].lower(), (word, lines[0])
+    return lines[0]
+
+
+def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return row[0]
+
+
+def holds(conn: Conn) -> tuple[str | None, str | None]:
+    """(extension version, plain install's version) of the database."""
+    ext = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone()
+    plain = None
+    if one(conn, "SELECT to_regclass('pgqueue.install') IS NOT NULL"):
+        plain = one(conn, "SELECT string_agg(version, ',') FROM pgqueue.install")
+    return (None if ext is None else ext[0]), plain
+
+
+def use_queue(conn: Conn) -> None:
+    """Create a queue, enqueue, dequeue with a lease, complete: the queue works."""
+    conn.execute("SELECT pgqueue.queue_create('jobs', p_lock_ms => 60000)")
+    ids = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('jobs', ARRAY['a','b','c']::bytea[])")]
+    got = conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('jobs', 10)").fetchall()
+    assert [(r[0], r[2]) for r in got] == list(zip(ids, ["a", "b", "c"]))
+    for msg_id, attempts, _ in got:
+        assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", (msg_id, attempts)) is True
+    assert one(conn, "SELECT ready + leased FROM pgqueue.queue_stats('jobs')") == 0
+
+
+def install_plain_release(owner: Owner, dbname: str, version: str) -> None:
+    """Install a released version's plain script, as psql would (one transaction)."""
+    proc = owner.psql(dbname, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{version}.sql"))
+    assert proc.returncode == 0, proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Install, use, uninstall
+# --------------------------------------------------------------------------------------------
+
+
+def test_database_owner_installs_plain_uses_and_uninstalls(owner: Owner) -> None:
+    db = owner.database()
+    dsn = owner.dsn(db)
+    out = ok(pgqueue("install", "--plain", "--dsn", dsn))
+    assert "installed" in out and "plain" in out and CURRENT in out
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+        assert one(conn, "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'pgqueue'") == owner.name
+        use_queue(conn)
+    # the Python client accepts the plain install (its version check included)
+    with Queue(dsn, "jobs") as queue:
+        msg_id = queue.enqueue({"hello": "plain"})
+        with queue.receive() as msg:
+            assert msg is not None and msg.id == msg_id and msg.payload == {"hello": "plain"}
+    # a second install changes nothing and says so; plain is picked without being asked
+    out = ok(pgqueue("install", "--dsn", dsn))
+    assert "already installed" in out and "plain" in out
+
+    refused(pgqueue("uninstall", "--dsn", dsn), "--yes")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", dsn))
+    assert "uninstalled" in out and "plain" in out
+    with owner.connect(db) as conn:
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+    refused(pgqueue("uninstall", "--yes", "--dsn", dsn), "not installed")
+
+
+def test_psql_f_of_the_generated_script_by_the_non_superuser_owner(owner: Owner) -> None:
+    db = owner.database()
+    proc = owner.psql(db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"))
+    assert proc.returncode == 0, proc.stderr
+    with owner.connect(db) as conn:
+        assert not one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert holds(conn) == (None, CURRENT)
+        use_queue(conn)
+        assert one(conn, "SELECT count(*) FROM pgqueue.queue_list() WHERE queue = 'default'") == 1
+    out = ok(pgqueue("install", "--dsn", owner.dsn(db)))
+    assert "already installed" in out and "plain" in out
+
+
+def test_default_is_the_extension_when_the_server_has_its_files(owner: Owner) -> None:
+    db = owner.database()
+    out = ok(pgqueue("install", "--dsn", owner.dsn(db)))
+    assert "installed" in out and "extension" in out
+    with owner.connect(db) as conn:
+        assert holds(conn) == (CURRENT, None)
+        use_queue(conn)
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+    assert "uninstalled" in out and "extension" in out
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, None)
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Upgrade of a plain install
+# --------------------------------------------------------------------------------------------
+
+STATES = """
+SELECT m.id, convert_from(m.content, 'UTF8'), m.attempts, m.dequeue_at, m.locked_until, m.state
+  FROM pgqueue.message m ORDER BY m.id"""
+
+
+def test_upgrade_a_plain_install_of_release_0_1_with_messages_in_flight(owner: Owner) -> None:
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, "0.1")
+        conn.execute("SELECT pgqueue.queue_create('jobs', p_lock_ms => 600000, p_max_attempts => 3)")
+        conn.execute("SELECT pgqueue.message_create_batch('jobs', ARRAY['l1','l2','r1','r2','r3']::bytea[])")
+        conn.execute("SELECT pgqueue.message_create('jobs', 'later', pgqueue.to_epoch(now() + interval '1 day'))")
+        leased = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 2)").fetchall()
+        assert len(leased) == 2
+        before = conn.execute(STATES).fetchall()
+
+    out = ok(pgqueue("install", "--dsn", owner.dsn(db)))
+    steps = [line for line in out.splitlines() if line.startswith("applied")]
+    assert len(steps) == 3, out  # 0.1--0.2, 0.2--0.3, 0.3--0.4
+    assert f"upgraded from 0.1 to {CURRENT}" in out
+
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+        assert one(conn, "SELECT upgraded_at IS NOT NULL FROM pgqueue.install")
+        assert conn.execute(STATES).fetchall() == before
+        for msg_id, attempts in leased:  # the leases taken before the upgrade still hold
+            assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", (msg_id, attempts)) is True
+        ready = conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('jobs', 10)").fetchall()
+        assert [r[2] for r in ready] == ["r1", "r2", "r3"]
+        for msg_id, attempts, _ in ready:
+            assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", (msg_id, attempts)) is True
+        assert one(conn, "SELECT scheduled FROM pgqueue.queue_stats('jobs')") == 1
+    # an upgraded plain install has the same catalog as a fresh one
+    fresh = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(fresh)))
+    assert catalog(owner.dsn(db)) == catalog(owner.dsn(fresh))
+    assert "already installed" in ok(pgqueue("install", "--dsn", owner.dsn(db)))
+
+
+# --------------------------------------------------------------------------------------------
+# The plain install and the extension have the same catalog
+# --------------------------------------------------------------------------------------------
+
+# Every object in schema pgqueue, as text; the plain install's own table (pgqueue.install, its
+# primary key and the index behind it) is left out.
+NOT_INSTALL = "NOT IN ('install', 'install_pkey')"
+CATALOG_QUERIES = {
+    "functions": """
+        SELECT p.oid::regprocedure::text, pg_get_function_identity_arguments(p.oid),
+               pg_get_function_result(p.oid), pg_get_functiondef(p.oid),
+               obj_description(p.oid, 'pg_proc'), p.proconfig::text, p.proacl::text, p.proowner::regrole::text
+          FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace""",
+    "relations": f"""
+        SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class'), c.reloptions::text, c.relacl::text,
+               c.relpersistence
+          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname {NOT_INSTALL}""",
+    "columns": f"""
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               a.attidentity, pg_get_expr(d.adbin, d.adrelid), col_description(c.oid, a.attnum), a.attacl::text
+          FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+          LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+         WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+           AND c.relname {NOT_INSTALL}""",
+    "indexes": f"""
+        SELECT c.relname, pg_get_indexdef(i.indexrelid), obj_description(i.indexrelid, 'pg_class')
+          FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+         WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname {NOT_INSTALL}""",
+    "constraints": f"""
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), obj_description(oid, 'pg_constraint')
+          FROM pg_constraint WHERE connamespace = 'pgqueue'::regnamespace AND conname {NOT_INSTALL}""",
+    "triggers": """
+        SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid)
+          FROM pg_trigger WHERE NOT tgisinternal
+           AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace)""",
+    "views": """
+        SELECT c.relname, pg_get_viewdef(c.oid)
+          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'v'""",
+    "types": """
+        SELECT t.typname, t.typtype, obj_description(t.oid, 'pg_type'), t.typacl::text
+          FROM pg_type t WHERE t.typnamespace = 'pgqueue'::regnamespace AND t.typname NOT IN ('install', '_install')""",
+    "schema": """
+        SELECT n.nspowner::regrole::text, n.nspacl::text, obj_description(n.oid, 'pg_namespace')
+          FROM pg_namespace n WHERE n.nspname = 'pgqueue'""",
+}
+
+
+def catalog(dsn: str) -> dict[str, list[tuple[object, ...]]]:
+    with psycopg.connect(dsn) as conn:
+        return {name: sorted(conn.execute(query).fetchall(), key=repr)  # type: ignore[arg-type]
+                for name, query in CATALOG_QUERIES.items()}
+
+
+def test_plain_and_extension_installs_have_the_same_catalog(owner: Owner) -> None:
+    plain_db, ext_db = owner.database(), owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(plain_db)))
+    with owner.connect(ext_db) as conn:
+        conn.execute("CREATE EXTENSION pgqueue")
+        assert holds(conn) == (CURRENT, None)
+    plain, ext = catalog(owner.dsn(plain_db)), catalog(owner.dsn(ext_db))
+    assert len(plain["functions"]) > 20 and plain["indexes"] and plain["constraints"]
+    for kind in CATALOG_QUERIES:
+        only_plain = [r for r in plain[kind] if r not in ext[kind]]
+        only_ext = [r for r in ext[kind] if r not in plain[kind]]
+        assert not only_plain and not only_ext, (kind, only_plain, only_ext)
+    with owner.connect(plain_db) as conn:  # what was left out is the plain install's alone
+        assert one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace "
+                         "AND relname IN ('install', 'install_pkey')") == 2
+
+
+# --------------------------------------------------------------------------------------------
+# pg_dump / pg_restore
+# --------------------------------------------------------------------------------------------
+
+
+def test_dump_and_restore_of_a_plain_install_keep_the_queue_and_the_version(owner: Owner, tmp_path: Any) -> None:
+    src, dst = owner.database(), owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(src)))
+    with owner.connect(src) as conn:
+        conn.execute("SELECT pgqueue.queue_create('jobs', p_lock_ms => 600000, p_max_attempts => 1)")
+        conn.execute("SELECT pgqueue.message_create_batch('jobs', ARRAY['a','b','c','d']::bytea[])")
+        conn.execute("SELECT pgqueue.message_create('jobs', 'later', pgqueue.to_epoch(now() + interval '1 day'))")
+        leased = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1)").fetchall()
+        dead_id, dead_token = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1)").fetchone()  # type: ignore[misc]
+        assert one(conn, "SELECT pgqueue.message_fail(%s, %s, 'poison')", (dead_id, dead_token)) is True
+        before = snapshot(conn)
+        record = conn.execute("SELECT * FROM pgqueue.install").fetchall()
+    dump = tmp_path / "plain.dump"
+    env = owner.server.libpq_env()
+    env["PGUSER"] = owner.name
+    proc = subprocess.run([str(pg_bindir() / "pg_dump"), "-Fc", "-f", str(dump), "-d", src],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([str(pg_bindir() / "pg_restore"), "--exit-on-error", "--single-transaction",
+                           "-d", dst, str(dump)], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+    with owner.connect(dst) as conn:
+        assert snapshot(conn) == before
+        assert conn.execute("SELECT * FROM pgqueue.install").fetchall() == record
+        assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", leased[0]) is True
+        got = [r[0] for r in conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('jobs', 10, 0)")]
+        assert got == ["c", "d"]
+        assert one(conn, "SELECT count(*) FROM pgqueue.dead_letters WHERE id = %s", (dead_id,)) == 1
+        new_id = one(conn, "SELECT pgqueue.message_create('jobs', 'after')")
+        assert new_id > max(row[0] for row in before["pgqueue.message"])
+    assert "already installed" in ok(pgqueue("install", "--dsn", owner.dsn(dst)))
+    assert catalog(owner.dsn(dst)) == catalog(owner.dsn(src))
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals
+# --------------------------------------------------------------------------------------------
+
+
+def test_refuses_a_downgrade(owner: Owner) -> None:
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        conn.execute("UPDATE pgqueue.install SET version = '99.0'")
+    refused(pgqueue("install", "--dsn", owner.dsn(db)), "99.0", "newer", "downgrade")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, "99.0")
+
+
+def test_never_both_installs_in_one_database(owner: Owner) -> None:
+    ext_db, plain_db = owner.database(), owner.database()
+    ok(pgqueue("install", "--extension", "--dsn", owner.dsn(ext_db)))
+    refused(pgqueue("install", "--plain", "--dsn", owner.dsn(ext_db)), "holds the pgqueue extension", CURRENT)
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(plain_db)))
+    refused(pgqueue("install", "--extension", "--dsn", owner.dsn(plain_db)), "holds a plain install", CURRENT)
+    with owner.connect(ext_db) as conn:
+        assert holds(conn) == (CURRENT, None)
+    with owner.connect(plain_db) as conn:
+        assert holds(conn) == (None, CURRENT)
+        assert one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
+    # psql -f of the plain script into the extension's database fails too, changing nothing
+    proc = owner.psql(ext_db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"))
+    assert proc.returncode != 0 and "already exists" in proc.stderr
+    with owner.connect(ext_db) as conn:
+        assert holds(conn) == (CURRENT, None)
+
+
+def test_refuses_a_schema_pgqueue_made_by_another_role(owner: Owner, other_role: str, pg_server: Server) -> None:
+    db = owner.database()
+    admin_execute(pg_server, sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(db), sql.Identifier(other_role)))
+    with psycopg.connect(pg_server.dsn(db, user=other_role), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA pgqueue")
+        conn.execute("CREATE FUNCTION pgqueue.now_ms() RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'")
+    for mode in ("--plain", "--extension"):
+        refused(pgqueue("install", mode, "--dsn", owner.dsn(db)), f"owned by role {other_role}", "schema pgqueue")
+    proc = owner.psql(db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"))
+    assert proc.returncode != 0 and "already exists" in proc.stderr
+    refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "neither", "pgqueue.install")
+    with owner.connect(db) as conn:  # nothing changed (the owner may not even look into the schema)
+        assert one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
+        assert conn.execute("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = 'pgqueue'").fetchall() == []
+        assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgqueue'::regnamespace") == 1
+
+
+def test_upgrade_refuses_a_schema_with_foreign_objects_or_open_to_others(owner: Owner, other_role: str) -> None:
+    """The schema check at the top of every step script (PQ008) holds for plain upgrades: the
+    step is rolled back and the recorded version stays."""
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    with owner.connect(db) as conn:
+        conn.execute(sql.SQL("GRANT CREATE ON SCHEMA pgqueue TO {}").format(sql.Identifier(other_role)))
+    refused(pgqueue("install", "--dsn", owner.dsn(db)), "roles other than its owner may create objects")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, "0.1")
+    with psycopg.connect(owner.server.dsn(db, user=other_role), autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION pgqueue.planted() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    with owner.connect(db) as conn:
+        conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA pgqueue FROM {}").format(sql.Identifier(other_role)))
+    refused(pgqueue("install", "--dsn", owner.dsn(db)), "holds objects pgqueue did not create", "planted")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, "0.1")
+        assert one(conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgqueue'::regnamespace "
+                         "AND proname = 'queue_next_due'") == 1
+        sqlstate = None
+        try:
+            conn.execute((PLAIN_DIR / "pgqueue--0.1--0.2.sql").read_bytes())
+        except psycopg.Error as exc:
+            sqlstate = exc.sqlstate
+        assert sqlstate == "PQ008"
+
+
+@pytest.mark.parametrize("damage", ["schema only", "empty record", "unknown version"])
+def test_refuses_a_half_applied_install(owner: Owner, damage: str) -> None:
+    db = owner.database()
+    with owner.connect(db) as conn:
+        if damage == "schema only":
+            conn.execute("CREATE SCHEMA pgqueue")
+            conn.execute("CREATE TABLE pgqueue.queue (id int)")
+            words = ["half-applied", "neither", "pgqueue.install"]
+        else:
+            install = ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+            assert "installed" in install
+            if damage == "empty record":
+                conn.execute("DELETE FROM pgqueue.install")
+                words = ["half-applied", "no version"]
+            else:
+                conn.execute("UPDATE pgqueue.install SET version = '0.0'")
+                words = ["no upgrade path", "0.0", CURRENT]
+        before = catalog(owner.dsn(db))
+    for mode in ((), ("--plain",)):
+        refused(pgqueue("install", *mode, "--dsn", owner.dsn(db)), *words)
+    assert catalog(owner.dsn(db)) == before
+
+
+def test_uninstall_refuses_while_objects_outside_depend_on_pgqueue(owner: Owner) -> None:
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        conn.execute("CREATE VIEW public.backlog AS SELECT count(*) AS n FROM pgqueue.message")
+    refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "depend", "backlog")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+        conn.execute("DROP VIEW public.backlog")
+    ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+
+
+def test_the_packaged_scripts_are_the_ones_pgqueue_install_reads() -> None:
+    from importlib import resources
+
+    from pgqueue.installer import plain_script, plain_steps
+
+    folder = resources.files("pgqueue").joinpath("sql")
+    names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
+    assert f"pgqueue--{CURRENT}.sql" in names and "pgqueue--0.1.sql" in names
+    assert plain_script() == (PLAIN_DIR / f"pgqueue--{CURRENT}.sql").read_text()
+    assert [f"{a}--{b}" for a, b in plain_steps("0.1")] == ["0.1--0.2", "0.2--0.3", f"0.3--{CURRENT}"]
+    assert plain_steps(CURRENT) == []
+
