@@ -57,11 +57,12 @@ $(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/begin.sql extension/src/plain/en
 	  sed 's/@VERSION@/$(EXTVERSION)/' extension/src/plain/end.sql; } > $@
 
 # A released script, plain: a full script (pgqueue--X.sql) gets the schema and the version
-# record around it, an upgrade delta (pgqueue--A--B.sql) the version update after it.
+# record around it, an upgrade delta (pgqueue--A--B.sql) the schema check before it (releases
+# before 0.4 had none) and the version update after it.
 $(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql extension/src/plain/begin.sql extension/src/plain/end.sql
 	@mkdir -p $(dir $@)
 	@v='$*'; case "$$v" in \
-	  *--*) { sed $(EXTENSION_ONLY) $<; \
+	  *--*) { cat extension/src/schema.sql; sed $(EXTENSION_ONLY) $<; \
 	          echo "UPDATE pgqueue.install SET version = '$${v##*--}', upgraded_at = pg_catalog.now();"; } ;; \
 	  *)    { cat extension/src/plain/begin.sql; sed $(EXTENSION_ONLY) $<; \
 	          sed "s/@VERSION@/$$v/" extension/src/plain/end.sql; } ;; \
