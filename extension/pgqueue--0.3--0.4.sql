@@ -17,6 +17,9 @@
 --     pgqueue._queue_reserve; every grant on pgqueue.queue_size is revoked.
 --   * message_dequeue no longer counts rows it locked itself twice after dead-lettering.
 --   * pgqueue._not_null takes (boolean, text): exact argument types at every call.
+--   * A Spark consumer's hold is a session advisory lock on a random key recorded with the
+--     holder's pid (spark_consumer.holder_pid, holder_key), no longer on (1885827447, id),
+--     which any role could take first.
 -- Functions whose body changed are re-created below from extension/src as of 0.4.
 
 \echo Use "ALTER EXTENSION pgqueue UPDATE TO '0.4'" to load this file. \quit
@@ -128,7 +131,7 @@ $$;
 -------------------------------------------------------------------------------
 
 -- The lock stripes: 64 sequences whose only use is their relation lock (docs/locking.md).
--- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._queue_lock_relation). Every operation on a
+-- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._lock_stripe). Every operation on a
 -- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
 -- a max_size change take it in SHARE ROW EXCLUSIVE mode (pgqueue._queue_quiesce), so they wait
 -- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike
@@ -145,6 +148,18 @@ BEGIN
 END;
 $$;
 
+
+-------------------------------------------------------------------------------
+-- Spark consumers: the holder of a consumer is recorded with a random lock key
+-------------------------------------------------------------------------------
+
+ALTER TABLE pgqueue.spark_consumer ADD COLUMN holder_pid integer;
+ALTER TABLE pgqueue.spark_consumer ADD COLUMN holder_key bigint;
+
+COMMENT ON COLUMN pgqueue.spark_consumer.holder_pid IS
+    'the backend that opened the consumer last (spark_consumer_open); it holds the consumer while it holds the session advisory lock holder_key';
+COMMENT ON COLUMN pgqueue.spark_consumer.holder_key IS
+    'random key of the holder''s session advisory lock, unknown to other roles until it is held (docs/locking.md)';
 
 -------------------------------------------------------------------------------
 -- New functions
@@ -357,6 +372,25 @@ BEGIN
 END;
 $$;
 
+-- Whether a Spark consumer is held: its recorded holder session still holds the session-level
+-- advisory lock whose random key spark_consumer_open recorded with it (docs/locking.md). A lock
+-- someone else takes on that key, or a backend that reuses the holder's pid, holds nothing.
+CREATE FUNCTION pgqueue._spark_consumer_held(p_holder_pid integer, p_holder_key bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT EXISTS (
+        SELECT FROM pg_catalog.pg_locks l
+         WHERE l.locktype = 'advisory' AND l.granted AND l.pid = p_holder_pid
+           AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                              WHERE d.datname = pg_catalog.current_database())
+           AND l.classid = (p_holder_key >> 32)::oid
+           AND l.objid = (p_holder_key & 4294967295)::oid
+           AND l.objsubid = 1);
+END;
+
+COMMENT ON FUNCTION pgqueue._spark_consumer_held(integer, bigint) IS
+    'pgqueue internal: true while the session that opened a Spark consumer still holds it';
 
 -------------------------------------------------------------------------------
 -- Re-created functions (their 0.4 bodies)
@@ -1076,7 +1110,40 @@ $$;
 COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint) IS
     'Claim up to p_max_messages deliverable messages (id <= p_max_id if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
 
--- Open a consumer for one Spark query: create it if needed, hold its session lock, return acked_seq.
+-- Give up this session's hold on a consumer (closing the session does it too).
+CREATE OR REPLACE FUNCTION pgqueue.spark_consumer_close(p_queue text, p_consumer text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id  integer := pgqueue._spark_consumer_id(p_queue, p_consumer);
+    v_key bigint;
+BEGIN
+    IF v_id IS NULL THEN
+        RETURN false;
+    END IF;
+    SELECT c.holder_key INTO v_key FROM pgqueue.spark_consumer c
+     WHERE c.id = v_id AND c.holder_pid = pg_backend_pid();
+    IF v_key IS NULL OR NOT pgqueue._spark_consumer_held(pg_backend_pid(), v_key) THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_advisory_unlock(v_key);
+    UPDATE pgqueue.spark_consumer c SET holder_pid = NULL, holder_key = NULL
+     WHERE c.id = v_id AND c.holder_pid = pg_backend_pid();
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_consumer_close(text, text) IS
+    'Release this session''s hold on a Spark consumer taken by spark_consumer_open; false if it held none';
+
+-- Open a consumer for one Spark query: create it if needed, hold it for this session, return acked_seq.
+--
+-- The hold is a session-level advisory lock on a random key recorded, with this backend's pid,
+-- in the consumer row (docs/locking.md): a role granted nothing cannot take a key it cannot read
+-- before the holder does, and a lock it takes on an old key holds nothing. PQ005 if another
+-- live session holds the consumer.
 CREATE OR REPLACE FUNCTION pgqueue.spark_consumer_open(p_queue text, p_consumer text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -1085,18 +1152,59 @@ AS $$
 DECLARE
     v_queue    pgqueue.queue := pgqueue._queue_enter(p_queue);
     v_consumer pgqueue.spark_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+    v_key      bigint;
 BEGIN
-    IF NOT pg_try_advisory_lock(1885827447, v_consumer.id) THEN
+    IF v_consumer.holder_pid = pg_backend_pid()
+       AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
+        RETURN v_consumer.acked_seq;  -- this session holds it already
+    END IF;
+    IF pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
         RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
             USING ERRCODE = 'PQ005',
                   HINT = 'Only one Spark query may consume as a consumer at a time: stop the other query or use another consumer name.';
     END IF;
+    -- 60 random bits (gen_random_uuid is a strong random source)
+    v_key := ('x' || substr(md5(gen_random_uuid()::text), 1, 15))::bit(60)::bigint;
+    IF NOT pg_try_advisory_lock(v_key) THEN
+        RAISE EXCEPTION 'could not take a fresh lock key for consumer "%"', p_consumer
+            USING ERRCODE = 'PQ005', HINT = 'Retry.';
+    END IF;
+    UPDATE pgqueue.spark_consumer c SET holder_pid = pg_backend_pid(), holder_key = v_key
+     WHERE c.id = v_consumer.id;
     RETURN v_consumer.acked_seq;
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_consumer_open(text, text) IS
-    'Create the Spark consumer if needed and hold its lock for this session (PQ005 if another session holds it); returns the acknowledged claim sequence number';
+    'Create the Spark consumer if needed and hold it for this session (PQ005 if another session holds it); returns the acknowledged claim sequence number';
+
+-- The Spark consumers with their positions, open claims and whether a session holds them.
+CREATE OR REPLACE FUNCTION pgqueue.spark_consumers(p_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, consumer text, acked_seq bigint, next_seq bigint, claims bigint,
+               claimed bigint, oldest_claim_at bigint, active boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM pgqueue._queue_get(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT q.name, c.name, c.acked_seq, c.next_seq, s.claims, s.claimed, s.oldest,
+           pgqueue._spark_consumer_held(c.holder_pid, c.holder_key)
+      FROM pgqueue.spark_consumer c
+      JOIN pgqueue.queue q ON q.id = c.queue_id
+     CROSS JOIN LATERAL (SELECT count(*) AS claims, coalesce(sum(k.n), 0)::bigint AS claimed,
+                                min(k.claimed_at) AS oldest
+                           FROM pgqueue.spark_claim k WHERE k.consumer_id = c.id) s
+     WHERE p_queue IS NULL OR q.name = p_queue
+     ORDER BY q.name, c.name;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_consumers(text) IS
+    'Spark consumers (of one queue or all): acknowledged and next sequence numbers, open claims, messages they took, oldest claim time (epoch ms), whether a session holds them';
 
 -- Delete the staging rows of a write (an aborted Spark job); returns how many.
 CREATE OR REPLACE FUNCTION pgqueue.spark_discard(p_write_id uuid)
@@ -1244,7 +1352,10 @@ BEGIN
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, false);
-    IF NOT pg_try_advisory_xact_lock(1885827447, v_consumer.id) THEN
+    -- the consumer row is locked FOR UPDATE: no spark_consumer_open can slip in meanwhile;
+    -- the session that holds the consumer may release it
+    IF v_consumer.holder_pid IS DISTINCT FROM pg_backend_pid()
+       AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
         RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
             USING ERRCODE = 'PQ005',
                   HINT = 'Stop the Spark query that consumes as it first; release is for consumers that will not come back.';
@@ -1401,7 +1512,6 @@ RETURN floor(EXTRACT(EPOCH FROM (clock_timestamp() AT TIME ZONE 'UTC')) * 1000):
 
 COMMENT ON FUNCTION pgqueue.now_ms() IS
     'Current wall-clock time (clock_timestamp) in epoch milliseconds, the clock of leases and due times';
-
 
 -------------------------------------------------------------------------------
 -- Gone: the advisory-lock helpers and the polymorphic _not_null

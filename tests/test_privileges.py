@@ -153,6 +153,7 @@ def test_a_role_granted_nothing_cannot_hold_a_queue(roles: Roles) -> None:
         # what froze a queue in 0.3: now nothing in pgqueue waits for advisory locks
         nobody.execute("SELECT pg_advisory_lock(1885827445, q) FROM generate_series(1, 100) q")
         nobody.execute("SELECT pg_advisory_lock_shared(1885827445, q) FROM generate_series(1, 100) q")
+        nobody.execute("SELECT pg_advisory_lock(1885827447, q) FROM generate_series(1, 100) q")  # 0.3's Spark holds
         nobody.commit()
         for stmt in ("SELECT pg_sequence_last_value('pgqueue.queue_lock_1')",
                      "SELECT pgqueue._queue_quiesce(1)", "SELECT pgqueue._queue_pin(1)",
@@ -164,6 +165,16 @@ def test_a_role_granted_nothing_cannot_hold_a_queue(roles: Roles) -> None:
         msg_id, attempts = seed(roles)
         assert run(roles.dsn(roles.consumer), f"SELECT pgqueue.message_complete({msg_id}, {attempts})") == [(True,)]
         run(roles.dsn(roles.producer), "SELECT pgqueue.message_create('jobs', 'more')")
+        # a Spark consumer can be opened (0.3 said PQ005: "in use"), and once it is held, the
+        # outsider cannot take over or fake its hold
+        with psycopg.connect(roles.dsn(roles.admin), autocommit=True) as spark:
+            assert spark.execute("SELECT pgqueue.spark_consumer_open('jobs', 'etl')").fetchone() == (0,)
+            key = spark.execute("SELECT holder_key FROM pgqueue.spark_consumer WHERE name = 'etl'").fetchone()
+            assert key is not None and key[0] is not None
+            assert nobody.execute("SELECT pg_try_advisory_lock(%s)", key).fetchone() == (False,)
+            nobody.commit()
+            assert run(roles.dsn(roles.admin), "SELECT consumer, active FROM pgqueue.spark_consumers()") == [("etl", True)]
+            assert spark.execute("SELECT pgqueue.spark_consumer_close('jobs', 'etl')").fetchone() == (True,)
         assert run(roles.dsn(roles.admin), "SELECT pgqueue.queue_drop('jobs')") == [(True,)]
     finally:
         nobody.close()

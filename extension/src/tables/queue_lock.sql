@@ -1,5 +1,5 @@
 -- The lock stripes: 64 sequences whose only use is their relation lock (docs/locking.md).
--- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._queue_lock_relation). Every operation on a
+-- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._lock_stripe). Every operation on a
 -- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
 -- a max_size change take it in SHARE ROW EXCLUSIVE mode (pgqueue._queue_quiesce), so they wait
 -- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike

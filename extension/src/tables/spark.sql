@@ -8,12 +8,19 @@ CREATE TABLE pgqueue.spark_consumer (
     next_seq   bigint  NOT NULL DEFAULT 1,
     acked_seq  bigint  NOT NULL DEFAULT 0,
     created_at bigint  NOT NULL,
+    holder_pid integer,
+    holder_key bigint,
     CONSTRAINT spark_consumer_pkey PRIMARY KEY (id),
     CONSTRAINT spark_consumer_queue_name_key UNIQUE (queue_id, name),
     CONSTRAINT spark_consumer_name_check CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$'),
     CONSTRAINT spark_consumer_seq_check CHECK (acked_seq >= 0 AND acked_seq < next_seq)
 );
 ALTER SEQUENCE pgqueue.spark_consumer_id_seq OWNED BY pgqueue.spark_consumer.id;
+
+COMMENT ON COLUMN pgqueue.spark_consumer.holder_pid IS
+    'the backend that opened the consumer last (spark_consumer_open); it holds the consumer while it holds the session advisory lock holder_key';
+COMMENT ON COLUMN pgqueue.spark_consumer.holder_key IS
+    'random key of the holder''s session advisory lock, unknown to other roles until it is held (docs/locking.md)';
 
 COMMENT ON TABLE pgqueue.spark_consumer IS
     'pgqueue: Spark consumers of a queue with their claim sequence (next_seq) and acknowledged position (acked_seq); see spark_consumers()';

@@ -5,20 +5,21 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id integer := pgqueue._spark_consumer_id(p_queue, p_consumer);
-    v_released boolean := false;
+    v_id  integer := pgqueue._spark_consumer_id(p_queue, p_consumer);
+    v_key bigint;
 BEGIN
     IF v_id IS NULL THEN
         RETURN false;
     END IF;
-    -- every spark_consumer_open of this session took the lock once; give back all of them
-    WHILE EXISTS (SELECT 1 FROM pg_locks l
-                   WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
-                     AND l.classid = 1885827447 AND l.objid = v_id AND l.objsubid = 2) LOOP
-        EXIT WHEN NOT pg_advisory_unlock(1885827447, v_id);
-        v_released := true;
-    END LOOP;
-    RETURN v_released;
+    SELECT c.holder_key INTO v_key FROM pgqueue.spark_consumer c
+     WHERE c.id = v_id AND c.holder_pid = pg_backend_pid();
+    IF v_key IS NULL OR NOT pgqueue._spark_consumer_held(pg_backend_pid(), v_key) THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_advisory_unlock(v_key);
+    UPDATE pgqueue.spark_consumer c SET holder_pid = NULL, holder_key = NULL
+     WHERE c.id = v_id AND c.holder_pid = pg_backend_pid();
+    RETURN true;
 END;
 $$;
 

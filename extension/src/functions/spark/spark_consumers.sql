@@ -12,11 +12,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT q.name, c.name, c.acked_seq, c.next_seq, s.claims, s.claimed, s.oldest,
-           EXISTS (SELECT 1 FROM pg_locks l
-                    WHERE l.locktype = 'advisory' AND l.granted
-                      AND l.database = (SELECT d.oid FROM pg_database d
-                                         WHERE d.datname = current_database())
-                      AND l.classid = 1885827447 AND l.objid = c.id AND l.objsubid = 2)
+           pgqueue._spark_consumer_held(c.holder_pid, c.holder_key)
       FROM pgqueue.spark_consumer c
       JOIN pgqueue.queue q ON q.id = c.queue_id
      CROSS JOIN LATERAL (SELECT count(*) AS claims, coalesce(sum(k.n), 0)::bigint AS claimed,

@@ -17,7 +17,10 @@ BEGIN
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, false);
-    IF NOT pg_try_advisory_xact_lock(1885827447, v_consumer.id) THEN
+    -- the consumer row is locked FOR UPDATE: no spark_consumer_open can slip in meanwhile;
+    -- the session that holds the consumer may release it
+    IF v_consumer.holder_pid IS DISTINCT FROM pg_backend_pid()
+       AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
         RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
             USING ERRCODE = 'PQ005',
                   HINT = 'Stop the Spark query that consumes as it first; release is for consumers that will not come back.';
