@@ -2,7 +2,8 @@
 SET client_min_messages = warning;
 -- Notifications: a queue created with p_notify sends NOTIFY "pgqueue.<queue>" (payload: the
 -- queue name) when messages are created or requeued, one per transaction; other queues send
--- nothing.
+-- nothing. A create refused for a full queue (step 11) is here for what it does not send;
+-- its SQLSTATE is tested in tests/pgtap/20_errors.sql.
 --
 -- psql prints a notification with the sender's PID, which changes from run to run, so the
 -- notifications are captured with \o into a file (results/60_notify.notifications, with
