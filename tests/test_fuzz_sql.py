@@ -2,6 +2,10 @@
 arguments, either works or fails with a documented SQLSTATE, and the invariants hold after
 every example.
 
+Random by nature, so it may hit cases of the fixed error matrix (tests/pgtap/20_errors.sql,
+the one home of "which bad call gets which SQLSTATE"): it checks what no list can, that no call
+of any function fails in an undocumented way or breaks an invariant.
+
 The functions are discovered from pg_proc when the tests run (names not starting with "_"), so
 a new function (the spark_* family of 0.2, or anything later) is fuzzed without editing this
 file. Arguments come from one hand-written strategy per parameter type, refined for

@@ -1,5 +1,10 @@
 """Run the SQL-level suites against the test server: pg_regress and isolation specs
-(`make installcheck`) and the pgTAP files (`pg_prove`)."""
+(`make installcheck`) and the pgTAP files (`pg_prove`).
+
+One home per behaviour: pgTAP (tests/pgtap/) holds the SQL API's error contract, every error
+path with its SQLSTATE (20_errors.sql), and the catalog assertions; pg_regress (sql/) holds
+readable scenarios whose output documents behaviour; the isolation specs (specs/) the races;
+pytest (tests/test_*.py) what needs Python, a client, real roles, concurrency or random input."""
 
 from __future__ import annotations
 
