@@ -15,7 +15,8 @@
 --     queue_alter(p_max_size) refuse to run there (PQ009).
 --   * max_size accounting (pgqueue.queue_size) is written only by the SECURITY DEFINER function
 --     pgqueue._queue_reserve; every grant on pgqueue.queue_size is revoked.
---   * message_dequeue no longer counts rows it locked itself twice after dead-lettering.
+--   * message_dequeue no longer counts rows it locked itself twice after dead-lettering; its
+--     probe is pgqueue._message_take, which spark_claim now shares (one probe for both).
 --   * pgqueue._not_null takes (boolean, text): exact argument types at every call.
 --   * A Spark consumer's hold is a session advisory lock on a random key recorded with the
 --     holder's pid (spark_consumer.holder_pid, holder_key), no longer on (1885827447, id),
@@ -372,6 +373,77 @@ BEGIN
 END;
 $$;
 
+-- Lock up to p_limit deliverable messages of a queue and return their ids in delivery order: the
+-- one dequeue probe, shared by message_dequeue and spark_claim.
+--
+-- Expired leases first (overdue work), then ready messages by (dequeue_at, id): two bounded
+-- index probes (message_leased_idx, message_ready_idx) under one LIMIT, so the second runs only
+-- for the room the first leaves, both FOR UPDATE SKIP LOCKED (never waiting on another
+-- consumer). A lease that ran out p_max_attempts times is locked too but goes to the dead
+-- letters (a poison message must not loop forever); the probe is then repeated for the room it
+-- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
+-- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
+-- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+CREATE FUNCTION pgqueue._message_take(
+    p_queue_id     integer,
+    p_limit        integer,
+    p_now          bigint,
+    p_max_attempts integer,
+    p_max_id       bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Custom plans would be re-planned on every call (a LIMIT parameter makes the generic plan look
+-- dear to the plan cache); the generic plans are the same index probes and save half the call.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_need     integer := p_limit;
+    v_ids      bigint[] := '{}';
+    v_found    bigint[];
+    v_dead_ids bigint[];
+    v_dead     bigint;
+BEGIN
+    LOOP
+        SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+               array_agg(c.id) FILTER (WHERE c.dead)
+          INTO v_found, v_dead_ids
+          FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                      coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                 FROM pgqueue.message m
+                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                  AND m.locked_until <= p_now
+                                  AND m.id <> ALL (v_ids)
+                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                ORDER BY m.locked_until, m.id
+                                LIMIT v_need
+                                  FOR UPDATE SKIP LOCKED) e
+                UNION ALL
+                SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                 FROM pgqueue.message m
+                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                  AND m.dequeue_at <= p_now
+                                  AND m.id <> ALL (v_ids)
+                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                ORDER BY m.dequeue_at, m.id
+                                LIMIT v_need
+                                  FOR UPDATE SKIP LOCKED) r
+                LIMIT v_need) c;
+        v_ids := v_ids || v_found;
+        EXIT WHEN v_dead_ids IS NULL;
+        FOREACH v_dead IN ARRAY v_dead_ids LOOP
+            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', p_now);
+        END LOOP;
+        v_need := p_limit - cardinality(v_ids);
+        EXIT WHEN v_need = 0;
+    END LOOP;
+    RETURN v_ids;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint) IS
+    'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id), dead-lettering poison leases; ids in delivery order';
+
 -- Whether a Spark consumer is held: its recorded holder session still holds the session-level
 -- advisory lock whose random key spark_consumer_open recorded with it (docs/locking.md). A lock
 -- someone else takes on that key, or a backend that reuses the holder's pid, holds nothing.
@@ -621,9 +693,6 @@ RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, st
                content_type text, created_at bigint, locked_until bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
--- Custom plans would be re-planned on every call (a LIMIT parameter makes the generic plan look
--- dear to the plan cache); the generic plans are the same index probes and save half the call.
-SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -632,11 +701,7 @@ DECLARE
     v_max_attempts integer;
     v_locked       boolean;
     v_now          bigint := pgqueue.now_ms();
-    v_need         integer := p_limit;
-    v_ids          bigint[] := '{}';
-    v_found        bigint[];
-    v_dead_ids     bigint[];
-    v_dead         bigint;
+    v_ids          bigint[];
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id)
@@ -655,44 +720,7 @@ BEGIN
     IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
     END IF;
-    -- Expired leases first (overdue work), then ready messages by (dequeue_at, id): two bounded
-    -- index probes (message_leased_idx, message_ready_idx) under one LIMIT, so the second runs
-    -- only for the room the first leaves. A lease that ran out max_attempts times is locked too
-    -- but goes to the dead letters (a poison message must not loop forever); the probe is then
-    -- repeated for the room it leaves, leaving out the rows this call has locked already (SKIP
-    -- LOCKED does not skip a transaction's own locks). Each round dead-letters at least one
-    -- row, so it ends.
-    LOOP
-        SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-               array_agg(c.id) FILTER (WHERE c.dead)
-          INTO v_found, v_dead_ids
-          FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                      coalesce(m.attempts >= v_max_attempts, false) AS dead
-                                 FROM pgqueue.message m
-                                WHERE m.queue_id = v_queue_id AND m.locked_until IS NOT NULL
-                                  AND m.locked_until <= v_now
-                                  AND m.id <> ALL (v_ids)
-                                ORDER BY m.locked_until, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) e
-                UNION ALL
-                SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                 FROM pgqueue.message m
-                                WHERE m.queue_id = v_queue_id AND m.locked_until IS NULL
-                                  AND m.dequeue_at <= v_now
-                                  AND m.id <> ALL (v_ids)
-                                ORDER BY m.dequeue_at, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) r
-                LIMIT v_need) c;
-        v_ids := v_ids || v_found;
-        EXIT WHEN v_dead_ids IS NULL;
-        FOREACH v_dead IN ARRAY v_dead_ids LOOP
-            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
-        END LOOP;
-        v_need := p_limit - cardinality(v_ids);
-        EXIT WHEN v_need = 0;
-    END LOOP;
+    v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     ELSIF v_lock_ms = 0 THEN
@@ -1024,9 +1052,9 @@ COMMENT ON FUNCTION pgqueue.spark_ack(text, text, bigint) IS
 
 -- Claim up to p_max_messages deliverable messages for a consumer; returns the claim's sequence number.
 --
--- Takes expired leases first, then ready messages by (dequeue_at, id), as message_dequeue does,
--- with FOR UPDATE SKIP LOCKED; p_max_id (if not NULL) leaves out messages with a larger id.
--- A lease that ran out max_attempts times is dead-lettered, as by message_dequeue. Returns NULL
+-- Takes messages through pgqueue._message_take, the probe of message_dequeue (expired leases
+-- first, then ready messages by (dequeue_at, id), FOR UPDATE SKIP LOCKED, poison leases
+-- dead-lettered); p_max_id (if not NULL) leaves out messages with a larger id. Returns NULL
 -- and claims nothing when no message is due; creates the
 -- consumer if needed. Errors: 22023 (p_max_messages outside 1..1000000), PQ001/42602/22004.
 CREATE OR REPLACE FUNCTION pgqueue.spark_claim(
@@ -1042,7 +1070,6 @@ DECLARE
     v_queue    pgqueue.queue;
     v_consumer pgqueue.spark_consumer;
     v_now      bigint := pgqueue.now_ms();
-    v_dead     bigint;
     v_ids      bigint[];
     v_claim_id bigint;
 BEGIN
@@ -1055,41 +1082,7 @@ BEGIN
     v_queue := pgqueue._queue_enter(p_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
-    IF v_queue.max_attempts IS NOT NULL THEN
-        FOR v_dead IN
-            SELECT m.id FROM pgqueue.message m
-             WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-               AND m.locked_until <= v_now AND m.attempts >= v_queue.max_attempts
-             ORDER BY m.locked_until, m.id
-             LIMIT 1000
-               FOR UPDATE SKIP LOCKED
-        LOOP
-            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
-        END LOOP;
-    END IF;
-
-    v_ids := ARRAY(
-        SELECT c.id FROM (
-            SELECT e.id FROM (
-                SELECT m.id FROM pgqueue.message m
-                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-                   AND m.locked_until <= v_now
-                   AND (v_queue.max_attempts IS NULL OR m.attempts < v_queue.max_attempts)
-                   AND (p_max_id IS NULL OR m.id <= p_max_id)
-                 ORDER BY m.locked_until, m.id
-                 LIMIT p_max_messages
-                   FOR UPDATE SKIP LOCKED) e
-            UNION ALL
-            SELECT r.id FROM (
-                SELECT m.id FROM pgqueue.message m
-                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
-                   AND m.dequeue_at <= v_now
-                   AND (p_max_id IS NULL OR m.id <= p_max_id)
-                 ORDER BY m.dequeue_at, m.id
-                 LIMIT p_max_messages
-                   FOR UPDATE SKIP LOCKED) r
-        ) c
-        LIMIT p_max_messages);
+    v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);
     IF cardinality(v_ids) = 0 THEN
         RETURN NULL;
     END IF;

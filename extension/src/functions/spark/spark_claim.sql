@@ -1,8 +1,8 @@
 -- Claim up to p_max_messages deliverable messages for a consumer; returns the claim's sequence number.
 --
--- Takes expired leases first, then ready messages by (dequeue_at, id), as message_dequeue does,
--- with FOR UPDATE SKIP LOCKED; p_max_id (if not NULL) leaves out messages with a larger id.
--- A lease that ran out max_attempts times is dead-lettered, as by message_dequeue. Returns NULL
+-- Takes messages through pgqueue._message_take, the probe of message_dequeue (expired leases
+-- first, then ready messages by (dequeue_at, id), FOR UPDATE SKIP LOCKED, poison leases
+-- dead-lettered); p_max_id (if not NULL) leaves out messages with a larger id. Returns NULL
 -- and claims nothing when no message is due; creates the
 -- consumer if needed. Errors: 22023 (p_max_messages outside 1..1000000), PQ001/42602/22004.
 CREATE FUNCTION pgqueue.spark_claim(
@@ -18,7 +18,6 @@ DECLARE
     v_queue    pgqueue.queue;
     v_consumer pgqueue.spark_consumer;
     v_now      bigint := pgqueue.now_ms();
-    v_dead     bigint;
     v_ids      bigint[];
     v_claim_id bigint;
 BEGIN
@@ -31,41 +30,7 @@ BEGIN
     v_queue := pgqueue._queue_enter(p_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
-    IF v_queue.max_attempts IS NOT NULL THEN
-        FOR v_dead IN
-            SELECT m.id FROM pgqueue.message m
-             WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-               AND m.locked_until <= v_now AND m.attempts >= v_queue.max_attempts
-             ORDER BY m.locked_until, m.id
-             LIMIT 1000
-               FOR UPDATE SKIP LOCKED
-        LOOP
-            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
-        END LOOP;
-    END IF;
-
-    v_ids := ARRAY(
-        SELECT c.id FROM (
-            SELECT e.id FROM (
-                SELECT m.id FROM pgqueue.message m
-                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-                   AND m.locked_until <= v_now
-                   AND (v_queue.max_attempts IS NULL OR m.attempts < v_queue.max_attempts)
-                   AND (p_max_id IS NULL OR m.id <= p_max_id)
-                 ORDER BY m.locked_until, m.id
-                 LIMIT p_max_messages
-                   FOR UPDATE SKIP LOCKED) e
-            UNION ALL
-            SELECT r.id FROM (
-                SELECT m.id FROM pgqueue.message m
-                 WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
-                   AND m.dequeue_at <= v_now
-                   AND (p_max_id IS NULL OR m.id <= p_max_id)
-                 ORDER BY m.dequeue_at, m.id
-                 LIMIT p_max_messages
-                   FOR UPDATE SKIP LOCKED) r
-        ) c
-        LIMIT p_max_messages);
+    v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);
     IF cardinality(v_ids) = 0 THEN
         RETURN NULL;
     END IF;
