@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import pgqueue
-from conftest import REPO
+from conftest import REPO, Server, admin_execute, create_database, drop_database
 
 DIST = "pgqueue-sql"
 VENV_BIN = Path(sys.executable).parent
@@ -143,7 +143,7 @@ def test_benchmark_results_are_not_committed() -> None:
 
 
 @pytest.mark.build
-def test_wheel_and_sdist_install_into_a_clean_venv(tmp_path: Path, dsn: str) -> None:
+def test_wheel_and_sdist_install_into_a_clean_venv(tmp_path: Path, dsn: str, pg_server: Server) -> None:
     # build from a copy, so that the build's egg-info and build/ do not land in the shared tree
     src = tmp_path / "src"
     shutil.copytree(REPO / "python", src / "python", symlinks=True,
@@ -215,6 +215,21 @@ def test_wheel_and_sdist_install_into_a_clean_venv(tmp_path: Path, dsn: str) -> 
     proc = run([pgq, "demo", "--messages", "10"], cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "pgqueue-sql[embedded]" in proc.stderr
+    # the wheel alone installs pgqueue into a database whose server has no pgqueue files needed:
+    # the plain SQL it ships, run by the database's owner (a role that is not superuser)
+    owner = f"pq_wheel_owner_{os.getpid()}"
+    admin_execute(pg_server, f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER')
+    empty = create_database(pg_server, "template0", prefix="wheel")
+    try:
+        admin_execute(pg_server, f'ALTER DATABASE "{empty}" OWNER TO "{owner}"')
+        target = pg_server.dsn(empty, user=owner)
+        proc = run([pgq, "install", "--plain", "--dsn", target], cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        proc = run([pgq, "--version"], cwd=tmp_path, env={**env, "PGQUEUE_DSN": target})
+        assert proc.returncode == 0 and "database: pgqueue 0.4 (plain" in proc.stdout, proc.stdout + proc.stderr
+    finally:
+        drop_database(pg_server, empty)
+        admin_execute(pg_server, f'DROP ROLE IF EXISTS "{owner}"')
     # the benchmark suite is in the repository only
     proc = run([pgq, "bench", "--smoke"], cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and "python -m bench" in proc.stderr

@@ -467,36 +467,6 @@ def test_template_database_is_at_the_default_version(pg_server: Server, template
 # ---------------------------------------------------------------------------------------
 
 EXTENSION = Path(__file__).resolve().parents[1] / "extension"
-REDEFINED = ["queue_drop", "message_complete", "message_heartbeat", "message_defer", "message_fail"]
-
-
-def _function_text(script: str, name: str) -> str:
-    import re
-
-    match = re.search(rf"^CREATE (?:OR REPLACE )?FUNCTION pgqueue\.{name}\(.*?^\$\$;$", script, re.S | re.M)
-    assert match is not None, f"{name} not found"
-    return match.group(0)
-
-
-def _normalised(text: str) -> str:
-    import re
-
-    text = text.replace("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION")
-    text = "\n".join(line for line in text.splitlines() if "spark" not in line)  # the 0.2 additions
-    text = re.sub(r"\s+AND m\.claim_id IS NULL", "", text)
-    return " ".join(text.split())
-
-
-@pytest.mark.parametrize("name", REDEFINED)
-def test_redefined_functions_differ_from_0_1_only_by_spark(name: str) -> None:
-    """0.2 re-creates these 0.1 functions with Spark additions. A change to the 0.1 original must
-    be made to the copy in pgqueue--0.1--0.2.sql too, or this fails."""
-    old = _function_text((EXTENSION / "pgqueue--0.1.sql").read_text(), name)
-    new = _function_text((EXTENSION / "pgqueue--0.1--0.2.sql").read_text(), name)
-    assert new != old, "premise: 0.2 changes it"
-    assert _normalised(new) == _normalised(old)
-
-
 def test_lease_calls_ignore_claimed_messages(conn: Conn) -> None:
     """The attempts value of a claimed message is no lease token: each lease call returns false."""
     fill(conn, "q", 1)
