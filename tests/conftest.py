@@ -110,6 +110,16 @@ def dbname(pg_server: Server, template_db: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def bare_dsn(pg_server: Server) -> Iterator[str]:
+    """The DSN of a fresh database without pgqueue, dropped after the test."""
+    name = create_database(pg_server, "template0", prefix="bare")
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        drop_database(pg_server, name)
+
+
+@pytest.fixture
 def dsn(pg_server: Server, dbname: str) -> str:
     """Connection string of a fresh database with the extension installed."""
     return pg_server.dsn(dbname)

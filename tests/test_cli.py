@@ -9,13 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from psycopg import sql
 
-from conftest import Server, admin_execute, drop_database
 from pgqueue import Queue
 from pgqueue.cli import format_table, main
 
@@ -37,16 +34,6 @@ def assert_one_line_error(status: int, out: str, err: str, *words: str, code: in
     for word in words:
         assert word in err, err
 
-
-@pytest.fixture
-def bare_db(pg_server: Server) -> Iterator[str]:
-    """The DSN of a fresh database without the extension."""
-    name = f"bare_{os.getpid()}_{time.monotonic_ns()}"
-    admin_execute(pg_server, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        drop_database(pg_server, name)
 
 
 @pytest.fixture(autouse=True)
@@ -191,15 +178,15 @@ def test_dead_letters_list_requeue_purge(capsys: pytest.CaptureFixture[str], dsn
     assert status == 0 and "no dead letters" in out
 
 
-def test_install(capsys: pytest.CaptureFixture[str], bare_db: str) -> None:
-    status, out, err = run(capsys, "stats", "--dsn", bare_db)
+def test_install(capsys: pytest.CaptureFixture[str], bare_dsn: str) -> None:
+    status, out, err = run(capsys, "stats", "--dsn", bare_dsn)
     assert_one_line_error(status, out, err, "not installed", "pgqueue install")
-    status, out, err = run(capsys, "install", "--dsn", bare_db)
+    status, out, err = run(capsys, "install", "--dsn", bare_dsn)
     assert status == 0, err
     assert "installed" in out
-    status, out, _ = run(capsys, "install", "--dsn", bare_db)
+    status, out, _ = run(capsys, "install", "--dsn", bare_dsn)
     assert status == 0 and "already installed" in out
-    assert run(capsys, "stats", "--dsn", bare_db)[0] == 0
+    assert run(capsys, "stats", "--dsn", bare_dsn)[0] == 0
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -4,16 +4,13 @@ start; `pgqueue --version` shows both versions and never a traceback."""
 
 from __future__ import annotations
 
-import os
 import re
-import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from conftest import REPO, Server, admin_execute, drop_database
+from conftest import REPO, Server
 from pgqueue import Queue, Worker, __version__, check_server
 from pgqueue.cli import main
 from pgqueue.compat import major_minor
@@ -21,16 +18,6 @@ from pgqueue.errors import ExtensionNotInstalled, VersionMismatch
 
 CLIENT = "{}.{}".format(*(major_minor(__version__) or (0, 0)))
 
-
-@pytest.fixture
-def bare_dsn(pg_server: Server) -> Iterator[str]:
-    """The DSN of a fresh database without pgqueue."""
-    name = f"bare_{os.getpid()}_{time.monotonic_ns()}"
-    admin_execute(pg_server, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        drop_database(pg_server, name)
 
 
 def plain_install(dsn: str, version: str) -> str:
