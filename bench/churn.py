@@ -22,6 +22,16 @@ busy queue, since dead index entries pile up between two autovacuum visits.
 The held-xmin variant opens a REPEATABLE READ transaction, takes its snapshot, and holds it
 for a while in the middle of the run (in the same database, where it stops vacuum from
 removing anything deleted after it began).
+
+The held-snapshot section (``run_held``, issue 12) runs the same churn for every design of
+``HELD_DESIGNS`` and each of three ways of holding the xmin horizon back (``HOLD_CASES``): a
+REPEATABLE READ snapshot that read another table, an idle-in-transaction session that has an
+xid, and a REPEATABLE READ snapshot that read the design's own queue table (and so keeps its
+ACCESS SHARE lock, as pg_dump does). The peers are measured with their own APIs: PgQ (Debian's
+postgresql-15-pgq3: insert_event, a ticker thread calling pgq.ticker() every 100 ms and
+pgqd's maintenance operations every 5 s, next_batch / get_batch_events / finish_batch) and
+pgmq (pop, and read + delete). A peer whose ``CREATE EXTENSION`` fails on the server is
+reported as not available, with the server's reason.
 """
 
 from __future__ import annotations
@@ -50,11 +60,38 @@ def _token(content: bytes) -> int:
     return int(bytes(content[:20]))
 
 
+class Unavailable(Exception):
+    """The design cannot run on this server (its extension is missing); the message says why."""
+
+
 class _Design:
     table = ""
+    #: schemas whose tables (with their indexes and TOAST) make up the design's footprint
+    schemas: tuple[str, ...] = ()
+    #: nap after an empty dequeue (seconds)
+    idle_nap = 0.001
+    #: PgQ delivers every event to every registered consumer: one consumer reads the batches
+    single_consumer = False
+
+    def prepare(self, conn: psycopg.Connection[Any]) -> str | None:
+        """Install what the design needs in a fresh database; return its version (None: ours)."""
+        return None
 
     def setup(self, conn: psycopg.Connection[Any], backlog: int) -> None:
         raise NotImplementedError
+
+    def hold_table(self, conn: psycopg.Connection[Any]) -> str:
+        """The queue table a REPEATABLE READ reader reads in hold case (c) (a trusted SQL name)."""
+        return self.table
+
+    def consume_many(self, conn: psycopg.Connection[Any]) -> list[int] | None:
+        """Take and finish what one call of the design's API gives (see consume)."""
+        token = self.consume(conn)
+        return None if token is None else [token]
+
+    def background(self, dsn: str, stop: threading.Event, errors: list[str]) -> list[threading.Thread]:
+        """Threads the design needs beside producers and consumers (PgQ's ticker)."""
+        return []
 
     def produce(self, conn: psycopg.Connection[Any], content: bytes) -> None:
         raise NotImplementedError
@@ -72,6 +109,7 @@ class _Design:
 
 class _Pgqueue(_Design):
     table = "pgqueue.message"
+    schemas = ("pgqueue",)
     label = "pgqueue (lease + complete)"
 
     def setup(self, conn: psycopg.Connection[Any], backlog: int) -> None:
@@ -113,6 +151,7 @@ class _PgqueueDelete(_Pgqueue):
 
 class _Seed001(_Design):
     table = "seed001.message"
+    schemas = ("seed001",)
     label = "seed 001 (message_dequeue, delete)"
 
     def setup(self, conn: psycopg.Connection[Any], backlog: int) -> None:
@@ -134,8 +173,160 @@ class _Seed001(_Design):
         return [_token(r[0]) for r in conn.execute("SELECT content FROM seed001.message")]
 
 
+def _create_extension(conn: psycopg.Connection[Any], name: str) -> str:
+    """CREATE EXTENSION name; its version, or Unavailable with the server's reason."""
+    try:
+        conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Unavailable(f"CREATE EXTENSION {name} failed: {reason}") from exc
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = %s", [name]).fetchone()
+    return str(row[0]) if row else "?"
+
+
+class _Pgq(_Design):
+    """PgQ (Debian's postgresql-15-pgq3) through its own API.
+
+    Producers call pgq.insert_event; one consumer (PgQ gives every registered consumer every
+    event, so consumers do not share work) loops next_batch / get_batch_events / finish_batch,
+    each call in its own transaction; a background thread plays pgqd: pgq.ticker() every 100 ms
+    and the maintenance operations pgq.maint_operations() lists every 5 s (table rotation with
+    the queue's default period). Each event's ev_data is the message's text.
+    """
+
+    table = "pgq.event_template"
+    schemas = ("pgq",)
+    label = "PgQ (insert_event; next_batch / get_batch_events / finish_batch)"
+    idle_nap = 0.02
+    single_consumer = True
+
+    def prepare(self, conn: psycopg.Connection[Any]) -> str | None:
+        return _create_extension(conn, "pgq")
+
+    def setup(self, conn: psycopg.Connection[Any], backlog: int) -> None:
+        conn.execute("SELECT pgq.create_queue('churn')")
+        conn.execute("SELECT pgq.register_consumer('churn', 'bench')")
+        conn.execute("SELECT count(pgq.insert_event('churn', 'm', convert_from(convert_to(lpad(g::text, 20, '0') "
+                     "|| ' ', 'UTF8') || %s::bytea, 'UTF8'))) FROM generate_series(0, %s - 1) g", [PAD, backlog])
+        conn.execute("SELECT pgq.force_tick('churn')")
+        conn.execute("SELECT pgq.ticker('churn')")
+        # the events live in the parent's child tables (rotated): VACUUM of the parent alone would
+        # leave them without statistics until autovacuum comes round, and get_batch_events' plan
+        # with them, so the whole (fresh, small) database is vacuumed and analyzed
+        conn.execute("VACUUM (ANALYZE)")
+
+    def hold_table(self, conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute("SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = 'churn'").fetchone()
+        if row is None:
+            raise RuntimeError("PgQ queue 'churn' not found")
+        return str(row[0])  # the parent of the rotated event tables: a read covers all of them
+
+    def produce(self, conn: psycopg.Connection[Any], content: bytes) -> None:
+        conn.execute("SELECT pgq.insert_event('churn', 'm', %s)", [content.decode()], prepare=True)
+
+    def consume_many(self, conn: psycopg.Connection[Any]) -> list[int] | None:
+        row = conn.execute("SELECT pgq.next_batch('churn', 'bench')", prepare=True).fetchone()
+        if row is None or row[0] is None:
+            return None
+        batch = row[0]
+        tokens = [_token(r[0].encode()) for r in conn.execute(
+            "SELECT ev_data FROM pgq.get_batch_events(%s)", [batch], prepare=True)]
+        conn.execute("SELECT pgq.finish_batch(%s)", [batch], prepare=True)
+        return tokens
+
+    def remaining(self, conn: psycopg.Connection[Any]) -> list[int]:
+        # the events the consumer has not finished: every producer has stopped, so one more
+        # tick closes the last batch, and the consumer's own API reads what is left
+        conn.execute("SELECT pgq.force_tick('churn')")
+        conn.execute("SELECT pgq.ticker('churn')")
+        out: list[int] = []
+        while True:
+            got = self.consume_many(conn)
+            if got is None:
+                return out
+            out.extend(got)
+
+    def background(self, dsn: str, stop: threading.Event, errors: list[str]) -> list[threading.Thread]:
+        def ticker() -> None:
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    nxt_maint = time.perf_counter() + 5.0
+                    while not stop.wait(0.1):
+                        conn.execute("SELECT pgq.ticker()")
+                        if time.perf_counter() >= nxt_maint:
+                            nxt_maint += 5.0
+                            for func, arg in conn.execute("SELECT func_name, func_arg FROM pgq.maint_operations()"
+                                                          ).fetchall():
+                                call = sql.SQL("SELECT {}({})").format(
+                                    sql.Identifier(*str(func).split(".")),
+                                    sql.SQL("") if arg is None else sql.Literal(arg))
+                                for _ in range(10):  # "1 if it wants to be called again"
+                                    again = conn.execute(call).fetchone()
+                                    if not again or again[0] != 1:
+                                        break
+            except Exception as exc:
+                errors.append(f"PgQ ticker: {type(exc).__name__}: {exc}")
+                stop.set()
+
+        return [threading.Thread(target=ticker)]
+
+
+class _PgmqPop(_Design):
+    """pgmq (when the server has it: CREATE EXTENSION pgmq) through its own API: pgmq.send, and
+    pgmq.pop (read and delete in one call). Each message is {"c": <the message's text>}."""
+
+    table = "pgmq.q_churn"
+    schemas = ("pgmq",)
+    label = "pgmq (pop)"
+
+    def prepare(self, conn: psycopg.Connection[Any]) -> str | None:
+        return _create_extension(conn, "pgmq")
+
+    def setup(self, conn: psycopg.Connection[Any], backlog: int) -> None:
+        conn.execute("SELECT pgmq.create('churn')")
+        conn.execute("SELECT count(*) FROM pgmq.send_batch('churn', ARRAY(SELECT jsonb_build_object('c', "
+                     "convert_from(convert_to(lpad(g::text, 20, '0') || ' ', 'UTF8') || %s::bytea, 'UTF8')) "
+                     "FROM generate_series(0, %s - 1) g))", [PAD, backlog])
+        db.vacuum_analyze(conn, [self.table])
+
+    def produce(self, conn: psycopg.Connection[Any], content: bytes) -> None:
+        conn.execute("SELECT pgmq.send('churn', jsonb_build_object('c', %s::text))", [content.decode()], prepare=True)
+
+    def consume(self, conn: psycopg.Connection[Any]) -> int | None:
+        row = conn.execute("SELECT message->>'c' FROM pgmq.pop('churn')", prepare=True).fetchone()
+        return None if row is None else _token(str(row[0]).encode())
+
+    def remaining(self, conn: psycopg.Connection[Any]) -> list[int]:
+        return [_token(str(r[0]).encode()) for r in conn.execute("SELECT message->>'c' FROM pgmq.q_churn")]
+
+
+class _PgmqReadDelete(_PgmqPop):
+    """pgmq's lease mode: pgmq.read with a 30 s visibility timeout, then pgmq.delete (two
+    transactions per message, as pgqueue's lease + complete)."""
+
+    label = "pgmq (read + delete)"
+
+    def consume(self, conn: psycopg.Connection[Any]) -> int | None:
+        row = conn.execute("SELECT msg_id, message->>'c' FROM pgmq.read('churn', 30, 1)", prepare=True).fetchone()
+        if row is None:
+            return None
+        done = conn.execute("SELECT pgmq.delete('churn', %s::bigint)", [row[0]], prepare=True).fetchone()
+        return _token(str(row[1]).encode()) if done and done[0] else -1
+
+
 DESIGNS: dict[str, _Design] = {"pgqueue": _Pgqueue(), "pgqueue_naptime10": _PgqueueNaptime(), "seed001": _Seed001(),
-                               "pgqueue_delete": _PgqueueDelete()}
+                               "pgqueue_delete": _PgqueueDelete(), "pgq": _Pgq(), "pgmq_pop": _PgmqPop(),
+                               "pgmq_read_delete": _PgmqReadDelete()}
+
+#: The designs of the held-snapshot section, in the order they run.
+HELD_DESIGNS = ["pgqueue_delete", "pgqueue", "seed001", "pgmq_pop", "pgmq_read_delete", "pgq"]
+
+#: The three ways of holding the xmin horizon back (issue 12).
+HOLD_CASES: dict[str, str] = {
+    "a": "REPEATABLE READ session that read another table",
+    "b": "idle in transaction with an xid (SELECT txid_current())",
+    "c": "REPEATABLE READ session that read the queue's own table (keeps its ACCESS SHARE lock)",
+}
 
 
 def _alter_naptime(conn: psycopg.Connection[Any], value: str | None) -> None:
@@ -157,33 +348,55 @@ def _naptime(conn: psycopg.Connection[Any]) -> str:
     return str(conn.execute("SHOW autovacuum_naptime").fetchone()[0])  # type: ignore[index]
 
 
+def _design_bytes(conn: psycopg.Connection[Any], design: _Design) -> int:
+    """pg_total_relation_size of every table of the design's schemas (indexes and TOAST included)."""
+    row = conn.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                       "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                       "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p')", [list(design.schemas)]).fetchone()
+    return int(row[0]) if row else 0
+
+
 def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int, producers: int,
               consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None = None,
-              fault: str | None = None, log: Any = print) -> dict[str, Any]:
-    """Run one churn; hold = (start, end) seconds into the run for the held-xmin variant."""
+              hold_case: str | None = None, fault: str | None = None, log: Any = print) -> dict[str, Any]:
+    """Run one churn; hold = (start, end) seconds into the run for the held-xmin variant, held the
+    way hold_case says (a key of HOLD_CASES; None: a REPEATABLE READ snapshot of pgqueue.queue).
+
+    Raises Unavailable when the design's extension cannot be created on the server.
+    """
     design = DESIGNS[design_name]
     naptime: str | None = getattr(design, "naptime", None)
     with server.database(f"churn_{design_name}") as dbname:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+            version = design.prepare(conn)
+            bytes_empty = _design_bytes(conn, design) if design.schemas else 0
             design.setup(conn, backlog)
+            bytes_loaded = _design_bytes(conn, design) if design.schemas else 0
+            main_table = design.hold_table(conn)
+            if hold_case == "a":
+                conn.execute("CREATE TABLE bench_held_other AS SELECT g FROM generate_series(1, 100) g")
             if naptime:
                 _alter_naptime(conn, naptime)
             in_effect = _naptime(conn)
         try:
             result = _run(server, dbname, design, design_name, seconds=seconds, window=window,
                           producers=producers, consumers=consumers, backlog=backlog, slack=slack, hold=hold,
-                          fault=fault, log=log)
+                          hold_case=hold_case, main_table=main_table, fault=fault, log=log)
         finally:
             if naptime:
                 with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
                     _alter_naptime(conn, None)
         result["autovacuum_naptime"] = in_effect
+        if version:
+            result["version"] = version
+        if design.schemas:
+            result["bytes_per_message"] = (bytes_loaded - bytes_empty) / backlog if backlog else None
         return result
 
 
 def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, seconds: int, window: int,
          producers: int, consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None,
-         fault: str | None, log: Any) -> dict[str, Any]:
+         hold_case: str | None, main_table: str, fault: str | None, log: Any) -> dict[str, Any]:
     stop = threading.Event()
     slots = seconds + 5
     enq = [array("l", [0] * slots) for _ in range(producers)]
@@ -224,17 +437,20 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
         conn, bins, rec = conns_c[i], deq[i], recorders[i]
         try:
             while not stop.is_set():
-                token = design.consume(conn)
-                if token is None:
-                    time.sleep(0.001)
+                tokens = design.consume_many(conn)
+                if tokens is None:
+                    time.sleep(design.idle_nap)
                     continue
-                if token < 0:
-                    lost[i] += 1
-                    continue
-                rec.record(token)
+                done = 0
+                for token in tokens:
+                    if token < 0:
+                        lost[i] += 1
+                    else:
+                        rec.record(token)
+                        done += 1
                 sec = int(time.perf_counter() - t0)
                 if 0 <= sec < slots:
-                    bins[sec] += 1
+                    bins[sec] += done
         except Exception as exc:
             errors.append(f"consumer {i}: {type(exc).__name__}: {exc}")
             stop.set()
@@ -247,14 +463,17 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 time.sleep(max(0.0, nxt - time.perf_counter()))
                 row = mconn.execute(
                     "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), s.n_dead_tup, s.n_live_tup, "
-                    "s.autovacuum_count, (SELECT max(age(backend_xmin)) FROM pg_stat_activity "
-                    "WHERE datname = current_database()) "
+                    "s.autovacuum_count, (SELECT greatest(max(age(backend_xmin)), max(age(backend_xid))) "
+                    "FROM pg_stat_activity WHERE datname = current_database()) "
                     "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                    "WHERE c.oid = %s::regclass", [design.table]).fetchone()
+                    "WHERE c.oid = %s::regclass", [main_table]).fetchone()
                 if row:
-                    samples.append({"t": round(time.perf_counter() - t0, 2), "total_bytes": row[0],
-                                    "heap_bytes": row[1], "dead": row[2], "live": row[3],
-                                    "autovacuums": row[4], "xmin_age": row[5], "backlog": backlog_now()})
+                    sample = {"t": round(time.perf_counter() - t0, 2), "total_bytes": row[0],
+                              "heap_bytes": row[1], "dead": row[2], "live": row[3],
+                              "autovacuums": row[4], "xmin_age": row[5], "backlog": backlog_now()}
+                    if design.schemas:
+                        sample["design_bytes"] = _design_bytes(mconn, design)
+                    samples.append(sample)
 
     holder_state: dict[str, Any] = {}
 
@@ -264,8 +483,18 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
         if stop.is_set():
             return
         with psycopg.connect(server.dsn(dbname)) as hconn:
-            hconn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            hconn.execute("SELECT count(*) FROM pgqueue.queue")  # takes the snapshot
+            if hold_case in (None, "a", "c"):
+                hconn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            if hold_case is None:
+                hconn.execute("SELECT count(*) FROM pgqueue.queue")  # takes the snapshot
+            elif hold_case == "a":
+                hconn.execute("SELECT count(*) FROM bench_held_other")
+            elif hold_case == "b":
+                hconn.execute("SELECT txid_current()")  # READ COMMITTED: no snapshot kept, an xid
+            elif hold_case == "c":
+                hconn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(main_table)))  # our own name
+            else:
+                raise ValueError(hold_case)
             holder_state["start"] = time.perf_counter() - t0
             stop.wait(max(0.0, t0 + hold[1] - time.perf_counter()))
             hconn.commit()
@@ -273,7 +502,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
 
     threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
     threads += [threading.Thread(target=consumer, args=(i,)) for i in range(consumers)]
-    aux = [threading.Thread(target=monitor)]
+    aux = [threading.Thread(target=monitor)] + design.background(server.dsn(dbname, sync_off=True), stop, errors)
     if hold:
         aux.append(threading.Thread(target=holder))
     for t in threads + aux:
@@ -320,15 +549,28 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                       size_growth=max(second) / max(first) if max(first) else None)
     if hold:
         result["hold"] = {"planned": list(hold), **holder_state}
-        result.update(_held_analysis(deq_s, holder_state, window))
+        if hold_case is None:
+            result.update(_held_analysis(deq_s, holder_state, window))
+        else:
+            result["hold_case"] = hold_case
+            result.update(_held_analysis(deq_s, holder_state, window, threshold=0.9,
+                                         smooth=min(5, max(1, int(hold[1] - hold[0])))))
+            result.update(_held_growth(samples, enq_s, holder_state))
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
         + ("check OK" if not problems else "FAILURE: " + "; ".join(problems)))
     return result
 
 
-def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int) -> dict[str, Any]:
-    """Degradation during the held snapshot and recovery after it, from the per-second rates."""
+def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int, *, threshold: float = 0.8,
+                   smooth: int | None = None) -> dict[str, Any]:
+    """Degradation during the held snapshot and recovery after it, from the per-second rates.
+
+    Baseline: the median per-second rate before the hold (its first 5 s left out as warm-up).
+    Slowest window: the lowest mean of `smooth` consecutive seconds inside the hold. Recovery:
+    seconds from the end of the hold to the start of the first such window after it whose mean
+    is at least threshold x the baseline.
+    """
     if "start" not in hold or "end" not in hold:
         return {"held_error": "the snapshot was not held"}
     start, end = int(hold["start"]), int(hold["end"]) + 1
@@ -336,15 +578,17 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int) -> dict[
     if not before:
         return {}
     baseline = statistics.median(before[min(5, len(before) - 1):] or before)
-    smooth = 5 if window >= 5 else 1
+    if smooth is None:
+        smooth = 5 if window >= 5 else 1
     rolling = [sum(deq_s[i:i + smooth]) / smooth for i in range(len(deq_s) - smooth + 1)]
     during = rolling[start:max(start + 1, end - smooth + 1)]
     recovery = None
     for i in range(end, len(rolling)):
-        if rolling[i] >= 0.8 * baseline:
+        if rolling[i] >= threshold * baseline:
             recovery = i - end
             break
     return {
+        "held_smooth": smooth, "held_threshold": threshold,
         "held_baseline": baseline, "held_min": min(during) if during else None,
         "held_min_ratio": (min(during) / baseline) if during and baseline else None,
         "held_mean_ratio": (statistics.mean(deq_s[start:end]) / baseline) if baseline else None,
@@ -352,3 +596,58 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int) -> dict[
         "after_minute_ratio": (statistics.mean(deq_s[end:end + 60]) / baseline)
         if baseline and deq_s[end:end + 60] else None,
     }
+
+
+def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str, Any]) -> dict[str, Any]:
+    """The design's tables + indexes at the start and the end of the hold (the nearest samples of
+    the once-a-second monitor) and the messages produced in between."""
+    if "start" not in hold or "end" not in hold:
+        return {}
+    sized = [s for s in samples if "design_bytes" in s]
+    if not sized:
+        return {}
+    start, end = float(hold["start"]), float(hold["end"])
+    first = min(sized, key=lambda s: abs(s["t"] - start))
+    last = min(sized, key=lambda s: abs(s["t"] - end))
+    produced = sum(enq_s[int(first["t"]):int(last["t"])])
+    return {"held_bytes_start": first["design_bytes"], "held_bytes_end": last["design_bytes"],
+            "held_growth_bytes": last["design_bytes"] - first["design_bytes"], "held_produced": produced,
+            "held_growth_window": [first["t"], last["t"]]}
+
+
+def run_held(server: db.Server, *, before: int, hold: int, after: int, producers: int, consumers: int,
+             backlog: int, slack: int, designs: list[str] | None = None, fault: str | None = None,
+             log: Any = print) -> dict[str, Any]:
+    """Issue 12's held-snapshot cases: for every design and case, a churn of before + hold + after
+    seconds (each in a fresh database) with the xmin horizon held back from `before` to
+    `before + hold`.
+
+    Every design runs with producers + consumers client sessions in all (PgQ: one consumer, the
+    rest producers). A design whose extension is missing is reported with the reason, not run.
+    """
+    out: dict[str, Any] = {"before": before, "hold": hold, "after": after, "clients": producers + consumers,
+                           "backlog": backlog, "slack": slack, "cases": dict(HOLD_CASES), "designs": {}}
+    for name in designs or HELD_DESIGNS:
+        design = DESIGNS[name]
+        entry: dict[str, Any] = {"label": getattr(design, "label", name), "available": True, "runs": {}}
+        out["designs"][name] = entry
+        n_cons = 1 if design.single_consumer else consumers
+        n_prod = producers + consumers - n_cons
+        entry.update(producers=n_prod, consumers=n_cons)
+        for case in HOLD_CASES:
+            try:
+                r = run_churn(server, name, seconds=before + hold + after, window=5, producers=n_prod,
+                              consumers=n_cons, backlog=backlog, slack=slack, hold=(before, before + hold),
+                              hold_case=case, fault=fault, log=log)
+            except Unavailable as exc:
+                entry.update(available=False, reason=str(exc))
+                log(f"  held {name}: not available on this server: {exc}")
+                break
+            entry["runs"][case] = r
+            if r.get("version"):
+                entry["version"] = r["version"]
+            log(f"  held {name} ({case}): baseline {r.get('held_baseline') or 0:,.0f}/s, slowest "
+                f"{r.get('held_smooth')} s {r.get('held_min_ratio') or 0:.2f}x, recovery "
+                f"{r.get('recovery_s')} s, growth {(r.get('held_growth_bytes') or 0) / 2**20:.1f} MiB for "
+                f"{r.get('held_produced', 0):,} messages produced")
+    return out

@@ -51,6 +51,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    choices=["pgqueue", "pgqueue_naptime10", "seed001", "pgqueue_delete"],
                    help="designs of the churn section (default: pgqueue pgqueue_naptime10 seed001; with --dsn "
                         "pgqueue seed001, since pgqueue_naptime10 changes a server setting for its run)")
+    p.add_argument("--held-designs", nargs="+", metavar="DESIGN",
+                   choices=["pgqueue_delete", "pgqueue", "seed001", "pgmq_pop", "pgmq_read_delete", "pgq"],
+                   help="designs of the held section (default: all of them; a peer the server lacks is "
+                        "reported as not available)")
     p.add_argument("--render", metavar="RESULTS.json", help="only re-render the report from saved results")
     p.add_argument("--inject-fault", choices=["duplicate"],
                    help="testing: make every consumer record its first message twice (the checks must fail)")
@@ -141,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 churn_designs = args.churn_designs or (
                     ["pgqueue", "seed001"] if args.dsn else ["pgqueue", "pgqueue_naptime10", "seed001"])
-                results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs)
+                results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs,
+                                                args.held_designs)
             except Exception:
                 results["errors"][section] = traceback.format_exc()
                 _log(f"section {section} failed:\n{results['errors'][section]}")
@@ -167,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: str | None,
-                 churn_designs: list[str]) -> Any:
+                 churn_designs: list[str], held_designs: list[str] | None = None) -> Any:
     if section == "ops":
         from bench import ops
         return ops.run_ops(srv, profile, _log)
@@ -199,6 +204,12 @@ def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: s
             srv, "pgqueue", seconds=total, window=profile.churn_window, producers=profile.churn_producers,
             consumers=profile.churn_consumers, backlog=profile.churn_backlog, slack=profile.churn_slack,
             hold=(profile.held_before, profile.held_before + profile.held_hold), fault=fault, log=_log)
+    if section == "held":
+        from bench import churn
+        return churn.run_held(
+            srv, before=profile.snap_before, hold=profile.snap_hold, after=profile.snap_after,
+            producers=profile.snap_producers, consumers=profile.snap_consumers, backlog=profile.snap_backlog,
+            slack=profile.snap_slack, designs=held_designs, fault=fault, log=_log)
     if section == "latency":
         from bench import latency
         return latency.run_latency(srv, profile, _log)

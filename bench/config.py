@@ -1,6 +1,7 @@
 """The benchmark profiles (how long, how big) and the server configuration.
 
-Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 40 minutes), ``quick`` (the
+Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 40 minutes, plus about 10
+minutes per available design in the held-snapshot section), ``quick`` (the
 same benchmarks shortened, for a noisy or busy machine, about 10 minutes) and ``smoke`` (every
 benchmark for a moment on tiny fixtures, every correctness check still run: under a minute).
 """
@@ -78,6 +79,14 @@ class Profile:
     held_before: int = 60
     held_hold: int = 120
     held_after: int = 120
+    # held snapshots, issue 12's cases a-c for every design (the section "held")
+    snap_before: int = 30
+    snap_hold: int = 120
+    snap_after: int = 30
+    snap_producers: int = 5
+    snap_consumers: int = 10
+    snap_backlog: int = 100_000
+    snap_slack: int = 10_000
     # latency (target 8) and queue_stats (target 9)
     latency_messages: int = 300
     latency_interval: float = 0.02
@@ -99,6 +108,7 @@ PROFILES: dict[str, Profile] = {
         name="quick", ops_seconds=3, ops_repeats=2, ops_backlog=80_000, ops_batch_backlog=200_000,
         curve_seconds=2, wf_items=2000, wf_workers=(1, 4, 16), depth_samples=300,
         churn_seconds=60, held_before=20, held_hold=40, held_after=40, churn_window=5,
+        snap_before=15, snap_hold=30, snap_after=20, snap_backlog=50_000,
         latency_messages=150, stats_messages=1_000_000, stats_seconds=4, stats_repeats=1,
     ),
     "smoke": Profile(
@@ -109,13 +119,15 @@ PROFILES: dict[str, Profile] = {
         depth_warmup=1, depth_max_seconds=1.0, churn_seconds=3, churn_window=1,
         churn_producers=1, churn_consumers=2, churn_backlog=500, churn_slack=500,
         held_before=1, held_hold=2, held_after=1, latency_messages=20, latency_interval=0.01,
+        snap_before=2, snap_hold=3, snap_after=4, snap_producers=1, snap_consumers=2, snap_backlog=500,
+        snap_slack=500,
         stats_messages=10_000, stats_calls=3, stats_seconds=0, stats_transactions=50,
         stats_repeats=1, stats_clients=2,
     ),
 }
 
 #: The benchmark sections, in the order they run.
-SECTIONS = ["ops", "profile", "curves", "workflows", "depth", "churn", "held_xmin", "latency", "stats"]
+SECTIONS = ["ops", "profile", "curves", "workflows", "depth", "churn", "held_xmin", "held", "latency", "stats"]
 
 
 @dataclass

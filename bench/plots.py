@@ -212,3 +212,39 @@ def held_xmin(r: dict[str, Any], path: Path) -> Path | None:
     lines2 = ax2.get_legend_handles_labels()
     axes[1].legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
     return _save(fig, path)
+
+
+HELD_COLORS = {"pgqueue_delete": "#d62728", "pgqueue": "#ff7f0e", "seed001": "#2ca02c", "pgmq_pop": "#1f77b4",
+               "pgmq_read_delete": "#17becf", "pgq": "#9467bd"}
+
+
+def held_snapshots(held: dict[str, Any], path: Path) -> Path | None:
+    """One panel per hold case: each design's rolling rate against its free-running rate, the hold shaded."""
+    if not HAVE_MPL:
+        return None
+    cases = list(held["cases"])
+    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 3.4 * len(cases)), sharex=True, squeeze=False)
+    for ax, case in zip(axes[:, 0], cases):
+        shaded = False
+        for name, entry in held["designs"].items():
+            r = entry["runs"].get(case)
+            if not r or not r.get("held_baseline"):
+                continue
+            per_s, k, base = r["deq_per_s"], int(r.get("held_smooth") or 1), r["held_baseline"]
+            roll = [sum(per_s[i:i + k]) / k / base for i in range(len(per_s) - k + 1)]
+            ax.plot([i + k / 2 for i in range(len(roll))], roll, color=HELD_COLORS.get(name), linewidth=1.8,
+                    label=f"{entry['label']} (free-running {base:,.0f}/s)")
+            hold = r.get("hold", {})
+            if not shaded and "start" in hold and "end" in hold:
+                ax.axvspan(hold["start"], hold["end"], color="orange", alpha=0.15, label="xmin held")
+                shaded = True
+        ax.axhline(0.9, color="grey", linestyle=":", label="0.9× the free-running rate")
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("rate / free-running rate")
+        ax.set_title(f"({case}) {held['cases'][case]}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[-1, 0].set_xlabel("time since start (s)")
+    fig.suptitle(f"Messages finished per second ({held.get('clients', '?')} clients; rolling mean) "
+                 "with the xmin horizon held back")
+    return _save(fig, path)

@@ -127,6 +127,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
             if hx.get("after_minute_ratio") is not None:
                 rows.append(("7", "held xmin: mean rate in the minute after the snapshot ends, vs baseline",
                              _fmt(hx.get("after_minute_ratio"), 2), "(reported)", ""))
+    rows += _held_rows(results.get("held"))
     lat = results.get("latency")
     if lat:
         for r in lat["runs"]:
@@ -150,6 +151,47 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                 rows.append(("9", f"{side.split('_')[0]}rs' rate with {desc} vs without",
                              _fmt(r, 2) + "×", "≥ 0.95×" if graded else "(reported)",
                              _verdict(r, 0.95) if graded else ""))
+    return rows
+
+
+#: The designs whose held-snapshot runs are graded against issue 12's bounds (the rest are peers).
+HELD_GRADED = ("pgqueue_delete", "pgqueue")
+
+
+def _held_growth_ratio(r: dict[str, Any]) -> float | None:
+    """Table + index growth during the hold over the space the messages produced during it take
+    when they are live (bytes per message of the vacuumed backlog at the start of the run)."""
+    per = r.get("bytes_per_message")
+    produced = r.get("held_produced")
+    if r.get("held_growth_bytes") is None or not per or not produced:
+        return None
+    return float(r["held_growth_bytes"]) / (produced * per)
+
+
+def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
+    """Issue 12's bounds for pgqueue's two consumers, per hold case."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    if not held:
+        return rows
+    for name in HELD_GRADED:
+        entry = held["designs"].get(name)
+        if not entry:
+            continue
+        for case, r in entry["runs"].items():
+            what = f"held snapshot ({case}), {entry['label']}"
+            if not r["ok"]:
+                rows.append(("H", what, "FAILURE", "", "FAILURE"))
+                continue
+            ratio = r.get("held_min_ratio")
+            rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s while held vs before",
+                         _fmt(ratio, 2) + "×", "≥ 0.9×", _verdict(ratio, 0.9)))
+            rec = r.get("recovery_s")
+            rows.append(("H", f"{what}: back to ≥ 0.9× after the hold", "not within the run" if rec is None
+                         else f"{rec} s", "≤ 5 s",
+                         "MISS (not within the run)" if rec is None else _verdict(rec, 5, at_least=False)))
+            growth = _held_growth_ratio(r)
+            rows.append(("H", f"{what}: table + index growth during the hold vs the messages produced",
+                         _fmt(growth, 2) + "×", "≤ 1.0×", _verdict(growth, 1.0, at_least=False)))
     return rows
 
 
@@ -187,6 +229,12 @@ def failures(results: dict[str, Any]) -> list[str]:
     hx = results.get("held_xmin")
     if hx and not hx["ok"]:
         out.append(f"held xmin: {'; '.join(hx['problems'])}")
+    held = results.get("held")
+    if held:
+        for design, entry in held["designs"].items():
+            for case, r in entry["runs"].items():
+                if not r["ok"]:
+                    out.append(f"held {design} ({case}): {'; '.join(r['problems'])}")
     lat = results.get("latency")
     if lat:
         for r in lat["runs"]:
@@ -261,6 +309,7 @@ def render(results: dict[str, Any], out: Path) -> str:
     _workflows(w, results, img, out)
     _depth(w, results, img, out)
     _churn(w, results, img, out)
+    _held(w, results, img, out)
     _latency(w, results)
     _stats(w, results)
     _spark(w)
@@ -531,6 +580,60 @@ def _churn(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
           f"| {_fmt(hx.get('after_minute_ratio'), 2)}× "
           f"| {max([x['total_bytes'] for x in s] or [0]) / 2**20:.1f} "
           f"| {hx['check']['summary'] if hx['ok'] else 'FAILURE'} |")
+        w("")
+
+
+def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
+    held = results.get("held")
+    if not held:
+        return
+    w("## Held snapshots")
+    w("")
+    w(f"Every design runs the churn above with {held['clients']} client sessions (producers and consumers, "
+      "synchronous_commit off; PgQ gives every registered consumer every event, so it runs one consumer reading "
+      f"batches and the rest as producers), from a backlog of {held['backlog']:,} messages held near that size, "
+      f"for {held['before']} s, then {held['hold']} s with the xmin horizon held back, then {held['after']} s "
+      "after; each design and case in a fresh database, one after the other. "
+      "Free-running: the median per-second rate of messages finished before the hold (its first 5 s left out). "
+      "Slowest window: the lowest mean over consecutive seconds inside the hold, against the free-running rate. "
+      "Back to ≥ 0.9×: seconds from the end of the hold to the first such window whose mean is at least 0.9× "
+      "the free-running rate; mean after: the mean rate over the seconds after the hold (up to 60). Growth: pg_total_relation_size of every table of the design's schema (indexes and "
+      "TOAST included) at the end of the hold minus at its start, against the messages produced meanwhile "
+      "times the bytes one message takes in the vacuumed backlog (≤ 1.0× means no more than the messages "
+      "themselves). Autovacuum runs with the server's settings.")
+    w("")
+    for entry in held["designs"].values():
+        if not entry["available"]:
+            w(f"- {entry['label']}: not available on this server: {entry.get('reason', '?')}")
+    if any(not e["available"] for e in held["designs"].values()):
+        w("")
+    _img(w, plots.held_snapshots(held, img / "held_snapshots.png"), out,
+         "rate over time against the free-running rate, per design, with the hold marked")
+    for case, desc in held["cases"].items():
+        w(f"### ({case}) {desc}")
+        w("")
+        w("| design | producers / consumers | free-running msg/s | slowest window while held | mean while held "
+          "| back to ≥ 0.9× after | mean after | growth during the hold (MiB) | messages produced during it "
+          "| growth vs their size | check |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|")
+        for entry in held["designs"].values():
+            r = entry["runs"].get(case)
+            if r is None:
+                continue
+            label = entry["label"] + (f" {entry['version']}" if entry.get("version") else "")
+            if not r["ok"]:
+                w(f"| {label} | {entry['producers']} / {entry['consumers']} | FAILURE | | | | | | | "
+                  f"| FAILURE: {'; '.join(r['problems'])} |")
+                continue
+            rec = r.get("recovery_s")
+            growth = r.get("held_growth_bytes")
+            w(f"| {label} | {entry['producers']} / {entry['consumers']} | {_fmt(r.get('held_baseline'))} "
+              f"| {_fmt(r.get('held_min'))} ({_fmt(r.get('held_min_ratio'), 2)}×, {r.get('held_smooth')} s) "
+              f"| {_fmt(r.get('held_mean_ratio'), 2)}× "
+              f"| {'not within the run' if rec is None else str(rec) + ' s'} "
+              f"| {_fmt(r.get('after_minute_ratio'), 2)}× "
+              f"| {'n/a' if growth is None else f'{growth / 2**20:.1f}'} | {_fmt(r.get('held_produced'))} "
+              f"| {_fmt(_held_growth_ratio(r), 2)}× | {r['check']['summary']} |")
         w("")
 
 

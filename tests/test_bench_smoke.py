@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from bench.check import Recorder, exactly_once  # noqa: E402
 from bench.config import SECTIONS  # noqa: E402
 
 
-def _bench(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
@@ -42,7 +43,7 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
     text = out.read_text()
     assert "## FAILURE" not in text
     for heading in ("Targets 1-4", "Throughput against clients", "Workflows", "Target 5", "Target 6",
-                    "Target 7", "Target 8", "Target 9"):
+                    "Target 7", "Held snapshots", "Target 8", "Target 9"):
         assert heading in text
     results = json.loads(out.with_suffix(".json").read_text())
     assert set(SECTIONS) <= set(results)
@@ -63,12 +64,43 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
         assert results["churn"]["pgqueue_naptime10"]["autovacuum_naptime"] == "10s"
         assert list(results["churn"]) == ["pgqueue", "pgqueue_naptime10", "seed001"]
         assert results["churn"]["seed001"]["autovacuum_naptime"] == "1min"  # reset after the variant's run
+    _check_held(results["held"], text)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
-    for png in ("throughput_vs_clients", "workflows", "dequeue_cost_vs_depth", "churn_throughput", "held_xmin"):
+    for png in ("throughput_vs_clients", "workflows", "dequeue_cost_vs_depth", "churn_throughput", "held_xmin",
+                "held_snapshots"):
         assert (out.parent / "img" / f"{png}.png").stat().st_size > 10_000
+
+
+def _check_held(held: dict[str, Any], text: str) -> None:
+    """The held-snapshot section produced its numbers: for pgqueue's two consumers and seed 001
+    (and each peer the server has) every case ran, held the horizon back, and gave a free-running
+    rate, a slowest-window ratio, a recovery (possibly 'not within the run') and the growth during
+    the hold; a peer the server lacks says why."""
+    from bench.churn import HELD_DESIGNS, HOLD_CASES
+
+    assert list(held["designs"]) == HELD_DESIGNS
+    for name, entry in held["designs"].items():
+        if not entry["available"]:
+            assert name not in ("pgqueue_delete", "pgqueue", "seed001")
+            assert entry["reason"] and f"not available on this server: {entry['reason']}" in text
+            continue
+        assert list(entry["runs"]) == list(HOLD_CASES), name
+        for case, r in entry["runs"].items():
+            where = f"{name} ({case})"
+            assert r["ok"], (where, r["problems"])
+            assert r["hold_case"] == case and "start" in r["hold"] and "end" in r["hold"], where
+            assert r["held_baseline"] > 0 and r["held_min_ratio"] is not None, where
+            assert "recovery_s" in r, where
+            assert r["held_produced"] > 0 and r["held_growth_bytes"] is not None, where
+            assert r["bytes_per_message"] > 0, where
+            held_age = [s["xmin_age"] or 0 for s in r["samples"] if r["hold"]["start"] < s["t"] <= r["hold"]["end"]]
+            free_age = [s["xmin_age"] or 0 for s in r["samples"] if s["t"] <= r["hold"]["start"]]
+            assert held_age and max(held_age) > max(free_age or [0]), where  # the horizon was held back
+    for case in HOLD_CASES:
+        assert f"### ({case}) " in text
 
 
 def test_broken_consumer_is_reported_as_failure(tmp_path: Path, pg_server: Server) -> None:
