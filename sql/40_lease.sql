@@ -108,5 +108,21 @@ SELECT pgqueue.message_defer(:race, 1, 0, convert_to('lost', 'UTF8')) AS stale_d
 SELECT attempts, locked_until IS NOT NULL AS still_leased, state FROM pgqueue.message WHERE id = :race;
 SELECT pgqueue.message_complete(:race, 2) AS complete;
 
+-- Completing a batch: each message with its own token; stale tokens come back and change nothing.
+SELECT count(*) AS created FROM pgqueue.message_create_batch('qlease', ARRAY['b1', 'b2', 'b3']::bytea[]);
+CREATE TEMP TABLE batch AS SELECT id, attempts FROM pgqueue.message_dequeue('qlease', 3);
+SELECT count(*) AS leased FROM batch;
+-- b2's token is made stale: its lease ran out and it was handed out again
+UPDATE pgqueue.message SET locked_until = 0 WHERE id = (SELECT min(id) + 1 FROM batch);
+SELECT attempts AS redelivered_attempts FROM pgqueue.message_dequeue('qlease');
+SELECT pgqueue.message_complete_batch(array_agg(id ORDER BY id), array_agg(attempts ORDER BY id))
+       = ARRAY[(SELECT min(id) + 1 FROM batch)] AS only_b2_stale
+  FROM batch;
+SELECT convert_from(content, 'UTF8') AS left_over, attempts FROM pgqueue.message
+ WHERE id IN (SELECT id FROM batch);
+SELECT pgqueue.message_complete_batch('{}', '{}') AS empty_batch;
+SELECT pgqueue.message_complete_batch(ARRAY[(SELECT min(id) + 1 FROM batch)], ARRAY[2]) AS new_holder_completes;
+DROP TABLE batch;
+
 SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qlease');
 SELECT pgqueue.queue_drop('qlease');

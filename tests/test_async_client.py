@@ -119,7 +119,9 @@ def test_pool_based_async_queue(dsn: str) -> None:
             await asyncio.gather(*(q.enqueue(i) for i in range(10)))
             got = await q.dequeue(20)
             assert sorted(m.payload for m in got) == list(range(10))  # type: ignore[type-var]
-            assert all(await asyncio.gather(*(q.complete(m) for m in got)))
+            first, rest = got[:3], got[3:]
+            assert all(await asyncio.gather(*(q.complete(m) for m in first)))
+            assert await q.complete_many(first + rest) == first  # done already: stale
             assert (await q.stats()).total == 0
             assert [s.queue for s in await list_queues(pool)] == ["apool", "default"]
             assert len(await all_stats(pool)) == 2

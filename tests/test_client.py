@@ -668,3 +668,20 @@ def test_other_database_errors_are_pgqueue_errors(dsn: str) -> None:
         assert type(info.value) is errors.PgQueueError
         tx.rollback()
         assert q.stats().ready == 0
+
+
+def test_complete_many_completes_only_with_each_messages_own_token(queue: Queue, conn: Conn) -> None:
+    ids = [queue.enqueue(p) for p in "abc"]
+    ma, mb, mc = queue.dequeue(3, lock_ms=60000)
+    # b's lease is lost: it ran out and the message went to another worker (attempts 2)
+    conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (mb.id,))
+    [mb2] = queue.dequeue(1)
+    assert mb2.id == mb.id and mb2.attempts == 2
+    assert queue.complete_many([ma, mb, mc]) == [mb]  # the stale one comes back, the others are done
+    left = conn.execute("SELECT id, attempts FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchall()
+    assert left == [(mb.id, 2)]
+    assert queue.complete_many([]) == []
+    assert queue.complete_many([mb2]) == []
+    assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchone() == (0,)
+    with pytest.raises(errors.InvalidArgument):
+        queue.complete_many([ma, "not a message"])  # type: ignore[list-item]

@@ -205,6 +205,8 @@ def scenario(conn: Conn) -> Transcript:
                                          "WHERE id OPERATOR(pg_catalog.=) %s::bigint", (urgent,)), 120_000)
     s("complete", "SELECT pgqueue.message_complete(%s, %s)", (urgent, tok_u))
     s("complete stale", "SELECT pgqueue.message_complete(%s, %s)", (urgent, tok_u))
+    s("complete batch stale", "SELECT pgqueue.message_complete_batch(ARRAY[%s]::bigint[], ARRAY[%s]::integer[])",
+      (urgent, tok_u))
     s("heartbeat stale", "SELECT pgqueue.message_heartbeat(%s, %s)", (a, tok_a + 1))
     s("defer", "SELECT pgqueue.message_defer(%s, %s, NULL, 'checkpoint'::bytea)", (a, tok_a))
     again = conn.execute("SELECT id, attempts, convert_from(state, 'UTF8') FROM pgqueue.message_dequeue('sec', 1, 60000)").fetchall()

@@ -432,6 +432,20 @@ def complete(msg: Message) -> Call[bool]:
     return Call(_sql.COMPLETE, _token(msg), _bool)
 
 
+def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
+    """Return the call that completes leased messages in one statement; its result is the
+    messages whose lease was lost (those changed nothing), in the order given."""
+    given = list(msgs)
+    tokens = [_token(m) for m in given]
+
+    def result(rows: list[Row]) -> list[Message]:
+        stale = set(rows[0][0] or ())
+        return [m for m in given if m.id in stale]
+
+    return Call(_sql.COMPLETE_BATCH,
+                {"ids": [t["id"] for t in tokens], "attempts": [t["attempts"] for t in tokens]}, result)
+
+
 def heartbeat(msg: Message, lock_ms: int | None = None) -> Call[bool]:
     """Return the call that extends a lease to now + lock_ms (None: the queue's); False if lost."""
     check_int("lock_ms", lock_ms)

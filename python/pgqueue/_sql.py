@@ -42,6 +42,8 @@ DEQUEUE: Final[LiteralString] = (
 )
 
 COMPLETE: Final[LiteralString] = "SELECT pgqueue.message_complete(%(id)s::bigint, %(attempts)s::integer)"
+COMPLETE_BATCH: Final[LiteralString] = (
+    "SELECT pgqueue.message_complete_batch(%(ids)s::bigint[], %(attempts)s::integer[])")
 
 HEARTBEAT: Final[LiteralString] = (
     "SELECT pgqueue.message_heartbeat(%(id)s::bigint, %(attempts)s::integer, %(lock_ms)s::bigint)"

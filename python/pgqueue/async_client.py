@@ -246,6 +246,11 @@ class AsyncQueue:
         """Acknowledge a leased message; False if its lease was lost (see :meth:`pgqueue.Queue.complete`)."""
         return await self._connector.run(_core.complete(msg))
 
+    async def complete_many(self, msgs: Iterable[Message]) -> list[Message]:
+        """Acknowledge many leased messages in one statement; returns those whose lease was lost
+        (see :meth:`pgqueue.Queue.complete_many`)."""
+        return await self._connector.run(_core.complete_many(msgs))
+
     async def heartbeat(self, msg: Message, lock_ms: int | None = None) -> bool:
         """Extend a lease to now + lock_ms; False if it was lost (see :meth:`pgqueue.Queue.heartbeat`)."""
         return await self._connector.run(_core.heartbeat(msg, lock_ms))

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(284);
+SELECT plan(290);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -71,6 +71,18 @@ SELECT throws_ok($$ SELECT pgqueue.message_complete(NULL, (SELECT attempts FROM 
                  'message id must not be NULL', 'message_complete: NULL id');
 SELECT throws_ok($$ SELECT pgqueue.message_complete((SELECT id FROM lease), NULL) $$, '22004',
                  'attempts token must not be NULL', 'message_complete: NULL token');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(NULL, ARRAY[1]) $$, '22004',
+                 'message ids must not be NULL', 'message_complete_batch: NULL ids');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint], NULL) $$, '22004',
+                 'attempts tokens must not be NULL', 'message_complete_batch: NULL tokens');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint, NULL], ARRAY[1, 1]) $$, '22004',
+                 'message ids and attempts tokens must not contain NULL', 'message_complete_batch: NULL id element');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint], ARRAY[NULL::integer]) $$, '22004',
+                 'message ids and attempts tokens must not contain NULL', 'message_complete_batch: NULL token element');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint, 2], ARRAY[1]) $$, '22023',
+                 'p_ids has 2 element(s) but p_attempts has 1', 'message_complete_batch: lengths differ');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(array_fill(1::bigint, ARRAY[10001]), array_fill(1, ARRAY[10001])) $$, '22023',
+                 'at most 10000 messages per call, got 10001', 'message_complete_batch: too many');
 SELECT throws_ok($$ SELECT pgqueue.message_heartbeat(NULL, (SELECT attempts FROM lease), 1000) $$, '22004',
                  'message id must not be NULL', 'message_heartbeat: NULL id');
 SELECT throws_ok($$ SELECT pgqueue.message_heartbeat((SELECT id FROM lease), NULL, 1000) $$, '22004',

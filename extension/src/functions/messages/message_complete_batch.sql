@@ -1,0 +1,50 @@
+-- Complete (delete) many leased messages in one call; returns the ids whose token was stale.
+--
+-- p_ids[i] is completed if p_attempts[i] is its current attempts token, exactly as
+-- message_complete(p_ids[i], p_attempts[i]) would: a stale token (the lease ran out and the
+-- message was handed out again, or it is gone) changes nothing for that message and its id comes
+-- back in the result, in input order. An id listed twice is completed at most once. The queues'
+-- lock stripes are taken first, in queue order, then the rows (docs/locking.md). Errors: 22004
+-- (NULL array or element), 22023 (arrays of different lengths, more than 10000 ids).
+CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts integer[])
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_done bigint[];
+BEGIN
+    IF p_ids IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts tokens'::text);
+    END IF;
+    IF cardinality(p_ids) <> cardinality(p_attempts) THEN
+        RAISE EXCEPTION 'p_ids has % element(s) but p_attempts has %', cardinality(p_ids), cardinality(p_attempts)
+            USING ERRCODE = '22023',
+                  HINT = 'Pass one attempts token per message id, in the same order.';
+    END IF;
+    IF cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'at most 10000 messages per call, got %', cardinality(p_ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_attempts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message ids and attempts tokens must not contain NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    PERFORM pgqueue._queue_lock(q.queue_id)
+       FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
+      ORDER BY q.queue_id;
+    WITH d AS (
+        DELETE FROM pgqueue.message m
+         USING unnest(p_ids, p_attempts) AS u(id, attempts)
+         WHERE m.id = u.id AND m.attempts = u.attempts AND m.locked_until IS NOT NULL
+           AND m.claim_id IS NULL
+        RETURNING m.id)
+    SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM d;
+    RETURN ARRAY(SELECT u.id FROM unnest(p_ids) WITH ORDINALITY AS u(id, n)
+                  WHERE u.id <> ALL (v_done) ORDER BY u.n);
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
+    'Complete (delete) many leased messages, each with its attempts token; returns the ids whose token was stale (those changed nothing)';
