@@ -404,3 +404,40 @@ def test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once(dsn
     stats = queue.stats()
     assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 0)
     assert marks(mark) == [(msg_id, 1)]  # the killed worker's attempt
+
+
+def test_finished_messages_are_completed_together_and_never_before_their_handler_returns(dsn: str) -> None:
+    queue = make_queue(dsn)
+    slow = queue.enqueue("slow")
+    queue.enqueue_many([f"burst-{i}" for i in range(40)])
+    release_slow, go = threading.Event(), threading.Event()
+    sizes: list[int] = []
+
+    class CountingWorker(Worker):
+        def _complete_many(self, deliveries: Any) -> Any:
+            sizes.append(len(deliveries))
+            return super()._complete_many(deliveries)
+
+    def handler(msg: Message) -> None:
+        if msg.payload == "slow":
+            release_slow.wait(20)
+        else:
+            go.wait(20)  # the others finish in bursts, all at once
+
+    results = Results()
+    with running(CountingWorker(queue, handler, concurrency=8, batch_size=8, on_result=results)):
+        for _ in range(10):
+            go.set()
+            time.sleep(0.05)
+            go.clear()
+        wait_for(lambda: results.count("completed") == 40, what="the bursts completed")
+        # the slow handler has not returned: its message is still leased, not completed
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT attempts, locked_until IS NOT NULL FROM pgqueue.message WHERE id = %s",
+                                (slow,)).fetchone() == (1, True)
+        release_slow.set()
+        wait_for(lambda: results.count("completed") == 41, what="the slow one completed")
+    assert all(r.acknowledged for r in results.items)
+    assert sorted(r.message.id for r in results.items) == sorted({r.message.id for r in results.items})  # once each
+    assert sum(sizes) >= 2 and max(sizes) > 1, sizes  # some completions went together
+    assert queue.stats().total == 0

@@ -3,7 +3,10 @@
 A :class:`Worker` leases messages in batches, runs the handler on a bounded pool of threads,
 completes each message whose handler returns and fails each message whose handler raises
 (the extension then retries it after the queue's back-off, or moves it to the dead letters
-after ``max_attempts``). While a handler runs, its lease is extended with heartbeats.
+after ``max_attempts``). While a handler runs, its lease is extended with heartbeats. The
+messages whose handlers have returned by the time the worker acknowledges are completed
+together, in one statement (``message_complete_batch``), each with its own token; a message
+is never acknowledged before its handler has returned.
 
 Wake-ups: a LISTEN connection on the queue's channel wakes an idle worker as soon as a
 message is enqueued (the queue needs ``notify`` on). Without notifications the worker polls,
@@ -22,6 +25,7 @@ import logging
 import queue as stdqueue
 import signal
 import threading
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -380,13 +384,30 @@ class Worker:
         self._wake.set()
 
     def _settle(self) -> bool:
-        """Acknowledge finished deliveries; return True if one went back on the queue."""
+        """Acknowledge finished deliveries; return True if one went back on the queue.
+
+        The leading run of deliveries whose handler returned is completed in one statement;
+        failures and releases are settled one by one, in the order the handlers finished.
+        """
         requeued = False
         while True:
             with self._lock:
                 if not self._finished:
                     return requeued
+                run = list(itertools.takewhile(lambda d: d.error is None and not d.released, self._finished))
                 delivery = self._finished[0]
+            if len(run) > 1:
+                try:
+                    results = self._complete_many(run)
+                except _DATABASE_ERRORS as exc:
+                    if not self._is_connection_error(exc):
+                        raise
+                    self._connection_lost(exc)
+                    return requeued  # keep them; acknowledge after reconnecting
+                for d, result in zip(run, results):
+                    self._forget(d)
+                    self._report(result)
+                continue
             if delivery.released:
                 self._forget(delivery)
                 continue
@@ -425,6 +446,23 @@ class Worker:
                         msg.id, msg.attempts, _describe(error))
         log.debug("message %d: handler traceback", msg.id, exc_info=error)
         return Result(msg, "dead" if last else "retried", ok, error, duration)
+
+    def _complete_many(self, deliveries: list[_Delivery]) -> list[Result]:
+        """Complete deliveries whose handlers returned, in one statement."""
+        if self._queue is None:
+            self._connect()
+        assert self._queue is not None
+        lost = {m.id for m in self._queue.complete_many([d.message for d in deliveries])}
+        results = []
+        for d in deliveries:
+            msg = d.message
+            duration = (d.finished or time.monotonic()) - d.started
+            log.debug("message %d completed (attempt %d, %.3f s)", msg.id, msg.attempts, duration)
+            if msg.id in lost:
+                log.warning("message %d: finished after its lease ran out; it was delivered "
+                            "again (raise lock_ms?)", msg.id)
+            results.append(Result(msg, "completed", msg.id not in lost, None, duration))
+        return results
 
     def _forget(self, delivery: _Delivery) -> None:
         with self._lock:
