@@ -223,7 +223,7 @@ def held_snapshots(held: dict[str, Any], path: Path) -> Path | None:
     if not HAVE_MPL:
         return None
     cases = list(held["cases"])
-    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 3.4 * len(cases)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(cases), 1, figsize=(13, 3.4 * len(cases)), sharex=True, squeeze=False)
     for ax, case in zip(axes[:, 0], cases):
         shaded = False
         for name, entry in held["designs"].items():
@@ -243,7 +243,7 @@ def held_snapshots(held: dict[str, Any], path: Path) -> Path | None:
         ax.set_ylabel("rate / free-running rate")
         ax.set_title(f"({case}) {held['cases'][case]}", fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the curves, not on them
     axes[-1, 0].set_xlabel("time since start (s)")
     fig.suptitle(f"Messages finished per second ({held.get('clients', '?')} clients; rolling mean) "
                  "with the xmin horizon held back")
