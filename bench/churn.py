@@ -264,7 +264,7 @@ class _Pgq(_Design):
                                     again = conn.execute(call).fetchone()
                                     if not again or again[0] != 1:
                                         break
-            except Exception as exc:
+            except psycopg.Error as exc:  # a failed tick or maintenance call: the run reports it
                 errors.append(f"PgQ ticker: {type(exc).__name__}: {exc}")
                 stop.set()
 
