@@ -16,7 +16,11 @@ EXTENSION  = pgqueue
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 
 SRC_TABLES = $(sort $(wildcard extension/src/tables/*.sql))
-SRC_FUNCS  = $(sort $(wildcard extension/src/functions/*/*.sql))
+# time/ first: other functions' SQL-standard bodies call them (bound at CREATE); within time/,
+# _write_clock calls now_ms, so now_ms comes first.
+SRC_TIME   = extension/src/functions/time/now_ms.sql \
+             $(filter-out %/now_ms.sql,$(sort $(wildcard extension/src/functions/time/*.sql)))
+SRC_FUNCS  = $(SRC_TIME) $(filter-out $(SRC_TIME),$(sort $(wildcard extension/src/functions/*/*.sql)))
 SRC_REST   = $(sort $(wildcard extension/src/views/*.sql)) \
              $(sort $(wildcard extension/src/triggers/*.sql)) \
              $(sort $(wildcard extension/src/data/*.sql))
@@ -38,7 +42,7 @@ EXTENSION_ONLY = '/^\\echo /d; /pg_catalog\.pg_extension_config_dump(/d'
 REGRESS      = 00_install 10_queue 20_create 30_dequeue 40_lease 50_dead_letter 60_notify 70_errors 80_spark
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION      = consumers complete_expiry heartbeat_expiry defer_complete drop_dequeue drop_deadlock backpressure batch_dequeue notify \
-                 rr_orphans rr_backpressure alter_deadlock complete_batch_expiry
+                 rr_orphans rr_backpressure alter_deadlock complete_batch_expiry hint_pitfalls
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 EXTRA_CLEAN    = build $(PLAIN)
 

@@ -22,7 +22,7 @@ GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 -- the queues' lock stripes (docs/locking.md); max_size accounting and the REPEATABLE READ pin
 -- run as the extension's owner: producers may not write pgqueue.queue or pgqueue.queue_size
-SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
+SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
 
@@ -32,7 +32,7 @@ GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
 GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
 GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
-SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
+SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
 
 -- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.

@@ -18,6 +18,10 @@
 --   * message_dequeue no longer counts rows it locked itself twice after dead-lettering; its
 --     probe is pgqueue._message_take, which spark_claim now shares (one probe for both).
 --   * pgqueue._not_null takes (boolean, text): exact argument types at every call.
+--   * Held snapshots: while probes from the bottom are slow, message_dequeue's ready probe starts
+--     at a per-session hint (pgqueue._message_take; docs/performance.md). The default dequeue_at
+--     is the clock read after the writer's xid (pgqueue._write_clock), and placements below the
+--     clock advance the queue's lock stripe (trigger message_placed_low).
 --   * New: message_complete_batch(ids, attempts) completes many leased messages in one call and
 --     returns the ids whose token was stale.
 --   * A Spark consumer's hold is a session advisory lock on a random key recorded with the
@@ -132,25 +136,25 @@ $$;
 -------------------------------------------------------------------------------
 -- Lock stripes
 -------------------------------------------------------------------------------
-
--- The lock stripes: 64 sequences whose only use is their relation lock (docs/locking.md).
+-- The lock stripes: 64 sequences used for their relation lock (docs/locking.md).
 -- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._lock_stripe). Every operation on a
 -- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
 -- a max_size change take it in SHARE ROW EXCLUSIVE mode (pgqueue._queue_quiesce), so they wait
 -- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike
 -- an advisory lock, a relation lock needs a privilege on the relation: a role that was granted
--- nothing cannot hold it. They are never advanced, so they leave no dead tuples and no WAL.
+-- nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
+-- below the clock (trigger message_placed_low), which consumers' session hints watch
+-- (pgqueue._message_take).
 DO $$
 BEGIN
     FOR i IN 0..63 LOOP
-        EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_lock_%s AS integer', i);
+        EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_lock_%s', i);
         EXECUTE pg_catalog.format(
             'COMMENT ON SEQUENCE pgqueue.queue_lock_%s IS %L', i,
-            'pgqueue internal: lock stripe of the queues whose id & 63 = ' || i || ' (never advanced)');
+            'pgqueue internal: lock stripe of the queues whose id & 63 = ' || i || ' (advanced only as a signal: trigger message_placed_low)');
     END LOOP;
 END;
 $$;
-
 
 -------------------------------------------------------------------------------
 -- Spark consumers: the holder of a consumer is recorded with a random lock key
@@ -181,6 +185,27 @@ BEGIN
     END IF;
 END;
 $$;
+
+-- The current wall-clock time in epoch milliseconds (leases and due times use this).
+CREATE OR REPLACE FUNCTION pgqueue.now_ms()
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN floor(EXTRACT(EPOCH FROM (clock_timestamp() AT TIME ZONE 'UTC')) * 1000)::bigint;
+
+COMMENT ON FUNCTION pgqueue.now_ms() IS
+    'Current wall-clock time (clock_timestamp) in epoch milliseconds, the clock of leases and due times';
+
+-- The clock for the key of a row about to be written: this transaction's xid is assigned first
+-- (if it has none yet), then the clock is read. A consumer's session hint relies on that order
+-- (pgqueue._message_take): a write whose xid a consumer's snapshot did not see yet gets a key
+-- that is not below the hint.
+CREATE FUNCTION pgqueue._write_clock()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN pg_catalog.pg_current_xact_id() IS NOT NULL THEN pgqueue.now_ms() END;
+
+COMMENT ON FUNCTION pgqueue._write_clock() IS
+    'pgqueue internal: assign the transaction''s xid, then read the clock (epoch ms) for a row''s default dequeue_at';
 
 -- The lock stripe of a queue: pgqueue.queue_lock_<id & 63> (docs/locking.md). One regclass
 -- constant per stripe, so that each is a recorded dependency (pg_dump of a plain install then
@@ -375,6 +400,22 @@ BEGIN
 END;
 $$;
 
+-- Trigger function of message_placed_low: a message became deliverable at a place below the
+-- clock (a priority or past dequeue_at, a defer or fail to an earlier time, a lease given back
+-- at its old place by spark_release, or any such INSERT or UPDATE in plain SQL). Advance the
+-- queue's lock stripe, after the write, so that consumers' session hints look again from the
+-- bottom once this transaction has ended (pgqueue._message_take, docs/performance.md).
+CREATE FUNCTION pgqueue._message_placed_low()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM nextval(pgqueue._lock_stripe(NEW.queue_id));
+    RETURN NULL;
+END;
+$$;
+
 -- Lock up to p_limit deliverable messages of a queue and return their ids in delivery order: the
 -- one dequeue probe, shared by message_dequeue and spark_claim.
 --
@@ -386,6 +427,29 @@ $$;
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
 -- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
 -- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+--
+-- The session hint: where this session's probe of the ready messages may start, a
+-- (dequeue_at, id) below which no message can be delivered, so that the btree descends straight
+-- past the entries of messages finished while a snapshot held vacuum back (docs/performance.md,
+-- "Held snapshots"). Kept per session and queue in the setting pgqueue.hint_<queue id> (a
+-- bigint[]): no row, so no dead tuples and no contention; transactional, so a rolled-back
+-- dequeue gets its old hint back. It is kept only while it pays: three probes in a row from the
+-- bottom that take more than 2 ms switch it on for 60 s (pgqueue.hint_on_<queue id>, "since:0";
+-- "0:n" counts slow probes), starting afresh.
+--   * H only moves to a candidate C (the first visible ready row, locked or not, capped 5 ms below
+--     the clock read before it was found) once every transaction that was in progress when C was
+--     found has ended, and only if the first visible row from H is still at C or beyond then:
+--     a producer that commits a row below C meanwhile is found first. Keys written with the
+--     clock are read after the writer's xid (pgqueue._write_clock), so a later writer is above C.
+--   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
+--     time, spark_release, requeue, plain SQL) advance the queue's lock stripe afterwards
+--     (trigger message_placed_low); a session that sees it move starts again from the bottom
+--     once the transactions running then have ended.
+--   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
+--     a long writer) is set aside; when it ends the session starts again from the bottom, so its
+--     rows, visible from then on, are found.
+-- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C was found (epoch ms, 0: none), [7] xmax
+-- for C, [8] stripe value seen, [9] xmax for a pending stripe move (0: none), [10:] set aside.
 CREATE FUNCTION pgqueue._message_take(
     p_queue_id     integer,
     p_limit        integer,
@@ -405,7 +469,101 @@ DECLARE
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
+    v_h_at     bigint;
+    v_h_id     bigint;
+    c_min      CONSTANT bigint := -9223372036854775808;
+    v_name   text := 'pgqueue.hint_' || p_queue_id;
+    v_raw    text := current_setting(v_name, true);
+    v_s      bigint[];
+    v_e      bigint;
+    v_snap   pg_snapshot;
+    v_mine   bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    v_xip    bigint[] := '{}';
+    v_long   bigint[] := '{}';
+    v_reset  boolean := false;
+    v_settle boolean := false;
+    v_k_at   bigint;
+    v_k_id   bigint;
+    v_xmin   bigint;
+    v_on_name text := 'pgqueue.hint_on_' || p_queue_id;
+    v_on_raw text := current_setting(v_on_name, true);
+    v_on     bigint := coalesce(nullif(split_part(v_on_raw, ':', 1), '')::bigint, 0);
+    v_slow   integer := coalesce(nullif(split_part(v_on_raw, ':', 2), '')::integer, 0);
+    v_t0     timestamptz;
 BEGIN
+    -- The hint is kept only while probes from the bottom are slow (they walk dead entries):
+    -- three probes in a row that take more than 2 ms switch it on for 60 s; otherwise it costs
+    -- nothing.
+    IF v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000 THEN
+        -- The ready probe starts at this session's hint H (see the header): first bring it up to date.
+        IF v_raw IS NOT NULL AND v_raw <> '' THEN
+            v_s := v_raw::bigint[];
+        END IF;
+        IF v_s IS NULL OR cardinality(v_s) < 9 OR v_s[1] <> pg_backend_pid() THEN
+            v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0];
+        END IF;
+        v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
+        v_snap := pg_current_snapshot();  -- taken after the stripe was read
+        v_xmin := pg_snapshot_xmin(v_snap)::text::bigint;
+        IF v_e <> v_s[8] THEN  -- a message was placed below the clock: start again from the bottom
+            v_s[8] := v_e;     -- once the transactions running now have ended
+            v_s[9] := pg_snapshot_xmax(v_snap)::text::bigint;
+        END IF;
+        -- the transactions in progress (but this one), only when a question needs them
+        IF cardinality(v_s) > 9 OR v_s[9] > v_xmin OR (v_s[6] <> 0 AND v_s[7] > v_xmin) THEN
+            v_xip := ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(v_snap) AS x
+                            WHERE x::text::bigint IS DISTINCT FROM v_mine);
+            IF cardinality(v_s) > 9 THEN
+                v_long := ARRAY(SELECT x FROM unnest(v_s[10:]) AS x WHERE x = ANY (v_xip));
+                v_reset := cardinality(v_long) < cardinality(v_s) - 9;  -- one set aside has ended
+            END IF;
+        END IF;
+        IF v_s[9] <> 0 AND NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[9] AND x <> ALL (v_long)) THEN
+            v_reset := true;
+            v_s[9] := 0;
+        END IF;
+        IF v_reset THEN
+            v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0;
+        END IF;
+        IF v_s[6] <> 0 THEN  -- a candidate: may H move to it?
+            IF NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long)) THEN
+                v_settle := true;
+            ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds it up
+                v_long := v_long || ARRAY(SELECT x FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long));
+                v_settle := true;
+            END IF;
+        END IF;
+        IF v_s[6] = 0 OR v_settle THEN
+            -- the first visible ready row from H, locked or not (p_now was read before this snapshot)
+            SELECT m.dequeue_at, m.id INTO v_k_at, v_k_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+               AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
+             ORDER BY m.dequeue_at, m.id
+             LIMIT 1;
+            IF v_settle THEN
+                IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
+                    v_s[2] := v_s[4]; v_s[3] := v_s[5];  -- nothing visible in [H, C): H moves up
+                END IF;
+                v_s[6] := 0;
+            END IF;
+            IF v_s[6] = 0 AND v_k_at IS NOT NULL THEN
+                IF v_k_at >= p_now - 5 THEN
+                    v_k_at := p_now - 5; v_k_id := c_min;
+                END IF;
+                IF (v_k_at, v_k_id) > (v_s[2], v_s[3]) THEN
+                    v_s[4] := v_k_at; v_s[5] := v_k_id; v_s[6] := pgqueue.now_ms();
+                    v_s[7] := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;  -- after the probe
+                END IF;
+            END IF;
+        END IF;
+        PERFORM set_config(v_name, (v_s[1:9] || v_long)::text, false);
+        v_h_at := v_s[2];
+        v_h_id := v_s[3];
+    ELSE
+        v_h_at := c_min;
+        v_h_id := c_min;
+        v_t0 := clock_timestamp();
+    END IF;
     LOOP
         SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
                array_agg(c.id) FILTER (WHERE c.dead)
@@ -424,6 +582,7 @@ BEGIN
                 SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
                                  FROM pgqueue.message m
                                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                  AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
                                   AND m.dequeue_at <= p_now
                                   AND m.id <> ALL (v_ids)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
@@ -439,6 +598,17 @@ BEGIN
         v_need := p_limit - cardinality(v_ids);
         EXIT WHEN v_need = 0;
     END LOOP;
+    IF v_t0 IS NULL THEN
+        NULL;
+    ELSIF clock_timestamp() - v_t0 <= interval '2 ms' THEN
+        IF v_slow > 0 OR v_on > 0 THEN
+            PERFORM set_config(v_on_name, '0:0', false);
+        END IF;
+    ELSIF v_slow < 2 THEN
+        PERFORM set_config(v_on_name, '0:' || (v_slow + 1), false);
+    ELSE  -- the third slow probe in a row: hints on, from the bottom
+        PERFORM set_config(v_on_name, p_now || ':0', false), set_config(v_name, '', false);
+    END IF;
     RETURN v_ids;
 END;
 $$;
@@ -560,6 +730,7 @@ DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_now   bigint := pgqueue.to_epoch(now());
     v_ids   bigint[];
+    v_clock bigint;
 BEGIN
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
@@ -567,13 +738,14 @@ BEGIN
                     ORDER BY d.id
                       FOR UPDATE);
     PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
+    v_clock := pgqueue._write_clock();
     -- A fresh id keeps fencing sound: no token handed out before can match the new message.
     WITH d AS (
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
         RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
     )
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
-    SELECT v_queue.id, coalesce(p_dequeue_at, v_now), d.created_at, d.content, d.content_type,
+    SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error
       FROM d ORDER BY d.id;
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN
@@ -676,7 +848,7 @@ BEGIN
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF FOUND AND v_max_size IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        SELECT v_queue_id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type
+        SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type
          WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue_id AND q.max_size IS NULL)
         RETURNING id INTO v_id;
     END IF;
@@ -685,7 +857,7 @@ BEGIN
         v_queue := pgqueue._queue_admit(p_queue, 1);
         v_notify := v_queue.notify;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        VALUES (v_queue.id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type)
+        VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
         RETURNING id INTO v_id;
     END IF;
     IF v_notify THEN
@@ -707,6 +879,64 @@ RETURN pgqueue.message_create('default', p_content, NULL::bigint, NULL::text);
 COMMENT ON FUNCTION pgqueue.message_create(bytea) IS
     'Enqueue a message on the default queue; returns the id';
 
+-- Enqueue many messages in one statement; returns their ids in input order.
+CREATE OR REPLACE FUNCTION pgqueue.message_create_batch(
+    p_queue         text,
+    p_contents      bytea[],
+    p_dequeue_at    bigint   DEFAULT NULL,
+    p_content_type  text     DEFAULT NULL,
+    p_dequeue_ats   bigint[] DEFAULT NULL,
+    p_content_types text[]   DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue;
+    v_now   bigint := pgqueue.to_epoch(now());
+    v_clock bigint;
+    v_n     integer := cardinality(p_contents);
+BEGIN
+    IF p_contents IS NULL THEN
+        RAISE EXCEPTION 'p_contents must not be NULL'
+            USING ERRCODE = '22004',
+                  HINT = 'Pass an empty array to enqueue nothing.';
+    END IF;
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1 THEN
+        RAISE EXCEPTION 'batch arrays must be one-dimensional'
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_contents, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message content must not be NULL (element %)', array_position(p_contents, NULL)
+            USING ERRCODE = '22004',
+                  HINT = 'Send an empty bytea for an empty message.';
+    END IF;
+    IF cardinality(p_dequeue_ats) <> v_n OR cardinality(p_content_types) <> v_n THEN
+        RAISE EXCEPTION 'p_dequeue_ats and p_content_types must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    v_queue := pgqueue._queue_admit(p_queue, v_n);
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_clock := pgqueue._write_clock();
+    RETURN QUERY
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+    SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
+           coalesce(u.content_type, p_content_type)
+      FROM unnest(p_contents, p_dequeue_ats, p_content_types)
+           WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
+     ORDER BY u.n
+    RETURNING id;
+    IF v_queue.notify THEN
+        PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[]) IS
+    'Enqueue many messages in one statement (all or none); per-message dequeue_ats/content_types override the scalars; returns ids in input order';
+
 -- Give a leased message back for later, keeping its row, attempts and (new) checkpoint state.
 CREATE OR REPLACE FUNCTION pgqueue.message_defer(
     p_id         bigint,
@@ -726,7 +956,7 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     UPDATE pgqueue.message m
        SET locked_until = NULL,
-           dequeue_at   = coalesce(p_dequeue_at, pgqueue.now_ms()),
+           dequeue_at   = coalesce(p_dequeue_at, pgqueue._write_clock()),
            state        = coalesce(p_state, m.state)
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
        AND m.claim_id IS NULL;
@@ -847,7 +1077,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = NULL,
                dequeue_at   = coalesce(p_dequeue_at,
-                                       v_now + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
+                                       pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
                                                                    v_queue.retry_cap_ms)),
                last_error   = p_error
          WHERE m.id = p_id;
@@ -1355,12 +1585,13 @@ BEGIN
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
     IF v_count > 0 THEN
+        v_clock := pgqueue._write_clock();
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
         SELECT v_queue.id,
                coalesce(s.dequeue_at,
                         v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
                                        THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
-                        v_now),
+                        v_clock),
                v_now,
                s.content, s.content_type
           FROM unnest(p_partitions, p_attempts) AS w(p, a)
@@ -1550,14 +1781,18 @@ $$;
 COMMENT ON FUNCTION pgqueue.spark_staging_purge(bigint) IS
     'Delete staging rows staged before p_before (epoch ms), left by Spark jobs whose driver died; returns how many';
 
--- The current wall-clock time in epoch milliseconds (leases and due times use this).
-CREATE OR REPLACE FUNCTION pgqueue.now_ms()
-RETURNS bigint
-LANGUAGE sql VOLATILE PARALLEL SAFE
-RETURN floor(EXTRACT(EPOCH FROM (clock_timestamp() AT TIME ZONE 'UTC')) * 1000)::bigint;
+-------------------------------------------------------------------------------
+-- Triggers
+-------------------------------------------------------------------------------
 
-COMMENT ON FUNCTION pgqueue.now_ms() IS
-    'Current wall-clock time (clock_timestamp) in epoch milliseconds, the clock of leases and due times';
+-- A message that becomes deliverable more than 5 ms below the clock is signalled to the
+-- consumers' session hints (pgqueue._message_placed_low). A row written with the clock as its
+-- key (pgqueue._write_clock) does not fire it; the 5 ms are the margin the hints keep below the
+-- clock (pgqueue._message_take).
+CREATE TRIGGER message_placed_low
+    AFTER INSERT OR UPDATE OF dequeue_at, locked_until ON pgqueue.message
+    FOR EACH ROW WHEN (NEW.locked_until IS NULL AND NEW.dequeue_at < pgqueue.now_ms() - 5)
+    EXECUTE FUNCTION pgqueue._message_placed_low();
 
 -------------------------------------------------------------------------------
 -- Gone: the advisory-lock helpers and the polymorphic _not_null

@@ -20,7 +20,7 @@ SELECT pgqueue.message_create('qcreate', convert_to('prio', 'UTF8'), pgqueue.pri
 SELECT pgqueue.message_create('qcreate', ''::bytea) AS id5 \gset
 SELECT m.id = :id1 AS is1, m.id = :id2 AS is2, m.id = :id3 AS is3, m.id = :id4 AS is4, m.id = :id5 AS is5,
        convert_from(m.content, 'UTF8') AS content, m.content_type,
-       CASE WHEN m.dequeue_at = pgqueue.to_epoch(now()) THEN 'now' ELSE m.dequeue_at::text END AS dequeue_at,
+       CASE WHEN m.dequeue_at BETWEEN pgqueue.to_epoch(now()) AND pgqueue.now_ms() THEN 'now' ELSE m.dequeue_at::text END AS dequeue_at,
        m.created_at = pgqueue.to_epoch(now()) AS created_now,
        m.locked_until, m.attempts, m.state, m.last_error
   FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
@@ -33,7 +33,7 @@ SELECT :id1 < :id2 AND :id2 < :id3 AND :id3 < :id4 AND :id4 < :id5 AS ascending_
 -- The one-argument overload enqueues on the default queue.
 SELECT pgqueue.message_create(convert_to('on default', 'UTF8')) AS def_id \gset
 SELECT q.name, convert_from(m.content, 'UTF8') AS content, m.content_type,
-       m.dequeue_at = m.created_at AS due_now
+       m.dequeue_at BETWEEN m.created_at AND pgqueue.now_ms() AS due_now
   FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
  WHERE m.id = :def_id;
 SELECT id = :def_id AS got_it FROM pgqueue.message_dequeue('default', 1, 0);
@@ -49,7 +49,7 @@ SELECT cardinality(:'batch_ids'::bigint[]) AS returned,
        :'batch_ids'::bigint[] = (SELECT array_agg(x ORDER BY x) FROM unnest(:'batch_ids'::bigint[]) x)
        AS ascending_in_input_order;
 SELECT u.n, convert_from(m.content, 'UTF8') AS content, m.content_type,
-       m.dequeue_at = m.created_at AS due_now, m.attempts, m.locked_until
+       m.dequeue_at BETWEEN m.created_at AND pgqueue.now_ms() AS due_now, m.attempts, m.locked_until
   FROM unnest(:'batch_ids'::bigint[]) WITH ORDINALITY AS u(id, n)
   JOIN pgqueue.message m ON m.id = u.id
  ORDER BY u.n;
@@ -75,7 +75,7 @@ SELECT array_agg(b.id ORDER BY b.n) AS ids
          p_dequeue_ats   => ARRAY[NULL, pgqueue.priority_dequeue_at(0)],
          p_content_types => ARRAY[NULL, 'x/y']) WITH ORDINALITY AS b(id, n) \gset batch_
 SELECT u.n, convert_from(m.content, 'UTF8') AS content, m.content_type,
-       CASE WHEN m.dequeue_at = m.created_at THEN 'now' ELSE m.dequeue_at::text END AS dequeue_at
+       CASE WHEN m.dequeue_at BETWEEN m.created_at AND pgqueue.now_ms() THEN 'now' ELSE m.dequeue_at::text END AS dequeue_at
   FROM unnest(:'batch_ids'::bigint[]) WITH ORDINALITY AS u(id, n)
   JOIN pgqueue.message m ON m.id = u.id
  ORDER BY u.n;

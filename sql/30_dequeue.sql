@@ -55,7 +55,7 @@ SELECT id = :soon_id AS got_soon FROM pgqueue.message_dequeue('qdeq', 1, 0);
 SELECT pgqueue.message_create('qdeq', convert_to('leased', 'UTF8'), NULL, 'text/plain') AS lease_id \gset
 SELECT pgqueue.now_ms() AS before_ms \gset
 SELECT id = :lease_id AS is_it, convert_from(content, 'UTF8') AS content, attempts,
-       dequeue_at = created_at AS due_at_creation, state, content_type,
+       dequeue_at BETWEEN created_at AND :before_ms AS due_at_creation, state, content_type,
        locked_until BETWEEN :before_ms + 60000 AND pgqueue.now_ms() + 60000 AS leased_for_lock_ms
   FROM pgqueue.message_dequeue('qdeq');
 SELECT attempts, locked_until IS NOT NULL AS locked FROM pgqueue.message WHERE id = :lease_id;

@@ -20,11 +20,12 @@ SELECT pgqueue.message_complete(-42, 1) AS unknown_id;
 
 -- None of the token functions works on a message that is not leased.
 SELECT pgqueue.message_create('qlease', convert_to('ready', 'UTF8')) AS ready \gset
+SELECT dequeue_at AS ready_due FROM pgqueue.message WHERE id = :ready \gset
 SELECT pgqueue.message_complete(:ready, 0) AS complete_ready,
        pgqueue.message_heartbeat(:ready, 0) AS heartbeat_ready,
        pgqueue.message_defer(:ready, 0, NULL) AS defer_ready,
        pgqueue.message_fail(:ready, 0, 'x') AS fail_ready;
-SELECT attempts, locked_until, last_error, dequeue_at = created_at AS due_unchanged
+SELECT attempts, locked_until, last_error, dequeue_at = :ready_due AS due_unchanged
   FROM pgqueue.message WHERE id = :ready;
 DELETE FROM pgqueue.message WHERE id = :ready;
 

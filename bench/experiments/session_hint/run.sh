@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Held-snapshot experiment: 0.4's message_dequeue against the session-hint prototype (proto.sql),
+# Held-snapshot experiment: the extension's message_dequeue (with its session hint since 0.4) against
+# the prototype it grew from (proto.sql),
 # delete mode, 15 pgbench clients, 400k backlog, one REPEATABLE READ session holding a snapshot.
 # Usage: bench/experiments/session_hint/run.sh "host=... user=..."   (a role that may CREATE DATABASE;
 # the extension must be installed on the server: make install). Prints tps per 8-s window.
@@ -12,9 +13,9 @@ db=pgqueue_hint_experiment
 psql() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 psql "$conn dbname=postgres" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 psql "$conn dbname=$db" -c "CREATE EXTENSION pgqueue" -f "$here/proto.sql"
-echo "SELECT * FROM pgqueue.message_dequeue('default', 1, 0);" > /tmp/hint_old.sql
-echo "SELECT * FROM pgqueue.proto_dequeue('default');" > /tmp/hint_new.sql
-for variant in old new; do
+echo "SELECT * FROM pgqueue.message_dequeue('default', 1, 0);" > /tmp/hint_extension.sql
+echo "SELECT * FROM pgqueue.proto_dequeue('default');" > /tmp/hint_prototype.sql
+for variant in extension prototype; do
     psql "$conn dbname=$db" -c "TRUNCATE pgqueue.message" \
          -c "SELECT count(*) FROM pgqueue.message_create_batch('default', array(SELECT 'x'::bytea FROM generate_series(1, 400000)))" \
          -c "VACUUM ANALYZE pgqueue.message" >/dev/null

@@ -11,6 +11,7 @@ DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_now   bigint := pgqueue.to_epoch(now());
     v_ids   bigint[];
+    v_clock bigint;
 BEGIN
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
@@ -18,13 +19,14 @@ BEGIN
                     ORDER BY d.id
                       FOR UPDATE);
     PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
+    v_clock := pgqueue._write_clock();
     -- A fresh id keeps fencing sound: no token handed out before can match the new message.
     WITH d AS (
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
         RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
     )
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
-    SELECT v_queue.id, coalesce(p_dequeue_at, v_now), d.created_at, d.content, d.content_type,
+    SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error
       FROM d ORDER BY d.id;
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN

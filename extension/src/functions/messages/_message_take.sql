@@ -9,6 +9,29 @@
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
 -- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
 -- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+--
+-- The session hint: where this session's probe of the ready messages may start, a
+-- (dequeue_at, id) below which no message can be delivered, so that the btree descends straight
+-- past the entries of messages finished while a snapshot held vacuum back (docs/performance.md,
+-- "Held snapshots"). Kept per session and queue in the setting pgqueue.hint_<queue id> (a
+-- bigint[]): no row, so no dead tuples and no contention; transactional, so a rolled-back
+-- dequeue gets its old hint back. It is kept only while it pays: three probes in a row from the
+-- bottom that take more than 2 ms switch it on for 60 s (pgqueue.hint_on_<queue id>, "since:0";
+-- "0:n" counts slow probes), starting afresh.
+--   * H only moves to a candidate C (the first visible ready row, locked or not, capped 5 ms below
+--     the clock read before it was found) once every transaction that was in progress when C was
+--     found has ended, and only if the first visible row from H is still at C or beyond then:
+--     a producer that commits a row below C meanwhile is found first. Keys written with the
+--     clock are read after the writer's xid (pgqueue._write_clock), so a later writer is above C.
+--   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
+--     time, spark_release, requeue, plain SQL) advance the queue's lock stripe afterwards
+--     (trigger message_placed_low); a session that sees it move starts again from the bottom
+--     once the transactions running then have ended.
+--   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
+--     a long writer) is set aside; when it ends the session starts again from the bottom, so its
+--     rows, visible from then on, are found.
+-- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C was found (epoch ms, 0: none), [7] xmax
+-- for C, [8] stripe value seen, [9] xmax for a pending stripe move (0: none), [10:] set aside.
 CREATE FUNCTION pgqueue._message_take(
     p_queue_id     integer,
     p_limit        integer,
@@ -28,7 +51,101 @@ DECLARE
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
+    v_h_at     bigint;
+    v_h_id     bigint;
+    c_min      CONSTANT bigint := -9223372036854775808;
+    v_name   text := 'pgqueue.hint_' || p_queue_id;
+    v_raw    text := current_setting(v_name, true);
+    v_s      bigint[];
+    v_e      bigint;
+    v_snap   pg_snapshot;
+    v_mine   bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    v_xip    bigint[] := '{}';
+    v_long   bigint[] := '{}';
+    v_reset  boolean := false;
+    v_settle boolean := false;
+    v_k_at   bigint;
+    v_k_id   bigint;
+    v_xmin   bigint;
+    v_on_name text := 'pgqueue.hint_on_' || p_queue_id;
+    v_on_raw text := current_setting(v_on_name, true);
+    v_on     bigint := coalesce(nullif(split_part(v_on_raw, ':', 1), '')::bigint, 0);
+    v_slow   integer := coalesce(nullif(split_part(v_on_raw, ':', 2), '')::integer, 0);
+    v_t0     timestamptz;
 BEGIN
+    -- The hint is kept only while probes from the bottom are slow (they walk dead entries):
+    -- three probes in a row that take more than 2 ms switch it on for 60 s; otherwise it costs
+    -- nothing.
+    IF v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000 THEN
+        -- The ready probe starts at this session's hint H (see the header): first bring it up to date.
+        IF v_raw IS NOT NULL AND v_raw <> '' THEN
+            v_s := v_raw::bigint[];
+        END IF;
+        IF v_s IS NULL OR cardinality(v_s) < 9 OR v_s[1] <> pg_backend_pid() THEN
+            v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0];
+        END IF;
+        v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
+        v_snap := pg_current_snapshot();  -- taken after the stripe was read
+        v_xmin := pg_snapshot_xmin(v_snap)::text::bigint;
+        IF v_e <> v_s[8] THEN  -- a message was placed below the clock: start again from the bottom
+            v_s[8] := v_e;     -- once the transactions running now have ended
+            v_s[9] := pg_snapshot_xmax(v_snap)::text::bigint;
+        END IF;
+        -- the transactions in progress (but this one), only when a question needs them
+        IF cardinality(v_s) > 9 OR v_s[9] > v_xmin OR (v_s[6] <> 0 AND v_s[7] > v_xmin) THEN
+            v_xip := ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(v_snap) AS x
+                            WHERE x::text::bigint IS DISTINCT FROM v_mine);
+            IF cardinality(v_s) > 9 THEN
+                v_long := ARRAY(SELECT x FROM unnest(v_s[10:]) AS x WHERE x = ANY (v_xip));
+                v_reset := cardinality(v_long) < cardinality(v_s) - 9;  -- one set aside has ended
+            END IF;
+        END IF;
+        IF v_s[9] <> 0 AND NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[9] AND x <> ALL (v_long)) THEN
+            v_reset := true;
+            v_s[9] := 0;
+        END IF;
+        IF v_reset THEN
+            v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0;
+        END IF;
+        IF v_s[6] <> 0 THEN  -- a candidate: may H move to it?
+            IF NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long)) THEN
+                v_settle := true;
+            ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds it up
+                v_long := v_long || ARRAY(SELECT x FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long));
+                v_settle := true;
+            END IF;
+        END IF;
+        IF v_s[6] = 0 OR v_settle THEN
+            -- the first visible ready row from H, locked or not (p_now was read before this snapshot)
+            SELECT m.dequeue_at, m.id INTO v_k_at, v_k_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+               AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
+             ORDER BY m.dequeue_at, m.id
+             LIMIT 1;
+            IF v_settle THEN
+                IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
+                    v_s[2] := v_s[4]; v_s[3] := v_s[5];  -- nothing visible in [H, C): H moves up
+                END IF;
+                v_s[6] := 0;
+            END IF;
+            IF v_s[6] = 0 AND v_k_at IS NOT NULL THEN
+                IF v_k_at >= p_now - 5 THEN
+                    v_k_at := p_now - 5; v_k_id := c_min;
+                END IF;
+                IF (v_k_at, v_k_id) > (v_s[2], v_s[3]) THEN
+                    v_s[4] := v_k_at; v_s[5] := v_k_id; v_s[6] := pgqueue.now_ms();
+                    v_s[7] := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;  -- after the probe
+                END IF;
+            END IF;
+        END IF;
+        PERFORM set_config(v_name, (v_s[1:9] || v_long)::text, false);
+        v_h_at := v_s[2];
+        v_h_id := v_s[3];
+    ELSE
+        v_h_at := c_min;
+        v_h_id := c_min;
+        v_t0 := clock_timestamp();
+    END IF;
     LOOP
         SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
                array_agg(c.id) FILTER (WHERE c.dead)
@@ -47,6 +164,7 @@ BEGIN
                 SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
                                  FROM pgqueue.message m
                                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                  AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
                                   AND m.dequeue_at <= p_now
                                   AND m.id <> ALL (v_ids)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
@@ -62,6 +180,17 @@ BEGIN
         v_need := p_limit - cardinality(v_ids);
         EXIT WHEN v_need = 0;
     END LOOP;
+    IF v_t0 IS NULL THEN
+        NULL;
+    ELSIF clock_timestamp() - v_t0 <= interval '2 ms' THEN
+        IF v_slow > 0 OR v_on > 0 THEN
+            PERFORM set_config(v_on_name, '0:0', false);
+        END IF;
+    ELSIF v_slow < 2 THEN
+        PERFORM set_config(v_on_name, '0:' || (v_slow + 1), false);
+    ELSE  -- the third slow probe in a row: hints on, from the bottom
+        PERFORM set_config(v_on_name, p_now || ':0', false), set_config(v_name, '', false);
+    END IF;
     RETURN v_ids;
 END;
 $$;

@@ -31,7 +31,7 @@ BEGIN
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF FOUND AND v_max_size IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        SELECT v_queue_id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type
+        SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type
          WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue_id AND q.max_size IS NULL)
         RETURNING id INTO v_id;
     END IF;
@@ -40,7 +40,7 @@ BEGIN
         v_queue := pgqueue._queue_admit(p_queue, 1);
         v_notify := v_queue.notify;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        VALUES (v_queue.id, coalesce(p_dequeue_at, v_now), v_now, p_content, p_content_type)
+        VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
         RETURNING id INTO v_id;
     END IF;
     IF v_notify THEN

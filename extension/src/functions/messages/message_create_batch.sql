@@ -13,6 +13,7 @@ AS $$
 DECLARE
     v_queue pgqueue.queue;
     v_now   bigint := pgqueue.to_epoch(now());
+    v_clock bigint;
     v_n     integer := cardinality(p_contents);
 BEGIN
     IF p_contents IS NULL THEN
@@ -37,9 +38,10 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    v_clock := pgqueue._write_clock();
     RETURN QUERY
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-    SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_now), v_now, u.content,
+    SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
            coalesce(u.content_type, p_content_type)
       FROM unnest(p_contents, p_dequeue_ats, p_content_types)
            WITH ORDINALITY AS u(content, dequeue_at, content_type, n)

@@ -17,7 +17,7 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     UPDATE pgqueue.message m
        SET locked_until = NULL,
-           dequeue_at   = coalesce(p_dequeue_at, pgqueue.now_ms()),
+           dequeue_at   = coalesce(p_dequeue_at, pgqueue._write_clock()),
            state        = coalesce(p_state, m.state)
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
        AND m.claim_id IS NULL;

@@ -32,7 +32,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = NULL,
                dequeue_at   = coalesce(p_dequeue_at,
-                                       v_now + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
+                                       pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
                                                                    v_queue.retry_cap_ms)),
                last_error   = p_error
          WHERE m.id = p_id;

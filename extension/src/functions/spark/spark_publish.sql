@@ -82,12 +82,13 @@ BEGIN
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
     IF v_count > 0 THEN
+        v_clock := pgqueue._write_clock();
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
         SELECT v_queue.id,
                coalesce(s.dequeue_at,
                         v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
                                        THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
-                        v_now),
+                        v_clock),
                v_now,
                s.content, s.content_type
           FROM unnest(p_partitions, p_attempts) AS w(p, a)
