@@ -69,8 +69,8 @@ DECLARE
     v_xmin   bigint;
     v_on_name text := 'pgqueue.hint_on_' || p_queue_id;
     v_on_raw text := current_setting(v_on_name, true);
-    v_on     bigint := coalesce(nullif(split_part(v_on_raw, ':', 1), '')::bigint, 0);
-    v_slow   integer := coalesce(nullif(split_part(v_on_raw, ':', 2), '')::integer, 0);
+    v_on     bigint := CASE WHEN v_on_raw ~ '^[0-9]{1,18}:[0-9]{1,9}$' THEN split_part(v_on_raw, ':', 1)::bigint ELSE 0 END;
+    v_slow   integer := CASE WHEN v_on_raw ~ '^[0-9]{1,18}:[0-9]{1,9}$' THEN split_part(v_on_raw, ':', 2)::integer ELSE 0 END;
     v_t0     timestamptz;
 BEGIN
     -- The hint is kept only while probes from the bottom are slow (they walk dead entries):
@@ -78,7 +78,7 @@ BEGIN
     -- nothing.
     IF v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000 THEN
         -- The ready probe starts at this session's hint H (see the header): first bring it up to date.
-        IF v_raw IS NOT NULL AND v_raw <> '' THEN
+        IF v_raw ~ '^\{-?[0-9]{1,19}(,-?[0-9]{1,19}){8,}\}$' THEN  -- anything else: start afresh
             v_s := v_raw::bigint[];
         END IF;
         IF v_s IS NULL OR cardinality(v_s) < 9 OR v_s[1] <> pg_backend_pid() THEN
