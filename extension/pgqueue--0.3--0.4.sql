@@ -473,11 +473,11 @@ DECLARE
     v_h_id     bigint;
     c_min      CONSTANT bigint := -9223372036854775808;
     v_name   text := 'pgqueue.hint_' || p_queue_id;
-    v_raw    text := current_setting(v_name, true);
+    v_raw    text;
     v_s      bigint[];
     v_e      bigint;
     v_snap   pg_snapshot;
-    v_mine   bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    v_mine   bigint;
     v_xip    bigint[] := '{}';
     v_long   bigint[] := '{}';
     v_reset  boolean := false;
@@ -496,6 +496,8 @@ BEGIN
     -- nothing.
     IF v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000 THEN
         -- The ready probe starts at this session's hint H (see the header): first bring it up to date.
+        v_raw := current_setting(v_name, true);
+        v_mine := pg_current_xact_id_if_assigned()::text::bigint;
         IF v_raw ~ '^\{-?[0-9]{1,19}(,-?[0-9]{1,19}){8,}\}$' THEN  -- anything else: start afresh
             v_s := v_raw::bigint[];
         END IF;

@@ -396,31 +396,21 @@ class Worker:
                     return requeued
                 run = list(itertools.takewhile(lambda d: d.error is None and not d.released, self._finished))
                 delivery = self._finished[0]
-            if len(run) > 1:
-                try:
-                    results = self._complete_many(run)
-                except _DATABASE_ERRORS as exc:
-                    if not self._is_connection_error(exc):
-                        raise
-                    self._connection_lost(exc)
-                    return requeued  # keep them; acknowledge after reconnecting
-                for d, result in zip(run, results):
-                    self._forget(d)
-                    self._report(result)
-                continue
             if delivery.released:
                 self._forget(delivery)
                 continue
+            batch = run if len(run) > 1 else [delivery]
             try:
-                result = self._acknowledge(delivery)
+                results = self._complete_many(batch) if len(batch) > 1 else [self._acknowledge(delivery)]
             except _DATABASE_ERRORS as exc:
                 if not self._is_connection_error(exc):
                     raise
                 self._connection_lost(exc)
-                return requeued  # keep it; acknowledge after reconnecting
-            self._forget(delivery)
-            requeued = requeued or result.outcome == "retried"
-            self._report(result)
+                return requeued  # keep them; acknowledge after reconnecting
+            for d, result in zip(batch, results):
+                self._forget(d)
+                requeued = requeued or result.outcome == "retried"
+                self._report(result)
 
     def _acknowledge(self, delivery: _Delivery) -> Result:
         if self._queue is None:
