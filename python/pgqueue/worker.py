@@ -13,6 +13,17 @@ message is enqueued (the queue needs ``notify`` on). Without notifications the w
 backing off from ``poll_min`` to ``poll_max`` while the queue is empty; when messages are
 scheduled it sleeps until the next one is due, never longer.
 
+Shutdown: :meth:`Worker.run` called on the main thread makes SIGINT and SIGTERM stop it
+gracefully (fetch no more, let in-flight handlers finish within ``shutdown_grace``, give the
+rest back at once with a defer, return normally) and puts the previous signal handlers back
+when it returns. A second signal gives back what is still in hand at once.
+
+Handler timeouts: a handler still running after ``timeout`` seconds has its message failed
+with ``last_error`` ``"HandlerTimeout: ..."`` (the queue's retry and dead-letter rules apply)
+and whatever it returns or raises later is ignored. Python cannot kill a thread: the handler
+runs on until it returns, on a thread the worker no longer counts; a new thread takes its
+place so that ``concurrency`` handlers can still run.
+
 Delivery is at least once: a worker that dies (even by SIGKILL) loses nothing, because the
 messages it held come back when their leases run out. The attempts counter fences every
 acknowledgement, so a message is completed at most once.
@@ -42,12 +53,20 @@ from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
 
-__all__ = ["Handler", "Outcome", "Result", "Worker"]
+__all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"]
 
 log = logging.getLogger("pgqueue.worker")
 
 #: A handler takes a message; its return value is ignored, an exception fails the message.
 Handler = Callable[[Message], object]
+
+#: A handler timeout: seconds for every message, or a function of the message (None: no limit).
+Timeout = float | Callable[[Message], float | None]
+
+
+class HandlerTimeout(Exception):
+    """The error a timed-out delivery is failed with (the handler was still running)."""
+
 
 #: What became of a delivery: completed; failed and to be retried; failed for the last time
 #: (dead-lettered); or released (given back unprocessed at shutdown).
@@ -86,6 +105,8 @@ class _Delivery:
     error: BaseException | None = None
     released: bool = False
     settled: bool = False
+    deadline: float | None = None  # monotonic time past which the handler has timed out
+    timed_out: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -109,23 +130,33 @@ class _HandlerPool:
     not keep the process alive: its message has been given back by then.
     """
 
-    def __init__(self, size: int, handler: Handler, done: Callable[[_Delivery], None]) -> None:
+    def __init__(self, size: int, handler: Handler, done: Callable[[_Delivery], None],
+                 lock: threading.Lock) -> None:
         self._handler = handler
         self._done = done
+        self._lock = lock  # the worker's: guards a delivery's finished, error and timed_out
         self._jobs: stdqueue.SimpleQueue[_Delivery | None] = stdqueue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"pgqueue-handler-{i}", daemon=True)
-            for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._names = itertools.count()
+        self._threads = 0
+        self.abandoned = 0  # threads left running a timed-out handler
+        for _ in range(size):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._threads += 1
+        threading.Thread(target=self._run, name=f"pgqueue-handler-{next(self._names)}", daemon=True).start()
 
     def submit(self, delivery: _Delivery) -> None:
         self._jobs.put(delivery)
 
+    def abandon(self) -> None:
+        """Replace a thread stuck in a timed-out handler: it exits when that handler returns."""
+        self.abandoned += 1
+        self._start_thread()
+
     def close(self) -> None:
         """Let every idle thread exit (busy ones exit when their handler returns)."""
-        for _ in self._threads:
+        for _ in range(self._threads):
             self._jobs.put(None)
 
     def _run(self) -> None:
@@ -133,11 +164,21 @@ class _HandlerPool:
             delivery = self._jobs.get()
             if delivery is None:
                 return
+            error: BaseException | None = None
             try:
                 self._handler(delivery.message)
             except BaseException as exc:  # a handler must never take a thread down
-                delivery.error = exc
-            delivery.finished = time.monotonic()
+                error = exc
+            with self._lock:
+                timed_out = delivery.timed_out
+                if not timed_out:
+                    delivery.error, delivery.finished = error, time.monotonic()
+            if timed_out:
+                # Its message was failed when it timed out, and a new thread has taken this
+                # one's place: the result is ignored and this thread ends.
+                log.info("message %d: the timed-out handler returned after %.1f s (result ignored)",
+                         delivery.message.id, time.monotonic() - delivery.started)
+                return
             self._done(delivery)
 
 
@@ -158,6 +199,13 @@ class Worker:
         poll_min, poll_max: the polling back-off on an empty queue, in seconds.
         shutdown_grace: seconds that in-flight handlers get to finish after :meth:`stop`;
             messages still in hand after that are given back for immediate redelivery.
+        timeout: the longest a handler may run, in seconds, for every message, or a function
+            of the message returning its limit (None: no limit). Past it the message is failed
+            with a :class:`HandlerTimeout` error and the handler's result is ignored; the
+            thread runs on (Python cannot stop it) and a new one takes its place.
+        handle_signals: when :meth:`run` is called on the main thread, make SIGINT and SIGTERM
+            stop the worker gracefully (a second one stops it at once) while it runs, and
+            restore the previous handlers when it returns.
         dsn: the connection string to use; by default it is taken from ``queue``.
         on_result: called on the worker's thread with a :class:`Result` after each
             delivery is settled (for metrics and tests); exceptions from it are logged.
@@ -177,6 +225,8 @@ class Worker:
         shutdown_grace: float = 10.0,
         dsn: str | None = None,
         on_result: Callable[[Result], None] | None = None,
+        timeout: Timeout | None = None,
+        handle_signals: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -188,9 +238,11 @@ class Worker:
             raise ValueError(f"need 0 < poll_min <= poll_max, got {poll_min} and {poll_max}")
         if shutdown_grace < 0:
             raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
+        if isinstance(timeout, (int, float)) and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if inspect.iscoroutinefunction(handler):
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
-                            "on threads (wrap it: lambda msg: asyncio.run(handler(msg)))")
+                            "on threads; use pgqueue.AsyncWorker for coroutines")
         self._name = queue.name
         self._dsn = _worker_conninfo(dsn if dsn is not None else queue.conninfo)
         self._handler = handler
@@ -202,6 +254,9 @@ class Worker:
         self._poll_max = poll_max
         self._shutdown_grace = shutdown_grace
         self._on_result = on_result
+        self._timeout = timeout
+        self._handle_signals = handle_signals
+        self._saved_signals: dict[signal.Signals, Any] | None = None
 
         self._wake = threading.Event()  # something happened: a result, a notification, stop
         self._notified = threading.Event()  # a message was enqueued
@@ -247,7 +302,9 @@ class Worker:
     def install_signal_handlers(self) -> None:
         """Make SIGINT and SIGTERM stop the worker gracefully; a second signal stops it now.
 
-        Call from the main thread (Python delivers signals there).
+        Call from the main thread (Python delivers signals there). :meth:`run` does it itself
+        on the main thread (unless ``handle_signals=False``); either way the previous handlers
+        are put back when :meth:`run` returns.
         """
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -256,8 +313,14 @@ class Worker:
             again, self._signalled = self._signalled, True
             threading.Thread(target=self._stop_on_signal, args=(signum, again), daemon=True).start()
 
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if self._saved_signals is None:
+            self._saved_signals = saved
+
+    def _restore_signal_handlers(self) -> None:
+        saved, self._saved_signals = self._saved_signals, None
+        for sig, previous in (saved or {}).items():
+            signal.signal(sig, previous)
 
     def _stop_on_signal(self, signum: int, again: bool) -> None:
         name = signal.Signals(signum).name
@@ -273,6 +336,11 @@ class Worker:
     def run(self) -> None:
         """Process messages until :meth:`stop` is called, then shut down gracefully.
 
+        On the main thread (and unless ``handle_signals=False``) SIGINT and SIGTERM stop it
+        gracefully while it runs: it then returns normally, and the previous signal handlers
+        are back. If the loop is interrupted by an exception (a KeyboardInterrupt on another
+        set-up, a bug), the messages in hand are given back at once before it propagates.
+
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
         (``ConnectionFailed``, ``QueueNotFound``, ...); later connection losses are logged
         and retried.
@@ -281,6 +349,15 @@ class Worker:
             if self._started:
                 raise RuntimeError("a Worker runs once; create a new one")
             self._started = True
+        if (self._handle_signals and self._saved_signals is None
+                and threading.current_thread() is threading.main_thread()):
+            self.install_signal_handlers()
+        try:
+            self._run()
+        finally:
+            self._restore_signal_handlers()
+
+    def _run(self) -> None:
         try:
             self._start()
         except BaseException:
@@ -293,8 +370,14 @@ class Worker:
         for thread in helpers:
             thread.start()
         try:
-            self._loop()
-            self._drain()
+            try:
+                self._loop()
+            except BaseException:
+                self._stopping.set()
+                self._aborting.set()  # give back at once what is in hand, then propagate
+                raise
+            finally:
+                self._drain()
         finally:
             self._closing.set()
             self._pool.close()
@@ -313,20 +396,22 @@ class Worker:
         self._max_attempts = settings.max_attempts
         self._lease_ms = self._lock_ms or settings.lock_ms
         if self._listen and not settings.notify:
-            log.info("queue %r has notify off: polling only (turn it on with "
+            # No NOTIFY would ever come: do not hold a LISTEN connection for nothing.
+            self._listen = False
+            log.info("queue %r has notify off: polling only, no LISTEN (turn it on with "
                      "`pgqueue queue alter %s --notify` for instant wake-ups)", self._name, self._name)
         where = conninfo_to_dict(self._dsn)
         log.info("worker started: queue %r in database %s on %s, concurrency %d, lease %d ms",
                  self._name, where.get("dbname", "?"), where.get("host", "localhost"),
                  self._concurrency, self._lease_ms)
-        self._pool = _HandlerPool(self._concurrency, self._handler, self._handler_done)
+        self._pool = _HandlerPool(self._concurrency, self._handler, self._handler_done, self._lock)
 
     def _loop(self) -> None:
         delay = self._poll_min  # the next sleep if the queue is empty
         next_poll = 0.0  # monotonic time of the next dequeue, when there is a free slot
         self._notified.set()
         while not self._stopping.is_set():
-            if self._settle():
+            if self._settle() | self._expire():
                 next_poll = 0.0  # a retry or release may be due soon: look again
             free = self._concurrency - self.in_flight
             now = time.monotonic()
@@ -349,7 +434,7 @@ class Worker:
                     sleep = self._connection_lost(exc)
                 next_poll = time.monotonic() + sleep
             timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
-            self._wake.wait(timeout)
+            self._wake.wait(self._until_deadline(timeout))
             self._wake.clear()
 
     def _fetch(self, want: int) -> int:
@@ -359,6 +444,10 @@ class Worker:
         assert self._queue is not None and self._pool is not None
         messages = self._queue.dequeue(want, lock_ms=self._lock_ms)
         deliveries = [_Delivery(m) for m in messages]
+        for d in deliveries:
+            limit = self._timeout(d.message) if callable(self._timeout) else self._timeout
+            if limit is not None:
+                d.deadline = d.started + limit
         with self._lock:
             for d in deliveries:
                 self._in_hand[d.message.id] = d
@@ -377,6 +466,45 @@ class Worker:
             # Due but not delivered to us: another consumer holds it right now. Back off.
             return sleep
         return min(sleep, due_in + 0.002)
+
+    def _until_deadline(self, wait: float) -> float:
+        """Shorten a wait so that it ends when the next handler's time is up."""
+        with self._lock:
+            deadlines = [d.deadline for d in self._in_hand.values()
+                         if d.deadline is not None and d.finished is None and not d.settled]
+        if not deadlines:
+            return wait
+        return max(0.0, min(wait, min(deadlines) - time.monotonic()))
+
+    def _expire(self) -> bool:
+        """Fail the messages whose handlers have run past their timeout; True if any was."""
+        now = time.monotonic()
+        with self._lock:
+            late = [d for d in self._in_hand.values()
+                    if d.deadline is not None and d.deadline <= now and d.finished is None
+                    and not d.settled and not d.released]
+            for d in late:
+                assert d.deadline is not None
+                d.timed_out = True  # from now on the handler thread ignores its result
+                d.error = HandlerTimeout(f"the handler was still running after {d.deadline - d.started:g} s "
+                                         "(its result will be ignored)")
+                d.finished = now
+        for d in late:
+            assert self._pool is not None and d.deadline is not None
+            self._pool.abandon()
+            log.warning("message %d: handler timed out after %g s; failing it (%d abandoned handler "
+                        "thread(s) so far)", d.message.id, d.deadline - d.started, self._pool.abandoned)
+            try:
+                result = self._acknowledge(d)
+            except _DATABASE_ERRORS as exc:
+                if not self._is_connection_error(exc):
+                    raise
+                self._connection_lost(exc)
+                log.warning("message %d: could not fail it; it returns when its lease runs out", d.message.id)
+                result = Result(d.message, "retried", False, d.error, now - d.started)
+            self._forget(d)
+            self._report(result)
+        return bool(late)
 
     def _handler_done(self, delivery: _Delivery) -> None:
         with self._lock:
@@ -476,13 +604,13 @@ class Worker:
         if self.in_flight:
             log.info("waiting up to %gs for %d in-flight message(s)", self._shutdown_grace, self.in_flight)
         while self.in_flight and not self._aborting.is_set():
-            self._settle()
+            self._settle_quietly()
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self.in_flight:
                 break
-            self._wake.wait(min(remaining, 0.5))
+            self._wake.wait(self._until_deadline(min(remaining, 0.5)))
             self._wake.clear()
-        self._settle()
+        self._settle_quietly()
         with self._lock:
             left = [d for d in self._in_hand.values() if not d.settled]
         for delivery in left:
@@ -491,6 +619,15 @@ class Worker:
             else:
                 log.warning("message %d: handled but not acknowledged (no database); it will be "
                             "delivered again when its lease runs out", delivery.message.id)
+
+    def _settle_quietly(self) -> None:
+        """Settle and expire during shutdown: a database error is logged, never raised (what
+        cannot be acknowledged returns when its lease runs out)."""
+        try:
+            self._settle()
+            self._expire()
+        except _DATABASE_ERRORS as exc:
+            log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
 
     def _release(self, delivery: _Delivery) -> None:
         """Give a message back unprocessed, due now (its attempts count stays)."""

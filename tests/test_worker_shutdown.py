@@ -1,0 +1,213 @@
+"""The worker's shutdown and handler timeouts against a real server: the README's worker
+example, run as a process and sent SIGTERM and SIGINT, leaves nothing leased and exits 0;
+run() restores the signal handlers it replaced; a hung handler's message is failed with a
+clear last_error, its late result ignored, its slot given to a new thread; no LISTEN
+connection on a queue whose notify is off."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+from pgqueue import Message, Queue
+from pgqueue.worker import HandlerTimeout, Worker
+from test_worker import Results, make_queue, running, wait_for
+from worker_handlers import marks
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What the README's send_email stands for: note the start, sleep as the payload says.
+SEND_EMAIL = '''
+import time
+def send_email(payload):
+    with open(payload["mark"], "a") as f:
+        f.write(f"0 {payload['n']}\\n")
+    time.sleep(payload["sleep"])
+'''
+
+
+def readme_worker_example() -> str:
+    """Return the Python block of the README's "### Workers" section."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("\n### Workers\n", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None
+    return match.group(1)
+
+
+def start_readme_worker(dsn: str) -> subprocess.Popen[str]:
+    code = readme_worker_example()
+    assert 'Queue("dbname=app", "emails")' in code and ".run()" in code
+    code = SEND_EMAIL + code.replace('"dbname=app"', repr(dsn))
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return err
+
+
+def test_readme_worker_finishes_its_handlers_on_sigterm_and_exits_0(dsn: str, tmp_path: Path) -> None:
+    queue = make_queue(dsn, "emails", lock_ms=60000)
+    mark = tmp_path / "marks"
+    queue.enqueue_many([{"mark": str(mark), "n": i, "sleep": 1.0} for i in range(4)])
+    proc = start_readme_worker(dsn)
+    wait_for(lambda: len(marks(mark)) == 4, timeout=15, what="four handlers to start")
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    err = finish(proc, 15)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert time.monotonic() - t0 < 5
+    stats = queue.stats()  # all four finished within the grace period and were completed
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 0)
+
+
+def test_readme_worker_gives_back_at_once_on_a_second_sigint(dsn: str, tmp_path: Path) -> None:
+    queue = make_queue(dsn, "emails", lock_ms=60000)
+    mark = tmp_path / "marks"
+    ids = queue.enqueue_many([{"mark": str(mark), "n": i, "sleep": 60} for i in range(3)])
+    proc = start_readme_worker(dsn)
+    wait_for(lambda: len(marks(mark)) == 3, timeout=15, what="three handlers to start")
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: stop fetching, wait for the handlers...
+    time.sleep(0.5)
+    assert proc.poll() is None  # ...which are still running (the grace period is 10 s)
+    proc.send_signal(signal.SIGINT)  # again: give back now
+    t0 = time.monotonic()
+    err = finish(proc, 15)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert time.monotonic() - t0 < 5
+    stats = queue.stats()  # nothing left leased: all three are back, due now
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (3, 0, 0, 0)
+    again = queue.dequeue(3)
+    assert sorted((m.id, m.attempts) for m in again) == [(i, 2) for i in sorted(ids)]
+
+
+def test_run_on_the_main_thread_installs_and_restores_signal_handlers(dsn: str) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    queue = make_queue(dsn)
+    queue.enqueue("x")
+
+    def previous(signum: int, frame: object) -> None:
+        raise AssertionError("the worker's handler should be in place")
+
+    before = signal.signal(signal.SIGTERM, previous)
+    during: list[object] = []
+    try:
+        worker = Worker(queue, lambda msg: during.append(signal.getsignal(signal.SIGTERM)))
+        threading.Timer(1.0, worker.stop).start()
+        worker.run()  # on this (main) thread, until the timer stops it
+        assert signal.getsignal(signal.SIGTERM) is previous
+        assert during and during[0] is not previous and callable(during[0])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    # handle_signals=False leaves them alone
+    worker = Worker(queue, print, handle_signals=False)
+    threading.Timer(0.3, worker.stop).start()
+    seen = signal.getsignal(signal.SIGINT)
+    worker.run()
+    assert signal.getsignal(signal.SIGINT) is seen
+
+
+def test_a_hung_handler_times_out_its_message_is_failed_and_its_result_ignored(dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=1)
+    hung = queue.enqueue({"hang": True})
+    release = threading.Event()
+    returned = threading.Event()
+    handled: list[int] = []
+
+    def handler(msg: Message) -> None:
+        if isinstance(msg.payload, dict):
+            release.wait(30)
+            returned.set()
+            return  # a success, but too late: ignored
+        handled.append(msg.id)
+
+    results = Results()
+    worker = Worker(queue, handler, concurrency=1, timeout=0.5, on_result=results)
+    try:
+        with running(worker):
+            wait_for(lambda: results.items, timeout=5, what="the timeout")
+            # concurrency 1, the hung thread still runs: a new thread handles the next one
+            later = queue.enqueue("next")
+            wait_for(lambda: handled == [later], timeout=5, what="the next message")
+            release.set()
+            assert returned.wait(5)
+            wait_for(lambda: results.count("completed") == 1, what="the next one's result")
+            time.sleep(0.3)  # time for a (wrong) settlement of the late return
+    finally:
+        release.set()
+    first = results.items[0]
+    assert (first.message.id, first.outcome, first.acknowledged) == (hung, "dead", True)
+    assert isinstance(first.error, HandlerTimeout)
+    assert 0.45 <= first.duration < 2.0
+    assert [r.message.id for r in results.items] == [hung, later]  # the late return changed nothing
+    [dead] = queue.dead_letters()
+    assert dead.id == hung
+    assert dead.last_error is not None
+    assert dead.last_error.startswith("HandlerTimeout: the handler was still running after 0.5 s")
+
+
+def test_a_timeout_per_message_retries_by_the_queue_rules(dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=3, retry_base_ms=0, retry_cap_ms=0)
+    slow = queue.enqueue({"sleep": 2.0})
+    quick = queue.enqueue({"sleep": 0.6})
+    attempts: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def handler(msg: Message) -> None:
+        with lock:
+            attempts.append((msg.id, msg.attempts))
+        assert isinstance(msg.payload, dict)
+        time.sleep(msg.payload["sleep"] if msg.attempts == 1 else 0)
+
+    def limit(msg: Message) -> float | None:
+        # the quick one has no limit; the slow one has 0.3 s
+        assert isinstance(msg.payload, dict)
+        return 0.3 if msg.payload["sleep"] > 1 else None
+
+    results = Results()
+    with running(Worker(queue, handler, concurrency=2, timeout=limit, on_result=results)):
+        wait_for(lambda: results.count("completed") == 2, timeout=10, what="both completed")
+    outcomes = [(r.message.id, r.outcome) for r in results.items]
+    assert outcomes.count((slow, "retried")) == 1 and (slow, "completed") in outcomes
+    assert (quick, "completed") in outcomes and (quick, "retried") not in outcomes
+    assert sorted(attempts) == sorted([(slow, 1), (slow, 2), (quick, 1)])
+    assert queue.stats().total == 0
+
+
+def _worker_backends(dsn: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'pgqueue-worker' ORDER BY query").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_listen_only_on_a_queue_with_notify_on(dsn: str) -> None:
+    quiet = Queue(dsn, "quiet")
+    quiet.create(notify=False)
+    loud = make_queue(dsn, "loud")  # notify on
+    for queue, listens in ((quiet, False), (loud, True)):
+        worker = Worker(queue, print, poll_min=0.2, poll_max=0.2)
+        with running(worker):
+            wait_for(lambda: _worker_backends(dsn), what="the worker's connection")
+            time.sleep(0.5)
+            backends = _worker_backends(dsn)
+        assert any(q.startswith("LISTEN") for q in backends) == listens, backends
+        assert len(backends) == (2 if listens else 1), backends
+        wait_for(lambda: not _worker_backends(dsn), what="the worker's connections to close")
