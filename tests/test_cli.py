@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Server
 from pgqueue import Queue
 from pgqueue.cli import format_table, main
 
@@ -194,7 +195,6 @@ def test_install(capsys: pytest.CaptureFixture[str], bare_dsn: str) -> None:
 
 def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], dsn: str, tmp_path: Path) -> None:
     cases: list[tuple[list[str], tuple[str, ...], int]] = [
-        (["stats"], ("no database", "PGQUEUE_DSN"), 1),
         (["stats", "--dsn", "this is not a dsn"], ("invalid connection string",), 1),
         (["stats", "--dsn", "host=127.0.0.1 port=1 connect_timeout=5"], ("cannot connect",), 1),
         (["stats", "nope", "--dsn", dsn], ('queue "nope" does not exist',), 1),
@@ -216,11 +216,57 @@ def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], dsn: str, tmp_p
         (["worker", dsn, "default", "worker_handlers:not_callable"], ("not callable",), 1),
         (["worker", dsn, "default", "worker_handlers:coroutine_handler"], ("coroutine",), 1),
         (["worker", dsn, "nope", "worker_handlers:obey"], ('queue "nope" does not exist',), 1),
-        (["worker", "default", "worker_handlers:obey"], ("no database",), 1),
     ]
     for argv, words, code in cases:
         status, out, err = run(capsys, *argv)
         assert_one_line_error(status, out, err, *words, code=code)
+
+
+def test_without_a_dsn_libpq_defaults_apply(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                            pg_server: Server, dbname: str, tmp_path: Path) -> None:
+    for name in ("PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGSERVICE", "PGSERVICEFILE"):
+        monkeypatch.delenv(name, raising=False)
+    Queue(pg_server.dsn(dbname), "envq").create()
+    # the PG* variables
+    monkeypatch.setenv("PGHOST", pg_server.host)
+    monkeypatch.setenv("PGPORT", str(pg_server.port))
+    monkeypatch.setenv("PGUSER", pg_server.user)
+    monkeypatch.setenv("PGDATABASE", dbname)
+    status, out, err = run(capsys, "stats", "envq")
+    assert status == 0, err
+    assert out.splitlines()[2].split()[:2] == ["envq", "0"]
+    status, out, err = run(capsys, "enqueue", "envq", "from the environment")
+    assert status == 0, err
+    # a service file
+    for name in ("PGHOST", "PGPORT", "PGUSER", "PGDATABASE"):
+        monkeypatch.delenv(name)
+    services = tmp_path / "pg_service.conf"
+    services.write_text(f"[queues]\nhost={pg_server.host}\nport={pg_server.port}\n"
+                        f"user={pg_server.user}\ndbname={dbname}\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(services))
+    monkeypatch.setenv("PGSERVICE", "queues")
+    status, out, err = run(capsys, "dequeue", "envq", "--complete")
+    assert status == 0, err
+    assert json.loads(out)["payload"] == "from the environment"
+    # nothing reachable: one line that says what was tried and what to do
+    monkeypatch.delenv("PGSERVICE")
+    monkeypatch.setenv("PGHOST", "127.0.0.1")
+    monkeypatch.setenv("PGPORT", "1")
+    for argv in (["stats"], ["worker", "default", "worker_handlers:obey"]):
+        status, out, err = run(capsys, *argv)
+        assert_one_line_error(status, out, err, "cannot connect", "PGQUEUE_DSN", "PGHOST")
+
+
+def test_demo_without_the_embedded_extra_is_one_line() -> None:
+    # testing.postgresql made unimportable, as when the extra is not installed
+    code = ("import sys; sys.modules['testing'] = None; sys.modules['testing.postgresql'] = None; "
+            "from pgqueue.cli import main; sys.exit(main(['demo']))")
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "pgqueue-sql[embedded]" in proc.stderr and "--dsn" in proc.stderr
 
 
 def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:

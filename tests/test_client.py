@@ -19,6 +19,7 @@ from conftest import Server, create_database, drop_database
 from pgqueue import _sql
 from pgqueue import DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
 from pgqueue.client import all_stats, list_queues
+from pgqueue.message import to_datetime
 
 Conn = psycopg.Connection[Any]
 
@@ -124,7 +125,7 @@ def test_enqueue_many_is_one_statement_and_keeps_order(dsn: str) -> None:
         assert [m.payload for m in got] == ["a", b"b", {"c": 3}, None]
         assert q.enqueue_many([]) == []
         assert len(q.enqueue_many(iter([1, 2]), priority=3)) == 2
-        assert [(m.payload, m.dequeue_at) for m in q.dequeue(5)] == [(1, -4), (2, -4)]
+        assert [(m.payload, m.priority, m.dequeue_at) for m in q.dequeue(5)] == [(1, 3, None), (2, 3, None)]
 
 
 def test_enqueue_many_is_all_or_nothing(queue: Queue) -> None:
@@ -194,6 +195,13 @@ def test_priority_delay_and_at_map_onto_dequeue_at(queue: Queue, conn: Conn) -> 
     got = queue.dequeue(10)
     assert [m.id for m in got] == [high, low, past, normal]
     assert [m.payload for m in got] == ["high", "low", "past", "normal"]
+    # times are aware datetimes, exact to the ms; a priority is not a time
+    assert [(m.priority, m.dequeue_at) for m in got[:3]] == [(5, None), (0, None), (None, to_datetime(1000))]
+    created = dict(conn.execute("SELECT id, created_at FROM pgqueue.message").fetchall())
+    for m in got:
+        assert m.created_at == to_datetime(created[m.id]) and m.created_at.tzinfo is not None
+    assert got[3].dequeue_at is not None and got[3].locked_until is not None
+    assert got[3].dequeue_at <= got[3].locked_until
     time.sleep(0.5)
     assert [m.payload for m in queue.dequeue(10)] == ["soon"]
     assert queue.stats().scheduled == 3
@@ -211,7 +219,8 @@ def test_dequeue_limit_lease_and_delete_on_dequeue(queue: Queue, conn: Conn) -> 
     before = server_now(conn)
     got = queue.dequeue(2, lock_ms=5000)
     assert [m.payload for m in got] == [0, 1]
-    assert all(m.locked_until is not None and before + 5000 <= m.locked_until <= before + 6000 for m in got)
+    assert all(m.locked_until is not None and to_datetime(before + 5000) <= m.locked_until <= to_datetime(before + 6000)
+               for m in got)
     gone = queue.dequeue(2, lock_ms=0)
     assert [m.payload for m in gone] == [2, 3]
     assert [m.leased for m in gone] == [False, False]

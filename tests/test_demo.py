@@ -15,7 +15,7 @@ from pgqueue import Queue
 from pgqueue.client import list_queues
 from pgqueue.cli import main
 from pgqueue.demo import Tally, check
-from pgqueue.message import Message
+from pgqueue.message import Message, to_datetime
 from pgqueue.worker import Result
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
@@ -47,7 +47,7 @@ def test_demo_on_a_given_database_cleans_up(capsys: pytest.CaptureFixture[str], 
 
 def _result(queue: str, msg_id: int, kind: str, outcome: str) -> Result:
     msg = Message(id=msg_id, queue=queue, payload={"kind": kind, "due": 0.0}, attempts=1, state=None,
-                  dequeue_at=0, created_at=0, locked_until=1, content=b"", content_type=None)
+                  dequeue_at=to_datetime(0), created_at=to_datetime(0), locked_until=to_datetime(1), content=b"", content_type=None)
     return Result(msg, outcome, True)  # type: ignore[arg-type]
 
 

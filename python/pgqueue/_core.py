@@ -21,7 +21,7 @@ from psycopg.pq.abc import PGconn
 
 from pgqueue import _sql, codec
 from pgqueue.errors import InvalidArgument, QueueNotFound
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats, to_datetime
 
 T = TypeVar("T")
 
@@ -288,17 +288,19 @@ def _payload(content: bytes, content_type: str | None) -> object:
 def message_from_row(queue: str, row: Row) -> Message:
     """Return the Message for a row of ``_sql.DEQUEUE``."""
     content = bytes(row[1])
+    dequeue_at = int(row[3])
     return Message(
         id=int(row[0]),
         queue=queue,
         payload=_payload(content, row[5]),
         attempts=int(row[2]),
         state=None if row[4] is None else bytes(row[4]),
-        dequeue_at=int(row[3]),
-        created_at=int(row[6]),
-        locked_until=None if row[7] is None else int(row[7]),
+        dequeue_at=None if dequeue_at < 0 else to_datetime(dequeue_at),
+        created_at=to_datetime(int(row[6])),
+        locked_until=None if row[7] is None else to_datetime(int(row[7])),
         content=content,
         content_type=row[5],
+        priority=-1 - dequeue_at if dequeue_at < 0 else None,
     )
 
 
@@ -340,8 +342,8 @@ def dead_letter_from_row(row: Row) -> DeadLetter:
         state=None if row[4] is None else bytes(row[4]),
         attempts=int(row[5]),
         last_error=row[6],
-        created_at=int(row[7]),
-        dead_at=int(row[8]),
+        created_at=to_datetime(int(row[7])),
+        dead_at=to_datetime(int(row[8])),
     )
 
 
@@ -420,8 +422,7 @@ def receive(queue: str, *, lock_ms: int | None = None) -> Call[Lease | None]:
         if lock_ms is not None:
             granted = lock_ms
         else:
-            assert message.locked_until is not None
-            granted = message.locked_until - int(rows[0][8])
+            granted = int(rows[0][7]) - int(rows[0][8])
         return Lease(message, max(granted, 1))
 
     return Call(_sql.DEQUEUE, {"queue": queue, "limit": 1, "lock_ms": lock_ms}, result)

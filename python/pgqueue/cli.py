@@ -1,7 +1,8 @@
 """The ``pgqueue`` command line.
 
 Run ``pgqueue --help`` for the commands. Every command but ``demo`` needs a database: give
-``--dsn`` or set ``PGQUEUE_DSN`` (``worker`` also takes it as its first argument). A user
+``--dsn`` or set ``PGQUEUE_DSN`` (``worker`` also takes it as its first argument); without
+either, libpq's own defaults apply, as for psql (``PGHOST``, ``PGDATABASE``, ``PGSERVICE``...). A user
 mistake (a bad connection string, an unknown queue, a missing extension, a bad argument) is
 reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for bad usage.
 """
@@ -35,7 +36,7 @@ from pgqueue.errors import (
     QueueExists,
     QueueNotFound,
 )
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats, to_datetime
+from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
 
 __all__ = ["main"]
 
@@ -153,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     # --dsn is accepted before and after the command name: `pgqueue --dsn X stats`, `pgqueue stats --dsn X`
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dsn", default=argparse.SUPPRESS, metavar="DSN",
-                        help=f"the database, as a libpq connection string or URI (default: ${DSN_ENV})")
+                        help=f"the database, as a libpq connection string or URI (default: ${DSN_ENV}, "
+                             "else libpq's PG* variables and service file)")
 
     parser = _Parser(prog=PROG, parents=[common], description=(
         "pgqueue: a message queue inside PostgreSQL. Start with `pgqueue demo`."))
@@ -316,12 +318,19 @@ _seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0")
 
 
 def resolve_dsn(args: argparse.Namespace) -> str:
-    """Return the connection string from --dsn or $PGQUEUE_DSN; raise UserError if neither."""
-    dsn: str | None = getattr(args, "dsn", None) or os.environ.get(DSN_ENV)
-    if not dsn:
-        raise UserError(f"no database given: pass --dsn DSN or set {DSN_ENV} "
-                        "(e.g. --dsn postgresql://user@localhost/mydb)")
+    """Return the connection string from --dsn or $PGQUEUE_DSN, or "" for libpq's own defaults.
+
+    With "" libpq takes everything from its environment (``PGHOST``, ``PGPORT``, ``PGUSER``,
+    ``PGDATABASE``, ``PGPASSWORD``, ``PGSERVICE`` and the service file, ``~/.pgpass``) and its
+    built-in defaults (the local socket, the user's name), as psql does.
+    """
+    dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""
     return dsn
+
+
+#: Said after a connection failure when no DSN was given.
+NO_DSN_HINT = (f"no --dsn or ${DSN_ENV} given, so libpq's defaults were used (PGHOST, PGPORT, "
+               "PGDATABASE, PGUSER, PGSERVICE...); pass --dsn DSN or set one of them")
 
 
 @contextmanager
@@ -331,12 +340,13 @@ def connect(dsn: str, *, check: bool = True) -> Iterator[psycopg.Connection[Any]
     With ``check`` (the default) the database's pgqueue must match this client's version
     (:func:`pgqueue.check_server`); ``pgqueue install`` connects without the check.
     """
+    hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.ProgrammingError as exc:
-        raise UserError(f"invalid connection string: {_one_line(str(exc))}") from exc
+        raise UserError(f"invalid connection string: {_one_line(str(exc))}{hint}") from exc
     except psycopg.OperationalError as exc:
-        raise UserError(f"cannot connect to the database: {_one_line(str(exc))}") from exc
+        raise UserError(f"cannot connect to the database: {_one_line(str(exc))}{hint}") from exc
     with conn:
         if check:
             check_server(conn)
@@ -452,7 +462,7 @@ def settings_table(queues: Sequence[QueueSettings]) -> str:
 
 def dead_table(letters: Sequence[DeadLetter]) -> str:
     """Return dead letters as an aligned table."""
-    rows = [(d.id, d.attempts, to_datetime(d.dead_at).astimezone(), _preview(d.last_error or "", 50),
+    rows = [(d.id, d.attempts, d.dead_at.astimezone(), _preview(d.last_error or "", 50),
              _preview(d.payload)) for d in letters]
     return format_table(["id", "attempts", "dead since", "last error", "payload"], rows)
 
@@ -561,9 +571,9 @@ def _message_json(msg: Message) -> dict[str, object]:
     record: dict[str, object] = {"id": msg.id, "queue": msg.queue, "attempts": msg.attempts,
                                  "content_type": msg.content_type}
     record.update(_payload_json(msg.payload, msg.content))
-    record["created_at"] = to_datetime(msg.created_at).isoformat()
+    record["created_at"] = msg.created_at.isoformat()
     if msg.locked_until is not None:
-        record["locked_until"] = to_datetime(msg.locked_until).isoformat()
+        record["locked_until"] = msg.locked_until.isoformat()
     return record
 
 

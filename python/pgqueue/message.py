@@ -1,20 +1,25 @@
 """The values the client hands out: messages, queue statistics, queue settings, dead letters.
 
 Times that the extension keeps as BIGINT epoch milliseconds (``dequeue_at``, ``created_at``,
-``locked_until``, ``dead_at``) stay integers here; :func:`to_datetime` converts one.
+``locked_until``, ``dead_at``) are aware UTC datetimes here, exact to the millisecond, like
+``QueueSettings.created_at``; :func:`to_datetime` converts epoch milliseconds. A priority
+message's ``dequeue_at`` is not a time: it is None and ``priority`` says the priority.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 __all__ = ["Message", "QueueStats", "QueueSettings", "DeadLetter", "to_datetime"]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def to_datetime(epoch_ms: int) -> datetime:
-    """Return the aware UTC datetime for epoch milliseconds."""
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    """Return the aware UTC datetime for epoch milliseconds (exact: no float rounding)."""
+    return _EPOCH + timedelta(milliseconds=epoch_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +34,12 @@ class Message:
         attempts: deliveries so far, this one included; with ``id`` it is the fencing token
             that ``complete``/``heartbeat``/``defer``/``fail`` check.
         state: the checkpoint state saved by ``defer(state=...)``, or None.
-        dequeue_at: when the message became deliverable (epoch ms; negative for priorities).
-        created_at: when it was enqueued (epoch ms).
-        locked_until: when the lease runs out (epoch ms), or None if it was dequeued with
-            ``lock_ms=0`` (deleted on delivery).
+        dequeue_at: when the message became deliverable (aware UTC datetime), or None for a
+            priority message.
+        priority: the message's priority (enqueued with ``priority=``), or None.
+        created_at: when it was enqueued (aware UTC datetime).
+        locked_until: when the lease runs out (aware UTC datetime), or None if it was
+            dequeued with ``lock_ms=0`` (deleted on delivery).
         content: the stored bytes.
         content_type: how ``content`` is encoded, None for raw bytes.
     """
@@ -42,11 +49,12 @@ class Message:
     payload: object
     attempts: int
     state: bytes | None
-    dequeue_at: int
-    created_at: int
-    locked_until: int | None
+    dequeue_at: datetime | None
+    created_at: datetime
+    locked_until: datetime | None
     content: bytes
     content_type: str | None
+    priority: int | None = None
 
     @property
     def leased(self) -> bool:
@@ -118,8 +126,8 @@ class DeadLetter:
         state: its last checkpoint state, or None.
         attempts: deliveries it had.
         last_error: the error reported by the last ``fail`` (or ``"lease expired"``), or None.
-        created_at: when it was enqueued (epoch ms).
-        dead_at: when it died (epoch ms).
+        created_at: when it was enqueued (aware UTC datetime).
+        dead_at: when it died (aware UTC datetime).
     """
 
     id: int
@@ -130,5 +138,5 @@ class DeadLetter:
     state: bytes | None
     attempts: int
     last_error: str | None
-    created_at: int
-    dead_at: int
+    created_at: datetime
+    dead_at: datetime
