@@ -402,7 +402,8 @@ $$;
 
 -- Trigger function of message_placed_low: a message became deliverable at a place below the
 -- clock (a priority or past dequeue_at, a defer or fail to an earlier time, a lease given back
--- at its old place by spark_release, or any such INSERT or UPDATE in plain SQL). Advance the
+-- at its old place by spark_release, or any such INSERT or UPDATE in plain SQL), or got a lease
+-- that had run out already (plain SQL). Advance the
 -- queue's lock stripe, after the write, so that consumers' session hints look again from the
 -- bottom once this transaction has ended (pgqueue._message_take, docs/performance.md).
 CREATE FUNCTION pgqueue._message_placed_low()
@@ -428,28 +429,33 @@ $$;
 -- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
 -- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
 --
--- The session hint: where this session's probe of the ready messages may start, a
--- (dequeue_at, id) below which no message can be delivered, so that the btree descends straight
--- past the entries of messages finished while a snapshot held vacuum back (docs/performance.md,
--- "Held snapshots"). Kept per session and queue in the setting pgqueue.hint_<queue id> (a
--- bigint[]): no row, so no dead tuples and no contention; transactional, so a rolled-back
--- dequeue gets its old hint back. It is kept only while it pays: three probes in a row from the
--- bottom that take more than 2 ms switch it on for 60 s (pgqueue.hint_on_<queue id>, "since:0";
--- "0:n" counts slow probes), starting afresh.
---   * H only moves to a candidate C (the first visible ready row, locked or not, capped 5 ms below
---     the clock read before it was found) once every transaction that was in progress when C was
---     found has ended, and only if the first visible row from H is still at C or beyond then:
---     a producer that commits a row below C meanwhile is found first. Keys written with the
---     clock are read after the writer's xid (pgqueue._write_clock), so a later writer is above C.
+-- The session hint: where this session's probes may start, a key below which no message can be
+-- delivered, so that the btree descends straight past the entries of messages finished while a
+-- snapshot held vacuum back (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for
+-- the ready probe, and L, a (locked_until, id) for the expired-lease probe. Kept per session and
+-- queue in the setting pgqueue.hint_<queue id> (a bigint[]): no row, so no dead tuples and no
+-- contention; transactional, so a rolled-back dequeue gets its old hint back. It is kept only
+-- while it pays: three probes in a row from the bottom that take more than 2 ms switch it on for
+-- 60 s (pgqueue.hint_on_<queue id>, "since:0"; "0:n" counts slow probes), starting afresh.
+--   * H and L only move to candidates C and D (the first visible ready row, the first visible
+--     lease, locked or not, each capped 5 ms below the clock read before they were found; the
+--     cap alone when there is none) once every transaction with an xid below this session's own
+--     xid, assigned after the candidates were found, has ended, and only if the first visible
+--     row from H (from L) is still at C (at D) or beyond then: a producer that commits a row
+--     below C meanwhile is found first. Keys written with the clock (a default dequeue_at, a
+--     lease's locked_until) are read after the writer's xid is assigned (pgqueue._write_clock),
+--     so a writer with a later xid than ours writes keys above the candidates.
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
---     time, spark_release, requeue, plain SQL) advance the queue's lock stripe afterwards
---     (trigger message_placed_low); a session that sees it move starts again from the bottom
---     once the transactions running then have ended.
+--     time, spark_release, requeue, plain SQL, a lease running out in the past) advance the
+--     queue's lock stripe afterwards (trigger message_placed_low); a session that sees it move
+--     probes from the bottom in that call, and its hints start again from the bottom once the
+--     transactions with lower xids than its own have ended.
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
 --     a long writer) is set aside; when it ends the session starts again from the bottom, so its
 --     rows, visible from then on, are found.
--- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C was found (epoch ms, 0: none), [7] xmax
--- for C, [8] stripe value seen, [9] xmax for a pending stripe move (0: none), [10:] set aside.
+-- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C and D were found (epoch ms, 0: none),
+-- [7] the xid to wait for, [8] stripe value seen, [9] the xid to wait for before a restart from
+-- the bottom (0: none), [10:11] L, [12:13] D, [14:] set aside.
 CREATE FUNCTION pgqueue._message_take(
     p_queue_id     integer,
     p_limit        integer,
@@ -471,6 +477,8 @@ DECLARE
     v_dead     bigint;
     v_h_at     bigint;
     v_h_id     bigint;
+    v_l_at     bigint;
+    v_l_id     bigint;
     c_min      CONSTANT bigint := -9223372036854775808;
     v_name   text := 'pgqueue.hint_' || p_queue_id;
     v_raw    text;
@@ -482,89 +490,125 @@ DECLARE
     v_long   bigint[] := '{}';
     v_reset  boolean := false;
     v_settle boolean := false;
+    v_moved  boolean := false;
     v_k_at   bigint;
     v_k_id   bigint;
+    v_d_at   bigint;
+    v_d_id   bigint;
     v_xmin   bigint;
+    v_xmax   bigint;
     v_on_name text := 'pgqueue.hint_on_' || p_queue_id;
     v_on_raw text := current_setting(v_on_name, true);
     v_on     bigint := CASE WHEN v_on_raw ~ '^[0-9]{1,18}:[0-9]{1,9}$' THEN split_part(v_on_raw, ':', 1)::bigint ELSE 0 END;
     v_slow   integer := CASE WHEN v_on_raw ~ '^[0-9]{1,18}:[0-9]{1,9}$' THEN split_part(v_on_raw, ':', 2)::integer ELSE 0 END;
+    v_hinted boolean := v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000;
     v_t0     timestamptz;
 BEGIN
     -- The hint is kept only while probes from the bottom are slow (they walk dead entries):
     -- three probes in a row that take more than 2 ms switch it on for 60 s; otherwise it costs
     -- nothing.
-    IF v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000 THEN
-        -- The ready probe starts at this session's hint H (see the header): first bring it up to date.
+    IF v_hinted THEN
+        -- The probes start at this session's hints H and L (see the header): first bring them up
+        -- to date.
         v_raw := current_setting(v_name, true);
         v_mine := pg_current_xact_id_if_assigned()::text::bigint;
-        IF v_raw ~ '^\{-?[0-9]{1,19}(,-?[0-9]{1,19}){8,}\}$' THEN  -- anything else: start afresh
+        IF v_raw ~ '^\{-?[0-9]{1,19}(,-?[0-9]{1,19}){12,}\}$' THEN  -- anything else: start afresh
             v_s := v_raw::bigint[];
         END IF;
-        IF v_s IS NULL OR cardinality(v_s) < 9 OR v_s[1] <> pg_backend_pid() THEN
-            v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0];
+        IF v_s IS NULL OR v_s[1] <> pg_backend_pid() THEN
+            v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0];
         END IF;
         v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
         v_snap := pg_current_snapshot();  -- taken after the stripe was read
         v_xmin := pg_snapshot_xmin(v_snap)::text::bigint;
-        IF v_e <> v_s[8] THEN  -- a message was placed below the clock: start again from the bottom
-            v_s[8] := v_e;     -- once the transactions running now have ended
-            v_s[9] := pg_snapshot_xmax(v_snap)::text::bigint;
+        -- every xid below v_xmax that is still running is in the snapshot's list
+        v_xmax := pg_snapshot_xmax(v_snap)::text::bigint;
+        IF v_e <> v_s[8] THEN  -- a message was placed below the clock: this call probes from
+            v_s[8] := v_e;     -- the bottom, and the hints start again from the bottom once every
+            v_moved := true;   -- transaction with a lower xid than ours has ended
+            v_s[9] := pg_current_xact_id()::text::bigint;
+            v_mine := v_s[9];
         END IF;
         -- the transactions in progress (but this one), only when a question needs them
-        IF cardinality(v_s) > 9 OR v_s[9] > v_xmin OR (v_s[6] <> 0 AND v_s[7] > v_xmin) THEN
+        IF cardinality(v_s) > 13 OR v_s[9] >= v_xmin OR (v_s[6] <> 0 AND v_s[7] >= v_xmin) THEN
             v_xip := ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(v_snap) AS x
                             WHERE x::text::bigint IS DISTINCT FROM v_mine);
-            IF cardinality(v_s) > 9 THEN
-                v_long := ARRAY(SELECT x FROM unnest(v_s[10:]) AS x WHERE x = ANY (v_xip));
-                v_reset := cardinality(v_long) < cardinality(v_s) - 9;  -- one set aside has ended
+            IF cardinality(v_s) > 13 THEN
+                v_long := ARRAY(SELECT x FROM unnest(v_s[14:]) AS x WHERE x = ANY (v_xip));
+                v_reset := cardinality(v_long) < cardinality(v_s) - 13;  -- one set aside has ended
             END IF;
         END IF;
-        IF v_s[9] <> 0 AND NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[9] AND x <> ALL (v_long)) THEN
+        IF v_s[9] <> 0 AND v_xmax > v_s[9]
+           AND NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[9] AND x <> ALL (v_long)) THEN
             v_reset := true;
             v_s[9] := 0;
         END IF;
         IF v_reset THEN
-            v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0;
+            v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
         END IF;
-        IF v_s[6] <> 0 THEN  -- a candidate: may H move to it?
+        IF v_s[6] <> 0 AND v_xmax > v_s[7] THEN  -- candidates: may H and L move to them?
             IF NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long)) THEN
                 v_settle := true;
-            ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds it up
+            ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
                 v_long := v_long || ARRAY(SELECT x FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long));
                 v_settle := true;
             END IF;
         END IF;
         IF v_s[6] = 0 OR v_settle THEN
-            -- the first visible ready row from H, locked or not (p_now was read before this snapshot)
+            -- the first visible ready row from H and the first visible lease from L, locked or
+            -- not (p_now was read before this snapshot)
             SELECT m.dequeue_at, m.id INTO v_k_at, v_k_id FROM pgqueue.message m
              WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
                AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
              ORDER BY m.dequeue_at, m.id
              LIMIT 1;
-            IF v_settle THEN
+            SELECT m.locked_until, m.id INTO v_d_at, v_d_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+               AND (m.locked_until, m.id) >= (v_s[10], v_s[11])
+             ORDER BY m.locked_until, m.id
+             LIMIT 1;
+            IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
                 IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
-                    v_s[2] := v_s[4]; v_s[3] := v_s[5];  -- nothing visible in [H, C): H moves up
+                    v_s[2] := v_s[4]; v_s[3] := v_s[5];
+                END IF;
+                IF v_d_at IS NULL OR (v_d_at, v_d_id) >= (v_s[12], v_s[13]) THEN
+                    v_s[10] := v_s[12]; v_s[11] := v_s[13];
                 END IF;
                 v_s[6] := 0;
             END IF;
-            IF v_s[6] = 0 AND v_k_at IS NOT NULL THEN
-                IF v_k_at >= p_now - 5 THEN
+            IF v_s[6] = 0 THEN  -- new candidates, none above the cap
+                IF v_k_at IS NULL OR v_k_at >= p_now - 5 THEN
                     v_k_at := p_now - 5; v_k_id := c_min;
                 END IF;
-                IF (v_k_at, v_k_id) > (v_s[2], v_s[3]) THEN
-                    v_s[4] := v_k_at; v_s[5] := v_k_id; v_s[6] := pgqueue.now_ms();
-                    v_s[7] := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;  -- after the probe
+                IF v_d_at IS NULL OR v_d_at >= p_now - 5 THEN
+                    v_d_at := p_now - 5; v_d_id := c_min;
+                END IF;
+                IF (v_k_at, v_k_id) > (v_s[2], v_s[3]) OR (v_d_at, v_d_id) > (v_s[10], v_s[11]) THEN
+                    v_s[4] := greatest(v_k_at, v_s[2]);
+                    v_s[5] := CASE WHEN (v_k_at, v_k_id) > (v_s[2], v_s[3]) THEN v_k_id ELSE v_s[3] END;
+                    v_s[12] := greatest(v_d_at, v_s[10]);
+                    v_s[13] := CASE WHEN (v_d_at, v_d_id) > (v_s[10], v_s[11]) THEN v_d_id ELSE v_s[11] END;
+                    v_s[6] := pgqueue.now_ms();
+                    v_s[7] := pg_current_xact_id()::text::bigint;  -- assigned after the probes
                 END IF;
             END IF;
         END IF;
-        PERFORM set_config(v_name, (v_s[1:9] || v_long)::text, false);
-        v_h_at := v_s[2];
-        v_h_id := v_s[3];
-    ELSE
+        PERFORM set_config(v_name, (v_s[1:13] || v_long)::text, false);
+        IF NOT v_moved THEN
+            v_h_at := v_s[2];
+            v_h_id := v_s[3];
+            v_l_at := v_s[10];
+            v_l_id := v_s[11];
+        END IF;
+    END IF;
+    IF v_h_at IS NULL THEN
         v_h_at := c_min;
         v_h_id := c_min;
-        v_t0 := clock_timestamp();
+        v_l_at := c_min;
+        v_l_id := c_min;
+        IF NOT v_hinted THEN
+            v_t0 := clock_timestamp();
+        END IF;
     END IF;
     LOOP
         SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
@@ -574,6 +618,7 @@ BEGIN
                                       coalesce(m.attempts >= p_max_attempts, false) AS dead
                                  FROM pgqueue.message m
                                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                  AND (m.locked_until, m.id) >= (v_l_at, v_l_id)
                                   AND m.locked_until <= p_now
                                   AND m.id <> ALL (v_ids)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
@@ -987,6 +1032,7 @@ DECLARE
     v_locked       boolean;
     v_now          bigint := pgqueue.now_ms();
     v_ids          bigint[];
+    v_until        bigint;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id)
@@ -1022,10 +1068,15 @@ BEGIN
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
         END IF;
-    ELSIF cardinality(v_ids) = 1 THEN
+        RETURN;
+    END IF;
+    -- The lease runs from a clock read after the take, so after this transaction's xid was
+    -- assigned (the rows are locked): see pgqueue._write_clock.
+    v_until := pgqueue.now_ms() + v_lock_ms;
+    IF cardinality(v_ids) = 1 THEN
         RETURN QUERY
         UPDATE pgqueue.message m
-           SET locked_until = v_now + v_lock_ms, attempts = m.attempts + 1
+           SET locked_until = v_until, attempts = m.attempts + 1
          WHERE m.id = v_ids[1]
         RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                   m.content_type, m.created_at, m.locked_until;
@@ -1033,7 +1084,7 @@ BEGIN
         RETURN QUERY
         WITH u AS (
             UPDATE pgqueue.message m
-               SET locked_until = v_now + v_lock_ms, attempts = m.attempts + 1
+               SET locked_until = v_until, attempts = m.attempts + 1
              WHERE m.id = ANY (v_ids)
             RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                       m.content_type, m.created_at, m.locked_until)
@@ -1106,7 +1157,7 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     PERFORM pgqueue._check_lock_ms(p_lock_ms, false);
     UPDATE pgqueue.message m
-       SET locked_until = pgqueue.now_ms() + coalesce(p_lock_ms, q.lock_ms)
+       SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms)  -- after the xid
       FROM pgqueue.queue q
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
        AND m.claim_id IS NULL
@@ -1787,13 +1838,15 @@ COMMENT ON FUNCTION pgqueue.spark_staging_purge(bigint) IS
 -- Triggers
 -------------------------------------------------------------------------------
 
--- A message that becomes deliverable more than 5 ms below the clock is signalled to the
--- consumers' session hints (pgqueue._message_placed_low). A row written with the clock as its
--- key (pgqueue._write_clock) does not fire it; the 5 ms are the margin the hints keep below the
--- clock (pgqueue._message_take).
+-- A message that becomes deliverable more than 5 ms below the clock, or a lease that runs out
+-- more than 5 ms below it, is signalled to the consumers' session hints
+-- (pgqueue._message_placed_low). A row written with the clock as its key (pgqueue._write_clock)
+-- does not fire it; the 5 ms are the margin the hints keep below the clock
+-- (pgqueue._message_take).
 CREATE TRIGGER message_placed_low
     AFTER INSERT OR UPDATE OF dequeue_at, locked_until ON pgqueue.message
-    FOR EACH ROW WHEN (NEW.locked_until IS NULL AND NEW.dequeue_at < pgqueue.now_ms() - 5)
+    FOR EACH ROW WHEN ((NEW.locked_until IS NULL AND NEW.dequeue_at < pgqueue.now_ms() - 5)
+                       OR NEW.locked_until < pgqueue.now_ms() - 5)
     EXECUTE FUNCTION pgqueue._message_placed_low();
 
 -------------------------------------------------------------------------------

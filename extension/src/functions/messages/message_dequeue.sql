@@ -16,6 +16,7 @@ DECLARE
     v_locked       boolean;
     v_now          bigint := pgqueue.now_ms();
     v_ids          bigint[];
+    v_until        bigint;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id)
@@ -51,10 +52,15 @@ BEGIN
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
         END IF;
-    ELSIF cardinality(v_ids) = 1 THEN
+        RETURN;
+    END IF;
+    -- The lease runs from a clock read after the take, so after this transaction's xid was
+    -- assigned (the rows are locked): see pgqueue._write_clock.
+    v_until := pgqueue.now_ms() + v_lock_ms;
+    IF cardinality(v_ids) = 1 THEN
         RETURN QUERY
         UPDATE pgqueue.message m
-           SET locked_until = v_now + v_lock_ms, attempts = m.attempts + 1
+           SET locked_until = v_until, attempts = m.attempts + 1
          WHERE m.id = v_ids[1]
         RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                   m.content_type, m.created_at, m.locked_until;
@@ -62,7 +68,7 @@ BEGIN
         RETURN QUERY
         WITH u AS (
             UPDATE pgqueue.message m
-               SET locked_until = v_now + v_lock_ms, attempts = m.attempts + 1
+               SET locked_until = v_until, attempts = m.attempts + 1
              WHERE m.id = ANY (v_ids)
             RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                       m.content_type, m.created_at, m.locked_until)

@@ -13,7 +13,7 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     PERFORM pgqueue._check_lock_ms(p_lock_ms, false);
     UPDATE pgqueue.message m
-       SET locked_until = pgqueue.now_ms() + coalesce(p_lock_ms, q.lock_ms)
+       SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms)  -- after the xid
       FROM pgqueue.queue q
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
        AND m.claim_id IS NULL
