@@ -6,7 +6,24 @@ SET client_min_messages = warning;
 
 SELECT pgqueue.queue_create('qcreate');
 
--- Time helpers: priority_dequeue_at maps priorities below every real time, larger first.
+-- Time helpers: to_epoch is milliseconds since 1970 (floor, also before 1970), from_epoch its
+-- inverse, now_ms the wall clock (clock_timestamp(), not the transaction's now()).
+SELECT pgqueue.to_epoch('1970-01-01 00:00:00+00') AS epoch0,
+       pgqueue.to_epoch('2024-01-02 03:04:05.678+00') AS ms,
+       pgqueue.to_epoch('1969-12-31 23:59:59.9995+00') AS floor_negative,
+       pgqueue.from_epoch(1704164645678) = '2024-01-02 03:04:05.678+00'::timestamptz AS round_trip,
+       pgqueue.from_epoch(pgqueue.to_epoch('2001-02-03 04:05:06.007+00')) = '2001-02-03 04:05:06.007+00' AS round_trip2,
+       pgqueue.to_epoch(NULL) IS NULL AS strict_null;
+SELECT count(*) AS round_trip_failures
+  FROM (SELECT (1700000000000 + g * 7919) AS ms FROM generate_series(-1000, 1000) g
+        UNION ALL SELECT g FROM generate_series(-1000, 1000) g) s
+ WHERE pgqueue.to_epoch(pgqueue.from_epoch(s.ms)) <> s.ms;
+BEGIN;
+SELECT pg_sleep(0.01);
+SELECT pgqueue.now_ms() BETWEEN pgqueue.to_epoch(now()) + 10 AND pgqueue.to_epoch(clock_timestamp())
+       AS now_ms_is_wall_clock;
+COMMIT;
+-- priority_dequeue_at maps priorities below every real time, larger first.
 SELECT p, pgqueue.priority_dequeue_at(p) AS dequeue_at
   FROM unnest(ARRAY[0, 1, 5, 2147483647]) p ORDER BY p;
 SELECT pgqueue.priority_dequeue_at(NULL) IS NULL AS strict_null;
@@ -47,7 +64,9 @@ SELECT array_agg(b.id ORDER BY b.n) AS ids
                convert_to('b4', 'UTF8')]) WITH ORDINALITY AS b(id, n) \gset batch_
 SELECT cardinality(:'batch_ids'::bigint[]) AS returned,
        :'batch_ids'::bigint[] = (SELECT array_agg(x ORDER BY x) FROM unnest(:'batch_ids'::bigint[]) x)
-       AS ascending_in_input_order;
+       AS ascending_in_input_order,
+       (SELECT count(DISTINCT m.dequeue_at) FROM pgqueue.message m WHERE m.id = ANY (:'batch_ids'::bigint[]))
+       AS dequeue_at_values;
 SELECT u.n, convert_from(m.content, 'UTF8') AS content, m.content_type,
        m.dequeue_at BETWEEN m.created_at AND pgqueue.now_ms() AS due_now, m.attempts, m.locked_until
   FROM unnest(:'batch_ids'::bigint[]) WITH ORDINALITY AS u(id, n)

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from catalog import QUERIES, catalog
 from conftest import REPO, Server, admin_execute, drop_database
 from helpers import pg_bindir, snapshot
 
@@ -261,55 +262,6 @@ def test_upgrade_a_plain_install_of_release_0_1_with_messages_in_flight(owner: O
 # The plain install and the extension have the same catalog
 # --------------------------------------------------------------------------------------------
 
-# Every object in schema pgqueue, as text; the plain install's own table (pgqueue.install, its
-# primary key and the index behind it) is left out.
-NOT_INSTALL = "NOT IN ('install', 'install_pkey')"
-CATALOG_QUERIES = {
-    "functions": """
-        SELECT p.oid::regprocedure::text, pg_get_function_identity_arguments(p.oid),
-               pg_get_function_result(p.oid), pg_get_functiondef(p.oid),
-               obj_description(p.oid, 'pg_proc'), p.proconfig::text, p.proacl::text, p.proowner::regrole::text
-          FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace""",
-    "relations": f"""
-        SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class'), c.reloptions::text, c.relacl::text,
-               c.relpersistence
-          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname {NOT_INSTALL}""",
-    "columns": f"""
-        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-               a.attidentity, pg_get_expr(d.adbin, d.adrelid), col_description(c.oid, a.attnum), a.attacl::text
-          FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-          LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-         WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
-           AND c.relname {NOT_INSTALL}""",
-    "indexes": f"""
-        SELECT c.relname, pg_get_indexdef(i.indexrelid), obj_description(i.indexrelid, 'pg_class')
-          FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-         WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname {NOT_INSTALL}""",
-    "constraints": f"""
-        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), obj_description(oid, 'pg_constraint')
-          FROM pg_constraint WHERE connamespace = 'pgqueue'::regnamespace AND conname {NOT_INSTALL}""",
-    "triggers": """
-        SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid)
-          FROM pg_trigger WHERE NOT tgisinternal
-           AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace)""",
-    "views": """
-        SELECT c.relname, pg_get_viewdef(c.oid)
-          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'v'""",
-    "types": """
-        SELECT t.typname, t.typtype, obj_description(t.oid, 'pg_type'), t.typacl::text
-          FROM pg_type t WHERE t.typnamespace = 'pgqueue'::regnamespace AND t.typname NOT IN ('install', '_install')""",
-    "schema": """
-        SELECT n.nspowner::regrole::text, n.nspacl::text, obj_description(n.oid, 'pg_namespace')
-          FROM pg_namespace n WHERE n.nspname = 'pgqueue'""",
-}
-
-
-def catalog(dsn: str) -> dict[str, list[tuple[object, ...]]]:
-    with psycopg.connect(dsn) as conn:
-        return {name: sorted(conn.execute(query).fetchall(), key=repr)  # type: ignore[arg-type]
-                for name, query in CATALOG_QUERIES.items()}
-
-
 def test_plain_and_extension_installs_have_the_same_catalog(owner: Owner) -> None:
     plain_db, ext_db = owner.database(), owner.database()
     ok(pgqueue("install", "--plain", "--dsn", owner.dsn(plain_db)))
@@ -318,7 +270,7 @@ def test_plain_and_extension_installs_have_the_same_catalog(owner: Owner) -> Non
         assert holds(conn) == (CURRENT, None)
     plain, ext = catalog(owner.dsn(plain_db)), catalog(owner.dsn(ext_db))
     assert len(plain["functions"]) > 20 and plain["indexes"] and plain["constraints"]
-    for kind in CATALOG_QUERIES:
+    for kind in QUERIES:
         only_plain = [r for r in plain[kind] if r not in ext[kind]]
         only_ext = [r for r in ext[kind] if r not in plain[kind]]
         assert not only_plain and not only_ext, (kind, only_plain, only_ext)

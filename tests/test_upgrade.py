@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from catalog import catalog
 from conftest import REPO, Server, admin_execute
 
 CONTROL = (REPO / "pgqueue.control").read_text()
@@ -30,55 +31,6 @@ def released_versions() -> list[str]:
 
 
 EARLIER = [v for v in released_versions() if _version_key(v) < _version_key(DEFAULT_VERSION)]
-
-# What the catalog must agree on: every object of the extension, rendered as text.
-CATALOG_QUERIES = {
-    "functions": """
-        SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid),
-               obj_description(p.oid, 'pg_proc'), p.proconfig::text
-          FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace""",
-    "columns": """
-        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-               pg_get_expr(d.adbin, d.adrelid), col_description(c.oid, a.attnum)
-          FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-          LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-         WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped""",
-    "relations": """
-        SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class'), c.reloptions::text
-          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace""",
-    "indexes": """
-        SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid)
-          FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
-         WHERE c.relnamespace = 'pgqueue'::regnamespace""",
-    "constraints": """
-        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
-          FROM pg_constraint WHERE connamespace = 'pgqueue'::regnamespace""",
-    "triggers": """
-        SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid)
-          FROM pg_trigger WHERE NOT tgisinternal
-           AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace)""",
-    "views": """
-        SELECT c.relname, pg_get_viewdef(c.oid)
-          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'v'""",
-    "dumped": """
-        SELECT cfg::regclass::text, cond
-          FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS u(cfg, cond)
-         WHERE e.extname = 'pgqueue'""",
-    "members": """
-        SELECT pg_describe_object(classid, objid, objsubid)
-          FROM pg_depend
-         WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
-           AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pgqueue')""",
-}
-
-
-def catalog(dsn: str) -> dict[str, list[tuple[object, ...]]]:
-    with psycopg.connect(dsn) as conn:
-        return {
-            name: sorted(conn.execute(query).fetchall(), key=repr)  # type: ignore[arg-type]
-            for name, query in CATALOG_QUERIES.items()
-        }
-
 
 @pytest.fixture
 def empty_db(pg_server: Server) -> Iterator[str]:
@@ -155,7 +107,7 @@ def test_update_from_every_earlier_version(pg_server: Server, empty_db: str, tem
         new_id = conn.execute("SELECT pgqueue.message_create('jobs', 'after')").fetchone()
         assert new_id is not None and int(new_id[0]) > max(int(r[0]) for r in before_messages)  # type: ignore[call-overload]
 
-    assert catalog(dsn) == catalog(pg_server.dsn(template_db))
+    assert catalog(dsn, extension=True) == catalog(pg_server.dsn(template_db), extension=True)
 
 
 def test_versions_are_consistent() -> None:
