@@ -1,7 +1,7 @@
 """The Python distribution and the repository's hygiene: the name nobody else holds on PyPI, the
 LICENSE, one version, a wheel and sdist that install into a clean venv with their types, their
 command and Spark's discovery; the bootstrap's install that mypy can follow; pg_config instead of
-hard-coded server paths; the lint pin; benchmark results that are not committed."""
+hard-coded server paths; the lint hook and its pins; benchmark results that are not committed."""
 
 from __future__ import annotations
 
@@ -122,15 +122,48 @@ def test_find_pg_config(tmp_path: Path) -> None:
         assert proc.returncode == 1 and "PG_CONFIG" in proc.stderr
 
 
-def test_ruff_is_pinned_once_for_the_test_command_and_pre_commit() -> None:
-    pinned = re.search(r"^ruff==(\S+)$", (REPO / "python" / "requirements-dev.txt").read_text(), re.M)
-    assert pinned
-    hook = re.search(r"astral-sh/ruff-pre-commit\n\s+rev: v(\S+)", (REPO / ".pre-commit-config.yaml").read_text())
-    assert hook and hook.group(1) == pinned.group(1)
-    assert "ruff check --config python/pyproject.toml" in (REPO / "scripts" / "test.sh").read_text()
-    proc = run([str(VENV_BIN / "ruff"), "check", "--config", "python/pyproject.toml",
-                "python", "tests", "bench", "examples"], cwd=REPO)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def _pinned(name: str) -> str:
+    found = re.search(rf"^{re.escape(name)}==(\S+)$", (REPO / "python" / "requirements-dev.txt").read_text(), re.M | re.I)
+    assert found, name
+    return found.group(1)
+
+
+def test_pre_commit_runs_the_pinned_ruff_offline_in_the_test_command() -> None:
+    """One ruff for commits and the test command: the hook is local (nothing to fetch from a hook
+    repository) and runs .venv's ruff, whose version is the pin; scripts/test.sh runs the hooks."""
+    import yaml
+
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    assert [repo["repo"] for repo in config["repos"]] == ["local"]
+    hooks = {hook["id"]: hook for hook in config["repos"][0]["hooks"]}
+    ruff = hooks["ruff-check"]
+    assert ruff["language"] == "system"
+    assert ruff["entry"].split()[:4] == [".venv/bin/ruff", "check", "--config", "python/pyproject.toml"]
+    assert run([str(REPO / ".venv" / "bin" / "ruff"), "--version"]).stdout.split() == ["ruff", _pinned("ruff")]
+    assert md.version("pre-commit") == _pinned("pre-commit")
+    test_sh = (REPO / "scripts" / "test.sh").read_text()
+    assert re.search(r"^\.venv/bin/pre-commit run --all-files$", test_sh, re.M)
+    assert ".venv/bin/ruff" not in test_sh  # the hook is the test command's one lint step
+
+
+def test_the_pre_commit_hook_finds_a_lint_error(tmp_path: Path) -> None:
+    """The hook really lints: in a throwaway repository with this config, a file with an unused
+    import fails `pre-commit run --all-files`, and passes once fixed."""
+    repo = tmp_path / "repo"
+    (repo / "python").mkdir(parents=True)
+    shutil.copy(REPO / ".pre-commit-config.yaml", repo / ".pre-commit-config.yaml")
+    shutil.copy(REPO / "python" / "pyproject.toml", repo / "python" / "pyproject.toml")
+    (repo / ".venv").symlink_to(REPO / ".venv")
+    (repo / "python" / "bad.py").write_text("import os\n")
+    env = {**clean_env(), "PRE_COMMIT_HOME": str(tmp_path / "cache"), "GIT_CONFIG_GLOBAL": os.devnull}
+    for argv in (["git", "init", "-q"], ["git", "add", "."]):
+        assert run(argv, cwd=repo, env=env).returncode == 0
+    precommit = [str(VENV_BIN / "pre-commit"), "run", "--all-files"]
+    proc = run(precommit, cwd=repo, env=env)
+    assert proc.returncode == 1 and "F401" in proc.stdout and "python/bad.py" in proc.stdout, proc.stdout + proc.stderr
+    (repo / "python" / "bad.py").write_text("import os\n\nprint(os.sep)\n")
+    proc = run(precommit, cwd=repo, env=env)
+    assert proc.returncode == 0 and "Passed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_benchmark_results_are_not_committed() -> None:
