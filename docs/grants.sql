@@ -26,7 +26,8 @@ SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
 
--- Consumer: dequeue, complete, heartbeat, defer, fail (which may dead-letter), stats.
+-- Consumer: dequeue, complete, heartbeat, defer, fail (which may dead-letter), stats, and
+-- message_peek (SELECT) and message_cancel (DELETE); producers can do neither.
 -- It cannot create, alter or drop queues, nor requeue or purge dead letters.
 GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
@@ -41,3 +42,26 @@ GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
                           pgqueue._queue_quiesce(integer) TO :"admin";
+
+-------------------------------------------------------------------------------
+-- pgqueue_spark (#17): the Spark data source (pgqueue.spark), optional: add -v spark=ROLE.
+--   psql -d mydb -v producer=... -v consumer=... -v admin=... -v spark=etl_spark -f docs/grants.sql
+-- Enough for every entry point: df.write (task and job mode), writeStream, spark.read (with
+-- includeDead) and spark.readStream, and pgqueue.spark.release(). It can read message contents,
+-- enqueue, claim and acknowledge (delete) messages, dead-letter poison messages as
+-- message_dequeue does, and keep its own consumers, claims, staging and publish log. It cannot
+-- create, alter or drop queues, requeue or purge dead letters, or delete consumers.
+\if :{?spark}
+GRANT USAGE ON SCHEMA pgqueue TO :"spark";
+GRANT SELECT ON pgqueue.queue TO :"spark";
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message TO :"spark";
+GRANT SELECT, INSERT ON pgqueue.dead_letter TO :"spark";
+GRANT USAGE ON SEQUENCE pgqueue.message_id_seq, pgqueue.spark_consumer_id_seq, pgqueue.spark_claim_id_seq
+      TO :"spark";
+GRANT SELECT, INSERT, UPDATE ON pgqueue.spark_consumer TO :"spark";
+GRANT SELECT, INSERT, DELETE ON pgqueue.spark_claim, pgqueue.spark_staging, pgqueue.spark_publish_log
+      TO :"spark";
+SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'spark')
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
+GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"spark";
+\endif

@@ -1875,3 +1875,143 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-------------------------------------------------------------------------------
+-- #16 worker and client: cancel and peek by id, text and JSON entry points
+-------------------------------------------------------------------------------
+
+-- Cancel (delete) pending messages of a queue by id; returns the messages removed.
+--
+-- Pending: ready, scheduled or with an expired lease. A message under a live lease is being
+-- handled and stays (its consumer settles it); so does one held by a Spark claim. Ids that are
+-- not pending in the queue are skipped: compare what comes back with what was asked. Takes
+-- the queue's lock before the rows, like every other writer (docs/locking.md); a row that a
+-- concurrent dequeue is leasing is waited for, then left alone when the lease took it.
+CREATE FUNCTION pgqueue.message_cancel(p_queue text, p_ids bigint[])
+RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, dequeue_at bigint,
+               created_at bigint, locked_until bigint, state bytea, last_error text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_now   bigint;
+BEGIN
+    IF p_ids IS NULL THEN
+        PERFORM pgqueue._not_null(true, 'p_ids'::text);
+    END IF;
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    v_now := pgqueue.now_ms();
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM pgqueue.message m
+         WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue.id AND m.claim_id IS NULL
+           AND (m.locked_until IS NULL OR m.locked_until <= v_now)
+        RETURNING m.id, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at,
+                  m.locked_until, m.state, m.last_error)
+    SELECT * FROM d ORDER BY d.id;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_cancel(text, bigint[]) IS
+    'Cancel (delete) pending messages of a queue by id (ready, scheduled or with an expired lease; never one under a live lease or a Spark claim); returns the messages removed, by id';
+
+-- Read up to p_limit messages of a queue without leasing them, in the order dequeue would
+-- hand them out: expired leases first (by lease expiry), then ready and scheduled messages by
+-- (dequeue_at, id). Messages under a live lease (being handled) are not shown.
+--
+-- Two bounded index probes, as in dequeue: message_leased_idx for the expired leases, then
+-- message_ready_idx for the room left; nothing is locked and nothing changes. A message that
+-- an in-progress dequeue is leasing may still be shown; an expired lease that ran out
+-- max_attempts times is shown, though the next dequeue moves it to the dead letters.
+CREATE FUNCTION pgqueue.message_peek(p_queue text DEFAULT 'default', p_limit integer DEFAULT 10)
+RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, dequeue_at bigint,
+               created_at bigint, locked_until bigint, state bytea, last_error text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_now   bigint := pgqueue.now_ms();
+    v_found bigint;
+BEGIN
+    IF p_limit IS NULL THEN
+        PERFORM pgqueue._not_null(true, 'p_limit'::text);
+    END IF;
+    IF p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', p_limit
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    SELECT m.id, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at,
+           m.locked_until, m.state, m.last_error
+      FROM pgqueue.message m
+     WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL AND m.locked_until <= v_now
+     ORDER BY m.locked_until, m.id
+     LIMIT p_limit;
+    GET DIAGNOSTICS v_found = ROW_COUNT;
+    IF v_found < p_limit THEN
+        RETURN QUERY
+        SELECT m.id, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at,
+               m.locked_until, m.state, m.last_error
+          FROM pgqueue.message m
+         WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
+         ORDER BY m.dequeue_at, m.id
+         LIMIT p_limit - v_found;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_peek(text, integer) IS
+    'Read up to p_limit messages of a queue without leasing them, in delivery order (expired leases, then ready and scheduled by dequeue_at, id); two index probes, nothing locked';
+
+-- Enqueue a text message; returns its id. For drivers that send strings: the text is stored
+-- as UTF-8 bytes exactly as given, with no bytea escape parsing (a string passed as bytea is
+-- read as bytea's text form, so '\x4869' would become 'Hi' and '\\' one backslash).
+-- p_content_type says what the text is (default plain text; 'application/json' for JSON kept
+-- byte for byte). A SQL-standard body: bound when created, so no search_path to pin.
+CREATE FUNCTION pgqueue.message_create_text(
+    p_queue        text,
+    p_content      text,
+    p_dequeue_at   bigint DEFAULT NULL,
+    p_content_type text   DEFAULT 'text/plain; charset=utf-8')
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content, 'UTF8'::name), p_dequeue_at,
+                              p_content_type);
+
+COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text) IS
+    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain by default; returns the id';
+
+-- Enqueue a JSON message; returns its id. The value is stored as its jsonb text in UTF-8 with
+-- content type application/json (jsonb normalises key order and spacing; send the text to
+-- message_create_text with 'application/json' to keep it byte for byte).
+-- p_task names the task that a worker's task registry dispatches the message to: it is kept
+-- in the content type, 'application/json; task=<p_task>', which any producer can also write.
+-- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters).
+CREATE FUNCTION pgqueue.message_create_json(
+    p_queue      text,
+    p_content    jsonb,
+    p_dequeue_at bigint DEFAULT NULL,
+    p_task       text   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_task IS NOT NULL AND p_task !~ '^[A-Za-z0-9_.:-]{1,200}$' THEN
+        RAISE EXCEPTION 'invalid task name %', pg_catalog.quote_literal(p_task)
+            USING ERRCODE = '22023',
+                  HINT = 'A task name has 1 to 200 letters, digits, "_", ".", ":" or "-".';
+    END IF;
+    RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
+                                  CASE WHEN p_task IS NULL THEN 'application/json'
+                                       ELSE 'application/json; task=' || p_task END);
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_create_json(text, jsonb, bigint, text) IS
+    'Enqueue a JSON message (content type application/json, with task=<p_task> if given); returns the id';
+

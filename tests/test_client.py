@@ -292,12 +292,12 @@ def test_fail_with_explicit_retry_time_and_dead_letters(queue: Queue) -> None:
 def test_next_due(queue: Queue, conn: Conn) -> None:
     assert queue.next_due() is None
     queue.enqueue("x", at=4102444800000)
-    assert queue.next_due() == 4102444800000
+    assert queue.next_due() == to_datetime(4102444800000)
     queue.enqueue("y", priority=2)
-    assert queue.next_due() == -3
+    assert queue.next_due() == to_datetime(-3)
     queue.dequeue(1, lock_ms=60000)
     due = queue.next_due()
-    assert due is not None and due <= 4102444800000
+    assert due is not None and due <= to_datetime(4102444800000)
 
 
 # -- receive -----------------------------------------------------------------------------
@@ -341,7 +341,7 @@ def test_receive_back_off_is_visible(queue: Queue, conn: Conn) -> None:
     assert (stats.ready, stats.scheduled) == (0, 1)
     due = queue.next_due()
     now = server_now(conn)
-    assert due is not None and now + 4000 <= due <= now + 10500
+    assert due is not None and to_datetime(now + 4000) <= due <= to_datetime(now + 10500)
 
 
 def test_receive_gives_the_message_back_when_interrupted(queue: Queue) -> None:

@@ -172,6 +172,7 @@ BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
     "bigint[]": bigint_arrays,
     "integer[]": int_arrays,
     "text[]": text_arrays,
+    "jsonb": st.one_of(NULL, st.sampled_from(['{}', '[]', '"x"', 'null', '{"a": [1, 2.5, "\\u00e9", "C:\\\\x"]}'])),
 }
 #: ... refined where the parameter's name says what it is.
 BY_NAME: dict[tuple[str, str], st.SearchStrategy[Any]] = {
@@ -188,6 +189,7 @@ BY_NAME: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("p_max_size", "bigint"): st.one_of(st.sampled_from([0, 1, 2, 5, 2**62, 2**63 - 2]), bigints),
     ("p_max_attempts", "integer"): st.one_of(st.integers(0, 3), ints),
     ("p_content_type", "text"): st.one_of(st.sampled_from(["application/json", "text/plain; charset=utf-8"]), texts),
+    ("p_task", "text"): st.one_of(st.sampled_from(["send_email", "a.b:c-d"]), texts),
     ("p_publish_key", "text"): st.one_of(st.sampled_from(["job-1", "job-2"]), texts),
     ("p_partition", "integer"): st.one_of(st.integers(0, 2), ints),
     ("p_attempt", "bigint"): st.one_of(st.integers(0, 2), bigints),

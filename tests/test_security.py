@@ -186,6 +186,14 @@ def scenario(conn: Conn) -> Transcript:
     later = one(conn, "SELECT pgqueue.now_ms()") + 3_600_000
     t.steps.append(("scheduled", [t.rel(one(conn, "SELECT pgqueue.message_create('sec', 'later'::bytea, %s)", (later,)))]))
     t.steps.append(("default queue", [t.rel(one(conn, "SELECT pgqueue.message_create('on default'::bytea)"))]))
+    t.steps.append(("text", [t.rel(one(conn, "SELECT pgqueue.message_create_text('default', 'C:\\x41')"))]))
+    t.steps.append(("json", [t.rel(one(conn, "SELECT pgqueue.message_create_json('default', '{\"a\": 1}', NULL, 't')"))]))
+    peeked = conn.execute("SELECT id, convert_from(content, 'UTF8'), content_type, attempts "
+                          "FROM pgqueue.message_peek('default', 10)").fetchall()
+    t.steps.append(("message_peek", [(t.rel(i), c, ct, a) for i, c, ct, a in peeked]))
+    cancelled = conn.execute("SELECT id, convert_from(content, 'UTF8') FROM pgqueue.message_cancel('default', %s)",
+                             ([r[0] for r in peeked[1:]],)).fetchall()
+    t.steps.append(("message_cancel", [(t.rel(i), c) for i, c in cancelled]))
     t.clock("now_ms", one(conn, "SELECT pgqueue.now_ms()"))
     created = conn.execute("SELECT created_at FROM pgqueue.message").fetchall()
     for (c,) in created:

@@ -19,13 +19,14 @@ from pgqueue._version import __version__
 from pgqueue.async_client import AsyncQueue
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
 from pgqueue.worker import Worker
 
 __all__ = [
     "AsyncQueue",
     "DeadLetter",
     "Message",
+    "Pending",
     "Queue",
     "QueueSettings",
     "QueueStats",

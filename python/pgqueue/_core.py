@@ -21,7 +21,7 @@ from psycopg.pq.abc import PGconn
 
 from pgqueue import _sql, codec
 from pgqueue.errors import InvalidArgument, QueueNotFound
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats, to_datetime
+from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats, to_datetime
 
 T = TypeVar("T")
 
@@ -304,6 +304,26 @@ def message_from_row(queue: str, row: Row) -> Message:
     )
 
 
+def pending_from_row(queue: str, row: Row) -> Pending:
+    """Return the Pending message for a row of ``_sql.PEEK`` / ``_sql.CANCEL``."""
+    content = bytes(row[1])
+    dequeue_at = int(row[4])
+    return Pending(
+        id=int(row[0]),
+        queue=queue,
+        payload=_payload(content, row[2]),
+        content=content,
+        content_type=row[2],
+        attempts=int(row[3]),
+        state=None if row[7] is None else bytes(row[7]),
+        dequeue_at=None if dequeue_at < 0 else to_datetime(dequeue_at),
+        priority=-1 - dequeue_at if dequeue_at < 0 else None,
+        created_at=to_datetime(int(row[5])),
+        expired_at=None if row[6] is None else to_datetime(int(row[6])),
+        last_error=row[8],
+    )
+
+
 def stats_from_row(row: Row) -> QueueStats:
     """Return the QueueStats for a row of ``_sql.QUEUE_STATS`` / ``_sql.ALL_STATS``."""
     return QueueStats(
@@ -465,9 +485,25 @@ def fail(msg: Message, error: str | BaseException, *, delay: Delay | None = None
     return Call(_sql.FAIL, {**_token(msg), "error": error_text(error), **schedule(delay, at).params()}, _bool)
 
 
-def next_due(queue: str) -> Call[int | None]:
-    """Return the call that asks when the queue's next message becomes deliverable (epoch ms)."""
-    return Call(_sql.NEXT_DUE, {"queue": queue}, lambda rows: None if _scalar(rows) is None else _int(rows))
+def next_due(queue: str) -> Call[datetime | None]:
+    """Return the call that asks when the queue's next message becomes deliverable."""
+    return Call(_sql.NEXT_DUE, {"queue": queue},
+                lambda rows: None if _scalar(rows) is None else to_datetime(_int(rows)))
+
+
+def peek(queue: str, limit: int = 10) -> Call[list[Pending]]:
+    """Return the call that reads up to ``limit`` waiting messages without leasing them."""
+    check_int("limit", limit, allow_none=False)
+    return Call(_sql.PEEK, {"queue": queue, "limit": limit},
+                lambda rows: [pending_from_row(queue, r) for r in rows])
+
+
+def cancel(queue: str, ids: Sequence[int]) -> Call[list[Pending]]:
+    """Return the call that deletes pending messages by id; its result is those removed, by id."""
+    checked = _ids(ids)
+    assert checked is not None
+    return Call(_sql.CANCEL, {"queue": queue, "ids": checked},
+                lambda rows: [pending_from_row(queue, r) for r in rows], probe_queue=queue)
 
 
 def create(queue: str, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,

@@ -61,6 +61,16 @@ FAIL: Final[LiteralString] = (
 
 NEXT_DUE: Final[LiteralString] = "SELECT pgqueue.queue_next_due(%(queue)s::text)"
 
+PEEK: Final[LiteralString] = (
+    "SELECT p.id, p.content, p.content_type, p.attempts, p.dequeue_at, p.created_at, p.locked_until, "
+    "p.state, p.last_error FROM pgqueue.message_peek(%(queue)s::text, %(limit)s::integer) AS p"
+)
+
+CANCEL: Final[LiteralString] = (
+    "SELECT c.id, c.content, c.content_type, c.attempts, c.dequeue_at, c.created_at, c.locked_until, "
+    "c.state, c.last_error FROM pgqueue.message_cancel(%(queue)s::text, %(ids)s::bigint[]) AS c"
+)
+
 # Raises QueueNotFound / InvalidQueueName for a queue that is not there (a cheap probe).
 CHECK_QUEUE: Final[LiteralString] = NEXT_DUE
 

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue.errors import PgQueueError, translating
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
 
 __all__ = ["AsyncQueue", "list_queues", "all_stats", "AsyncConnectionSource"]
 
@@ -319,9 +320,18 @@ class AsyncQueue:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
 
-    async def next_due(self) -> int | None:
-        """Return when the next message becomes deliverable (epoch ms), None if the queue is empty."""
+    async def next_due(self) -> datetime | None:
+        """Return when the next message becomes deliverable, None if the queue is empty."""
         return await self._connector.run(_core.next_due(self._name))
+
+    async def peek(self, limit: int = 10) -> list[Pending]:
+        """Return up to ``limit`` waiting messages in delivery order, without leasing them (see
+        :meth:`pgqueue.Queue.peek`)."""
+        return await self._connector.run(_core.peek(self._name, limit))
+
+    async def cancel(self, ids: Sequence[int]) -> list[Pending]:
+        """Delete pending messages by id; return those removed, by id (see :meth:`pgqueue.Queue.cancel`)."""
+        return await self._connector.run(_core.cancel(self._name, ids))
 
     # -- management --------------------------------------------------------------------
 

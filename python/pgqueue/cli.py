@@ -36,7 +36,7 @@ from pgqueue.errors import (
     QueueExists,
     QueueNotFound,
 )
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
 
 __all__ = ["main"]
 
@@ -212,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-ms", type=_non_negative_int, metavar="MS",
                    help="lease length (default: the queue's lock_ms); 0 deletes them on receipt")
     p.add_argument("--complete", action="store_true", help="complete (delete) them after printing")
+
+    # peek, cancel
+    p = command("peek", _cmd_peek, "print a queue's next messages as JSON lines, without taking them")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--limit", type=_positive_int, default=10, metavar="N", help="at most N messages (default 10)")
+    p = command("cancel", _cmd_cancel, "delete pending messages by id and print them as JSON lines")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", type=int, nargs="+", metavar="ID", help="message ids")
 
     # stats
     p = command("stats", _cmd_stats, "show message counts per queue")
@@ -575,6 +583,47 @@ def _message_json(msg: Message) -> dict[str, object]:
     if msg.locked_until is not None:
         record["locked_until"] = msg.locked_until.isoformat()
     return record
+
+
+def _pending_json(msg: Pending) -> dict[str, object]:
+    record: dict[str, object] = {"id": msg.id, "queue": msg.queue, "attempts": msg.attempts,
+                                 "content_type": msg.content_type}
+    record.update(_payload_json(msg.payload, msg.content))
+    record["created_at"] = msg.created_at.isoformat()
+    if msg.priority is not None:
+        record["priority"] = msg.priority
+    else:
+        assert msg.dequeue_at is not None
+        record["dequeue_at"] = msg.dequeue_at.isoformat()
+    if msg.expired_at is not None:
+        record["lease_expired_at"] = msg.expired_at.isoformat()
+    if msg.last_error is not None:
+        record["last_error"] = msg.last_error
+    return record
+
+
+def _cmd_peek(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        messages = Queue(conn, args.queue).peek(args.limit)
+    for msg in messages:
+        print(json.dumps(_pending_json(msg)), flush=True)
+    if not messages:
+        print(f"no message waiting on queue {args.queue}", file=sys.stderr)
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        removed = Queue(conn, args.queue).cancel(args.ids)
+    for msg in removed:
+        print(json.dumps(_pending_json(msg)), flush=True)
+    kept = sorted(set(args.ids) - {m.id for m in removed})
+    if kept:
+        _error(f"cancelled {len(removed)} of {len(set(args.ids))} message(s) on queue {args.queue}; not "
+               f"pending there (leased, done, or on another queue): {' '.join(map(str, kept))}")
+        return 1
+    print(f"cancelled {len(removed)} message(s) on queue {args.queue}", file=sys.stderr)
+    return 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:

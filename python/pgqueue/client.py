@@ -30,6 +30,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -42,7 +43,7 @@ from psycopg_pool import ConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue.errors import PgQueueError, translating
-from pgqueue.message import DeadLetter, Message, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
 
 __all__ = ["Queue", "list_queues", "all_stats", "ConnectionSource"]
 
@@ -423,12 +424,37 @@ class Queue:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
 
-    def next_due(self) -> int | None:
-        """Return when the next message becomes deliverable (epoch ms), None if the queue is empty.
+    def next_due(self) -> datetime | None:
+        """Return when the next message becomes deliverable, None if the queue is empty.
 
-        A scheduled message counts with its due time, a leased one with its lease expiry.
+        A scheduled message counts with its due time, a leased one with its lease expiry; a
+        priority message is due since the epoch.
         """
         return self._connector.run(_core.next_due(self._name))
+
+    def peek(self, limit: int = 10) -> list[Pending]:
+        """Return up to ``limit`` waiting messages without leasing them, in the order a dequeue
+        would hand them out: expired leases first, then ready and scheduled messages by due
+        time. Messages under a live lease are not shown. Two index probes; nothing is locked.
+
+        Raises:
+            QueueNotFound, InvalidQueueName, InvalidArgument (limit outside 1 to 10000).
+        """
+        return self._connector.run(_core.peek(self._name, limit))
+
+    def cancel(self, ids: Sequence[int]) -> list[Pending]:
+        """Delete pending messages of the queue by id (ready, scheduled or with an expired lease).
+
+        A message under a live lease is being handled and is not cancelled; nor is an id of
+        another queue or one that is gone. Compare what comes back with what you asked for.
+
+        Returns:
+            The messages removed, by id.
+
+        Raises:
+            QueueNotFound, InvalidQueueName, InvalidArgument.
+        """
+        return self._connector.run(_core.cancel(self._name, ids))
 
     # -- management --------------------------------------------------------------------
 

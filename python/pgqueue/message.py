@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["Message", "QueueStats", "QueueSettings", "DeadLetter", "to_datetime"]
+__all__ = ["Message", "Pending", "QueueStats", "QueueSettings", "DeadLetter", "to_datetime"]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -60,6 +60,43 @@ class Message:
     def leased(self) -> bool:
         """True if the message is held under a lease (False if it was deleted on dequeue)."""
         return self.locked_until is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A message waiting on its queue, as ``peek`` shows it and ``cancel`` returns it.
+
+    It is not leased, so it cannot be completed, deferred or failed (those take a
+    :class:`Message` from a dequeue).
+
+    Attributes:
+        id: the message id.
+        queue: the queue's name.
+        payload: the decoded payload (the raw ``content`` if it does not decode).
+        content: the stored bytes.
+        content_type: how ``content`` is encoded, None for raw bytes.
+        attempts: deliveries so far.
+        state: its checkpoint state, or None.
+        dequeue_at: when it is or was due (aware UTC datetime), None for a priority message.
+        priority: its priority, or None.
+        created_at: when it was enqueued (aware UTC datetime).
+        expired_at: when its last lease ran out, if it was leased and not settled (it is then
+            delivered again first), else None.
+        last_error: the error of its last failed attempt, or None.
+    """
+
+    id: int
+    queue: str
+    payload: object
+    content: bytes
+    content_type: str | None
+    attempts: int
+    state: bytes | None
+    dequeue_at: datetime | None
+    priority: int | None
+    created_at: datetime
+    expired_at: datetime | None
+    last_error: str | None
 
 
 @dataclass(frozen=True, slots=True)

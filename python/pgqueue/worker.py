@@ -458,10 +458,10 @@ class Worker:
     def _until_due(self, sleep: float) -> float:
         """Shorten ``sleep`` to end when the queue's next scheduled message is due."""
         assert self._queue is not None
-        due_ms = self._queue.next_due()
-        if due_ms is None:
+        due = self._queue.next_due()
+        if due is None:
             return sleep
-        due_in = due_ms / 1000.0 - time.time()
+        due_in = due.timestamp() - time.time()
         if due_in <= 0:
             # Due but not delivered to us: another consumer holds it right now. Back off.
             return sleep

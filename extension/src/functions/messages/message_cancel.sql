@@ -1,0 +1,36 @@
+-- Cancel (delete) pending messages of a queue by id; returns the messages removed.
+--
+-- Pending: ready, scheduled or with an expired lease. A message under a live lease is being
+-- handled and stays (its consumer settles it); so does one held by a Spark claim. Ids that are
+-- not pending in the queue are skipped: compare what comes back with what was asked. Takes
+-- the queue's lock before the rows, like every other writer (docs/locking.md); a row that a
+-- concurrent dequeue is leasing is waited for, then left alone when the lease took it.
+CREATE FUNCTION pgqueue.message_cancel(p_queue text, p_ids bigint[])
+RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, dequeue_at bigint,
+               created_at bigint, locked_until bigint, state bytea, last_error text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_now   bigint;
+BEGIN
+    IF p_ids IS NULL THEN
+        PERFORM pgqueue._not_null(true, 'p_ids'::text);
+    END IF;
+    PERFORM pgqueue._queue_lock(v_queue.id);
+    v_now := pgqueue.now_ms();
+    RETURN QUERY
+    WITH d AS (
+        DELETE FROM pgqueue.message m
+         WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue.id AND m.claim_id IS NULL
+           AND (m.locked_until IS NULL OR m.locked_until <= v_now)
+        RETURNING m.id, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at,
+                  m.locked_until, m.state, m.last_error)
+    SELECT * FROM d ORDER BY d.id;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_cancel(text, bigint[]) IS
+    'Cancel (delete) pending messages of a queue by id (ready, scheduled or with an expired lease; never one under a live lease or a Spark claim); returns the messages removed, by id';

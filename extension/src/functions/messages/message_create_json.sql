@@ -1,0 +1,29 @@
+-- Enqueue a JSON message; returns its id. The value is stored as its jsonb text in UTF-8 with
+-- content type application/json (jsonb normalises key order and spacing; send the text to
+-- message_create_text with 'application/json' to keep it byte for byte).
+-- p_task names the task that a worker's task registry dispatches the message to: it is kept
+-- in the content type, 'application/json; task=<p_task>', which any producer can also write.
+-- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters).
+CREATE FUNCTION pgqueue.message_create_json(
+    p_queue      text,
+    p_content    jsonb,
+    p_dequeue_at bigint DEFAULT NULL,
+    p_task       text   DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_task IS NOT NULL AND p_task !~ '^[A-Za-z0-9_.:-]{1,200}$' THEN
+        RAISE EXCEPTION 'invalid task name %', pg_catalog.quote_literal(p_task)
+            USING ERRCODE = '22023',
+                  HINT = 'A task name has 1 to 200 letters, digits, "_", ".", ":" or "-".';
+    END IF;
+    RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
+                                  CASE WHEN p_task IS NULL THEN 'application/json'
+                                       ELSE 'application/json; task=' || p_task END);
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_create_json(text, jsonb, bigint, text) IS
+    'Enqueue a JSON message (content type application/json, with task=<p_task> if given); returns the id';

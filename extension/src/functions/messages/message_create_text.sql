@@ -1,0 +1,17 @@
+-- Enqueue a text message; returns its id. For drivers that send strings: the text is stored
+-- as UTF-8 bytes exactly as given, with no bytea escape parsing (a string passed as bytea is
+-- read as bytea's text form, so '\x4869' would become 'Hi' and '\\' one backslash).
+-- p_content_type says what the text is (default plain text; 'application/json' for JSON kept
+-- byte for byte). A SQL-standard body: bound when created, so no search_path to pin.
+CREATE FUNCTION pgqueue.message_create_text(
+    p_queue        text,
+    p_content      text,
+    p_dequeue_at   bigint DEFAULT NULL,
+    p_content_type text   DEFAULT 'text/plain; charset=utf-8')
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content, 'UTF8'::name), p_dequeue_at,
+                              p_content_type);
+
+COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text) IS
+    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain by default; returns the id';
