@@ -23,6 +23,9 @@ command -v pg_prove >/dev/null || need_apt+=(libtap-parser-sourcehandler-pgtap-p
 command -v make >/dev/null || need_apt+=(make)
 command -v setpriv >/dev/null || need_apt+=(util-linux)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# tests/test_node_examples.py runs examples/node with drivers from npm
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
 if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ] && ! command -v java >/dev/null; then
     need_apt+=(openjdk-17-jre-headless)
 fi

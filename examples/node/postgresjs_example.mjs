@@ -1,0 +1,41 @@
+// pgqueue from Node.js with the `postgres` driver (postgres.js): the same as pg_example.mjs.
+//
+//   DATABASE_URL=postgresql://user@localhost/app node postgresjs_example.mjs produce|consume emails
+//
+// postgres.js sends a JS string as text and a Buffer as bytea: strings go to
+// message_create_text / message_create_json, never to message_create (bytea), where its escape
+// syntax would change them ("\\x4869" would be stored as "Hi").
+import postgres from "postgres";
+
+const [mode, queue = "default"] = process.argv.slice(2);
+const sql = postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} });
+try {
+  if (mode === "produce") {
+    const [{ id: text }] = await sql`SELECT pgqueue.message_create_text(${queue}, ${"C:\\temp \\x4869 ✓"}) AS id`;
+    const [{ id: json }] = await sql`
+      SELECT pgqueue.message_create_json(${queue}, ${sql.json({ to: "a@example.com", dir: "C:\\temp" })},
+                                         NULL, ${"send_email"}) AS id`;
+    const [{ id: bytes }] = await sql`SELECT pgqueue.message_create(${queue}, ${Buffer.from([0, 1, 92, 120, 255])}) AS id`;
+    const [{ id: later }] = await sql`
+      SELECT pgqueue.message_create_text(${queue}, ${"in a minute"}, pgqueue.now_ms() + 60000) AS id`;
+    console.log(JSON.stringify({ text, json, bytes, later }));
+  } else if (mode === "consume") {
+    const rows = await sql`SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue(${queue}, 100)`;
+    const seen = [];
+    for (const m of rows) {
+      const type = m.content_type ?? "";
+      let payload;
+      if (type.startsWith("application/json")) payload = JSON.parse(m.content.toString("utf8"));
+      else if (type.startsWith("text/")) payload = m.content.toString("utf8");
+      else payload = { base64: m.content.toString("base64") };
+      const task = /;\s*task=([^;\s]+)/.exec(type)?.[1] ?? null;
+      const [{ ok }] = await sql`SELECT pgqueue.message_complete(${m.id}, ${m.attempts}) AS ok`;
+      seen.push({ id: m.id, task, payload, completed: ok });
+    }
+    console.log(JSON.stringify(seen));
+  } else {
+    throw new Error("usage: node postgresjs_example.mjs produce|consume [QUEUE]");
+  }
+} finally {
+  await sql.end();
+}
