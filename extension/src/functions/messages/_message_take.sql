@@ -67,7 +67,9 @@ DECLARE
     v_e      bigint;
     v_snap   pg_snapshot;
     v_mine   bigint;
-    v_xip    bigint[] := '{}';
+    v_xip    bigint[];
+    v_x      bigint;
+    v_oldest bigint;
     v_long   bigint[] := '{}';
     v_reset  boolean := false;
     v_settle boolean := false;
@@ -93,10 +95,15 @@ BEGIN
         -- to date.
         v_raw := current_setting(v_name, true);
         v_mine := pg_current_xact_id_if_assigned()::text::bigint;
-        IF v_raw ~ '^\{-?[0-9]{1,19}(,-?[0-9]{1,19}){12,}\}$' THEN  -- anything else: start afresh
+        -- Anything but what this function writes starts afresh, never an error: numbers of up to
+        -- 18 digits, or the bottom (c_min), cannot overflow the cast. (A key of 19 digits, so
+        -- beyond +-10^18 ms, also starts afresh: correct, only slower. The regular expressions
+        -- are kept simple: counted repeats inside repeats cost 0.1 ms a match.)
+        IF v_raw ~ '^\{-?[0-9]+(,-?[0-9]+)*\}$'
+           AND replace(v_raw, '-9223372036854775808', '') !~ '[0-9]{19}' THEN
             v_s := v_raw::bigint[];
         END IF;
-        IF v_s IS NULL OR v_s[1] <> pg_backend_pid() THEN
+        IF v_s IS NULL OR cardinality(v_s) < 13 OR v_s[1] <> pg_backend_pid() THEN
             v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0];
         END IF;
         v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
@@ -110,17 +117,28 @@ BEGIN
             v_s[9] := pg_current_xact_id()::text::bigint;
             v_mine := v_s[9];
         END IF;
-        -- the transactions in progress (but this one), only when a question needs them
-        IF cardinality(v_s) > 13 OR v_s[9] >= v_xmin OR (v_s[6] <> 0 AND v_s[7] >= v_xmin) THEN
-            v_xip := ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(v_snap) AS x
-                            WHERE x::text::bigint IS DISTINCT FROM v_mine);
-            IF cardinality(v_s) > 13 THEN
-                v_long := ARRAY(SELECT x FROM unnest(v_s[14:]) AS x WHERE x = ANY (v_xip));
-                v_reset := cardinality(v_long) < cardinality(v_s) - 13;  -- one set aside has ended
-            END IF;
+        -- v_oldest: the oldest transaction in progress that is not set aside (nor this one). With
+        -- nothing set aside that is the snapshot's xmin; otherwise the snapshot's list is read
+        -- (plain expressions and loops: no SQL statement on this path).
+        IF cardinality(v_s) > 13 THEN
+            v_xip := array_remove(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ',')::bigint[], v_mine);
+            FOREACH v_x IN ARRAY v_s[14:] LOOP
+                IF v_x = ANY (v_xip) THEN
+                    v_long := v_long || v_x;
+                ELSE
+                    v_reset := true;  -- one set aside has ended
+                END IF;
+            END LOOP;
+            v_oldest := v_xmax;
+            FOREACH v_x IN ARRAY v_xip LOOP
+                IF v_x < v_oldest AND v_x <> ALL (v_long) THEN
+                    v_oldest := v_x;
+                END IF;
+            END LOOP;
+        ELSE
+            v_oldest := v_xmin;
         END IF;
-        IF v_s[9] <> 0 AND v_xmax > v_s[9]
-           AND NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[9] AND x <> ALL (v_long)) THEN
+        IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
             v_reset := true;
             v_s[9] := 0;
         END IF;
@@ -128,26 +146,37 @@ BEGIN
             v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
         END IF;
         IF v_s[6] <> 0 AND v_xmax > v_s[7] THEN  -- candidates: may H and L move to them?
-            IF NOT EXISTS (SELECT FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long)) THEN
+            IF v_oldest >= v_s[7] THEN
                 v_settle := true;
             ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
-                v_long := v_long || ARRAY(SELECT x FROM unnest(v_xip) AS x WHERE x < v_s[7] AND x <> ALL (v_long));
+                IF v_xip IS NULL THEN
+                    v_xip := array_remove(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ',')::bigint[], v_mine);
+                END IF;
+                FOREACH v_x IN ARRAY v_xip LOOP
+                    IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
+                        v_long := v_long || v_x;
+                    END IF;
+                END LOOP;
                 v_settle := true;
             END IF;
         END IF;
         IF v_s[6] = 0 OR v_settle THEN
             -- the first visible ready row from H and the first visible lease from L, locked or
-            -- not (p_now was read before this snapshot)
-            SELECT m.dequeue_at, m.id INTO v_k_at, v_k_id FROM pgqueue.message m
-             WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-               AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
-             ORDER BY m.dequeue_at, m.id
-             LIMIT 1;
-            SELECT m.locked_until, m.id INTO v_d_at, v_d_id FROM pgqueue.message m
-             WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-               AND (m.locked_until, m.id) >= (v_s[10], v_s[11])
-             ORDER BY m.locked_until, m.id
-             LIMIT 1;
+            -- not (p_now was read before this snapshot), in one statement
+            SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
+              FROM (SELECT) AS one
+              LEFT JOIN LATERAL (
+                    SELECT m.dequeue_at, m.id FROM pgqueue.message m
+                     WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                       AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
+                     ORDER BY m.dequeue_at, m.id
+                     LIMIT 1) AS r ON true
+              LEFT JOIN LATERAL (
+                    SELECT m.locked_until, m.id FROM pgqueue.message m
+                     WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                       AND (m.locked_until, m.id) >= (v_s[10], v_s[11])
+                     ORDER BY m.locked_until, m.id
+                     LIMIT 1) AS l ON true;
             IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
                 IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
                     v_s[2] := v_s[4]; v_s[3] := v_s[5];
@@ -174,7 +203,7 @@ BEGIN
                 END IF;
             END IF;
         END IF;
-        PERFORM set_config(v_name, (v_s[1:13] || v_long)::text, false);
+        v_raw := set_config(v_name, (v_s[1:13] || v_long)::text, false);
         IF NOT v_moved THEN
             v_h_at := v_s[2];
             v_h_id := v_s[3];
@@ -230,12 +259,13 @@ BEGIN
         NULL;
     ELSIF clock_timestamp() - v_t0 <= interval '2 ms' THEN
         IF v_slow > 0 OR v_on > 0 THEN
-            PERFORM set_config(v_on_name, '0:0', false);
+            v_raw := set_config(v_on_name, '0:0', false);
         END IF;
     ELSIF v_slow < 2 THEN
-        PERFORM set_config(v_on_name, '0:' || (v_slow + 1), false);
+        v_raw := set_config(v_on_name, '0:' || (v_slow + 1), false);
     ELSE  -- the third slow probe in a row: hints on, from the bottom
-        PERFORM set_config(v_on_name, p_now || ':0', false), set_config(v_name, '', false);
+        v_raw := set_config(v_on_name, p_now || ':0', false);
+        v_raw := set_config(v_name, '', false);
     END IF;
     RETURN v_ids;
 END;
