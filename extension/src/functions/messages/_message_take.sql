@@ -121,7 +121,7 @@ BEGIN
         -- nothing set aside that is the snapshot's xmin; otherwise the snapshot's list is read
         -- (plain expressions and loops: no SQL statement on this path).
         IF cardinality(v_s) > 13 THEN
-            v_xip := array_remove(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ',')::bigint[], v_mine);
+            v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
             FOREACH v_x IN ARRAY v_s[14:] LOOP
                 IF v_x = ANY (v_xip) THEN
                     v_long := v_long || v_x;
@@ -150,7 +150,7 @@ BEGIN
                 v_settle := true;
             ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
                 IF v_xip IS NULL THEN
-                    v_xip := array_remove(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ',')::bigint[], v_mine);
+                    v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
                 END IF;
                 FOREACH v_x IN ARRAY v_xip LOOP
                     IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
