@@ -586,6 +586,44 @@ def test_random_call_sequences_keep_the_invariants(fuzz_conn: Conn, data: st.Dat
     assert not problems, problems
 
 
+_BIGINTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from([-2**63, 2**63 - 1, 0, -1, 10**18, -10**18]))
+
+
+_TEXT = st.text(st.characters(blacklist_characters="\x00"), max_size=40)  # settings are text: no NUL
+
+
+def _hint_states(pid: int) -> st.SearchStrategy[str]:
+    """Values of the session hint setting pgqueue.hint_<queue id>: garbage, numbers out of bigint
+    range, and arrays of the right shape (this backend's pid first, or another) with random
+    hints, candidates, xids and set-aside lists."""
+    shaped = st.tuples(st.sampled_from([pid, pid + 1, -pid]),
+                       st.lists(_BIGINTS, min_size=0, max_size=20)).map(
+        lambda t: "{" + ",".join(str(x) for x in (t[0], *t[1])) + "}")
+    return st.one_of(_TEXT, shaped,
+                     st.just("{" + ",".join(["99999999999999999999"] * 13) + "}"),
+                     st.just("{" + str(pid) + "," + ",".join(["9223372036854775808"] * 12) + "}"))
+
+
+@settings(FUZZ, max_examples=max(1, int(60 * SCALE)))
+@given(data=st.data())
+def test_any_session_hint_setting_is_used_or_ignored_never_an_error(fuzz_conn: Conn, data: st.DataObject) -> None:
+    """The session hint (pgqueue._message_take) lives in settings a session can also write by hand.
+    Whatever is there, a dequeue with the hint on works; a state not written for this backend
+    (another pid, or not a state at all) is ignored, so the message is delivered."""
+    conn = fuzz_conn
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'default'").fetchone()[0]  # type: ignore[index]
+    state = data.draw(_hint_states(pid), label="state")
+    on = data.draw(st.one_of(st.just(f"{now_ms()}:0"), _TEXT), label="hint_on")
+    conn.execute("DELETE FROM pgqueue.message WHERE queue_id = %s", [qid])
+    mid = conn.execute("SELECT pgqueue.message_create('default', '\\x01'::bytea)").fetchone()[0]  # type: ignore[index]
+    conn.execute("SELECT set_config(%s, %s, false), set_config(%s, %s, false)",
+                 [f"pgqueue.hint_{qid}", state, f"pgqueue.hint_on_{qid}", on])
+    got = conn.execute("SELECT id FROM pgqueue.message_dequeue('default', 1, 0)").fetchall()
+    if not state.startswith("{" + str(pid) + ","):
+        assert got == [(mid,)], f"state {state!r}, hint_on {on!r}: message {mid} not delivered"
+
+
 # -- the bugs the fuzzer found, pinned: fixed ones stay as regression tests; open ones are -------
 # -- xfail(strict=True) and listed in KNOWN_BUGS ---------------------------------------------
 
