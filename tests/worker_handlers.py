@@ -9,6 +9,7 @@ Each handler takes its instructions from the payload (a dict):
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -38,5 +39,12 @@ def marks(path: str | Path) -> list[tuple[int, int]]:
 not_callable = 42
 
 
-async def coroutine_handler(msg: Message) -> None:
-    """Not usable by the (thread-based) worker."""
+async def async_obey(msg: Message) -> None:
+    """Do what the payload says, as a coroutine (`pgqueue worker` runs it on the AsyncWorker)."""
+    job: dict[str, Any] = msg.payload  # type: ignore[assignment]
+    if "mark" in job:
+        with open(job["mark"], "a") as f:
+            f.write(f"{msg.id} {msg.attempts}\n")
+    await asyncio.sleep(job.get("sleep", 0))
+    if "fail" in job:
+        raise RuntimeError(job["fail"])

@@ -9,7 +9,8 @@ The SQL API of the extension is the product; this package is a thin client over 
     with queue.receive() as msg:
         ...
 
-See :class:`Queue` (sync), :class:`AsyncQueue` (asyncio) and :mod:`pgqueue.errors`.
+See :class:`Queue` (sync), :class:`AsyncQueue` (asyncio), :class:`Worker` (handlers on threads),
+:class:`AsyncWorker` (coroutine handlers) and :mod:`pgqueue.errors`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pgqueue import errors
 from pgqueue._version import __version__
 from pgqueue.async_client import AsyncQueue
+from pgqueue.async_worker import AsyncWorker
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
 from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
@@ -24,6 +26,7 @@ from pgqueue.worker import Worker
 
 __all__ = [
     "AsyncQueue",
+    "AsyncWorker",
     "DeadLetter",
     "Message",
     "Pending",

@@ -271,6 +271,19 @@ def conninfo_of(pgconn: PGconn) -> str:
     return make_conninfo("", **params)
 
 
+def pool_conninfo(conninfo: object, kwargs: object) -> str:
+    """Return a connection string for a pool's ``conninfo`` and ``kwargs`` (the str and int ones).
+
+    Raises:
+        InvalidArgument: ``conninfo`` is not a string (a function the pool calls, say): pass the
+            connection string explicitly then (``dsn=`` for a worker).
+    """
+    if not isinstance(conninfo, str):
+        raise InvalidArgument("the pool's conninfo is not a string: pass the connection string explicitly")
+    extra = {k: v for k, v in (kwargs if isinstance(kwargs, dict) else {}).items() if isinstance(v, (str, int))}
+    return make_conninfo(conninfo, **extra)
+
+
 # ---------------------------------------------------------------------------------------
 # Row conversion
 # ---------------------------------------------------------------------------------------

@@ -140,6 +140,15 @@ class _AsyncConnector:
             conn = await self._open("_own_heartbeat")
             yield lambda call: _execute(conn, call)
 
+    def conninfo(self) -> str:
+        """Return a connection string that reaches the same database (for extra connections)."""
+        if self._dsn is not None:
+            return self._dsn
+        if self._conn is not None:
+            return _core.conninfo_of(self._conn.pgconn)
+        assert self._pool is not None
+        return _core.pool_conninfo(self._pool.conninfo, self._pool.kwargs)
+
     async def close(self) -> None:
         """Close the connections this connector opened (never the caller's)."""
         self._closed = self._dsn is not None
@@ -209,6 +218,14 @@ class AsyncQueue:
     def name(self) -> str:
         """The queue's name."""
         return self._name
+
+    @property
+    def conninfo(self) -> str:
+        """A connection string for the queue's database (the password included, if any).
+
+        :class:`pgqueue.AsyncWorker` uses it to open connections of its own.
+        """
+        return self._connector.conninfo()
 
     def __repr__(self) -> str:
         return f"AsyncQueue({self._name!r})"

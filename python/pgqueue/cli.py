@@ -10,6 +10,7 @@ reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import importlib
 import inspect
@@ -263,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", nargs="+", metavar="[DSN] QUEUE MODULE:FUNCTION",
                    help="the database (default: --dsn or $PGQUEUE_DSN), the queue, and the handler: "
                         "a function taking a pgqueue.Message, imported from MODULE (the current "
-                        "directory is on the import path)")
+                        "directory is on the import path); an `async def` one runs on asyncio")
     p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
                    help="handlers running at once (default 4)")
     p.add_argument("--batch-size", type=_positive_int, metavar="N",
@@ -274,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest sleep between polls of an empty queue (default 5)")
     p.add_argument("--shutdown-grace", type=_non_negative_float, default=10.0, metavar="S",
                    help="seconds in-flight handlers get to finish on SIGTERM (default 10)")
+    p.add_argument("--timeout", type=_positive_float, metavar="S",
+                   help="fail a message whose handler runs longer than S seconds (default: no limit)")
     p.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
     p.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
     return parser
@@ -750,8 +753,6 @@ def load_handler(spec: str) -> Callable[[Message], object]:
             raise UserError(f"module {module_name!r} has no {attr!r}") from None
     if not callable(target):
         raise UserError(f"{spec} is not callable")
-    if inspect.iscoroutinefunction(target):
-        raise UserError(f"{spec} is a coroutine function; the worker runs plain functions")
     handler: Callable[[Message], object] = target
     return handler
 
@@ -774,10 +775,15 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     logging.getLogger("pgqueue").setLevel(level)
     with connect(dsn) as conn:
         Queue(conn, queue_name).settings()  # fail fast: unknown queue, missing extension
-    worker = Worker(Queue(dsn, queue_name), handler, concurrency=args.concurrency,
-                    batch_size=args.batch_size, lock_ms=args.lock_ms, listen=args.listen,
-                    poll_max=args.poll_max, poll_min=min(0.05, args.poll_max),
-                    shutdown_grace=args.shutdown_grace, dsn=dsn)
-    worker.install_signal_handlers()
-    worker.run()
+    options: dict[str, Any] = dict(
+        concurrency=args.concurrency, batch_size=args.batch_size, lock_ms=args.lock_ms, listen=args.listen,
+        poll_max=args.poll_max, poll_min=min(0.05, args.poll_max), shutdown_grace=args.shutdown_grace,
+        dsn=dsn, timeout=args.timeout)
+    if inspect.iscoroutinefunction(handler):  # `async def`: the asyncio worker
+        from pgqueue.async_client import AsyncQueue
+        from pgqueue.async_worker import AsyncWorker
+
+        asyncio.run(AsyncWorker(AsyncQueue(dsn, queue_name), handler, **options).run())
+    else:
+        Worker(Queue(dsn, queue_name), handler, **options).run()  # graceful on SIGINT/SIGTERM
     return 0

@@ -35,7 +35,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
@@ -97,8 +96,7 @@ class _Connector:
         assert self._pool is not None
         conninfo = self._pool.conninfo() if callable(self._pool.conninfo) else self._pool.conninfo
         kwargs = self._pool.kwargs() if callable(self._pool.kwargs) else self._pool.kwargs
-        extra = {k: v for k, v in (kwargs or {}).items() if isinstance(v, (str, int))}
-        return make_conninfo(conninfo, **extra)
+        return _core.pool_conninfo(conninfo, kwargs)
 
     def _open(self, attr: str) -> psycopg.Connection[Any]:
         with self._lock:

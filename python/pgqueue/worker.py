@@ -116,6 +116,23 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:1997] + "..."
 
 
+def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | None, poll_min: float,
+                  poll_max: float, shutdown_grace: float, timeout: Timeout | None) -> None:
+    """Raise ValueError for worker options out of range (Worker and AsyncWorker share them)."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if lock_ms is not None and lock_ms < 1:
+        raise ValueError(f"lock_ms must be at least 1, got {lock_ms}")
+    if not 0 < poll_min <= poll_max:
+        raise ValueError(f"need 0 < poll_min <= poll_max, got {poll_min} and {poll_max}")
+    if shutdown_grace < 0:
+        raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
+    if isinstance(timeout, (int, float)) and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+
+
 def _worker_conninfo(dsn: str) -> str:
     """Add application_name=pgqueue-worker to a conninfo that does not name one."""
     if "application_name" in conninfo_to_dict(dsn):
@@ -228,18 +245,8 @@ class Worker:
         timeout: Timeout | None = None,
         handle_signals: bool = True,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if lock_ms is not None and lock_ms < 1:
-            raise ValueError(f"lock_ms must be at least 1, got {lock_ms}")
-        if not 0 < poll_min <= poll_max:
-            raise ValueError(f"need 0 < poll_min <= poll_max, got {poll_min} and {poll_max}")
-        if shutdown_grace < 0:
-            raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
-        if isinstance(timeout, (int, float)) and not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
+                      poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
         if inspect.iscoroutinefunction(handler):
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
                             "on threads; use pgqueue.AsyncWorker for coroutines")

@@ -1,0 +1,444 @@
+"""Run a coroutine handler over the messages of a queue on asyncio: :class:`AsyncWorker`.
+
+The same contract as :class:`pgqueue.Worker`, on one event loop instead of threads: messages are
+leased in batches, at most ``concurrency`` handlers run at once (as tasks), their leases are
+renewed every third of the lease while they run, the messages whose handlers returned are
+completed together in one statement, a handler that raises fails its message (retry after the
+queue's back-off, dead letter after ``max_attempts``). An idle worker wakes through LISTEN when
+the queue's ``notify`` is on and otherwise polls, never sleeping past the next due message.
+
+Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM when :meth:`AsyncWorker.run` runs on the
+main thread's loop (the previous handlers come back when it returns; a second signal stops at
+once), stops fetching, lets running handlers finish within ``shutdown_grace``, then cancels the
+rest and gives their messages back at once (a defer: due now, attempts kept).
+
+Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` its task is
+cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
+cancellation still has its result ignored.
+
+Connections: a psycopg_pool ``AsyncConnectionPool`` of at most two connections (fetch and
+acknowledge, heartbeats), which reconnects with the pool's own back-off after a lost
+connection, and one LISTEN connection when the queue's ``notify`` is on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue._sql import listen_statement
+from pgqueue.async_client import AsyncQueue
+from pgqueue.compat import check_server
+from pgqueue.errors import ConnectionFailed, PgQueueError, translating
+from pgqueue.message import Message
+from pgqueue.worker import (
+    HandlerTimeout,
+    Result,
+    Timeout,
+    _describe,
+    _first_line,
+    _worker_conninfo,
+    check_options,
+)
+
+__all__ = ["AsyncHandler", "AsyncWorker"]
+
+log = logging.getLogger("pgqueue.worker")
+
+#: A coroutine function taking a message; its result is ignored, an exception fails the message.
+AsyncHandler = Callable[[Message], Awaitable[object]]
+
+_DATABASE_ERRORS = (psycopg.Error, PgQueueError)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass(eq=False)
+class _Delivery:
+    message: Message
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    error: BaseException | None = None
+    released: bool = False  # cancelled at shutdown: give it back
+    task: asyncio.Task[None] | None = None
+
+
+class AsyncWorker:
+    """Process the messages of a queue with a coroutine handler, ``concurrency`` at a time.
+
+    Parameters are those of :class:`pgqueue.Worker`, with ``queue`` an
+    :class:`~pgqueue.AsyncQueue` (only its name and connection string are used) and
+    ``handler`` a coroutine function. ``timeout`` cancels a handler that runs past it.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        handler: AsyncHandler,
+        *,
+        concurrency: int = 4,
+        batch_size: int | None = None,
+        lock_ms: int | None = None,
+        listen: bool = True,
+        poll_min: float = 0.05,
+        poll_max: float = 5.0,
+        shutdown_grace: float = 10.0,
+        dsn: str | None = None,
+        on_result: Callable[[Result], None] | None = None,
+        timeout: Timeout | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
+                      poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError("the handler is not a coroutine function: AsyncWorker awaits "
+                            "`async def` handlers; use pgqueue.Worker for plain functions")
+        if not isinstance(queue, AsyncQueue):
+            raise TypeError(f"expected an AsyncQueue, got {type(queue).__name__} (use Worker with a Queue)")
+        self._name = queue.name
+        self._dsn = _worker_conninfo(dsn if dsn is not None else queue.conninfo)
+        self._handler = handler
+        self._concurrency = concurrency
+        self._batch_size = min(batch_size or concurrency, concurrency, 10000)
+        self._lock_ms = lock_ms
+        self._listen = listen
+        self._poll_min = poll_min
+        self._poll_max = poll_max
+        self._shutdown_grace = shutdown_grace
+        self._on_result = on_result
+        self._timeout = timeout
+        self._handle_signals = handle_signals
+
+        self._started = False
+        self._signalled = False
+        self._stopping = False
+        self._aborting = False
+        self._wake: asyncio.Event | None = None
+        self._notified = False
+        self._in_hand: dict[int, _Delivery] = {}
+        self._finished: list[_Delivery] = []
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._queue: AsyncQueue | None = None
+        self._max_attempts: int | None = None
+        self._lease_ms = lock_ms or 30000
+
+    @property
+    def queue_name(self) -> str:
+        """The name of the queue this worker consumes."""
+        return self._name
+
+    @property
+    def in_flight(self) -> int:
+        """How many messages the worker holds right now."""
+        return len(self._in_hand)
+
+    def stop(self, *, now: bool = False) -> None:
+        """Ask the worker to stop (see the module docstring); call it on the worker's loop.
+
+        Parameters:
+            now: skip the grace period: cancel the running handlers and give back at once.
+        """
+        self._stopping = True
+        self._aborting = self._aborting or now
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- run ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Process messages until :meth:`stop` (or SIGINT/SIGTERM), then shut down gracefully.
+
+        Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up; later
+        connection losses are logged and retried.
+        """
+        if self._started:
+            raise RuntimeError("an AsyncWorker runs once; create a new one")
+        self._started = True
+        self._wake = asyncio.Event()
+        restore = self._install_signal_handlers()
+        try:
+            await self._run()
+        finally:
+            restore()
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        """Route SIGINT/SIGTERM to stop() on the main thread's loop; return what undoes it."""
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        saved = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+        def restore() -> None:
+            for sig, previous in saved.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, previous)
+
+        return restore
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        again, self._signalled = self._signalled, True
+        if again:
+            log.warning("%s again: giving back the messages in hand now", sig.name)
+        else:
+            log.info("%s: stopping; in-flight handlers get %gs to finish (send it again to stop "
+                     "at once)", sig.name, self._shutdown_grace)
+        self.stop(now=again)
+
+    async def _run(self) -> None:
+        await asyncio.to_thread(self._check_server)
+        self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=2, kwargs={"autocommit": True},
+                                         open=False, name=f"pgqueue-worker-{self._name}")
+        try:
+            with translating():
+                await self._pool.open(wait=True, timeout=10)
+            self._queue = AsyncQueue(self._pool, self._name)
+            settings = await self._queue.settings()
+            self._max_attempts = settings.max_attempts
+            self._lease_ms = self._lock_ms or settings.lock_ms
+            if self._listen and not settings.notify:
+                self._listen = False
+                log.info("queue %r has notify off: polling only, no LISTEN", self._name)
+            where = conninfo_to_dict(self._dsn)
+            log.info("async worker started: queue %r in database %s, concurrency %d, lease %d ms",
+                     self._name, where.get("dbname", "?"), self._concurrency, self._lease_ms)
+            helpers = [asyncio.create_task(self._heartbeat_loop(), name="pgqueue-heartbeat")]
+            if self._listen:
+                helpers.append(asyncio.create_task(self._listen_loop(), name="pgqueue-listen"))
+            try:
+                try:
+                    await self._loop()
+                except BaseException:
+                    self._stopping = self._aborting = True  # give back what is in hand, then propagate
+                    raise
+                finally:
+                    await self._drain()
+            finally:
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+        finally:
+            await self._pool.close()
+            log.info("async worker stopped")
+
+    def _check_server(self) -> None:
+        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
+            check_server(conn)
+
+    async def _loop(self) -> None:
+        assert self._wake is not None
+        delay = self._poll_min
+        next_poll = 0.0
+        self._notified = True
+        while not self._stopping:
+            if await self._settle():
+                next_poll = 0.0  # a retry may be due soon
+            free = self._concurrency - len(self._in_hand)
+            if free > 0 and (self._notified or time.monotonic() >= next_poll):
+                self._notified = False
+                want = min(free, self._batch_size)
+                try:
+                    got = await self._fetch(want)
+                    if got == want:
+                        delay, sleep = self._poll_min, 0.0
+                    else:
+                        if got:
+                            delay = self._poll_min
+                        sleep, delay = delay, min(delay * 2, self._poll_max)
+                        sleep = await self._until_due(sleep)
+                except _DATABASE_ERRORS as exc:
+                    log.warning("database error: %s; retrying", _first_line(exc))
+                    sleep = 1.0  # the pool reconnects meanwhile, with its own back-off
+                next_poll = time.monotonic() + sleep
+            timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def _fetch(self, want: int) -> int:
+        assert self._queue is not None
+        messages = await self._queue.dequeue(want, lock_ms=self._lock_ms)
+        for msg in messages:
+            d = _Delivery(msg)
+            self._in_hand[msg.id] = d
+            d.task = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
+        return len(messages)
+
+    async def _until_due(self, sleep: float) -> float:
+        assert self._queue is not None
+        due = await self._queue.next_due()
+        if due is None:
+            return sleep
+        due_in = due.timestamp() - time.time()
+        return sleep if due_in <= 0 else min(sleep, due_in + 0.002)
+
+    async def _handle(self, d: _Delivery) -> None:
+        limit = self._timeout(d.message) if callable(self._timeout) else self._timeout
+        try:
+            if limit is None:
+                await self._handler(d.message)
+            else:
+                async with asyncio.timeout(limit) as scope:
+                    try:
+                        await self._handler(d.message)
+                    finally:
+                        timed_out = scope.expired()
+                if timed_out:  # the handler swallowed the cancellation: its result is ignored
+                    raise TimeoutError
+        except TimeoutError as exc:
+            if limit is not None and time.monotonic() - d.started >= limit:
+                d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
+                log.warning("message %d: handler timed out after %g s; cancelled, failing it",
+                            d.message.id, limit)
+            else:
+                d.error = exc  # the handler's own TimeoutError
+        except asyncio.CancelledError:
+            d.released = True  # cancelled by the shutdown: give the message back
+        except Exception as exc:
+            d.error = exc
+        d.finished = time.monotonic()
+        self._finished.append(d)
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _settle(self) -> bool:
+        """Acknowledge the finished deliveries; True if one went back on the queue."""
+        if not self._finished:
+            return False
+        batch, self._finished = self._finished, []
+        requeued = False
+        done = [d for d in batch if d.error is None and not d.released]
+        results: list[Result] = []
+        try:
+            assert self._queue is not None
+            if done:
+                lost = {m.id for m in await self._queue.complete_many([d.message for d in done])}
+                for d in done:
+                    if d.message.id in lost:
+                        log.warning("message %d: finished after its lease ran out; it was delivered "
+                                    "again (raise lock_ms?)", d.message.id)
+                    results.append(Result(d.message, "completed", d.message.id not in lost, None, self._took(d)))
+                    self._in_hand.pop(d.message.id, None)
+            for d in batch:
+                if d.released:
+                    results.append(await self._release(d))
+                    requeued = True
+                elif d.error is not None:
+                    results.append(await self._fail(d))
+                    requeued = requeued or results[-1].outcome == "retried"
+        except _DATABASE_ERRORS as exc:
+            log.warning("could not acknowledge: %s; trying again", _first_line(exc))
+            self._finished = [d for d in batch if d.message.id in self._in_hand] + self._finished
+        for result in results:
+            self._report(result)
+        return requeued
+
+    async def _fail(self, d: _Delivery) -> Result:
+        assert self._queue is not None and d.error is not None
+        msg = d.message
+        last = self._max_attempts is not None and msg.attempts >= self._max_attempts
+        ok = await self._queue.fail(msg, _describe(d.error))
+        self._in_hand.pop(msg.id, None)
+        log.warning("message %d failed (attempt %d): %s; %s", msg.id, msg.attempts, _describe(d.error),
+                    "moved to the dead letters" if last else "will be retried")
+        return Result(msg, "dead" if last else "retried", ok, d.error, self._took(d))
+
+    async def _release(self, d: _Delivery) -> Result:
+        assert self._queue is not None
+        ok = await self._queue.defer(d.message)
+        self._in_hand.pop(d.message.id, None)
+        log.info("message %d given back (its handler had not finished)", d.message.id)
+        return Result(d.message, "released", ok, None, self._took(d))
+
+    @staticmethod
+    def _took(d: _Delivery) -> float:
+        return (d.finished or time.monotonic()) - d.started
+
+    def _report(self, result: Result) -> None:
+        if self._on_result is None:
+            return
+        try:
+            self._on_result(result)
+        except Exception:
+            log.exception("on_result hook failed")
+
+    async def _drain(self) -> None:
+        """Let running handlers finish within shutdown_grace, cancel the rest, settle all."""
+        running = [d.task for d in self._in_hand.values() if d.task is not None and not d.task.done()]
+        if running and not self._aborting:
+            log.info("waiting up to %gs for %d in-flight message(s)", self._shutdown_grace, len(running))
+            deadline = time.monotonic() + self._shutdown_grace
+            while not self._aborting and time.monotonic() < deadline:
+                pending = [t for t in running if not t.done()]
+                if not pending:
+                    break
+                await self._settle_quietly()
+                assert self._wake is not None
+                self._wake.clear()
+                waiter = asyncio.create_task(self._wake.wait())
+                await asyncio.wait([*pending, waiter], timeout=min(0.5, max(0.0, deadline - time.monotonic())),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+        for task in running:
+            task.cancel()  # their messages are released
+        await asyncio.gather(*running, return_exceptions=True)
+        await self._settle_quietly()
+        for d in list(self._in_hand.values()):
+            log.warning("message %d: not acknowledged (no database); it returns when its lease runs out",
+                        d.message.id)
+
+    async def _settle_quietly(self) -> None:
+        try:
+            await self._settle()
+        except _DATABASE_ERRORS as exc:
+            log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
+
+    async def _heartbeat_loop(self) -> None:
+        """Renew the lease of every message in hand every lease/3."""
+        interval = max(self._lease_ms / 3000.0, 0.01)
+        while True:
+            await asyncio.sleep(interval)
+            for d in [d for d in self._in_hand.values() if d.finished is None]:
+                try:
+                    assert self._queue is not None
+                    if not await self._queue.heartbeat(d.message, self._lock_ms) and d.finished is None:
+                        log.warning("message %d: lease lost before its handler finished (it will be "
+                                    "delivered again)", d.message.id)
+                except _DATABASE_ERRORS as exc:
+                    log.warning("heartbeat failed: %s", _first_line(exc))
+                    break
+
+    async def _listen_loop(self) -> None:
+        """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""
+        backoff = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                    await conn.execute(listen_statement(self._name))
+                    self._notify()  # something may have arrived while we were connecting
+                    backoff = 0.5
+                    async for _ in conn.notifies():
+                        self._notify()
+            except (psycopg.Error, ConnectionFailed) as exc:
+                log.warning("LISTEN connection failed: %s; polling until it is back (retry in %gs)",
+                            _first_line(exc), backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _notify(self) -> None:
+        self._notified = True
+        if self._wake is not None:
+            self._wake.set()

@@ -1,0 +1,270 @@
+"""AsyncWorker against a real server: coroutine handlers under load (each message completed
+once, concurrency bounded and used), heartbeats over a long handler, a hung coroutine cancelled
+by its timeout and its message failed, graceful shutdown (finish or give back), retries and
+dead letters, and a worker process sent SIGTERM / SIGINT twice."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue.worker import HandlerTimeout, Result
+from worker_handlers import marks
+
+TESTS = Path(__file__).resolve().parent
+
+
+def make_queue(dsn: str, name: str = "jobs", **options: object) -> Queue:
+    queue = Queue(dsn, name)
+    queue.create(**{"notify": True, **options})  # type: ignore[arg-type]
+    return queue
+
+
+async def until(predicate: object, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def test_under_load_every_message_once_and_concurrency_bounded(dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=2, retry_base_ms=0, retry_cap_ms=0)
+    ids = queue.enqueue_many([{"n": i} for i in range(2000)])
+    bad = queue.enqueue({"fail": True})
+    seen: Counter[int] = Counter()
+    running = peak = 0
+    results: list[Result] = []
+
+    async def handler(msg: Message) -> None:
+        nonlocal running, peak
+        seen[msg.id] += 1
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.sleep(0.002 * (msg.id % 5))
+            if isinstance(msg.payload, dict) and msg.payload.get("fail"):
+                raise ValueError("boom")
+        finally:
+            running -= 1
+
+    async def go() -> float:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=40, on_result=results.append)
+        task = asyncio.create_task(worker.run())
+        t0 = time.monotonic()
+        await until(lambda: sum(r.outcome == "completed" for r in results) == 2000
+                    and any(r.outcome == "dead" for r in results), 60, "all settled")
+        took = time.monotonic() - t0
+        assert worker.in_flight <= 40
+        worker.stop()
+        await task
+        return took
+
+    took = asyncio.run(go())
+    assert seen == Counter({**{i: 1 for i in ids}, bad: 2})
+    assert Counter(r.outcome for r in results) == Counter(completed=2000, retried=1, dead=1)
+    assert all(r.acknowledged for r in results)
+    assert 30 <= peak <= 40, peak  # bounded, and used
+    assert took < 30
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 1)
+    [dead] = queue.dead_letters()
+    assert (dead.id, dead.last_error) == (bad, "ValueError: boom")
+
+
+def test_heartbeats_keep_a_long_handler_lease(dsn: str) -> None:
+    queue = make_queue(dsn, lock_ms=600)
+    msg_id = queue.enqueue("long")
+    results: list[Result] = []
+
+    async def handler(msg: Message) -> None:
+        await asyncio.sleep(2.0)  # three leases long
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=results.append)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.in_flight == 1, what="the handler to start")
+        async with AsyncQueue(dsn, "jobs") as other:
+            for _ in range(15):  # the lease never runs out meanwhile
+                assert await other.dequeue(1) == []
+                await asyncio.sleep(0.1)
+        await until(lambda: results, what="the result")
+        worker.stop()
+        await task
+
+    asyncio.run(go())
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results] == [(msg_id, "completed", True)]
+
+
+def test_a_hung_coroutine_is_cancelled_at_its_timeout_and_its_message_failed(dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=1)
+    hung = queue.enqueue("hang")
+    quick = queue.enqueue("quick")
+    cancelled: list[int] = []
+    results: list[Result] = []
+
+    async def handler(msg: Message) -> None:
+        if msg.payload == "hang":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(msg.id)
+                raise
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=2,
+                             timeout=lambda m: 0.4 if m.payload == "hang" else None, on_result=results.append)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: len(results) == 2, what="both settled")
+        worker.stop()
+        await task
+
+    asyncio.run(go())
+    by_id = {r.message.id: r for r in results}
+    assert by_id[quick].outcome == "completed"
+    assert by_id[hung].outcome == "dead" and isinstance(by_id[hung].error, HandlerTimeout)
+    assert 0.35 <= by_id[hung].duration < 2.0
+    assert cancelled == [hung]  # a coroutine, unlike a thread, is stopped
+    [dead] = queue.dead_letters()
+    assert dead.id == hung and dead.last_error is not None
+    assert dead.last_error.startswith("HandlerTimeout: the handler was still running after 0.4 s")
+
+
+def test_stop_finishes_in_flight_handlers_then_gives_back_the_rest(dsn: str) -> None:
+    queue = make_queue(dsn, lock_ms=60000)
+    quick = queue.enqueue({"sleep": 0.3})
+    stuck = queue.enqueue({"sleep": 30})
+    results: list[Result] = []
+
+    async def handler(msg: Message) -> None:
+        assert isinstance(msg.payload, dict)
+        await asyncio.sleep(msg.payload["sleep"])
+
+    async def go() -> float:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=2, shutdown_grace=1.0,
+                             on_result=results.append)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.in_flight == 2, what="both handlers to start")
+        t0 = time.monotonic()
+        worker.stop()
+        await task
+        return time.monotonic() - t0
+
+    took = asyncio.run(go())
+    assert took < 3.0
+    by_id = {r.message.id: r for r in results}
+    assert (by_id[quick].outcome, by_id[quick].acknowledged) == ("completed", True)
+    assert (by_id[stuck].outcome, by_id[stuck].acknowledged) == ("released", True)
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (1, 0)
+    [again] = queue.dequeue(1)
+    assert (again.id, again.attempts) == (stuck, 2)
+
+
+def test_listen_wakes_it_and_no_listen_without_notify(dsn: str) -> None:
+    make_queue(dsn, "loud")
+    Queue(dsn, "quiet").create()
+    handled: list[float] = []
+
+    async def handler(msg: Message) -> None:
+        handled.append(time.monotonic())
+
+    def listening() -> int:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                               "AND application_name = 'pgqueue-worker' AND query LIKE 'LISTEN%'").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def go(name: str) -> tuple[float | None, int]:
+        worker = AsyncWorker(AsyncQueue(dsn, name), handler, poll_min=30, poll_max=30)
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.7)  # polled once, sleeps 30 s
+        listeners = await asyncio.to_thread(listening)
+        t0 = time.monotonic()
+        await asyncio.to_thread(Queue(dsn, name).enqueue, "wake up")
+        try:
+            await until(lambda: handled, 1.5)
+            latency: float | None = handled[0] - t0
+        except AssertionError:
+            latency = None
+        worker.stop()
+        await task
+        return latency, listeners
+
+    latency, listeners = asyncio.run(go("loud"))
+    assert listeners == 1 and latency is not None and latency < 1.0
+    handled.clear()
+    latency, listeners = asyncio.run(go("quiet"))
+    assert listeners == 0 and latency is None  # no LISTEN: it waits for its next poll
+
+
+def test_refuses_plain_functions_and_bad_options(dsn: str) -> None:
+    with pytest.raises(TypeError, match="coroutine"):
+        AsyncWorker(AsyncQueue(dsn), print)  # type: ignore[arg-type]
+
+    async def handler(msg: Message) -> None:
+        pass
+
+    with pytest.raises(ValueError):
+        AsyncWorker(AsyncQueue(dsn), handler, concurrency=0)
+    with pytest.raises(TypeError, match="AsyncQueue"):
+        AsyncWorker(Queue(dsn), handler)  # type: ignore[arg-type]
+    from pgqueue.errors import QueueNotFound
+
+    with pytest.raises(QueueNotFound):
+        asyncio.run(AsyncWorker(AsyncQueue(dsn, "nope"), handler).run())
+
+
+ASYNC_MAIN = """
+import asyncio, sys
+from pgqueue import AsyncQueue, AsyncWorker
+
+async def handle(msg):
+    with open(msg.payload["mark"], "a") as f:
+        f.write(f"{msg.id} {msg.attempts}\\n")
+    await asyncio.sleep(msg.payload["sleep"])
+
+asyncio.run(AsyncWorker(AsyncQueue(sys.argv[1], "jobs"), handle, concurrency=8).run())
+"""
+
+
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT, signal.SIGINT]], ids=["sigterm", "sigint_twice"])
+def test_a_worker_process_stops_on_signals_and_leaves_nothing_leased(dsn: str, tmp_path: Path,
+                                                                     signals: list[signal.Signals]) -> None:
+    queue = make_queue(dsn, lock_ms=60000)
+    mark = tmp_path / "marks"
+    sleep = 0.8 if len(signals) == 1 else 60  # SIGTERM: they finish; SIGINT twice: given back
+    ids = queue.enqueue_many([{"mark": str(mark), "sleep": sleep} for _ in range(4)])
+    proc = subprocess.Popen([sys.executable, "-c", ASYNC_MAIN, dsn], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while len(marks(mark)) < 4:
+            assert time.monotonic() < deadline, "the handlers did not start"
+            time.sleep(0.02)
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.3)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    stats = queue.stats()
+    if len(signals) == 1:
+        assert (stats.ready, stats.leased, stats.total) == (0, 0, 0)
+    else:
+        assert (stats.ready, stats.leased) == (4, 0)
+        assert sorted((m.id, m.attempts) for m in queue.dequeue(4)) == [(i, 2) for i in sorted(ids)]
