@@ -223,6 +223,7 @@ def scenario(conn: Conn) -> Transcript:
     third = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('sec', 1, 60000)").fetchall()
     t.steps.append(("dequeue retried", [(t.rel(i), at) for i, at in third]))
     s("fail to dead", "SELECT pgqueue.message_fail(%s, %s, 'second')", third[0])
+    s("reject stale", "SELECT pgqueue.message_reject(%s, %s, 'no')", third[0])
     dead = conn.execute("SELECT id, queue, convert_from(content, 'UTF8'), attempts, last_error, dead_at "
                         "FROM pgqueue.dead_letters ORDER BY id").fetchall()
     t.steps.append(("dead letters", [(t.rel(i), q, c, at, e) for i, q, c, at, e, _ in dead]))

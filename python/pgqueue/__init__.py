@@ -22,6 +22,7 @@ from pgqueue.async_worker import AsyncWorker
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
 from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
+from pgqueue.tasks import Reject, Tasks, UnknownTask
 from pgqueue.worker import Worker
 
 __all__ = [
@@ -33,6 +34,9 @@ __all__ = [
     "Queue",
     "QueueSettings",
     "QueueStats",
+    "Reject",
+    "Tasks",
+    "UnknownTask",
     "Worker",
     "__version__",
     "check_server",

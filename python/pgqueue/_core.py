@@ -402,9 +402,10 @@ def _none(rows: list[Row]) -> None:
 
 
 def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When | None = None,
-            priority: int | None = None) -> Call[int]:
-    """Return the call that enqueues one payload; its result is the message id."""
+            priority: int | None = None, task: str | None = None) -> Call[int]:
+    """Return the call that enqueues one payload (naming ``task``, if given); its result is the id."""
     content, content_type = codec.encode(payload)
+    content_type = codec.with_task(content_type, task)
     return Call(
         _sql.ENQUEUE,
         {"queue": queue, "content": content, "content_type": content_type,
@@ -414,12 +415,12 @@ def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When
 
 
 def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None = None,
-                 at: When | None = None, priority: int | None = None) -> Call[list[int]]:
+                 at: When | None = None, priority: int | None = None, task: str | None = None) -> Call[list[int]]:
     """Return the call that enqueues many payloads in one statement; its result is their ids in order."""
     plan = schedule(delay, at, priority)
     if isinstance(payloads, (str, bytes, bytearray, memoryview)):
         raise InvalidArgument("payloads must be an iterable of payloads, not a single str or bytes")
-    encoded = [codec.encode(p) for p in payloads]
+    encoded = [(c, codec.with_task(t, task)) for c, t in map(codec.encode, payloads)]
     return Call(
         _sql.ENQUEUE_MANY,
         {"queue": queue, "contents": [c for c, _ in encoded], "content_types": [t for _, t in encoded],
@@ -496,6 +497,11 @@ def fail(msg: Message, error: str | BaseException, *, delay: Delay | None = None
          at: When | None = None) -> Call[bool]:
     """Return the call that reports a failed attempt (retry after back-off, or dead-letter)."""
     return Call(_sql.FAIL, {**_token(msg), "error": error_text(error), **schedule(delay, at).params()}, _bool)
+
+
+def reject(msg: Message, error: str | BaseException) -> Call[bool]:
+    """Return the call that dead-letters a leased message now; False if the lease was lost."""
+    return Call(_sql.REJECT, {**_token(msg), "error": error_text(error)}, _bool)
 
 
 def next_due(queue: str) -> Call[datetime | None]:

@@ -59,6 +59,9 @@ FAIL: Final[LiteralString] = (
     "coalesce(%(dequeue_at)s::bigint, pgqueue.now_ms() + %(delay_ms)s::bigint))"
 )
 
+REJECT: Final[LiteralString] = (
+    "SELECT pgqueue.message_reject(%(id)s::bigint, %(attempts)s::integer, %(error)s::text)")
+
 NEXT_DUE: Final[LiteralString] = "SELECT pgqueue.queue_next_due(%(queue)s::text)"
 
 PEEK: Final[LiteralString] = (

@@ -244,15 +244,17 @@ class AsyncQueue:
     # -- producing ---------------------------------------------------------------------
 
     async def enqueue(self, payload: object, *, delay: Delay | None = None, at: When | None = None,
-                      priority: int | None = None) -> int:
+                      priority: int | None = None, task: str | None = None) -> int:
         """Enqueue one message and return its id (see :meth:`pgqueue.Queue.enqueue`)."""
-        return await self._connector.run(_core.enqueue(self._name, payload, delay=delay, at=at, priority=priority))
+        return await self._connector.run(
+            _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task))
 
     async def enqueue_many(self, payloads: Iterable[object], *, delay: Delay | None = None,
-                           at: When | None = None, priority: int | None = None) -> list[int]:
+                           at: When | None = None, priority: int | None = None,
+                           task: str | None = None) -> list[int]:
         """Enqueue many messages in one statement and return their ids (see :meth:`pgqueue.Queue.enqueue_many`)."""
         return await self._connector.run(
-            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority))
+            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task))
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -336,6 +338,10 @@ class AsyncQueue:
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
+
+    async def reject(self, msg: Message, error: str | BaseException) -> bool:
+        """Move a leased message to the dead letters now (see :meth:`pgqueue.Queue.reject`)."""
+        return await self._connector.run(_core.reject(msg, error))
 
     async def next_due(self) -> datetime | None:
         """Return when the next message becomes deliverable, None if the queue is empty."""

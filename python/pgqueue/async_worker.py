@@ -42,6 +42,7 @@ from pgqueue.async_client import AsyncQueue
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
+from pgqueue.tasks import Reject, Tasks
 from pgqueue.worker import (
     HandlerTimeout,
     Result,
@@ -100,7 +101,8 @@ class AsyncWorker:
     ) -> None:
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
                       poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
-        if not inspect.iscoroutinefunction(handler):
+        if not (inspect.iscoroutinefunction(handler)
+                or (isinstance(handler, Tasks) and (handler.is_async or not handler.names))):
             raise TypeError("the handler is not a coroutine function: AsyncWorker awaits "
                             "`async def` handlers; use pgqueue.Worker for plain functions")
         if not isinstance(queue, AsyncQueue):
@@ -285,15 +287,20 @@ class AsyncWorker:
         due_in = due.timestamp() - time.time()
         return sleep if due_in <= 0 else min(sleep, due_in + 0.002)
 
+    async def _call(self, msg: Message) -> None:
+        result = self._handler(msg)
+        if inspect.isawaitable(result):  # a Tasks registry returns its task's coroutine
+            await result
+
     async def _handle(self, d: _Delivery) -> None:
         limit = self._timeout(d.message) if callable(self._timeout) else self._timeout
         try:
             if limit is None:
-                await self._handler(d.message)
+                await self._call(d.message)
             else:
                 async with asyncio.timeout(limit) as scope:
                     try:
-                        await self._handler(d.message)
+                        await self._call(d.message)
                     finally:
                         timed_out = scope.expired()
                 if timed_out:  # the handler swallowed the cancellation: its result is ignored
@@ -349,6 +356,11 @@ class AsyncWorker:
     async def _fail(self, d: _Delivery) -> Result:
         assert self._queue is not None and d.error is not None
         msg = d.message
+        if isinstance(d.error, Reject):  # no retry can fix it: dead-letter it now
+            ok = await self._queue.reject(msg, _describe(d.error))
+            self._in_hand.pop(msg.id, None)
+            log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(d.error))
+            return Result(msg, "dead", ok, d.error, self._took(d))
         last = self._max_attempts is not None and msg.attempts >= self._max_attempts
         ok = await self._queue.fail(msg, _describe(d.error))
         self._in_hand.pop(msg.id, None)

@@ -248,7 +248,7 @@ class Queue:
     # -- producing ---------------------------------------------------------------------
 
     def enqueue(self, payload: object, *, delay: Delay | None = None, at: When | None = None,
-                priority: int | None = None) -> int:
+                priority: int | None = None, task: str | None = None) -> int:
         """Enqueue one message and return its id.
 
         Parameters:
@@ -259,22 +259,26 @@ class Queue:
             at: deliver no sooner than this time (aware ``datetime``, naive = UTC, or epoch ms).
             priority: deliver ahead of every normal message; larger goes first (int >= 0).
                 At most one of delay, at and priority.
+            task: the task of a :class:`pgqueue.Tasks` registry that is to handle it (kept in
+                the content type as ``; task=<name>``).
 
         Raises:
             QueueNotFound, QueueFull, InvalidQueueName, UnsupportedPayload, InvalidArgument.
         """
-        return self._connector.run(_core.enqueue(self._name, payload, delay=delay, at=at, priority=priority))
+        return self._connector.run(
+            _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task))
 
     def enqueue_many(self, payloads: Iterable[object], *, delay: Delay | None = None, at: When | None = None,
-                     priority: int | None = None) -> list[int]:
+                     priority: int | None = None, task: str | None = None) -> list[int]:
         """Enqueue many messages in one statement (all or none) and return their ids in order.
 
-        Parameters are those of :meth:`enqueue`; delay, at or priority apply to every message.
+        Parameters are those of :meth:`enqueue`; delay, at, priority or task apply to every message.
 
         Raises:
             QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload.
         """
-        return self._connector.run(_core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority))
+        return self._connector.run(
+            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task))
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -421,6 +425,15 @@ class Queue:
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
+
+    def reject(self, msg: Message, error: str | BaseException) -> bool:
+        """Move a leased message to the dead letters now, whatever ``max_attempts`` says: for a
+        message no retry can fix (malformed, an unknown task).
+
+        Returns:
+            False if the lease was lost.
+        """
+        return self._connector.run(_core.reject(msg, error))
 
     def next_due(self) -> datetime | None:
         """Return when the next message becomes deliverable, None if the queue is empty.

@@ -12,6 +12,10 @@ anything else (dict, list, int,  compact JSON, UTF-8               ``application
 float, bool, None, ...)
 ==============================  ================================  ==========================
 
+A message may name a task (for :class:`pgqueue.Tasks`): ``; task=<name>`` is added to its content
+type (``application/octet-stream`` for raw bytes), e.g. ``application/json; task=send_email``,
+which producers in any language can write too (``pgqueue.message_create_json(..., p_task)``).
+
 Decoding reverses this: JSON (``application/json`` or any ``+json`` type) is parsed, text
 (``text/*``) is decoded with its charset (UTF-8 if none is named), and any other or no content
 type gives the bytes back. JSON turns tuples into lists and non-string keys into strings.
@@ -20,15 +24,40 @@ type gives the bytes back. JSON turns tuples into lists and non-string keys into
 from __future__ import annotations
 
 import json
+import re
 
-from pgqueue.errors import UnsupportedPayload
+from pgqueue.errors import InvalidArgument, UnsupportedPayload
 
-__all__ = ["JSON", "TEXT", "encode", "decode", "media_type"]
+__all__ = ["JSON", "TEXT", "encode", "decode", "media_type", "task_of", "with_task"]
 
 #: The content type of JSON payloads.
 JSON = "application/json"
 #: The content type of ``str`` payloads.
 TEXT = "text/plain; charset=utf-8"
+
+
+#: What a task name may hold (the rule of ``pgqueue.message_create_json``).
+TASK_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+#: The content type of raw bytes that name a task.
+OCTETS = "application/octet-stream"
+
+
+def with_task(content_type: str | None, task: str | None) -> str | None:
+    """Return ``content_type`` with ``; task=<task>`` added (None: unchanged).
+
+    Raises:
+        InvalidArgument: the task name is not 1 to 200 of ``A-Z a-z 0-9 _ . : -``.
+    """
+    if task is None:
+        return content_type
+    if not isinstance(task, str) or not TASK_NAME.fullmatch(task):
+        raise InvalidArgument(f"invalid task name {task!r}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
+    return f"{content_type or OCTETS}; task={task}"
+
+
+def task_of(content_type: str | None) -> str | None:
+    """Return the task a content type names (its ``task`` parameter), or None."""
+    return media_type(content_type)[1].get("task")
 
 
 def encode(payload: object) -> tuple[bytes, str | None]:

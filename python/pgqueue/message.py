@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from pgqueue.codec import task_of
+
 __all__ = ["Message", "Pending", "QueueStats", "QueueSettings", "DeadLetter", "to_datetime"]
 
 
@@ -61,6 +63,11 @@ class Message:
         """True if the message is held under a lease (False if it was deleted on dequeue)."""
         return self.locked_until is not None
 
+    @property
+    def task(self) -> str | None:
+        """The task the message names (``; task=<name>`` in its content type), or None."""
+        return task_of(self.content_type)
+
 
 @dataclass(frozen=True, slots=True)
 class Pending:
@@ -97,6 +104,11 @@ class Pending:
     created_at: datetime
     expired_at: datetime | None
     last_error: str | None
+
+    @property
+    def task(self) -> str | None:
+        """The task the message names, or None."""
+        return task_of(self.content_type)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from pgqueue.client import Queue
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
+from pgqueue.tasks import Reject, Tasks
 
 __all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"]
 
@@ -205,9 +206,10 @@ class Worker:
     Parameters:
         queue: the queue to consume; the worker opens its own connections to its database
             (one to fetch and acknowledge, one for heartbeats, one to LISTEN).
-        handler: called with each :class:`~pgqueue.message.Message` on a worker thread.
-            Returning completes the message; raising fails it (retry after the queue's
-            back-off, dead letter after ``max_attempts``).
+        handler: called with each :class:`~pgqueue.message.Message` on a worker thread (or a
+            :class:`pgqueue.Tasks` registry, which dispatches by task name). Returning
+            completes the message; raising fails it (retry after the queue's back-off, dead
+            letter after ``max_attempts``); raising :class:`pgqueue.Reject` dead-letters it now.
         concurrency: the most handlers running at once, and messages held at once.
         batch_size: the most messages fetched by one dequeue (default: the free slots).
         lock_ms: the lease of each delivery (default: the queue's ``lock_ms``); heartbeats
@@ -247,7 +249,7 @@ class Worker:
     ) -> None:
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
                       poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
-        if inspect.iscoroutinefunction(handler):
+        if inspect.iscoroutinefunction(handler) or (isinstance(handler, Tasks) and handler.is_async):
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
                             "on threads; use pgqueue.AsyncWorker for coroutines")
         self._name = queue.name
@@ -561,6 +563,10 @@ class Worker:
                             "again (raise lock_ms?)", msg.id)
             return Result(msg, "completed", ok, None, duration)
         error = delivery.error
+        if isinstance(error, Reject):  # no retry can fix it: dead-letter it now
+            ok = self._queue.reject(msg, _describe(error))
+            log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(error))
+            return Result(msg, "dead", ok, error, duration)
         last = self._max_attempts is not None and msg.attempts >= self._max_attempts
         ok = self._queue.fail(msg, _describe(error))
         if last:

@@ -83,6 +83,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.message_create_text(text,text,bigint,text)', 'v', false),
                         ('pgqueue.message_cancel(text,bigint[])', 'v', false),
                         ('pgqueue.message_peek(text,integer)', 's', false),
+                        ('pgqueue.message_reject(bigint,integer,text)', 'v', false),
                         ('pgqueue.message_defer(bigint,integer,bigint,bytea)', 'v', false),
                         ('pgqueue.message_dequeue(text,integer,bigint)', 'v', false),
                         ('pgqueue.message_fail(bigint,integer,text,bigint)', 'v', false),

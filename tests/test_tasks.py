@@ -1,0 +1,150 @@
+"""The task registry (issue 16): one queue, several kinds of work dispatched by the task name in
+the content type, which plain SQL sets as well as Python; unknown or missing task names and
+Reject dead-letter the message at once; Queue.reject; the same with AsyncWorker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, Reject, Tasks, Worker, errors
+from pgqueue.worker import Result
+from test_worker import wait_for
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[None]:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+        thread.join(20)
+        assert not thread.is_alive()
+
+
+def test_dispatch_by_name_from_sql_and_python_and_dead_letter_the_unknown(dsn: str) -> None:
+    queue = Queue(dsn, "work")
+    queue.create(max_attempts=5, notify=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pgqueue.message_create_json('work', '{\"to\": \"a@x\"}', NULL, 'send_email'), "
+                           "pgqueue.message_create_json('work', '{}', NULL, 'no_such_task'), "
+                           "pgqueue.message_create_json('work', '{}')").fetchone()
+    assert row is not None
+    from_sql, unknown, untasked = row
+    resize = queue.enqueue(b"\x89PNG", task="resize")
+    report = queue.enqueue("weekly", task="report")
+    bad = queue.enqueue({"n": -1}, task="report")
+    calls: list[tuple[str, int, object]] = []
+    tasks = Tasks()
+
+    @tasks.task("send_email")
+    def send_email(msg: Message) -> None:
+        calls.append(("send_email", msg.id, msg.payload))
+
+    @tasks.task()
+    def resize_image(msg: Message) -> None:
+        calls.append(("resize", msg.id, msg.payload))
+
+    tasks.register("resize", resize_image)
+
+    @tasks.task("report")
+    def make_report(msg: Message) -> None:
+        if isinstance(msg.payload, dict):
+            raise Reject(f"bad report request {msg.payload}")
+        calls.append(("report", msg.id, msg.payload))
+
+    results: list[Result] = []
+    with running(Worker(queue, tasks, on_result=results.append)):
+        wait_for(lambda: len(results) == 6, what="six results")
+    assert sorted(calls) == sorted([("send_email", from_sql, {"to": "a@x"}), ("resize", resize, b"\x89PNG"),
+                                    ("report", report, "weekly")])
+    outcome = {r.message.id: r.outcome for r in results}
+    assert outcome == {from_sql: "completed", resize: "completed", report: "completed",
+                       unknown: "dead", untasked: "dead", bad: "dead"}
+    dead = {d.id: d for d in queue.dead_letters()}
+    assert all(d.attempts == 1 for d in dead.values())  # at once, though max_attempts is 5
+    assert dead[unknown].last_error == ("UnknownTask: no task 'no_such_task' in this worker's registry "
+                                        "(it has: report, resize, resize_image, send_email)")
+    assert dead[untasked].last_error is not None and "names no task" in dead[untasked].last_error
+    assert dead[bad].last_error == "Reject: bad report request {'n': -1}"
+    assert queue.stats().total == 0
+
+
+def test_task_names_and_registry_rules(dsn: str) -> None:
+    queue = Queue(dsn)
+    msg_id = queue.enqueue({"a": 1}, task="a.b:c-d_9")
+    [msg] = queue.dequeue(1)
+    assert (msg.id, msg.task, msg.content_type, msg.payload) == (msg_id, "a.b:c-d_9", "application/json; task=a.b:c-d_9",
+                                                                {"a": 1})
+    queue.enqueue(b"raw", task="t")
+    [pending] = queue.peek()
+    assert (pending.task, pending.content_type, pending.payload) == ("t", "application/octet-stream; task=t", b"raw")
+    queue.cancel([pending.id])
+    for name in ("", "a b", "a;b", "x" * 201):
+        with pytest.raises(errors.InvalidArgument):
+            queue.enqueue(1, task=name)
+        with pytest.raises(ValueError):
+            Tasks().register(name, print)
+    tasks = Tasks()
+    tasks.register("x", print)
+    with pytest.raises(ValueError, match="already"):
+        tasks.register("x", print)
+
+    async def coro(msg: Message) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="not both"):
+        tasks.register("y", coro)
+    async_tasks = Tasks()
+    async_tasks.register("y", coro)
+    with pytest.raises(TypeError, match="AsyncWorker"):
+        Worker(queue, async_tasks)
+    with pytest.raises(TypeError):
+        AsyncWorker(AsyncQueue(dsn), tasks)  # type: ignore[arg-type]
+    # Queue.reject: a leased message goes to the dead letters now; a stale token does nothing
+    queue.alter(max_attempts=9)
+    queue.enqueue("poison")
+    [leased] = queue.dequeue(1)
+    assert queue.reject(leased, ValueError("cannot parse")) is True
+    assert queue.reject(leased, "again") is False
+    [dead] = queue.dead_letters()
+    assert (dead.id, dead.attempts, dead.last_error) == (leased.id, 1, "ValueError: cannot parse")
+    queue.close()
+
+
+def test_async_worker_dispatches_async_tasks(dsn: str) -> None:
+    queue = Queue(dsn, "work")
+    queue.create(max_attempts=3, notify=True)
+    good = queue.enqueue_many([1, 2, 3], task="double")
+    unknown = queue.enqueue(4, task="triple")
+    doubled: list[int] = []
+    tasks = Tasks()
+
+    @tasks.task("double")
+    async def double(msg: Message) -> None:
+        await asyncio.sleep(0.01)
+        assert isinstance(msg.payload, int)
+        doubled.append(msg.payload * 2)
+
+    results: list[Result] = []
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(dsn, "work"), tasks, on_result=results.append)
+        task = asyncio.create_task(worker.run())
+        while len(results) < 4:
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await task
+
+    asyncio.run(asyncio.wait_for(go(), 20))
+    assert sorted(doubled) == [2, 4, 6]
+    assert {r.message.id: r.outcome for r in results} == {**{i: "completed" for i in good}, unknown: "dead"}
+    [dead] = queue.dead_letters()
+    assert dead.id == unknown and dead.attempts == 1 and "no task 'triple'" in (dead.last_error or "")
