@@ -429,27 +429,27 @@ $$;
 -- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
 -- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
 --
--- The session hint: where this session's probes may start, a key below which no message can be
--- delivered, so that the btree descends straight past the entries of messages finished while a
--- snapshot held vacuum back (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for
--- the ready probe, and L, a (locked_until, id) for the expired-lease probe. Kept per session and
--- queue in the setting pgqueue.hint_<queue id> (a bigint[]): no row, so no dead tuples and no
--- contention; transactional, so a rolled-back dequeue gets its old hint back. It is kept only
--- while it pays: three probes in a row from the bottom that take more than 2 ms switch it on for
--- 60 s (pgqueue.hint_on_<queue id>, "since:0"; "0:n" counts slow probes), starting afresh.
+-- The session hints: where this session's probes start, a key below which no message can be
+-- delivered, so that the btree descends straight past the entries of finished messages that
+-- vacuum has not removed yet, because it has not come round or because a snapshot holds it back
+-- (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for the ready probe, and L, a
+-- (locked_until, id) for the expired-lease probe. Kept per session and queue in the setting
+-- pgqueue.hint_<queue id> (a bigint[]): no row, so no dead tuples and no contention;
+-- transactional, so a rolled-back dequeue gets its old hints back.
 --   * H and L only move to candidates C and D (the first visible ready row, the first visible
 --     lease, locked or not, each capped 5 ms below the clock read before they were found; the
---     cap alone when there is none) once every transaction with an xid below this session's own
---     xid, assigned after the candidates were found, has ended, and only if the first visible
---     row from H (from L) is still at C (at D) or beyond then: a producer that commits a row
---     below C meanwhile is found first. Keys written with the clock (a default dequeue_at, a
---     lease's locked_until) are read after the writer's xid is assigned (pgqueue._write_clock),
---     so a writer with a later xid than ours writes keys above the candidates.
+--     cap alone when there is none) once every transaction with an xid below X has ended, and
+--     only if the first visible row from H (from L) is still at C (at D) or beyond then: a
+--     producer that commits a row below C meanwhile is found first. X is this call's xid, which
+--     the take assigns after the candidates were found (a call that takes nothing keeps no
+--     candidate: an empty poll stays read-only). Keys written with the clock (a default
+--     dequeue_at, a lease's locked_until) are read after the writer's xid is assigned
+--     (pgqueue._write_clock), so a writer with an xid above X writes keys above the candidates.
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
 --     time, spark_release, requeue, plain SQL, a lease running out in the past) advance the
 --     queue's lock stripe afterwards (trigger message_placed_low); a session that sees it move
---     probes from the bottom in that call, and its hints start again from the bottom once the
---     transactions with lower xids than its own have ended.
+--     probes from the bottom, and its hints start again from the bottom once the transactions
+--     with xids below that call's xid have ended.
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
 --     a long writer) is set aside; when it ends the session starts again from the bottom, so its
 --     rows, visible from then on, are found.
@@ -470,174 +470,138 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
+    c_min      CONSTANT bigint := -9223372036854775808;
     v_need     integer := p_limit;
     v_ids      bigint[] := '{}';
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
-    v_h_at     bigint;
-    v_h_id     bigint;
-    v_l_at     bigint;
-    v_l_id     bigint;
-    c_min      CONSTANT bigint := -9223372036854775808;
-    v_name   text := 'pgqueue.hint_' || p_queue_id;
-    v_raw    text;
-    v_s      bigint[];
-    v_e      bigint;
-    v_snap   pg_snapshot;
-    v_mine   bigint;
-    v_xip    bigint[];
-    v_x      bigint;
-    v_oldest bigint;
-    v_long   bigint[] := '{}';
-    v_reset  boolean := false;
-    v_settle boolean := false;
-    v_moved  boolean := false;
-    v_k_at   bigint;
-    v_k_id   bigint;
-    v_d_at   bigint;
-    v_d_id   bigint;
-    v_xmin   bigint;
-    v_xmax   bigint;
-    v_on_name text := 'pgqueue.hint_on_' || p_queue_id;
-    v_on_raw text := current_setting(v_on_name, true);
-    v_on     bigint := CASE WHEN v_on_raw ~ '^[0-9]{1,18}:[0-9]{1,9}$' THEN split_part(v_on_raw, ':', 1)::bigint ELSE 0 END;
-    v_slow   integer := CASE WHEN v_on_raw ~ '^[0-9]{1,18}:[0-9]{1,9}$' THEN split_part(v_on_raw, ':', 2)::integer ELSE 0 END;
-    v_hinted boolean := v_on > 0 AND p_now - v_on BETWEEN 0 AND 60000;
-    v_t0     timestamptz;
+    v_name     text := 'pgqueue.hint_' || p_queue_id;
+    v_raw      text := current_setting(v_name, true);
+    v_s        bigint[];
+    v_e        bigint;
+    v_snap     pg_snapshot;
+    v_mine     bigint := pg_current_xact_id_if_assigned()::text::bigint;
+    v_xip      bigint[];
+    v_x        bigint;
+    v_oldest   bigint;
+    v_long     bigint[] := '{}';
+    v_reset    boolean := false;
+    v_settle   boolean := false;
+    v_moved    boolean := false;
+    v_new      boolean := false;
+    v_k_at     bigint;
+    v_k_id     bigint;
+    v_d_at     bigint;
+    v_d_id     bigint;
+    v_xmin     bigint;
+    v_xmax     bigint;
+    v_h_at     bigint := c_min;
+    v_h_id     bigint := c_min;
+    v_l_at     bigint := c_min;
+    v_l_id     bigint := c_min;
 BEGIN
-    -- The hint is kept only while probes from the bottom are slow (they walk dead entries):
-    -- three probes in a row that take more than 2 ms switch it on for 60 s; otherwise it costs
-    -- nothing.
-    IF v_hinted THEN
-        -- The probes start at this session's hints H and L (see the header): first bring them up
-        -- to date.
-        v_raw := current_setting(v_name, true);
-        v_mine := pg_current_xact_id_if_assigned()::text::bigint;
-        -- Anything but what this function writes starts afresh, never an error: numbers of up to
-        -- 18 digits, or the bottom (c_min), cannot overflow the cast. (A key of 19 digits, so
-        -- beyond +-10^18 ms, also starts afresh: correct, only slower. The regular expressions
-        -- are kept simple: counted repeats inside repeats cost 0.1 ms a match.)
-        IF v_raw ~ '^\{-?[0-9]+(,-?[0-9]+)*\}$'
-           AND replace(v_raw, '-9223372036854775808', '') !~ '[0-9]{19}' THEN
-            v_s := v_raw::bigint[];
-        END IF;
-        IF v_s IS NULL OR cardinality(v_s) < 13 OR v_s[1] <> pg_backend_pid() THEN
-            v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0];
-        END IF;
-        v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
-        v_snap := pg_current_snapshot();  -- taken after the stripe was read
-        v_xmin := pg_snapshot_xmin(v_snap)::text::bigint;
-        -- every xid below v_xmax that is still running is in the snapshot's list
-        v_xmax := pg_snapshot_xmax(v_snap)::text::bigint;
-        IF v_e <> v_s[8] THEN  -- a message was placed below the clock: this call probes from
-            v_s[8] := v_e;     -- the bottom, and the hints start again from the bottom once every
-            v_moved := true;   -- transaction with a lower xid than ours has ended
-            v_s[9] := pg_current_xact_id()::text::bigint;
-            v_mine := v_s[9];
-        END IF;
-        -- v_oldest: the oldest transaction in progress that is not set aside (nor this one). With
-        -- nothing set aside that is the snapshot's xmin; otherwise the snapshot's list is read
-        -- (plain expressions and loops: no SQL statement on this path).
-        IF cardinality(v_s) > 13 THEN
-            v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
-            FOREACH v_x IN ARRAY v_s[14:] LOOP
-                IF v_x = ANY (v_xip) THEN
-                    v_long := v_long || v_x;
-                ELSE
-                    v_reset := true;  -- one set aside has ended
-                END IF;
-            END LOOP;
-            v_oldest := v_xmax;
+    -- Bring the hints up to date (see the header). Anything but what this function writes starts
+    -- afresh, never an error: numbers of up to 18 digits, or the bottom (c_min), cannot overflow
+    -- the cast. (A key of 19 digits, so beyond +-10^18 ms, also starts afresh: correct, only
+    -- slower. The regular expressions are kept simple: counted repeats inside repeats cost
+    -- 0.1 ms a match.)
+    IF v_raw ~ '^\{-?[0-9]+(,-?[0-9]+)*\}$'
+       AND replace(v_raw, '-9223372036854775808', '') !~ '[0-9]{19}' THEN
+        v_s := v_raw::bigint[];
+    END IF;
+    IF v_s IS NULL OR cardinality(v_s) < 13 OR v_s[1] <> pg_backend_pid() THEN
+        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0];
+    END IF;
+    v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
+    v_snap := pg_current_snapshot();  -- taken after the stripe was read
+    v_xmin := pg_snapshot_xmin(v_snap)::text::bigint;
+    -- every xid below v_xmax that is still running is in the snapshot's list
+    v_xmax := pg_snapshot_xmax(v_snap)::text::bigint;
+    -- a message was placed below the clock: this call probes from the bottom (and records the
+    -- move once it has an xid, below)
+    v_moved := v_e <> v_s[8];
+    -- v_oldest: the oldest transaction in progress that is not set aside (nor this one). With
+    -- nothing set aside that is the snapshot's xmin; otherwise the snapshot's list is read
+    -- (plain expressions and loops: no SQL statement on this path).
+    IF cardinality(v_s) > 13 THEN
+        v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
+        FOREACH v_x IN ARRAY v_s[14:] LOOP
+            IF v_x = ANY (v_xip) THEN
+                v_long := v_long || v_x;
+            ELSE
+                v_reset := true;  -- one set aside has ended
+            END IF;
+        END LOOP;
+        v_oldest := v_xmax;
+        FOREACH v_x IN ARRAY v_xip LOOP
+            IF v_x < v_oldest AND v_x <> ALL (v_long) THEN
+                v_oldest := v_x;
+            END IF;
+        END LOOP;
+    ELSE
+        v_oldest := v_xmin;
+    END IF;
+    IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
+        v_reset := true;
+        v_s[9] := 0;
+    END IF;
+    IF v_reset THEN
+        v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
+    END IF;
+    IF v_s[6] <> 0 AND v_xmax > v_s[7] THEN  -- candidates: may H and L move to them?
+        IF v_oldest >= v_s[7] THEN
+            v_settle := true;
+        ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
+            IF v_xip IS NULL THEN
+                v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
+            END IF;
             FOREACH v_x IN ARRAY v_xip LOOP
-                IF v_x < v_oldest AND v_x <> ALL (v_long) THEN
-                    v_oldest := v_x;
+                IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
+                    v_long := v_long || v_x;
                 END IF;
             END LOOP;
-        ELSE
-            v_oldest := v_xmin;
-        END IF;
-        IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
-            v_reset := true;
-            v_s[9] := 0;
-        END IF;
-        IF v_reset THEN
-            v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
-        END IF;
-        IF v_s[6] <> 0 AND v_xmax > v_s[7] THEN  -- candidates: may H and L move to them?
-            IF v_oldest >= v_s[7] THEN
-                v_settle := true;
-            ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
-                IF v_xip IS NULL THEN
-                    v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
-                END IF;
-                FOREACH v_x IN ARRAY v_xip LOOP
-                    IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
-                        v_long := v_long || v_x;
-                    END IF;
-                END LOOP;
-                v_settle := true;
-            END IF;
-        END IF;
-        IF v_s[6] = 0 OR v_settle THEN
-            -- the first visible ready row from H and the first visible lease from L, locked or
-            -- not (p_now was read before this snapshot), in one statement
-            SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
-              FROM (SELECT) AS one
-              LEFT JOIN LATERAL (
-                    SELECT m.dequeue_at, m.id FROM pgqueue.message m
-                     WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                       AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
-                     ORDER BY m.dequeue_at, m.id
-                     LIMIT 1) AS r ON true
-              LEFT JOIN LATERAL (
-                    SELECT m.locked_until, m.id FROM pgqueue.message m
-                     WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                       AND (m.locked_until, m.id) >= (v_s[10], v_s[11])
-                     ORDER BY m.locked_until, m.id
-                     LIMIT 1) AS l ON true;
-            IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
-                IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
-                    v_s[2] := v_s[4]; v_s[3] := v_s[5];
-                END IF;
-                IF v_d_at IS NULL OR (v_d_at, v_d_id) >= (v_s[12], v_s[13]) THEN
-                    v_s[10] := v_s[12]; v_s[11] := v_s[13];
-                END IF;
-                v_s[6] := 0;
-            END IF;
-            IF v_s[6] = 0 THEN  -- new candidates, none above the cap
-                IF v_k_at IS NULL OR v_k_at >= p_now - 5 THEN
-                    v_k_at := p_now - 5; v_k_id := c_min;
-                END IF;
-                IF v_d_at IS NULL OR v_d_at >= p_now - 5 THEN
-                    v_d_at := p_now - 5; v_d_id := c_min;
-                END IF;
-                IF (v_k_at, v_k_id) > (v_s[2], v_s[3]) OR (v_d_at, v_d_id) > (v_s[10], v_s[11]) THEN
-                    v_s[4] := greatest(v_k_at, v_s[2]);
-                    v_s[5] := CASE WHEN (v_k_at, v_k_id) > (v_s[2], v_s[3]) THEN v_k_id ELSE v_s[3] END;
-                    v_s[12] := greatest(v_d_at, v_s[10]);
-                    v_s[13] := CASE WHEN (v_d_at, v_d_id) > (v_s[10], v_s[11]) THEN v_d_id ELSE v_s[11] END;
-                    v_s[6] := pgqueue.now_ms();
-                    v_s[7] := pg_current_xact_id()::text::bigint;  -- assigned after the probes
-                END IF;
-            END IF;
-        END IF;
-        v_raw := set_config(v_name, (v_s[1:13] || v_long)::text, false);
-        IF NOT v_moved THEN
-            v_h_at := v_s[2];
-            v_h_id := v_s[3];
-            v_l_at := v_s[10];
-            v_l_id := v_s[11];
+            v_settle := true;
         END IF;
     END IF;
-    IF v_h_at IS NULL THEN
-        v_h_at := c_min;
-        v_h_id := c_min;
-        v_l_at := c_min;
-        v_l_id := c_min;
-        IF NOT v_hinted THEN
-            v_t0 := clock_timestamp();
+    IF v_s[6] = 0 OR v_settle THEN
+        -- the first visible ready row from H and the first visible lease from L, locked or
+        -- not (p_now was read before this snapshot), in one statement
+        SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
+          FROM (SELECT) AS one
+          LEFT JOIN LATERAL (
+                SELECT m.dequeue_at, m.id FROM pgqueue.message m
+                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                   AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
+                 ORDER BY m.dequeue_at, m.id
+                 LIMIT 1) AS r ON true
+          LEFT JOIN LATERAL (
+                SELECT m.locked_until, m.id FROM pgqueue.message m
+                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                   AND (m.locked_until, m.id) >= (v_s[10], v_s[11])
+                 ORDER BY m.locked_until, m.id
+                 LIMIT 1) AS l ON true;
+        IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
+            IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
+                v_s[2] := v_s[4]; v_s[3] := v_s[5];
+            END IF;
+            IF v_d_at IS NULL OR (v_d_at, v_d_id) >= (v_s[12], v_s[13]) THEN
+                v_s[10] := v_s[12]; v_s[11] := v_s[13];
+            END IF;
+            v_s[6] := 0;
         END IF;
+        -- new candidates, none above the cap; recorded with this call's xid below
+        IF v_k_at IS NULL OR v_k_at >= p_now - 5 THEN
+            v_k_at := p_now - 5; v_k_id := c_min;
+        END IF;
+        IF v_d_at IS NULL OR v_d_at >= p_now - 5 THEN
+            v_d_at := p_now - 5; v_d_id := c_min;
+        END IF;
+        v_new := (v_k_at, v_k_id) > (v_s[2], v_s[3]) OR (v_d_at, v_d_id) > (v_s[10], v_s[11]);
+    END IF;
+    IF NOT v_moved THEN
+        v_h_at := v_s[2]; v_h_id := v_s[3];
+        v_l_at := v_s[10]; v_l_id := v_s[11];
     END IF;
     LOOP
         SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
@@ -674,18 +638,25 @@ BEGIN
         v_need := p_limit - cardinality(v_ids);
         EXIT WHEN v_need = 0;
     END LOOP;
-    IF v_t0 IS NULL THEN
-        NULL;
-    ELSIF clock_timestamp() - v_t0 <= interval '2 ms' THEN
-        IF v_slow > 0 OR v_on > 0 THEN
-            v_raw := set_config(v_on_name, '0:0', false);
+    -- X: an xid the take assigned (locking rows), so after the candidate probes. Without one (an
+    -- empty poll, or a transaction that had its xid before this call) no new candidate is kept
+    -- and a stripe move is seen again by the next call.
+    v_x := CASE WHEN v_mine IS NULL THEN pg_current_xact_id_if_assigned()::text::bigint END;
+    IF v_x IS NOT NULL THEN
+        IF v_moved THEN
+            v_s[8] := v_e;
+            v_s[9] := v_x;
         END IF;
-    ELSIF v_slow < 2 THEN
-        v_raw := set_config(v_on_name, '0:' || (v_slow + 1), false);
-    ELSE  -- the third slow probe in a row: hints on, from the bottom
-        v_raw := set_config(v_on_name, p_now || ':0', false);
-        v_raw := set_config(v_name, '', false);
+        IF v_new THEN
+            v_s[4] := greatest(v_k_at, v_s[2]);
+            v_s[5] := CASE WHEN (v_k_at, v_k_id) > (v_s[2], v_s[3]) THEN v_k_id ELSE v_s[3] END;
+            v_s[12] := greatest(v_d_at, v_s[10]);
+            v_s[13] := CASE WHEN (v_d_at, v_d_id) > (v_s[10], v_s[11]) THEN v_d_id ELSE v_s[11] END;
+            v_s[6] := pgqueue.now_ms();
+            v_s[7] := v_x;
+        END IF;
     END IF;
+    v_raw := set_config(v_name, (v_s[1:13] || v_long)::text, false);
     RETURN v_ids;
 END;
 $$;

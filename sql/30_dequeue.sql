@@ -104,12 +104,14 @@ SELECT pgqueue.message_complete(:def_id, 1);
 SELECT pgqueue.queue_drop('qdeq'), pgqueue.queue_drop('qother');
 
 -- A session hint setting that pgqueue did not write (malformed) is ignored, not an error.
-SELECT set_config('pgqueue.hint_' || q.id, 'garbage', false) IS NOT NULL AS hint_set,
-       set_config('pgqueue.hint_on_' || q.id, 'x:y', false) IS NOT NULL AS hint_on_set
+SELECT set_config('pgqueue.hint_' || q.id, 'garbage', false) IS NOT NULL AS hint_set
   FROM pgqueue.queue q WHERE q.name = 'default';
 SELECT pgqueue.message_create('default', convert_to('g', 'UTF8')) > 0 AS created;
 SELECT convert_from(content, 'UTF8') AS got FROM pgqueue.message_dequeue('default', 10, 0);
-SELECT set_config('pgqueue.hint_on_' || q.id, pgqueue.now_ms() || ':0', false) IS NOT NULL AS hint_on
+SELECT current_setting('pgqueue.hint_' || q.id) ~ ('^\{' || pg_backend_pid() || ',') AS hint_written
   FROM pgqueue.queue q WHERE q.name = 'default';
-SELECT pgqueue.message_create('default', convert_to('h', 'UTF8')) > 0 AS created;
-SELECT convert_from(content, 'UTF8') AS got FROM pgqueue.message_dequeue('default', 10, 0);
+-- A poll that finds nothing stays read-only: the hints take no xid of their own.
+BEGIN;
+SELECT count(*) AS got FROM pgqueue.message_dequeue('default', 10, 0);
+SELECT pg_current_xact_id_if_assigned() IS NULL AS read_only;
+COMMIT;
