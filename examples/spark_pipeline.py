@@ -129,12 +129,17 @@ class Summary:
         return self.results == self.orders == self.enqueued and self.left_on_queue == 0
 
 
-def run_pipeline(spark: Any, dsn: str, *, items: int, partitions: int, batch: int) -> Summary:
-    """Enqueue `items` orders, process them with a streaming job, and summarise the results."""
+def run_pipeline(spark: Any, dsn: str, *, items: int, partitions: int, batch: int,
+                 admin_dsn: str | None = None) -> Summary:
+    """Enqueue `items` orders, process them with a streaming job, and summarise the results.
+
+    Spark connects with `dsn` (the pgqueue_spark role of docs/grants.sql is enough); the queue
+    and the results table are made afresh with `admin_dsn` (default: `dsn`).
+    """
     import pgqueue.spark
 
     pgqueue.spark.register(spark)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(admin_dsn or dsn, autocommit=True) as conn:
         # start afresh: the example's queue and results table only
         conn.execute("SELECT pgqueue.queue_drop('example_orders')")
         conn.execute("SELECT pgqueue.queue_create('example_orders')")

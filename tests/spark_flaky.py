@@ -1,6 +1,8 @@
-"""A pgqueue data source whose first attempt of write task 0 fails right after its transaction
-committed, as a task does whose executor is lost after the write. Spark's executors import this
-module by name (tests/ is on their PYTHONPATH), so it stays importable on its own."""
+"""pgqueue data sources that fail on purpose: the first attempt of write task 0 fails right after
+its transaction committed, as a task does whose executor is lost after the write; the stream
+writer fails where the table flaky_plan says (a task, or the driver after a publication).
+Spark's executors import this module by name (tests/ is on their PYTHONPATH), so it stays
+importable on its own."""
 
 from __future__ import annotations
 
@@ -9,10 +11,18 @@ from typing import Any
 import psycopg
 from pyspark import TaskContext
 
-from pgqueue.spark.source import PgQueueCommit, PgQueueDataSource, PgQueueWriter
+from pgqueue.spark.source import (
+    PgQueueCommit,
+    PgQueueDataSource,
+    PgQueueStreamCommit,
+    PgQueueStreamWriter,
+    PgQueueWriter,
+)
 
 #: The format name of the failing source.
 FLAKY = "pgqueue_flaky"
+#: The format name of the failing stream sink.
+FLAKY_STREAM = "pgqueue_flaky_stream"
 
 
 class FlakyWriter(PgQueueWriter):
@@ -42,3 +52,46 @@ class FlakySource(PgQueueDataSource):
         flaky = FlakyWriter(base.opts, base.plan)
         flaky.write_id = base.write_id
         return flaky
+
+
+class FlakyStreamWriter(PgQueueStreamWriter):
+    """The stream writer failing where the table flaky_plan says, once per row of it.
+
+    ``task``: attempt 0 of partition 0 of micro-batch 0 fails right after its staging committed.
+    ``commit``: the driver fails right after publishing micro-batch 1, before Spark records it
+    in the checkpoint's commit log (as a driver that crashes there).
+    """
+
+    def write(self, iterator: Any) -> PgQueueStreamCommit:
+        result = super().write(iterator)
+        ctx = TaskContext.get()
+        if (ctx is not None and result.batch_id == 0 and ctx.partitionId() == 0 and ctx.attemptNumber() == 0
+                and _planned(self.opts.dsn, "task")):
+            raise RuntimeError("injected failure after the staging committed")
+        return result
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        super().commit(messages, batchId)
+        if batchId == 1 and _planned(self.opts.dsn, "commit"):
+            raise RuntimeError("injected crash after the publication of micro-batch 1")
+
+
+def _planned(dsn: str, what: str) -> bool:
+    """Take the planned failure ``what`` out of flaky_plan; True if it was there."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS flaky_plan (what text)")
+        cur = conn.execute("DELETE FROM flaky_plan WHERE what = %s", (what,))
+        return cur.rowcount > 0
+
+
+class FlakyStreamSource(PgQueueDataSource):
+    """The pgqueue source with a FlakyStreamWriter, under the format name pgqueue_flaky_stream."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FLAKY_STREAM
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> PgQueueStreamWriter:  # noqa: N802
+        base = super().streamWriter(schema, overwrite)
+        assert isinstance(base, PgQueueStreamWriter)
+        return FlakyStreamWriter(base.opts, base.plan)

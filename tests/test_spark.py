@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue, codec
-from spark_helpers import build_session, require_spark, spark_environment
+from spark_helpers import build_session, require_spark, role_fixtures, spark_environment
 
 pytestmark = pytest.mark.spark
 
@@ -30,15 +30,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     spark_environment()
     session = build_session(tmp_path_factory.mktemp("spark"))
     import pgqueue.spark
-    from spark_flaky import FlakySource
+    from spark_flaky import FlakySource, FlakyStreamSource
 
     pgqueue.spark.register(session)
     session.dataSource.register(FlakySource)
+    session.dataSource.register(FlakyStreamSource)
     try:
         yield session
     finally:
         session.stop()
 
+
+role, dsn, owner_dsn, conn = role_fixtures("jvm")
 
 def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
     row = conn.execute(query, params).fetchone()
@@ -131,7 +134,11 @@ def test_bad_rows_and_columns_publish_nothing(spark: Any, dsn: str, conn: Conn) 
             write(bad, dsn, "jobs", commitMode="job")
     with pytest.raises(Exception, match='queue "nope" does not exist'):
         write(spark.range(3).selectExpr("CAST(id AS STRING) AS payload"), dsn, "nope")
-    with pytest.raises(Exception, match="append-only"):
+    with pytest.raises(Exception, match='"pgqueue" cannot be written in the "ErrorIfExists" mode'):
+        # Spark's own check, before it asks the source: always say .mode("append")
+        spark.range(3).selectExpr("CAST(id AS STRING) AS payload").write.format("pgqueue") \
+            .option("dsn", dsn).save("jobs")
+    with pytest.raises(Exception, match="only appends: overwrite would delete messages"):
         spark.range(3).selectExpr("CAST(id AS STRING) AS payload").write.format("pgqueue") \
             .option("dsn", dsn).mode("overwrite").save("jobs")
     assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
@@ -180,6 +187,13 @@ def test_snapshot_read_counts_and_changes_nothing(spark: Any, dsn: str, conn: Co
     assert df.filter("payload = 'm42'").count() == 1
     live = spark.read.format("pgqueue").option("dsn", dsn).load("jobs")
     assert live.count() == N + 1 - 3
+    assert [r[0] for r in df.filter("dequeue_at > current_timestamp()").select("payload").collect()] == ["later"]
+    assert df.filter("created_at > current_timestamp() - INTERVAL 1 HOUR").count() == N + 1
+    first = one(conn, "SELECT min(id) FROM pgqueue.message")
+    pushed = (spark.read.format("pgqueue").option("dsn", dsn).option("filterPushdown", "true")
+              .option("payloadType", "string").load("jobs"))
+    window = pushed.filter(f"id >= {first} AND id < {first + 100} AND status <> 'ready'")
+    assert dict(window.groupBy("status").count().collect()) == {"leased": 10, "claimed": 87}
     assert snapshot(conn) == before, "a snapshot read changes nothing"
 
 
@@ -225,8 +239,8 @@ def test_stream_available_now_drains_once(spark: Any, dsn: str, conn: Conn, tmp_
                                       ([f"m{i}".encode() for i in range(N)],)).fetchall()]
     sink_table(conn)
     handle, batches = to_sink(dsn)
-    query = stream(spark, dsn, "jobs", tmp_path / "ck", handle, consumer="etl", maxMessagesPerBatch="3000",
-                   numPartitions="2")
+    query = stream(spark, dsn, "jobs", tmp_path / "ck", handle, consumer="etl", maxMessagesPerTrigger="3000",
+                   minPartitions="2")  # the Kafka source's names
     assert query.awaitTermination(120), "availableNow must stop by itself"
     assert query.exception() is None
     assert [n for _, n in batches] == [3000, 3000, 3000, 1000]
@@ -293,24 +307,106 @@ def test_abandoned_claims_can_be_released(spark: Any, dsn: str, conn: Conn, tmp_
 
 
 # ---------------------------------------------------------------------------------------
+# Streaming writes
+# ---------------------------------------------------------------------------------------
+
+
+def queue_to_queue(spark: Any, dsn: str, checkpoint: Path, fmt: str = "pgqueue", batch: int = 3000) -> Any:
+    """Stream queue "in" (upper-cased) into queue "out", availableNow, 2 partitions each way."""
+    return (spark.readStream.format("pgqueue").option("dsn", dsn).option("payloadType", "string")
+            .option("consumer", "copy").option("maxMessagesPerBatch", str(batch)).option("numPartitions", "2")
+            .load("in").selectExpr("upper(payload) AS payload").repartition(2)
+            .writeStream.format(fmt).option("dsn", dsn).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start("out"))
+
+
+def test_stream_sink_exactly_once_across_a_failed_task_and_a_crash_after_publishing(
+        spark: Any, dsn: str, conn: Conn, tmp_path: Path) -> None:
+    from spark_flaky import FLAKY_STREAM
+
+    conn.execute("SELECT pgqueue.queue_create('in')")
+    conn.execute("SELECT pgqueue.queue_create('out')")
+    conn.execute("SELECT pgqueue.message_create_batch('in', %s, p_content_type => 'text/plain')",
+                 ([f"m{i}".encode() for i in range(N)],))
+    conn.execute("CREATE TABLE flaky_plan (what text)")
+    conn.execute("INSERT INTO flaky_plan VALUES ('task'), ('commit')")
+    ck = tmp_path / "ck"
+    query = queue_to_queue(spark, dsn, ck, fmt=FLAKY_STREAM)
+    with pytest.raises(Exception, match="injected crash after the publication of micro-batch 1"):
+        query.awaitTermination(180)
+    assert one(conn, "SELECT count(*) FROM flaky_plan") == 0, "premise: both failures happened"
+    # micro-batches 0 and 1 are published (batch 0 once, despite its failed task); batch 1 is
+    # not in Spark's commit log, so the source did not acknowledge it and Spark will run it again
+    assert len(queue_payloads(conn, "out")) == 6000
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    assert one(conn, "SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+                     "WHERE q.name = 'in' AND m.claim_id IS NOT NULL") == 3000
+    # restart from the checkpoint (the same query id): batch 1 is replayed and skipped by the sink
+    query = queue_to_queue(spark, dsn, ck, fmt=FLAKY_STREAM)
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    got = queue_payloads(conn, "out")
+    assert len(got) == N, "exactly N messages: none lost, none published twice"
+    assert set(got) == {f"M{i}" for i in range(N)}
+    assert queue_payloads(conn, "in") == []
+    keys = [r[0] for r in conn.execute("SELECT publish_key FROM pgqueue.spark_publish_log").fetchall()]
+    assert keys == [f"stream:{query.id}:3"], "the sink remembers only the query's last micro-batch"
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    with Queue(dsn, "out") as out:
+        (msg,) = out.dequeue(1, lock_ms=0)
+        assert isinstance(msg.payload, str) and msg.payload.startswith("M"), "text in, text out"
+
+
+def test_stream_sink_refuses_what_it_cannot_do(spark: Any, dsn: str, conn: Conn, tmp_path: Path) -> None:
+    conn.execute("SELECT pgqueue.queue_create('in')")
+    conn.execute("SELECT pgqueue.queue_create('out')")
+    src = spark.readStream.format("pgqueue").option("dsn", dsn).option("payloadType", "string").load("in")
+    for make, text in [
+        (lambda: src.select("payload").writeStream.format("pgqueue").option("dsn", dsn)
+         .option("commitMode", "task"), "does not apply to writeStream"),
+        (lambda: src.writeStream.format("pgqueue").option("dsn", dsn), "'id'.* that the pgqueue sink would drop"),
+        (lambda: src.select("payload").writeStream.format("pgqueue").option("dsn", dsn)
+         .option("queue", "nope"), 'queue "nope" does not exist'),
+    ]:
+        with pytest.raises(Exception, match=text):
+            q = make().option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start("out")
+            q.awaitTermination(60)
+            raise AssertionError(f"the query ran: {q.exception()}")
+
+
+# ---------------------------------------------------------------------------------------
 # The example pipeline and the benchmark (smoke runs on the shared session)
 # ---------------------------------------------------------------------------------------
 
 
-def test_example_pipeline(spark: Any, dsn: str) -> None:
+def test_example_pipeline(spark: Any, dsn: str, owner_dsn: str) -> None:
     import spark_pipeline  # examples/ is on the path of the driver and of the executors
 
-    summary = spark_pipeline.run_pipeline(spark, dsn, items=3000, partitions=2, batch=1000)
+    summary = spark_pipeline.run_pipeline(spark, dsn, items=3000, partitions=2, batch=1000, admin_dsn=owner_dsn)
     assert summary.ok, summary
     assert summary.micro_batches == 3
 
 
-def test_benchmark_smoke(spark: Any, dsn: str) -> None:
+def test_benchmark_smoke(spark: Any, dsn: str, owner_dsn: str) -> None:
     repo = str(Path(__file__).resolve().parents[1])
     if repo not in sys.path:  # the benchmark lives in the repository's bench/, not in the package
         sys.path.insert(0, repo)
     from bench.spark import measure
 
-    results = measure(spark, dsn, 2000, [1, 2], mode="job")
+    results = measure(spark, dsn, 2000, [1, 2], mode="job", admin_dsn=owner_dsn)
     assert [(r.rows, r.partitions) for r in results] == [(2000, 1), (2000, 2)]
     assert all(r.per_second > 0 for r in results)
+    from bench.spark import measure_stream
+
+    streamed = measure_stream(spark, dsn, 2000, [2], batch=1000, admin_dsn=owner_dsn)
+    assert [(r.mode, r.rows, r.partitions) for r in streamed] == [("stream-write", 2000, 2), ("stream-read", 2000, 2)]
+
+
+def test_exactly_once_example_across_a_driver_kill(spark: Any, dsn: str, owner_dsn: str) -> None:
+    """examples/spark_exactly_once.py: queue -> transform -> queue in a separate driver process,
+    SIGKILLed once output arrives and restarted from its checkpoint: every order exactly once."""
+    import spark_exactly_once
+
+    outcome = spark_exactly_once.demonstrate(dsn, items=6000, batch=1000, admin_dsn=owner_dsn, timeout=400)
+    assert 0 < outcome.out_at_kill < outcome.items, f"premise: killed part-way ({outcome})"
+    assert outcome.ok, outcome

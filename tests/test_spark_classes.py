@@ -46,9 +46,12 @@ from pgqueue.spark.source import (
     split_range,
     write_plan,
 )
+from spark_helpers import role_fixtures
 
 Conn = psycopg.Connection[Any]
 
+
+role, dsn, owner_dsn, conn = role_fixtures("classes")
 
 def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
     row = conn.execute(query, params).fetchone()
@@ -88,6 +91,15 @@ def test_options() -> None:
             parse(options, reading=False)
     with pytest.raises(InvalidArgument, match="payloadType"):
         parse({"dsn": "x", "queue": "q", "payloadType": "auto"}, reading=True)
+    # the Kafka source's names for the same settings
+    kafka = parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "500", "minPartitions": "3"}, reading=True)
+    assert (kafka.max_messages_per_batch, kafka.num_partitions) == (500, 3)
+    same = parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "500", "maxMessagesPerBatch": "500"}, reading=True)
+    assert same.max_messages_per_batch == 500
+    with pytest.raises(InvalidArgument, match="numPartitions and minPartitions are the same setting"):
+        parse({"dsn": "x", "queue": "q", "numPartitions": "2", "minPartitions": "3"}, reading=True)
+    with pytest.raises(InvalidArgument, match="maxMessagesPerTrigger must be between 1"):
+        parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "0"}, reading=True)
 
 
 def test_write_plans() -> None:
@@ -126,7 +138,7 @@ def test_data_source_checks_before_any_task(dsn: str) -> None:
     ds = PgQueueDataSource({"dsn": dsn, "path": "default"})
     assert ds.schema().fieldNames()[:4] == ["id", "queue", "status", "payload"]
     schema = StructType([StructField("payload", StringType())])
-    with pytest.raises(InvalidArgument, match="append-only"):
+    with pytest.raises(InvalidArgument, match="only appends: overwrite would delete messages"):
         ds.writer(schema, True)
     with pytest.raises(PgQueueError, match='queue "nope" does not exist'):
         PgQueueDataSource({"dsn": dsn, "path": "nope"}).writer(schema, False)
@@ -513,3 +525,129 @@ def test_auto_registration_shim(monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert pyspark_pgqueue.DefaultSource is PgQueueDataSource
     assert PgQueueDataSource.name() == "pgqueue"
+
+
+# ---------------------------------------------------------------------------------------
+# The stream writer, as Spark's tasks and driver call it
+# ---------------------------------------------------------------------------------------
+
+
+def test_stream_writer_publishes_each_micro_batch_once(dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgqueue.spark.source import PgQueueStreamCommit, PgQueueStreamWriter, stream_publish_key
+
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "checkpointLocation": "/tmp/ck"})
+    schema = StructType([StructField("payload", StringType())])
+    driver = ds.streamWriter(schema, False)
+    assert isinstance(driver, PgQueueStreamWriter)
+    task = pickle.loads(pickle.dumps(driver))
+    with pytest.raises(PgQueueError, match="only inside a Spark streaming query"):
+        task.write(batches(["x"], 1))
+
+    def as_stream_task(batch: int, partition: int, attempt: int) -> None:
+        monkeypatch.setattr(source, "_stream_task_identity", lambda: ("qid", batch, partition, attempt))
+
+    as_stream_task(0, 0, 1)
+    lost = task.write(batches(["a0", "a1"], 1))  # staged, then the task died
+    as_stream_task(0, 0, 2)
+    won0 = task.write(batches(["a0", "a1"], 1))
+    as_stream_task(0, 1, 3)
+    won1 = task.write(batches(["b0"], 1))
+    assert lost == PgQueueStreamCommit("qid", 0, 0, 1, 2)
+    assert payloads(conn) == []
+    driver.commit([won0, won1], 0)
+    assert payloads(conn) == ["a0", "a1", "b0"]
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    # a re-run of batch 0 (a restart before Spark logged it) stages again and publishes nothing
+    as_stream_task(0, 0, 7)
+    again = task.write(batches(["a0", "a1"], 2))
+    driver.commit([again, won1], 0)
+    assert payloads(conn) == ["a0", "a1", "b0"]
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    # batch 1: empty, nothing published or remembered; batch 2 forgets batch 0's key
+    as_stream_task(1, 0, 8)
+    driver.commit([task.write(iter([]))], 1)
+    as_stream_task(2, 0, 9)
+    driver.commit([task.write(batches(["c0"], 1))], 2)
+    assert payloads(conn) == ["a0", "a1", "b0", "c0"]
+    assert [r[0] for r in conn.execute("SELECT publish_key FROM pgqueue.spark_publish_log")] == [
+        stream_publish_key("qid", 2)]
+    # an aborted batch leaves nothing staged; a commit missing a task's result, or with another
+    # batch's result, refuses
+    as_stream_task(3, 0, 10)
+    failed = task.write(batches(["d0"], 1))
+    driver.abort([failed, None], 3)
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    with pytest.raises(PgQueueError, match="reported no result"):
+        driver.commit([failed, None], 3)
+    with pytest.raises(PgQueueError, match="other queries or batches"):
+        driver.commit([failed], 4)
+    assert payloads(conn) == ["a0", "a1", "b0", "c0"]
+
+
+def test_stream_writer_checks_before_any_task(dsn: str, conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    schema = StructType([StructField("payload", StringType())])
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q"})
+    with pytest.raises(InvalidArgument, match=r"only appends: overwrite would delete messages .*outputMode"):
+        ds.streamWriter(schema, True)
+    with pytest.raises(InvalidArgument, match="commitMode='task' does not apply to writeStream"):
+        PgQueueDataSource({"dsn": dsn, "queue": "q", "commitMode": "task"}).streamWriter(schema, False)
+    assert PgQueueDataSource({"dsn": dsn, "queue": "q", "commitMode": "job"}).streamWriter(schema, False)
+    with pytest.raises(InvalidArgument, match="would drop"):
+        ds.streamWriter(StructType([*schema.fields, StructField("id", LongType())]), False)
+
+
+def test_times_are_timestamps_with_epoch_ms_alongside(dsn: str, conn: Conn) -> None:
+    """Times read as aware UTC datetimes (Spark TIMESTAMP), as the Python client gives them;
+    a priority message has dequeue_at NULL and its priority; the epoch ms stay alongside."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    conn.execute("SELECT pgqueue.message_create('q', 'at', 1893456000123)")           # 2030-01-01
+    conn.execute("SELECT pgqueue.message_create('q', 'prio', pgqueue.priority_dequeue_at(7))")
+    conn.execute("SELECT pgqueue.message_create('q', 'never', 9223372036854775807)")  # past year 9999
+    reader = PgQueueDataSource({"dsn": dsn, "path": "q", "payloadType": "string"}).reader(StructType([]))
+    schema = pgqueue.spark.schema_for("string")
+    rows = {r[3]: dict(zip(schema.fieldNames(), r)) for p in reader.partitions() for r in reader.read(p)}
+    utc = dt.timezone.utc
+    at = rows["at"]
+    assert at["dequeue_at"] == dt.datetime(2030, 1, 1, 0, 0, 0, 123000, tzinfo=utc)
+    assert (at["priority"], at["dequeue_at_ms"], at["status"]) == (None, 1893456000123, "scheduled")
+    assert at["created_at"] == dt.datetime(1970, 1, 1, tzinfo=utc) + dt.timedelta(milliseconds=at["created_at_ms"])
+    assert abs(at["created_at"] - dt.datetime.now(utc)) < dt.timedelta(minutes=5)
+    assert (rows["prio"]["dequeue_at"], rows["prio"]["priority"], rows["prio"]["dequeue_at_ms"]) == (None, 7, -8)
+    assert rows["never"]["dequeue_at"] == dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=utc)
+    assert rows["never"]["dequeue_at_ms"] == 2**63 - 1
+    assert schema["dequeue_at"].dataType == TimestampType() and schema["dequeue_at_ms"].dataType == LongType()
+
+
+def test_id_filters_are_pushed_down_and_bound_the_rows_read(dsn: str, conn: Conn) -> None:
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
+
+    from pgqueue.spark.source import PgQueuePushdownReader
+
+    ids = fill(conn, "q", 100)
+    plain = PgQueueDataSource({"dsn": dsn, "path": "q"}).reader(StructType([]))
+    assert type(plain) is PgQueueBatchReader, "no pushFilters unless asked: Spark refuses it while its switch is off"
+
+    def rows_read(*filters: Any) -> tuple[list[Any], list[int]]:
+        reader = PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true",
+                                    "numPartitions": "3"}).reader(StructType([]))
+        assert isinstance(reader, PgQueuePushdownReader)
+        left = list(reader.pushFilters(list(filters)))
+        executor = pickle.loads(pickle.dumps(reader))
+        return left, [r[0] for p in reader.partitions() for r in executor.read(p)]
+
+    status = EqualTo(("status",), "ready")
+    left, got = rows_read(GreaterThan(("id",), ids[89]), status)
+    assert left == [status] and got == ids[90:], "id > x: only the 10 rows above x are read"
+    left, got = rows_read(GreaterThanOrEqual(("id",), ids[10]), LessThan(("id",), ids[20]))
+    assert left == [] and got == ids[10:20]
+    left, got = rows_read(LessThanOrEqual(("id",), ids[4]), EqualTo(("id",), ids[3]))
+    assert left == [] and got == [ids[3]]
+    in_ids = In(("id",), (ids[50], ids[52]))
+    left, got = rows_read(in_ids)
+    assert left == [in_ids] and got == ids[50:53], "IN bounds the range; Spark keeps only the listed ids"
+    odd = GreaterThan(("id",), 2.5)
+    left, got = rows_read(odd)
+    assert left == [odd] and got == ids, "a filter it cannot bound exactly stays with Spark"
+    assert rows_read(GreaterThan(("id",), ids[-1]))[1] == []

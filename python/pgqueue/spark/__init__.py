@@ -8,12 +8,17 @@ Needs the ``spark`` extra (``pip install 'pgqueue[spark]'``: pyspark 4.x and pya
 
     # enqueue a DataFrame (one column "payload"; more below)
     df.write.format("pgqueue").option("dsn", dsn).mode("append").save("jobs")
+    # enqueue a stream: each micro-batch exactly once, across retries and restarts
+    (stream_df.writeStream.format("pgqueue").option("dsn", dsn)
+        .option("checkpointLocation", ck).start("jobs"))
     # look at a queue, never consume
     spark.read.format("pgqueue").option("dsn", dsn).load("jobs")
     # consume: claims are offsets, acknowledged when Spark commits the micro-batch
     (spark.readStream.format("pgqueue").option("dsn", dsn).option("consumer", "etl").load("jobs")
         .writeStream.foreachBatch(handle).option("checkpointLocation", ck)
         .trigger(availableNow=True).start())
+
+The least privileges for all of it: the ``pgqueue_spark`` recipe in docs/grants.sql.
 
 Executors import this package too: install it (and psycopg) on every worker node, and point
 ``PYSPARK_PYTHON`` at that interpreter.
@@ -28,8 +33,12 @@ All entry points:
 ``queue`` (or the path of ``load()``/``save()``)
     the queue's name; it must exist.
 
-Writing (``df.write.format("pgqueue").mode("append")``: Spark refuses its default mode,
-ErrorIfExists, for Python sources, and ``overwrite`` is refused here, a queue being append-only):
+Writing (``df.write.format("pgqueue").mode("append")`` and ``writeStream.format("pgqueue")``).
+Always say ``.mode("append")``: Spark itself refuses its default mode, ErrorIfExists, for every
+Python data source before asking the source (``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``, whose
+advice to use "Append" or "Overwrite" is only half right here). ``overwrite`` is refused:
+overwrite would delete messages that consumers may be
+processing, so the sink only appends.
 
 ``payloadColumn`` (default ``payload``)
     the column that becomes the message. Every other column must be named by one of the three
@@ -48,11 +57,13 @@ ErrorIfExists, for Python sources, and ``overwrite`` is refused here, a queue be
 ``priorityColumn``
     an integer >= 0; larger is delivered first (``pgqueue.priority_dequeue_at``).
     A NULL in a schedule column means "now"; a row may set at most one of the three.
-``commitMode``: ``task`` (default) or ``job``
+``commitMode``: ``task`` (default) or ``job``; streams always publish as ``job`` does
     ``task``: each partition is enqueued in one transaction (``message_create_batch`` in chunks),
     visible as soon as its task ends. ``job``: each task attempt stages its rows
     (``spark_stage``); the driver publishes the winning attempts in one transaction
     (``spark_publish``) when the job commits, and discards the staging when it aborts.
+    ``writeStream`` stages each micro-batch the same way and publishes it under the key
+    ``stream:<query id>:<batch id>`` (``commitMode=task`` is refused there).
 ``batchSize`` (default 5000)
     rows per SQL call.
 
@@ -61,28 +72,39 @@ Reading, batch and streaming:
 ``payloadType``: ``binary`` (default), ``string``, ``json``
     the ``payload`` column: the stored bytes; or the content decoded as text (NULL if it is not
     text); or JSON text (JSON content as is, text as a JSON string, NULL for raw bytes).
-``numPartitions`` (default 1)
+``numPartitions`` (default 1; alias ``minPartitions``, the Kafka source's name)
     Spark partitions per read or micro-batch, by id range.
 ``fetchSize`` (default 5000)
     rows per round trip of a partition's cursor.
 
 Batch reads only: ``includeDead`` (default false) adds the dead letters (status ``dead``).
+``filterPushdown`` (default false) takes Spark's filters on ``id`` (``=``, ``<``, ``<=``,
+``>``, ``>=``, ``IN``): the partitions then probe only that id range. It needs Spark's switch
+``spark.sql.python.filterPushdown.enabled=true`` (off by default in 4.3; with it off Spark
+refuses every read of a source that takes filters, hence the option). Filters on other columns
+are evaluated by Spark after the read.
 
 Streaming reads only:
 
 ``consumer`` (default ``spark``)
     the consumer's name: one running query per (queue, consumer) (PQ005 otherwise); keep it
     stable across restarts of a query.
-``maxMessagesPerBatch`` (default 100000)
-    messages per micro-batch (Spark's ``ReadMaxRows`` limit; ``availableNow`` runs as many
-    micro-batches of this size as it takes).
+``maxMessagesPerBatch`` (default 100000; alias ``maxMessagesPerTrigger``, the Kafka source's name)
+    messages per micro-batch (Spark's ``ReadMaxRows`` admission control, through
+    ``getDefaultReadLimit``; ``availableNow`` runs as many micro-batches of this size as it takes).
+    There is no ``startingPosition``: a new query starts with every deliverable message (a
+    queue's backlog is work to do, not history to skip).
 ``failOnDataLoss`` (default true)
     fail a micro-batch whose claims are gone (released by an administrator, or acknowledged by
     another query with the same consumer) instead of going on without them.
 
 Rows read have the schema of :func:`pgqueue.spark.source.schema_for`: ``id, queue, status,
-payload, content_type, attempts, dequeue_at, created_at, locked_until, last_error, dead_at,
-state, claim_seq`` (times are BIGINT epoch milliseconds, as in the extension).
+payload, content_type, attempts, dequeue_at, priority, created_at, locked_until, last_error,
+dead_at, state, claim_seq, dequeue_at_ms, created_at_ms``. Times are TIMESTAMPs (UTC instants,
+exact to the millisecond); a priority message has ``dequeue_at`` NULL and ``priority`` set, as
+in the Python client; ``dequeue_at_ms`` and ``created_at_ms`` keep the extension's BIGINT epoch
+milliseconds (the queue's ordering key). These columns are what Kafka's ``includeHeaders``
+gives and more: content type, attempts, times, last error and the state a handler saved.
 
 Guarantees
 ----------
@@ -94,13 +116,18 @@ Guarantees
   already finished stay enqueued.
 * ``df.write``, ``commitMode=job``: the whole DataFrame appears atomically and exactly once,
   whatever Spark retries; a failed job, a NULL payload or a bad column type publishes nothing.
+* ``writeStream``: each micro-batch is published exactly once: a failed task, a failed batch
+  and a query restarted from its checkpoint after a crash (even one between the publication
+  and Spark's commit log) publish nothing twice. The publish log keeps one row per query (its
+  last micro-batch). Nothing is visible until the micro-batch commits.
 * ``spark.read``: a snapshot; it changes nothing (every action reads again, so new messages may
   appear: ``cache()`` the DataFrame for a stable view). Each partition reads at its own time.
 * ``spark.readStream``: a micro-batch's messages are claimed (``spark_claim``) before Spark
   records the offset, invisible to ``message_dequeue``, and deleted only once Spark has
   committed the batch. After a failed batch or a driver crash the same claims are replayed, so
   none is lost: exactly-once end to end into an idempotent or transactional sink (a table keyed
-  by ``id``, ``foreachBatch`` keyed by ``batchId``, Delta), at-least-once into any other sink
+  by ``id``, ``foreachBatch`` keyed by ``batchId``, Delta, ``writeStream.format("pgqueue")``:
+  examples/spark_exactly_once.py kills and restarts such a pipeline), at-least-once into any other sink
   (Spark may run a batch again whose output was written but not committed).
   ``trigger(availableNow=True)`` claims only messages that exist when the query starts and stops
   when they are done. A consumer that will never come back is released with
@@ -120,6 +147,7 @@ from pgqueue.spark.source import (
     PgQueueBatchReader,
     PgQueueDataSource,
     PgQueueStreamReader,
+    PgQueueStreamWriter,
     PgQueueWriter,
     schema_for,
 )
@@ -128,6 +156,7 @@ __all__ = [
     "PgQueueDataSource",
     "PgQueueBatchReader",
     "PgQueueStreamReader",
+    "PgQueueStreamWriter",
     "PgQueueWriter",
     "register",
     "release",

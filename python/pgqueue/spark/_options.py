@@ -14,7 +14,7 @@ from typing import Literal
 
 from pgqueue.errors import InvalidArgument
 
-__all__ = ["Options", "parse", "READ_PAYLOAD_TYPES", "WRITE_PAYLOAD_TYPES"]
+__all__ = ["Options", "option", "parse", "READ_PAYLOAD_TYPES", "WRITE_PAYLOAD_TYPES"]
 
 CommitMode = Literal["task", "job"]
 
@@ -29,8 +29,11 @@ _CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
 #: Every option the source understands (lower case), so that a typo is an error, not a no-op.
 KNOWN = frozenset({
     "dsn", "conninfo", "queue", "path", "consumer", "maxmessagesperbatch", "numpartitions",
+    "maxmessagespertrigger", "minpartitions",  # the names of Spark's Kafka source
     "payloadcolumn", "payloadtype", "dequeueatcolumn", "delaycolumn", "prioritycolumn",
-    "commitmode", "batchsize", "includedead", "failondataloss", "fetchsize",
+    "commitmode", "batchsize", "includedead", "failondataloss", "fetchsize", "filterpushdown",
+    # Spark's own, passed to a stream writer along with ours
+    "checkpointlocation",
 })
 
 
@@ -56,14 +59,19 @@ class Options:
     include_dead: bool = False
     fail_on_data_loss: bool = True
     fetch_size: int = 5_000
+    filter_pushdown: bool = False
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def option(options: Mapping[str, str], name: str) -> str | None:
+    """The value of option ``name`` in any case of its letters, None if it is not set."""
     # Spark passes a CaseInsensitiveDict; a plain dict (tests, direct use) may use any case.
     for key, value in options.items():
         if key.lower() == name.lower():
             return value
     return None
+
+
+_get = option
 
 
 def _int(options: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -77,6 +85,17 @@ def _int(options: Mapping[str, str], name: str, default: int, low: int, high: in
     if not low <= value <= high:
         raise InvalidArgument(f"option {name} must be between {low} and {high}, got {value}")
     return value
+
+
+def _aliased(options: Mapping[str, str], name: str, alias: str, default: int, high: int) -> int:
+    """An integer option >= 1 that also goes by the name Spark's Kafka source gives it."""
+    value = _int(options, name, default, 1, high)
+    if option(options, alias) in (None, ""):
+        return value
+    other = _int(options, alias, default, 1, high)
+    if option(options, name) not in (None, "") and other != value:
+        raise InvalidArgument(f"options {name} and {alias} are the same setting: give one, got {value} and {other}")
+    return other
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -139,8 +158,8 @@ def parse(options: Mapping[str, str], *, reading: bool) -> Options:
         dsn=dsn,
         queue=queue,
         consumer=consumer,
-        max_messages_per_batch=_int(options, "maxMessagesPerBatch", 100_000, 1, 2**31 - 1),
-        num_partitions=_int(options, "numPartitions", 1, 1, 10_000),
+        max_messages_per_batch=_aliased(options, "maxMessagesPerBatch", "maxMessagesPerTrigger", 100_000, 2**31 - 1),
+        num_partitions=_aliased(options, "numPartitions", "minPartitions", 1, 10_000),
         payload_column=_get(options, "payloadColumn") or "payload",
         payload_type=_choice(options, "payloadType", "binary" if reading else "auto", payload_types),
         dequeue_at_column=_column(options, "dequeueAtColumn"),
@@ -151,4 +170,5 @@ def parse(options: Mapping[str, str], *, reading: bool) -> Options:
         include_dead=_bool(options, "includeDead", False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         fetch_size=_int(options, "fetchSize", 5_000, 1, 1_000_000),
+        filter_pushdown=_bool(options, "filterPushdown", False),
     )

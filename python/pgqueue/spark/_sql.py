@@ -33,6 +33,12 @@ PUBLISH: Final[LiteralString] = (
     "%(partitions)s::integer[], %(attempts)s::bigint[], %(counts)s::bigint[])"
 )
 
+#: Forget the publications of a streaming query's earlier micro-batches (keys "stream:<query>:<batch>").
+PRUNE_STREAM_LOG: Final[LiteralString] = (
+    "DELETE FROM pgqueue.spark_publish_log l WHERE starts_with(l.publish_key, %(prefix)s::text) "
+    "AND l.publish_key <> %(keep)s::text"
+)
+
 DISCARD: Final[LiteralString] = "SELECT pgqueue.spark_discard(%(write_id)s::uuid)"
 
 #: Raises PQ001 / 42602 for a queue that is not there.

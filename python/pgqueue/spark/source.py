@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -28,8 +30,17 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -63,13 +74,17 @@ from pgqueue.errors import InvalidArgument, PgQueueError, translating
 from pgqueue.spark import _sql
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Options, parse
+from pgqueue.spark._options import option as _get_option
 
 __all__ = [
     "PgQueueDataSource",
     "PgQueueWriter",
     "PgQueueBatchReader",
+    "PgQueuePushdownReader",
     "PgQueueStreamReader",
     "PgQueueCommit",
+    "PgQueueStreamWriter",
+    "PgQueueStreamCommit",
     "IdRange",
     "ClaimRange",
     "schema_for",
@@ -77,6 +92,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("pgqueue.spark")
+
+#: Why overwrite is refused, in one sentence (``how`` names the append call).
+OVERWRITE_REFUSED = ("the pgqueue sink only appends: overwrite would delete messages that consumers may "
+                     "be processing, so a queue is never truncated by a write; use {how}")
 
 #: The most messages one spark_claim call takes; larger micro-batches are several claims.
 CLAIM_CHUNK = 100_000
@@ -90,9 +109,11 @@ def schema_for(payload_type: str) -> StructType:
     """Return the schema of rows read from a queue, batch and streaming alike.
 
     ``payload`` is BINARY for ``payloadType`` binary, STRING for string and json. Times are
-    BIGINT epoch milliseconds, as in the extension (``timestamp_millis(col)`` converts them).
-    ``status`` is ready, scheduled, leased, claimed or dead; ``claim_seq`` is set for streamed
-    messages (the claim that delivered them), NULL in snapshots.
+    TIMESTAMPs (UTC instants, exact to the millisecond), as the Python client's aware datetimes:
+    a priority message has ``dequeue_at`` NULL and ``priority`` set; ``dequeue_at_ms`` and
+    ``created_at_ms`` keep the extension's BIGINT epoch milliseconds (the ordering key, priority
+    messages included). ``status`` is ready, scheduled, leased, claimed or dead; ``claim_seq`` is
+    set for streamed messages (the claim that delivered them), NULL in snapshots.
     """
     payload: DataType = BinaryType() if payload_type == "binary" else StringType()
     return StructType([
@@ -102,14 +123,40 @@ def schema_for(payload_type: str) -> StructType:
         StructField("payload", payload, True),
         StructField("content_type", StringType(), True),
         StructField("attempts", IntegerType(), False),
-        StructField("dequeue_at", LongType(), False),
-        StructField("created_at", LongType(), False),
-        StructField("locked_until", LongType(), True),
+        StructField("dequeue_at", TimestampType(), True),
+        StructField("priority", LongType(), True),
+        StructField("created_at", TimestampType(), False),
+        StructField("locked_until", TimestampType(), True),
         StructField("last_error", StringType(), True),
-        StructField("dead_at", LongType(), True),
+        StructField("dead_at", TimestampType(), True),
         StructField("state", BinaryType(), True),
         StructField("claim_seq", LongType(), True),
+        StructField("dequeue_at_ms", LongType(), False),
+        StructField("created_at_ms", LongType(), False),
     ])
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The epoch milliseconds of the first and last instants a Spark TIMESTAMP (and datetime) holds.
+_MIN_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+_MAX_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _ts(epoch_ms: int | None) -> datetime | None:
+    """An aware UTC datetime for epoch milliseconds, clamped to what a TIMESTAMP holds."""
+    if epoch_ms is None:
+        return None
+    return _EPOCH + timedelta(milliseconds=min(max(epoch_ms, _MIN_MS), _MAX_MS))
+
+
+def _message_row(opts: Options, mid: int, status: str, content: bytes, ctype: str | None, attempts: int,
+                 dequeue_at: int, created_at: int, locked_until: int | None, last_error: str | None,
+                 dead_at: int | None, state: bytes | None, seq: int | None) -> tuple[Any, ...]:
+    """One row of :func:`schema_for` from a message's columns (times in epoch ms)."""
+    return (mid, opts.queue, status, decode_payload(content, ctype, opts.payload_type), ctype, attempts,
+            None if dequeue_at < 0 else _ts(dequeue_at), -1 - dequeue_at if dequeue_at < 0 else None,
+            _ts(created_at), _ts(locked_until), last_error, _ts(dead_at),
+            None if state is None else bytes(state), seq, dequeue_at, created_at)
 
 
 def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...]]:
@@ -245,6 +292,45 @@ def _task_identity() -> tuple[int, int]:
     return ctx.partitionId(), ctx.taskAttemptId()
 
 
+def _write_partition(opts: Options, plan: WritePlan, iterator: Iterator[Any], partition: int, attempt: int,
+                     write_id: str | None) -> int:
+    """Write one partition's Arrow batches in one transaction and return how many rows.
+
+    ``write_id`` None enqueues the rows (``message_create_batch``); otherwise they are staged
+    under (write_id, partition, attempt) for ``spark_publish``.
+    """
+    rows = 0
+    conn: psycopg.Connection[tuple[Any, ...]] | None = None
+    try:
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            chunk = encode_batch(plan, batch, partition=partition, first_row=rows)
+            if conn is None:
+                conn = _connect(opts.dsn, autocommit=False)
+            for part in chunk.slices(opts.batch_size):
+                params: dict[str, object] = {
+                    "contents": part.contents, "content_type": part.content_type,
+                    "dequeue_ats": part.dequeue_ats, "delays_ms": part.delays_ms,
+                }
+                with translating():
+                    if write_id is None:
+                        conn.execute(_sql.ENQUEUE_CHUNK, {**params, "queue": opts.queue})
+                    else:
+                        conn.execute(_sql.STAGE_CHUNK, {
+                            **params, "write_id": write_id, "partition": partition,
+                            "attempt": attempt, "first": rows,
+                        })
+                rows += len(part)
+        if conn is not None:
+            with translating():
+                conn.commit()
+    finally:
+        if conn is not None:
+            conn.close()  # without a commit this rolls back: nothing of this attempt stays
+    return rows
+
+
 class PgQueueWriter(DataSourceArrowWriter):
     """Write a DataFrame into a queue: per partition (task mode) or all at once (job mode)."""
 
@@ -258,36 +344,8 @@ class PgQueueWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> PgQueueCommit:
         """Enqueue (task mode) or stage (job mode) one partition in one transaction."""
         partition, attempt = _task_identity()
-        opts, plan = self.opts, self.plan
-        rows = 0
-        conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        try:
-            for batch in iterator:
-                if batch.num_rows == 0:
-                    continue
-                chunk = encode_batch(plan, batch, partition=partition, first_row=rows)
-                if conn is None:
-                    conn = _connect(opts.dsn, autocommit=False)
-                for part in chunk.slices(opts.batch_size):
-                    params: dict[str, object] = {
-                        "contents": part.contents, "content_type": part.content_type,
-                        "dequeue_ats": part.dequeue_ats, "delays_ms": part.delays_ms,
-                    }
-                    with translating():
-                        if opts.commit_mode == "task":
-                            conn.execute(_sql.ENQUEUE_CHUNK, {**params, "queue": opts.queue})
-                        else:
-                            conn.execute(_sql.STAGE_CHUNK, {
-                                **params, "write_id": self.write_id, "partition": partition,
-                                "attempt": attempt, "first": rows,
-                            })
-                    rows += len(part)
-            if conn is not None:
-                with translating():
-                    conn.commit()
-        finally:
-            if conn is not None:
-                conn.close()  # without a commit this rolls back: nothing of this attempt stays
+        write_id = self.write_id if self.opts.commit_mode == "job" else None
+        rows = _write_partition(self.opts, self.plan, iterator, partition, attempt, write_id)
         return PgQueueCommit(partition, attempt, rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -331,6 +389,115 @@ class PgQueueWriter(DataSourceArrowWriter):
             _scalar(conn, _sql.DISCARD, {"write_id": self.write_id})
 
 
+#: Namespace of the staging ids of streamed micro-batches: uuid5(namespace, "<query id>/<batch id>").
+STREAM_NAMESPACE = uuid.UUID("5f0c2a4e-3c1b-4d55-9a57-7b1d2c0e9a41")
+
+
+def stream_write_id(query_id: str, batch_id: int) -> str:
+    """The staging id of micro-batch ``batch_id`` of a streaming query: the same in every run."""
+    return str(uuid.uuid5(STREAM_NAMESPACE, f"{query_id}/{batch_id}"))
+
+
+def stream_publish_key(query_id: str, batch_id: int) -> str:
+    """The publish key of micro-batch ``batch_id`` of a streaming query (spark_publish_log)."""
+    return f"stream:{query_id}:{batch_id}"
+
+
+@dataclass(frozen=True)
+class PgQueueStreamCommit(WriterCommitMessage):
+    """What a streaming write task reports: its query, micro-batch, partition, attempt and rows."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+    rows: int
+
+
+def _stream_task_identity() -> tuple[str, int, int, int]:
+    """Return (query id, batch id, partition, attempt) of the running streaming write task.
+
+    Spark sets the query id (kept in the checkpoint, the same after a restart), the micro-batch
+    id and the run id (new at every start) as local properties of the micro-batch's jobs. The
+    attempt number mixes a hash of the run id into the task attempt id, which Spark numbers from
+    0 again after a restart: a re-run of a micro-batch never collides with the rows its crashed
+    run staged.
+    """
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    query_id = None if ctx is None else ctx.getLocalProperty("sql.streaming.queryId")
+    batch = None if ctx is None else ctx.getLocalProperty("streaming.sql.batchId")
+    if ctx is None or not query_id or batch is None:
+        raise PgQueueError("the pgqueue stream writer runs only inside a Spark streaming query "
+                           "(no query id or micro-batch id in the task's properties)")
+    run = ctx.getLocalProperty("spark.jobGroup.id") or ""
+    attempt = (zlib.crc32(run.encode("utf-8")) << 31) | (ctx.taskAttemptId() & 0x7FFFFFFF)
+    return query_id, int(batch), ctx.partitionId(), attempt
+
+
+class PgQueueStreamWriter(DataSourceStreamArrowWriter):
+    """Write each micro-batch of a streaming query into a queue exactly once (``writeStream``).
+
+    Every task stages its rows under the micro-batch's staging id; when Spark commits the
+    micro-batch, the driver publishes the winning attempts in one transaction under the key
+    ``stream:<query id>:<batch id>``. A micro-batch that Spark runs again (a failed task, a
+    query restarted from its checkpoint after a crash, even after the publication) finds its
+    key taken and publishes nothing more.
+    """
+
+    def __init__(self, opts: Options, plan: WritePlan) -> None:
+        self.opts = opts
+        self.plan = plan
+
+    def write(self, iterator: Iterator[Any]) -> PgQueueStreamCommit:
+        """Stage one partition of a micro-batch in one transaction."""
+        query_id, batch_id, partition, attempt = _stream_task_identity()
+        rows = _write_partition(self.opts, self.plan, iterator, partition, attempt,
+                                stream_write_id(query_id, batch_id))
+        return PgQueueStreamCommit(query_id, batch_id, partition, attempt, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Publish micro-batch ``batchId`` once, then forget the query's older publications."""
+        done = [m for m in messages if isinstance(m, PgQueueStreamCommit)]
+        if len(done) != len(messages):
+            raise PgQueueError(f"a write task of micro-batch {batchId} reported no result: refusing to "
+                               "publish part of it")
+        if not done:
+            return
+        query_ids = {m.query_id for m in done}
+        if len(query_ids) != 1 or any(m.batch_id != batchId for m in done):
+            raise PgQueueError(f"the write tasks of micro-batch {batchId} report other queries or batches: "
+                               f"{sorted({(m.query_id, m.batch_id) for m in done})}")
+        (query_id,) = query_ids
+        write_id = stream_write_id(query_id, batchId)
+        key = stream_publish_key(query_id, batchId)
+        with _connect(self.opts.dsn, autocommit=True) as conn:
+            if sum(m.rows for m in done) == 0:  # nothing to publish, nothing to remember
+                _scalar(conn, _sql.DISCARD, {"write_id": write_id})
+                return
+            published = _scalar(conn, _sql.PUBLISH, {
+                "publish_key": key, "queue": self.opts.queue, "write_id": write_id,
+                "partitions": [m.partition for m in done], "attempts": [m.attempt for m in done],
+                "counts": [m.rows for m in done],
+            })
+            # Spark re-runs only the last micro-batch that is not in its commit log, and it logs
+            # batch N only after batch N - 1: the keys of the earlier batches are never needed again
+            with translating():
+                conn.execute(_sql.PRUNE_STREAM_LOG, {"prefix": f"stream:{query_id}:", "keep": key})
+        if published is None:
+            logger.info("pgqueue: micro-batch %s of query %s was published before; skipped", batchId, query_id)
+        else:
+            logger.info("pgqueue: published %s message(s) of micro-batch %s into queue %s",
+                        published, batchId, self.opts.queue)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Delete what the micro-batch's tasks staged (a re-run stages it again)."""
+        for query_id in {m.query_id for m in messages if isinstance(m, PgQueueStreamCommit)}:
+            with _connect(self.opts.dsn, autocommit=True) as conn:
+                _scalar(conn, _sql.DISCARD, {"write_id": stream_write_id(query_id, batchId)})
+
+
 # ---------------------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------------------
@@ -366,22 +533,70 @@ class PgQueueBatchReader(DataSourceReader):
 
     def __init__(self, opts: Options) -> None:
         self.opts = opts
+        #: the id bounds pushed down by Spark (inclusive), None where open
+        self.min_id: int | None = None
+        self.max_id: int | None = None
+
+    def _bound(self, lo: int | None, hi: int | None) -> None:
+        if lo is not None:
+            self.min_id = lo if self.min_id is None else max(self.min_id, lo)
+        if hi is not None:
+            self.max_id = hi if self.max_id is None else min(self.max_id, hi)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Freeze the id range now and split it into ``numPartitions`` partitions."""
+        """Freeze the id range now (within the pushed-down bounds), split into ``numPartitions``."""
         with _connect(self.opts.dsn, autocommit=True) as conn, translating():
             row = conn.execute(_sql.SNAPSHOT_RANGE, {
                 "queue": self.opts.queue, "include_dead": self.opts.include_dead}).fetchone()
         if row is None or row[0] is None:
             return []
-        return [IdRange(self.opts, a, b) for a, b in split_range(int(row[0]), int(row[1]),
-                                                                 self.opts.num_partitions)]
+        lo = int(row[0]) if self.min_id is None else max(int(row[0]), self.min_id)
+        hi = int(row[1]) if self.max_id is None else min(int(row[1]), self.max_id)
+        return [IdRange(self.opts, a, b) for a, b in split_range(lo, hi, self.opts.num_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Yield the rows of one id range (Spark gives an empty partition for an empty queue)."""
         if not isinstance(partition, IdRange):
             return iter(())
         return _read_snapshot(partition)
+
+
+class PgQueuePushdownReader(PgQueueBatchReader):
+    """A snapshot reader that takes Spark's filters on ``id`` (option ``filterPushdown``).
+
+    Filters on ``id`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) narrow the id range that the
+    partitions probe on the primary key, so only those rows are read. A separate class because
+    Spark refuses every read of a reader with ``pushFilters`` while its switch
+    ``spark.sql.python.filterPushdown.enabled`` is off (the default in 4.3).
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802
+        """Take the filters on ``id`` that bound it; hand every other filter back to Spark."""
+        for f in filters:
+            if getattr(f, "attribute", None) != ("id",):
+                yield f
+                continue
+            if isinstance(f, In):
+                values = [v for v in f.value if v is not None]
+                if values and all(type(v) is int for v in values):
+                    self._bound(min(values), max(values))
+                yield f  # Spark still keeps only the listed ids
+                continue
+            value = getattr(f, "value", None)
+            if type(value) is not int:
+                yield f
+            elif isinstance(f, EqualTo):
+                self._bound(value, value)
+            elif isinstance(f, GreaterThan):
+                self._bound(value + 1, None)
+            elif isinstance(f, GreaterThanOrEqual):
+                self._bound(value, None)
+            elif isinstance(f, LessThan):
+                self._bound(None, value - 1)
+            elif isinstance(f, LessThanOrEqual):
+                self._bound(None, value)
+            else:
+                yield f
 
 
 def _read_snapshot(p: IdRange) -> Iterator[tuple[Any, ...]]:
@@ -393,9 +608,8 @@ def _read_snapshot(p: IdRange) -> Iterator[tuple[Any, ...]]:
                                         "include_dead": opts.include_dead})
             for (mid, status, content, ctype, attempts, dequeue_at, created_at, locked_until,
                  last_error, dead_at, state) in cur:
-                yield (mid, opts.queue, status, decode_payload(content, ctype, opts.payload_type), ctype,
-                       attempts, dequeue_at, created_at, locked_until, last_error, dead_at,
-                       None if state is None else bytes(state), None)
+                yield _message_row(opts, mid, status, content, ctype, attempts, dequeue_at, created_at,
+                                   locked_until, last_error, dead_at, state, None)
 
 
 @dataclass(frozen=True)
@@ -586,9 +800,8 @@ def _read_claimed(p: ClaimRange) -> Iterator[tuple[Any, ...]]:
                                        "after_seq": p.after_seq, "up_to_seq": p.up_to_seq,
                                        "min_id": p.min_id, "max_id": p.max_id})
             for mid, seq, content, ctype, attempts, dequeue_at, created_at, state, last_error in cur:
-                yield (mid, opts.queue, "claimed", decode_payload(content, ctype, opts.payload_type), ctype,
-                       attempts, dequeue_at, created_at, None, last_error, None,
-                       None if state is None else bytes(state), seq)
+                yield _message_row(opts, mid, "claimed", content, ctype, attempts, dequeue_at, created_at,
+                                   None, last_error, None, state, seq)
 
 
 # ---------------------------------------------------------------------------------------
@@ -609,8 +822,9 @@ class PgQueueDataSource(DataSource):
         return schema_for(parse(self.options, reading=True).payload_type)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A snapshot reader."""
-        return PgQueueBatchReader(parse(self.options, reading=True))
+        """A snapshot reader; with option ``filterPushdown`` one that takes filters on ``id``."""
+        opts = parse(self.options, reading=True)
+        return PgQueuePushdownReader(opts) if opts.filter_pushdown else PgQueueBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A claiming stream reader."""
@@ -619,9 +833,24 @@ class PgQueueDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> PgQueueWriter:
         """A writer, after checking the options, the DataFrame's schema and that the queue exists."""
         if overwrite:
-            raise InvalidArgument('a queue is append-only: write with .mode("append")')
+            raise InvalidArgument(OVERWRITE_REFUSED.format(how='.mode("append")'))
+        opts, plan = self._write_setup(schema)
+        return PgQueueWriter(opts, plan)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """A stream writer (exactly once per micro-batch), after the same checks as :meth:`writer`."""
+        if overwrite:
+            raise InvalidArgument(OVERWRITE_REFUSED.format(how='.outputMode("append")'))
+        mode = _get_option(self.options, "commitMode")
+        if mode and mode.strip().lower() != "job":
+            raise InvalidArgument(f"option commitMode={mode!r} does not apply to writeStream: each "
+                                  "micro-batch is published once, in one transaction (as commitMode=job)")
+        opts, plan = self._write_setup(schema)
+        return PgQueueStreamWriter(opts, plan)
+
+    def _write_setup(self, schema: StructType) -> tuple[Options, WritePlan]:
         opts = parse(self.options, reading=False)
         plan = write_plan(opts, schema)
         with _connect(opts.dsn, autocommit=True) as conn:
             _scalar(conn, _sql.CHECK_QUEUE, {"queue": opts.queue})
-        return PgQueueWriter(opts, plan)
+        return opts, plan
