@@ -25,6 +25,9 @@ GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
+-- ... and run the schedules (schedule_run, `pgqueue scheduler`): read them and advance next_run;
+-- creating and dropping schedules is the administrator's.
+GRANT SELECT, UPDATE (next_run) ON pgqueue.schedule TO :"producer";
 
 -- Consumer: dequeue, complete, heartbeat, defer, fail (which may dead-letter), stats, and
 -- message_peek (SELECT) and message_cancel (DELETE); producers can do neither.

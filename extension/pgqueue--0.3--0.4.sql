@@ -2049,3 +2049,306 @@ $$;
 
 COMMENT ON FUNCTION pgqueue.message_reject(bigint, integer, text) IS
     'Reject a leased message: move it to the dead letters now with p_error as its last_error, whatever max_attempts says; false if the token is stale';
+
+-------------------------------------------------------------------------------
+-- #16 worker and client: periodic schedules
+-------------------------------------------------------------------------------
+
+CREATE SEQUENCE pgqueue.schedule_id_seq AS integer;
+
+-- Periodic messages: each row enqueues its content on its queue at every slot of its interval
+-- or cron expression (UTC). pgqueue.schedule_run() enqueues the due slots; next_run is the next
+-- slot not yet enqueued, advanced in the transaction that enqueues, under the row's lock, so a
+-- slot is enqueued once however many schedulers run (docs: README "Periodic jobs").
+CREATE TABLE pgqueue.schedule (
+    id           integer     NOT NULL DEFAULT pg_catalog.nextval('pgqueue.schedule_id_seq'),
+    name         text        NOT NULL,
+    queue_id     integer     NOT NULL,
+    every_ms     bigint,
+    cron         text,
+    content      bytea       NOT NULL,
+    content_type text,
+    missed       text        NOT NULL DEFAULT 'latest',
+    next_run     bigint      NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT schedule_pkey PRIMARY KEY (id),
+    CONSTRAINT schedule_name_key UNIQUE (name),
+    CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id) REFERENCES pgqueue.queue (id) ON DELETE CASCADE,
+    CONSTRAINT schedule_kind_check CHECK ((every_ms IS NULL) <> (cron IS NULL)),
+    CONSTRAINT schedule_every_check CHECK (every_ms IS NULL OR every_ms >= 1000),
+    CONSTRAINT schedule_missed_check CHECK (missed IN ('latest', 'all'))
+);
+ALTER SEQUENCE pgqueue.schedule_id_seq OWNED BY pgqueue.schedule.id;
+-- Due schedules by next_run; and the foreign key's lookups when a queue is dropped.
+CREATE INDEX schedule_next_run_idx ON pgqueue.schedule (next_run);
+CREATE INDEX schedule_queue_idx ON pgqueue.schedule (queue_id);
+
+COMMENT ON TABLE pgqueue.schedule IS 'pgqueue: periodic messages (interval or cron, UTC); change them with schedule_create/schedule_drop, enqueue due slots with schedule_run';
+COMMENT ON COLUMN pgqueue.schedule.next_run IS 'epoch ms of the next slot not yet enqueued';
+COMMENT ON COLUMN pgqueue.schedule.missed IS 'slots missed while no scheduler ran: latest = one message for them all, all = one per slot';
+
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.schedule_id_seq', '');
+
+-- The values a field of a cron expression allows, from p_min to p_max: *, n, a-b, */s, a-b/s
+-- and comma lists of those. NULL if the field is malformed or out of range.
+CREATE FUNCTION pgqueue._cron_field(p_field text, p_min integer, p_max integer)
+RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_part  text;
+    v_m     text[];
+    v_lo    integer;
+    v_hi    integer;
+    v_step  integer;
+    v_out   integer[] := '{}';
+BEGIN
+    FOREACH v_part IN ARRAY string_to_array(p_field, ',') LOOP
+        v_m := regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
+        IF v_m IS NULL THEN
+            RETURN NULL;
+        END IF;
+        IF v_m[1] = '*' THEN
+            v_lo := p_min;
+            v_hi := p_max;
+        ELSE
+            v_lo := v_m[2]::integer;
+            v_hi := coalesce(v_m[4]::integer, CASE WHEN v_m[6] IS NULL THEN v_lo ELSE p_max END);
+        END IF;
+        v_step := coalesce(v_m[6]::integer, 1);
+        IF v_lo < p_min OR v_hi > p_max OR v_lo > v_hi OR v_step < 1 THEN
+            RETURN NULL;
+        END IF;
+        v_out := v_out || ARRAY(SELECT generate_series(v_lo, v_hi, v_step));
+    END LOOP;
+    RETURN ARRAY(SELECT DISTINCT u FROM unnest(v_out) u ORDER BY u);
+END;
+$$;
+
+-- The first minute strictly after p_after (epoch ms) that a five-field cron expression
+-- (minute hour day-of-month month day-of-week, UTC; day-of-week 0-7 with 0 and 7 Sunday)
+-- matches, in epoch ms. As in cron, when both day fields are restricted a day matching either
+-- is taken. Raises 22023 for a malformed expression or one that matches no day in five years.
+CREATE FUNCTION pgqueue._cron_next(p_cron text, p_after bigint)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_f      text[] := regexp_split_to_array(btrim(p_cron), '\s+');
+    v_min    integer[];
+    v_hour   integer[];
+    v_dom    integer[];
+    v_month  integer[];
+    v_dow    integer[];
+    v_any_dom boolean;
+    v_any_dow boolean;
+    v_t      timestamp := date_trunc('minute', to_timestamp(p_after / 1000.0) AT TIME ZONE 'UTC') + interval '1 minute';
+    v_day    date;
+    v_from   integer;
+    v_h      integer;
+    v_m      integer;
+BEGIN
+    IF cardinality(v_f) <> 5 THEN
+        RAISE EXCEPTION 'invalid cron expression "%": expected 5 fields (minute hour day month weekday)', p_cron
+            USING ERRCODE = '22023', HINT = 'For example ''*/15 * * * *'' (every 15 minutes) or ''0 3 * * 1'' (Mondays 03:00 UTC).';
+    END IF;
+    v_min := pgqueue._cron_field(v_f[1], 0, 59);
+    v_hour := pgqueue._cron_field(v_f[2], 0, 23);
+    v_dom := pgqueue._cron_field(v_f[3], 1, 31);
+    v_month := pgqueue._cron_field(v_f[4], 1, 12);
+    v_dow := pgqueue._cron_field(v_f[5], 0, 7);
+    IF v_min IS NULL OR v_hour IS NULL OR v_dom IS NULL OR v_month IS NULL OR v_dow IS NULL THEN
+        RAISE EXCEPTION 'invalid cron expression "%"', p_cron
+            USING ERRCODE = '22023',
+                  HINT = 'Each field is *, a number, a range a-b, a step */s or a-b/s, or a comma list; minute 0-59, hour 0-23, day 1-31, month 1-12, weekday 0-7.';
+    END IF;
+    IF 7 = ANY (v_dow) THEN
+        v_dow := v_dow || 0;
+    END IF;
+    v_any_dom := v_f[3] LIKE '*%';
+    v_any_dow := v_f[5] LIKE '*%';
+    FOR i IN 0 .. 366 * 5 LOOP
+        v_day := v_t::date + i;
+        CONTINUE WHEN NOT extract(month FROM v_day)::integer = ANY (v_month);
+        CONTINUE WHEN NOT CASE
+            WHEN v_any_dom AND v_any_dow THEN true
+            WHEN v_any_dom THEN extract(dow FROM v_day)::integer = ANY (v_dow)
+            WHEN v_any_dow THEN extract(day FROM v_day)::integer = ANY (v_dom)
+            ELSE extract(day FROM v_day)::integer = ANY (v_dom) OR extract(dow FROM v_day)::integer = ANY (v_dow)
+        END;
+        v_from := CASE WHEN i = 0 THEN extract(hour FROM v_t)::integer * 60 + extract(minute FROM v_t)::integer ELSE 0 END;
+        SELECT h, m INTO v_h, v_m
+          FROM unnest(v_hour) h, unnest(v_min) m
+         WHERE h * 60 + m >= v_from
+         ORDER BY h, m LIMIT 1;
+        IF FOUND THEN
+            RETURN pgqueue.to_epoch((v_day + make_time(v_h, v_m, 0)) AT TIME ZONE 'UTC');
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'cron expression "%" matches no day in five years', p_cron USING ERRCODE = '22023';
+END;
+$$;
+
+-- Create a periodic message: p_content (with p_content_type) is enqueued on p_queue at every slot
+-- of p_every_ms (an interval of at least 1 s, slots counted from p_start_at, default now) or of
+-- p_cron (five fields, UTC; the first slot is the first match after p_start_at). p_missed says
+-- what a scheduler that was down for several slots enqueues: 'latest' one message for them
+-- all (default), 'all' one per slot. Returns the schedule's id.
+-- Raises 22004 (NULL name, queue or content), 22023 (neither or both of p_every_ms and p_cron,
+-- an interval outside 1 s to 100 years, a start outside 1970 to 9999, a bad cron expression, an
+-- unknown p_missed, a name outside 1 to 200 characters), PQ001 / 42602 (queue), 42710 (a
+-- schedule of that name exists).
+CREATE FUNCTION pgqueue.schedule_create(
+    p_name         text,
+    p_queue        text,
+    p_content      bytea,
+    p_every_ms     bigint DEFAULT NULL,
+    p_cron         text   DEFAULT NULL,
+    p_content_type text   DEFAULT NULL,
+    p_missed       text   DEFAULT 'latest',
+    p_start_at     bigint DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue;
+    v_start bigint := coalesce(p_start_at, pgqueue.now_ms());
+    v_id    integer;
+BEGIN
+    IF p_name IS NULL OR p_content IS NULL OR p_missed IS NULL THEN
+        PERFORM pgqueue._not_null(p_name IS NULL, 'schedule name'::text);
+        PERFORM pgqueue._not_null(p_content IS NULL, 'content'::text);
+        PERFORM pgqueue._not_null(p_missed IS NULL, 'p_missed'::text);
+    END IF;
+    v_queue := pgqueue._queue_get(p_queue);
+    IF (p_every_ms IS NULL) = (p_cron IS NULL) THEN
+        RAISE EXCEPTION 'give one of p_every_ms and p_cron'
+            USING ERRCODE = '22023', HINT = 'p_every_ms => 60000 for every minute, or p_cron => ''0 * * * *'' for every hour.';
+    END IF;
+    IF p_every_ms NOT BETWEEN 1000 AND 3153600000000 THEN
+        RAISE EXCEPTION 'p_every_ms must be between 1000 (a second) and 3153600000000 (100 years), got %', p_every_ms
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_start NOT BETWEEN 0 AND 253402300799999 THEN
+        RAISE EXCEPTION 'p_start_at must be between 0 and 253402300799999 (epoch ms, 1970 to 9999), got %', v_start
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_missed NOT IN ('latest', 'all') THEN
+        RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(p_missed)
+            USING ERRCODE = '22023';
+    END IF;
+    IF length(p_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'a schedule name has 1 to 200 characters, got %', length(p_name) USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO pgqueue.schedule (name, queue_id, every_ms, cron, content, content_type, missed, next_run)
+    VALUES (p_name, v_queue.id, p_every_ms, p_cron, p_content, p_content_type, p_missed,
+            CASE WHEN p_cron IS NULL THEN v_start ELSE pgqueue._cron_next(p_cron, v_start - 1) END)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION 'schedule "%" already exists', p_name
+            USING ERRCODE = '42710', HINT = 'Drop it first with pgqueue.schedule_drop(), or choose another name.';
+    END IF;
+    RETURN v_id;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.schedule_create(text, text, bytea, bigint, text, text, text, bigint) IS
+    'Create a periodic message (every p_every_ms, or at each match of the cron expression p_cron, UTC) on a queue; returns its id';
+
+-- Drop a schedule by name; false if there was none. (Dropping a queue drops its schedules.)
+CREATE FUNCTION pgqueue.schedule_drop(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_name IS NULL THEN
+        PERFORM pgqueue._not_null(true, 'schedule name'::text);
+    END IF;
+    DELETE FROM pgqueue.schedule s WHERE s.name = p_name;
+    RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.schedule_drop(text) IS
+    'Drop a schedule by name; false if it did not exist';
+
+-- Every schedule, by name, with its queue and next slot (epoch ms).
+CREATE FUNCTION pgqueue.schedule_list()
+RETURNS TABLE (name text, queue text, every_ms bigint, cron text, content bytea, content_type text,
+               missed text, next_run bigint, created_at timestamptz)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT s.name, q.name, s.every_ms, s.cron, s.content, s.content_type, s.missed, s.next_run, s.created_at
+      FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
+     ORDER BY s.name;
+END;
+
+COMMENT ON FUNCTION pgqueue.schedule_list() IS
+    'Every schedule by name: its queue, interval or cron expression, content, missed-slot policy and next slot (epoch ms)';
+
+-- Enqueue the due slots of every schedule (next_run <= now); returns one row per message
+-- created: the schedule, the message id and the slot (epoch ms) it stands for.
+--
+-- Exactly once per slot, however many schedulers call it at once: each due schedule row is
+-- locked (SKIP LOCKED: a scheduler never waits for another), and its messages and its advanced
+-- next_run commit together; a scheduler that finds the row after that commit re-reads it and
+-- finds it no longer due. Missed slots (no scheduler ran for a while) follow the schedule's
+-- policy: 'latest' enqueues one message for all of them, 'all' one per slot (at most p_limit
+-- per call; the rest on the next call). The next slot is then the first after now.
+CREATE FUNCTION pgqueue.schedule_run(p_limit integer DEFAULT 1000)
+RETURNS TABLE (schedule text, message_id bigint, slot bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now  bigint := pgqueue.now_ms();
+    v_s    record;
+    v_slot bigint;
+    v_next bigint;
+    v_made integer := 0;
+BEGIN
+    IF p_limit IS NULL THEN
+        PERFORM pgqueue._not_null(true, 'p_limit'::text);
+    END IF;
+    IF p_limit < 1 OR p_limit > 100000 THEN
+        RAISE EXCEPTION 'p_limit must be between 1 and 100000, got %', p_limit USING ERRCODE = '22023';
+    END IF;
+    FOR v_s IN
+        SELECT s.id, s.name, q.name AS queue, s.every_ms, s.cron, s.content, s.content_type, s.missed, s.next_run
+          FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
+         WHERE s.next_run <= v_now
+         ORDER BY s.next_run, s.id
+           FOR UPDATE OF s SKIP LOCKED
+    LOOP
+        v_slot := v_s.next_run;
+        LOOP
+            v_next := CASE WHEN v_s.cron IS NULL THEN v_slot + v_s.every_ms ELSE pgqueue._cron_next(v_s.cron, v_slot) END;
+            -- 'latest': skip to the last slot that is due
+            IF v_s.missed = 'latest' AND v_next <= v_now THEN
+                v_slot := CASE WHEN v_s.cron IS NULL
+                               THEN v_slot + (v_now - v_slot) / v_s.every_ms * v_s.every_ms
+                               ELSE v_next END;
+                CONTINUE;
+            END IF;
+            schedule := v_s.name;
+            message_id := pgqueue.message_create(v_s.queue, v_s.content, NULL::bigint, v_s.content_type);
+            slot := v_slot;
+            RETURN NEXT;
+            v_made := v_made + 1;
+            v_slot := v_next;
+            EXIT WHEN v_slot > v_now OR v_made >= p_limit;
+        END LOOP;
+        UPDATE pgqueue.schedule s SET next_run = v_slot WHERE s.id = v_s.id;
+        EXIT WHEN v_made >= p_limit;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.schedule_run(integer) IS
+    'Enqueue the due slots of every schedule, each slot once however many schedulers run (row locks, SKIP LOCKED); returns schedule, message id and slot of each message created';

@@ -53,7 +53,8 @@ import soak
 
 Conn = psycopg.Connection[Any]
 
-DOCUMENTED = {"PQ001", "PQ002", "PQ003", "PQ004", "PQ005", "PQ006", "PQ007", "22004", "22023", "42602"}
+DOCUMENTED = {"PQ001", "PQ002", "PQ003", "PQ004", "PQ005", "PQ006", "PQ007", "22004", "22023", "42602",
+              "42710"}
 
 SCALE = float(os.environ.get("PGQUEUE_FUZZ_EXAMPLES", "1"))
 FUZZ = settings(

@@ -239,6 +239,13 @@ def scenario(conn: Conn) -> Transcript:
     taken = conn.execute("SELECT id, convert_from(content, 'UTF8'), attempts FROM pgqueue.message_dequeue('sec', 10, 0)").fetchall()
     t.steps.append(("delete mode", [(t.rel(i), c, at) for i, c, at in taken]))
     s("stats 3", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()")
+    s("schedule_create", "SELECT pgqueue.schedule_create('sec-tick', 'sec', 'tick'::bytea, 60000, NULL, NULL, 'all', "
+                         "pgqueue.now_ms() - 90000) > 0, pgqueue.schedule_create('sec-cron', 'sec', 'c'::bytea, "
+                         "NULL, '*/5 * * * *') > 0")
+    s("schedule_run", "SELECT schedule, count(*) FROM pgqueue.schedule_run() GROUP BY 1 ORDER BY 1")
+    s("schedule_list", "SELECT name, queue, every_ms, cron, missed FROM pgqueue.schedule_list()")
+    t.clock("schedule next_run", one(conn, "SELECT next_run FROM pgqueue.schedule_list() WHERE name OPERATOR(pg_catalog.=) 'sec-tick'"), 30_000)
+    s("schedule_drop", "SELECT pgqueue.schedule_drop('sec-tick'), pgqueue.schedule_drop('sec-cron')")
     s("queue_alter", "SELECT pgqueue.queue_alter('sec', p_max_size => 1)")
     s("list", "SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify FROM pgqueue.queue_list()")
     try:

@@ -14,3 +14,5 @@ SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_consumer_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_claim', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_claim_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_publish_log', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.schedule_id_seq', '');

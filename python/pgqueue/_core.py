@@ -21,7 +21,16 @@ from psycopg.pq.abc import PGconn
 
 from pgqueue import _sql, codec
 from pgqueue.errors import InvalidArgument, QueueNotFound
-from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats, to_datetime
+from pgqueue.message import (
+    DeadLetter,
+    Message,
+    Pending,
+    QueueSettings,
+    QueueStats,
+    ScheduledMessage,
+    ScheduleEntry,
+    to_datetime,
+)
 
 T = TypeVar("T")
 
@@ -621,3 +630,37 @@ def list_queues() -> Call[list[QueueSettings]]:
 def all_stats() -> Call[list[QueueStats]]:
     """Return the call that counts the messages of every queue, by name."""
     return Call(_sql.ALL_STATS, {}, lambda rows: [stats_from_row(r) for r in rows])
+
+
+def schedule_create(name: str, queue: str, payload: object, *, every: Delay | None = None, cron: str | None = None,
+                    missed: str = "latest", start_at: When | None = None, task: str | None = None) -> Call[int]:
+    """Return the call that creates a periodic message; its result is the schedule's id."""
+    content, content_type = codec.encode(payload)
+    return Call(_sql.SCHEDULE_CREATE, {
+        "name": name, "queue": queue, "content": content, "content_type": codec.with_task(content_type, task),
+        "every_ms": None if every is None else delay_to_ms(every), "cron": cron, "missed": missed,
+        "start_at": None if start_at is None else to_epoch_ms(start_at)}, _int)
+
+
+def schedule_drop(name: str) -> Call[bool]:
+    """Return the call that drops a schedule; False if there was none."""
+    return Call(_sql.SCHEDULE_DROP, {"name": name}, _bool)
+
+
+def schedule_list() -> Call[list[ScheduleEntry]]:
+    """Return the call that lists every schedule, by name."""
+
+    def entry(row: Row) -> ScheduleEntry:
+        content = bytes(row[4])
+        return ScheduleEntry(name=row[0], queue=row[1], every_ms=row[2], cron=row[3],
+                             payload=_payload(content, row[5]), content_type=row[5], missed=row[6],
+                             next_run=to_datetime(int(row[7])), created_at=row[8])
+
+    return Call(_sql.SCHEDULE_LIST, {}, lambda rows: [entry(r) for r in rows])
+
+
+def schedule_run(limit: int = 1000) -> Call[list[ScheduledMessage]]:
+    """Return the call that enqueues the due slots of every schedule; its result is what it enqueued."""
+    check_int("limit", limit, allow_none=False)
+    return Call(_sql.SCHEDULE_RUN, {"limit": limit},
+                lambda rows: [ScheduledMessage(r[0], int(r[1]), to_datetime(int(r[2]))) for r in rows])

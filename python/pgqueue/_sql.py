@@ -62,6 +62,19 @@ FAIL: Final[LiteralString] = (
 REJECT: Final[LiteralString] = (
     "SELECT pgqueue.message_reject(%(id)s::bigint, %(attempts)s::integer, %(error)s::text)")
 
+SCHEDULE_CREATE: Final[LiteralString] = (
+    "SELECT pgqueue.schedule_create(p_name => %(name)s::text, p_queue => %(queue)s::text, "
+    "p_content => %(content)s::bytea, p_every_ms => %(every_ms)s::bigint, p_cron => %(cron)s::text, "
+    "p_content_type => %(content_type)s::text, p_missed => %(missed)s::text, p_start_at => %(start_at)s::bigint)"
+)
+SCHEDULE_DROP: Final[LiteralString] = "SELECT pgqueue.schedule_drop(%(name)s::text)"
+SCHEDULE_LIST: Final[LiteralString] = (
+    "SELECT s.name, s.queue, s.every_ms, s.cron, s.content, s.content_type, s.missed, s.next_run, s.created_at "
+    "FROM pgqueue.schedule_list() AS s"
+)
+SCHEDULE_RUN: Final[LiteralString] = (
+    "SELECT r.schedule, r.message_id, r.slot FROM pgqueue.schedule_run(%(limit)s::integer) AS r")
+
 NEXT_DUE: Final[LiteralString] = "SELECT pgqueue.queue_next_due(%(queue)s::text)"
 
 PEEK: Final[LiteralString] = (

@@ -37,7 +37,7 @@ from pgqueue.errors import (
     QueueExists,
     QueueNotFound,
 )
-from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats, ScheduleEntry
 
 __all__ = ["main"]
 
@@ -242,6 +242,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
                    help="only this dead letter (repeat for more)")
     p.add_argument("--all", action="store_true", help="delete all of the queue's dead letters")
+
+    # schedules
+    p = command("schedule", None, "create, list, drop or run periodic messages (interval or cron, UTC)")
+    sched = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
+    p = command("create", _cmd_schedule_create, "create a periodic message", sched)
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", type=_positive_float, metavar="S", help="every S seconds (at least 1)")
+    when.add_argument("--cron", metavar="EXPR", help="at each match of a five-field cron expression, UTC")
+    p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
+    p.add_argument("--task", metavar="NAME", help="the task the messages name")
+    p.add_argument("--missed", choices=["latest", "all"], default="latest",
+                   help="after downtime, one message for all missed slots (latest, default) or one each (all)")
+    command("list", _cmd_schedule_list, "list the schedules", sched)
+    p = command("drop", _cmd_schedule_drop, "drop a schedule", sched)
+    p.add_argument("name", metavar="NAME")
+    command("run", _cmd_schedule_run, "enqueue the due slots once and print them", sched)
+    p = command("scheduler", _cmd_scheduler, "enqueue the schedules' due slots every second until SIGINT/SIGTERM "
+                "(several may run: each slot is enqueued once)")
+    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+                   help="seconds between runs (default 1)")
 
     # queue management
     p = command("queue", None, "create, alter, drop or list queues")
@@ -682,6 +705,77 @@ def _cmd_dead_purge(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         n = Queue(conn, args.queue).purge_dead(args.ids or None)
     print(f"purged {n} dead letter(s) from queue {args.queue}")
+    return 0
+
+
+def _cmd_schedule_create(args: argparse.Namespace) -> int:
+    from pgqueue.schedules import create_schedule
+
+    payload: object = args.payload
+    if args.json:
+        try:
+            payload = json.loads(args.payload)
+        except ValueError as exc:
+            raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
+    with connect(resolve_dsn(args)) as conn:
+        create_schedule(conn, args.name, args.queue, payload, every=args.every, cron=args.cron,
+                        missed=args.missed, task=args.task)
+        print(schedules_table([s for s in _schedules(conn) if s.name == args.name]))
+    return 0
+
+
+def _schedules(conn: psycopg.Connection[Any]) -> list[ScheduleEntry]:
+    from pgqueue.schedules import list_schedules
+
+    return list_schedules(conn)
+
+
+def schedules_table(entries: Sequence[ScheduleEntry]) -> str:
+    """Return schedules as an aligned table."""
+    rows = [(e.name, e.queue, e.cron or f"every {format_ms(e.every_ms)}", e.missed, e.next_run.astimezone(),
+             _preview(e.payload)) for e in entries]
+    return format_table(["schedule", "queue", "when", "missed", "next", "payload"], rows)
+
+
+def _cmd_schedule_list(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        entries = _schedules(conn)
+    print(schedules_table(entries) if entries else "no schedules")
+    return 0
+
+
+def _cmd_schedule_drop(args: argparse.Namespace) -> int:
+    from pgqueue.schedules import drop_schedule
+
+    with connect(resolve_dsn(args)) as conn:
+        if not drop_schedule(conn, args.name):
+            raise UserError(f'schedule "{args.name}" does not exist (see `pgqueue schedule list`)')
+    print(f"dropped schedule {args.name}")
+    return 0
+
+
+def _cmd_schedule_run(args: argparse.Namespace) -> int:
+    from pgqueue.schedules import run_schedules
+
+    with connect(resolve_dsn(args)) as conn:
+        done = run_schedules(conn)
+    for m in done:
+        print(json.dumps({"schedule": m.schedule, "message_id": m.message_id, "slot": m.slot.isoformat()}))
+    print(f"enqueued {len(done)} message(s)", file=sys.stderr)
+    return 0
+
+
+def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from pgqueue.schedules import Scheduler
+
+    dsn = resolve_dsn(args)
+    with connect(dsn):
+        pass  # fail fast: unreachable database, pgqueue missing or of another version
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s pgqueue[%(process)d] %(levelname)s %(message)s")
+    scheduler = Scheduler(dsn, interval=args.interval)
+    scheduler.run()
+    print(f"scheduler stopped: enqueued {scheduler.enqueued} message(s)", file=sys.stderr)
     return 0
 
 

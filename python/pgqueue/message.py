@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 from pgqueue.codec import task_of
 
-__all__ = ["Message", "Pending", "QueueStats", "QueueSettings", "DeadLetter", "to_datetime"]
+__all__ = ["Message", "Pending", "QueueStats", "QueueSettings", "DeadLetter", "ScheduleEntry", "ScheduledMessage",
+           "to_datetime"]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -189,3 +190,39 @@ class DeadLetter:
     last_error: str | None
     created_at: datetime
     dead_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleEntry:
+    """A periodic message, as ``pgqueue.schedule_list()`` reports it.
+
+    Attributes:
+        name: the schedule's name.
+        queue: the queue it enqueues on.
+        every_ms: its interval (ms), or None for a cron schedule.
+        cron: its cron expression (UTC), or None for an interval.
+        payload: the decoded payload it enqueues.
+        content_type: how the payload is encoded.
+        missed: what a late scheduler enqueues for missed slots: ``latest`` or ``all``.
+        next_run: the next slot not yet enqueued (aware UTC datetime).
+        created_at: when it was created.
+    """
+
+    name: str
+    queue: str
+    every_ms: int | None
+    cron: str | None
+    payload: object
+    content_type: str | None
+    missed: str
+    next_run: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledMessage:
+    """A message a scheduler enqueued: which schedule, its id, and the slot it stands for."""
+
+    schedule: str
+    message_id: int
+    slot: datetime

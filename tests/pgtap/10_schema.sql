@@ -8,9 +8,10 @@ SELECT plan(38);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
-                                   'spark_publish_log', 'spark_staging'], 'the tables of schema pgqueue');
+                                   'spark_publish_log', 'spark_staging', 'schedule'], 'the tables of schema pgqueue');
 SELECT views_are('pgqueue', ARRAY['dead_letters'], 'the views of schema pgqueue');
-SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_claim_id_seq', 'spark_consumer_id_seq']
+SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_claim_id_seq', 'spark_consumer_id_seq',
+                                      'schedule_id_seq']
                                 || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g),
                      'the sequences of schema pgqueue: ids, and the 64 lock stripes queue_lock_0..63');
 SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
@@ -18,7 +19,8 @@ SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
               ARRAY['dead_letter_pkey', 'dead_letter_queue_idx', 'message_claim_idx', 'message_leased_idx',
                     'message_pkey', 'message_ready_idx', 'queue_name_key', 'queue_pkey', 'queue_size_pkey',
                     'spark_claim_consumer_seq_key', 'spark_claim_pkey', 'spark_consumer_pkey',
-                    'spark_consumer_queue_name_key', 'spark_publish_log_pkey', 'spark_staging_pkey'],
+                    'spark_consumer_queue_name_key', 'spark_publish_log_pkey', 'spark_staging_pkey',
+                    'schedule_pkey', 'schedule_name_key', 'schedule_next_run_idx', 'schedule_queue_idx'],
               'the indexes of schema pgqueue');
 SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text FROM pg_constraint
                   WHERE connamespace = 'pgqueue'::regnamespace $$,
@@ -35,7 +37,11 @@ SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text F
                         ('pgqueue.spark_consumer', 'spark_consumer_seq_check', 'c'),
                         ('pgqueue.spark_publish_log', 'spark_publish_log_key_check', 'c'),
                         ('pgqueue.spark_publish_log', 'spark_publish_log_pkey', 'p'),
-                        ('pgqueue.spark_staging', 'spark_staging_pkey', 'p') $$,
+                        ('pgqueue.spark_staging', 'spark_staging_pkey', 'p'),
+                        ('pgqueue.schedule', 'schedule_pkey', 'p'), ('pgqueue.schedule', 'schedule_name_key', 'u'),
+                        ('pgqueue.schedule', 'schedule_queue_fkey', 'f'), ('pgqueue.schedule', 'schedule_kind_check', 'c'),
+                        ('pgqueue.schedule', 'schedule_every_check', 'c'),
+                        ('pgqueue.schedule', 'schedule_missed_check', 'c') $$,
               'the named constraints (relation, name, kind)');
 SELECT col_is_pk('pgqueue', 'message', 'id', 'message.id is the primary key');
 SELECT col_type_is('pgqueue', 'message', 'dequeue_at', 'bigint', 'dequeue_at is epoch ms (bigint)');
@@ -64,7 +70,8 @@ SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'pgqueue'), f
 SELECT set_eq($$ SELECT unnest(extconfig)::regclass::text FROM pg_extension WHERE extname = 'pgqueue' $$,
               ARRAY['pgqueue.queue', 'pgqueue.queue_id_seq', 'pgqueue.message', 'pgqueue.message_id_seq',
                     'pgqueue.dead_letter', 'pgqueue.spark_claim', 'pgqueue.spark_claim_id_seq',
-                    'pgqueue.spark_consumer', 'pgqueue.spark_consumer_id_seq', 'pgqueue.spark_publish_log'],
+                    'pgqueue.spark_consumer', 'pgqueue.spark_consumer_id_seq', 'pgqueue.spark_publish_log',
+                    'pgqueue.schedule', 'pgqueue.schedule_id_seq'],
               'pg_dump keeps (pg_extension_config_dump) the data tables and their sequences, not the derived '
               'queue_size (recounted on demand) nor spark_staging');
 
@@ -96,6 +103,10 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.queue_list()', 's', false),
                         ('pgqueue.queue_next_due(text)', 's', false),
                         ('pgqueue.queue_stats(text)', 's', false),
+                        ('pgqueue.schedule_create(text,text,bytea,bigint,text,text,text,bigint)', 'v', false),
+                        ('pgqueue.schedule_drop(text)', 'v', false),
+                        ('pgqueue.schedule_list()', 's', false),
+                        ('pgqueue.schedule_run(integer)', 'v', false),
                         ('pgqueue.spark_ack(text,text,bigint)', 'v', false),
                         ('pgqueue.spark_claim(text,text,integer,bigint)', 'v', false),
                         ('pgqueue.spark_claimed(text,text,bigint,bigint,bigint,bigint)', 's', false),
@@ -155,7 +166,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
                     'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue.from_epoch(bigint)',
                     'pgqueue.message_create(bytea)', 'pgqueue.message_create_text(text,text,bigint,text)',
-                    'pgqueue.now_ms()', 'pgqueue.queue_list()',
+                    'pgqueue.now_ms()', 'pgqueue.queue_list()', 'pgqueue.schedule_list()',
                     'pgqueue.spark_claims(text,text,bigint,bigint)', 'pgqueue.spark_pending_seq(text,text)',
                     'pgqueue.to_epoch(timestamp with time zone)'],
               'the functions with a SQL-standard body (no SET clause, so the planner can inline them)');

@@ -1,0 +1,32 @@
+CREATE SEQUENCE pgqueue.schedule_id_seq AS integer;
+
+-- Periodic messages: each row enqueues its content on its queue at every slot of its interval
+-- or cron expression (UTC). pgqueue.schedule_run() enqueues the due slots; next_run is the next
+-- slot not yet enqueued, advanced in the transaction that enqueues, under the row's lock, so a
+-- slot is enqueued once however many schedulers run (docs: README "Periodic jobs").
+CREATE TABLE pgqueue.schedule (
+    id           integer     NOT NULL DEFAULT pg_catalog.nextval('pgqueue.schedule_id_seq'),
+    name         text        NOT NULL,
+    queue_id     integer     NOT NULL,
+    every_ms     bigint,
+    cron         text,
+    content      bytea       NOT NULL,
+    content_type text,
+    missed       text        NOT NULL DEFAULT 'latest',
+    next_run     bigint      NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT schedule_pkey PRIMARY KEY (id),
+    CONSTRAINT schedule_name_key UNIQUE (name),
+    CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id) REFERENCES pgqueue.queue (id) ON DELETE CASCADE,
+    CONSTRAINT schedule_kind_check CHECK ((every_ms IS NULL) <> (cron IS NULL)),
+    CONSTRAINT schedule_every_check CHECK (every_ms IS NULL OR every_ms >= 1000),
+    CONSTRAINT schedule_missed_check CHECK (missed IN ('latest', 'all'))
+);
+ALTER SEQUENCE pgqueue.schedule_id_seq OWNED BY pgqueue.schedule.id;
+-- Due schedules by next_run; and the foreign key's lookups when a queue is dropped.
+CREATE INDEX schedule_next_run_idx ON pgqueue.schedule (next_run);
+CREATE INDEX schedule_queue_idx ON pgqueue.schedule (queue_id);
+
+COMMENT ON TABLE pgqueue.schedule IS 'pgqueue: periodic messages (interval or cron, UTC); change them with schedule_create/schedule_drop, enqueue due slots with schedule_run';
+COMMENT ON COLUMN pgqueue.schedule.next_run IS 'epoch ms of the next slot not yet enqueued';
+COMMENT ON COLUMN pgqueue.schedule.missed IS 'slots missed while no scheduler ran: latest = one message for them all, all = one per slot';

@@ -1,0 +1,119 @@
+"""Periodic messages kept in the database: create, list, drop and run schedules.
+
+A schedule enqueues its payload on its queue at every slot of an interval or of a cron
+expression (five fields, UTC). :func:`run_schedules` (SQL ``pgqueue.schedule_run()``) enqueues
+the slots that are due, each exactly once however many schedulers call it at once; run it
+every second or so from one or more processes (``pgqueue scheduler``, :class:`Scheduler`), or
+from pg_cron::
+
+    SELECT cron.schedule('pgqueue-schedules', '10 seconds', 'SELECT pgqueue.schedule_run()');
+
+Missed slots (no scheduler ran for a while) follow the schedule's ``missed`` policy: ``latest``
+enqueues one message for all of them, ``all`` one per slot. Example::
+
+    create_schedule(conn, "nightly-report", "reports", {"kind": "daily"}, cron="0 3 * * *")
+    create_schedule(conn, "heartbeat", "ops", "ping", every=timedelta(minutes=1))
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from pgqueue import _core
+from pgqueue._core import Delay, When
+from pgqueue.client import ConnectionSource, _run_once
+from pgqueue.errors import PgQueueError
+from pgqueue.message import ScheduledMessage, ScheduleEntry
+
+__all__ = ["Scheduler", "create_schedule", "drop_schedule", "list_schedules", "run_schedules"]
+
+log = logging.getLogger("pgqueue.scheduler")
+
+
+def create_schedule(conn: ConnectionSource, name: str, queue: str, payload: object, *, every: Delay | None = None,
+                    cron: str | None = None, missed: str = "latest", start_at: When | None = None,
+                    task: str | None = None) -> int:
+    """Create a periodic message and return the schedule's id.
+
+    Parameters:
+        conn: a connection string (opened and closed here), a connection or a pool.
+        name: the schedule's name (unique, 1 to 200 characters).
+        queue: the queue to enqueue on.
+        payload: what to enqueue each time (encoded as by ``Queue.enqueue``).
+        every: an interval (``timedelta`` or seconds, at least 1 s); slots count from ``start_at``.
+        cron: a five-field cron expression in UTC (``"*/15 * * * *"``); give ``every`` or ``cron``.
+        missed: ``"latest"`` (one message for all missed slots) or ``"all"`` (one per slot).
+        start_at: the first slot (interval) or the time after which the first match is taken
+            (cron); default now.
+        task: the task the messages name (see :class:`pgqueue.Tasks`).
+
+    Raises:
+        QueueNotFound, InvalidArgument (a bad interval, cron expression or policy),
+        PgQueueError with SQLSTATE 42710 (a schedule of that name exists).
+    """
+    return _run_once(conn, _core.schedule_create(name, queue, payload, every=every, cron=cron, missed=missed,
+                                                 start_at=start_at, task=task))
+
+
+def drop_schedule(conn: ConnectionSource, name: str) -> bool:
+    """Drop a schedule; False if there was none."""
+    return _run_once(conn, _core.schedule_drop(name))
+
+
+def list_schedules(conn: ConnectionSource) -> list[ScheduleEntry]:
+    """Return every schedule, by name."""
+    return _run_once(conn, _core.schedule_list())
+
+
+def run_schedules(conn: ConnectionSource, limit: int = 1000) -> list[ScheduledMessage]:
+    """Enqueue the due slots of every schedule (each once, whoever else runs them); return them."""
+    return _run_once(conn, _core.schedule_run(limit))
+
+
+class Scheduler:
+    """Run :func:`run_schedules` every ``interval`` seconds until :meth:`stop` (or SIGINT/SIGTERM
+    when :meth:`run` is on the main thread; the previous handlers come back when it returns).
+
+    Several schedulers may run against one database: each slot is still enqueued once.
+    """
+
+    def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0, got {interval}")
+        self._dsn = dsn
+        self._interval = interval
+        self._handle_signals = handle_signals
+        self._stop = threading.Event()
+        self.enqueued = 0
+
+    def stop(self) -> None:
+        """Stop after the run in progress (thread-safe)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Run the schedules until stopped; database errors are logged and retried."""
+        saved: dict[signal.Signals, Any] = {}
+        if self._handle_signals and threading.current_thread() is threading.main_thread():
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                self._stop.set()
+
+            saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while not self._stop.is_set():
+                try:
+                    done = run_schedules(self._dsn)
+                except PgQueueError as exc:
+                    log.warning("running the schedules failed: %s; retrying", exc)
+                else:
+                    self.enqueued += len(done)
+                    for m in done:
+                        log.info("schedule %s: message %d for %s", m.schedule, m.message_id, m.slot.isoformat())
+                self._stop.wait(self._interval)
+        finally:
+            for sig, previous in saved.items():
+                signal.signal(sig, previous)

@@ -1,0 +1,73 @@
+-- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
+-- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
+BEGIN;
+SELECT plan(43);
+
+-- _cron_next: the first matching minute strictly after a time (UTC)
+CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
+INSERT INTO cron_case VALUES
+    ('* * * * *',       '2026-01-01 10:00:00+00', '2026-01-01 10:01:00+00'),
+    ('* * * * *',       '2026-01-01 10:00:30+00', '2026-01-01 10:01:00+00'),
+    ('*/15 * * * *',    '2026-01-01 10:07:00+00', '2026-01-01 10:15:00+00'),
+    ('0 3 * * *',       '2026-01-01 03:00:00+00', '2026-01-02 03:00:00+00'),
+    ('30 23 31 12 *',   '2026-01-01 00:00:00+00', '2026-12-31 23:30:00+00'),
+    ('0 0 29 2 *',      '2026-03-01 00:00:00+00', '2028-02-29 00:00:00+00'),
+    ('0 9 * * 1',       '2026-01-01 00:00:00+00', '2026-01-05 09:00:00+00'),    -- 2026-01-01 is a Thursday
+    ('0 9 * * 7',       '2026-01-01 00:00:00+00', '2026-01-04 09:00:00+00'),    -- 7 is Sunday too
+    ('0 9 1 * 1',       '2026-01-01 10:00:00+00', '2026-01-05 09:00:00+00'),    -- day 1 OR Monday
+    ('5,10-12/2 8-9 * * *', '2026-01-01 08:11:00+00', '2026-01-01 08:12:00+00'),
+    ('5,10-12/2 8-9 * * *', '2026-01-01 09:12:00+00', '2026-01-02 08:05:00+00'),
+    ('0 0 1 */6 *',     '2026-02-01 00:00:00+00', '2026-07-01 00:00:00+00');
+SELECT is(pgqueue.from_epoch(pgqueue._cron_next(expr, pgqueue.to_epoch(after))), want, expr || ' after ' || after)
+  FROM cron_case ORDER BY expr, after;
+SELECT throws_ok($$SELECT pgqueue._cron_next('* * * *', 0)$$, '22023', NULL, 'four fields');
+SELECT throws_ok($$SELECT pgqueue._cron_next('60 * * * *', 0)$$, '22023', NULL, 'minute 60');
+SELECT throws_ok($$SELECT pgqueue._cron_next('* * 0 * *', 0)$$, '22023', NULL, 'day 0');
+SELECT throws_ok($$SELECT pgqueue._cron_next('* * 31 2 *', 0)$$, '22023', NULL, 'February 31st never comes');
+SELECT throws_ok($$SELECT pgqueue._cron_next('*/0 * * * *', 0)$$, '22023', NULL, 'step 0');
+
+-- schedule_run: slots from next_run up to now, each once
+SELECT pgqueue.queue_create('s');
+SELECT ok(pgqueue.schedule_create('tick', 's', 'tick', p_every_ms => 60000, p_missed => 'all',
+                                  p_start_at => pgqueue.now_ms() - 150000) > 0, 'an interval schedule, 2.5 minutes late');
+SELECT ok(pgqueue.schedule_create('once', 's', 'late', p_every_ms => 60000,
+                                  p_start_at => pgqueue.now_ms() - 150000) > 0, 'the same, missed = latest');
+SELECT ok(pgqueue.schedule_create('nightly', 's', '{}', p_cron => '0 3 * * *', p_content_type => 'application/json') > 0,
+          'a cron schedule');
+CREATE TEMP TABLE ran AS SELECT * FROM pgqueue.schedule_run();
+SELECT is((SELECT count(*) FROM ran WHERE schedule = 'tick'), 3::bigint, 'all: the three missed slots');
+SELECT is((SELECT array_agg(slot - (SELECT min(slot) FROM ran WHERE schedule = 'tick') ORDER BY slot) FROM ran WHERE schedule = 'tick'),
+          ARRAY[0, 60000, 120000]::bigint[], 'all: one message per slot');
+SELECT is((SELECT count(*) FROM ran WHERE schedule = 'once'), 1::bigint, 'latest: one message for the missed slots');
+SELECT is((SELECT count(*) FROM ran WHERE schedule = 'nightly'), 0::bigint, 'a cron schedule not yet due');
+SELECT is((SELECT count(*) FROM pgqueue.message m JOIN ran ON ran.message_id = m.id WHERE m.content IN ('tick', 'late')),
+          4::bigint, 'the messages are on the queue');
+SELECT is((SELECT count(*) FROM pgqueue.schedule_run()), 0::bigint, 'a second run: nothing is due');
+SELECT ok((SELECT bool_and(next_run > pgqueue.now_ms()) FROM pgqueue.schedule_list()), 'every next slot is in the future');
+SELECT is((SELECT next_run - (SELECT max(slot) FROM ran WHERE schedule = 'tick') FROM pgqueue.schedule_list() WHERE name = 'tick'),
+          60000::bigint, 'the next slot follows the last one');
+SELECT is((SELECT array_agg(name ORDER BY name) FROM pgqueue.schedule_list()), ARRAY['nightly', 'once', 'tick'], 'list: by name');
+SELECT is((SELECT row(queue, cron, content_type, missed)::text FROM pgqueue.schedule_list() WHERE name = 'nightly'),
+          row('s', '0 3 * * *', 'application/json', 'latest')::text, 'list: the settings');
+
+-- drop; a dropped queue takes its schedules along
+SELECT is(pgqueue.schedule_drop('once'), true, 'drop');
+SELECT is(pgqueue.schedule_drop('once'), false, 'drop again: false');
+SELECT pgqueue.queue_drop('s');
+SELECT is((SELECT count(*) FROM pgqueue.schedule), 0::bigint, 'queue_drop drops its schedules');
+
+-- errors
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'nope', 'c', 1000)$$, 'PQ001', NULL, 'unknown queue');
+SELECT throws_ok($$SELECT pgqueue.schedule_create(NULL, 'default', 'c', 1000)$$, '22004', NULL, 'NULL name');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', NULL, 1000)$$, '22004', NULL, 'NULL content');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c')$$, '22023', 'give one of p_every_ms and p_cron', 'neither');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, '* * * * *')$$, '22023', NULL, 'both');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 999)$$, '22023', NULL, 'under a second');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', p_cron => 'every minute')$$, '22023', NULL, 'bad cron');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, p_missed => 'some')$$, '22023', NULL, 'bad policy');
+SELECT pgqueue.schedule_create('dup', 'default', 'c', 1000);
+SELECT throws_ok($$SELECT pgqueue.schedule_create('dup', 'default', 'c', 1000)$$, '42710', 'schedule "dup" already exists', 'duplicate');
+SELECT throws_ok($$SELECT pgqueue.schedule_run(0)$$, '22023', NULL, 'run: limit 0');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,145 @@
+"""Periodic schedules (issue 16) through the client and the command line: two schedulers racing
+for the same slots enqueue each slot exactly once (merged from what each saw and checked
+against the queue); the missed-slot policies after downtime; list and drop; `pgqueue schedule`
+and a `pgqueue scheduler` process stopped by SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import Queue, errors
+from pgqueue.cli import main
+from pgqueue.message import ScheduledMessage
+from pgqueue.schedules import create_schedule, drop_schedule, list_schedules, run_schedules
+from test_privileges import Roles, denied, run
+from test_privileges import roles as roles_fixture  # noqa: F401  (a fixture, used by name)
+
+PGQUEUE = Path(sys.executable).with_name("pgqueue")
+
+
+def test_two_schedulers_racing_enqueue_each_slot_once(dsn: str) -> None:
+    Queue(dsn, "ticks").create()
+    start = datetime.now(timezone.utc) - timedelta(seconds=120)
+    # 121 slots due at once (missed = all), and one more every second while they race
+    create_schedule(dsn, "tick", "ticks", "t", every=1, missed="all", start_at=start)
+    barrier = threading.Barrier(2)
+    seen: list[list[ScheduledMessage]] = [[], []]
+    stop = time.monotonic() + 2.5
+
+    def scheduler(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while time.monotonic() < stop:
+                barrier.wait(5)  # both call schedule_run at the same instant, again and again
+                seen[i].extend(run_schedules(conn, limit=7))
+
+    threads = [threading.Thread(target=scheduler, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    merged = seen[0] + seen[1]
+    slots = sorted(m.slot for m in merged)
+    assert len(slots) == len(set(slots)), "a slot was enqueued twice"
+    assert all(b - a == timedelta(seconds=1) for a, b in zip(slots, slots[1:])), "a slot was skipped"
+    assert slots[0] == start.replace(microsecond=start.microsecond // 1000 * 1000)
+    assert len(slots) >= 121 + 2
+    assert seen[0] and seen[1], "premise: both schedulers enqueued some slots"
+    with psycopg.connect(dsn) as conn:
+        ids = {r[0] for r in conn.execute("SELECT id FROM pgqueue.message")}
+    assert ids == {m.message_id for m in merged}  # nothing enqueued that no scheduler reported
+    [entry] = list_schedules(dsn)
+    assert entry.next_run == slots[-1] + timedelta(seconds=1)
+
+
+def test_missed_slots_policies_and_list_and_drop(dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    create_schedule(dsn, "latest", "jobs", {"kind": "latest"}, every=timedelta(minutes=10), start_at=an_hour_ago)
+    create_schedule(dsn, "all", "jobs", {"kind": "all"}, every=600, missed="all", start_at=an_hour_ago,
+                    task="report")
+    create_schedule(dsn, "cron", "jobs", "c", cron="0 3 * * *")
+    done = run_schedules(dsn)
+    assert sorted(m.schedule for m in done) == ["all"] * 7 + ["latest"]  # 6 missed slots + the one due now
+    payloads = sorted(json.dumps(p.payload) for p in queue.peek(20))
+    assert payloads == sorted([json.dumps({"kind": "all"})] * 7 + [json.dumps({"kind": "latest"})])
+    assert {p.task for p in queue.peek(20)} == {"report", None}
+    assert run_schedules(dsn) == []
+    entries = {e.name: e for e in list_schedules(dsn)}
+    assert list(entries) == ["all", "cron", "latest"]
+    assert entries["cron"].cron == "0 3 * * *" and entries["cron"].next_run.hour == 3
+    assert entries["all"].every_ms == 600000 and entries["all"].next_run > datetime.now(timezone.utc)
+    assert drop_schedule(dsn, "cron") and not drop_schedule(dsn, "cron")
+    with pytest.raises(errors.PgQueueError) as info:
+        create_schedule(dsn, "all", "jobs", 1, every=60)
+    assert info.value.sqlstate == "42710"
+    with pytest.raises(errors.InvalidArgument):
+        create_schedule(dsn, "bad", "jobs", 1, cron="61 * * * *")
+    with pytest.raises(errors.QueueNotFound):
+        create_schedule(dsn, "bad", "nope", 1, every=60)
+    queue.close()
+
+
+def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    Queue(dsn, "jobs").create()
+    assert main(["schedule", "create", "ping", "jobs", '{"p": 1}', "--json", "--every", "1", "--dsn", dsn]) == 0
+    out, _ = capsys.readouterr()
+    assert "ping" in out and "every 1.0 s" in out
+    assert main(["schedule", "create", "ping", "jobs", "x", "--every", "1", "--dsn", dsn]) == 1
+    _, err = capsys.readouterr()
+    assert 'schedule "ping" already exists' in err and len(err.strip().splitlines()) == 1
+    assert main(["schedule", "create", "bad", "jobs", "x", "--cron", "* * *", "--dsn", dsn]) == 1
+    _, err = capsys.readouterr()
+    assert "invalid cron expression" in err and "Traceback" not in err
+    assert main(["schedule", "list", "--dsn", dsn]) == 0
+    out, _ = capsys.readouterr()
+    assert out.splitlines()[2].startswith("ping ")
+
+    proc = subprocess.Popen([str(PGQUEUE), "scheduler", "--interval", "0.2", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    queue = Queue(dsn, "jobs")
+    try:
+        deadline = time.monotonic() + 15
+        while queue.stats().ready == 0:  # the first run (the process takes a moment to start)
+            assert time.monotonic() < deadline, "the scheduler enqueued nothing"
+            time.sleep(0.05)
+        first = queue.stats().ready
+        time.sleep(2.2)  # two more slots, one a second
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    n = queue.stats().ready
+    assert first + 1 <= n <= first + 3, (first, n)
+    queue.close()
+    assert f"enqueued {n} message(s)" in err
+    assert main(["schedule", "drop", "ping", "--dsn", dsn]) == 0
+    assert main(["schedule", "drop", "ping", "--dsn", dsn]) == 1
+    capsys.readouterr()
+
+
+def test_producers_run_schedules_admins_create_them(request: pytest.FixtureRequest) -> None:
+    """docs/grants.sql: a producer may run the schedules (a scheduler process), not create or drop them."""
+    roles: Roles = request.getfixturevalue("roles_fixture")
+    a, p, c = roles.dsn(roles.admin), roles.dsn(roles.producer), roles.dsn(roles.consumer)
+    assert run(a, "SELECT pgqueue.schedule_create('tick', 'jobs', 'x', 60000, p_start_at => pgqueue.now_ms()) > 0") \
+        == [(True,)]
+    assert run(p, "SELECT count(*) FROM pgqueue.schedule_run()") == [(1,)]
+    denied(p, "SELECT pgqueue.schedule_create('mine', 'jobs', 'x', 60000)")
+    denied(p, "SELECT pgqueue.schedule_drop('tick')")
+    denied(c, "SELECT * FROM pgqueue.schedule_run()")
+    assert run(a, "SELECT pgqueue.schedule_drop('tick')") == [(True,)]
