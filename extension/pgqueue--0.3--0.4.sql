@@ -18,12 +18,13 @@
 --   * message_dequeue no longer counts rows it locked itself twice after dead-lettering; its
 --     probe is pgqueue._message_take, which spark_claim now shares (one probe for both).
 --   * pgqueue._not_null takes (boolean, text): exact argument types at every call.
---   * Held snapshots: while probes from the bottom are slow, message_dequeue's ready probe starts
---     at a per-session hint (pgqueue._message_take; docs/performance.md). The default dequeue_at
+--   * Held snapshots: message_dequeue's ready and expired-lease probes start at per-session
+--     hints (pgqueue._message_take; docs/performance.md). The default dequeue_at
 --     is the clock read after the writer's xid (pgqueue._write_clock), and placements below the
 --     clock advance the queue's lock stripe (trigger message_placed_low).
 --   * New: message_complete_batch(ids, attempts) completes many leased messages in one call and
---     returns the ids whose token was stale.
+--     returns the ids whose token was stale; message_complete_and_dequeue(ids, attempts, queue,
+--     limit, lock_ms) acknowledges and fetches in one call.
 --   * A Spark consumer's hold is a session advisory lock on a random key recorded with the
 --     holder's pid (spark_consumer.holder_pid, holder_key), no longer on (1885827447, id),
 --     which any role could take first.
@@ -671,7 +672,8 @@ COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, big
 -- message was handed out again, or it is gone) changes nothing for that message and its id comes
 -- back in the result, in input order. An id listed twice is completed at most once. The queues'
 -- lock stripes are taken first, in queue order, then the rows (docs/locking.md). Errors: 22004
--- (NULL array or element), 22023 (arrays of different lengths, more than 10000 ids).
+-- (NULL array or element), 22023 (arrays of different lengths or of two dimensions, more than
+-- 10000 ids).
 CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts integer[])
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
@@ -683,6 +685,10 @@ BEGIN
     IF p_ids IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
         PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts tokens'::text);
+    END IF;
+    IF array_ndims(p_ids) > 1 OR array_ndims(p_attempts) > 1 THEN
+        RAISE EXCEPTION 'message ids and attempts tokens must be one-dimensional arrays'
+            USING ERRCODE = '22023';
     END IF;
     IF cardinality(p_ids) <> cardinality(p_attempts) THEN
         RAISE EXCEPTION 'p_ids has % element(s) but p_attempts has %', cardinality(p_ids), cardinality(p_attempts)
@@ -714,6 +720,47 @@ $$;
 
 COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
     'Complete (delete) many leased messages, each with its attempts token; returns the ids whose token was stale (those changed nothing)';
+
+-- Acknowledge and fetch in one call and one transaction: hand out up to p_limit messages of
+-- p_queue exactly as message_dequeue(p_queue, p_limit, p_lock_ms) does, and complete the caller's
+-- finished messages p_ids, each with its attempts token p_attempts, exactly as
+-- message_complete_batch(p_ids, p_attempts) does. A worker in lease mode so pays one
+-- transaction per message instead of two.
+--
+-- Rows: the messages handed out (stale = false), then one row per acknowledgement whose token
+-- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
+-- stale acknowledgement changes nothing for its message. The take runs first, so that the
+-- session hints of pgqueue._message_take advance (they need the take to assign this
+-- transaction's xid); a lease that ran out before its acknowledgement may so be handed out again
+-- by this very call, as by any other call, and its acknowledgement comes back stale. Errors are
+-- those of the two functions; an error leaves nothing done (one statement).
+CREATE FUNCTION pgqueue.message_complete_and_dequeue(
+    p_ids      bigint[],
+    p_attempts integer[],
+    p_queue    text    DEFAULT 'default',
+    p_limit    integer DEFAULT 1,
+    p_lock_ms  bigint  DEFAULT NULL)
+RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,
+               content_type text, created_at bigint, locked_until bigint, stale boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
+           d.locked_until, false
+      FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
+    RETURN QUERY
+    SELECT s.id, NULL::bytea, p_attempts[array_position(p_ids, s.id)], NULL::bigint, NULL::bytea,
+           NULL::text, NULL::bigint, NULL::bigint, true
+      FROM unnest(pgqueue.message_complete_batch(p_ids, p_attempts)) WITH ORDINALITY AS s(id, n)
+     ORDER BY s.n;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_complete_and_dequeue(bigint[], integer[], text, integer, bigint) IS
+    'Complete the finished messages p_ids (each with its attempts token) and hand out up to p_limit new ones in one call; rows with stale = true report acknowledgements whose token was stale';
 
 -- Whether a Spark consumer is held: its recorded holder session still holds the session-level
 -- advisory lock whose random key spark_consumer_open recorded with it (docs/locking.md). A lock

@@ -125,5 +125,15 @@ SELECT pgqueue.message_complete_batch('{}', '{}') AS empty_batch;
 SELECT pgqueue.message_complete_batch(ARRAY[(SELECT min(id) + 1 FROM batch)], ARRAY[2]) AS new_holder_completes;
 DROP TABLE batch;
 
+-- Acknowledge and fetch in one call: the finished message is completed and the next one handed
+-- out; a stale acknowledgement comes back as a row with stale = true (id and the token given).
+SELECT count(*) AS created FROM pgqueue.message_create_batch('qlease', ARRAY['f1', 'f2', 'f3']::bytea[]);
+SELECT id AS f1, attempts AS f1_token FROM pgqueue.message_dequeue('qlease') \gset
+SELECT convert_from(content, 'UTF8') AS content, attempts, stale
+  FROM pgqueue.message_complete_and_dequeue(ARRAY[:f1], ARRAY[:f1_token], 'qlease', 1);
+SELECT count(*) AS f1_left FROM pgqueue.message WHERE id = :f1;
+SELECT coalesce(convert_from(content, 'UTF8'), '(stale)') AS content, attempts, stale, id = :f1 AS is_f1
+  FROM pgqueue.message_complete_and_dequeue(ARRAY[:f1], ARRAY[:f1_token], 'qlease', 5, 0);
+
 SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qlease');
 SELECT pgqueue.queue_drop('qlease');

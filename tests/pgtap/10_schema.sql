@@ -83,6 +83,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.from_epoch(bigint)', 'i', true),
                         ('pgqueue.message_complete(bigint,integer)', 'v', false),
                         ('pgqueue.message_complete_batch(bigint[],integer[])', 'v', false),
+                        ('pgqueue.message_complete_and_dequeue(bigint[],integer[],text,integer,bigint)', 'v', false),
                         ('pgqueue.message_create(bytea)', 'v', false),
                         ('pgqueue.message_create(text,bytea,bigint,text)', 'v', false),
                         ('pgqueue.message_create_batch(text,bytea[],bigint,text,bigint[],text[])', 'v', false),

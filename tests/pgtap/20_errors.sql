@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(290);
+SELECT plan(299);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -81,6 +81,25 @@ SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint], ARRA
                  'message ids and attempts tokens must not contain NULL', 'message_complete_batch: NULL token element');
 SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint, 2], ARRAY[1]) $$, '22023',
                  'p_ids has 2 element(s) but p_attempts has 1', 'message_complete_batch: lengths differ');
+SELECT throws_ok($$ SELECT pgqueue.message_complete_batch('{{1,2},{3,4}}'::bigint[], '{{1,1},{1,1}}'::integer[]) $$, '22023',
+                 'message ids and attempts tokens must be one-dimensional arrays', 'message_complete_batch: two dimensions');
+-- acknowledge-and-fetch: the errors of message_dequeue and of message_complete_batch, and nothing
+-- done (the message handed out by the failed call is still ready)
+SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue(NULL, ARRAY[1]) $$, '22004',
+                 'message ids must not be NULL', 'message_complete_and_dequeue: NULL ids');
+SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue(ARRAY[1::bigint, 2], ARRAY[1]) $$, '22023',
+                 'p_ids has 2 element(s) but p_attempts has 1', 'message_complete_and_dequeue: lengths differ');
+SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue('{}', '{}', 'no_such_queue') $$, 'PQ001',
+                 NULL, 'message_complete_and_dequeue: unknown queue');
+SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue('{}', '{}', 'default', 0) $$, '22023',
+                 'p_limit must be between 1 and 10000, got 0', 'message_complete_and_dequeue: limit 0');
+SELECT lives_ok($$ SELECT pgqueue.queue_create('ackfetch'), pgqueue.message_create('ackfetch', '\x01'::bytea) $$,
+                'a queue with a message to hand out');
+SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue(ARRAY[1::bigint, NULL], ARRAY[1, 1], 'ackfetch', 1, 0) $$, '22004',
+                 'message ids and attempts tokens must not contain NULL', 'message_complete_and_dequeue: a NULL id, after the take');
+SELECT is((SELECT ready FROM pgqueue.queue_stats('ackfetch')), 1::bigint,
+          'message_complete_and_dequeue: an error after the take leaves the message it took in the queue');
+SELECT lives_ok($$ SELECT pgqueue.queue_drop('ackfetch') $$, 'drop it');
 SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(array_fill(1::bigint, ARRAY[10001]), array_fill(1, ARRAY[10001])) $$, '22023',
                  'at most 10000 messages per call, got 10001', 'message_complete_batch: too many');
 SELECT throws_ok($$ SELECT pgqueue.message_heartbeat(NULL, (SELECT attempts FROM lease), 1000) $$, '22004',

@@ -5,7 +5,8 @@
 -- message was handed out again, or it is gone) changes nothing for that message and its id comes
 -- back in the result, in input order. An id listed twice is completed at most once. The queues'
 -- lock stripes are taken first, in queue order, then the rows (docs/locking.md). Errors: 22004
--- (NULL array or element), 22023 (arrays of different lengths, more than 10000 ids).
+-- (NULL array or element), 22023 (arrays of different lengths or of two dimensions, more than
+-- 10000 ids).
 CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts integer[])
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
@@ -17,6 +18,10 @@ BEGIN
     IF p_ids IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
         PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts tokens'::text);
+    END IF;
+    IF array_ndims(p_ids) > 1 OR array_ndims(p_attempts) > 1 THEN
+        RAISE EXCEPTION 'message ids and attempts tokens must be one-dimensional arrays'
+            USING ERRCODE = '22023';
     END IF;
     IF cardinality(p_ids) <> cardinality(p_attempts) THEN
         RAISE EXCEPTION 'p_ids has % element(s) but p_attempts has %', cardinality(p_ids), cardinality(p_attempts)

@@ -1,0 +1,40 @@
+-- Acknowledge and fetch in one call and one transaction: hand out up to p_limit messages of
+-- p_queue exactly as message_dequeue(p_queue, p_limit, p_lock_ms) does, and complete the caller's
+-- finished messages p_ids, each with its attempts token p_attempts, exactly as
+-- message_complete_batch(p_ids, p_attempts) does. A worker in lease mode so pays one
+-- transaction per message instead of two.
+--
+-- Rows: the messages handed out (stale = false), then one row per acknowledgement whose token
+-- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
+-- stale acknowledgement changes nothing for its message. The take runs first, so that the
+-- session hints of pgqueue._message_take advance (they need the take to assign this
+-- transaction's xid); a lease that ran out before its acknowledgement may so be handed out again
+-- by this very call, as by any other call, and its acknowledgement comes back stale. Errors are
+-- those of the two functions; an error leaves nothing done (one statement).
+CREATE FUNCTION pgqueue.message_complete_and_dequeue(
+    p_ids      bigint[],
+    p_attempts integer[],
+    p_queue    text    DEFAULT 'default',
+    p_limit    integer DEFAULT 1,
+    p_lock_ms  bigint  DEFAULT NULL)
+RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,
+               content_type text, created_at bigint, locked_until bigint, stale boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
+           d.locked_until, false
+      FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
+    RETURN QUERY
+    SELECT s.id, NULL::bytea, p_attempts[array_position(p_ids, s.id)], NULL::bigint, NULL::bytea,
+           NULL::text, NULL::bigint, NULL::bigint, true
+      FROM unnest(pgqueue.message_complete_batch(p_ids, p_attempts)) WITH ORDINALITY AS s(id, n)
+     ORDER BY s.n;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.message_complete_and_dequeue(bigint[], integer[], text, integer, bigint) IS
+    'Complete the finished messages p_ids (each with its attempts token) and hand out up to p_limit new ones in one call; rows with stale = true report acknowledgements whose token was stale';
