@@ -29,8 +29,9 @@ GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queu
 -- creating and dropping schedules is the administrator's.
 GRANT SELECT, UPDATE (next_run) ON pgqueue.schedule TO :"producer";
 
--- Consumer: dequeue, complete, heartbeat, defer, fail (which may dead-letter), stats, and
--- message_peek (SELECT) and message_cancel (DELETE); producers can do neither.
+-- Consumer: dequeue, complete (also acknowledge-and-fetch), heartbeat, defer, fail (which may
+-- dead-letter), stats, and message_peek (SELECT) and message_cancel (DELETE); producers can do
+-- neither.
 -- It cannot create, alter or drop queues, nor requeue or purge dead letters.
 GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
