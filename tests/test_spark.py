@@ -194,6 +194,8 @@ def test_snapshot_read_counts_and_changes_nothing(spark: Any, dsn: str, conn: Co
               .option("payloadType", "string").load("jobs"))
     window = pushed.filter(f"id >= {first} AND id < {first + 100} AND status <> 'ready'")
     assert dict(window.groupBy("status").count().collect()) == {"leased": 10, "claimed": 87}
+    later = pushed.filter("status IN ('scheduled', 'leased') AND dequeue_at > current_timestamp()")
+    assert [r.payload for r in later.collect()] == ["later"]
     assert snapshot(conn) == before, "a snapshot read changes nothing"
 
 

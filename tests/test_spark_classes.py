@@ -637,9 +637,9 @@ def test_id_filters_are_pushed_down_and_bound_the_rows_read(dsn: str, conn: Conn
         executor = pickle.loads(pickle.dumps(reader))
         return left, [r[0] for p in reader.partitions() for r in executor.read(p)]
 
-    status = EqualTo(("status",), "ready")
-    left, got = rows_read(GreaterThan(("id",), ids[89]), status)
-    assert left == [status] and got == ids[90:], "id > x: only the 10 rows above x are read"
+    payload = EqualTo(("payload",), b"m95")
+    left, got = rows_read(GreaterThan(("id",), ids[89]), payload)
+    assert left == [payload] and got == ids[90:], "id > x: only the 10 rows above x are read"
     left, got = rows_read(GreaterThanOrEqual(("id",), ids[10]), LessThan(("id",), ids[20]))
     assert left == [] and got == ids[10:20]
     left, got = rows_read(LessThanOrEqual(("id",), ids[4]), EqualTo(("id",), ids[3]))
@@ -651,3 +651,37 @@ def test_id_filters_are_pushed_down_and_bound_the_rows_read(dsn: str, conn: Conn
     left, got = rows_read(odd)
     assert left == [odd] and got == ids, "a filter it cannot bound exactly stays with Spark"
     assert rows_read(GreaterThan(("id",), ids[-1]))[1] == []
+
+
+def test_status_and_time_filters_are_evaluated_by_the_server(dsn: str, conn: Conn) -> None:
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
+
+    ids = fill(conn, "q", 20)
+    conn.execute("UPDATE pgqueue.message SET dequeue_at = 1893456000000 + id - %s WHERE id > %s",
+                 (ids[10], ids[9]))  # ids[10:] scheduled in 2030, 1 ms apart
+    conn.execute("SELECT pgqueue.message_dequeue('q', 3, 600000)")  # ids[0:3] leased
+    utc = dt.timezone.utc
+    t2030 = dt.datetime(2030, 1, 1, tzinfo=utc)
+
+    def rows_read(*filters: Any) -> tuple[list[Any], list[int]]:
+        reader = PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true"}).reader(StructType([]))
+        left = list(reader.pushFilters(list(filters)))
+        return left, [r[0] for p in reader.partitions() for r in pickle.loads(pickle.dumps(reader)).read(p)]
+
+    assert rows_read(EqualTo(("status",), "leased")) == ([], ids[:3])
+    assert rows_read(In(("status",), ["scheduled", "leased"]), EqualTo(("status",), "leased")) == ([], ids[:3])
+    assert rows_read(In(("status",), ["ready", None]))[1] == ids[3:10]
+    # integer epoch ms: exact, taken over
+    assert rows_read(GreaterThanOrEqual(("dequeue_at_ms",), 1893456000005)) == ([], ids[15:])
+    assert rows_read(LessThan(("dequeue_at_ms",), 1893456000002), GreaterThan(("dequeue_at_ms",), 1893456000000)) \
+        == ([], [ids[11]])
+    # timestamps: bounded to the ms around them (a superset), and handed back for Spark to apply exactly
+    after = GreaterThan(("dequeue_at",), t2030 + dt.timedelta(microseconds=4500))
+    assert rows_read(after) == ([after], ids[14:])
+    upto = LessThanOrEqual(("dequeue_at",), t2030 + dt.timedelta(milliseconds=1))
+    assert rows_read(upto) == ([upto], ids[:12]), "now-due messages are earlier than 2030"
+    made = GreaterThan(("created_at",), dt.datetime.now(utc) + dt.timedelta(hours=1))
+    assert rows_read(made) == ([made], [])
+    naive = GreaterThan(("created_at",), dt.datetime(2000, 1, 1))
+    huge = GreaterThan(("created_at_ms",), 2**63 - 1)
+    assert rows_read(naive, huge) == ([naive, huge], ids), "what it cannot bound stays with Spark"

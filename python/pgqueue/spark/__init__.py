@@ -78,11 +78,13 @@ Reading, batch and streaming:
     rows per round trip of a partition's cursor.
 
 Batch reads only: ``includeDead`` (default false) adds the dead letters (status ``dead``).
-``filterPushdown`` (default false) takes Spark's filters on ``id`` (``=``, ``<``, ``<=``,
-``>``, ``>=``, ``IN``): the partitions then probe only that id range. It needs Spark's switch
-``spark.sql.python.filterPushdown.enabled=true`` (off by default in 4.3; with it off Spark
-refuses every read of a source that takes filters, hence the option). Filters on other columns
-are evaluated by Spark after the read.
+``filterPushdown`` (default false) takes Spark's filters: on ``id`` (``=``, ``<``, ``<=``,
+``>``, ``>=``, ``IN``) the partitions probe only that id range of the primary key; on
+``status`` (``=``, ``IN``) and on ``dequeue_at``, ``created_at`` and their ``_ms`` columns
+(comparisons) the server drops the rows that fail them before they are sent. It needs Spark's
+switch ``spark.sql.python.filterPushdown.enabled=true`` (off by default in 4.3; with it off
+Spark refuses every read of a source that takes filters, hence the option). Other filters
+(payload, state, ...) are evaluated by Spark after the read.
 
 Streaming reads only:
 

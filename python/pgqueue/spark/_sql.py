@@ -57,6 +57,15 @@ SNAPSHOT: Final[LiteralString] = (
     "%(include_dead)s::boolean) AS s"
 )
 
+#: Conditions pushed down from Spark's filters, appended to SNAPSHOT (after "WHERE true").
+SNAPSHOT_WHERE: Final[dict[str, LiteralString]] = {
+    "statuses": " AND s.status = ANY (%(statuses)s::text[])",
+    "dequeue_at_lo": " AND s.dequeue_at >= %(dequeue_at_lo)s::bigint",
+    "dequeue_at_hi": " AND s.dequeue_at <= %(dequeue_at_hi)s::bigint",
+    "created_at_lo": " AND s.created_at >= %(created_at_lo)s::bigint",
+    "created_at_hi": " AND s.created_at <= %(created_at_hi)s::bigint",
+}
+
 # -- streaming reads (claims) --------------------------------------------------------------------
 
 CONSUMER_OPEN: Final[LiteralString] = "SELECT pgqueue.spark_consumer_open(%(queue)s::text, %(consumer)s::text)"

@@ -536,6 +536,8 @@ class PgQueueBatchReader(DataSourceReader):
         #: the id bounds pushed down by Spark (inclusive), None where open
         self.min_id: int | None = None
         self.max_id: int | None = None
+        #: other pushed-down conditions: parameter name (a key of _sql.SNAPSHOT_WHERE) -> value
+        self.where: dict[str, Any] = {}
 
     def _bound(self, lo: int | None, hi: int | None) -> None:
         if lo is not None:
@@ -558,54 +560,119 @@ class PgQueueBatchReader(DataSourceReader):
         """Yield the rows of one id range (Spark gives an empty partition for an empty queue)."""
         if not isinstance(partition, IdRange):
             return iter(())
-        return _read_snapshot(partition)
+        return _read_snapshot(partition, self.where)
+
+
+#: Raw time columns of a snapshot and the schema columns (TIMESTAMP, or BIGINT epoch ms) read from them.
+_TIME_COLUMNS = {("dequeue_at",): "dequeue_at", ("dequeue_at_ms",): "dequeue_at",
+                 ("created_at",): "created_at", ("created_at_ms",): "created_at"}
+_COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
 
 class PgQueuePushdownReader(PgQueueBatchReader):
-    """A snapshot reader that takes Spark's filters on ``id`` (option ``filterPushdown``).
+    """A snapshot reader that takes Spark's filters (option ``filterPushdown``).
 
-    Filters on ``id`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) narrow the id range that the
-    partitions probe on the primary key, so only those rows are read. A separate class because
-    Spark refuses every read of a reader with ``pushFilters`` while its switch
+    * ``id`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``) narrows the id range that the
+      partitions probe on the primary key;
+    * ``status`` (``=``, ``IN``) and the times ``dequeue_at``, ``created_at`` (and their ``_ms``
+      columns; ``=``, ``<``, ``<=``, ``>``, ``>=``) are evaluated by the server, so rows that
+      fail them never reach Spark.
+
+    A filter on a TIMESTAMP column is bounded to the millisecond around it and also handed back
+    to Spark, which applies it exactly; the others are exact and taken over. A separate class
+    because Spark refuses every read of a reader with ``pushFilters`` while its switch
     ``spark.sql.python.filterPushdown.enabled`` is off (the default in 4.3).
     """
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802
-        """Take the filters on ``id`` that bound it; hand every other filter back to Spark."""
+        """Take what bounds id, status and the times; hand every other filter back to Spark."""
         for f in filters:
-            if getattr(f, "attribute", None) != ("id",):
-                yield f
-                continue
-            if isinstance(f, In):
-                values = [v for v in f.value if v is not None]
-                if values and all(type(v) is int for v in values):
-                    self._bound(min(values), max(values))
-                yield f  # Spark still keeps only the listed ids
-                continue
-            value = getattr(f, "value", None)
-            if type(value) is not int:
-                yield f
-            elif isinstance(f, EqualTo):
-                self._bound(value, value)
-            elif isinstance(f, GreaterThan):
-                self._bound(value + 1, None)
-            elif isinstance(f, GreaterThanOrEqual):
-                self._bound(value, None)
-            elif isinstance(f, LessThan):
-                self._bound(None, value - 1)
-            elif isinstance(f, LessThanOrEqual):
-                self._bound(None, value)
+            column = getattr(f, "attribute", None)
+            if column == ("id",):
+                if not self._push_id(f):
+                    yield f
+            elif column == ("status",):
+                if not self._push_status(f):
+                    yield f
+            elif column in _TIME_COLUMNS:
+                if not self._push_time(_TIME_COLUMNS[column], f):
+                    yield f
             else:
                 yield f
 
+    def _push_id(self, f: Filter) -> bool:
+        if isinstance(f, In):
+            values = [v for v in f.value if v is not None]
+            if values and all(type(v) is int for v in values):
+                self._bound(min(values), max(values))
+            return False  # Spark still keeps only the listed ids
+        value = getattr(f, "value", None)
+        if type(value) is not int or not isinstance(f, _COMPARISONS):
+            return False
+        lo, hi = _int_bounds(f, value)
+        self._bound(lo, hi)
+        return True
 
-def _read_snapshot(p: IdRange) -> Iterator[tuple[Any, ...]]:
+    def _push_status(self, f: Filter) -> bool:
+        if isinstance(f, EqualTo) and isinstance(f.value, str):
+            values = {f.value}
+        elif isinstance(f, In) and all(isinstance(v, str) or v is None for v in f.value):
+            values = {v for v in f.value if v is not None}
+        else:
+            return False
+        before = self.where.get("statuses")
+        self.where["statuses"] = sorted(values if before is None else values & set(before))
+        return True
+
+    def _push_time(self, raw: str, f: Filter) -> bool:
+        """Bound column ``raw`` (epoch ms); True if the bound is exact (an integer ``_ms`` filter)."""
+        value = getattr(f, "value", None)
+        if not isinstance(f, _COMPARISONS):
+            return False
+        if type(value) is int:
+            lo, hi = _int_bounds(f, value)
+            if not all(b is None or -(2**63) <= b < 2**63 for b in (lo, hi)):
+                return False  # past bigint: Spark decides (nothing or everything passes)
+            exact = True
+        elif isinstance(value, datetime) and value.tzinfo is not None:
+            us = (value - _EPOCH) // timedelta(microseconds=1)
+            # every millisecond whose instant may pass: [floor, ceil] around the microsecond
+            lo = us // 1000 if isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual)) else None
+            hi = -(-us // 1000) if isinstance(f, (EqualTo, LessThan, LessThanOrEqual)) else None
+            exact = False
+        else:
+            return False
+        if lo is not None:
+            self.where[f"{raw}_lo"] = max(lo, self.where.get(f"{raw}_lo", lo))
+        if hi is not None:
+            self.where[f"{raw}_hi"] = min(hi, self.where.get(f"{raw}_hi", hi))
+        return exact
+
+
+def _int_bounds(f: Filter, value: int) -> tuple[int | None, int | None]:
+    """The inclusive bounds an integer comparison sets."""
+    if isinstance(f, EqualTo):
+        return value, value
+    if isinstance(f, GreaterThan):
+        return value + 1, None
+    if isinstance(f, GreaterThanOrEqual):
+        return value, None
+    if isinstance(f, LessThan):
+        return None, value - 1
+    return None, value
+
+
+def _read_snapshot(p: IdRange, where: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
     opts = p.opts
+    query = _sql.SNAPSHOT + " WHERE true"
+    for name in _sql.SNAPSHOT_WHERE:  # fixed clauses, in a fixed order; only the values vary
+        if name in where:
+            query += _sql.SNAPSHOT_WHERE[name]
     with _connect(opts.dsn, autocommit=False) as conn, translating():
         with conn.cursor(name="pgqueue_spark_snapshot") as cur:
             cur.itersize = opts.fetch_size
-            cur.execute(_sql.SNAPSHOT, {"queue": opts.queue, "min_id": p.min_id, "max_id": p.max_id,
-                                        "include_dead": opts.include_dead})
+            cur.execute(query, {"queue": opts.queue, "min_id": p.min_id, "max_id": p.max_id,
+                                "include_dead": opts.include_dead, **where})
             for (mid, status, content, ctype, attempts, dequeue_at, created_at, locked_until,
                  last_error, dead_at, state) in cur:
                 yield _message_row(opts, mid, status, content, ctype, attempts, dequeue_at, created_at,
