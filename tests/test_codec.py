@@ -151,6 +151,10 @@ def test_at_most_one_of_delay_at_priority() -> None:
 def test_error_text() -> None:
     assert _core.error_text("plain") == "plain"
     assert _core.error_text(ValueError("boom")) == "ValueError: boom"
+    # one line, the same for the client's fail() and the workers (they cut at different lengths before)
+    assert _core.error_text(RuntimeError("line one\n   line two")) == "RuntimeError: line one line two"
+    assert _core.error_text(KeyError()) == "KeyError"
+    assert len(_core.error_text(ValueError("x" * 100000))) == _core.MAX_ERROR_CHARS
     assert len(_core.error_text("x" * 100000)) == _core.MAX_ERROR_CHARS
 
 

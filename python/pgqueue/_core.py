@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -214,13 +213,15 @@ def dequeue_at_for(delay: Delay | None = None, at: When | None = None, priority:
 
 
 def error_text(error: str | BaseException) -> str:
-    """Return the text stored as a failed message's ``last_error``.
+    """Return the text stored as a failed message's ``last_error`` (the client's ``fail`` and
+    both workers use it).
 
-    A string is kept as it is; an exception becomes ``"TypeName: message"``. Either is cut to
-    :data:`MAX_ERROR_CHARS` characters.
+    A string is kept as it is; an exception becomes ``"TypeName: message"`` on one line (runs
+    of blanks and line breaks made one space). Either is cut to :data:`MAX_ERROR_CHARS`.
     """
     if isinstance(error, BaseException):
-        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        text = " ".join(text.split())
     elif isinstance(error, str):
         text = error
     else:

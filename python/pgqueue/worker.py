@@ -47,6 +47,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgqueue._core import error_text
 from pgqueue._sql import listen_statement
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
@@ -111,10 +112,8 @@ class _Delivery:
 
 
 def _describe(exc: BaseException) -> str:
-    """Return the one-line error text stored with a failed message."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    text = " ".join(text.split())
-    return text if len(text) <= 2000 else text[:1997] + "..."
+    """Return the one-line error text stored with a failed message (the client's own)."""
+    return error_text(exc)
 
 
 def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | None, poll_min: float,
