@@ -105,6 +105,8 @@ CONSUME = [
     Spec("dequeue:seed004", "seed 004 DELETE ... IN (SKIP LOCKED)", "seed004", "seed004_dequeue.sql", True),
     Spec("lease_cycle:pgqueue", "pgqueue lease + message_complete", "pgqueue", "pgqueue_lease_cycle.sql", True,
          defines=Q),
+    Spec("lease_ack_fetch:pgqueue", "pgqueue message_complete_and_dequeue (lease, one call a message)", "pgqueue",
+         "pgqueue_lease_ack_fetch.sql", True, defines={"queue": "bench", "aid": 0, "atok": 0}),
     Spec("dequeue_batch:pgqueue", "pgqueue message_dequeue x100 (delete mode)", "pgqueue",
          "pgqueue_dequeue_batch.sql", True, 100, {"queue": "bench", "batch": 100}),
     Spec("dequeue_batch:seed003", "seed 003 DELETE ... USING x100", "seed003", "seed003_dequeue_batch.sql", True,

@@ -64,6 +64,8 @@ OPS_TARGETS = [
     ("2", "message_dequeue (delete mode) vs seed 001 dequeue", "dequeue:pgqueue", "dequeue:seed001", 1.1),
     ("2", "message_dequeue (delete mode) vs seed 000 dequeue", "dequeue:pgqueue", "dequeue:seed000", 1.5),
     ("3", "lease + complete vs delete-mode dequeue", "lease_cycle:pgqueue", "dequeue:pgqueue", 0.6),
+    ("i13", "lease via acknowledge-and-fetch vs delete-mode dequeue", "lease_ack_fetch:pgqueue", "dequeue:pgqueue",
+     1.0),
     ("4", "dequeue x100 vs single dequeue (messages/s)", "dequeue_batch:pgqueue", "dequeue:pgqueue", 10.0),
     ("4", "message_create_batch x1000 vs single create (messages/s)", "enqueue_batch:pgqueue", "enqueue:pgqueue",
      10.0),
