@@ -270,3 +270,219 @@ def test_async_errors(dsn: str, pg_server: Server) -> None:
         run(main)
     finally:
         drop_database(pg_server, name)
+
+
+# -- one test per behaviour of the sync client (tests/test_client.py), on asyncio -----------------
+
+
+def server_now(conn: Conn) -> int:
+    row = conn.execute("SELECT pgqueue.now_ms()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_async_payloads_and_content_types_round_trip(dsn: str, conn: Conn) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            values: list[object] = [b"\x00\xff", "zürich", {"a": [1, None]}, [1, 2], 3, 2.5, True, None]
+            ids = [await q.enqueue(v) for v in values]
+            got = await q.dequeue(10, lock_ms=0)
+            assert [m.payload for m in got] == values and [m.id for m in got] == ids
+            assert [type(m.payload) for m in got] == [type(v) for v in values]
+            assert [m.content_type for m in got[:3]] == [None, "text/plain; charset=utf-8", "application/json"]
+            with pytest.raises(errors.UnsupportedPayload):
+                await q.enqueue({1, 2})
+            with pytest.raises(errors.UnsupportedPayload):
+                await q.enqueue(float("nan"))
+
+    run(main)
+    assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+
+
+def test_async_enqueue_many_is_all_or_nothing_and_ordered(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "few") as q:
+            await q.create(max_size=2)
+            with pytest.raises(errors.QueueFull):
+                await q.enqueue_many([1, 2, 3])
+            assert (await q.stats()).ready == 0
+            ids = await q.enqueue_many(["a", "b"], priority=1)
+            assert ids == sorted(ids)
+            assert [(m.payload, m.priority) for m in await q.dequeue(2)] == [("a", 1), ("b", 1)]
+            with pytest.raises(errors.InvalidArgument):
+                await q.enqueue_many("ab")
+
+    run(main)
+
+
+def test_async_priority_delay_and_at(dsn: str, conn: Conn) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            normal = await q.enqueue("normal")
+            high = await q.enqueue("high", priority=5)
+            now = server_now(conn)
+            later = await q.enqueue("later", delay=timedelta(seconds=60))
+            when = datetime.now(timezone.utc) + timedelta(hours=1)
+            at = await q.enqueue("at", at=when)
+            due = dict(conn.execute("SELECT id, dequeue_at FROM pgqueue.message").fetchall())
+            assert due[high] == -6
+            assert now + 60000 <= due[later] <= now + 61000
+            assert abs(due[at] - int(when.timestamp() * 1000)) <= 1
+            assert [m.id for m in await q.dequeue(10)] == [high, normal]
+            with pytest.raises(errors.InvalidArgument):
+                await q.enqueue("x", delay=1, priority=1)
+            with pytest.raises(errors.InvalidArgument):
+                await q.enqueue("x", delay=-1)
+
+    run(main)
+
+
+def test_async_lease_calls_return_false_on_a_stale_token(dsn: str, conn: Conn) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.enqueue_many(["a", "b", "c"])
+            a, b, c = await q.dequeue(3, lock_ms=60000)
+            assert await q.heartbeat(a, 1000) and await q.complete(a)
+            assert not await q.complete(a) and not await q.heartbeat(a) and not await q.fail(a, "x")
+            assert await q.defer(b, delay=0, state=b"page=2")
+            assert not await q.defer(b)  # the token moved on
+            [again] = await q.dequeue(1)
+            assert (again.id, again.attempts, again.state) == (b.id, 2, b"page=2")
+            assert await q.fail(c, "boom", delay=3600)
+            assert conn.execute("SELECT last_error FROM pgqueue.message WHERE id = %s", (c.id,)).fetchone() == ("boom",)
+            assert await q.complete_many([again]) == []
+            assert await q.complete_many([again]) == [again]  # lost: completed already
+
+    run(main)
+
+
+def test_async_fail_to_dead_letters_then_requeue_and_purge(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "dl") as q:
+            await q.create(max_attempts=1)
+            await q.enqueue_many([{"n": i} for i in range(3)])
+            for m in await q.dequeue(3):
+                assert await q.fail(m, KeyError(m.payload))
+            dead = await q.dead_letters()
+            assert [d.attempts for d in dead] == [1, 1, 1] and dead[0].last_error == "KeyError: {'n': 0}"
+            assert isinstance(dead[0].dead_at, datetime)
+            assert await q.requeue_dead([dead[0].id], delay=60) == 1
+            assert (await q.stats()).scheduled == 1
+            assert await q.purge_dead(before=dead[0].dead_at) == 0  # none died before the first
+            assert await q.purge_dead([dead[1].id]) == 1
+            assert await q.purge_dead() == 1
+            assert await q.dead_letters() == []
+
+    run(main)
+
+
+def test_async_next_due_is_a_datetime(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            assert await q.next_due() is None
+            when = datetime(2100, 1, 1, tzinfo=timezone.utc)
+            await q.enqueue("x", at=when)
+            assert await q.next_due() == when
+
+    run(main)
+
+
+def test_async_receive_back_off_and_lock_ms_zero(dsn: str, conn: Conn) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "r") as q:
+            await q.create(retry_base_ms=10000, retry_cap_ms=10000)
+            await q.enqueue("x")
+            with pytest.raises(RuntimeError):
+                async with q.receive() as msg:
+                    assert msg is not None
+                    raise RuntimeError("later")
+            now = server_now(conn)
+            due = await q.next_due()
+            assert due is not None and now + 4000 <= due.timestamp() * 1000 <= now + 10500
+            with pytest.raises(errors.InvalidArgument):
+                async with q.receive(lock_ms=0):
+                    pass
+
+    run(main)
+
+
+def test_async_dsn_queue_opens_lazily_and_closes(dsn: str, conn: Conn) -> None:
+    def backends() -> int:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def main() -> None:
+        q = AsyncQueue(dsn)
+        assert backends() == 0  # nothing opened yet
+        await q.enqueue(1)
+        assert backends() == 1
+        await q.close()
+        deadline = time.monotonic() + 5
+        while backends() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert backends() == 0
+        with pytest.raises(errors.PgQueueError, match="closed"):
+            await q.enqueue(2)
+
+    run(main)
+
+
+def test_async_wrong_sources_and_conninfo(dsn: str) -> None:
+    with pytest.raises(TypeError):
+        AsyncQueue(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        AsyncQueue(dsn, 7)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        assert AsyncQueue(dsn).conninfo == dsn
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            dbname = aconn.info.dbname
+            async with await psycopg.AsyncConnection.connect(AsyncQueue(aconn).conninfo) as again:
+                assert again.info.dbname == dbname
+        async with AsyncConnectionPool(dsn, min_size=1, open=False) as pool:
+            async with await psycopg.AsyncConnection.connect(AsyncQueue(pool).conninfo) as again:
+                assert again.info.dbname == dbname
+
+    run(main)
+
+
+def test_async_create_settings_alter_drop_and_module_functions(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "mgmt") as q:
+            await q.create(lock_ms=5000, max_attempts=3, notify=True)
+            with pytest.raises(errors.QueueExists):
+                await q.create()
+            await q.create(if_not_exists=True)
+            settings = await q.settings()
+            assert (settings.lock_ms, settings.max_attempts, settings.notify) == (5000, 3, True)
+            assert isinstance(settings.created_at, datetime)
+            await q.alter(max_attempts=0, notify=False)
+            assert ((await q.settings()).max_attempts, (await q.settings()).notify) == (None, False)
+            with pytest.raises(errors.InvalidArgument):
+                await q.alter(lock_ms=0)
+            assert [s.queue for s in await list_queues(dsn)] == ["default", "mgmt"]
+            await q.enqueue(1)
+            assert [(s.queue, s.ready) for s in await all_stats(dsn)] == [("default", 0), ("mgmt", 1)]
+            assert await q.drop() and not await q.drop()
+            with pytest.raises(errors.ProtectedQueue):
+                await AsyncQueue(dsn).drop()
+
+    run(main)
+
+
+def test_async_tasks_and_reject(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "t") as q:
+            await q.create(max_attempts=5)
+            await q.enqueue({"to": "x"}, task="send_email")
+            [m] = await q.dequeue(1)
+            assert (m.task, m.payload) == ("send_email", {"to": "x"})
+            assert await q.reject(m, "no such task") and not await q.reject(m, "again")
+            [dead] = await q.dead_letters()
+            assert (dead.attempts, dead.last_error) == (1, "no such task")
+            with pytest.raises(errors.InvalidArgument):
+                await q.enqueue(1, task="bad name")
+
+    run(main)
