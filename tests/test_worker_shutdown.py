@@ -2,10 +2,12 @@
 example, run as a process and sent SIGTERM and SIGINT, leaves nothing leased and exits 0;
 run() restores the signal handlers it replaced; a hung handler's message is failed with a
 clear last_error, its late result ignored, its slot given to a new thread; no LISTEN
-connection on a queue whose notify is off."""
+connection on a queue whose notify is off; reconnection waits that double while the database
+is away and start over once it is back."""
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import subprocess
@@ -15,6 +17,8 @@ import time
 from pathlib import Path
 
 import psycopg
+import psycopg.conninfo
+import pytest
 
 from pgqueue import Message, Queue
 from pgqueue.worker import HandlerTimeout, Worker
@@ -211,3 +215,36 @@ def test_listen_only_on_a_queue_with_notify_on(dsn: str) -> None:
         assert any(q.startswith("LISTEN") for q in backends) == listens, backends
         assert len(backends) == (2 if listens else 1), backends
         wait_for(lambda: not _worker_backends(dsn), what="the worker's connections to close")
+
+
+def test_reconnects_with_a_doubling_wait_and_starts_over_once_back(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    queue = make_queue(dsn)
+    dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    results = Results()
+    worker = Worker(queue, lambda msg: None, poll_min=0.05, poll_max=0.05, listen=False, on_result=results)
+    admin = psycopg.connect(dsn.replace(f"dbname={dbname}", "dbname=postgres"), autocommit=True)
+
+    def waits() -> list[str]:
+        return [r.getMessage().rsplit(" ", 1)[-1] for r in caplog.records if "reconnecting in" in r.getMessage()]
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), running(worker):
+            queue.enqueue("before")
+            wait_for(lambda: results.count("completed") == 1, what="the first message")
+            queue.close()
+            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = %s AND application_name = 'pgqueue-worker'", (dbname,))
+            wait_for(lambda: len(waits()) >= 5, timeout=10, what="five attempts")
+            assert waits()[:5] == ["0.1s", "0.2s", "0.4s", "0.8s", "1.6s"]
+            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+            Queue(dsn, "jobs").enqueue("after")
+            wait_for(lambda: results.count("completed") == 2, timeout=10, what="the message after")
+            n = len(waits())
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = %s AND application_name = 'pgqueue-worker'", (dbname,))
+            wait_for(lambda: len(waits()) > n, timeout=10, what="the next loss")
+            assert waits()[n] == "0.1s"  # back from the start
+    finally:
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+        admin.close()

@@ -74,6 +74,7 @@ class HandlerTimeout(Exception):
 #: (dead-lettered); or released (given back unprocessed at shutdown).
 Outcome = Literal["completed", "retried", "dead", "released"]
 
+_RECONNECT_MIN = 0.1
 _RECONNECT_MAX = 30.0
 #: What a lost or refused connection raises: psycopg itself, or the client's translation.
 _CONNECTION_ERRORS = (psycopg.OperationalError, ConnectionFailed)
@@ -281,6 +282,7 @@ class Worker:
         self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
         self._pool: _HandlerPool | None = None
+        self._reconnect_wait = _RECONNECT_MIN
 
     @property
     def queue_name(self) -> str:
@@ -428,6 +430,7 @@ class Worker:
                 want = min(free, self._batch_size)
                 try:
                     got = self._fetch(want)
+                    self._reconnect_wait = _RECONNECT_MIN
                     if got == want:
                         # There may be more: fetch again as soon as a slot is free.
                         delay, sleep = self._poll_min, 0.0
@@ -679,11 +682,13 @@ class Worker:
         return self._conn is None or self._conn.closed or self._conn.broken
 
     def _connection_lost(self, exc: Exception) -> float:
-        """Drop the broken connection and return how long to wait before trying again."""
+        """Drop the broken connection and wait before trying again: 0.1 s, doubling up to 30 s
+        while the database stays away (a fetch that works starts again from 0.1 s)."""
         self._disconnect()
-        log.warning("database connection lost: %s; reconnecting", _first_line(exc))
+        wait, self._reconnect_wait = self._reconnect_wait, min(self._reconnect_wait * 2, _RECONNECT_MAX)
+        log.warning("database connection lost: %s; reconnecting in %gs", _first_line(exc), wait)
         if not self._stopping.is_set():
-            self._stopping.wait(1.0)
+            self._stopping.wait(wait)
         return 0.0
 
     def _heartbeat_loop(self) -> None:
