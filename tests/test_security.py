@@ -278,6 +278,10 @@ def scenario(conn: Conn) -> Transcript:
         s("spark close", "SELECT pgqueue.spark_consumer_close('spark', 'etl')")
         s("spark release", "SELECT pgqueue.spark_release('spark', 'etl')")
         s("spark drop", "SELECT pgqueue.queue_drop('spark')")
+    s("ack-fetch queue", "SELECT pgqueue.queue_create('ackf'), pgqueue.message_create('ackf', 'x'::bytea) > 0")
+    s("complete and dequeue", "SELECT convert_from(content, 'UTF8'), attempts, stale "
+                              "FROM pgqueue.message_complete_and_dequeue(ARRAY[0]::bigint[], ARRAY[1], 'ackf', 5, 0)")
+    s("ack-fetch drop", "SELECT pgqueue.queue_drop('ackf')")
     s("queue_drop", "SELECT pgqueue.queue_drop('sec')")
     s("final stats", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()")
     s("final tables", "SELECT (SELECT count(*) FROM pgqueue.message), (SELECT count(*) FROM pgqueue.dead_letter), "
