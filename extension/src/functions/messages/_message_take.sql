@@ -147,7 +147,9 @@ BEGIN
     END IF;
     IF v_s[6] = 0 OR v_settle THEN
         -- the first visible ready row from H and the first visible lease from L, locked or
-        -- not (p_now was read before this snapshot), in one statement
+        -- not (p_now was read before this snapshot), in one statement; both bounded by the
+        -- clock, as the candidates are capped below it (unbounded, the lease probe would walk
+        -- the entries of every lease completed within the lease time)
         SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
           FROM (SELECT) AS one
           LEFT JOIN LATERAL (
@@ -159,7 +161,7 @@ BEGIN
           LEFT JOIN LATERAL (
                 SELECT m.locked_until, m.id FROM pgqueue.message m
                  WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                   AND (m.locked_until, m.id) >= (v_s[10], v_s[11])
+                   AND (m.locked_until, m.id) >= (v_s[10], v_s[11]) AND m.locked_until <= p_now
                  ORDER BY m.locked_until, m.id
                  LIMIT 1) AS l ON true;
         IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
