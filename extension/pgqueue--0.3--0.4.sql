@@ -199,14 +199,39 @@ COMMENT ON FUNCTION pgqueue.now_ms() IS
 -- The clock for the key of a row about to be written: this transaction's xid is assigned first
 -- (if it has none yet), then the clock is read. A consumer's session hint relies on that order
 -- (pgqueue._message_take): a write whose xid a consumer's snapshot did not see yet gets a key
--- that is not below the hint.
+-- that is not below the hint. The reading is also kept in the transaction-local setting
+-- pgqueue.write_clock, where trigger message_placed_low compares the rows' keys with it
+-- (pgqueue._placed_floor).
 CREATE FUNCTION pgqueue._write_clock()
 RETURNS bigint
 LANGUAGE sql VOLATILE
-RETURN CASE WHEN pg_catalog.pg_current_xact_id() IS NOT NULL THEN pgqueue.now_ms() END;
+RETURN CASE WHEN pg_catalog.pg_current_xact_id() IS NOT NULL
+            THEN pg_catalog.set_config('pgqueue.write_clock', pgqueue.now_ms()::text, true)::bigint END;
 
 COMMENT ON FUNCTION pgqueue._write_clock() IS
-    'pgqueue internal: assign the transaction''s xid, then read the clock (epoch ms) for a row''s default dequeue_at';
+    'pgqueue internal: assign the transaction''s xid, then read the clock (epoch ms) for a row''s default dequeue_at; kept in pgqueue.write_clock for the trigger message_placed_low';
+
+-- The key below which a row written now is "placed low" (trigger message_placed_low): 5 ms (the
+-- margin the session hints keep below the clock, pgqueue._message_take) below a clock reading
+-- taken after this transaction's xid was assigned. That reading is the one pgqueue._write_clock
+-- kept in pgqueue.write_clock if it is at most 1 s old, else the clock now (plain SQL writes,
+-- a long batch, or a setting that is not a number). The earlier reading matters: a row keyed
+-- with the clock must not count as placed low because its writer was descheduled for a few ms
+-- between the reading and the trigger (under load that moved the stripes hundreds of times a
+-- second, and every move sends the consumers' probes back to the bottom). The 1 s bound is what
+-- a session that sets pgqueue.write_clock by hand can get wrong: its own transactions' rows
+-- placed less than 1 s below the clock may then go unsignalled (docs/performance.md).
+CREATE FUNCTION pgqueue._placed_floor()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN pg_catalog.current_setting('pgqueue.write_clock', true) ~ '^[0-9]{1,15}$'
+             AND pgqueue.now_ms() - pg_catalog.current_setting('pgqueue.write_clock', true)::bigint
+                 BETWEEN 0 AND 1000
+            THEN pg_catalog.current_setting('pgqueue.write_clock', true)::bigint
+            ELSE pgqueue.now_ms() END - 5;
+
+COMMENT ON FUNCTION pgqueue._placed_floor() IS
+    'pgqueue internal: 5 ms below the clock reading pgqueue._write_clock kept for this transaction (pgqueue.write_clock, if at most 1 s old) or below the clock now; a key below it is placed low';
 
 -- The lock stripe of a queue: pgqueue.queue_lock_<id & 63> (docs/locking.md). One regclass
 -- constant per stripe, so that each is a recorded dependency (pg_dump of a plain install then
@@ -1888,15 +1913,14 @@ COMMENT ON FUNCTION pgqueue.spark_staging_purge(bigint) IS
 -- Triggers
 -------------------------------------------------------------------------------
 
--- A message that becomes deliverable more than 5 ms below the clock, or a lease that runs out
--- more than 5 ms below it, is signalled to the consumers' session hints
--- (pgqueue._message_placed_low). A row written with the clock as its key (pgqueue._write_clock)
--- does not fire it; the 5 ms are the margin the hints keep below the clock
--- (pgqueue._message_take).
+-- A message that becomes deliverable below the floor, or a lease that runs out below it, is
+-- signalled to the consumers' session hints (pgqueue._message_placed_low). The floor
+-- (pgqueue._placed_floor) is 5 ms, the margin the hints keep below the clock
+-- (pgqueue._message_take), below the clock reading pgqueue._write_clock took for this
+-- transaction: a row written with that reading as its key does not fire it.
 CREATE TRIGGER message_placed_low
     AFTER INSERT OR UPDATE OF dequeue_at, locked_until ON pgqueue.message
-    FOR EACH ROW WHEN ((NEW.locked_until IS NULL AND NEW.dequeue_at < pgqueue.now_ms() - 5)
-                       OR NEW.locked_until < pgqueue.now_ms() - 5)
+    FOR EACH ROW WHEN (coalesce(NEW.locked_until, NEW.dequeue_at) < pgqueue._placed_floor())
     EXECUTE FUNCTION pgqueue._message_placed_low();
 
 -------------------------------------------------------------------------------

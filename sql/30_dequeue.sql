@@ -115,3 +115,36 @@ BEGIN;
 SELECT count(*) AS got FROM pgqueue.message_dequeue('default', 10, 0);
 SELECT pg_current_xact_id_if_assigned() IS NULL AS read_only;
 COMMIT;
+
+-- Trigger message_placed_low signals a row placed below the clock (the queue's lock stripe
+-- moves: consumers' hints look again from the bottom), never a row keyed with its writer's
+-- clock reading (pgqueue._write_clock), however late the trigger runs after that reading.
+SELECT q.id AS def_q FROM pgqueue.queue q WHERE q.name = 'default' \gset
+CREATE TEMP VIEW stripe AS
+    SELECT coalesce(pg_sequence_last_value(pgqueue._lock_stripe(:def_q)), 0) AS v;
+SELECT v AS stripe0 FROM stripe \gset
+INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
+SELECT :def_q, k.at, 0, '\x00'
+  FROM (SELECT pgqueue._write_clock() AS at OFFSET 0) k,
+       LATERAL (SELECT pg_sleep(0.05) WHERE k.at IS NOT NULL) late;
+SELECT v = :stripe0 AS clock_key_no_signal FROM stripe;
+INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
+VALUES (:def_q, pgqueue.now_ms() - 50, 0, '\x00');
+SELECT v = :stripe0 + 1 AS low_key_signals FROM stripe;
+-- A setting made by hand counts only as a reading of the last second: an older or later one,
+-- or one that is not a number, is ignored.
+SET pgqueue.write_clock = '0';
+INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
+VALUES (:def_q, pgqueue.now_ms() - 50, 0, '\x00');
+SET pgqueue.write_clock = '999999999999999';
+INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
+VALUES (:def_q, pgqueue.now_ms() - 50, 0, '\x00');
+SELECT v = :stripe0 + 3 AS odd_settings_still_signal FROM stripe;
+SET pgqueue.write_clock = 'garbage';
+INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
+VALUES (:def_q, pgqueue.now_ms() + 1000, 0, '\x00'), (:def_q, pgqueue.now_ms() - 50, 0, '\x00');
+SELECT v = :stripe0 + 4 AS garbage_setting_ignored FROM stripe;
+RESET pgqueue.write_clock;
+SELECT count(*) AS signalled_rows FROM pgqueue.message_dequeue('default', 10, 0);
+DELETE FROM pgqueue.message WHERE queue_id = :def_q;
+DROP VIEW stripe;
