@@ -20,10 +20,10 @@ GRANT INSERT ON pgqueue.message TO :"producer";
 GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"producer";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
--- the queues' lock stripes (docs/locking.md); max_size accounting and the REPEATABLE READ pin
+-- the queues' lock stripes (docs/locking.md) and counters (queue_counters); max_size accounting and the REPEATABLE READ pin
 -- run as the extension's owner: producers may not write pgqueue.queue or pgqueue.queue_size
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
 -- ... and run the schedules (schedule_run, `pgqueue scheduler`): read them and advance next_run;
 -- creating and dropping schedules is the administrator's.
@@ -37,8 +37,9 @@ GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
 GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
 GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
+-- the lock stripes and the counters (each dequeue, completion and failure counts)
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z]+)_[0-9]+$' \gexec
 
 -- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
 GRANT USAGE ON SCHEMA pgqueue TO :"admin";
@@ -46,6 +47,20 @@ GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
                           pgqueue._queue_quiesce(integer) TO :"admin";
+
+-------------------------------------------------------------------------------
+-- Monitoring, optional: add -v monitor=ROLE (pgqueue metrics, pgqueue stats, a read-only
+-- dashboard). Reads queue_stats, queue_counters and queue_list: the queues, the message columns
+-- the counts need (never contents) and the counters' values (SELECT on a sequence reads it,
+-- it cannot advance it). It can change nothing.
+\if :{?monitor}
+GRANT USAGE ON SCHEMA pgqueue TO :"monitor";
+GRANT SELECT ON pgqueue.queue TO :"monitor";
+GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"monitor";
+GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"monitor";
+SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'monitor')
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_[a-z]+_[0-9]+$' \gexec
+\endif
 
 -------------------------------------------------------------------------------
 -- pgqueue_spark (#17): the Spark data source (pgqueue.spark), optional: add -v spark=ROLE.
@@ -66,6 +81,6 @@ GRANT SELECT, INSERT, UPDATE ON pgqueue.spark_consumer TO :"spark";
 GRANT SELECT, INSERT, DELETE ON pgqueue.spark_claim, pgqueue.spark_staging, pgqueue.spark_publish_log
       TO :"spark";
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'spark')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_lock_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"spark";
 \endif

@@ -158,6 +158,318 @@ END;
 $$;
 
 -------------------------------------------------------------------------------
+-- Counters (pgqueue.queue_counters): six sequences per lock stripe; existing queues count
+-- from the upgrade on (queues whose ids are equal mod 64 share them: shared = true)
+-------------------------------------------------------------------------------
+-- The counters of pgqueue.queue_counters: six sequences per lock stripe,
+-- pgqueue.counter_<kind>_<stripe> (pgqueue._count_seq), kinds enqueued, delivered, completed,
+-- failed, dead and expired. A queue counts on its stripe's six (queue id & 63); queue_create
+-- gives each new queue a stripe no other queue uses while there are at most 64, and starts its
+-- counters at zero. Sequences because nextval writes no row version: a counter row that every
+-- call updated would pile up dead versions under a held snapshot (docs/performance.md, "Held
+-- snapshots"). nextval is not rolled back, so a counted call that rolls back stays counted.
+DO $$
+DECLARE
+    v_kind text;
+BEGIN
+    FOREACH v_kind IN ARRAY ARRAY['enqueued', 'delivered', 'completed', 'failed', 'dead', 'expired'] LOOP
+        FOR i IN 0..63 LOOP
+            EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.counter_%s_%s', v_kind, i);
+            EXECUTE pg_catalog.format(
+                'COMMENT ON SEQUENCE pgqueue.counter_%s_%s IS %L', v_kind, i,
+                'pgqueue internal: messages ' || v_kind || ' on the queue whose id & 63 = ' || i
+                || ' (pgqueue.queue_counters)');
+        END LOOP;
+    END LOOP;
+END;
+$$;
+
+-- The counters of pgqueue.queue_counters, which count since the queue was created (one call per
+-- statement: each call rewrites the extension's catalog row; one line, which the plain install leaves out).
+DO $$ DECLARE v_seq regclass; BEGIN FOR v_seq IN SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relnamespace = 'pgqueue'::pg_catalog.regnamespace AND c.relkind = 'S' AND c.relname ~ '^counter_[a-z]+_[0-9]+$' ORDER BY c.relname LOOP PERFORM pg_catalog.pg_extension_config_dump(v_seq, ''); END LOOP; END $$;
+
+-- The counter sequence of a queue (pgqueue.queue_counters): kind 0 enqueued, 1 delivered,
+-- 2 completed, 3 failed (retried), 4 dead (dead-lettered), 5 expired (leases that ran out), on
+-- the queue's stripe (id & 63). One regclass constant per sequence, as in pgqueue._lock_stripe,
+-- so that each is a recorded dependency and the array is folded to one constant when planned.
+CREATE FUNCTION pgqueue._count_seq(p_queue_id integer, p_kind integer)
+RETURNS regclass
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN (ARRAY[
+    'pgqueue.counter_enqueued_0'::regclass, 'pgqueue.counter_enqueued_1'::regclass,
+    'pgqueue.counter_enqueued_2'::regclass, 'pgqueue.counter_enqueued_3'::regclass,
+    'pgqueue.counter_enqueued_4'::regclass, 'pgqueue.counter_enqueued_5'::regclass,
+    'pgqueue.counter_enqueued_6'::regclass, 'pgqueue.counter_enqueued_7'::regclass,
+    'pgqueue.counter_enqueued_8'::regclass, 'pgqueue.counter_enqueued_9'::regclass,
+    'pgqueue.counter_enqueued_10'::regclass, 'pgqueue.counter_enqueued_11'::regclass,
+    'pgqueue.counter_enqueued_12'::regclass, 'pgqueue.counter_enqueued_13'::regclass,
+    'pgqueue.counter_enqueued_14'::regclass, 'pgqueue.counter_enqueued_15'::regclass,
+    'pgqueue.counter_enqueued_16'::regclass, 'pgqueue.counter_enqueued_17'::regclass,
+    'pgqueue.counter_enqueued_18'::regclass, 'pgqueue.counter_enqueued_19'::regclass,
+    'pgqueue.counter_enqueued_20'::regclass, 'pgqueue.counter_enqueued_21'::regclass,
+    'pgqueue.counter_enqueued_22'::regclass, 'pgqueue.counter_enqueued_23'::regclass,
+    'pgqueue.counter_enqueued_24'::regclass, 'pgqueue.counter_enqueued_25'::regclass,
+    'pgqueue.counter_enqueued_26'::regclass, 'pgqueue.counter_enqueued_27'::regclass,
+    'pgqueue.counter_enqueued_28'::regclass, 'pgqueue.counter_enqueued_29'::regclass,
+    'pgqueue.counter_enqueued_30'::regclass, 'pgqueue.counter_enqueued_31'::regclass,
+    'pgqueue.counter_enqueued_32'::regclass, 'pgqueue.counter_enqueued_33'::regclass,
+    'pgqueue.counter_enqueued_34'::regclass, 'pgqueue.counter_enqueued_35'::regclass,
+    'pgqueue.counter_enqueued_36'::regclass, 'pgqueue.counter_enqueued_37'::regclass,
+    'pgqueue.counter_enqueued_38'::regclass, 'pgqueue.counter_enqueued_39'::regclass,
+    'pgqueue.counter_enqueued_40'::regclass, 'pgqueue.counter_enqueued_41'::regclass,
+    'pgqueue.counter_enqueued_42'::regclass, 'pgqueue.counter_enqueued_43'::regclass,
+    'pgqueue.counter_enqueued_44'::regclass, 'pgqueue.counter_enqueued_45'::regclass,
+    'pgqueue.counter_enqueued_46'::regclass, 'pgqueue.counter_enqueued_47'::regclass,
+    'pgqueue.counter_enqueued_48'::regclass, 'pgqueue.counter_enqueued_49'::regclass,
+    'pgqueue.counter_enqueued_50'::regclass, 'pgqueue.counter_enqueued_51'::regclass,
+    'pgqueue.counter_enqueued_52'::regclass, 'pgqueue.counter_enqueued_53'::regclass,
+    'pgqueue.counter_enqueued_54'::regclass, 'pgqueue.counter_enqueued_55'::regclass,
+    'pgqueue.counter_enqueued_56'::regclass, 'pgqueue.counter_enqueued_57'::regclass,
+    'pgqueue.counter_enqueued_58'::regclass, 'pgqueue.counter_enqueued_59'::regclass,
+    'pgqueue.counter_enqueued_60'::regclass, 'pgqueue.counter_enqueued_61'::regclass,
+    'pgqueue.counter_enqueued_62'::regclass, 'pgqueue.counter_enqueued_63'::regclass,
+    'pgqueue.counter_delivered_0'::regclass, 'pgqueue.counter_delivered_1'::regclass,
+    'pgqueue.counter_delivered_2'::regclass, 'pgqueue.counter_delivered_3'::regclass,
+    'pgqueue.counter_delivered_4'::regclass, 'pgqueue.counter_delivered_5'::regclass,
+    'pgqueue.counter_delivered_6'::regclass, 'pgqueue.counter_delivered_7'::regclass,
+    'pgqueue.counter_delivered_8'::regclass, 'pgqueue.counter_delivered_9'::regclass,
+    'pgqueue.counter_delivered_10'::regclass, 'pgqueue.counter_delivered_11'::regclass,
+    'pgqueue.counter_delivered_12'::regclass, 'pgqueue.counter_delivered_13'::regclass,
+    'pgqueue.counter_delivered_14'::regclass, 'pgqueue.counter_delivered_15'::regclass,
+    'pgqueue.counter_delivered_16'::regclass, 'pgqueue.counter_delivered_17'::regclass,
+    'pgqueue.counter_delivered_18'::regclass, 'pgqueue.counter_delivered_19'::regclass,
+    'pgqueue.counter_delivered_20'::regclass, 'pgqueue.counter_delivered_21'::regclass,
+    'pgqueue.counter_delivered_22'::regclass, 'pgqueue.counter_delivered_23'::regclass,
+    'pgqueue.counter_delivered_24'::regclass, 'pgqueue.counter_delivered_25'::regclass,
+    'pgqueue.counter_delivered_26'::regclass, 'pgqueue.counter_delivered_27'::regclass,
+    'pgqueue.counter_delivered_28'::regclass, 'pgqueue.counter_delivered_29'::regclass,
+    'pgqueue.counter_delivered_30'::regclass, 'pgqueue.counter_delivered_31'::regclass,
+    'pgqueue.counter_delivered_32'::regclass, 'pgqueue.counter_delivered_33'::regclass,
+    'pgqueue.counter_delivered_34'::regclass, 'pgqueue.counter_delivered_35'::regclass,
+    'pgqueue.counter_delivered_36'::regclass, 'pgqueue.counter_delivered_37'::regclass,
+    'pgqueue.counter_delivered_38'::regclass, 'pgqueue.counter_delivered_39'::regclass,
+    'pgqueue.counter_delivered_40'::regclass, 'pgqueue.counter_delivered_41'::regclass,
+    'pgqueue.counter_delivered_42'::regclass, 'pgqueue.counter_delivered_43'::regclass,
+    'pgqueue.counter_delivered_44'::regclass, 'pgqueue.counter_delivered_45'::regclass,
+    'pgqueue.counter_delivered_46'::regclass, 'pgqueue.counter_delivered_47'::regclass,
+    'pgqueue.counter_delivered_48'::regclass, 'pgqueue.counter_delivered_49'::regclass,
+    'pgqueue.counter_delivered_50'::regclass, 'pgqueue.counter_delivered_51'::regclass,
+    'pgqueue.counter_delivered_52'::regclass, 'pgqueue.counter_delivered_53'::regclass,
+    'pgqueue.counter_delivered_54'::regclass, 'pgqueue.counter_delivered_55'::regclass,
+    'pgqueue.counter_delivered_56'::regclass, 'pgqueue.counter_delivered_57'::regclass,
+    'pgqueue.counter_delivered_58'::regclass, 'pgqueue.counter_delivered_59'::regclass,
+    'pgqueue.counter_delivered_60'::regclass, 'pgqueue.counter_delivered_61'::regclass,
+    'pgqueue.counter_delivered_62'::regclass, 'pgqueue.counter_delivered_63'::regclass,
+    'pgqueue.counter_completed_0'::regclass, 'pgqueue.counter_completed_1'::regclass,
+    'pgqueue.counter_completed_2'::regclass, 'pgqueue.counter_completed_3'::regclass,
+    'pgqueue.counter_completed_4'::regclass, 'pgqueue.counter_completed_5'::regclass,
+    'pgqueue.counter_completed_6'::regclass, 'pgqueue.counter_completed_7'::regclass,
+    'pgqueue.counter_completed_8'::regclass, 'pgqueue.counter_completed_9'::regclass,
+    'pgqueue.counter_completed_10'::regclass, 'pgqueue.counter_completed_11'::regclass,
+    'pgqueue.counter_completed_12'::regclass, 'pgqueue.counter_completed_13'::regclass,
+    'pgqueue.counter_completed_14'::regclass, 'pgqueue.counter_completed_15'::regclass,
+    'pgqueue.counter_completed_16'::regclass, 'pgqueue.counter_completed_17'::regclass,
+    'pgqueue.counter_completed_18'::regclass, 'pgqueue.counter_completed_19'::regclass,
+    'pgqueue.counter_completed_20'::regclass, 'pgqueue.counter_completed_21'::regclass,
+    'pgqueue.counter_completed_22'::regclass, 'pgqueue.counter_completed_23'::regclass,
+    'pgqueue.counter_completed_24'::regclass, 'pgqueue.counter_completed_25'::regclass,
+    'pgqueue.counter_completed_26'::regclass, 'pgqueue.counter_completed_27'::regclass,
+    'pgqueue.counter_completed_28'::regclass, 'pgqueue.counter_completed_29'::regclass,
+    'pgqueue.counter_completed_30'::regclass, 'pgqueue.counter_completed_31'::regclass,
+    'pgqueue.counter_completed_32'::regclass, 'pgqueue.counter_completed_33'::regclass,
+    'pgqueue.counter_completed_34'::regclass, 'pgqueue.counter_completed_35'::regclass,
+    'pgqueue.counter_completed_36'::regclass, 'pgqueue.counter_completed_37'::regclass,
+    'pgqueue.counter_completed_38'::regclass, 'pgqueue.counter_completed_39'::regclass,
+    'pgqueue.counter_completed_40'::regclass, 'pgqueue.counter_completed_41'::regclass,
+    'pgqueue.counter_completed_42'::regclass, 'pgqueue.counter_completed_43'::regclass,
+    'pgqueue.counter_completed_44'::regclass, 'pgqueue.counter_completed_45'::regclass,
+    'pgqueue.counter_completed_46'::regclass, 'pgqueue.counter_completed_47'::regclass,
+    'pgqueue.counter_completed_48'::regclass, 'pgqueue.counter_completed_49'::regclass,
+    'pgqueue.counter_completed_50'::regclass, 'pgqueue.counter_completed_51'::regclass,
+    'pgqueue.counter_completed_52'::regclass, 'pgqueue.counter_completed_53'::regclass,
+    'pgqueue.counter_completed_54'::regclass, 'pgqueue.counter_completed_55'::regclass,
+    'pgqueue.counter_completed_56'::regclass, 'pgqueue.counter_completed_57'::regclass,
+    'pgqueue.counter_completed_58'::regclass, 'pgqueue.counter_completed_59'::regclass,
+    'pgqueue.counter_completed_60'::regclass, 'pgqueue.counter_completed_61'::regclass,
+    'pgqueue.counter_completed_62'::regclass, 'pgqueue.counter_completed_63'::regclass,
+    'pgqueue.counter_failed_0'::regclass, 'pgqueue.counter_failed_1'::regclass,
+    'pgqueue.counter_failed_2'::regclass, 'pgqueue.counter_failed_3'::regclass,
+    'pgqueue.counter_failed_4'::regclass, 'pgqueue.counter_failed_5'::regclass,
+    'pgqueue.counter_failed_6'::regclass, 'pgqueue.counter_failed_7'::regclass,
+    'pgqueue.counter_failed_8'::regclass, 'pgqueue.counter_failed_9'::regclass,
+    'pgqueue.counter_failed_10'::regclass, 'pgqueue.counter_failed_11'::regclass,
+    'pgqueue.counter_failed_12'::regclass, 'pgqueue.counter_failed_13'::regclass,
+    'pgqueue.counter_failed_14'::regclass, 'pgqueue.counter_failed_15'::regclass,
+    'pgqueue.counter_failed_16'::regclass, 'pgqueue.counter_failed_17'::regclass,
+    'pgqueue.counter_failed_18'::regclass, 'pgqueue.counter_failed_19'::regclass,
+    'pgqueue.counter_failed_20'::regclass, 'pgqueue.counter_failed_21'::regclass,
+    'pgqueue.counter_failed_22'::regclass, 'pgqueue.counter_failed_23'::regclass,
+    'pgqueue.counter_failed_24'::regclass, 'pgqueue.counter_failed_25'::regclass,
+    'pgqueue.counter_failed_26'::regclass, 'pgqueue.counter_failed_27'::regclass,
+    'pgqueue.counter_failed_28'::regclass, 'pgqueue.counter_failed_29'::regclass,
+    'pgqueue.counter_failed_30'::regclass, 'pgqueue.counter_failed_31'::regclass,
+    'pgqueue.counter_failed_32'::regclass, 'pgqueue.counter_failed_33'::regclass,
+    'pgqueue.counter_failed_34'::regclass, 'pgqueue.counter_failed_35'::regclass,
+    'pgqueue.counter_failed_36'::regclass, 'pgqueue.counter_failed_37'::regclass,
+    'pgqueue.counter_failed_38'::regclass, 'pgqueue.counter_failed_39'::regclass,
+    'pgqueue.counter_failed_40'::regclass, 'pgqueue.counter_failed_41'::regclass,
+    'pgqueue.counter_failed_42'::regclass, 'pgqueue.counter_failed_43'::regclass,
+    'pgqueue.counter_failed_44'::regclass, 'pgqueue.counter_failed_45'::regclass,
+    'pgqueue.counter_failed_46'::regclass, 'pgqueue.counter_failed_47'::regclass,
+    'pgqueue.counter_failed_48'::regclass, 'pgqueue.counter_failed_49'::regclass,
+    'pgqueue.counter_failed_50'::regclass, 'pgqueue.counter_failed_51'::regclass,
+    'pgqueue.counter_failed_52'::regclass, 'pgqueue.counter_failed_53'::regclass,
+    'pgqueue.counter_failed_54'::regclass, 'pgqueue.counter_failed_55'::regclass,
+    'pgqueue.counter_failed_56'::regclass, 'pgqueue.counter_failed_57'::regclass,
+    'pgqueue.counter_failed_58'::regclass, 'pgqueue.counter_failed_59'::regclass,
+    'pgqueue.counter_failed_60'::regclass, 'pgqueue.counter_failed_61'::regclass,
+    'pgqueue.counter_failed_62'::regclass, 'pgqueue.counter_failed_63'::regclass,
+    'pgqueue.counter_dead_0'::regclass, 'pgqueue.counter_dead_1'::regclass,
+    'pgqueue.counter_dead_2'::regclass, 'pgqueue.counter_dead_3'::regclass,
+    'pgqueue.counter_dead_4'::regclass, 'pgqueue.counter_dead_5'::regclass,
+    'pgqueue.counter_dead_6'::regclass, 'pgqueue.counter_dead_7'::regclass,
+    'pgqueue.counter_dead_8'::regclass, 'pgqueue.counter_dead_9'::regclass,
+    'pgqueue.counter_dead_10'::regclass, 'pgqueue.counter_dead_11'::regclass,
+    'pgqueue.counter_dead_12'::regclass, 'pgqueue.counter_dead_13'::regclass,
+    'pgqueue.counter_dead_14'::regclass, 'pgqueue.counter_dead_15'::regclass,
+    'pgqueue.counter_dead_16'::regclass, 'pgqueue.counter_dead_17'::regclass,
+    'pgqueue.counter_dead_18'::regclass, 'pgqueue.counter_dead_19'::regclass,
+    'pgqueue.counter_dead_20'::regclass, 'pgqueue.counter_dead_21'::regclass,
+    'pgqueue.counter_dead_22'::regclass, 'pgqueue.counter_dead_23'::regclass,
+    'pgqueue.counter_dead_24'::regclass, 'pgqueue.counter_dead_25'::regclass,
+    'pgqueue.counter_dead_26'::regclass, 'pgqueue.counter_dead_27'::regclass,
+    'pgqueue.counter_dead_28'::regclass, 'pgqueue.counter_dead_29'::regclass,
+    'pgqueue.counter_dead_30'::regclass, 'pgqueue.counter_dead_31'::regclass,
+    'pgqueue.counter_dead_32'::regclass, 'pgqueue.counter_dead_33'::regclass,
+    'pgqueue.counter_dead_34'::regclass, 'pgqueue.counter_dead_35'::regclass,
+    'pgqueue.counter_dead_36'::regclass, 'pgqueue.counter_dead_37'::regclass,
+    'pgqueue.counter_dead_38'::regclass, 'pgqueue.counter_dead_39'::regclass,
+    'pgqueue.counter_dead_40'::regclass, 'pgqueue.counter_dead_41'::regclass,
+    'pgqueue.counter_dead_42'::regclass, 'pgqueue.counter_dead_43'::regclass,
+    'pgqueue.counter_dead_44'::regclass, 'pgqueue.counter_dead_45'::regclass,
+    'pgqueue.counter_dead_46'::regclass, 'pgqueue.counter_dead_47'::regclass,
+    'pgqueue.counter_dead_48'::regclass, 'pgqueue.counter_dead_49'::regclass,
+    'pgqueue.counter_dead_50'::regclass, 'pgqueue.counter_dead_51'::regclass,
+    'pgqueue.counter_dead_52'::regclass, 'pgqueue.counter_dead_53'::regclass,
+    'pgqueue.counter_dead_54'::regclass, 'pgqueue.counter_dead_55'::regclass,
+    'pgqueue.counter_dead_56'::regclass, 'pgqueue.counter_dead_57'::regclass,
+    'pgqueue.counter_dead_58'::regclass, 'pgqueue.counter_dead_59'::regclass,
+    'pgqueue.counter_dead_60'::regclass, 'pgqueue.counter_dead_61'::regclass,
+    'pgqueue.counter_dead_62'::regclass, 'pgqueue.counter_dead_63'::regclass,
+    'pgqueue.counter_expired_0'::regclass, 'pgqueue.counter_expired_1'::regclass,
+    'pgqueue.counter_expired_2'::regclass, 'pgqueue.counter_expired_3'::regclass,
+    'pgqueue.counter_expired_4'::regclass, 'pgqueue.counter_expired_5'::regclass,
+    'pgqueue.counter_expired_6'::regclass, 'pgqueue.counter_expired_7'::regclass,
+    'pgqueue.counter_expired_8'::regclass, 'pgqueue.counter_expired_9'::regclass,
+    'pgqueue.counter_expired_10'::regclass, 'pgqueue.counter_expired_11'::regclass,
+    'pgqueue.counter_expired_12'::regclass, 'pgqueue.counter_expired_13'::regclass,
+    'pgqueue.counter_expired_14'::regclass, 'pgqueue.counter_expired_15'::regclass,
+    'pgqueue.counter_expired_16'::regclass, 'pgqueue.counter_expired_17'::regclass,
+    'pgqueue.counter_expired_18'::regclass, 'pgqueue.counter_expired_19'::regclass,
+    'pgqueue.counter_expired_20'::regclass, 'pgqueue.counter_expired_21'::regclass,
+    'pgqueue.counter_expired_22'::regclass, 'pgqueue.counter_expired_23'::regclass,
+    'pgqueue.counter_expired_24'::regclass, 'pgqueue.counter_expired_25'::regclass,
+    'pgqueue.counter_expired_26'::regclass, 'pgqueue.counter_expired_27'::regclass,
+    'pgqueue.counter_expired_28'::regclass, 'pgqueue.counter_expired_29'::regclass,
+    'pgqueue.counter_expired_30'::regclass, 'pgqueue.counter_expired_31'::regclass,
+    'pgqueue.counter_expired_32'::regclass, 'pgqueue.counter_expired_33'::regclass,
+    'pgqueue.counter_expired_34'::regclass, 'pgqueue.counter_expired_35'::regclass,
+    'pgqueue.counter_expired_36'::regclass, 'pgqueue.counter_expired_37'::regclass,
+    'pgqueue.counter_expired_38'::regclass, 'pgqueue.counter_expired_39'::regclass,
+    'pgqueue.counter_expired_40'::regclass, 'pgqueue.counter_expired_41'::regclass,
+    'pgqueue.counter_expired_42'::regclass, 'pgqueue.counter_expired_43'::regclass,
+    'pgqueue.counter_expired_44'::regclass, 'pgqueue.counter_expired_45'::regclass,
+    'pgqueue.counter_expired_46'::regclass, 'pgqueue.counter_expired_47'::regclass,
+    'pgqueue.counter_expired_48'::regclass, 'pgqueue.counter_expired_49'::regclass,
+    'pgqueue.counter_expired_50'::regclass, 'pgqueue.counter_expired_51'::regclass,
+    'pgqueue.counter_expired_52'::regclass, 'pgqueue.counter_expired_53'::regclass,
+    'pgqueue.counter_expired_54'::regclass, 'pgqueue.counter_expired_55'::regclass,
+    'pgqueue.counter_expired_56'::regclass, 'pgqueue.counter_expired_57'::regclass,
+    'pgqueue.counter_expired_58'::regclass, 'pgqueue.counter_expired_59'::regclass,
+    'pgqueue.counter_expired_60'::regclass, 'pgqueue.counter_expired_61'::regclass,
+    'pgqueue.counter_expired_62'::regclass, 'pgqueue.counter_expired_63'::regclass])[p_kind * 64 + (p_queue_id & 63) + 1];
+
+COMMENT ON FUNCTION pgqueue._count_seq(integer, integer) IS
+    'pgqueue internal: the sequence that counts messages of a kind (0 enqueued .. 5 expired) for a queue (pgqueue.queue_counters)';
+
+-- Count one message of a kind (pgqueue._count_seq) for a queue; always true, so that a statement
+-- can count in its WHERE or RETURNING clause without a statement of its own. nextval writes no
+-- row version and is not rolled back.
+CREATE FUNCTION pgqueue._counted(p_queue_id integer, p_kind integer)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+RETURN pg_catalog.nextval(pgqueue._count_seq(p_queue_id, p_kind)) > 0;
+
+COMMENT ON FUNCTION pgqueue._counted(integer, integer) IS
+    'pgqueue internal: add one to a queue''s counter of a kind (0 enqueued .. 5 expired); always true';
+
+-- Per queue, how many messages were enqueued, delivered, completed, failed, dead-lettered and
+-- how many leases expired, since the queue was created (or since the upgrade to 0.4).
+--
+-- Read from sequences (pgqueue._count_seq), so reading is cheap (six sequence reads a queue,
+-- no scan) and counting costs the hot paths one nextval a message, no row version. How exact:
+--   * a counted call that rolls back stays counted (nextval is not transactional);
+--   * after a crash a counter may be ahead by up to 32 (sequences log ahead), and so on a standby;
+--   * shared is true when another queue counts on the same stripe (more than 64 queues, or
+--     queues that existed before the upgrade to 0.4 with ids equal mod 64): then each of them
+--     shows the sum of both.
+-- What is counted: enqueued: message_create (and the text, JSON and schedule paths),
+-- message_create_batch, dead_letter_requeue; delivered: each message message_dequeue hands out
+-- (lease or delete mode); completed: message_complete(_batch); failed: message_fail that
+-- retries; dead_lettered: every move to the dead letters (fail, reject, poison lease); expired:
+-- leases that ran out, counted when a dequeue takes the message back (or a dead letter moves
+-- it). Spark claims and acknowledgements are not counted. Errors: PQ001, 42602 for p_queue.
+CREATE FUNCTION pgqueue.queue_counters(p_queue text DEFAULT NULL)
+RETURNS TABLE (queue text, enqueued bigint, delivered bigint, completed bigint, failed bigint,
+               dead_lettered bigint, expired bigint, shared boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_queue IS NOT NULL THEN
+        PERFORM pgqueue._queue_get(p_queue);
+    END IF;
+    RETURN QUERY
+    SELECT q.name,
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 0)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 1)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 2)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 3)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 4)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 5)), 0),
+           EXISTS (SELECT FROM pgqueue.queue o WHERE o.id & 63 = q.id & 63 AND o.id <> q.id)
+      FROM pgqueue.queue q
+     WHERE p_queue IS NULL OR q.name = p_queue
+     ORDER BY q.name;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.queue_counters(text) IS
+    'Per queue: messages enqueued, delivered, completed, failed (retried), dead-lettered and leases expired since the queue was created (sequences: a rolled-back call stays counted); shared = another queue counts on the same stripe';
+
+-- Move one locked message to the dead letters (the caller holds its row lock).
+CREATE OR REPLACE FUNCTION pgqueue._dead_letter(p_id bigint, p_error text, p_now bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    WITH d AS (
+        DELETE FROM pgqueue.message m WHERE m.id = p_id
+        RETURNING m.id, m.queue_id, m.dequeue_at, m.attempts, m.created_at,
+                  m.content, m.content_type, m.state, m.last_error, m.locked_until
+    )
+    INSERT INTO pgqueue.dead_letter
+        (id, queue_id, dequeue_at, attempts, created_at, dead_at,
+         content, content_type, state, last_error)
+    SELECT d.id, d.queue_id, d.dequeue_at, d.attempts, d.created_at, p_now,
+           d.content, d.content_type, d.state, coalesce(p_error, d.last_error)
+      FROM d
+     -- counted (pgqueue.queue_counters): dead_lettered, and expired if the lease had run out
+     WHERE pgqueue._counted(d.queue_id, 4)
+       AND (d.locked_until IS NULL OR d.locked_until > p_now OR pgqueue._counted(d.queue_id, 5));
+END;
+
+-------------------------------------------------------------------------------
 -- Spark consumers: the holder of a consumer is recorded with a random lock key
 -------------------------------------------------------------------------------
 
@@ -738,7 +1050,7 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND m.locked_until IS NOT NULL
            AND m.claim_id IS NULL
-        RETURNING m.id)
+        RETURNING m.id, pgqueue._counted(m.queue_id, 2))  -- completed (queue_counters)
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM d;
     RETURN ARRAY(SELECT u.id FROM unnest(p_ids) WITH ORDINALITY AS u(id, n)
                   WHERE u.id <> ALL (v_done) ORDER BY u.n);
@@ -869,7 +1181,9 @@ BEGIN
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error
-      FROM d ORDER BY d.id;
+      FROM d
+     WHERE pgqueue._counted(v_queue.id, 0)  -- enqueued (queue_counters)
+     ORDER BY d.id;
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
     END IF;
@@ -918,6 +1232,8 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_counted boolean;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
@@ -929,7 +1245,8 @@ BEGIN
     DELETE FROM pgqueue.message m
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
        AND m.claim_id IS NULL
-       AND pgqueue._queue_lock(m.queue_id);
+       AND pgqueue._queue_lock(m.queue_id)
+    RETURNING pgqueue._counted(m.queue_id, 2) INTO v_counted;  -- completed (queue_counters)
     RETURN FOUND;
 END;
 $$;
@@ -955,6 +1272,7 @@ DECLARE
     v_queue    pgqueue.queue;
     v_now      bigint := pgqueue.to_epoch(now());
     v_id       bigint;
+    v_counted  boolean;
 BEGIN
     IF p_content IS NULL THEN
         RAISE EXCEPTION 'message content must not be NULL'
@@ -982,6 +1300,7 @@ BEGIN
         VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
         RETURNING id INTO v_id;
     END IF;
+    v_counted := pgqueue._counted(coalesce(v_queue.id, v_queue_id), 0);  -- enqueued (queue_counters)
     IF v_notify THEN
         PERFORM pg_notify('pgqueue.' || p_queue, p_queue);
     END IF;
@@ -1050,6 +1369,7 @@ BEGIN
            WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
      ORDER BY u.n
     RETURNING id;
+    PERFORM pgqueue._counted(v_queue.id, 0) FROM generate_series(1, v_n);  -- enqueued (queue_counters)
     IF v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
     END IF;
@@ -1127,18 +1447,23 @@ BEGIN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
     END IF;
     v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
+    -- The statements below count (pgqueue.queue_counters) each message handed out as delivered,
+    -- and as expired if its lease had run out, in their WHERE clauses: evaluated once per row,
+    -- on the row as it was, since the take has locked every row.
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     ELSIF v_lock_ms = 0 THEN
         IF cardinality(v_ids) = 1 THEN
             RETURN QUERY
             DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+               AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
             RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                       m.content_type, m.created_at, NULL::bigint;
         ELSE
             RETURN QUERY
             WITH d AS (
                 DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                   AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
                 RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -1153,6 +1478,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = v_until, attempts = m.attempts + 1
          WHERE m.id = v_ids[1]
+           AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
         RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                   m.content_type, m.created_at, m.locked_until;
     ELSE
@@ -1161,6 +1487,7 @@ BEGIN
             UPDATE pgqueue.message m
                SET locked_until = v_until, attempts = m.attempts + 1
              WHERE m.id = ANY (v_ids)
+               AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
             RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                       m.content_type, m.created_at, m.locked_until)
         SELECT * FROM u ORDER BY array_position(v_ids, u.id);
@@ -1208,7 +1535,8 @@ BEGIN
                                        pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
                                                                    v_queue.retry_cap_ms)),
                last_error   = p_error
-         WHERE m.id = p_id;
+         WHERE m.id = p_id
+           AND pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters); the row is locked above
     END IF;
     RETURN true;
 END;
@@ -1312,6 +1640,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_id integer;
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -1324,11 +1654,30 @@ BEGIN
     PERFORM pgqueue._not_null(p_if_not_exists IS NULL, 'if_not_exists'::text);
     PERFORM pgqueue._check_queue_options(p_lock_ms, p_max_attempts, p_retry_base_ms,
                                          p_retry_cap_ms, p_max_size);
+    -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
+    -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
+    -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
+    -- zero. With every stripe in use (or after 128 tries), the next id: counters shared.
+    IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue)
+       AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+        FOR v_try IN 1..128 LOOP
+            v_id := nextval('pgqueue.queue_id_seq'::regclass);
+            CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
+            PERFORM pgqueue._queue_quiesce(v_id);
+            EXIT WHEN NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
+        END LOOP;
+        IF EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
+            v_id := NULL;
+        ELSE
+            PERFORM setval(pgqueue._count_seq(v_id, k.k), 1, false) FROM generate_series(0, 5) AS k(k);
+        END IF;
+    END IF;
     BEGIN
-        INSERT INTO pgqueue.queue (name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
+        INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
                                    max_size, notify)
-        VALUES (p_queue, p_lock_ms, nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms,
-                nullif(p_max_size, 0), p_notify);
+        VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
+                nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
+                p_notify);
     EXCEPTION WHEN unique_violation THEN
         IF p_if_not_exists THEN
             RETURN;

@@ -12,8 +12,12 @@ SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_siz
 SELECT views_are('pgqueue', ARRAY['dead_letters'], 'the views of schema pgqueue');
 SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_claim_id_seq', 'spark_consumer_id_seq',
                                       'schedule_id_seq']
-                                || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g),
-                     'the sequences of schema pgqueue: ids, and the 64 lock stripes queue_lock_0..63');
+                                || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g)
+                                || ARRAY(SELECT 'counter_' || k || '_' || g
+                                           FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed',
+                                                             'dead', 'expired']) k, generate_series(0, 63) g),
+                     'the sequences of schema pgqueue: ids, the 64 lock stripes queue_lock_0..63 and the '
+                     'counters counter_<kind>_0..63');
 SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                   WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'i' $$,
               ARRAY['dead_letter_pkey', 'dead_letter_queue_idx', 'message_claim_idx', 'message_leased_idx',
@@ -71,8 +75,11 @@ SELECT set_eq($$ SELECT unnest(extconfig)::regclass::text FROM pg_extension WHER
               ARRAY['pgqueue.queue', 'pgqueue.queue_id_seq', 'pgqueue.message', 'pgqueue.message_id_seq',
                     'pgqueue.dead_letter', 'pgqueue.spark_claim', 'pgqueue.spark_claim_id_seq',
                     'pgqueue.spark_consumer', 'pgqueue.spark_consumer_id_seq', 'pgqueue.spark_publish_log',
-                    'pgqueue.schedule', 'pgqueue.schedule_id_seq'],
-              'pg_dump keeps (pg_extension_config_dump) the data tables and their sequences, not the derived '
+                    'pgqueue.schedule', 'pgqueue.schedule_id_seq']
+                    || ARRAY(SELECT 'pgqueue.counter_' || k || '_' || g
+                               FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed', 'dead',
+                                                 'expired']) k, generate_series(0, 63) g),
+              'pg_dump keeps (pg_extension_config_dump) the data tables, their sequences and the counters, not the derived '
               'queue_size (recounted on demand) nor spark_staging');
 
 -- every public function: signature, volatility (i/s/v) and strictness
@@ -100,6 +107,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.priority_dequeue_at(integer)', 'i', true),
                         ('pgqueue.queue_alter(text,bigint,integer,bigint,bigint,bigint,boolean)', 'v', false),
                         ('pgqueue.queue_create(text,bigint,integer,bigint,bigint,bigint,boolean,boolean)', 'v', false),
+                        ('pgqueue.queue_counters(text)', 's', false),
                         ('pgqueue.queue_drop(text)', 'v', false),
                         ('pgqueue.queue_list()', 's', false),
                         ('pgqueue.queue_next_due(text)', 's', false),
@@ -162,7 +170,8 @@ SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                 'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp');
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
-              ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._dead_letter(bigint,text,bigint)',
+              ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
+                    'pgqueue._counted(integer,integer)', 'pgqueue._dead_letter(bigint,text,bigint)',
                     'pgqueue._lock_stripe(integer)', 'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
                     'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue._placed_floor()', 'pgqueue.from_epoch(bigint)',

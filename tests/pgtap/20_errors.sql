@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(299);
+SELECT plan(320);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -158,6 +158,8 @@ SELECT throws_ok($$ SELECT pgqueue.queue_alter('nope', p_max_size => 10) $$, 'PQ
                  'queue "nope" does not exist', 'queue_alter: unknown queue, max_size');
 SELECT throws_ok($$ SELECT * FROM pgqueue.queue_stats('nope') $$, 'PQ001',
                  'queue "nope" does not exist', 'queue_stats: unknown queue');
+SELECT throws_ok($$ SELECT * FROM pgqueue.queue_counters('nope') $$, 'PQ001',
+                 'queue "nope" does not exist', 'queue_counters: unknown queue');
 SELECT throws_ok($$ SELECT pgqueue.queue_next_due('nope') $$, 'PQ001',
                  'queue "nope" does not exist', 'queue_next_due: unknown queue');
 SELECT throws_ok($$ SELECT pgqueue.dead_letter_requeue('nope') $$, 'PQ001',
@@ -201,7 +203,8 @@ SELECT throws_ok(format(c.call, quote_literal(n.name)), '42602', format('invalid
                     (7, 'queue_next_due', 'SELECT pgqueue.queue_next_due(%s)'),
                     (8, 'dead_letter_requeue', 'SELECT pgqueue.dead_letter_requeue(%s)'),
                     (9, 'dead_letter_purge', 'SELECT pgqueue.dead_letter_purge(%s)'),
-                    (10, 'queue_drop', 'SELECT pgqueue.queue_drop(%s)')) AS c(j, function, call)
+                    (10, 'queue_drop', 'SELECT pgqueue.queue_drop(%s)'),
+                    (11, 'queue_counters', 'SELECT * FROM pgqueue.queue_counters(%s)')) AS c(j, function, call)
  ORDER BY c.j, n.i;
 
 -- 22023: invalid parameter values

@@ -4,6 +4,8 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_counted boolean;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
@@ -15,7 +17,8 @@ BEGIN
     DELETE FROM pgqueue.message m
      WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
        AND m.claim_id IS NULL
-       AND pgqueue._queue_lock(m.queue_id);
+       AND pgqueue._queue_lock(m.queue_id)
+    RETURNING pgqueue._counted(m.queue_id, 2) INTO v_counted;  -- completed (queue_counters)
     RETURN FOUND;
 END;
 $$;

@@ -44,7 +44,7 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND m.locked_until IS NOT NULL
            AND m.claim_id IS NULL
-        RETURNING m.id)
+        RETURNING m.id, pgqueue._counted(m.queue_id, 2))  -- completed (queue_counters)
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM d;
     RETURN ARRAY(SELECT u.id FROM unnest(p_ids) WITH ORDINALITY AS u(id, n)
                   WHERE u.id <> ALL (v_done) ORDER BY u.n);

@@ -16,6 +16,7 @@ DECLARE
     v_queue    pgqueue.queue;
     v_now      bigint := pgqueue.to_epoch(now());
     v_id       bigint;
+    v_counted  boolean;
 BEGIN
     IF p_content IS NULL THEN
         RAISE EXCEPTION 'message content must not be NULL'
@@ -43,6 +44,7 @@ BEGIN
         VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
         RETURNING id INTO v_id;
     END IF;
+    v_counted := pgqueue._counted(coalesce(v_queue.id, v_queue_id), 0);  -- enqueued (queue_counters)
     IF v_notify THEN
         PERFORM pg_notify('pgqueue.' || p_queue, p_queue);
     END IF;

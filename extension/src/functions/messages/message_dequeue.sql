@@ -36,18 +36,23 @@ BEGIN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
     END IF;
     v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
+    -- The statements below count (pgqueue.queue_counters) each message handed out as delivered,
+    -- and as expired if its lease had run out, in their WHERE clauses: evaluated once per row,
+    -- on the row as it was, since the take has locked every row.
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     ELSIF v_lock_ms = 0 THEN
         IF cardinality(v_ids) = 1 THEN
             RETURN QUERY
             DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+               AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
             RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                       m.content_type, m.created_at, NULL::bigint;
         ELSE
             RETURN QUERY
             WITH d AS (
                 DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                   AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
                 RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -62,6 +67,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = v_until, attempts = m.attempts + 1
          WHERE m.id = v_ids[1]
+           AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
         RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                   m.content_type, m.created_at, m.locked_until;
     ELSE
@@ -70,6 +76,7 @@ BEGIN
             UPDATE pgqueue.message m
                SET locked_until = v_until, attempts = m.attempts + 1
              WHERE m.id = ANY (v_ids)
+               AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
             RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                       m.content_type, m.created_at, m.locked_until)
         SELECT * FROM u ORDER BY array_position(v_ids, u.id);

@@ -35,7 +35,8 @@ BEGIN
                                        pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
                                                                    v_queue.retry_cap_ms)),
                last_error   = p_error
-         WHERE m.id = p_id;
+         WHERE m.id = p_id
+           AND pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters); the row is locked above
     END IF;
     RETURN true;
 END;

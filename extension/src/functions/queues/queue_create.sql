@@ -12,6 +12,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_id integer;
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -24,11 +26,30 @@ BEGIN
     PERFORM pgqueue._not_null(p_if_not_exists IS NULL, 'if_not_exists'::text);
     PERFORM pgqueue._check_queue_options(p_lock_ms, p_max_attempts, p_retry_base_ms,
                                          p_retry_cap_ms, p_max_size);
+    -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
+    -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
+    -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
+    -- zero. With every stripe in use (or after 128 tries), the next id: counters shared.
+    IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue)
+       AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+        FOR v_try IN 1..128 LOOP
+            v_id := nextval('pgqueue.queue_id_seq'::regclass);
+            CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
+            PERFORM pgqueue._queue_quiesce(v_id);
+            EXIT WHEN NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
+        END LOOP;
+        IF EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
+            v_id := NULL;
+        ELSE
+            PERFORM setval(pgqueue._count_seq(v_id, k.k), 1, false) FROM generate_series(0, 5) AS k(k);
+        END IF;
+    END IF;
     BEGIN
-        INSERT INTO pgqueue.queue (name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
+        INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
                                    max_size, notify)
-        VALUES (p_queue, p_lock_ms, nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms,
-                nullif(p_max_size, 0), p_notify);
+        VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
+                nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
+                p_notify);
     EXCEPTION WHEN unique_violation THEN
         IF p_if_not_exists THEN
             RETURN;
