@@ -26,6 +26,12 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # tests/test_node_examples.py runs examples/node with drivers from npm
 command -v node >/dev/null || need_apt+=(nodejs)
 command -v npm >/dev/null || need_apt+=(npm)
+# tests/test_dashboard_browser.py drives Debian's headless chromium through its chromedriver
+# (PGQUEUE_WITH_BROWSER=0 skips both; the browser tests then fail, they never skip)
+if [ "${PGQUEUE_WITH_BROWSER:-1}" = "1" ]; then
+    [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+    [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+fi
 if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ] && ! command -v java >/dev/null; then
     need_apt+=(openjdk-17-jre-headless)
 fi

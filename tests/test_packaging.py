@@ -192,6 +192,9 @@ def test_wheel_and_sdist_install_into_a_clean_venv(tmp_path: Path, dsn: str, pg_
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         assert "pgqueue/py.typed" in names and "pyspark_pgqueue/__init__.py" in names
+        # the dashboard's templates and assets: it must work offline, from the wheel alone
+        assert {"pgqueue/dashboard/templates/base.html", "pgqueue/dashboard/static/dashboard.js",
+                "pgqueue/dashboard/static/dashboard.css"} <= set(names)
         assert "pgqueue_sql-0.4.0.dist-info/licenses/LICENSE" in names
         assert not [n for n in names if n.startswith(("bench/", "tests/")) or n.endswith("spark/bench.py")]
     with tarfile.open(sdist) as tf:

@@ -227,6 +227,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
     p.add_argument("--watch", type=_positive_float, metavar="S", help="refresh every S seconds until Ctrl-C")
 
+    # dashboard
+    p = command("dashboard", _cmd_dashboard, "serve a web dashboard of the queues: counts, charts, messages, "
+                "leases, dead letters (needs the dashboard extra)")
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_non_negative_int, default=8080, metavar="N",
+                   help="port to listen on (default 8080; 0 picks a free one)")
+    p.add_argument("--token", default=os.environ.get("PGQUEUE_DASHBOARD_TOKEN"), metavar="TOKEN",
+                   help="require this access token (default: $PGQUEUE_DASHBOARD_TOKEN; none). The printed URL "
+                        "carries it")
+    p.add_argument("--read-only", action="store_true",
+                   help="never change anything (no requeue or purge), whatever the role may do")
+    p.add_argument("--sample-interval", type=_positive_float, default=5.0, metavar="S",
+                   help="seconds between the samples of the charts (default 5; an hour is kept)")
+
     # dead
     p = command("dead", None, "list, requeue or purge dead letters")
     dead = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
@@ -680,6 +695,37 @@ def _watch(collect: Callable[[], list[QueueStats]], every: float, out: TextIO) -
             time.sleep(every)
     except KeyboardInterrupt:
         return 0
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    try:
+        from pgqueue.dashboard import Options, serve
+    except ImportError as exc:
+        raise UserError(f"the dashboard needs Flask ({exc}): pip install 'pgqueue-sql[dashboard]'") from exc
+    from pgqueue.dashboard.app import _is_loopback_host
+
+    dsn = resolve_dsn(args)
+    with connect(dsn):
+        pass  # fail fast: unreachable database, pgqueue missing or of another version
+    if args.token is not None and len(args.token) < 8:
+        raise UserError("the access token must have at least 8 characters")
+    loopback = _is_loopback_host(args.host)
+    if not loopback and args.token is None:
+        print(f"{PROG}: warning: listening on {args.host} without --token: anyone who can reach it sees the queues",
+              file=sys.stderr)
+    options = Options(dsn=dsn, token=args.token, read_only=args.read_only,
+                      sample_interval=args.sample_interval, loopback_only=loopback)
+
+    def ready(url: str) -> None:
+        print(f"pgqueue dashboard at {url} (Ctrl-C to stop)", flush=True)
+
+    try:
+        serve(options, host=args.host, port=args.port, ready=ready)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def _cmd_dead_list(args: argparse.Namespace) -> int:

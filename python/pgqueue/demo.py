@@ -74,6 +74,7 @@ class DemoOptions:
     dsn: str | None = None
     seed: int | None = None
     progress: bool | None = None  # a progress bar; None = if the output is a terminal
+    dashboard: int | None = None  # serve `pgqueue dashboard` on this port while the demo runs
 
 
 # -----------------------------------------------------------------------------------------
@@ -246,16 +247,54 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     level = pgqueue_logger.level
     pgqueue_logger.setLevel(logging.ERROR)
     try:
-        with database(options.dsn, out) as dsn, Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue:
+        with database(options.dsn, out) as dsn, Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue, \
+                dashboard(dsn, options.dashboard, out):
             queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
                          retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
             try:
                 tally, elapsed = run_workload(queue, dsn, jobs, options, out)
-                return report(queue, jobs, tally, elapsed, options, out)
+                status = report(queue, jobs, tally, elapsed, options, out)
+                if options.dashboard is not None:
+                    _linger(out)
+                return status
             finally:
                 queue.drop()
     finally:
         pgqueue_logger.setLevel(level)
+
+
+@contextmanager
+def dashboard(dsn: str, port: int | None, out: TextIO) -> Iterator[None]:
+    """Serve ``pgqueue dashboard`` on ``port`` (127.0.0.1) for the block, if a port is given."""
+    if port is None:
+        yield
+        return
+    from pgqueue.cli import UserError
+
+    try:
+        from pgqueue.dashboard import Options, start
+    except ImportError as exc:
+        raise UserError(f"--dashboard needs Flask ({exc}): pip install 'pgqueue-sql[dashboard]'") from exc
+    try:
+        server = start(Options(dsn=dsn, sample_interval=1.0), port=port)
+    except OSError as exc:
+        raise UserError(f"--dashboard: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from exc
+    print(f"Dashboard: {server.url} (sampled every second)", file=out, flush=True)
+    try:
+        yield
+    finally:
+        server.stop()
+
+
+def _linger(out: TextIO) -> None:
+    """Keep the dashboard (and the queue, with its dead letters) until Ctrl-C."""
+    print("\nThe dashboard stays up, with the demo's queue and its dead letters: Ctrl-C to stop.",
+          file=out, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print(file=out)
 
 
 class _Threads:
@@ -459,7 +498,7 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``pgqueue demo`` to its parser (--dsn is added by the CLI)."""
-    from pgqueue.cli import _non_negative_float, _positive_int
+    from pgqueue.cli import _non_negative_float, _non_negative_int, _positive_int
 
     d = DemoOptions()
     parser.add_argument("--messages", "-n", type=_positive_int, default=d.messages, metavar="N",
@@ -476,6 +515,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="random seed, to repeat a run's mix")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar, even on a terminal")
+    parser.add_argument("--dashboard", type=_non_negative_int, nargs="?", const=8080, metavar="PORT",
+                        help="serve `pgqueue dashboard` on 127.0.0.1:PORT (default 8080) while the demo runs, "
+                             "and keep it up after the report until Ctrl-C")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -485,5 +527,5 @@ def run_from_args(args: argparse.Namespace) -> int:
     dsn = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or None
     options = DemoOptions(messages=args.messages, rate=args.rate, producers=args.producers,
                           workers=args.workers, concurrency=args.concurrency, dsn=dsn,
-                          seed=args.seed, progress=args.progress)
+                          seed=args.seed, progress=args.progress, dashboard=args.dashboard)
     return run_demo(options)

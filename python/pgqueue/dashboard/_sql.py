@@ -1,0 +1,87 @@
+"""The SQL the dashboard sends beside the client's (``pgqueue._sql``), as constants.
+
+Queues, stats, peeking and dead letters go through :class:`pgqueue.Queue` and the extension's
+functions. What the SQL API has no function for is read here: the role's privileges, the
+messages under a live lease, the database sessions of workers (``pg_stat_activity``) and the
+message id sequence, whose growth is the enqueue rate of all queues together.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# What the role may do, in one row. Each privilege is the one the extension's functions need
+# (they are SECURITY INVOKER, docs/grants.sql): queue_stats reads a few columns of
+# pgqueue.message; message_peek also its content; the dead_letters view is granted on its own;
+# requeue and purge delete from pgqueue.dead_letter (requeue also inserts messages). A read-only
+# transaction (default_transaction_read_only, a standby) can change nothing.
+PRIVILEGES: Final[LiteralString] = (
+    "SELECT current_user::text, "
+    "pg_catalog.has_table_privilege('pgqueue.queue', 'SELECT'), "
+    "pg_catalog.has_column_privilege('pgqueue.message', 'locked_until', 'SELECT') "
+    "  AND pg_catalog.has_column_privilege('pgqueue.dead_letter', 'queue_id', 'SELECT'), "
+    "pg_catalog.has_column_privilege('pgqueue.message', 'content', 'SELECT'), "
+    "pg_catalog.has_table_privilege('pgqueue.dead_letters', 'SELECT'), "
+    "pg_catalog.has_table_privilege('pgqueue.dead_letter', 'DELETE') "
+    "  AND pg_catalog.has_table_privilege('pgqueue.message', 'INSERT'), "
+    "pg_catalog.has_table_privilege('pgqueue.dead_letter', 'DELETE'), "
+    "pg_catalog.has_sequence_privilege('pgqueue.message_id_seq', 'SELECT, USAGE'), "
+    "pg_catalog.current_setting('transaction_read_only') = 'on' OR pg_catalog.pg_is_in_recovery(), "
+    "pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'), "
+    "pg_catalog.has_column_privilege('pgqueue.message', 'attempts', 'SELECT')"
+)
+
+# Messages under a live lease (being handled), soonest expiry first: the index
+# message_leased_idx serves the per-queue form. A lease names no holder: the row has no worker
+# column, only its expiry, its attempt (the fencing token) and, for a Spark claim, an expiry in
+# the year 9999. LEASED_COUNTS_ONLY leaves out the attempt, for a role that may read only the
+# columns queue_stats needs (the monitor recipe of docs/grants.sql).
+LEASED: Final[LiteralString] = (
+    "SELECT m.id, q.name, m.attempts, m.locked_until, m.created_at, pgqueue.now_ms() "
+    "FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+    "WHERE m.locked_until IS NOT NULL AND m.locked_until > pgqueue.now_ms() "
+    "AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
+    "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
+)
+LEASED_COUNTS_ONLY: Final[LiteralString] = (
+    "SELECT m.id, q.name, NULL::integer, m.locked_until, m.created_at, pgqueue.now_ms() "
+    "FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+    "WHERE m.locked_until IS NOT NULL AND m.locked_until > pgqueue.now_ms() "
+    "AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
+    "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
+)
+
+#: locked_until of a message held by a Spark claim (9999-12-31 23:59:59.999 UTC).
+SPARK_CLAIM_LOCKED_UNTIL: Final = 253402300799999
+
+# The sessions of this database that look like pgqueue clients: the workers name themselves
+# (application_name pgqueue-worker), other clients are recognised by what they run. The
+# query text of another role's session is "<insufficient privilege>" unless the dashboard's
+# role has pg_read_all_stats. The dashboard's own sessions are left out.
+SESSIONS: Final[LiteralString] = (
+    "SELECT a.pid, a.application_name, a.usename::text, a.client_addr::text, a.backend_start, "
+    "a.state, a.state_change, a.wait_event_type, a.wait_event, a.query "
+    "FROM pg_catalog.pg_stat_activity a "
+    "WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid() "
+    "AND a.backend_type = 'client backend' "
+    "AND a.application_name IS DISTINCT FROM %(own)s::text "
+    "AND (a.application_name LIKE 'pgqueue%%' OR a.query LIKE '%%pgqueue.message\\_%%' "
+    "     OR a.query LIKE 'LISTEN \"pgqueue.%%') "
+    "ORDER BY a.application_name, a.backend_start, a.pid LIMIT 200"
+)
+
+# The last id handed out by pgqueue.message_id_seq: every enqueue (and dead-letter requeue)
+# takes one, rolled back or not. NULL before the first.
+LAST_MESSAGE_ID: Final[LiteralString] = (
+    "SELECT pg_catalog.pg_sequence_last_value('pgqueue.message_id_seq'::regclass)")
+
+# Whether the extension has per-queue counters (pgqueue.queue_counters, from 0.4 on): the
+# sampler uses them for throughput when they are there, and its own samples of depth when not.
+COUNTERS_FUNCTION: Final[LiteralString] = (
+    "SELECT pg_catalog.to_regprocedure('pgqueue.queue_counters(text)') IS NOT NULL")
+
+# Every queue's counters since it was created: enqueued, delivered, completed, failed,
+# dead_lettered, expired (and whether it shares its counters with another queue).
+COUNTERS: Final[LiteralString] = (
+    "SELECT c.queue, c.enqueued, c.delivered, c.completed, c.failed, c.dead_lettered, c.expired "
+    "FROM pgqueue.queue_counters() AS c")

@@ -1,0 +1,356 @@
+"""The dashboard's Flask application: pages, a small JSON API for the live parts, and the
+guards (access token, CSRF, read-only mode, the role's privileges, loopback Host names)."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from flask import Flask, Response, abort, jsonify, redirect, render_template, request, session, url_for
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import ConnectionPool
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as BaseResponse
+
+from pgqueue._version import __version__
+from pgqueue.cli import format_ms
+from pgqueue.client import Queue, all_stats, list_queues
+from pgqueue.dashboard import _sql
+from pgqueue.dashboard.payload import show
+from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, throughput_series
+from pgqueue.errors import PgQueueError, QueueNotFound, translate
+from pgqueue.message import to_datetime
+
+#: Dead letters and peeked messages listed on a page.
+PAGE_LIMIT = 100
+#: The form field and header that carry the CSRF token.
+CSRF_FIELD = "csrf_token"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the dashboard runs (the options of ``pgqueue dashboard``)."""
+
+    dsn: str
+    token: str | None = None  # required to see anything, if set
+    read_only: bool = False  # never change anything, whatever the role may do
+    sample_interval: float = 5.0  # seconds between samples of the charts
+    history: float = 3600.0  # seconds of samples kept
+    loopback_only: bool = True  # refuse Host names other than localhost / loopback addresses
+
+
+@dataclass(frozen=True)
+class Privileges:
+    """What the dashboard's role may do (from the catalogs), and why it may not change things."""
+
+    role: str
+    read_queues: bool
+    read_stats: bool
+    read_content: bool
+    read_dead: bool
+    requeue: bool
+    purge: bool
+    read_sequence: bool
+    read_only_transaction: bool
+    read_all_stats: bool
+    read_attempts: bool
+
+    def missing(self) -> list[str]:
+        """Say, in words, what the role cannot do."""
+        out = []
+        if not self.read_stats:
+            out.append("read message counts (SELECT on pgqueue.message and pgqueue.dead_letter)")
+        if not self.read_content:
+            out.append("peek at payloads (SELECT on pgqueue.message.content)")
+        if not self.read_dead:
+            out.append("browse dead letters (SELECT on pgqueue.dead_letters)")
+        if not self.requeue:
+            out.append("requeue dead letters (DELETE on pgqueue.dead_letter, INSERT on pgqueue.message)")
+        if not self.purge:
+            out.append("purge dead letters (DELETE on pgqueue.dead_letter)")
+        if self.read_only_transaction:
+            out.append("write at all: the session is read-only (default_transaction_read_only or a standby)")
+        return out
+
+
+def _fmt_time(value: datetime | int | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        value = to_datetime(value)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _is_loopback_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
+    """Return the dashboard's Flask application for ``options``.
+
+    It opens a small connection pool (application_name ``pgqueue-dashboard``) and, with
+    ``start_sampler``, the background sampler of the charts; ``app.extensions["pgqueue"]`` holds
+    both (call :func:`close` to stop them).
+    """
+    app = Flask(__name__)
+    app.config.update(
+        SECRET_KEY=secrets.token_bytes(32),  # sessions last as long as the process
+        SESSION_COOKIE_NAME="pgqueue_dashboard",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        MAX_CONTENT_LENGTH=1024 * 1024,
+        TEMPLATES_AUTO_RELOAD=False,
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # series in the order they are made
+    conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME)
+    pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False,
+                                               kwargs={"autocommit": True}, name="pgqueue-dashboard")
+    pool.open(wait=False)
+    sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, connect_timeout=10),
+                      interval=options.sample_interval, history=options.history)
+    if start_sampler:
+        sampler.start()
+    app.extensions["pgqueue"] = {"pool": pool, "sampler": sampler, "options": options}
+
+    def privileges() -> Privileges:
+        with pool.connection() as conn:
+            row = conn.execute(_sql.PRIVILEGES).fetchone()
+        assert row is not None
+        return Privileges(str(row[0]), *(bool(v) for v in row[1:]))
+
+    def writable(p: Privileges) -> bool:
+        return not options.read_only and not p.read_only_transaction
+
+    # -- guards ---------------------------------------------------------------------------
+
+    def csrf_token() -> str:
+        token = session.get("csrf")
+        if not isinstance(token, str):
+            token = session["csrf"] = secrets.token_urlsafe(32)
+        return token
+
+    @app.before_request
+    def guard() -> BaseResponse | None:
+        if options.loopback_only and not _is_loopback_host(request.host):
+            abort(400, "this dashboard answers to localhost and loopback addresses only "
+                       "(it was started without --host naming another address)")
+        if request.endpoint == "static":
+            return None
+        if options.token is not None and not _authorised():
+            given = request.args.get("token")
+            if given is not None and hmac.compare_digest(given.encode(), options.token.encode()):
+                session["auth"] = True
+                values: dict[str, Any] = {k: v for k, v in request.args.items() if k != "token"}
+                values.update(request.view_args or {})
+                return redirect(url_for(request.endpoint or "index", **values))
+            if request.endpoint == "login" and request.method == "POST":
+                return None
+            return Response(render_template("login.html", failed=given is not None), 401)
+        if request.method == "POST":
+            given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
+            expected = session.get("csrf")
+            if not isinstance(expected, str) or not hmac.compare_digest(given.encode(), expected.encode()):
+                abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
+        return None
+
+    def _authorised() -> bool:
+        assert options.token is not None
+        if session.get("auth") is True:
+            return True
+        header = request.headers.get("Authorization", "")
+        return header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), options.token.encode())
+
+    @app.after_request
+    def headers(response: BaseResponse) -> BaseResponse:
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+            "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Frame-Options"] = "DENY"
+        if request.endpoint != "static":
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @app.context_processor
+    def globals_() -> dict[str, Any]:
+        return {"csrf_token": csrf_token, "fmt_age": format_ms, "fmt_time": _fmt_time, "version": __version__,
+                "options": options, "sample_error": sampler.error}
+
+    @app.errorhandler(PgQueueError)
+    def database_error(exc: PgQueueError) -> tuple[str, int]:
+        if isinstance(exc, QueueNotFound):
+            return render_template("error.html", title="No such queue", message=exc.message), 404
+        if exc.sqlstate == "42501":
+            return render_template("error.html", title="Permission denied", message=exc.message,
+                                   detail=f"The dashboard connects as role {_role()}, which the database does "
+                                          "not allow this. Connect it as a role that may (docs/grants.sql)."), 403
+        return render_template("error.html", title="Database error", message=exc.message, detail=exc.hint), 500
+
+    @app.errorhandler(psycopg.Error)
+    def psycopg_error(exc: psycopg.Error) -> tuple[str, int]:
+        return database_error(translate(exc))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> tuple[str, int]:
+        if request.path.startswith("/api/"):
+            return jsonify(error=exc.description), exc.code or 500  # type: ignore[return-value]
+        return render_template("error.html", title=exc.name, message=exc.description), exc.code or 500
+
+    def _role() -> str:
+        try:
+            return privileges().role
+        except Exception:
+            return "(unknown)"
+
+    # -- pages ----------------------------------------------------------------------------
+
+    @app.route("/login", methods=["POST"])
+    def login() -> BaseResponse:
+        given = request.form.get("token", "")
+        if options.token is not None and hmac.compare_digest(given.encode(), options.token.encode()):
+            session["auth"] = True
+            return redirect(url_for("index"))
+        return Response(render_template("login.html", failed=True), 401)
+
+    @app.route("/")
+    def index() -> str:
+        p = privileges()
+        settings = list_queues(pool)
+        stats = {s.queue: s for s in all_stats(pool)} if p.read_stats else {}
+        leased, sessions, sessions_error = _workers(p, None)
+        return render_template("index.html", p=p, writable=writable(p), settings=settings, stats=stats,
+                               leased=leased, sessions=sessions, sessions_error=sessions_error)
+
+    @app.route("/queues/<name>")
+    def queue_page(name: str) -> str:
+        p = privileges()
+        queue = Queue(pool, name)
+        settings = queue.settings()
+        stats = queue.stats() if p.read_stats else None
+        peek_error = None
+        pending: list[tuple[Any, Any]] = []
+        if p.read_content:
+            pending = [(m, show(m.content, m.content_type)) for m in queue.peek(PAGE_LIMIT)]
+        else:
+            peek_error = f"role {p.role} may not read message contents (SELECT on pgqueue.message.content)"
+        leased, sessions, sessions_error = _workers(p, name)
+        return render_template("queue.html", p=p, writable=writable(p), name=name, settings=settings,
+                               stats=stats, pending=pending, peek_error=peek_error, leased=leased,
+                               sessions=sessions, sessions_error=sessions_error,
+                               now=datetime.now(timezone.utc))
+
+    @app.route("/queues/<name>/dead")
+    def dead_page(name: str) -> str:
+        p = privileges()
+        queue = Queue(pool, name)
+        queue.settings()  # 404 for an unknown queue
+        if not p.read_dead:
+            raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
+                               sqlstate="42501")
+        letters = [(d, show(d.content, d.content_type)) for d in queue.dead_letters(PAGE_LIMIT)]
+        stats = queue.stats() if p.read_stats else None
+        return render_template("dead.html", p=p, writable=writable(p), name=name, letters=letters, stats=stats,
+                               done=request.args.get("done"))
+
+    @app.route("/queues/<name>/dead/<action>", methods=["POST"])
+    def dead_action(name: str, action: str) -> BaseResponse | tuple[str, int] | str:
+        if action not in ("requeue", "purge"):
+            abort(404)
+        p = privileges()
+        if options.read_only:
+            abort(403, "the dashboard runs in read-only mode (--read-only): it changes nothing")
+        if p.read_only_transaction:
+            abort(403, "the database session is read-only: nothing can be changed from here")
+        if not (p.requeue if action == "requeue" else p.purge):
+            raise PgQueueError(f"permission denied: role {p.role} may not {action} dead letters", sqlstate="42501")
+        every = request.form.get("all") == "1"
+        try:
+            ids = sorted({int(v) for v in request.form.getlist("id")})
+        except ValueError:
+            abort(400, "dead letter ids are integers")
+        if not every and not ids:
+            abort(400, "choose dead letters (or all of them) first")
+        queue = Queue(pool, name)
+        if request.form.get("confirm") != "yes":
+            return render_template("confirm.html", name=name, action=action, ids=ids, every=every,
+                                   dead=queue.stats().dead if p.read_stats else None)
+        if action == "requeue":
+            n = queue.requeue_dead(None if every else ids)
+            done = f"requeued {n} dead letter(s)"
+        else:
+            n = queue.purge_dead(None if every else ids)
+            done = f"purged {n} dead letter(s)"
+        return redirect(url_for("dead_page", name=name, done=done), 303)
+
+    def _workers(p: Privileges, queue: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+        leased: list[dict[str, Any]] = []
+        if p.read_stats:
+            query = _sql.LEASED if p.read_attempts else _sql.LEASED_COUNTS_ONLY
+            with pool.connection() as conn:
+                rows = conn.execute(query, {"queue": queue, "limit": PAGE_LIMIT}).fetchall()
+            leased = [{"id": r[0], "queue": r[1], "attempts": r[2], "remaining_ms": r[3] - r[5],
+                       "age_ms": r[5] - r[4], "spark": r[3] == _sql.SPARK_CLAIM_LOCKED_UNTIL} for r in rows]
+        sessions: list[dict[str, Any]] = []
+        error = None
+        try:
+            with pool.connection() as conn:
+                rows = conn.execute(_sql.SESSIONS, {"own": APPLICATION_NAME}).fetchall()
+        except psycopg.Error as exc:
+            error = translate(exc).message
+            rows = []
+        for r in rows:
+            query = r[9] or ""
+            listens = query[len('LISTEN "pgqueue.'):-1] if query.startswith('LISTEN "pgqueue.') else None
+            if queue is not None and listens is not None and listens != queue:
+                continue
+            sessions.append({"pid": r[0], "application": r[1], "user": r[2], "client": r[3] or "local socket",
+                             "started": r[4], "state": r[5], "since": r[6],
+                             "wait": ":".join(x for x in (r[7], r[8]) if x), "query": query,
+                             "listens": listens})
+        return leased, sessions, error
+
+    # -- JSON for the live parts of the pages ----------------------------------------------
+
+    @app.route("/api/queues")
+    def api_queues() -> Response:
+        p = privileges()
+        stats = all_stats(pool) if p.read_stats else []
+        return jsonify(queues=[{"queue": s.queue, "ready": s.ready, "scheduled": s.scheduled, "leased": s.leased,
+                                "dead": s.dead, "oldest_ready_age_ms": s.oldest_ready_age_ms,
+                                "oldest_ready_age": format_ms(s.oldest_ready_age_ms)} for s in stats],
+                       sampler_error=sampler.error)
+
+    @app.route("/api/history")
+    def api_history() -> Response:
+        queue = request.args.get("queue") or None
+        samples = sampler.snapshot()
+        source, rates = throughput_series(samples, queue)
+        return jsonify(queue=queue, interval=options.sample_interval, history=options.history,
+                       depth=depth_series(samples, queue), throughput=rates, throughput_source=source,
+                       sampler_error=sampler.error)
+
+    return app
+
+
+def close(app: Flask) -> None:
+    """Stop the sampler and close the pool of an application made by :func:`create_app`."""
+    parts: dict[str, Any] = app.extensions["pgqueue"]
+    parts["sampler"].stop()
+    parts["pool"].close()
+
+
+ServeCallback = Callable[[str], None]

@@ -1,0 +1,197 @@
+"""The dashboard's own history: a background thread samples every queue's counts (and the
+extension's counters, where it has them) every few seconds and keeps the last hour, so that
+the charts need no Prometheus.
+
+Throughput comes from the extension's per-queue counters when the database has
+``pgqueue.queue_counters()``; without them it is estimated from the samples: per queue, the net
+change of its live messages per second and the dead letters added per second; for all queues
+together, messages enqueued per second (the growth of the message id sequence) and messages
+that left the queues (enqueued minus the growth of the live ones: completed, deleted on
+dequeue, cancelled or dead-lettered).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from pgqueue.client import all_stats
+from pgqueue.dashboard import _sql
+from pgqueue.message import QueueStats
+
+log = logging.getLogger("pgqueue.dashboard")
+
+#: application_name of the dashboard's sessions (left out of the sessions it shows).
+APPLICATION_NAME = "pgqueue-dashboard"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one pass saw: when (epoch seconds), each queue's counts, the last message id and the
+    extension's counters per queue (None where the database cannot say)."""
+
+    t: float
+    stats: dict[str, QueueStats]
+    last_id: int | None
+    counters: dict[str, dict[str, int]] | None
+
+
+@dataclass
+class Sampler:
+    """Sample ``connect()``'s database every ``interval`` seconds, keeping ``history`` seconds."""
+
+    connect: Callable[[], psycopg.Connection[Any]]
+    interval: float = 5.0
+    history: float = 3600.0
+    samples: deque[Sample] = field(init=False)
+    error: str | None = field(default=None, init=False)  # the last pass's failure, for the page
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _conn: psycopg.Connection[Any] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.samples = deque(maxlen=int(self.history / self.interval) + 1)
+
+    def start(self) -> None:
+        """Sample now, then every ``interval`` seconds on a daemon thread."""
+        self._thread = threading.Thread(target=self._run, name="pgqueue-dashboard-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and close its connection."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.tick()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def tick(self) -> Sample | None:
+        """Take one sample (reconnecting if needed) and return it, or None if it failed."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = self.connect()
+            sample = take_sample(self._conn)
+        except Exception as exc:  # the page shows it; the next pass tries again
+            self.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            log.warning("dashboard sampler: %s", self.error)
+            if self._conn is not None and self._conn.broken:
+                self._conn = None
+            return None
+        with self._lock:
+            self.samples.append(sample)
+            self.error = None
+        return sample
+
+    def snapshot(self) -> list[Sample]:
+        """Return the samples kept, oldest first."""
+        with self._lock:
+            return list(self.samples)
+
+
+def take_sample(conn: psycopg.Connection[Any]) -> Sample:
+    """Read every queue's counts, the last message id and the counters, if any."""
+    now = time.time()
+    stats = {s.queue: s for s in all_stats(conn)}
+    last_id: int | None = None
+    try:
+        row = conn.execute(_sql.LAST_MESSAGE_ID).fetchone()
+        last_id = 0 if row is None or row[0] is None else int(row[0])  # NULL: no id handed out yet
+    except psycopg.errors.InsufficientPrivilege:
+        pass
+    counters: dict[str, dict[str, int]] | None = None
+    row = conn.execute(_sql.COUNTERS_FUNCTION).fetchone()
+    if row is not None and row[0]:
+        try:
+            cur = conn.execute(_sql.COUNTERS)
+        except psycopg.errors.InsufficientPrivilege:
+            pass
+        else:
+            names = [d.name for d in cur.description or []][1:]
+            counters = {str(r[0]): dict(zip(names, (int(v) for v in r[1:]), strict=True)) for r in cur.fetchall()}
+    return Sample(now, stats, last_id, counters)
+
+
+# ---------------------------------------------------------------------------------------------
+# Series for the charts
+# ---------------------------------------------------------------------------------------------
+
+Point = tuple[float, float]
+
+
+def depth_series(samples: list[Sample], queue: str | None) -> dict[str, list[Point]]:
+    """Return ready, scheduled, leased and dead over time, for one queue or summed over all."""
+    out: dict[str, list[Point]] = {"ready": [], "scheduled": [], "leased": [], "dead": []}
+    for s in samples:
+        chosen = [s.stats[queue]] if queue is not None and queue in s.stats else (
+            [] if queue is not None else list(s.stats.values()))
+        if queue is not None and not chosen:
+            continue
+        for name in out:
+            out[name].append((s.t, float(sum(getattr(st, name) for st in chosen))))
+    return out
+
+
+def _live(s: Sample, queue: str | None) -> int | None:
+    chosen = list(s.stats.values()) if queue is None else [s.stats[queue]] if queue in s.stats else []
+    if queue is not None and not chosen:
+        return None
+    return sum(st.ready + st.scheduled + st.leased for st in chosen)
+
+
+def _dead(s: Sample, queue: str | None) -> int | None:
+    chosen = list(s.stats.values()) if queue is None else [s.stats[queue]] if queue in s.stats else []
+    if queue is not None and not chosen:
+        return None
+    return sum(st.dead for st in chosen)
+
+
+def throughput_series(samples: list[Sample], queue: str | None) -> tuple[str, dict[str, list[Point]]]:
+    """Return where the rates come from ("counters" or "samples") and the rates per second."""
+    out: dict[str, list[Point]] = {}
+    pairs = list(zip(samples, samples[1:]))
+    if samples and samples[-1].counters is not None:
+        for a, b in pairs:
+            if a.counters is None or b.counters is None:
+                continue  # before an upgrade brought the counters
+            dt = b.t - a.t
+            names = [queue] if queue is not None else list(b.counters)
+            totals: dict[str, float] = {}
+            for name in names:
+                before, after = a.counters.get(name), b.counters.get(name)
+                if before is None or after is None:
+                    continue
+                for counter, value in after.items():
+                    if counter in before:
+                        # a queue dropped and created again starts from zero: no negative rate
+                        totals[counter] = totals.get(counter, 0.0) + max(0, value - before[counter]) / dt
+            for counter, rate in totals.items():
+                out.setdefault(counter, []).append((b.t, rate))
+        return "counters", out
+    for a, b in pairs:
+        dt = b.t - a.t
+        live_a, live_b = _live(a, queue), _live(b, queue)
+        dead_a, dead_b = _dead(a, queue), _dead(b, queue)
+        if live_a is None or live_b is None or dead_a is None or dead_b is None or dt <= 0:
+            continue
+        if queue is None and a.last_id is not None and b.last_id is not None:
+            enqueued = (b.last_id - a.last_id) / dt
+            out.setdefault("enqueued", []).append((b.t, enqueued))
+            out.setdefault("left the queues", []).append((b.t, max(0.0, enqueued - (live_b - live_a) / dt)))
+        else:
+            out.setdefault("net change", []).append((b.t, (live_b - live_a) / dt))
+        out.setdefault("dead-lettered", []).append((b.t, max(0, dead_b - dead_a) / dt))
+    return "samples", out

@@ -1,0 +1,406 @@
+"""`pgqueue dashboard`: its pages and JSON over a real database, through Flask's test client
+and a real server on a thread; the guards (access token, CSRF, read-only mode, the role's
+privileges, loopback Host names); escaping of everything a user controls; the sampler's charts."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from psycopg import sql
+
+from conftest import Server
+from pgqueue import Queue
+from pgqueue.client import list_queues
+from pgqueue.dashboard import Options, start
+from pgqueue.dashboard.app import close, create_app
+from pgqueue.dashboard.payload import show
+from pgqueue.dashboard.sampler import Sample, depth_series, throughput_series
+from pgqueue.message import QueueStats
+
+XSS_TEXT = '<script>alert("payload")</script>'
+XSS_TYPE = 'text/plain; x="><img src=x onerror=alert(1)>'
+XSS_ERROR = "<svg onload=alert('error')>"
+
+
+@pytest.fixture
+def make_app(dsn: str) -> Iterator[Any]:
+    apps: list[Flask] = []
+
+    def make(**kwargs: Any) -> Flask:
+        target = kwargs.pop("dsn", dsn)
+        app = create_app(Options(dsn=target, **kwargs), start_sampler=False)
+        app.config["TESTING"] = True
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        close(app)
+
+
+def csrf(client: FlaskClient, path: str = "/") -> str:
+    page = client.get(path).get_data(as_text=True)
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)">', page)
+    assert found, page[:500]
+    return found.group(1)
+
+
+def dead_letter(conn: psycopg.Connection[Any], queue: str, payload: bytes = b"x",
+                content_type: str | None = None, error: str = "boom") -> int:
+    """Enqueue a message and reject it into the dead letters; return the dead letter's id."""
+    conn.execute("SELECT pgqueue.message_create(%s, %s::bytea, NULL, %s)", (queue, payload, content_type))
+    row = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue(%s)", (queue,)).fetchone()
+    assert row is not None
+    conn.execute("SELECT pgqueue.message_reject(%s, %s, %s)", (row[0], row[1], error))
+    return int(row[0])
+
+
+def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    conn.execute("SELECT pgqueue.queue_create('emails', p_max_attempts => 5, p_max_size => 1000, p_notify => true)")
+    q = Queue(conn, "emails")
+    q.enqueue({"to": "a"})
+    q.enqueue("later", delay=3600)
+    client = make_app().test_client()
+    page = client.get("/").get_data(as_text=True)
+    row = re.search(r'<tr data-queue="emails">(.*?)</tr>', page, re.S)
+    assert row, page
+    cells = dict(re.findall(r'data-field="(\w+)">([^<]*)<', row.group(1)))
+    assert cells["ready"] == "1" and cells["scheduled"] == "1" and cells["leased"] == "0"
+    assert ">5<" in row.group(1) and ">1000<" in row.group(1) and ">on<" in row.group(1)
+    data = client.get("/api/queues").get_json()
+    emails = next(r for r in data["queues"] if r["queue"] == "emails")
+    assert (emails["ready"], emails["scheduled"], emails["dead"]) == (1, 1, 0)
+    assert emails["oldest_ready_age_ms"] >= 0
+    # the security headers: no inline script can run, the page cannot be framed
+    response = client.get("/")
+    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+
+
+def test_peek_shows_payloads_by_content_type(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    q = Queue(conn, "default")
+    q.enqueue({"b": [1, 2], "a": "x"})
+    q.enqueue("plain words")
+    q.enqueue(b"\x00\xffbinary")
+    q.enqueue("tomorrow", delay=86400)
+    page = make_app().test_client().get("/queues/default").get_data(as_text=True)
+    assert '<pre class="json">{\n  &#34;b&#34;: [\n    1,\n    2\n  ],\n  &#34;a&#34;: &#34;x&#34;\n}</pre>' in page
+    assert '<pre class="text">plain words</pre>' in page
+    assert "00000000  00 ff 62 69 6e 61 72 79" in page and "|..binary|" in page
+    assert "scheduled" in page and "tomorrow" in page
+
+
+def test_payload_rendering_falls_back_to_hex() -> None:
+    assert show(b'{"a":1}', "application/json; task=x").kind == "json"
+    assert show(b"{not json", "application/json").kind == "text"
+    bad = show(b"\xff\xfe", "text/plain; charset=utf-8")
+    assert bad.kind == "hex" and "shown as hex" in bad.note
+    assert show(b"abc", None).kind == "hex"
+    big = show(b"a" * 100_000, "text/plain")
+    assert big.truncated and len(big.text) == 16 * 1024 and big.size == 100_000
+
+
+def test_user_controlled_text_is_escaped(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """A payload, a content type and an error text that are markup come out as text."""
+    dead_letter(conn, "default", XSS_TEXT.encode(), "text/plain", XSS_ERROR)
+    conn.execute("SELECT pgqueue.message_create('default', %s::bytea, NULL, %s)", (XSS_TEXT.encode(), XSS_TYPE))
+    client = make_app().test_client()
+    for path in ("/queues/default", "/queues/default/dead"):
+        page = client.get(path).get_data(as_text=True)
+        assert "<script>alert" not in page and "<img src=x" not in page and "<svg onload" not in page
+        assert "&lt;script&gt;alert(&#34;payload&#34;)&lt;/script&gt;" in page
+    assert "&lt;svg onload=alert(&#39;error&#39;)&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in client.get("/queues/default").get_data(as_text=True)
+    # a queue name in the URL that is not a queue: escaped in the 404 page too
+    response = client.get("/queues/%3Cb%3Ebold%3C%2Fb%3E")
+    assert response.status_code == 404 and "<b>bold</b>" not in response.get_data(as_text=True)
+
+
+def test_requeue_and_purge_need_csrf_and_a_confirmation(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    first = dead_letter(conn, "default")
+    second = dead_letter(conn, "default")
+    client = make_app().test_client()
+    token = csrf(client, "/queues/default/dead")
+    # no token, a wrong token, a token of another session: refused, nothing changes
+    assert client.post("/queues/default/dead/requeue", data={"id": first}).status_code == 400
+    assert client.post("/queues/default/dead/requeue", data={"id": first, "csrf_token": "x" * 43}).status_code == 400
+    other = make_app().test_client()
+    assert other.post("/queues/default/dead/requeue", data={"id": first, "csrf_token": token}).status_code == 400
+    # the first post only asks
+    response = client.post("/queues/default/dead/requeue", data={"id": first, "csrf_token": token})
+    assert response.status_code == 200 and f"(id {first})" in response.get_data(as_text=True)
+    assert Queue(conn, "default").stats().dead == 2
+    response = client.post("/queues/default/dead/requeue", data={"id": first, "csrf_token": token, "confirm": "yes"})
+    assert response.status_code == 303
+    stats = Queue(conn, "default").stats()
+    assert (stats.dead, stats.ready) == (1, 1)
+    assert "requeued 1 dead letter(s)" in client.get(response.headers["Location"]).get_data(as_text=True)
+    response = client.post("/queues/default/dead/purge", data={"all": "1", "csrf_token": token, "confirm": "yes"})
+    assert response.status_code == 303 and Queue(conn, "default").stats().dead == 0
+    assert second not in [d.id for d in Queue(conn, "default").dead_letters()]
+
+
+def test_read_only_mode_changes_nothing(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    letter = dead_letter(conn, "default")
+    client = make_app(read_only=True).test_client()
+    page = client.get("/queues/default/dead").get_data(as_text=True)
+    assert "Read-only mode" in page and 'id="requeue-selected"' not in page and f'id="dead-{letter}"' in page
+    token = csrf(client)
+    for action in ("requeue", "purge"):
+        response = client.post(f"/queues/default/dead/{action}", data={"id": letter, "csrf_token": token,
+                                                                       "confirm": "yes"})
+        assert response.status_code == 403 and "read-only mode" in response.get_data(as_text=True)
+    assert Queue(conn, "default").stats().dead == 1
+
+
+def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    client = make_app(token="s3cret-token").test_client()
+    assert client.get("/").status_code == 401
+    assert client.get("/api/queues").status_code == 401
+    assert client.get("/?token=wrong").status_code == 401
+    assert client.post("/login", data={"token": "wrong"}).status_code == 401
+    assert client.get("/static/dashboard.css").status_code == 200  # assets are not secret
+    response = client.get("/queues/default?token=s3cret-token")
+    assert response.status_code == 302 and response.headers["Location"].endswith("/queues/default")
+    assert client.get("/").status_code == 200  # the session remembers
+    other = make_app(token="s3cret-token").test_client()
+    assert other.get("/api/queues", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+    assert other.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert other.get("/").status_code == 200
+
+
+def test_only_loopback_host_names(make_app: Any) -> None:
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 cannot read the dashboard."""
+    client = make_app().test_client()
+    assert client.get("/", headers={"Host": "evil.example:8080"}).status_code == 400
+    assert client.get("/", headers={"Host": "127.0.0.1:8080"}).status_code == 200
+    assert client.get("/", headers={"Host": "[::1]:8080"}).status_code == 200
+
+
+@pytest.fixture
+def reader(pg_server: Server, dbname: str) -> Iterator[str]:
+    """The DSN of a role that may read counts, counters and settings, not contents, not dead letters,
+    and change nothing: the monitor recipe of docs/grants.sql."""
+    role = f"pq_dash_reader_{os.getpid()}_{dbname}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        for stmt in ("GRANT USAGE ON SCHEMA pgqueue TO {}", "GRANT SELECT ON pgqueue.queue TO {}",
+                     # the columns queue_stats needs: the monitor recipe of docs/grants.sql
+                     "GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO {}",
+                     "GRANT SELECT (queue_id) ON pgqueue.dead_letter TO {}"):
+            owner.execute(sql.SQL(stmt).format(sql.Identifier(role)))  # type: ignore[arg-type]
+        for (seq,) in owner.execute("SELECT c.oid::regclass::text FROM pg_class c WHERE c.relkind = 'S' "
+                                    "AND c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_'"):
+            owner.execute(sql.SQL("GRANT SELECT ON SEQUENCE {} TO {}").format(
+                sql.Identifier(*seq.split(".")), sql.Identifier(role)))
+    try:
+        yield pg_server.dsn(dbname, user=role)
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_read_only_role_gives_a_read_only_dashboard(conn: psycopg.Connection[Any], reader: str,
+                                                      make_app: Any) -> None:
+    letter = dead_letter(conn, "default")
+    Queue(conn, "default").enqueue("secret")
+    Queue(conn, "default").enqueue("held")
+    held = Queue(conn, "default").dequeue()[0]
+    client = make_app(dsn=reader).test_client()
+    page = client.get("/").get_data(as_text=True)
+    assert "read-only role" in page and "peek at payloads" in page and "requeue dead letters" in page
+    row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
+    assert row and 'data-field="ready">1<' in row.group(1)
+    page = client.get("/queues/default").get_data(as_text=True)
+    assert "may not read message contents" in page and "secret" not in page
+    assert f'<td class="num">{held.id}</td>' in page  # the lease, without its attempt number
+    response = client.get("/queues/default/dead")
+    assert response.status_code == 403 and "Permission denied" in response.get_data(as_text=True)
+    token = csrf(client)
+    response = client.post("/queues/default/dead/requeue", data={"id": letter, "csrf_token": token, "confirm": "yes"})
+    assert response.status_code == 403 and "may not requeue" in response.get_data(as_text=True)
+    assert Queue(conn, "default").stats().dead == 1
+    app = client.application
+    assert app.extensions["pgqueue"]["sampler"].tick().counters["default"]["dead_lettered"] == 1
+
+
+def test_leases_and_worker_sessions(conn: psycopg.Connection[Any], dsn: str, make_app: Any) -> None:
+    Queue(conn, "default").enqueue("work")
+    with psycopg.connect(dsn, autocommit=True, application_name="pgqueue-worker") as worker:
+        worker.execute("SELECT pgqueue.queue_alter('default', p_notify => true)")
+        worker.execute('LISTEN "pgqueue.default"')
+        held = Queue(worker, "default").dequeue()[0]
+        worker.execute('LISTEN "pgqueue.default"')  # the session's last statement names its queue
+        page = make_app().test_client().get("/queues/default").get_data(as_text=True)
+        leased = re.search(r'<table class="grid" id="leased">(.*?)</table>', page, re.S)
+        assert leased and f'<td class="num">{held.id}</td>' in leased.group(1)
+        sessions = re.search(r'<table class="grid" id="sessions">(.*?)</table>', page, re.S)
+        assert sessions and f'<td class="num">{worker.info.backend_pid}</td>' in sessions.group(1)
+        assert "pgqueue-worker" in sessions.group(1) and "LISTEN default" in sessions.group(1)
+
+
+def test_sampler_history_gives_depth_and_throughput(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    app = make_app(sample_interval=1.0)
+    sampler = app.extensions["pgqueue"]["sampler"]
+    q = Queue(conn, "default")
+    sampler.tick()
+    q.enqueue_many(["x"] * 30)
+    time.sleep(0.05)
+    sampler.tick()
+    for m in q.dequeue(10):
+        q.complete(m)
+    time.sleep(0.05)
+    sampler.tick()
+    client = app.test_client()
+    one = client.get("/api/history?queue=default").get_json()
+    assert [v for _, v in one["depth"]["ready"]] == [0, 30, 20]
+    every = client.get("/api/history").get_json()
+    counters = conn.execute("SELECT to_regprocedure('pgqueue.queue_counters(text)') IS NOT NULL").fetchone()
+    if counters and counters[0]:  # the extension counts: rates of its counters
+        for history in (one, every):
+            rates = history["throughput"]
+            assert history["throughput_source"] == "counters"
+            assert rates["enqueued"][0][1] > 0 and rates["enqueued"][1][1] == 0
+            assert rates["completed"][0][1] == 0 and rates["completed"][1][1] > 0
+            assert rates["delivered"][1][1] == rates["completed"][1][1]
+    else:  # estimated from the samples
+        assert one["throughput_source"] == every["throughput_source"] == "samples"
+        net = [v for _, v in one["throughput"]["net change"]]
+        assert net[0] > 0 and net[1] < 0
+        enqueued = every["throughput"]["enqueued"]
+        left = every["throughput"]["left the queues"]
+        assert enqueued[0][1] > 0 and enqueued[1][1] == 0 and left[1][1] > 0
+
+
+def test_throughput_from_counters_and_from_samples() -> None:
+    """The rates: counter deltas per second when the extension counts (a queue created again
+    starts from zero: no negative rate), else the samples' estimate."""
+    def stats(ready: int, dead: int = 0) -> QueueStats:
+        return QueueStats(queue="q", ready=ready, scheduled=0, leased=0, dead=dead, oldest_ready_age_ms=None)
+
+    counted = [Sample(0.0, {"q": stats(5)}, 10, {"q": {"enqueued": 10, "completed": 5}}),
+               Sample(2.0, {"q": stats(3)}, 14, {"q": {"enqueued": 14, "completed": 11}}),
+               Sample(4.0, {"q": stats(0)}, 14, {"q": {"enqueued": 1, "completed": 0}})]
+    source, rates = throughput_series(counted, "q")
+    assert source == "counters"
+    assert rates == {"enqueued": [(2.0, 2.0), (4.0, 0.0)], "completed": [(2.0, 3.0), (4.0, 0.0)]}
+    sampled = [Sample(s.t, s.stats, s.last_id, None) for s in counted]
+    sampled[2] = Sample(4.0, {"q": stats(0, dead=2)}, 14, None)
+    source, rates = throughput_series(sampled, None)
+    assert source == "samples"
+    assert rates["enqueued"] == [(2.0, 2.0), (4.0, 0.0)]
+    assert rates["left the queues"] == [(2.0, 3.0), (4.0, 1.5)]
+    assert rates["dead-lettered"] == [(2.0, 0.0), (4.0, 1.0)]
+    assert throughput_series(sampled, "q")[1]["net change"] == [(2.0, -1.0), (4.0, -1.5)]
+    assert depth_series(sampled, "q")["dead"] == [(0.0, 0.0), (2.0, 0.0), (4.0, 2.0)]
+
+
+def test_a_real_server_on_a_thread(conn: psycopg.Connection[Any], dsn: str) -> None:
+    server = start(Options(dsn=dsn, sample_interval=0.2), port=0)
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(server.url + "api/queues", timeout=10) as response:
+            assert b'"queue":"default"' in response.read().replace(b" ", b"")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(server.url + "api/history", timeout=10) as response:
+                if response.read().count(b"[") > 6:
+                    break
+            time.sleep(0.2)
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(urllib.request.Request(server.url + "queues/default/dead/purge", data=b"all=1"),
+                                   timeout=10)
+        assert info.value.code == 400  # no CSRF token
+    finally:
+        server.stop()
+
+
+def test_the_command_serves_until_interrupted(dsn: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "dashboard", "--dsn", dsn, "--port", "0",
+                             "--token", "a-long-token"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"at (http://127\.0\.0\.1:\d+/\?token=a-long-token) ", line)
+        assert found, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())  # keeps the session
+        with browser.open(found.group(1), timeout=10) as response:
+            assert response.status == 200 and b"Queues" in response.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_refuses_a_database_without_pgqueue(bare_dsn: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pgqueue", "dashboard", "--dsn", bare_dsn, "--port", "0"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1 and "not installed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_demo_shows_the_dashboard_beside_it(dsn: str) -> None:
+    """`pgqueue demo --dashboard PORT` (scripts/demo.sh --dashboard): the demo's queue on the
+    dashboard while it runs and after the report, with its dead letters, until Ctrl-C."""
+    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "demo", "--dsn", dsn, "--messages", "150", "--rate", "0",
+                             "--seed", "3", "--no-progress", "--dashboard", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        url = None
+        for line in proc.stdout:
+            lines.append(line)
+            found = re.search(r"^Dashboard: (http://127\.0\.0\.1:\d+/) ", line)
+            url = url or (found.group(1) if found else None)
+            if "The dashboard stays up" in line:
+                break
+        out = "".join(lines)
+        assert url and "exactly once  OK" in out, out
+        queue = re.search(r"Queue (demo_\w+):", out)
+        assert queue, out
+        with urllib.request.urlopen(url, timeout=10) as response:
+            page = response.read().decode()
+        row = re.search(rf'<tr data-queue="{queue.group(1)}">(.*?)</tr>', page, re.S)
+        assert row and re.search(r'data-field="dead"><a [^>]*>[1-9]\d*</a>', row.group(1)), page
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with psycopg.connect(dsn) as conn:
+        assert Queue(conn, "default").settings() and [q.queue for q in list_queues(conn)] == ["default"]
+
+
+def test_templates_and_assets_are_package_data() -> None:
+    """pyproject's package-data patterns cover every template and asset (the wheel test in
+    test_packaging.py checks a built wheel)."""
+    import tomllib
+    from fnmatch import fnmatch
+    from pathlib import Path
+
+    import pgqueue.dashboard
+
+    root = Path(pgqueue.dashboard.__file__).parent
+    patterns = tomllib.loads((Path(__file__).parents[1] / "python" / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["package-data"]["pgqueue"]
+    files = [p.relative_to(root.parent).as_posix() for d in ("templates", "static") for p in (root / d).iterdir()]
+    assert len(files) >= 10
+    assert [f for f in files if not any(fnmatch(f, pat) for pat in patterns)] == []
