@@ -694,3 +694,25 @@ def test_complete_many_completes_only_with_each_messages_own_token(queue: Queue,
     assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchone() == (0,)
     with pytest.raises(errors.InvalidArgument):
         queue.complete_many([ma, "not a message"])  # type: ignore[list-item]
+
+
+def test_complete_and_dequeue_acknowledges_and_fetches_in_one_statement(queue: Queue, conn: Conn) -> None:
+    ids = [queue.enqueue(p) for p in "abcd"]
+    ma, mb = queue.dequeue(2, lock_ms=60000)
+    # b's lease runs out before its acknowledgement: the same call hands it out again, first
+    # (expired leases first), and its acknowledgement comes back as lost
+    conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (mb.id,))
+    got, lost = queue.complete_and_dequeue([ma, mb], 3, lock_ms=60000)
+    assert lost == [mb]
+    assert [(m.id, m.attempts) for m in got] == [(mb.id, 2), (ids[2], 1), (ids[3], 1)]
+    assert [m.payload for m in got] == ["b", "c", "d"]
+    left = conn.execute("SELECT id, attempts FROM pgqueue.message WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+    assert left == [(mb.id, 2), (ids[2], 1), (ids[3], 1)]  # a is done, the others are leased
+    assert queue.complete_and_dequeue(got, 5) == ([], [])
+    assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchone() == (0,)
+    # delete mode: what is handed out is gone at once
+    queue.enqueue("e")
+    [me] = queue.complete_and_dequeue([], 1, lock_ms=0)[0]
+    assert me.payload == "e" and conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+    with pytest.raises(errors.InvalidArgument):
+        queue.complete_and_dequeue([ma], 0)

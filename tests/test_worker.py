@@ -406,6 +406,47 @@ def test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once(dsn
     assert marks(mark) == [(msg_id, 1)]  # the killed worker's attempt
 
 
+def _function_calls(dsn: str) -> Counter[str]:
+    """Calls of each pgqueue function (track_functions must be on for the callers)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return Counter({name: int(calls) for name, calls in conn.execute(
+            "SELECT funcname, sum(calls) FROM pg_stat_user_functions WHERE schemaname = 'pgqueue' "
+            "GROUP BY funcname")})
+
+
+def test_a_busy_worker_acknowledges_in_the_transaction_of_its_next_fetch(dsn: str) -> None:
+    queue = make_queue(dsn)
+    queue.enqueue_many([f"m-{i}" for i in range(300)])
+    handled: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def handler(msg: Message) -> None:
+        with lock:
+            handled[msg.id] += 1
+
+    before = _function_calls(dsn)
+    results = Results()
+    worker = Worker(queue, handler, concurrency=4, on_result=results,
+                    dsn=make_conninfo(dsn, options="-c track_functions=all"))
+    with running(worker):
+        wait_for(lambda: results.count("completed") == 300, what="300 completed")
+    assert set(handled.values()) == {1} and len(handled) == 300  # each handled once
+    assert all(r.acknowledged for r in results.items)
+    assert len({r.message.id for r in results.items}) == 300  # each acknowledged once
+    assert queue.stats().total == 0
+    calls: Counter[str] = Counter()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # a backend flushes its function statistics when it exits
+        calls = _function_calls(dsn) - before
+        if calls["message_complete_and_dequeue"]:
+            break
+        time.sleep(0.1)
+    # message_complete_and_dequeue calls message_complete_batch itself: the rest ran alone
+    alone = calls["message_complete_batch"] - calls["message_complete_and_dequeue"] + calls["message_complete"]
+    # the acknowledgements ride on the fetches: one transaction per message, not two
+    assert calls["message_complete_and_dequeue"] >= 10 * max(alone, 1), calls
+
+
 def test_finished_messages_are_completed_together_and_never_before_their_handler_returns(dsn: str) -> None:
     queue = make_queue(dsn)
     slow = queue.enqueue("slow")
@@ -414,9 +455,9 @@ def test_finished_messages_are_completed_together_and_never_before_their_handler
     sizes: list[int] = []
 
     class CountingWorker(Worker):
-        def _complete_many(self, deliveries: Any) -> Any:
+        def _completed(self, deliveries: Any, lost: Any) -> Any:
             sizes.append(len(deliveries))
-            return super()._complete_many(deliveries)
+            return super()._completed(deliveries, lost)
 
     def handler(msg: Message) -> None:
         if msg.payload == "slow":

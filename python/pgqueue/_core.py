@@ -491,6 +491,25 @@ def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
                 {"ids": [t["id"] for t in tokens], "attempts": [t["attempts"] for t in tokens]}, result)
 
 
+def complete_and_dequeue(queue: str, msgs: Iterable[Message], limit: int = 1, *,
+                         lock_ms: int | None = None) -> Call[tuple[list[Message], list[Message]]]:
+    """Return the call that completes leased messages and dequeues up to ``limit`` new ones in
+    one statement; its result is the messages handed out and the given messages whose lease was
+    lost (those changed nothing), in the order given."""
+    check_int("limit", limit, allow_none=False)
+    check_int("lock_ms", lock_ms)
+    given = list(msgs)
+    tokens = [_token(m) for m in given]
+
+    def result(rows: list[Row]) -> tuple[list[Message], list[Message]]:
+        stale = {int(r[0]) for r in rows if r[9]}
+        return [message_from_row(queue, r) for r in rows if not r[9]], [m for m in given if m.id in stale]
+
+    return Call(_sql.COMPLETE_AND_DEQUEUE,
+                {"ids": [t["id"] for t in tokens], "attempts": [t["attempts"] for t in tokens],
+                 "queue": queue, "limit": limit, "lock_ms": lock_ms}, result)
+
+
 def heartbeat(msg: Message, lock_ms: int | None = None) -> Call[bool]:
     """Return the call that extends a lease to now + lock_ms (None: the queue's); False if lost."""
     check_int("lock_ms", lock_ms)

@@ -45,6 +45,15 @@ COMPLETE: Final[LiteralString] = "SELECT pgqueue.message_complete(%(id)s::bigint
 COMPLETE_BATCH: Final[LiteralString] = (
     "SELECT pgqueue.message_complete_batch(%(ids)s::bigint[], %(attempts)s::integer[])")
 
+# Acknowledge-and-fetch: the rows of DEQUEUE (stale false), then the stale acknowledgements
+# (stale true: only id and attempts, the token given, are set).
+COMPLETE_AND_DEQUEUE: Final[LiteralString] = (
+    "SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, "
+    "d.created_at, d.locked_until, pgqueue.now_ms(), d.stale "
+    "FROM pgqueue.message_complete_and_dequeue(%(ids)s::bigint[], %(attempts)s::integer[], "
+    "%(queue)s::text, %(limit)s::integer, %(lock_ms)s::bigint) AS d"
+)
+
 HEARTBEAT: Final[LiteralString] = (
     "SELECT pgqueue.message_heartbeat(%(id)s::bigint, %(attempts)s::integer, %(lock_ms)s::bigint)"
 )

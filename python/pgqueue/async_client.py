@@ -271,6 +271,12 @@ class AsyncQueue:
         (see :meth:`pgqueue.Queue.complete_many`)."""
         return await self._connector.run(_core.complete_many(msgs))
 
+    async def complete_and_dequeue(self, msgs: Iterable[Message], limit: int = 1, *,
+                                   lock_ms: int | None = None) -> tuple[list[Message], list[Message]]:
+        """Acknowledge leased messages and take up to ``limit`` new ones in one statement;
+        returns ``(messages, lost)`` (see :meth:`pgqueue.Queue.complete_and_dequeue`)."""
+        return await self._connector.run(_core.complete_and_dequeue(self._name, msgs, limit, lock_ms=lock_ms))
+
     async def heartbeat(self, msg: Message, lock_ms: int | None = None) -> bool:
         """Extend a lease to now + lock_ms; False if it was lost (see :meth:`pgqueue.Queue.heartbeat`)."""
         return await self._connector.run(_core.heartbeat(msg, lock_ms))

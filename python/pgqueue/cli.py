@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-only", action="store_true",
                    help="never change anything (no requeue or purge), whatever the role may do")
     p.add_argument("--sample-interval", type=_positive_float, default=5.0, metavar="S",
-                   help="seconds between the samples of the charts (default 5; an hour is kept)")
+                   help="seconds between the samples of the counts and charts (default 5; an hour is kept)")
 
     # dead
     p = command("dead", None, "list, requeue or purge dead letters")

@@ -318,6 +318,26 @@ class Queue:
         """
         return self._connector.run(_core.complete_many(msgs))
 
+    def complete_and_dequeue(self, msgs: Iterable[Message], limit: int = 1, *,
+                             lock_ms: int | None = None) -> tuple[list[Message], list[Message]]:
+        """Acknowledge leased messages and take up to ``limit`` new ones, in one statement and
+        one transaction (``message_complete_and_dequeue``): a consumer in lease mode so pays
+        one transaction per message instead of two.
+
+        Each message is completed only with its own token, as by :meth:`complete`; the new
+        messages are taken as by :meth:`dequeue` (``lock_ms`` likewise). The take runs first,
+        so a message whose lease ran out before this call may be among the new ones (with a
+        new attempts token) while its acknowledgement is lost.
+
+        Returns:
+            ``(messages, lost)``: the messages handed out, and the given messages whose lease
+            was lost (they changed nothing).
+
+        Raises:
+            QueueNotFound, InvalidArgument (limit or lock_ms out of range).
+        """
+        return self._connector.run(_core.complete_and_dequeue(self._name, msgs, limit, lock_ms=lock_ms))
+
     def heartbeat(self, msg: Message, lock_ms: int | None = None) -> bool:
         """Extend a message's lease to now + ``lock_ms`` (None: the queue's ``lock_ms``).
 

@@ -5,8 +5,10 @@ completes each message whose handler returns and fails each message whose handle
 (the extension then retries it after the queue's back-off, or moves it to the dead letters
 after ``max_attempts``). While a handler runs, its lease is extended with heartbeats. The
 messages whose handlers have returned by the time the worker acknowledges are completed
-together, in one statement (``message_complete_batch``), each with its own token; a message
-is never acknowledged before its handler has returned.
+together, each with its own token: in the same statement and transaction as the next fetch
+(``message_complete_and_dequeue``) when a fetch is due, so that a busy worker pays one
+transaction per message, else on their own (``message_complete_batch``). A message is never
+acknowledged before its handler has returned, nor twice.
 
 Wake-ups: a LISTEN connection on the queue's channel wakes an idle worker as soon as a
 message is enqueued (the queue needs ``notify`` on). Without notifications the worker polls,
@@ -421,39 +423,81 @@ class Worker:
         next_poll = 0.0  # monotonic time of the next dequeue, when there is a free slot
         self._notified.set()
         while not self._stopping.is_set():
+            # Acknowledge and fetch in one statement when both are due (one transaction per
+            # message in lease mode); what is left (failures, releases) is settled alone.
+            want, got = 0, None
+            if self._notified.is_set() or time.monotonic() >= next_poll:
+                want, got = self._complete_and_fetch()
             if self._settle() | self._expire():
                 next_poll = 0.0  # a retry or release may be due soon: look again
             free = self._concurrency - self.in_flight
-            now = time.monotonic()
-            if free > 0 and (self._notified.is_set() or now >= next_poll):
+            if got is None and free > 0 and (self._notified.is_set() or time.monotonic() >= next_poll):
                 self._notified.clear()
                 want = min(free, self._batch_size)
                 try:
                     got = self._fetch(want)
-                    self._reconnect_wait = _RECONNECT_MIN
-                    if got == want:
-                        # There may be more: fetch again as soon as a slot is free.
-                        delay, sleep = self._poll_min, 0.0
-                    else:
-                        if got:
-                            delay = self._poll_min
-                        sleep, delay = delay, min(delay * 2, self._poll_max)
-                        sleep = self._until_due(sleep)
                 except _DATABASE_ERRORS as exc:
                     if not self._is_connection_error(exc):
                         raise
-                    sleep = self._connection_lost(exc)
+                    next_poll = time.monotonic() + self._connection_lost(exc)
+            if got is not None:
+                self._reconnect_wait = _RECONNECT_MIN
+                if got == want:
+                    # There may be more: fetch again as soon as a slot is free.
+                    delay, sleep = self._poll_min, 0.0
+                else:
+                    if got:
+                        delay = self._poll_min
+                    sleep, delay = delay, min(delay * 2, self._poll_max)
+                    sleep = self._until_due(sleep)
                 next_poll = time.monotonic() + sleep
+            free = self._concurrency - self.in_flight
             timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
             self._wake.wait(self._until_deadline(timeout))
             self._wake.clear()
+
+    def _complete_and_fetch(self) -> tuple[int, int | None]:
+        """Complete the leading run of finished deliveries whose handler returned and lease
+        messages for the slots free after that, in one statement
+        (``message_complete_and_dequeue``). Returns (wanted, got); got is None when there was
+        nothing to complete, no slot to fill, or the connection was lost (the deliveries are
+        then kept, to be acknowledged after reconnecting)."""
+        with self._lock:
+            run = list(itertools.takewhile(lambda d: d.error is None and not d.released, self._finished))
+            want = min(self._concurrency - len(self._in_hand) + len(run), self._batch_size)
+        if not run or want <= 0:
+            return 0, None
+        self._notified.clear()
+        try:
+            if self._queue is None:
+                self._connect()
+            assert self._queue is not None
+            messages, lost = self._queue.complete_and_dequeue([d.message for d in run], want,
+                                                              lock_ms=self._lock_ms)
+        except _DATABASE_ERRORS as exc:
+            if not self._is_connection_error(exc):
+                raise
+            self._connection_lost(exc)
+            return 0, None
+        results = self._completed(run, {m.id for m in lost})
+        for d, result in zip(run, results):
+            self._forget(d)
+            self._report(result)
+        self._hand_out(messages)
+        return want, len(messages)
 
     def _fetch(self, want: int) -> int:
         """Lease up to ``want`` messages and hand them to the handler threads."""
         if self._queue is None:
             self._connect()
-        assert self._queue is not None and self._pool is not None
+        assert self._queue is not None
         messages = self._queue.dequeue(want, lock_ms=self._lock_ms)
+        self._hand_out(messages)
+        return len(messages)
+
+    def _hand_out(self, messages: list[Message]) -> None:
+        """Start the handlers of newly leased messages."""
+        assert self._pool is not None
         deliveries = [_Delivery(m) for m in messages]
         for d in deliveries:
             limit = self._timeout(d.message) if callable(self._timeout) else self._timeout
@@ -464,7 +508,6 @@ class Worker:
                 self._in_hand[d.message.id] = d
         for d in deliveries:
             self._pool.submit(d)
-        return len(messages)
 
     def _until_due(self, sleep: float) -> float:
         """Shorten ``sleep`` to end when the queue's next scheduled message is due."""
@@ -586,6 +629,11 @@ class Worker:
             self._connect()
         assert self._queue is not None
         lost = {m.id for m in self._queue.complete_many([d.message for d in deliveries])}
+        return self._completed(deliveries, lost)
+
+    def _completed(self, deliveries: list[_Delivery], lost: set[int]) -> list[Result]:
+        """The results of deliveries acknowledged as completed; ``lost``: the ids whose lease
+        had been lost (their acknowledgement changed nothing)."""
         results = []
         for d in deliveries:
             msg = d.message

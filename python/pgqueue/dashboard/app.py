@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -286,8 +287,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             abort(400, "choose dead letters (or all of them) first")
         queue = Queue(pool, name)
         if request.form.get("confirm") != "yes":
-            return render_template("confirm.html", name=name, action=action, ids=ids, every=every,
-                                   dead=queue.stats().dead if p.read_stats else None)
+            return render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
+                                   every=every, dead=queue.stats().dead if p.read_stats else None)
         if action == "requeue":
             n = queue.requeue_dead(None if every else ids)
             done = f"requeued {n} dead letter(s)"
@@ -327,8 +328,13 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
 
     @app.route("/api/queues")
     def api_queues() -> Response:
-        p = privileges()
-        stats = all_stats(pool) if p.read_stats else []
+        # The sampler's latest counts when they are fresh: one count of the queues per interval,
+        # however many pages are open.
+        samples = sampler.snapshot()
+        if samples and time.time() - samples[-1].t < 2 * options.sample_interval + 1:
+            stats = list(samples[-1].stats.values())
+        else:
+            stats = all_stats(pool) if privileges().read_stats else []
         return jsonify(queues=[{"queue": s.queue, "ready": s.ready, "scheduled": s.scheduled, "leased": s.leased,
                                 "dead": s.dead, "oldest_ready_age_ms": s.oldest_ready_age_ms,
                                 "oldest_ready_age": format_ms(s.oldest_ready_age_ms)} for s in stats],

@@ -29,6 +29,7 @@
     if (Math.abs(v) >= 1e6) { return (v / 1e6).toFixed(1) + "M"; }
     if (Math.abs(v) >= 1e4) { return (v / 1e3).toFixed(0) + "k"; }
     if (Math.abs(v) >= 100 || v === Math.round(v)) { return String(Math.round(v)); }
+    if (Math.abs(v) < 1) { return String(parseFloat(v.toFixed(2))); }
     return v.toFixed(1);
   }
 
@@ -59,6 +60,7 @@
       return;
     }
     if (tmax - tmin < 60) { tmin = tmax - 60; }
+    if (vmax <= 0 && vmin >= 0) { vmax = 1; }  // all zero: an axis from 0 to 1
     var step = niceStep(Math.max(vmax, -vmin, vmax - vmin));
     var top_ = Math.max(step, Math.ceil(vmax / step) * step), bot = Math.min(0, Math.floor(vmin / step) * step);
     var ticks = Math.round((top_ - bot) / step);
@@ -141,7 +143,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var interval = parseFloat(document.body.getAttribute("data-interval")) || 5;
     if (document.querySelector("[data-live]")) {
-      setInterval(refreshCounts, 2000);
+      setInterval(refreshCounts, Math.max(1, interval) * 1000);
     }
     refreshCharts();
     setInterval(refreshCharts, Math.max(1, interval) * 1000);
