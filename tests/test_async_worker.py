@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.worker import HandlerTimeout, Result
@@ -79,6 +80,47 @@ def test_under_load_every_message_once_and_concurrency_bounded(dsn: str) -> None
     assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 1)
     [dead] = queue.dead_letters()
     assert (dead.id, dead.last_error) == (bad, "ValueError: boom")
+
+
+def _function_calls(dsn: str) -> Counter[str]:
+    """Calls of each pgqueue function (track_functions must be on for the callers)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return Counter({name: int(calls) for name, calls in conn.execute(
+            "SELECT funcname, sum(calls) FROM pg_stat_user_functions WHERE schemaname = 'pgqueue' "
+            "GROUP BY funcname")})
+
+
+def test_acknowledgements_ride_on_the_next_fetch(dsn: str) -> None:
+    queue = make_queue(dsn)
+    queue.enqueue_many([f"m-{i}" for i in range(300)])
+    seen: Counter[int] = Counter()
+    results: list[Result] = []
+
+    async def handler(msg: Message) -> None:
+        seen[msg.id] += 1
+
+    async def go() -> None:
+        counted = AsyncQueue(make_conninfo(dsn, options="-c track_functions=all"), "jobs")
+        worker = AsyncWorker(counted, handler, concurrency=4, on_result=results.append)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: sum(r.outcome == "completed" for r in results) == 300, 60, "300 completed")
+        worker.stop()
+        await task
+
+    before = _function_calls(dsn)
+    asyncio.run(go())
+    assert set(seen.values()) == {1} and len(seen) == 300
+    assert all(r.acknowledged for r in results) and len({r.message.id for r in results}) == 300
+    calls: Counter[str] = Counter()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # a backend flushes its function statistics when it exits
+        calls = _function_calls(dsn) - before
+        if calls["message_complete_and_dequeue"]:
+            break
+        time.sleep(0.1)
+    # message_complete_and_dequeue calls message_complete_batch itself: the rest ran alone
+    alone = calls["message_complete_batch"] - calls["message_complete_and_dequeue"] + calls["message_complete"]
+    assert calls["message_complete_and_dequeue"] >= 10 * max(alone, 1), calls
 
 
 def test_heartbeats_keep_a_long_handler_lease(dsn: str) -> None:

@@ -244,14 +244,20 @@ class AsyncWorker:
         next_poll = 0.0
         self._notified = True
         while not self._stopping:
+            # Acknowledge and fetch in one statement when both are due (one transaction per
+            # message in lease mode); failures and releases are settled alone.
+            want, got = 0, None
+            if self._notified or time.monotonic() >= next_poll:
+                want, got = await self._complete_and_fetch()
             if await self._settle():
                 next_poll = 0.0  # a retry may be due soon
             free = self._concurrency - len(self._in_hand)
-            if free > 0 and (self._notified or time.monotonic() >= next_poll):
-                self._notified = False
-                want = min(free, self._batch_size)
-                try:
+            try:
+                if got is None and free > 0 and (self._notified or time.monotonic() >= next_poll):
+                    self._notified = False
+                    want = min(free, self._batch_size)
                     got = await self._fetch(want)
+                if got is not None:
                     if got == want:
                         delay, sleep = self._poll_min, 0.0
                     else:
@@ -259,10 +265,11 @@ class AsyncWorker:
                             delay = self._poll_min
                         sleep, delay = delay, min(delay * 2, self._poll_max)
                         sleep = await self._until_due(sleep)
-                except _DATABASE_ERRORS as exc:
-                    log.warning("database error: %s; retrying", _first_line(exc))
-                    sleep = 1.0  # the pool reconnects meanwhile, with its own back-off
-                next_poll = time.monotonic() + sleep
+                    next_poll = time.monotonic() + sleep
+            except _DATABASE_ERRORS as exc:
+                log.warning("database error: %s; retrying", _first_line(exc))
+                next_poll = time.monotonic() + 1.0  # the pool reconnects meanwhile, with its own back-off
+            free = self._concurrency - len(self._in_hand)
             timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -270,14 +277,55 @@ class AsyncWorker:
                 pass
             self._wake.clear()
 
+    async def _complete_and_fetch(self) -> tuple[int, int | None]:
+        """Complete the finished deliveries whose handler returned and lease messages for the
+        slots free after that, in one statement (``message_complete_and_dequeue``). Returns
+        (wanted, got); got is None when there was nothing to complete, no slot to fill, or a
+        database error (the deliveries are then kept, to be acknowledged again)."""
+        done = [d for d in self._finished if d.error is None and not d.released]
+        want = min(self._concurrency - len(self._in_hand) + len(done), self._batch_size)
+        if not done or want <= 0:
+            return 0, None
+        self._notified = False
+        self._finished = [d for d in self._finished if d.error is not None or d.released]
+        try:
+            assert self._queue is not None
+            messages, lost = await self._queue.complete_and_dequeue([d.message for d in done], want,
+                                                                    lock_ms=self._lock_ms)
+        except _DATABASE_ERRORS as exc:
+            log.warning("could not acknowledge: %s; trying again", _first_line(exc))
+            self._finished = done + self._finished
+            return 0, None
+        for result in self._completed(done, {m.id for m in lost}):
+            self._report(result)
+        self._start(messages)
+        return want, len(messages)
+
     async def _fetch(self, want: int) -> int:
         assert self._queue is not None
         messages = await self._queue.dequeue(want, lock_ms=self._lock_ms)
+        self._start(messages)
+        return len(messages)
+
+    def _start(self, messages: list[Message]) -> None:
+        """Start a handler task for each newly leased message."""
         for msg in messages:
             d = _Delivery(msg)
             self._in_hand[msg.id] = d
             d.task = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
-        return len(messages)
+
+    def _completed(self, done: list[_Delivery], lost: set[int]) -> list[Result]:
+        """The results of deliveries acknowledged as completed (``lost``: the ids whose lease
+        had been lost); they leave the worker's hands."""
+        results = []
+        for d in done:
+            if d.message.id in lost:
+                log.warning("message %d: finished after its lease ran out; it was delivered "
+                            "again (raise lock_ms?)", d.message.id)
+            results.append(Result(d.message, "completed", d.message.id not in lost, None, self._took(d)))
+            if self._in_hand.get(d.message.id) is d:
+                del self._in_hand[d.message.id]
+        return results
 
     async def _until_due(self, sleep: float) -> float:
         assert self._queue is not None
@@ -333,12 +381,7 @@ class AsyncWorker:
             assert self._queue is not None
             if done:
                 lost = {m.id for m in await self._queue.complete_many([d.message for d in done])}
-                for d in done:
-                    if d.message.id in lost:
-                        log.warning("message %d: finished after its lease ran out; it was delivered "
-                                    "again (raise lock_ms?)", d.message.id)
-                    results.append(Result(d.message, "completed", d.message.id not in lost, None, self._took(d)))
-                    self._in_hand.pop(d.message.id, None)
+                results += self._completed(done, lost)
             for d in batch:
                 if d.released:
                     results.append(await self._release(d))
