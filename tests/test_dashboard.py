@@ -404,3 +404,10 @@ def test_templates_and_assets_are_package_data() -> None:
     files = [p.relative_to(root.parent).as_posix() for d in ("templates", "static") for p in (root / d).iterdir()]
     assert len(files) >= 10
     assert [f for f in files if not any(fnmatch(f, pat) for pat in patterns)] == []
+
+
+def test_an_unreachable_database_is_a_clean_page(make_app: Any) -> None:
+    client = make_app(dsn="host=127.0.0.1 port=1 dbname=nowhere connect_timeout=1", wait=1.0).test_client()
+    response = client.get("/")
+    assert response.status_code == 503 and "Database unreachable" in response.get_data(as_text=True)
+    assert client.get("/api/queues").status_code == 503

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request, session, url_for
 from psycopg.conninfo import make_conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
@@ -44,6 +44,7 @@ class Options:
     sample_interval: float = 5.0  # seconds between samples of the charts
     history: float = 3600.0  # seconds of samples kept
     loopback_only: bool = True  # refuse Host names other than localhost / loopback addresses
+    wait: float = 10.0  # seconds a page waits for a database connection before it says so
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # series in the order they are made
     conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME)
-    pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False,
+    pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True}, name="pgqueue-dashboard")
     pool.open(wait=False)
     sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, connect_timeout=10),
@@ -204,6 +205,12 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.errorhandler(psycopg.Error)
     def psycopg_error(exc: psycopg.Error) -> tuple[str, int]:
         return database_error(translate(exc))
+
+    @app.errorhandler(PoolTimeout)
+    def unreachable(exc: PoolTimeout) -> tuple[str, int]:
+        return render_template("error.html", title="Database unreachable",
+                               message=f"no connection to the database within {options.wait:g} s: {exc}",
+                               detail="The dashboard keeps trying: reload the page later."), 503
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[str, int]:
