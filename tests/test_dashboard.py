@@ -21,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from psycopg import sql
 
-from conftest import Server
+from conftest import REPO, Server
 from pgqueue import Queue
 from pgqueue.client import list_queues
 from pgqueue.dashboard import Options, start
@@ -191,32 +191,29 @@ def test_only_loopback_host_names(make_app: Any) -> None:
 
 
 @pytest.fixture
-def reader(pg_server: Server, dbname: str) -> Iterator[str]:
-    """The DSN of a role that may read counts, counters and settings, not contents, not dead letters,
-    and change nothing: the monitor recipe of docs/grants.sql."""
-    role = f"pq_dash_reader_{os.getpid()}_{dbname}"
+def roles(pg_server: Server, dbname: str) -> Iterator[dict[str, str]]:
+    """DSNs of roles made with docs/grants.sql: producer, consumer, admin and monitor."""
+    names = {kind: f"pq_dash_{kind}_{os.getpid()}_{dbname}" for kind in ("producer", "consumer", "admin", "monitor")}
     with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
-        for stmt in ("GRANT USAGE ON SCHEMA pgqueue TO {}", "GRANT SELECT ON pgqueue.queue TO {}",
-                     # the columns queue_stats needs: the monitor recipe of docs/grants.sql
-                     "GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO {}",
-                     "GRANT SELECT (queue_id) ON pgqueue.dead_letter TO {}"):
-            owner.execute(sql.SQL(stmt).format(sql.Identifier(role)))  # type: ignore[arg-type]
-        for (seq,) in owner.execute("SELECT c.oid::regclass::text FROM pg_class c WHERE c.relkind = 'S' "
-                                    "AND c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_'"):
-            owner.execute(sql.SQL("GRANT SELECT ON SEQUENCE {} TO {}").format(
-                sql.Identifier(*seq.split(".")), sql.Identifier(role)))
+        for name in names.values():
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
     try:
-        yield pg_server.dsn(dbname, user=role)
+        proc = subprocess.run(["psql", "-X", "-q", "-d", dbname, "-f", str(REPO / "docs" / "grants.sql"),
+                               *[f"-v{kind}={name}" for kind, name in names.items()]],
+                              env=pg_server.libpq_env(), capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        yield {kind: pg_server.dsn(dbname, user=name) for kind, name in names.items()}
     finally:
         with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
-            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+            for name in names.values():
+                admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
-def test_a_read_only_role_gives_a_read_only_dashboard(conn: psycopg.Connection[Any], reader: str,
+def test_a_read_only_role_gives_a_read_only_dashboard(conn: psycopg.Connection[Any], roles: dict[str, str],
                                                       make_app: Any) -> None:
+    """The monitor recipe: counts, counters and leases; no payloads, no dead letters, no changes."""
+    reader = roles["monitor"]
     letter = dead_letter(conn, "default")
     Queue(conn, "default").enqueue("secret")
     Queue(conn, "default").enqueue("held")
@@ -411,3 +408,20 @@ def test_an_unreachable_database_is_a_clean_page(make_app: Any) -> None:
     response = client.get("/")
     assert response.status_code == 503 and "Database unreachable" in response.get_data(as_text=True)
     assert client.get("/api/queues").status_code == 503
+
+
+def test_the_role_decides_what_is_offered(conn: psycopg.Connection[Any], roles: dict[str, str],
+                                          make_app: Any) -> None:
+    """A consumer sees payloads but may not touch dead letters; an administrator requeues."""
+    letter = dead_letter(conn, "default")
+    Queue(conn, "default").enqueue({"visible": "to consumers"})
+    consumer = make_app(dsn=roles["consumer"]).test_client()
+    page = consumer.get("/queues/default").get_data(as_text=True)
+    assert "&#34;visible&#34;: &#34;to consumers&#34;" in page and "read-only role" in page
+    assert consumer.get("/queues/default/dead").status_code == 403
+    admin = make_app(dsn=roles["admin"]).test_client()
+    page = admin.get("/queues/default/dead").get_data(as_text=True)
+    assert "may change dead letters" in page and 'id="requeue-selected"' in page
+    token = csrf(admin)
+    response = admin.post("/queues/default/dead/requeue", data={"id": letter, "csrf_token": token, "confirm": "yes"})
+    assert response.status_code == 303 and Queue(conn, "default").stats().dead == 0
