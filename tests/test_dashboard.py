@@ -425,3 +425,15 @@ def test_the_role_decides_what_is_offered(conn: psycopg.Connection[Any], roles: 
     token = csrf(admin)
     response = admin.post("/queues/default/dead/requeue", data={"id": letter, "csrf_token": token, "confirm": "yes"})
     assert response.status_code == 303 and Queue(conn, "default").stats().dead == 0
+
+
+def test_queues_that_share_counters_are_named(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """Past 64 queues two share a stripe of counters: the charts say whose rates mix."""
+    for i in range(64):
+        conn.execute("SELECT pgqueue.queue_create(%s)", (f"q{i:02d}",))
+    app = make_app()
+    sample = app.extensions["pgqueue"]["sampler"].tick()
+    assert sample is not None and sample.counters is not None and len(sample.counters) == 65
+    assert set(sample.counters["q00"]) == {"enqueued", "delivered", "completed", "failed", "dead_lettered", "expired"}
+    shared = app.test_client().get("/api/history").get_json()["shared_counters"]
+    assert len(shared) >= 2 and set(shared) <= set(sample.counters)

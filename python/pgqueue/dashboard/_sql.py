@@ -81,7 +81,8 @@ COUNTERS_FUNCTION: Final[LiteralString] = (
     "SELECT pg_catalog.to_regprocedure('pgqueue.queue_counters(text)') IS NOT NULL")
 
 # Every queue's counters since it was created: enqueued, delivered, completed, failed,
-# dead_lettered, expired (and whether it shares its counters with another queue).
+# dead_lettered, expired, and last whether it shares them with another queue (more than 64
+# queues: then each shows the sum of both).
 COUNTERS: Final[LiteralString] = (
-    "SELECT c.queue, c.enqueued, c.delivered, c.completed, c.failed, c.dead_lettered, c.expired "
+    "SELECT c.queue, c.enqueued, c.delivered, c.completed, c.failed, c.dead_lettered, c.expired, c.shared "
     "FROM pgqueue.queue_counters() AS c")

@@ -352,9 +352,12 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         queue = request.args.get("queue") or None
         samples = sampler.snapshot()
         source, rates = throughput_series(samples, queue)
+        shared = sorted(samples[-1].shared if samples else ())
+        if queue is not None:
+            shared = [q for q in shared if q == queue]
         return jsonify(queue=queue, interval=options.sample_interval, history=options.history,
                        depth=depth_series(samples, queue), throughput=rates, throughput_source=source,
-                       sampler_error=sampler.error)
+                       shared_counters=shared, sampler_error=sampler.error)
 
     return app
 

@@ -41,6 +41,7 @@ class Sample:
     stats: dict[str, QueueStats]
     last_id: int | None
     counters: dict[str, dict[str, int]] | None
+    shared: frozenset[str] = frozenset()  # queues whose counters also count another queue's messages
 
 
 @dataclass
@@ -120,8 +121,10 @@ def take_sample(conn: psycopg.Connection[Any]) -> Sample:
         except psycopg.errors.InsufficientPrivilege:
             pass
         else:
-            names = [d.name for d in cur.description or []][1:]
-            counters = {str(r[0]): dict(zip(names, (int(v) for v in r[1:]), strict=True)) for r in cur.fetchall()}
+            names = [d.name for d in cur.description or []][1:-1]
+            rows = cur.fetchall()
+            counters = {str(r[0]): dict(zip(names, (int(v) for v in r[1:-1]), strict=True)) for r in rows}
+            return Sample(now, stats, last_id, counters, frozenset(str(r[0]) for r in rows if r[-1]))
     return Sample(now, stats, last_id, counters)
 
 

@@ -135,6 +135,14 @@
         } else {
           draw(box, data.throughput);
           box.setAttribute("data-source", data.throughput_source);
+          var legend = box.querySelector(".legend");
+          legend.appendChild(document.createElement("br"));
+          legend.appendChild(document.createTextNode(data.throughput_source === "counters"
+            ? "from the extension's counters" + (data.shared_counters.length
+              ? "; shared with another queue (more than 64 queues), so they count its messages too: " +
+                data.shared_counters.join(", ") : "")
+            : data.throughput["net change"] ? "estimated from depth samples (no counters in this database)"
+            : "estimated: enqueued from the message id sequence, left = enqueued minus the growth of depth"));
         }
       });
     }).catch(function () {});
