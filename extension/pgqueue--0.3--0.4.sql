@@ -545,6 +545,21 @@ RETURN CASE WHEN pg_catalog.current_setting('pgqueue.write_clock', true) ~ '^[0-
 COMMENT ON FUNCTION pgqueue._placed_floor() IS
     'pgqueue internal: 5 ms below the clock reading pgqueue._write_clock kept for this transaction (pgqueue.write_clock, if at most 1 s old) or below the clock now; a key below it is placed low';
 
+-- Whether a message row is leased (locked_until is set), for the statements that find a message
+-- by its id (acknowledgements). Written as a CASE, not "locked_until IS NOT NULL": the planner
+-- cannot prove message_leased_idx's predicate from a CASE, so those statements always probe
+-- message_pkey. From "IS NOT NULL", statistics taken while nothing was leased made a generic
+-- plan walk the whole leased index for the id, on every acknowledgement: a cost that grew with
+-- the leases in flight and, under a held snapshot, with every lease since it began
+-- (tests/test_index_probes.py). Inlined: no call at run time.
+CREATE FUNCTION pgqueue._leased(p_locked_until bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN p_locked_until IS NULL THEN false ELSE true END;
+
+COMMENT ON FUNCTION pgqueue._leased(bigint) IS
+    'pgqueue internal: locked_until IS NOT NULL, in a form that keeps by-id statements on message_pkey';
+
 -- The lock stripe of a queue: pgqueue.queue_lock_<id & 63> (docs/locking.md). One regclass
 -- constant per stripe, so that each is a recorded dependency (pg_dump of a plain install then
 -- creates the sequences before this function).
@@ -1048,7 +1063,7 @@ BEGIN
     WITH d AS (
         DELETE FROM pgqueue.message m
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
-         WHERE m.id = u.id AND m.attempts = u.attempts AND m.locked_until IS NOT NULL
+         WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
         RETURNING m.id, pgqueue._counted(m.queue_id, 2))  -- completed (queue_counters)
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM d;
@@ -1243,7 +1258,7 @@ BEGIN
     -- condition is evaluated on the row before the DELETE locks it. The lock function returns
     -- void, which is never NULL; the test only makes the call part of the condition.
     DELETE FROM pgqueue.message m
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
     RETURNING pgqueue._counted(m.queue_id, 2) INTO v_counted;  -- completed (queue_counters)
@@ -1400,7 +1415,7 @@ BEGIN
        SET locked_until = NULL,
            dequeue_at   = coalesce(p_dequeue_at, pgqueue._write_clock()),
            state        = coalesce(p_state, m.state)
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL;
     RETURN FOUND;
 END;
@@ -1520,7 +1535,7 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     SELECT q.* INTO v_queue
       FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        FOR UPDATE OF m;
     IF NOT FOUND THEN
@@ -1562,7 +1577,7 @@ BEGIN
     UPDATE pgqueue.message m
        SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms)  -- after the xid
       FROM pgqueue.queue q
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND q.id = m.queue_id;
     RETURN FOUND;
@@ -2458,7 +2473,7 @@ BEGIN
     -- the queue's lock stripe before the row lock (docs/locking.md)
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     PERFORM FROM pgqueue.message m
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        FOR UPDATE;
     IF NOT FOUND THEN

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import Call, PlanCapture, index_names, plan_violations
+from helpers import Call, PlanCapture, index_names, plan_violations, walk
 
 pytestmark = pytest.mark.slow
 
@@ -257,3 +257,38 @@ def test_checks_fail_with_a_ready_index_that_is_not_partial(conn: psycopg.Connec
     for mode, _ in MODES:
         for limit in LIMITS:
             assert any(b.startswith(f"{mode} limit {limit}: ") for b in buffers), buffers
+
+
+#: The calls that act on a leased message by its id, each with (id, attempts) to fill in.
+ACKNOWLEDGEMENTS = {
+    "complete": "SELECT pgqueue.message_complete(%s::bigint, %s::integer)",
+    "complete_batch": "SELECT pgqueue.message_complete_batch(ARRAY[%s]::bigint[], ARRAY[%s]::integer[])",
+    "heartbeat": "SELECT pgqueue.message_heartbeat(%s::bigint, %s::integer, 60000)",
+    "defer": "SELECT pgqueue.message_defer(%s::bigint, %s::integer, NULL)",
+    "fail": "SELECT pgqueue.message_fail(%s::bigint, %s::integer, 'boom')",
+    "reject": "SELECT pgqueue.message_reject(%s::bigint, %s::integer, 'bad')",
+}
+
+
+@pytest.mark.parametrize("name", list(ACKNOWLEDGEMENTS))
+def test_an_acknowledgement_is_a_primary_key_probe_however_stale_the_statistics(
+        conn: psycopg.Connection[Any], dsn: str, name: str) -> None:
+    """Statistics gathered while nothing was leased say message_leased_idx is empty. A generic
+    plan built on them walked that whole index for the id (Index Cond: locked_until IS NOT NULL
+    AND id = $1) on every acknowledgement: a cost that grows with the leases in flight and, under
+    a held snapshot, with every lease since it began. Each must find its message through
+    message_pkey, whatever the statistics say."""
+    conn.execute("SELECT pgqueue.queue_create('acks')")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('acks', "
+                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 3000)))")
+    conn.execute("ANALYZE pgqueue.message")  # nothing leased yet
+    leased = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('acks', 2000, 60000)").fetchall()
+    with psycopg.connect(dsn, autocommit=True) as acker:
+        acker.execute("SET plan_cache_mode = force_generic_plan")  # the plan a session keeps
+        capture = PlanCapture(acker)
+        for msg_id, attempts in leased[:3]:
+            call = capture.run(ACKNOWLEDGEMENTS[name], (msg_id, attempts))
+            scans = {node.get("Index Name") or node["Node Type"]
+                     for st in call.nested for node in walk(st.plan)
+                     if node.get("Relation Name") == "message" and node["Node Type"] != "ModifyTable"}
+            assert scans == {"message_pkey"}, (name, scans)

@@ -172,7 +172,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)', 'pgqueue._dead_letter(bigint,text,bigint)',
-                    'pgqueue._lock_stripe(integer)', 'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
+                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
                     'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue._placed_floor()', 'pgqueue.from_epoch(bigint)',
                     'pgqueue.message_create(bytea)', 'pgqueue.message_create_text(text,text,bigint,text)',

@@ -15,7 +15,7 @@ BEGIN
     -- condition is evaluated on the row before the DELETE locks it. The lock function returns
     -- void, which is never NULL; the test only makes the call part of the condition.
     DELETE FROM pgqueue.message m
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
     RETURNING pgqueue._counted(m.queue_id, 2) INTO v_counted;  -- completed (queue_counters)

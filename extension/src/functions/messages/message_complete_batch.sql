@@ -42,7 +42,7 @@ BEGIN
     WITH d AS (
         DELETE FROM pgqueue.message m
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
-         WHERE m.id = u.id AND m.attempts = u.attempts AND m.locked_until IS NOT NULL
+         WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
         RETURNING m.id, pgqueue._counted(m.queue_id, 2))  -- completed (queue_counters)
     SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM d;

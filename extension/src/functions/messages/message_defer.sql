@@ -19,7 +19,7 @@ BEGIN
        SET locked_until = NULL,
            dequeue_at   = coalesce(p_dequeue_at, pgqueue._write_clock()),
            state        = coalesce(p_state, m.state)
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL;
     RETURN FOUND;
 END;

@@ -20,7 +20,7 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     SELECT q.* INTO v_queue
       FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        FOR UPDATE OF m;
     IF NOT FOUND THEN

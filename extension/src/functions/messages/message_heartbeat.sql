@@ -15,7 +15,7 @@ BEGIN
     UPDATE pgqueue.message m
        SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms)  -- after the xid
       FROM pgqueue.queue q
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND q.id = m.queue_id;
     RETURN FOUND;

@@ -15,7 +15,7 @@ BEGIN
     -- the queue's lock stripe before the row lock (docs/locking.md)
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     PERFORM FROM pgqueue.message m
-     WHERE m.id = p_id AND m.attempts = p_attempts AND m.locked_until IS NOT NULL
+     WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        FOR UPDATE;
     IF NOT FOUND THEN
