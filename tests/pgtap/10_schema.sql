@@ -15,10 +15,9 @@ SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_c
                                 || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g)
                                 || ARRAY(SELECT 'counter_' || k || '_' || g
                                            FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed',
-                                                             'dead', 'expired', 'enqueued32', 'delivered32',
-                                                             'completed32']) k, generate_series(0, 63) g),
+                                                             'dead', 'expired']) k, generate_series(0, 63) g),
                      'the sequences of schema pgqueue: ids, the 64 lock stripes queue_lock_0..63 and the '
-                     'counters counter_<kind>_0..63 (and counter_<kind>32_0..63, which count by 32)');
+                     'counters counter_<kind>_0..63');
 SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                   WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'i' $$,
               ARRAY['dead_letter_pkey', 'dead_letter_queue_idx', 'message_claim_idx', 'message_leased_idx',
@@ -79,8 +78,7 @@ SELECT set_eq($$ SELECT unnest(extconfig)::regclass::text FROM pg_extension WHER
                     'pgqueue.schedule', 'pgqueue.schedule_id_seq']
                     || ARRAY(SELECT 'pgqueue.counter_' || k || '_' || g
                                FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed', 'dead',
-                                                 'expired', 'enqueued32', 'delivered32', 'completed32']) k,
-                                    generate_series(0, 63) g),
+                                                 'expired']) k, generate_series(0, 63) g),
               'pg_dump keeps (pg_extension_config_dump) the data tables, their sequences and the counters, not the derived '
               'queue_size (recounted on demand) nor spark_staging');
 
@@ -176,7 +174,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     'pgqueue._counted(integer,integer)', 'pgqueue._dead_letter(bigint,text,bigint)',
                     'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
-                    'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue._placed_floor()', 'pgqueue.from_epoch(bigint)',
+                    'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue.from_epoch(bigint)',
                     'pgqueue.message_create(bytea)', 'pgqueue.message_create_text(text,text,bigint,text)',
                     'pgqueue.now_ms()', 'pgqueue.queue_list()', 'pgqueue.schedule_list()',
                     'pgqueue.spark_claims(text,text,bigint,bigint)', 'pgqueue.spark_pending_seq(text,text)',

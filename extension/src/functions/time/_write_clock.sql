@@ -2,8 +2,8 @@
 -- (if it has none yet), then the clock is read. A consumer's session hint relies on that order
 -- (pgqueue._message_take): a write whose xid a consumer's snapshot did not see yet gets a key
 -- that is not below the hint. The reading is also kept in the transaction-local setting
--- pgqueue.write_clock, where trigger message_placed_low compares the rows' keys with it
--- (pgqueue._placed_floor).
+-- pgqueue.write_clock, where the trigger message_placed_low compares the rows' keys with it
+-- (pgqueue._message_placed_low).
 CREATE FUNCTION pgqueue._write_clock()
 RETURNS bigint
 LANGUAGE sql VOLATILE
