@@ -23,7 +23,7 @@ GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 -- the queues' lock stripes (docs/locking.md) and counters (queue_counters); max_size accounting and the REPEATABLE READ pin
 -- run as the extension's owner: producers may not write pgqueue.queue or pgqueue.queue_size
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z]+)_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
 -- ... and run the schedules (schedule_run, `pgqueue scheduler`): read them and advance next_run;
 -- creating and dropping schedules is the administrator's.
@@ -39,7 +39,7 @@ GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
 GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
 -- the lock stripes and the counters (each dequeue, completion and failure counts)
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z]+)_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 
 -- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
 GRANT USAGE ON SCHEMA pgqueue TO :"admin";
@@ -59,7 +59,7 @@ GRANT SELECT ON pgqueue.queue TO :"monitor";
 GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"monitor";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"monitor";
 SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'monitor')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_[a-z]+_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_[a-z0-9]+_[0-9]+$' \gexec
 \endif
 
 -------------------------------------------------------------------------------
@@ -81,6 +81,6 @@ GRANT SELECT, INSERT, UPDATE ON pgqueue.spark_consumer TO :"spark";
 GRANT SELECT, INSERT, DELETE ON pgqueue.spark_claim, pgqueue.spark_staging, pgqueue.spark_publish_log
       TO :"spark";
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'spark')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z]+)_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"spark";
 \endif

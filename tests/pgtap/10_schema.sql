@@ -15,9 +15,10 @@ SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_c
                                 || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g)
                                 || ARRAY(SELECT 'counter_' || k || '_' || g
                                            FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed',
-                                                             'dead', 'expired']) k, generate_series(0, 63) g),
+                                                             'dead', 'expired', 'enqueued32', 'delivered32',
+                                                             'completed32']) k, generate_series(0, 63) g),
                      'the sequences of schema pgqueue: ids, the 64 lock stripes queue_lock_0..63 and the '
-                     'counters counter_<kind>_0..63');
+                     'counters counter_<kind>_0..63 (and counter_<kind>32_0..63, which count by 32)');
 SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                   WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'i' $$,
               ARRAY['dead_letter_pkey', 'dead_letter_queue_idx', 'message_claim_idx', 'message_leased_idx',
@@ -78,7 +79,8 @@ SELECT set_eq($$ SELECT unnest(extconfig)::regclass::text FROM pg_extension WHER
                     'pgqueue.schedule', 'pgqueue.schedule_id_seq']
                     || ARRAY(SELECT 'pgqueue.counter_' || k || '_' || g
                                FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed', 'dead',
-                                                 'expired']) k, generate_series(0, 63) g),
+                                                 'expired', 'enqueued32', 'delivered32', 'completed32']) k,
+                                    generate_series(0, 63) g),
               'pg_dump keeps (pg_extension_config_dump) the data tables, their sequences and the counters, not the derived '
               'queue_size (recounted on demand) nor spark_staging');
 

@@ -28,9 +28,8 @@ BEGIN
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error
-      FROM d
-     WHERE pgqueue._counted(v_queue.id, 0)  -- enqueued (queue_counters)
-     ORDER BY d.id;
+      FROM d ORDER BY d.id;
+    PERFORM pgqueue._counted_n(v_queue.id, 0, cardinality(v_ids));  -- enqueued (queue_counters)
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
     END IF;

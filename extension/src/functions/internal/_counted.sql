@@ -1,6 +1,7 @@
--- Count one message of a kind (pgqueue._count_seq) for a queue; always true, so that a statement
--- can count in its WHERE or RETURNING clause without a statement of its own. nextval writes no
--- row version and is not rolled back.
+-- Count one message of a kind (pgqueue._count_seq) for a queue; always true. nextval writes no
+-- row version and is not rolled back. Call it in PL/pgSQL assignments and RETURN expressions,
+-- which are planned once per session: inlined into a statement that is planned again and again
+-- (a custom plan, a SQL function's body), _count_seq's 576 constants cost about 0.3 ms a plan.
 CREATE FUNCTION pgqueue._counted(p_queue_id integer, p_kind integer)
 RETURNS boolean
 LANGUAGE sql VOLATILE

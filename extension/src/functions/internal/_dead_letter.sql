@@ -14,7 +14,5 @@ BEGIN ATOMIC
     SELECT d.id, d.queue_id, d.dequeue_at, d.attempts, d.created_at, p_now,
            d.content, d.content_type, d.state, coalesce(p_error, d.last_error)
       FROM d
-     -- counted (pgqueue.queue_counters): dead_lettered, and expired if the lease had run out
-     WHERE pgqueue._counted(d.queue_id, 4)
-       AND (d.locked_until IS NULL OR d.locked_until > p_now OR pgqueue._counted(d.queue_id, 5));
+     WHERE pgqueue._counted_dead(d.queue_id, d.locked_until, p_now);  -- queue_counters
 END;

@@ -5,7 +5,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_counted boolean;
+    v_queue_id integer;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
@@ -18,8 +18,8 @@ BEGIN
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
-    RETURNING pgqueue._counted(m.queue_id, 2) INTO v_counted;  -- completed (queue_counters)
-    RETURN FOUND;
+    RETURNING m.queue_id INTO v_queue_id;
+    RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;
 $$;
 

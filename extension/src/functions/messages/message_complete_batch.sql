@@ -13,7 +13,10 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_done bigint[];
+    v_done    bigint[];
+    v_queues  integer[];
+    v_queue   integer;
+    v_counted boolean;
 BEGIN
     IF p_ids IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
@@ -44,8 +47,16 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
-        RETURNING m.id, pgqueue._counted(m.queue_id, 2))  -- completed (queue_counters)
-    SELECT coalesce(array_agg(d.id), '{}') INTO v_done FROM d;
+        RETURNING m.id, m.queue_id)
+    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}') INTO v_done, v_queues FROM d;
+    -- completed (queue_counters): one nextval a message, or by queue for more than 32
+    IF cardinality(v_done) > 32 THEN
+        PERFORM pgqueue._counted_n(u.q, 2, count(*)) FROM unnest(v_queues) AS u(q) GROUP BY u.q;
+    ELSE
+        FOREACH v_queue IN ARRAY v_queues LOOP
+            v_counted := pgqueue._counted(v_queue, 2);
+        END LOOP;
+    END IF;
     RETURN ARRAY(SELECT u.id FROM unnest(p_ids) WITH ORDINALITY AS u(id, n)
                   WHERE u.id <> ALL (v_done) ORDER BY u.n);
 END;

@@ -47,7 +47,7 @@ BEGIN
            WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
      ORDER BY u.n
     RETURNING id;
-    PERFORM pgqueue._counted(v_queue.id, 0) FROM generate_series(1, v_n);  -- enqueued (queue_counters)
+    PERFORM pgqueue._counted_n(v_queue.id, 0, v_n);  -- enqueued (queue_counters)
     IF v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
     END IF;

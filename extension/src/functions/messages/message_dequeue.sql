@@ -17,6 +17,8 @@ DECLARE
     v_now          bigint := pgqueue.now_ms();
     v_ids          bigint[];
     v_until        bigint;
+    v_delivered    regclass;
+    v_expired      regclass;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id)
@@ -36,23 +38,30 @@ BEGIN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
     END IF;
     v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
-    -- The statements below count (pgqueue.queue_counters) each message handed out as delivered,
-    -- and as expired if its lease had run out, in their WHERE clauses: evaluated once per row,
-    -- on the row as it was, since the take has locked every row.
     IF cardinality(v_ids) = 0 THEN
         RETURN;
-    ELSIF v_lock_ms = 0 THEN
+    END IF;
+    -- The statements below count (pgqueue.queue_counters) each message handed out as delivered
+    -- (more than 32 at once: here), and as expired if its lease had run out, in their WHERE
+    -- clauses: evaluated once per row, on the row as it was, since the take has locked every row.
+    v_delivered := pgqueue._count_seq(v_queue_id, 1);
+    v_expired := pgqueue._count_seq(v_queue_id, 5);
+    IF cardinality(v_ids) > 32 THEN
+        PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
+    END IF;
+    IF v_lock_ms = 0 THEN
         IF cardinality(v_ids) = 1 THEN
             RETURN QUERY
             DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
-               AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
+               AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
             RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                       m.content_type, m.created_at, NULL::bigint;
         ELSE
             RETURN QUERY
             WITH d AS (
                 DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
-                   AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
+                   AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
+                   AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
                 RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -67,7 +76,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = v_until, attempts = m.attempts + 1
          WHERE m.id = v_ids[1]
-           AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
+           AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
         RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                   m.content_type, m.created_at, m.locked_until;
     ELSE
@@ -76,7 +85,8 @@ BEGIN
             UPDATE pgqueue.message m
                SET locked_until = v_until, attempts = m.attempts + 1
              WHERE m.id = ANY (v_ids)
-               AND pgqueue._counted(v_queue_id, 1) AND (m.locked_until IS NULL OR pgqueue._counted(v_queue_id, 5))
+               AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
+               AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
             RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                       m.content_type, m.created_at, m.locked_until)
         SELECT * FROM u ORDER BY array_position(v_ids, u.id);

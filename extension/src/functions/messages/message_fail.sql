@@ -11,6 +11,7 @@ AS $$
 DECLARE
     v_now   bigint := pgqueue.now_ms();
     v_queue pgqueue.queue;
+    v_counted boolean;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
@@ -35,8 +36,8 @@ BEGIN
                                        pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
                                                                    v_queue.retry_cap_ms)),
                last_error   = p_error
-         WHERE m.id = p_id
-           AND pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters); the row is locked above
+         WHERE m.id = p_id;
+        v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
     END IF;
     RETURN true;
 END;

@@ -1,8 +1,9 @@
 -- Per queue, how many messages were enqueued, delivered, completed, failed, dead-lettered and
 -- how many leases expired, since the queue was created (or since the upgrade to 0.4).
 --
--- Read from sequences (pgqueue._count_seq), so reading is cheap (six sequence reads a queue,
--- no scan) and counting costs the hot paths one nextval a message, no row version. How exact:
+-- Read from sequences (pgqueue._count_seq), so reading is cheap (nine sequence reads a queue,
+-- no scan) and counting costs the hot paths one nextval a message (a batch of n at most
+-- 31 + n / 32, pgqueue._counted_n), no row version. How exact:
 --   * a counted call that rolls back stays counted (nextval is not transactional);
 --   * after a crash a counter may be ahead by up to 32 (sequences log ahead), and so on a standby;
 --   * shared is true when another queue counts on the same stripe (more than 64 queues, or
@@ -19,6 +20,7 @@ RETURNS TABLE (queue text, enqueued bigint, delivered bigint, completed bigint, 
                dead_lettered bigint, expired bigint, shared boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- planned once per session (see pgqueue._counted)
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -27,9 +29,12 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT q.name,
-           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 0)), 0),
-           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 1)), 0),
-           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 2)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 0)), 0)
+             + coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 6)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 1)), 0)
+             + coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 7)), 0),
+           coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 2)), 0)
+             + coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 8)), 0),
            coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 3)), 0),
            coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 4)), 0),
            coalesce(pg_sequence_last_value(pgqueue._count_seq(q.id, 5)), 0),

@@ -41,7 +41,8 @@ BEGIN
         IF EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
             v_id := NULL;
         ELSE
-            PERFORM setval(pgqueue._count_seq(v_id, k.k), 1, false) FROM generate_series(0, 5) AS k(k);
+            PERFORM setval(pgqueue._count_seq(v_id, k.k), CASE WHEN k.k < 6 THEN 1 ELSE 32 END, false)
+               FROM generate_series(0, 8) AS k(k);
         END IF;
     END IF;
     BEGIN
