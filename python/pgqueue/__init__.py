@@ -21,7 +21,7 @@ from pgqueue.async_client import AsyncQueue
 from pgqueue.async_worker import AsyncWorker
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
-from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
 from pgqueue.tasks import Reject, Tasks, UnknownTask
 from pgqueue.worker import Worker
 
@@ -32,6 +32,7 @@ __all__ = [
     "Message",
     "Pending",
     "Queue",
+    "QueueCounters",
     "QueueSettings",
     "QueueStats",
     "Reject",

@@ -25,6 +25,7 @@ from pgqueue.message import (
     Message,
     Pending,
     QueueSettings,
+    QueueCounters,
     QueueStats,
     ScheduledMessage,
     ScheduleEntry,
@@ -359,6 +360,12 @@ def stats_from_row(row: Row) -> QueueStats:
     )
 
 
+def counters_from_row(row: Row) -> QueueCounters:
+    """Return the QueueCounters for a row of ``_sql.QUEUE_COUNTERS`` / ``_sql.ALL_COUNTERS``."""
+    return QueueCounters(queue=str(row[0]), enqueued=int(row[1]), delivered=int(row[2]), completed=int(row[3]),
+                         failed=int(row[4]), dead_lettered=int(row[5]), expired=int(row[6]), shared=bool(row[7]))
+
+
 def settings_from_row(row: Row) -> QueueSettings:
     """Return the QueueSettings for a row of ``_sql.QUEUE_LIST`` / ``_sql.QUEUE_SETTINGS``."""
     return QueueSettings(
@@ -614,6 +621,17 @@ def stats(queue: str) -> Call[QueueStats]:
     return Call(_sql.QUEUE_STATS, {"queue": queue}, result)
 
 
+def counters(queue: str) -> Call[QueueCounters]:
+    """Return the call that reads a queue's counters (what happened since it was created)."""
+
+    def result(rows: list[Row]) -> QueueCounters:
+        if not rows:
+            raise QueueNotFound(f'queue "{queue}" does not exist', sqlstate="PQ001")
+        return counters_from_row(rows[0])
+
+    return Call(_sql.QUEUE_COUNTERS, {"queue": queue}, result)
+
+
 def dead_letters(queue: str, limit: int = 100) -> Call[list[DeadLetter]]:
     """Return the call that lists a queue's dead letters, oldest death first."""
     check_int("limit", limit, allow_none=False)
@@ -650,6 +668,11 @@ def list_queues() -> Call[list[QueueSettings]]:
 def all_stats() -> Call[list[QueueStats]]:
     """Return the call that counts the messages of every queue, by name."""
     return Call(_sql.ALL_STATS, {}, lambda rows: [stats_from_row(r) for r in rows])
+
+
+def all_counters() -> Call[list[QueueCounters]]:
+    """Return the call that reads the counters of every queue, by name."""
+    return Call(_sql.ALL_COUNTERS, {}, lambda rows: [counters_from_row(r) for r in rows])
 
 
 def schedule_create(name: str, queue: str, payload: object, *, every: Delay | None = None, cron: str | None = None,

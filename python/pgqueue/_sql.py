@@ -44,7 +44,6 @@ DEQUEUE: Final[LiteralString] = (
 COMPLETE: Final[LiteralString] = "SELECT pgqueue.message_complete(%(id)s::bigint, %(attempts)s::integer)"
 COMPLETE_BATCH: Final[LiteralString] = (
     "SELECT pgqueue.message_complete_batch(%(ids)s::bigint[], %(attempts)s::integer[])")
-
 # Acknowledge-and-fetch: the rows of DEQUEUE (stale false), then the stale acknowledgements
 # (stale true: only id and attempts, the token given, are set).
 COMPLETE_AND_DEQUEUE: Final[LiteralString] = (
@@ -133,6 +132,16 @@ QUEUE_STATS: Final[LiteralString] = (
 ALL_STATS: Final[LiteralString] = (
     "SELECT s.queue, s.ready, s.scheduled, s.leased, s.dead, s.oldest_ready_age_ms "
     "FROM pgqueue.queue_stats() AS s ORDER BY s.queue"
+)
+
+QUEUE_COUNTERS: Final[LiteralString] = (
+    "SELECT c.queue, c.enqueued, c.delivered, c.completed, c.failed, c.dead_lettered, c.expired, c.shared "
+    "FROM pgqueue.queue_counters(%(queue)s::text) AS c"
+)
+
+ALL_COUNTERS: Final[LiteralString] = (
+    "SELECT c.queue, c.enqueued, c.delivered, c.completed, c.failed, c.dead_lettered, c.expired, c.shared "
+    "FROM pgqueue.queue_counters() AS c ORDER BY c.queue"
 )
 
 DEAD_LETTERS: Final[LiteralString] = (

@@ -33,9 +33,9 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue.errors import PgQueueError, translating
-from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
-__all__ = ["AsyncQueue", "list_queues", "all_stats", "AsyncConnectionSource"]
+__all__ = ["AsyncQueue", "list_queues", "all_stats", "all_counters", "AsyncConnectionSource"]
 
 T = TypeVar("T")
 
@@ -392,6 +392,10 @@ class AsyncQueue:
         """Return the queue's message counts by state."""
         return await self._connector.run(_core.stats(self._name))
 
+    async def counters(self) -> QueueCounters:
+        """Return what happened on the queue since it was created (see :meth:`pgqueue.Queue.counters`)."""
+        return await self._connector.run(_core.counters(self._name))
+
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """Return up to ``limit`` dead letters of the queue, oldest death first."""
         return await self._connector.run(_core.dead_letters(self._name, limit))
@@ -422,3 +426,8 @@ async def list_queues(conn: AsyncConnectionSource) -> list[QueueSettings]:
 async def all_stats(conn: AsyncConnectionSource) -> list[QueueStats]:
     """Return the message counts of every queue, by name (a connection string is opened and closed here)."""
     return await _run_once(conn, _core.all_stats())
+
+
+async def all_counters(conn: AsyncConnectionSource) -> list[QueueCounters]:
+    """Return the counters of every queue, by name (a connection string is opened and closed here)."""
+    return await _run_once(conn, _core.all_counters())

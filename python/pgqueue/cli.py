@@ -28,7 +28,7 @@ from typing import Any, NoReturn, TextIO
 import psycopg
 
 from pgqueue._version import DISTRIBUTION, __version__
-from pgqueue.client import Queue, all_stats, list_queues
+from pgqueue.client import Queue, all_counters, all_stats, list_queues
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
@@ -37,7 +37,7 @@ from pgqueue.errors import (
     QueueExists,
     QueueNotFound,
 )
-from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats, ScheduleEntry
+from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 
 __all__ = ["main"]
 
@@ -226,6 +226,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("stats", _cmd_stats, "show message counts per queue")
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
     p.add_argument("--watch", type=_positive_float, metavar="S", help="refresh every S seconds until Ctrl-C")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON array, one object per queue with its counts and counters (with "
+                        "--watch: one array per line)")
+
+    # metrics
+    p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue: counts by state, oldest "
+                "ready age, counters")
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_non_negative_int, default=9469, metavar="N",
+                   help="port to listen on (default 9469; 0 picks a free one)")
+    p.add_argument("--min-interval", type=_non_negative_float, default=1.0, metavar="S",
+                   help="scrapes closer together than S seconds get the previous reading (default 1)")
+    p.add_argument("--once", action="store_true", help="print the metrics once to stdout and exit")
 
     # dashboard
     p = command("dashboard", _cmd_dashboard, "serve a web dashboard of the queues: counts, charts, messages, "
@@ -315,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds in-flight handlers get to finish on SIGTERM (default 10)")
     p.add_argument("--timeout", type=_positive_float, metavar="S",
                    help="fail a message whose handler runs longer than S seconds (default: no limit)")
+    p.add_argument("--metrics-port", type=_non_negative_int, metavar="N",
+                   help="serve the worker's Prometheus metrics (handled, failed, handler durations, in "
+                        "flight) on this port (0 picks a free one; default: none)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
+                   help="address of the worker's metrics (default 127.0.0.1)")
     p.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
     p.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
     return parser
@@ -673,10 +692,75 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         def collect() -> list[QueueStats]:
             return [Queue(conn, args.queue).stats()] if args.queue else list(all_stats(conn))
 
+        if args.json:
+            return _stats_json(conn, collect, args.queue, args.watch, sys.stdout)
         if not args.watch:
             print(stats_table(collect()))
             return 0
         return _watch(collect, args.watch, sys.stdout)
+
+
+def stats_json(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None) -> list[dict[str, object]]:
+    """Return the JSON objects of ``pgqueue stats --json``: counts, and counters when readable (else null)."""
+    by_name = {c.queue: c for c in counters or ()}
+    out: list[dict[str, object]] = []
+    for s in stats:
+        c = by_name.get(s.queue)
+        out.append({"queue": s.queue, "ready": s.ready, "scheduled": s.scheduled, "leased": s.leased, "dead": s.dead,
+                    "oldest_ready_age_ms": s.oldest_ready_age_ms,
+                    "counters": None if c is None else {
+                        "enqueued": c.enqueued, "delivered": c.delivered, "completed": c.completed,
+                        "failed": c.failed, "dead_lettered": c.dead_lettered, "expired": c.expired,
+                        "shared": c.shared}})
+    return out
+
+
+def _stats_json(conn: psycopg.Connection[Any], collect: Callable[[], list[QueueStats]], queue: str | None,
+                every: float | None, out: TextIO) -> int:
+    def counters() -> list[QueueCounters] | None:
+        try:
+            with conn.transaction():
+                return [Queue(conn, queue).counters()] if queue else all_counters(conn)
+        except psycopg.errors.InsufficientPrivilege:  # a role that may count but not read the counters
+            return None
+
+    try:
+        while True:
+            out.write(json.dumps(stats_json(collect(), counters())) + "\n")
+            out.flush()
+            if not every:
+                return 0
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    from pgqueue.metrics import MetricsServer, QueueMetrics
+
+    dsn = resolve_dsn(args)
+    with connect(dsn):
+        pass  # fail fast: unreachable database, pgqueue missing or of another version
+    metrics = QueueMetrics(dsn, min_interval=args.min_interval)
+    try:
+        if args.once:
+            sys.stdout.write(metrics.render())
+            return 0
+        try:
+            server = MetricsServer(metrics.render, host=args.host, port=args.port)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+        print(f"pgqueue metrics at {server.url} (Ctrl-C to stop)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.close()
+        return 0
+    finally:
+        metrics.close()
 
 
 def _watch(collect: Callable[[], list[QueueStats]], every: float, out: TextIO) -> int:
@@ -919,11 +1003,32 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, batch_size=args.batch_size, lock_ms=args.lock_ms, listen=args.listen,
         poll_max=args.poll_max, poll_min=min(0.05, args.poll_max), shutdown_grace=args.shutdown_grace,
         dsn=dsn, timeout=args.timeout)
-    if inspect.iscoroutinefunction(handler):  # `async def`: the asyncio worker
-        from pgqueue.async_client import AsyncQueue
-        from pgqueue.async_worker import AsyncWorker
+    metrics = server = None
+    if args.metrics_port is not None:
+        from pgqueue.metrics import MetricsServer, WorkerMetrics
 
-        asyncio.run(AsyncWorker(AsyncQueue(dsn, queue_name), handler, **options).run())
-    else:
-        Worker(Queue(dsn, queue_name), handler, **options).run()  # graceful on SIGINT/SIGTERM
+        metrics = WorkerMetrics(queue_name)
+        options["on_result"] = metrics.observe
+        try:
+            server = MetricsServer(metrics.render, host=args.metrics_host, port=args.metrics_port)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {args.metrics_host}:{args.metrics_port}: {exc.strerror or exc}") from exc
+        logging.getLogger("pgqueue").info("worker metrics at %s", server.url)
+    try:
+        if inspect.iscoroutinefunction(handler):  # `async def`: the asyncio worker
+            from pgqueue.async_client import AsyncQueue
+            from pgqueue.async_worker import AsyncWorker
+
+            async_worker = AsyncWorker(AsyncQueue(dsn, queue_name), handler, **options)
+            if metrics is not None:
+                metrics.in_flight = lambda: async_worker.in_flight
+            asyncio.run(async_worker.run())
+        else:
+            worker = Worker(Queue(dsn, queue_name), handler, **options)
+            if metrics is not None:
+                metrics.in_flight = lambda: worker.in_flight
+            worker.run()  # graceful on SIGINT/SIGTERM
+    finally:
+        if server is not None:
+            server.close()
     return 0

@@ -42,9 +42,9 @@ from psycopg_pool import ConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue.errors import PgQueueError, translating
-from pgqueue.message import DeadLetter, Message, Pending, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
-__all__ = ["Queue", "list_queues", "all_stats", "ConnectionSource"]
+__all__ = ["Queue", "list_queues", "all_stats", "all_counters", "ConnectionSource"]
 
 T = TypeVar("T")
 
@@ -545,6 +545,15 @@ class Queue:
         """
         return self._connector.run(_core.stats(self._name))
 
+    def counters(self) -> QueueCounters:
+        """Return what happened on the queue since it was created (counts of messages enqueued,
+        delivered, completed, failed, dead-lettered and of leases expired).
+
+        Raises:
+            QueueNotFound, InvalidQueueName.
+        """
+        return self._connector.run(_core.counters(self._name))
+
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         """Return up to ``limit`` dead letters of the queue, oldest death first.
 
@@ -606,3 +615,12 @@ def all_stats(conn: ConnectionSource) -> list[QueueStats]:
         conn: a connection string (opened and closed here), a connection or a pool.
     """
     return _run_once(conn, _core.all_stats())
+
+
+def all_counters(conn: ConnectionSource) -> list[QueueCounters]:
+    """Return the counters of every queue, by name (see :meth:`Queue.counters`).
+
+    Parameters:
+        conn: a connection string (opened and closed here), a connection or a pool.
+    """
+    return _run_once(conn, _core.all_counters())

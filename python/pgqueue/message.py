@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 from pgqueue.codec import task_of
 
-__all__ = ["Message", "Pending", "QueueStats", "QueueSettings", "DeadLetter", "ScheduleEntry", "ScheduledMessage",
+__all__ = ["Message", "Pending", "QueueCounters", "QueueStats", "QueueSettings", "DeadLetter", "ScheduleEntry", "ScheduledMessage",
            "to_datetime"]
 
 
@@ -110,6 +110,35 @@ class Pending:
     def task(self) -> str | None:
         """The task the message names, or None."""
         return task_of(self.content_type)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounters:
+    """What happened on a queue since it was created (``pgqueue.queue_counters``).
+
+    Counted with sequences: a call that rolled back stays counted, and after a server crash a
+    counter may be up to 32 ahead. ``shared`` is True when another queue counts on the same
+    lock stripe (more than 64 queues): then these are the sum of both.
+
+    Attributes:
+        queue: the queue's name.
+        enqueued: messages enqueued (also requeued dead letters and scheduled slots).
+        delivered: messages handed out by a dequeue (lease or delete mode).
+        completed: leased messages completed.
+        failed: failed attempts that will be retried.
+        dead_lettered: messages moved to the dead letters.
+        expired: leases that ran out before their holder acknowledged them.
+        shared: the counters are shared with another queue.
+    """
+
+    queue: str
+    enqueued: int
+    delivered: int
+    completed: int
+    failed: int
+    dead_lettered: int
+    expired: int
+    shared: bool
 
 
 @dataclass(frozen=True, slots=True)

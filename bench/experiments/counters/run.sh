@@ -1,39 +1,34 @@
 #!/usr/bin/env bash
-# The cost of the counters (issue 15, pgqueue.queue_counters) on the hot paths: the plain
-# install scripts of two revisions, each in its own database on one server, and each pgbench
-# script of bench/pgbench run against both in turn (the order swapped every round), ROUNDS
-# times, CLIENTS clients, prepared statements. "with" is the revision WITH (default: the commit
-# that added the counters; "tree" for the working tree), "without" is WITHOUT (default: its
-# parent). Prints transactions/s per run and, per script, with/without per round and the median.
-# Usage (as a role that may create databases, e.g. the postgres user; needs make and git):
-#   bench/experiments/counters/run.sh [conninfo] [seconds] [rounds] [clients] [with] [without]
+# The cost of the counters (issue 15, pgqueue.queue_counters) on the hot paths. Two databases on
+# one server: "with" holds the plain install of revision REV, "without" the same source with the
+# counting statements removed (strip_counters.py beside this file), so that the difference is the
+# counters and nothing else. Each pgbench script of bench/pgbench runs against both AT THE SAME
+# TIME (CLIENTS clients each, prepared statements, SECONDS seconds), ROUNDS times: on a shared,
+# loaded machine both sides see the same load, and the side whose calls cost more CPU gets fewer
+# of them. Prints transactions/s per round and side, and per script with/without per round and
+# the median.
+# Usage (as a role that may create databases, e.g. the postgres user; needs git, make, python3):
+#   bench/experiments/counters/run.sh [conninfo] [seconds] [rounds] [clients] [rev]
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/../../.." && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
 conn=${1:-}
-secs=${2:-8}
-rounds=${3:-3}
-clients=${4:-8}
-with=${5:-$(git -C "$repo" log --format=%H -1 --grep='^Counters per queue')}
-without=${6:-$with^}
+secs=${2:-10}
+rounds=${3:-5}
+clients=${4:-4}
+rev=${5:-HEAD}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 pgc=$("$repo/scripts/find-pg-config")
-build() {  # revision|tree dir -> plain install script of that source
-  mkdir -p "$2"
-  if [ "$1" = tree ]; then
-    (cd "$repo" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$2"
-  else
-    git -C "$repo" archive "$1" | tar -xf - -C "$2"
-  fi
-  make -s -C "$2" PG_CONFIG="$pgc" python/pgqueue/sql/pgqueue--0.4.sql >/dev/null
-  echo "$2/python/pgqueue/sql/pgqueue--0.4.sql"
-}
 declare -A plain
-plain[without]=$(build "$without" "$work/without")
-plain[with]=$(build "$with" "$work/with")
-for v in without with; do
+for v in with without; do
+  mkdir -p "$work/$v"
+  git -C "$repo" archive "$rev" | tar -xf - -C "$work/$v"
+  if [ "$v" = without ]; then python3 "$here/strip_counters.py" "$work/$v"; fi
+  make -s -C "$work/$v" PG_CONFIG="$pgc" python/pgqueue/sql/pgqueue--0.4.sql >/dev/null
+  plain[$v]="$work/$v/python/pgqueue/sql/pgqueue--0.4.sql"
   db="counters_$v"
-  psql -q "$conn" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+  psql -q "$conn" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
   psql -q -v ON_ERROR_STOP=1 -1 "$conn dbname=$db" -f "${plain[$v]}" >/dev/null
   psql -q "$conn dbname=$db" -c "SELECT pgqueue.queue_create('bench')" >/dev/null
 done
@@ -42,30 +37,31 @@ fill() {  # database count: a fresh backlog of ready messages, vacuumed
     -c "SELECT count(*) FROM pgqueue.message_create_batch('bench', array_fill(convert_to(repeat('x', 100), 'UTF8'), ARRAY[$2]))" \
     -c "VACUUM ANALYZE pgqueue.message" >/dev/null
 }
-run() {  # script database -> transactions/s
-  pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" -D queue=bench -D batch="$3" \
-    -f "$repo/bench/pgbench/$1.sql" "$conn dbname=$2" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+run() {  # script database batch -> transactions/s, written to $work/tps.<database>
+  pgbench -n -M prepared -c "$clients" -j 1 -T "$secs" -D queue=bench -D batch="$3" -D aid=0 -D atok=0 \
+    -f "$repo/bench/pgbench/$1.sql" "$conn dbname=$2" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' > "$work/tps.$2"
 }
-scripts="pgqueue_create:1:0 pgqueue_dequeue:1:300000 pgqueue_lease_cycle:1:300000 pgqueue_create_batch:1000:0 pgqueue_dequeue_batch:100:600000"
+scripts="pgqueue_create:1:0 pgqueue_dequeue:1:300000 pgqueue_lease_cycle:1:300000 pgqueue_lease_ack_fetch:1:300000 pgqueue_create_batch:1000:0 pgqueue_dequeue_batch:100:600000"
 declare -A tps
-printf '%-22s %-5s %-8s %s\n' script round version 'transactions/s'
+printf '%-24s %-5s %12s %12s\n' script round with without
 for r in $(seq "$rounds"); do
-  if [ $((r % 2)) = 1 ]; then order="without with"; else order="with without"; fi
   for spec in $scripts; do
     IFS=: read -r s batch backlog <<<"$spec"
-    for v in $order; do
-      db="counters_$v"
-      fill "$db" "$backlog"
-      tps[$s,$r,$v]=$(run "$s" "$db" "$batch")
-      printf '%-22s %-5s %-8s %s\n' "$s" "$r" "$v" "${tps[$s,$r,$v]}"
-    done
+    fill counters_with "$backlog"
+    fill counters_without "$backlog"
+    run "$s" counters_with "$batch" &
+    run "$s" counters_without "$batch" &
+    wait
+    tps[$s,$r,with]=$(cat "$work/tps.counters_with")
+    tps[$s,$r,without]=$(cat "$work/tps.counters_without")
+    printf '%-24s %-5s %12s %12s\n' "$s" "$r" "${tps[$s,$r,with]}" "${tps[$s,$r,without]}"
   done
 done
 echo
-printf '%-22s %s\n' script 'with/without per round -> median'
+printf '%-24s %s\n' script 'with/without per round -> median'
 for spec in $scripts; do
   s=${spec%%:*}
   ratios=$(for r in $(seq "$rounds"); do echo "${tps[$s,$r,with]} ${tps[$s,$r,without]}" | awk '{printf "%.3f\n", $1/$2}'; done | sort -n)
   median=$(echo "$ratios" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
-  printf '%-22s %s -> %s\n' "$s" "$(echo $ratios)" "$median"
+  printf '%-24s %s -> %s\n' "$s" "$(echo $ratios)" "$median"
 done

@@ -1,0 +1,321 @@
+"""Prometheus metrics: the queues' (``pgqueue metrics``) and a worker's own (``pgqueue worker
+--metrics-port``), in the text exposition format (version 0.0.4), written here: nothing to
+install.
+
+Queue metrics (:class:`QueueMetrics`), per queue:
+
+- ``pgqueue_queue_messages{queue, state}``: ready (expired leases included), scheduled, leased
+  and dead, counted exactly by ``pgqueue.queue_stats`` at each scrape;
+- ``pgqueue_queue_oldest_ready_age_seconds{queue}``: how long the next ready message has waited
+  (0 when none is ready);
+- the counters of ``pgqueue.queue_counters``: ``pgqueue_messages_enqueued_total``,
+  ``pgqueue_messages_delivered_total``, ``pgqueue_messages_completed_total``,
+  ``pgqueue_messages_failed_total``, ``pgqueue_messages_dead_lettered_total`` and
+  ``pgqueue_leases_expired_total``, with ``pgqueue_queue_counters_shared``;
+- ``pgqueue_up`` (1 if the scrape reached the database) and
+  ``pgqueue_scrape_duration_seconds``.
+
+Worker metrics (:class:`WorkerMetrics`): ``pgqueue_worker_handled_total`` (handlers that
+finished), ``pgqueue_worker_failed_total`` (of those, the ones that raised or timed out),
+``pgqueue_worker_messages_total{outcome}`` (completed, retried, dead, released),
+``pgqueue_worker_lost_total`` (finished after the lease ran out), the histogram
+``pgqueue_worker_handler_duration_seconds`` and the gauge ``pgqueue_worker_in_flight``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import psycopg
+
+from pgqueue.client import all_counters, all_stats
+from pgqueue.message import QueueCounters, QueueStats
+from pgqueue.worker import Result
+
+__all__ = ["CONTENT_TYPE", "MetricsServer", "QueueMetrics", "WorkerMetrics", "render"]
+
+log = logging.getLogger("pgqueue.metrics")
+
+#: The Content-Type of the text exposition format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Handler duration buckets, in seconds.
+DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                                       300.0)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Family:
+    """One metric with its HELP and TYPE lines and its samples (name suffix, labels, value)."""
+
+    name: str
+    kind: str  # counter, gauge or histogram
+    help: str
+    samples: list[tuple[str, Labels, float]] = field(default_factory=list)
+
+    def add(self, value: float, labels: Labels = (), suffix: str = "") -> None:
+        self.samples.append((suffix, labels, value))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    if float(value).is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return repr(float(value))
+
+
+def render(families: Iterable[Family]) -> str:
+    """Return families in the text exposition format."""
+    out: list[str] = []
+    for f in families:
+        out.append(f"# HELP {f.name} {_escape(f.help)}")
+        out.append(f"# TYPE {f.name} {f.kind}")
+        for suffix, labels, value in f.samples:
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+            out.append(f"{f.name}{suffix}{{{text}}} {_number(value)}" if text else f"{f.name}{suffix} {_number(value)}")
+    return "\n".join(out) + "\n"
+
+
+# -- queue metrics --------------------------------------------------------------------------
+
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("enqueued", "pgqueue_messages_enqueued_total", "Messages enqueued since the queue was created"),
+    ("delivered", "pgqueue_messages_delivered_total", "Messages handed out by a dequeue (lease or delete mode)"),
+    ("completed", "pgqueue_messages_completed_total", "Leased messages completed"),
+    ("failed", "pgqueue_messages_failed_total", "Failed attempts that will be retried"),
+    ("dead_lettered", "pgqueue_messages_dead_lettered_total", "Messages moved to the dead letters"),
+    ("expired", "pgqueue_leases_expired_total", "Leases that ran out before their holder acknowledged them"),
+)
+
+
+def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None) -> list[Family]:
+    """Return the queue metrics for what ``queue_stats`` and ``queue_counters`` returned."""
+    messages = Family("pgqueue_queue_messages", "gauge",
+                      "Messages of the queue by state (exact count at the scrape; ready includes expired leases)")
+    age = Family("pgqueue_queue_oldest_ready_age_seconds", "gauge",
+                 "How long the next ready message has waited (0 when none is ready)")
+    for s in stats:
+        for state in ("ready", "scheduled", "leased", "dead"):
+            messages.add(getattr(s, state), (("queue", s.queue), ("state", state)))
+        age.add((s.oldest_ready_age_ms or 0) / 1000.0, (("queue", s.queue),))
+    families = [messages, age]
+    if counters is not None:
+        for attr, name, text in _COUNTERS:
+            f = Family(name, "counter", text + " (counted with sequences: a rolled-back call stays counted)")
+            for c in counters:
+                f.add(getattr(c, attr), (("queue", c.queue),))
+            families.append(f)
+        shared = Family("pgqueue_queue_counters_shared", "gauge",
+                        "1 if another queue counts on the same lock stripe (more than 64 queues): its counters "
+                        "are then the sum of both")
+        for c in counters:
+            shared.add(1 if c.shared else 0, (("queue", c.queue),))
+        families.append(shared)
+    return families
+
+
+class QueueMetrics:
+    """The metrics of every queue of a database, read at each scrape over one connection.
+
+    Scrapes closer together than ``min_interval`` seconds get the previous answer, so that many
+    scrapers cost what one does. A role that may read the queues but not the counters (no
+    SELECT on ``pgqueue.counter_*``) gets the queue gauges only.
+    """
+
+    def __init__(self, dsn: str, *, min_interval: float = 1.0) -> None:
+        self._dsn = dsn
+        self._min_interval = min_interval
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._cached: tuple[float, str] | None = None
+
+    def render(self) -> str:
+        """Return the metrics text, reading the database unless the last read is recent."""
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached[0] < self._min_interval:
+                return self._cached[1]
+            text = render(self._collect())
+            self._cached = (time.monotonic(), text)
+            return text
+
+    def _collect(self) -> list[Family]:
+        started = time.monotonic()
+        up = Family("pgqueue_up", "gauge", "1 if this scrape read the database, else 0")
+        took = Family("pgqueue_scrape_duration_seconds", "gauge", "How long reading the database took")
+        families: list[Family] = []
+        try:
+            conn = self._connection()
+            stats = all_stats(conn)
+            try:
+                counters: list[QueueCounters] | None = all_counters(conn)
+            except psycopg.errors.InsufficientPrivilege:
+                counters = None
+            families = queue_families(stats, counters)
+            up.add(1)
+        except (psycopg.Error, OSError) as exc:
+            log.warning("metrics: cannot read the database: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
+            self.close()
+            up.add(0)
+        took.add(time.monotonic() - started)
+        return [up, took, *families]
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics")
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection (the next scrape opens a new one)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+# -- worker metrics -------------------------------------------------------------------------
+
+
+class WorkerMetrics:
+    """A worker's own metrics, fed by its ``on_result`` hook.
+
+    ``Worker(queue, handler, on_result=metrics.observe)``, with ``in_flight`` reading the
+    worker's :attr:`~pgqueue.Worker.in_flight` (set it after the worker exists). ``then``
+    is called with each result after it is counted (another ``on_result`` hook).
+    """
+
+    def __init__(self, queue: str, *, in_flight: Callable[[], int] | None = None,
+                 then: Callable[[Result], None] | None = None,
+                 buckets: Sequence[float] = DURATION_BUCKETS) -> None:
+        self.queue = queue
+        self.in_flight = in_flight
+        self._then = then
+        self._buckets = tuple(sorted(buckets))
+        self._lock = threading.Lock()
+        self._outcomes: dict[str, int] = {"completed": 0, "retried": 0, "dead": 0, "released": 0}
+        self._handled = 0
+        self._failed = 0
+        self._lost = 0
+        self._counts = [0] * (len(self._buckets) + 1)
+        self._sum = 0.0
+
+    def observe(self, result: Result) -> None:
+        """Count one settled delivery (use as the worker's ``on_result``)."""
+        with self._lock:
+            self._outcomes[result.outcome] = self._outcomes.get(result.outcome, 0) + 1
+            if result.outcome != "released":  # given back at shutdown: its handler may not have finished
+                self._handled += 1
+                self._failed += result.error is not None
+                self._lost += not result.acknowledged
+                i = next((i for i, b in enumerate(self._buckets) if result.duration <= b), len(self._buckets))
+                self._counts[i] += 1
+                self._sum += result.duration
+        if self._then is not None:
+            self._then(result)
+
+    def families(self) -> list[Family]:
+        """Return the worker's metrics."""
+        q = (("queue", self.queue),)
+        with self._lock:
+            handled = Family("pgqueue_worker_handled_total", "counter", "Messages whose handler finished")
+            handled.add(self._handled, q)
+            failed = Family("pgqueue_worker_failed_total", "counter",
+                            "Messages whose handler raised or timed out (retried or dead-lettered)")
+            failed.add(self._failed, q)
+            outcomes = Family("pgqueue_worker_messages_total", "counter", "Settled deliveries by outcome")
+            for outcome, n in sorted(self._outcomes.items()):
+                outcomes.add(n, (*q, ("outcome", outcome)))
+            lost = Family("pgqueue_worker_lost_total", "counter",
+                          "Handlers that finished after their lease ran out (the message was delivered again)")
+            lost.add(self._lost, q)
+            duration = Family("pgqueue_worker_handler_duration_seconds", "histogram", "How long handlers ran")
+            cumulative = 0
+            for bound, n in zip((*self._buckets, math.inf), self._counts):
+                cumulative += n
+                duration.add(cumulative, (*q, ("le", _number(bound))), "_bucket")
+            duration.add(self._sum, q, "_sum")
+            duration.add(cumulative, q, "_count")
+        flight = Family("pgqueue_worker_in_flight", "gauge", "Messages the worker holds right now")
+        flight.add(self.in_flight() if self.in_flight is not None else 0, q)
+        return [handled, failed, outcomes, lost, duration, flight]
+
+    def render(self) -> str:
+        """Return the worker's metrics text."""
+        return render(self.families())
+
+
+# -- the HTTP endpoint ----------------------------------------------------------------------
+
+
+class MetricsServer:
+    """Serve ``render()`` at ``/metrics`` (and ``/``) over HTTP on a background thread.
+
+    ``port`` 0 picks a free port (see :attr:`port`). Use as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, render: Callable[[], str], *, host: str = "127.0.0.1", port: int = 0) -> None:
+        produce = render
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+                if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                    self.send_error(404, "try /metrics")
+                    return
+                try:
+                    body = produce().encode()
+                except Exception:  # a bug must not take the endpoint down
+                    log.exception("metrics: rendering failed")
+                    self.send_error(500)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server API)
+                log.debug("metrics: " + format, *args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="pgqueue-metrics", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """The URL of the metrics."""
+        host = str(self._server.server_address[0])
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,407 @@
+"""Counters (pgqueue.queue_counters), `pgqueue stats --json`, `pgqueue metrics` and a worker's own
+metrics (issue 15), against the real server.
+
+The error matrix of queue_counters is in tests/pgtap/20_errors.sql, its catalog entry in
+10_schema.sql; the upgrade and dump/restore of the counters in test_upgrade.py and
+test_dump_restore.py (the catalogs compare the sequences and their values are dumped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
+from pgqueue.cli import main
+from pgqueue.client import all_counters
+from pgqueue.metrics import MetricsServer, QueueMetrics, WorkerMetrics
+
+PGQUEUE = Path(sys.executable).with_name("pgqueue")
+TESTS = Path(__file__).resolve().parent
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def counters(conn: Conn, queue: str) -> tuple[object, ...]:
+    row = conn.execute("SELECT enqueued, delivered, completed, failed, dead_lettered, expired, shared "
+                       "FROM pgqueue.queue_counters(%s)", (queue,)).fetchone()
+    assert row is not None
+    return row
+
+
+def one(conn: Conn, query: str, params: tuple[object, ...] = ()) -> object:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+# -- the counters ------------------------------------------------------------------------------
+
+
+def test_counters_follow_every_path(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('c', p_lock_ms => 60000, p_max_attempts => 2)")
+    assert counters(conn, "c") == (0, 0, 0, 0, 0, 0, False)
+    conn.execute("SELECT pgqueue.message_create('c', 'a'::bytea)")
+    conn.execute("SELECT pgqueue.message_create_text('c', 'b')")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('c', ARRAY['1','2','3','4','5','6']::bytea[])")
+    assert counters(conn, "c") == (8, 0, 0, 0, 0, 0, False)
+    # two leased, one completed, one failed (retried)
+    taken = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('c', 2)").fetchall()
+    assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", taken[0])
+    assert not one(conn, "SELECT pgqueue.message_complete(%s, %s)", taken[0])  # stale: not counted again
+    assert one(conn, "SELECT pgqueue.message_fail(%s, %s, 'x', 0)", taken[1])
+    assert counters(conn, "c") == (8, 2, 1, 1, 0, 0, False)
+    # the failed one again: its second failure dead-letters it (max_attempts 2)
+    again = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('c', 1)").fetchone()
+    assert again is not None and again[0] == taken[1][0]
+    assert one(conn, "SELECT pgqueue.message_fail(%s, %s, 'y')", again)
+    assert counters(conn, "c") == (8, 3, 1, 1, 1, 0, False)
+    # a batch completion, delete mode, reject
+    batch = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('c', 3)").fetchall()
+    assert one(conn, "SELECT pgqueue.message_complete_batch(%s, %s)",
+               ([i for i, _ in batch[:2]], [a for _, a in batch[:2]])) == []
+    assert one(conn, "SELECT pgqueue.message_reject(%s, %s, 'no')", batch[2])
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('c', 10, 0)").fetchall()) == 3
+    assert counters(conn, "c") == (8, 9, 3, 1, 2, 0, False)
+    # a requeued dead letter is enqueued again
+    assert one(conn, "SELECT pgqueue.dead_letter_requeue('c')") == 2
+    assert counters(conn, "c")[0] == 10
+
+
+def test_batches_count_every_message(conn: Conn) -> None:
+    # batches over 32 count 32 at a time on a companion sequence (pgqueue._counted_n): the sums agree
+    conn.execute("SELECT pgqueue.queue_create('b', p_max_attempts => 1)")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('b', array_fill('x'::bytea, ARRAY[1000]))")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('b', array_fill('x'::bytea, ARRAY[31]))")
+    leased = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('b', 100)").fetchall()
+    small = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('b', 20)").fetchall()
+    assert one(conn, "SELECT pgqueue.message_complete_batch(%s, %s)",
+               ([i for i, _ in leased] + [0], [a for _, a in leased] + [1])) == [0]
+    assert one(conn, "SELECT pgqueue.message_complete_batch(%s, %s)",
+               ([i for i, _ in small], [a for _, a in small])) == []
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('b', 900, 0)").fetchall()) == 900
+    assert counters(conn, "b")[:3] == (1031, 1020, 120)
+    assert one(conn, "SELECT last_value FROM pgqueue.counter_enqueued32_%s" % (one(conn, "SELECT id & 63 FROM pgqueue.queue WHERE name = 'b'"),)) == 31 * 32
+    # dead letters requeued in a batch are enqueued again
+    rest = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('b', 100)").fetchall()
+    for i, a in rest:
+        conn.execute("SELECT pgqueue.message_fail(%s, %s, 'x')", (i, a))
+    assert one(conn, "SELECT pgqueue.dead_letter_requeue('b')") == len(rest) == 11
+    assert counters(conn, "b")[:5] == (1042, 1031, 120, 0, 11)
+
+
+def test_expired_leases_are_counted_when_taken_back(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('e', p_max_attempts => 2)")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('e', ARRAY['1','2']::bytea[])")
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('e', 2, 1)").fetchall()) == 2
+    time.sleep(0.01)
+    # both leases ran out: handed out again (attempt 2), then they run out again: the next dequeue
+    # dead-letters them as poison
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('e', 2, 1)").fetchall()) == 2
+    time.sleep(0.01)
+    assert conn.execute("SELECT * FROM pgqueue.message_dequeue('e', 2, 1)").fetchall() == []
+    enqueued, delivered, completed, failed, dead, expired, _ = counters(conn, "e")
+    assert (enqueued, delivered, completed, failed, dead, expired) == (2, 4, 0, 0, 2, 4)
+
+
+def test_a_rolled_back_call_stays_counted(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('r')")
+    with pytest.raises(psycopg.errors.RaiseException):
+        with conn.transaction():
+            conn.execute("SELECT pgqueue.message_create('r', 'x'::bytea)")
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'roll back'; END $$")
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    assert counters(conn, "r")[0] == 1  # sequences are not transactional: documented
+
+
+def test_each_queue_gets_its_own_stripe_and_zeroed_counters(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('a')")
+    conn.execute("SELECT pgqueue.message_create('a', 'x'::bytea)")
+    a_id = one(conn, "SELECT id FROM pgqueue.queue WHERE name = 'a'")
+    assert one(conn, "SELECT pgqueue.queue_drop('a')")
+    # the freed stripe is reused by a later queue, which starts from zero
+    for i in range(70):
+        conn.execute("SELECT pgqueue.queue_create(%s)", (f"q{i}",))
+    stripes = conn.execute("SELECT id & 63, count(*) FROM pgqueue.queue GROUP BY 1 HAVING count(*) > 1").fetchall()
+    assert len(stripes) == 71 - 64  # default + 70 queues on 64 stripes: the first 63 (and default) alone
+    reused = one(conn, "SELECT name FROM pgqueue.queue WHERE id & 63 = %s::int & 63 ORDER BY id LIMIT 1", (a_id,))
+    assert counters(conn, str(reused))[:6] == (0, 0, 0, 0, 0, 0)
+    alone = [r[0] for r in conn.execute("SELECT queue FROM pgqueue.queue_counters() WHERE NOT shared")]
+    shared = [r[0] for r in conn.execute("SELECT queue FROM pgqueue.queue_counters() WHERE shared")]
+    assert len(alone) == 64 - 7 and len(shared) == 14
+    # queues that share a stripe show the sum of both
+    left, right = conn.execute("SELECT q.name FROM pgqueue.queue q WHERE q.id & 63 = "
+                               "(SELECT o.id & 63 FROM pgqueue.queue o WHERE o.name = 'q69') ORDER BY q.id").fetchall()
+    conn.execute("SELECT pgqueue.message_create(%s, 'x'::bytea)", left)
+    assert counters(conn, str(right[0]))[0] == counters(conn, str(left[0]))[0] == 1
+
+
+def test_client_counters(dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    queue.enqueue_many([1, 2, 3])
+    with queue.receive() as msg:
+        assert msg is not None
+    assert queue.counters() == QueueCounters("jobs", 3, 1, 1, 0, 0, 0, False)
+    assert [c.queue for c in all_counters(dsn)] == ["default", "jobs"]
+
+    async def read() -> QueueCounters:
+        async with AsyncQueue(dsn, "jobs") as q:
+            return await q.counters()
+
+    assert asyncio.run(read()).enqueued == 3
+    queue.close()
+
+
+def test_a_monitoring_role_reads_counters_and_stats_only(dsn: str, conn: Conn) -> None:
+    mon = f"pgq_monitor_{os.getpid()}"
+    conn.execute(f'CREATE ROLE "{mon}" LOGIN')
+    try:
+        # docs/grants.sql with -v monitor=... and its other roles left out: the monitor part only
+        text = (TESTS.parent / "docs" / "grants.sql").read_text()
+        start = text.index("\\if :{?monitor}")
+        part = text[start:text.index("\\endif", start)].replace("\\if :{?monitor}", "")
+        proc = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"monitor={mon}", dsn],
+                              input=part, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        conn.execute("SELECT pgqueue.message_create('default', 'x'::bytea)")
+        with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user=mon), autocommit=True) as m:
+            assert one(m, "SELECT enqueued FROM pgqueue.queue_counters('default')") == 1
+            assert one(m, "SELECT ready FROM pgqueue.queue_stats('default')") == 1
+            for denied in ("SELECT nextval('pgqueue.counter_enqueued_1')",
+                           "SELECT * FROM pgqueue.message_dequeue('default')",
+                           "SELECT pgqueue.message_create('default', 'y'::bytea)",
+                           "SELECT content FROM pgqueue.message"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    m.execute(denied)
+    finally:
+        conn.execute(f'DROP OWNED BY "{mon}"')
+        conn.execute(f'DROP ROLE "{mon}"')
+
+
+# -- pgqueue stats --json ---------------------------------------------------------------------
+
+
+def test_stats_json(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    queue.enqueue_many(["a", "b"])
+    queue.enqueue("later", delay=3600)
+    queue.close()
+    assert main(["stats", "--json", "--dsn", dsn]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [q["queue"] for q in doc] == ["default", "jobs"]
+    jobs = doc[1]
+    assert (jobs["ready"], jobs["scheduled"], jobs["leased"], jobs["dead"]) == (2, 1, 0, 0)
+    assert jobs["oldest_ready_age_ms"] >= 0
+    assert jobs["counters"] == {"enqueued": 3, "delivered": 0, "completed": 0, "failed": 0,
+                                "dead_lettered": 0, "expired": 0, "shared": False}
+    assert main(["stats", "jobs", "--json", "--dsn", dsn]) == 0
+    assert [q["queue"] for q in json.loads(capsys.readouterr().out)] == ["jobs"]
+
+
+def test_stats_json_watch_prints_one_array_per_line(dsn: str) -> None:
+    proc = subprocess.Popen([str(PGQUEUE), "stats", "--json", "--watch", "0.2", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert all(json.loads(line)[0]["queue"] == "default" for line in lines)
+
+
+# -- pgqueue metrics -------------------------------------------------------------------------
+
+SAMPLE = re.compile(r'^([a-z_]+)(?:\{([^}]*)\})? (\S+)$')
+
+
+def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Parse the text exposition format strictly enough to catch a malformed line."""
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+            continue
+        if line.startswith("# HELP "):
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        labels = frozenset(tuple(kv.split("=", 1)) for kv in m.group(2).split(",")) if m.group(2) else frozenset()
+        labels = frozenset((k, v.strip('"')) for k, v in labels)
+        name = m.group(1)
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert name in types or base in types, line
+        samples[(name, labels)] = float(m.group(3))
+    return samples
+
+
+def q(queue: str, **more: str) -> frozenset[tuple[str, str]]:
+    return frozenset({("queue", queue), *more.items()})
+
+
+def test_metrics_endpoint(dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    queue.enqueue_many(["a", "b", "c"])
+    msg = queue.dequeue(1)[0]
+    queue.complete(msg)
+    metrics = QueueMetrics(dsn, min_interval=0)
+    with MetricsServer(metrics.render, port=0) as server:
+        with urllib.request.urlopen(server.url, timeout=10) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            s = parse(resp.read().decode())
+        assert s[("pgqueue_up", frozenset())] == 1
+        assert s[("pgqueue_queue_messages", q("jobs", state="ready"))] == 2
+        assert s[("pgqueue_queue_messages", q("jobs", state="leased"))] == 0
+        assert s[("pgqueue_messages_enqueued_total", q("jobs"))] == 3
+        assert s[("pgqueue_messages_delivered_total", q("jobs"))] == 1
+        assert s[("pgqueue_messages_completed_total", q("jobs"))] == 1
+        assert s[("pgqueue_queue_counters_shared", q("jobs"))] == 0
+        assert s[("pgqueue_queue_oldest_ready_age_seconds", q("jobs"))] >= 0
+        queue.enqueue("d")
+        with urllib.request.urlopen(server.url, timeout=10) as resp:
+            s = parse(resp.read().decode())
+        assert s[("pgqueue_messages_enqueued_total", q("jobs"))] == 4
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(server.url.replace("/metrics", "/nope"), timeout=10)
+        assert info.value.code == 404
+    metrics.close()
+    queue.close()
+
+
+def test_metrics_reuses_a_recent_reading_and_survives_a_lost_database(pg_server: object, dsn: str) -> None:
+    metrics = QueueMetrics(dsn, min_interval=60)
+    first = metrics.render()
+    Queue(dsn, "default").enqueue("x")
+    assert metrics.render() == first  # within min_interval: the same reading, no query
+    metrics.close()
+    down = QueueMetrics("host=127.0.0.1 port=1 connect_timeout=2", min_interval=0)
+    s = parse(down.render())
+    assert s[("pgqueue_up", frozenset())] == 0
+
+
+def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    assert main(["metrics", "--once", "--dsn", dsn]) == 0
+    s = parse(capsys.readouterr().out)
+    assert s[("pgqueue_queue_messages", q("default", state="ready"))] == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(url: str, deadline: float) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return parse(resp.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_metrics_command_serves_until_interrupted(dsn: str) -> None:
+    port = free_port()
+    proc = subprocess.Popen([str(PGQUEUE), "metrics", "--port", str(port), "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
+        assert s[("pgqueue_up", frozenset())] == 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert f"127.0.0.1:{port}/metrics" in out
+
+
+# -- a worker's own metrics ------------------------------------------------------------------
+
+
+def test_worker_metrics(dsn: str, tmp_path: Path) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=1)
+    queue.enqueue_many([{"sleep": 0.01}, {"sleep": 0.01}, {"fail": "boom"}])
+    metrics = WorkerMetrics("jobs")
+    sys.path.insert(0, str(TESTS))
+    try:
+        from worker_handlers import obey
+    finally:
+        sys.path.remove(str(TESTS))
+    worker = Worker(queue, obey, concurrency=2, on_result=metrics.observe, handle_signals=False, poll_max=0.1)
+    metrics.in_flight = lambda: worker.in_flight
+    import threading
+
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while queue.stats().total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while parse(metrics.render())[("pgqueue_worker_handled_total", q("jobs"))] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        thread.join(timeout=20)
+    s = parse(metrics.render())
+    assert s[("pgqueue_worker_handled_total", q("jobs"))] == 3
+    assert s[("pgqueue_worker_failed_total", q("jobs"))] == 1
+    assert s[("pgqueue_worker_messages_total", q("jobs", outcome="completed"))] == 2
+    assert s[("pgqueue_worker_messages_total", q("jobs", outcome="dead"))] == 1
+    assert s[("pgqueue_worker_handler_duration_seconds_count", q("jobs"))] == 3
+    assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="+Inf"))] == 3
+    assert s[("pgqueue_worker_handler_duration_seconds_sum", q("jobs"))] >= 0.02
+    assert s[("pgqueue_worker_in_flight", q("jobs"))] == 0
+    queue.close()
+
+
+@pytest.mark.parametrize("handler", ["obey", "async_obey"])
+def test_worker_command_metrics_port(dsn: str, tmp_path: Path, handler: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create(notify=True)
+    queue.enqueue_many([{"sleep": 0.5}, {"sleep": 0.5}])
+    port = free_port()
+    env = {**os.environ, "PGQUEUE_DSN": dsn}
+    proc = subprocess.Popen([str(PGQUEUE), "worker", "jobs", f"worker_handlers:{handler}", "-c", "2",
+                             "--metrics-port", str(port)],
+                            cwd=TESTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + 20
+        busy = 0.0
+        while time.monotonic() < deadline:  # the two handlers sleep 0.5 s: seen in flight
+            busy = max(busy, scrape(url, deadline)[("pgqueue_worker_in_flight", q("jobs"))])
+            if busy == 2:
+                break
+            time.sleep(0.05)
+        while scrape(url, deadline)[("pgqueue_worker_handled_total", q("jobs"))] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s = scrape(url, deadline)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert busy == 2
+    assert s[("pgqueue_worker_handled_total", q("jobs"))] == 2
+    assert s[("pgqueue_worker_messages_total", q("jobs", outcome="completed"))] == 2
+    assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="0.25"))] == 0
+    assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="1"))] == 2
+    queue.close()
