@@ -251,6 +251,19 @@ def test_leases_and_worker_sessions(conn: psycopg.Connection[Any], dsn: str, mak
         assert "pgqueue-worker" in sessions.group(1) and "LISTEN default" in sessions.group(1)
 
 
+def test_spark_consumers_and_their_claims(conn: psycopg.Connection[Any], dsn: str, make_app: Any) -> None:
+    Queue(conn, "default").enqueue_many(["a", "b", "c"])
+    with psycopg.connect(dsn, autocommit=True) as spark:
+        spark.execute("SELECT pgqueue.spark_consumer_open('default', 'etl')")
+        spark.execute("SELECT pgqueue.spark_claim('default', 'etl', 2)")
+        page = make_app().test_client().get("/queues/default").get_data(as_text=True)
+        table = re.search(r'<table class="grid" id="spark">(.*?)</table>', page, re.S)
+        assert table, page
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", table.group(1))
+        assert cells[:3] == ["etl", "1", "2"] and cells[-1] == "yes"
+        assert "a Spark claim" in page  # the claimed messages, told apart from leases
+
+
 def test_sampler_history_gives_depth_and_throughput(conn: psycopg.Connection[Any], make_app: Any) -> None:
     app = make_app(sample_interval=1.0)
     sampler = app.extensions["pgqueue"]["sampler"]

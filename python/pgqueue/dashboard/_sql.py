@@ -70,6 +70,13 @@ SESSIONS: Final[LiteralString] = (
     "ORDER BY a.application_name, a.backend_start, a.pid LIMIT 200"
 )
 
+# Spark consumers (pgqueue.spark): their open claims, the messages those hold, the oldest
+# claim's time and whether a running query holds the consumer. Needs SELECT on the spark tables.
+SPARK_CONSUMERS: Final[LiteralString] = (
+    "SELECT s.queue, s.consumer, s.claims, s.claimed, s.oldest_claim_at, s.active, pgqueue.now_ms() "
+    "FROM pgqueue.spark_consumers(%(queue)s::text) AS s"
+)
+
 # The last id handed out by pgqueue.message_id_seq: every enqueue (and dead-letter requeue)
 # takes one, rolled back or not. NULL before the first.
 LAST_MESSAGE_ID: Final[LiteralString] = (

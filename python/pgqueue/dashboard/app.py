@@ -241,7 +241,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         stats = {s.queue: s for s in all_stats(pool)} if p.read_stats else {}
         leased, sessions, sessions_error = _workers(p, None)
         return render_template("index.html", p=p, writable=writable(p), settings=settings, stats=stats,
-                               leased=leased, sessions=sessions, sessions_error=sessions_error)
+                               leased=leased, sessions=sessions, sessions_error=sessions_error,
+                               spark=_spark(None))
 
     @app.route("/queues/<name>")
     def queue_page(name: str) -> str:
@@ -258,7 +259,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         leased, sessions, sessions_error = _workers(p, name)
         return render_template("queue.html", p=p, writable=writable(p), name=name, settings=settings,
                                stats=stats, pending=pending, peek_error=peek_error, leased=leased,
-                               sessions=sessions, sessions_error=sessions_error,
+                               sessions=sessions, sessions_error=sessions_error, spark=_spark(name),
                                now=datetime.now(timezone.utc))
 
     @app.route("/queues/<name>/dead")
@@ -330,6 +331,17 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                              "wait": ":".join(x for x in (r[7], r[8]) if x), "query": query,
                              "listens": listens})
         return leased, sessions, error
+
+    def _spark(queue: str | None) -> list[dict[str, Any]]:
+        """The Spark consumers with open claims or a running query (none if the role may not see them)."""
+        try:
+            with pool.connection() as conn:
+                rows = conn.execute(_sql.SPARK_CONSUMERS, {"queue": queue}).fetchall()
+        except psycopg.errors.InsufficientPrivilege:
+            return []
+        return [{"queue": r[0], "consumer": r[1], "claims": r[2], "claimed": r[3],
+                 "oldest_ms": None if r[4] is None else r[6] - r[4], "active": r[5]}
+                for r in rows if r[2] or r[5]]
 
     # -- JSON for the live parts of the pages ----------------------------------------------
 
