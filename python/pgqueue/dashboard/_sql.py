@@ -82,14 +82,8 @@ SPARK_CONSUMERS: Final[LiteralString] = (
 LAST_MESSAGE_ID: Final[LiteralString] = (
     "SELECT pg_catalog.pg_sequence_last_value('pgqueue.message_id_seq'::regclass)")
 
-# Whether the extension has per-queue counters (pgqueue.queue_counters, from 0.4 on): the
-# sampler uses them for throughput when they are there, and its own samples of depth when not.
+# Whether the extension has per-queue counters (pgqueue.queue_counters, from 0.4 on; read with
+# pgqueue.client.all_counters): the sampler uses them for throughput when they are there, and its
+# own samples of depth when not.
 COUNTERS_FUNCTION: Final[LiteralString] = (
     "SELECT pg_catalog.to_regprocedure('pgqueue.queue_counters(text)') IS NOT NULL")
-
-# Every queue's counters since it was created: enqueued, delivered, completed, failed,
-# dead_lettered, expired, and last whether it shares them with another queue (more than 64
-# queues: then each shows the sum of both).
-COUNTERS: Final[LiteralString] = (
-    "SELECT c.queue, c.enqueued, c.delivered, c.completed, c.failed, c.dead_lettered, c.expired, c.shared "
-    "FROM pgqueue.queue_counters() AS c")
