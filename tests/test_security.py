@@ -239,6 +239,7 @@ def scenario(conn: Conn) -> Transcript:
     taken = conn.execute("SELECT id, convert_from(content, 'UTF8'), attempts FROM pgqueue.message_dequeue('sec', 10, 0)").fetchall()
     t.steps.append(("delete mode", [(t.rel(i), c, at) for i, c, at in taken]))
     s("stats 3", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()")
+    s("stats exact", "SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats_exact()")
     s("counters", "SELECT queue, enqueued, delivered, completed, failed, dead_lettered, expired, shared "
                   "FROM pgqueue.queue_counters('sec')")
     s("schedule_create", "SELECT pgqueue.schedule_create('sec-tick', 'sec', 'tick'::bytea, 60000, NULL, NULL, 'all', "

@@ -610,15 +610,16 @@ def settings(queue: str) -> Call[QueueSettings]:
     return Call(_sql.QUEUE_SETTINGS, {"queue": queue}, result, probe_queue=queue)
 
 
-def stats(queue: str) -> Call[QueueStats]:
-    """Return the call that counts a queue's messages by state."""
+def stats(queue: str, *, exact: bool = False) -> Call[QueueStats]:
+    """Return the call that counts a queue's messages by state (``queue_stats``: exact up to
+    10,000 a state, estimated above; ``exact``: ``queue_stats_exact``, every message)."""
 
     def result(rows: list[Row]) -> QueueStats:
         if not rows:
             raise QueueNotFound(f'queue "{queue}" does not exist', sqlstate="PQ001")
         return stats_from_row(rows[0])
 
-    return Call(_sql.QUEUE_STATS, {"queue": queue}, result)
+    return Call(_sql.QUEUE_STATS_EXACT if exact else _sql.QUEUE_STATS, {"queue": queue}, result)
 
 
 def counters(queue: str) -> Call[QueueCounters]:

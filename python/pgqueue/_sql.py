@@ -129,6 +129,11 @@ QUEUE_STATS: Final[LiteralString] = (
     "FROM pgqueue.queue_stats(%(queue)s::text) AS s"
 )
 
+QUEUE_STATS_EXACT: Final[LiteralString] = (
+    "SELECT s.queue, s.ready, s.scheduled, s.leased, s.dead, s.oldest_ready_age_ms "
+    "FROM pgqueue.queue_stats_exact(%(queue)s::text) AS s"
+)
+
 ALL_STATS: Final[LiteralString] = (
     "SELECT s.queue, s.ready, s.scheduled, s.leased, s.dead, s.oldest_ready_age_ms "
     "FROM pgqueue.queue_stats() AS s ORDER BY s.queue"

@@ -388,9 +388,9 @@ class AsyncQueue:
         """Return the queue's settings."""
         return await self._connector.run(_core.settings(self._name))
 
-    async def stats(self) -> QueueStats:
-        """Return the queue's message counts by state."""
-        return await self._connector.run(_core.stats(self._name))
+    async def stats(self, *, exact: bool = False) -> QueueStats:
+        """Return the queue's message counts by state (see :meth:`pgqueue.Queue.stats`)."""
+        return await self._connector.run(_core.stats(self._name, exact=exact))
 
     async def counters(self) -> QueueCounters:
         """Return what happened on the queue since it was created (see :meth:`pgqueue.Queue.counters`)."""

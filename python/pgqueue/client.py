@@ -537,13 +537,17 @@ class Queue:
         """
         return self._connector.run(_core.settings(self._name))
 
-    def stats(self) -> QueueStats:
+    def stats(self, *, exact: bool = False) -> QueueStats:
         """Return the queue's message counts by state.
+
+        Each count is exact up to 10,000 and estimated from a sample of the table above that
+        (``queue_stats``: cheap enough to poll beside full load); with ``exact`` every message
+        is counted (``queue_stats_exact``: a deep queue takes a while).
 
         Raises:
             QueueNotFound, InvalidQueueName.
         """
-        return self._connector.run(_core.stats(self._name))
+        return self._connector.run(_core.stats(self._name, exact=exact))
 
     def counters(self) -> QueueCounters:
         """Return what happened on the queue since it was created (counts of messages enqueued,

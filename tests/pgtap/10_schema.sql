@@ -114,6 +114,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.queue_list()', 's', false),
                         ('pgqueue.queue_next_due(text)', 's', false),
                         ('pgqueue.queue_stats(text)', 's', false),
+                        ('pgqueue.queue_stats_exact(text)', 's', false),
                         ('pgqueue.schedule_create(text,text,bytea,bigint,text,text,text,bigint)', 'v', false),
                         ('pgqueue.schedule_drop(text)', 'v', false),
                         ('pgqueue.schedule_list()', 's', false),
