@@ -27,7 +27,7 @@ from pgqueue.client import list_queues
 from pgqueue.dashboard import Options, start
 from pgqueue.dashboard.app import close, create_app
 from pgqueue.dashboard.payload import show
-from pgqueue.dashboard.sampler import Sample, depth_series, throughput_series
+from pgqueue.dashboard.sampler import Sample, depth_series, oldest_series, throughput_series
 from pgqueue.message import QueueStats
 
 XSS_TEXT = '<script>alert("payload")</script>'
@@ -279,6 +279,8 @@ def test_sampler_history_gives_depth_and_throughput(conn: psycopg.Connection[Any
     client = app.test_client()
     one = client.get("/api/history?queue=default").get_json()
     assert [v for _, v in one["depth"]["ready"]] == [0, 30, 20]
+    oldest = [v for _, v in one["oldest"]["oldest ready"]]
+    assert oldest[0] == 0 and oldest[1] >= 0 and oldest[2] >= oldest[1]
     every = client.get("/api/history").get_json()
     counters = conn.execute("SELECT to_regprocedure('pgqueue.queue_counters(text)') IS NOT NULL").fetchone()
     if counters and counters[0]:  # the extension counts: rates of its counters
@@ -318,6 +320,9 @@ def test_throughput_from_counters_and_from_samples() -> None:
     assert rates["dead-lettered"] == [(2.0, 0.0), (4.0, 1.0)]
     assert throughput_series(sampled, "q")[1]["net change"] == [(2.0, -1.0), (4.0, -1.5)]
     assert depth_series(sampled, "q")["dead"] == [(0.0, 0.0), (2.0, 0.0), (4.0, 2.0)]
+    aged = [Sample(1.0, {"a": QueueStats("a", 1, 0, 0, 0, 2500), "b": QueueStats("b", 0, 0, 0, 0, None)}, 0, None)]
+    assert oldest_series(aged, None) == {"oldest ready": [(1.0, 2.5)]}
+    assert oldest_series(aged, "b") == {"oldest ready": [(1.0, 0.0)]}
 
 
 def test_a_real_server_on_a_thread(conn: psycopg.Connection[Any], dsn: str) -> None:

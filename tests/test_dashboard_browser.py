@@ -92,6 +92,7 @@ def test_counts_follow_an_enqueue_and_charts_draw(browser: WebDriver, serve: Any
     legend = browser.find_element(By.CSS_SELECTOR, '[data-chart="depth"] .legend').text
     assert "ready 3" in legend
     wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, '[data-chart="throughput"] svg polyline'))
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, '[data-chart="oldest"] svg polyline'))
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 

@@ -24,7 +24,7 @@ from pgqueue.cli import format_ms
 from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
 from pgqueue.dashboard.payload import show
-from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, throughput_series
+from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, oldest_series, throughput_series
 from pgqueue.errors import PgQueueError, QueueNotFound, translate
 from pgqueue.message import to_datetime
 
@@ -368,7 +368,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if queue is not None:
             shared = [q for q in shared if q == queue]
         return jsonify(queue=queue, interval=options.sample_interval, history=options.history,
-                       depth=depth_series(samples, queue), throughput=rates, throughput_source=source,
+                       depth=depth_series(samples, queue), oldest=oldest_series(samples, queue),
+                       throughput=rates, throughput_source=source,
                        shared_counters=shared, sampler_error=sampler.error)
 
     return app

@@ -150,6 +150,19 @@ def depth_series(samples: list[Sample], queue: str | None) -> dict[str, list[Poi
     return out
 
 
+def oldest_series(samples: list[Sample], queue: str | None) -> dict[str, list[Point]]:
+    """Return the age in seconds of the oldest ready message (0 when none is ready), of one queue
+    or the oldest of all queues."""
+    points: list[Point] = []
+    for s in samples:
+        chosen = list(s.stats.values()) if queue is None else [s.stats[queue]] if queue in s.stats else None
+        if chosen is None:
+            continue
+        ages = [st.oldest_ready_age_ms for st in chosen if st.oldest_ready_age_ms is not None]
+        points.append((s.t, max(ages, default=0) / 1000))
+    return {"oldest ready": points}
+
+
 def _live(s: Sample, queue: str | None) -> int | None:
     chosen = list(s.stats.values()) if queue is None else [s.stats[queue]] if queue in s.stats else []
     if queue is not None and not chosen:

@@ -7,7 +7,7 @@
   var NAMED = { ready: "#2f6fde", scheduled: "#e8a317", leased: "#7b4fd6", dead: "#c4302b",
                 enqueued: "#2f6fde", "left the queues": "#1f8a4c", "net change": "#7b4fd6",
                 "dead-lettered": "#c4302b", completed: "#1f8a4c", failed: "#e8a317", expired: "#666",
-                delivered: "#0aa5a5", dead_lettered: "#c4302b" };
+                delivered: "#0aa5a5", dead_lettered: "#c4302b", "oldest ready": "#a05a2c" };
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(SVG, name);
@@ -132,6 +132,8 @@
       boxes.forEach(function (box) {
         if (box.getAttribute("data-chart") === "depth") {
           draw(box, data.depth);
+        } else if (box.getAttribute("data-chart") === "oldest") {
+          draw(box, data.oldest);
         } else {
           draw(box, data.throughput);
           box.setAttribute("data-source", data.throughput_source);
