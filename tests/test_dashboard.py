@@ -101,6 +101,8 @@ def test_peek_shows_payloads_by_content_type(conn: psycopg.Connection[Any], make
     assert '<pre class="text">plain words</pre>' in page
     assert "00000000  00 ff 62 69 6e 61 72 79" in page and "|..binary|" in page
     assert "scheduled" in page and "tomorrow" in page
+    counters = re.search(r'<p class="settings" id="counters">(.*?)</p>', page, re.S)
+    assert counters and "enqueued 4 " in " ".join(counters.group(1).split())
 
 
 def test_payload_rendering_falls_back_to_hex() -> None:

@@ -256,10 +256,16 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             pending = [(m, show(m.content, m.content_type)) for m in queue.peek(PAGE_LIMIT)]
         else:
             peek_error = f"role {p.role} may not read message contents (SELECT on pgqueue.message.content)"
+        counters = None
+        try:
+            counters = queue.counters()
+        except PgQueueError as exc:
+            if exc.sqlstate != "42501":
+                raise
         leased, sessions, sessions_error = _workers(p, name)
         return render_template("queue.html", p=p, writable=writable(p), name=name, settings=settings,
-                               stats=stats, pending=pending, peek_error=peek_error, leased=leased,
-                               sessions=sessions, sessions_error=sessions_error, spark=_spark(name),
+                               stats=stats, counters=counters, pending=pending, peek_error=peek_error,
+                               leased=leased, sessions=sessions, sessions_error=sessions_error, spark=_spark(name),
                                now=datetime.now(timezone.utc))
 
     @app.route("/queues/<name>/dead")
