@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -49,6 +50,19 @@ def make_app(dsn: str) -> Iterator[Any]:
     yield make
     for app in apps:
         close(app)
+
+
+@contextmanager
+def pgqueue_command(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """Run ``python -m pgqueue ARGS`` with its output piped; kill it if the test leaves it running."""
+    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def csrf(client: FlaskClient, path: str = "/") -> str:
@@ -348,9 +362,7 @@ def test_a_real_server_on_a_thread(conn: psycopg.Connection[Any], dsn: str) -> N
 
 
 def test_the_command_serves_until_interrupted(dsn: str) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "dashboard", "--dsn", dsn, "--port", "0",
-                             "--token", "a-long-token"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", "--token", "a-long-token") as proc:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         found = re.search(r"at (http://127\.0\.0\.1:\d+/\?token=a-long-token) ", line)
@@ -360,10 +372,6 @@ def test_the_command_serves_until_interrupted(dsn: str) -> None:
             assert response.status == 200 and b"Queues" in response.read()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_the_command_refuses_a_database_without_pgqueue(bare_dsn: str) -> None:
@@ -375,10 +383,8 @@ def test_the_command_refuses_a_database_without_pgqueue(bare_dsn: str) -> None:
 def test_the_demo_shows_the_dashboard_beside_it(dsn: str) -> None:
     """`pgqueue demo --dashboard PORT` (scripts/demo.sh --dashboard): the demo's queue on the
     dashboard while it runs and after the report, with its dead letters, until Ctrl-C."""
-    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", "demo", "--dsn", dsn, "--messages", "150", "--rate", "0",
-                             "--seed", "3", "--no-progress", "--dashboard", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with pgqueue_command("demo", "--dsn", dsn, "--messages", "150", "--rate", "0", "--seed", "3", "--no-progress",
+                         "--dashboard", "0") as proc:
         assert proc.stdout is not None
         lines: list[str] = []
         url = None
@@ -398,10 +404,6 @@ def test_the_demo_shows_the_dashboard_beside_it(dsn: str) -> None:
         assert row and re.search(r'data-field="dead"><a [^>]*>[1-9]\d*</a>', row.group(1)), page
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     with psycopg.connect(dsn) as conn:
         assert Queue(conn, "default").settings() and [q.queue for q in list_queues(conn)] == ["default"]
 
