@@ -17,8 +17,12 @@
 GRANT USAGE ON SCHEMA pgqueue TO :"producer";
 GRANT SELECT ON pgqueue.queue TO :"producer";
 GRANT INSERT ON pgqueue.message TO :"producer";
-GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"producer";
+GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at, group_key, turn_at, idem_key)
+      ON pgqueue.message TO :"producer";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
+-- idempotency keys: the keys kept for a queue's key_window_ms; message groups: a group's lock (issue 14)
+GRANT SELECT ON pgqueue.message_key TO :"producer";
+GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"producer";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 -- the queues' lock stripes (docs/locking.md) and counters (queue_counters); max_size accounting and the REPEATABLE READ pin
 -- run as the extension's owner: producers may not write pgqueue.queue or pgqueue.queue_size
@@ -37,6 +41,10 @@ GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
 GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
 GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
+-- a completed message's idempotency key is kept for the queue's key_window_ms (trigger message_removed)
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"consumer";
+-- ... and a message handed out or completed hands its group's turn on, under the group's lock
+GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"consumer";
 -- the lock stripes and the counters (each dequeue, completion and failure counts)
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
@@ -46,7 +54,7 @@ GRANT USAGE ON SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
-                          pgqueue._queue_quiesce(integer) TO :"admin";
+                          pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text) TO :"admin";
 
 -------------------------------------------------------------------------------
 -- Monitoring, optional: add -v monitor=ROLE (pgqueue metrics, pgqueue stats, a read-only
@@ -75,6 +83,8 @@ GRANT USAGE ON SCHEMA pgqueue TO :"spark";
 GRANT SELECT ON pgqueue.queue TO :"spark";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message TO :"spark";
 GRANT SELECT, INSERT ON pgqueue.dead_letter TO :"spark";
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"spark";
+GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"spark";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq, pgqueue.spark_consumer_id_seq, pgqueue.spark_claim_id_seq
       TO :"spark";
 GRANT SELECT, INSERT, UPDATE ON pgqueue.spark_consumer TO :"spark";

@@ -123,6 +123,29 @@ def test_consumer_can_consume_but_not_administer(roles: Roles) -> None:
     assert run(roles.dsn(roles.admin), "SELECT count(*) FROM pgqueue.dead_letter") == [(1,)]
 
 
+def test_groups_and_keys_need_no_more_than_the_recipes(roles: Roles) -> None:
+    """Issue 14: a producer enqueues into groups with idempotency keys, a consumer hands the
+    groups' turns on and keeps completed keys for the window, with the recipes' grants only."""
+    with psycopg.connect(roles.dsn(roles.admin), autocommit=True) as admin:
+        admin.execute("SELECT pgqueue.queue_create('grp', p_group_concurrency => 1, p_key_window_ms => 60000)")
+    p, c = roles.dsn(roles.producer), roles.dsn(roles.consumer)
+    (first,), = run(p, "SELECT pgqueue.message_create('grp', 'a1', p_group => 'a', p_key => 'k1')")
+    assert run(p, "SELECT count(*) FROM pgqueue.message_create_batch('grp', ARRAY['a2', 'b1']::bytea[], "
+                  "p_groups => ARRAY['a', 'b'], p_keys => ARRAY['k2', 'k3'])") == [(2,)]
+    assert run(p, "SELECT pgqueue.message_create('grp', 'again', p_group => 'a', p_key => 'k1')") == [(first,)]
+    got = run(c, "SELECT convert_from(content, 'UTF8'), id, attempts FROM pgqueue.message_dequeue('grp', 10)")
+    assert sorted(str(g[0]) for g in got) == ["a1", "b1"]
+    for _, msg_id, attempts in got:
+        assert run(c, f"SELECT pgqueue.message_complete({msg_id}, {attempts})") == [(True,)]
+    assert [r[0] for r in run(c, "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('grp', 10, 0)")] == ["a2"]
+    # within the window the completed key still answers with its old id
+    assert run(p, "SELECT pgqueue.message_create('grp', 'late', p_key => 'k1')") == [(first,)]
+    denied(p, "DELETE FROM pgqueue.message_key")
+    # a role granted nothing cannot hold a group's lock (it is no advisory lock)
+    denied(roles.dsn(roles.nobody), "SELECT pgqueue._message_group_lock(1, 'a')")
+    denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.message_group_lock FOR UPDATE")
+
+
 def test_admin_can_do_everything(roles: Roles) -> None:
     a = roles.dsn(roles.admin)
     run(a, "SELECT pgqueue.queue_create('ops', p_max_attempts => 1)")

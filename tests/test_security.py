@@ -116,8 +116,9 @@ def plant_hostile_objects(admin: Conn, mallory: Conn) -> None:
 
 def decoys(conn: Conn, schema: str) -> None:
     """Rows that would show up if pgqueue read these tables: queues 1..20, ready decoy messages."""
-    conn.execute(f"INSERT INTO {schema}.queue (id, name, lock_ms, retry_base_ms, retry_cap_ms, notify, created_at) "
-                 "SELECT g, 'sec', 1, 0, 0, false, '2000-01-01' FROM generate_series(1, 20) g")
+    conn.execute(f"INSERT INTO {schema}.queue (id, name, lock_ms, retry_base_ms, retry_cap_ms, notify, created_at, "
+                 "group_concurrency, key_window_ms) "
+                 "SELECT g, 'sec', 1, 0, 0, false, '2000-01-01', 0, 1 FROM generate_series(1, 20) g")
     conn.execute(f"INSERT INTO {schema}.message (id, queue_id, dequeue_at, attempts, created_at, content) "
                  "SELECT 1000000 + g, g % 20 + 1, -9000000000000000000, 0, 0, 'decoy' FROM generate_series(1, 200) g")
     conn.execute(f"INSERT INTO {schema}.dead_letter (id, queue_id, dequeue_at, attempts, created_at, dead_at, content) "
@@ -281,6 +282,18 @@ def scenario(conn: Conn) -> Transcript:
         s("spark close", "SELECT pgqueue.spark_consumer_close('spark', 'etl')")
         s("spark release", "SELECT pgqueue.spark_release('spark', 'etl')")
         s("spark drop", "SELECT pgqueue.queue_drop('spark')")
+    # message groups and idempotency keys (issue 14): turns, the next turn, windows, the trigger
+    s("group queue", "SELECT pgqueue.queue_create('grp', p_group_concurrency => 1, p_key_window_ms => 60000)")
+    s("group batch", "SELECT count(*) FROM pgqueue.message_create_batch('grp', ARRAY['g1', 'g2', 'h1']::bytea[], "
+                     "p_groups => ARRAY['g', 'g', 'h'], p_keys => ARRAY['k1', 'k2', 'k3'])")
+    s("same key", "SELECT pgqueue.message_create('grp', 'again'::bytea, p_group => 'g', p_key => 'k1') "
+                  "OPERATOR(pg_catalog.=) (SELECT m.id FROM pgqueue.message m WHERE m.idem_key OPERATOR(pg_catalog.=) 'k1')")
+    s("group dequeue", "SELECT convert_from(content, 'UTF8'), attempts FROM pgqueue.message_dequeue('grp', 10, 0)")
+    s("group next turn", "SELECT convert_from(content, 'UTF8'), attempts FROM pgqueue.message_dequeue('grp', 10, 0)")
+    s("key window", "SELECT pgqueue.message_create('grp', 'x'::bytea, p_key => 'k1') "
+                    "OPERATOR(pg_catalog.=) (SELECT k.id FROM pgqueue.message_key k WHERE k.idem_key OPERATOR(pg_catalog.=) 'k1')")
+    s("group next due", "SELECT pgqueue.queue_next_due('grp') IS NULL")
+    s("group drop", "SELECT pgqueue.queue_drop('grp')")
     s("ack-fetch queue", "SELECT pgqueue.queue_create('ackf'), pgqueue.message_create('ackf', 'x'::bytea) > 0")
     s("complete and dequeue", "SELECT convert_from(content, 'UTF8'), attempts, stale "
                               "FROM pgqueue.message_complete_and_dequeue(ARRAY[0]::bigint[], ARRAY[1], 'ackf', 5, 0)")
@@ -359,7 +372,7 @@ def test_control_an_unpinned_copy_of_a_pgqueue_function_is_hijacked(hostile_db: 
     SET search_path clause, calls the hostile now() and reports a time in 2000. So a pgqueue
     function that lost its pin would fail test_hostile_objects_change_nothing."""
     with psycopg.connect(pg_server.dsn(hostile_db), autocommit=True) as victim:
-        definition = one(victim, "SELECT pg_get_functiondef('pgqueue.message_create(text,bytea,bigint,text)'::regprocedure)")
+        definition = one(victim, "SELECT pg_get_functiondef('pgqueue.message_create(text,bytea,bigint,text,text,text)'::regprocedure)")
         unpinned, n = re.subn(r"\n\s*SET search_path TO [^\n]*", "", definition)
         assert n == 1, definition
         unpinned = unpinned.replace("FUNCTION pgqueue.message_create(", "FUNCTION pg_temp.unpinned_message_create(")

@@ -16,6 +16,7 @@ SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_claim_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.spark_publish_log', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.schedule_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.message_key', '');
 -- The counters of pgqueue.queue_counters, which count since the queue was created (one call per
 -- statement: each call rewrites the extension's catalog row; one line, which the plain install leaves out).
 DO $$ DECLARE v_seq regclass; BEGIN FOR v_seq IN SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relnamespace = 'pgqueue'::pg_catalog.regnamespace AND c.relkind = 'S' AND c.relname ~ '^counter_[a-z0-9]+_[0-9]+$' ORDER BY c.relname LOOP PERFORM pg_catalog.pg_extension_config_dump(v_seq, ''); END LOOP; END $$;

@@ -4,11 +4,11 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(38);
+SELECT plan(40);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
-                                   'spark_publish_log', 'spark_staging', 'schedule'], 'the tables of schema pgqueue');
+                                   'spark_publish_log', 'spark_staging', 'schedule', 'message_key', 'message_group_lock'], 'the tables of schema pgqueue');
 SELECT views_are('pgqueue', ARRAY['dead_letters'], 'the views of schema pgqueue');
 SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_claim_id_seq', 'spark_consumer_id_seq',
                                       'schedule_id_seq']
@@ -25,7 +25,9 @@ SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                     'message_pkey', 'message_ready_idx', 'queue_name_key', 'queue_pkey', 'queue_size_pkey',
                     'spark_claim_consumer_seq_key', 'spark_claim_pkey', 'spark_consumer_pkey',
                     'spark_consumer_queue_name_key', 'spark_publish_log_pkey', 'spark_staging_pkey',
-                    'schedule_pkey', 'schedule_name_key', 'schedule_next_run_idx', 'schedule_queue_idx'],
+                    'schedule_pkey', 'schedule_name_key', 'schedule_next_run_idx', 'schedule_queue_idx',
+                    'message_turn_idx', 'message_group_wait_idx', 'message_group_turn_idx', 'message_idem_key_idx',
+                    'message_key_pkey', 'message_key_until_idx', 'message_group_lock_pkey'],
               'the indexes of schema pgqueue');
 SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text FROM pg_constraint
                   WHERE connamespace = 'pgqueue'::regnamespace $$,
@@ -46,7 +48,11 @@ SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text F
                         ('pgqueue.schedule', 'schedule_pkey', 'p'), ('pgqueue.schedule', 'schedule_name_key', 'u'),
                         ('pgqueue.schedule', 'schedule_queue_fkey', 'f'), ('pgqueue.schedule', 'schedule_kind_check', 'c'),
                         ('pgqueue.schedule', 'schedule_every_check', 'c'),
-                        ('pgqueue.schedule', 'schedule_missed_check', 'c') $$,
+                        ('pgqueue.schedule', 'schedule_missed_check', 'c'),
+                        ('pgqueue.queue', 'queue_group_concurrency_check', 'c'),
+                        ('pgqueue.queue', 'queue_key_window_check', 'c'),
+                        ('pgqueue.message_key', 'message_key_pkey', 'p'),
+                        ('pgqueue.message_group_lock', 'message_group_lock_pkey', 'p') $$,
               'the named constraints (relation, name, kind)');
 SELECT col_is_pk('pgqueue', 'message', 'id', 'message.id is the primary key');
 SELECT col_type_is('pgqueue', 'message', 'dequeue_at', 'bigint', 'dequeue_at is epoch ms (bigint)');
@@ -67,6 +73,13 @@ SELECT is((SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i
 SELECT is((SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i
             WHERE i.indexrelid = 'pgqueue.message_leased_idx'::regclass),
           '(locked_until IS NOT NULL)', 'message_leased_idx is partial: WHERE locked_until IS NOT NULL');
+-- message groups (issue 14): the turns waiting, by (turn_at, id); nothing in flight in it
+SELECT has_index('pgqueue', 'message', 'message_turn_idx', ARRAY['queue_id', 'turn_at', 'id'],
+                 'message_turn_idx on (queue_id, turn_at, id)');
+SELECT is((SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i
+            WHERE i.indexrelid = 'pgqueue.message_turn_idx'::regclass),
+          '((turn_at IS NOT NULL) AND (locked_until IS NULL))',
+          'message_turn_idx is partial: WHERE turn_at IS NOT NULL AND locked_until IS NULL');
 SELECT has_index('pgqueue', 'dead_letter', 'dead_letter_queue_idx', ARRAY['queue_id', 'dead_at', 'id'],
                  'dead_letter_queue_idx on (queue_id, dead_at, id)');
 
@@ -76,7 +89,7 @@ SELECT set_eq($$ SELECT unnest(extconfig)::regclass::text FROM pg_extension WHER
               ARRAY['pgqueue.queue', 'pgqueue.queue_id_seq', 'pgqueue.message', 'pgqueue.message_id_seq',
                     'pgqueue.dead_letter', 'pgqueue.spark_claim', 'pgqueue.spark_claim_id_seq',
                     'pgqueue.spark_consumer', 'pgqueue.spark_consumer_id_seq', 'pgqueue.spark_publish_log',
-                    'pgqueue.schedule', 'pgqueue.schedule_id_seq']
+                    'pgqueue.schedule', 'pgqueue.schedule_id_seq', 'pgqueue.message_key']
                     || ARRAY(SELECT 'pgqueue.counter_' || k || '_' || g
                                FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed', 'dead',
                                                  'expired', 'enqueued32', 'delivered32', 'completed32']) k,
@@ -94,8 +107,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.message_complete_batch(bigint[],integer[])', 'v', false),
                         ('pgqueue.message_complete_and_dequeue(bigint[],integer[],text,integer,bigint)', 'v', false),
                         ('pgqueue.message_create(bytea)', 'v', false),
-                        ('pgqueue.message_create(text,bytea,bigint,text)', 'v', false),
-                        ('pgqueue.message_create_batch(text,bytea[],bigint,text,bigint[],text[])', 'v', false),
+                        ('pgqueue.message_create(text,bytea,bigint,text,text,text)', 'v', false),
+                        ('pgqueue.message_create_batch(text,bytea[],bigint,text,bigint[],text[],text[],text[])', 'v', false),
                         ('pgqueue.message_create_json(text,jsonb,bigint,text)', 'v', false),
                         ('pgqueue.message_create_text(text,text,bigint,text)', 'v', false),
                         ('pgqueue.message_cancel(text,bigint[])', 'v', false),
@@ -107,8 +120,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.message_heartbeat(bigint,integer,bigint)', 'v', false),
                         ('pgqueue.now_ms()', 'v', false),
                         ('pgqueue.priority_dequeue_at(integer)', 'i', true),
-                        ('pgqueue.queue_alter(text,bigint,integer,bigint,bigint,bigint,boolean)', 'v', false),
-                        ('pgqueue.queue_create(text,bigint,integer,bigint,bigint,bigint,boolean,boolean)', 'v', false),
+                        ('pgqueue.queue_alter(text,bigint,integer,bigint,bigint,bigint,boolean,integer,bigint)', 'v', false),
+                        ('pgqueue.queue_create(text,bigint,integer,bigint,bigint,bigint,boolean,boolean,integer,bigint)', 'v', false),
                         ('pgqueue.queue_counters(text)', 's', false),
                         ('pgqueue.queue_drop(text)', 'v', false),
                         ('pgqueue.queue_list()', 's', false),
@@ -138,8 +151,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
               'the public functions: signature, volatility, strictness');
 
 -- return types of the contract
-SELECT function_returns('pgqueue', 'message_create', ARRAY['text', 'bytea', 'bigint', 'text'], 'bigint', 'message_create returns the id');
-SELECT function_returns('pgqueue', 'message_create_batch', ARRAY['text', 'bytea[]', 'bigint', 'text', 'bigint[]', 'text[]'],
+SELECT function_returns('pgqueue', 'message_create', ARRAY['text', 'bytea', 'bigint', 'text', 'text', 'text'], 'bigint', 'message_create returns the id');
+SELECT function_returns('pgqueue', 'message_create_batch', ARRAY['text', 'bytea[]', 'bigint', 'text', 'bigint[]', 'text[]', 'text[]', 'text[]'],
                         'setof bigint', 'message_create_batch returns SETOF bigint');
 SELECT function_returns('pgqueue', 'message_complete', ARRAY['bigint', 'integer'], 'boolean', 'message_complete returns boolean');
 SELECT function_returns('pgqueue', 'message_heartbeat', ARRAY['bigint', 'integer', 'bigint'], 'boolean', 'message_heartbeat returns boolean');
@@ -175,7 +188,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)', 'pgqueue._dead_letter(bigint,text,bigint)',
-                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
+                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)',
+                    'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
                     'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue.from_epoch(bigint)',
                     'pgqueue.message_create(bytea)', 'pgqueue.message_create_text(text,text,bigint,text)',
@@ -188,8 +202,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef $$,
               ARRAY['pgqueue._queue_pin(integer)', 'pgqueue._queue_quiesce(integer)',
-                    'pgqueue._queue_reserve(integer,bigint)'],
-              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce and _queue_reserve');
+                    'pgqueue._queue_reserve(integer,bigint)', 'pgqueue._message_group_lock(integer,text)'],
+              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce, _queue_reserve and _message_group_lock');
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef
                       AND has_function_privilege('public', p.oid, 'EXECUTE') $$,

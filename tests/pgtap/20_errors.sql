@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(320);
+SELECT plan(339);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -43,6 +43,7 @@ BEGIN
     PERFORM pgqueue.message_create_batch('almost', ARRAY['1', '2']::bytea[]);
 END
 $$;
+DO $$ BEGIN PERFORM pgqueue.queue_create('grp', p_group_concurrency => 1); END $$;
 CREATE TEMP VIEW tables_now AS
     SELECT 'queue' AS tab, to_jsonb(t) AS r FROM pgqueue.queue t
     UNION ALL SELECT 'message', to_jsonb(t) FROM pgqueue.message t
@@ -301,6 +302,51 @@ SELECT throws_ok($$ SELECT pgqueue.dead_letter_requeue('full') $$, 'PQ003',
                  'queue "full" is full (max_size 2): 1 more message(s) refused', 'dead_letter_requeue: queue full');
 SELECT throws_ok($$ SELECT pgqueue.queue_drop('default') $$, 'PQ004',
                  'the default queue cannot be dropped', 'queue_drop: default');
+
+-- Message groups and idempotency keys (issue 14); queue grp has groups, one in flight per group
+SELECT throws_ok($$ SELECT pgqueue.message_create('q', 'x', p_key => '') $$, '22023',
+                 'the idempotency key must have 1 to 200 characters, got 0', 'message_create: empty key');
+SELECT throws_ok($$ SELECT pgqueue.message_create('q', 'x', p_key => repeat('k', 201)) $$, '22023',
+                 'the idempotency key must have 1 to 200 characters, got 201', 'message_create: key too long');
+SELECT throws_ok($$ SELECT pgqueue.message_create('grp', 'x', p_group => '') $$, '22023',
+                 'the message group must have 1 to 200 characters, got 0', 'message_create: empty group');
+SELECT throws_ok($$ SELECT pgqueue.message_create('grp', 'x', p_group => repeat('g', 201)) $$, '22023',
+                 'the message group must have 1 to 200 characters, got 201', 'message_create: group too long');
+SELECT throws_ok($$ SELECT pgqueue.message_create('q', 'x', p_group => 'g') $$, '22023',
+                 'queue "q" has no message groups', 'message_create: a group on a queue without groups');
+SELECT throws_ok($$ SELECT pgqueue.message_create('nope', 'x', p_key => 'k') $$, 'PQ001',
+                 'queue "nope" does not exist', 'message_create: unknown queue, with a key');
+SELECT throws_ok($$ SELECT pgqueue.message_create('grp', NULL::bytea, p_group => 'g', p_key => 'k') $$, '22004',
+                 'message content must not be NULL', 'message_create: NULL content, with a group and key');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('q', ARRAY['a', 'b']::bytea[], p_keys => ARRAY['k']) $$,
+                 '22023', 'p_groups and p_keys must have as many elements as p_contents (2)',
+                 'message_create_batch: fewer keys than contents');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('grp', ARRAY['a']::bytea[], p_groups => ARRAY['g', 'h']) $$,
+                 '22023', 'p_groups and p_keys must have as many elements as p_contents (1)',
+                 'message_create_batch: more groups than contents');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('q', ARRAY['a', 'b']::bytea[], p_keys => ARRAY['k1', '']) $$,
+                 '22023', 'the idempotency key must have 1 to 200 characters, got 0',
+                 'message_create_batch: an empty key (the first message is not kept either)');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('grp', ARRAY['a', 'b']::bytea[], p_groups => ARRAY[['g', 'h']]) $$,
+                 '22023', 'batch arrays must be one-dimensional', 'message_create_batch: groups of two dimensions');
+SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_group_concurrency => -1) $$, '22023',
+                 'group_concurrency must be >= 0 (0 = no limit), got -1', 'queue_create: negative group_concurrency');
+SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_key_window_ms => -1) $$, '22023',
+                 'key_window_ms must be between 0 and 31536000000 (a year), got -1', 'queue_create: negative key window');
+SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_key_window_ms => 31536000001) $$, '22023',
+                 'key_window_ms must be between 0 and 31536000000 (a year), got 31536000001',
+                 'queue_create: key window over a year');
+SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_key_window_ms => NULL) $$, '22004',
+                 'key_window_ms must not be NULL', 'queue_create: NULL key window');
+SELECT throws_ok($$ SELECT pgqueue.queue_alter('q', p_group_concurrency => 1) $$, '22023',
+                 'queue "q" has no message groups', 'queue_alter: group_concurrency of a queue without groups');
+SELECT throws_ok($$ SELECT pgqueue.queue_alter('grp', p_group_concurrency => -1) $$, '22023',
+                 'group_concurrency must be >= 0 (0 = no limit), got -1', 'queue_alter: negative group_concurrency');
+SELECT throws_ok($$ SELECT pgqueue.queue_alter('grp', p_key_window_ms => -5) $$, '22023',
+                 'key_window_ms must be between 0 and 31536000000 (a year), got -5', 'queue_alter: negative key window');
+SELECT throws_ok($$ SELECT pgqueue.spark_claim('grp', 'etl', 10) $$, '0A000',
+                 'queue "grp" has message groups, which Spark streams do not read yet',
+                 'spark_claim: a queue with message groups');
 
 -- and none of it changed anything
 SELECT bag_eq($$ SELECT tab, r FROM tables_now $$, $$ SELECT tab, r FROM tables_before $$,

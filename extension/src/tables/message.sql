@@ -14,6 +14,9 @@ CREATE TABLE pgqueue.message (
     state        bytea,
     last_error   text,
     claim_id     bigint,
+    group_key    text,
+    turn_at      bigint,
+    idem_key     text,
     CONSTRAINT message_pkey PRIMARY KEY (id)
 );
 ALTER SEQUENCE pgqueue.message_id_seq OWNED BY pgqueue.message.id;
@@ -24,6 +27,19 @@ CREATE INDEX message_ready_idx ON pgqueue.message (queue_id, dequeue_at, id)
 -- Leased messages by lease expiry, so that an expired lease is one probe too.
 CREATE INDEX message_leased_idx ON pgqueue.message (queue_id, locked_until, id)
     WHERE locked_until IS NOT NULL;
+-- Message groups (queues with group_concurrency set): the messages whose group's turn it is,
+-- waiting to be handed out, by (turn_at, id): the probe of a grouped dequeue.
+CREATE INDEX message_turn_idx ON pgqueue.message (queue_id, turn_at, id)
+    WHERE turn_at IS NOT NULL AND locked_until IS NULL;
+-- A group's messages that wait for their turn, in delivery order: the next one to get it.
+CREATE INDEX message_group_wait_idx ON pgqueue.message (queue_id, group_key, dequeue_at, id)
+    WHERE group_key IS NOT NULL AND turn_at IS NULL;
+-- A group's messages that have their turn (handed out, or waiting with it): how many are in flight.
+CREATE INDEX message_group_turn_idx ON pgqueue.message (queue_id, group_key, locked_until)
+    WHERE group_key IS NOT NULL AND turn_at IS NOT NULL;
+-- Idempotent enqueue: one live message per (queue, key).
+CREATE UNIQUE INDEX message_idem_key_idx ON pgqueue.message (queue_id, idem_key)
+    WHERE idem_key IS NOT NULL;
 -- Messages held by a Spark claim.
 CREATE INDEX message_claim_idx ON pgqueue.message (claim_id, id)
     WHERE claim_id IS NOT NULL;
@@ -36,3 +52,9 @@ COMMENT ON COLUMN pgqueue.message.content_type IS 'how content is encoded (e.g. 
 COMMENT ON COLUMN pgqueue.message.state IS 'checkpoint state saved by message_defer';
 COMMENT ON COLUMN pgqueue.message.claim_id IS
     'the Spark claim (pgqueue.spark_claim.id) that holds the message, NULL if none; a claimed message has locked_until 253402300799999 (year 9999)';
+COMMENT ON COLUMN pgqueue.message.group_key IS
+    'the message group (queues with group_concurrency): in order within it, served in turn with the other groups; NULL: a group of its own';
+COMMENT ON COLUMN pgqueue.message.turn_at IS
+    'grouped queues: set while the message has its group''s turn (waiting to be handed out from turn_at on, or in flight); NULL while it waits behind earlier messages of its group';
+COMMENT ON COLUMN pgqueue.message.idem_key IS
+    'idempotency key: while the message is live (and the queue''s key_window_ms after it left), enqueueing the same key returns this id';

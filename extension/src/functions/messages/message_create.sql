@@ -3,7 +3,9 @@ CREATE FUNCTION pgqueue.message_create(
     p_queue        text,
     p_content      bytea,
     p_dequeue_at   bigint DEFAULT NULL,
-    p_content_type text   DEFAULT NULL)
+    p_content_type text   DEFAULT NULL,
+    p_group        text   DEFAULT NULL,
+    p_key          text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -30,19 +32,25 @@ BEGIN
     SELECT q.id, q.max_size, q.notify, pgqueue._queue_lock(q.id)
       INTO v_queue_id, v_max_size, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name = p_queue;
-    IF FOUND AND v_max_size IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+    IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
+       AND current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
         SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type
-         WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue_id AND q.max_size IS NULL)
+         WHERE EXISTS (SELECT 1 FROM pgqueue.queue q
+                        WHERE q.id = v_queue_id AND q.max_size IS NULL AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
     END IF;
     IF v_id IS NULL THEN
         -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
         v_queue := pgqueue._queue_admit(p_queue, 1);
         v_notify := v_queue.notify;
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
-        RETURNING id INTO v_id;
+        IF p_group IS NOT NULL OR p_key IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
+            v_id := pgqueue._message_insert(v_queue, p_content, p_dequeue_at, p_content_type, p_group, p_key, v_now);
+        ELSE
+            INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+            VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
+            RETURNING id INTO v_id;
+        END IF;
     END IF;
     v_counted := pgqueue._counted(coalesce(v_queue.id, v_queue_id), 0);  -- enqueued (queue_counters)
     IF v_notify THEN
@@ -52,8 +60,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.message_create(text, bytea, bigint, text) IS
-    'Enqueue a message; dequeue_at NULL = now, future = scheduled, past or negative = ahead of normal messages (priority); returns the id';
+COMMENT ON FUNCTION pgqueue.message_create(text, bytea, bigint, text, text, text) IS
+    'Enqueue a message; dequeue_at NULL = now, future = scheduled, past or negative = ahead of normal messages (priority); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
 
 -- Enqueue one message on the default queue.
 CREATE FUNCTION pgqueue.message_create(p_content bytea)

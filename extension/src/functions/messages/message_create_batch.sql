@@ -5,7 +5,9 @@ CREATE FUNCTION pgqueue.message_create_batch(
     p_dequeue_at    bigint   DEFAULT NULL,
     p_content_type  text     DEFAULT NULL,
     p_dequeue_ats   bigint[] DEFAULT NULL,
-    p_content_types text[]   DEFAULT NULL)
+    p_content_types text[]   DEFAULT NULL,
+    p_groups        text[]   DEFAULT NULL,
+    p_keys          text[]   DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -21,7 +23,8 @@ BEGIN
             USING ERRCODE = '22004',
                   HINT = 'Pass an empty array to enqueue nothing.';
     END IF;
-    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1 THEN
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1
+       OR array_ndims(p_groups) > 1 OR array_ndims(p_keys) > 1 THEN
         RAISE EXCEPTION 'batch arrays must be one-dimensional'
             USING ERRCODE = '22023';
     END IF;
@@ -34,19 +37,33 @@ BEGIN
         RAISE EXCEPTION 'p_dequeue_ats and p_content_types must have as many elements as p_contents (%)', v_n
             USING ERRCODE = '22023';
     END IF;
+    IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
+        RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_n);
     IF v_n = 0 THEN
         RETURN;
     END IF;
     v_clock := pgqueue._write_clock();
-    RETURN QUERY
-    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-    SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
-           coalesce(u.content_type, p_content_type)
-      FROM unnest(p_contents, p_dequeue_ats, p_content_types)
-           WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
-     ORDER BY u.n
-    RETURNING id;
+    IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
+        -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
+        RETURN QUERY
+        SELECT pgqueue._message_insert(v_queue, u.content, coalesce(u.dequeue_at, p_dequeue_at, v_clock),
+                                       coalesce(u.content_type, p_content_type), u.grp, u.key, v_now)
+          FROM unnest(p_contents, p_dequeue_ats, p_content_types, p_groups, p_keys)
+               WITH ORDINALITY AS u(content, dequeue_at, content_type, grp, key, n)
+         ORDER BY u.n;
+    ELSE
+        RETURN QUERY
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
+               coalesce(u.content_type, p_content_type)
+          FROM unnest(p_contents, p_dequeue_ats, p_content_types)
+               WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
+         ORDER BY u.n
+        RETURNING id;
+    END IF;
     PERFORM pgqueue._counted_n(v_queue.id, 0, v_n);  -- enqueued (queue_counters)
     IF v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
@@ -54,5 +71,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[]) IS
-    'Enqueue many messages in one statement (all or none); per-message dequeue_ats/content_types override the scalars; returns ids in input order';
+COMMENT ON FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[], text[], text[]) IS
+    'Enqueue many messages in one statement (all or none); per-message dequeue_ats/content_types override the scalars; groups and idempotency keys per message; returns ids in input order';

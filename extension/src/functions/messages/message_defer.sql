@@ -18,7 +18,10 @@ BEGIN
     UPDATE pgqueue.message m
        SET locked_until = NULL,
            dequeue_at   = coalesce(p_dequeue_at, pgqueue._write_clock()),
-           state        = coalesce(p_state, m.state)
+           state        = coalesce(p_state, m.state),
+           -- a message with its group's turn keeps it: the group waits for it
+           turn_at      = CASE WHEN m.turn_at IS NOT NULL
+                               THEN pgqueue._turn_key(coalesce(p_dequeue_at, pgqueue._write_clock()), true) END
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL;
     RETURN FOUND;

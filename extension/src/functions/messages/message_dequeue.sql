@@ -19,10 +19,11 @@ DECLARE
     v_until        bigint;
     v_delivered    regclass;
     v_expired      regclass;
+    v_groups       integer;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
-           pgqueue._queue_lock(q.id)
-      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked
+           pgqueue._queue_lock(q.id), q.group_concurrency
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
@@ -36,6 +37,11 @@ BEGIN
     END IF;
     IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
+    END IF;
+    IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
+        RETURN QUERY
+        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, p_limit, v_lock_ms, v_max_attempts, v_groups);
+        RETURN;
     END IF;
     v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
     IF cardinality(v_ids) = 0 THEN

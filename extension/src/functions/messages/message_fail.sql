@@ -38,6 +38,11 @@ BEGIN
                last_error   = p_error
          WHERE m.id = p_id;
         v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
+        IF v_queue.group_concurrency IS NOT NULL THEN
+            -- a message with its group's turn keeps it: the group waits for its retry
+            UPDATE pgqueue.message m SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+             WHERE m.id = p_id AND m.turn_at IS NOT NULL;
+        END IF;
     END IF;
     RETURN true;
 END;

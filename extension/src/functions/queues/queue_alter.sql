@@ -6,7 +6,9 @@ CREATE FUNCTION pgqueue.queue_alter(
     p_retry_base_ms bigint  DEFAULT NULL,
     p_retry_cap_ms  bigint  DEFAULT NULL,
     p_max_size      bigint  DEFAULT NULL,
-    p_notify        boolean DEFAULT NULL)
+    p_notify        boolean DEFAULT NULL,
+    p_group_concurrency integer DEFAULT NULL,
+    p_key_window_ms bigint  DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -33,6 +35,12 @@ BEGIN
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
         coalesce(p_retry_base_ms, v_queue.retry_base_ms),
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
+    IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
+        RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+            USING ERRCODE = '22023',
+                  HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
+    END IF;
     UPDATE pgqueue.queue q
        SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),
            max_attempts  = CASE WHEN p_max_attempts IS NULL THEN q.max_attempts
@@ -41,7 +49,9 @@ BEGIN
            retry_cap_ms  = coalesce(p_retry_cap_ms, q.retry_cap_ms),
            max_size      = CASE WHEN p_max_size IS NULL THEN q.max_size
                                 ELSE nullif(p_max_size, 0) END,
-           notify        = coalesce(p_notify, q.notify)
+           notify        = coalesce(p_notify, q.notify),
+           group_concurrency = coalesce(p_group_concurrency, q.group_concurrency),
+           key_window_ms = coalesce(p_key_window_ms, q.key_window_ms)
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
@@ -49,5 +59,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean) IS
-    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded';
+COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean, integer, bigint) IS
+    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded (or group_concurrency unlimited, on a queue with groups)';

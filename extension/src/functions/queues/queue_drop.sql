@@ -32,6 +32,8 @@ BEGIN
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NOT NULL;
     DELETE FROM pgqueue.dead_letter d WHERE d.queue_id = v_id;
     DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_id;
+    DELETE FROM pgqueue.message_key k WHERE k.queue_id = v_id;
+    DELETE FROM pgqueue.message_group_lock l WHERE l.queue_id = v_id;
     DELETE FROM pgqueue.spark_claim k
      WHERE k.consumer_id IN (SELECT c.id FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id);
     DELETE FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id;

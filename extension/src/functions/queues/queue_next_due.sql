@@ -7,6 +7,15 @@ AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
 BEGIN
+    IF v_queue.group_concurrency IS NOT NULL THEN  -- message groups: the next turn
+        RETURN least(
+            (SELECT m.turn_at / 1000 FROM pgqueue.message m
+              WHERE m.queue_id = v_queue.id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
+              ORDER BY m.turn_at, m.id LIMIT 1),
+            (SELECT m.locked_until FROM pgqueue.message m
+              WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+              ORDER BY m.locked_until, m.id LIMIT 1));
+    END IF;
     RETURN least(
         (SELECT m.dequeue_at FROM pgqueue.message m
           WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL

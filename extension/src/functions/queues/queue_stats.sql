@@ -1,7 +1,7 @@
 -- Count a queue's messages by state, cheaply enough to be called every second beside full load:
 -- each count is exact up to 10,000 (a count that stops there, through the index its state has);
--- a larger one is estimated from a block sample of the table (TABLESAMPLE SYSTEM of 1,024 pages,
--- 8 MB, or the whole table if it is smaller). pgqueue.queue_stats_exact counts everything.
+-- a larger one is estimated from a block sample of the table (TABLESAMPLE SYSTEM of 2,048 pages,
+-- 16 MB, or the whole table if it is smaller). pgqueue.queue_stats_exact counts everything.
 -- Counting a million messages exactly takes 0.1 s of a core (docs/benchmarks.md, target 9).
 CREATE FUNCTION pgqueue.queue_stats(p_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, ready bigint, scheduled bigint, leased bigint, dead bigint,
@@ -47,8 +47,8 @@ BEGIN
                  ORDER BY m.dequeue_at, m.id LIMIT 1)
           INTO v_ready, v_expired, v_sched, v_leased, v_dead, v_oldest;
         IF greatest(v_ready, v_expired, v_sched, v_leased) > c_cap THEN
-            -- 1,024 pages of the table, at least 1%; each sampled row stands for 100/pct
-            v_pct := least(100, greatest(1, 102400.0 / greatest(1, pg_relation_size('pgqueue.message') / 8192)));
+            -- 2,048 pages of the table, at least 1%; each sampled row stands for 100/pct
+            v_pct := least(100, greatest(1, 204800.0 / greatest(1, pg_relation_size('pgqueue.message') / 8192)));
             SELECT count(*) FILTER (WHERE m.locked_until IS NULL AND m.dequeue_at <= v_now) AS ready,
                    count(*) FILTER (WHERE m.locked_until <= v_now) AS expired,
                    count(*) FILTER (WHERE m.locked_until IS NULL AND m.dequeue_at > v_now) AS sched,
@@ -62,7 +62,7 @@ BEGIN
             IF v_leased > c_cap THEN v_leased := greatest(c_cap + 1, round(v_s.leased * 100 / v_pct)::bigint); END IF;
         END IF;
         IF v_dead > c_cap THEN
-            v_pct := least(100, greatest(1, 102400.0 / greatest(1, pg_relation_size('pgqueue.dead_letter') / 8192)));
+            v_pct := least(100, greatest(1, 204800.0 / greatest(1, pg_relation_size('pgqueue.dead_letter') / 8192)));
             SELECT greatest(c_cap + 1, round(count(*) * 100 / v_pct)::bigint) INTO v_dead
               FROM pgqueue.dead_letter d TABLESAMPLE SYSTEM (v_pct)
              WHERE d.queue_id = v_q.id;

@@ -28,6 +28,11 @@ BEGIN
     END IF;
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
+    IF v_queue.group_concurrency IS NOT NULL THEN
+        RAISE EXCEPTION 'queue "%" has message groups, which Spark streams do not read yet', p_queue
+            USING ERRCODE = '0A000',
+                  HINT = 'Consume it with message_dequeue (or the Python worker).';
+    END IF;
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
     v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);

@@ -81,6 +81,11 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
+    IF v_queue.group_concurrency IS NOT NULL THEN
+        RAISE EXCEPTION 'queue "%" has message groups, which Spark writes do not fill yet', p_queue
+            USING ERRCODE = '0A000',
+                  HINT = 'Enqueue with message_create_batch(..., p_groups => ...) instead.';
+    END IF;
     IF v_count > 0 THEN
         v_clock := pgqueue._write_clock();
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)

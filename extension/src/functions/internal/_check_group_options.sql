@@ -1,0 +1,18 @@
+-- Validate the message-group and idempotency options of queue_create and queue_alter (22023).
+CREATE FUNCTION pgqueue._check_group_options(p_group_concurrency integer, p_key_window_ms bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_group_concurrency < 0 THEN
+        RAISE EXCEPTION 'group_concurrency must be >= 0 (0 = no limit), got %', p_group_concurrency
+            USING ERRCODE = '22023',
+                  HINT = 'NULL: no message groups; 1: one message of a group in flight at a time.';
+    END IF;
+    IF p_key_window_ms < 0 OR p_key_window_ms > 31536000000 THEN
+        RAISE EXCEPTION 'key_window_ms must be between 0 and 31536000000 (a year), got %', p_key_window_ms
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;

@@ -1,0 +1,24 @@
+-- Whether a message group may get a new turn: it has no message waiting with its turn, and fewer
+-- than p_concurrency in flight (0: no limit). Both bounded: message_group_turn_idx, at most
+-- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock).
+CREATE FUNCTION pgqueue._message_group_room(p_queue_id integer, p_group text, p_concurrency integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgqueue.message m
+                WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                  AND m.turn_at IS NOT NULL AND m.locked_until IS NULL) THEN
+        RETURN false;
+    END IF;
+    RETURN p_concurrency = 0
+        OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
+                                   WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                                     AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
+                                   LIMIT p_concurrency) f) < p_concurrency;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
+    'pgqueue internal: true if a message group has no turn waiting and room in flight for one more';

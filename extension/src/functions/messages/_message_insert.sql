@@ -1,0 +1,76 @@
+-- Insert one message with a group and/or an idempotency key, or into a grouped queue; returns its
+-- id, or the id of the live message with the same key (or of the message that had the key within
+-- the queue's key_window_ms), inserting nothing then. The caller has admitted the message
+-- (pgqueue._queue_admit) and passes the queue row, p_dequeue_at (NULL: now) and created_at.
+--
+-- Keys: concurrent producers of one key meet on message_idem_key_idx: the INSERT ... ON CONFLICT
+-- DO NOTHING of the later one waits for the earlier one's transaction; if it commits, the later
+-- one reads its id (READ COMMITTED: a new snapshot per statement; REPEATABLE READ raises 40001).
+-- Groups: under the group's lock (pgqueue._message_group_lock) the message gets its group's turn
+-- at once if the group has none waiting and room in flight; a message without a group in a
+-- grouped queue is a group of its own and always has its turn.
+CREATE FUNCTION pgqueue._message_insert(
+    p_queue        pgqueue.queue,
+    p_content      bytea,
+    p_dequeue_at   bigint,
+    p_content_type text,
+    p_group        text,
+    p_key          text,
+    p_created_at   bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_at   bigint;
+    v_turn bigint;
+    v_id   bigint;
+BEGIN
+    PERFORM pgqueue._check_message_key(p_group, 'message group'::text);
+    PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::text);
+    IF p_group IS NOT NULL AND p_queue.group_concurrency IS NULL THEN
+        RAISE EXCEPTION 'queue "%" has no message groups', p_queue.name
+            USING ERRCODE = '22023',
+                  HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+    END IF;
+    LOOP
+        IF p_key IS NOT NULL THEN
+            SELECT m.id INTO v_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
+            IF FOUND THEN
+                RETURN v_id;
+            END IF;
+            IF p_queue.key_window_ms > 0 THEN
+                SELECT k.id INTO v_id FROM pgqueue.message_key k
+                 WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
+                IF FOUND THEN
+                    RETURN v_id;
+                END IF;
+            END IF;
+        END IF;
+        v_at := coalesce(p_dequeue_at, pgqueue._write_clock());
+        IF p_queue.group_concurrency IS NULL THEN
+            v_turn := NULL;
+        ELSIF p_group IS NULL THEN
+            v_turn := pgqueue._turn_key(v_at, false);
+        ELSE
+            PERFORM pgqueue._message_group_lock(p_queue.id, p_group);
+            IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
+                v_turn := pgqueue._turn_key(v_at, false);
+            END IF;
+        END IF;
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
+                                     group_key, turn_at, idem_key)
+        VALUES (p_queue.id, v_at, p_created_at, p_content, p_content_type, p_group, v_turn, p_key)
+        ON CONFLICT (queue_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        -- another producer's message with this key committed while this one waited: read it
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, text, text, bigint) IS
+    'pgqueue internal: insert a message with a group and/or idempotency key (or into a grouped queue); the existing id if the key is taken';

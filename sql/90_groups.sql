@@ -1,0 +1,127 @@
+\set VERBOSITY terse
+SET client_min_messages = warning;
+-- Issue 14: idempotent enqueue (a key per message, kept for a window after the message left) and
+-- message groups (in order within a group, at most group_concurrency in flight, groups served in
+-- turn). Bad keys, groups and settings and their SQLSTATEs: tests/pgtap/20_errors.sql; races:
+-- specs/group_order.spec, specs/idempotent_create.spec; index probes: tests/test_group_probes.py.
+
+-- A view of a queue's messages by content, to keep the output free of ids and times.
+CREATE FUNCTION pg_temp.got(p_queue text, p_limit integer, p_lock_ms bigint DEFAULT NULL)
+RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce(string_agg(convert_from(d.content, 'UTF8'), ' '), '-')
+      FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) d $$;
+CREATE FUNCTION pg_temp.done(p_queue text, p_content text)
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT pgqueue.message_complete(m.id, m.attempts) FROM pgqueue.message m
+      JOIN pgqueue.queue q ON q.id = m.queue_id
+     WHERE q.name = p_queue AND m.content = convert_to(p_content, 'UTF8') $$;
+
+-- Idempotent enqueue: the same key returns the same id and inserts nothing while the message is
+-- live; without a window the key is free once the message is completed.
+SELECT pgqueue.queue_create('keys', p_lock_ms => 60000);
+SELECT pgqueue.message_create('keys', 'first', p_key => 'order-1') AS k1 \gset
+SELECT pgqueue.message_create('keys', 'second', p_key => 'order-1') = :k1 AS same_id;
+SELECT pgqueue.message_create_text('keys', 'third') <> :k1 AS no_key_is_a_new_message;
+SELECT count(*) AS live_with_key FROM pgqueue.message WHERE idem_key = 'order-1';
+SELECT pg_temp.got('keys', 1) AS leased;
+SELECT pgqueue.message_create('keys', 'again', p_key => 'order-1') = :k1 AS same_id_while_leased;
+SELECT pg_temp.done('keys', 'first');
+SELECT pgqueue.message_create('keys', 'after', p_key => 'order-1') <> :k1 AS new_id_after_completion;
+-- In a batch: a key that repeats gets the first one's id.
+SELECT count(*) AS ids, count(DISTINCT b) AS distinct_ids
+  FROM pgqueue.message_create_batch('keys', ARRAY['x', 'y']::bytea[], p_keys => ARRAY['order-2', 'order-2']) b;
+SELECT count(*) AS with_order_2 FROM pgqueue.message WHERE idem_key = 'order-2';
+
+-- With a window the key stays taken after its message was completed (or delivered in delete
+-- mode, or cancelled), but not after it was dead-lettered.
+SELECT pgqueue.queue_create('window', p_key_window_ms => 3600000, p_max_attempts => 1);
+SELECT pgqueue.message_create('window', 'w1', p_key => 'done') AS w1 \gset
+SELECT pg_temp.got('window', 1, 0) AS delivered;
+SELECT pgqueue.message_create('window', 'w2', p_key => 'done') = :w1 AS same_id_within_window;
+SELECT count(*) AS live FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'window';
+SELECT pgqueue.message_create('window', 'c1', p_key => 'cancelled') AS c1 \gset
+SELECT count(*) AS cancelled FROM pgqueue.message_cancel('window', ARRAY[:c1]::bigint[]);
+SELECT pgqueue.message_create('window', 'c2', p_key => 'cancelled') = :c1 AS same_id_after_cancel;
+SELECT pgqueue.message_create('window', 'd1', p_key => 'dead') AS d1 \gset
+SELECT pg_temp.got('window', 1) AS leased;
+SELECT pgqueue.message_fail(m.id, m.attempts, 'boom') AS dead_lettered FROM pgqueue.message m WHERE m.id = :d1;
+SELECT pgqueue.message_create('window', 'd2', p_key => 'dead') <> :d1 AS new_id_after_dead_letter;
+-- The window ends: the key is free again (the window row is overwritten when it is reused).
+UPDATE pgqueue.message_key SET until = 0 WHERE idem_key = 'done';
+SELECT pgqueue.message_create('window', 'w3', p_key => 'done') <> :w1 AS new_id_after_window;
+SELECT pgqueue.queue_alter('window', p_key_window_ms => 0);
+SELECT key_window_ms FROM pgqueue.queue WHERE name = 'window';
+
+-- Groups, at most one in flight per group: a group's next message waits for the one in flight;
+-- the groups are served in turn.
+SELECT pgqueue.queue_create('grp', p_lock_ms => 60000, p_group_concurrency => 1);
+SELECT count(*) FROM pgqueue.message_create_batch('grp', ARRAY['a1', 'a2', 'a3', 'b1', 'b2', 'n1']::bytea[],
+                                                   p_groups => ARRAY['a', 'a', 'a', 'b', 'b', NULL]);
+SELECT pg_temp.got('grp', 10) AS first_of_each_group;
+SELECT pg_temp.got('grp', 10) AS nothing_while_in_flight;
+SELECT pg_temp.done('grp', 'b1'), pg_temp.got('grp', 10) AS after_b1;
+SELECT pg_temp.done('grp', 'a1'), pg_temp.done('grp', 'b2'), pg_temp.got('grp', 10) AS after_a1_b2;
+-- A failed message keeps its group's turn: the group waits for its retry, the next never jumps it.
+SELECT pgqueue.message_fail(m.id, m.attempts, 'retry me', pgqueue.now_ms() + 3600000) AS failed
+  FROM pgqueue.message m WHERE m.content = 'a2';
+SELECT pg_temp.got('grp', 10) AS a3_waits_for_a2;
+SELECT pgqueue.queue_next_due('grp') > pgqueue.now_ms() AS not_now_though_a3_is_due;
+-- (the hour passes)
+UPDATE pgqueue.message SET dequeue_at = dequeue_at - 3600000, turn_at = turn_at - 3600000000 WHERE content = 'a2';
+SELECT convert_from(content, 'UTF8') AS retried, attempts FROM pgqueue.message_dequeue('grp', 10);
+SELECT pgqueue.message_defer(m.id, m.attempts, NULL) AS deferred FROM pgqueue.message m WHERE m.content = 'a2';
+SELECT convert_from(content, 'UTF8') AS deferred_again, attempts FROM pgqueue.message_dequeue('grp', 10);
+-- A dead letter passes the turn on.
+SELECT pgqueue.message_reject(m.id, m.attempts, 'poison') AS rejected FROM pgqueue.message m WHERE m.content = 'a2';
+SELECT pg_temp.got('grp', 10) AS a3_after_the_dead_letter;
+SELECT pgqueue.queue_next_due('grp') > pgqueue.now_ms() AS next_due_is_the_lease;
+-- A message for a group scheduled later: the group's turn waits until then.
+SELECT pgqueue.message_create('grp', 'c1', pgqueue.now_ms() + 3600000, p_group => 'c') IS NOT NULL AS created;
+SELECT pg_temp.got('grp', 10) AS nothing_due;
+-- An enqueue into a group with nothing in flight and nothing waiting has its turn at once.
+SELECT pgqueue.message_create('grp', 'd1', p_group => 'd') IS NOT NULL AS created;
+SELECT pg_temp.got('grp', 10) AS d1;
+
+-- Round-robin: a big group does not starve a small one that arrived after it.
+SELECT pgqueue.queue_create('fair', p_lock_ms => 60000, p_group_concurrency => 0);
+SELECT count(*) FROM pgqueue.message_create_batch('fair', array_fill('big'::bytea, ARRAY[6]),
+                                                   p_groups => array_fill('big'::text, ARRAY[6]));
+SELECT count(*) FROM pgqueue.message_create_batch('fair', ARRAY['s1', 's2']::bytea[], p_groups => ARRAY['small', 'small']);
+SELECT pg_temp.got('fair', 1) AS one, pg_temp.got('fair', 1) AS two, pg_temp.got('fair', 1) AS three,
+       pg_temp.got('fair', 1) AS four;
+-- With no limit a group's messages are all handed out, in turn with the other groups.
+SELECT pg_temp.got('fair', 10) AS rest;
+SELECT pg_temp.got('fair', 10) AS rest;
+SELECT count(*) AS in_flight FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE q.name = 'fair' AND m.locked_until IS NOT NULL;
+
+-- Two in flight per group: one call hands out two, the third waits for one of them.
+SELECT pgqueue.queue_create('two', p_group_concurrency => 2);
+SELECT count(*) FROM pgqueue.message_create_batch('two', ARRAY['t1', 't2', 't3', 't4']::bytea[],
+                                                   p_groups => ARRAY['t', 't', 't', 't']);
+SELECT pg_temp.got('two', 10) AS leased_two;
+SELECT pg_temp.done('two', 't1'), pg_temp.got('two', 10) AS then_t3;
+-- In delete mode nothing stays in flight: one call takes the whole group, in order.
+SELECT pg_temp.done('two', 't2'), pg_temp.done('two', 't3');
+SELECT count(*) FROM pgqueue.message_create_batch('two', ARRAY['u1', 'u2', 'u3']::bytea[], p_groups => ARRAY['t', 't', 't']);
+SELECT pg_temp.got('two', 10, 0) AS deleted;
+SELECT pgqueue.queue_alter('two', p_group_concurrency => 0);
+SELECT group_concurrency FROM pgqueue.queue WHERE name = 'two';
+
+-- A lease that runs out inside a group hands the same message out again (attempts 2), never the next.
+SELECT pgqueue.queue_create('exp', p_group_concurrency => 1);
+SELECT count(*) FROM pgqueue.message_create_batch('exp', ARRAY['e1', 'e2']::bytea[], p_groups => ARRAY['e', 'e']);
+SELECT pg_temp.got('exp', 10, 1) AS short_lease;
+SELECT pg_sleep(0.01) IS NOT NULL AS slept;
+SELECT convert_from(content, 'UTF8') AS again, attempts FROM pgqueue.message_dequeue('exp', 10);
+
+-- Requeued dead letters of a grouped queue come back in a group of their own.
+SELECT pgqueue.dead_letter_requeue('grp') AS requeued;
+SELECT pg_temp.got('grp', 10) AS requeued_a2;
+
+-- Spark streams do not read or fill grouped queues yet: refused, nothing done.
+SELECT pgqueue.spark_claim('grp', 'etl', 10);
+
+-- Dropping a grouped queue with keys and windows leaves nothing behind.
+SELECT pgqueue.queue_drop('grp'), pgqueue.queue_drop('window'), pgqueue.queue_drop('keys');
+SELECT count(*) AS windows_left FROM pgqueue.message_key;

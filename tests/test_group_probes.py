@@ -1,0 +1,122 @@
+"""Message groups (issue 14): every grouped dequeue is a bounded index probe too.
+
+The method of tests/test_index_probes.py, for queues with group_concurrency 1 and 0: a near-empty
+grouped queue "base" and a queue "q" with the same deliverable messages (READY groups of one
+message, each with its turn) plus a fixture of 100,000 rows, dequeued with auto_explain on. On
+every call the messages handed out must come through message_turn_idx (or message_leased_idx),
+no statement may scan pgqueue.message or sort it, and the buffers of the nested statements
+(the probe, the lease or delete, the next turn of each group handed out) stay of the same order
+as on the near-empty queue. The fixtures are the shapes a scan of groups would pay for: 100k
+groups whose turn comes later, one group of 100k messages (whose next turn each call hands on),
+and 50k groups whose turn is in flight or scheduled, each with a message waiting behind it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import PlanCapture, index_names, plan_violations
+from test_index_probes import Measured
+
+pytestmark = pytest.mark.slow
+
+N = 100_000
+READY = 1_500
+CALLS = 7
+MODES = [("lease", None), ("delete", 0)]
+LIMITS = [1, 100]
+RATIO, SLACK = 3, 40
+
+
+def rows(queue: str, n: int, *, group: str, dequeue_at: str, turn_at: str = "NULL",
+         locked_until: str = "NULL", attempts: str = "0") -> str:
+    """INSERT ... SELECT of n messages of a grouped queue; expressions may use g (1..n) and now_ms."""
+    return f"""
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, locked_until, attempts, created_at, content,
+                                     group_key, turn_at)
+        SELECT q.id, {dequeue_at}, {locked_until}, {attempts}, t.now_ms,
+               convert_to(repeat('x', 200) || g, 'UTF8'), {group}, {turn_at}
+          FROM generate_series(1, {n}) g,
+               (SELECT id FROM pgqueue.queue WHERE name = '{queue}') q,
+               (SELECT pgqueue.now_ms() AS now_ms) t
+    """
+
+
+# Each fixture keeps the invariants the functions keep: turn_at (epoch us) >= dequeue_at (ms), one
+# message at most of a group waiting with its turn, the others behind it (turn_at NULL).
+FIXTURES: dict[str, tuple[str, ...]] = {
+    # 100k groups, each with its turn, after the deliverable ones
+    "100k_groups": (rows("q", N, group="'g' || g", dequeue_at="t.now_ms - 500000 + g",
+                         turn_at="(t.now_ms - 500000 + g) * 1000"),),
+    # one group of 100k: its first message has the turn first, so every call hands on the next turn
+    "one_huge_group": (rows("q", 1, group="'big'", dequeue_at="t.now_ms - 86400000",
+                            turn_at="(t.now_ms - 900000) * 1000"),
+                       rows("q", N - 1, group="'big'", dequeue_at="t.now_ms - 86400000 + g")),
+    # 50k groups whose turn is in flight (leased for an hour), a message waiting behind each
+    "turns_in_flight": (rows("q", N // 2, group="'f' || g", dequeue_at="t.now_ms - 86400000 + g",
+                             turn_at="(t.now_ms - 86400000 + g) * 1000", locked_until="t.now_ms + 3600000 + g",
+                             attempts="1"),
+                        rows("q", N // 2, group="'f' || g", dequeue_at="t.now_ms - 86400000 + g")),
+    # 50k groups whose turn is scheduled in an hour, a message waiting behind each
+    "turns_scheduled": (rows("q", N // 2, group="'s' || g", dequeue_at="t.now_ms + 3600000 + g",
+                             turn_at="(t.now_ms + 3600000 + g) * 1000"),
+                        rows("q", N // 2, group="'s' || g", dequeue_at="t.now_ms + 3600000 + g")),
+}
+
+
+def measure(dsn: str, queue: str, lock_ms: int | None, limit: int) -> list[Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        capture = PlanCapture(conn)
+        calls = [capture.run("SELECT id, attempts FROM pgqueue.message_dequeue(%s, %s, %s)", (queue, limit, lock_ms))
+                 for _ in range(CALLS)]
+    for call in calls:
+        assert len(call.rows) == limit, f"{queue} limit {limit}: the fixture ran dry"
+    return calls
+
+
+def per_statement(calls: list[Any]) -> dict[str, int]:
+    return Measured("", 0, calls).per_statement()
+
+
+@pytest.mark.parametrize("concurrency", [1, 0])
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_grouped_dequeue_is_an_index_probe(conn: psycopg.Connection[Any], dsn: str, name: str,
+                                           concurrency: int) -> None:
+    for queue in ("base", "q"):
+        conn.execute("SELECT pgqueue.queue_create(%s, p_group_concurrency => %s)", (queue, concurrency))
+        conn.execute(rows(queue, READY, group="'d' || g", dequeue_at="t.now_ms - 600000 + g",
+                          turn_at="(t.now_ms - 600000 + g) * 1000"))
+    conn.execute("VACUUM ANALYZE pgqueue.message")
+    baseline = [measure(dsn, "base", lock_ms, limit) for limit in LIMITS for _, lock_ms in MODES]
+    for stmt in FIXTURES[name]:
+        conn.execute(stmt)
+    conn.execute("VACUUM ANALYZE pgqueue.message")
+    indexes = index_names(conn)
+    problems: list[str] = []
+    i = 0
+    for limit in LIMITS:
+        for mode, lock_ms in MODES:
+            calls = measure(dsn, "q", lock_ms, limit)
+            base = baseline[i]
+            i += 1
+            for n, call in enumerate(calls, 1):
+                problems += [f"{mode} limit {limit} call {n}: {p}"
+                             for p in plan_violations(call.nested, indexes, required_indexes=["message_turn_idx"])]
+            bound = RATIO * max(c.nested_buffers for c in base[1:]) + SLACK
+            worst = max(c.nested_buffers for c in calls[1:])
+            if worst > bound:
+                problems.append(f"{mode} limit {limit}: {worst} buffers in all, bound {bound}")
+            base_per = per_statement(base)
+            for text, n in per_statement(calls).items():
+                if n > RATIO * base_per.get(text, 0) + SLACK:
+                    problems.append(f"{mode} limit {limit}: {n} buffers (near-empty {base_per.get(text, 0)}) "
+                                    f"in: {text[:140]}")
+    assert not problems, "\n".join(problems)
+    if name == "one_huge_group":
+        # the huge group got its turns one at a time: never more than one waiting with it
+        waiting = conn.execute("SELECT count(*) FROM pgqueue.message WHERE group_key = 'big' "
+                               "AND turn_at IS NOT NULL AND locked_until IS NULL").fetchone()
+        assert waiting is not None and waiting[0] <= 1
