@@ -111,6 +111,51 @@ def test_completes_successes_and_fails_failures(dsn: str) -> None:
     assert dead.last_error == "ValueError: boom"
 
 
+def test_a_long_error_is_cut_alike_by_both_workers_and_both_clients(dsn: str) -> None:
+    """One error text for last_error on every path: Worker, AsyncWorker, Queue.fail, AsyncQueue.fail."""
+    import asyncio
+
+    from pgqueue import AsyncQueue, AsyncWorker
+    from pgqueue._core import MAX_ERROR_CHARS, error_text
+
+    queue = make_queue(dsn, retry_base_ms=3600000, retry_cap_ms=3600000)
+    error = RuntimeError("first line\n\tsecond " + "x" * (2 * MAX_ERROR_CHARS))
+    expected = error_text(error)
+    assert len(expected) == MAX_ERROR_CHARS and expected.startswith("RuntimeError: first line second xx")
+
+    def handler(msg: Message) -> None:
+        raise error
+
+    async def async_handler(msg: Message) -> None:
+        raise error
+
+    results = Results()
+    ids = {"Worker": queue.enqueue("Worker")}
+    with running(Worker(queue, handler, on_result=results)):
+        wait_for(lambda: results.count("retried") == 1, what="the Worker's failure")
+
+    async def async_paths() -> None:
+        ids["AsyncWorker"] = queue.enqueue("AsyncWorker")
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), async_handler, on_result=results)
+        task = asyncio.create_task(worker.run())
+        while results.count("retried") < 2:
+            await asyncio.sleep(0.01)
+        worker.stop()
+        await task
+        ids["AsyncQueue.fail"] = queue.enqueue("AsyncQueue.fail")
+        async with AsyncQueue(dsn, "jobs") as aqueue:
+            [msg] = await aqueue.dequeue()
+            assert await aqueue.fail(msg, error)
+
+    asyncio.run(asyncio.wait_for(async_paths(), 60))
+    ids["Queue.fail"] = queue.enqueue("Queue.fail")
+    [msg] = queue.dequeue()
+    assert queue.fail(msg, error)
+    with psycopg.connect(dsn) as conn:
+        stored = dict(conn.execute("SELECT id, last_error FROM pgqueue.message").fetchall())
+    assert {path: stored[i] for path, i in ids.items()} == dict.fromkeys(ids, expected)
+
+
 def test_concurrency_is_bounded(dsn: str) -> None:
     queue = make_queue(dsn)
     queue.enqueue_many(list(range(30)))
