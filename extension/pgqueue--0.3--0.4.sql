@@ -1353,9 +1353,12 @@ BEGIN
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
         RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
     )
-    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error)
+    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error,
+                                 turn_at)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
-           d.state, d.last_error
+           d.state, d.last_error,
+           -- a queue with message groups: back without its group, in a group of its own
+           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END
       FROM d ORDER BY d.id;
     PERFORM pgqueue._counted_n(v_queue.id, 0, cardinality(v_ids));  -- enqueued (queue_counters)
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN
@@ -1429,11 +1432,15 @@ COMMENT ON FUNCTION pgqueue.message_complete(bigint, integer) IS
     'Complete (delete) a leased message; returns false and changes nothing if the attempts token is stale';
 
 -- Enqueue one message; returns its id.
-CREATE OR REPLACE FUNCTION pgqueue.message_create(
+DROP FUNCTION pgqueue.message_create(bytea);
+DROP FUNCTION pgqueue.message_create(text, bytea, bigint, text);
+CREATE FUNCTION pgqueue.message_create(
     p_queue        text,
     p_content      bytea,
     p_dequeue_at   bigint DEFAULT NULL,
-    p_content_type text   DEFAULT NULL)
+    p_content_type text   DEFAULT NULL,
+    p_group        text   DEFAULT NULL,
+    p_key          text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1460,19 +1467,25 @@ BEGIN
     SELECT q.id, q.max_size, q.notify, pgqueue._queue_lock(q.id)
       INTO v_queue_id, v_max_size, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name = p_queue;
-    IF FOUND AND v_max_size IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+    IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
+       AND current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
         SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type
-         WHERE EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.id = v_queue_id AND q.max_size IS NULL)
+         WHERE EXISTS (SELECT 1 FROM pgqueue.queue q
+                        WHERE q.id = v_queue_id AND q.max_size IS NULL AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
     END IF;
     IF v_id IS NULL THEN
         -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
         v_queue := pgqueue._queue_admit(p_queue, 1);
         v_notify := v_queue.notify;
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
-        RETURNING id INTO v_id;
+        IF p_group IS NOT NULL OR p_key IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
+            v_id := pgqueue._message_insert(v_queue, p_content, p_dequeue_at, p_content_type, p_group, p_key, v_now);
+        ELSE
+            INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+            VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
+            RETURNING id INTO v_id;
+        END IF;
     END IF;
     v_counted := pgqueue._counted(coalesce(v_queue.id, v_queue_id), 0);  -- enqueued (queue_counters)
     IF v_notify THEN
@@ -1482,11 +1495,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.message_create(text, bytea, bigint, text) IS
-    'Enqueue a message; dequeue_at NULL = now, future = scheduled, past or negative = ahead of normal messages (priority); returns the id';
+COMMENT ON FUNCTION pgqueue.message_create(text, bytea, bigint, text, text, text) IS
+    'Enqueue a message; dequeue_at NULL = now, future = scheduled, past or negative = ahead of normal messages (priority); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
 
 -- Enqueue one message on the default queue.
-CREATE OR REPLACE FUNCTION pgqueue.message_create(p_content bytea)
+CREATE FUNCTION pgqueue.message_create(p_content bytea)
 RETURNS bigint
 LANGUAGE sql VOLATILE
 RETURN pgqueue.message_create('default', p_content, NULL::bigint, NULL::text);
@@ -1495,13 +1508,16 @@ COMMENT ON FUNCTION pgqueue.message_create(bytea) IS
     'Enqueue a message on the default queue; returns the id';
 
 -- Enqueue many messages in one statement; returns their ids in input order.
-CREATE OR REPLACE FUNCTION pgqueue.message_create_batch(
+DROP FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[]);
+CREATE FUNCTION pgqueue.message_create_batch(
     p_queue         text,
     p_contents      bytea[],
     p_dequeue_at    bigint   DEFAULT NULL,
     p_content_type  text     DEFAULT NULL,
     p_dequeue_ats   bigint[] DEFAULT NULL,
-    p_content_types text[]   DEFAULT NULL)
+    p_content_types text[]   DEFAULT NULL,
+    p_groups        text[]   DEFAULT NULL,
+    p_keys          text[]   DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1517,7 +1533,8 @@ BEGIN
             USING ERRCODE = '22004',
                   HINT = 'Pass an empty array to enqueue nothing.';
     END IF;
-    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1 THEN
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_content_types) > 1
+       OR array_ndims(p_groups) > 1 OR array_ndims(p_keys) > 1 THEN
         RAISE EXCEPTION 'batch arrays must be one-dimensional'
             USING ERRCODE = '22023';
     END IF;
@@ -1530,19 +1547,33 @@ BEGIN
         RAISE EXCEPTION 'p_dequeue_ats and p_content_types must have as many elements as p_contents (%)', v_n
             USING ERRCODE = '22023';
     END IF;
+    IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
+        RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_n);
     IF v_n = 0 THEN
         RETURN;
     END IF;
     v_clock := pgqueue._write_clock();
-    RETURN QUERY
-    INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-    SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
-           coalesce(u.content_type, p_content_type)
-      FROM unnest(p_contents, p_dequeue_ats, p_content_types)
-           WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
-     ORDER BY u.n
-    RETURNING id;
+    IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
+        -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
+        RETURN QUERY
+        SELECT pgqueue._message_insert(v_queue, u.content, coalesce(u.dequeue_at, p_dequeue_at, v_clock),
+                                       coalesce(u.content_type, p_content_type), u.grp, u.key, v_now)
+          FROM unnest(p_contents, p_dequeue_ats, p_content_types, p_groups, p_keys)
+               WITH ORDINALITY AS u(content, dequeue_at, content_type, grp, key, n)
+         ORDER BY u.n;
+    ELSE
+        RETURN QUERY
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
+               coalesce(u.content_type, p_content_type)
+          FROM unnest(p_contents, p_dequeue_ats, p_content_types)
+               WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
+         ORDER BY u.n
+        RETURNING id;
+    END IF;
     PERFORM pgqueue._counted_n(v_queue.id, 0, v_n);  -- enqueued (queue_counters)
     IF v_queue.notify THEN
         PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
@@ -1550,8 +1581,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[]) IS
-    'Enqueue many messages in one statement (all or none); per-message dequeue_ats/content_types override the scalars; returns ids in input order';
+COMMENT ON FUNCTION pgqueue.message_create_batch(text, bytea[], bigint, text, bigint[], text[], text[], text[]) IS
+    'Enqueue many messages in one statement (all or none); per-message dequeue_ats/content_types override the scalars; groups and idempotency keys per message; returns ids in input order';
 
 -- Give a leased message back for later, keeping its row, attempts and (new) checkpoint state.
 CREATE OR REPLACE FUNCTION pgqueue.message_defer(
@@ -1573,7 +1604,10 @@ BEGIN
     UPDATE pgqueue.message m
        SET locked_until = NULL,
            dequeue_at   = coalesce(p_dequeue_at, pgqueue._write_clock()),
-           state        = coalesce(p_state, m.state)
+           state        = coalesce(p_state, m.state),
+           -- a message with its group's turn keeps it: the group waits for it
+           turn_at      = CASE WHEN m.turn_at IS NOT NULL
+                               THEN pgqueue._turn_key(coalesce(p_dequeue_at, pgqueue._write_clock()), true) END
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL;
     RETURN FOUND;
@@ -1604,10 +1638,11 @@ DECLARE
     v_until        bigint;
     v_delivered    regclass;
     v_expired      regclass;
+    v_groups       integer;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
-           pgqueue._queue_lock(q.id)
-      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked
+           pgqueue._queue_lock(q.id), q.group_concurrency
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
@@ -1621,6 +1656,11 @@ BEGIN
     END IF;
     IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
+    END IF;
+    IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
+        RETURN QUERY
+        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, p_limit, v_lock_ms, v_max_attempts, v_groups);
+        RETURN;
     END IF;
     v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
     IF cardinality(v_ids) = 0 THEN
@@ -1722,6 +1762,11 @@ BEGIN
                last_error   = p_error
          WHERE m.id = p_id;
         v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
+        IF v_queue.group_concurrency IS NOT NULL THEN
+            -- a message with its group's turn keeps it: the group waits for its retry
+            UPDATE pgqueue.message m SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+             WHERE m.id = p_id AND m.turn_at IS NOT NULL;
+        END IF;
     END IF;
     RETURN true;
 END;
@@ -1758,14 +1803,17 @@ COMMENT ON FUNCTION pgqueue.message_heartbeat(bigint, integer, bigint) IS
     'Extend a lease to now + p_lock_ms (NULL = the queue''s lock_ms); returns false if the attempts token is stale';
 
 -- Change a queue's settings; NULL leaves a setting as it is, 0 clears max_attempts/max_size.
-CREATE OR REPLACE FUNCTION pgqueue.queue_alter(
+DROP FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean);
+CREATE FUNCTION pgqueue.queue_alter(
     p_queue         text,
     p_lock_ms       bigint  DEFAULT NULL,
     p_max_attempts  integer DEFAULT NULL,
     p_retry_base_ms bigint  DEFAULT NULL,
     p_retry_cap_ms  bigint  DEFAULT NULL,
     p_max_size      bigint  DEFAULT NULL,
-    p_notify        boolean DEFAULT NULL)
+    p_notify        boolean DEFAULT NULL,
+    p_group_concurrency integer DEFAULT NULL,
+    p_key_window_ms bigint  DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1792,6 +1840,12 @@ BEGIN
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
         coalesce(p_retry_base_ms, v_queue.retry_base_ms),
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
+    IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
+        RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+            USING ERRCODE = '22023',
+                  HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
+    END IF;
     UPDATE pgqueue.queue q
        SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),
            max_attempts  = CASE WHEN p_max_attempts IS NULL THEN q.max_attempts
@@ -1800,7 +1854,9 @@ BEGIN
            retry_cap_ms  = coalesce(p_retry_cap_ms, q.retry_cap_ms),
            max_size      = CASE WHEN p_max_size IS NULL THEN q.max_size
                                 ELSE nullif(p_max_size, 0) END,
-           notify        = coalesce(p_notify, q.notify)
+           notify        = coalesce(p_notify, q.notify),
+           group_concurrency = coalesce(p_group_concurrency, q.group_concurrency),
+           key_window_ms = coalesce(p_key_window_ms, q.key_window_ms)
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
@@ -1808,11 +1864,12 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean) IS
-    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded';
+COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean, integer, bigint) IS
+    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded (or group_concurrency unlimited, on a queue with groups)';
 
 -- Create a queue.
-CREATE OR REPLACE FUNCTION pgqueue.queue_create(
+DROP FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean);
+CREATE FUNCTION pgqueue.queue_create(
     p_queue         text,
     p_lock_ms       bigint  DEFAULT 30000,
     p_max_attempts  integer DEFAULT NULL,
@@ -1820,7 +1877,9 @@ CREATE OR REPLACE FUNCTION pgqueue.queue_create(
     p_retry_cap_ms  bigint  DEFAULT 3600000,
     p_max_size      bigint  DEFAULT NULL,
     p_notify        boolean DEFAULT false,
-    p_if_not_exists boolean DEFAULT false)
+    p_if_not_exists boolean DEFAULT false,
+    p_group_concurrency integer DEFAULT NULL,
+    p_key_window_ms bigint  DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1839,6 +1898,8 @@ BEGIN
     PERFORM pgqueue._not_null(p_if_not_exists IS NULL, 'if_not_exists'::text);
     PERFORM pgqueue._check_queue_options(p_lock_ms, p_max_attempts, p_retry_base_ms,
                                          p_retry_cap_ms, p_max_size);
+    PERFORM pgqueue._not_null(p_key_window_ms IS NULL, 'key_window_ms'::text);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
@@ -1860,10 +1921,10 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
-                                   max_size, notify)
+                                   max_size, notify, group_concurrency, key_window_ms)
         VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
                 nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
-                p_notify);
+                p_notify, p_group_concurrency, p_key_window_ms);
     EXCEPTION WHEN unique_violation THEN
         IF p_if_not_exists THEN
             RETURN;
@@ -1875,8 +1936,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean) IS
-    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify';
+COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint) IS
+    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify, group_concurrency (NULL = no message groups, 0 = groups without a limit), key_window_ms';
 
 -- Drop a queue with its messages and dead letters; false if it did not exist.
 CREATE OR REPLACE FUNCTION pgqueue.queue_drop(p_queue text)
@@ -1912,6 +1973,8 @@ BEGIN
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NOT NULL;
     DELETE FROM pgqueue.dead_letter d WHERE d.queue_id = v_id;
     DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_id;
+    DELETE FROM pgqueue.message_key k WHERE k.queue_id = v_id;
+    DELETE FROM pgqueue.message_group_lock l WHERE l.queue_id = v_id;
     DELETE FROM pgqueue.spark_claim k
      WHERE k.consumer_id IN (SELECT c.id FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id);
     DELETE FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id;
@@ -2026,6 +2089,11 @@ BEGIN
     END IF;
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
+    IF v_queue.group_concurrency IS NOT NULL THEN
+        RAISE EXCEPTION 'queue "%" has message groups, which Spark streams do not read yet', p_queue
+            USING ERRCODE = '0A000',
+                  HINT = 'Consume it with message_dequeue (or the Python worker).';
+    END IF;
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
     v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);
@@ -2247,6 +2315,11 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
+    IF v_queue.group_concurrency IS NOT NULL THEN
+        RAISE EXCEPTION 'queue "%" has message groups, which Spark writes do not fill yet', p_queue
+            USING ERRCODE = '0A000',
+                  HINT = 'Enqueue with message_create_batch(..., p_groups => ...) instead.';
+    END IF;
     IF v_count > 0 THEN
         v_clock := pgqueue._write_clock();
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
@@ -3087,3 +3160,491 @@ $$;
 
 COMMENT ON FUNCTION pgqueue.schedule_run(integer) IS
     'Enqueue the due slots of every schedule, each slot once however many schedulers run (row locks, SKIP LOCKED); returns schedule, message id and slot of each message created';
+
+-------------------------------------------------------------------------------
+-- Message groups and idempotent enqueue (issue 14)
+-------------------------------------------------------------------------------
+
+ALTER TABLE pgqueue.message ADD COLUMN group_key text, ADD COLUMN turn_at bigint, ADD COLUMN idem_key text;
+COMMENT ON COLUMN pgqueue.message.group_key IS
+    'the message group (queues with group_concurrency): in order within it, served in turn with the other groups; NULL: a group of its own';
+COMMENT ON COLUMN pgqueue.message.turn_at IS
+    'grouped queues: set while the message has its group''s turn (waiting to be handed out from turn_at on, or in flight); NULL while it waits behind earlier messages of its group';
+COMMENT ON COLUMN pgqueue.message.idem_key IS
+    'idempotency key: while the message is live (and the queue''s key_window_ms after it left), enqueueing the same key returns this id';
+
+-- Message groups (queues with group_concurrency set): the messages whose group's turn it is,
+-- waiting to be handed out, by (turn_at, id): the probe of a grouped dequeue.
+CREATE INDEX message_turn_idx ON pgqueue.message (queue_id, turn_at, id)
+    WHERE turn_at IS NOT NULL AND locked_until IS NULL;
+-- A group's messages that wait for their turn, in delivery order: the next one to get it.
+CREATE INDEX message_group_wait_idx ON pgqueue.message (queue_id, group_key, dequeue_at, id)
+    WHERE group_key IS NOT NULL AND turn_at IS NULL;
+-- A group's messages that have their turn (handed out, or waiting with it): how many are in flight.
+CREATE INDEX message_group_turn_idx ON pgqueue.message (queue_id, group_key, locked_until)
+    WHERE group_key IS NOT NULL AND turn_at IS NOT NULL;
+-- Idempotent enqueue: one live message per (queue, key).
+CREATE UNIQUE INDEX message_idem_key_idx ON pgqueue.message (queue_id, idem_key)
+    WHERE idem_key IS NOT NULL;
+
+ALTER TABLE pgqueue.queue ADD COLUMN group_concurrency integer,
+    ADD COLUMN key_window_ms bigint NOT NULL DEFAULT 0,
+    ADD CONSTRAINT queue_group_concurrency_check CHECK (group_concurrency IS NULL OR group_concurrency >= 0),
+    ADD CONSTRAINT queue_key_window_check CHECK (key_window_ms >= 0);
+COMMENT ON COLUMN pgqueue.queue.group_concurrency IS
+    'NULL: no message groups; else messages are served by group in turn, at most this many of a group in flight (0: no limit)';
+COMMENT ON COLUMN pgqueue.queue.key_window_ms IS
+    'how long (ms) an idempotency key stays taken after its message was completed or delivered (0: only while it is live)';
+
+-- Message groups (issue 14): one row per queue and stripe of its groups (hashtext(group) & 255),
+-- made on first use. pgqueue._message_group_lock locks a row FOR UPDATE to serialise the
+-- decisions about the turns of the groups on that stripe until the end of the transaction.
+-- Locking a row writes no new row version (no dead tuples under a held snapshot), and no role
+-- but the extension's owner has a privilege on this table, so no role can hold a group's lock
+-- on its own (an advisory lock could be taken by anyone). Derived: not dumped, made again on
+-- first use; queue_drop removes a queue's rows.
+CREATE TABLE pgqueue.message_group_lock (
+    queue_id integer NOT NULL,
+    stripe   integer NOT NULL,
+    CONSTRAINT message_group_lock_pkey PRIMARY KEY (queue_id, stripe)
+);
+
+COMMENT ON TABLE pgqueue.message_group_lock IS
+    'pgqueue internal: rows locked to serialise the turns of a queue''s message groups (pgqueue._message_group_lock)';
+
+-- Idempotency keys of messages that have left the queue (completed, delivered in delete mode,
+-- acknowledged by Spark, cancelled), kept for the queue's key_window_ms: until then an enqueue
+-- with the same key returns the old id (pgqueue._message_insert). Written by the trigger
+-- message_removed; windows that have ended are removed as new ones are written, and
+-- queue_drop removes a queue's.
+CREATE TABLE pgqueue.message_key (
+    queue_id integer NOT NULL,
+    idem_key text    NOT NULL,
+    id       bigint  NOT NULL,
+    until    bigint  NOT NULL,
+    CONSTRAINT message_key_pkey PRIMARY KEY (queue_id, idem_key)
+);
+CREATE INDEX message_key_until_idx ON pgqueue.message_key (queue_id, until);
+
+COMMENT ON TABLE pgqueue.message_key IS
+    'pgqueue: idempotency keys of messages that have left the queue, taken until "until" (epoch ms)';
+SELECT pg_catalog.pg_extension_config_dump('pgqueue.message_key', '');
+
+-- Refuse a group or idempotency key (p_what names it) that is empty or longer than 200
+-- characters (22023); NULL is fine (no key).
+CREATE FUNCTION pgqueue._check_message_key(p_value text, p_what text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value = '' OR length(p_value) > 200 THEN
+        RAISE EXCEPTION 'the % must have 1 to 200 characters, got %', p_what, length(p_value)
+            USING ERRCODE = '22023',
+                  HINT = 'Pass NULL for none; hash a longer key.';
+    END IF;
+END;
+$$;
+
+-- Validate the message-group and idempotency options of queue_create and queue_alter (22023).
+CREATE FUNCTION pgqueue._check_group_options(p_group_concurrency integer, p_key_window_ms bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_group_concurrency < 0 THEN
+        RAISE EXCEPTION 'group_concurrency must be >= 0 (0 = no limit), got %', p_group_concurrency
+            USING ERRCODE = '22023',
+                  HINT = 'NULL: no message groups; 1: one message of a group in flight at a time.';
+    END IF;
+    IF p_key_window_ms < 0 OR p_key_window_ms > 31536000000 THEN
+        RAISE EXCEPTION 'key_window_ms must be between 0 and 31536000000 (a year), got %', p_key_window_ms
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- Serialise the decisions about one message group's turns (pgqueue._message_insert,
+-- pgqueue._message_group_next) until the end of the transaction: lock the row of the group's
+-- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use.
+-- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry).
+--
+-- SECURITY DEFINER because locking the row needs UPDATE on the table, which no other role has:
+-- nobody can hold a group's lock outside pgqueue's functions. EXECUTE is revoked from PUBLIC and
+-- granted to producers, consumers and Spark by docs/grants.sql.
+CREATE FUNCTION pgqueue._message_group_lock(p_queue_id integer, p_group text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_stripe integer := hashtext(p_group) & 255;
+BEGIN
+    PERFORM FROM pgqueue.message_group_lock l
+     WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO pgqueue.message_group_lock (queue_id, stripe) VALUES (p_queue_id, v_stripe)
+            ON CONFLICT DO NOTHING;
+        PERFORM FROM pgqueue.message_group_lock l
+         WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'could not lock message group stripe % of queue %', v_stripe, p_queue_id
+                USING ERRCODE = '40001',
+                      HINT = 'Another transaction made it after this one''s snapshot: retry the transaction.';
+        END IF;
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pgqueue._message_group_lock(integer, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION pgqueue._message_group_lock(integer, text) IS
+    'pgqueue internal: lock a message group''s stripe of a queue until the end of the transaction (row lock, made on first use)';
+
+-- The key of a group's turn (message.turn_at, epoch microseconds): p_dequeue_at in microseconds
+-- (clamped so that it cannot overflow), or, when p_later, no earlier than the clock: a turn
+-- handed on, or kept by a retry or a defer, goes behind the turns already waiting. Microseconds,
+-- so that turns handed on in one millisecond still queue in the order they were handed on.
+CREATE FUNCTION pgqueue._turn_key(p_dequeue_at bigint, p_later boolean)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN p_later
+            THEN GREATEST(
+                     LEAST(GREATEST(p_dequeue_at, -9223372036854775), 9223372036854775) * 1000,
+                     floor(EXTRACT(EPOCH FROM (pg_catalog.clock_timestamp() AT TIME ZONE 'UTC')) * 1000000)::bigint)
+            ELSE LEAST(GREATEST(p_dequeue_at, -9223372036854775), 9223372036854775) * 1000 END;
+
+COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
+    'pgqueue internal: the turn key (epoch us) of a grouped message due at p_dequeue_at (ms); p_later: not before the clock';
+
+-- Whether a message group may get a new turn: it has no message waiting with its turn, and fewer
+-- than p_concurrency in flight (0: no limit). Both bounded: message_group_turn_idx, at most
+-- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock).
+CREATE FUNCTION pgqueue._message_group_room(p_queue_id integer, p_group text, p_concurrency integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgqueue.message m
+                WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                  AND m.turn_at IS NOT NULL AND m.locked_until IS NULL) THEN
+        RETURN false;
+    END IF;
+    RETURN p_concurrency = 0
+        OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
+                                   WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                                     AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
+                                   LIMIT p_concurrency) f) < p_concurrency;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
+    'pgqueue internal: true if a message group has no turn waiting and room in flight for one more';
+
+-- Give a message group its next turn if it is due one: when the group has no message waiting with
+-- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
+-- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
+-- behind the groups already waiting: the round-robin. Called after a message of the group was handed out
+-- (pgqueue._message_dequeue_grouped) or left the queue (trigger message_removed), under the
+-- group's lock, so that every such decision sees the ones committed before it.
+CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_concurrency integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pgqueue._message_group_lock(p_queue_id, p_group);
+    IF NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency) THEN
+        RETURN;
+    END IF;
+    UPDATE pgqueue.message m
+       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+     WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                    WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
+                    ORDER BY w.dequeue_at, w.id
+                    LIMIT 1);
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
+    'pgqueue internal: give a message group its next turn if it has none waiting and room in flight';
+
+-- Insert one message with a group and/or an idempotency key, or into a grouped queue; returns its
+-- id, or the id of the live message with the same key (or of the message that had the key within
+-- the queue's key_window_ms), inserting nothing then. The caller has admitted the message
+-- (pgqueue._queue_admit) and passes the queue row, p_dequeue_at (NULL: now) and created_at.
+--
+-- Keys: concurrent producers of one key meet on message_idem_key_idx: the INSERT ... ON CONFLICT
+-- DO NOTHING of the later one waits for the earlier one's transaction; if it commits, the later
+-- one reads its id (READ COMMITTED: a new snapshot per statement; REPEATABLE READ raises 40001).
+-- Groups: under the group's lock (pgqueue._message_group_lock) the message gets its group's turn
+-- at once if the group has none waiting and room in flight; a message without a group in a
+-- grouped queue is a group of its own and always has its turn.
+CREATE FUNCTION pgqueue._message_insert(
+    p_queue        pgqueue.queue,
+    p_content      bytea,
+    p_dequeue_at   bigint,
+    p_content_type text,
+    p_group        text,
+    p_key          text,
+    p_created_at   bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_at   bigint;
+    v_turn bigint;
+    v_id   bigint;
+BEGIN
+    PERFORM pgqueue._check_message_key(p_group, 'message group'::text);
+    PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::text);
+    IF p_group IS NOT NULL AND p_queue.group_concurrency IS NULL THEN
+        RAISE EXCEPTION 'queue "%" has no message groups', p_queue.name
+            USING ERRCODE = '22023',
+                  HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+    END IF;
+    LOOP
+        IF p_key IS NOT NULL THEN
+            SELECT m.id INTO v_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
+            IF FOUND THEN
+                RETURN v_id;
+            END IF;
+            IF p_queue.key_window_ms > 0 THEN
+                SELECT k.id INTO v_id FROM pgqueue.message_key k
+                 WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
+                IF FOUND THEN
+                    RETURN v_id;
+                END IF;
+            END IF;
+        END IF;
+        v_at := coalesce(p_dequeue_at, pgqueue._write_clock());
+        IF p_queue.group_concurrency IS NULL THEN
+            v_turn := NULL;
+        ELSIF p_group IS NULL THEN
+            v_turn := pgqueue._turn_key(v_at, false);
+        ELSE
+            PERFORM pgqueue._message_group_lock(p_queue.id, p_group);
+            IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
+                v_turn := pgqueue._turn_key(v_at, false);
+            END IF;
+        END IF;
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
+                                     group_key, turn_at, idem_key)
+        VALUES (p_queue.id, v_at, p_created_at, p_content, p_content_type, p_group, v_turn, p_key)
+        ON CONFLICT (queue_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        -- another producer's message with this key committed while this one waited: read it
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, text, text, bigint) IS
+    'pgqueue internal: insert a message with a group and/or idempotency key (or into a grouped queue); the existing id if the key is taken';
+
+-- Trigger function of message_removed: a message with an idempotency key or with its group's turn
+-- left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by Spark,
+-- dead-lettered). Keep its key taken for the queue's key_window_ms unless it went to the dead
+-- letters, removing two windows that have ended on the way (so the table stays as small as the
+-- keys of one window), and give its group its next turn (pgqueue._message_group_next). Nothing
+-- when the queue itself is being dropped (its row is gone first).
+CREATE FUNCTION pgqueue._message_removed()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_window      bigint;
+    v_concurrency integer;
+    v_now         bigint;
+BEGIN
+    SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
+      FROM pgqueue.queue q WHERE q.id = OLD.queue_id;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF OLD.idem_key IS NOT NULL AND v_window > 0 THEN
+        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter d WHERE d.id = OLD.id) THEN
+            v_window := 0;  -- dead-lettered: the key is free at once
+        END IF;
+    END IF;
+    IF OLD.idem_key IS NOT NULL AND v_window > 0 THEN
+        v_now := pgqueue.now_ms();
+        INSERT INTO pgqueue.message_key AS k (queue_id, idem_key, id, until)
+        VALUES (OLD.queue_id, OLD.idem_key, OLD.id, v_now + v_window)
+        ON CONFLICT (queue_id, idem_key) DO UPDATE SET id = excluded.id, until = excluded.until;
+        DELETE FROM pgqueue.message_key k
+         WHERE (k.queue_id, k.idem_key) IN (SELECT e.queue_id, e.idem_key FROM pgqueue.message_key e
+                                             WHERE e.queue_id = OLD.queue_id AND e.until <= v_now
+                                             ORDER BY e.until
+                                             LIMIT 2
+                                               FOR UPDATE SKIP LOCKED);
+    END IF;
+    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
+        PERFORM pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- message_dequeue for a queue with message groups (group_concurrency not NULL): hand out up to
+-- p_limit messages, expired leases first, then the messages that have their group's turn, by
+-- (turn_at, id), leased for p_lock_ms (0: deleted). Each round is two bounded index probes under
+-- one LIMIT, FOR UPDATE SKIP LOCKED, as in pgqueue._message_take: message_leased_idx, and
+-- message_turn_idx, which holds only the messages whose group's turn it is, at most one waiting
+-- per group, so a probe never walks a group's backlog, nor the groups whose turns are all in
+-- flight or scheduled. A message handed out gives its group the next turn if the group has room
+-- (pgqueue._message_group_next; in delete mode the trigger message_removed does), behind the
+-- turns already waiting: groups are served in turn. While there is room under p_limit and the
+-- round handed something out, another round takes the turns just handed on, so a call hands out
+-- several messages of one group when the group's limit allows. A lease that ran out
+-- p_max_attempts times goes to the dead letters (its group's next turn follows). The caller holds
+-- the queue's lock stripe and has checked the arguments. No session hints here
+-- (pgqueue._message_take has them): dead index entries are walked until vacuum removes them.
+CREATE FUNCTION pgqueue._message_dequeue_grouped(
+    p_queue_id     integer,
+    p_limit        integer,
+    p_lock_ms      bigint,
+    p_max_attempts integer,
+    p_concurrency  integer)
+RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,
+               content_type text, created_at bigint, locked_until bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now      bigint;
+    v_turn     bigint;
+    v_need     integer;
+    v_all      bigint[] := '{}';
+    v_ids      bigint[];
+    v_found    bigint[];
+    v_dead_ids bigint[];
+    v_dead     bigint;
+    v_group    text;
+    v_groups   text[];
+    v_more     text[];
+    v_until    bigint;
+BEGIN
+    LOOP
+        v_now := pgqueue.now_ms();
+        v_turn := pgqueue._turn_key(v_now, true);
+        v_need := p_limit - cardinality(v_all);
+        v_ids := '{}';
+        v_groups := '{}';
+        LOOP
+            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                   array_agg(c.id) FILTER (WHERE c.dead),
+                   coalesce(array_agg(c.grp) FILTER (WHERE c.src = 1 AND c.grp IS NOT NULL), '{}')
+              INTO v_found, v_dead_ids, v_more
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead,
+                                          m.group_key AS grp
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND m.locked_until <= v_now AND m.id <> ALL (v_all || v_ids)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false, m.group_key
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                      AND m.locked_until IS NULL AND m.turn_at <= v_turn
+                                      AND m.id <> ALL (v_all || v_ids)
+                                    ORDER BY m.turn_at, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) r
+                    LIMIT v_need) c;
+            v_ids := v_ids || v_found;
+            v_groups := v_groups || v_more;
+            EXIT WHEN v_dead_ids IS NULL;
+            FOREACH v_dead IN ARRAY v_dead_ids LOOP
+                PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
+            END LOOP;
+            v_need := p_limit - cardinality(v_all) - cardinality(v_ids);
+            EXIT WHEN v_need = 0;
+        END LOOP;
+        EXIT WHEN cardinality(v_ids) = 0;
+        v_all := v_all || v_ids;
+        IF p_lock_ms = 0 THEN
+            -- the next turns follow from the trigger message_removed
+            RETURN QUERY
+            WITH d AS (
+                DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, NULL::bigint AS locked_until)
+            SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+        ELSE
+            v_until := pgqueue.now_ms() + p_lock_ms;
+            RETURN QUERY
+            WITH u AS (
+                UPDATE pgqueue.message m
+                   SET locked_until = v_until, attempts = m.attempts + 1
+                 WHERE m.id = ANY (v_ids)
+                RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, m.locked_until)
+            SELECT * FROM u ORDER BY array_position(v_ids, u.id);
+            -- the groups whose waiting turn was handed out get their next one if they have room
+            -- (with one in flight per group the turn passes on only when the message leaves), in
+            -- the order of their keys, so that two consumers lock the groups in one order
+            IF p_concurrency <> 1 THEN
+                FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_groups) AS g(g) ORDER BY 1 LOOP
+                    PERFORM pgqueue._message_group_next(p_queue_id, v_group, p_concurrency);
+                END LOOP;
+            END IF;
+        END IF;
+        EXIT WHEN cardinality(v_all) >= p_limit;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_dequeue_grouped(integer, integer, bigint, integer, integer) IS
+    'pgqueue internal: message_dequeue for a queue with message groups (turns served in order, at most group_concurrency in flight per group)';
+
+-- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting.
+CREATE OR REPLACE FUNCTION pgqueue.queue_next_due(p_queue text DEFAULT 'default')
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+BEGIN
+    IF v_queue.group_concurrency IS NOT NULL THEN  -- message groups: the next turn
+        RETURN least(
+            (SELECT m.turn_at / 1000 FROM pgqueue.message m
+              WHERE m.queue_id = v_queue.id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
+              ORDER BY m.turn_at, m.id LIMIT 1),
+            (SELECT m.locked_until FROM pgqueue.message m
+              WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+              ORDER BY m.locked_until, m.id LIMIT 1));
+    END IF;
+    RETURN least(
+        (SELECT m.dequeue_at FROM pgqueue.message m
+          WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
+          ORDER BY m.dequeue_at, m.id LIMIT 1),
+        (SELECT m.locked_until FROM pgqueue.message m
+          WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+          ORDER BY m.locked_until, m.id LIMIT 1));
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.queue_next_due(text) IS
+    'Epoch ms at which the next message of the queue becomes deliverable (scheduled or lease expiry); NULL if the queue is empty';
+
+-- A message with an idempotency key, or one that had its group's turn, left the queue: keep its
+-- key for the queue's window and give its group the next turn (pgqueue._message_removed). Other
+-- messages pay for the WHEN clause only.
+CREATE TRIGGER message_removed
+    AFTER DELETE ON pgqueue.message
+    FOR EACH ROW WHEN (OLD.idem_key IS NOT NULL OR (OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL))
+    EXECUTE FUNCTION pgqueue._message_removed();
