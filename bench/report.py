@@ -69,6 +69,20 @@ OPS_TARGETS = [
     ("4", "dequeue x100 vs single dequeue (messages/s)", "dequeue_batch:pgqueue", "dequeue:pgqueue", 10.0),
     ("4", "message_create_batch x1000 vs single create (messages/s)", "enqueue_batch:pgqueue", "enqueue:pgqueue",
      10.0),
+    ("i13", "message_create vs pgmq send", "enqueue:pgqueue", "enqueue:pgmq", 1.5),
+    ("i13", "message_dequeue (delete mode) vs pgmq pop", "dequeue:pgqueue", "dequeue:pgmq", 1.3),
+    ("i13", "lease via acknowledge-and-fetch vs pgmq read + delete", "lease_ack_fetch:pgqueue", "lease_cycle:pgmq",
+     2.0),
+]
+
+#: Issue 13's worker targets: (what, numerator, denominator, bound or None for reported only).
+WORKER_TARGETS = [
+    ("worker vs the SQL lease cycle (dequeue + message_complete) at as many pgbench clients", "worker",
+     "lease_cycle:pgqueue", 0.7),
+    ("worker vs PgQueuer's throughput mode on the same server", "worker", "pgqueuer", 1.5),
+    ("worker vs message_complete_and_dequeue at as many pgbench clients (the statement it runs)", "worker",
+     "lease_ack_fetch:pgqueue", None),
+    ("worker vs PgQueuer's own tools/benchmark.py (--pgqueuer-tool)", "worker", "pgqueuer_tool", None),
 ]
 
 
@@ -81,9 +95,12 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
             med = p["median"]
             tag = "durable" if pass_name == "durable" else "synchronous_commit off"
             for tgt, desc, a, b, bound in OPS_TARGETS:
+                if a not in ops["labels"] or b not in ops["labels"]:
+                    continue  # a peer the server lacks (the section says so)
                 r = _ratio(med.get(a), med.get(b))
                 rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", _fmt(r, 2) + "×", f"≥ {bound}×",
                              _verdict(r, bound)))
+    rows += _worker_rows(results.get("worker"))
     dep = results.get("depth")
     if dep:
         for shape in TARGET_SHAPES + dep.get("extra", []):
@@ -153,6 +170,28 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                 rows.append(("9", f"{side.split('_')[0]}rs' rate with {desc} vs without",
                              _fmt(r, 2) + "×", "≥ 0.95×" if graded else "(reported)",
                              _verdict(r, 0.95) if graded else ""))
+    return rows
+
+
+def _worker_rows(wk: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
+    """Issue 13's end-to-end targets: the worker against the SQL lease cycle and PgQueuer."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    if not wk:
+        return rows
+    med = wk["median"]
+    for desc, a, b, bound in WORKER_TARGETS:
+        if b not in wk["labels"]:
+            if b == "pgqueuer_tool":
+                continue  # run only when asked for
+            rows.append(("i13", desc, "n/a", f"≥ {bound}×" if bound else "(reported)",
+                         "not available on this server" if bound else ""))
+            continue
+        r = _ratio(med.get(a), med.get(b))
+        what = f"{desc} ({wk['processes']} processes)"
+        if bound is None:
+            rows.append(("i13", what, _fmt(r, 2) + "×", "(reported)", ""))
+        else:
+            rows.append(("i13", what, _fmt(r, 2) + "×", f"≥ {bound}×", _verdict(r, bound)))
     return rows
 
 
@@ -231,6 +270,12 @@ def failures(results: dict[str, Any]) -> list[str]:
     hx = results.get("held_xmin")
     if hx and not hx["ok"]:
         out.append(f"held xmin: {'; '.join(hx['problems'])}")
+    wk = results.get("worker")
+    if wk:
+        for r in wk["runs"]:
+            if not r.get("ok"):
+                out.append(f"worker section {r['key']} (round {r['round'] + 1}): "
+                           f"{'; '.join(r.get('problems') or []) or r.get('error')}")
     held = results.get("held")
     if held:
         for design, entry in held["designs"].items():
@@ -307,6 +352,7 @@ def render(results: dict[str, Any], out: Path) -> str:
     w("")
     _machine(w, results)
     _ops(w, results, img, out)
+    _worker(w, results, img, out)
     _profile(w, results)
     _workflows(w, results, img, out)
     _depth(w, results, img, out)
@@ -314,6 +360,7 @@ def render(results: dict[str, Any], out: Path) -> str:
     _held(w, results, img, out)
     _latency(w, results)
     _stats(w, results)
+    _counters(w)
     _spark(w)
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -389,6 +436,7 @@ def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
           f"rotated each round), {ops['repeats']} rounds; the number is the median, messages counted in the "
           "table (rows added or removed) over pgbench's measured time. `CHECKPOINT` before each round.")
         w("")
+        _unavailable(w, ops.get("unavailable"))
         passes = list(ops["passes"])
         w("| operation | " + " | ".join(f"{p.replace('_', ' ')}: msg/s (median)" for p in passes) + " |")
         w("|---|" + "---|" * len(passes))
@@ -409,8 +457,15 @@ def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         w("### Throughput against clients")
         w("")
         how = f"-T {cur['seconds']}" if cur["seconds"] else f"-t {cur['transactions']}"
-        w(f"Durable commits, pgbench `{how}`, {cur['repeats']} round(s) per client count, designs alternated.")
+        w(f"Durable commits, pgbench `{how}`, {cur['repeats']} round(s) per client count, designs alternated; "
+          "peers through their own APIs: pgmq's send, pop and read + delete (30 s visibility timeout), PgQ's "
+          "insert_event (PgQ has no per-message dequeue: consumers read batches between ticks). PgQueuer has no "
+          "SQL API: its point in the lease panel is its own throughput mode (bench/peers.py) with as many "
+          "consumers as clients, each fetching batches of 10, one producer enqueuing beside them, for "
+          f"{cur.get('pgqueuer_seconds', '?')} s. Reproduce: `.venv/bin/python -m bench --only curves` "
+          "(`--profile quick` for shorter runs).")
         w("")
+        _unavailable(w, cur.get("unavailable"))
         _img(w, plots.throughput_vs_clients(cur, img / "throughput_vs_clients.png"), out,
              "messages per second against clients, per design")
         clients = cur["clients"]
@@ -418,6 +473,56 @@ def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         w("|---|" + "---|" * len(clients))
         for key, label in cur["labels"].items():
             w(f"| {label} | " + " | ".join(_fmt(cur["median"][key].get(str(c))) for c in clients) + " |")
+        w("")
+
+
+def _unavailable(w: Any, unavailable: dict[str, str] | None) -> None:
+    for design, reason in (unavailable or {}).items():
+        w(f"- {design}: not available on this server: {reason}")
+    if unavailable:
+        w("")
+
+
+def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
+    wk = results.get("worker")
+    if not wk:
+        return
+    w("### The worker end to end (issue 13)")
+    w("")
+    how = f"-T {wk['sql_seconds']}" if wk["sql_seconds"] else f"-t {wk['sql_transactions']}"
+    w(f"{wk['processes']} processes of `pgqueue worker DSN bench bench.noop:handle --concurrency "
+      f"{wk['concurrency']}` (a handler that does nothing; the worker acknowledges in the statement of its next "
+      f"fetch, `message_complete_and_dequeue`) drain a backlog of {wk['messages']:,} messages, durable commits. "
+      "The rate comes from the queue's row count sampled every 0.25 s: messages gone between 90% and 10% of the "
+      "backlog left, over the time between (start-up and tail left out; a backlog too small for that gives the "
+      "whole drain from launch). The check: queue empty, no dead letters, every process exits 0 on SIGTERM. "
+      f"Alternated with it in the same run: the SQL-level lease cycle with pgbench `-c {wk['processes']} {how}` "
+      "(dequeue with a 30 s lease + `message_complete`, and `message_complete_and_dequeue` alone), and "
+      "PgQueuer's throughput mode on the same server: its documented benchmark setup (producers and consumers "
+      "together for a fixed time, jobs handled per second; 5 consumers fetching batches of 10, one producer "
+      "enqueuing batches of 10, asyncpg), driven through its public API by bench/peers.py, its schema "
+      f"installed by `python -m pgqueuer install`, {wk['pgqueuer_seconds']} s a run (with `--pgqueuer-tool "
+      "PATH`, also PgQueuer's own tools/benchmark.py as it is, from a checkout of its repository). Median of "
+      f"{wk['repeats']} round(s), order rotated. Reproduce: `.venv/bin/python -m bench --only worker` "
+      "(`--profile quick` for shorter runs).")
+    w("")
+    pq = wk["pgqueuer"]
+    if not pq.get("available"):
+        w(f"- PgQueuer: not available on this server: {pq.get('reason', '?')}")
+        w("")
+    _img(w, plots.worker(wk, img / "worker_end_to_end.png"), out, "messages per second: worker, SQL, PgQueuer")
+    w("| what | msg/s (median) | each round | vs the worker |")
+    w("|---|---|---|---|")
+    worker = wk["median"].get("worker")
+    for key, label in wk["labels"].items():
+        rounds = ", ".join(_fmt(r.get("msgs_per_s")) if r.get("ok") else "FAILURE"
+                           for r in wk["runs"] if r["key"] == key)
+        v = wk["median"].get(key)
+        w(f"| {label} | {_fmt(v)} | {rounds} | {_fmt(_ratio(worker, v), 2)}× |")
+    w("")
+    how_taken = sorted({r["how"] for r in wk["runs"] if r["key"] == "worker" and r.get("how")})
+    if how_taken:
+        w("Worker rate taken from: " + "; ".join(how_taken) + ".")
         w("")
 
 
@@ -691,6 +796,15 @@ def _stats(w: Any, results: dict[str, Any]) -> None:
     calls = [p["stats_median_ms"] for p in st["phases"] if p.get("stats_median_ms")]
     if calls:
         w(f"queue_stats itself under that load: median {statistics.median(calls):.0f} ms per call.")
+        w("")
+
+
+def _counters(w: Any) -> None:
+    """The counters' cost and the metrics endpoint's (issue 15), measured by
+    bench/experiments/counters/run.sh and scrape.sh, written up by hand in bench/results/counters.md."""
+    path = Path(__file__).resolve().parent / "results" / "counters.md"
+    if path.exists():
+        w(path.read_text().rstrip("\n"))
         w("")
 
 

@@ -5,7 +5,8 @@ install.
 Queue metrics (:class:`QueueMetrics`), per queue:
 
 - ``pgqueue_queue_messages{queue, state}``: ready (expired leases included), scheduled, leased
-  and dead, counted exactly by ``pgqueue.queue_stats`` at each scrape;
+  and dead, from ``pgqueue.queue_stats`` at each scrape (exact up to 10,000, estimated from a
+  block sample of the table above);
 - ``pgqueue_queue_oldest_ready_age_seconds{queue}``: how long the next ready message has waited
   (0 when none is ready);
 - the counters of ``pgqueue.queue_counters``: ``pgqueue_messages_enqueued_total``,
@@ -107,7 +108,8 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
 def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None) -> list[Family]:
     """Return the queue metrics for what ``queue_stats`` and ``queue_counters`` returned."""
     messages = Family("pgqueue_queue_messages", "gauge",
-                      "Messages of the queue by state (exact count at the scrape; ready includes expired leases)")
+                      "Messages of the queue by state (queue_stats: exact up to 10,000, else estimated from a "
+                      "block sample; ready includes expired leases)")
     age = Family("pgqueue_queue_oldest_ready_age_seconds", "gauge",
                  "How long the next ready message has waited (0 when none is ready)")
     for s in stats:

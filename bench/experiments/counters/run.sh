@@ -9,6 +9,8 @@
 # the median.
 # Usage (as a role that may create databases, e.g. the postgres user; needs git, make, python3):
 #   bench/experiments/counters/run.sh [conninfo] [seconds] [rounds] [clients] [rev]
+# SCRIPTS="pgqueue_create_batch:1000:0" (script:batch:backlog ...) runs only those; AA=1 strips
+# both sides (an A/A run: how far apart two identical sides come out on this machine).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -24,7 +26,7 @@ declare -A plain
 for v in with without; do
   mkdir -p "$work/$v"
   git -C "$repo" archive "$rev" | tar -xf - -C "$work/$v"
-  if [ "$v" = without ]; then python3 "$here/strip_counters.py" "$work/$v"; fi
+  if [ "$v" = without ] || [ -n "${AA:-}" ]; then python3 "$here/strip_counters.py" "$work/$v"; fi
   make -s -C "$work/$v" PG_CONFIG="$pgc" python/pgqueue/sql/pgqueue--0.4.sql >/dev/null
   plain[$v]="$work/$v/python/pgqueue/sql/pgqueue--0.4.sql"
   db="counters_$v"
@@ -41,8 +43,9 @@ run() {  # script database batch -> transactions/s, written to $work/tps.<databa
   pgbench -n -M prepared -c "$clients" -j 1 -T "$secs" -D queue=bench -D batch="$3" -D aid=0 -D atok=0 \
     -f "$repo/bench/pgbench/$1.sql" "$conn dbname=$2" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' > "$work/tps.$2"
 }
-scripts="pgqueue_create:1:0 pgqueue_dequeue:1:300000 pgqueue_lease_cycle:1:300000 pgqueue_lease_ack_fetch:1:300000 pgqueue_create_batch:1000:0 pgqueue_dequeue_batch:100:600000"
+scripts="${SCRIPTS:-pgqueue_create:1:0 pgqueue_dequeue:1:300000 pgqueue_lease_cycle:1:300000 pgqueue_lease_ack_fetch:1:300000 pgqueue_create_batch:1000:0 pgqueue_dequeue_batch:100:600000}"
 declare -A tps
+echo "revision $(git -C "$repo" rev-parse --short "$rev"), $clients clients a side, $secs s a run"
 printf '%-24s %-5s %12s %12s\n' script round with without
 for r in $(seq "$rounds"); do
   for spec in $scripts; do

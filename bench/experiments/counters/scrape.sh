@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What scraping `pgqueue metrics` every 5 s costs consumers at full load (issue 15: consumers
 # >= 0.95x). One database with the plain install of REV and a backlog of BACKLOG ready messages;
-# CLIENTS pgbench clients dequeue (delete mode, prepared statements) for SECONDS seconds, first
-# with no scraper, then with `pgqueue metrics` running and scraped every 5 s (each scrape counts
-# every queue's messages exactly, queue_stats, and reads the counters), ROUNDS times. Prints
+# CLIENTS pgbench clients dequeue (delete mode, prepared statements) for SECONDS seconds, with no
+# scraper and (the order swapped every round) with `pgqueue metrics` running and scraped every
+# 5 s (each scrape runs queue_stats and queue_counters), ROUNDS times. Prints
 # messages/s per phase, the scrapes' own durations, and on/off per round with the median.
 # Usage (as a role that may create databases; needs git, make, curl and the repository's .venv):
 #   bench/experiments/counters/scrape.sh [conninfo] [seconds] [rounds] [clients] [backlog] [rev]
@@ -39,17 +39,21 @@ PYTHONPATH="$work/python" "$repo/.venv/bin/python" -m pgqueue metrics --port "$p
   > "$work/metrics.log" 2>&1 &
 metrics_pid=$!
 sleep 2
+echo "revision $(git -C "$repo" rev-parse --short "$rev"), backlog $backlog, $clients clients, $secs s a phase"
 printf '%-6s %-4s %14s %s\n' round scr 'messages/s' 'scrape durations (s) and ready count'
 ratios=()
-for r in $(seq "$rounds"); do
-  off=$(consume)
-  printf '%-6s %-4s %14s\n' "$r" off "$off"
+scraped() {  # round -> messages/s with the scraper running; its readings go to $work/scrapes.<round>
   ( end=$((SECONDS + secs)); while [ $SECONDS -lt $end ]; do
       curl -s "http://127.0.0.1:$port/metrics" \
-        | awk '/^pgqueue_scrape_duration_seconds /{d=$2} /^pgqueue_queue_messages\{queue="bench",state="ready"\}/{n=$2} END {printf "%.3f(%d) ", d, n}' >> "$work/scrapes.$r"
+        | awk '/^pgqueue_scrape_duration_seconds /{d=$2} /^pgqueue_queue_messages\{queue="bench",state="ready"\}/{n=$2} END {printf "%.3f(%d) ", d, n}' >> "$work/scrapes.$1"
       sleep 5; done ) &
-  on=$(consume)
-  wait $!
+  local loop=$!
+  consume
+  wait $loop
+}
+for r in $(seq "$rounds"); do  # the order swaps every round, so that a drifting load favours neither
+  if [ $((r % 2)) = 1 ]; then off=$(consume); on=$(scraped "$r"); else on=$(scraped "$r"); off=$(consume); fi
+  printf '%-6s %-4s %14s\n' "$r" off "$off"
   printf '%-6s %-4s %14s %s\n' "$r" on "$on" "$(cat "$work/scrapes.$r")"
   ratios+=("$(echo "$on $off" | awk '{printf "%.3f", $1/$2}')")
 done
