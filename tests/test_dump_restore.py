@@ -68,6 +68,7 @@ def contents(conn: Conn) -> dict[str, Any]:
     out["queue_list"] = conn.execute("SELECT * FROM pgqueue.queue_list()").fetchall()
     out["dead_letters"] = conn.execute("SELECT * FROM pgqueue.dead_letters ORDER BY id").fetchall()
     out["stats"] = conn.execute("SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()").fetchall()
+    out["counters"] = conn.execute("SELECT * FROM pgqueue.queue_counters()").fetchall()  # dumped sequences
     return out
 
 
