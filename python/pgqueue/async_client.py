@@ -32,6 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
+from pgqueue._lease import AsyncHeartbeats, interval
 from pgqueue.errors import PgQueueError, translating
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
@@ -158,44 +159,6 @@ class _AsyncConnector:
             await conn.close()
 
 
-class _Heartbeat:
-    """An asyncio task that extends a lease every ``interval`` seconds until stopped.
-
-    It is stopped by an event, never cancelled, so a heartbeat in flight always finishes and
-    leaves its connection usable.
-    """
-
-    def __init__(self, beat: Callable[[], Awaitable[bool]], interval: float, msg: Message) -> None:
-        self._beat = beat
-        self._interval = interval
-        self._msg = msg
-        self._stop = asyncio.Event()
-        self.lost = False
-        self._task = asyncio.create_task(self._loop(), name=f"pgqueue-heartbeat-{msg.id}")
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._stop.wait(), self._interval)
-                return
-            except TimeoutError:
-                pass
-            try:
-                alive = await self._beat()
-            except PgQueueError as exc:  # a transient failure: try again at the next beat
-                logger.warning("heartbeat of message %s on queue %s failed: %s", self._msg.id, self._msg.queue, exc)
-                continue
-            if not alive:
-                self.lost = True
-                logger.warning("message %s on queue %s lost its lease", self._msg.id, self._msg.queue)
-                return
-
-    async def stop(self) -> None:
-        """Stop beating and wait for a beat in flight to finish."""
-        self._stop.set()
-        await asyncio.shield(self._task)
-
-
 class AsyncQueue:
     """A queue of the pgqueue extension, used with asyncio.
 
@@ -314,7 +277,8 @@ class AsyncQueue:
                     runner = await stack.enter_async_context(self._connector.heartbeat_runner())
                     if runner is not None:
                         hb_call = _core.heartbeat(msg, lock_ms)
-                        beats = _Heartbeat(lambda: runner(hb_call), _core.heartbeat_interval(lease.lease_ms), msg)
+                        beats = AsyncHeartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
+                                                name=f"pgqueue-heartbeat-{msg.id}")
                         stack.push_async_callback(beats.stop)
             except BaseException as exc:
                 await stack.aclose()

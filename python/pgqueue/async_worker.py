@@ -37,6 +37,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from pgqueue._lease import AsyncHeartbeats, interval
 from pgqueue._sql import listen_statement
 from pgqueue.async_client import AsyncQueue
 from pgqueue.compat import check_server
@@ -215,7 +216,8 @@ class AsyncWorker:
             where = conninfo_to_dict(self._dsn)
             log.info("async worker started: queue %r in database %s, concurrency %d, lease %d ms",
                      self._name, where.get("dbname", "?"), self._concurrency, self._lease_ms)
-            helpers = [asyncio.create_task(self._heartbeat_loop(), name="pgqueue-heartbeat")]
+            beats = AsyncHeartbeats(self._held, self._beat, interval(self._lease_ms), still_held=self._still_held)
+            helpers: list[asyncio.Task[None]] = []
             if self._listen:
                 helpers.append(asyncio.create_task(self._listen_loop(), name="pgqueue-listen"))
             try:
@@ -227,6 +229,7 @@ class AsyncWorker:
                 finally:
                     await self._drain()
             finally:
+                await beats.stop(timeout=2.0)
                 for task in helpers:
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
@@ -461,20 +464,17 @@ class AsyncWorker:
         except _DATABASE_ERRORS as exc:
             log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
 
-    async def _heartbeat_loop(self) -> None:
-        """Renew the lease of every message in hand every lease/3."""
-        interval = max(self._lease_ms / 3000.0, 0.01)
-        while True:
-            await asyncio.sleep(interval)
-            for d in [d for d in self._in_hand.values() if d.finished is None]:
-                try:
-                    assert self._queue is not None
-                    if not await self._queue.heartbeat(d.message, self._lock_ms) and d.finished is None:
-                        log.warning("message %d: lease lost before its handler finished (it will be "
-                                    "delivered again)", d.message.id)
-                except _DATABASE_ERRORS as exc:
-                    log.warning("heartbeat failed: %s", _first_line(exc))
-                    break
+    def _held(self) -> list[Message]:
+        """The messages whose leases the heartbeats renew: those whose handler is running."""
+        return [d.message for d in self._in_hand.values() if d.finished is None]
+
+    def _still_held(self, msg: Message) -> bool:
+        d = self._in_hand.get(msg.id)
+        return d is not None and d.message.attempts == msg.attempts and d.finished is None
+
+    async def _beat(self, msg: Message) -> bool:
+        assert self._queue is not None
+        return await self._queue.heartbeat(msg, self._lock_ms)
 
     async def _listen_loop(self) -> None:
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""

@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool
 
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
+from pgqueue._lease import Heartbeats, interval
 from pgqueue.errors import PgQueueError, translating
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
@@ -166,36 +167,6 @@ class _Connector:
             self._own = self._own_heartbeat = None
         for conn in owned:
             conn.close()
-
-
-class _Heartbeat:
-    """A thread that extends a lease every ``interval`` seconds until stopped."""
-
-    def __init__(self, beat: Callable[[], bool], interval: float, msg: Message) -> None:
-        self._beat = beat
-        self._interval = interval
-        self._msg = msg
-        self._stop = threading.Event()
-        self.lost = False
-        self._thread = threading.Thread(target=self._loop, name=f"pgqueue-heartbeat-{msg.id}", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                alive = self._beat()
-            except PgQueueError as exc:  # a transient failure: try again at the next beat
-                logger.warning("heartbeat of message %s on queue %s failed: %s", self._msg.id, self._msg.queue, exc)
-                continue
-            if not alive:
-                self.lost = True
-                logger.warning("message %s on queue %s lost its lease", self._msg.id, self._msg.queue)
-                return
-
-    def stop(self) -> None:
-        """Stop beating and wait for a beat in flight to finish."""
-        self._stop.set()
-        self._thread.join()
 
 
 class Queue:
@@ -408,14 +379,14 @@ class Queue:
             yield None
             return
         msg = lease.message
-        beats: _Heartbeat | None = None
         with ExitStack() as stack:
             try:
                 if heartbeat:
                     runner = stack.enter_context(self._connector.heartbeat_runner())
                     if runner is not None:
                         hb_call = _core.heartbeat(msg, lock_ms)
-                        beats = _Heartbeat(lambda: runner(hb_call), _core.heartbeat_interval(lease.lease_ms), msg)
+                        beats = Heartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
+                                           name=f"pgqueue-heartbeat-{msg.id}")
                         stack.callback(beats.stop)
             except BaseException as exc:
                 stack.close()

@@ -50,6 +50,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue._core import error_text
+from pgqueue._lease import Heartbeats, interval
 from pgqueue._sql import listen_statement
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
@@ -285,6 +286,7 @@ class Worker:
         self._lease_ms = lock_ms or 30000
         self._pool: _HandlerPool | None = None
         self._reconnect_wait = _RECONNECT_MIN
+        self._beats_queue = Queue(self._dsn, self._name)  # the heartbeats' own connection
 
     @property
     def queue_name(self) -> str:
@@ -376,7 +378,8 @@ class Worker:
             self._disconnect()
             raise
         assert self._pool is not None
-        helpers = [threading.Thread(target=self._heartbeat_loop, name="pgqueue-heartbeat", daemon=True)]
+        beats = Heartbeats(self._held, self._beat, interval(self._lease_ms), still_held=self._still_held)
+        helpers: list[threading.Thread] = []
         if self._listen:
             helpers.append(threading.Thread(target=self._listen_loop, name="pgqueue-listen", daemon=True))
         for thread in helpers:
@@ -393,8 +396,10 @@ class Worker:
         finally:
             self._closing.set()
             self._pool.close()
+            beats.stop(timeout=2.0)
             for thread in helpers:
                 thread.join(timeout=2.0)
+            self._beats_queue.close()
             self._disconnect()
             log.info("worker stopped")
 
@@ -739,32 +744,19 @@ class Worker:
             self._stopping.wait(wait)
         return 0.0
 
-    def _heartbeat_loop(self) -> None:
-        """Renew the lease of every message in hand every lease/3, on a connection of its own."""
-        interval = max(self._lease_ms / 3000.0, 0.01)
-        conn: psycopg.Connection[Any] | None = None
-        while not self._closing.wait(interval):
-            with self._lock:
-                deliveries = [d for d in self._in_hand.values() if not d.settled and not d.released]
-            if not deliveries:
-                continue
-            try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(self._dsn, autocommit=True)
-                beat = Queue(conn, self._name)
-                for d in deliveries:
-                    if self._closing.is_set():
-                        break
-                    if not beat.heartbeat(d.message, self._lock_ms) and not d.settled and not d.released:
-                        log.warning("message %d: lease lost before its handler finished (it "
-                                    "will be delivered again)", d.message.id)
-            except _DATABASE_ERRORS as exc:
-                log.warning("heartbeat failed: %s", _first_line(exc))
-                if conn is not None:
-                    conn.close()
-                conn = None
-        if conn is not None:
-            conn.close()
+    def _held(self) -> list[Message]:
+        """The messages whose leases the heartbeats renew: in hand, not settled nor given back."""
+        with self._lock:
+            return [d.message for d in self._in_hand.values() if not d.settled and not d.released]
+
+    def _still_held(self, msg: Message) -> bool:
+        with self._lock:
+            d = self._in_hand.get(msg.id)
+            return d is not None and d.message.attempts == msg.attempts and not d.settled and not d.released
+
+    def _beat(self, msg: Message) -> bool:
+        """Renew one lease, on the heartbeats' own connection (opened again after a loss)."""
+        return self._beats_queue.heartbeat(msg, self._lock_ms)
 
     def _listen_loop(self) -> None:
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""
