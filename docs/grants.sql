@@ -45,6 +45,9 @@ GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"consumer";
 -- ... and a message handed out or completed hands its group's turn on, under the group's lock
 GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"consumer";
+-- ... and rate-limited queues take their slots from the queue's rate sequence (nextval, setval)
+SELECT format('GRANT USAGE, UPDATE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_rate_[0-9]+$' \gexec
 -- the lock stripes and the counters (each dequeue, completion and failure counts)
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec

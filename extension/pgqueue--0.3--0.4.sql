@@ -1639,10 +1639,13 @@ DECLARE
     v_delivered    regclass;
     v_expired      regclass;
     v_groups       integer;
+    v_rate         integer;
+    v_limit        integer := p_limit;
+    v_n            integer;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
-           pgqueue._queue_lock(q.id), q.group_concurrency
-      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups
+           pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups, v_rate
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
@@ -1657,12 +1660,25 @@ BEGIN
     IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
     END IF;
+    IF v_rate IS NOT NULL THEN  -- a rate limit: only the slots that are due (issue 14)
+        v_limit := pgqueue._rate_room(v_queue_id, v_rate, p_limit);
+        IF v_limit = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
         RETURN QUERY
-        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, p_limit, v_lock_ms, v_max_attempts, v_groups);
+        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, v_limit, v_lock_ms, v_max_attempts, v_groups);
+        IF v_rate IS NOT NULL THEN
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
+        END IF;
         RETURN;
     END IF;
-    v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
+    v_ids := pgqueue._message_take(v_queue_id, v_limit, v_now, v_max_attempts, NULL);
+    IF v_rate IS NOT NULL THEN
+        PERFORM pgqueue._rate_take(v_queue_id, v_rate, cardinality(v_ids));
+    END IF;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;
@@ -1813,7 +1829,8 @@ CREATE FUNCTION pgqueue.queue_alter(
     p_max_size      bigint  DEFAULT NULL,
     p_notify        boolean DEFAULT NULL,
     p_group_concurrency integer DEFAULT NULL,
-    p_key_window_ms bigint  DEFAULT NULL)
+    p_key_window_ms bigint  DEFAULT NULL,
+    p_rate_limit    integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1840,7 +1857,10 @@ BEGIN
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
         coalesce(p_retry_base_ms, v_queue.retry_base_ms),
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
-    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
+    IF p_rate_limit > 0 THEN
+        PERFORM pgqueue._rate_check(v_queue.id, p_queue);
+    END IF;
     IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
         RAISE EXCEPTION 'queue "%" has no message groups', p_queue
             USING ERRCODE = '22023',
@@ -1856,7 +1876,8 @@ BEGIN
                                 ELSE nullif(p_max_size, 0) END,
            notify        = coalesce(p_notify, q.notify),
            group_concurrency = coalesce(p_group_concurrency, q.group_concurrency),
-           key_window_ms = coalesce(p_key_window_ms, q.key_window_ms)
+           key_window_ms = coalesce(p_key_window_ms, q.key_window_ms),
+           rate_limit    = CASE WHEN p_rate_limit IS NULL THEN q.rate_limit ELSE nullif(p_rate_limit, 0) END
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
@@ -1864,8 +1885,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean, integer, bigint) IS
-    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded (or group_concurrency unlimited, on a queue with groups)';
+COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean, integer, bigint, integer) IS
+    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded (or group_concurrency unlimited, on a queue with groups, or removes the rate_limit)';
 
 -- Create a queue.
 DROP FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean);
@@ -1879,7 +1900,8 @@ CREATE FUNCTION pgqueue.queue_create(
     p_notify        boolean DEFAULT false,
     p_if_not_exists boolean DEFAULT false,
     p_group_concurrency integer DEFAULT NULL,
-    p_key_window_ms bigint  DEFAULT 0)
+    p_key_window_ms bigint  DEFAULT 0,
+    p_rate_limit    integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1899,7 +1921,7 @@ BEGIN
     PERFORM pgqueue._check_queue_options(p_lock_ms, p_max_attempts, p_retry_base_ms,
                                          p_retry_cap_ms, p_max_size);
     PERFORM pgqueue._not_null(p_key_window_ms IS NULL, 'key_window_ms'::text);
-    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
@@ -1921,10 +1943,11 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
-                                   max_size, notify, group_concurrency, key_window_ms)
+                                   max_size, notify, group_concurrency, key_window_ms, rate_limit)
         VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
                 nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
-                p_notify, p_group_concurrency, p_key_window_ms);
+                p_notify, p_group_concurrency, p_key_window_ms, nullif(p_rate_limit, 0))
+        RETURNING id INTO v_id;
     EXCEPTION WHEN unique_violation THEN
         IF p_if_not_exists THEN
             RETURN;
@@ -1933,11 +1956,14 @@ BEGIN
             USING ERRCODE = 'PQ002',
                   HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
     END;
+    IF p_rate_limit > 0 THEN
+        PERFORM pgqueue._rate_check(v_id, p_queue);
+    END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint) IS
-    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify, group_concurrency (NULL = no message groups, 0 = groups without a limit), key_window_ms';
+COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint, integer) IS
+    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify, group_concurrency (NULL = no message groups, 0 = groups without a limit), key_window_ms, rate_limit (messages a second, NULL/0 = none)';
 
 -- Drop a queue with its messages and dead letters; false if it did not exist.
 CREATE OR REPLACE FUNCTION pgqueue.queue_drop(p_queue text)
@@ -3189,10 +3215,14 @@ CREATE UNIQUE INDEX message_idem_key_idx ON pgqueue.message (queue_id, idem_key)
 
 ALTER TABLE pgqueue.queue ADD COLUMN group_concurrency integer,
     ADD COLUMN key_window_ms bigint NOT NULL DEFAULT 0,
+    ADD COLUMN rate_limit integer,
     ADD CONSTRAINT queue_group_concurrency_check CHECK (group_concurrency IS NULL OR group_concurrency >= 0),
-    ADD CONSTRAINT queue_key_window_check CHECK (key_window_ms >= 0);
+    ADD CONSTRAINT queue_key_window_check CHECK (key_window_ms >= 0),
+    ADD CONSTRAINT queue_rate_limit_check CHECK (rate_limit IS NULL OR rate_limit > 0);
 COMMENT ON COLUMN pgqueue.queue.group_concurrency IS
     'NULL: no message groups; else messages are served by group in turn, at most this many of a group in flight (0: no limit)';
+COMMENT ON COLUMN pgqueue.queue.rate_limit IS
+    'at most this many messages handed out a second by message_dequeue, all consumers together (NULL: no limit)';
 COMMENT ON COLUMN pgqueue.queue.key_window_ms IS
     'how long (ms) an idempotency key stays taken after its message was completed or delivered (0: only while it is live)';
 
@@ -3211,6 +3241,24 @@ CREATE TABLE pgqueue.message_group_lock (
 
 COMMENT ON TABLE pgqueue.message_group_lock IS
     'pgqueue internal: rows locked to serialise the turns of a queue''s message groups (pgqueue._message_group_lock)';
+
+-- Rate limits (issue 14): 64 sequences, pgqueue.queue_rate_<id & 63>, one per rate-limited queue
+-- (queue_create and queue_alter refuse two rate-limited queues on one stripe). The value is the
+-- last slot handed out: slot s is due at s / rate_limit seconds since the epoch, so a queue hands
+-- out a message only for a slot that is due (pgqueue._rate_room), and every message handed out
+-- takes the next slot (pgqueue._rate_take). A sequence leaves no dead tuples, unlike a row that
+-- every dequeue would update; nextval is not rolled back, so a rolled-back dequeue still used its
+-- slots.
+DO $$
+BEGIN
+    FOR i IN 0..63 LOOP
+        EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_rate_%s', i);
+        EXECUTE pg_catalog.format(
+            'COMMENT ON SEQUENCE pgqueue.queue_rate_%s IS %L', i,
+            'pgqueue internal: rate-limit slots of the rate-limited queue whose id & 63 = ' || i);
+    END LOOP;
+END;
+$$;
 
 -- Idempotency keys of messages that have left the queue (completed, delivered in delete mode,
 -- acknowledged by Spark, cancelled), kept for the queue's key_window_ms: until then an enqueue
@@ -3246,8 +3294,10 @@ BEGIN
 END;
 $$;
 
--- Validate the message-group and idempotency options of queue_create and queue_alter (22023).
-CREATE FUNCTION pgqueue._check_group_options(p_group_concurrency integer, p_key_window_ms bigint)
+-- Validate the message-group, idempotency and rate-limit options of queue_create and queue_alter
+-- (22023); p_rate_limit 0 is valid (queue_alter: no limit).
+CREATE FUNCTION pgqueue._check_group_options(p_group_concurrency integer, p_key_window_ms bigint,
+                                             p_rate_limit integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -3261,6 +3311,122 @@ BEGIN
     IF p_key_window_ms < 0 OR p_key_window_ms > 31536000000 THEN
         RAISE EXCEPTION 'key_window_ms must be between 0 and 31536000000 (a year), got %', p_key_window_ms
             USING ERRCODE = '22023';
+    END IF;
+    IF p_rate_limit < 0 OR p_rate_limit > 1000000 THEN
+        RAISE EXCEPTION 'rate_limit must be between 1 and 1000000 messages a second (0 = none), got %', p_rate_limit
+            USING ERRCODE = '22023';
+    END IF;
+END;
+$$;
+
+-- The rate-limit sequence of a queue: pgqueue.queue_rate_<id & 63> (a queue with a rate limit has
+-- it to itself: queue_create and queue_alter refuse a second rate-limited queue on a stripe). One
+-- regclass constant per sequence, as in pgqueue._lock_stripe.
+CREATE FUNCTION pgqueue._rate_seq(p_queue_id integer)
+RETURNS regclass
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN (ARRAY[
+    'pgqueue.queue_rate_0'::regclass, 'pgqueue.queue_rate_1'::regclass,
+    'pgqueue.queue_rate_2'::regclass, 'pgqueue.queue_rate_3'::regclass,
+    'pgqueue.queue_rate_4'::regclass, 'pgqueue.queue_rate_5'::regclass,
+    'pgqueue.queue_rate_6'::regclass, 'pgqueue.queue_rate_7'::regclass,
+    'pgqueue.queue_rate_8'::regclass, 'pgqueue.queue_rate_9'::regclass,
+    'pgqueue.queue_rate_10'::regclass, 'pgqueue.queue_rate_11'::regclass,
+    'pgqueue.queue_rate_12'::regclass, 'pgqueue.queue_rate_13'::regclass,
+    'pgqueue.queue_rate_14'::regclass, 'pgqueue.queue_rate_15'::regclass,
+    'pgqueue.queue_rate_16'::regclass, 'pgqueue.queue_rate_17'::regclass,
+    'pgqueue.queue_rate_18'::regclass, 'pgqueue.queue_rate_19'::regclass,
+    'pgqueue.queue_rate_20'::regclass, 'pgqueue.queue_rate_21'::regclass,
+    'pgqueue.queue_rate_22'::regclass, 'pgqueue.queue_rate_23'::regclass,
+    'pgqueue.queue_rate_24'::regclass, 'pgqueue.queue_rate_25'::regclass,
+    'pgqueue.queue_rate_26'::regclass, 'pgqueue.queue_rate_27'::regclass,
+    'pgqueue.queue_rate_28'::regclass, 'pgqueue.queue_rate_29'::regclass,
+    'pgqueue.queue_rate_30'::regclass, 'pgqueue.queue_rate_31'::regclass,
+    'pgqueue.queue_rate_32'::regclass, 'pgqueue.queue_rate_33'::regclass,
+    'pgqueue.queue_rate_34'::regclass, 'pgqueue.queue_rate_35'::regclass,
+    'pgqueue.queue_rate_36'::regclass, 'pgqueue.queue_rate_37'::regclass,
+    'pgqueue.queue_rate_38'::regclass, 'pgqueue.queue_rate_39'::regclass,
+    'pgqueue.queue_rate_40'::regclass, 'pgqueue.queue_rate_41'::regclass,
+    'pgqueue.queue_rate_42'::regclass, 'pgqueue.queue_rate_43'::regclass,
+    'pgqueue.queue_rate_44'::regclass, 'pgqueue.queue_rate_45'::regclass,
+    'pgqueue.queue_rate_46'::regclass, 'pgqueue.queue_rate_47'::regclass,
+    'pgqueue.queue_rate_48'::regclass, 'pgqueue.queue_rate_49'::regclass,
+    'pgqueue.queue_rate_50'::regclass, 'pgqueue.queue_rate_51'::regclass,
+    'pgqueue.queue_rate_52'::regclass, 'pgqueue.queue_rate_53'::regclass,
+    'pgqueue.queue_rate_54'::regclass, 'pgqueue.queue_rate_55'::regclass,
+    'pgqueue.queue_rate_56'::regclass, 'pgqueue.queue_rate_57'::regclass,
+    'pgqueue.queue_rate_58'::regclass, 'pgqueue.queue_rate_59'::regclass,
+    'pgqueue.queue_rate_60'::regclass, 'pgqueue.queue_rate_61'::regclass,
+    'pgqueue.queue_rate_62'::regclass, 'pgqueue.queue_rate_63'::regclass])[(p_queue_id & 63) + 1];
+
+COMMENT ON FUNCTION pgqueue._rate_seq(integer) IS
+    'pgqueue internal: the rate-limit sequence of a queue (pgqueue.queue_rate_<id & 63>)';
+
+-- How many of p_limit messages a rate-limited queue (p_rate messages a second) may hand out now:
+-- the slots that are due and not taken, read from the queue's rate sequence without changing it
+-- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
+-- for a while may catch up by at most a twentieth of a second's slots (one at least).
+CREATE FUNCTION pgqueue._rate_room(p_queue_id integer, p_rate integer, p_limit integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_slot bigint := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
+    v_last bigint := pg_sequence_last_value(pgqueue._rate_seq(p_queue_id));
+BEGIN
+    RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._rate_room(integer, integer, integer) IS
+    'pgqueue internal: how many messages a rate-limited queue may hand out now (due slots not taken)';
+
+-- Take p_n slots of a rate-limited queue's sequence for the messages just handed out: nextval per
+-- message, or, when the queue was idle and its last slot lies more than the catch-up allowance
+-- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
+-- due slots take more slots than were due; the sequence then runs ahead of the clock and the
+-- next calls wait until it is due, so over time no more than p_rate a second are handed out.
+CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_seq   regclass := pgqueue._rate_seq(p_queue_id);
+    v_floor bigint;
+BEGIN
+    IF p_n > 0 THEN
+        v_floor := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1);
+        IF coalesce(pg_sequence_last_value(v_seq) < v_floor, true) THEN
+            PERFORM setval(v_seq, v_floor + p_n);
+        ELSE
+            PERFORM nextval(v_seq) FROM generate_series(1, p_n);
+        END IF;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._rate_take(integer, integer, integer) IS
+    'pgqueue internal: take the rate-limit slots of p_n messages handed out';
+
+-- Refuse a rate limit on a queue whose rate sequence (pgqueue._rate_seq: id & 63) another
+-- rate-limited queue uses already (22023): possible only once there are more than 64 queues.
+CREATE FUNCTION pgqueue._rate_check(p_queue_id integer, p_queue text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_other text;
+BEGIN
+    SELECT q.name INTO v_other FROM pgqueue.queue q
+     WHERE q.id <> p_queue_id AND q.id & 63 = p_queue_id & 63 AND q.rate_limit IS NOT NULL
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queue "%" cannot have a rate limit: queue "%" has one on the same stripe (id & 63)', p_queue, v_other
+            USING ERRCODE = '22023',
+                  HINT = 'Rate-limit at most one queue of each stripe of 64; drop the other''s limit or recreate the queue.';
     END IF;
 END;
 $$;

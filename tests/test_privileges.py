@@ -141,6 +141,11 @@ def test_groups_and_keys_need_no_more_than_the_recipes(roles: Roles) -> None:
     # within the window the completed key still answers with its old id
     assert run(p, "SELECT pgqueue.message_create('grp', 'late', p_key => 'k1')") == [(first,)]
     denied(p, "DELETE FROM pgqueue.message_key")
+    # a rate-limited queue: the consumer takes its slots (nextval, setval) with the recipe's grants
+    with psycopg.connect(roles.dsn(roles.admin), autocommit=True) as admin:
+        admin.execute("SELECT pgqueue.queue_create('slow', p_rate_limit => 1000)")
+    run(p, "SELECT pgqueue.message_create_batch('slow', ARRAY['1', '2', '3']::bytea[])")
+    assert len(run(c, "SELECT id FROM pgqueue.message_dequeue('slow', 1, 0)")) == 1
     # a role granted nothing cannot hold a group's lock (it is no advisory lock)
     denied(roles.dsn(roles.nobody), "SELECT pgqueue._message_group_lock(1, 'a')")
     denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.message_group_lock FOR UPDATE")

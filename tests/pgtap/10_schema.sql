@@ -13,6 +13,7 @@ SELECT views_are('pgqueue', ARRAY['dead_letters'], 'the views of schema pgqueue'
 SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_claim_id_seq', 'spark_consumer_id_seq',
                                       'schedule_id_seq']
                                 || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g)
+                                || ARRAY(SELECT 'queue_rate_' || g FROM generate_series(0, 63) g)
                                 || ARRAY(SELECT 'counter_' || k || '_' || g
                                            FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed',
                                                              'dead', 'expired', 'enqueued32', 'delivered32',
@@ -51,6 +52,7 @@ SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text F
                         ('pgqueue.schedule', 'schedule_missed_check', 'c'),
                         ('pgqueue.queue', 'queue_group_concurrency_check', 'c'),
                         ('pgqueue.queue', 'queue_key_window_check', 'c'),
+                        ('pgqueue.queue', 'queue_rate_limit_check', 'c'),
                         ('pgqueue.message_key', 'message_key_pkey', 'p'),
                         ('pgqueue.message_group_lock', 'message_group_lock_pkey', 'p') $$,
               'the named constraints (relation, name, kind)');
@@ -120,8 +122,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.message_heartbeat(bigint,integer,bigint)', 'v', false),
                         ('pgqueue.now_ms()', 'v', false),
                         ('pgqueue.priority_dequeue_at(integer)', 'i', true),
-                        ('pgqueue.queue_alter(text,bigint,integer,bigint,bigint,bigint,boolean,integer,bigint)', 'v', false),
-                        ('pgqueue.queue_create(text,bigint,integer,bigint,bigint,bigint,boolean,boolean,integer,bigint)', 'v', false),
+                        ('pgqueue.queue_alter(text,bigint,integer,bigint,bigint,bigint,boolean,integer,bigint,integer)', 'v', false),
+                        ('pgqueue.queue_create(text,bigint,integer,bigint,bigint,bigint,boolean,boolean,integer,bigint,integer)', 'v', false),
                         ('pgqueue.queue_counters(text)', 's', false),
                         ('pgqueue.queue_drop(text)', 'v', false),
                         ('pgqueue.queue_list()', 's', false),
@@ -188,7 +190,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)', 'pgqueue._dead_letter(bigint,text,bigint)',
-                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)',
+                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)',
                     'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
                     'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue.from_epoch(bigint)',

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(339);
+SELECT plan(342);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -344,6 +344,12 @@ SELECT throws_ok($$ SELECT pgqueue.queue_alter('grp', p_group_concurrency => -1)
                  'group_concurrency must be >= 0 (0 = no limit), got -1', 'queue_alter: negative group_concurrency');
 SELECT throws_ok($$ SELECT pgqueue.queue_alter('grp', p_key_window_ms => -5) $$, '22023',
                  'key_window_ms must be between 0 and 31536000000 (a year), got -5', 'queue_alter: negative key window');
+SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_rate_limit => -1) $$, '22023',
+                 'rate_limit must be between 1 and 1000000 messages a second (0 = none), got -1', 'queue_create: negative rate limit');
+SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_rate_limit => 1000001) $$, '22023',
+                 'rate_limit must be between 1 and 1000000 messages a second (0 = none), got 1000001', 'queue_create: rate limit too high');
+SELECT throws_ok($$ SELECT pgqueue.queue_alter('q', p_rate_limit => -5) $$, '22023',
+                 'rate_limit must be between 1 and 1000000 messages a second (0 = none), got -5', 'queue_alter: negative rate limit');
 SELECT throws_ok($$ SELECT pgqueue.spark_claim('grp', 'etl', 10) $$, '0A000',
                  'queue "grp" has message groups, which Spark streams do not read yet',
                  'spark_claim: a queue with message groups');

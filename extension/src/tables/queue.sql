@@ -13,6 +13,7 @@ CREATE TABLE pgqueue.queue (
     created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     group_concurrency integer,
     key_window_ms bigint      NOT NULL DEFAULT 0,
+    rate_limit    integer,
     CONSTRAINT queue_pkey PRIMARY KEY (id),
     CONSTRAINT queue_name_key UNIQUE (name),
     CONSTRAINT queue_name_check CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$'),
@@ -21,12 +22,15 @@ CREATE TABLE pgqueue.queue (
     CONSTRAINT queue_retry_check CHECK (retry_base_ms >= 0 AND retry_cap_ms >= retry_base_ms),
     CONSTRAINT queue_max_size_check CHECK (max_size IS NULL OR max_size > 0),
     CONSTRAINT queue_group_concurrency_check CHECK (group_concurrency IS NULL OR group_concurrency >= 0),
-    CONSTRAINT queue_key_window_check CHECK (key_window_ms >= 0)
+    CONSTRAINT queue_key_window_check CHECK (key_window_ms >= 0),
+    CONSTRAINT queue_rate_limit_check CHECK (rate_limit IS NULL OR rate_limit > 0)
 );
 ALTER SEQUENCE pgqueue.queue_id_seq OWNED BY pgqueue.queue.id;
 
 COMMENT ON TABLE pgqueue.queue IS 'pgqueue: one row per queue with its settings; change it with queue_create/queue_alter/queue_drop';
 COMMENT ON COLUMN pgqueue.queue.group_concurrency IS
     'NULL: no message groups; else messages are served by group in turn, at most this many of a group in flight (0: no limit)';
+COMMENT ON COLUMN pgqueue.queue.rate_limit IS
+    'at most this many messages handed out a second by message_dequeue, all consumers together (NULL: no limit)';
 COMMENT ON COLUMN pgqueue.queue.key_window_ms IS
     'how long (ms) an idempotency key stays taken after its message was completed or delivered (0: only while it is live)';

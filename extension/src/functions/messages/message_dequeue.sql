@@ -20,10 +20,13 @@ DECLARE
     v_delivered    regclass;
     v_expired      regclass;
     v_groups       integer;
+    v_rate         integer;
+    v_limit        integer := p_limit;
+    v_n            integer;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
-           pgqueue._queue_lock(q.id), q.group_concurrency
-      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups
+           pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups, v_rate
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
@@ -38,12 +41,25 @@ BEGIN
     IF v_lock_ms < 0 OR v_lock_ms > 31536000000 THEN
         PERFORM pgqueue._check_lock_ms(v_lock_ms, true);  -- raises
     END IF;
+    IF v_rate IS NOT NULL THEN  -- a rate limit: only the slots that are due (issue 14)
+        v_limit := pgqueue._rate_room(v_queue_id, v_rate, p_limit);
+        IF v_limit = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
     IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
         RETURN QUERY
-        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, p_limit, v_lock_ms, v_max_attempts, v_groups);
+        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, v_limit, v_lock_ms, v_max_attempts, v_groups);
+        IF v_rate IS NOT NULL THEN
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
+        END IF;
         RETURN;
     END IF;
-    v_ids := pgqueue._message_take(v_queue_id, p_limit, v_now, v_max_attempts, NULL);
+    v_ids := pgqueue._message_take(v_queue_id, v_limit, v_now, v_max_attempts, NULL);
+    IF v_rate IS NOT NULL THEN
+        PERFORM pgqueue._rate_take(v_queue_id, v_rate, cardinality(v_ids));
+    END IF;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
     END IF;

@@ -8,7 +8,8 @@ CREATE FUNCTION pgqueue.queue_alter(
     p_max_size      bigint  DEFAULT NULL,
     p_notify        boolean DEFAULT NULL,
     p_group_concurrency integer DEFAULT NULL,
-    p_key_window_ms bigint  DEFAULT NULL)
+    p_key_window_ms bigint  DEFAULT NULL,
+    p_rate_limit    integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -35,7 +36,10 @@ BEGIN
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
         coalesce(p_retry_base_ms, v_queue.retry_base_ms),
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
-    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
+    IF p_rate_limit > 0 THEN
+        PERFORM pgqueue._rate_check(v_queue.id, p_queue);
+    END IF;
     IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
         RAISE EXCEPTION 'queue "%" has no message groups', p_queue
             USING ERRCODE = '22023',
@@ -51,7 +55,8 @@ BEGIN
                                 ELSE nullif(p_max_size, 0) END,
            notify        = coalesce(p_notify, q.notify),
            group_concurrency = coalesce(p_group_concurrency, q.group_concurrency),
-           key_window_ms = coalesce(p_key_window_ms, q.key_window_ms)
+           key_window_ms = coalesce(p_key_window_ms, q.key_window_ms),
+           rate_limit    = CASE WHEN p_rate_limit IS NULL THEN q.rate_limit ELSE nullif(p_rate_limit, 0) END
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
@@ -59,5 +64,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean, integer, bigint) IS
-    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded (or group_concurrency unlimited, on a queue with groups)';
+COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean, integer, bigint, integer) IS
+    'Change a queue''s settings; NULL keeps a setting, 0 makes max_attempts unlimited or max_size unbounded (or group_concurrency unlimited, on a queue with groups, or removes the rate_limit)';

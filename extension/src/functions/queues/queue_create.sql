@@ -9,7 +9,8 @@ CREATE FUNCTION pgqueue.queue_create(
     p_notify        boolean DEFAULT false,
     p_if_not_exists boolean DEFAULT false,
     p_group_concurrency integer DEFAULT NULL,
-    p_key_window_ms bigint  DEFAULT 0)
+    p_key_window_ms bigint  DEFAULT 0,
+    p_rate_limit    integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -29,7 +30,7 @@ BEGIN
     PERFORM pgqueue._check_queue_options(p_lock_ms, p_max_attempts, p_retry_base_ms,
                                          p_retry_cap_ms, p_max_size);
     PERFORM pgqueue._not_null(p_key_window_ms IS NULL, 'key_window_ms'::text);
-    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
@@ -51,10 +52,11 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
-                                   max_size, notify, group_concurrency, key_window_ms)
+                                   max_size, notify, group_concurrency, key_window_ms, rate_limit)
         VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
                 nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
-                p_notify, p_group_concurrency, p_key_window_ms);
+                p_notify, p_group_concurrency, p_key_window_ms, nullif(p_rate_limit, 0))
+        RETURNING id INTO v_id;
     EXCEPTION WHEN unique_violation THEN
         IF p_if_not_exists THEN
             RETURN;
@@ -63,8 +65,11 @@ BEGIN
             USING ERRCODE = 'PQ002',
                   HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
     END;
+    IF p_rate_limit > 0 THEN
+        PERFORM pgqueue._rate_check(v_id, p_queue);
+    END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint) IS
-    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify, group_concurrency (NULL = no message groups, 0 = groups without a limit), key_window_ms';
+COMMENT ON FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean, integer, bigint, integer) IS
+    'Create a queue: lease lock_ms, max_attempts (NULL/0 = unlimited), retry back-off base and cap (ms), max_size (NULL/0 = unbounded), notify, group_concurrency (NULL = no message groups, 0 = groups without a limit), key_window_ms, rate_limit (messages a second, NULL/0 = none)';

@@ -1,0 +1,27 @@
+-- Take p_n slots of a rate-limited queue's sequence for the messages just handed out: nextval per
+-- message, or, when the queue was idle and its last slot lies more than the catch-up allowance
+-- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
+-- due slots take more slots than were due; the sequence then runs ahead of the clock and the
+-- next calls wait until it is due, so over time no more than p_rate a second are handed out.
+CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_seq   regclass := pgqueue._rate_seq(p_queue_id);
+    v_floor bigint;
+BEGIN
+    IF p_n > 0 THEN
+        v_floor := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1);
+        IF coalesce(pg_sequence_last_value(v_seq) < v_floor, true) THEN
+            PERFORM setval(v_seq, v_floor + p_n);
+        ELSE
+            PERFORM nextval(v_seq) FROM generate_series(1, p_n);
+        END IF;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._rate_take(integer, integer, integer) IS
+    'pgqueue internal: take the rate-limit slots of p_n messages handed out';

@@ -1,0 +1,81 @@
+"""Per-queue rate limit (issue 14): at most rate_limit messages a second handed out by
+message_dequeue, all consumers together, kept in a sequence (no row that every dequeue updates).
+Concurrent consumers pulling as fast as they can get the rate, within the catch-up allowance (a
+twentieth of a second's messages) and one call's worth per consumer of overshoot."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+RATE = 100
+SECONDS = 3.0
+CONSUMERS = 4
+LIMIT = 5
+
+
+def drain(dsn: str, queue: str, until: float, counts: list[int], lock_ms: int | None) -> None:
+    n = 0
+    with psycopg.connect(dsn, autocommit=True) as c:
+        while time.monotonic() < until:
+            n += len(c.execute("SELECT id FROM pgqueue.message_dequeue(%s, %s, %s)", (queue, LIMIT, lock_ms)).fetchall())
+    counts.append(n)
+
+
+def run_consumers(dsn: str, queue: str, lock_ms: int | None) -> tuple[int, float]:
+    counts: list[int] = []
+    start = time.monotonic()
+    until = start + SECONDS
+    threads = [threading.Thread(target=drain, args=(dsn, queue, until, counts, lock_ms)) for _ in range(CONSUMERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts), time.monotonic() - start
+
+
+def check_rate(got: int, elapsed: float) -> None:
+    expected = RATE * elapsed
+    slack = max(RATE // 20, 1) + CONSUMERS * LIMIT
+    assert 0.9 * expected <= got <= 1.05 * expected + slack, (got, expected)
+
+
+def test_consumers_together_get_the_rate(conn: psycopg.Connection[Any], dsn: str) -> None:
+    conn.execute("SELECT pgqueue.queue_create('r', p_rate_limit => %s)", (RATE,))
+    conn.execute("SELECT pgqueue.message_create_batch('r', array_fill('x'::bytea, ARRAY[5000]))")
+    got, elapsed = run_consumers(dsn, "r", 0)
+    check_rate(got, elapsed)
+    # leases count as handed out too; the limit removed, the rest comes at once
+    got, elapsed = run_consumers(dsn, "r", 60000)
+    check_rate(got, elapsed)
+    conn.execute("SELECT pgqueue.queue_alter('r', p_rate_limit => 0)")
+    rows = conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('r', 10000, 0)").fetchone()
+    assert rows is not None and rows[0] > 4000
+
+
+def test_a_grouped_queue_is_limited_too(conn: psycopg.Connection[Any], dsn: str) -> None:
+    conn.execute("SELECT pgqueue.queue_create('rg', p_rate_limit => %s, p_group_concurrency => 0)", (RATE,))
+    conn.execute("SELECT pgqueue.message_create_batch('rg', array_fill('x'::bytea, ARRAY[3000]), "
+                 "p_groups => ARRAY(SELECT 'g' || (i % 50) FROM generate_series(1, 3000) i))")
+    got, elapsed = run_consumers(dsn, "rg", 0)
+    check_rate(got, elapsed)
+
+
+def test_an_empty_poll_takes_no_slot_and_no_xid(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SELECT pgqueue.queue_create('re', p_rate_limit => 10)")
+    with conn.transaction():
+        assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('re', 10)").fetchone() == (0,)
+        assert conn.execute("SELECT pg_current_xact_id_if_assigned() IS NULL").fetchone() == (True,)
+    # a second rate-limited queue on the same stripe (id & 63) is refused
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 're'").fetchone()
+    assert qid is not None
+    conn.execute("INSERT INTO pgqueue.queue (id, name) VALUES (%s, 'twin')", (int(qid[0]) + 64,))  # type: ignore[call-overload]
+    try:
+        conn.execute("SELECT pgqueue.queue_alter('twin', p_rate_limit => 5)")
+    except psycopg.Error as e:
+        assert e.sqlstate == "22023"
+    else:
+        raise AssertionError("a second rate-limited queue on one stripe was accepted")
