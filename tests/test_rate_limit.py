@@ -64,6 +64,16 @@ def test_a_grouped_queue_is_limited_too(conn: psycopg.Connection[Any], dsn: str)
     check_rate(got, elapsed)
 
 
+def test_next_due_waits_for_the_next_slot(conn: psycopg.Connection[Any]) -> None:
+    """A worker sleeps until queue_next_due: on a rate-limited queue that is the next slot, so an
+    idle worker does not poll while the limit holds the messages back."""
+    conn.execute("SELECT pgqueue.queue_create('rn', p_rate_limit => 1)")
+    conn.execute("SELECT pgqueue.message_create_batch('rn', ARRAY['a', 'b', 'c']::bytea[])")
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('rn', 10, 0)").fetchone() == (1,)
+    row = conn.execute("SELECT pgqueue.queue_next_due('rn') - pgqueue.now_ms()").fetchone()
+    assert row is not None and 0 < int(row[0]) <= 1000  # type: ignore[call-overload]
+
+
 def test_an_empty_poll_takes_no_slot_and_no_xid(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pgqueue.queue_create('re', p_rate_limit => 10)")
     with conn.transaction():

@@ -121,6 +121,25 @@ def check_bool(name: str, value: object, *, allow_none: bool = True) -> bool | N
     return value
 
 
+def check_str(name: str, value: object) -> str | None:
+    """Return ``value`` if it is a str or None, else raise InvalidArgument."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a str or None, got {value!r}")
+    return value
+
+
+def _per_message(name: str, values: Iterable[str | None] | None, n: int) -> list[str | None] | None:
+    """One group or key per message (or None for none at all), as many as the payloads."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)):
+        raise InvalidArgument(f"{name} must be an iterable with one value per payload, not a single str")
+    out = [check_str(name, v) for v in values]
+    if len(out) != n:
+        raise InvalidArgument(f"{name} has {len(out)} values for {n} payloads")
+    return out
+
+
 def delay_to_ms(delay: Delay) -> int:
     """Return a delay in whole milliseconds (rounded).
 
@@ -419,20 +438,25 @@ def _none(rows: list[Row]) -> None:
 
 
 def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When | None = None,
-            priority: int | None = None, task: str | None = None) -> Call[int]:
-    """Return the call that enqueues one payload (naming ``task``, if given); its result is the id."""
+            priority: int | None = None, task: str | None = None, group: str | None = None,
+            key: str | None = None) -> Call[int]:
+    """Return the call that enqueues one payload (naming ``task``, if given, in message group
+    ``group`` with idempotency key ``key``); its result is the id."""
     content, content_type = codec.encode(payload)
     content_type = codec.with_task(content_type, task)
     return Call(
         _sql.ENQUEUE,
         {"queue": queue, "content": content, "content_type": content_type,
+         "group": check_str("group", group), "key": check_str("key", key),
          **schedule(delay, at, priority).params()},
         _int,
     )
 
 
 def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None = None,
-                 at: When | None = None, priority: int | None = None, task: str | None = None) -> Call[list[int]]:
+                 at: When | None = None, priority: int | None = None, task: str | None = None,
+                 groups: Iterable[str | None] | None = None,
+                 keys: Iterable[str | None] | None = None) -> Call[list[int]]:
     """Return the call that enqueues many payloads in one statement; its result is their ids in order."""
     plan = schedule(delay, at, priority)
     if isinstance(payloads, (str, bytes, bytearray, memoryview)):
@@ -441,6 +465,7 @@ def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None 
     return Call(
         _sql.ENQUEUE_MANY,
         {"queue": queue, "contents": [c for c, _ in encoded], "content_types": [t for _, t in encoded],
+         "groups": _per_message("groups", groups, len(encoded)), "keys": _per_message("keys", keys, len(encoded)),
          **plan.params()},
         lambda rows: [int(r[0]) for r in rows],
     )
@@ -563,7 +588,8 @@ def cancel(queue: str, ids: Sequence[int]) -> Call[list[Pending]]:
 
 def create(queue: str, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,
            retry_cap_ms: int = 3600000, max_size: int | None = None, notify: bool = False,
-           if_not_exists: bool = False) -> Call[None]:
+           if_not_exists: bool = False, group_concurrency: int | None = None, key_window_ms: int = 0,
+           rate_limit: int | None = None) -> Call[None]:
     """Return the call that creates a queue."""
     params = {
         "queue": queue,
@@ -574,13 +600,17 @@ def create(queue: str, *, lock_ms: int = 30000, max_attempts: int | None = None,
         "max_size": check_int("max_size", max_size),
         "notify": check_bool("notify", notify, allow_none=False),
         "if_not_exists": check_bool("if_not_exists", if_not_exists, allow_none=False),
+        "group_concurrency": check_int("group_concurrency", group_concurrency),
+        "key_window_ms": check_int("key_window_ms", key_window_ms, allow_none=False),
+        "rate_limit": check_int("rate_limit", rate_limit),
     }
     return Call(_sql.QUEUE_CREATE, params, _none)
 
 
 def alter(queue: str, *, lock_ms: int | None = None, max_attempts: int | None = None,
           retry_base_ms: int | None = None, retry_cap_ms: int | None = None, max_size: int | None = None,
-          notify: bool | None = None) -> Call[None]:
+          notify: bool | None = None, group_concurrency: int | None = None, key_window_ms: int | None = None,
+          rate_limit: int | None = None) -> Call[None]:
     """Return the call that changes a queue's settings (None keeps a setting)."""
     params = {
         "queue": queue,
@@ -590,6 +620,9 @@ def alter(queue: str, *, lock_ms: int | None = None, max_attempts: int | None = 
         "retry_cap_ms": check_int("retry_cap_ms", retry_cap_ms),
         "max_size": check_int("max_size", max_size),
         "notify": check_bool("notify", notify),
+        "group_concurrency": check_int("group_concurrency", group_concurrency),
+        "key_window_ms": check_int("key_window_ms", key_window_ms),
+        "rate_limit": check_int("rate_limit", rate_limit),
     }
     return Call(_sql.QUEUE_ALTER, params, _none)
 

@@ -22,14 +22,14 @@ from psycopg import sql
 ENQUEUE: Final[LiteralString] = (
     "SELECT pgqueue.message_create(%(queue)s::text, %(content)s::bytea, "
     "coalesce(%(dequeue_at)s::bigint, pgqueue.now_ms() + %(delay_ms)s::bigint), "
-    "%(content_type)s::text)"
+    "%(content_type)s::text, %(group)s::text, %(key)s::text)"
 )
 
 ENQUEUE_MANY: Final[LiteralString] = (
     "SELECT b.id FROM pgqueue.message_create_batch("
     "p_queue => %(queue)s::text, p_contents => %(contents)s::bytea[], "
     "p_dequeue_at => coalesce(%(dequeue_at)s::bigint, pgqueue.now_ms() + %(delay_ms)s::bigint), "
-    "p_content_types => %(content_types)s::text[]"
+    "p_content_types => %(content_types)s::text[], p_groups => %(groups)s::text[], p_keys => %(keys)s::text[]"
     ") WITH ORDINALITY AS b(id, n) ORDER BY b.n"
 )
 
@@ -102,14 +102,17 @@ QUEUE_CREATE: Final[LiteralString] = (
     "SELECT pgqueue.queue_create(p_queue => %(queue)s::text, p_lock_ms => %(lock_ms)s::bigint, "
     "p_max_attempts => %(max_attempts)s::integer, p_retry_base_ms => %(retry_base_ms)s::bigint, "
     "p_retry_cap_ms => %(retry_cap_ms)s::bigint, p_max_size => %(max_size)s::bigint, "
-    "p_notify => %(notify)s::boolean, p_if_not_exists => %(if_not_exists)s::boolean)"
+    "p_notify => %(notify)s::boolean, p_if_not_exists => %(if_not_exists)s::boolean, "
+    "p_group_concurrency => %(group_concurrency)s::integer, p_key_window_ms => %(key_window_ms)s::bigint, "
+    "p_rate_limit => %(rate_limit)s::integer)"
 )
 
 QUEUE_ALTER: Final[LiteralString] = (
     "SELECT pgqueue.queue_alter(p_queue => %(queue)s::text, p_lock_ms => %(lock_ms)s::bigint, "
     "p_max_attempts => %(max_attempts)s::integer, p_retry_base_ms => %(retry_base_ms)s::bigint, "
     "p_retry_cap_ms => %(retry_cap_ms)s::bigint, p_max_size => %(max_size)s::bigint, "
-    "p_notify => %(notify)s::boolean)"
+    "p_notify => %(notify)s::boolean, p_group_concurrency => %(group_concurrency)s::integer, "
+    "p_key_window_ms => %(key_window_ms)s::bigint, p_rate_limit => %(rate_limit)s::integer)"
 )
 
 QUEUE_DROP: Final[LiteralString] = "SELECT pgqueue.queue_drop(%(queue)s::text)"

@@ -207,17 +207,21 @@ class AsyncQueue:
     # -- producing ---------------------------------------------------------------------
 
     async def enqueue(self, payload: object, *, delay: Delay | None = None, at: When | None = None,
-                      priority: int | None = None, task: str | None = None) -> int:
+                      priority: int | None = None, task: str | None = None, group: str | None = None,
+                      key: str | None = None) -> int:
         """Enqueue one message and return its id (see :meth:`pgqueue.Queue.enqueue`)."""
         return await self._connector.run(
-            _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task))
+            _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task,
+                          group=group, key=key))
 
     async def enqueue_many(self, payloads: Iterable[object], *, delay: Delay | None = None,
                            at: When | None = None, priority: int | None = None,
-                           task: str | None = None) -> list[int]:
+                           task: str | None = None, groups: Iterable[str | None] | None = None,
+                           keys: Iterable[str | None] | None = None) -> list[int]:
         """Enqueue many messages in one statement and return their ids (see :meth:`pgqueue.Queue.enqueue_many`)."""
         return await self._connector.run(
-            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task))
+            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task,
+                               groups=groups, keys=keys))
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -330,19 +334,24 @@ class AsyncQueue:
 
     async def create(self, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,
                      retry_cap_ms: int = 3600000, max_size: int | None = None, notify: bool = False,
-                     if_not_exists: bool = False) -> None:
+                     if_not_exists: bool = False, group_concurrency: int | None = None,
+                     key_window_ms: int = 0, rate_limit: int | None = None) -> None:
         """Create the queue (see :meth:`pgqueue.Queue.create`)."""
         await self._connector.run(_core.create(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
-            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify, if_not_exists=if_not_exists))
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify, if_not_exists=if_not_exists,
+            group_concurrency=group_concurrency, key_window_ms=key_window_ms, rate_limit=rate_limit))
 
     async def alter(self, *, lock_ms: int | None = None, max_attempts: int | None = None,
                     retry_base_ms: int | None = None, retry_cap_ms: int | None = None,
-                    max_size: int | None = None, notify: bool | None = None) -> None:
+                    max_size: int | None = None, notify: bool | None = None,
+                    group_concurrency: int | None = None, key_window_ms: int | None = None,
+                    rate_limit: int | None = None) -> None:
         """Change the queue's settings; None keeps a setting (see :meth:`pgqueue.Queue.alter`)."""
         await self._connector.run(_core.alter(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
-            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify))
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify,
+            group_concurrency=group_concurrency, key_window_ms=key_window_ms, rate_limit=rate_limit))
 
     async def drop(self) -> bool:
         """Drop the queue with its messages and dead letters; False if it did not exist."""

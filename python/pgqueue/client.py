@@ -219,7 +219,8 @@ class Queue:
     # -- producing ---------------------------------------------------------------------
 
     def enqueue(self, payload: object, *, delay: Delay | None = None, at: When | None = None,
-                priority: int | None = None, task: str | None = None) -> int:
+                priority: int | None = None, task: str | None = None, group: str | None = None,
+                key: str | None = None) -> int:
         """Enqueue one message and return its id.
 
         Parameters:
@@ -232,24 +233,34 @@ class Queue:
                 At most one of delay, at and priority.
             task: the task of a :class:`pgqueue.Tasks` registry that is to handle it (kept in
                 the content type as ``; task=<name>``).
+            group: its message group, on a queue created with ``group_concurrency`` (1 to 200
+                characters): in order within the group, groups served in turn.
+            key: an idempotency key (1 to 200 characters): while a message with this key is in
+                the queue (or within the queue's ``key_window_ms`` after it left), its id is
+                returned and nothing is enqueued.
 
         Raises:
             QueueNotFound, QueueFull, InvalidQueueName, UnsupportedPayload, InvalidArgument.
         """
         return self._connector.run(
-            _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task))
+            _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task,
+                          group=group, key=key))
 
     def enqueue_many(self, payloads: Iterable[object], *, delay: Delay | None = None, at: When | None = None,
-                     priority: int | None = None, task: str | None = None) -> list[int]:
+                     priority: int | None = None, task: str | None = None,
+                     groups: Iterable[str | None] | None = None,
+                     keys: Iterable[str | None] | None = None) -> list[int]:
         """Enqueue many messages in one statement (all or none) and return their ids in order.
 
-        Parameters are those of :meth:`enqueue`; delay, at, priority or task apply to every message.
+        Parameters are those of :meth:`enqueue`; delay, at, priority or task apply to every message,
+        ``groups`` and ``keys`` give one group and one idempotency key (or None) per payload.
 
         Raises:
             QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload.
         """
         return self._connector.run(
-            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task))
+            _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task,
+                               groups=groups, keys=keys))
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -462,7 +473,8 @@ class Queue:
 
     def create(self, *, lock_ms: int = 30000, max_attempts: int | None = None, retry_base_ms: int = 1000,
                retry_cap_ms: int = 3600000, max_size: int | None = None, notify: bool = False,
-               if_not_exists: bool = False) -> None:
+               if_not_exists: bool = False, group_concurrency: int | None = None, key_window_ms: int = 0,
+               rate_limit: int | None = None) -> None:
         """Create the queue.
 
         Parameters:
@@ -472,25 +484,33 @@ class Queue:
             max_size: the most live messages accepted (None or 0: unbounded).
             notify: send NOTIFY on channel ``pgqueue.<name>`` when messages arrive.
             if_not_exists: do nothing if the queue exists already.
+            group_concurrency: message groups: at most this many of a group in flight (0: no
+                limit); None: no groups (chosen here, for good).
+            key_window_ms: how long an idempotency key stays taken after its message left.
+            rate_limit: the most messages handed out a second, all consumers together.
 
         Raises:
             QueueExists, InvalidQueueName, InvalidArgument.
         """
         self._connector.run(_core.create(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
-            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify, if_not_exists=if_not_exists))
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify, if_not_exists=if_not_exists,
+            group_concurrency=group_concurrency, key_window_ms=key_window_ms, rate_limit=rate_limit))
 
     def alter(self, *, lock_ms: int | None = None, max_attempts: int | None = None,
               retry_base_ms: int | None = None, retry_cap_ms: int | None = None, max_size: int | None = None,
-              notify: bool | None = None) -> None:
-        """Change the queue's settings; None keeps a setting, 0 makes max_attempts/max_size unlimited.
+              notify: bool | None = None, group_concurrency: int | None = None, key_window_ms: int | None = None,
+              rate_limit: int | None = None) -> None:
+        """Change the queue's settings; None keeps a setting, 0 makes max_attempts/max_size unlimited
+        (and group_concurrency unlimited, or removes the rate_limit).
 
         Raises:
             QueueNotFound, InvalidArgument.
         """
         self._connector.run(_core.alter(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
-            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify))
+            retry_cap_ms=retry_cap_ms, max_size=max_size, notify=notify,
+            group_concurrency=group_concurrency, key_window_ms=key_window_ms, rate_limit=rate_limit))
 
     def drop(self) -> bool:
         """Drop the queue with its messages and dead letters; False if it did not exist.
