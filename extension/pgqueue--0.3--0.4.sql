@@ -1669,8 +1669,11 @@ BEGIN
     IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
         RETURN QUERY
         SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, v_limit, v_lock_ms, v_max_attempts, v_groups);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        IF v_n > 0 THEN
+            PERFORM pgqueue._counted_n(v_queue_id, 1, v_n);  -- delivered (queue_counters)
+        END IF;
         IF v_rate IS NOT NULL THEN
-            GET DIAGNOSTICS v_n = ROW_COUNT;
             PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
         END IF;
         RETURN;
@@ -3671,7 +3674,10 @@ $$;
 -- round handed something out, another round takes the turns just handed on, so a call hands out
 -- several messages of one group when the group's limit allows. A lease that ran out
 -- p_max_attempts times goes to the dead letters (its group's next turn follows). The caller holds
--- the queue's lock stripe and has checked the arguments. No session hints here
+-- the queue's lock stripe and has checked the arguments; message_dequeue counts the messages
+-- handed out (queue_counters), this function the expired leases among them (in the WHERE of the
+-- statement that hands them out: the rows are locked, so it is evaluated once per row; a
+-- generic plan, so _count_seq is inlined once per session). No session hints here
 -- (pgqueue._message_take has them): dead index entries are walked until vacuum removes them.
 CREATE FUNCTION pgqueue._message_dequeue_grouped(
     p_queue_id     integer,
@@ -3746,6 +3752,7 @@ BEGIN
             RETURN QUERY
             WITH d AS (
                 DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                   AND (m.locked_until IS NULL OR pgqueue._counted(p_queue_id, 5))  -- expired (queue_counters)
                 RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -3756,6 +3763,7 @@ BEGIN
                 UPDATE pgqueue.message m
                    SET locked_until = v_until, attempts = m.attempts + 1
                  WHERE m.id = ANY (v_ids)
+                   AND (m.locked_until IS NULL OR pgqueue._counted(p_queue_id, 5))  -- expired (queue_counters)
                 RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, m.locked_until)
             SELECT * FROM u ORDER BY array_position(v_ids, u.id);
@@ -3776,8 +3784,7 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_dequeue_grouped(integer, integer, bigint, integer, integer) IS
     'pgqueue internal: message_dequeue for a queue with message groups (turns served in order, at most group_concurrency in flight per group)';
 
--- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With
--- message groups, the next turn; with a rate limit, not before its next slot is due.
+-- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting.
 CREATE OR REPLACE FUNCTION pgqueue.queue_next_due(p_queue text DEFAULT 'default')
 RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -3785,35 +3792,28 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
-    v_due   bigint;
 BEGIN
     IF v_queue.group_concurrency IS NOT NULL THEN  -- message groups: the next turn
-        v_due := least(
+        RETURN least(
             (SELECT m.turn_at / 1000 FROM pgqueue.message m
               WHERE m.queue_id = v_queue.id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
               ORDER BY m.turn_at, m.id LIMIT 1),
             (SELECT m.locked_until FROM pgqueue.message m
               WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
               ORDER BY m.locked_until, m.id LIMIT 1));
-    ELSE
-        v_due := least(
-            (SELECT m.dequeue_at FROM pgqueue.message m
-              WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
-              ORDER BY m.dequeue_at, m.id LIMIT 1),
-            (SELECT m.locked_until FROM pgqueue.message m
-              WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-              ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
-    IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN  -- the next slot (pgqueue._rate_room)
-        v_due := greatest(v_due, ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
-                                      * 1000 / v_queue.rate_limit)::bigint);
-    END IF;
-    RETURN v_due;
+    RETURN least(
+        (SELECT m.dequeue_at FROM pgqueue.message m
+          WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
+          ORDER BY m.dequeue_at, m.id LIMIT 1),
+        (SELECT m.locked_until FROM pgqueue.message m
+          WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+          ORDER BY m.locked_until, m.id LIMIT 1));
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_next_due(text) IS
-    'Epoch ms at which the next message of the queue becomes deliverable (scheduled, lease expiry, the next turn of a grouped queue, the next slot of a rate limit); NULL if the queue is empty';
+    'Epoch ms at which the next message of the queue becomes deliverable (scheduled or lease expiry); NULL if the queue is empty';
 
 -- A message with an idempotency key, or one that had its group's turn, left the queue: keep its
 -- key for the queue's window and give its group the next turn (pgqueue._message_removed). Other

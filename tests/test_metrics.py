@@ -116,6 +116,18 @@ def test_expired_leases_are_counted_when_taken_back(conn: Conn) -> None:
     assert (enqueued, delivered, completed, failed, dead, expired) == (2, 4, 0, 0, 2, 4)
 
 
+def test_grouped_queues_count_deliveries_and_expired_leases(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('g', p_group_concurrency => 2)")
+    for group in ("a", "a", "b"):
+        conn.execute("SELECT pgqueue.message_create('g', 'x'::bytea, NULL, NULL, %s)", (group,))
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('g', 10, 1)").fetchall()) == 3
+    time.sleep(0.01)
+    again = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('g', 10, 60000)").fetchall()
+    assert len(again) == 3
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('g', 10)").fetchall()) == 0  # empty poll
+    assert counters(conn, "g")[:6] == (3, 6, 0, 0, 0, 3)
+
+
 def test_a_rolled_back_call_stays_counted(conn: Conn) -> None:
     conn.execute("SELECT pgqueue.queue_create('r')")
     with pytest.raises(psycopg.errors.RaiseException):

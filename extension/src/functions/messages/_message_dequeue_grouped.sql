@@ -10,7 +10,10 @@
 -- round handed something out, another round takes the turns just handed on, so a call hands out
 -- several messages of one group when the group's limit allows. A lease that ran out
 -- p_max_attempts times goes to the dead letters (its group's next turn follows). The caller holds
--- the queue's lock stripe and has checked the arguments. No session hints here
+-- the queue's lock stripe and has checked the arguments; message_dequeue counts the messages
+-- handed out (queue_counters), this function the expired leases among them (in the WHERE of the
+-- statement that hands them out: the rows are locked, so it is evaluated once per row; a
+-- generic plan, so _count_seq is inlined once per session). No session hints here
 -- (pgqueue._message_take has them): dead index entries are walked until vacuum removes them.
 CREATE FUNCTION pgqueue._message_dequeue_grouped(
     p_queue_id     integer,
@@ -85,6 +88,7 @@ BEGIN
             RETURN QUERY
             WITH d AS (
                 DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                   AND (m.locked_until IS NULL OR pgqueue._counted(p_queue_id, 5))  -- expired (queue_counters)
                 RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint AS locked_until)
             SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -95,6 +99,7 @@ BEGIN
                 UPDATE pgqueue.message m
                    SET locked_until = v_until, attempts = m.attempts + 1
                  WHERE m.id = ANY (v_ids)
+                   AND (m.locked_until IS NULL OR pgqueue._counted(p_queue_id, 5))  -- expired (queue_counters)
                 RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, m.locked_until)
             SELECT * FROM u ORDER BY array_position(v_ids, u.id);

@@ -50,8 +50,11 @@ BEGIN
     IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
         RETURN QUERY
         SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, v_limit, v_lock_ms, v_max_attempts, v_groups);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        IF v_n > 0 THEN
+            PERFORM pgqueue._counted_n(v_queue_id, 1, v_n);  -- delivered (queue_counters)
+        END IF;
         IF v_rate IS NOT NULL THEN
-            GET DIAGNOSTICS v_n = ROW_COUNT;
             PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
         END IF;
         RETURN;
