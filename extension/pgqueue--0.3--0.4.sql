@@ -3784,7 +3784,8 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_dequeue_grouped(integer, integer, bigint, integer, integer) IS
     'pgqueue internal: message_dequeue for a queue with message groups (turns served in order, at most group_concurrency in flight per group)';
 
--- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting.
+-- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With
+-- message groups, the next turn; with a rate limit, not before its next slot is due.
 CREATE OR REPLACE FUNCTION pgqueue.queue_next_due(p_queue text DEFAULT 'default')
 RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -3792,28 +3793,35 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+    v_due   bigint;
 BEGIN
     IF v_queue.group_concurrency IS NOT NULL THEN  -- message groups: the next turn
-        RETURN least(
+        v_due := least(
             (SELECT m.turn_at / 1000 FROM pgqueue.message m
               WHERE m.queue_id = v_queue.id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
               ORDER BY m.turn_at, m.id LIMIT 1),
             (SELECT m.locked_until FROM pgqueue.message m
               WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
               ORDER BY m.locked_until, m.id LIMIT 1));
+    ELSE
+        v_due := least(
+            (SELECT m.dequeue_at FROM pgqueue.message m
+              WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
+              ORDER BY m.dequeue_at, m.id LIMIT 1),
+            (SELECT m.locked_until FROM pgqueue.message m
+              WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
+              ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
-    RETURN least(
-        (SELECT m.dequeue_at FROM pgqueue.message m
-          WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL
-          ORDER BY m.dequeue_at, m.id LIMIT 1),
-        (SELECT m.locked_until FROM pgqueue.message m
-          WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
-          ORDER BY m.locked_until, m.id LIMIT 1));
+    IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN  -- the next slot (pgqueue._rate_room)
+        v_due := greatest(v_due, ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
+                                      * 1000 / v_queue.rate_limit)::bigint);
+    END IF;
+    RETURN v_due;
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_next_due(text) IS
-    'Epoch ms at which the next message of the queue becomes deliverable (scheduled or lease expiry); NULL if the queue is empty';
+    'Epoch ms at which the next message of the queue becomes deliverable (scheduled, lease expiry, the next turn of a grouped queue, the next slot of a rate limit); NULL if the queue is empty';
 
 -- A message with an idempotency key, or one that had its group's turn, left the queue: keep its
 -- key for the queue's window and give its group the next turn (pgqueue._message_removed). Other
