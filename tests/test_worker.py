@@ -4,6 +4,7 @@ a worker process killed with SIGKILL losing nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import Message, Queue
+from pgqueue import AsyncWorker, Message, Queue
 from pgqueue.worker import Result, Worker
 from worker_handlers import marks
 
@@ -36,26 +37,49 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str =
         time.sleep(0.01)
 
 
-@contextmanager
-def running(worker: Worker) -> Iterator[threading.Thread]:
-    """Run a worker on a thread for the block; stop it and check that it stopped."""
-    errors: list[BaseException] = []
+class Started:
+    """A Worker, or an AsyncWorker on an event loop of its own, run on a thread."""
 
-    def target() -> None:
+    def __init__(self, worker: Worker | AsyncWorker) -> None:
+        self.worker = worker
+        self.errors: list[BaseException] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._target, daemon=True)
+        self.thread.start()
+        if isinstance(worker, AsyncWorker):
+            wait_for(lambda: self.loop is not None or not self.thread.is_alive(), what="the event loop")
+
+    def _target(self) -> None:
         try:
-            worker.run()
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+            if isinstance(self.worker, AsyncWorker):
+                asyncio.run(self._run_async(self.worker))
+            else:
+                self.worker.run()
+        except BaseException as exc:  # surfaced by the caller
+            self.errors.append(exc)
 
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
+    async def _run_async(self, worker: AsyncWorker) -> None:
+        self.loop = asyncio.get_running_loop()
+        await worker.run()
+
+    def stop(self) -> None:
+        if self.loop is None:
+            self.worker.stop()
+        elif self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.worker.stop)
+        self.thread.join(20)
+        assert not self.thread.is_alive(), "the worker did not stop"
+
+
+@contextmanager
+def running(worker: Worker | AsyncWorker) -> Iterator[threading.Thread]:
+    """Run a worker on a thread for the block; stop it and check that it stopped."""
+    started = Started(worker)
     try:
-        yield thread
+        yield started.thread
     finally:
-        worker.stop()
-        thread.join(20)
-        assert not thread.is_alive(), "the worker did not stop"
-        assert not errors, errors
+        started.stop()
+        assert not started.errors, started.errors
 
 
 class Results:
@@ -113,9 +137,7 @@ def test_completes_successes_and_fails_failures(dsn: str) -> None:
 
 def test_a_long_error_is_cut_alike_by_both_workers_and_both_clients(dsn: str) -> None:
     """One error text for last_error on every path: Worker, AsyncWorker, Queue.fail, AsyncQueue.fail."""
-    import asyncio
-
-    from pgqueue import AsyncQueue, AsyncWorker
+    from pgqueue import AsyncQueue
     from pgqueue._core import MAX_ERROR_CHARS, error_text
 
     queue = make_queue(dsn, retry_base_ms=3600000, retry_cap_ms=3600000)

@@ -3,7 +3,8 @@ example, run as a process and sent SIGTERM and SIGINT, leaves nothing leased and
 run() restores the signal handlers it replaced; a hung handler's message is failed with a
 clear last_error, its late result ignored, its slot given to a new thread; no LISTEN
 connection on a queue whose notify is off; reconnection waits that double while the database
-is away and start over once it is back."""
+is away and start over once it is back, and a dropped queue that stops the worker with
+QueueNotFound (both for Worker and AsyncWorker)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import psycopg.conninfo
 import pytest
 
-from pgqueue import Message, Queue
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue.errors import QueueNotFound
 from pgqueue.worker import HandlerTimeout, Worker
-from test_worker import Results, make_queue, running, wait_for
+from test_worker import Results, Started, make_queue, running, wait_for
 from worker_handlers import marks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,34 +221,70 @@ def test_listen_only_on_a_queue_with_notify_on(dsn: str) -> None:
         wait_for(lambda: not _worker_backends(dsn), what="the worker's connections to close")
 
 
-def test_reconnects_with_a_doubling_wait_and_starts_over_once_back(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+def make_worker(kind: str, dsn: str, handler: Callable[[Message], object], **options: Any) -> Worker | AsyncWorker:
+    """A Worker running ``handler``, or an AsyncWorker running it as a coroutine, on queue "jobs"."""
+    if kind == "Worker":
+        return Worker(Queue(dsn, "jobs"), handler, **options)
+
+    async def coroutine(msg: Message) -> None:
+        handler(msg)
+
+    return AsyncWorker(AsyncQueue(dsn, "jobs"), coroutine, **options)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_reconnects_with_a_doubling_wait_and_starts_over_once_back(kind: str, dsn: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
     queue = make_queue(dsn)
     dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     results = Results()
-    worker = Worker(queue, lambda msg: None, poll_min=0.05, poll_max=0.05, listen=False, on_result=results)
+    worker = make_worker(kind, dsn, lambda msg: None, poll_min=0.05, poll_max=0.05, listen=False,
+                         on_result=results)
     admin = psycopg.connect(dsn.replace(f"dbname={dbname}", "dbname=postgres"), autocommit=True)
+    # The AsyncWorker's pool waits up to 2 s for a connection before a call fails: fewer tries.
+    tries = 5 if kind == "Worker" else 3
 
     def waits() -> list[str]:
         return [r.getMessage().rsplit(" ", 1)[-1] for r in caplog.records if "reconnecting in" in r.getMessage()]
+
+    def database_away() -> None:
+        admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE datname = %s AND application_name = 'pgqueue-worker'", (dbname,))
 
     try:
         with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), running(worker):
             queue.enqueue("before")
             wait_for(lambda: results.count("completed") == 1, what="the first message")
             queue.close()
-            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = %s AND application_name = 'pgqueue-worker'", (dbname,))
-            wait_for(lambda: len(waits()) >= 5, timeout=10, what="five attempts")
-            assert waits()[:5] == ["0.1s", "0.2s", "0.4s", "0.8s", "1.6s"]
+            database_away()
+            wait_for(lambda: len(waits()) >= tries, timeout=20, what=f"{tries} attempts")
+            assert waits()[:tries] == ["0.1s", "0.2s", "0.4s", "0.8s", "1.6s"][:tries]
             admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
             Queue(dsn, "jobs").enqueue("after")
-            wait_for(lambda: results.count("completed") == 2, timeout=10, what="the message after")
+            wait_for(lambda: results.count("completed") == 2, timeout=30, what="the message after")
             n = len(waits())
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = %s AND application_name = 'pgqueue-worker'", (dbname,))
-            wait_for(lambda: len(waits()) > n, timeout=10, what="the next loss")
+            database_away()
+            wait_for(lambda: len(waits()) > n, timeout=20, what="the next loss")
             assert waits()[n] == "0.1s"  # back from the start
+            admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
     finally:
         admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
         admin.close()
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_queue_dropped_under_a_running_worker_stops_it_with_queue_not_found(kind: str, dsn: str) -> None:
+    queue = make_queue(dsn)
+    results = Results()
+    started = Started(make_worker(kind, dsn, lambda msg: None, poll_min=0.05, poll_max=0.1, on_result=results))
+    try:
+        queue.enqueue("one")
+        wait_for(lambda: results.count("completed") == 1, what="the first message")
+        assert queue.drop()
+        started.thread.join(10)
+        assert not started.thread.is_alive(), "the worker did not stop"
+        [error] = started.errors
+        assert isinstance(error, QueueNotFound) and 'queue "jobs" does not exist' in str(error)
+    finally:
+        started.stop()

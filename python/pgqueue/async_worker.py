@@ -45,6 +45,7 @@ from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
 from pgqueue.tasks import Reject, Tasks
 from pgqueue.worker import (
+    Backoff,
     HandlerTimeout,
     Result,
     Timeout,
@@ -52,6 +53,7 @@ from pgqueue.worker import (
     _first_line,
     _worker_conninfo,
     check_options,
+    is_connection_error,
 )
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
@@ -63,6 +65,8 @@ AsyncHandler = Callable[[Message], Awaitable[object]]
 
 _DATABASE_ERRORS = (psycopg.Error, PgQueueError)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The longest a call waits for a connection from the worker's pool before it fails.
+_POOL_WAIT = 2.0
 
 
 @dataclass(eq=False)
@@ -134,6 +138,7 @@ class AsyncWorker:
         self._queue: AsyncQueue | None = None
         self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
+        self._reconnect = Backoff()
 
     @property
     def queue_name(self) -> str:
@@ -201,8 +206,11 @@ class AsyncWorker:
 
     async def _run(self) -> None:
         await asyncio.to_thread(self._check_server)
+        # The pool checks a connection before lending it and replaces a lost one with its own
+        # back-off; a call waits at most _POOL_WAIT for one before failing (then Backoff).
         self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=2, kwargs={"autocommit": True},
-                                         open=False, name=f"pgqueue-worker-{self._name}")
+                                         open=False, name=f"pgqueue-worker-{self._name}",
+                                         check=AsyncConnectionPool.check_connection, timeout=_POOL_WAIT)
         try:
             with translating():
                 await self._pool.open(wait=True, timeout=10)
@@ -245,22 +253,27 @@ class AsyncWorker:
         assert self._wake is not None
         delay = self._poll_min
         next_poll = 0.0
+        retry_at = 0.0  # after a lost connection: no call before then (a notification included)
         self._notified = True
         while not self._stopping:
+            if time.monotonic() < retry_at:
+                await self._sleep(retry_at - time.monotonic())
+                continue
             # Acknowledge and fetch in one statement when both are due (one transaction per
             # message in lease mode); failures and releases are settled alone.
             want, got = 0, None
-            if self._notified or time.monotonic() >= next_poll:
-                want, got = await self._complete_and_fetch()
-            if await self._settle():
-                next_poll = 0.0  # a retry may be due soon
-            free = self._concurrency - len(self._in_hand)
             try:
+                if self._notified or time.monotonic() >= next_poll:
+                    want, got = await self._complete_and_fetch()
+                if await self._settle():
+                    next_poll = 0.0  # a retry may be due soon
+                free = self._concurrency - len(self._in_hand)
                 if got is None and free > 0 and (self._notified or time.monotonic() >= next_poll):
                     self._notified = False
                     want = min(free, self._batch_size)
                     got = await self._fetch(want)
                 if got is not None:
+                    self._reconnect.reset()
                     if got == want:
                         delay, sleep = self._poll_min, 0.0
                     else:
@@ -270,21 +283,28 @@ class AsyncWorker:
                         sleep = await self._until_due(sleep)
                     next_poll = time.monotonic() + sleep
             except _DATABASE_ERRORS as exc:
-                log.warning("database error: %s; retrying", _first_line(exc))
-                next_poll = time.monotonic() + 1.0  # the pool reconnects meanwhile, with its own back-off
+                if not is_connection_error(exc):
+                    raise  # the queue was dropped, or a bug: stop with it, as the Worker does
+                wait = self._reconnect.next()
+                log.warning("database connection lost: %s; reconnecting in %gs", _first_line(exc), wait)
+                retry_at = next_poll = time.monotonic() + wait
             free = self._concurrency - len(self._in_hand)
-            timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
-            self._wake.clear()
+            await self._sleep(max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0)
+
+    async def _sleep(self, timeout: float) -> None:
+        """Wait until woken (a finished handler, a notification, stop) or ``timeout``."""
+        assert self._wake is not None
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
+        self._wake.clear()
 
     async def _complete_and_fetch(self) -> tuple[int, int | None]:
         """Complete the finished deliveries whose handler returned and lease messages for the
         slots free after that, in one statement (``message_complete_and_dequeue``). Returns
-        (wanted, got); got is None when there was nothing to complete, no slot to fill, or a
-        database error (the deliveries are then kept, to be acknowledged again)."""
+        (wanted, got); got is None when there was nothing to complete or no slot to fill. A
+        database error propagates, the deliveries kept to be acknowledged again."""
         done = [d for d in self._finished if d.error is None and not d.released]
         want = min(self._concurrency - len(self._in_hand) + len(done), self._batch_size)
         if not done or want <= 0:
@@ -295,10 +315,9 @@ class AsyncWorker:
             assert self._queue is not None
             messages, lost = await self._queue.complete_and_dequeue([d.message for d in done], want,
                                                                     lock_ms=self._lock_ms)
-        except _DATABASE_ERRORS as exc:
-            log.warning("could not acknowledge: %s; trying again", _first_line(exc))
+        except _DATABASE_ERRORS:
             self._finished = done + self._finished
-            return 0, None
+            raise
         for result in self._completed(done, {m.id for m in lost}):
             self._report(result)
         self._start(messages)
@@ -373,13 +392,15 @@ class AsyncWorker:
         self._wake.set()
 
     async def _settle(self) -> bool:
-        """Acknowledge the finished deliveries; True if one went back on the queue."""
+        """Acknowledge the finished deliveries; True if one went back on the queue. A database
+        error propagates after what was settled is reported, the rest kept to settle again."""
         if not self._finished:
             return False
         batch, self._finished = self._finished, []
         requeued = False
         done = [d for d in batch if d.error is None and not d.released]
         results: list[Result] = []
+        error: BaseException | None = None
         try:
             assert self._queue is not None
             if done:
@@ -393,10 +414,12 @@ class AsyncWorker:
                     results.append(await self._fail(d))
                     requeued = requeued or results[-1].outcome == "retried"
         except _DATABASE_ERRORS as exc:
-            log.warning("could not acknowledge: %s; trying again", _first_line(exc))
             self._finished = [d for d in batch if d.message.id in self._in_hand] + self._finished
+            error = exc
         for result in results:
             self._report(result)
+        if error is not None:
+            raise error
         return requeued
 
     async def _fail(self, d: _Delivery) -> Result:

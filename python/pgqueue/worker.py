@@ -85,6 +85,29 @@ _CONNECTION_ERRORS = (psycopg.OperationalError, ConnectionFailed)
 _DATABASE_ERRORS = (psycopg.Error, PgQueueError)
 
 
+def is_connection_error(exc: BaseException) -> bool:
+    """Tell whether a database error means the connection is lost or refused (then wait and
+    try again) rather than a refusal of the call (a dropped queue: stop with it)."""
+    return isinstance(exc, _CONNECTION_ERRORS) or isinstance(exc.__cause__, psycopg.OperationalError)
+
+
+class Backoff:
+    """The wait before trying a lost database again: 0.1 s, doubling up to 30 s while it stays
+    away, from 0.1 s again after :meth:`reset` (once a call works). Worker and AsyncWorker
+    share it."""
+
+    def __init__(self) -> None:
+        self._next = _RECONNECT_MIN
+
+    def next(self) -> float:
+        """Return the wait before the next attempt, and double the one after it."""
+        wait, self._next = self._next, min(self._next * 2, _RECONNECT_MAX)
+        return wait
+
+    def reset(self) -> None:
+        self._next = _RECONNECT_MIN
+
+
 @dataclass(frozen=True)
 class Result:
     """What became of one delivery of a message, passed to the ``on_result`` hook.
@@ -285,7 +308,7 @@ class Worker:
         self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
         self._pool: _HandlerPool | None = None
-        self._reconnect_wait = _RECONNECT_MIN
+        self._reconnect = Backoff()
         self._beats_queue = Queue(self._dsn, self._name)  # the heartbeats' own connection
 
     @property
@@ -446,7 +469,7 @@ class Worker:
                         raise
                     next_poll = time.monotonic() + self._connection_lost(exc)
             if got is not None:
-                self._reconnect_wait = _RECONNECT_MIN
+                self._reconnect.reset()
                 if got == want:
                     # There may be more: fetch again as soon as a slot is free.
                     delay, sleep = self._poll_min, 0.0
@@ -730,7 +753,7 @@ class Worker:
 
     def _is_connection_error(self, exc: Exception) -> bool:
         """Tell whether an error means the connection is gone (then reconnect and go on)."""
-        if isinstance(exc, _CONNECTION_ERRORS) or isinstance(exc.__cause__, psycopg.OperationalError):
+        if is_connection_error(exc):
             return True
         return self._conn is None or self._conn.closed or self._conn.broken
 
@@ -738,7 +761,7 @@ class Worker:
         """Drop the broken connection and wait before trying again: 0.1 s, doubling up to 30 s
         while the database stays away (a fetch that works starts again from 0.1 s)."""
         self._disconnect()
-        wait, self._reconnect_wait = self._reconnect_wait, min(self._reconnect_wait * 2, _RECONNECT_MAX)
+        wait = self._reconnect.next()
         log.warning("database connection lost: %s; reconnecting in %gs", _first_line(exc), wait)
         if not self._stopping.is_set():
             self._stopping.wait(wait)
