@@ -55,6 +55,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    choices=["pgqueue_delete", "pgqueue", "seed001", "pgmq_pop", "pgmq_read_delete", "pgq"],
                    help="designs of the held section (default: all of them; a peer the server lacks is "
                         "reported as not available)")
+    p.add_argument("--pgqueuer-python", metavar="PYTHON",
+                   help="the Python that runs PgQueuer (default: this one; PgQueuer is reported as not "
+                        "available when it cannot import pgqueuer and asyncpg)")
+    p.add_argument("--pgqueuer-tool", metavar="PATH",
+                   help="also run PgQueuer's own benchmark program (tools/benchmark.py of a checkout of its "
+                        "repository at the installed version's tag; it needs tqdm) in the worker section")
     p.add_argument("--render", metavar="RESULTS.json", help="only re-render the report from saved results")
     p.add_argument("--inject-fault", choices=["duplicate"],
                    help="testing: make every consumer record its first message twice (the checks must fail)")
@@ -123,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"report written to {out}")
         return 1 if report.failures(saved) else 0
 
+    if args.pgqueuer_python or args.pgqueuer_tool:
+        from bench import peers
+        peers.PYTHON = args.pgqueuer_python or peers.PYTHON
+        peers.TOOL = Path(args.pgqueuer_tool).resolve() if args.pgqueuer_tool else None
     settings = dict(config.BENCH_SETTINGS)
     for item in args.set:
         if "=" not in item:
@@ -182,6 +192,9 @@ def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: s
     if section == "curves":
         from bench import ops
         return ops.run_curves(srv, profile, _log)
+    if section == "worker":
+        from bench import worker_e2e
+        return worker_e2e.run_worker_section(srv, profile, _log)
     if section == "workflows":
         from bench import workflows
         return workflows.run_workflows(srv, profile, _log, fault=fault)

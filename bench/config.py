@@ -1,8 +1,8 @@
 """The benchmark profiles (how long, how big) and the server configuration.
 
-Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 40 minutes, plus about 10
+Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 50 minutes, plus about 10
 minutes per available design in the held-snapshot section), ``quick`` (the
-same benchmarks shortened, for a noisy or busy machine, about 10 minutes) and ``smoke`` (every
+same benchmarks shortened, for a noisy or busy machine, about 15 minutes) and ``smoke`` (every
 benchmark for a moment on tiny fixtures, every correctness check still run: under a minute).
 """
 
@@ -56,10 +56,19 @@ class Profile:
     ops_passes: tuple[str, ...] = ("durable", "sync_off")
     ops_backlog: int = 150_000       # minimum ready messages before a dequeue run
     ops_batch_backlog: int = 400_000
-    curve_clients: tuple[int, ...] = (1, 2, 4, 8, 16)
+    curve_clients: tuple[int, ...] = (1, 4, 15, 32)
     curve_seconds: int = 4
     curve_transactions: int = 0
     curve_repeats: int = 1
+    # the worker end to end (issue 13): `pgqueue worker` processes draining a backlog, the SQL
+    # lease cycle at as many pgbench clients, and PgQueuer's throughput mode (seconds per run)
+    worker_processes: int = 4
+    worker_concurrency: int = 4
+    worker_messages: int = 100_000
+    worker_repeats: int = 3
+    worker_sql_seconds: int = 6
+    worker_sql_transactions: int = 0
+    pgqueuer_seconds: float = 10.0
     # Python workflows (seed 002's method)
     wf_items: int = 5000
     wf_workers: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -106,7 +115,8 @@ PROFILES: dict[str, Profile] = {
     "full": Profile(name="full"),
     "quick": Profile(
         name="quick", ops_seconds=3, ops_repeats=2, ops_backlog=80_000, ops_batch_backlog=200_000,
-        curve_seconds=2, wf_items=2000, wf_workers=(1, 4, 16), depth_samples=300,
+        curve_seconds=2, worker_messages=30_000, worker_repeats=2, worker_sql_seconds=3, pgqueuer_seconds=5.0,
+        wf_items=2000, wf_workers=(1, 4, 16), depth_samples=300,
         churn_seconds=60, held_before=20, held_hold=40, held_after=40, churn_window=5,
         snap_before=15, snap_hold=30, snap_after=20, snap_backlog=50_000,
         latency_messages=150, stats_messages=1_000_000, stats_seconds=4, stats_repeats=1,
@@ -114,7 +124,9 @@ PROFILES: dict[str, Profile] = {
     "smoke": Profile(
         name="smoke", ops_clients=4, ops_seconds=0, ops_transactions=25, ops_repeats=1,
         ops_passes=("durable",), ops_backlog=3000, ops_batch_backlog=20_000,
-        curve_clients=(1, 2), curve_seconds=0, curve_transactions=20,
+        curve_clients=(1, 4), curve_seconds=0, curve_transactions=20,
+        worker_processes=2, worker_messages=300, worker_repeats=1, worker_sql_seconds=0, worker_sql_transactions=20,
+        pgqueuer_seconds=0.5,
         wf_items=200, wf_workers=(1, 4), depth_levels=(100, 1000), depth_samples=5,
         depth_warmup=1, depth_max_seconds=1.0, churn_seconds=3, churn_window=1,
         churn_producers=1, churn_consumers=2, churn_backlog=500, churn_slack=500,
@@ -127,7 +139,7 @@ PROFILES: dict[str, Profile] = {
 }
 
 #: The benchmark sections, in the order they run.
-SECTIONS = ["ops", "profile", "curves", "workflows", "depth", "churn", "held_xmin", "held", "latency", "stats"]
+SECTIONS = ["ops", "profile", "curves", "worker", "workflows", "depth", "churn", "held_xmin", "held", "latency", "stats"]
 
 
 @dataclass

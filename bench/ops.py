@@ -10,6 +10,13 @@ is the median over rounds, and each ratio is taken within the same run.
 Messages per second are counted in the table: rows added (producers) or removed (consumers)
 divided by pgbench's measured time. A dequeue run that empties its backlog would count empty
 polls as work, so it is re-run with a larger backlog.
+
+The peers run beside them through their own SQL APIs when the server has them (issue 13):
+pgmq (``CREATE EXTENSION pgmq``: send, pop, read + delete) and PgQ (Debian's
+postgresql-15-pgq3: insert_event; PgQ has no per-message dequeue). A peer whose extension
+cannot be created is left out and reported as not available, with the server's reason. The
+curves also run PgQueuer (bench/peers.py), which has no SQL API, in its own throughput mode
+with as many consumers as clients.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench import db
 from bench.config import Profile
@@ -36,6 +44,8 @@ class Design:
     truncate: str
     table: str
     fill: str | None  # SQL with %(n)s and %(payload)s (text); None: cannot hold a backlog
+    extension: str | None = None  # a peer's extension, created in the section's database
+    setup: tuple[str, ...] = ()   # then these statements (the peer's queue "bench")
 
 
 DESIGNS: dict[str, Design] = {
@@ -61,6 +71,13 @@ DESIGNS: dict[str, Design] = {
         "INSERT INTO seed004.payloads (attempts, value) "
         "SELECT 0, convert_to(%(payload)s, 'UTF8') FROM generate_series(1, %(n)s)"),
     "raw": Design("raw", "TRUNCATE bench_raw.message", "bench_raw.message", None),
+    "pgmq": Design(
+        "pgmq", "TRUNCATE pgmq.q_bench", "pgmq.q_bench",
+        "SELECT count(*) FROM pgmq.send_batch('bench', array_fill(%(payload)s::jsonb, ARRAY[%(n)s::int]))",
+        "pgmq", ("SELECT pgmq.create('bench')",)),
+    # PgQ's events live in the queue's rotating child tables of pgq.event_template
+    "pgq": Design("pgq", "TRUNCATE pgq.event_template", "pgq.event_template", None, "pgq",
+                  ("SELECT pgq.create_queue('bench')",)),
     "none": Design("none", "", "", None),
 }
 
@@ -91,6 +108,8 @@ PRODUCE = [
     Spec("enqueue:seed004", "seed 004 INSERT", "seed004", "seed004_enqueue.sql", False),
     Spec("enqueue:raw", "raw INSERT (primary key only)", "raw", "raw_insert.sql", False),
     Spec("enqueue:select1", "SELECT 1", "none", "select1.sql", False),
+    Spec("enqueue:pgmq", "pgmq send (peer)", "pgmq", "pgmq_send.sql", False),
+    Spec("enqueue:pgq", "PgQ insert_event (peer)", "pgq", "pgq_insert_event.sql", False),
     Spec("enqueue_batch:pgqueue", "pgqueue message_create_batch x1000", "pgqueue",
          "pgqueue_create_batch.sql", False, 1000, {"queue": "bench", "batch": 1000}),
     Spec("enqueue_batch:seed004", "seed 004 INSERT ... unnest x1000", "seed004",
@@ -107,6 +126,9 @@ CONSUME = [
          defines=Q),
     Spec("lease_ack_fetch:pgqueue", "pgqueue message_complete_and_dequeue (lease, one call a message)", "pgqueue",
          "pgqueue_lease_ack_fetch.sql", True, defines={"queue": "bench", "aid": 0, "atok": 0}),
+    Spec("dequeue:pgmq", "pgmq pop (peer, delete on read)", "pgmq", "pgmq_pop.sql", True),
+    Spec("lease_cycle:pgmq", "pgmq read + delete (peer, 30 s visibility timeout)", "pgmq", "pgmq_read_delete.sql",
+         True),
     Spec("dequeue_batch:pgqueue", "pgqueue message_dequeue x100 (delete mode)", "pgqueue",
          "pgqueue_dequeue_batch.sql", True, 100, {"queue": "bench", "batch": 100}),
     Spec("dequeue_batch:seed003", "seed 003 DELETE ... USING x100", "seed003", "seed003_dequeue_batch.sql", True,
@@ -117,10 +139,37 @@ CONSUME = [
 
 SPECS = {s.key: s for s in PRODUCE + CONSUME}
 
-#: The designs drawn in the throughput-against-clients plot.
+#: The designs drawn in the throughput-against-clients plot (create, delete-mode dequeue, the
+#: lease cycle), peers included; PgQueuer's curve is CURVE_PGQUEUER.
 CURVE_KEYS = ["enqueue:pgqueue", "enqueue:seed000", "enqueue:seed001", "enqueue:seed004", "enqueue:raw",
-              "dequeue:pgqueue", "dequeue:seed000", "dequeue:seed001", "dequeue:seed004",
-              "lease_cycle:pgqueue"]
+              "enqueue:pgmq", "enqueue:pgq",
+              "dequeue:pgqueue", "dequeue:seed000", "dequeue:seed001", "dequeue:seed004", "dequeue:pgmq",
+              "lease_cycle:pgqueue", "lease_ack_fetch:pgqueue", "lease_cycle:pgmq"]
+CURVE_PGQUEUER = "lease_cycle:pgqueuer"
+
+
+def available_specs(server: db.Server, dbname: str, specs: list[Spec]) -> tuple[list[Spec], dict[str, str]]:
+    """Create the peers' extensions and queues in the database; return the specs that can run,
+    the labels with the peer's version, and {design: reason} for the peers the server lacks."""
+    from bench.churn import Unavailable, _create_extension
+
+    unavailable: dict[str, str] = {}
+    versions: dict[str, str] = {}
+    for name in dict.fromkeys(s.design for s in specs):
+        design = DESIGNS[name]
+        if not design.extension:
+            continue
+        try:
+            with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+                versions[name] = _create_extension(conn, design.extension)
+                for stmt in design.setup:
+                    conn.execute(sql.SQL(stmt))  # type: ignore[arg-type,unused-ignore]  # our constants
+        except (Unavailable, psycopg.Error) as exc:
+            unavailable[name] = str(exc).strip().splitlines()[0]
+    ok = [s if s.design not in versions else Spec(s.key, s.label.replace(" (peer", f" {versions[s.design]} (peer", 1),
+                                                  s.design, s.script, s.consumes, s.per_tx, s.defines)
+          for s in specs if s.design not in unavailable]
+    return ok, unavailable
 
 
 def _count(conn: psycopg.Connection[Any], design: Design) -> int:
@@ -229,14 +278,19 @@ def round_robin(server: db.Server, dbname: str, specs: list[Spec], *, clients: i
 def run_ops(server: db.Server, profile: Profile, log: Any) -> dict[str, Any]:
     """Targets 1-4: every spec at ops_clients clients, in each durability pass."""
     out: dict[str, Any] = {"clients": profile.ops_clients, "seconds": profile.ops_seconds,
-                           "transactions": profile.ops_transactions, "repeats": profile.ops_repeats,
-                           "labels": {s.key: s.label for s in SPECS.values()}, "passes": {}}
+                           "transactions": profile.ops_transactions, "repeats": profile.ops_repeats, "passes": {}}
     with server.database("ops") as dbname:
+        specs, unavailable = available_specs(server, dbname, PRODUCE + CONSUME)
+        produce, consume = [s for s in specs if not s.consumes], [s for s in specs if s.consumes]
+        out["labels"] = {s.key: s.label for s in specs}
+        out["unavailable"] = unavailable
+        for design, reason in unavailable.items():
+            log(f"ops: {design} not available on this server: {reason}")
         for pass_name in profile.ops_passes:
             sync_off = pass_name == "sync_off"
             log(f"ops: {pass_name} pass, {profile.ops_clients} clients")
             groups = {}
-            for group_name, specs in (("produce", PRODUCE), ("consume", CONSUME)):
+            for group_name, specs in (("produce", produce), ("consume", consume)):
                 groups[group_name] = round_robin(
                     server, dbname, specs, clients=profile.ops_clients, seconds=profile.ops_seconds,
                     transactions=profile.ops_transactions, repeats=profile.ops_repeats, sync_off=sync_off,
@@ -249,12 +303,27 @@ def run_ops(server: db.Server, profile: Profile, log: Any) -> dict[str, Any]:
 
 def run_curves(server: db.Server, profile: Profile, log: Any) -> dict[str, Any]:
     """Throughput against clients for the main designs (durable settings)."""
-    specs = [SPECS[k] for k in CURVE_KEYS]
+    from bench import peers
+
     out: dict[str, Any] = {"clients": list(profile.curve_clients), "seconds": profile.curve_seconds,
                            "transactions": profile.curve_transactions, "repeats": profile.curve_repeats,
-                           "labels": {s.key: s.label for s in specs}, "median": {k: {} for k in CURVE_KEYS},
                            "runs": []}
-    with server.database("curves") as dbname:
+    pgqueuer_seconds = float(profile.curve_seconds or profile.pgqueuer_seconds)
+    with server.database("curves") as dbname, server.database("curves_pgqueuer") as pgq_db:
+        specs, unavailable = available_specs(server, dbname, [SPECS[k] for k in CURVE_KEYS])
+        out["labels"] = {s.key: s.label for s in specs}
+        try:
+            installed = peers.available()
+            peers.install(server, pgq_db)
+            out["labels"][CURVE_PGQUEUER] = (
+                f"PgQueuer {installed.version} throughput mode (peer; N consumers × batch "
+                f"{peers.DEFAULTS['dequeue_batch']}, 1 producer)")
+        except peers.Unavailable as exc:
+            unavailable["pgqueuer"] = str(exc)
+        out["unavailable"] = unavailable
+        out["median"] = {k: {} for k in out["labels"]}
+        for design, reason in unavailable.items():
+            log(f"curves: {design} not available on this server: {reason}")
         for clients in profile.curve_clients:
             log(f"curves: {clients} clients")
             res = round_robin(server, dbname, specs, clients=clients, seconds=profile.curve_seconds,
@@ -263,4 +332,16 @@ def run_curves(server: db.Server, profile: Profile, log: Any) -> dict[str, Any]:
             out["runs"] += res["runs"]
             for key, value in res["median"].items():
                 out["median"][key][str(clients)] = value
+            if CURVE_PGQUEUER in out["labels"]:
+                rates = []
+                for rnd in range(profile.curve_repeats):
+                    r = peers.throughput(server, pgq_db, seconds=pgqueuer_seconds, dequeue=clients)
+                    r.update(key=CURVE_PGQUEUER, clients=clients, round=rnd, msgs_per_s=r.get("rate"))
+                    out["runs"].append(r)
+                    if r.get("rate"):
+                        rates.append(r["rate"])
+                    log(f"  {CURVE_PGQUEUER:<26} c={clients:<3} round {rnd + 1}/{profile.curve_repeats}: "
+                        + (f"{r['rate']:,.0f} msg/s" if r.get("rate") else f"FAILED {r.get('error')}"))
+                out["median"][CURVE_PGQUEUER][str(clients)] = _median(rates)
+    out["pgqueuer_seconds"] = pgqueuer_seconds
     return out

@@ -28,6 +28,9 @@ STYLE: dict[str, dict[str, Any]] = {
     "seed004": dict(color="#8c564b", marker="v"),
     "raw": dict(color="#7f7f7f", linestyle="--", marker="x"),
     "select1": dict(color="#bcbd22", linestyle=":", marker="+"),
+    "pgmq": dict(color="#17becf", marker="P"),
+    "pgq": dict(color="#9467bd", linestyle="--", marker="*"),
+    "pgqueuer": dict(color="#e377c2", marker="X"),
 }
 
 
@@ -50,13 +53,13 @@ WF_STYLE: dict[str, dict[str, Any]] = {
 
 def _style(key: str) -> dict[str, Any]:
     design = key.split(":")[-1]
-    for prefix, style in STYLE.items():
-        if design.startswith(prefix):
-            s = dict(style)
-            if key.startswith("lease_cycle"):
-                s.update(color="#ff7f0e", linestyle="-.", marker="o")
-            return s
-    return {}
+    style = STYLE.get(design) or next((v for k, v in STYLE.items() if design.startswith(k + "_")), None)
+    if style is None:
+        return {}
+    s = dict(style)
+    if key == "lease_cycle:pgqueue":
+        s.update(color="#ff7f0e", linestyle="-.", marker="o")
+    return s
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -70,10 +73,11 @@ def _save(fig: Any, path: Path) -> Path:
 def throughput_vs_clients(curves: dict[str, Any], path: Path) -> Path | None:
     if not HAVE_MPL:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    groups = [("enqueue", "Enqueue (one message per transaction)", lambda k: k.startswith("enqueue")),
-              ("dequeue", "Dequeue (delete mode) and pgqueue's lease cycle",
-               lambda k: not k.startswith("enqueue"))]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 6.4))
+    groups = [("enqueue", "Create (one message per transaction)", lambda k: k.startswith("enqueue")),
+              ("dequeue", "Dequeue, delete mode (one per transaction)", lambda k: k.startswith("dequeue")),
+              ("lease", "Lease cycle: fetch with a lease, then acknowledge",
+               lambda k: k.startswith("lease"))]
     clients = [int(c) for c in curves["clients"]]
     for ax, (_name, title, pick) in zip(axes, groups):
         for key, label in curves["labels"].items():
@@ -85,13 +89,37 @@ def throughput_vs_clients(curves: dict[str, Any], path: Path) -> Path | None:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **_style(key))
         ax.set_xscale("log", base=2)
         ax.set_xticks(clients, [str(c) for c in clients])
-        ax.set_xlabel("concurrent clients (pgbench -c)")
+        ax.set_xlabel("concurrent clients (pgbench -c; PgQueuer: consumers)")
         ax.set_ylabel("messages per second")
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13))  # below: the labels are long
     fig.suptitle("Throughput against clients (durable commits, median of runs)")
+    return _save(fig, path)
+
+
+def worker(wk: dict[str, Any], path: Path) -> Path | None:
+    """Bars: the worker, the SQL lease cycle at as many clients, and PgQueuer, each round as a dot."""
+    if not HAVE_MPL:
+        return None
+    keys = list(wk["labels"])
+    colors = {"worker": "#d62728", "lease_cycle:pgqueue": "#ff7f0e", "lease_ack_fetch:pgqueue": "#ff9896",
+              "pgqueuer": "#e377c2"}
+    fig, ax = plt.subplots(figsize=(11, 0.9 * len(keys) + 1.6))
+    ys = list(range(len(keys)))[::-1]
+    for y, key in zip(ys, keys):
+        med = wk["median"].get(key) or 0
+        ax.barh(y, med, color=colors.get(key, "#7f7f7f"), alpha=0.85)
+        pts = [r["msgs_per_s"] for r in wk["runs"] if r["key"] == key and r.get("msgs_per_s")]
+        ax.plot(pts, [y] * len(pts), "k.", markersize=6)
+        ax.text(med, y, f"  {med:,.0f}/s", va="center", fontsize=9)
+    ax.set_yticks(ys, [wk["labels"][k] for k in keys], fontsize=8)
+    ax.set_xlabel("messages per second (bar: median; dots: rounds)")
+    ax.set_xlim(left=0, right=max([v or 0 for v in wk["median"].values()] + [1]) * 1.25)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"The worker end to end ({wk['processes']} processes, no-op handler)\nagainst the SQL lease "
+                 "cycle and PgQueuer on the same server, durable commits", fontsize=10)
     return _save(fig, path)
 
 

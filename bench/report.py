@@ -411,7 +411,7 @@ def _machine(w: Any, results: dict[str, Any]) -> None:
     w("```sh")
     w("cd /path/to/pgqueue && make install          # the extension under test")
     w(".venv/bin/pip install -r python/requirements-bench.txt")
-    w(f"{meta['command_full']}             # everything, about 40 minutes")
+    w(f"{meta['command_full']}             # everything, about 50 minutes")
     w(".venv/bin/python -m bench --only ops curves  # one or more sections: " + " ".join(SECTIONS))
     w(".venv/bin/python -m bench --smoke           # every benchmark for a moment (CI)")
     w("```")
@@ -501,7 +501,8 @@ def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
       "PgQueuer's throughput mode on the same server: its documented benchmark setup (producers and consumers "
       "together for a fixed time, jobs handled per second; 5 consumers fetching batches of 10, one producer "
       "enqueuing batches of 10, asyncpg), driven through its public API by bench/peers.py, its schema "
-      f"installed by `python -m pgqueuer install`, {wk['pgqueuer_seconds']} s a run (with `--pgqueuer-tool "
+      f"installed by `python -m pgqueuer install`, {wk['pgqueuer_seconds']} s a run from its first job handled "
+      "(with `--pgqueuer-tool "
       "PATH`, also PgQueuer's own tools/benchmark.py as it is, from a checkout of its repository). Median of "
       f"{wk['repeats']} round(s), order rotated. Reproduce: `.venv/bin/python -m bench --only worker` "
       "(`--profile quick` for shorter runs).")

@@ -65,7 +65,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 
-# The benchmark suite's plots (bench/, `pgqueue bench`): matplotlib.
+# The benchmark suite (bench/, `pgqueue bench`): matplotlib for its plots, PgQueuer (a peer it measures).
 bench_stamp=.venv/.requirements-bench.sha
 bench_want=$(sha256sum python/requirements-bench.txt | cut -d' ' -f1)
 if [ ! -f "$bench_stamp" ] || [ "$(cat "$bench_stamp")" != "$bench_want" ]; then

@@ -42,8 +42,8 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     text = out.read_text()
     assert "## FAILURE" not in text
-    for heading in ("Targets 1-4", "Throughput against clients", "Workflows", "Target 5", "Target 6",
-                    "Target 7", "Held snapshots", "Target 8", "Target 9"):
+    for heading in ("Targets 1-4", "Throughput against clients", "The worker end to end", "Workflows", "Target 5",
+                    "Target 6", "Target 7", "Held snapshots", "Target 8", "Target 9"):
         assert heading in text
     results = json.loads(out.with_suffix(".json").read_text())
     assert set(SECTIONS) <= set(results)
@@ -65,13 +65,64 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
         assert list(results["churn"]) == ["pgqueue", "pgqueue_naptime10", "seed001"]
         assert results["churn"]["seed001"]["autovacuum_naptime"] == "1min"  # reset after the variant's run
     _check_held(results["held"], text)
+    _check_peers(results, text)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         return
-    for png in ("throughput_vs_clients", "workflows", "dequeue_cost_vs_depth", "churn_throughput", "held_xmin",
+    for png in ("throughput_vs_clients", "worker_end_to_end", "workflows", "dequeue_cost_vs_depth", "churn_throughput", "held_xmin",
                 "held_snapshots"):
         assert (out.parent / "img" / f"{png}.png").stat().st_size > 10_000
+
+
+def _check_peers(results: dict[str, Any], text: str) -> None:
+    """Issue 13: the curves ran create, dequeue and the lease cycle for pgqueue and the seeds at every
+    client count, and each peer either ran (pgmq, PgQ through pgbench; PgQueuer in its throughput
+    mode) or is reported as not available with the reason; the worker section measured `pgqueue
+    worker`, the SQL lease cycle and (when installed) PgQueuer in the same run."""
+    from bench.ops import CURVE_KEYS, CURVE_PGQUEUER
+
+    cur = results["curves"]
+    clients = [str(c) for c in cur["clients"]]
+    peers = {"enqueue:pgmq": "pgmq", "enqueue:pgq": "pgq", "dequeue:pgmq": "pgmq", "lease_cycle:pgmq": "pgmq",
+             CURVE_PGQUEUER: "pgqueuer"}
+    for key in [*CURVE_KEYS, CURVE_PGQUEUER]:
+        if key in cur["labels"]:
+            assert all(cur["median"][key][c] > 0 for c in clients), key
+        else:
+            design = peers[key]  # only a peer may be missing, and the report says why
+            assert cur["unavailable"][design], key
+            assert f"{design}: not available on this server: {cur['unavailable'][design]}" in text
+    wk = results["worker"]
+    assert wk["ok"], [r for r in wk["runs"] if not r.get("ok")]
+    assert wk["median"]["worker"] > 0 and wk["median"]["lease_cycle:pgqueue"] > 0
+    assert wk["median"]["lease_ack_fetch:pgqueue"] > 0
+    worker_runs = [r for r in wk["runs"] if r["key"] == "worker"]
+    assert worker_runs and all(r["exit_codes"] == [0] * wk["processes"] for r in worker_runs)
+    if wk["pgqueuer"]["available"]:
+        assert wk["median"]["pgqueuer"] > 0
+        assert "worker vs PgQueuer's throughput mode on the same server" in text
+    else:
+        assert f"PgQueuer: not available on this server: {wk['pgqueuer']['reason']}" in text
+    assert "worker vs the SQL lease cycle" in text
+
+
+def test_pgqueuer_missing_is_reported_not_failed(tmp_path: Path, pg_server: Server) -> None:
+    """A Python that cannot import pgqueuer (here: the suite's own without its site-packages) makes
+    PgQueuer "not available" in the worker section; the worker and the SQL lease cycle still run."""
+    python = tmp_path / "python-without-pgqueuer"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "benchmarks.md"
+    proc = _bench("--smoke", "--only", "worker", "--pgqueuer-python", str(python), "--dsn", pg_server.admin_dsn,
+                  "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = out.read_text()
+    wk = json.loads(out.with_suffix(".json").read_text())["worker"]
+    assert not wk["pgqueuer"]["available"] and "cannot be imported" in wk["pgqueuer"]["reason"]
+    assert f"PgQueuer: not available on this server: {wk['pgqueuer']['reason']}" in text
+    assert wk["ok"] and wk["median"]["worker"] > 0 and "pgqueuer" not in wk["median"]
+    assert "## FAILURE" not in text
 
 
 def _check_held(held: dict[str, Any], text: str) -> None:

@@ -1,0 +1,9 @@
+"""The no-op handler the worker section runs: ``pgqueue worker DSN bench bench.noop:handle``."""
+
+from __future__ import annotations
+
+from pgqueue import Message
+
+
+def handle(msg: Message) -> None:
+    """Do nothing: the benchmark measures the worker and the queue, not the work."""
