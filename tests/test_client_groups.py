@@ -5,10 +5,12 @@ groups in turn; bad groups and keys are InvalidArgument (client-side or 22023)."
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from pgqueue import AsyncQueue, Queue, errors
+from test_cli import run
 
 
 def test_queue_enqueues_with_groups_and_keys(dsn: str) -> None:
@@ -61,3 +63,24 @@ def test_async_queue_enqueues_with_groups_and_keys(dsn: str) -> None:
             assert [m.payload for m in await q.dequeue(10, lock_ms=0)] == ["a2"]
             await q.alter(rate_limit=0)
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_group_stats_and_the_cli(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    with Queue(dsn, "tenants") as q:
+        q.create(group_concurrency=1)
+        q.enqueue_many(["x"] * 5 + ["y"] * 2 + ["z"], groups=["big"] * 5 + ["small"] * 2 + ["one"])
+        assert [m.payload for m in q.dequeue(1)] == ["x"]
+        stats = q.group_stats(2)
+        assert [(g.group, g.waiting, g.in_flight) for g in stats] == [("big", 4, 1), ("small", 2, 0)]
+        assert Queue(dsn, "default").group_stats() == []  # no groups
+        with pytest.raises(errors.InvalidArgument):
+            q.group_stats(0)
+    status, out, _ = run(capsys, "stats", "tenants", "--groups", "3", "--dsn", dsn)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["group", "waiting", "in", "flight"]
+    assert [line.split() for line in lines[2:]] == [["big", "4", "1"], ["small", "2", "0"], ["one", "1", "0"]]
+    status, out, _ = run(capsys, "stats", "tenants", "--groups", "1", "--json", "--dsn", dsn)
+    assert status == 0 and json.loads(out) == [{"group": "big", "waiting": 4, "in_flight": 1}]
+    status, _, err = run(capsys, "stats", "--groups", "1", "--dsn", dsn)
+    assert status == 2 and "--groups needs a QUEUE" in err

@@ -293,6 +293,7 @@ def scenario(conn: Conn) -> Transcript:
     s("key window", "SELECT pgqueue.message_create('grp', 'x'::bytea, p_key => 'k1') "
                     "OPERATOR(pg_catalog.=) (SELECT k.id FROM pgqueue.message_key k WHERE k.idem_key OPERATOR(pg_catalog.=) 'k1')")
     s("group next due", "SELECT pgqueue.queue_next_due('grp') IS NULL")
+    s("group stats", "SELECT group_key, waiting, in_flight FROM pgqueue.queue_group_stats('grp', 5)")
     s("group drop", "SELECT pgqueue.queue_drop('grp')")
     s("ack-fetch queue", "SELECT pgqueue.queue_create('ackf'), pgqueue.message_create('ackf', 'x'::bytea) > 0")
     s("complete and dequeue", "SELECT convert_from(content, 'UTF8'), attempts, stale "

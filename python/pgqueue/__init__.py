@@ -21,7 +21,7 @@ from pgqueue.async_client import AsyncQueue
 from pgqueue.async_worker import AsyncWorker
 from pgqueue.client import Queue
 from pgqueue.compat import check_server
-from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 from pgqueue.tasks import Reject, Tasks, UnknownTask
 from pgqueue.worker import Worker
 
@@ -35,6 +35,7 @@ __all__ = [
     "QueueCounters",
     "QueueSettings",
     "QueueStats",
+    "GroupStats",
     "Reject",
     "Tasks",
     "UnknownTask",

@@ -22,6 +22,7 @@ from pgqueue import _sql, codec
 from pgqueue.errors import InvalidArgument, QueueNotFound
 from pgqueue.message import (
     DeadLetter,
+    GroupStats,
     Message,
     Pending,
     QueueSettings,
@@ -641,6 +642,13 @@ def settings(queue: str) -> Call[QueueSettings]:
         return settings_from_row(rows[0])
 
     return Call(_sql.QUEUE_SETTINGS, {"queue": queue}, result, probe_queue=queue)
+
+
+def group_stats(queue: str, limit: int = 10) -> Call[list[GroupStats]]:
+    """Return the call that lists the ``limit`` message groups with the most messages waiting."""
+    check_int("limit", limit, allow_none=False)
+    return Call(_sql.GROUP_STATS, {"queue": queue, "limit": limit},
+                lambda rows: [GroupStats(str(r[0]), int(r[1]), int(r[2])) for r in rows])
 
 
 def stats(queue: str, *, exact: bool = False) -> Call[QueueStats]:

@@ -132,6 +132,10 @@ QUEUE_STATS: Final[LiteralString] = (
     "FROM pgqueue.queue_stats(%(queue)s::text) AS s"
 )
 
+GROUP_STATS: Final[LiteralString] = (
+    "SELECT g.group_key, g.waiting, g.in_flight FROM pgqueue.queue_group_stats(%(queue)s::text, %(limit)s::integer) AS g"
+)
+
 QUEUE_STATS_EXACT: Final[LiteralString] = (
     "SELECT s.queue, s.ready, s.scheduled, s.leased, s.dead, s.oldest_ready_age_ms "
     "FROM pgqueue.queue_stats_exact(%(queue)s::text) AS s"

@@ -34,7 +34,7 @@ from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
 from pgqueue.errors import PgQueueError, translating
-from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["AsyncQueue", "list_queues", "all_stats", "all_counters", "AsyncConnectionSource"]
 
@@ -364,6 +364,10 @@ class AsyncQueue:
     async def stats(self, *, exact: bool = False) -> QueueStats:
         """Return the queue's message counts by state (see :meth:`pgqueue.Queue.stats`)."""
         return await self._connector.run(_core.stats(self._name, exact=exact))
+
+    async def group_stats(self, limit: int = 10) -> list[GroupStats]:
+        """Return the message groups with the most messages waiting (see :meth:`pgqueue.Queue.group_stats`)."""
+        return await self._connector.run(_core.group_stats(self._name, limit))
 
     async def counters(self) -> QueueCounters:
         """Return what happened on the queue since it was created (see :meth:`pgqueue.Queue.counters`)."""

@@ -229,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print a JSON array, one object per queue with its counts and counters (with "
                         "--watch: one array per line)")
+    p.add_argument("--groups", type=_positive_int, metavar="N",
+                   help="with QUEUE: its N message groups with the most messages waiting (a queue with groups)")
 
     # metrics
     p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue: counts by state, oldest "
@@ -687,6 +689,16 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    if args.groups is not None:
+        if not args.queue:
+            raise UsageError("pgqueue stats: error: --groups needs a QUEUE")
+        with connect(resolve_dsn(args)) as conn:
+            groups = Queue(conn, args.queue).group_stats(args.groups)
+            if args.json:
+                print(json.dumps([{"group": g.group, "waiting": g.waiting, "in_flight": g.in_flight} for g in groups]))
+            else:
+                print(format_table(["group", "waiting", "in flight"], [(g.group, g.waiting, g.in_flight) for g in groups]))
+        return 0
     with connect(resolve_dsn(args)) as conn:
 
         def collect() -> list[QueueStats]:

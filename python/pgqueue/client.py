@@ -43,7 +43,7 @@ from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import Heartbeats, interval
 from pgqueue.errors import PgQueueError, translating
-from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats
+from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["Queue", "list_queues", "all_stats", "all_counters", "ConnectionSource"]
 
@@ -539,6 +539,15 @@ class Queue:
             QueueNotFound, InvalidQueueName.
         """
         return self._connector.run(_core.stats(self._name, exact=exact))
+
+    def group_stats(self, limit: int = 10) -> list[GroupStats]:
+        """Return the ``limit`` message groups with the most messages waiting (a queue with
+        groups; none otherwise). Counts every grouped message: for monitoring, not every poll.
+
+        Raises:
+            QueueNotFound, InvalidQueueName, InvalidArgument.
+        """
+        return self._connector.run(_core.group_stats(self._name, limit))
 
     def counters(self) -> QueueCounters:
         """Return what happened on the queue since it was created (counts of messages enqueued,

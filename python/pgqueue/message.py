@@ -168,6 +168,21 @@ class QueueStats:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupStats:
+    """One message group of a queue with groups (``queue_group_stats``).
+
+    Attributes:
+        group: the group key.
+        waiting: messages of the group not handed out (ready or scheduled).
+        in_flight: messages of the group under a lease.
+    """
+
+    group: str
+    waiting: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     """A queue's settings, as ``pgqueue.queue_list()`` reports them.
 

@@ -126,6 +126,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.queue_create(text,bigint,integer,bigint,bigint,bigint,boolean,boolean,integer,bigint,integer)', 'v', false),
                         ('pgqueue.queue_counters(text)', 's', false),
                         ('pgqueue.queue_drop(text)', 'v', false),
+                        ('pgqueue.queue_group_stats(text,integer)', 's', false),
                         ('pgqueue.queue_list()', 's', false),
                         ('pgqueue.queue_next_due(text)', 's', false),
                         ('pgqueue.queue_stats(text)', 's', false),

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(342);
+SELECT plan(346);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -350,6 +350,14 @@ SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_rate_limit => 1000001) 
                  'rate_limit must be between 1 and 1000000 messages a second (0 = none), got 1000001', 'queue_create: rate limit too high');
 SELECT throws_ok($$ SELECT pgqueue.queue_alter('q', p_rate_limit => -5) $$, '22023',
                  'rate_limit must be between 1 and 1000000 messages a second (0 = none), got -5', 'queue_alter: negative rate limit');
+SELECT throws_ok($$ SELECT * FROM pgqueue.queue_group_stats('nope') $$, 'PQ001',
+                 'queue "nope" does not exist', 'queue_group_stats: unknown queue');
+SELECT throws_ok($$ SELECT * FROM pgqueue.queue_group_stats('grp', NULL) $$, '22004',
+                 'p_limit must not be NULL', 'queue_group_stats: NULL limit');
+SELECT throws_ok($$ SELECT * FROM pgqueue.queue_group_stats('grp', 0) $$, '22023',
+                 'p_limit must be between 1 and 10000, got 0', 'queue_group_stats: limit 0');
+SELECT throws_ok($$ SELECT * FROM pgqueue.queue_group_stats('grp', 10001) $$, '22023',
+                 'p_limit must be between 1 and 10000, got 10001', 'queue_group_stats: limit too high');
 SELECT throws_ok($$ SELECT pgqueue.spark_claim('grp', 'etl', 10) $$, '0A000',
                  'queue "grp" has message groups, which Spark streams do not read yet',
                  'spark_claim: a queue with message groups');
