@@ -3528,12 +3528,19 @@ BEGIN
     IF NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency) THEN
         RETURN;
     END IF;
-    UPDATE pgqueue.message m
-       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
-     WHERE m.id = (SELECT w.id FROM pgqueue.message w
-                    WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
-                    ORDER BY w.dequeue_at, w.id
-                    LIMIT 1);
+    -- (again if the message it chose was deleted meanwhile, by message_cancel: READ COMMITTED
+    -- reads the next one; REPEATABLE READ raises 40001 instead)
+    LOOP
+        UPDATE pgqueue.message m
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+         WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
+                        ORDER BY w.dequeue_at, w.id
+                        LIMIT 1);
+        EXIT WHEN FOUND OR NOT EXISTS (SELECT 1 FROM pgqueue.message w
+                                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group
+                                          AND w.turn_at IS NULL);
+    END LOOP;
 END;
 $$;
 
