@@ -14,9 +14,13 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+import client_scenarios as scenarios
 from conftest import Server, create_database, drop_database
-from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
+from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, QueueStats, _sql, errors
 from pgqueue.async_client import all_stats, list_queues
+from pgqueue.message import to_datetime
+from psycopg.rows import dict_row
+from test_client import socket_port
 
 Conn = psycopg.Connection[Any]
 
@@ -425,6 +429,14 @@ def test_async_dsn_queue_opens_lazily_and_closes(dsn: str, conn: Conn) -> None:
         assert backends() == 0
         with pytest.raises(errors.PgQueueError, match="closed"):
             await q.enqueue(2)
+        async with AsyncQueue(dsn) as q2:
+            await q2.enqueue(2)
+            async with q2.receive() as msg:  # the heartbeat connection is a second one
+                assert msg is not None and backends() == 2
+        deadline = time.monotonic() + 5
+        while backends() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert backends() == 0
 
     run(main)
 
@@ -486,3 +498,172 @@ def test_async_tasks_and_reject(dsn: str) -> None:
                 await q.enqueue(1, task="bad name")
 
     run(main)
+
+
+# -- the behaviours of tests/client_scenarios.py, written once for both clients ---------------
+
+
+@pytest.mark.parametrize("scenario", [
+    scenarios.enqueued_by_sql_is_read,
+    scenarios.unserialisable_payload_is_refused_before_the_server,
+    scenarios.dequeue_limit_lease_and_delete_on_dequeue,
+    scenarios.complete_many_uses_each_messages_own_token,
+    scenarios.complete_and_dequeue_in_one_statement,
+], ids=lambda s: s.__name__)
+def test_async_shared_scenario(scenario: scenarios.Scenario, dsn: str, conn: Conn) -> None:
+    Queue(conn, "jobs").create()
+    scenarios.run(scenario, AsyncQueue(dsn, "jobs"), conn)
+
+
+def test_async_every_call_on_a_missing_queue_raises_queue_not_found(dsn: str, conn: Conn) -> None:
+    scenarios.run(scenarios.missing_queue_errors_carry_the_psycopg_error, AsyncQueue(dsn, "missing"), conn)
+
+
+def test_async_stats_and_module_functions_over_an_async_connection(dsn: str, conn: Conn) -> None:
+    scenarios.run(scenarios.stats_count_each_state, AsyncQueue(dsn, "stats"), conn)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            assert [x.queue for x in await list_queues(aconn)] == ["default", "stats"]
+            assert [(x.queue, x.dead) for x in await all_stats(aconn)] == [("default", 0), ("stats", 1)]
+            assert not aconn.closed  # the caller's connection stays open
+        async with AsyncQueue(dsn) as default:
+            assert await default.stats() == QueueStats("default", 0, 0, 0, 0, None)
+
+    run(main)
+
+
+def test_async_receive_gives_the_message_back_when_interrupted(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.enqueue("work")
+            with pytest.raises(KeyboardInterrupt):
+                async with q.receive() as msg:
+                    raise KeyboardInterrupt
+            [again] = await q.dequeue()  # due at once, not backed off
+            assert msg is not None and again.id == msg.id and again.attempts == 2
+
+    run(main)
+
+
+class AsyncCountingCursor(psycopg.AsyncCursor[Any]):
+    statements: list[str] = []
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> AsyncCountingCursor:
+        AsyncCountingCursor.statements.append(str(query))
+        await super().execute(query, params, **kwargs)
+        return self
+
+
+def test_async_enqueue_many_is_one_statement(dsn: str) -> None:
+    async def main() -> None:
+        AsyncCountingCursor.statements = []
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True,
+                                                         cursor_factory=AsyncCountingCursor) as aconn:
+            ids = await AsyncQueue(aconn).enqueue_many(["a", b"b", {"c": 3}, None])
+            assert len(AsyncCountingCursor.statements) == 1
+            assert "message_create_batch" in AsyncCountingCursor.statements[0]
+            assert [m.id for m in await AsyncQueue(aconn).dequeue(10)] == ids
+            assert await AsyncQueue(aconn).enqueue_many([]) == []
+
+    run(main)
+
+
+def test_async_enqueue_with_business_data_in_one_transaction(dsn: str, conn: Conn) -> None:
+    conn.execute("CREATE TABLE orders (id int)")
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as tx:
+            async with tx.transaction():
+                await tx.execute("INSERT INTO orders VALUES (1)")
+                await AsyncQueue(tx).enqueue({"order": 1})
+            with pytest.raises(RuntimeError):
+                async with tx.transaction():
+                    await tx.execute("INSERT INTO orders VALUES (2)")
+                    await AsyncQueue(tx).enqueue({"order": 2})
+                    raise RuntimeError("business failure")
+
+    run(main)
+    assert conn.execute("SELECT array_agg(id) FROM orders").fetchone() == ([1],)
+    assert [m.payload for m in Queue(conn).dequeue(5)] == [{"order": 1}]
+
+
+def test_async_receive_with_a_callers_connection_and_rollback(dsn: str, conn: Conn) -> None:
+    other = Queue(conn)
+    other.enqueue("kept")
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as tx:
+            async with AsyncQueue(tx).receive() as msg:
+                assert msg is not None
+            await tx.rollback()  # the completion is undone with the caller's transaction
+
+    run(main)
+    assert [m.payload for m in other.dequeue()] == ["kept"]
+
+
+def test_async_callers_connection_with_any_row_factory(dsn: str) -> None:
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row) as aconn:
+            q = AsyncQueue(aconn)
+            await q.enqueue({"a": 1})
+            assert (await q.stats()).ready == 1
+            assert [m.payload for m in await q.dequeue()] == [{"a": 1}]
+            assert await (await aconn.execute("SELECT 1 AS one")).fetchone() == {"one": 1}
+
+    run(main)
+
+
+def test_async_listen_statement_receives_the_queues_notifications(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn, "Loud.Queue-1") as q:
+            await q.create(notify=True)
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
+                await listener.execute(_sql.listen_statement(q.name))
+                await q.enqueue("wake up")
+                got = [n async for n in listener.notifies(timeout=5, stop_after=1)]
+        assert [(n.channel, n.payload) for n in got] == [(_sql.channel_name("Loud.Queue-1"), "Loud.Queue-1")]
+
+    run(main)
+
+
+def test_async_other_database_errors_are_pgqueue_errors(dsn: str) -> None:
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as tx:
+            q = AsyncQueue(tx)
+            with pytest.raises(errors.PgQueueError):
+                await q.dequeue(0)
+            # the caller's transaction is aborted by the error; the caller decides what to do
+            with pytest.raises(errors.PgQueueError) as info:
+                await q.stats()
+            assert info.value.sqlstate == "25P02" and type(info.value) is errors.PgQueueError
+            await tx.rollback()
+            assert (await q.stats()).ready == 0
+
+    run(main)
+
+
+def test_async_connection_refused(dsn: str) -> None:
+    async def main() -> None:
+        with socket_port() as port:
+            async with AsyncQueue(f"host=127.0.0.1 port={port} dbname=x connect_timeout=2") as q:
+                with pytest.raises(errors.ConnectionFailed) as info:
+                    await q.enqueue(1)
+                assert isinstance(info.value.__cause__, psycopg.OperationalError)
+                assert "\n" not in str(info.value)
+
+    run(main)
+
+
+def test_async_next_due_counts_priorities_and_leases(dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.enqueue("x", at=4102444800000)
+            await q.enqueue("y", priority=2)
+            assert await q.next_due() == to_datetime(-3)
+            await q.dequeue(1, lock_ms=60000)  # y, leased: due when its lease runs out
+            due = await q.next_due()
+            assert due is not None and due <= to_datetime(4102444800000)
+
+    run(main)
+

@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from conftest import Server, create_database, drop_database
+import client_scenarios as scenarios
 from pgqueue import _sql
 from pgqueue import DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
 from pgqueue.client import all_stats, list_queues
@@ -86,18 +87,11 @@ def test_content_type_is_recorded_for_other_languages(queue: Queue, conn: Conn) 
 
 
 def test_message_enqueued_by_sql_is_read_by_python(queue: Queue, conn: Conn) -> None:
-    conn.execute("""SELECT pgqueue.message_create('jobs', convert_to('{"from": "sql"}', 'UTF8'), NULL,
-                                                  'application/json')""")
-    conn.execute("SELECT pgqueue.message_create('jobs', '\\xdead'::bytea)")
-    assert [m.payload for m in queue.dequeue(2)] == [{"from": "sql"}, b"\xde\xad"]
+    scenarios.run(scenarios.enqueued_by_sql_is_read, queue, conn)
 
 
-def test_unserialisable_payload_is_refused_before_the_server(queue: Queue) -> None:
-    with pytest.raises(errors.UnsupportedPayload):
-        queue.enqueue({1, 2})
-    with pytest.raises(TypeError):
-        queue.enqueue_many([1, object()])
-    assert queue.stats().ready == 0
+def test_unserialisable_payload_is_refused_before_the_server(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.unserialisable_payload_is_refused_before_the_server, queue, conn)
 
 
 # -- producing ---------------------------------------------------------------------------
@@ -215,24 +209,7 @@ def test_priority_delay_and_at_map_onto_dequeue_at(queue: Queue, conn: Conn) -> 
 
 
 def test_dequeue_limit_lease_and_delete_on_dequeue(queue: Queue, conn: Conn) -> None:
-    queue.enqueue_many(range(5))
-    before = server_now(conn)
-    got = queue.dequeue(2, lock_ms=5000)
-    assert [m.payload for m in got] == [0, 1]
-    assert all(m.locked_until is not None and to_datetime(before + 5000) <= m.locked_until <= to_datetime(before + 6000)
-               for m in got)
-    gone = queue.dequeue(2, lock_ms=0)
-    assert [m.payload for m in gone] == [2, 3]
-    assert [m.leased for m in gone] == [False, False]
-    assert not queue.complete(gone[0])  # nothing to complete: it was deleted on delivery
-    stats = queue.stats()
-    assert (stats.ready, stats.leased) == (1, 2)
-    assert queue.dequeue() and queue.dequeue() == []
-    with pytest.raises(errors.InvalidArgument) as info:
-        queue.dequeue(0)
-    assert info.value.sqlstate == "22023"
-    with pytest.raises(errors.InvalidArgument):
-        queue.dequeue(1, lock_ms=-5)
+    scenarios.run(scenarios.dequeue_limit_lease_and_delete_on_dequeue, queue, conn)
 
 
 def test_complete_heartbeat_defer_fail(queue: Queue, conn: Conn) -> None:
@@ -541,20 +518,7 @@ def test_create_settings_alter_drop(dsn: str) -> None:
 
 
 def test_stats_and_module_functions(dsn: str, conn: Conn, pool: ConnectionPool[Any]) -> None:
-    q = Queue(conn, "stats")
-    q.create(max_attempts=1)
-    q.enqueue_many([1, 2, 3])
-    q.enqueue(4, delay=3600)
-    [leased] = q.dequeue(1)
-    [failing] = q.dequeue(1)
-    q.fail(failing, "dead")
-    s = q.stats()
-    assert isinstance(s, QueueStats)
-    assert (s.queue, s.ready, s.scheduled, s.leased, s.dead) == ("stats", 1, 1, 1, 1)
-    assert s.oldest_ready_age_ms is not None and s.oldest_ready_age_ms >= 0
-    assert s.total == 3
-    assert leased.payload == 1
-
+    scenarios.run(scenarios.stats_count_each_state, Queue(conn, "stats"), conn)
     for source in (dsn, conn, pool):
         assert [x.queue for x in list_queues(source)] == ["default", "stats"]
         everything = all_stats(source)
@@ -597,17 +561,9 @@ def test_dead_letters_requeue_and_purge(queue: Queue, conn: Conn) -> None:
 # -- errors ------------------------------------------------------------------------------
 
 
-def test_errors_map_to_classes_with_the_psycopg_error_as_cause(dsn: str) -> None:
+def test_errors_map_to_classes_with_the_psycopg_error_as_cause(dsn: str, conn: Conn) -> None:
     missing = Queue(dsn, "missing")
-    for call in (lambda: missing.enqueue(1), missing.dequeue, missing.stats, missing.settings,
-                 missing.dead_letters, missing.next_due, missing.requeue_dead, missing.purge_dead,
-                 lambda: missing.alter(lock_ms=5), lambda: missing.enqueue_many([1])):
-        with pytest.raises(errors.QueueNotFound) as info:
-            call()
-        assert info.value.sqlstate == "PQ001"
-        assert isinstance(info.value.__cause__, psycopg.Error)
-        assert 'queue "missing" does not exist' in str(info.value)
-        assert info.value.hint is not None and "queue_create" in info.value.hint
+    scenarios.run(scenarios.missing_queue_errors_carry_the_psycopg_error, missing, conn)
 
     bad = Queue(dsn, "bad name!")
     for call in (lambda: bad.enqueue(1), bad.create, bad.settings, bad.dead_letters):
@@ -680,39 +636,8 @@ def test_other_database_errors_are_pgqueue_errors(dsn: str) -> None:
 
 
 def test_complete_many_completes_only_with_each_messages_own_token(queue: Queue, conn: Conn) -> None:
-    ids = [queue.enqueue(p) for p in "abc"]
-    ma, mb, mc = queue.dequeue(3, lock_ms=60000)
-    # b's lease is lost: it ran out and the message went to another worker (attempts 2)
-    conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (mb.id,))
-    [mb2] = queue.dequeue(1)
-    assert mb2.id == mb.id and mb2.attempts == 2
-    assert queue.complete_many([ma, mb, mc]) == [mb]  # the stale one comes back, the others are done
-    left = conn.execute("SELECT id, attempts FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchall()
-    assert left == [(mb.id, 2)]
-    assert queue.complete_many([]) == []
-    assert queue.complete_many([mb2]) == []
-    assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchone() == (0,)
-    with pytest.raises(errors.InvalidArgument):
-        queue.complete_many([ma, "not a message"])  # type: ignore[list-item]
+    scenarios.run(scenarios.complete_many_uses_each_messages_own_token, queue, conn)
 
 
 def test_complete_and_dequeue_acknowledges_and_fetches_in_one_statement(queue: Queue, conn: Conn) -> None:
-    ids = [queue.enqueue(p) for p in "abcd"]
-    ma, mb = queue.dequeue(2, lock_ms=60000)
-    # b's lease runs out before its acknowledgement: the same call hands it out again, first
-    # (expired leases first), and its acknowledgement comes back as lost
-    conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (mb.id,))
-    got, lost = queue.complete_and_dequeue([ma, mb], 3, lock_ms=60000)
-    assert lost == [mb]
-    assert [(m.id, m.attempts) for m in got] == [(mb.id, 2), (ids[2], 1), (ids[3], 1)]
-    assert [m.payload for m in got] == ["b", "c", "d"]
-    left = conn.execute("SELECT id, attempts FROM pgqueue.message WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
-    assert left == [(mb.id, 2), (ids[2], 1), (ids[3], 1)]  # a is done, the others are leased
-    assert queue.complete_and_dequeue(got, 5) == ([], [])
-    assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchone() == (0,)
-    # delete mode: what is handed out is gone at once
-    queue.enqueue("e")
-    [me] = queue.complete_and_dequeue([], 1, lock_ms=0)[0]
-    assert me.payload == "e" and conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
-    with pytest.raises(errors.InvalidArgument):
-        queue.complete_and_dequeue([ma], 0)
+    scenarios.run(scenarios.complete_and_dequeue_in_one_statement, queue, conn)
