@@ -514,6 +514,23 @@ def test_a_busy_worker_acknowledges_in_the_transaction_of_its_next_fetch(dsn: st
     assert calls["message_complete_and_dequeue"] >= 10 * max(alone, 1), calls
 
 
+def test_a_connection_lost_while_looking_for_the_next_due_message_is_survived(dsn: str) -> None:
+    queue = make_queue(dsn)
+    raised, handled = threading.Event(), threading.Event()
+
+    class Flaky(Worker):
+        def _until_due(self, sleep: float) -> float:
+            if not raised.is_set():  # the first empty poll: the connection goes away right then
+                raised.set()
+                raise psycopg.OperationalError("connection lost (injected)")
+            return super()._until_due(sleep)
+
+    with running(Flaky(queue, lambda msg: handled.set(), poll_min=0.05, poll_max=0.2, listen=False)):
+        wait_for(raised.is_set, what="the injected failure")
+        queue.enqueue("after the failure")
+        wait_for(handled.is_set, what="a message handled after reconnecting")
+
+
 def test_finished_messages_are_completed_together_and_never_before_their_handler_returns(dsn: str) -> None:
     queue = make_queue(dsn)
     slow = queue.enqueue("slow")

@@ -477,7 +477,12 @@ class Worker:
                     if got:
                         delay = self._poll_min
                     sleep, delay = delay, min(delay * 2, self._poll_max)
-                    sleep = self._until_due(sleep)
+                    try:
+                        sleep = self._until_due(sleep)
+                    except _DATABASE_ERRORS as exc:
+                        if not self._is_connection_error(exc):
+                            raise
+                        sleep = self._connection_lost(exc)
                 next_poll = time.monotonic() + sleep
             free = self._concurrency - self.in_flight
             timeout = max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0
