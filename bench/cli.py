@@ -229,4 +229,7 @@ def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: s
     if section == "stats":
         from bench import latency
         return latency.run_stats(srv, profile, _log)
+    if section == "groups":
+        from bench import groups
+        return groups.run_groups(srv, profile, _log)
     raise ValueError(section)

@@ -105,6 +105,21 @@ class Profile:
     stats_transactions: int = 0
     stats_repeats: int = 2
     stats_clients: int = 4
+    # message groups and the rate limit (issue 14, bench/groups.py)
+    groups_messages: int = 150_000       # per queue, throughput runs
+    groups_count: int = 10_000
+    groups_clients: int = 4
+    groups_seconds: int = 5
+    groups_transactions: int = 0
+    groups_repeats: int = 3
+    groups_big: int = 1_000_000          # fairness: the one big group
+    groups_small: int = 1000             # fairness: groups of 10
+    groups_flat_messages: int = 1_000_000
+    groups_flat_groups: int = 100_000
+    groups_flat_groups_messages: int = 100_000
+    groups_flat_calls: int = 500
+    groups_rate: int = 500
+    groups_rate_seconds: int = 60
 
     def with_overrides(self, **kw: Any) -> Profile:
         """Return a copy with the given fields replaced (None values are ignored)."""
@@ -120,6 +135,8 @@ PROFILES: dict[str, Profile] = {
         churn_seconds=60, held_before=20, held_hold=40, held_after=40, churn_window=5,
         snap_before=15, snap_hold=30, snap_after=20, snap_backlog=50_000,
         latency_messages=150, stats_messages=1_000_000, stats_seconds=4, stats_repeats=1,
+        groups_messages=60_000, groups_seconds=3, groups_repeats=2, groups_big=200_000,
+        groups_flat_messages=200_000, groups_rate_seconds=20,
     ),
     "smoke": Profile(
         name="smoke", ops_clients=4, ops_seconds=0, ops_transactions=25, ops_repeats=1,
@@ -135,11 +152,14 @@ PROFILES: dict[str, Profile] = {
         snap_slack=500,
         stats_messages=10_000, stats_calls=3, stats_seconds=0, stats_transactions=50,
         stats_repeats=1, stats_clients=2,
+        groups_messages=3000, groups_count=100, groups_clients=2, groups_seconds=0, groups_transactions=20,
+        groups_repeats=1, groups_big=2000, groups_small=50, groups_flat_messages=3000, groups_flat_groups=500,
+        groups_flat_groups_messages=1000, groups_flat_calls=20, groups_rate=100, groups_rate_seconds=2,
     ),
 }
 
 #: The benchmark sections, in the order they run.
-SECTIONS = ["ops", "profile", "curves", "worker", "workflows", "depth", "churn", "held_xmin", "held", "latency", "stats"]
+SECTIONS = ["ops", "profile", "curves", "worker", "workflows", "depth", "churn", "held_xmin", "held", "latency", "stats", "groups"]
 
 
 @dataclass

@@ -170,6 +170,34 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                 rows.append(("9", f"{side.split('_')[0]}rs' rate with {desc} vs without",
                              _fmt(r, 2) + "×", "≥ 0.95×" if graded else "(reported)",
                              _verdict(r, 0.95) if graded else ""))
+    rows += _groups_rows(results.get("groups"))
+    return rows
+
+
+def _groups_rows(gr: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
+    """Issue 14's benchmark targets (bench/groups.py)."""
+    if not gr:
+        return []
+    rows: list[tuple[str, str, str, str, str]] = []
+    tp = gr["throughput"]
+    for mode, desc in (("delete", "delete mode"), ("lease", "lease + complete")):
+        r = tp["ratio"].get(mode)
+        rows.append(("14", f"dequeue with {tp['groups']:,} groups vs without ({desc}, {tp['clients']} clients)",
+                     _fmt(r, 2) + "×", "≥ 0.8×", _verdict(r, 0.8)))
+    fa = gr["fairness"]
+    last = fa["last_first"]
+    rows.append(("14", f"every small group's first message (one group of {fa['big']:,}, {fa['small']:,} groups of "
+                 f"{fa['per_group']})", f"by delivery {last:,}" if last else f"{fa['served']} served",
+                 f"≤ {fa['bound']:,}", "PASS" if last and last <= fa["bound"] else "MISS"))
+    for axis, desc in (("messages", "messages"), ("groups", "groups")):
+        a = gr["flat"][axis]
+        rows.append(("14", f"dequeue time, {a['small'][desc]:,} against {a['large'][desc]:,} {desc}",
+                     _fmt(a["ratio_ms"], 2) + "×", "≤ 1.5×", _verdict(a["ratio_ms"], 1.5, at_least=False)))
+    rl = gr["rate"]
+    err = rl["error"]
+    rows.append(("14", f"rate limit {rl['rate']}/s over {rl['seconds']:.0f} s: delivered against the limit",
+                 "n/a" if err is None else f"{err * 100:+.1f}%", "within ±5%",
+                 "n/a" if err is None else ("PASS" if abs(err) <= 0.05 else "MISS")))
     return rows
 
 
@@ -300,6 +328,12 @@ def failures(results: dict[str, Any]) -> list[str]:
         for p in st["phases"]:
             if not p["ok"]:
                 out.append(f"stats phase {p['mode']}: {p['error']}")
+    gr = results.get("groups")
+    if gr:
+        out += [f"groups throughput {r['mode']} {r['queue']} (round {r['round'] + 1}): {r['error']}"
+                for r in gr["throughput"]["runs"] if not r["ok"]]
+        if not gr["rate"]["ok"]:
+            out.append(f"groups rate limit: {gr['rate']['problem']}")
     dep = results.get("depth")
     if dep:
         for shape, per in dep["shapes"].items():
@@ -360,6 +394,7 @@ def render(results: dict[str, Any], out: Path) -> str:
     _held(w, results, img, out)
     _latency(w, results)
     _stats(w, results)
+    _groups(w, results)
     _counters(w)
     _spark(w)
     text = "\n".join(lines) + "\n"
@@ -798,6 +833,49 @@ def _stats(w: Any, results: dict[str, Any]) -> None:
     if calls:
         w(f"queue_stats itself under that load: median {statistics.median(calls):.0f} ms per call.")
         w("")
+
+
+def _groups(w: Any, results: dict[str, Any]) -> None:
+    gr = results.get("groups")
+    if not gr:
+        return
+    w("## Message groups and the rate limit (issue 14)")
+    w("")
+    tp = gr["throughput"]
+    w(f"Throughput: a queue without groups and one of `group_concurrency` 1 whose messages are spread over "
+      f"{tp['groups']:,} groups, {tp['messages']:,} messages each, {tp['clients']} pgbench clients taking one "
+      "message a call (synchronous_commit off), the queues alternating, a VACUUM before each run.")
+    w("")
+    w("| mode | round | without groups /s | grouped /s | ratio |")
+    w("|---|---|---|---|---|")
+    for mode in ("delete", "lease"):
+        rounds = sorted({r["round"] for r in tp["runs"] if r["mode"] == mode})
+        for rnd in rounds:
+            by = {r["queue"]: r["tps"] for r in tp["runs"] if r["mode"] == mode and r["round"] == rnd}
+            w(f"| {mode} | {rnd + 1} | {_fmt(by.get('plain'))} | {_fmt(by.get('grouped'))} | "
+              f"{_fmt(_ratio(by.get('grouped'), by.get('plain')), 2)} |")
+    w("")
+    fa = gr["fairness"]
+    w(f"Fairness: one group of {fa['big']:,} messages enqueued first ({fa['load_s']:.0f} s through "
+      f"`message_create_batch`), then {fa['small']:,} groups of {fa['per_group']}; one consumer, lease + "
+      f"complete a message at a time. Every small group had its first message by delivery "
+      f"{_fmt(fa['last_first'])}; the big group got {fa['big_in_first']} of the first {fa['bound']:,} deliveries.")
+    w("")
+    w("Cost against size (one session, delete mode, median client time of one `message_dequeue` and its "
+      "shared buffers):")
+    w("")
+    w("| axis | messages | groups | ms per call | buffers |")
+    w("|---|---|---|---|---|")
+    for axis, per in gr["flat"].items():
+        for size in ("small", "large"):
+            c = per[size]
+            w(f"| {axis} | {c['messages']:,} | {c['groups']:,} | {c['median_ms']:.3f} | {c['buffers']} |")
+    w("")
+    rl = gr["rate"]
+    w(f"Rate limit: `p_rate_limit => {rl['rate']}`, 4 pgbench clients asking for 10 messages a call "
+      f"({_fmt(rl['calls_per_s'])} calls/s) for {rl['seconds']:.1f} s: {rl['delivered']:,} delivered against "
+      f"{_fmt(rl['expected'])} at the limit.")
+    w("")
 
 
 def _counters(w: Any) -> None:

@@ -43,7 +43,8 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
     text = out.read_text()
     assert "## FAILURE" not in text
     for heading in ("Targets 1-4", "Throughput against clients", "The worker end to end", "Workflows", "Target 5",
-                    "Target 6", "Target 7", "Held snapshots", "Target 8", "Target 9"):
+                    "Target 6", "Target 7", "Held snapshots", "Target 8", "Target 9",
+                    "Message groups and the rate limit"):
         assert heading in text
     results = json.loads(out.with_suffix(".json").read_text())
     assert set(SECTIONS) <= set(results)
@@ -66,6 +67,7 @@ def test_smoke_runs_every_benchmark(tmp_path: Path) -> None:
         assert results["churn"]["seed001"]["autovacuum_naptime"] == "1min"  # reset after the variant's run
     _check_held(results["held"], text)
     _check_peers(results, text)
+    _check_groups(results["groups"])
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -105,6 +107,20 @@ def _check_peers(results: dict[str, Any], text: str) -> None:
     else:
         assert f"PgQueuer: not available on this server: {wk['pgqueuer']['reason']}" in text
     assert "worker vs the SQL lease cycle" in text
+
+
+def _check_groups(gr: dict[str, Any]) -> None:
+    """Issue 14's section measured both queues in both modes without emptying them, served every
+    small group, timed both sizes of each axis and counted the rate-limited deliveries."""
+    tp = gr["throughput"]
+    assert {(r["mode"], r["queue"]) for r in tp["runs"] if r["ok"] and r["tps"] > 0} == {
+        (m, q) for m in ("delete", "lease") for q in ("plain", "grouped")}
+    assert all(r["left"] > 0 for r in tp["runs"])
+    fa = gr["fairness"]
+    assert fa["served"] == fa["small"] and fa["last_first"] is not None
+    for axis in ("messages", "groups"):
+        assert gr["flat"][axis]["small"]["median_ms"] > 0 and gr["flat"][axis]["large"]["buffers"] > 0
+    assert gr["rate"]["ok"] and gr["rate"]["delivered"] > 0
 
 
 def test_pgqueuer_missing_is_reported_not_failed(tmp_path: Path, pg_server: Server) -> None:
