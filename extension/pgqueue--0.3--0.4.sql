@@ -2121,7 +2121,7 @@ BEGIN
     IF v_queue.group_concurrency IS NOT NULL THEN
         RAISE EXCEPTION 'queue "%" has message groups, which Spark streams do not read yet', p_queue
             USING ERRCODE = '0A000',
-                  HINT = 'Consume it with message_dequeue (or the Python worker).';
+                  HINT = 'A claim takes messages by (dequeue_at, id) and holds them until Spark commits the micro-batch, which would break group order and limits: consume a grouped queue with message_dequeue (or the Python worker).';
     END IF;
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
@@ -2265,10 +2265,16 @@ COMMENT ON FUNCTION pgqueue.spark_discard(uuid) IS
 --
 -- p_partitions[i] won with attempt p_attempts[i], which staged p_counts[i] rows. All rows go in
 -- one statement through pgqueue._queue_admit (the queue's lock stripe, max_size, then NOTIFY),
--- as message_create_batch; ids follow (partition, row) order. The write's staging rows (losers
--- too) are deleted. Returns how many were published, NULL if the key was published before
--- (then only the staging rows are deleted). Errors: 22004/22023 for bad arrays, PQ007 if the
--- staged rows differ from p_counts, PQ003 if the queue is full, PQ001 if it does not exist.
+-- as message_create_batch; ids follow (partition, row) order. Rows with a group or an
+-- idempotency key, and every row of a queue with message groups, go in one at a time in that
+-- order through pgqueue._message_insert, as message_create_batch(..., p_groups, p_keys) does: a
+-- group's messages keep their order and turns; a row whose key is taken (a live message, or one
+-- within the queue's key_window_ms) inserts nothing. The write's staging rows (losers too) are
+-- deleted. Returns how many rows were published (a row whose key was taken counts), NULL if the
+-- publish key was published before (then only the staging rows are deleted). Errors:
+-- 22004/22023 for bad arrays, 22023 for a group on a queue without groups (nothing is
+-- published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is full, PQ001
+-- if it does not exist.
 CREATE OR REPLACE FUNCTION pgqueue.spark_publish(
     p_publish_key text,
     p_queue       text,
@@ -2286,6 +2292,7 @@ DECLARE
     v_clock   bigint := pgqueue.now_ms();
     v_count   bigint;
     v_bad     record;
+    v_row     record;
 BEGIN
     PERFORM pgqueue._not_null(p_publish_key IS NULL, 'p_publish_key'::text);
     IF length(p_publish_key) NOT BETWEEN 1 AND 200 THEN
@@ -2344,12 +2351,29 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
-    IF v_queue.group_concurrency IS NOT NULL THEN
-        RAISE EXCEPTION 'queue "%" has message groups, which Spark writes do not fill yet', p_queue
-            USING ERRCODE = '0A000',
-                  HINT = 'Enqueue with message_create_batch(..., p_groups => ...) instead.';
-    END IF;
-    IF v_count > 0 THEN
+    IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
+                        OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
+                                    WHERE s.write_id = p_write_id
+                                      AND (s.group_key IS NOT NULL OR s.idem_key IS NOT NULL))) THEN
+        v_clock := pgqueue._write_clock();
+        FOR v_row IN
+            SELECT s.content, s.content_type, s.group_key, s.idem_key,
+                   coalesce(s.dequeue_at,
+                            v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
+                                           THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
+                            v_clock) AS dequeue_at
+              FROM unnest(p_partitions, p_attempts) AS w(p, a)
+              JOIN pgqueue.spark_staging s
+                ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+             ORDER BY w.p, s.n
+        LOOP
+            PERFORM pgqueue._message_insert(v_queue, v_row.content, v_row.dequeue_at, v_row.content_type,
+                                            v_row.group_key, v_row.idem_key, v_now);
+        END LOOP;
+        IF v_queue.notify THEN
+            PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+        END IF;
+    ELSIF v_count > 0 THEN
         v_clock := pgqueue._write_clock();
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
         SELECT v_queue.id,
@@ -2373,7 +2397,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_publish(text, text, uuid, integer[], bigint[], bigint[]) IS
-    'Publish the staged rows of the winning Spark task attempts into a queue in one transaction, once per publish key (NULL if already published), and delete the write''s staging rows; returns how many';
+    'Publish the staged rows of the winning Spark task attempts (with their groups and idempotency keys) into a queue in one transaction, once per publish key (NULL if already published), and delete the write''s staging rows; returns how many rows';
 
 -- Give back the messages of every open claim of a consumer (one that will not come back).
 --
@@ -2464,8 +2488,18 @@ $$;
 COMMENT ON FUNCTION pgqueue.spark_snapshot(text, bigint, bigint, boolean) IS
     'Messages of a queue with p_min_id <= id <= p_max_id and their status (ready, scheduled, leased, claimed; dead letters too if asked), by id; changes nothing';
 
+-- Spark writes carry message groups and idempotency keys (groupColumn, keyColumn; issue 14).
+ALTER TABLE pgqueue.spark_staging ADD COLUMN group_key text, ADD COLUMN idem_key text;
+
 -- Stage rows of one Spark task attempt; p_first numbers them (p_first, p_first + 1, ...).
-CREATE OR REPLACE FUNCTION pgqueue.spark_stage(
+--
+-- Per row: a due time (epoch ms) or a delay (ms from publication), a message group and an
+-- idempotency key (as message_create_batch's p_groups and p_keys; checked again at publication,
+-- where a group needs a queue with groups). Errors: 22004 (NULL argument or content), 22023
+-- (array lengths, negative delay, a group or key that is empty or longer than 200 characters,
+-- rows staged already).
+DROP FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[]);
+CREATE FUNCTION pgqueue.spark_stage(
     p_write_id     uuid,
     p_partition    integer,
     p_attempt      bigint,
@@ -2473,7 +2507,9 @@ CREATE OR REPLACE FUNCTION pgqueue.spark_stage(
     p_contents     bytea[],
     p_content_type text     DEFAULT NULL,
     p_dequeue_ats  bigint[] DEFAULT NULL,
-    p_delays_ms    bigint[] DEFAULT NULL)
+    p_delays_ms    bigint[] DEFAULT NULL,
+    p_groups       text[]   DEFAULT NULL,
+    p_keys         text[]   DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2490,7 +2526,8 @@ BEGIN
         RAISE EXCEPTION 'p_first must be >= 0 and number every row within bigint, got % for % row(s)', p_first, v_n
             USING ERRCODE = '22023';
     END IF;
-    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_delays_ms) > 1 THEN
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_delays_ms) > 1
+       OR array_ndims(p_groups) > 1 OR array_ndims(p_keys) > 1 THEN
         RAISE EXCEPTION 'batch arrays must be one-dimensional'
             USING ERRCODE = '22023';
     END IF;
@@ -2507,13 +2544,22 @@ BEGIN
         RAISE EXCEPTION 'delays must be >= 0 ms'
             USING ERRCODE = '22023';
     END IF;
+    IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
+        RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    -- the first bad group or key raises (22023), as message_create_batch would at publication
+    PERFORM pgqueue._check_message_key(u.g, 'message group'::text)
+       FROM unnest(p_groups) AS u(g) WHERE u.g = '' OR length(u.g) > 200;
+    PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text)
+       FROM unnest(p_keys) AS u(k) WHERE u.k = '' OR length(u.k) > 200;
     BEGIN
         INSERT INTO pgqueue.spark_staging (write_id, partition, attempt, n, dequeue_at, delay_ms,
-                                           staged_at, content, content_type)
+                                           staged_at, content, content_type, group_key, idem_key)
         SELECT p_write_id, p_partition, p_attempt, p_first + (u.ord - 1), u.dequeue_at, u.delay_ms,
-               pgqueue.to_epoch(now()), u.content, p_content_type
-          FROM unnest(p_contents, p_dequeue_ats, p_delays_ms)
-               WITH ORDINALITY AS u(content, dequeue_at, delay_ms, ord);
+               pgqueue.to_epoch(now()), u.content, p_content_type, u.grp, u.key
+          FROM unnest(p_contents, p_dequeue_ats, p_delays_ms, p_groups, p_keys)
+               WITH ORDINALITY AS u(content, dequeue_at, delay_ms, grp, key, ord);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'rows % to % of partition % attempt % of write % are staged already',
                         p_first, p_first + (v_n - 1), p_partition, p_attempt, p_write_id
@@ -2524,8 +2570,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[]) IS
-    'Stage messages of one Spark task attempt (write_id, partition, attempt), numbered from p_first, until spark_publish; one content type, per-message due times (epoch ms) and delays (ms from publication)';
+COMMENT ON FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[], text[], text[]) IS
+    'Stage messages of one Spark task attempt (write_id, partition, attempt), numbered from p_first, until spark_publish; one content type, per-message due times (epoch ms), delays (ms from publication), message groups and idempotency keys';
 
 -- Delete staging rows staged before p_before (epoch ms): writes whose driver died.
 CREATE OR REPLACE FUNCTION pgqueue.spark_staging_purge(p_before bigint)

@@ -112,6 +112,55 @@ def test_write_task_mode_duplicates_the_retried_partition(spark: Any, dsn: str, 
     assert twice == rows == N // 4
 
 
+def test_keyed_rows_survive_a_retried_task_once(spark: Any, dsn: str, conn: Conn) -> None:
+    """Issue 14: with keyColumn, the partition that task mode writes twice (its task failed after
+    the commit) adds nothing: each key's message is still live, so the retry maps onto it."""
+    from spark_flaky import FLAKY
+
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    write(work_items(spark).selectExpr("payload", "CAST(get_json_object(payload, '$.i') AS BIGINT) AS k"),
+          dsn, "jobs", fmt=FLAKY, payloadType="json", keyColumn="k")
+    ((_, _, rows),) = conn.execute("SELECT partition, attempt, rows FROM flaky_log").fetchall()
+    assert rows == N // 4, "premise: partition 0 was written, then its task failed and ran again"
+    got = queue_payloads(conn, "jobs")
+    assert len(got) == N and len(set(got)) == N, "each row once"
+    assert one(conn, "SELECT count(DISTINCT idem_key) FROM pgqueue.message") == N
+
+
+def test_group_column_fills_a_grouped_queue_in_order(spark: Any, dsn: str, conn: Conn, tmp_path: Path) -> None:
+    """Job mode and writeStream into a queue with message groups (limit 1): each group's messages
+    come out one at a time, in the order of the write (a group's rows in one partition, sorted)."""
+    conn.execute("SELECT pgqueue.queue_create('grp', p_group_concurrency => 1)")
+    df = (spark.range(0, 400, 1, 4).selectExpr("CAST(id AS STRING) AS payload", "CAST(id % 8 AS STRING) AS tenant")
+          .repartition(2, "tenant").sortWithinPartitions("tenant", "payload"))
+    write(df, dsn, "grp", commitMode="job", groupColumn="tenant")
+    conn.execute("SELECT pgqueue.queue_create('in')")
+    conn.execute("SELECT pgqueue.message_create_batch('in', %s, p_content_type => 'text/plain')",
+                 ([str(400 + i).encode() for i in range(400)],))
+    query = (spark.readStream.format("pgqueue").option("dsn", dsn).option("payloadType", "string").load("in")
+             .selectExpr("payload", "CAST(CAST(payload AS INT) % 8 AS STRING) AS tenant")
+             .writeStream.format("pgqueue").option("dsn", dsn).option("groupColumn", "tenant")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start("grp"))
+    assert query.awaitTermination(120) and query.exception() is None
+    assert one(conn, "SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+                     "WHERE q.name = 'grp' AND m.group_key IS NOT NULL") == 800
+    seen: dict[str, list[int]] = {}
+    with Queue(dsn, "grp") as queue:
+        while batch := queue.dequeue(100, lock_ms=60_000):
+            tenants = [m.payload for m in batch]
+            assert len({int(t) % 8 for t in tenants}) == len(tenants), "one message per group in flight"
+            for m in batch:
+                seen.setdefault(str(int(m.payload) % 8), []).append(int(m.payload))
+                queue.complete(m)
+    assert sorted(seen) == [str(t) for t in range(8)]
+    for tenant, values in seen.items():
+        assert len(values) == 100, tenant
+        assert values[:50] == sorted(values[:50], key=str), "the batch write's order (payloads sorted as text)"
+        assert all(v < 400 for v in values[:50]) and all(v >= 400 for v in values[50:]), "then the stream's"
+    with pytest.raises(Exception, match="has message groups, which Spark streams do not read yet"):
+        stream(spark, dsn, "grp", tmp_path / "ck2", lambda df, batch_id: None).awaitTermination(60)
+
+
 def test_bad_rows_and_columns_publish_nothing(spark: Any, dsn: str, conn: Conn) -> None:
     conn.execute("SELECT pgqueue.queue_create('jobs')")
     # a NULL payload in one partition: the job fails with the row named, nothing is published
@@ -129,9 +178,17 @@ def test_bad_rows_and_columns_publish_nothing(spark: Any, dsn: str, conn: Conn) 
         (spark.range(3).selectExpr("current_date() AS payload"), "payload column 'payload' has type date"),
         (spark.range(3).selectExpr("CAST(id AS STRING) AS payload", "id"), "'id' that the pgqueue sink would drop"),
         (spark.range(3).selectExpr("CAST(id AS STRING) AS body"), "no payload column 'payload'"),
+        (spark.range(3).selectExpr("CAST(id AS STRING) AS payload", "current_date() AS k"),
+         "key column 'k' has type date, but it must be a string or an integer"),
     ]:
         with pytest.raises(Exception, match=text):
-            write(bad, dsn, "jobs", commitMode="job")
+            write(bad, dsn, "jobs", commitMode="job", **({"keyColumn": "k"} if "key column" in text else {}))
+    # an empty key fails its task with the row named; job mode publishes nothing
+    with pytest.raises(Exception, match=r"key column 'k' must be NULL \(none\) or 1 to 200 characters, got 0"):
+        write(spark.range(0, 100, 1, 2).selectExpr("CAST(id AS STRING) AS payload",
+                                                   "CASE WHEN id = 70 THEN '' ELSE CAST(id AS STRING) END AS k"),
+              dsn, "jobs", commitMode="job", keyColumn="k")
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
     with pytest.raises(Exception, match='queue "nope" does not exist'):
         write(spark.range(3).selectExpr("CAST(id AS STRING) AS payload"), dsn, "nope")
     with pytest.raises(Exception, match='"pgqueue" cannot be written in the "ErrorIfExists" mode'):

@@ -119,6 +119,9 @@ def test_write_plans() -> None:
              StructField("prio", IntegerType()), payloadColumn="body", dequeueAtColumn="at", delayColumn="d",
              priorityColumn="prio")
     assert (p.dequeue_at_kind, p.delay_kind, p.priority_column) == ("timestamp", "interval", "prio")
+    p = plan(payload_s, StructField("tenant", StringType()), StructField("order_id", LongType()),
+             groupColumn="tenant", keyColumn="order_id")
+    assert (p.group_column, p.key_column, p.scheduled) == ("tenant", "order_id", False)
     errors = [
         (lambda: write_plan(opts, StructType([StructField("x", StringType())])), "no payload column 'payload'"),
         (lambda: plan(StructField("payload", DateType())), "has type date"),
@@ -128,6 +131,14 @@ def test_write_plans() -> None:
         (lambda: plan(payload_s, StructField("p", StringType()), priorityColumn="p"), "must be an integer"),
         (lambda: plan(payload_s, StructField("t", StringType()), dequeueAtColumn="t"), "timestamp or an integer"),
         (lambda: plan(payload_s, delayColumn="missing"), "no delay column"),
+        (lambda: plan(payload_s, StructField("g", DateType()), groupColumn="g"),
+         "group column 'g' has type date, but it must be a string or an integer"),
+        (lambda: plan(payload_s, StructField("k", BinaryType()), keyColumn="k"),
+         "key column 'k' has type binary, but it must be a string or an integer"),
+        (lambda: plan(payload_s, keyColumn="missing"), "no key column 'missing'"),
+        (lambda: plan(payload_s, StructField("g", StringType()), groupColumn="g", keyColumn="g"),
+         "must be different columns"),
+        (lambda: plan(payload_s, StructField("g", StringType())), "groupColumn or keyColumn"),
     ]
     for make, text in errors:
         with pytest.raises(InvalidArgument, match=text):
@@ -195,6 +206,21 @@ def test_encoding_errors_name_the_row() -> None:
     neg = pa.record_batch({"payload": pa.array(["a"]), "d": pa.array([-1.0])})
     with pytest.raises(InvalidArgument, match="finite, >= 0"):
         encode_batch(WritePlan("payload", "text", delay_column="d", delay_kind="seconds"), neg, partition=0, first_row=0)
+
+
+def test_group_and_key_columns() -> None:
+    batch = pa.record_batch({"payload": pa.array(["a", "b", "c"]), "g": pa.array(["t1", None, "t2"]),
+                             "k": pa.array([7, 8, None], pa.int64())})
+    chunk = encode_batch(WritePlan("payload", "text", group_column="g", key_column="k"), batch,
+                         partition=0, first_row=0)
+    assert (chunk.groups, chunk.keys, chunk.dequeue_ats) == (["t1", None, "t2"], ["7", "8", None], None)
+    assert [(c.groups, c.keys) for c in chunk.slices(2)] == [(["t1", None], ["7", "8"]), (["t2"], [None])]
+    assert encode_batch(WritePlan("payload", "text"), batch, partition=0, first_row=0).groups is None
+    for bad, length in (("", 0), ("x" * 201, 201)):
+        batch = pa.record_batch({"payload": pa.array(["a", "b"]), "g": pa.array(["ok", bad])})
+        with pytest.raises(InvalidArgument, match=f"group column 'g' must be NULL \\(none\\) or 1 to 200 "
+                                                  f"characters, got {length} in row 6 of partition 2"):
+            encode_batch(WritePlan("payload", "text", group_column="g"), batch, partition=2, first_row=4)
 
 
 def test_schedule_columns() -> None:
@@ -310,6 +336,50 @@ def test_job_mode_publish_failure_discards_staging(dsn: str, conn: Conn, as_task
     with pytest.raises(PgQueueError, match="is full"):
         w.commit([msg])
     assert payloads(conn) == []
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+
+
+def test_groups_and_keys_in_task_and_job_mode(dsn: str, conn: Conn, as_task: Any) -> None:
+    """Issue 14: groupColumn and keyColumn mean message_create_batch's p_groups and p_keys."""
+    conn.execute("SELECT pgqueue.queue_create('q', p_group_concurrency => 1)")
+    schema = StructType([StructField("payload", StringType()), StructField("tenant", StringType()),
+                         StructField("id", LongType())])
+
+    def rows(values: list[tuple[str, str | None, int | None]]) -> Iterator[pa.RecordBatch]:
+        p, g, k = zip(*values, strict=True)
+        yield pa.record_batch({"payload": pa.array(p), "tenant": pa.array(g, pa.string()),
+                               "id": pa.array(k, pa.int64())})
+
+    for mode in ("task", "job"):
+        conn.execute("DELETE FROM pgqueue.message")
+        ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "groupColumn": "tenant", "keyColumn": "id",
+                                "commitMode": mode, "batchSize": "2"})
+        w = pickle.loads(pickle.dumps(ds.writer(schema, False)))
+        data = [("a1", "a", 1), ("b1", "b", 2), ("a2", "a", 3), ("a2 again", "a", 3), ("none", None, None)]
+        as_task(0, 1)
+        first = w.write(rows(data))
+        as_task(0, 2)  # a retried task (task mode: enqueued again; job mode: the loser)
+        second = w.write(rows(data))
+        w.commit([second])
+        assert first.rows == second.rows == 5
+        got = conn.execute("SELECT convert_from(content, 'UTF8'), group_key, idem_key FROM pgqueue.message "
+                           "ORDER BY id").fetchall()
+        want = [("a1", "a", "1"), ("b1", "b", "2"), ("a2", "a", "3"), ("none", None, None)]
+        # the keyed rows are there once, whatever Spark retried; an unkeyed row as often as it was written
+        assert got == (want + [("none", None, None)] if mode == "task" else want), mode
+        with Queue(dsn, "q") as queue:
+            assert sorted(m.payload for m in queue.dequeue(10, lock_ms=60_000)) == sorted(
+                ["a1", "b1", "none"] + (["none"] if mode == "task" else [])), "one of each group at a time"
+    # the group of a queue without groups is refused at the write, and nothing is published
+    conn.execute("SELECT pgqueue.queue_create('plain')")
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "plain", "groupColumn": "tenant", "keyColumn": "id",
+                            "commitMode": "job"})
+    w = ds.writer(schema, False)
+    as_task(0, 1)
+    done = w.write(rows([("x", "a", 1)]))
+    with pytest.raises(PgQueueError, match='queue "plain" has no message groups'):
+        w.commit([done])
+    assert payloads(conn, "plain") == []
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
 
 

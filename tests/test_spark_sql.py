@@ -254,8 +254,9 @@ def test_snapshot_statuses_and_changes_nothing(conn: Conn) -> None:
 
 
 def stage(conn: Conn, write_id: str, partition: int, attempt: int, contents: list[bytes], **arrays: Any) -> None:
-    conn.execute("SELECT pgqueue.spark_stage(%s, %s, %s, 0, %s, %s, %s, %s)",
-                 (write_id, partition, attempt, contents, arrays.get("type"), arrays.get("ats"), arrays.get("delays")))
+    conn.execute("SELECT pgqueue.spark_stage(%s, %s, %s, 0, %s, %s, %s, %s, %s, %s)",
+                 (write_id, partition, attempt, contents, arrays.get("type"), arrays.get("ats"), arrays.get("delays"),
+                  arrays.get("groups"), arrays.get("keys")))
 
 
 def test_publish_moves_winners_once(conn: Conn) -> None:
@@ -297,6 +298,68 @@ def test_publish_errors_publish_nothing(conn: Conn) -> None:
     # an empty write publishes nothing, once
     assert one(conn, "SELECT pgqueue.spark_publish('empty', 'q', %s, '{}', '{}', '{}')", (w,)) == 0
     assert one(conn, "SELECT pgqueue.spark_publish('empty', 'q', %s, '{}', '{}', '{}')", (w,)) is None
+
+
+def test_publish_into_a_grouped_queue_keeps_group_order_and_turns(conn: Conn) -> None:
+    """Issue 14: a Spark write fills a grouped queue as message_create_batch(..., p_groups) does."""
+    conn.execute("SELECT pgqueue.queue_create('g', p_group_concurrency => 1)")
+    w = str(uuid.uuid4())
+    # partition 1 is published after partition 0, whatever order the tasks staged in
+    stage(conn, w, 1, 2, [b"a3", b"b2"], groups=["a", "b"])
+    stage(conn, w, 0, 1, [b"a1", b"a2", b"b1", b"loner"], groups=["a", "a", "b", None])
+    assert one(conn, "SELECT pgqueue.spark_publish('g1', 'g', %s, '{0,1}', '{1,2}', '{4,2}')", (w,)) == 6
+    rows = conn.execute("SELECT convert_from(content, 'UTF8'), group_key, turn_at IS NOT NULL "
+                        "FROM pgqueue.message ORDER BY id").fetchall()
+    assert rows == [("a1", "a", True), ("a2", "a", False), ("b1", "b", True), ("loner", None, True),
+                    ("a3", "a", False), ("b2", "b", False)]
+    # one of each group at a time, in order: the heads first, then what their completion hands on
+    got = conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('g', 10, 60000)"
+                       ).fetchall()
+    assert sorted(r[2] for r in got) == ["a1", "b1", "loner"]
+    for mid, attempts, _ in got:
+        assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", (mid, attempts)) is True
+    got = conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('g', 10, 60000)"
+                       ).fetchall()
+    assert sorted(r[2] for r in got) == ["a2", "b2"]
+    # the streaming read of a grouped queue is still refused (claims would break the order)
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_claim('g', 'etl', 10)") == "0A000"
+
+
+def test_publish_with_idempotency_keys_inserts_each_key_once(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    live = one(conn, "SELECT pgqueue.message_create('q', 'before', p_key => 'k1')")
+    w = str(uuid.uuid4())
+    stage(conn, w, 0, 1, [b"x1", b"x2", b"x2 again", b"nokey"], keys=["k1", "k2", "k2", None])
+    assert one(conn, "SELECT pgqueue.spark_publish('p1', 'q', %s, '{0}', '{1}', '{4}')", (w,)) == 4
+    rows = conn.execute("SELECT id, convert_from(content, 'UTF8'), idem_key FROM pgqueue.message ORDER BY id").fetchall()
+    assert [r[1:] for r in rows] == [("before", "k1"), ("x2", "k2"), ("nokey", None)]
+    assert rows[0][0] == live
+    # another write (a Spark retry under a new write id, say) with the same keys adds nothing keyed
+    w2 = str(uuid.uuid4())
+    stage(conn, w2, 0, 1, [b"x1", b"x2"], keys=["k1", "k2"])
+    assert one(conn, "SELECT pgqueue.spark_publish('p2', 'q', %s, '{0}', '{1}', '{2}')", (w2,)) == 2
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 3
+    # once the keyed message is gone (no key window), its key enqueues again
+    conn.execute("DELETE FROM pgqueue.message WHERE idem_key = 'k2'")
+    w3 = str(uuid.uuid4())
+    stage(conn, w3, 0, 1, [b"x2 later"], keys=["k2"])
+    assert one(conn, "SELECT pgqueue.spark_publish('p3', 'q', %s, '{0}', '{1}', '{1}')", (w3,)) == 1
+    assert one(conn, "SELECT convert_from(content, 'UTF8') FROM pgqueue.message WHERE idem_key = 'k2'") == "x2 later"
+
+
+def test_groups_and_keys_are_checked(conn: Conn) -> None:
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    w = str(uuid.uuid4())
+    q = "SELECT pgqueue.spark_stage(%s, 0, 0, 0, %s, p_groups => %s, p_keys => %s)"
+    for groups, keys in (([""], None), (["g" * 201], None), (None, [""]), (None, ["k" * 201]),
+                         (["a", "b"], None), (None, ["a", "b"]), ([["a"]], None)):
+        assert sqlstate_of(conn, q, (w, [b"a"], groups, keys)) == "22023", (groups, keys)
+    assert sqlstate_of(conn, q, (w, [b"a"], ["g" * 200], ["k" * 200])) is None  # 200 is the most
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 1
+    # a group for a queue without groups: nothing is published, not even the publish key
+    assert sqlstate_of(conn, "SELECT pgqueue.spark_publish('k', 'q', %s, '{0}', '{0}', '{1}')", (w,)) == "22023"
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_publish_log") == 0
 
 
 def test_stage_checks_its_arrays(conn: Conn) -> None:

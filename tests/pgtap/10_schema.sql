@@ -148,7 +148,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.spark_release(text,text)', 'v', false),
                         ('pgqueue.spark_snapshot(text,bigint,bigint,boolean)', 's', false),
                         ('pgqueue.spark_snapshot_range(text,boolean)', 's', false),
-                        ('pgqueue.spark_stage(uuid,integer,bigint,bigint,bytea[],text,bigint[],bigint[])', 'v', false),
+                        ('pgqueue.spark_stage(uuid,integer,bigint,bigint,bytea[],text,bigint[],bigint[],text[],text[])', 'v', false),
                         ('pgqueue.spark_staging_purge(bigint)', 'v', false),
                         ('pgqueue.to_epoch(timestamp with time zone)', 'i', true) $$,
               'the public functions: signature, volatility, strictness');

@@ -55,6 +55,8 @@ CREATE TABLE pgqueue.spark_staging (
     staged_at    bigint  NOT NULL,
     content      bytea   NOT NULL,
     content_type text,
+    group_key    text,
+    idem_key     text,
     CONSTRAINT spark_staging_pkey PRIMARY KEY (write_id, partition, attempt, n)
 );
 

@@ -41,8 +41,8 @@ overwrite would delete messages that consumers may be
 processing, so the sink only appends.
 
 ``payloadColumn`` (default ``payload``)
-    the column that becomes the message. Every other column must be named by one of the three
-    schedule options below, so that nothing is dropped silently.
+    the column that becomes the message. Every other column must be named by one of the
+    schedule, group or key options below, so that nothing is dropped silently.
 ``payloadType``: ``auto`` (default), ``binary``, ``string``, ``json``
     how the payload is encoded, following :mod:`pgqueue.codec` so that ``Queue.dequeue()``
     decodes it: BINARY is stored as is (content_type NULL), STRING as UTF-8 text
@@ -57,6 +57,20 @@ processing, so the sink only appends.
 ``priorityColumn``
     an integer >= 0; larger is delivered first (``pgqueue.priority_dequeue_at``).
     A NULL in a schedule column means "now"; a row may set at most one of the three.
+``groupColumn``
+    STRING or integer (written as decimal text): the message group (1 to 200 characters, NULL:
+    none), as ``message_create_batch(..., p_groups)``. The queue must have groups
+    (``group_concurrency``; otherwise the write fails with SQLSTATE 22023 and, in job mode and
+    streams, publishes nothing). A group's messages are delivered in the order they are
+    published: a partition's rows in order, partitions in partition order (job mode, streams) or
+    as their tasks commit (task mode). ``repartition("g").sortWithinPartitions(...)`` puts a
+    group in one partition in a chosen order.
+``keyColumn``
+    STRING or integer: the idempotency key (1 to 200 characters, NULL: none), as
+    ``message_create_batch(..., p_keys)``: a row whose key is taken by a live message (or within
+    the queue's ``key_window_ms``) inserts nothing, and a later row with a key already written by
+    the same write also maps to the first. An empty key or one over 200 characters fails the
+    task, naming the row.
 ``commitMode``: ``task`` (default) or ``job``; streams always publish as ``job`` does
     ``task``: each partition is enqueued in one transaction (``message_create_batch`` in chunks),
     visible as soon as its task ends. ``job``: each task attempt stages its rows
@@ -113,7 +127,9 @@ Guarantees
 
 * ``df.write``, ``commitMode=task``: each partition lands atomically; a task that Spark runs
   again after its transaction committed (an executor lost after the write, a speculative copy)
-  enqueues its partition again: at-least-once per partition. A NULL payload or a bad value
+  enqueues its partition again: at-least-once per partition. With ``keyColumn``, the rows whose
+  keyed message is still in the queue (or within its key window) are not enqueued again: once
+  per key while the first message lives. A NULL payload or a bad value
   fails its task before anything of that partition is committed, but partitions whose tasks
   already finished stay enqueued.
 * ``df.write``, ``commitMode=job``: the whole DataFrame appears atomically and exactly once,
@@ -131,6 +147,9 @@ Guarantees
   by ``id``, ``foreachBatch`` keyed by ``batchId``, Delta, ``writeStream.format("pgqueue")``:
   examples/spark_exactly_once.py kills and restarts such a pipeline), at-least-once into any other sink
   (Spark may run a batch again whose output was written but not committed).
+  A queue with message groups cannot be read as a stream (``spark_claim`` raises 0A000: a claim
+  holds its messages until Spark commits the micro-batch, which would break group order and
+  limits); consume it with ``message_dequeue`` or the worker.
   ``trigger(availableNow=True)`` claims only messages that exist when the query starts and stops
   when they are done. A consumer that will never come back is released with
   :func:`release` (its messages become deliverable again).

@@ -48,6 +48,8 @@ class WritePlan:
         dequeue_at_column, dequeue_at_kind: an absolute due time, ``timestamp`` or ``epoch_ms``.
         delay_column, delay_kind: a delay from now, ``seconds`` (a number) or ``interval``.
         priority_column: a priority (int >= 0, larger first).
+        group_column, key_column: the message group and the idempotency key (STRING, or an
+            integer written as decimal text); NULL is none.
     """
 
     payload_column: str
@@ -57,6 +59,8 @@ class WritePlan:
     delay_column: str | None = None
     delay_kind: str | None = None
     priority_column: str | None = None
+    group_column: str | None = None
+    key_column: str | None = None
 
     @property
     def scheduled(self) -> bool:
@@ -69,13 +73,16 @@ class Chunk:
     """Messages ready for ``message_create_batch`` / ``spark_stage``.
 
     A column has one encoding, so every message of a chunk has the same ``content_type``.
-    ``dequeue_ats`` and ``delays_ms`` (as long as ``contents``) are None when no row is scheduled.
+    ``dequeue_ats`` and ``delays_ms`` (as long as ``contents``) are None when no row is scheduled;
+    ``groups`` and ``keys`` are None without a group or key column.
     """
 
     contents: list[bytes]
     content_type: str | None
     dequeue_ats: list[int | None] | None
     delays_ms: list[int | None] | None
+    groups: list[str | None] | None = None
+    keys: list[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.contents)
@@ -89,6 +96,8 @@ class Chunk:
                 self.content_type,
                 None if self.dequeue_ats is None else self.dequeue_ats[start:end],
                 None if self.delays_ms is None else self.delays_ms[start:end],
+                None if self.groups is None else self.groups[start:end],
+                None if self.keys is None else self.keys[start:end],
             )
 
 
@@ -237,6 +246,22 @@ def _schedule(plan: WritePlan, batch: Any, partition: int, first_row: int
     return ats, delays
 
 
+#: The longest group or idempotency key (characters), as the extension's pgqueue._check_message_key.
+MAX_KEY_CHARS = 200
+
+
+def _keys(column: Any, name: str, what: str, partition: int, first_row: int) -> list[str | None]:
+    """The values of a group or key column as text (integers in decimal), NULL as None."""
+    values: list[str | None] = [None if v is None else str(v) for v in column.to_pylist()]
+    for i, v in enumerate(values):
+        if v is not None and not 1 <= len(v) <= MAX_KEY_CHARS:
+            raise InvalidArgument(
+                f"{what} column {name!r} must be NULL (none) or 1 to {MAX_KEY_CHARS} characters, got "
+                f"{len(v)} in {_where(partition, first_row + i)} (hash a longer key)"
+            )
+    return values
+
+
 def encode_batch(plan: WritePlan, batch: Any, *, partition: int, first_row: int) -> Chunk:
     """Encode one ``pyarrow.RecordBatch`` of a partition into messages.
 
@@ -248,14 +273,19 @@ def encode_batch(plan: WritePlan, batch: Any, *, partition: int, first_row: int)
 
     Raises:
         InvalidArgument: a NULL payload, invalid JSON, a negative delay, a priority out of
-            range, or more than one of due time, delay and priority in a row. The message names
-            the column and the row.
+            range, more than one of due time, delay and priority in a row, or an empty group or
+            key or one longer than 200 characters. The message names the column and the row.
     """
     contents, content_type = _payloads(plan, batch.column(plan.payload_column), partition, first_row)
+    groups = keys = None
+    if plan.group_column is not None:
+        groups = _keys(batch.column(plan.group_column), plan.group_column, "group", partition, first_row)
+    if plan.key_column is not None:
+        keys = _keys(batch.column(plan.key_column), plan.key_column, "key", partition, first_row)
     if not plan.scheduled:
-        return Chunk(contents, content_type, None, None)
+        return Chunk(contents, content_type, None, None, groups, keys)
     ats, delays = _schedule(plan, batch, partition, first_row)
-    return Chunk(contents, content_type, ats, delays)
+    return Chunk(contents, content_type, ats, delays, groups, keys)
 
 
 def decode_payload(content: bytes, content_type: str | None, payload_type: str) -> bytes | str | None:

@@ -31,6 +31,7 @@ KNOWN = frozenset({
     "dsn", "conninfo", "queue", "path", "consumer", "maxmessagesperbatch", "numpartitions",
     "maxmessagespertrigger", "minpartitions",  # the names of Spark's Kafka source
     "payloadcolumn", "payloadtype", "dequeueatcolumn", "delaycolumn", "prioritycolumn",
+    "groupcolumn", "keycolumn",
     "commitmode", "batchsize", "includedead", "failondataloss", "fetchsize", "filterpushdown",
     # Spark's own, passed to a stream writer along with ours
     "checkpointlocation",
@@ -54,6 +55,8 @@ class Options:
     dequeue_at_column: str | None = None
     delay_column: str | None = None
     priority_column: str | None = None
+    group_column: str | None = None
+    key_column: str | None = None
     commit_mode: CommitMode = "task"
     batch_size: int = 5_000
     include_dead: bool = False
@@ -165,6 +168,8 @@ def parse(options: Mapping[str, str], *, reading: bool) -> Options:
         dequeue_at_column=_column(options, "dequeueAtColumn"),
         delay_column=_column(options, "delayColumn"),
         priority_column=_column(options, "priorityColumn"),
+        group_column=_column(options, "groupColumn"),
+        key_column=_column(options, "keyColumn"),
         commit_mode="job" if _choice(options, "commitMode", "task", ("task", "job")) == "job" else "task",
         batch_size=_int(options, "batchSize", 5_000, 1, 100_000),
         include_dead=_bool(options, "includeDead", False),

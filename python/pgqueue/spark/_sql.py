@@ -18,14 +18,14 @@ ENQUEUE_CHUNK: Final[LiteralString] = (
     "p_dequeue_ats => (SELECT array_agg(coalesce(u.at, c.now + CASE WHEN u.delay_ms IS NOT NULL "
     "THEN least(u.delay_ms, 9223372036854775807 - c.now) END) ORDER BY u.n) FROM unnest(%(dequeue_ats)s::bigint[], %(delays_ms)s::bigint[]) WITH ORDINALITY AS u(at, delay_ms, n), "
     "(SELECT pgqueue.now_ms() AS now) AS c), "
-    "p_content_type => %(content_type)s::text)"
+    "p_content_type => %(content_type)s::text, p_groups => %(groups)s::text[], p_keys => %(keys)s::text[])"
 )
 
 #: Stage one chunk of a job-mode task attempt.
 STAGE_CHUNK: Final[LiteralString] = (
     "SELECT pgqueue.spark_stage(%(write_id)s::uuid, %(partition)s::integer, %(attempt)s::bigint, "
     "%(first)s::bigint, %(contents)s::bytea[], %(content_type)s::text, %(dequeue_ats)s::bigint[], "
-    "%(delays_ms)s::bigint[])"
+    "%(delays_ms)s::bigint[], %(groups)s::text[], %(keys)s::text[])"
 )
 
 PUBLISH: Final[LiteralString] = (

@@ -252,15 +252,22 @@ def write_plan(opts: Options, schema: StructType) -> WritePlan:
         if not isinstance(f.dataType, _INTEGRAL):
             raise _type_error("priority", f, "an integer")
         used.add(f.name)
+    for column, role in ((opts.group_column, "group"), (opts.key_column, "key")):
+        if column is not None:
+            f = _field(schema, column, role)
+            if not isinstance(f.dataType, (StringType, *_INTEGRAL)):
+                raise _type_error(role, f, "a string or an integer")
+            used.add(f.name)
     if len(used) < len([c for c in (opts.payload_column, opts.dequeue_at_column, opts.delay_column,
-                                    opts.priority_column) if c is not None]):
-        raise InvalidArgument("the payload, dequeueAt, delay and priority columns must be different columns")
+                                    opts.priority_column, opts.group_column, opts.key_column) if c is not None]):
+        raise InvalidArgument("the payload, dequeueAt, delay, priority, group and key columns must be "
+                              "different columns")
     extra = [n for n in schema.fieldNames() if n not in used]
     if extra:
         raise InvalidArgument(
             f"the DataFrame has column(s) {', '.join(map(repr, extra))} that the pgqueue sink would drop: "
             f"select only the payload column (e.g. to_json(struct(*)) AS {opts.payload_column}) and the "
-            "columns named by dequeueAtColumn, delayColumn or priorityColumn"
+            "columns named by dequeueAtColumn, delayColumn, priorityColumn, groupColumn or keyColumn"
         )
     return WritePlan(
         payload_column=pf.name,
@@ -270,6 +277,8 @@ def write_plan(opts: Options, schema: StructType) -> WritePlan:
         delay_column=opts.delay_column,
         delay_kind=delay_kind,
         priority_column=opts.priority_column,
+        group_column=opts.group_column,
+        key_column=opts.key_column,
     )
 
 
@@ -312,6 +321,7 @@ def _write_partition(opts: Options, plan: WritePlan, iterator: Iterator[Any], pa
                 params: dict[str, object] = {
                     "contents": part.contents, "content_type": part.content_type,
                     "dequeue_ats": part.dequeue_ats, "delays_ms": part.delays_ms,
+                    "groups": part.groups, "keys": part.keys,
                 }
                 with translating():
                     if write_id is None:

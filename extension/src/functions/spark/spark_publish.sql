@@ -2,10 +2,16 @@
 --
 -- p_partitions[i] won with attempt p_attempts[i], which staged p_counts[i] rows. All rows go in
 -- one statement through pgqueue._queue_admit (the queue's lock stripe, max_size, then NOTIFY),
--- as message_create_batch; ids follow (partition, row) order. The write's staging rows (losers
--- too) are deleted. Returns how many were published, NULL if the key was published before
--- (then only the staging rows are deleted). Errors: 22004/22023 for bad arrays, PQ007 if the
--- staged rows differ from p_counts, PQ003 if the queue is full, PQ001 if it does not exist.
+-- as message_create_batch; ids follow (partition, row) order. Rows with a group or an
+-- idempotency key, and every row of a queue with message groups, go in one at a time in that
+-- order through pgqueue._message_insert, as message_create_batch(..., p_groups, p_keys) does: a
+-- group's messages keep their order and turns; a row whose key is taken (a live message, or one
+-- within the queue's key_window_ms) inserts nothing. The write's staging rows (losers too) are
+-- deleted. Returns how many rows were published (a row whose key was taken counts), NULL if the
+-- publish key was published before (then only the staging rows are deleted). Errors:
+-- 22004/22023 for bad arrays, 22023 for a group on a queue without groups (nothing is
+-- published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is full, PQ001
+-- if it does not exist.
 CREATE FUNCTION pgqueue.spark_publish(
     p_publish_key text,
     p_queue       text,
@@ -23,6 +29,7 @@ DECLARE
     v_clock   bigint := pgqueue.now_ms();
     v_count   bigint;
     v_bad     record;
+    v_row     record;
 BEGIN
     PERFORM pgqueue._not_null(p_publish_key IS NULL, 'p_publish_key'::text);
     IF length(p_publish_key) NOT BETWEEN 1 AND 200 THEN
@@ -81,12 +88,29 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
-    IF v_queue.group_concurrency IS NOT NULL THEN
-        RAISE EXCEPTION 'queue "%" has message groups, which Spark writes do not fill yet', p_queue
-            USING ERRCODE = '0A000',
-                  HINT = 'Enqueue with message_create_batch(..., p_groups => ...) instead.';
-    END IF;
-    IF v_count > 0 THEN
+    IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
+                        OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
+                                    WHERE s.write_id = p_write_id
+                                      AND (s.group_key IS NOT NULL OR s.idem_key IS NOT NULL))) THEN
+        v_clock := pgqueue._write_clock();
+        FOR v_row IN
+            SELECT s.content, s.content_type, s.group_key, s.idem_key,
+                   coalesce(s.dequeue_at,
+                            v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
+                                           THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
+                            v_clock) AS dequeue_at
+              FROM unnest(p_partitions, p_attempts) AS w(p, a)
+              JOIN pgqueue.spark_staging s
+                ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+             ORDER BY w.p, s.n
+        LOOP
+            PERFORM pgqueue._message_insert(v_queue, v_row.content, v_row.dequeue_at, v_row.content_type,
+                                            v_row.group_key, v_row.idem_key, v_now);
+        END LOOP;
+        IF v_queue.notify THEN
+            PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+        END IF;
+    ELSIF v_count > 0 THEN
         v_clock := pgqueue._write_clock();
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
         SELECT v_queue.id,
@@ -110,4 +134,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_publish(text, text, uuid, integer[], bigint[], bigint[]) IS
-    'Publish the staged rows of the winning Spark task attempts into a queue in one transaction, once per publish key (NULL if already published), and delete the write''s staging rows; returns how many';
+    'Publish the staged rows of the winning Spark task attempts (with their groups and idempotency keys) into a queue in one transaction, once per publish key (NULL if already published), and delete the write''s staging rows; returns how many rows';

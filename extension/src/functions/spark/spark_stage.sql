@@ -1,4 +1,10 @@
 -- Stage rows of one Spark task attempt; p_first numbers them (p_first, p_first + 1, ...).
+--
+-- Per row: a due time (epoch ms) or a delay (ms from publication), a message group and an
+-- idempotency key (as message_create_batch's p_groups and p_keys; checked again at publication,
+-- where a group needs a queue with groups). Errors: 22004 (NULL argument or content), 22023
+-- (array lengths, negative delay, a group or key that is empty or longer than 200 characters,
+-- rows staged already).
 CREATE FUNCTION pgqueue.spark_stage(
     p_write_id     uuid,
     p_partition    integer,
@@ -7,7 +13,9 @@ CREATE FUNCTION pgqueue.spark_stage(
     p_contents     bytea[],
     p_content_type text     DEFAULT NULL,
     p_dequeue_ats  bigint[] DEFAULT NULL,
-    p_delays_ms    bigint[] DEFAULT NULL)
+    p_delays_ms    bigint[] DEFAULT NULL,
+    p_groups       text[]   DEFAULT NULL,
+    p_keys         text[]   DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -24,7 +32,8 @@ BEGIN
         RAISE EXCEPTION 'p_first must be >= 0 and number every row within bigint, got % for % row(s)', p_first, v_n
             USING ERRCODE = '22023';
     END IF;
-    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_delays_ms) > 1 THEN
+    IF array_ndims(p_contents) > 1 OR array_ndims(p_dequeue_ats) > 1 OR array_ndims(p_delays_ms) > 1
+       OR array_ndims(p_groups) > 1 OR array_ndims(p_keys) > 1 THEN
         RAISE EXCEPTION 'batch arrays must be one-dimensional'
             USING ERRCODE = '22023';
     END IF;
@@ -41,13 +50,22 @@ BEGIN
         RAISE EXCEPTION 'delays must be >= 0 ms'
             USING ERRCODE = '22023';
     END IF;
+    IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
+        RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
+            USING ERRCODE = '22023';
+    END IF;
+    -- the first bad group or key raises (22023), as message_create_batch would at publication
+    PERFORM pgqueue._check_message_key(u.g, 'message group'::text)
+       FROM unnest(p_groups) AS u(g) WHERE u.g = '' OR length(u.g) > 200;
+    PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text)
+       FROM unnest(p_keys) AS u(k) WHERE u.k = '' OR length(u.k) > 200;
     BEGIN
         INSERT INTO pgqueue.spark_staging (write_id, partition, attempt, n, dequeue_at, delay_ms,
-                                           staged_at, content, content_type)
+                                           staged_at, content, content_type, group_key, idem_key)
         SELECT p_write_id, p_partition, p_attempt, p_first + (u.ord - 1), u.dequeue_at, u.delay_ms,
-               pgqueue.to_epoch(now()), u.content, p_content_type
-          FROM unnest(p_contents, p_dequeue_ats, p_delays_ms)
-               WITH ORDINALITY AS u(content, dequeue_at, delay_ms, ord);
+               pgqueue.to_epoch(now()), u.content, p_content_type, u.grp, u.key
+          FROM unnest(p_contents, p_dequeue_ats, p_delays_ms, p_groups, p_keys)
+               WITH ORDINALITY AS u(content, dequeue_at, delay_ms, grp, key, ord);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'rows % to % of partition % attempt % of write % are staged already',
                         p_first, p_first + (v_n - 1), p_partition, p_attempt, p_write_id
@@ -58,5 +76,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[]) IS
-    'Stage messages of one Spark task attempt (write_id, partition, attempt), numbered from p_first, until spark_publish; one content type, per-message due times (epoch ms) and delays (ms from publication)';
+COMMENT ON FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[], text[], text[]) IS
+    'Stage messages of one Spark task attempt (write_id, partition, attempt), numbered from p_first, until spark_publish; one content type, per-message due times (epoch ms), delays (ms from publication), message groups and idempotency keys';
