@@ -95,3 +95,27 @@ class FlakyStreamSource(PgQueueDataSource):
         base = super().streamWriter(schema, overwrite)
         assert isinstance(base, PgQueueStreamWriter)
         return FlakyStreamWriter(base.opts, base.plan)
+
+
+#: The format name of the source that notes every call Spark makes into it.
+SPY = "pgqueue_spy"
+
+
+class SpySource(PgQueueDataSource):
+    """The pgqueue source noting in the table spy_log each method Spark calls (then doing it)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SPY
+
+    def _note(self, what: str) -> None:
+        with psycopg.connect(self.options["dsn"], autocommit=True) as conn:
+            conn.execute("INSERT INTO spy_log VALUES (%s)", (what,))
+
+    def schema(self) -> Any:
+        self._note("schema")
+        return super().schema()
+
+    def writer(self, schema: Any, overwrite: bool) -> PgQueueWriter:
+        self._note(f"writer(overwrite={overwrite})")
+        return super().writer(schema, overwrite)

@@ -191,14 +191,44 @@ def test_bad_rows_and_columns_publish_nothing(spark: Any, dsn: str, conn: Conn) 
     assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
     with pytest.raises(Exception, match='queue "nope" does not exist'):
         write(spark.range(3).selectExpr("CAST(id AS STRING) AS payload"), dsn, "nope")
-    with pytest.raises(Exception, match='"pgqueue" cannot be written in the "ErrorIfExists" mode'):
-        # Spark's own check, before it asks the source: always say .mode("append")
-        spark.range(3).selectExpr("CAST(id AS STRING) AS payload").write.format("pgqueue") \
-            .option("dsn", dsn).save("jobs")
     with pytest.raises(Exception, match="only appends: overwrite would delete messages"):
         spark.range(3).selectExpr("CAST(id AS STRING) AS payload").write.format("pgqueue") \
             .option("dsn", dsn).mode("overwrite").save("jobs")
     assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+
+
+def test_save_without_a_mode_is_refused_by_spark_before_the_source_is_asked(spark: Any, role: Any, dsn: str,
+                                                                           conn: Conn) -> None:
+    """Issue 17: what `.save()` without a mode gives, and why the source cannot change it. Spark's
+    DataFrameWriter (saveCommand, 4.3) throws UNSUPPORTED_DATA_SOURCE_SAVE_MODE for ErrorIfExists
+    and Ignore on every table that supports batch writes, a Python data source's included, before
+    it asks the source for a writer; the Python API's writer(schema, overwrite) only ever learns
+    append or overwrite. The spy source notes every call: none for the refused modes."""
+    from spark_flaky import SPY, SpySource
+
+    spark.dataSource.register(SpySource)
+    conn.execute("CREATE TABLE spy_log (what text)")
+    conn.execute(f"GRANT INSERT ON spy_log TO {role.name}")
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    df = spark.range(3).selectExpr("CAST(id AS STRING) AS payload")
+    for mode, shown in ((None, "ErrorIfExists"), ("errorifexists", "ErrorIfExists"), ("ignore", "Ignore")):
+        w = df.write.format(SPY).option("dsn", dsn)
+        if mode is not None:
+            w = w.mode(mode)
+        with pytest.raises(Exception) as failed:
+            w.save("jobs")
+        text = str(failed.value)
+        assert "[UNSUPPORTED_DATA_SOURCE_SAVE_MODE]" in text, text
+        assert (f'The data source "{SPY}" cannot be written in the "{shown}" mode. Please use either the '
+                '"Append" or "Overwrite" mode instead.') in text, text
+        assert "SQLSTATE: 0A000" in text, text
+        assert "writer(" not in " ".join(r[0] for r in conn.execute("SELECT what FROM spy_log").fetchall()), \
+            "Spark refused before asking the source for a writer"
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+    df.write.format(SPY).option("dsn", dsn).mode("append").save("jobs")
+    assert [r[0] for r in conn.execute("SELECT what FROM spy_log WHERE what LIKE 'writer%'")] == [
+        "writer(overwrite=False)"], "append reaches the source"
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 3
 
 
 def test_payload_types_and_schedule_columns_round_trip(spark: Any, dsn: str, conn: Conn) -> None:
