@@ -3483,13 +3483,14 @@ $$;
 -- Serialise the decisions about one message group's turns (pgqueue._message_insert,
 -- pgqueue._message_group_next) until the end of the transaction: lock the row of the group's
 -- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use.
--- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry).
+-- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry). Returns
+-- true: callers assign it (a PL/pgSQL simple expression) rather than run a PERFORM query.
 --
 -- SECURITY DEFINER because locking the row needs UPDATE on the table, which no other role has:
 -- nobody can hold a group's lock outside pgqueue's functions. EXECUTE is revoked from PUBLIC and
 -- granted to producers, consumers and Spark by docs/grants.sql.
 CREATE FUNCTION pgqueue._message_group_lock(p_queue_id integer, p_group text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -3509,6 +3510,7 @@ BEGIN
                       HINT = 'Another transaction made it after this one''s snapshot: retry the transaction.';
         END IF;
     END IF;
+    RETURN true;
 END;
 $$;
 
@@ -3542,16 +3544,14 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pgqueue.message m
-                WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                  AND m.turn_at IS NOT NULL AND m.locked_until IS NULL) THEN
-        RETURN false;
-    END IF;
-    RETURN p_concurrency = 0
-        OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
-                                   WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                                     AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
-                                   LIMIT p_concurrency) f) < p_concurrency;
+    RETURN NOT EXISTS (SELECT 1 FROM pgqueue.message m
+                        WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                          AND m.turn_at IS NOT NULL AND m.locked_until IS NULL)
+       AND (p_concurrency = 0
+            OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
+                                       WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                                         AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
+                                       LIMIT p_concurrency) f) < p_concurrency);
 END;
 $$;
 
@@ -3563,16 +3563,20 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
 -- behind the groups already waiting: the round-robin. Called after a message of the group was handed out
 -- (pgqueue._message_dequeue_grouped) or left the queue (trigger message_removed), under the
--- group's lock, so that every such decision sees the ones committed before it.
+-- group's lock, so that every such decision sees the ones committed before it. Returns whether
+-- a turn was given. (Called on every grouped delivery: three statements on the common path, the
+-- lock, the room and the UPDATE; the others are PL/pgSQL simple expressions.)
 CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_concurrency integer)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_locked boolean;
 BEGIN
-    PERFORM pgqueue._message_group_lock(p_queue_id, p_group);
+    v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
     IF NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency) THEN
-        RETURN;
+        RETURN false;
     END IF;
     -- (again if the message it chose was deleted meanwhile, by message_cancel: READ COMMITTED
     -- reads the next one; REPEATABLE READ raises 40001 instead)
@@ -3583,10 +3587,14 @@ BEGIN
                         WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
                         ORDER BY w.dequeue_at, w.id
                         LIMIT 1);
-        EXIT WHEN FOUND OR NOT EXISTS (SELECT 1 FROM pgqueue.message w
-                                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group
-                                          AND w.turn_at IS NULL);
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pgqueue.message w
+                               WHERE w.queue_id = p_queue_id AND w.group_key = p_group
+                                 AND w.turn_at IS NULL);
     END LOOP;
+    RETURN false;
 END;
 $$;
 
@@ -3620,6 +3628,7 @@ DECLARE
     v_at   bigint;
     v_turn bigint;
     v_id   bigint;
+    v_held boolean;
 BEGIN
     PERFORM pgqueue._check_message_key(p_group, 'message group'::text);
     PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::text);
@@ -3649,7 +3658,7 @@ BEGIN
         ELSIF p_group IS NULL THEN
             v_turn := pgqueue._turn_key(v_at, false);
         ELSE
-            PERFORM pgqueue._message_group_lock(p_queue.id, p_group);
+            v_held := pgqueue._message_group_lock(p_queue.id, p_group);
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
                 v_turn := pgqueue._turn_key(v_at, false);
             END IF;
@@ -3685,6 +3694,7 @@ DECLARE
     v_window      bigint;
     v_concurrency integer;
     v_now         bigint;
+    v_turned      boolean;
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
       FROM pgqueue.queue q WHERE q.id = OLD.queue_id;
@@ -3709,7 +3719,7 @@ BEGIN
                                                FOR UPDATE SKIP LOCKED);
     END IF;
     IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
-        PERFORM pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+        v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
     END IF;
     RETURN NULL;
 END;
@@ -3758,6 +3768,7 @@ DECLARE
     v_groups   text[];
     v_more     text[];
     v_until    bigint;
+    v_turned   boolean;
 BEGIN
     LOOP
         v_now := pgqueue.now_ms();
@@ -3825,7 +3836,7 @@ BEGIN
             -- the order of their keys, so that two consumers lock the groups in one order
             IF p_concurrency <> 1 THEN
                 FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_groups) AS g(g) ORDER BY 1 LOOP
-                    PERFORM pgqueue._message_group_next(p_queue_id, v_group, p_concurrency);
+                    v_turned := pgqueue._message_group_next(p_queue_id, v_group, p_concurrency);
                 END LOOP;
             END IF;
         END IF;

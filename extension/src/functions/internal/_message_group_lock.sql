@@ -1,13 +1,14 @@
 -- Serialise the decisions about one message group's turns (pgqueue._message_insert,
 -- pgqueue._message_group_next) until the end of the transaction: lock the row of the group's
 -- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use.
--- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry).
+-- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry). Returns
+-- true: callers assign it (a PL/pgSQL simple expression) rather than run a PERFORM query.
 --
 -- SECURITY DEFINER because locking the row needs UPDATE on the table, which no other role has:
 -- nobody can hold a group's lock outside pgqueue's functions. EXECUTE is revoked from PUBLIC and
 -- granted to producers, consumers and Spark by docs/grants.sql.
 CREATE FUNCTION pgqueue._message_group_lock(p_queue_id integer, p_group text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -27,6 +28,7 @@ BEGIN
                       HINT = 'Another transaction made it after this one''s snapshot: retry the transaction.';
         END IF;
     END IF;
+    RETURN true;
 END;
 $$;
 

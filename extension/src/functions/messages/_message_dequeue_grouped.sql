@@ -41,6 +41,7 @@ DECLARE
     v_groups   text[];
     v_more     text[];
     v_until    bigint;
+    v_turned   boolean;
 BEGIN
     LOOP
         v_now := pgqueue.now_ms();
@@ -108,7 +109,7 @@ BEGIN
             -- the order of their keys, so that two consumers lock the groups in one order
             IF p_concurrency <> 1 THEN
                 FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_groups) AS g(g) ORDER BY 1 LOOP
-                    PERFORM pgqueue._message_group_next(p_queue_id, v_group, p_concurrency);
+                    v_turned := pgqueue._message_group_next(p_queue_id, v_group, p_concurrency);
                 END LOOP;
             END IF;
         END IF;

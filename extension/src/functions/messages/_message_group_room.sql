@@ -7,16 +7,14 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pgqueue.message m
-                WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                  AND m.turn_at IS NOT NULL AND m.locked_until IS NULL) THEN
-        RETURN false;
-    END IF;
-    RETURN p_concurrency = 0
-        OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
-                                   WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                                     AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
-                                   LIMIT p_concurrency) f) < p_concurrency;
+    RETURN NOT EXISTS (SELECT 1 FROM pgqueue.message m
+                        WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                          AND m.turn_at IS NOT NULL AND m.locked_until IS NULL)
+       AND (p_concurrency = 0
+            OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
+                                       WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                                         AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
+                                       LIMIT p_concurrency) f) < p_concurrency);
 END;
 $$;
 

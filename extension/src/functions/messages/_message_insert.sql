@@ -25,6 +25,7 @@ DECLARE
     v_at   bigint;
     v_turn bigint;
     v_id   bigint;
+    v_held boolean;
 BEGIN
     PERFORM pgqueue._check_message_key(p_group, 'message group'::text);
     PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::text);
@@ -54,7 +55,7 @@ BEGIN
         ELSIF p_group IS NULL THEN
             v_turn := pgqueue._turn_key(v_at, false);
         ELSE
-            PERFORM pgqueue._message_group_lock(p_queue.id, p_group);
+            v_held := pgqueue._message_group_lock(p_queue.id, p_group);
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
                 v_turn := pgqueue._turn_key(v_at, false);
             END IF;

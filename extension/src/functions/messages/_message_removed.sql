@@ -13,6 +13,7 @@ DECLARE
     v_window      bigint;
     v_concurrency integer;
     v_now         bigint;
+    v_turned      boolean;
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
       FROM pgqueue.queue q WHERE q.id = OLD.queue_id;
@@ -37,7 +38,7 @@ BEGIN
                                                FOR UPDATE SKIP LOCKED);
     END IF;
     IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
-        PERFORM pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+        v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
     END IF;
     RETURN NULL;
 END;
