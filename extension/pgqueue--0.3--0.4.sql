@@ -3538,6 +3538,9 @@ COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
 -- Whether a message group may get a new turn: it has no message waiting with its turn, and fewer
 -- than p_concurrency in flight (0: no limit). Both bounded: message_group_turn_idx, at most
 -- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock).
+-- The lease is tested with pgqueue._leased, which the planner cannot match to the predicates of
+-- message_leased_idx and message_ready_idx: statistics taken while nothing was leased make the
+-- first look empty, and a generic plan then walked the whole queue's leases for the group.
 CREATE FUNCTION pgqueue._message_group_room(p_queue_id integer, p_group text, p_concurrency integer)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
@@ -3546,11 +3549,11 @@ AS $$
 BEGIN
     RETURN NOT EXISTS (SELECT 1 FROM pgqueue.message m
                         WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                          AND m.turn_at IS NOT NULL AND m.locked_until IS NULL)
+                          AND m.turn_at IS NOT NULL AND NOT pgqueue._leased(m.locked_until))
        AND (p_concurrency = 0
             OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
                                        WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                                         AND m.turn_at IS NOT NULL AND m.locked_until IS NOT NULL
+                                         AND m.turn_at IS NOT NULL AND pgqueue._leased(m.locked_until)
                                        LIMIT p_concurrency) f) < p_concurrency);
 END;
 $$;

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import PlanCapture, index_names, plan_violations
+from helpers import PlanCapture, index_names, plan_violations, walk
 from test_index_probes import Measured
 
 pytestmark = pytest.mark.slow
@@ -120,3 +120,42 @@ def test_grouped_dequeue_is_an_index_probe(conn: psycopg.Connection[Any], dsn: s
         waiting = conn.execute("SELECT count(*) FROM pgqueue.message WHERE group_key = 'big' "
                                "AND turn_at IS NOT NULL AND locked_until IS NULL").fetchone()
         assert waiting is not None and waiting[0] <= 1
+
+
+#: The calls that hand a group its next turn or decide whether a new message gets one, each
+#: running pgqueue._message_group_room's probes under the group's lock.
+TURN_DECISIONS = {
+    "complete": "SELECT pgqueue.message_complete(%s::bigint, %s::integer)",
+    "enqueue": "SELECT pgqueue.message_create('stale', '\\x00'::bytea, p_group => %s)",
+}
+
+
+@pytest.mark.parametrize("name", list(TURN_DECISIONS))
+def test_a_turn_decision_probes_its_group_however_stale_the_statistics(
+        conn: psycopg.Connection[Any], dsn: str, name: str) -> None:
+    """Statistics gathered while nothing was leased say message_leased_idx is empty. A generic
+    plan built on them counted a group's messages in flight by walking the whole queue's range of
+    message_leased_idx (Index Cond: queue_id, Filter: the group): a cost that grew with every
+    lease in flight in the queue, paid on every complete, fail or enqueue of a grouped message.
+    Whatever the statistics say, the room probes must stay on the group's own entries of
+    message_group_turn_idx."""
+    conn.execute("SELECT pgqueue.queue_create('stale', p_group_concurrency => 1)")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('stale', "
+                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 6000)), "
+                 "p_groups => ARRAY(SELECT 'g' || (i % 3000) FROM generate_series(1, 6000) i))")
+    conn.execute("ANALYZE pgqueue.message")  # nothing leased yet
+    leased = conn.execute("SELECT d.id, d.attempts, m.group_key FROM pgqueue.message_dequeue('stale', 2500, 600000) d "
+                          "JOIN pgqueue.message m ON m.id = d.id").fetchall()
+    assert len(leased) == 2500
+    with psycopg.connect(dsn, autocommit=True) as session:
+        session.execute("SET plan_cache_mode = force_generic_plan")  # the plan a session keeps
+        capture = PlanCapture(session)
+        for msg_id, attempts, group in leased[:3]:
+            args = (msg_id, attempts) if name == "complete" else (group,)
+            call = capture.run(TURN_DECISIONS[name], args)
+            room = [st for st in call.nested if "LIMIT p_concurrency" in st.text]
+            assert room, [st.text[:80] for st in call.nested]
+            for st in room:
+                scans = {node.get("Index Name") or node["Node Type"] for node in walk(st.plan)
+                         if node.get("Relation Name") == "message"}
+                assert scans == {"message_group_turn_idx"}, (name, scans)
