@@ -519,11 +519,11 @@ def test_a_connection_lost_while_looking_for_the_next_due_message_is_survived(ds
     raised, handled = threading.Event(), threading.Event()
 
     class Flaky(Worker):
-        def _until_due(self, sleep: float) -> float:
+        async def _until_due(self, sleep: float) -> float:
             if not raised.is_set():  # the first empty poll: the connection goes away right then
                 raised.set()
                 raise psycopg.OperationalError("connection lost (injected)")
-            return super()._until_due(sleep)
+            return await super()._until_due(sleep)
 
     with running(Flaky(queue, lambda msg: handled.set(), poll_min=0.05, poll_max=0.2, listen=False)):
         wait_for(raised.is_set, what="the injected failure")

@@ -1,0 +1,252 @@
+"""One worker core (issue 16): Worker and AsyncWorker are fronts of pgqueue._worker_core, against
+a real server. Neither front carries loop logic of its own; a plain-function handler and a
+coroutine handler given the same messages end alike; a hung thread past its timeout has its
+message failed and holds up neither the other handlers nor the shutdown (in a process sent
+SIGTERM, too); the signal handlers run() replaced are back however it ends; stop() works from
+another thread, even before run(); a KeyboardInterrupt with handle_signals=False gives the
+messages back before it propagates; a Queue over a caller's connection still feeds a Worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue._worker_core import WorkerCore
+from pgqueue.errors import QueueNotFound
+from pgqueue.worker import HandlerTimeout, Worker
+from test_worker import Results, Started, make_queue, running, start_worker_process, wait_for
+from test_worker_shutdown import finish, make_worker
+from worker_handlers import marks
+
+
+def test_both_workers_are_fronts_of_one_core() -> None:
+    # What a front may define: its constructor (argument checks) and how run() is entered;
+    # the sync one also keeps install_signal_handlers(). Loop logic copied into a front fails this.
+    assert issubclass(Worker, WorkerCore) and issubclass(AsyncWorker, WorkerCore)
+    own = {cls.__name__: {name for name in vars(cls) if not (name.startswith("__") and name.endswith("__"))}
+           for cls in (Worker, AsyncWorker)}
+    assert own == {"Worker": {"run", "install_signal_handlers", "_restore_signal_handlers"},
+                   "AsyncWorker": {"run"}}
+
+
+def _scenario(queue: Queue) -> dict[str, int]:
+    return {name: queue.enqueue({"do": name}) for name in ("ok", "raise", "reject", "hang", "ok2")}
+
+
+def _behave(msg: Message, release: threading.Event) -> None:
+    from pgqueue import Reject
+
+    assert isinstance(msg.payload, dict)
+    do = msg.payload["do"]
+    if do == "raise":
+        raise ValueError("boom")
+    if do == "reject":
+        raise Reject("not for us")
+    if do == "hang":
+        release.wait(30)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_plain_and_a_coroutine_handler_end_alike(kind: str, dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=1)
+    ids = _scenario(queue)
+    release = threading.Event()
+    results = Results()
+    if kind == "Worker":
+        worker: Worker | AsyncWorker = Worker(queue, lambda msg: _behave(msg, release), concurrency=2,
+                                              timeout=0.5, on_result=results)
+    else:
+        async def handler(msg: Message) -> None:
+            if isinstance(msg.payload, dict) and msg.payload["do"] == "hang":
+                await asyncio.sleep(30)
+            _behave(msg, release)
+
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=2, timeout=0.5, on_result=results)
+    try:
+        with running(worker):
+            wait_for(lambda: len(results.items) == 5, what="five results")
+    finally:
+        release.set()
+    by_id = {r.message.id: r for r in results.items}
+    assert {name: (by_id[i].outcome, by_id[i].acknowledged) for name, i in ids.items()} == {
+        "ok": ("completed", True), "raise": ("dead", True), "reject": ("dead", True),
+        "hang": ("dead", True), "ok2": ("completed", True)}
+    assert isinstance(by_id[ids["hang"]].error, HandlerTimeout)
+    errors = {d.id: d.last_error for d in queue.dead_letters()}
+    assert errors[ids["raise"]] == "ValueError: boom"
+    assert errors[ids["reject"]] == "Reject: not for us"
+    assert str(errors[ids["hang"]]).startswith("HandlerTimeout: the handler was still running after 0.5 s")
+
+
+def test_a_hung_thread_past_its_timeout_does_not_hold_up_the_shutdown(dsn: str) -> None:
+    queue = make_queue(dsn, lock_ms=60000, retry_base_ms=3600000, retry_cap_ms=3600000)
+    hung = queue.enqueue({"limit": 0.3})  # hangs, times out: failed, its thread left behind
+    stuck = queue.enqueue({"limit": None})  # hangs, no limit: still running at the stop
+    release = threading.Event()
+    started: list[int] = []
+
+    def handler(msg: Message) -> None:
+        started.append(msg.id)
+        release.wait(60)
+
+    def limit(msg: Message) -> float | None:
+        assert isinstance(msg.payload, dict)
+        return msg.payload["limit"]  # type: ignore[no-any-return]
+
+    results = Results()
+    worker = Worker(queue, handler, concurrency=2, timeout=limit, shutdown_grace=1.0, on_result=results)
+    try:
+        with running(worker):
+            wait_for(lambda: results.count("retried") == 1, what="the timeout")
+            t0 = time.monotonic()
+            worker.stop()
+        took = time.monotonic() - t0
+        assert not release.is_set()  # both handler threads are still blocked
+    finally:
+        release.set()
+    assert 0.9 <= took < 2.5, took  # the grace (for the stuck one), not the hung thread's minute
+    by_id = {r.message.id: r for r in results.items}
+    assert (by_id[hung].outcome, type(by_id[hung].error)) == ("retried", HandlerTimeout)
+    assert (by_id[stuck].outcome, by_id[stuck].acknowledged) == ("released", True)
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (1, 1, 0)  # stuck back now, hung in an hour
+    assert sorted(started) == sorted([hung, stuck])
+
+
+def test_a_worker_process_with_a_timed_out_thread_exits_at_once_on_sigterm(dsn: str, tmp_path: Path) -> None:
+    queue = make_queue(dsn, lock_ms=60000, retry_base_ms=3600000, retry_cap_ms=3600000)
+    mark = str(tmp_path / "marks")
+    msg_id = queue.enqueue({"mark": mark, "sleep": 120})
+    proc = start_worker_process(dsn, "jobs", "--timeout", "0.5", "--shutdown-grace", "5")
+    try:
+        wait_for(lambda: marks(mark), timeout=15, what="the handler to start")
+        with psycopg.connect(dsn) as conn:
+            wait_for(lambda: conn.execute("SELECT last_error FROM pgqueue.message WHERE id = %s",
+                                          (msg_id,)).fetchone() != (None,), what="the timeout's failure")
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        err = finish(proc, 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # the handler's thread sleeps on for two minutes: neither the grace nor the exit waits for it
+    assert time.monotonic() - t0 < 3.0
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 1, 0)
+
+
+@contextmanager
+def sentinel_signal_handlers() -> Iterator[Callable[[int, object], None]]:
+    """Put a handler of our own on SIGINT and SIGTERM for the block; restore the real ones after."""
+    assert threading.current_thread() is threading.main_thread()
+
+    def ours(signum: int, frame: object) -> None:
+        raise AssertionError("the worker's handler should be in place")
+
+    saved = {sig: signal.signal(sig, ours) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield ours
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)
+
+
+def _run_on_main_thread(worker: Worker | AsyncWorker) -> None:
+    if isinstance(worker, AsyncWorker):
+        asyncio.run(worker.run())
+    else:
+        worker.run()
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_signal_handlers_are_restored_however_run_ends(kind: str, dsn: str) -> None:
+    with sentinel_signal_handlers() as ours:
+        # a queue that does not exist: run() raises at start-up
+        with pytest.raises(QueueNotFound):
+            _run_on_main_thread(make_worker(kind, dsn, print))
+        assert signal.getsignal(signal.SIGINT) is ours and signal.getsignal(signal.SIGTERM) is ours
+        # a queue dropped under the running worker: run() raises from the loop
+        queue = make_queue(dsn)
+        worker = make_worker(kind, dsn, lambda msg: queue.drop(), poll_min=0.05, poll_max=0.1)
+        during: list[object] = []
+
+        def later() -> None:  # while run() runs on this (main) thread
+            during.append(signal.getsignal(signal.SIGTERM))
+            queue.enqueue("drop it")
+
+        threading.Timer(0.5, later).start()
+        with pytest.raises(QueueNotFound):
+            _run_on_main_thread(worker)
+        assert during and during[0] is not ours  # the worker's was in place while it ran
+        assert signal.getsignal(signal.SIGINT) is ours and signal.getsignal(signal.SIGTERM) is ours
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_stop_from_another_thread_even_before_run(kind: str, dsn: str) -> None:
+    queue = make_queue(dsn)
+    queue.enqueue("never fetched")
+    handled: list[int] = []
+    worker = make_worker(kind, dsn, lambda msg: handled.append(msg.id))
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    stopper.join()
+    started = Started(worker)
+    started.thread.join(10)
+    assert not started.thread.is_alive() and not started.errors
+    assert handled == [] and queue.stats().ready == 1
+    # and while it runs, from yet another thread than the one that started it
+    worker = make_worker(kind, dsn, lambda msg: handled.append(msg.id))
+    started = Started(worker)
+    wait_for(lambda: handled, what="the message")
+    threading.Thread(target=worker.stop).start()
+    started.thread.join(10)
+    assert not started.thread.is_alive() and not started.errors
+
+
+def test_keyboard_interrupt_without_signal_handlers_gives_back_then_propagates(dsn: str) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not Python's default handler in this run")
+    queue = make_queue(dsn, lock_ms=60000)
+    msg_id = queue.enqueue("held")
+    release = threading.Event()
+    worker = Worker(queue, lambda msg: release.wait(30), handle_signals=False)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.run()
+    finally:
+        release.set()
+        timer.cancel()
+    stats = queue.stats()  # given back at once (a defer), not left leased for a minute
+    assert (stats.ready, stats.leased) == (1, 0)
+    [again] = queue.dequeue(1)
+    assert (again.id, again.attempts) == (msg_id, 2)
+
+
+def test_a_worker_fed_a_queue_on_a_callers_connection(dsn: str) -> None:
+    make_queue(dsn)
+    results = Results()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue = Queue(conn, "jobs")
+        ids = queue.enqueue_many(["a", "b", "c"])
+        with running(Worker(queue, lambda msg: None, on_result=results)):
+            wait_for(lambda: results.count("completed") == 3, what="three completions")
+        # the worker used connections of its own, from the connection's conninfo
+        assert not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert sorted(r.message.id for r in results.items) == sorted(ids)
