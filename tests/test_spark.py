@@ -378,6 +378,27 @@ def test_stream_failure_and_restart_lose_and_duplicate_nothing(spark: Any, dsn: 
     assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
 
 
+def test_stream_from_a_starting_position_leaves_older_messages(spark: Any, dsn: str, conn: Conn,
+                                                               tmp_path: Path) -> None:
+    """Issue 17: startingPosition (here a timestamp) reads only what was created since; the older
+    messages stay in the queue, unclaimed, for other consumers."""
+    import datetime as dt
+
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    old = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)", ([b"old"] * 100,))]
+    conn.execute("UPDATE pgqueue.message SET created_at = created_at - 3600000")
+    new = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)", ([b"new"] * 50,))]
+    sink_table(conn)
+    handle, _batches = to_sink(dsn)
+    when = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=30)).isoformat()
+    query = stream(spark, dsn, "jobs", tmp_path / "ck", handle, startingPosition=when)
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert [r[0] for r in conn.execute("SELECT id FROM sink ORDER BY id")] == new
+    assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.message WHERE claim_id IS NULL ORDER BY id")] == old
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == len(old)
+
+
 def test_abandoned_claims_can_be_released(spark: Any, dsn: str, conn: Conn, tmp_path: Path) -> None:
     """A query that failed and never comes back leaves its claim; release gives the messages back."""
     import pgqueue.spark

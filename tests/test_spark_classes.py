@@ -100,6 +100,17 @@ def test_options() -> None:
         parse({"dsn": "x", "queue": "q", "numPartitions": "2", "minPartitions": "3"}, reading=True)
     with pytest.raises(InvalidArgument, match="maxMessagesPerTrigger must be between 1"):
         parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "0"}, reading=True)
+    # startingPosition: earliest, latest, a timestamp with a zone or epoch ms
+    base = {"dsn": "x", "queue": "q"}
+    assert parse(base, reading=True).starting_position == "earliest"
+    assert parse({**base, "startingPosition": "LATEST"}, reading=True).starting_position == "latest"
+    assert parse({**base, "startingPosition": "1700000000000"}, reading=True).starting_position == 1700000000000
+    assert parse({**base, "startingPosition": "2026-11-23T10:00:00Z"}, reading=True).starting_position == 1795428000000
+    assert parse({**base, "startingPosition": "2026-11-23T11:00:00.5+01:00"}, reading=True).starting_position \
+        == 1795428000500
+    for bad in ("2026-11-23T10:00:00", "yesterday", "99999999999999999999"):
+        with pytest.raises(InvalidArgument, match="startingPosition must be earliest, latest, a timestamp with a time zone"):
+            parse({**base, "startingPosition": bad}, reading=True)
 
 
 def test_write_plans() -> None:
@@ -482,6 +493,55 @@ def test_stream_replays_after_a_driver_crash(dsn: str, conn: Conn) -> None:
         assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
     finally:
         second.stop()
+
+
+def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> None:
+    """Issue 17: startingPosition latest / a timestamp; the checkpoint's offsets keep it."""
+    old = fill(conn, "q", 3)
+    conn.execute("UPDATE pgqueue.message SET created_at = created_at - 60000")
+
+    def reader(consumer: str, position: str) -> PgQueueStreamReader:
+        return PgQueueStreamReader(parse({"dsn": dsn, "queue": "q", "consumer": consumer,
+                                          "startingPosition": position}, reading=True))
+
+    def claimed(r: PgQueueStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+        return sorted(row[0] for p in r.partitions(start, end) for row in r.read(p))
+
+    first = reader("late", "latest")
+    start = first.initialOffset()
+    assert start["seq"] == 0 and start["from"] >= one(conn, "SELECT max(created_at) FROM pgqueue.message")
+    assert first.latestOffset(start, ReadAllAvailable()) == start, "nothing enqueued since the start"
+    new = fill(conn, "q", 2)
+    end = first.latestOffset(start, ReadMaxRows(10))
+    assert end == {"consumer": "late", "seq": 1, "from": start["from"]}
+    assert claimed(first, start, end) == new
+    first.commit(end)
+    first.stop()
+    # a restart from the checkpoint (offsets given back by Spark) keeps the first start's position,
+    # whatever the option says now
+    again = reader("late", "earliest")
+    more = fill(conn, "q", 1)
+    after = again.latestOffset(end, ReadMaxRows(10))
+    assert after == {"consumer": "late", "seq": 2, "from": start["from"]}
+    assert claimed(again, end, after) == more
+    again.commit(after)
+    again.stop()
+    # the older messages were left for other consumers
+    assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.message ORDER BY id")] == old
+    # a timestamp (ISO 8601 with a zone), and earliest (an offset without "from", as before)
+    when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=30)
+    stamp = reader("stamp", when.isoformat())
+    s0 = stamp.initialOffset()
+    assert s0["from"] == (when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
+    assert stamp.latestOffset(s0, ReadMaxRows(10)) == s0, "the old messages are older than 30 s"
+    stamp.stop()
+    first_ever = reader("all", "earliest")
+    e0 = first_ever.initialOffset()
+    assert e0 == {"consumer": "all", "seq": 0}
+    e1 = first_ever.latestOffset(e0, ReadMaxRows(10))
+    assert e1 == {"consumer": "all", "seq": 1}
+    assert claimed(first_ever, e0, e1) == old
+    first_ever.stop()
 
 
 def test_one_query_per_consumer(dsn: str, conn: Conn) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,6 +133,38 @@ def test_two_consumers_and_dequeue_never_share_a_message(pg_server: Server, dsn:
     assert not errors, errors
     merged = seen["a"] + seen["b"] + seen["dequeue"]
     assert sorted(merged) == ids, "every message went to exactly one consumer"
+
+
+def test_claim_from_a_starting_position(conn: Conn) -> None:
+    """Issue 17: p_from (a stream's startingPosition, epoch ms) claims only messages created at or
+    after it, priority ones and expired leases included; the others stay for other consumers."""
+    conn.execute("SELECT pgqueue.queue_create('q', p_max_attempts => 5)")
+    old = fill(conn, "q", 5)
+    conn.execute("UPDATE pgqueue.message SET created_at = created_at - 3600000, dequeue_at = dequeue_at - 3600000")
+    old_prio = one(conn, "SELECT pgqueue.message_create('q', 'old prio', pgqueue.priority_dequeue_at(5))")
+    conn.execute("UPDATE pgqueue.message SET created_at = created_at - 3600000 WHERE id = %s", (old_prio,))
+    start = one(conn, "SELECT pgqueue.now_ms()")
+    new = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('q', %s)", ([b"n0", b"n1", b"n2"],))]
+    prio = one(conn, "SELECT pgqueue.message_create('q', 'new prio', pgqueue.priority_dequeue_at(1))")
+    leased = one(conn, "SELECT pgqueue.message_create('q', 'new leased')")
+    conn.execute("UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1, attempts = 1 WHERE id = %s", (leased,))
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'late', 100, NULL, %s)", (start,)) == 1
+    assert claimed_ids(conn, "q", "late", 0, 1) == sorted([leased, prio, *new])
+    assert conn.execute("SELECT seq, n FROM pgqueue.spark_claims('q', 'late', 0, 9)").fetchall() == [(1, 5)]
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'late', 100, NULL, %s)", (start,)) is None
+    # left out, not taken: an ordinary consumer (or a stream from the earliest) still gets them
+    got = [r[0] for r in conn.execute("SELECT id FROM pgqueue.message_dequeue('q', 100, 0)")]
+    assert got == [old_prio, *old]
+    # p_max_id still bounds it; a position in the future claims nothing yet
+    later = [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch('q', %s)", ([b"a", b"b"],))]
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'late', 100, %s, %s)", (later[0], start)) == 2
+    assert claimed_ids(conn, "q", "late", 1, 2) == later[:1]
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'late', 100, NULL, pgqueue.now_ms() + 60000)") is None
+    # a poison lease created after the position goes to the dead letters, as with message_dequeue
+    conn.execute("UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1, attempts = 99 WHERE id = %s",
+                 (later[1],))
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'late', 100, NULL, %s)", (start,)) is None
+    assert one(conn, "SELECT count(*) FROM pgqueue.dead_letter WHERE id = %s", (later[1],)) == 1
 
 
 def test_release_gives_messages_back(conn: Conn) -> None:
@@ -423,6 +456,36 @@ def test_claim_ack_and_reads_are_index_probes(dsn: str, conn: Conn) -> None:
         assert one(conn, "SELECT pgqueue.spark_claim('q', 'gone', 1)") == 1
         call = capture.run("SELECT pgqueue.spark_release('q', 'gone')")
         problems += plan_violations(call.nested, indexes, required_indexes=["message_claim_idx"])
+    assert not problems, "\n".join(problems)
+
+
+def test_claim_from_a_starting_position_is_an_index_probe(dsn: str, conn: Conn) -> None:
+    """A claim with p_from next to a backlog of 100,000 ready messages created before it (and
+    1,000 older priority ones, 500 older ones scheduled to come due after it) starts at p_from in
+    message_ready_idx: no walk of the backlog; what it steps over are the older priority messages
+    and the older ones that came due after p_from (the cost docs/spark says)."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    conn.execute(f"""
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
+        SELECT q.id, CASE WHEN g <= 1000 THEN -1 - g % 7
+                          WHEN g <= 1500 THEN pgqueue.now_ms() + 100 + g % 100
+                          ELSE pgqueue.now_ms() - 7200000 + g END,
+               pgqueue.now_ms() - 3600000, convert_to(repeat('x', 100) || g, 'UTF8')
+          FROM generate_series(1, {N + 1500}) g, pgqueue.queue q WHERE q.name = 'q'""")
+    start = one(conn, "SELECT pgqueue.now_ms()")
+    conn.execute("SELECT pgqueue.message_create_batch('q', %s)", ([b"work"] * 300,))
+    conn.execute("ANALYZE pgqueue.message")
+    time.sleep(0.3)  # the scheduled ones are due now
+    indexes = index_names(conn)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        capture = PlanCapture(c)
+        problems: list[str] = []
+        for seq in range(1, 7):  # past the generic-plan decision of PL/pgSQL
+            call = capture.run("SELECT pgqueue.spark_claim('q', 'etl', 50, NULL, %s)", (start,))
+            assert call.rows == [(seq,)]
+            problems += plan_violations(call.nested, indexes, required_indexes=["message_ready_idx"],
+                                        max_filtered=1000)
+        assert one(c, "SELECT pgqueue.spark_claim('q', 'etl', 50, NULL, %s)", (start,)) is None
     assert not problems, "\n".join(problems)
 
 

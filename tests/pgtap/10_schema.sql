@@ -136,7 +136,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.schedule_list()', 's', false),
                         ('pgqueue.schedule_run(integer)', 'v', false),
                         ('pgqueue.spark_ack(text,text,bigint)', 'v', false),
-                        ('pgqueue.spark_claim(text,text,integer,bigint)', 'v', false),
+                        ('pgqueue.spark_claim(text,text,integer,bigint,bigint)', 'v', false),
                         ('pgqueue.spark_claimed(text,text,bigint,bigint,bigint,bigint)', 's', false),
                         ('pgqueue.spark_claims(text,text,bigint,bigint)', 's', false),
                         ('pgqueue.spark_consumer_close(text,text)', 'v', false),

@@ -108,8 +108,19 @@ Streaming reads only:
 ``maxMessagesPerBatch`` (default 100000; alias ``maxMessagesPerTrigger``, the Kafka source's name)
     messages per micro-batch (Spark's ``ReadMaxRows`` admission control, through
     ``getDefaultReadLimit``; ``availableNow`` runs as many micro-batches of this size as it takes).
-    There is no ``startingPosition``: a new query starts with every deliverable message (a
-    queue's backlog is work to do, not history to skip).
+``startingPosition``: ``earliest`` (default), ``latest``, or a timestamp
+    where a new query starts (Kafka's ``startingOffsets`` / ``startingTimestamp``): every
+    deliverable message; only messages enqueued after the query first starts (by the server's
+    clock then); or messages created at or after the time (ISO 8601 with a zone, such as
+    ``2026-11-23T10:00:00Z``, or epoch milliseconds). ``created_at`` is the start of the
+    enqueuing transaction. Fixed at the first start: it is kept in the checkpoint's offsets from
+    the first micro-batch on, so a restart from the checkpoint keeps it (and ignores a changed
+    option; a query stopped before its first micro-batch resolves it again). Messages left out stay in
+    the queue, untouched, for other consumers. Each claim stays bounded index probes that start at
+    the position, not at the oldest message; it steps over older expired leases, older priority
+    messages and older messages that came due after the position while they remain (README,
+    "Spark"). A message created after the position with an explicit due time before it (not a
+    priority) is not found.
 ``failOnDataLoss`` (default true)
     fail a micro-batch whose claims are gone (released by an administrator, or acknowledged by
     another query with the same consumer) instead of going on without them.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 from pgqueue.errors import InvalidArgument
@@ -33,6 +34,7 @@ KNOWN = frozenset({
     "payloadcolumn", "payloadtype", "dequeueatcolumn", "delaycolumn", "prioritycolumn",
     "groupcolumn", "keycolumn",
     "commitmode", "batchsize", "includedead", "failondataloss", "fetchsize", "filterpushdown",
+    "startingposition",
     # Spark's own, passed to a stream writer along with ours
     "checkpointlocation",
 })
@@ -63,6 +65,8 @@ class Options:
     fail_on_data_loss: bool = True
     fetch_size: int = 5_000
     filter_pushdown: bool = False
+    #: ``earliest``, ``latest`` or epoch milliseconds (a timestamp)
+    starting_position: str | int = "earliest"
 
 
 def option(options: Mapping[str, str], name: str) -> str | None:
@@ -123,6 +127,29 @@ def _choice(options: Mapping[str, str], name: str, default: str, choices: tuple[
     return value
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _starting_position(options: Mapping[str, str]) -> str | int:
+    """``earliest``, ``latest``, or the epoch milliseconds of a timestamp (ISO 8601 with a zone, or ms)."""
+    raw = _get(options, "startingPosition")
+    text = "" if raw is None else str(raw).strip()
+    if text.lower() in ("", "earliest", "latest"):
+        return text.lower() or "earliest"
+    if re.fullmatch(r"-?[0-9]{1,19}", text) and -(2**63) <= int(text) < 2**63:
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidArgument(
+            f"option startingPosition must be earliest, latest, a timestamp with a time zone (ISO 8601, "
+            f"e.g. 2026-11-23T10:00:00Z) or epoch milliseconds, got {raw!r}"
+        )
+    return (when - _EPOCH) // timedelta(milliseconds=1)
+
+
 def _column(options: Mapping[str, str], name: str) -> str | None:
     raw = _get(options, name)
     return raw if raw else None
@@ -176,4 +203,5 @@ def parse(options: Mapping[str, str], *, reading: bool) -> Options:
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         fetch_size=_int(options, "fetchSize", 5_000, 1, 1_000_000),
         filter_pushdown=_bool(options, "filterPushdown", False),
+        starting_position=_starting_position(options),
     )

@@ -72,10 +72,14 @@ CONSUMER_OPEN: Final[LiteralString] = "SELECT pgqueue.spark_consumer_open(%(queu
 
 CONSUMER_CLOSE: Final[LiteralString] = "SELECT pgqueue.spark_consumer_close(%(queue)s::text, %(consumer)s::text)"
 
+#: p_from: the stream's starting position (epoch ms), NULL for every deliverable message.
 CLAIM: Final[LiteralString] = (
     "SELECT pgqueue.spark_claim(%(queue)s::text, %(consumer)s::text, %(max_messages)s::integer, "
-    "%(max_id)s::bigint)"
+    "%(max_id)s::bigint, %(from)s::bigint)"
 )
+
+#: The server's clock (epoch ms): where startingPosition=latest starts.
+NOW_MS: Final[LiteralString] = "SELECT pgqueue.now_ms()"
 
 PENDING_SEQ: Final[LiteralString] = "SELECT pgqueue.spark_pending_seq(%(queue)s::text, %(consumer)s::text)"
 

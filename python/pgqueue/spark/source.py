@@ -704,7 +704,10 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Consume a queue with claims as offsets, acknowledged when Spark commits (``spark.readStream``).
 
     An offset is ``{"consumer": name, "seq": n}``: every claim of the consumer up to sequence
-    number n. See :mod:`pgqueue.spark` for the guarantees.
+    number n, with ``"from": ms`` when the query has a starting position (option
+    ``startingPosition``, resolved to epoch ms at the query's first start and carried by every
+    later offset, so a restart from the checkpoint keeps it). See :mod:`pgqueue.spark` for the
+    guarantees.
     """
 
     def __init__(self, opts: Options) -> None:
@@ -736,8 +739,17 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _key(self) -> dict[str, object]:
         return {"queue": self.opts.queue, "consumer": self.opts.consumer}
 
-    def _offset(self, seq: int) -> dict[str, Any]:
-        return {"consumer": self.opts.consumer, "seq": int(seq)}
+    def _offset(self, seq: int, start_ms: int | None) -> dict[str, Any]:
+        offset: dict[str, Any] = {"consumer": self.opts.consumer, "seq": int(seq)}
+        if start_ms is not None:
+            offset["from"] = int(start_ms)
+        return offset
+
+    @staticmethod
+    def _from(offset: dict[str, Any]) -> int | None:
+        """The starting position (epoch ms) an offset carries; None: every deliverable message."""
+        value = offset.get("from")
+        return None if value is None else int(value)
 
     def _seq(self, offset: dict[str, Any]) -> int:
         if offset.get("consumer") != self.opts.consumer:
@@ -763,9 +775,19 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the offsets ------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """Start after what the consumer acknowledged (its open claims are replayed first)."""
+        """Start after what the consumer acknowledged (its open claims are replayed first).
+
+        Spark asks for it only when the checkpoint has no offset yet: a new query. There the
+        starting position becomes epoch ms (``latest``: the server's clock now).
+        """
         acked, _next = self._position()
-        return self._offset(acked)
+        start = self.opts.starting_position
+        if start == "earliest":
+            return self._offset(acked, None)
+        if start == "latest":
+            return self._offset(acked, int(_scalar(self._db(), _sql.NOW_MS, {})))
+        assert isinstance(start, int)
+        return self._offset(acked, start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """At most ``maxMessagesPerBatch`` messages per micro-batch."""
@@ -780,6 +802,7 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """Acknowledge up to ``start`` (committed), re-use open claims, else claim new messages."""
         seq = self._seq(start)
+        start_ms = self._from(start)
         conn = self._db()
         _acked, next_seq = self._position()
         if seq >= next_seq:
@@ -794,17 +817,17 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pending = _scalar(conn, _sql.PENDING_SEQ, self._key())
         if pending is not None and int(pending) > seq:
             # claims made before a crash that no micro-batch owns yet: deliver them first
-            return self._offset(int(pending))
+            return self._offset(int(pending), start_ms)
         if isinstance(limit, ReadAllAvailable):
             max_rows = None
         elif isinstance(limit, ReadMaxRows):
             max_rows = int(limit.max_rows)
         else:
             max_rows = self.opts.max_messages_per_batch
-        last = self._claim(max_rows)
-        return start if last is None else self._offset(last)
+        last = self._claim(max_rows, start_ms)
+        return start if last is None else self._offset(last, start_ms)
 
-    def _claim(self, max_rows: int | None) -> int | None:
+    def _claim(self, max_rows: int | None, start_ms: int | None) -> int | None:
         conn = self._db()
         bound = self._target
         if bound is None and max_rows is None:
@@ -815,7 +838,8 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         taken = 0
         while max_rows is None or taken < max_rows:
             want = CLAIM_CHUNK if max_rows is None else min(CLAIM_CHUNK, max_rows - taken)
-            seq = _scalar(conn, _sql.CLAIM, {**self._key(), "max_messages": want, "max_id": bound})
+            seq = _scalar(conn, _sql.CLAIM, {**self._key(), "max_messages": want, "max_id": bound,
+                                             "from": start_ms})
             if seq is None:
                 break
             last = int(seq)

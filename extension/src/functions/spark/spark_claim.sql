@@ -2,14 +2,18 @@
 --
 -- Takes messages through pgqueue._message_take, the probe of message_dequeue (expired leases
 -- first, then ready messages by (dequeue_at, id), FOR UPDATE SKIP LOCKED, poison leases
--- dead-lettered); p_max_id (if not NULL) leaves out messages with a larger id. Returns NULL
--- and claims nothing when no message is due; creates the
--- consumer if needed. Errors: 22023 (p_max_messages outside 1..1000000), PQ001/42602/22004.
+-- dead-lettered); p_max_id (if not NULL) leaves out messages with a larger id. p_from (epoch
+-- ms, if not NULL: a stream's starting position) leaves out messages created before it, which
+-- stay in the queue for other consumers; the probe is then pgqueue._spark_take_from, which
+-- starts at p_from in message_ready_idx instead of at the oldest message. Returns NULL and
+-- claims nothing when no message is due; creates the consumer if needed. Errors: 22023
+-- (p_max_messages outside 1..1000000), 0A000 (a queue with message groups), PQ001/42602/22004.
 CREATE FUNCTION pgqueue.spark_claim(
     p_queue        text,
     p_consumer     text,
     p_max_messages integer,
-    p_max_id       bigint DEFAULT NULL)
+    p_max_id       bigint DEFAULT NULL,
+    p_from         bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -35,7 +39,11 @@ BEGIN
     END IF;
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
-    v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);
+    IF p_from IS NULL THEN
+        v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);
+    ELSE
+        v_ids := pgqueue._spark_take_from(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id, p_from);
+    END IF;
     IF cardinality(v_ids) = 0 THEN
         RETURN NULL;
     END IF;
@@ -53,5 +61,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint) IS
-    'Claim up to p_max_messages deliverable messages (id <= p_max_id if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
+COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint, bigint) IS
+    'Claim up to p_max_messages deliverable messages (id <= p_max_id, created at or after p_from (epoch ms), if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
