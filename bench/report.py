@@ -908,3 +908,38 @@ def _spark(w: Any) -> None:
     for r in data["results"]:
         w(f"| {r['rows']:,} | {r['partitions']} | {r['mode']} | {r['seconds']:.2f} | {r['per_second']:,.0f} |")
     w("")
+    if data.get("stream"):
+        _spark_stream(w, data["stream"])
+
+
+def _spark_stream(w: Any, data: dict[str, Any]) -> None:
+    """Structured Streaming's write and read throughput (issue 17): ``bench.spark --stream``,
+    saved under the key ``stream`` of bench/results/spark.json."""
+    cpus = f" on {data['cpus']} cores" if data.get("cpus") else ""
+    w("### Spark: streaming write and read throughput")
+    w("")
+    w(f"`{data['command']}` (key `stream`) on {data['date']}, load average {data['load_end']:.2f}"
+      f"{cpus} when it finished (a load above the core count means other work shared the machine: "
+      "the numbers are then lower bounds). *stream-write*: `readStream.parquet` (availableNow, "
+      "about 100,000 rows per micro-batch) into `writeStream.format(\"pgqueue\")`: every task stages "
+      "its rows, the driver publishes each micro-batch once (`spark_publish`), so each message is "
+      "written twice. *stream-read*: `readStream.format(\"pgqueue\")` (claims of 100,000 messages, "
+      "read by id range, acknowledged when the micro-batch commits) into a `foreachBatch` that only "
+      "counts. Each time runs from `start()` to the end of the query, start-up included.")
+    w("")
+    w("| rows | partitions | direction | seconds | messages/s |")
+    w("|---|---|---|---|---|")
+    for r in data["results"]:
+        w(f"| {r['rows']:,} | {r['partitions']} | {r['mode']} | {r['seconds']:.2f} | {r['per_second']:,.0f} |")
+    w("")
+    rate = {(r["mode"], r["partitions"]): r["per_second"] for r in data["results"]}
+    ratios = [f"{mode.split('-')[1]} {rate[(mode, 2)] / rate[(mode, 1)]:.2f}x"
+              for mode in ("stream-write", "stream-read") if (mode, 1) in rate and (mode, 2) in rate]
+    if ratios:
+        slower = any(rate[(m, 2)] < rate[(m, 1)] for m in ("stream-write", "stream-read")
+                     if (m, 1) in rate and (m, 2) in rate)
+        busy = bool(data.get("cpus")) and data["load_end"] > data["cpus"]
+        why = (" Below 1x with the load above the core count: the second partition's tasks and Python "
+               "workers competed for the same busy cores instead of adding one.") if slower and busy else ""
+        w(f"2 partitions against 1: {', '.join(ratios)}.{why}")
+        w("")

@@ -78,7 +78,7 @@ def measure(spark: Any, dsn: str, rows: int, partitions: Sequence[int], *, mode:
              .option("commitMode", mode).option("batchSize", batch_size).mode("append").save(queue))
             elapsed = time.perf_counter() - started
             df.unpersist()
-            row = conn.execute("SELECT ready FROM pgqueue.queue_stats(%s)", (queue,)).fetchone()
+            row = conn.execute("SELECT ready FROM pgqueue.queue_stats_exact(%s)", (queue,)).fetchone()  # exact above 10,000
             assert row is not None and row[0] == rows, f"expected {rows} messages, found {row}"
             results.append(Result(rows, p, mode, elapsed))
         conn.execute("SELECT pgqueue.queue_drop(%s)", (queue,))
@@ -116,7 +116,7 @@ def measure_stream(spark: Any, dsn: str, rows: int, partitions: Sequence[int], *
             query.awaitTermination()
             results.append(Result(rows, p, "stream-write", time.perf_counter() - started))
             assert query.exception() is None, query.exception()
-            row = conn.execute("SELECT ready FROM pgqueue.queue_stats(%s)", (queue,)).fetchone()
+            row = conn.execute("SELECT ready FROM pgqueue.queue_stats_exact(%s)", (queue,)).fetchone()  # exact above 10,000
             assert row is not None and row[0] == rows, f"expected {rows} messages, found {row}"
 
             counted: list[int] = []
@@ -205,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": "python -m bench.spark " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load_end": os.getloadavg()[0],
+            "cpus": os.cpu_count(),
             "results": [{"rows": r.rows, "partitions": r.partitions, "mode": r.mode,
                          "seconds": r.seconds, "per_second": r.per_second} for r in results],
         }

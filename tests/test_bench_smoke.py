@@ -209,3 +209,18 @@ def test_every_section_is_documented_in_help(section: str) -> None:
     from bench.cli import _parse
 
     assert _parse(["--only", section]).only == [section]
+
+
+def test_spark_section_is_the_render_of_its_results() -> None:
+    """docs/benchmarks.md's Spark section, the streaming subsection included (issue 17), is what
+    bench/report.py renders from bench/results/spark.json: a re-render gives the same text."""
+    from bench import report
+
+    data = json.loads((REPO / "bench" / "results" / "spark.json").read_text())
+    lines: list[str] = []
+    report._spark(lines.append)
+    text = "\n".join(lines)
+    assert "### Spark: streaming write and read throughput" in text
+    for r in data["stream"]["results"]:
+        assert f"| {r['rows']:,} | {r['partitions']} | {r['mode']} | {r['seconds']:.2f} |" in text
+    assert text.strip() in (REPO / "docs" / "benchmarks.md").read_text()
