@@ -50,28 +50,18 @@ BEGIN
                                 LIMIT v_need
                                   FOR UPDATE SKIP LOCKED) e
                 UNION ALL
-                SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                 FROM pgqueue.message m
-                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                  AND m.dequeue_at < 0
-                                  AND m.created_at >= p_from
-                                  AND m.id <> ALL (v_ids)
-                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                ORDER BY m.dequeue_at, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) p
-                UNION ALL
-                SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                 FROM pgqueue.message m
-                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                  AND m.dequeue_at >= greatest(p_from, 0)
-                                  AND m.dequeue_at <= p_now
-                                  AND m.created_at >= p_from
-                                  AND m.id <> ALL (v_ids)
-                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                ORDER BY m.dequeue_at, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) r
+                -- the ready ranges in turn: priority messages, then those due in [p_from, now]
+                SELECT r.* FROM (VALUES ((-9223372036854775808)::bigint, (-1)::bigint), (greatest(p_from, 0), p_now)) AS b(lo, hi)
+                 CROSS JOIN LATERAL (SELECT 1, m.dequeue_at, m.id, false
+                                       FROM pgqueue.message m
+                                      WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                        AND m.dequeue_at >= b.lo AND m.dequeue_at <= b.hi
+                                        AND m.created_at >= p_from
+                                        AND m.id <> ALL (v_ids)
+                                        AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                      ORDER BY m.dequeue_at, m.id
+                                      LIMIT v_need
+                                        FOR UPDATE SKIP LOCKED) r
                 LIMIT v_need) c;
         v_ids := v_ids || v_found;
         EXIT WHEN v_dead_ids IS NULL;
