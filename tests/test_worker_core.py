@@ -250,3 +250,20 @@ def test_a_worker_fed_a_queue_on_a_callers_connection(dsn: str) -> None:
         # the worker used connections of its own, from the connection's conninfo
         assert not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert sorted(r.message.id for r in results.items) == sorted(ids)
+
+
+def test_run_inside_a_running_event_loop_says_what_to_do_instead(dsn: str) -> None:
+    queue = make_queue(dsn)
+    queue.enqueue("x")
+    handled: list[int] = []
+    worker = Worker(queue, lambda msg: handled.append(msg.id))
+
+    async def inside() -> None:
+        with pytest.raises(RuntimeError, match="AsyncWorker.*asyncio.to_thread"):
+            worker.run()
+        # as the message says: on a thread, the same worker runs (it was not claimed)
+        threading.Timer(1.0, worker.stop).start()
+        await asyncio.to_thread(worker.run)
+
+    asyncio.run(inside())
+    assert len(handled) == 1

@@ -123,8 +123,16 @@ class Worker(WorkerCore):
 
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
         (``ConnectionFailed``, ``QueueNotFound``, ...); later connection losses are logged
-        and retried.
+        and retried. Raises RuntimeError when called where an event loop runs already.
         """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("Worker.run() runs an event loop of its own and cannot be called from "
+                               "a running one: use pgqueue.AsyncWorker there, or run it on a thread "
+                               "(await asyncio.to_thread(worker.run))")
         self._claim_run("a Worker")
         if self._saved_signals is not None:
             self._handle_signals = False  # install_signal_handlers() did it already
