@@ -919,8 +919,8 @@ def _spark_stream(w: Any, data: dict[str, Any]) -> None:
     w("### Spark: streaming write and read throughput")
     w("")
     w(f"`{data['command']}` (key `stream`) on {data['date']}, load average {data['load_end']:.2f}"
-      f"{cpus} when it finished (a load above the core count means other work shared the machine: "
-      "the numbers are then lower bounds). *stream-write*: `readStream.parquet` (availableNow, "
+      f"{cpus} when it finished (it counts the run's own Spark and PostgreSQL processes; far above "
+      "the core count, other work shared the machine and the numbers are lower bounds). *stream-write*: `readStream.parquet` (availableNow, "
       "about 100,000 rows per micro-batch) into `writeStream.format(\"pgqueue\")`: every task stages "
       "its rows, the driver publishes each micro-batch once (`spark_publish`), so each message is "
       "written twice. *stream-read*: `readStream.format(\"pgqueue\")` (claims of 100,000 messages, "
@@ -938,8 +938,7 @@ def _spark_stream(w: Any, data: dict[str, Any]) -> None:
     if ratios:
         slower = any(rate[(m, 2)] < rate[(m, 1)] for m in ("stream-write", "stream-read")
                      if (m, 1) in rate and (m, 2) in rate)
-        busy = bool(data.get("cpus")) and data["load_end"] > data["cpus"]
-        why = (" Below 1x with the load above the core count: the second partition's tasks and Python "
-               "workers competed for the same busy cores instead of adding one.") if slower and busy else ""
+        why = (f" Below 1x: {data['cpus']} cores run Spark's tasks, their Python workers and PostgreSQL "
+               "together, so a second partition adds no core to work with.") if slower and data.get("cpus") else ""
         w(f"2 partitions against 1: {', '.join(ratios)}.{why}")
         w("")
