@@ -189,9 +189,9 @@ def _groups_rows(gr: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
     rows.append(("14", f"every small group's first message (one group of {fa['big']:,}, {fa['small']:,} groups of "
                  f"{fa['per_group']})", f"by delivery {last:,}" if last else f"{fa['served']} served",
                  f"≤ {fa['bound']:,}", "PASS" if last and last <= fa["bound"] else "MISS"))
-    for axis, desc in (("messages", "messages"), ("groups", "groups")):
+    for axis in ("messages", "groups"):
         a = gr["flat"][axis]
-        rows.append(("14", f"dequeue time, {a['small'][desc]:,} against {a['large'][desc]:,} {desc}",
+        rows.append(("14", f"dequeue time, {a['small'][axis]:,} against {a['large'][axis]:,} {axis}",
                      _fmt(a["ratio_ms"], 2) + "×", "≤ 1.5×", _verdict(a["ratio_ms"], 1.5, at_least=False)))
     rl = gr["rate"]
     err = rl["error"]
