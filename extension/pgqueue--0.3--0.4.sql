@@ -886,13 +886,14 @@ BEGIN
 END;
 $$;
 
--- Trigger function of message_placed_low, for a row whose key (a ready message's dequeue_at, a
--- lease's locked_until) the trigger's WHEN clause found more than 5 ms below the clock: a
--- message became deliverable at a place below the clock (a priority or past dequeue_at, a defer
--- or fail to an earlier time, a lease given back at its old place by spark_release, or any such
--- INSERT or UPDATE in plain SQL), or got a lease that had run out already (plain SQL). Advance
--- the queue's lock stripe, after the write, so that consumers' session hints look again from the
--- bottom once this transaction has ended (pgqueue._message_take, docs/performance.md).
+-- Trigger function of message_placed_low, for a row whose key (a ready message's dequeue_at or,
+-- in a queue with groups, its turn_at; a lease's locked_until) the trigger's WHEN clause found
+-- more than 5 ms below the clock: a message became deliverable at a place below the clock (a
+-- priority or past dequeue_at, a defer or fail to an earlier time, a lease given back at its old
+-- place by spark_release, or any such INSERT or UPDATE in plain SQL), or got a lease that had
+-- run out already (plain SQL). Advance the queue's lock stripe, after the write, so that
+-- consumers' session hints look again from the bottom once this transaction has ended
+-- (pgqueue._message_take, docs/performance.md).
 --
 -- Unless the row was keyed with its writer's own clock reading and the trigger only ran late.
 -- Any clock reading taken after the writer's xid is a correct reference for "below the clock",
@@ -911,7 +912,7 @@ DECLARE
     v_clock text := current_setting('pgqueue.write_clock', true);
 BEGIN
     IF v_clock ~ '^[0-9]{1,15}$' AND pgqueue.now_ms() - v_clock::bigint BETWEEN 0 AND 1000
-       AND coalesce(NEW.locked_until, NEW.dequeue_at) >= v_clock::bigint - 5 THEN
+       AND coalesce(NEW.locked_until, NEW.turn_at / 1000, NEW.dequeue_at) >= v_clock::bigint - 5 THEN
         RETURN NULL;  -- keyed with this transaction's clock reading: not placed low
     END IF;
     PERFORM nextval(pgqueue._lock_stripe(NEW.queue_id));
@@ -919,8 +920,26 @@ BEGIN
 END;
 $$;
 
+-- The first lease of a queue at or after (p_at, p_id) by (locked_until, id) that has run out by
+-- p_now, locked or not: the lease candidate of the session hints (pgqueue._message_take). An SQL
+-- function that the planner inlines into the caller's statement (STABLE, not STRICT, no SET
+-- clause), so it is the same index probe of message_leased_idx as if written there.
+CREATE FUNCTION pgqueue._message_first_lease(p_queue_id integer, p_at bigint, p_id bigint, p_now bigint)
+RETURNS TABLE (locked_until bigint, id bigint)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT m.locked_until, m.id FROM pgqueue.message m
+     WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+       AND (m.locked_until, m.id) >= (p_at, p_id) AND m.locked_until <= p_now
+     ORDER BY m.locked_until, m.id
+     LIMIT 1;
+END;
+
+COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint) IS
+    'pgqueue internal: the first lease at or after (p_at, p_id) that has run out by p_now (inlined into pgqueue._message_take)';
+
 -- Lock up to p_limit deliverable messages of a queue and return their ids in delivery order: the
--- one dequeue probe, shared by message_dequeue and spark_claim.
+-- one dequeue probe, shared by message_dequeue, spark_claim and (p_turns) the grouped dequeue.
 --
 -- Expired leases first (overdue work), then ready messages by (dequeue_at, id): two bounded
 -- index probes (message_leased_idx, message_ready_idx) under one LIMIT, so the second runs only
@@ -930,14 +949,20 @@ $$;
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
 -- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
 -- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+-- p_turns (a queue with message groups, from message_dequeue): the ready probe is
+-- message_turn_idx by (turn_at, id) instead, the messages whose group's turn it is; turn keys are
+-- in microseconds (pgqueue._turn_key), so that probe's bound (the clock), cap and margin are in
+-- microseconds too. (In the take, the unused probe of the two is a branch under a one-time
+-- filter on p_turns, never run; the candidate probe is one statement for each.)
 --
 -- The session hints: where this session's probes start, a key below which no message can be
 -- delivered, so that the btree descends straight past the entries of finished messages that
 -- vacuum has not removed yet, because it has not come round or because a snapshot holds it back
--- (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for the ready probe, and L, a
--- (locked_until, id) for the expired-lease probe. Kept per session and queue in the setting
--- pgqueue.hint_<queue id> (a bigint[]): no row, so no dead tuples and no contention;
--- transactional, so a rolled-back dequeue gets its old hints back.
+-- (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for the ready probe (a
+-- (turn_at, id) with p_turns), and L, a (locked_until, id) for the expired-lease probe. Kept per
+-- session and queue in the setting pgqueue.hint_<queue id> (pgqueue.turn_hint_<queue id> with
+-- p_turns: the keys are in other units) as a bigint[]: no row, so no dead tuples and no
+-- contention; transactional, so a rolled-back dequeue gets its old hints back.
 --   * H and L only move to candidates C and D (the first visible ready row, the first visible
 --     lease, locked or not, each capped 5 ms below the clock read before they were found; the
 --     cap alone when there is none) once every transaction with an xid below X has ended, and
@@ -945,10 +970,12 @@ $$;
 --     producer that commits a row below C meanwhile is found first. X is this call's xid, which
 --     the take assigns after the candidates were found (a call that takes nothing keeps no
 --     candidate: an empty poll stays read-only). Keys written with the clock (a default
---     dequeue_at, a lease's locked_until) are read after the writer's xid is assigned
---     (pgqueue._write_clock), so a writer with an xid above X writes keys above the candidates.
+--     dequeue_at, a lease's locked_until, a turn handed on) are read after the writer's xid is
+--     assigned (pgqueue._write_clock; a turn is handed on after the hand-off's DELETE or UPDATE),
+--     so a writer with an xid above X writes keys above the candidates.
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
---     time, spark_release, requeue, plain SQL, a lease running out in the past) advance the
+--     time, spark_release, requeue, plain SQL, a lease running out in the past, a turn key below
+--     the clock) advance the
 --     queue's lock stripe afterwards (trigger message_placed_low); a session that sees it move
 --     probes from the bottom, and its hints start again from the bottom once the transactions
 --     with xids below that call's xid have ended.
@@ -963,7 +990,8 @@ CREATE FUNCTION pgqueue._message_take(
     p_limit        integer,
     p_now          bigint,
     p_max_attempts integer,
-    p_max_id       bigint)
+    p_max_id       bigint,
+    p_turns        boolean DEFAULT false)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -978,7 +1006,12 @@ DECLARE
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
-    v_name     text := 'pgqueue.hint_' || p_queue_id;
+    v_name     text := CASE WHEN p_turns THEN 'pgqueue.turn_hint_' ELSE 'pgqueue.hint_' END || p_queue_id;
+    -- the ready keys' unit: 1 (dequeue_at, ms) or 1000 (turn_at, us)
+    v_unit     bigint := CASE WHEN p_turns THEN 1000 ELSE 1 END;
+    -- the ready probe's bound: p_now, or for turns the clock in microseconds, read before the
+    -- snapshot as p_now was (a turn handed on within this millisecond is due)
+    v_due      bigint := CASE WHEN p_turns THEN pgqueue._turn_key(p_now, true) ELSE p_now END;
     v_raw      text := current_setting(v_name, true);
     v_s        bigint[];
     v_e        bigint;
@@ -1068,23 +1101,31 @@ BEGIN
     END IF;
     IF v_s[6] = 0 OR v_settle THEN
         -- the first visible ready row from H and the first visible lease from L, locked or
-        -- not (p_now was read before this snapshot), in one statement; both bounded by the
-        -- clock, as the candidates are capped below it (unbounded, the lease probe would walk
-        -- the entries of every lease completed within the lease time)
-        SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
-          FROM (SELECT) AS one
-          LEFT JOIN LATERAL (
-                SELECT m.dequeue_at, m.id FROM pgqueue.message m
-                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                   AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
-                 ORDER BY m.dequeue_at, m.id
-                 LIMIT 1) AS r ON true
-          LEFT JOIN LATERAL (
-                SELECT m.locked_until, m.id FROM pgqueue.message m
-                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                   AND (m.locked_until, m.id) >= (v_s[10], v_s[11]) AND m.locked_until <= p_now
-                 ORDER BY m.locked_until, m.id
-                 LIMIT 1) AS l ON true;
+        -- not (p_now was read before this snapshot), in one statement (one for each kind of
+        -- ready key; the lease probe is pgqueue._message_first_lease, inlined); both bounded by
+        -- the clock, as the candidates are capped below it (unbounded, the lease probe would
+        -- walk the entries of every lease completed within the lease time)
+        IF p_turns THEN
+            SELECT t.turn_at, t.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
+              FROM (SELECT) AS one
+              LEFT JOIN LATERAL (
+                    SELECT m.turn_at, m.id FROM pgqueue.message m
+                     WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
+                       AND (m.turn_at, m.id) >= (v_s[2], v_s[3]) AND m.turn_at <= v_due
+                     ORDER BY m.turn_at, m.id
+                     LIMIT 1) AS t ON true
+              LEFT JOIN LATERAL pgqueue._message_first_lease(p_queue_id, v_s[10], v_s[11], p_now) AS l ON true;
+        ELSE
+            SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
+              FROM (SELECT) AS one
+              LEFT JOIN LATERAL (
+                    SELECT m.dequeue_at, m.id FROM pgqueue.message m
+                     WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                       AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= v_due
+                     ORDER BY m.dequeue_at, m.id
+                     LIMIT 1) AS r ON true
+              LEFT JOIN LATERAL pgqueue._message_first_lease(p_queue_id, v_s[10], v_s[11], p_now) AS l ON true;
+        END IF;
         IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
             IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
                 v_s[2] := v_s[4]; v_s[3] := v_s[5];
@@ -1095,8 +1136,8 @@ BEGIN
             v_s[6] := 0;
         END IF;
         -- new candidates, none above the cap; recorded with this call's xid below
-        IF v_k_at IS NULL OR v_k_at >= p_now - 5 THEN
-            v_k_at := p_now - 5; v_k_id := c_min;
+        IF v_k_at IS NULL OR v_k_at >= v_due - 5 * v_unit THEN
+            v_k_at := v_due - 5 * v_unit; v_k_id := c_min;
         END IF;
         IF v_d_at IS NULL OR v_d_at >= p_now - 5 THEN
             v_d_at := p_now - 5; v_d_id := c_min;
@@ -1125,14 +1166,26 @@ BEGIN
                 UNION ALL
                 SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
                                  FROM pgqueue.message m
-                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                WHERE NOT p_turns AND m.queue_id = p_queue_id AND m.locked_until IS NULL
                                   AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
-                                  AND m.dequeue_at <= p_now
+                                  AND m.dequeue_at <= v_due
                                   AND m.id <> ALL (v_ids)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.dequeue_at, m.id
                                 LIMIT v_need
                                   FOR UPDATE SKIP LOCKED) r
+                UNION ALL
+                SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                 FROM pgqueue.message m
+                                WHERE p_turns AND m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                  AND m.locked_until IS NULL
+                                  AND (m.turn_at, m.id) >= (v_h_at, v_h_id)
+                                  AND m.turn_at <= v_due
+                                  AND m.id <> ALL (v_ids)
+                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                ORDER BY m.turn_at, m.id
+                                LIMIT v_need
+                                  FOR UPDATE SKIP LOCKED) t
                 LIMIT v_need) c;
         v_ids := v_ids || v_found;
         EXIT WHEN v_dead_ids IS NULL;
@@ -1165,8 +1218,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint) IS
-    'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id), dead-lettering poison leases; ids in delivery order';
+COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean) IS
+    'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id, or with p_turns by turn_at, id), dead-lettering poison leases; ids in delivery order';
 
 -- Complete (delete) many leased messages in one call; returns the ids whose token was stale.
 --
@@ -1641,7 +1694,10 @@ DECLARE
     v_groups       integer;
     v_rate         integer;
     v_limit        integer := p_limit;
-    v_n            integer;
+    v_n            integer := 0;
+    v_turns        text[];
+    v_group        text;
+    v_turned       boolean;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
@@ -1666,74 +1722,89 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
-        RETURN QUERY
-        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, v_limit, v_lock_ms, v_max_attempts, v_groups);
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        IF v_n > 0 THEN
-            PERFORM pgqueue._counted_n(v_queue_id, 1, v_n);  -- delivered (queue_counters)
+    -- A queue with message groups takes by turn (p_turns): the messages whose group's turn it
+    -- is, behind the groups already waiting (issue 14). Each message handed out gives its group
+    -- the next turn if the group has room (pgqueue._message_group_next): in delete mode the
+    -- trigger message_removed does, as the message leaves the queue; in lease mode, with more
+    -- than one in flight per group (or no limit), the loop below does, in the order of the
+    -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
+    -- group the turn passes on when the message leaves (trigger message_removed). While there is room under p_limit and
+    -- a round handed something out, another round takes the turns just handed on, so a call
+    -- hands out several messages of one group when the group's limit allows.
+    LOOP
+        v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
+                                       v_groups IS NOT NULL);
+        EXIT WHEN cardinality(v_ids) = 0;
+        v_n := v_n + cardinality(v_ids);
+        -- The statements below count (pgqueue.queue_counters) each message handed out as
+        -- delivered (more than 32 at once: here), and as expired if its lease had run out, in
+        -- their WHERE clauses: evaluated once per row, on the row as it was, since the take has
+        -- locked every row.
+        v_delivered := pgqueue._count_seq(v_queue_id, 1);
+        v_expired := pgqueue._count_seq(v_queue_id, 5);
+        IF cardinality(v_ids) > 32 THEN
+            PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
-        IF v_rate IS NOT NULL THEN
-            PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
-        END IF;
-        RETURN;
-    END IF;
-    v_ids := pgqueue._message_take(v_queue_id, v_limit, v_now, v_max_attempts, NULL);
-    IF v_rate IS NOT NULL THEN
-        PERFORM pgqueue._rate_take(v_queue_id, v_rate, cardinality(v_ids));
-    END IF;
-    IF cardinality(v_ids) = 0 THEN
-        RETURN;
-    END IF;
-    -- The statements below count (pgqueue.queue_counters) each message handed out as delivered
-    -- (more than 32 at once: here), and as expired if its lease had run out, in their WHERE
-    -- clauses: evaluated once per row, on the row as it was, since the take has locked every row.
-    v_delivered := pgqueue._count_seq(v_queue_id, 1);
-    v_expired := pgqueue._count_seq(v_queue_id, 5);
-    IF cardinality(v_ids) > 32 THEN
-        PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
-    END IF;
-    IF v_lock_ms = 0 THEN
-        IF cardinality(v_ids) = 1 THEN
-            RETURN QUERY
-            DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
-               AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-            RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
-                      m.content_type, m.created_at, NULL::bigint;
+        IF v_lock_ms = 0 THEN
+            IF cardinality(v_ids) = 1 THEN
+                RETURN QUERY
+                DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, NULL::bigint;
+            ELSE
+                RETURN QUERY
+                WITH d AS (
+                    DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
+                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                    RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
+                              m.content_type, m.created_at, NULL::bigint AS locked_until)
+                SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+            END IF;
         ELSE
-            RETURN QUERY
-            WITH d AS (
-                DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
-                   AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-                   AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-                RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
-                          m.content_type, m.created_at, NULL::bigint AS locked_until)
-            SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+            -- the groups whose waiting turn is handed out now (not those of expired leases: they
+            -- were in flight already)
+            IF v_groups > 1 OR v_groups = 0 THEN
+                v_turns := ARRAY(SELECT m.group_key FROM pgqueue.message m
+                                  WHERE m.id = ANY (v_ids) AND m.locked_until IS NULL
+                                    AND m.group_key IS NOT NULL);
+            END IF;
+            -- The lease runs from a clock read after the take, so after this transaction's xid
+            -- was assigned (the rows are locked): see pgqueue._write_clock.
+            v_until := pgqueue.now_ms() + v_lock_ms;
+            IF cardinality(v_ids) = 1 THEN
+                RETURN QUERY
+                UPDATE pgqueue.message m
+                   SET locked_until = v_until, attempts = m.attempts + 1
+                 WHERE m.id = v_ids[1]
+                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, m.locked_until;
+            ELSE
+                RETURN QUERY
+                WITH u AS (
+                    UPDATE pgqueue.message m
+                       SET locked_until = v_until, attempts = m.attempts + 1
+                     WHERE m.id = ANY (v_ids)
+                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
+                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                    RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                              m.content_type, m.created_at, m.locked_until)
+                SELECT * FROM u ORDER BY array_position(v_ids, u.id);
+            END IF;
+            IF cardinality(v_turns) > 0 THEN
+                FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_turns) AS g(g) ORDER BY 1 LOOP
+                    v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
+                END LOOP;
+                v_turns := NULL;
+            END IF;
         END IF;
-        RETURN;
-    END IF;
-    -- The lease runs from a clock read after the take, so after this transaction's xid was
-    -- assigned (the rows are locked): see pgqueue._write_clock.
-    v_until := pgqueue.now_ms() + v_lock_ms;
-    IF cardinality(v_ids) = 1 THEN
-        RETURN QUERY
-        UPDATE pgqueue.message m
-           SET locked_until = v_until, attempts = m.attempts + 1
-         WHERE m.id = v_ids[1]
-           AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-        RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
-                  m.content_type, m.created_at, m.locked_until;
-    ELSE
-        RETURN QUERY
-        WITH u AS (
-            UPDATE pgqueue.message m
-               SET locked_until = v_until, attempts = m.attempts + 1
-             WHERE m.id = ANY (v_ids)
-               AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-               AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-            RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
-                      m.content_type, m.created_at, m.locked_until)
-        SELECT * FROM u ORDER BY array_position(v_ids, u.id);
+        EXIT WHEN v_groups IS NULL OR v_n >= v_limit;
+        v_now := pgqueue.now_ms();
+    END LOOP;
+    IF v_rate IS NOT NULL THEN
+        PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
     END IF;
 END;
 $$;
@@ -1755,6 +1826,7 @@ DECLARE
     v_now   bigint := pgqueue.now_ms();
     v_queue pgqueue.queue;
     v_counted boolean;
+    v_at    bigint;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
@@ -1773,19 +1845,18 @@ BEGIN
     IF v_queue.max_attempts IS NOT NULL AND p_attempts >= v_queue.max_attempts THEN
         PERFORM pgqueue._dead_letter(p_id, p_error, v_now);
     ELSE
+        v_at := coalesce(p_dequeue_at,
+                         pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
+                                                                      v_queue.retry_cap_ms));
         UPDATE pgqueue.message m
            SET locked_until = NULL,
-               dequeue_at   = coalesce(p_dequeue_at,
-                                       pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
-                                                                   v_queue.retry_cap_ms)),
-               last_error   = p_error
+               dequeue_at   = v_at,
+               last_error   = p_error,
+               -- a message with its group's turn keeps it: the group waits for its retry (in the
+               -- same UPDATE, so that the trigger message_placed_low sees the new turn key)
+               turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END
          WHERE m.id = p_id;
         v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
-        IF v_queue.group_concurrency IS NOT NULL THEN
-            -- a message with its group's turn keeps it: the group waits for its retry
-            UPDATE pgqueue.message m SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
-             WHERE m.id = p_id AND m.turn_at IS NOT NULL;
-        END IF;
     END IF;
     RETURN true;
 END;
@@ -2809,18 +2880,7 @@ COMMENT ON FUNCTION pgqueue.queue_stats_exact(text) IS
 -- Triggers
 -------------------------------------------------------------------------------
 
--- A message that becomes deliverable more than 5 ms below the clock (the margin the session
--- hints keep below it, pgqueue._message_take), or a lease that runs out more than 5 ms below
--- it, is signalled to the consumers' session hints, unless it was keyed with its writer's own
--- clock reading (pgqueue._message_placed_low; pgqueue._write_clock). The WHEN clause is
--- prepared at every INSERT or UPDATE statement, so it is kept short and calls built-in functions
--- only: an SQL function there is inlined, its body read from the catalog and planned each time
--- (0.4's first version, with pgqueue.now_ms(), took half the time of a message_create).
-CREATE TRIGGER message_placed_low
-    AFTER INSERT OR UPDATE OF dequeue_at, locked_until ON pgqueue.message
-    FOR EACH ROW WHEN (coalesce(NEW.locked_until, NEW.dequeue_at)
-                           < pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000 - 5)
-    EXECUTE FUNCTION pgqueue._message_placed_low();
+-- message_placed_low: below, after the message groups' columns (its WHEN clause reads turn_at).
 
 -------------------------------------------------------------------------------
 -- Gone: the advisory-lock helpers and the polymorphic _not_null
@@ -3653,11 +3713,17 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 -- Give a message group its next turn if it is due one: when the group has no message waiting with
 -- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
--- behind the groups already waiting: the round-robin. Called after a message of the group was handed out
--- (pgqueue._message_dequeue_grouped) or left the queue (trigger message_removed), under the
--- group's lock, so that every such decision sees the ones committed before it. Returns whether
--- a turn was given. (Called on every grouped delivery: three statements on the common path, the
--- lock, the room and the UPDATE; the others are PL/pgSQL simple expressions.)
+-- behind the groups already waiting: the round-robin. Called after a message of the group was
+-- handed out (message_dequeue) or left the queue (trigger message_removed), under the group's
+-- lock, so that every such decision sees the ones committed before it. Returns whether a turn
+-- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
+-- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
+--
+-- Called on every grouped delivery, so the common path is two statements: the lock, and one
+-- UPDATE whose WHERE holds the room (the probes of pgqueue._message_group_room, as initplans:
+-- run once, under the lock's newer snapshot). When it changes nothing: nothing waits (one more
+-- probe), or no room, or the message it chose was deleted meanwhile by message_cancel (READ
+-- COMMITTED reads the next one; REPEATABLE READ raises 40001 instead).
 CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_concurrency integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -3667,12 +3733,30 @@ DECLARE
     v_locked boolean;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
-    IF NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency) THEN
-        RETURN false;
+    UPDATE pgqueue.message m
+       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+     WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                    WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
+                    ORDER BY w.dequeue_at, w.id
+                    LIMIT 1)
+       -- the room: no turn waiting (with one in flight at most: no turn at all) ...
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
+                          AND (p_concurrency = 1 OR NOT pgqueue._leased(t.locked_until)))
+       -- ... and fewer than p_concurrency in flight
+       AND (p_concurrency <= 1
+            OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
+                                       WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                                         AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
+                                       LIMIT p_concurrency) f) < p_concurrency);
+    IF FOUND THEN
+        RETURN true;
     END IF;
-    -- (again if the message it chose was deleted meanwhile, by message_cancel: READ COMMITTED
-    -- reads the next one; REPEATABLE READ raises 40001 instead)
     LOOP
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pgqueue.message w
+                               WHERE w.queue_id = p_queue_id AND w.group_key = p_group
+                                 AND w.turn_at IS NULL)
+               OR NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency);
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -3682,9 +3766,6 @@ BEGIN
         IF FOUND THEN
             RETURN true;
         END IF;
-        EXIT WHEN NOT EXISTS (SELECT 1 FROM pgqueue.message w
-                               WHERE w.queue_id = p_queue_id AND w.group_key = p_group
-                                 AND w.turn_at IS NULL);
     END LOOP;
     RETURN false;
 END;
@@ -3817,129 +3898,6 @@ BEGIN
 END;
 $$;
 
--- message_dequeue for a queue with message groups (group_concurrency not NULL): hand out up to
--- p_limit messages, expired leases first, then the messages that have their group's turn, by
--- (turn_at, id), leased for p_lock_ms (0: deleted). Each round is two bounded index probes under
--- one LIMIT, FOR UPDATE SKIP LOCKED, as in pgqueue._message_take: message_leased_idx, and
--- message_turn_idx, which holds only the messages whose group's turn it is, at most one waiting
--- per group, so a probe never walks a group's backlog, nor the groups whose turns are all in
--- flight or scheduled. A message handed out gives its group the next turn if the group has room
--- (pgqueue._message_group_next; in delete mode the trigger message_removed does), behind the
--- turns already waiting: groups are served in turn. While there is room under p_limit and the
--- round handed something out, another round takes the turns just handed on, so a call hands out
--- several messages of one group when the group's limit allows. A lease that ran out
--- p_max_attempts times goes to the dead letters (its group's next turn follows). The caller holds
--- the queue's lock stripe and has checked the arguments; message_dequeue counts the messages
--- handed out (queue_counters), this function the expired leases among them (in the WHERE of the
--- statement that hands them out: the rows are locked, so it is evaluated once per row; a
--- generic plan, so _count_seq is inlined once per session). No session hints here
--- (pgqueue._message_take has them): dead index entries are walked until vacuum removes them.
-CREATE FUNCTION pgqueue._message_dequeue_grouped(
-    p_queue_id     integer,
-    p_limit        integer,
-    p_lock_ms      bigint,
-    p_max_attempts integer,
-    p_concurrency  integer)
-RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,
-               content_type text, created_at bigint, locked_until bigint)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_now      bigint;
-    v_turn     bigint;
-    v_need     integer;
-    v_all      bigint[] := '{}';
-    v_ids      bigint[];
-    v_found    bigint[];
-    v_dead_ids bigint[];
-    v_dead     bigint;
-    v_group    text;
-    v_groups   text[];
-    v_more     text[];
-    v_until    bigint;
-    v_turned   boolean;
-BEGIN
-    LOOP
-        v_now := pgqueue.now_ms();
-        v_turn := pgqueue._turn_key(v_now, true);
-        v_need := p_limit - cardinality(v_all);
-        v_ids := '{}';
-        v_groups := '{}';
-        LOOP
-            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                   array_agg(c.id) FILTER (WHERE c.dead),
-                   coalesce(array_agg(c.grp) FILTER (WHERE c.src = 1 AND c.grp IS NOT NULL), '{}')
-              INTO v_found, v_dead_ids, v_more
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead,
-                                          m.group_key AS grp
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND m.locked_until <= v_now AND m.id <> ALL (v_all || v_ids)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false, m.group_key
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                      AND m.locked_until IS NULL AND m.turn_at <= v_turn
-                                      AND m.id <> ALL (v_all || v_ids)
-                                    ORDER BY m.turn_at, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) r
-                    LIMIT v_need) c;
-            v_ids := v_ids || v_found;
-            v_groups := v_groups || v_more;
-            EXIT WHEN v_dead_ids IS NULL;
-            FOREACH v_dead IN ARRAY v_dead_ids LOOP
-                PERFORM pgqueue._dead_letter(v_dead, 'lease expired', v_now);
-            END LOOP;
-            v_need := p_limit - cardinality(v_all) - cardinality(v_ids);
-            EXIT WHEN v_need = 0;
-        END LOOP;
-        EXIT WHEN cardinality(v_ids) = 0;
-        v_all := v_all || v_ids;
-        IF p_lock_ms = 0 THEN
-            -- the next turns follow from the trigger message_removed
-            RETURN QUERY
-            WITH d AS (
-                DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
-                   AND (m.locked_until IS NULL OR pgqueue._counted(p_queue_id, 5))  -- expired (queue_counters)
-                RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
-                          m.content_type, m.created_at, NULL::bigint AS locked_until)
-            SELECT * FROM d ORDER BY array_position(v_ids, d.id);
-        ELSE
-            v_until := pgqueue.now_ms() + p_lock_ms;
-            RETURN QUERY
-            WITH u AS (
-                UPDATE pgqueue.message m
-                   SET locked_until = v_until, attempts = m.attempts + 1
-                 WHERE m.id = ANY (v_ids)
-                   AND (m.locked_until IS NULL OR pgqueue._counted(p_queue_id, 5))  -- expired (queue_counters)
-                RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
-                          m.content_type, m.created_at, m.locked_until)
-            SELECT * FROM u ORDER BY array_position(v_ids, u.id);
-            -- the groups whose waiting turn was handed out get their next one if they have room
-            -- (with one in flight per group the turn passes on only when the message leaves), in
-            -- the order of their keys, so that two consumers lock the groups in one order
-            IF p_concurrency <> 1 THEN
-                FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_groups) AS g(g) ORDER BY 1 LOOP
-                    v_turned := pgqueue._message_group_next(p_queue_id, v_group, p_concurrency);
-                END LOOP;
-            END IF;
-        END IF;
-        EXIT WHEN cardinality(v_all) >= p_limit;
-    END LOOP;
-END;
-$$;
-
-COMMENT ON FUNCTION pgqueue._message_dequeue_grouped(integer, integer, bigint, integer, integer) IS
-    'pgqueue internal: message_dequeue for a queue with message groups (turns served in order, at most group_concurrency in flight per group)';
-
 -- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With
 -- message groups, the next turn; with a rate limit, not before its next slot is due.
 CREATE OR REPLACE FUNCTION pgqueue.queue_next_due(p_queue text DEFAULT 'default')
@@ -4027,3 +3985,21 @@ CREATE TRIGGER message_removed
     AFTER DELETE ON pgqueue.message
     FOR EACH ROW WHEN (OLD.idem_key IS NOT NULL OR (OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL))
     EXECUTE FUNCTION pgqueue._message_removed();
+
+-- A message that becomes deliverable more than 5 ms below the clock (the margin the session
+-- hints keep below it, pgqueue._message_take), or a lease that runs out more than 5 ms below
+-- it, is signalled to the consumers' session hints, unless it was keyed with its writer's own
+-- clock reading (pgqueue._message_placed_low; pgqueue._write_clock). The key: a lease's
+-- locked_until, else a grouped message's turn_at (in microseconds), else dequeue_at. The WHEN
+-- clause is prepared at every INSERT or UPDATE statement, so it is kept short and calls
+-- built-in functions only: an SQL function there is inlined, its body read from the catalog and
+-- planned each time (0.4's first version, with pgqueue.now_ms(), took half the time of a
+-- message_create). Not on an UPDATE of turn_at alone: the one such UPDATE, a group's turn
+-- handed on, keys the turn with the clock read after its xid (pgqueue._message_group_next), and
+-- the WHEN clause would add a fifth to its cost; plain SQL that writes turn_at alone is not
+-- signalled.
+CREATE TRIGGER message_placed_low
+    AFTER INSERT OR UPDATE OF dequeue_at, locked_until ON pgqueue.message
+    FOR EACH ROW WHEN (coalesce(NEW.locked_until, NEW.turn_at / 1000, NEW.dequeue_at)
+                           < pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000 - 5)
+    EXECUTE FUNCTION pgqueue._message_placed_low();

@@ -612,19 +612,25 @@ def _hint_states(pid: int) -> st.SearchStrategy[str]:
 @settings(FUZZ, max_examples=max(1, int(60 * SCALE)))
 @given(data=st.data())
 def test_any_session_hint_setting_is_used_or_ignored_never_an_error(fuzz_conn: Conn, data: st.DataObject) -> None:
-    """The session hint (pgqueue._message_take) lives in settings a session can also write by hand.
+    """The session hint (pgqueue._message_take) lives in settings a session can also write by hand:
+    pgqueue.hint_<queue id>, and pgqueue.turn_hint_<queue id> for a queue with message groups.
     Whatever is there, a dequeue works; a state not written for this backend
     (another pid, or not a state at all) is ignored, so the message is delivered."""
     conn = fuzz_conn
     pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'default'").fetchone()[0]  # type: ignore[index]
+    grouped = data.draw(st.booleans(), label="grouped")
+    queue, setting, group = ("fuzz_turns", "pgqueue.turn_hint_", "g") if grouped else ("default", "pgqueue.hint_", None)
+    if grouped and conn.execute("SELECT 1 FROM pgqueue.queue WHERE name = %s", [queue]).fetchone() is None:
+        conn.execute("SELECT pgqueue.queue_create(%s, p_group_concurrency => 1)", [queue])
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = %s", [queue]).fetchone()[0]  # type: ignore[index]
     state = data.draw(_hint_states(pid), label="state")
     conn.execute("DELETE FROM pgqueue.message WHERE queue_id = %s", [qid])
-    mid = conn.execute("SELECT pgqueue.message_create('default', '\\x01'::bytea)").fetchone()[0]  # type: ignore[index]
-    conn.execute("SELECT set_config(%s, %s, false)", [f"pgqueue.hint_{qid}", state])
-    got = conn.execute("SELECT id FROM pgqueue.message_dequeue('default', 1, 0)").fetchall()
+    mid = conn.execute("SELECT pgqueue.message_create(%s, '\\x01'::bytea, p_group => %s)",
+                       [queue, group]).fetchone()[0]  # type: ignore[index]
+    conn.execute("SELECT set_config(%s, %s, false)", [f"{setting}{qid}", state])
+    got = conn.execute("SELECT id FROM pgqueue.message_dequeue(%s, 1, 0)", [queue]).fetchall()
     if not state.startswith("{" + str(pid) + ","):
-        assert got == [(mid,)], f"state {state!r}: message {mid} not delivered"
+        assert got == [(mid,)], f"{setting}: state {state!r}: message {mid} not delivered"
 
 
 # -- the bugs the fuzzer found, pinned: fixed ones stay as regression tests; open ones are -------

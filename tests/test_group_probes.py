@@ -158,4 +158,8 @@ def test_a_turn_decision_probes_its_group_however_stale_the_statistics(
             for st in room:
                 scans = {node.get("Index Name") or node["Node Type"] for node in walk(st.plan)
                          if node.get("Relation Name") == "message"}
+                # the hand-off (pgqueue._message_group_next) holds the room probes in the WHERE
+                # of the UPDATE that gives the turn: the row by id, the group's first waiting
+                if st.text.lstrip().startswith("UPDATE"):
+                    scans -= {"ModifyTable", "message_pkey", "message_group_wait_idx"}
                 assert scans == {"message_group_turn_idx"}, (name, scans)

@@ -1,11 +1,17 @@
 -- Give a message group its next turn if it is due one: when the group has no message waiting with
 -- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
--- behind the groups already waiting: the round-robin. Called after a message of the group was handed out
--- (pgqueue._message_dequeue_grouped) or left the queue (trigger message_removed), under the
--- group's lock, so that every such decision sees the ones committed before it. Returns whether
--- a turn was given. (Called on every grouped delivery: three statements on the common path, the
--- lock, the room and the UPDATE; the others are PL/pgSQL simple expressions.)
+-- behind the groups already waiting: the round-robin. Called after a message of the group was
+-- handed out (message_dequeue) or left the queue (trigger message_removed), under the group's
+-- lock, so that every such decision sees the ones committed before it. Returns whether a turn
+-- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
+-- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
+--
+-- Called on every grouped delivery, so the common path is two statements: the lock, and one
+-- UPDATE whose WHERE holds the room (the probes of pgqueue._message_group_room, as initplans:
+-- run once, under the lock's newer snapshot). When it changes nothing: nothing waits (one more
+-- probe), or no room, or the message it chose was deleted meanwhile by message_cancel (READ
+-- COMMITTED reads the next one; REPEATABLE READ raises 40001 instead).
 CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_concurrency integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -15,12 +21,30 @@ DECLARE
     v_locked boolean;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
-    IF NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency) THEN
-        RETURN false;
+    UPDATE pgqueue.message m
+       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+     WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                    WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
+                    ORDER BY w.dequeue_at, w.id
+                    LIMIT 1)
+       -- the room: no turn waiting (with one in flight at most: no turn at all) ...
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
+                          AND (p_concurrency = 1 OR NOT pgqueue._leased(t.locked_until)))
+       -- ... and fewer than p_concurrency in flight
+       AND (p_concurrency <= 1
+            OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
+                                       WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                                         AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
+                                       LIMIT p_concurrency) f) < p_concurrency);
+    IF FOUND THEN
+        RETURN true;
     END IF;
-    -- (again if the message it chose was deleted meanwhile, by message_cancel: READ COMMITTED
-    -- reads the next one; REPEATABLE READ raises 40001 instead)
     LOOP
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pgqueue.message w
+                               WHERE w.queue_id = p_queue_id AND w.group_key = p_group
+                                 AND w.turn_at IS NULL)
+               OR NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency);
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -30,9 +54,6 @@ BEGIN
         IF FOUND THEN
             RETURN true;
         END IF;
-        EXIT WHEN NOT EXISTS (SELECT 1 FROM pgqueue.message w
-                               WHERE w.queue_id = p_queue_id AND w.group_key = p_group
-                                 AND w.turn_at IS NULL);
     END LOOP;
     RETURN false;
 END;

@@ -1,5 +1,5 @@
 -- Lock up to p_limit deliverable messages of a queue and return their ids in delivery order: the
--- one dequeue probe, shared by message_dequeue and spark_claim.
+-- one dequeue probe, shared by message_dequeue, spark_claim and (p_turns) the grouped dequeue.
 --
 -- Expired leases first (overdue work), then ready messages by (dequeue_at, id): two bounded
 -- index probes (message_leased_idx, message_ready_idx) under one LIMIT, so the second runs only
@@ -9,14 +9,20 @@
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
 -- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
 -- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+-- p_turns (a queue with message groups, from message_dequeue): the ready probe is
+-- message_turn_idx by (turn_at, id) instead, the messages whose group's turn it is; turn keys are
+-- in microseconds (pgqueue._turn_key), so that probe's bound (the clock), cap and margin are in
+-- microseconds too. (In the take, the unused probe of the two is a branch under a one-time
+-- filter on p_turns, never run; the candidate probe is one statement for each.)
 --
 -- The session hints: where this session's probes start, a key below which no message can be
 -- delivered, so that the btree descends straight past the entries of finished messages that
 -- vacuum has not removed yet, because it has not come round or because a snapshot holds it back
--- (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for the ready probe, and L, a
--- (locked_until, id) for the expired-lease probe. Kept per session and queue in the setting
--- pgqueue.hint_<queue id> (a bigint[]): no row, so no dead tuples and no contention;
--- transactional, so a rolled-back dequeue gets its old hints back.
+-- (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for the ready probe (a
+-- (turn_at, id) with p_turns), and L, a (locked_until, id) for the expired-lease probe. Kept per
+-- session and queue in the setting pgqueue.hint_<queue id> (pgqueue.turn_hint_<queue id> with
+-- p_turns: the keys are in other units) as a bigint[]: no row, so no dead tuples and no
+-- contention; transactional, so a rolled-back dequeue gets its old hints back.
 --   * H and L only move to candidates C and D (the first visible ready row, the first visible
 --     lease, locked or not, each capped 5 ms below the clock read before they were found; the
 --     cap alone when there is none) once every transaction with an xid below X has ended, and
@@ -24,10 +30,12 @@
 --     producer that commits a row below C meanwhile is found first. X is this call's xid, which
 --     the take assigns after the candidates were found (a call that takes nothing keeps no
 --     candidate: an empty poll stays read-only). Keys written with the clock (a default
---     dequeue_at, a lease's locked_until) are read after the writer's xid is assigned
---     (pgqueue._write_clock), so a writer with an xid above X writes keys above the candidates.
+--     dequeue_at, a lease's locked_until, a turn handed on) are read after the writer's xid is
+--     assigned (pgqueue._write_clock; a turn is handed on after the hand-off's DELETE or UPDATE),
+--     so a writer with an xid above X writes keys above the candidates.
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
---     time, spark_release, requeue, plain SQL, a lease running out in the past) advance the
+--     time, spark_release, requeue, plain SQL, a lease running out in the past, a turn key below
+--     the clock) advance the
 --     queue's lock stripe afterwards (trigger message_placed_low); a session that sees it move
 --     probes from the bottom, and its hints start again from the bottom once the transactions
 --     with xids below that call's xid have ended.
@@ -42,7 +50,8 @@ CREATE FUNCTION pgqueue._message_take(
     p_limit        integer,
     p_now          bigint,
     p_max_attempts integer,
-    p_max_id       bigint)
+    p_max_id       bigint,
+    p_turns        boolean DEFAULT false)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -57,7 +66,12 @@ DECLARE
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
-    v_name     text := 'pgqueue.hint_' || p_queue_id;
+    v_name     text := CASE WHEN p_turns THEN 'pgqueue.turn_hint_' ELSE 'pgqueue.hint_' END || p_queue_id;
+    -- the ready keys' unit: 1 (dequeue_at, ms) or 1000 (turn_at, us)
+    v_unit     bigint := CASE WHEN p_turns THEN 1000 ELSE 1 END;
+    -- the ready probe's bound: p_now, or for turns the clock in microseconds, read before the
+    -- snapshot as p_now was (a turn handed on within this millisecond is due)
+    v_due      bigint := CASE WHEN p_turns THEN pgqueue._turn_key(p_now, true) ELSE p_now END;
     v_raw      text := current_setting(v_name, true);
     v_s        bigint[];
     v_e        bigint;
@@ -147,23 +161,31 @@ BEGIN
     END IF;
     IF v_s[6] = 0 OR v_settle THEN
         -- the first visible ready row from H and the first visible lease from L, locked or
-        -- not (p_now was read before this snapshot), in one statement; both bounded by the
-        -- clock, as the candidates are capped below it (unbounded, the lease probe would walk
-        -- the entries of every lease completed within the lease time)
-        SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
-          FROM (SELECT) AS one
-          LEFT JOIN LATERAL (
-                SELECT m.dequeue_at, m.id FROM pgqueue.message m
-                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                   AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= p_now
-                 ORDER BY m.dequeue_at, m.id
-                 LIMIT 1) AS r ON true
-          LEFT JOIN LATERAL (
-                SELECT m.locked_until, m.id FROM pgqueue.message m
-                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                   AND (m.locked_until, m.id) >= (v_s[10], v_s[11]) AND m.locked_until <= p_now
-                 ORDER BY m.locked_until, m.id
-                 LIMIT 1) AS l ON true;
+        -- not (p_now was read before this snapshot), in one statement (one for each kind of
+        -- ready key; the lease probe is pgqueue._message_first_lease, inlined); both bounded by
+        -- the clock, as the candidates are capped below it (unbounded, the lease probe would
+        -- walk the entries of every lease completed within the lease time)
+        IF p_turns THEN
+            SELECT t.turn_at, t.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
+              FROM (SELECT) AS one
+              LEFT JOIN LATERAL (
+                    SELECT m.turn_at, m.id FROM pgqueue.message m
+                     WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
+                       AND (m.turn_at, m.id) >= (v_s[2], v_s[3]) AND m.turn_at <= v_due
+                     ORDER BY m.turn_at, m.id
+                     LIMIT 1) AS t ON true
+              LEFT JOIN LATERAL pgqueue._message_first_lease(p_queue_id, v_s[10], v_s[11], p_now) AS l ON true;
+        ELSE
+            SELECT r.dequeue_at, r.id, l.locked_until, l.id INTO v_k_at, v_k_id, v_d_at, v_d_id
+              FROM (SELECT) AS one
+              LEFT JOIN LATERAL (
+                    SELECT m.dequeue_at, m.id FROM pgqueue.message m
+                     WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                       AND (m.dequeue_at, m.id) >= (v_s[2], v_s[3]) AND m.dequeue_at <= v_due
+                     ORDER BY m.dequeue_at, m.id
+                     LIMIT 1) AS r ON true
+              LEFT JOIN LATERAL pgqueue._message_first_lease(p_queue_id, v_s[10], v_s[11], p_now) AS l ON true;
+        END IF;
         IF v_settle THEN  -- nothing visible in [H, C) or in [L, D): they move up
             IF v_k_at IS NULL OR (v_k_at, v_k_id) >= (v_s[4], v_s[5]) THEN
                 v_s[2] := v_s[4]; v_s[3] := v_s[5];
@@ -174,8 +196,8 @@ BEGIN
             v_s[6] := 0;
         END IF;
         -- new candidates, none above the cap; recorded with this call's xid below
-        IF v_k_at IS NULL OR v_k_at >= p_now - 5 THEN
-            v_k_at := p_now - 5; v_k_id := c_min;
+        IF v_k_at IS NULL OR v_k_at >= v_due - 5 * v_unit THEN
+            v_k_at := v_due - 5 * v_unit; v_k_id := c_min;
         END IF;
         IF v_d_at IS NULL OR v_d_at >= p_now - 5 THEN
             v_d_at := p_now - 5; v_d_id := c_min;
@@ -204,14 +226,26 @@ BEGIN
                 UNION ALL
                 SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
                                  FROM pgqueue.message m
-                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                WHERE NOT p_turns AND m.queue_id = p_queue_id AND m.locked_until IS NULL
                                   AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
-                                  AND m.dequeue_at <= p_now
+                                  AND m.dequeue_at <= v_due
                                   AND m.id <> ALL (v_ids)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.dequeue_at, m.id
                                 LIMIT v_need
                                   FOR UPDATE SKIP LOCKED) r
+                UNION ALL
+                SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                 FROM pgqueue.message m
+                                WHERE p_turns AND m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                  AND m.locked_until IS NULL
+                                  AND (m.turn_at, m.id) >= (v_h_at, v_h_id)
+                                  AND m.turn_at <= v_due
+                                  AND m.id <> ALL (v_ids)
+                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                ORDER BY m.turn_at, m.id
+                                LIMIT v_need
+                                  FOR UPDATE SKIP LOCKED) t
                 LIMIT v_need) c;
         v_ids := v_ids || v_found;
         EXIT WHEN v_dead_ids IS NULL;
@@ -244,5 +278,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint) IS
-    'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id), dead-lettering poison leases; ids in delivery order';
+COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean) IS
+    'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id, or with p_turns by turn_at, id), dead-lettering poison leases; ids in delivery order';

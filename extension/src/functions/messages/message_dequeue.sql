@@ -22,7 +22,10 @@ DECLARE
     v_groups       integer;
     v_rate         integer;
     v_limit        integer := p_limit;
-    v_n            integer;
+    v_n            integer := 0;
+    v_turns        text[];
+    v_group        text;
+    v_turned       boolean;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
@@ -47,74 +50,89 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF v_groups IS NOT NULL THEN  -- message groups: served in turn (issue 14)
-        RETURN QUERY
-        SELECT * FROM pgqueue._message_dequeue_grouped(v_queue_id, v_limit, v_lock_ms, v_max_attempts, v_groups);
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        IF v_n > 0 THEN
-            PERFORM pgqueue._counted_n(v_queue_id, 1, v_n);  -- delivered (queue_counters)
+    -- A queue with message groups takes by turn (p_turns): the messages whose group's turn it
+    -- is, behind the groups already waiting (issue 14). Each message handed out gives its group
+    -- the next turn if the group has room (pgqueue._message_group_next): in delete mode the
+    -- trigger message_removed does, as the message leaves the queue; in lease mode, with more
+    -- than one in flight per group (or no limit), the loop below does, in the order of the
+    -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
+    -- group the turn passes on when the message leaves (trigger message_removed). While there is room under p_limit and
+    -- a round handed something out, another round takes the turns just handed on, so a call
+    -- hands out several messages of one group when the group's limit allows.
+    LOOP
+        v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
+                                       v_groups IS NOT NULL);
+        EXIT WHEN cardinality(v_ids) = 0;
+        v_n := v_n + cardinality(v_ids);
+        -- The statements below count (pgqueue.queue_counters) each message handed out as
+        -- delivered (more than 32 at once: here), and as expired if its lease had run out, in
+        -- their WHERE clauses: evaluated once per row, on the row as it was, since the take has
+        -- locked every row.
+        v_delivered := pgqueue._count_seq(v_queue_id, 1);
+        v_expired := pgqueue._count_seq(v_queue_id, 5);
+        IF cardinality(v_ids) > 32 THEN
+            PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
-        IF v_rate IS NOT NULL THEN
-            PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
-        END IF;
-        RETURN;
-    END IF;
-    v_ids := pgqueue._message_take(v_queue_id, v_limit, v_now, v_max_attempts, NULL);
-    IF v_rate IS NOT NULL THEN
-        PERFORM pgqueue._rate_take(v_queue_id, v_rate, cardinality(v_ids));
-    END IF;
-    IF cardinality(v_ids) = 0 THEN
-        RETURN;
-    END IF;
-    -- The statements below count (pgqueue.queue_counters) each message handed out as delivered
-    -- (more than 32 at once: here), and as expired if its lease had run out, in their WHERE
-    -- clauses: evaluated once per row, on the row as it was, since the take has locked every row.
-    v_delivered := pgqueue._count_seq(v_queue_id, 1);
-    v_expired := pgqueue._count_seq(v_queue_id, 5);
-    IF cardinality(v_ids) > 32 THEN
-        PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
-    END IF;
-    IF v_lock_ms = 0 THEN
-        IF cardinality(v_ids) = 1 THEN
-            RETURN QUERY
-            DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
-               AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-            RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
-                      m.content_type, m.created_at, NULL::bigint;
+        IF v_lock_ms = 0 THEN
+            IF cardinality(v_ids) = 1 THEN
+                RETURN QUERY
+                DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, NULL::bigint;
+            ELSE
+                RETURN QUERY
+                WITH d AS (
+                    DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
+                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
+                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                    RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
+                              m.content_type, m.created_at, NULL::bigint AS locked_until)
+                SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+            END IF;
         ELSE
-            RETURN QUERY
-            WITH d AS (
-                DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
-                   AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-                   AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-                RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
-                          m.content_type, m.created_at, NULL::bigint AS locked_until)
-            SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+            -- the groups whose waiting turn is handed out now (not those of expired leases: they
+            -- were in flight already)
+            IF v_groups > 1 OR v_groups = 0 THEN
+                v_turns := ARRAY(SELECT m.group_key FROM pgqueue.message m
+                                  WHERE m.id = ANY (v_ids) AND m.locked_until IS NULL
+                                    AND m.group_key IS NOT NULL);
+            END IF;
+            -- The lease runs from a clock read after the take, so after this transaction's xid
+            -- was assigned (the rows are locked): see pgqueue._write_clock.
+            v_until := pgqueue.now_ms() + v_lock_ms;
+            IF cardinality(v_ids) = 1 THEN
+                RETURN QUERY
+                UPDATE pgqueue.message m
+                   SET locked_until = v_until, attempts = m.attempts + 1
+                 WHERE m.id = v_ids[1]
+                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, m.locked_until;
+            ELSE
+                RETURN QUERY
+                WITH u AS (
+                    UPDATE pgqueue.message m
+                       SET locked_until = v_until, attempts = m.attempts + 1
+                     WHERE m.id = ANY (v_ids)
+                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
+                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                    RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
+                              m.content_type, m.created_at, m.locked_until)
+                SELECT * FROM u ORDER BY array_position(v_ids, u.id);
+            END IF;
+            IF cardinality(v_turns) > 0 THEN
+                FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_turns) AS g(g) ORDER BY 1 LOOP
+                    v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
+                END LOOP;
+                v_turns := NULL;
+            END IF;
         END IF;
-        RETURN;
-    END IF;
-    -- The lease runs from a clock read after the take, so after this transaction's xid was
-    -- assigned (the rows are locked): see pgqueue._write_clock.
-    v_until := pgqueue.now_ms() + v_lock_ms;
-    IF cardinality(v_ids) = 1 THEN
-        RETURN QUERY
-        UPDATE pgqueue.message m
-           SET locked_until = v_until, attempts = m.attempts + 1
-         WHERE m.id = v_ids[1]
-           AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-        RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
-                  m.content_type, m.created_at, m.locked_until;
-    ELSE
-        RETURN QUERY
-        WITH u AS (
-            UPDATE pgqueue.message m
-               SET locked_until = v_until, attempts = m.attempts + 1
-             WHERE m.id = ANY (v_ids)
-               AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-               AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
-            RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
-                      m.content_type, m.created_at, m.locked_until)
-        SELECT * FROM u ORDER BY array_position(v_ids, u.id);
+        EXIT WHEN v_groups IS NULL OR v_n >= v_limit;
+        v_now := pgqueue.now_ms();
+    END LOOP;
+    IF v_rate IS NOT NULL THEN
+        PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
     END IF;
 END;
 $$;

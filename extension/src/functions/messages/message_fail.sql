@@ -12,6 +12,7 @@ DECLARE
     v_now   bigint := pgqueue.now_ms();
     v_queue pgqueue.queue;
     v_counted boolean;
+    v_at    bigint;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::text);
@@ -30,19 +31,18 @@ BEGIN
     IF v_queue.max_attempts IS NOT NULL AND p_attempts >= v_queue.max_attempts THEN
         PERFORM pgqueue._dead_letter(p_id, p_error, v_now);
     ELSE
+        v_at := coalesce(p_dequeue_at,
+                         pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
+                                                                      v_queue.retry_cap_ms));
         UPDATE pgqueue.message m
            SET locked_until = NULL,
-               dequeue_at   = coalesce(p_dequeue_at,
-                                       pgqueue._write_clock() + pgqueue._backoff_ms(p_attempts, v_queue.retry_base_ms,
-                                                                   v_queue.retry_cap_ms)),
-               last_error   = p_error
+               dequeue_at   = v_at,
+               last_error   = p_error,
+               -- a message with its group's turn keeps it: the group waits for its retry (in the
+               -- same UPDATE, so that the trigger message_placed_low sees the new turn key)
+               turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END
          WHERE m.id = p_id;
         v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
-        IF v_queue.group_concurrency IS NOT NULL THEN
-            -- a message with its group's turn keeps it: the group waits for its retry
-            UPDATE pgqueue.message m SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
-             WHERE m.id = p_id AND m.turn_at IS NOT NULL;
-        END IF;
     END IF;
     RETURN true;
 END;
