@@ -32,13 +32,15 @@
 --     candidate: an empty poll stays read-only). Keys written with the clock (a default
 --     dequeue_at, a lease's locked_until, a turn handed on) are read after the writer's xid is
 --     assigned (pgqueue._write_clock; a turn is handed on after the hand-off's DELETE or UPDATE),
---     so a writer with an xid above X writes keys above the candidates.
+--     so a writer with an xid above X writes keys above the candidates. Nor before the
+--     candidates are 3 ms old (by p_now): waiting is always safe, and the candidate probe (one
+--     statement) then runs every few milliseconds instead of on every call (5% of an ungrouped
+--     delete-mode call's server time, 13% of a grouped one's, in one session).
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
 --     time, spark_release, requeue, plain SQL, a lease running out in the past, a turn key below
---     the clock) advance the
---     queue's lock stripe afterwards (trigger message_placed_low); a session that sees it move
---     probes from the bottom, and its hints start again from the bottom once the transactions
---     with xids below that call's xid have ended.
+--     the clock) advance the queue's lock stripe afterwards (trigger message_placed_low); a
+--     session that sees it move probes from the bottom, and its hints start again from the
+--     bottom once the transactions with xids below that call's xid have ended.
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
 --     a long writer) is set aside; when it ends the session starts again from the bottom, so its
 --     rows, visible from then on, are found.
@@ -144,7 +146,7 @@ BEGIN
     IF v_reset THEN
         v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
     END IF;
-    IF v_s[6] <> 0 AND v_xmax > v_s[7] THEN  -- candidates: may H and L move to them?
+    IF v_s[6] <> 0 AND v_xmax > v_s[7] AND p_now - v_s[6] >= 3 THEN  -- may H and L move to C and D?
         IF v_oldest >= v_s[7] THEN
             v_settle := true;
         ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
