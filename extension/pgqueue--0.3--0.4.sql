@@ -947,8 +947,10 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 -- consumer). A lease that ran out p_max_attempts times is locked too but goes to the dead
 -- letters (a poison message must not loop forever); the probe is then repeated for the room it
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
--- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
--- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+-- transaction's own locks), and the ids of p_skip (the caller's earlier rounds in this
+-- transaction: a lease it gave may have run out already). Each round dead-letters at least one
+-- row, so it ends. p_max_id (if not NULL) leaves out messages with a larger id. The caller
+-- holds the queue's lock stripe.
 -- p_turns (a queue with message groups, from message_dequeue): the ready probe is
 -- message_turn_idx by (turn_at, id) instead, the messages whose group's turn it is; turn keys are
 -- in microseconds (pgqueue._turn_key), so that probe's bound (the clock), cap and margin are in
@@ -993,7 +995,8 @@ CREATE FUNCTION pgqueue._message_take(
     p_now          bigint,
     p_max_attempts integer,
     p_max_id       bigint,
-    p_turns        boolean DEFAULT false)
+    p_turns        boolean DEFAULT false,
+    p_skip         bigint[] DEFAULT '{}')
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1005,6 +1008,7 @@ DECLARE
     c_min      CONSTANT bigint := -9223372036854775808;
     v_need     integer := p_limit;
     v_ids      bigint[] := '{}';
+    v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
@@ -1160,7 +1164,7 @@ BEGIN
                                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
                                   AND (m.locked_until, m.id) >= (v_l_at, v_l_id)
                                   AND m.locked_until <= p_now
-                                  AND m.id <> ALL (v_ids)
+                                  AND m.id <> ALL (v_not)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.locked_until, m.id
                                 LIMIT v_need
@@ -1171,7 +1175,7 @@ BEGIN
                                 WHERE NOT p_turns AND m.queue_id = p_queue_id AND m.locked_until IS NULL
                                   AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
                                   AND m.dequeue_at <= v_due
-                                  AND m.id <> ALL (v_ids)
+                                  AND m.id <> ALL (v_not)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.dequeue_at, m.id
                                 LIMIT v_need
@@ -1183,7 +1187,7 @@ BEGIN
                                   AND m.locked_until IS NULL
                                   AND (m.turn_at, m.id) >= (v_h_at, v_h_id)
                                   AND m.turn_at <= v_due
-                                  AND m.id <> ALL (v_ids)
+                                  AND m.id <> ALL (v_not)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.turn_at, m.id
                                 LIMIT v_need
@@ -1191,6 +1195,7 @@ BEGIN
                 LIMIT v_need) c;
         v_ids := v_ids || v_found;
         EXIT WHEN v_dead_ids IS NULL;
+        v_not := v_not || v_found;
         FOREACH v_dead IN ARRAY v_dead_ids LOOP
             PERFORM pgqueue._dead_letter(v_dead, 'lease expired', p_now);
         END LOOP;
@@ -1220,7 +1225,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean) IS
+COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean, bigint[]) IS
     'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id, or with p_turns by turn_at, id), dead-lettering poison leases; ids in delivery order';
 
 -- Complete (delete) many leased messages in one call; returns the ids whose token was stale.
@@ -1700,6 +1705,7 @@ DECLARE
     v_turns        text[];
     v_group        text;
     v_turned       boolean;
+    v_all          bigint[] := '{}';
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
@@ -1735,7 +1741,7 @@ BEGIN
     -- hands out several messages of one group when the group's limit allows.
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
-                                       v_groups IS NOT NULL);
+                                       v_groups IS NOT NULL, v_all);
         EXIT WHEN cardinality(v_ids) = 0;
         v_n := v_n + cardinality(v_ids);
         -- The statements below count (pgqueue.queue_counters) each message handed out as
@@ -1804,6 +1810,7 @@ BEGIN
         END IF;
         EXIT WHEN v_groups IS NULL OR v_n >= v_limit;
         v_now := pgqueue.now_ms();
+        v_all := v_all || v_ids;  -- a lease handed out above may have run out already
     END LOOP;
     IF v_rate IS NOT NULL THEN
         PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);

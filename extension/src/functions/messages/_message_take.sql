@@ -7,8 +7,10 @@
 -- consumer). A lease that ran out p_max_attempts times is locked too but goes to the dead
 -- letters (a poison message must not loop forever); the probe is then repeated for the room it
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
--- transaction's own locks). Each round dead-letters at least one row, so it ends. p_max_id (if
--- not NULL) leaves out messages with a larger id. The caller holds the queue's lock stripe.
+-- transaction's own locks), and the ids of p_skip (the caller's earlier rounds in this
+-- transaction: a lease it gave may have run out already). Each round dead-letters at least one
+-- row, so it ends. p_max_id (if not NULL) leaves out messages with a larger id. The caller
+-- holds the queue's lock stripe.
 -- p_turns (a queue with message groups, from message_dequeue): the ready probe is
 -- message_turn_idx by (turn_at, id) instead, the messages whose group's turn it is; turn keys are
 -- in microseconds (pgqueue._turn_key), so that probe's bound (the clock), cap and margin are in
@@ -53,7 +55,8 @@ CREATE FUNCTION pgqueue._message_take(
     p_now          bigint,
     p_max_attempts integer,
     p_max_id       bigint,
-    p_turns        boolean DEFAULT false)
+    p_turns        boolean DEFAULT false,
+    p_skip         bigint[] DEFAULT '{}')
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -65,6 +68,7 @@ DECLARE
     c_min      CONSTANT bigint := -9223372036854775808;
     v_need     integer := p_limit;
     v_ids      bigint[] := '{}';
+    v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
@@ -220,7 +224,7 @@ BEGIN
                                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
                                   AND (m.locked_until, m.id) >= (v_l_at, v_l_id)
                                   AND m.locked_until <= p_now
-                                  AND m.id <> ALL (v_ids)
+                                  AND m.id <> ALL (v_not)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.locked_until, m.id
                                 LIMIT v_need
@@ -231,7 +235,7 @@ BEGIN
                                 WHERE NOT p_turns AND m.queue_id = p_queue_id AND m.locked_until IS NULL
                                   AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
                                   AND m.dequeue_at <= v_due
-                                  AND m.id <> ALL (v_ids)
+                                  AND m.id <> ALL (v_not)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.dequeue_at, m.id
                                 LIMIT v_need
@@ -243,7 +247,7 @@ BEGIN
                                   AND m.locked_until IS NULL
                                   AND (m.turn_at, m.id) >= (v_h_at, v_h_id)
                                   AND m.turn_at <= v_due
-                                  AND m.id <> ALL (v_ids)
+                                  AND m.id <> ALL (v_not)
                                   AND (p_max_id IS NULL OR m.id <= p_max_id)
                                 ORDER BY m.turn_at, m.id
                                 LIMIT v_need
@@ -251,6 +255,7 @@ BEGIN
                 LIMIT v_need) c;
         v_ids := v_ids || v_found;
         EXIT WHEN v_dead_ids IS NULL;
+        v_not := v_not || v_found;
         FOREACH v_dead IN ARRAY v_dead_ids LOOP
             PERFORM pgqueue._dead_letter(v_dead, 'lease expired', p_now);
         END LOOP;
@@ -280,5 +285,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean) IS
+COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean, bigint[]) IS
     'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id, or with p_turns by turn_at, id), dead-lettering poison leases; ids in delivery order';

@@ -26,6 +26,7 @@ DECLARE
     v_turns        text[];
     v_group        text;
     v_turned       boolean;
+    v_all          bigint[] := '{}';
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
@@ -61,7 +62,7 @@ BEGIN
     -- hands out several messages of one group when the group's limit allows.
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
-                                       v_groups IS NOT NULL);
+                                       v_groups IS NOT NULL, v_all);
         EXIT WHEN cardinality(v_ids) = 0;
         v_n := v_n + cardinality(v_ids);
         -- The statements below count (pgqueue.queue_counters) each message handed out as
@@ -130,6 +131,7 @@ BEGIN
         END IF;
         EXIT WHEN v_groups IS NULL OR v_n >= v_limit;
         v_now := pgqueue.now_ms();
+        v_all := v_all || v_ids;  -- a lease handed out above may have run out already
     END LOOP;
     IF v_rate IS NOT NULL THEN
         PERFORM pgqueue._rate_take(v_queue_id, v_rate, v_n);
