@@ -186,3 +186,16 @@ def test_dequeue_fills_its_limit_after_dead_lettering(conn: Any) -> None:
     assert len(got) == 5 and len(set(got)) == 5
     assert retry in got and poison not in got
     assert conn.execute("SELECT count(*) FROM pgqueue.dead_letter WHERE id = %s", (poison,)).fetchone()[0] == 1
+
+
+def test_one_call_hands_out_a_message_once_even_when_its_leases_run_out_within_it(conn: Conn) -> None:
+    """A call on a grouped queue hands out several rounds (the turns handed on by its first round
+    are taken by the next). With a 1 ms lease, the first round's leases have run out long before
+    the second round (200 hand-offs later): they must not be taken again by the same call, which
+    would hand out one message twice, with two tokens."""
+    conn.execute("SELECT pgqueue.queue_create('rounds', p_group_concurrency => 2)")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('rounds', array_fill('\\x01'::bytea, ARRAY[600]), "
+                 "p_groups => ARRAY(SELECT 'g' || (i % 200) FROM generate_series(1, 600) i))")
+    ids = [row[0] for row in conn.execute("SELECT id FROM pgqueue.message_dequeue('rounds', 1000, 1)").fetchall()]
+    assert len(ids) == len(set(ids)), "a message was handed out twice in one call"
+    assert len(ids) == 400  # two of each group: the limit
