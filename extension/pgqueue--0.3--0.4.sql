@@ -954,8 +954,9 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 -- p_turns (a queue with message groups, from message_dequeue): the ready probe is
 -- message_turn_idx by (turn_at, id) instead, the messages whose group's turn it is; turn keys are
 -- in microseconds (pgqueue._turn_key), so that probe's bound (the clock), cap and margin are in
--- microseconds too. (In the take, the unused probe of the two is a branch under a one-time
--- filter on p_turns, never run; the candidate probe is one statement for each.)
+-- microseconds too. The take and the candidate probe are one statement for each kind of ready
+-- key: a branch under a one-time filter is never run but is still set up at every execution
+-- (5 us a call, measured).
 --
 -- The session hints: where this session's probes start, a key below which no message can be
 -- delivered, so that the btree descends straight past the entries of finished messages that
@@ -963,8 +964,9 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 -- (docs/performance.md, "Held snapshots"): H, a (dequeue_at, id) for the ready probe (a
 -- (turn_at, id) with p_turns), and L, a (locked_until, id) for the expired-lease probe. Kept per
 -- session and queue in the setting pgqueue.hint_<queue id> (pgqueue.turn_hint_<queue id> with
--- p_turns: the keys are in other units) as a bigint[]: no row, so no dead tuples and no
--- contention; transactional, so a rolled-back dequeue gets its old hints back.
+-- p_turns: the keys are in other units) as the text of a bigint[], a space and its hashtext: no
+-- row, so no dead tuples and no contention; transactional, so a rolled-back dequeue gets its old
+-- hints back; written only when it changed.
 --   * H and L only move to candidates C and D (the first visible ready row, the first visible
 --     lease, locked or not, each capped 5 ms below the clock read before they were found; the
 --     cap alone when there is none) once every transaction with an xid below X has ended, and
@@ -975,9 +977,11 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 --     dequeue_at, a lease's locked_until, a turn handed on) are read after the writer's xid is
 --     assigned (pgqueue._write_clock; a turn is handed on after the hand-off's DELETE or UPDATE),
 --     so a writer with an xid above X writes keys above the candidates. Nor before the
---     candidates are 3 ms old (by p_now): waiting is always safe, and the candidate probe (one
---     statement) then runs every few milliseconds instead of on every call (5% of an ungrouped
---     delete-mode call's server time, 13% of a grouped one's, in one session).
+--     candidates are 20 ms old (by p_now): waiting is always safe, and the candidate probe (one
+--     statement, 5% of an ungrouped delete-mode call's server time, 13% of a grouped one's) runs
+--     at most 50 times a second in a session. Each of 15 busy sessions calls about every 3 ms,
+--     so a 3-ms wait still ran it on nearly every call: 20 ms gave 1.07-1.30x the delete-mode
+--     rate at 15 clients, and the same under a held snapshot (docs/performance.md).
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
 --     time, spark_release, requeue, plain SQL, a lease running out in the past, a turn key below
 --     the clock) advance the queue's lock stripe afterwards (trigger message_placed_low); a
@@ -1005,16 +1009,16 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
+    -- (Every expression below, a DECLARE default too, is prepared anew in each transaction: the
+    -- common path runs as few as it can. The booleans start NULL, which IF takes as false.)
     c_min      CONSTANT bigint := -9223372036854775808;
     v_need     integer := p_limit;
-    v_ids      bigint[] := '{}';
+    v_ids      bigint[];
     v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
     v_name     text := CASE WHEN p_turns THEN 'pgqueue.turn_hint_' ELSE 'pgqueue.hint_' END || p_queue_id;
-    -- the ready keys' unit: 1 (dequeue_at, ms) or 1000 (turn_at, us)
-    v_unit     bigint := CASE WHEN p_turns THEN 1000 ELSE 1 END;
     -- the ready probe's bound: p_now, or for turns the clock in microseconds, read before the
     -- snapshot as p_now was (a turn handed on within this millisecond is due)
     v_due      bigint := CASE WHEN p_turns THEN pgqueue._turn_key(p_now, true) ELSE p_now END;
@@ -1027,36 +1031,29 @@ DECLARE
     v_x        bigint;
     v_oldest   bigint;
     v_long     bigint[] := '{}';
-    v_reset    boolean := false;
-    v_settle   boolean := false;
-    v_moved    boolean := false;
-    v_new      boolean := false;
+    v_reset    boolean;
+    v_settle   boolean;
+    v_moved    boolean;
+    v_new      boolean;
     v_k_at     bigint;
     v_k_id     bigint;
     v_d_at     bigint;
     v_d_id     bigint;
-    v_xmin     bigint;
     v_xmax     bigint;
-    v_h_at     bigint := c_min;
-    v_h_id     bigint := c_min;
-    v_l_at     bigint := c_min;
-    v_l_id     bigint := c_min;
+    v_cap      bigint;
+    v_b        bigint[];  -- this call's probe bounds: H (ready or turn) and L (lease)
 BEGIN
-    -- Bring the hints up to date (see the header). Anything but what this function writes starts
-    -- afresh, never an error: numbers of up to 18 digits, or the bottom (c_min), cannot overflow
-    -- the cast. (A key of 19 digits, so beyond +-10^18 ms, also starts afresh: correct, only
-    -- slower. The regular expressions are kept simple: counted repeats inside repeats cost
-    -- 0.1 ms a match.)
-    IF v_raw ~ '^\{-?[0-9]+(,-?[0-9]+)*\}$'
-       AND replace(v_raw, '-9223372036854775808', '') !~ '[0-9]{19}' THEN
-        v_s := v_raw::bigint[];
-    END IF;
+    -- Bring the hints up to date (see the header). A value without its checksum (hashtext of the
+    -- array's text, written after it) starts afresh, never an error: so does anything a session
+    -- sets by hand unless it forges the checksum of text that is not a bigint[]. (The checksum
+    -- replaced two regular expressions that checked the text: 4 us a call, measured.)
+    v_s := CASE WHEN hashtext(split_part(v_raw, ' ', 1))::text = split_part(v_raw, ' ', 2)
+                THEN split_part(v_raw, ' ', 1)::bigint[] END;
     IF v_s IS NULL OR cardinality(v_s) < 13 OR v_s[1] <> pg_backend_pid() THEN
         v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0];
     END IF;
     v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
     v_snap := pg_current_snapshot();  -- taken after the stripe was read
-    v_xmin := pg_snapshot_xmin(v_snap)::text::bigint;
     -- every xid below v_xmax that is still running is in the snapshot's list
     v_xmax := pg_snapshot_xmax(v_snap)::text::bigint;
     -- a message was placed below the clock: this call probes from the bottom (and records the
@@ -1081,7 +1078,7 @@ BEGIN
             END IF;
         END LOOP;
     ELSE
-        v_oldest := v_xmin;
+        v_oldest := pg_snapshot_xmin(v_snap)::text::bigint;
     END IF;
     IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
         v_reset := true;
@@ -1090,7 +1087,7 @@ BEGIN
     IF v_reset THEN
         v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
     END IF;
-    IF v_s[6] <> 0 AND v_xmax > v_s[7] AND p_now - v_s[6] >= 3 THEN  -- may H and L move to C and D?
+    IF v_s[6] <> 0 AND v_xmax > v_s[7] AND p_now - v_s[6] >= 20 THEN  -- may H and L move to C and D?
         IF v_oldest >= v_s[7] THEN
             v_settle := true;
         ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
@@ -1141,59 +1138,78 @@ BEGIN
             END IF;
             v_s[6] := 0;
         END IF;
-        -- new candidates, none above the cap; recorded with this call's xid below
-        IF v_k_at IS NULL OR v_k_at >= v_due - 5 * v_unit THEN
-            v_k_at := v_due - 5 * v_unit; v_k_id := c_min;
+        -- new candidates, none above the cap (5 ms, in the ready keys' unit); recorded with this
+        -- call's xid below
+        v_cap := v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END;
+        IF v_k_at IS NULL OR v_k_at >= v_cap THEN
+            v_k_at := v_cap; v_k_id := c_min;
         END IF;
         IF v_d_at IS NULL OR v_d_at >= p_now - 5 THEN
             v_d_at := p_now - 5; v_d_id := c_min;
         END IF;
         v_new := (v_k_at, v_k_id) > (v_s[2], v_s[3]) OR (v_d_at, v_d_id) > (v_s[10], v_s[11]);
     END IF;
-    IF NOT v_moved THEN
-        v_h_at := v_s[2]; v_h_id := v_s[3];
-        v_l_at := v_s[10]; v_l_id := v_s[11];
-    END IF;
+    v_b := CASE WHEN v_moved THEN ARRAY[c_min, c_min, c_min, c_min]
+                ELSE ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]] END;
     LOOP
-        SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-               array_agg(c.id) FILTER (WHERE c.dead)
-          INTO v_found, v_dead_ids
-          FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                      coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                 FROM pgqueue.message m
-                                WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                  AND (m.locked_until, m.id) >= (v_l_at, v_l_id)
-                                  AND m.locked_until <= p_now
-                                  AND m.id <> ALL (v_not)
-                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                ORDER BY m.locked_until, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) e
-                UNION ALL
-                SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                 FROM pgqueue.message m
-                                WHERE NOT p_turns AND m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                  AND (m.dequeue_at, m.id) >= (v_h_at, v_h_id)
-                                  AND m.dequeue_at <= v_due
-                                  AND m.id <> ALL (v_not)
-                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                ORDER BY m.dequeue_at, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) r
-                UNION ALL
-                SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                 FROM pgqueue.message m
-                                WHERE p_turns AND m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                  AND m.locked_until IS NULL
-                                  AND (m.turn_at, m.id) >= (v_h_at, v_h_id)
-                                  AND m.turn_at <= v_due
-                                  AND m.id <> ALL (v_not)
-                                  AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                ORDER BY m.turn_at, m.id
-                                LIMIT v_need
-                                  FOR UPDATE SKIP LOCKED) t
-                LIMIT v_need) c;
-        v_ids := v_ids || v_found;
+        -- one statement for each kind of ready key, so that each plan has only the probes it runs
+        IF p_turns THEN
+            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                   array_agg(c.id) FILTER (WHERE c.dead)
+              INTO v_found, v_dead_ids
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                      AND m.locked_until <= p_now
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                      AND m.locked_until IS NULL
+                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                      AND m.turn_at <= v_due
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.turn_at, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) t
+                    LIMIT v_need) c;
+        ELSE
+            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                   array_agg(c.id) FILTER (WHERE c.dead)
+              INTO v_found, v_dead_ids
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                      AND m.locked_until <= p_now
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                      AND m.dequeue_at <= v_due
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.dequeue_at, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) r
+                    LIMIT v_need) c;
+        END IF;
+        v_ids := v_ids || v_found;  -- NULL || an array is the array
         EXIT WHEN v_dead_ids IS NULL;
         v_not := v_not || v_found;
         FOREACH v_dead IN ARRAY v_dead_ids LOOP
@@ -1220,7 +1236,11 @@ BEGIN
             v_s[7] := v_x;
         END IF;
     END IF;
-    v_raw := set_config(v_name, (v_s[1:13] || v_long)::text, false);
+    -- written only when it changed (most calls change nothing)
+    IF (v_s[1:13] || v_long)::text IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
+        v_raw := (v_s[1:13] || v_long)::text;
+        v_raw := set_config(v_name, v_raw || ' ' || hashtext(v_raw), false);
+    END IF;
     RETURN v_ids;
 END;
 $$;
@@ -1696,8 +1716,6 @@ DECLARE
     v_now          bigint := pgqueue.now_ms();
     v_ids          bigint[];
     v_until        bigint;
-    v_delivered    regclass;
-    v_expired      regclass;
     v_groups       integer;
     v_rate         integer;
     v_limit        integer := p_limit;
@@ -1705,7 +1723,7 @@ DECLARE
     v_turns        text[];
     v_group        text;
     v_turned       boolean;
-    v_all          bigint[] := '{}';
+    v_all          bigint[];  -- the ids of the earlier rounds (NULL || an array is the array)
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
@@ -1714,10 +1732,10 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
-    IF p_limit IS NULL THEN
-        RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF p_limit < 1 OR p_limit > 10000 THEN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        IF p_limit IS NULL THEN
+            RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';
+        END IF;
         RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', p_limit
             USING ERRCODE = '22023';
     END IF;
@@ -1736,20 +1754,20 @@ BEGIN
     -- trigger message_removed does, as the message leaves the queue; in lease mode, with more
     -- than one in flight per group (or no limit), the loop below does, in the order of the
     -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
-    -- group the turn passes on when the message leaves (trigger message_removed). While there is room under p_limit and
-    -- a round handed something out, another round takes the turns just handed on, so a call
-    -- hands out several messages of one group when the group's limit allows.
+    -- group the turn passes on when the message leaves (trigger message_removed). While there
+    -- is room under p_limit and a round handed something out, another round takes the turns
+    -- just handed on, so a call hands out several messages of one group when the group's limit
+    -- allows. (Each expression of this function is prepared anew in each transaction: the
+    -- single-message path runs as few as it can.)
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
                                        v_groups IS NOT NULL, v_all);
         EXIT WHEN cardinality(v_ids) = 0;
         v_n := v_n + cardinality(v_ids);
         -- The statements below count (pgqueue.queue_counters) each message handed out as
-        -- delivered (more than 32 at once: here), and as expired if its lease had run out, in
-        -- their WHERE clauses: evaluated once per row, on the row as it was, since the take has
-        -- locked every row.
-        v_delivered := pgqueue._count_seq(v_queue_id, 1);
-        v_expired := pgqueue._count_seq(v_queue_id, 5);
+        -- delivered (more than 32 at once: _counted_n), and as expired if its lease had run out,
+        -- in their WHERE clauses: evaluated once per row, on the row as it was, since the take
+        -- has locked every row. (pgqueue._count_seq is inlined into each plan.)
         IF cardinality(v_ids) > 32 THEN
             PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
@@ -1757,15 +1775,18 @@ BEGIN
             IF cardinality(v_ids) = 1 THEN
                 RETURN QUERY
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
-                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                   AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+                   AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
             ELSE
                 RETURN QUERY
                 WITH d AS (
                     DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
-                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                       AND (cardinality(v_ids) > 32
+                            OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
+                       AND (m.locked_until IS NULL
+                            OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                     RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                               m.content_type, m.created_at, NULL::bigint AS locked_until)
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -1786,7 +1807,8 @@ BEGIN
                 UPDATE pgqueue.message m
                    SET locked_until = v_until, attempts = m.attempts + 1
                  WHERE m.id = v_ids[1]
-                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                   AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+                   AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, m.locked_until;
             ELSE
@@ -1795,8 +1817,10 @@ BEGIN
                     UPDATE pgqueue.message m
                        SET locked_until = v_until, attempts = m.attempts + 1
                      WHERE m.id = ANY (v_ids)
-                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                       AND (cardinality(v_ids) > 32
+                            OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
+                       AND (m.locked_until IS NULL
+                            OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                     RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                               m.content_type, m.created_at, m.locked_until)
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);

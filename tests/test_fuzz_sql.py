@@ -597,14 +597,18 @@ _BIGINTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from([-2**63, 2*
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)  # text: no NUL
 
 
-def _hint_states(pid: int) -> st.SearchStrategy[str]:
-    """Values of the session hint setting pgqueue.hint_<queue id>: garbage, numbers out of bigint
-    range, and arrays of the right shape (this backend's pid first, or another) with random
-    hints, candidates, xids and set-aside lists."""
-    shaped = st.tuples(st.sampled_from([pid, pid + 1, -pid]),
-                       st.lists(_BIGINTS, min_size=0, max_size=20)).map(
+def _shaped_hint_states(pid: int) -> st.SearchStrategy[str]:
+    """Arrays of the hint state's shape (this backend's pid first, or another) with random hints,
+    candidates, xids and set-aside lists."""
+    return st.tuples(st.sampled_from([pid, pid + 1, -pid]),
+                     st.lists(_BIGINTS, min_size=0, max_size=20)).map(
         lambda t: "{" + ",".join(str(x) for x in (t[0], *t[1])) + "}")
-    return st.one_of(_TEXT, shaped,
+
+
+def _hint_states(pid: int) -> st.SearchStrategy[str]:
+    """Values of the session hint setting pgqueue.hint_<queue id> as a session may set it by hand:
+    garbage, numbers out of bigint range, shaped arrays without their checksum."""
+    return st.one_of(_TEXT, _shaped_hint_states(pid),
                      st.just("{" + ",".join(["99999999999999999999"] * 13) + "}"),
                      st.just("{" + str(pid) + "," + ",".join(["9223372036854775808"] * 12) + "}"))
 
@@ -623,13 +627,19 @@ def test_any_session_hint_setting_is_used_or_ignored_never_an_error(fuzz_conn: C
     if grouped and conn.execute("SELECT 1 FROM pgqueue.queue WHERE name = %s", [queue]).fetchone() is None:
         conn.execute("SELECT pgqueue.queue_create(%s, p_group_concurrency => 1)", [queue])
     qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = %s", [queue]).fetchone()[0]  # type: ignore[index]
-    state = data.draw(_hint_states(pid), label="state")
+    # with its checksum (as pgqueue writes it), a shaped state is used: its random hints drive the
+    # logic; without it, any value is ignored
+    signed = data.draw(st.booleans(), label="with checksum")
+    state = data.draw(_shaped_hint_states(pid) if signed else _hint_states(pid), label="state")
     conn.execute("DELETE FROM pgqueue.message WHERE queue_id = %s", [qid])
     mid = conn.execute("SELECT pgqueue.message_create(%s, '\\x01'::bytea, p_group => %s)",
                        [queue, group]).fetchone()[0]  # type: ignore[index]
-    conn.execute("SELECT set_config(%s, %s, false)", [f"{setting}{qid}", state])
+    if signed:
+        conn.execute("SELECT set_config(%s, %s || ' ' || hashtext(%s), false)", [f"{setting}{qid}", state, state])
+    else:
+        conn.execute("SELECT set_config(%s, %s, false)", [f"{setting}{qid}", state])
     got = conn.execute("SELECT id FROM pgqueue.message_dequeue(%s, 1, 0)", [queue]).fetchall()
-    if not state.startswith("{" + str(pid) + ","):
+    if not signed or not state.startswith("{" + str(pid) + ","):
         assert got == [(mid,)], f"{setting}: state {state!r}: message {mid} not delivered"
 
 

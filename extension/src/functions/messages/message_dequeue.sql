@@ -17,8 +17,6 @@ DECLARE
     v_now          bigint := pgqueue.now_ms();
     v_ids          bigint[];
     v_until        bigint;
-    v_delivered    regclass;
-    v_expired      regclass;
     v_groups       integer;
     v_rate         integer;
     v_limit        integer := p_limit;
@@ -26,7 +24,7 @@ DECLARE
     v_turns        text[];
     v_group        text;
     v_turned       boolean;
-    v_all          bigint[] := '{}';
+    v_all          bigint[];  -- the ids of the earlier rounds (NULL || an array is the array)
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
@@ -35,10 +33,10 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
-    IF p_limit IS NULL THEN
-        RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF p_limit < 1 OR p_limit > 10000 THEN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        IF p_limit IS NULL THEN
+            RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';
+        END IF;
         RAISE EXCEPTION 'p_limit must be between 1 and 10000, got %', p_limit
             USING ERRCODE = '22023';
     END IF;
@@ -57,20 +55,20 @@ BEGIN
     -- trigger message_removed does, as the message leaves the queue; in lease mode, with more
     -- than one in flight per group (or no limit), the loop below does, in the order of the
     -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
-    -- group the turn passes on when the message leaves (trigger message_removed). While there is room under p_limit and
-    -- a round handed something out, another round takes the turns just handed on, so a call
-    -- hands out several messages of one group when the group's limit allows.
+    -- group the turn passes on when the message leaves (trigger message_removed). While there
+    -- is room under p_limit and a round handed something out, another round takes the turns
+    -- just handed on, so a call hands out several messages of one group when the group's limit
+    -- allows. (Each expression of this function is prepared anew in each transaction: the
+    -- single-message path runs as few as it can.)
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
                                        v_groups IS NOT NULL, v_all);
         EXIT WHEN cardinality(v_ids) = 0;
         v_n := v_n + cardinality(v_ids);
         -- The statements below count (pgqueue.queue_counters) each message handed out as
-        -- delivered (more than 32 at once: here), and as expired if its lease had run out, in
-        -- their WHERE clauses: evaluated once per row, on the row as it was, since the take has
-        -- locked every row.
-        v_delivered := pgqueue._count_seq(v_queue_id, 1);
-        v_expired := pgqueue._count_seq(v_queue_id, 5);
+        -- delivered (more than 32 at once: _counted_n), and as expired if its lease had run out,
+        -- in their WHERE clauses: evaluated once per row, on the row as it was, since the take
+        -- has locked every row. (pgqueue._count_seq is inlined into each plan.)
         IF cardinality(v_ids) > 32 THEN
             PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
@@ -78,15 +76,18 @@ BEGIN
             IF cardinality(v_ids) = 1 THEN
                 RETURN QUERY
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
-                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                   AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+                   AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
             ELSE
                 RETURN QUERY
                 WITH d AS (
                     DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
-                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                       AND (cardinality(v_ids) > 32
+                            OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
+                       AND (m.locked_until IS NULL
+                            OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                     RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                               m.content_type, m.created_at, NULL::bigint AS locked_until)
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
@@ -107,7 +108,8 @@ BEGIN
                 UPDATE pgqueue.message m
                    SET locked_until = v_until, attempts = m.attempts + 1
                  WHERE m.id = v_ids[1]
-                   AND nextval(v_delivered) > 0 AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                   AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+                   AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                           m.content_type, m.created_at, m.locked_until;
             ELSE
@@ -116,8 +118,10 @@ BEGIN
                     UPDATE pgqueue.message m
                        SET locked_until = v_until, attempts = m.attempts + 1
                      WHERE m.id = ANY (v_ids)
-                       AND (cardinality(v_ids) > 32 OR nextval(v_delivered) > 0)
-                       AND (m.locked_until IS NULL OR nextval(v_expired) > 0)
+                       AND (cardinality(v_ids) > 32
+                            OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
+                       AND (m.locked_until IS NULL
+                            OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                     RETURNING m.id, m.content, m.attempts, m.dequeue_at, m.state,
                               m.content_type, m.created_at, m.locked_until)
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);
