@@ -843,8 +843,9 @@ def _groups(w: Any, results: dict[str, Any]) -> None:
     w("")
     tp = gr["throughput"]
     w(f"Throughput: a queue without groups and one of `group_concurrency` 1 whose messages are spread over "
-      f"{tp['groups']:,} groups, {tp['messages']:,} messages each, {tp['clients']} pgbench clients taking one "
-      "message a call (synchronous_commit off), the queues alternating, a VACUUM before each run.")
+      f"{tp['groups']:,} groups, {tp['messages']:,} messages each (topped up before each run), {tp['clients']} "
+      "pgbench clients taking one message a call (synchronous_commit off), the queues alternating, a VACUUM "
+      "before each run.")
     w("")
     w("| mode | round | without groups /s | grouped /s | ratio |")
     w("|---|---|---|---|---|")

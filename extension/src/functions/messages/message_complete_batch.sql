@@ -11,6 +11,10 @@ CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts intege
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- Custom plans would be made again at every call (the plan cache keeps choosing them for a
+-- join with unnest(p_ids, p_attempts): a custom plan knows the arrays' length): the generic
+-- plans are the same primary-key probes. Measured: 260 -> 40 us a call of one id.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_done    bigint[];
