@@ -38,8 +38,15 @@ def test_two_schedulers_racing_enqueue_each_slot_once(dsn: str) -> None:
 
     def scheduler(i: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            rnd = 0
             while time.monotonic() < stop:
                 barrier.wait(5)  # both call schedule_run at the same instant, again and again
+                # the other thread goes first every other round, 0.1 ms ahead, so that each wins
+                # some races (on a loaded machine one thread could otherwise win them all) while
+                # the later call still meets the first one's transaction
+                if (rnd + i) % 2:
+                    time.sleep(0.0001)
+                rnd += 1
                 seen[i].extend(run_schedules(conn, limit=7))
 
     threads = [threading.Thread(target=scheduler, args=(i,)) for i in range(2)]
