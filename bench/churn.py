@@ -326,6 +326,7 @@ HOLD_CASES: dict[str, str] = {
     "a": "REPEATABLE READ session that read another table",
     "b": "idle in transaction with an xid (SELECT txid_current())",
     "c": "REPEATABLE READ session that read the queue's own table (keeps its ACCESS SHARE lock)",
+    "0": "nothing held (the control: the same statistics over the same seconds of a run without a hold)",
 }
 
 
@@ -482,6 +483,11 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
         time.sleep(max(0.0, t0 + hold[0] - time.perf_counter()))
         if stop.is_set():
             return
+        if hold_case == "0":  # the control: the same seconds, nothing held
+            holder_state["start"] = time.perf_counter() - t0
+            stop.wait(max(0.0, t0 + hold[1] - time.perf_counter()))
+            holder_state["end"] = time.perf_counter() - t0
+            return
         with psycopg.connect(server.dsn(dbname)) as hconn:
             if hold_case in (None, "a", "c"):
                 hconn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -616,17 +622,21 @@ def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str
 
 
 def run_held(server: db.Server, *, before: int, hold: int, after: int, producers: int, consumers: int,
-             backlog: int, slack: int, designs: list[str] | None = None, fault: str | None = None,
-             log: Any = print) -> dict[str, Any]:
-    """Issue 12's held-snapshot cases: for every design and case, a churn of before + hold + after
-    seconds (each in a fresh database) with the xmin horizon held back from `before` to
-    `before + hold`.
+             backlog: int, slack: int, designs: list[str] | None = None, cases: list[str] | None = None,
+             fault: str | None = None, log: Any = print) -> dict[str, Any]:
+    """Issue 12's held-snapshot cases: for every design and case (keys of HOLD_CASES, default all),
+    a churn of before + hold + after seconds (each in a fresh database) with the xmin horizon held
+    back from `before` to `before + hold`; case "0" holds nothing, so that its statistics show
+    what the same seconds give without a hold (how much of a slowest window is the run's own
+    noise and drift).
 
     Every design runs with producers + consumers client sessions in all (PgQ: one consumer, the
     rest producers). A design whose extension is missing is reported with the reason, not run.
     """
     out: dict[str, Any] = {"before": before, "hold": hold, "after": after, "clients": producers + consumers,
-                           "backlog": backlog, "slack": slack, "cases": dict(HOLD_CASES), "designs": {}}
+                           "backlog": backlog, "slack": slack,
+                           "cases": {c: d for c, d in HOLD_CASES.items() if cases is None or c in cases},
+                           "designs": {}}
     for name in designs or HELD_DESIGNS:
         design = DESIGNS[name]
         entry: dict[str, Any] = {"label": getattr(design, "label", name), "available": True, "runs": {}}
@@ -634,7 +644,7 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
         n_cons = 1 if design.single_consumer else consumers
         n_prod = producers + consumers - n_cons
         entry.update(producers=n_prod, consumers=n_cons)
-        for case in HOLD_CASES:
+        for case in out["cases"]:
             try:
                 r = run_churn(server, name, seconds=before + hold + after, window=5, producers=n_prod,
                               consumers=n_cons, backlog=backlog, slack=slack, hold=(before, before + hold),

@@ -55,6 +55,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    choices=["pgqueue_delete", "pgqueue", "seed001", "pgmq_pop", "pgmq_read_delete", "pgq"],
                    help="designs of the held section (default: all of them; a peer the server lacks is "
                         "reported as not available)")
+    p.add_argument("--held-cases", nargs="+", metavar="CASE", choices=["a", "b", "c", "0"],
+                   help="cases of the held section (default: all; 0 is the control, a run that holds nothing)")
     p.add_argument("--pgqueuer-python", metavar="PYTHON",
                    help="the Python that runs PgQueuer (default: this one; PgQueuer is reported as not "
                         "available when it cannot import pgqueuer and asyncpg)")
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 churn_designs = args.churn_designs or (
                     ["pgqueue", "seed001"] if args.dsn else ["pgqueue", "pgqueue_naptime10", "seed001"])
                 results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs,
-                                                args.held_designs)
+                                                args.held_designs, args.held_cases)
             except Exception:
                 results["errors"][section] = traceback.format_exc()
                 _log(f"section {section} failed:\n{results['errors'][section]}")
@@ -182,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: str | None,
-                 churn_designs: list[str], held_designs: list[str] | None = None) -> Any:
+                 churn_designs: list[str], held_designs: list[str] | None = None,
+                 held_cases: list[str] | None = None) -> Any:
     if section == "ops":
         from bench import ops
         return ops.run_ops(srv, profile, _log)
@@ -222,7 +225,7 @@ def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: s
         return churn.run_held(
             srv, before=profile.snap_before, hold=profile.snap_hold, after=profile.snap_after,
             producers=profile.snap_producers, consumers=profile.snap_consumers, backlog=profile.snap_backlog,
-            slack=profile.snap_slack, designs=held_designs, fault=fault, log=_log)
+            slack=profile.snap_slack, designs=held_designs, cases=held_cases, fault=fault, log=_log)
     if section == "latency":
         from bench import latency
         return latency.run_latency(srv, profile, _log)

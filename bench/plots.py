@@ -264,7 +264,8 @@ def held_snapshots(held: dict[str, Any], path: Path) -> Path | None:
                     label=f"{entry['label']} (free-running {base:,.0f}/s)")
             hold = r.get("hold", {})
             if not shaded and "start" in hold and "end" in hold:
-                ax.axvspan(hold["start"], hold["end"], color="orange", alpha=0.15, label="xmin held")
+                ax.axvspan(hold["start"], hold["end"], color="orange", alpha=0.15,
+                           label="the same seconds, nothing held" if case == "0" else "xmin held")
                 shaded = True
         ax.axhline(0.9, color="grey", linestyle=":", label="0.9× the free-running rate")
         ax.set_ylim(bottom=0)

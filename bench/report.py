@@ -252,6 +252,10 @@ def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
                 rows.append(("H", what, "FAILURE", "", "FAILURE"))
                 continue
             ratio = r.get("held_min_ratio")
+            if case == "0":  # the control: reported beside the graded cases, not graded
+                rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s of the same seconds, nothing held",
+                             _fmt(ratio, 2) + "×", "(control)", ""))
+                continue
             rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s while held vs before",
                          _fmt(ratio, 2) + "×", "≥ 0.9×", _verdict(ratio, 0.9)))
             rec = r.get("recovery_s")

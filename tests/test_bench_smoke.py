@@ -145,7 +145,8 @@ def _check_held(held: dict[str, Any], text: str) -> None:
     """The held-snapshot section produced its numbers: for pgqueue's two consumers and seed 001
     (and each peer the server has) every case ran, held the horizon back, and gave a free-running
     rate, a slowest-window ratio, a recovery (possibly 'not within the run') and the growth during
-    the hold; a peer the server lacks says why."""
+    the hold (the control case "0" over the same seconds, nothing held); a peer the server lacks
+    says why."""
     from bench.churn import HELD_DESIGNS, HOLD_CASES
 
     assert list(held["designs"]) == HELD_DESIGNS
@@ -165,6 +166,11 @@ def _check_held(held: dict[str, Any], text: str) -> None:
             assert r["bytes_per_message"] > 0, where
             held_age = [s["xmin_age"] or 0 for s in r["samples"] if r["hold"]["start"] < s["t"] <= r["hold"]["end"]]
             free_age = [s["xmin_age"] or 0 for s in r["samples"] if s["t"] <= r["hold"]["start"]]
+            if case == "0":  # the control holds nothing: its horizon stays younger than case (a)'s
+                a = entry["runs"]["a"]
+                a_age = [s["xmin_age"] or 0 for s in a["samples"] if a["hold"]["start"] < s["t"] <= a["hold"]["end"]]
+                assert held_age and max(held_age) < max(a_age), where
+                continue
             assert held_age and max(held_age) > max(free_age or [0]), where  # the horizon was held back
     for case in HOLD_CASES:
         assert f"### ({case}) " in text

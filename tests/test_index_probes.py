@@ -292,3 +292,56 @@ def test_an_acknowledgement_is_a_primary_key_probe_however_stale_the_statistics(
                      for st in call.nested for node in walk(st.plan)
                      if node.get("Relation Name") == "message" and node["Node Type"] != "ModifyTable"}
             assert scans == {"message_pkey"}, (name, scans)
+
+
+def _lease_and_complete(conn: psycopg.Connection[Any], queue: str, batches: int) -> None:
+    """Lease and complete 100 messages of queue at a time, a transaction per batch."""
+    conn.execute(f"""
+        DO $$
+        DECLARE v_ids bigint[]; v_att integer[];
+        BEGIN
+            FOR i IN 1..{batches} LOOP
+                SELECT array_agg(d.id), array_agg(d.attempts) INTO v_ids, v_att
+                  FROM pgqueue.message_dequeue('{queue}', 100, 30000) d;
+                PERFORM pgqueue.message_complete_batch(v_ids, v_att);
+                COMMIT;
+            END LOOP;
+        END $$""")
+
+
+@pytest.mark.parametrize("lock_ms", [30000, 0], ids=["lease", "delete"])
+def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
+        conn: psycopg.Connection[Any], dsn: str, lock_ms: int) -> None:
+    """Issue 12's lease-mode collapse: 35 and 90 s into a 2-minute held snapshot, the run's
+    autovacuum removed what had died before the hold and counted the entries of every lease
+    completed since, dead but not removable, into message_leased_idx's reltuples. With that
+    count, the generic plan of the candidate statement (pgqueue._message_take) probed for the
+    first lease by a Bitmap Heap Scan and a Sort, or a Seq Scan and a Sort, of the whole table:
+    15-60 ms a call, the rate down to 0.11-0.13x, and still there after the hold. The statement
+    runs on a session's first call; it must stay an index probe whatever such statistics say
+    (the take runs with enable_seqscan and enable_bitmapscan off)."""
+    conn.execute("SELECT pgqueue.queue_create('held')")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('held', "
+                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)))")
+    conn.execute("VACUUM ANALYZE pgqueue.message")  # nothing leased yet
+    _lease_and_complete(conn, "held", 50)  # died before the hold: the VACUUM removes these
+    with psycopg.connect(dsn) as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute("SELECT count(*) FROM pg_class")  # the snapshot, held until the block ends
+        _lease_and_complete(conn, "held", 400)
+        conn.execute("VACUUM pgqueue.message")
+        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'pgqueue.message_leased_idx'::regclass"
+                           ).fetchone()
+        assert row is not None and row[0] >= 30000, row  # the completed leases, counted
+        indexes = index_names(conn)
+        with psycopg.connect(dsn, autocommit=True) as consumer:
+            capture = PlanCapture(consumer)
+            calls = [capture.run("SELECT id, attempts FROM pgqueue.message_dequeue('held', 1, %s)", (lock_ms,))
+                     for _ in range(3)]
+    assert all(len(c.rows) == 1 for c in calls)
+    texts = [" ".join(st.text.split()) for st in calls[0].nested]
+    assert any("_message_first_lease" in t for t in texts), texts  # the candidate statement ran
+    problems = [p for c in calls
+                for p in plan_violations(c.nested, indexes, required_indexes=["message_ready_idx",
+                                                                                "message_leased_idx"])]
+    assert not problems, "\n".join(problems)
