@@ -309,9 +309,10 @@ def _lease_and_complete(conn: psycopg.Connection[Any], queue: str, batches: int)
         END $$""")
 
 
-@pytest.mark.parametrize("lock_ms", [30000, 0], ids=["lease", "delete"])
+@pytest.mark.parametrize(("lock_ms", "concurrency"), [(30000, None), (0, None), (30000, 1)],
+                         ids=["lease", "delete", "grouped_lease"])
 def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
-        conn: psycopg.Connection[Any], dsn: str, lock_ms: int) -> None:
+        conn: psycopg.Connection[Any], dsn: str, lock_ms: int, concurrency: int | None) -> None:
     """Issue 12's lease-mode collapse: 35 and 90 s into a 2-minute held snapshot, the run's
     autovacuum removed what had died before the hold and counted the entries of every lease
     completed since, dead but not removable, into message_leased_idx's reltuples. With that
@@ -319,10 +320,13 @@ def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
     first lease by a Bitmap Heap Scan and a Sort, or a Seq Scan and a Sort, of the whole table:
     15-60 ms a call, the rate down to 0.11-0.13x, and still there after the hold. The statement
     runs on a session's first call; it must stay an index probe whatever such statistics say
-    (the take runs with enable_seqscan and enable_bitmapscan off)."""
-    conn.execute("SELECT pgqueue.queue_create('held')")
+    (the take runs with enable_seqscan and enable_bitmapscan off). In a queue with message groups
+    (1,000 groups, one in flight each), so must the hand-off's probes of each group."""
+    conn.execute("SELECT pgqueue.queue_create('held', p_group_concurrency => %s)", (concurrency,))
     conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('held', "
-                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)))")
+                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)), "
+                 "p_groups => CASE WHEN %s THEN ARRAY(SELECT 'g' || g %% 1000 FROM generate_series(1, 60000) g) END)",
+                 (concurrency is not None,))
     conn.execute("VACUUM ANALYZE pgqueue.message")  # nothing leased yet
     _lease_and_complete(conn, "held", 50)  # died before the hold: the VACUUM removes these
     with psycopg.connect(dsn) as holder:
@@ -336,12 +340,19 @@ def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
         indexes = index_names(conn)
         with psycopg.connect(dsn, autocommit=True) as consumer:
             capture = PlanCapture(consumer)
-            calls = [capture.run("SELECT id, attempts FROM pgqueue.message_dequeue('held', 1, %s)", (lock_ms,))
-                     for _ in range(3)]
-    assert all(len(c.rows) == 1 for c in calls)
+            calls, acks = [], []
+            for _ in range(3):
+                calls.append(capture.run("SELECT id, attempts FROM pgqueue.message_dequeue('held', 1, %s)",
+                                         (lock_ms,)))
+                if lock_ms and calls[-1].rows:  # in a grouped queue, this hands the group its next turn
+                    acks.append(capture.run("SELECT pgqueue.message_complete(%s, %s)", calls[-1].rows[0]))
+    assert all(len(c.rows) == 1 for c in calls) and all(a.rows == [(True,)] for a in acks)
     texts = [" ".join(st.text.split()) for st in calls[0].nested]
     assert any("_message_first_lease" in t for t in texts), texts  # the candidate statement ran
+    ready = "message_ready_idx" if concurrency is None else "message_turn_idx"
     problems = [p for c in calls
-                for p in plan_violations(c.nested, indexes, required_indexes=["message_ready_idx",
-                                                                                "message_leased_idx"])]
+                for p in plan_violations(c.nested, indexes, required_indexes=[ready, "message_leased_idx"])]
+    problems += [p for a in acks for p in plan_violations(a.nested, indexes, required_indexes=["message_pkey"])]
+    if concurrency is not None:  # the hand-off ran, and was checked
+        assert any("turn_at = pgqueue._turn_key" in " ".join(st.text.split()) for a in acks for st in a.nested)
     assert not problems, "\n".join(problems)

@@ -134,7 +134,9 @@ BEGIN
     -- snapshot's list of running xids, only when a check below reads it (else it stays NULL,
     -- which those checks take as false): parsing the list and looping over it cost about 1 us
     -- per running transaction, on every call of every session, for as long as an idle session
-    -- held an xid (issue 12's case b). Plain expressions and loops: no SQL statement.
+    -- held an xid (issue 12's case b). Plain expressions and loops: no SQL statement. (Times are
+    -- compared as "v_s[6] <= p_now - 20", not "p_now - v_s[6] >= 20": a state set by hand must
+    -- not make the subtraction overflow.)
     IF cardinality(v_s) > 13 THEN
         FOREACH v_x IN ARRAY v_s[14:] LOOP
             IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
@@ -143,7 +145,7 @@ BEGIN
                 v_long := v_long || v_x;
             END IF;
         END LOOP;
-        IF (v_s[9] <> 0 AND v_xmax > v_s[9]) OR (v_s[6] <> 0 AND v_xmax > v_s[7] AND p_now - v_s[6] >= 20) THEN
+        IF (v_s[9] <> 0 AND v_xmax > v_s[9]) OR (v_s[6] <> 0 AND v_xmax > v_s[7] AND v_s[6] <= p_now - 20) THEN
             v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
             v_oldest := v_xmax;
             FOREACH v_x IN ARRAY v_xip LOOP
@@ -162,10 +164,10 @@ BEGIN
     IF v_reset THEN
         v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
     END IF;
-    IF v_s[6] <> 0 AND v_xmax > v_s[7] AND p_now - v_s[6] >= 20 THEN  -- may H and L move to C and D?
+    IF v_s[6] <> 0 AND v_xmax > v_s[7] AND v_s[6] <= p_now - 20 THEN  -- may H and L move to C and D?
         IF v_oldest >= v_s[7] THEN
             v_settle := true;
-        ELSIF pgqueue.now_ms() - v_s[6] > 200 THEN  -- set aside what holds them up
+        ELSIF v_s[6] < pgqueue.now_ms() - 200 THEN  -- set aside what holds them up
             IF v_xip IS NULL THEN
                 v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
             END IF;
