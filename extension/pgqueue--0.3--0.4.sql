@@ -1012,7 +1012,7 @@ SET plan_cache_mode = force_generic_plan
 -- the indexes' reltuples (every lease completed since the hold began, in message_leased_idx),
 -- while the table's statistics say almost nothing is leased; the generic plan of the candidate
 -- statement then found the first lease by a Bitmap Heap Scan or a Seq Scan and a Sort of the
--- whole table, 15-60 ms a call, until statistics changed again: lease mode fell to 0.11x under
+-- whole table, 47-65 ms a call, until statistics changed again: lease mode fell to 0.11x under
 -- issue 12's 2-minute holds (tests/test_index_probes.py). 1-2 us a call (measured).
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -1043,6 +1043,7 @@ DECLARE
     v_reset    boolean;
     v_settle   boolean;
     v_moved    boolean;
+    v_ripe     boolean;  -- may H and L move to C and D (the candidates are old enough)?
     v_new      boolean;
     v_k_at     bigint;
     v_k_id     bigint;
@@ -1068,15 +1069,17 @@ BEGIN
     -- a message was placed below the clock: this call probes from the bottom (and records the
     -- move once it has an xid, below)
     v_moved := v_e <> v_s[8];
+    -- Candidates 20 ms old or more (compared as "v_s[6] <= p_now - 20", not "p_now - v_s[6] >=
+    -- 20": a state set by hand must not make the subtraction overflow).
+    v_ripe := v_s[6] <> 0 AND v_xmax > v_s[7] AND v_s[6] <= p_now - 20;
     -- v_oldest: the oldest transaction in progress that is not set aside (nor this one). With
     -- nothing set aside that is the snapshot's xmin. Otherwise a set-aside xid has ended when
     -- the snapshot sees it (they are all below its xmax), and v_oldest is found, from the
     -- snapshot's list of running xids, only when a check below reads it (else it stays NULL,
-    -- which those checks take as false): parsing the list and looping over it cost about 1 us
-    -- per running transaction, on every call of every session, for as long as an idle session
-    -- held an xid (issue 12's case b). Plain expressions and loops: no SQL statement. (Times are
-    -- compared as "v_s[6] <= p_now - 20", not "p_now - v_s[6] >= 20": a state set by hand must
-    -- not make the subtraction overflow.)
+    -- which those checks take as false). It was parsed and looped over on every call for as
+    -- long as an idle session held an xid (issue 12's case b): one session with one other
+    -- transaction running, 159 us a call against 155 us now (the SET clauses above included).
+    -- Plain expressions and loops: no SQL statement.
     IF cardinality(v_s) > 13 THEN
         FOREACH v_x IN ARRAY v_s[14:] LOOP
             IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
@@ -1085,7 +1088,7 @@ BEGIN
                 v_long := v_long || v_x;
             END IF;
         END LOOP;
-        IF (v_s[9] <> 0 AND v_xmax > v_s[9]) OR (v_s[6] <> 0 AND v_xmax > v_s[7] AND v_s[6] <= p_now - 20) THEN
+        IF v_ripe OR (v_s[9] <> 0 AND v_xmax > v_s[9]) THEN
             v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
             v_oldest := v_xmax;
             FOREACH v_x IN ARRAY v_xip LOOP
@@ -1103,8 +1106,9 @@ BEGIN
     END IF;
     IF v_reset THEN
         v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
+        v_ripe := false;
     END IF;
-    IF v_s[6] <> 0 AND v_xmax > v_s[7] AND v_s[6] <= p_now - 20 THEN  -- may H and L move to C and D?
+    IF v_ripe THEN  -- may H and L move to C and D?
         IF v_oldest >= v_s[7] THEN
             v_settle := true;
         ELSIF v_s[6] < pgqueue.now_ms() - 200 THEN  -- set aside what holds them up

@@ -318,7 +318,7 @@ def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
     completed since, dead but not removable, into message_leased_idx's reltuples. With that
     count, the generic plan of the candidate statement (pgqueue._message_take) probed for the
     first lease by a Bitmap Heap Scan and a Sort, or a Seq Scan and a Sort, of the whole table:
-    15-60 ms a call, the rate down to 0.11-0.13x, and still there after the hold. The statement
+    47-65 ms a call, the rate down to 0.11-0.13x, and still there after the hold. The statement
     runs on a session's first call; it must stay an index probe whatever such statistics say
     (the take runs with enable_seqscan and enable_bitmapscan off). In a queue with message groups
     (1,000 groups, one in flight each), so must the hand-off's probes of each group."""
