@@ -356,3 +356,43 @@ def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
     if concurrency is not None:  # the hand-off ran, and was checked
         assert any("turn_at = pgqueue._turn_key" in " ".join(st.text.split()) for a in acks for st in a.nested)
     assert not problems, "\n".join(problems)
+
+
+def test_the_other_readers_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
+        conn: psycopg.Connection[Any], dsn: str) -> None:
+    """The same state as above (leases completed under a held snapshot, then a VACUUM that
+    counted their dead entries into message_leased_idx's reltuples), for the readers other than
+    message_dequeue that probe both indexes: queue_next_due (the worker's sleep), message_peek
+    and a Spark claim with a starting position (pgqueue._spark_take_from). Each must still find
+    the first lease and the first ready message by an ordered index walk."""
+    conn.execute("SELECT pgqueue.queue_create('held')")
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('held', "
+                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)))")
+    conn.execute("VACUUM ANALYZE pgqueue.message")
+    _lease_and_complete(conn, "held", 50)
+    with psycopg.connect(dsn) as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute("SELECT count(*) FROM pg_class")
+        _lease_and_complete(conn, "held", 400)
+        conn.execute("VACUUM pgqueue.message")
+        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'pgqueue.message_leased_idx'::regclass"
+                           ).fetchone()
+        assert row is not None and row[0] >= 30000, row
+        indexes = index_names(conn)
+        with psycopg.connect(dsn, autocommit=True) as reader:
+            capture = PlanCapture(reader)
+            # CALLS calls each: the custom plans, then the plan cache's generic-plan decision
+            calls = {name: [capture.run(query) for _ in range(CALLS)] for name, query in [
+                ("queue_next_due", "SELECT pgqueue.queue_next_due('held')"),
+                ("message_peek", "SELECT id FROM pgqueue.message_peek('held', 5)"),
+                ("spark_claim", "SELECT pgqueue.spark_claim('held', 'etl', 5, NULL, 0)")]}
+    assert all(c.rows[0][0] is not None for c in calls["queue_next_due"] + calls["spark_claim"])
+    assert all(len(c.rows) == 5 for c in calls["message_peek"])
+    problems = [f"{name}: {p}" for name, cs in calls.items() for c in cs
+                for p in plan_violations(c.nested, indexes, required_indexes=["message_ready_idx"],
+                                         untouched=())]
+    probed = {name: {node.get("Index Name") for c in cs for st in c.nested for node in walk(st.plan)}
+              for name, cs in calls.items()}
+    problems += [f"{name}: message_leased_idx not probed ({sorted(map(str, used))})"
+                 for name, used in probed.items() if "message_leased_idx" not in used]
+    assert not problems, "\n".join(problems)
