@@ -100,12 +100,13 @@ def throughput_vs_clients(curves: dict[str, Any], path: Path) -> Path | None:
 
 
 def worker(wk: dict[str, Any], path: Path) -> Path | None:
-    """Bars: the worker, the SQL lease cycle at as many clients, and PgQueuer, each round as a dot."""
+    """Bars: the worker, the SQL statements at as many clients, pgmq and PgQueuer, each round as a dot."""
     if not HAVE_MPL:
         return None
     keys = list(wk["labels"])
     colors = {"worker": "#d62728", "lease_cycle:pgqueue": "#ff7f0e", "lease_ack_fetch:pgqueue": "#ff9896",
-              "pgqueuer": "#e377c2"}
+              "lease_ack_fetch_batch:pgqueue": "#ff9896", "dequeue:pgqueue": "#ffbb78",
+              "lease_cycle:pgmq": "#1f77b4", "lease_cycle_batch:pgmq": "#aec7e8", "pgqueuer": "#e377c2"}
     fig, ax = plt.subplots(figsize=(11, 0.9 * len(keys) + 1.6))
     ys = list(range(len(keys)))[::-1]
     for y, key in zip(ys, keys):
@@ -118,8 +119,8 @@ def worker(wk: dict[str, Any], path: Path) -> Path | None:
     ax.set_xlabel("messages per second (bar: median; dots: rounds)")
     ax.set_xlim(left=0, right=max([v or 0 for v in wk["median"].values()] + [1]) * 1.25)
     ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title(f"The worker end to end ({wk['processes']} processes, no-op handler)\nagainst the SQL lease "
-                 "cycle and PgQueuer on the same server, durable commits", fontsize=10)
+    ax.set_title(f"The worker end to end ({wk['processes']} processes, no-op handler)\nagainst pgqueue's SQL, "
+                 "pgmq and PgQueuer on the same server, durable commits", fontsize=10)
     return _save(fig, path)
 
 

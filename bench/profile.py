@@ -14,12 +14,14 @@ single-operation targets (1-3), not a target itself.
 Last, two cost ladders, measured inside the server (a DO block that calls the step and commits,
 many times, synchronous_commit off; no round trip, no client). For message_create: seed 001's
 whole message_create, then PL/pgSQL functions that add pgqueue's work one piece at a time (the
-INSERT alone into pgqueue.message, + the queue look-up by name, + the queue's shared lock,
+INSERT alone into pgqueue.message, + the queue look-up by name, + the queue's lock stripe,
 + the re-check), then pgqueue.message_create itself. For the delete-mode dequeue: seed 001's
-message_dequeue, then the ready-index probe and DELETE alone on pgqueue.message, + the queue
-look-up and try-lock, + the expired-lease probe, then pgqueue.message_dequeue (the dequeue steps
-all run with plan_cache_mode = force_generic_plan, as message_dequeue does). Each ladder shows
-which part of the gap to seed 001 each piece costs.
+message_dequeue, then the ready-index probe and DELETE alone on pgqueue.message, + the message's
+columns returned as message_dequeue returns them, + its SET clauses, + the queue look-up and
+lock stripe, + the expired-lease probe, + the counters, then pgqueue.message_dequeue (what is
+left: the session hints and the take's own function). The dequeue steps all run with
+plan_cache_mode = force_generic_plan, as message_dequeue does, each from a fresh, vacuumed
+backlog. Each ladder shows which part of the gap to seed 001 each piece costs.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ LADDER_CREATE: list[tuple[str, str, str]] = [
     ("insert", "PL/pgSQL: the INSERT into pgqueue.message alone (queue id given)",
      "PERFORM bench_ladder.insert_only(v_q, v_p)"),
     ("lookup", "+ find the queue by name", "PERFORM bench_ladder.lookup_insert('bench', v_p)"),
-    ("lock", "+ the queue's shared advisory lock", "PERFORM bench_ladder.lookup_lock_insert('bench', v_p)"),
+    ("lock", "+ the queue's lock stripe (pgqueue._queue_lock)", "PERFORM bench_ladder.lookup_lock_insert('bench', v_p)"),
     ("recheck", "+ the INSERT re-checks the queue after the lock (WHERE EXISTS)",
      "PERFORM bench_ladder.lookup_lock_recheck_insert('bench', v_p)"),
     ("pgqueue", "pgqueue.message_create (+ NULL and notify checks, capped-queue branch, pinned search_path)",
@@ -154,11 +156,18 @@ LADDER_DEQUEUE: list[tuple[str, str, str]] = [
     ("seed001", "seed 001 message_dequeue", "PERFORM seed001.message_dequeue()"),
     ("probe", "PL/pgSQL: the ready-index probe and the DELETE alone on pgqueue.message (queue id given)",
      "PERFORM bench_ladder.dq_probe_delete(v_q)"),
-    ("lookup_lock", "+ find the queue by name and try its shared lock",
+    ("returning", "+ the message's columns returned (RETURNS TABLE, RETURN QUERY DELETE ... RETURNING)",
+     "PERFORM bench_ladder.dq_returning(v_q)"),
+    ("pinned", "+ message_dequeue's SET clauses (search_path, plan_cache_mode)",
+     "PERFORM bench_ladder.dq_pinned(v_q)"),
+    ("lookup_lock", "+ find the queue by name and take its lock stripe (pgqueue._queue_lock)",
      "PERFORM bench_ladder.dq_lookup_lock('bench')"),
     ("expired", "+ the expired-lease probe (both probes under one LIMIT, ids gathered in an array)",
      "PERFORM bench_ladder.dq_expired('bench')"),
-    ("pgqueue", "pgqueue.message_dequeue (+ argument checks, RETURN QUERY, pinned search_path)",
+    ("counters", "+ the delivered and expired counters (queue_counters) in the DELETE",
+     "PERFORM bench_ladder.dq_counters('bench')"),
+    ("pgqueue", "pgqueue.message_dequeue (+ the session hints, the take in a function of its own, argument "
+     "checks, the dead-letter, rate-limit and group branches)",
      "PERFORM pgqueue.message_dequeue('bench', 1, 0)"),
 ]
 LADDERS = {"create": LADDER_CREATE, "dequeue": LADDER_DEQUEUE}
@@ -186,7 +195,7 @@ CREATE OR REPLACE FUNCTION bench_ladder.lookup_lock_insert(p_queue text, p_conte
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE v_now bigint := pgqueue.to_epoch(now()); v_id bigint; v_queue_id integer; v_locked boolean;
 BEGIN
-    SELECT q.id, pg_advisory_xact_lock_shared(1885827445, q.id) IS NULL INTO v_queue_id, v_locked
+    SELECT q.id, pgqueue._queue_lock(q.id) INTO v_queue_id, v_locked
       FROM pgqueue.queue q WHERE q.name = p_queue;
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
     VALUES (v_queue_id, v_now, v_now, p_content, NULL) RETURNING id INTO v_id;
@@ -196,7 +205,7 @@ CREATE OR REPLACE FUNCTION bench_ladder.lookup_lock_recheck_insert(p_queue text,
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE v_now bigint := pgqueue.to_epoch(now()); v_id bigint; v_queue_id integer; v_locked boolean;
 BEGIN
-    SELECT q.id, pg_advisory_xact_lock_shared(1885827445, q.id) IS NULL INTO v_queue_id, v_locked
+    SELECT q.id, pgqueue._queue_lock(q.id) INTO v_queue_id, v_locked
       FROM pgqueue.queue q WHERE q.name = p_queue;
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
     SELECT v_queue_id, v_now, v_now, p_content, NULL
@@ -214,27 +223,23 @@ BEGIN
     DELETE FROM pgqueue.message m WHERE m.id = v_id;
     RETURN v_id;
 END $$;
-CREATE OR REPLACE FUNCTION bench_ladder.dq_lookup_lock(p_queue text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
-DECLARE v_now bigint := pgqueue.now_ms(); v_id bigint; v_queue_id integer; v_locked boolean;
-BEGIN
-    SELECT q.id, pg_try_advisory_xact_lock_shared(1885827445, q.id) INTO v_queue_id, v_locked
+"""
+
+
+# The dequeue ladder's functions after the first, built from the same pieces so that each step
+# differs from the one before by the piece its label names (they return what message_dequeue
+# returns, from a DELETE ... RETURNING as message_dequeue's).
+_DQ_RETURNS = ("RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,\n"
+               "               content_type text, created_at bigint, locked_until bigint)")
+_DQ_PIN = "SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan"
+_DQ_LOOKUP = """    SELECT q.id, q.max_attempts, pgqueue._queue_lock(q.id) INTO v_queue_id, v_max_attempts, v_locked
       FROM pgqueue.queue q WHERE q.name = p_queue;
-    SELECT m.id INTO v_id FROM pgqueue.message m
+"""
+_DQ_PROBE = """    SELECT m.id INTO v_id FROM pgqueue.message m
      WHERE m.queue_id = v_queue_id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
      ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED;
-    DELETE FROM pgqueue.message m WHERE m.id = v_id;
-    RETURN v_id;
-END $$;
-CREATE OR REPLACE FUNCTION bench_ladder.dq_expired(p_queue text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
-DECLARE v_now bigint := pgqueue.now_ms(); v_ids bigint[]; v_dead bigint[]; v_queue_id integer;
-        v_max_attempts integer; v_locked boolean;
-BEGIN
-    SELECT q.id, q.max_attempts, pg_try_advisory_xact_lock_shared(1885827445, q.id)
-      INTO v_queue_id, v_max_attempts, v_locked
-      FROM pgqueue.queue q WHERE q.name = p_queue;
-    SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+"""
+_DQ_TAKE = """    SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
            array_agg(c.id) FILTER (WHERE c.dead)
       INTO v_ids, v_dead
       FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
@@ -250,10 +255,36 @@ BEGIN
                               AND m.dequeue_at <= v_now
                             ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
             LIMIT 1) c;
-    DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids);
-    RETURN v_ids[1];
+    v_id := v_ids[1];
+"""
+_DQ_COUNT = """
+       AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+       AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)"""
+
+
+def _dq_function(name: str, *, pinned: bool, lookup: bool, take: bool, count: bool) -> str:
+    arg = "p_queue text" if lookup else "p_queue_id integer"
+    setup = "" if lookup else "v_queue_id := p_queue_id;\n"
+    return f"""CREATE OR REPLACE FUNCTION bench_ladder.{name}({arg})
+{_DQ_RETURNS}
+LANGUAGE plpgsql VOLATILE {_DQ_PIN if pinned else "SET plan_cache_mode = force_generic_plan"} AS $$
+#variable_conflict use_column
+DECLARE v_now bigint := pgqueue.now_ms(); v_id bigint; v_ids bigint[]; v_dead bigint[]; v_queue_id integer;
+        v_max_attempts integer; v_locked boolean;
+BEGIN
+    {setup}{_DQ_LOOKUP if lookup else ""}{_DQ_TAKE if take else _DQ_PROBE}    RETURN QUERY DELETE FROM pgqueue.message m WHERE m.id = v_id{_DQ_COUNT if count else ""}
+    RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state, m.content_type, m.created_at, NULL::bigint;
 END $$;
 """
+
+
+LADDER_SQL += "".join([
+    _dq_function("dq_returning", pinned=False, lookup=False, take=False, count=False),
+    _dq_function("dq_pinned", pinned=True, lookup=False, take=False, count=False),
+    _dq_function("dq_lookup_lock", pinned=True, lookup=True, take=False, count=False),
+    _dq_function("dq_expired", pinned=True, lookup=True, take=True, count=False),
+    _dq_function("dq_counters", pinned=True, lookup=True, take=True, count=True),
+])
 
 
 def _backlog(conn: psycopg.Connection[Any], n: int) -> None:

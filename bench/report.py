@@ -83,6 +83,16 @@ WORKER_TARGETS = [
     ("worker vs message_complete_and_dequeue at as many pgbench clients (the statement it runs)", "worker",
      "lease_ack_fetch:pgqueue", None),
     ("worker vs PgQueuer's own tools/benchmark.py (--pgqueuer-tool)", "worker", "pgqueuer_tool", None),
+    ("lease mode as the worker runs it, end to end (the worker) vs pgmq read + delete at as many pgbench clients",
+     "worker", "lease_cycle:pgmq", 2.0),
+    ("lease mode as the worker runs it, at the SQL level (message_complete_and_dequeue of a batch of its "
+     "concurrency, pgbench) vs pgmq read + delete", "lease_ack_fetch_batch:pgqueue", "lease_cycle:pgmq", 2.0),
+    ("lease mode as the worker runs it, end to end (the worker) vs pgqueue's delete-mode dequeue at as many "
+     "pgbench clients", "worker", "dequeue:pgqueue", 1.0),
+    ("the same at the SQL level vs pgqueue's delete-mode dequeue", "lease_ack_fetch_batch:pgqueue",
+     "dequeue:pgqueue", 1.0),
+    ("the same at the SQL level vs pgmq read + delete in batches of as many (read n, delete n)",
+     "lease_ack_fetch_batch:pgqueue", "lease_cycle_batch:pgmq", None),
 ]
 
 
@@ -209,10 +219,12 @@ def _worker_rows(wk: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
     med = wk["median"]
     for desc, a, b, bound in WORKER_TARGETS:
         if b not in wk["labels"]:
-            if b == "pgqueuer_tool":
-                continue  # run only when asked for
+            if b == "pgqueuer_tool" or (b != "pgqueuer" and "unavailable" not in wk):
+                continue  # run only when asked for, or a results file older than the row
             rows.append(("i13", desc, "n/a", f"≥ {bound}×" if bound else "(reported)",
                          "not available on this server" if bound else ""))
+            continue
+        if a not in wk["labels"]:  # a results file older than the row
             continue
         r = _ratio(med.get(a), med.get(b))
         what = f"{desc} ({wk['processes']} processes)"
@@ -234,7 +246,7 @@ def _held_growth_ratio(r: dict[str, Any]) -> float | None:
     produced = r.get("held_produced")
     if r.get("held_growth_bytes") is None or not per or not produced:
         return None
-    return float(r["held_growth_bytes"]) / (produced * per)
+    return float(r["held_growth_bytes"]) / float(produced * per)
 
 
 def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
@@ -535,8 +547,11 @@ def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
       "The rate comes from the queue's row count sampled every 0.25 s: messages gone between 90% and 10% of the "
       "backlog left, over the time between (start-up and tail left out; a backlog too small for that gives the "
       "whole drain from launch). The check: queue empty, no dead letters, every process exits 0 on SIGTERM. "
-      f"Alternated with it in the same run: the SQL-level lease cycle with pgbench `-c {wk['processes']} {how}` "
-      "(dequeue with a 30 s lease + `message_complete`, and `message_complete_and_dequeue` alone), and "
+      f"Alternated with it in the same run, with pgbench `-c {wk['processes']} {how}`: the SQL-level lease cycle "
+      "(dequeue with a 30 s lease + `message_complete`), `message_complete_and_dequeue` alone (one message a "
+      f"call, and the worker's own shape: the previous {wk['concurrency']} completed and the next "
+      f"{wk['concurrency']} leased in one call), the delete-mode dequeue, pgmq's read + delete (one message, and "
+      f"read {wk['concurrency']} + delete of the {wk['concurrency']}) when the server has pgmq, and "
       "PgQueuer's throughput mode on the same server: its documented benchmark setup (producers and consumers "
       "together for a fixed time, jobs handled per second; 5 consumers fetching batches of 10, one producer "
       "enqueuing batches of 10, asyncpg), driven through its public API by bench/peers.py, its schema "
@@ -550,6 +565,7 @@ def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
     if not pq.get("available"):
         w(f"- PgQueuer: not available on this server: {pq.get('reason', '?')}")
         w("")
+    _unavailable(w, wk.get("unavailable"))
     _img(w, plots.worker(wk, img / "worker_end_to_end.png"), out, "messages per second: worker, SQL, PgQueuer")
     w("| what | msg/s (median) | each round | vs the worker |")
     w("|---|---|---|---|")

@@ -9,10 +9,13 @@ the tail are left out; a backlog too small for that, as in the smoke profile, gi
 drain from launch instead, and says so). The run passes its check when the queue is empty, no
 message went to the dead letters, and every process exits 0 on SIGTERM.
 
-In the same run, alternated with it, round by round: the SQL-level lease cycle with pgbench at
-as many clients as worker processes (``pgqueue_lease_cycle.sql``: dequeue with a lease, then
-``message_complete``; and ``pgqueue_lease_ack_fetch.sql``: one ``message_complete_and_dequeue``
-per message, the statement the worker uses), and PgQueuer's own throughput setup (bench/peers.py)
+In the same run, alternated with it, round by round, with pgbench at as many clients as worker
+processes: the SQL-level lease cycle (``pgqueue_lease_cycle.sql``: dequeue with a lease, then
+``message_complete``), the statement the worker uses (``pgqueue_lease_ack_fetch.sql``: one
+``message_complete_and_dequeue`` per message; ``pgqueue_lease_ack_fetch_batch.sql``: the previous
+``worker_concurrency`` messages completed and as many leased in one call, the worker's shape with a
+no-op handler), the delete-mode dequeue, pgmq's read + delete (one message, and batches of
+``worker_concurrency``) when the server has pgmq, and PgQueuer's own throughput setup (bench/peers.py)
 on the same server; with ``--pgqueuer-tool``, also PgQueuer's own benchmark program as it is.
 Medians over rounds; the report takes the ratios within the run.
 """
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,13 @@ from bench.config import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 HANDLER = "bench.noop:handle"
-SQL_KEYS = ["lease_cycle:pgqueue", "lease_ack_fetch:pgqueue"]
+#: What the worker is measured against at as many pgbench clients as it has processes: the SQL
+#: lease cycle, the statement the worker runs (one message a call, and its batch of
+#: ``worker_concurrency``), the delete-mode dequeue, and pgmq's read + delete (one message, and
+#: batches of ``worker_concurrency``) when the server has pgmq (issue 13's first goal).
+SQL_KEYS = ["lease_cycle:pgqueue", "lease_ack_fetch:pgqueue", "lease_ack_fetch_batch:pgqueue", "dequeue:pgqueue",
+            "lease_cycle:pgmq", "lease_cycle_batch:pgmq"]
+BATCHED = ("lease_ack_fetch_batch:pgqueue", "lease_cycle_batch:pgmq")
 
 
 def _fill(conn: psycopg.Connection[Any], n: int) -> None:
@@ -128,13 +138,18 @@ def run_worker(server: db.Server, dbname: str, *, processes: int, concurrency: i
 def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str], None]) -> dict[str, Any]:
     """The worker, the SQL lease cycle at as many clients, and PgQueuer, alternated over rounds."""
     clients = profile.worker_processes
+    batch = profile.worker_concurrency
+    specs = {k: ops.SPECS[k] for k in SQL_KEYS}
+    for k in BATCHED:  # the worker's batch: as many messages a call as it has slots
+        specs[k] = replace(specs[k], label=specs[k].label.replace("x4", f"x{batch}"), per_tx=batch,
+                           defines={**specs[k].defines, "batch": batch})
     out: dict[str, Any] = {
         "processes": clients, "concurrency": profile.worker_concurrency, "messages": profile.worker_messages,
         "repeats": profile.worker_repeats, "sql_seconds": profile.worker_sql_seconds,
         "sql_transactions": profile.worker_sql_transactions, "pgqueuer_seconds": profile.pgqueuer_seconds,
         "labels": {"worker": f"pgqueue worker, {clients} processes × concurrency {profile.worker_concurrency}, "
                              "no-op handler",
-                   **{k: f"{ops.SPECS[k].label}, pgbench -c {clients}" for k in SQL_KEYS}},
+                   **{k: f"{specs[k].label}, pgbench -c {clients}" for k in SQL_KEYS}},
         "pgqueuer": {"available": False}, "runs": [],
     }
     try:
@@ -154,6 +169,16 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
     est: dict[str, float] = {}
     timeout = max(60.0, profile.worker_messages / 200)
     with server.database("worker") as dbname, server.database("pgqueuer") as pgq_db:
+        runnable, unavailable = ops.available_specs(server, dbname, list(specs.values()))
+        out["unavailable"] = unavailable
+        for name, reason in unavailable.items():
+            log(f"  worker: {name} not available: {reason}")
+        for spec in runnable:  # the peer's version in its label
+            out["labels"][spec.key] = f"{spec.label}, pgbench -c {clients}"
+        gone = {s.key for s in specs.values()} - {s.key for s in runnable}
+        keys = [k for k in keys if k not in gone]
+        out["labels"] = {k: v for k, v in out["labels"].items() if k not in gone}
+        specs = {s.key: s for s in runnable}
         if out["pgqueuer"]["available"]:
             try:
                 peers.install(server, pgq_db)
@@ -179,8 +204,8 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
                 else:
                     secs, txs = profile.worker_sql_seconds, profile.worker_sql_transactions
                     backlog = (max(profile.ops_backlog // 2, math.ceil(1.5 * est.get(key, 0.0) * secs)) if secs
-                               else math.ceil(1.2 * clients * txs) + 100)
-                    r = ops.run_one(server, dbname, ops.SPECS[key], clients=clients, seconds=secs, transactions=txs,
+                               else math.ceil(1.2 * clients * txs * specs[key].per_tx) + 100)
+                    r = ops.run_one(server, dbname, specs[key], clients=clients, seconds=secs, transactions=txs,
                                     sync_off=False, backlog=backlog)
                 r["round"] = rnd
                 out["runs"].append(r)

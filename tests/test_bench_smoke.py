@@ -99,6 +99,15 @@ def _check_peers(results: dict[str, Any], text: str) -> None:
     assert wk["ok"], [r for r in wk["runs"] if not r.get("ok")]
     assert wk["median"]["worker"] > 0 and wk["median"]["lease_cycle:pgqueue"] > 0
     assert wk["median"]["lease_ack_fetch:pgqueue"] > 0
+    assert wk["median"]["lease_ack_fetch_batch:pgqueue"] > 0 and wk["median"]["dequeue:pgqueue"] > 0
+    for key in ("lease_cycle:pgmq", "lease_cycle_batch:pgmq"):  # pgmq's lease mode, or why not
+        if key in wk["labels"]:
+            assert wk["median"][key] > 0, key
+        else:
+            assert f"pgmq: not available on this server: {wk['unavailable']['pgmq']}" in text
+    assert ("lease mode as the worker runs it, end to end (the worker) vs pgmq read + delete" in text
+            and "lease mode as the worker runs it, at the SQL level" in text
+            and "vs pgqueue's delete-mode dequeue" in text)
     worker_runs = [r for r in wk["runs"] if r["key"] == "worker"]
     assert worker_runs and all(r["exit_codes"] == [0] * wk["processes"] for r in worker_runs)
     if wk["pgqueuer"]["available"]:
