@@ -147,5 +147,24 @@ SELECT count(*) FROM (SELECT pgqueue.message_fail(id, attempts, 'bad') FROM pgqu
 SELECT pgqueue.dead_letter_purge('qdlcap') AS purged_all;
 SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats() WHERE queue IN ('qdl', 'qdl2', 'qdlcap') ORDER BY queue COLLATE "C";
 
-SELECT pgqueue.queue_drop(q) FROM unnest(ARRAY['qdl', 'qdl2', 'qdlcap']) q;
+-- A dequeue of one message (its own take statement, without the aggregate of larger takes) that
+-- meets a lease run out max_attempts times: the lease goes to the dead letters and the same call
+-- hands out the next message; on a queue without groups and on one with them.
+SELECT pgqueue.queue_create('qdl1', p_max_attempts => 1);
+SELECT pgqueue.queue_create('qdl1g', p_max_attempts => 1, p_group_concurrency => 1);
+SELECT pgqueue.message_create('qdl1', '\x01') AS p1 \gset
+SELECT pgqueue.message_create('qdl1', '\x02') AS n1 \gset
+SELECT pgqueue.message_create('qdl1g', '\x01', p_group => 'a') AS pg1 \gset
+SELECT pgqueue.message_create('qdl1g', '\x02', p_group => 'b') AS ng1 \gset
+SELECT id = :p1 AS is_poison FROM pgqueue.message_dequeue('qdl1', 1, 1);
+SELECT id = :pg1 AS is_poison FROM pgqueue.message_dequeue('qdl1g', 1, 1);
+SELECT pg_sleep(0.01);
+SELECT id = :n1 AS is_next, attempts FROM pgqueue.message_dequeue('qdl1', 1, 0);
+SELECT id = :ng1 AS is_next, attempts FROM pgqueue.message_dequeue('qdl1g', 1, 0);
+SELECT count(*) AS dead, bool_and(last_error = 'lease expired') AS lease_expired
+  FROM pgqueue.dead_letter WHERE id IN (:p1, :pg1);
+SELECT count(*) AS left_in_queues FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+ WHERE q.name IN ('qdl1', 'qdl1g');
+
+SELECT pgqueue.queue_drop(q) FROM unnest(ARRAY['qdl', 'qdl2', 'qdlcap', 'qdl1', 'qdl1g']) q;
 SELECT count(*) AS dead_letters_left FROM pgqueue.dead_letter;
