@@ -956,7 +956,8 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 -- in microseconds (pgqueue._turn_key), so that probe's bound (the clock), cap and margin are in
 -- microseconds too. The take and the candidate probe are one statement for each kind of ready
 -- key: a branch under a one-time filter is never run but is still set up at every execution
--- (5 us a call, measured).
+-- (5 us a call, measured); and the take of one message has a statement of its own, without the
+-- aggregate that orders several ids (6-8 us a call, measured).
 --
 -- The session hints: where this session's probes start, a key below which no message can be
 -- delivered, so that the btree descends straight past the entries of finished messages that
