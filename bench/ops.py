@@ -133,7 +133,7 @@ CONSUME = [
     Spec("dequeue:pgmq", "pgmq pop (peer, delete on read)", "pgmq", "pgmq_pop.sql", True),
     Spec("lease_cycle:pgmq", "pgmq read + delete (peer, 30 s visibility timeout)", "pgmq", "pgmq_read_delete.sql",
          True),
-    Spec("lease_cycle_batch:pgmq", "pgmq read x4 + delete of the 4 (peer, 30 s visibility timeout)", "pgmq",
+    Spec("lease_cycle_batch:pgmq", "pgmq read x4 + delete of those (peer, 30 s visibility timeout)", "pgmq",
          "pgmq_read_delete_batch.sql", True, 4, {"batch": 4}),
     Spec("dequeue_batch:pgqueue", "pgqueue message_dequeue x100 (delete mode)", "pgqueue",
          "pgqueue_dequeue_batch.sql", True, 100, {"queue": "bench", "batch": 100}),

@@ -213,21 +213,11 @@ BEGIN
     RETURNING id INTO v_id;
     RETURN v_id;
 END $$;
-CREATE OR REPLACE FUNCTION bench_ladder.dq_probe_delete(p_queue_id integer) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
-DECLARE v_now bigint := pgqueue.now_ms(); v_id bigint;
-BEGIN
-    SELECT m.id INTO v_id FROM pgqueue.message m
-     WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
-     ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED;
-    DELETE FROM pgqueue.message m WHERE m.id = v_id;
-    RETURN v_id;
-END $$;
 """
 
 
-# The dequeue ladder's functions after the first, built from the same pieces so that each step
-# differs from the one before by the piece its label names (they return what message_dequeue
+# The dequeue ladder's functions, built from the same pieces so that each step differs from the
+# one before by the piece its label names (from "returning" on they return what message_dequeue
 # returns, from a DELETE ... RETURNING as message_dequeue's).
 _DQ_RETURNS = ("RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, state bytea,\n"
                "               content_type text, created_at bigint, locked_until bigint)")
@@ -262,28 +252,34 @@ _DQ_COUNT = """
        AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)"""
 
 
-def _dq_function(name: str, *, pinned: bool, lookup: bool, take: bool, count: bool) -> str:
+def _dq_function(name: str, *, returning: bool, pinned: bool, lookup: bool, take: bool, count: bool) -> str:
     arg = "p_queue text" if lookup else "p_queue_id integer"
     setup = "" if lookup else "v_queue_id := p_queue_id;\n"
+    delete = f"DELETE FROM pgqueue.message m WHERE m.id = v_id{_DQ_COUNT if count else ''}"
+    if returning:
+        delete = (f"RETURN QUERY {delete}\n    RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state, "
+                  "m.content_type, m.created_at, NULL::bigint;")
+    else:
+        delete += ";\n    RETURN v_id;"
     return f"""CREATE OR REPLACE FUNCTION bench_ladder.{name}({arg})
-{_DQ_RETURNS}
+{_DQ_RETURNS if returning else "RETURNS bigint"}
 LANGUAGE plpgsql VOLATILE {_DQ_PIN if pinned else "SET plan_cache_mode = force_generic_plan"} AS $$
 #variable_conflict use_column
 DECLARE v_now bigint := pgqueue.now_ms(); v_id bigint; v_ids bigint[]; v_dead bigint[]; v_queue_id integer;
         v_max_attempts integer; v_locked boolean;
 BEGIN
-    {setup}{_DQ_LOOKUP if lookup else ""}{_DQ_TAKE if take else _DQ_PROBE}    RETURN QUERY DELETE FROM pgqueue.message m WHERE m.id = v_id{_DQ_COUNT if count else ""}
-    RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state, m.content_type, m.created_at, NULL::bigint;
+    {setup}{_DQ_LOOKUP if lookup else ""}{_DQ_TAKE if take else _DQ_PROBE}    {delete}
 END $$;
 """
 
 
 LADDER_SQL += "".join([
-    _dq_function("dq_returning", pinned=False, lookup=False, take=False, count=False),
-    _dq_function("dq_pinned", pinned=True, lookup=False, take=False, count=False),
-    _dq_function("dq_lookup_lock", pinned=True, lookup=True, take=False, count=False),
-    _dq_function("dq_expired", pinned=True, lookup=True, take=True, count=False),
-    _dq_function("dq_counters", pinned=True, lookup=True, take=True, count=True),
+    _dq_function("dq_probe_delete", returning=False, pinned=False, lookup=False, take=False, count=False),
+    _dq_function("dq_returning", returning=True, pinned=False, lookup=False, take=False, count=False),
+    _dq_function("dq_pinned", returning=True, pinned=True, lookup=False, take=False, count=False),
+    _dq_function("dq_lookup_lock", returning=True, pinned=True, lookup=True, take=False, count=False),
+    _dq_function("dq_expired", returning=True, pinned=True, lookup=True, take=True, count=False),
+    _dq_function("dq_counters", returning=True, pinned=True, lookup=True, take=True, count=True),
 ])
 
 

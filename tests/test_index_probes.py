@@ -17,6 +17,8 @@ show that the same checks then fail: the checks are not vacuous.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,6 +311,32 @@ def _lease_and_complete(conn: psycopg.Connection[Any], queue: str, batches: int)
         END $$""")
 
 
+@contextlib.contextmanager
+def _stale_lease_statistics(conn: psycopg.Connection[Any], dsn: str, queue: str,
+                            concurrency: int | None) -> Iterator[None]:
+    """Build the state of issue 12's lease-mode collapse on a new queue of 60,000 messages (spread
+    over 1,000 groups if concurrency is given): leases completed before a held REPEATABLE READ
+    snapshot, more completed under it, then a VACUUM, which removes the first and counts the dead
+    entries of the others into message_leased_idx's reltuples. The snapshot is held until the
+    block ends."""
+    conn.execute("SELECT pgqueue.queue_create(%s, p_group_concurrency => %s)", (queue, concurrency))
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch(%s, "
+                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)), "
+                 "p_groups => CASE WHEN %s THEN ARRAY(SELECT 'g' || g %% 1000 FROM generate_series(1, 60000) g) END)",
+                 (queue, concurrency is not None))
+    conn.execute("VACUUM ANALYZE pgqueue.message")  # nothing leased yet
+    _lease_and_complete(conn, queue, 50)  # died before the hold: the VACUUM removes these
+    with psycopg.connect(dsn) as holder:
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute("SELECT count(*) FROM pg_class")  # the snapshot, held until the block ends
+        _lease_and_complete(conn, queue, 400)
+        conn.execute("VACUUM pgqueue.message")
+        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'pgqueue.message_leased_idx'::regclass"
+                           ).fetchone()
+        assert row is not None and row[0] >= 30000, row  # the completed leases, counted
+        yield
+
+
 @pytest.mark.parametrize(("lock_ms", "concurrency"), [(30000, None), (0, None), (30000, 1)],
                          ids=["lease", "delete", "grouped_lease"])
 def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
@@ -322,21 +350,7 @@ def test_the_probes_stay_index_probes_after_a_vacuum_under_a_held_snapshot(
     runs on a session's first call; it must stay an index probe whatever such statistics say
     (the take runs with enable_seqscan and enable_bitmapscan off). In a queue with message groups
     (1,000 groups, one in flight each), so must the hand-off's probes of each group."""
-    conn.execute("SELECT pgqueue.queue_create('held', p_group_concurrency => %s)", (concurrency,))
-    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('held', "
-                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)), "
-                 "p_groups => CASE WHEN %s THEN ARRAY(SELECT 'g' || g %% 1000 FROM generate_series(1, 60000) g) END)",
-                 (concurrency is not None,))
-    conn.execute("VACUUM ANALYZE pgqueue.message")  # nothing leased yet
-    _lease_and_complete(conn, "held", 50)  # died before the hold: the VACUUM removes these
-    with psycopg.connect(dsn) as holder:
-        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        holder.execute("SELECT count(*) FROM pg_class")  # the snapshot, held until the block ends
-        _lease_and_complete(conn, "held", 400)
-        conn.execute("VACUUM pgqueue.message")
-        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'pgqueue.message_leased_idx'::regclass"
-                           ).fetchone()
-        assert row is not None and row[0] >= 30000, row  # the completed leases, counted
+    with _stale_lease_statistics(conn, dsn, "held", concurrency):
         indexes = index_names(conn)
         with psycopg.connect(dsn, autocommit=True) as consumer:
             capture = PlanCapture(consumer)
@@ -365,19 +379,7 @@ def test_the_other_readers_stay_index_probes_after_a_vacuum_under_a_held_snapsho
     message_dequeue that probe both indexes: queue_next_due (the worker's sleep), message_peek
     and a Spark claim with a starting position (pgqueue._spark_take_from). Each must still find
     the first lease and the first ready message by an ordered index walk."""
-    conn.execute("SELECT pgqueue.queue_create('held')")
-    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('held', "
-                 "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 60000)))")
-    conn.execute("VACUUM ANALYZE pgqueue.message")
-    _lease_and_complete(conn, "held", 50)
-    with psycopg.connect(dsn) as holder:
-        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        holder.execute("SELECT count(*) FROM pg_class")
-        _lease_and_complete(conn, "held", 400)
-        conn.execute("VACUUM pgqueue.message")
-        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'pgqueue.message_leased_idx'::regclass"
-                           ).fetchone()
-        assert row is not None and row[0] >= 30000, row
+    with _stale_lease_statistics(conn, dsn, "held", None):
         indexes = index_names(conn)
         with psycopg.connect(dsn, autocommit=True) as reader:
             capture = PlanCapture(reader)

@@ -12,8 +12,8 @@
 # e.g. bench/experiments/cpu_per_call/run.sh 15 12 pgqueue_dequeue seed001_dequeue pgmq_pop
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-clients=${1:-15}; secs=${2:-12}; shift 2 || true
-[ $# -gt 0 ] && scripts=("$@") || scripts=(pgqueue_dequeue seed001_dequeue pgmq_pop)
+clients=${1:-15}; secs=${2:-12}; shift $(( $# < 2 ? $# : 2 ))
+if [ $# -gt 0 ]; then scripts=("$@"); else scripts=(pgqueue_dequeue seed001_dequeue pgmq_pop); fi
 db=cpu_per_call
 out=$(mktemp -d)
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
