@@ -7,3 +7,8 @@ from pgqueue import Message
 
 def handle(msg: Message) -> None:
     """Do nothing: the benchmark measures the worker and the queue, not the work."""
+
+
+async def handle_async(msg: Message) -> None:
+    """Do nothing, as a coroutine: `pgqueue worker` runs an `async def` handler on its asyncio
+    worker, as a task on the event loop instead of on a thread."""

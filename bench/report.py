@@ -87,8 +87,12 @@ WORKER_TARGETS = [
      "worker", "lease_cycle:pgmq", 2.0),
     ("lease mode as the worker runs it, at the SQL level (message_complete_and_dequeue of a batch of its "
      "concurrency, pgbench) vs pgmq read + delete", "lease_ack_fetch_batch:pgqueue", "lease_cycle:pgmq", 2.0),
+    ("the same end to end with an async def no-op handler (the worker's asyncio tasks, no handler threads) vs "
+     "pgmq read + delete", "worker_async", "lease_cycle:pgmq", 2.0),
     ("lease mode as the worker runs it, end to end (the worker) vs pgqueue's delete-mode dequeue at as many "
      "pgbench clients", "worker", "dequeue:pgqueue", 1.0),
+    ("the same end to end with an async def no-op handler vs pgqueue's delete-mode dequeue", "worker_async",
+     "dequeue:pgqueue", 1.0),
     ("the same at the SQL level vs pgqueue's delete-mode dequeue", "lease_ack_fetch_batch:pgqueue",
      "dequeue:pgqueue", 1.0),
     ("the same at the SQL level vs pgmq read + delete in batches of as many (read n, delete n)",
@@ -543,7 +547,10 @@ def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
     how = f"-T {wk['sql_seconds']}" if wk["sql_seconds"] else f"-t {wk['sql_transactions']}"
     w(f"{wk['processes']} processes of `pgqueue worker DSN bench bench.noop:handle --concurrency "
       f"{wk['concurrency']}` (a handler that does nothing; the worker acknowledges in the statement of its next "
-      f"fetch, `message_complete_and_dequeue`) drain a backlog of {wk['messages']:,} messages, durable commits. "
+      f"fetch, `message_complete_and_dequeue`) drain a backlog of {wk['messages']:,} messages, durable commits"
+      + ("; and the same with `bench.noop:handle_async`, that handler as an `async def`, which `pgqueue worker` "
+         "runs on its asyncio worker as a task on the event loop instead of on a handler thread. "
+         if "worker_async" in wk["labels"] else ". ") +
       "The rate comes from the queue's row count sampled every 0.25 s: messages gone between 90% and 10% of the "
       "backlog left, over the time between (start-up and tail left out; a backlog too small for that gives the "
       "whole drain from launch). The check: queue empty, no dead letters, every process exits 0 on SIGTERM. "

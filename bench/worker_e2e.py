@@ -7,7 +7,10 @@ from the queue's row count, sampled every 0.25 s: messages gone between the samp
 the backlog is left and the one where 10% is left, over the time between them (start-up and
 the tail are left out; a backlog too small for that, as in the smoke profile, gives the whole
 drain from launch instead, and says so). The run passes its check when the queue is empty, no
-message went to the dead letters, and every process exits 0 on SIGTERM.
+message went to the dead letters, and every process exits 0 on SIGTERM. It runs twice a round:
+with that handler, a plain function (the worker runs it on its handler threads), and with
+``bench.noop:handle_async``, the same as an ``async def`` (``pgqueue worker`` runs it on its
+asyncio worker, as a task on the event loop: no thread, no hand-over between threads).
 
 In the same run, alternated with it, round by round, with pgbench at as many clients as worker
 processes: the SQL-level lease cycle (``pgqueue_lease_cycle.sql``: dequeue with a lease, then
@@ -39,7 +42,10 @@ from bench import db, ops, peers
 from bench.config import Profile
 
 REPO = Path(__file__).resolve().parents[1]
-HANDLER = "bench.noop:handle"
+#: The no-op handler of each worker run: a plain function (the worker runs it on its handler
+#: threads) and the same as a coroutine (``pgqueue worker`` runs an ``async def`` handler on its
+#: asyncio worker, as a task on the event loop).
+HANDLERS = {"worker": "bench.noop:handle", "worker_async": "bench.noop:handle_async"}
 #: What the worker is measured against at as many pgbench clients as it has processes: the SQL
 #: lease cycle, the statement the worker runs (one message a call, and its batch of
 #: ``worker_concurrency``), the delete-mode dequeue, and pgmq's read + delete (one message, and
@@ -79,11 +85,12 @@ def drain_rate(samples: list[tuple[float, int]], n: int) -> tuple[float | None, 
 
 
 def run_worker(server: db.Server, dbname: str, *, processes: int, concurrency: int, messages: int,
-               timeout: float) -> dict[str, Any]:
-    """Drain a backlog of messages with `pgqueue worker` processes; the rate and the check."""
+               timeout: float, key: str = "worker") -> dict[str, Any]:
+    """Drain a backlog of messages with `pgqueue worker` processes running the no-op handler of
+    ``key`` (HANDLERS); the rate and the check."""
     with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
         _fill(conn, messages)
-    argv = [sys.executable, "-m", "pgqueue", "worker", server.dsn(dbname), "bench", HANDLER,
+    argv = [sys.executable, "-m", "pgqueue", "worker", server.dsn(dbname), "bench", HANDLERS[key],
             "--concurrency", str(concurrency), "--quiet"]
     samples: list[tuple[float, int]] = []
     t0 = time.perf_counter()
@@ -130,7 +137,7 @@ def run_worker(server: db.Server, dbname: str, *, processes: int, concurrency: i
         problems.append(f"worker exit statuses {codes}: " + "; ".join(errs[:2]))
     rate, how = drain_rate(samples, messages)
     ok = not problems and rate is not None
-    return {"key": "worker", "ok": ok, "msgs_per_s": rate if ok else None, "how": how, "messages": messages,
+    return {"key": key, "ok": ok, "msgs_per_s": rate if ok else None, "how": how, "messages": messages,
             "processes": processes, "concurrency": concurrency, "seconds": samples[-1][0] if samples else None,
             "exit_codes": codes, "problems": problems, "samples": samples}
 
@@ -148,7 +155,9 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
         "repeats": profile.worker_repeats, "sql_seconds": profile.worker_sql_seconds,
         "sql_transactions": profile.worker_sql_transactions, "pgqueuer_seconds": profile.pgqueuer_seconds,
         "labels": {"worker": f"pgqueue worker, {clients} processes × concurrency {profile.worker_concurrency}, "
-                             "no-op handler",
+                             "no-op handler (a function: on handler threads)",
+                   "worker_async": f"pgqueue worker, {clients} processes × concurrency "
+                                   f"{profile.worker_concurrency}, no-op async def handler (tasks on the event loop)",
                    **{k: f"{specs[k].label}, pgbench -c {clients}" for k in SQL_KEYS}},
         "pgqueuer": {"available": False}, "runs": [],
     }
@@ -161,7 +170,7 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
     except peers.Unavailable as exc:
         out["pgqueuer"] = {"available": False, "reason": str(exc)}
         log(f"  worker: PgQueuer not available: {exc}")
-    keys = ["worker", *SQL_KEYS] + (["pgqueuer"] if out["pgqueuer"]["available"] else [])
+    keys = [*HANDLERS, *SQL_KEYS] + (["pgqueuer"] if out["pgqueuer"]["available"] else [])
     if out["pgqueuer"]["available"] and peers.TOOL:
         keys.append("pgqueuer_tool")
         out["labels"]["pgqueuer_tool"] = (f"PgQueuer's own {peers.TOOL.parent.name}/{peers.TOOL.name} (throughput "
@@ -190,9 +199,9 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
             server.admin("CHECKPOINT")
             order = keys[rnd % len(keys):] + keys[:rnd % len(keys)]
             for key in order:
-                if key == "worker":
+                if key in HANDLERS:
                     r = run_worker(server, dbname, processes=clients, concurrency=profile.worker_concurrency,
-                                   messages=profile.worker_messages, timeout=timeout)
+                                   messages=profile.worker_messages, timeout=timeout, key=key)
                 elif key == "pgqueuer":
                     r = peers.throughput(server, pgq_db, seconds=profile.pgqueuer_seconds)
                     r["key"] = key

@@ -81,7 +81,8 @@ def _check_peers(results: dict[str, Any], text: str) -> None:
     """Issue 13: the curves ran create, dequeue and the lease cycle for pgqueue and the seeds at every
     client count, and each peer either ran (pgmq, PgQ through pgbench; PgQueuer in its throughput
     mode) or is reported as not available with the reason; the worker section measured `pgqueue
-    worker`, the SQL lease cycle and (when installed) PgQueuer in the same run."""
+    worker` (with a plain-function and an async def handler), the SQL lease cycle and (when
+    installed) PgQueuer in the same run."""
     from bench.ops import CURVE_KEYS, CURVE_PGQUEUER
 
     cur = results["curves"]
@@ -108,8 +109,10 @@ def _check_peers(results: dict[str, Any], text: str) -> None:
     assert ("lease mode as the worker runs it, end to end (the worker) vs pgmq read + delete" in text
             and "lease mode as the worker runs it, at the SQL level" in text
             and "vs pgqueue's delete-mode dequeue" in text)
-    worker_runs = [r for r in wk["runs"] if r["key"] == "worker"]
-    assert worker_runs and all(r["exit_codes"] == [0] * wk["processes"] for r in worker_runs)
+    assert wk["median"]["worker_async"] > 0 and "with an async def no-op handler" in text
+    for key in ("worker", "worker_async"):  # the handler on threads, and as a coroutine
+        worker_runs = [r for r in wk["runs"] if r["key"] == key]
+        assert worker_runs and all(r["exit_codes"] == [0] * wk["processes"] for r in worker_runs), key
     if wk["pgqueuer"]["available"]:
         assert wk["median"]["pgqueuer"] > 0
         assert "worker vs PgQueuer's throughput mode on the same server" in text

@@ -19,11 +19,11 @@ out=$(mktemp -d)
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "CREATE EXTENSION pgmq" \
   -c "SELECT pgqueue.queue_create('bench', p_max_attempts => 5)" -c "SELECT pgmq.create('bench')" \
-  -f "$here/sql/20_seed001.sql" >/dev/null
+  -f "$here/sql/20_seed001.sql" -f "$here/sql/00_ceiling.sql" >/dev/null
 payload='{"type": "performance test", "topic": "fifo queue read and write, no domain logic involved"}'
 fill() {
   psql -q -X -d $db >/dev/null <<SQL
-TRUNCATE pgqueue.message, pgqueue.queue_size; TRUNCATE pgmq.q_bench; TRUNCATE seed001.message;
+TRUNCATE pgqueue.message, pgqueue.queue_size; TRUNCATE pgmq.q_bench; TRUNCATE seed001.message; TRUNCATE bench_raw.message;
 SELECT count(*) FROM pgqueue.message_create_batch('bench', array_fill(convert_to('$payload', 'UTF8'), ARRAY[300000]));
 SELECT count(*) FROM pgmq.send_batch('bench', array_fill('$payload'::jsonb, ARRAY[300000]));
 INSERT INTO seed001.message (content, dequeue_after)
