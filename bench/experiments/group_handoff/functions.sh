@@ -6,22 +6,13 @@
 # first): its queues are topped up to 300,000 messages and vacuumed before each run.
 # Usage: bench/experiments/group_handoff/functions.sh [SECONDS] [CLIENTS]
 set -euo pipefail
-bench=$(cd "$(dirname "$0")/../.." && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+bench=$(cd "$here/../.." && pwd)
 secs=${1:-5} clients=${2:-4}
 db=group_handoff
 for q in plain grouped; do
-  psql -q -X -d $db >/dev/null <<SQL
-DO \$\$ DECLARE n integer; BEGIN
-  SELECT count(*) INTO n FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = '$q';
-  IF n < 300000 THEN
-    PERFORM pgqueue.message_create_batch('$q', array_fill('\x01'::bytea, ARRAY[300000 - n]),
-            p_groups => CASE WHEN '$q' = 'grouped'
-                             THEN ARRAY(SELECT 'g' || (i % 10000) FROM generate_series(0, 300000 - n - 1) i) END);
-  END IF;
-END \$\$;
-VACUUM pgqueue.message;
-SELECT pg_stat_reset();
-SQL
+  psql -q -X -d $db -v queue=$q -f "$here/topup.sql" >/dev/null
+  psql -q -X -d $db -c "SELECT pg_stat_reset()" >/dev/null
   PGOPTIONS="-c synchronous_commit=off -c track_functions=pl" \
     pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" -D queue=$q -f "$bench/pgbench/pgqueue_dequeue.sql" $db \
     | sed -n "s/^tps = \([0-9.]*\).*/$q: \1 transactions\/s/p"
