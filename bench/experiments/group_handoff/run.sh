@@ -24,12 +24,8 @@ tps() {  # pgbench script [defines...] -> transactions/s
 declare -A all
 for r in $(seq "$rounds"); do
   psql -q -X -d $db -f "$here/setup.sql" >/dev/null 2>&1
-  psql -q -X -d $db >/dev/null <<'SQL'
-TRUNCATE pgqueue.message, pgqueue.queue_size, pgqueue.message_group_lock;
-SELECT count(*) FROM pgqueue.message_create_batch('plain', array_fill('\x01'::bytea, ARRAY[300000]));
-SELECT count(*) FROM pgqueue.message_create_batch('grouped', array_fill('\x01'::bytea, ARRAY[300000]),
-       p_groups => ARRAY(SELECT 'g' || (i % 10000) FROM generate_series(0, 299999) i));
-SQL
+  psql -q -X -d $db -c "TRUNCATE pgqueue.message, pgqueue.queue_size, pgqueue.message_group_lock"
+  for q in plain grouped; do psql -q -X -d $db -v queue=$q -f "$here/topup.sql" >/dev/null; done
   line="round $r:"
   keys=(flat group_table message_turn pgqueue_plain pgqueue_grouped)
   keys=("${keys[@]:$(( (r - 1) % 5 ))}" "${keys[@]:0:$(( (r - 1) % 5 ))}")  # the order rotates

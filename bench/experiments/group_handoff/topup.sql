@@ -1,5 +1,5 @@
 -- Top pgqueue's queue :'queue' ('plain', or 'grouped': 10,000 groups) up to 300,000 messages,
--- then vacuum; for functions.sh and one_statement.sh (psql -v queue=NAME -f topup.sql).
+-- then vacuum; for run.sh, functions.sh and one_statement.sh (psql -v queue=NAME -f topup.sql).
 SELECT count(*) < 300000 AS short, 300000 - count(*) AS n
   FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = :'queue' \gset
 \if :short
