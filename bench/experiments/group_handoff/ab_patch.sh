@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A/B of a patch to the grouped delete-mode dequeue: message_dequeue, _message_removed and trigger
+# message_removed as they are in extension/src (A) and with PATCH applied to a copy (B), installed
+# in turn in one database (CREATE OR REPLACE, the trigger made again); ROUNDS rounds of pgbench at
+# CLIENTS clients on a queue of group concurrency 1 (10,000 groups, topped up to 300,000 messages
+# and vacuumed before each run), synchronous_commit off, the order alternating. Prints
+# transactions/s for each build and round, and the medians.
+# Usage (a server on the default socket where the role may create databases):
+#   bench/experiments/group_handoff/ab_patch.sh PATCH [ROUNDS] [SECONDS] [CLIENTS]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+patch=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+rounds=${2:-4} secs=${3:-5} clients=${4:-1}
+db=group_handoff_ab
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/B/extension"
+cp -r "$root/extension/src" "$tmp/B/extension/src"
+(cd "$tmp/B" && patch -s -p1 < "$patch")
+functions() {  # source tree -> the SQL that installs its versions of the three objects
+  for f in functions/messages/message_dequeue functions/messages/_message_removed; do
+    sed '/^COMMENT ON/,$d' "$1/extension/src/$f.sql" | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'
+    echo ";"
+  done
+  echo "DROP TRIGGER message_removed ON pgqueue.message;"
+  cat "$1/extension/src/triggers/message_removed.sql"
+}
+functions "$root" > "$tmp/A.sql"
+functions "$tmp/B" > "$tmp/B.sql"
+psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
+psql -q -X -d $db -c "CREATE EXTENSION pgqueue" \
+  -c "SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)" >/dev/null
+export PGOPTIONS="-c synchronous_commit=off"
+ra="" rb=""
+for r in $(seq "$rounds"); do
+  builds="A B"; [ $((r % 2)) = 0 ] && builds="B A"
+  for build in $builds; do
+    psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/$build.sql"
+    psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
+    tps=$(pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$secs" -D queue=grouped \
+          -f "$root/bench/pgbench/pgqueue_dequeue.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+    echo "round $r, build $build: grouped $tps transactions/s"
+    if [ $build = A ]; then ra="$ra $tps"; else rb="$rb $tps"; fi
+  done
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+echo "median: A $(echo "$ra" | median), B ($(basename "$patch")) $(echo "$rb" | median)"
+psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db"
