@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# A/B of a patch to the grouped delete-mode dequeue: message_dequeue, _message_removed and trigger
-# message_removed as they are in extension/src (A) and with PATCH applied to a copy (B), installed
-# in turn in one database (CREATE OR REPLACE, the trigger made again); ROUNDS rounds of pgbench at
-# CLIENTS clients on a queue of group concurrency 1 (10,000 groups, topped up to 300,000 messages
-# and vacuumed before each run), synchronous_commit off, the order alternating. Prints
-# transactions/s for each build and round, and the medians.
+# A/B of a patch to a grouped queue's dequeue or hand-off: the functions of extension/src/functions
+# that the patch touches, and trigger message_removed, as they are in extension/src (A) and with
+# PATCH applied to a copy (B), installed in turn in one database (CREATE OR REPLACE, the trigger
+# made again); ROUNDS rounds of pgbench at CLIENTS clients on a queue of group concurrency 1
+# (10,000 groups, topped up to 300,000 messages and vacuumed before each run), synchronous_commit
+# off, the order alternating. SCRIPT (default pgqueue_dequeue, delete mode; pgqueue_lease_cycle for
+# lease + complete) names the script in bench/pgbench/. Prints transactions/s for each build and
+# round, and the medians.
 # Usage (a server on the default socket where the role may create databases):
-#   bench/experiments/group_handoff/ab_patch.sh PATCH [ROUNDS] [SECONDS] [CLIENTS]
+#   [SCRIPT=pgqueue_lease_cycle] bench/experiments/group_handoff/ab_patch.sh PATCH [ROUNDS] [SECONDS] [CLIENTS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -18,8 +20,11 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/B/extension"
 cp -r "$root/extension/src" "$tmp/B/extension/src"
 (cd "$tmp/B" && patch -s -p1 < "$patch")
-functions() {  # source tree -> the SQL that installs its versions of the three objects
-  for f in functions/messages/message_dequeue functions/messages/_message_removed; do
+script=${SCRIPT:-pgqueue_dequeue}
+# the function files the patch touches (the trigger is made again in any case)
+touched=$(sed -n 's#^+++ [ab]/extension/src/\(functions/.*\)\.sql.*#\1#p' "$patch" | sort -u)
+functions() {  # source tree -> the SQL that installs its versions of those objects
+  for f in $touched; do
     sed '/^COMMENT ON/,$d' "$1/extension/src/$f.sql" | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'
     echo ";"
   done
@@ -32,6 +37,11 @@ psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 psql -q -X -d $db -c "CREATE EXTENSION pgqueue" \
   -c "SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)" >/dev/null
 export PGOPTIONS="-c synchronous_commit=off"
+# a warm-up run, not counted: the first run after the set-up was up to a third slower
+psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/A.sql"
+psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
+pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T 3 -D queue=grouped \
+  -f "$root/bench/pgbench/$script.sql" $db >/dev/null 2>&1
 ra="" rb=""
 for r in $(seq "$rounds"); do
   builds="A B"; [ $((r % 2)) = 0 ] && builds="B A"
@@ -39,7 +49,7 @@ for r in $(seq "$rounds"); do
     psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/$build.sql"
     psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
     tps=$(pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$secs" -D queue=grouped \
-          -f "$root/bench/pgbench/pgqueue_dequeue.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+          -f "$root/bench/pgbench/$script.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
     echo "round $r, build $build: grouped $tps transactions/s"
     if [ $build = A ]; then ra="$ra $tps"; else rb="$rb $tps"; fi
   done

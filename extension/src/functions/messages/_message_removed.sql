@@ -2,9 +2,8 @@
 -- left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by Spark,
 -- dead-lettered). Keep its key taken for the queue's key_window_ms unless it went to the dead
 -- letters, removing two windows that have ended on the way (so the table stays as small as the
--- keys of one window), and give its group its next turn (pgqueue._message_group_next) unless
--- message_dequeue, which deleted it, did (it names the message in the transaction-local setting
--- pgqueue.handed_off). Nothing when the queue itself is being dropped (its row is gone first).
+-- keys of one window), and give its group its next turn (pgqueue._message_group_next). Nothing
+-- when the queue itself is being dropped (its row is gone first).
 CREATE FUNCTION pgqueue._message_removed()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -38,8 +37,7 @@ BEGIN
                                              LIMIT 2
                                                FOR UPDATE SKIP LOCKED);
     END IF;
-    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL
-       AND current_setting('pgqueue.handed_off', true) IS DISTINCT FROM OLD.id::text THEN
+    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
         v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
     END IF;
     RETURN NULL;

@@ -78,41 +78,7 @@ BEGIN
             PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
         IF v_lock_ms = 0 THEN
-            IF cardinality(v_ids) = 1 AND v_groups = 1 THEN
-                -- One message of a queue with one in flight per group: the group's lock first,
-                -- then the DELETE and the hand-off of the group's turn in one statement, under
-                -- the lock's newer snapshot, instead of the trigger's chain of calls
-                -- (_message_removed, _message_group_next), which skips a message named in the
-                -- transaction-local setting pgqueue.handed_off. The room check leaves the
-                -- deleted message out (the statement still sees it); the next message is locked
-                -- (FOR UPDATE: one that message_cancel deletes meanwhile is passed over for the
-                -- one after it). (The take hands out a grouped queue's messages only with their
-                -- group's turn; a message without a group has no hand-off.)
-                SELECT m.group_key INTO v_group FROM pgqueue.message m WHERE m.id = v_ids[1];
-                IF v_group IS NOT NULL THEN
-                    v_turned := pgqueue._message_group_lock(v_queue_id, v_group)
-                                AND set_config('pgqueue.handed_off', v_ids[1]::text, true) IS NOT NULL;
-                END IF;
-                RETURN QUERY
-                WITH d AS (
-                    DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
-                       AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
-                       AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
-                    RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
-                              m.content_type, m.created_at, NULL::bigint),
-                u AS (
-                    UPDATE pgqueue.message n SET turn_at = pgqueue._turn_key(n.dequeue_at, true)
-                     WHERE n.id = (SELECT w.id FROM pgqueue.message w
-                                    WHERE w.queue_id = v_queue_id AND w.group_key = v_group
-                                      AND w.turn_at IS NULL
-                                    ORDER BY w.dequeue_at, w.id
-                                    LIMIT 1
-                                      FOR UPDATE)
-                       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                        WHERE t.queue_id = v_queue_id AND t.group_key = v_group
-                                          AND t.turn_at IS NOT NULL AND t.id <> v_ids[1]))
-                SELECT * FROM d;
-            ELSIF cardinality(v_ids) = 1 THEN
+            IF cardinality(v_ids) = 1 THEN
                 RETURN QUERY
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
