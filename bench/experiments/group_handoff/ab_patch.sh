@@ -37,23 +37,23 @@ psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 psql -q -X -d $db -c "CREATE EXTENSION pgqueue" \
   -c "SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)" >/dev/null
 export PGOPTIONS="-c synchronous_commit=off"
+run() {  # build, seconds -> transactions/s of a run of that build on a topped-up queue
+  psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/$1.sql"
+  psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
+  pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$2" -D queue=grouped \
+    -f "$root/bench/pgbench/$script.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
 # a warm-up run, not counted: the first run after the set-up was up to a third slower
-psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/A.sql"
-psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
-pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T 3 -D queue=grouped \
-  -f "$root/bench/pgbench/$script.sql" $db >/dev/null 2>&1
+run A 3 >/dev/null
 ra="" rb=""
 for r in $(seq "$rounds"); do
   builds="A B"; [ $((r % 2)) = 0 ] && builds="B A"
   for build in $builds; do
-    psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/$build.sql"
-    psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
-    tps=$(pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$secs" -D queue=grouped \
-          -f "$root/bench/pgbench/$script.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+    tps=$(run $build "$secs")
     echo "round $r, build $build: grouped $tps transactions/s"
     if [ $build = A ]; then ra="$ra $tps"; else rb="$rb $tps"; fi
   done
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+. "$here/median.sh"
 echo "median: A $(echo "$ra" | median), B ($(basename "$patch")) $(echo "$rb" | median)"
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db"

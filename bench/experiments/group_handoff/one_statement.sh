@@ -44,6 +44,6 @@ for r in $(seq "$rounds"); do
     if [ $build = A ]; then ra="$ra $ratio"; else rb="$rb $ratio"; fi
   done
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+. "$here/median.sh"
 echo "median grouped/plain: A (0.4) $(echo "$ra" | median), B (one statement) $(echo "$rb" | median)"
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db"

@@ -41,7 +41,7 @@ for r in $(seq "$rounds"); do
   done
   echo "$line"
 done
-median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+. "$here/median.sh"
 declare -A med
 for k in flat group_table message_turn pgqueue_plain pgqueue_grouped; do med[$k]=$(echo "${all[$k]}" | median); done
 awk -v f="${med[flat]}" -v gt="${med[group_table]}" -v mt="${med[message_turn]}" \
