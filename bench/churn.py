@@ -9,7 +9,8 @@ carries a token; consumers record the tokens they finished and the run ends with
 check: every token produced is finished exactly once or still in the queue, never both.
 
 Recorded each second: messages finished and enqueued, the table's size with its indexes (and
-heap alone), dead and live tuples, autovacuum runs, the oldest snapshot's age. Reported per
+heap alone), dead and live tuples, autovacuum runs, whether a vacuum of the table is running,
+the server's checkpoints so far, the database's buffer accesses so far, the oldest snapshot's age. Reported per
 window (15 s): the dequeue rate, and the slowest window against the fastest.
 
 pgqueue runs the lease cycle (dequeue with a lease, then message_complete: two statements,
@@ -465,13 +466,17 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 row = mconn.execute(
                     "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), s.n_dead_tup, s.n_live_tup, "
                     "s.autovacuum_count, (SELECT greatest(max(age(backend_xmin)), max(age(backend_xid))) "
-                    "FROM pg_stat_activity WHERE datname = current_database()) "
+                    "FROM pg_stat_activity WHERE datname = current_database()), "
+                    "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter), "
+                    "EXISTS (SELECT FROM pg_stat_progress_vacuum v WHERE v.relid = c.oid), "
+                    "(SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()) "
                     "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
                     "WHERE c.oid = %s::regclass", [main_table]).fetchone()
                 if row:
                     sample = {"t": round(time.perf_counter() - t0, 2), "total_bytes": row[0],
                               "heap_bytes": row[1], "dead": row[2], "live": row[3],
-                              "autovacuums": row[4], "xmin_age": row[5], "backlog": backlog_now()}
+                              "autovacuums": row[4], "xmin_age": row[5], "checkpoints": row[6],
+                              "vacuuming": row[7], "blocks": row[8], "backlog": backlog_now()}
                     if design.schemas:
                         sample["design_bytes"] = _design_bytes(mconn, design)
                     samples.append(sample)

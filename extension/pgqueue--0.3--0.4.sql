@@ -3996,6 +3996,20 @@ COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, 
 -- letters, removing two windows that have ended on the way (so the table stays as small as the
 -- keys of one window), and give its group its next turn (pgqueue._message_group_next). Nothing
 -- when the queue itself is being dropped (its row is gone first).
+--
+-- With one in flight per group (group concurrency 1, the ordered case) the message leaving is the
+-- group's only one with the turn, and the common hand-off is done here by one UPDATE, without the
+-- group's lock and without the two calls of pgqueue._message_group_next: the group's first
+-- message waiting gets the turn if no message of the group has it (as that function's UPDATE for
+-- concurrency 1). That needs no lock because nothing else can give the group a turn meanwhile: a
+-- producer gives its new message the turn only if it sees no message with the turn, and it sees
+-- the one leaving until this transaction commits, which commits the new turn with it. When the
+-- UPDATE finds no message waiting (or its row was cancelled meanwhile),
+-- pgqueue._message_group_next takes the group's lock and looks again under a newer snapshot: a
+-- producer adding a message now either waits for that lock and gives its own message the turn
+-- (it then sees the one leaving gone), or holds it first and is seen (specs/group_producer.spec).
+-- 2-5% more grouped lease cycles and delete-mode dequeues at 4 clients than with the lock taken
+-- here too, 2-6% than through _message_group_next (docs/performance.md, "Message groups").
 CREATE FUNCTION pgqueue._message_removed()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -4029,7 +4043,21 @@ BEGIN
                                              LIMIT 2
                                                FOR UPDATE SKIP LOCKED);
     END IF;
-    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
+    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency = 1 THEN
+        UPDATE pgqueue.message m
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+         WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                        WHERE w.queue_id = OLD.queue_id AND w.group_key = OLD.group_key
+                          AND w.turn_at IS NULL
+                        ORDER BY w.dequeue_at, w.id
+                        LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                            WHERE t.queue_id = OLD.queue_id AND t.group_key = OLD.group_key
+                              AND t.turn_at IS NOT NULL);
+        IF NOT FOUND THEN  -- under the group's lock, looking again
+            v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+        END IF;
+    ELSIF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
         v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
     END IF;
     RETURN NULL;
