@@ -1,8 +1,17 @@
 -- Serialise the decisions about one message group's turns (pgqueue._message_insert,
 -- pgqueue._message_group_next) until the end of the transaction: lock the row of the group's
 -- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use.
--- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry). Returns
--- true: callers assign it (a PL/pgSQL simple expression) rather than run a PERFORM query.
+-- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry).
+--
+-- Returns whether the caller's snapshot sees every earlier decision on the stripe: always true
+-- under READ COMMITTED, where the caller's next statement takes a snapshot after the lock. Under
+-- REPEATABLE READ or SERIALIZABLE the snapshot is the transaction's: false when the stripe's
+-- previous locker (its xmax, read as the lock is taken; locks serialise, so the last locker
+-- ended after every earlier one) is not visible to it, i.e. a producer may have added a message
+-- that this transaction cannot see, or a consumer may have removed one it still sees. A caller
+-- that then finds nothing to give the turn to raises 40001 instead of leaving a message waiting
+-- with no turn. (A previous locker that was one of this transaction's own subtransactions, or a
+-- multixact, counts as not visible: at worst a 40001 more.)
 --
 -- SECURITY DEFINER because locking the row needs UPDATE on the table, which no other role has:
 -- nobody can hold a group's lock outside pgqueue's functions. EXECUTE is revoked from PUBLIC and
@@ -14,13 +23,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_stripe integer := hashtext(p_group) & 255;
+    v_prev   xid;
+    v_cur    bigint;
 BEGIN
-    PERFORM FROM pgqueue.message_group_lock l
+    SELECT l.xmax INTO v_prev FROM pgqueue.message_group_lock l
      WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO pgqueue.message_group_lock (queue_id, stripe) VALUES (p_queue_id, v_stripe)
             ON CONFLICT DO NOTHING;
-        PERFORM FROM pgqueue.message_group_lock l
+        SELECT l.xmax INTO v_prev FROM pgqueue.message_group_lock l
          WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'could not lock message group stripe % of queue %', v_stripe, p_queue_id
@@ -28,11 +39,18 @@ BEGIN
                       HINT = 'Another transaction made it after this one''s snapshot: retry the transaction.';
         END IF;
     END IF;
-    RETURN true;
+    IF v_prev::text = '0' OR current_setting('transaction_isolation') = 'read committed' THEN
+        RETURN true;
+    END IF;
+    -- the previous locker's full transaction id (it is recent: within 2^31 of this one's)
+    v_cur := pg_current_xact_id()::text::bigint;
+    v_cur := v_cur - ((v_cur - v_prev::text::bigint) % 4294967296 + 4294967296) % 4294967296;
+    RETURN v_cur::text::xid8 = pg_current_xact_id()
+        OR pg_visible_in_snapshot(v_cur::text::xid8, pg_current_snapshot());
 END;
 $$;
 
 REVOKE ALL ON FUNCTION pgqueue._message_group_lock(integer, text) FROM PUBLIC;
 
 COMMENT ON FUNCTION pgqueue._message_group_lock(integer, text) IS
-    'pgqueue internal: lock a message group''s stripe of a queue until the end of the transaction (row lock, made on first use)';
+    'pgqueue internal: lock a message group''s stripe of a queue until the end of the transaction (row lock, made on first use); false if this transaction''s snapshot may miss an earlier decision on it (REPEATABLE READ)';

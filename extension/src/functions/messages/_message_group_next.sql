@@ -70,6 +70,13 @@ BEGIN
             RETURN true;
         END IF;
     END LOOP;
+    IF NOT v_locked THEN
+        -- REPEATABLE READ: a message of the group added after this snapshot would be left waiting
+        -- with no turn (pgqueue._message_group_lock)
+        RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
+            USING ERRCODE = '40001',
+                  HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
+    END IF;
     RETURN false;
 END;
 $$;

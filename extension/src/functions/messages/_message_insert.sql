@@ -58,6 +58,12 @@ BEGIN
             v_held := pgqueue._message_group_lock(p_queue.id, p_group);
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
                 v_turn := pgqueue._turn_key(v_at, false);
+            ELSIF NOT v_held THEN
+                -- REPEATABLE READ: the message taking the room may have left after this snapshot,
+                -- and this one would wait with no turn (pgqueue._message_group_lock)
+                RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
+                    USING ERRCODE = '40001',
+                          HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
             END IF;
         END IF;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
