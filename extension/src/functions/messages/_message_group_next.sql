@@ -7,12 +7,11 @@
 -- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
 -- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
 --
--- Called on every grouped delivery, so the common path is two statements: the lock, and one
--- UPDATE whose WHERE holds the room (the probes of pgqueue._message_group_room, as initplans:
--- run once, under the lock's newer snapshot). With one in flight per group the UPDATE has a
--- statement of its own, without the count of the general case: that subplan was set up at
--- every execution though never run (lease + complete on a grouped queue 1.03x, measured). When
--- it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
+-- The common path is two statements: the lock, and one UPDATE whose WHERE holds the room (the
+-- probes of pgqueue._message_group_room, as initplans: run once, under the lock's newer
+-- snapshot). With one in flight per group the hand-off of every delivery is done by trigger
+-- message_removed without this function, which it calls only when its own UPDATE found no
+-- message waiting; the statement below covers that case too. When it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
 -- deleted meanwhile by message_cancel (READ COMMITTED reads the next one; REPEATABLE READ
 -- raises 40001 instead).
 CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_concurrency integer)
@@ -24,34 +23,22 @@ DECLARE
     v_locked boolean;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
-    IF p_concurrency = 1 THEN
-        UPDATE pgqueue.message m
-           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
-         WHERE m.id = (SELECT w.id FROM pgqueue.message w
-                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
-                        ORDER BY w.dequeue_at, w.id
-                        LIMIT 1)
-           -- the room: no message of the group has the turn, waiting or in flight
-           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL);
-    ELSE
-        UPDATE pgqueue.message m
-           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
-         WHERE m.id = (SELECT w.id FROM pgqueue.message w
-                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
-                        ORDER BY w.dequeue_at, w.id
-                        LIMIT 1)
-           -- the room: no turn waiting ...
-           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
-                              AND NOT pgqueue._leased(t.locked_until))
-           -- ... and fewer than p_concurrency in flight (0: no limit)
-           AND (p_concurrency = 0
-                OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
-                                           WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                                             AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
-                                           LIMIT p_concurrency) f) < p_concurrency);
-    END IF;
+    UPDATE pgqueue.message m
+       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+     WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                    WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL
+                    ORDER BY w.dequeue_at, w.id
+                    LIMIT 1)
+       -- the room: no turn waiting ...
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
+                          AND NOT pgqueue._leased(t.locked_until))
+       -- ... and fewer than p_concurrency in flight (0: no limit)
+       AND (p_concurrency = 0
+            OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
+                                       WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                                         AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
+                                       LIMIT p_concurrency) f) < p_concurrency);
     IF FOUND THEN
         RETURN true;
     END IF;

@@ -8,11 +8,11 @@
 -- With one in flight per group (group concurrency 1, the ordered case) the message leaving is the
 -- group's only one with the turn, and the common hand-off is done here by one UPDATE, without the
 -- group's lock and without the two calls of pgqueue._message_group_next: the group's first
--- message waiting gets the turn if no message of the group has it (as that function's UPDATE for
--- concurrency 1). That needs no lock because nothing else can give the group a turn meanwhile: a
--- producer gives its new message the turn only if it sees no message with the turn, and it sees
--- the one leaving until this transaction commits, which commits the new turn with it. When the
--- UPDATE finds no message waiting (or its row was cancelled meanwhile),
+-- message waiting gets the turn if no message of the group has it (that function's UPDATE with
+-- one in flight allowed). That needs no lock because nothing else can give the group a turn
+-- meanwhile: a producer gives its new message the turn only if it sees no message with the
+-- turn, and it sees the one leaving until this transaction commits, which commits the new turn
+-- with it. When the UPDATE finds no message waiting (or its row was cancelled meanwhile),
 -- pgqueue._message_group_next takes the group's lock and looks again under a newer snapshot: a
 -- producer adding a message now either waits for that lock and gives its own message the turn
 -- (it then sees the one leaving gone), or holds it first and is seen (specs/group_producer.spec).
@@ -62,10 +62,12 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
                             WHERE t.queue_id = OLD.queue_id AND t.group_key = OLD.group_key
                               AND t.turn_at IS NOT NULL);
-        IF NOT FOUND THEN  -- under the group's lock, looking again
-            v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+        IF FOUND THEN
+            RETURN NULL;
         END IF;
-    ELSIF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
+        -- nothing handed on: _message_group_next looks again, under the group's lock
+    END IF;
+    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
         v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
     END IF;
     RETURN NULL;
