@@ -32,15 +32,20 @@ def test_two_schedulers_racing_enqueue_each_slot_once(dsn: str) -> None:
     start = datetime.now(timezone.utc) - timedelta(seconds=120)
     # 121 slots due at once (missed = all), and one more every second while they race
     create_schedule(dsn, "tick", "ticks", "t", every=1, missed="all", start_at=start)
-    barrier = threading.Barrier(2)
     seen: list[list[ScheduledMessage]] = [[], []]
     stop = time.monotonic() + 2.5
+    done = threading.Event()
+    # the barrier's action, run once per round before both threads go on, decides for both whether
+    # the race is over: a clock read by each thread could let one leave and the other wait alone
+    barrier = threading.Barrier(2, action=lambda: done.set() if time.monotonic() >= stop else None)
 
     def scheduler(i: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             rnd = 0
-            while time.monotonic() < stop:
+            while True:
                 barrier.wait(5)  # both call schedule_run at the same instant, again and again
+                if done.is_set():
+                    break
                 # the other thread goes first every other round, 0.1 ms ahead, so that each wins
                 # some races (on a loaded machine one thread could otherwise win them all) while
                 # the later call still meets the first one's transaction
