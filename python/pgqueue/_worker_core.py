@@ -8,18 +8,24 @@ LISTEN or polls, reconnects after the doubling :class:`Backoff`, and on stop let
 handlers finish within ``shutdown_grace`` before giving the rest back with a defer.
 
 A coroutine handler is awaited in its task. A plain function runs on :class:`_HandlerThreads`,
-a bounded pool of daemon threads, and its task awaits it; that is the only difference between
-the two workers, besides how :meth:`WorkerCore._main` is entered (awaited by
-``AsyncWorker.run``, run on an event loop of its own by ``Worker.run``).
+a bounded pool of daemon threads, without a task: the loop hands it over and the threads hand
+back its return, in one loop callback for all the handlers that returned meanwhile (a task and
+a future a message cost 15-20 us of the loop's time a message, measured,
+bench/experiments/worker_cpu/loop_only.py). That is the only difference between the two
+workers, besides how :meth:`WorkerCore._main` is entered (awaited by ``AsyncWorker.run``, run on
+an event loop of its own by ``Worker.run``).
 
-Handler timeouts: ``asyncio.timeout`` around the await in both cases. A coroutine is cancelled;
-a thread cannot be: its task stops waiting, the message is failed, the thread runs on until the
-handler returns (its result ignored) and a new thread takes its place in the pool.
+Handler timeouts: ``asyncio.timeout`` around a coroutine, which is cancelled; a timer of the
+loop for a thread, which cannot be: the loop stops waiting for it, the message is failed, the
+thread runs on until the handler returns (its result ignored) and a new thread takes its place
+in the pool. At the end of the shutdown grace, the same for each handler still running, and its
+message is given back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -141,11 +147,12 @@ def _worker_conninfo(dsn: str) -> str:
 
 @dataclass(eq=False)
 class _Job:
-    """A plain-function call handed to the handler threads, awaited by the loop as ``future``."""
+    """A plain-function call handed to the handler threads; ``on_done`` gets, on the loop, what
+    the handler raised (None if nothing), unless the job was dropped first."""
 
     handler: Handler
     message: Message
-    future: asyncio.Future[BaseException | None]
+    on_done: Callable[[BaseException | None], None]
     state: str = "queued"  # queued, running, dropped (nobody waits for it) or done
     started: float = 0.0
 
@@ -153,11 +160,12 @@ class _Job:
 class _HandlerThreads:
     """``size`` daemon threads running plain-function handlers for the event loop.
 
-    :meth:`call` awaits the handler's return and gives back what it raised (None if nothing).
-    Cancelled while the handler runs (a timeout, or the end of the shutdown grace), it stops
-    waiting: the thread cannot be stopped, it runs on until the handler returns, drops the
-    result and exits, and a new thread takes its place so that ``size`` handlers can still run.
-    Daemon threads, so that such a thread does not keep the process alive either.
+    :meth:`submit` hands a handler over; when it returns, its job's ``on_done`` runs on the loop
+    with what it raised (None if nothing). :meth:`drop` stops waiting for a job (a timeout, or
+    the end of the shutdown grace): the thread cannot be stopped, it runs on until the handler
+    returns, drops the result and exits, and a new thread takes its place so that ``size``
+    handlers can still run. Daemon threads, so that such a thread does not keep the process
+    alive either.
     """
 
     def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
@@ -176,19 +184,24 @@ class _HandlerThreads:
         self._threads += 1
         threading.Thread(target=self._run, name=f"pgqueue-handler-{next(self._names)}", daemon=True).start()
 
-    async def call(self, handler: Handler, message: Message) -> BaseException | None:
-        job = _Job(handler, message, self._loop.create_future())
+    def submit(self, handler: Handler, message: Message, on_done: Callable[[BaseException | None], None]) -> _Job:
+        """Run ``handler(message)`` on a thread; then ``on_done`` on the loop (unless dropped)."""
+        job = _Job(handler, message, on_done)
         self._jobs.put(job)
-        try:
-            return await job.future
-        except asyncio.CancelledError:
-            with self._lock:
-                running, job.state = job.state == "running", "dropped"
-            if running:
-                self._threads -= 1  # that thread ends when its handler returns
-                self.abandoned += 1
-                self._start_thread()
-            raise
+        return job
+
+    def drop(self, job: _Job) -> bool:
+        """Stop waiting for a job (on the loop); False if its handler has returned already (its
+        ``on_done`` is then on its way and still runs)."""
+        with self._lock:
+            if job.state == "done":
+                return False
+            running, job.state = job.state == "running", "dropped"
+        if running:
+            self._threads -= 1  # that thread ends when its handler returns
+            self.abandoned += 1
+            self._start_thread()
+        return True
 
     def close(self) -> None:
         """Let every idle thread exit (busy ones exit when their handler returns)."""
@@ -222,12 +235,11 @@ class _HandlerThreads:
                     return
 
     def _deliver(self) -> None:
-        """On the loop: hand the handlers' returns to the tasks awaiting them."""
+        """On the loop: pass the handlers' returns on (a job done is never dropped)."""
         with self._lock:
             returned, self._returned, self._scheduled = self._returned, [], False
         for job, error in returned:
-            if not job.future.done():
-                job.future.set_result(error)
+            job.on_done(error)
 
 
 @dataclass(eq=False)
@@ -239,7 +251,9 @@ class _Delivery:
     finished: float | None = None
     error: BaseException | None = None
     released: bool = False  # stopped at shutdown: give it back
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # a coroutine handler's
+    job: _Job | None = None  # a plain function's, on the handler threads
+    timer: asyncio.TimerHandle | None = None  # a plain function's timeout
 
 
 class WorkerCore:
@@ -516,11 +530,43 @@ class WorkerCore:
         return len(messages)
 
     def _start(self, messages: list[Message]) -> None:
-        """Start a handler task for each newly leased message."""
+        """Start the handler of each newly leased message: a task for a coroutine handler, a job
+        on the handler threads for a plain function."""
         for msg in messages:
             d = _Delivery(msg)
             self._in_hand[msg.id] = d
-            d.task = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
+            if self._threads is None:
+                d.task = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
+                continue
+            d.job = self._threads.submit(self._handler, msg, functools.partial(self._job_done, d))
+            limit = self._timeout(msg) if callable(self._timeout) else self._timeout
+            if limit is not None:
+                assert self._loop is not None
+                d.timer = self._loop.call_later(limit, self._job_timed_out, d, limit)
+
+    def _job_done(self, d: _Delivery, error: BaseException | None) -> None:
+        """On the loop: a plain function's handler returned (or raised ``error``)."""
+        if d.finished is None:  # not timed out or stopped meanwhile
+            d.error = error
+            self._finish(d)
+
+    def _job_timed_out(self, d: _Delivery, limit: float) -> None:
+        assert self._threads is not None and d.job is not None
+        if d.finished is not None or not self._threads.drop(d.job):
+            return  # it returned in time: _job_done has run or is on its way
+        d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (its result will be ignored)")
+        log.warning("message %d: handler timed out after %g s; failing it (its result will be ignored; "
+                    "%d abandoned handler thread(s) so far)", d.message.id, limit, self._threads.abandoned)
+        self._finish(d)
+
+    def _finish(self, d: _Delivery) -> None:
+        """A handler is over (returned, raised, timed out or stopped): settle its message next."""
+        if d.timer is not None:
+            d.timer.cancel()
+        d.finished = time.monotonic()
+        self._finished.append(d)
+        assert self._wake is not None
+        self._wake.set()
 
     def _completed(self, done: list[_Delivery], lost: set[int]) -> list[Result]:
         """The results of deliveries acknowledged as completed (``lost``: the ids whose lease
@@ -547,9 +593,8 @@ class WorkerCore:
         return sleep if due_in <= 0 else min(sleep, due_in + 0.002)
 
     async def _call(self, msg: Message) -> BaseException | None:
-        """Run the handler on a message; return what it raised (None if nothing)."""
-        if self._threads is not None:
-            return await self._threads.call(self._handler, msg)
+        """Run a coroutine handler (or a Tasks registry's) on a message; return what it raised
+        (None if nothing)."""
         try:
             result = self._handler(msg)
             if inspect.isawaitable(result):  # a coroutine function, or a Tasks registry's task
@@ -569,17 +614,11 @@ class WorkerCore:
                 if scope.expired():  # the handler swallowed the cancellation: its result is ignored
                     raise TimeoutError
         except TimeoutError:
-            how = "its result will be ignored" if self._threads is not None else "cancelled"
-            d.error = HandlerTimeout(f"the handler was still running after {limit:g} s ({how})")
-            log.warning("message %d: handler timed out after %g s; failing it (%s%s)", d.message.id, limit,
-                        how, "" if self._threads is None else
-                        f"; {self._threads.abandoned} abandoned handler thread(s) so far")
+            d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
+            log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id, limit)
         except asyncio.CancelledError:
             d.released = True  # stopped by the shutdown: give the message back
-        d.finished = time.monotonic()
-        self._finished.append(d)
-        assert self._wake is not None
-        self._wake.set()
+        self._finish(d)
 
     async def _settle(self) -> bool:
         """Acknowledge the finished deliveries; True if one went back on the queue. A database
@@ -651,24 +690,29 @@ class WorkerCore:
     async def _drain(self) -> None:
         """Let running handlers finish within shutdown_grace, stop waiting for the rest (a
         coroutine is cancelled, a thread runs on unwatched) and give their messages back."""
-        running = [d.task for d in self._in_hand.values() if d.task is not None and not d.task.done()]
+        running = [d for d in self._in_hand.values() if d.finished is None]
         if running and not self._aborting:
             log.info("waiting up to %gs for %d in-flight message(s)", self._shutdown_grace, len(running))
             deadline = time.monotonic() + self._shutdown_grace
             while not self._aborting and time.monotonic() < deadline:
-                pending = [t for t in running if not t.done()]
-                if not pending:
+                if all(d.finished is not None for d in running):
                     break
                 await self._settle_quietly()
-                assert self._wake is not None
-                self._wake.clear()
-                waiter = asyncio.create_task(self._wake.wait())
-                await asyncio.wait([*pending, waiter], timeout=min(0.5, max(0.0, deadline - time.monotonic())),
-                                   return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-        for task in running:
+                # every handler that ends sets _wake (_finish)
+                await self._sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        tasks = [d.task for d in running if d.task is not None and not d.task.done()]
+        for task in tasks:
             task.cancel()  # their messages are released
-        await asyncio.gather(*running, return_exceptions=True)
+        for d in running:
+            if d.job is not None and d.finished is None:
+                assert self._threads is not None
+                if self._threads.drop(d.job):  # the thread runs on unwatched; the message is released
+                    d.released = True
+                    self._finish(d)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # a handler that returned just before its drop: its return is on its way to _job_done
+        while any(d.finished is None for d in running):
+            await self._sleep(0.01)
         await self._settle_quietly()
         for d in list(self._in_hand.values()):
             log.warning("message %d: not acknowledged (no database); it returns when its lease runs out",

@@ -5,6 +5,11 @@
 # drain: do not run it as a worker), handler_on_loop.patch calls the handler on the event loop
 # instead of a thread, lazy_thread_wakeup.patch wakes one handler thread per batch (the jobs still
 # waiting 2 ms later wake a thread each). The working tree is restored on exit.
+# no_task_per_message.patch and lazy_thread_wakeup.patch were made against the worker as it was
+# up to commit 46fc84a (a task and a future a plain-function message): check that commit out to
+# run them. The first became the worker's way in session 15; handler_on_loop.patch was made
+# again against it. bench/experiments/worker_cpu/loop_only.py measures the same patches without
+# a server.
 # Usage (repository root, clean working tree): bench/experiments/worker_cpu/ab.sh DSN PATCH [ROUNDS] [N]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
