@@ -8,8 +8,8 @@
 # no_task_per_message.patch and lazy_thread_wakeup.patch were made against the worker as it was
 # up to commit 46fc84a (a task and a future a plain-function message): check that commit out to
 # run them. The first became the worker's way in session 15; handler_on_loop.patch was made
-# again against it. bench/experiments/worker_cpu/loop_only.py measures the same patches without
-# a server.
+# again against it, and one_wakeup_a_batch.patch was made against it (tried, not kept).
+# bench/experiments/worker_cpu/loop_only.py measures the same patches without a server.
 # Usage (repository root, clean working tree): bench/experiments/worker_cpu/ab.sh DSN PATCH [ROUNDS] [N]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
