@@ -5,7 +5,8 @@
 # Usage: bench/experiments/cpu_per_call/wal_per_tx.sh DB SCRIPT [CLIENTS]
 set -euo pipefail
 db=$1 script=$2 clients=${3:-15}
-pgbench=$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+pgbench=$(command -v pgbench || echo "$("$("$repo/scripts/find-pg-config")" --bindir)/pgbench")
 l0=$(psql -d "$db" -qAtc "SELECT pg_current_wal_lsn()")
 out=$("$pgbench" -n -c "$clients" -j 2 -T 8 -D queue="'bench'" -f "$script" "$db" 2>&1)
 l1=$(psql -d "$db" -qAtc "SELECT pg_current_wal_lsn()")
