@@ -10,7 +10,7 @@ handlers finish within ``shutdown_grace`` before giving the rest back with a def
 A coroutine handler is awaited in its task. A plain function runs on :class:`_HandlerThreads`,
 a bounded pool of daemon threads, without a task: the loop hands it over and the threads hand
 back its return, in one loop callback for all the handlers that returned meanwhile (a task and
-a future a message cost 15-20 us of the loop's time a message, measured,
+a future a message cost 10-20 us of the loop's time a message, measured with
 bench/experiments/worker_cpu/loop_only.py). That is the only difference between the two
 workers, besides how :meth:`WorkerCore._main` is entered (awaited by ``AsyncWorker.run``, run on
 an event loop of its own by ``Worker.run``).
@@ -539,10 +539,14 @@ class WorkerCore:
                 d.task = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
                 continue
             d.job = self._threads.submit(self._handler, msg, functools.partial(self._job_done, d))
-            limit = self._timeout(msg) if callable(self._timeout) else self._timeout
+            limit = self._limit(msg)
             if limit is not None:
                 assert self._loop is not None
                 d.timer = self._loop.call_later(limit, self._job_timed_out, d, limit)
+
+    def _limit(self, msg: Message) -> float | None:
+        """The handler's time limit for a message (None: no limit)."""
+        return self._timeout(msg) if callable(self._timeout) else self._timeout
 
     def _job_done(self, d: _Delivery, error: BaseException | None) -> None:
         """On the loop: a plain function's handler returned (or raised ``error``)."""
@@ -604,7 +608,7 @@ class WorkerCore:
         return None
 
     async def _handle(self, d: _Delivery) -> None:
-        limit = self._timeout(d.message) if callable(self._timeout) else self._timeout
+        limit = self._limit(d.message)
         try:
             if limit is None:
                 d.error = await self._call(d.message)
