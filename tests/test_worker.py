@@ -22,6 +22,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from pgqueue import AsyncWorker, Message, Queue
+from pgqueue._worker_core import Step
 from pgqueue.worker import Result, Worker
 from worker_handlers import marks
 
@@ -522,11 +523,11 @@ def test_a_connection_lost_while_looking_for_the_next_due_message_is_survived(ds
     raised, handled = threading.Event(), threading.Event()
 
     class Flaky(Worker):
-        async def _until_due(self, sleep: float) -> float:
+        def _until_due(self, sleep: float) -> Step[float]:
             if not raised.is_set():  # the first empty poll: the connection goes away right then
                 raised.set()
                 raise psycopg.OperationalError("connection lost (injected)")
-            return await super()._until_due(sleep)
+            return (yield from super()._until_due(sleep))
 
     with running(Flaky(queue, lambda msg: handled.set(), poll_min=0.05, poll_max=0.2, listen=False)):
         wait_for(raised.is_set, what="the injected failure")

@@ -1,5 +1,5 @@
-"""One worker core (issue 16): Worker and AsyncWorker are fronts of pgqueue._worker_core, against
-a real server. Neither front carries loop logic of its own; a plain-function handler and a
+"""One worker core (issue 16): Worker (threads) and AsyncWorker (asyncio) drive the one logic of
+pgqueue._worker_core, against a real server. Neither carries logic of its own; a plain-function handler and a
 coroutine handler given the same messages end alike; a hung thread past its timeout has its
 message failed and holds up neither the other handlers nor the shutdown (in a process sent
 SIGTERM, too); the signal handlers run() replaced are back however it ends; stop() works from
@@ -9,6 +9,7 @@ messages back before it propagates; a Queue over a caller's connection still fee
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import signal
 import threading
@@ -29,14 +30,18 @@ from test_worker_shutdown import finish, make_worker
 from worker_handlers import marks
 
 
-def test_both_workers_are_fronts_of_one_core() -> None:
-    # What a front may define: its constructor (argument checks) and how run() is entered;
-    # the sync one also keeps install_signal_handlers(). Loop logic copied into a front fails this.
+def test_both_workers_drive_the_one_core_and_carry_no_logic_of_their_own() -> None:
+    # The logic is the core's steps (generators yielding calls and waits); a worker provides the
+    # hooks and drives the steps (threads or asyncio). A step copied into a worker fails this.
     assert issubclass(Worker, WorkerCore) and issubclass(AsyncWorker, WorkerCore)
-    own = {cls.__name__: {name for name in vars(cls) if not (name.startswith("__") and name.endswith("__"))}
-           for cls in (Worker, AsyncWorker)}
-    assert own == {"Worker": {"run", "install_signal_handlers", "_restore_signal_handlers"},
-                   "AsyncWorker": {"run"}}
+    steps = {name for name, fn in vars(WorkerCore).items() if inspect.isgeneratorfunction(fn)}
+    assert {"_run_steps", "_loop_until_stopped", "_drain", "_complete_and_fetch", "_fetch", "_settle",
+            "_fail", "_release", "_until_due", "_after_round", "_configure"} <= steps
+    for cls in (Worker, AsyncWorker):
+        own = {name for name in vars(cls) if not (name.startswith("__") and name.endswith("__"))}
+        assert not own & steps, (cls.__name__, own & steps)
+        assert {"run", "_start", "_abandon", "_wake_up"} <= own, cls.__name__
+        assert not {"_completed", "_finish", "_report", "_held", "_still_held", "stop"} & own, cls.__name__
 
 
 def _scenario(queue: Queue) -> dict[str, int]:

@@ -1,12 +1,13 @@
 """Run a coroutine handler over the messages of a queue on asyncio: :class:`AsyncWorker`.
 
-The same core as :class:`pgqueue.Worker` (:mod:`pgqueue._worker_core`), entered with ``await``
-on the caller's event loop, and handlers awaited as tasks instead of run on threads: messages
-are leased in batches, at most ``concurrency`` handlers run at once, their leases are renewed
-every third of the lease while they run, the messages whose handlers returned are completed
-together in one statement, a handler that raises fails its message (retry after the queue's
-back-off, dead letter after ``max_attempts``). An idle worker wakes through LISTEN when the
-queue's ``notify`` is on and otherwise polls, never sleeping past the next due message.
+The same logic as :class:`pgqueue.Worker` (:mod:`pgqueue._worker_core`), driven by an event
+loop: :meth:`AsyncWorker.run` is awaited on the caller's loop and the handlers are awaited as
+tasks instead of run on threads. Messages are leased in batches, at most ``concurrency``
+handlers run at once, their leases are renewed every third of the lease while they run, the
+messages whose handlers returned are completed together in one statement, a handler that
+raises fails its message (retry after the queue's back-off, dead letter after
+``max_attempts``). An idle worker wakes through LISTEN when the queue's ``notify`` is on and
+otherwise polls, never sleeping past the next due message.
 
 Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM when :meth:`AsyncWorker.run` runs on the
 main thread's loop (the previous handlers come back when it returns; a second signal stops at
@@ -24,18 +25,48 @@ connection, and one LISTEN connection when the queue's ``notify`` is on.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
+import signal
+import threading
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from pgqueue._worker_core import Result, Timeout, WorkerCore
-from pgqueue.async_client import AsyncQueue
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from pgqueue import _core
+from pgqueue._lease import AsyncHeartbeats, _first_line, interval
+from pgqueue._sql import listen_statement
+from pgqueue._worker_core import (
+    _RECONNECT_MAX,
+    _SIGNALS,
+    Delivery,
+    HandlerTimeout,
+    Result,
+    Step,
+    Timeout,
+    Wait,
+    WorkerCore,
+)
+from pgqueue.async_client import AsyncQueue, _AsyncConnector
+from pgqueue.compat import check_server
+from pgqueue.errors import ConnectionFailed, translating
 from pgqueue.message import Message
 from pgqueue.tasks import Tasks
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
 
+log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
 #: A coroutine function taking a message; its result is ignored, an exception fails the message.
 AsyncHandler = Callable[[Message], Awaitable[object]]
+
+#: The longest a call waits for a connection from the worker's pool before it fails.
+_POOL_WAIT = 2.0
 
 
 class AsyncWorker(WorkerCore):
@@ -72,7 +103,11 @@ class AsyncWorker(WorkerCore):
         super().__init__(queue.name, queue.conninfo if dsn is None else dsn, handler, concurrency=concurrency,
                          batch_size=batch_size, lock_ms=lock_ms, listen=listen, poll_min=poll_min,
                          poll_max=poll_max, shutdown_grace=shutdown_grace, on_result=on_result,
-                         timeout=timeout, handle_signals=handle_signals, threads=False)
+                         timeout=timeout, handle_signals=handle_signals)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._wake: asyncio.Event | None = None
+        self._runner: _AsyncConnector | None = None
 
     async def run(self) -> None:
         """Process messages until :meth:`stop` (or SIGINT/SIGTERM), then shut down gracefully.
@@ -81,4 +116,169 @@ class AsyncWorker(WorkerCore):
         connection losses are logged and retried.
         """
         self._claim_run("an AsyncWorker")
-        await self._main()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._wake = asyncio.Event()
+        restore = self._install_signal_handlers()
+        try:
+            await self._run()
+        finally:
+            restore()
+
+    def _wake_up(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is None or wake is None:
+            return  # not running yet: run() sees _stopping
+        if threading.get_ident() == self._loop_thread:
+            wake.set()
+            return
+        try:
+            loop.call_soon_threadsafe(wake.set)
+        except RuntimeError:  # the loop is closed: run() has returned
+            pass
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        """Route SIGINT/SIGTERM to stop() on the main thread's loop; return what undoes it
+        (the previous handlers come back)."""
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        saved = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+        for sig in _SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+        def restore() -> None:
+            for sig, previous in saved.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, previous)
+
+        return restore
+
+    async def _do(self, step: Step[T]) -> T:
+        """Run a step to its end: each call it yields over the worker's pool, each wait on the
+        event loop (``drive`` with ``await``)."""
+        assert self._runner is not None
+        try:
+            todo = next(step)
+            while True:
+                try:  # what a call or a wait raises is the step's to handle (a cancellation too)
+                    if isinstance(todo, Wait):
+                        await self._sleep(todo.timeout)
+                        result = None
+                    else:
+                        result = await self._runner.run(todo)
+                except BaseException as exc:
+                    todo = step.throw(exc)
+                else:
+                    todo = step.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _run(self) -> None:
+        await asyncio.to_thread(self._check_server)
+        # The pool replaces a connection that comes back broken with its own back-off; a call
+        # waits at most _POOL_WAIT for one before failing (then Backoff). No check before
+        # lending: that is a round trip per call, and a call on a lost connection fails alike.
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self._dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False,
+            name=f"pgqueue-worker-{self._name}", timeout=_POOL_WAIT)
+        try:
+            with translating():
+                await pool.open(wait=True, timeout=10)
+            self._runner = _AsyncConnector(pool)
+            self._started_log(await self._do(self._configure()), "asyncio tasks")
+            beats = AsyncHeartbeats(self._held, self._beat, interval(self._lease_ms), still_held=self._still_held)
+            helpers: list[asyncio.Task[None]] = []
+            if self._listen:
+                helpers.append(asyncio.create_task(self._listen_loop(), name="pgqueue-listen"))
+            try:
+                await self._do(self._run_steps())
+            finally:
+                await beats.stop(timeout=2.0)
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+        finally:
+            await pool.close()
+            log.info("worker stopped")
+
+    def _check_server(self) -> None:
+        """Check the database's pgqueue version, once: reconnections reach the same database."""
+        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
+            check_server(conn)
+
+    async def _sleep(self, timeout: float) -> None:
+        """Wait until woken (a finished handler, a notification, stop) or ``timeout``."""
+        assert self._wake is not None
+        if not self._wake.is_set() and timeout > 0:
+            try:
+                async with asyncio.timeout(timeout):  # no task per wait, unlike wait_for
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+        self._wake.clear()
+
+    def _start(self, messages: list[Message]) -> None:
+        """Start a task for the handler of each newly leased message."""
+        for msg in messages:
+            d = Delivery(msg)
+            self._in_hand[msg.id] = d
+            d.handle = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
+
+    def _abandon(self, d: Delivery) -> None:
+        if not d.handle.done():
+            d.handle.cancel()  # its _handle gives the message back
+
+    async def _call(self, msg: Message) -> BaseException | None:
+        """Run a coroutine handler (or a Tasks registry's) on a message; return what it raised
+        (None if nothing)."""
+        try:
+            result = self._handler(msg)
+            if inspect.isawaitable(result):  # a coroutine function, or a Tasks registry's task
+                await result
+        except Exception as exc:
+            return exc
+        return None
+
+    async def _handle(self, d: Delivery) -> None:
+        limit = self._limit(d.message)
+        try:
+            if limit is None:
+                d.error = await self._call(d.message)
+            else:
+                async with asyncio.timeout(limit) as scope:
+                    d.error = await self._call(d.message)
+                if scope.expired():  # the handler swallowed the cancellation: its result is ignored
+                    raise TimeoutError
+        except TimeoutError:
+            d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
+            log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id, limit)
+        except asyncio.CancelledError:
+            d.released = True  # stopped by the shutdown: give the message back
+        self._finish(d)
+
+    async def _beat(self, msg: Message) -> bool:
+        assert self._runner is not None
+        return await self._runner.run(_core.heartbeat(msg, self._lock_ms))
+
+    async def _listen_loop(self) -> None:
+        """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""
+        backoff = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                    await conn.execute(listen_statement(self._name))
+                    self._notify()  # something may have arrived while we were connecting
+                    backoff = 0.5
+                    async for _ in conn.notifies():
+                        self._notify()
+            except (psycopg.Error, ConnectionFailed) as exc:
+                log.warning("LISTEN connection failed: %s; polling until it is back (retry in %gs)",
+                            _first_line(exc), backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _RECONNECT_MAX)
+
+    def _notify(self) -> None:
+        self._notified = True
+        if self._wake is not None:
+            self._wake.set()

@@ -1,9 +1,11 @@
 """Run a handler over the messages of a queue: the pgqueue worker.
 
-A :class:`Worker` runs plain-function handlers. It is a thin front of the one worker core
-(:mod:`pgqueue._worker_core`, which :class:`pgqueue.AsyncWorker` shares): :meth:`Worker.run`
-runs that core on an asyncio event loop of its own, in the calling thread, and the handlers on
-a bounded pool of ``concurrency`` threads.
+A :class:`Worker` runs plain-function handlers. Its logic is the one worker core
+(:mod:`pgqueue._worker_core`, which :class:`pgqueue.AsyncWorker` shares); it drives it with
+threads and no event loop: :meth:`Worker.run` runs the worker's loop in the calling thread,
+over a sync connection of its own, and the handlers on a bounded pool of ``concurrency``
+threads, which hand their returns back through a queue the loop waits on. Heartbeats and
+LISTEN have a thread and a connection each.
 
 The core leases messages in batches, completes each message whose handler returns and fails
 each message whose handler raises (the extension then retries it after the queue's back-off,
@@ -33,6 +35,9 @@ its place so that ``concurrency`` handlers can still run. The same holds for a h
 running when the shutdown grace ends: its message is given back, its thread left behind (a
 daemon: it does not keep the process alive).
 
+Connections: a lost connection is tried again after 0.1 s, doubling up to 30 s while the
+database stays away (the core's ``Backoff``); the loop's next call then opens a new one.
+
 Delivery is at least once: a worker that dies (even by SIGKILL) loses nothing, because the
 messages it held come back when their leases run out. The attempts counter fences every
 acknowledgement, so a message is completed at most once.
@@ -41,18 +46,129 @@ acknowledgement, so a message is completed at most once.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
+import itertools
+import queue as stdqueue
 import signal
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
-from pgqueue._worker_core import Handler, HandlerTimeout, Outcome, Result, Timeout, WorkerCore
-from pgqueue.client import Queue
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgqueue import _core
+from pgqueue._lease import Heartbeats, _first_line, interval
+from pgqueue._sql import listen_statement
+from pgqueue._worker_core import (
+    _RECONNECT_MAX,
+    Delivery,
+    Handler,
+    HandlerTimeout,
+    Outcome,
+    Result,
+    Timeout,
+    WorkerCore,
+    drive,
+    log,
+)
+from pgqueue.client import Queue, _Connector
+from pgqueue.compat import check_server
+from pgqueue.errors import ConnectionFailed, translating
+from pgqueue.message import Message
 from pgqueue.tasks import Tasks
 
 __all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"]
+
+#: An event that only wakes the worker's loop (a stop, say); a notification of new messages.
+_WAKE = object()
+_NOTIFIED = object()
+#: Seconds a connection attempt of the worker's loop or heartbeats may take (libpq's
+#: connect_timeout), unless the conninfo sets one.
+_CONNECT_TIMEOUT = 10
+
+
+@dataclass(eq=False)
+class _Job:
+    """A plain-function call handed to the handler threads, for a delivery."""
+
+    handler: Handler
+    delivery: Delivery
+    state: str = "queued"  # queued, running, dropped (nobody waits for it) or done
+    started: float = 0.0
+
+
+class _HandlerThreads:
+    """``size`` daemon threads running plain-function handlers for the worker's loop.
+
+    :meth:`submit` hands a handler over; when it returns, ``(job, what it raised or None)`` is
+    put on ``returned``, the queue the loop waits on. :meth:`drop` stops waiting for a job (a
+    timeout, or the end of the shutdown grace): the thread cannot be stopped, it runs on until
+    the handler returns, drops the result and exits, and a new thread takes its place so that
+    ``size`` handlers can still run. Daemon threads, so that such a thread does not keep the
+    process alive either.
+    """
+
+    def __init__(self, size: int, returned: stdqueue.SimpleQueue[object]) -> None:
+        self._returned = returned
+        self._lock = threading.Lock()  # guards each job's state
+        self._jobs: stdqueue.SimpleQueue[_Job | None] = stdqueue.SimpleQueue()
+        self._names = itertools.count()
+        self._threads = 0
+        self.abandoned = 0  # threads left running a handler nobody waits for
+        for _ in range(size):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._threads += 1
+        threading.Thread(target=self._run, name=f"pgqueue-handler-{next(self._names)}", daemon=True).start()
+
+    def submit(self, handler: Handler, delivery: Delivery) -> _Job:
+        """Run ``handler(delivery.message)`` on a thread; its return then goes to ``returned``."""
+        job = _Job(handler, delivery)
+        self._jobs.put(job)
+        return job
+
+    def drop(self, job: _Job) -> bool:
+        """Stop waiting for a job (on the loop); False if its handler has returned already (its
+        return is then on ``returned`` or on its way)."""
+        with self._lock:
+            if job.state == "done":
+                return False
+            running, job.state = job.state == "running", "dropped"
+        if running:
+            self._threads -= 1  # that thread ends when its handler returns
+            self.abandoned += 1
+            self._start_thread()
+        return True
+
+    def close(self) -> None:
+        """Let every idle thread exit (busy ones exit when their handler returns)."""
+        for _ in range(self._threads):
+            self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            with self._lock:
+                if job.state == "dropped":
+                    continue
+                job.state, job.started = "running", time.monotonic()
+            error: BaseException | None = None
+            try:
+                job.handler(job.delivery.message)
+            except BaseException as exc:  # a handler must never take a thread down
+                error = exc
+            with self._lock:
+                dropped, job.state = job.state == "dropped", "done"
+            if dropped:
+                log.info("message %d: the abandoned handler returned after %.1f s (result ignored)",
+                         job.delivery.message.id, time.monotonic() - job.started)
+                return  # a new thread has taken this one's place
+            self._returned.put((job, error))
 
 
 class Worker(WorkerCore):
@@ -60,8 +176,8 @@ class Worker(WorkerCore):
 
     Parameters:
         queue: the queue to consume (only its name and connection string are used); the worker
-            opens its own connections to its database (a pool of up to two to fetch,
-            acknowledge and renew leases, one to LISTEN).
+            opens its own connections to its database (one to fetch and acknowledge, one to
+            renew leases, one to LISTEN).
         handler: called with each :class:`~pgqueue.message.Message` on a worker thread (or a
             :class:`pgqueue.Tasks` registry, which dispatches by task name). Returning
             completes the message; raising fails it (retry after the queue's back-off, dead
@@ -109,13 +225,21 @@ class Worker(WorkerCore):
         super().__init__(queue.name, queue.conninfo if dsn is None else dsn, handler, concurrency=concurrency,
                          batch_size=batch_size, lock_ms=lock_ms, listen=listen, poll_min=poll_min,
                          poll_max=poll_max, shutdown_grace=shutdown_grace, on_result=on_result,
-                         timeout=timeout, handle_signals=handle_signals, threads=True)
+                         timeout=timeout, handle_signals=handle_signals)
         self._saved_signals: dict[signal.Signals, Any] | None = None
+        self._events: stdqueue.SimpleQueue[object] = stdqueue.SimpleQueue()  # handlers' returns, wake-ups
+        self._loop_thread: int | None = None
+        self._woken = False  # woken from the loop's own thread: do not block in the next wait
+        self._threads: _HandlerThreads | None = None
+        self._runner: _Connector | None = None
+        self._deadlines: list[tuple[float, int, Delivery]] = []  # handler timeouts, a heap
+        self._seq = itertools.count()
+        self._listen_stop = threading.Event()
 
     def run(self) -> None:
         """Process messages until :meth:`stop` is called, then shut down gracefully.
 
-        Runs the worker's event loop in the calling thread. On the main thread (and unless
+        Runs the worker's loop in the calling thread. On the main thread (and unless
         ``handle_signals=False``) SIGINT and SIGTERM stop it gracefully while it runs: it then
         returns normally, and the previous signal handlers are back. If the loop is interrupted
         by an exception (a KeyboardInterrupt with ``handle_signals=False``, a bug), the messages
@@ -130,15 +254,16 @@ class Worker(WorkerCore):
         except RuntimeError:
             pass
         else:
-            raise RuntimeError("Worker.run() runs an event loop of its own and cannot be called from "
-                               "a running one: use pgqueue.AsyncWorker there, or run it on a thread "
-                               "(await asyncio.to_thread(worker.run))")
+            raise RuntimeError("Worker.run() blocks its thread until the worker stops and cannot be "
+                               "called from a running event loop: use pgqueue.AsyncWorker there, or "
+                               "run it on a thread (await asyncio.to_thread(worker.run))")
         self._claim_run("a Worker")
-        if self._saved_signals is not None:
-            self._handle_signals = False  # install_signal_handlers() did it already
+        self._loop_thread = threading.get_ident()
+        if (self._handle_signals and self._saved_signals is None
+                and threading.current_thread() is threading.main_thread()):
+            self.install_signal_handlers()
         try:
-            with asyncio.Runner() as runner:
-                runner.run(self._main())
+            self._run()
         finally:
             self._restore_signal_handlers()
 
@@ -163,3 +288,126 @@ class Worker(WorkerCore):
         saved, self._saved_signals = self._saved_signals, None
         for sig, previous in (saved or {}).items():
             signal.signal(sig, previous)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _wake_up(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._woken = True  # the loop is awake: it looks again before it waits
+        else:
+            self._events.put(_WAKE)
+
+    def _call(self, call: _core.Call[Any]) -> Any:
+        assert self._runner is not None
+        return self._runner.run(call)
+
+    def _run(self) -> None:
+        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
+            check_server(conn)
+        # One connection for the loop's calls, opened again at the first call after a loss (after
+        # the Backoff's wait); a connection attempt gives up after connect_timeout (10 s unless
+        # the conninfo says otherwise), so that a stop is never kept waiting long.
+        dsn = self._dsn if "connect_timeout" in conninfo_to_dict(self._dsn) else make_conninfo(
+            self._dsn, connect_timeout=_CONNECT_TIMEOUT)
+        self._runner = _Connector(dsn)
+        self._threads = _HandlerThreads(self._concurrency, self._events)
+        beats_runner = _Connector(dsn)  # the heartbeats' own connection
+        try:
+            self._started_log(drive(self._configure(), self._call, self._wait), "threads")
+
+            def beat(msg: Message) -> bool:
+                return bool(beats_runner.run(_core.heartbeat(msg, self._lock_ms)))
+
+            beats = Heartbeats(self._held, beat, interval(self._lease_ms), still_held=self._still_held)
+            listener = None
+            if self._listen:
+                listener = threading.Thread(target=self._listen_loop, name="pgqueue-listen", daemon=True)
+                listener.start()
+            try:
+                drive(self._run_steps(), self._call, self._wait)
+            finally:
+                beats.stop(timeout=2.0)
+                self._listen_stop.set()
+                if listener is not None:
+                    listener.join(2.0)
+        finally:
+            self._threads.close()
+            beats_runner.close()
+            self._runner.close()
+            log.info("worker stopped")
+
+    def _wait(self, timeout: float) -> None:
+        """Wait until woken (a handler's return, a notification, stop), a handler's timeout or
+        ``timeout``; then take in every event that has come."""
+        if self._woken:
+            timeout, self._woken = 0.0, False
+        if self._deadlines:
+            timeout = min(timeout, self._deadlines[0][0] - time.monotonic())
+        try:
+            event = self._events.get(timeout=timeout) if timeout > 0 else self._events.get_nowait()
+            while True:
+                self._take(event)
+                event = self._events.get_nowait()
+        except stdqueue.Empty:
+            pass
+        self._expire()
+
+    def _take(self, event: object) -> None:
+        if event is _NOTIFIED:
+            self._notified = True
+        elif event is not _WAKE:
+            job, error = cast("tuple[_Job, BaseException | None]", event)  # a handler's return
+            d = job.delivery
+            if d.finished is None:  # not timed out or stopped meanwhile
+                d.error = error
+                self._finish(d)
+
+    def _start(self, messages: list[Message]) -> None:
+        """Hand the handler of each newly leased message to the handler threads."""
+        assert self._threads is not None
+        for msg in messages:
+            d = Delivery(msg)
+            self._in_hand[msg.id] = d
+            d.handle = self._threads.submit(self._handler, d)
+            limit = self._limit(msg)
+            if limit is not None:
+                d.deadline = d.started + limit
+                heapq.heappush(self._deadlines, (d.deadline, next(self._seq), d))
+
+    def _abandon(self, d: Delivery) -> None:
+        assert self._threads is not None
+        if self._threads.drop(d.handle):
+            d.released = True  # the thread runs on unwatched; the message is given back
+            self._finish(d)
+
+    def _expire(self) -> None:
+        """Fail the deliveries whose handler has run past its timeout (the thread runs on)."""
+        now = time.monotonic()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            d = heapq.heappop(self._deadlines)[2]
+            assert self._threads is not None
+            if d.finished is not None or not self._threads.drop(d.handle):
+                continue  # it returned in time: its return is taken or on its way
+            limit = (d.deadline or now) - d.started
+            d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (its result will be ignored)")
+            log.warning("message %d: handler timed out after %g s; failing it (its result will be ignored; "
+                        "%d abandoned handler thread(s) so far)", d.message.id, limit, self._threads.abandoned)
+            self._finish(d)
+
+    def _listen_loop(self) -> None:
+        """Wake the loop whenever a message is enqueued (LISTEN on the queue's channel)."""
+        backoff = 0.5
+        while not self._listen_stop.is_set():
+            try:
+                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                    conn.execute(listen_statement(self._name))
+                    self._events.put(_NOTIFIED)  # something may have arrived while we were connecting
+                    backoff = 0.5
+                    while not self._listen_stop.is_set():
+                        for _ in conn.notifies(timeout=0.5):
+                            self._events.put(_NOTIFIED)
+            except (psycopg.Error, ConnectionFailed) as exc:
+                log.warning("LISTEN connection failed: %s; polling until it is back (retry in %gs)",
+                            _first_line(exc), backoff)
+                self._listen_stop.wait(backoff)
+                backoff = min(backoff * 2, _RECONNECT_MAX)

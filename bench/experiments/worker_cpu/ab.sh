@@ -9,7 +9,10 @@
 # up to commit 46fc84a (a task and a future a plain-function message): check that commit out to
 # run them. The first became the worker's way in session 15; handler_on_loop.patch was made
 # again against it, and one_wakeup_a_batch.patch was made against it (tried, not kept).
-# bench/experiments/worker_cpu/loop_only.py measures the same patches without a server.
+# bench/experiments/worker_cpu/loop_only.py measured the same patches without a server.
+# Since session 16 the plain-function Worker drives the core on threads, without an event loop:
+# every patch here applies to the worker up to commit 34e474c only (check it out to run them).
+# ab_ref.sh compares an older commit's worker with the working tree's instead.
 # Usage (repository root, clean working tree): bench/experiments/worker_cpu/ab.sh DSN PATCH [ROUNDS] [N]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
