@@ -21,7 +21,11 @@ worker drives them its own way, as psycopg drives its own generators with a sync
   ``bench/experiments/worker_cpu/`` this used half the CPU a message of the asyncio worker
   running the same plain-function handlers on threads.
 - :class:`pgqueue.AsyncWorker` (``async_worker.py``) awaits coroutine handlers as tasks on the
-  caller's event loop, over an ``AsyncConnectionPool``.
+  caller's event loop, over psycopg's asyncio connections.
+
+Both have one connection for the loop's calls and one for heartbeats, each opened again at its
+next call after a loss (the loop's once :class:`Backoff`'s wait has passed), and one for LISTEN
+when the queue's ``notify`` is on.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgqueue import _core
 from pgqueue._core import Call, error_text
 from pgqueue._lease import _first_line
-from pgqueue.errors import ConnectionFailed, PgQueueError
+from pgqueue.compat import check_server
+from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
 from pgqueue.tasks import Reject
 
@@ -144,11 +149,21 @@ def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | No
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
 
 
+#: Seconds a connection attempt of a worker may take (libpq's connect_timeout), unless the
+#: conninfo sets one: a stop is never kept waiting long by a server that does not answer.
+_CONNECT_TIMEOUT = 10
+
+
 def _worker_conninfo(dsn: str) -> str:
-    """Add application_name=pgqueue-worker to a conninfo that does not name one."""
-    if "application_name" in conninfo_to_dict(dsn):
-        return dsn
-    return make_conninfo(dsn, application_name="pgqueue-worker")
+    """Add application_name=pgqueue-worker and connect_timeout=10 to a conninfo that does not
+    set them."""
+    given = conninfo_to_dict(dsn)
+    extra: dict[str, Any] = {}
+    if "application_name" not in given:
+        extra["application_name"] = "pgqueue-worker"
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = _CONNECT_TIMEOUT
+    return make_conninfo(dsn, **extra) if extra else dsn
 
 
 @dataclass(eq=False)
@@ -264,6 +279,11 @@ class WorkerCore:
             log.info("%s: stopping; in-flight handlers get %gs to finish (send it again to stop "
                      "at once)", sig.name, self._shutdown_grace)
         self.stop(now=again)
+
+    def _check_server(self) -> None:
+        """Check the database's pgqueue version, once: reconnections reach the same database."""
+        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
+            check_server(conn)
 
     def _started_log(self, settings_notify: bool, how: str) -> None:
         """Log the start; turn LISTEN off for a queue whose notify is off."""

@@ -18,9 +18,9 @@ Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` 
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
 cancellation still has its result ignored.
 
-Connections: a psycopg_pool ``AsyncConnectionPool`` of at most two connections (fetch and
-acknowledge, heartbeats), which reconnects with the pool's own back-off after a lost
-connection, and one LISTEN connection when the queue's ``notify`` is on.
+Connections: one to fetch and acknowledge and one to renew leases, each opened again at its
+first call after a loss (the loop's after the core's doubling ``Backoff``, 0.1 s to 30 s), and
+one LISTEN connection when the queue's ``notify`` is on.
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from pgqueue import _core
 from pgqueue._lease import AsyncHeartbeats, _first_line, interval
@@ -51,8 +50,7 @@ from pgqueue._worker_core import (
     WorkerCore,
 )
 from pgqueue.async_client import AsyncQueue, _AsyncConnector
-from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, translating
+from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
 from pgqueue.tasks import Tasks
 
@@ -65,8 +63,6 @@ T = TypeVar("T")
 #: A coroutine function taking a message; its result is ignored, an exception fails the message.
 AsyncHandler = Callable[[Message], Awaitable[object]]
 
-#: The longest a call waits for a connection from the worker's pool before it fails.
-_POOL_WAIT = 2.0
 
 
 class AsyncWorker(WorkerCore):
@@ -155,7 +151,7 @@ class AsyncWorker(WorkerCore):
         return restore
 
     async def _do(self, step: Step[T]) -> T:
-        """Run a step to its end: each call it yields over the worker's pool, each wait on the
+        """Run a step to its end: each call it yields over the worker's connection, each wait on the
         event loop (``drive`` with ``await``)."""
         assert self._runner is not None
         try:
@@ -176,18 +172,17 @@ class AsyncWorker(WorkerCore):
 
     async def _run(self) -> None:
         await asyncio.to_thread(self._check_server)
-        # The pool replaces a connection that comes back broken with its own back-off; a call
-        # waits at most _POOL_WAIT for one before failing (then Backoff). No check before
-        # lending: that is a round trip per call, and a call on a lost connection fails alike.
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            self._dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False,
-            name=f"pgqueue-worker-{self._name}", timeout=_POOL_WAIT)
+        # One connection for the loop's calls and one for the heartbeats, each opened again at
+        # its first call after a loss (the loop's after the Backoff's wait).
+        self._runner = _AsyncConnector(self._dsn)
+        beats_runner = _AsyncConnector(self._dsn)
+
+        async def beat(msg: Message) -> bool:
+            return await beats_runner.run(_core.heartbeat(msg, self._lock_ms))
+
         try:
-            with translating():
-                await pool.open(wait=True, timeout=10)
-            self._runner = _AsyncConnector(pool)
             self._started_log(await self._do(self._configure()), "asyncio tasks")
-            beats = AsyncHeartbeats(self._held, self._beat, interval(self._lease_ms), still_held=self._still_held)
+            beats = AsyncHeartbeats(self._held, beat, interval(self._lease_ms), still_held=self._still_held)
             helpers: list[asyncio.Task[None]] = []
             if self._listen:
                 helpers.append(asyncio.create_task(self._listen_loop(), name="pgqueue-listen"))
@@ -199,13 +194,9 @@ class AsyncWorker(WorkerCore):
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
         finally:
-            await pool.close()
+            await beats_runner.close()
+            await self._runner.close()
             log.info("worker stopped")
-
-    def _check_server(self) -> None:
-        """Check the database's pgqueue version, once: reconnections reach the same database."""
-        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
-            check_server(conn)
 
     async def _sleep(self, timeout: float) -> None:
         """Wait until woken (a finished handler, a notification, stop) or ``timeout``."""
@@ -256,10 +247,6 @@ class AsyncWorker(WorkerCore):
         except asyncio.CancelledError:
             d.released = True  # stopped by the shutdown: give the message back
         self._finish(d)
-
-    async def _beat(self, msg: Message) -> bool:
-        assert self._runner is not None
-        return await self._runner.run(_core.heartbeat(msg, self._lock_ms))
 
     async def _listen_loop(self) -> None:
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""

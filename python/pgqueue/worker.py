@@ -59,7 +59,6 @@ from types import FrameType
 from typing import Any, cast
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue import _core
 from pgqueue._lease import Heartbeats, _first_line, interval
@@ -77,8 +76,7 @@ from pgqueue._worker_core import (
     log,
 )
 from pgqueue.client import Queue, _Connector
-from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, translating
+from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
 from pgqueue.tasks import Tasks
 
@@ -87,9 +85,6 @@ __all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"
 #: An event that only wakes the worker's loop (a stop, say); a notification of new messages.
 _WAKE = object()
 _NOTIFIED = object()
-#: Seconds a connection attempt of the worker's loop or heartbeats may take (libpq's
-#: connect_timeout), unless the conninfo sets one.
-_CONNECT_TIMEOUT = 10
 
 
 @dataclass(eq=False)
@@ -302,16 +297,12 @@ class Worker(WorkerCore):
         return self._runner.run(call)
 
     def _run(self) -> None:
-        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
-            check_server(conn)
+        self._check_server()
         # One connection for the loop's calls, opened again at the first call after a loss (after
-        # the Backoff's wait); a connection attempt gives up after connect_timeout (10 s unless
-        # the conninfo says otherwise), so that a stop is never kept waiting long.
-        dsn = self._dsn if "connect_timeout" in conninfo_to_dict(self._dsn) else make_conninfo(
-            self._dsn, connect_timeout=_CONNECT_TIMEOUT)
-        self._runner = _Connector(dsn)
+        # the Backoff's wait); a connection attempt gives up after connect_timeout.
+        self._runner = _Connector(self._dsn)
         self._threads = _HandlerThreads(self._concurrency, self._events)
-        beats_runner = _Connector(dsn)  # the heartbeats' own connection
+        beats_runner = _Connector(self._dsn)  # the heartbeats' own connection
         try:
             self._started_log(drive(self._configure(), self._call, self._wait), "threads")
 
