@@ -272,3 +272,16 @@ def test_run_inside_a_running_event_loop_says_what_to_do_instead(dsn: str) -> No
 
     asyncio.run(inside())
     assert len(handled) == 1
+
+
+def test_a_long_timeout_does_not_keep_settled_messages_alive(dsn: str) -> None:
+    # The Worker keeps handler deadlines in a heap; deliveries settled long before their
+    # deadline must leave it, or a busy worker with timeout=3600 holds an hour of messages.
+    queue = make_queue(dsn)
+    queue.enqueue_many([f"m{i}" for i in range(400)])
+    results = Results()
+    worker = Worker(queue, lambda msg: None, concurrency=4, timeout=3600, on_result=results)
+    with running(worker):
+        wait_for(lambda: results.count("completed") == 400, timeout=30, what="400 completions")
+        held = len(worker._deadlines)
+    assert held <= 2 * 4 + 64 + 4, held  # the bound of the pruning, plus one batch

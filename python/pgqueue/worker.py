@@ -364,6 +364,12 @@ class Worker(WorkerCore):
             if limit is not None:
                 d.deadline = d.started + limit
                 heapq.heappush(self._deadlines, (d.deadline, next(self._seq), d))
+        if len(self._deadlines) > 2 * self._concurrency + 64:
+            # Deliveries settled before their deadline: drop them now rather than when it
+            # passes, or a busy worker with a long timeout would keep every message of that
+            # timeout's span alive.
+            self._deadlines = [e for e in self._deadlines if e[2].finished is None]
+            heapq.heapify(self._deadlines)
 
     def _abandon(self, d: Delivery) -> None:
         assert self._threads is not None
