@@ -110,6 +110,13 @@ class _AsyncConnector:
 
     async def run(self, call: Call[T]) -> T:
         """Execute a call and return its result."""
+        if self._conn is not None:
+            return await _execute(self._conn, call)
+        if self._pool is None:
+            # Our own connection while it is open, without the lock and the context manager
+            # of connection() (a worker's loop makes thousands of calls a second through here).
+            own = self._own
+            return await _execute(own if own is not None and not own.closed else await self._open("_own"), call)
         async with self.connection() as conn:
             return await _execute(conn, call)
 

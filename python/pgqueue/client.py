@@ -124,6 +124,13 @@ class _Connector:
 
     def run(self, call: Call[T]) -> T:
         """Execute a call and return its result."""
+        if self._conn is not None:
+            return _execute(self._conn, call)
+        if self._pool is None:
+            # Our own connection while it is open, without the lock and the context manager
+            # of connection() (a worker's loop makes thousands of calls a second through here).
+            own = self._own
+            return _execute(own if own is not None and not own.closed else self._open("_own"), call)
         with self.connection() as conn:
             return _execute(conn, call)
 
