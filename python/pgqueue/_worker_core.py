@@ -177,7 +177,6 @@ class Delivery:
     error: BaseException | None = None
     released: bool = False  # stopped at shutdown: give it back
     handle: Any = None
-    deadline: float | None = None  # monotonic time of its handler timeout (threads)
 
 
 class WorkerCore:

@@ -91,7 +91,6 @@ _NOTIFIED = object()
 class _Job:
     """A plain-function call handed to the handler threads, for a delivery."""
 
-    handler: Handler
     delivery: Delivery
     state: str = "queued"  # queued, running, dropped (nobody waits for it) or done
     started: float = 0.0
@@ -108,7 +107,8 @@ class _HandlerThreads:
     process alive either.
     """
 
-    def __init__(self, size: int, returned: stdqueue.SimpleQueue[object]) -> None:
+    def __init__(self, size: int, handler: Handler, returned: stdqueue.SimpleQueue[object]) -> None:
+        self._handler = handler
         self._returned = returned
         self._lock = threading.Lock()  # guards each job's state
         self._jobs: stdqueue.SimpleQueue[_Job | None] = stdqueue.SimpleQueue()
@@ -122,9 +122,9 @@ class _HandlerThreads:
         self._threads += 1
         threading.Thread(target=self._run, name=f"pgqueue-handler-{next(self._names)}", daemon=True).start()
 
-    def submit(self, handler: Handler, delivery: Delivery) -> _Job:
-        """Run ``handler(delivery.message)`` on a thread; its return then goes to ``returned``."""
-        job = _Job(handler, delivery)
+    def submit(self, delivery: Delivery) -> _Job:
+        """Run the handler on ``delivery.message`` on a thread; its return then goes to ``returned``."""
+        job = _Job(delivery)
         self._jobs.put(job)
         return job
 
@@ -154,7 +154,7 @@ class _HandlerThreads:
                 job.state, job.started = "running", time.monotonic()
             error: BaseException | None = None
             try:
-                job.handler(job.delivery.message)
+                self._handler(job.delivery.message)
             except BaseException as exc:  # a handler must never take a thread down
                 error = exc
             with self._lock:
@@ -301,7 +301,7 @@ class Worker(WorkerCore):
         # One connection for the loop's calls, opened again at the first call after a loss (after
         # the Backoff's wait); a connection attempt gives up after connect_timeout.
         self._runner = _Connector(self._dsn)
-        self._threads = _HandlerThreads(self._concurrency, self._events)
+        self._threads = _HandlerThreads(self._concurrency, self._handler, self._events)
         beats_runner = _Connector(self._dsn)  # the heartbeats' own connection
         try:
             self._started_log(drive(self._configure(), self._call, self._wait), "threads")
@@ -331,7 +331,7 @@ class Worker(WorkerCore):
         """Wait until woken (a handler's return, a notification, stop), a handler's timeout or
         ``timeout``; then take in every event that has come."""
         if self._woken:
-            timeout, self._woken = 0.0, False
+            timeout = 0.0
         if self._deadlines:
             timeout = min(timeout, self._deadlines[0][0] - time.monotonic())
         try:
@@ -342,6 +342,7 @@ class Worker(WorkerCore):
         except stdqueue.Empty:
             pass
         self._expire()
+        self._woken = False  # what this wait took in (handlers' ends among it), the loop sees next
 
     def _take(self, event: object) -> None:
         if event is _NOTIFIED:
@@ -359,11 +360,10 @@ class Worker(WorkerCore):
         for msg in messages:
             d = Delivery(msg)
             self._in_hand[msg.id] = d
-            d.handle = self._threads.submit(self._handler, d)
+            d.handle = self._threads.submit(d)
             limit = self._limit(msg)
             if limit is not None:
-                d.deadline = d.started + limit
-                heapq.heappush(self._deadlines, (d.deadline, next(self._seq), d))
+                heapq.heappush(self._deadlines, (d.started + limit, next(self._seq), d))
         if len(self._deadlines) > 2 * self._concurrency + 64:
             # Deliveries settled before their deadline: drop them now rather than when it
             # passes, or a busy worker with a long timeout would keep every message of that
@@ -381,11 +381,11 @@ class Worker(WorkerCore):
         """Fail the deliveries whose handler has run past its timeout (the thread runs on)."""
         now = time.monotonic()
         while self._deadlines and self._deadlines[0][0] <= now:
-            d = heapq.heappop(self._deadlines)[2]
+            deadline, _, d = heapq.heappop(self._deadlines)
             assert self._threads is not None
             if d.finished is not None or not self._threads.drop(d.handle):
                 continue  # it returned in time: its return is taken or on its way
-            limit = (d.deadline or now) - d.started
+            limit = deadline - d.started
             d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (its result will be ignored)")
             log.warning("message %d: handler timed out after %g s; failing it (its result will be ignored; "
                         "%d abandoned handler thread(s) so far)", d.message.id, limit, self._threads.abandoned)

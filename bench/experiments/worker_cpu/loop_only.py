@@ -36,6 +36,12 @@ from pgqueue.message import Message  # noqa: E402
 from pgqueue.worker import _HandlerThreads  # noqa: E402
 
 
+def _tokens(call: Call[Any]) -> int:
+    """How many messages a call acknowledges (its ids, an array literal such as '{1,2,3}')."""
+    ids = str(call.params["ids"]).strip("{}")
+    return len(ids.split(",")) if ids else 0
+
+
 class StandIn:
     """Answers the loop's calls after a sleep; stops the worker after ``n`` completions."""
 
@@ -52,13 +58,13 @@ class StandIn:
 
     def answer(self, call: Call[Any]) -> Any:
         if call.query == _sql.COMPLETE_AND_DEQUEUE:
-            self._count(len(call.params["ids"]))
+            self._count(_tokens(call))
             return self._leased(call.params["limit"]), []
         if call.query == _sql.DEQUEUE:
             return self._leased(call.params["limit"])
         if call.query == _sql.NEXT_DUE:
             return None
-        self._count(len(call.params["ids"]))  # complete_many
+        self._count(_tokens(call))  # complete_many
         return []
 
     def _count(self, done: int) -> None:
@@ -83,7 +89,7 @@ def run_threads(n: int, latency: float) -> tuple[float, int]:
     worker = Worker(Queue("dbname=unused", "bench"), noop.handle, **OPTIONS)
     stand_in = StandIn(worker, n, latency)
     worker._loop_thread = threading.get_ident()
-    worker._threads = _HandlerThreads(4, worker._events)
+    worker._threads = _HandlerThreads(4, noop.handle, worker._events)
     t0 = time.monotonic()
     drive(worker._loop_until_stopped(), stand_in.run, worker._wait)
     elapsed = time.monotonic() - t0
