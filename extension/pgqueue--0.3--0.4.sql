@@ -666,17 +666,16 @@ COMMENT ON FUNCTION pgqueue.now_ms() IS
 -- The clock for the key of a row about to be written: this transaction's xid is assigned first
 -- (if it has none yet), then the clock is read. A consumer's session hint relies on that order
 -- (pgqueue._message_take): a write whose xid a consumer's snapshot did not see yet gets a key
--- that is not below the hint. The reading is also kept in the transaction-local setting
--- pgqueue.write_clock, where the trigger message_placed_low compares the rows' keys with it
--- (pgqueue._message_placed_low).
+-- that is not below the hint. A row keyed at or above this reading less 5 ms is not below the
+-- clock, and the function that writes it says so (column write_mark, triggers
+-- message_placed_low), however late the row's trigger would run.
 CREATE FUNCTION pgqueue._write_clock()
 RETURNS bigint
 LANGUAGE sql VOLATILE
-RETURN CASE WHEN pg_catalog.pg_current_xact_id() IS NOT NULL
-            THEN pg_catalog.set_config('pgqueue.write_clock', pgqueue.now_ms()::text, true)::bigint END;
+RETURN CASE WHEN pg_catalog.pg_current_xact_id() IS NOT NULL THEN pgqueue.now_ms() END;
 
 COMMENT ON FUNCTION pgqueue._write_clock() IS
-    'pgqueue internal: assign the transaction''s xid, then read the clock (epoch ms) for a row''s default dequeue_at; kept in pgqueue.write_clock for the trigger message_placed_low';
+    'pgqueue internal: assign the transaction''s xid, then read the clock (epoch ms) for a row''s default dequeue_at or lease';
 
 -- Whether a message row is leased (locked_until is set), for the statements that find a message
 -- by its id (acknowledgements). Written as a CASE, not "locked_until IS NOT NULL": the planner
@@ -886,34 +885,32 @@ BEGIN
 END;
 $$;
 
--- Trigger function of message_placed_low, for a row whose key (a ready message's dequeue_at or,
--- in a queue with groups, its turn_at; a lease's locked_until) the trigger's WHEN clause found
--- more than 5 ms below the clock: a message became deliverable at a place below the clock (a
--- priority or past dequeue_at, a defer or fail to an earlier time, a lease given back at its old
--- place by spark_release, or any such INSERT or UPDATE in plain SQL), or got a lease that had
--- run out already (plain SQL). Advance the queue's lock stripe, after the write, so that
--- consumers' session hints look again from the bottom once this transaction has ended
+-- Trigger function of message_placed_low and message_placed_low_update, for a row that no
+-- pgqueue function vouched for (column write_mark: written by plain SQL, or by a function that
+-- placed it where it cannot tell from its own clock reading). If its key (a lease's
+-- locked_until, else a grouped message's turn_at in microseconds, else dequeue_at) is more than
+-- 5 ms below the clock, a message became deliverable at a place below the clock (a priority or
+-- past dequeue_at, a defer or fail to an earlier time, a lease given back at its old place by
+-- spark_release, or any such INSERT or UPDATE in plain SQL), or got a lease that had run out
+-- already (plain SQL). Advance the queue's lock stripe, after the write, so that consumers'
+-- session hints look again from the bottom once this transaction has ended
 -- (pgqueue._message_take, docs/performance.md).
 --
--- Unless the row was keyed with its writer's own clock reading and the trigger only ran late.
--- Any clock reading taken after the writer's xid is a correct reference for "below the clock",
--- and the earliest is the least strict: the one pgqueue._write_clock kept in
--- pgqueue.write_clock, if it is at most 1 s old. (A writer descheduled for a few ms between its
--- reading and the trigger, under load, moved the stripes hundreds of times a second, and every
--- move sends the consumers' probes back to the bottom.) The 1 s bound is what a session that
--- sets pgqueue.write_clock by hand can get wrong: its own transactions' rows placed less than
--- 1 s below the clock may then go unsignalled.
+-- The clock is read when the trigger runs, so a row keyed with its writer's clock reading, whose
+-- trigger comes more than 5 ms after that reading (a writer descheduled under load), counts as
+-- placed below the clock: the functions that key rows from their clock reading vouch for them
+-- instead (write_mark), and plain SQL pays an extra signal at worst. (Before write_mark, the
+-- reading was kept in a setting that this function compared with: a session could set it by
+-- hand and leave its own rows unsignalled.)
 CREATE FUNCTION pgqueue._message_placed_low()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_clock text := current_setting('pgqueue.write_clock', true);
 BEGIN
-    IF v_clock ~ '^[0-9]{1,15}$' AND pgqueue.now_ms() - v_clock::bigint BETWEEN 0 AND 1000
-       AND coalesce(NEW.locked_until, NEW.turn_at / 1000, NEW.dequeue_at) >= v_clock::bigint - 5 THEN
-        RETURN NULL;  -- keyed with this transaction's clock reading: not placed low
+    IF coalesce(NEW.locked_until, NEW.turn_at / 1000, NEW.dequeue_at)
+       >= pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000 - 5 THEN
+        RETURN NULL;  -- not below the clock
     END IF;
     PERFORM nextval(pgqueue._lock_stripe(NEW.queue_id));
     RETURN NULL;
@@ -1519,11 +1516,13 @@ BEGIN
         RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
     )
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error,
-                                 turn_at)
+                                 turn_at, write_mark)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error,
            -- a queue with message groups: back without its group, in a group of its own
-           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END
+           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END,
+           -- keyed at or above this writer's clock: no check by trigger message_placed_low
+           CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= v_clock - 5 THEN false END
       FROM d ORDER BY d.id;
     PERFORM pgqueue._counted_n(v_queue.id, 0, cardinality(v_ids));  -- enqueued (queue_counters)
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN
@@ -1634,8 +1633,10 @@ BEGIN
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
        AND current_setting('transaction_isolation') = 'read committed' THEN
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
+        SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
+               -- keyed at or above this writer's clock: no check by trigger message_placed_low
+               CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= pgqueue._write_clock() - 5 THEN false END
          WHERE EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id = v_queue_id AND q.max_size IS NULL AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
@@ -1647,8 +1648,9 @@ BEGIN
         IF p_group IS NOT NULL OR p_key IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
             v_id := pgqueue._message_insert(v_queue, p_content, p_dequeue_at, p_content_type, p_group, p_key, v_now);
         ELSE
-            INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-            VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
+            INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
+            VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
+                    CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= pgqueue._write_clock() - 5 THEN false END)
             RETURNING id INTO v_id;
         END IF;
     END IF;
@@ -1731,9 +1733,11 @@ BEGIN
          ORDER BY u.n;
     ELSE
         RETURN QUERY
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
-               coalesce(u.content_type, p_content_type)
+               coalesce(u.content_type, p_content_type),
+               -- keyed at or above this writer's clock: no check by trigger message_placed_low
+               CASE WHEN coalesce(u.dequeue_at, p_dequeue_at, v_clock) >= v_clock - 5 THEN false END
           FROM unnest(p_contents, p_dequeue_ats, p_content_types)
                WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
          ORDER BY u.n
@@ -1772,7 +1776,10 @@ BEGIN
            state        = coalesce(p_state, m.state),
            -- a message with its group's turn keeps it: the group waits for it
            turn_at      = CASE WHEN m.turn_at IS NOT NULL
-                               THEN pgqueue._turn_key(coalesce(p_dequeue_at, pgqueue._write_clock()), true) END
+                               THEN pgqueue._turn_key(coalesce(p_dequeue_at, pgqueue._write_clock()), true) END,
+           -- keyed with this writer's clock: no check by trigger message_placed_low
+           write_mark   = CASE WHEN p_dequeue_at IS NULL THEN NOT coalesce(m.write_mark, false)
+                               ELSE m.write_mark END
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL;
     RETURN FOUND;
@@ -1895,7 +1902,8 @@ BEGIN
             IF cardinality(v_ids) = 1 THEN
                 RETURN QUERY
                 UPDATE pgqueue.message m
-                   SET locked_until = v_until, attempts = m.attempts + 1
+                   SET locked_until = v_until, attempts = m.attempts + 1,
+                       write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
                  WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -1905,7 +1913,8 @@ BEGIN
                 RETURN QUERY
                 WITH u AS (
                     UPDATE pgqueue.message m
-                       SET locked_until = v_until, attempts = m.attempts + 1
+                       SET locked_until = v_until, attempts = m.attempts + 1,
+                           write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
                      WHERE m.id = ANY (v_ids)
                        AND (cardinality(v_ids) > 32
                             OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
@@ -1977,7 +1986,10 @@ BEGIN
                last_error   = p_error,
                -- a message with its group's turn keeps it: the group waits for its retry (in the
                -- same UPDATE, so that the trigger message_placed_low sees the new turn key)
-               turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END
+               turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END,
+               -- after its back-off from this writer's clock: no check by trigger message_placed_low
+               write_mark   = CASE WHEN p_dequeue_at IS NULL THEN NOT coalesce(m.write_mark, false)
+                                   ELSE m.write_mark END
          WHERE m.id = p_id;
         v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
     END IF;
@@ -2003,7 +2015,8 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     PERFORM pgqueue._check_lock_ms(p_lock_ms, false);
     UPDATE pgqueue.message m
-       SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms)  -- after the xid
+       SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms),  -- after the xid
+           write_mark   = NOT coalesce(m.write_mark, false)  -- keyed from the clock (message_placed_low)
       FROM pgqueue.queue q
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
@@ -2416,7 +2429,8 @@ BEGIN
     v_claim_id := nextval('pgqueue.spark_claim_id_seq');
     UPDATE pgqueue.message m
        SET locked_until = pgqueue._spark_claimed_until(), attempts = m.attempts + 1,
-           claim_id = v_claim_id
+           claim_id = v_claim_id,
+           write_mark = NOT coalesce(m.write_mark, false)  -- year 9999: not below the clock
      WHERE m.id = ANY (v_ids);
     INSERT INTO pgqueue.spark_claim (id, consumer_id, seq, n, min_id, max_id, claimed_at)
     SELECT v_claim_id, v_consumer.id, v_consumer.next_seq, cardinality(v_ids), min(u.id), max(u.id), v_now
@@ -2658,17 +2672,18 @@ BEGIN
         END IF;
     ELSIF v_count > 0 THEN
         v_clock := pgqueue._write_clock();
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        SELECT v_queue.id,
-               coalesce(s.dequeue_at,
-                        v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
-                                       THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
-                        v_clock),
-               v_now,
-               s.content, s.content_type
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
+        SELECT v_queue.id, k.at, v_now, s.content, s.content_type,
+               -- keyed at or above this writer's clock: no check by trigger message_placed_low
+               CASE WHEN k.at >= v_clock - 5 THEN false END
           FROM unnest(p_partitions, p_attempts) AS w(p, a)
           JOIN pgqueue.spark_staging s
             ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+         CROSS JOIN LATERAL (
+               SELECT coalesce(s.dequeue_at,
+                               v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
+                                              THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
+                               v_clock) AS at) AS k
          ORDER BY w.p, s.n;
         IF v_queue.notify THEN
             PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
@@ -3003,7 +3018,7 @@ COMMENT ON FUNCTION pgqueue.queue_stats_exact(text) IS
 -- Triggers
 -------------------------------------------------------------------------------
 
--- message_placed_low: below, after the message groups' columns (its WHEN clause reads turn_at).
+-- message_placed_low: below, after the message groups' columns (its WHEN clause reads write_mark).
 
 -------------------------------------------------------------------------------
 -- Gone: the advisory-lock helpers and the polymorphic _not_null
@@ -3512,13 +3527,16 @@ COMMENT ON FUNCTION pgqueue.schedule_run(integer) IS
 -- Message groups and idempotent enqueue (issue 14)
 -------------------------------------------------------------------------------
 
-ALTER TABLE pgqueue.message ADD COLUMN group_key text, ADD COLUMN turn_at bigint, ADD COLUMN idem_key text;
+ALTER TABLE pgqueue.message ADD COLUMN group_key text, ADD COLUMN turn_at bigint, ADD COLUMN idem_key text,
+    ADD COLUMN write_mark boolean;
 COMMENT ON COLUMN pgqueue.message.group_key IS
     'the message group (queues with group_concurrency): in order within it, served in turn with the other groups; NULL: a group of its own';
 COMMENT ON COLUMN pgqueue.message.turn_at IS
     'grouped queues: set while the message has its group''s turn (waiting to be handed out from turn_at on, or in flight); NULL while it waits behind earlier messages of its group';
 COMMENT ON COLUMN pgqueue.message.idem_key IS
     'idempotency key: while the message is live (and the queue''s key_window_ms after it left), enqueueing the same key returns this id';
+COMMENT ON COLUMN pgqueue.message.write_mark IS
+    'pgqueue internal: set (INSERT) or flipped (UPDATE) by a pgqueue function whose write keyed the row at or above its own clock reading less 5 ms; a write that leaves it NULL or unchanged is checked by the triggers message_placed_low';
 
 -- Message groups (queues with group_concurrency set): the messages whose group's turn it is,
 -- waiting to be handed out, by (turn_at, id): the probe of a grouped dequeue.
@@ -3993,8 +4011,11 @@ BEGIN
             END IF;
         END IF;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
-                                     group_key, turn_at, idem_key)
-        VALUES (p_queue.id, v_at, p_created_at, p_content, p_content_type, p_group, v_turn, p_key)
+                                     group_key, turn_at, idem_key, write_mark)
+        VALUES (p_queue.id, v_at, p_created_at, p_content, p_content_type, p_group, v_turn, p_key,
+                -- keyed at or above this writer's clock: no check by trigger message_placed_low
+                CASE WHEN p_dequeue_at IS NULL OR coalesce(v_turn / 1000, v_at) >= pgqueue._write_clock() - 5
+                     THEN false END)
         ON CONFLICT (queue_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
@@ -4176,16 +4197,23 @@ CREATE TRIGGER message_removed
 -- hints keep below it, pgqueue._message_take), or a lease that runs out more than 5 ms below
 -- it, is signalled to the consumers' session hints, unless it was keyed with its writer's own
 -- clock reading (pgqueue._message_placed_low; pgqueue._write_clock). The key: a lease's
--- locked_until, else a grouped message's turn_at (in microseconds), else dequeue_at. The WHEN
--- clause is prepared at every INSERT or UPDATE statement, so it is kept short and calls
--- built-in functions only: an SQL function there is inlined, its body read from the catalog and
--- planned each time (0.4's first version, with pgqueue.now_ms(), took half the time of a
--- message_create). Not on an UPDATE of turn_at alone: the one such UPDATE, a group's turn
--- handed on, keys the turn with the clock read after its xid (pgqueue._message_group_next), and
--- the WHEN clause would add a fifth to its cost; plain SQL that writes turn_at alone is not
--- signalled.
+-- locked_until, else a grouped message's turn_at (in microseconds), else dequeue_at.
+--
+-- pgqueue's own functions vouch for the rows they key at or above their clock reading less
+-- 5 ms (a default dequeue_at, a lease, a retry after its back-off): an INSERT sets write_mark,
+-- an UPDATE flips it. Only the other writes (plain SQL, a given dequeue_at below the writer's
+-- clock) run the trigger function, which compares the key with the clock. A WHEN clause is
+-- prepared at every INSERT or UPDATE statement, so these are a null test and a comparison of
+-- two columns: the clock comparison these triggers had in their WHEN clause before (built-in
+-- functions only) cost 10-14 us of a message_create and of a lease (docs/performance.md). Not on
+-- an UPDATE of turn_at alone: the one such UPDATE, a group's turn handed on, keys the turn with
+-- the clock read after its xid (pgqueue._message_group_next); plain SQL that writes turn_at
+-- alone is not signalled.
 CREATE TRIGGER message_placed_low
-    AFTER INSERT OR UPDATE OF dequeue_at, locked_until ON pgqueue.message
-    FOR EACH ROW WHEN (coalesce(NEW.locked_until, NEW.turn_at / 1000, NEW.dequeue_at)
-                           < pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000 - 5)
+    AFTER INSERT ON pgqueue.message
+    FOR EACH ROW WHEN (NEW.write_mark IS NULL)
+    EXECUTE FUNCTION pgqueue._message_placed_low();
+CREATE TRIGGER message_placed_low_update
+    AFTER UPDATE OF dequeue_at, locked_until ON pgqueue.message
+    FOR EACH ROW WHEN (NEW.write_mark IS NOT DISTINCT FROM OLD.write_mark)
     EXECUTE FUNCTION pgqueue._message_placed_low();

@@ -17,6 +17,7 @@ CREATE TABLE pgqueue.message (
     group_key    text,
     turn_at      bigint,
     idem_key     text,
+    write_mark   boolean,
     CONSTRAINT message_pkey PRIMARY KEY (id)
 );
 ALTER SEQUENCE pgqueue.message_id_seq OWNED BY pgqueue.message.id;
@@ -58,3 +59,5 @@ COMMENT ON COLUMN pgqueue.message.turn_at IS
     'grouped queues: set while the message has its group''s turn (waiting to be handed out from turn_at on, or in flight); NULL while it waits behind earlier messages of its group';
 COMMENT ON COLUMN pgqueue.message.idem_key IS
     'idempotency key: while the message is live (and the queue''s key_window_ms after it left), enqueueing the same key returns this id';
+COMMENT ON COLUMN pgqueue.message.write_mark IS
+    'pgqueue internal: set (INSERT) or flipped (UPDATE) by a pgqueue function whose write keyed the row at or above its own clock reading less 5 ms; a write that leaves it NULL or unchanged is checked by the triggers message_placed_low';

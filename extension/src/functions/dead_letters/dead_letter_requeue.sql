@@ -26,11 +26,13 @@ BEGIN
         RETURNING d.id, d.created_at, d.content, d.content_type, d.state, d.last_error
     )
     INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, state, last_error,
-                                 turn_at)
+                                 turn_at, write_mark)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error,
            -- a queue with message groups: back without its group, in a group of its own
-           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END
+           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END,
+           -- keyed at or above this writer's clock: no check by trigger message_placed_low
+           CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= v_clock - 5 THEN false END
       FROM d ORDER BY d.id;
     PERFORM pgqueue._counted_n(v_queue.id, 0, cardinality(v_ids));  -- enqueued (queue_counters)
     IF cardinality(v_ids) > 0 AND v_queue.notify THEN

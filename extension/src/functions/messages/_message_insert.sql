@@ -67,8 +67,11 @@ BEGIN
             END IF;
         END IF;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
-                                     group_key, turn_at, idem_key)
-        VALUES (p_queue.id, v_at, p_created_at, p_content, p_content_type, p_group, v_turn, p_key)
+                                     group_key, turn_at, idem_key, write_mark)
+        VALUES (p_queue.id, v_at, p_created_at, p_content, p_content_type, p_group, v_turn, p_key,
+                -- keyed at or above this writer's clock: no check by trigger message_placed_low
+                CASE WHEN p_dequeue_at IS NULL OR coalesce(v_turn / 1000, v_at) >= pgqueue._write_clock() - 5
+                     THEN false END)
         ON CONFLICT (queue_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN

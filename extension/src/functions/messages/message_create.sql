@@ -34,8 +34,10 @@ BEGIN
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
        AND current_setting('transaction_isolation') = 'read committed' THEN
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
+        SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
+               -- keyed at or above this writer's clock: no check by trigger message_placed_low
+               CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= pgqueue._write_clock() - 5 THEN false END
          WHERE EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id = v_queue_id AND q.max_size IS NULL AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
@@ -47,8 +49,9 @@ BEGIN
         IF p_group IS NOT NULL OR p_key IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
             v_id := pgqueue._message_insert(v_queue, p_content, p_dequeue_at, p_content_type, p_group, p_key, v_now);
         ELSE
-            INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-            VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type)
+            INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
+            VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
+                    CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= pgqueue._write_clock() - 5 THEN false END)
             RETURNING id INTO v_id;
         END IF;
     END IF;

@@ -56,9 +56,11 @@ BEGIN
          ORDER BY u.n;
     ELSE
         RETURN QUERY
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
-               coalesce(u.content_type, p_content_type)
+               coalesce(u.content_type, p_content_type),
+               -- keyed at or above this writer's clock: no check by trigger message_placed_low
+               CASE WHEN coalesce(u.dequeue_at, p_dequeue_at, v_clock) >= v_clock - 5 THEN false END
           FROM unnest(p_contents, p_dequeue_ats, p_content_types)
                WITH ORDINALITY AS u(content, dequeue_at, content_type, n)
          ORDER BY u.n

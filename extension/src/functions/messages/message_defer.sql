@@ -21,7 +21,10 @@ BEGIN
            state        = coalesce(p_state, m.state),
            -- a message with its group's turn keeps it: the group waits for it
            turn_at      = CASE WHEN m.turn_at IS NOT NULL
-                               THEN pgqueue._turn_key(coalesce(p_dequeue_at, pgqueue._write_clock()), true) END
+                               THEN pgqueue._turn_key(coalesce(p_dequeue_at, pgqueue._write_clock()), true) END,
+           -- keyed with this writer's clock: no check by trigger message_placed_low
+           write_mark   = CASE WHEN p_dequeue_at IS NULL THEN NOT coalesce(m.write_mark, false)
+                               ELSE m.write_mark END
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL;
     RETURN FOUND;

@@ -111,7 +111,8 @@ BEGIN
             IF cardinality(v_ids) = 1 THEN
                 RETURN QUERY
                 UPDATE pgqueue.message m
-                   SET locked_until = v_until, attempts = m.attempts + 1
+                   SET locked_until = v_until, attempts = m.attempts + 1,
+                       write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
                  WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -121,7 +122,8 @@ BEGIN
                 RETURN QUERY
                 WITH u AS (
                     UPDATE pgqueue.message m
-                       SET locked_until = v_until, attempts = m.attempts + 1
+                       SET locked_until = v_until, attempts = m.attempts + 1,
+                           write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
                      WHERE m.id = ANY (v_ids)
                        AND (cardinality(v_ids) > 32
                             OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)

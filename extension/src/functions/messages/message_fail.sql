@@ -40,7 +40,10 @@ BEGIN
                last_error   = p_error,
                -- a message with its group's turn keeps it: the group waits for its retry (in the
                -- same UPDATE, so that the trigger message_placed_low sees the new turn key)
-               turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END
+               turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END,
+               -- after its back-off from this writer's clock: no check by trigger message_placed_low
+               write_mark   = CASE WHEN p_dequeue_at IS NULL THEN NOT coalesce(m.write_mark, false)
+                                   ELSE m.write_mark END
          WHERE m.id = p_id;
         v_counted := pgqueue._counted(v_queue.id, 3);  -- failed (queue_counters)
     END IF;

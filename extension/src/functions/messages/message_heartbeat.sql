@@ -13,7 +13,8 @@ BEGIN
     PERFORM pgqueue._queue_lock(m.queue_id) FROM pgqueue.message m WHERE m.id = p_id;
     PERFORM pgqueue._check_lock_ms(p_lock_ms, false);
     UPDATE pgqueue.message m
-       SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms)  -- after the xid
+       SET locked_until = pgqueue._write_clock() + coalesce(p_lock_ms, q.lock_ms),  -- after the xid
+           write_mark   = NOT coalesce(m.write_mark, false)  -- keyed from the clock (message_placed_low)
       FROM pgqueue.queue q
      WHERE m.id = p_id AND m.attempts = p_attempts AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL

@@ -51,7 +51,8 @@ BEGIN
     v_claim_id := nextval('pgqueue.spark_claim_id_seq');
     UPDATE pgqueue.message m
        SET locked_until = pgqueue._spark_claimed_until(), attempts = m.attempts + 1,
-           claim_id = v_claim_id
+           claim_id = v_claim_id,
+           write_mark = NOT coalesce(m.write_mark, false)  -- year 9999: not below the clock
      WHERE m.id = ANY (v_ids);
     INSERT INTO pgqueue.spark_claim (id, consumer_id, seq, n, min_id, max_id, claimed_at)
     SELECT v_claim_id, v_consumer.id, v_consumer.next_seq, cardinality(v_ids), min(u.id), max(u.id), v_now

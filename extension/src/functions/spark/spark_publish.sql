@@ -112,17 +112,18 @@ BEGIN
         END IF;
     ELSIF v_count > 0 THEN
         v_clock := pgqueue._write_clock();
-        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type)
-        SELECT v_queue.id,
-               coalesce(s.dequeue_at,
-                        v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
-                                       THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
-                        v_clock),
-               v_now,
-               s.content, s.content_type
+        INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
+        SELECT v_queue.id, k.at, v_now, s.content, s.content_type,
+               -- keyed at or above this writer's clock: no check by trigger message_placed_low
+               CASE WHEN k.at >= v_clock - 5 THEN false END
           FROM unnest(p_partitions, p_attempts) AS w(p, a)
           JOIN pgqueue.spark_staging s
             ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+         CROSS JOIN LATERAL (
+               SELECT coalesce(s.dequeue_at,
+                               v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
+                                              THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
+                               v_clock) AS at) AS k
          ORDER BY w.p, s.n;
         IF v_queue.notify THEN
             PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
