@@ -1607,7 +1607,12 @@ CREATE FUNCTION pgqueue.message_create(
     p_key          text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
+-- No SET search_path clause, the one string-bodied function without it (a SET clause costs a GUC
+-- save and restore at every call: 8 us of 80, docs/performance.md). It is as hijack-proof: every
+-- relation, function and type below is schema-qualified or an SQL keyword, and every operator is
+-- written OPERATOR(pg_catalog.x), so the caller's search_path resolves nothing here
+-- (tests/test_security.py runs it with hostile objects ahead of pg_catalog; tests/pgtap checks
+-- that no other function goes without the clause). The functions it calls pin their own.
 AS $$
 DECLARE
     v_queue_id integer;
@@ -1615,7 +1620,7 @@ DECLARE
     v_notify   boolean;
     v_locked   boolean;
     v_queue    pgqueue.queue;
-    v_now      bigint := pgqueue.to_epoch(now());
+    v_now      bigint := pgqueue.to_epoch(pg_catalog.now());
     v_id       bigint;
     v_counted  boolean;
 BEGIN
@@ -1630,15 +1635,18 @@ BEGIN
     -- behind). Other isolation levels read an older snapshot: they go through _queue_admit.
     SELECT q.id, q.max_size, q.notify, pgqueue._queue_lock(q.id)
       INTO v_queue_id, v_max_size, v_notify, v_locked
-      FROM pgqueue.queue q WHERE q.name = p_queue;
+      FROM pgqueue.queue q WHERE q.name OPERATOR(pg_catalog.=) p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
-       AND current_setting('transaction_isolation') = 'read committed' THEN
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
                -- keyed at or above this writer's clock: no check by trigger message_placed_low
-               CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= pgqueue._write_clock() - 5 THEN false END
+               CASE WHEN p_dequeue_at IS NULL
+                      OR p_dequeue_at OPERATOR(pg_catalog.>=) (pgqueue._write_clock() OPERATOR(pg_catalog.-) 5)
+                    THEN false END
          WHERE EXISTS (SELECT 1 FROM pgqueue.queue q
-                        WHERE q.id = v_queue_id AND q.max_size IS NULL AND q.group_concurrency IS NULL)
+                        WHERE q.id OPERATOR(pg_catalog.=) v_queue_id AND q.max_size IS NULL
+                          AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
     END IF;
     IF v_id IS NULL THEN
@@ -1650,13 +1658,15 @@ BEGIN
         ELSE
             INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
             VALUES (v_queue.id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
-                    CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= pgqueue._write_clock() - 5 THEN false END)
+                    CASE WHEN p_dequeue_at IS NULL
+                           OR p_dequeue_at OPERATOR(pg_catalog.>=) (pgqueue._write_clock() OPERATOR(pg_catalog.-) 5)
+                         THEN false END)
             RETURNING id INTO v_id;
         END IF;
     END IF;
     v_counted := pgqueue._counted(coalesce(v_queue.id, v_queue_id), 0);  -- enqueued (queue_counters)
     IF v_notify THEN
-        PERFORM pg_notify('pgqueue.' || p_queue, p_queue);
+        PERFORM pg_catalog.pg_notify('pgqueue.' OPERATOR(pg_catalog.||) p_queue, p_queue);
     END IF;
     RETURN v_id;
 END;

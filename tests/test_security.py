@@ -74,7 +74,12 @@ HOSTILE_OPERATORS = [
     ("<=", "bigint", "bigint", "true"),
     ("<", "bigint", "bigint", "true"),
     ("+", "bigint", "bigint", "0::bigint"),
+    (">=", "bigint", "bigint", "true"),
+    ("-", "bigint", "integer", "0::bigint"),
+    ("||", "text", "text", "'x'::text"),
 ]
+#: what each hostile operator returns: the same type as the catalog's operator it shadows
+HOSTILE_RETURNS = {"+": "bigint", "-": "bigint", "||": "text"}
 SHADOWED_TABLES = ("message", "queue", "dead_letter")
 
 
@@ -95,7 +100,7 @@ def plant_hostile_objects(admin: Conn, mallory: Conn) -> None:
             END $f$""")
     for n, (op, left, right, value) in enumerate(HOSTILE_OPERATORS):
         mallory.execute(f"""
-            CREATE FUNCTION public.hostile_op_{n}(a {left}, b {right}) RETURNS {'bigint' if op == '+' else 'boolean'}
+            CREATE FUNCTION public.hostile_op_{n}(a {left}, b {right}) RETURNS {HOSTILE_RETURNS.get(op, 'boolean')}
             LANGUAGE plpgsql VOLATILE AS $f$
             BEGIN
                 INSERT INTO public.hijack_log (what) VALUES ('operator {op} ({left}, {right})');
@@ -244,7 +249,7 @@ def scenario(conn: Conn) -> Transcript:
     s("counters", "SELECT queue, enqueued, delivered, completed, failed, dead_lettered, expired, shared "
                   "FROM pgqueue.queue_counters('sec')")
     s("schedule_create", "SELECT pgqueue.schedule_create('sec-tick', 'sec', 'tick'::bytea, 60000, NULL, NULL, 'all', "
-                         "pgqueue.now_ms() - 90000) > 0, pgqueue.schedule_create('sec-cron', 'sec', 'c'::bytea, "
+                         "pgqueue.now_ms() OPERATOR(pg_catalog.-) 90000) > 0, pgqueue.schedule_create('sec-cron', 'sec', 'c'::bytea, "
                          "NULL, '*/5 * * * *') > 0")
     s("schedule_run", "SELECT schedule, count(*) FROM pgqueue.schedule_run() GROUP BY 1 ORDER BY 1")
     s("schedule_list", "SELECT name, queue, every_ms, cron, missed FROM pgqueue.schedule_list()")
@@ -369,21 +374,42 @@ def test_the_scenario_calls_every_public_function(conn: Conn) -> None:
 
 
 def test_control_an_unpinned_copy_of_a_pgqueue_function_is_hijacked(hostile_db: str, pg_server: Server) -> None:
-    """The hostile setup is potent: message_create's own body, created without its
-    SET search_path clause, calls the hostile now() and reports a time in 2000. So a pgqueue
-    function that lost its pin would fail test_hostile_objects_change_nothing."""
+    """The hostile setup is potent: message_create_batch's own body, created without its
+    SET search_path clause, calls the hostile now() and cardinality() (which says the batch is
+    empty, so nothing is enqueued). So a pgqueue function that lost its pin would fail
+    test_hostile_objects_change_nothing."""
     with psycopg.connect(pg_server.dsn(hostile_db), autocommit=True) as victim:
-        definition = one(victim, "SELECT pg_get_functiondef('pgqueue.message_create(text,bytea,bigint,text,text,text)'::regprocedure)")
+        definition = one(victim, "SELECT pg_get_functiondef('pgqueue.message_create_batch(text,bytea[],bigint,text,"
+                                 "bigint[],text[],text[],text[])'::regprocedure)")
         unpinned, n = re.subn(r"\n\s*SET search_path TO [^\n]*", "", definition)
         assert n == 1, definition
-        unpinned = unpinned.replace("FUNCTION pgqueue.message_create(", "FUNCTION pg_temp.unpinned_message_create(")
+        unpinned = unpinned.replace("FUNCTION pgqueue.message_create_batch(", "FUNCTION pg_temp.unpinned_create_batch(")
         victim.execute(unpinned)
         hostile_session(victim)
-        msg_id = one(victim, "SELECT pg_temp.unpinned_message_create('default', 'x'::bytea)")
-        created_at = one(victim, "SELECT created_at FROM pgqueue.message WHERE id OPERATOR(pg_catalog.=) %s::bigint", (msg_id,))
+        ids = victim.execute("SELECT * FROM pg_temp.unpinned_create_batch('default', ARRAY['x'::bytea])").fetchall()
         calls = [r[0] for r in victim.execute("SELECT DISTINCT what FROM public.hijack_log ORDER BY 1").fetchall()]
-    assert "now" in calls, calls
-    assert created_at == 946684800000  # 2000-01-01: the hostile clock
+    assert {"now", "cardinality"} <= set(calls), calls
+    assert ids == []  # the hostile cardinality() made the batch look empty
+
+
+def test_control_message_create_is_safe_by_its_qualified_names(hostile_db: str, pg_server: Server) -> None:
+    """message_create has no SET search_path clause (its cost, docs/performance.md): it is safe
+    because every name and operator in it is qualified. Its own body with the qualifications
+    taken out (`pg_catalog.now()` -> `now()`, `OPERATOR(pg_catalog.=)` -> `=`, ...) calls the
+    hostile clock and operators."""
+    with psycopg.connect(pg_server.dsn(hostile_db), autocommit=True) as victim:
+        definition = one(victim, "SELECT pg_get_functiondef('pgqueue.message_create(text,bytea,bigint,text,text,text)'::regprocedure)")
+        assert "SET search_path" not in definition
+        bare, n = re.subn(r"OPERATOR\(pg_catalog\.([^)]+)\)", r"\1", definition)
+        bare, m = re.subn(r"pg_catalog\.", "", bare)
+        assert n >= 6 and m >= 3, (n, m)
+        bare = bare.replace("FUNCTION pgqueue.message_create(", "FUNCTION pg_temp.bare_message_create(")
+        victim.execute(bare)
+        hostile_session(victim)
+        msg_id = one(victim, "SELECT pg_temp.bare_message_create('default', 'x'::bytea)")
+        calls = {r[0] for r in victim.execute("SELECT DISTINCT what FROM public.hijack_log").fetchall()}
+    assert msg_id is not None
+    assert {"now", "operator = (text, text)"} <= calls, calls
 
 
 def test_no_dynamic_sql_in_any_function(conn: Conn) -> None:

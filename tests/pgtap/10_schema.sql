@@ -4,7 +4,7 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(40);
+SELECT plan(41);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
@@ -183,10 +183,18 @@ SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
 -- A function whose body is a string (PL/pgSQL, or SQL in quotes) resolves names when it runs,
 -- so it must pin search_path; a SQL-standard body (RETURN / BEGIN ATOMIC, prosqlbody) was bound
 -- when it was created and cannot be hijacked (and stays inlinable without a SET clause).
+-- message_create alone, the producers' hot path, qualifies every name and operator instead
+-- (tests/test_security.py proves it against hostile objects ahead of pg_catalog).
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
+                      AND p.oid <> 'pgqueue.message_create(text,bytea,bigint,text,text,text)'::regprocedure
                       AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false) $$,
-                'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp');
+                'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp, but message_create');
+SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
+                  WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
+                    AND p.proconfig IS NULL $$,
+              ARRAY['pgqueue.message_create(text,bytea,bigint,text,text,text)'],
+              'the one string-bodied function without a SET clause is message_create (fully qualified instead)');
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',

@@ -25,16 +25,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def pinned_session(db: str) -> tuple[psycopg.Connection[tuple[object, ...]], int]:
+    """An autocommit session on db (synchronous_commit off) and its backend's pid, pinned to CPU 1."""
+    conn = psycopg.connect(f"dbname={db}", autocommit=True)
+    conn.execute("SET synchronous_commit = off")
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    subprocess.run(["taskset", "-p", "-c", "1", str(row[0])], check=True, capture_output=True)
+    return conn, int(row[0])
+
+
 def main(argv: list[str]) -> None:
     n, rounds, expression, dbs = int(argv[0]), int(argv[1]), argv[2], argv[3:]
-    sessions = {}
-    for db in dbs:
-        conn = psycopg.connect(f"dbname={db}", autocommit=True)
-        conn.execute("SET synchronous_commit = off")
-        row = conn.execute("SELECT pg_backend_pid()").fetchone()
-        assert row is not None
-        subprocess.run(["taskset", "-p", "-c", "1", str(row[0])], check=True, capture_output=True)
-        sessions[db] = (conn, int(row[0]))
+    sessions = {db: pinned_session(db) for db in dbs}
     body = "DO $$ BEGIN FOR i IN 1..{} LOOP PERFORM " + expression + "; COMMIT; END LOOP; END $$"
     for conn, _ in sessions.values():  # warm the plan caches
         conn.execute(body.format(300))  # type: ignore[arg-type]
