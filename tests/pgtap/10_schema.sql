@@ -183,18 +183,21 @@ SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
 -- A function whose body is a string (PL/pgSQL, or SQL in quotes) resolves names when it runs,
 -- so it must pin search_path; a SQL-standard body (RETURN / BEGIN ATOMIC, prosqlbody) was bound
 -- when it was created and cannot be hijacked (and stays inlinable without a SET clause).
--- message_create alone, the producers' hot path, qualifies every name and operator instead
--- (tests/test_security.py proves it against hostile objects ahead of pg_catalog).
+-- message_create and message_complete alone, the hot paths of producers and of the lease cycle,
+-- qualify every name and operator instead (tests/test_security.py proves it against hostile
+-- objects ahead of pg_catalog).
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
-                      AND p.oid <> 'pgqueue.message_create(text,bytea,bigint,text,text,text)'::regprocedure
+                      AND p.oid <> ALL (ARRAY['pgqueue.message_create(text,bytea,bigint,text,text,text)',
+                                              'pgqueue.message_complete(bigint,integer)']::regprocedure[])
                       AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false) $$,
-                'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp, but message_create');
+                'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp, but two');
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
                     AND p.proconfig IS NULL $$,
-              ARRAY['pgqueue.message_create(text,bytea,bigint,text,text,text)'],
-              'the one string-bodied function without a SET clause is message_create (fully qualified instead)');
+              ARRAY['pgqueue.message_create(text,bytea,bigint,text,text,text)',
+                    'pgqueue.message_complete(bigint,integer)'],
+              'the string-bodied functions without a SET clause: message_create and message_complete (fully qualified instead)');
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',

@@ -8,12 +8,13 @@ CREATE FUNCTION pgqueue.message_create(
     p_key          text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
--- No SET search_path clause, the one string-bodied function without it (a SET clause costs a GUC
--- save and restore at every call: 8 us of 80, docs/performance.md). It is as hijack-proof: every
--- relation, function and type below is schema-qualified or an SQL keyword, and every operator is
--- written OPERATOR(pg_catalog.x), so the caller's search_path resolves nothing here
--- (tests/test_security.py runs it with hostile objects ahead of pg_catalog; tests/pgtap checks
--- that no other function goes without the clause). The functions it calls pin their own.
+-- No SET search_path clause, like message_complete alone of the string-bodied functions (a SET
+-- clause costs a GUC save and restore at every call: 10 us of 80, docs/performance.md). It is as
+-- hijack-proof: every relation, function and type below is schema-qualified or an SQL keyword,
+-- and every operator is written OPERATOR(pg_catalog.x), so the caller's search_path resolves
+-- nothing here (tests/test_security.py runs it with hostile objects ahead of pg_catalog;
+-- tests/pgtap checks that no other function goes without the clause). The functions it calls
+-- pin their own.
 AS $$
 DECLARE
     v_queue_id integer;
