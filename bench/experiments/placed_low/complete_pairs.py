@@ -9,10 +9,11 @@ difference B - A and how many rounds B used less.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 
-from cpu_loop import cpu_seconds, pinned_session
+import psycopg
+
+from cpu_loop import paired_rounds, pinned_session
 
 
 def main(argv: list[str]) -> None:
@@ -34,24 +35,13 @@ def main(argv: list[str]) -> None:
         warm = first[-1] + rounds * n  # the last 1,000 warm the plan cache
         conn.execute(f"DO $$ BEGIN FOR i IN {warm}..{warm + 299} LOOP "
                      "PERFORM pgqueue.message_complete(i, 1); COMMIT; END LOOP; END $$")
-    a_us: list[float] = []
-    b_us: list[float] = []
-    for r in range(rounds):
-        took = [0.0, 0.0]
-        for i in ([0, 1] if r % 2 == 0 else [1, 0]):
-            conn, pid = sessions[i]
-            lo = first[i] + r * n
-            before = cpu_seconds(pid)
-            conn.execute(f"DO $$ BEGIN FOR i IN {lo}..{lo + n - 1} LOOP "
-                         "IF NOT pgqueue.message_complete(i, 1) THEN RAISE 'not completed: %', i; END IF; "
-                         "COMMIT; END LOOP; END $$")
-            took[i] = (cpu_seconds(pid) - before) / n * 1e6
-        a_us.append(took[0])
-        b_us.append(took[1])
-    diffs = [b - a for a, b in zip(a_us, b_us)]
-    print(f"A median {statistics.median(a_us):.1f} us  B median {statistics.median(b_us):.1f} us  "
-          f"B - A median {statistics.median(diffs):+.1f} us  B lower in {sum(d < 0 for d in diffs)} of {rounds}")
+    def run(i: int, r: int, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        lo = first[i] + r * n
+        conn.execute(f"DO $$ BEGIN FOR i IN {lo}..{lo + n - 1} LOOP "
+                     "IF NOT pgqueue.message_complete(i, 1) THEN RAISE 'not completed: %', i; END IF; "
+                     "COMMIT; END LOOP; END $$")
 
+    paired_rounds(sessions, rounds, n, run)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 
 import psycopg
 
@@ -33,6 +34,30 @@ def pinned_session(db: str) -> tuple[psycopg.Connection[tuple[object, ...]], int
     assert row is not None
     subprocess.run(["taskset", "-p", "-c", "1", str(row[0])], check=True, capture_output=True)
     return conn, int(row[0])
+
+
+Session = tuple[psycopg.Connection[tuple[object, ...]], int]
+
+
+def paired_rounds(sessions: list[Session], rounds: int, n: int,
+                  run: Callable[[int, int, psycopg.Connection[tuple[object, ...]]], None]) -> None:
+    """Run run(database index, round, connection) for both sessions in each round, the order
+    swapped every round; print the medians of CPU per call (n calls a run), the median
+    difference B - A and how many rounds B used less."""
+    a_us: list[float] = []
+    b_us: list[float] = []
+    for r in range(rounds):
+        took = [0.0, 0.0]
+        for i in ([0, 1] if r % 2 == 0 else [1, 0]):
+            conn, pid = sessions[i]
+            before = cpu_seconds(pid)
+            run(i, r, conn)
+            took[i] = (cpu_seconds(pid) - before) / n * 1e6
+        a_us.append(took[0])
+        b_us.append(took[1])
+    diffs = [b - a for a, b in zip(a_us, b_us)]
+    print(f"A median {statistics.median(a_us):.1f} us  B median {statistics.median(b_us):.1f} us  "
+          f"B - A median {statistics.median(diffs):+.1f} us  B lower in {sum(d < 0 for d in diffs)} of {rounds}")
 
 
 def main(argv: list[str]) -> None:
