@@ -23,5 +23,6 @@ def main(argv: list[str]) -> None:
         conn.execute(body.format(300))  # type: ignore[arg-type]
     paired_rounds(sessions, rounds, n, lambda _i, _r, conn: conn.execute(body.format(n)))  # type: ignore[arg-type]
 
+
 if __name__ == "__main__":
     main(sys.argv[1:])
