@@ -26,7 +26,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def pinned_session(db: str) -> tuple[psycopg.Connection[tuple[object, ...]], int]:
+Session = tuple[psycopg.Connection[tuple[object, ...]], int]
+
+
+def pinned_session(db: str) -> Session:
     """An autocommit session on db (synchronous_commit off) and its backend's pid, pinned to CPU 1."""
     conn = psycopg.connect(f"dbname={db}", autocommit=True)
     conn.execute("SET synchronous_commit = off")
@@ -34,9 +37,6 @@ def pinned_session(db: str) -> tuple[psycopg.Connection[tuple[object, ...]], int
     assert row is not None
     subprocess.run(["taskset", "-p", "-c", "1", str(row[0])], check=True, capture_output=True)
     return conn, int(row[0])
-
-
-Session = tuple[psycopg.Connection[tuple[object, ...]], int]
 
 
 def paired_rounds(sessions: list[Session], rounds: int, n: int,
