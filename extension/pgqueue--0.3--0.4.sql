@@ -605,24 +605,39 @@ $$;
 COMMENT ON FUNCTION pgqueue.queue_counters(text) IS
     'Per queue: messages enqueued, delivered, completed, failed (retried), dead-lettered and leases expired since the queue was created (sequences: a rolled-back call stays counted); shared = another queue counts on the same stripe';
 
--- Move one locked message to the dead letters (the caller holds its row lock).
+-- Move one locked message to the dead letters (the caller holds its row lock). A message that had
+-- its group's turn gives it on (pgqueue._message_left); its idempotency key is free at once.
 CREATE OR REPLACE FUNCTION pgqueue._dead_letter(p_id bigint, p_error text, p_now bigint)
 RETURNS void
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue_id integer;
+    v_group    text;
+    v_turn_at  bigint;
+    v_left     boolean;
+BEGIN
     WITH d AS (
         DELETE FROM pgqueue.message m WHERE m.id = p_id
         RETURNING m.id, m.queue_id, m.dequeue_at, m.attempts, m.created_at,
-                  m.content, m.content_type, m.state, m.last_error, m.locked_until
+                  m.content, m.content_type, m.state, m.last_error, m.locked_until,
+                  m.group_key, m.turn_at
+    ), i AS (
+        INSERT INTO pgqueue.dead_letter
+            (id, queue_id, dequeue_at, attempts, created_at, dead_at,
+             content, content_type, state, last_error)
+        SELECT d.id, d.queue_id, d.dequeue_at, d.attempts, d.created_at, p_now,
+               d.content, d.content_type, d.state, coalesce(p_error, d.last_error)
+          FROM d
+         WHERE pgqueue._counted_dead(d.queue_id, d.locked_until, p_now)  -- queue_counters
     )
-    INSERT INTO pgqueue.dead_letter
-        (id, queue_id, dequeue_at, attempts, created_at, dead_at,
-         content, content_type, state, last_error)
-    SELECT d.id, d.queue_id, d.dequeue_at, d.attempts, d.created_at, p_now,
-           d.content, d.content_type, d.state, coalesce(p_error, d.last_error)
-      FROM d
-     WHERE pgqueue._counted_dead(d.queue_id, d.locked_until, p_now);  -- queue_counters
+    SELECT d.queue_id, d.group_key, d.turn_at INTO v_queue_id, v_group, v_turn_at FROM d;
+    IF v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
+        v_left := pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, true);
+    END IF;
 END;
+$$;
 
 -------------------------------------------------------------------------------
 -- Spark consumers: the holder of a consumer is recorded with a random lock key
@@ -1349,6 +1364,11 @@ DECLARE
     v_queues  integer[];
     v_queue   integer;
     v_counted boolean;
+    v_left    bigint[];   -- the messages that left with a key or a turn, their queues, groups, ...
+    v_lq      integer[];
+    v_lg      text[];
+    v_lt      bigint[];
+    v_lk      text[];
 BEGIN
     IF p_ids IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
@@ -1379,8 +1399,20 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
-        RETURNING m.id, m.queue_id)
-    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}') INTO v_done, v_queues FROM d;
+        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key)
+    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
+           array_agg(d.id) FILTER (WHERE d.left_),
+           array_agg(d.queue_id) FILTER (WHERE d.left_),
+           array_agg(d.group_key) FILTER (WHERE d.left_),
+           array_agg(d.turn_at) FILTER (WHERE d.left_),
+           array_agg(d.idem_key) FILTER (WHERE d.left_)
+      INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
+      FROM (SELECT d.*, d.idem_key IS NOT NULL OR (d.group_key IS NOT NULL AND d.turn_at IS NOT NULL) AS left_
+              FROM d) d;
+    -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
+    FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
+        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+    END LOOP;
     -- completed (queue_counters): one nextval a message, or by queue for more than 32
     IF cardinality(v_done) > 32 THEN
         PERFORM pgqueue._counted_n(u.q, 2, count(*)) FROM unnest(v_queues) AS u(q) GROUP BY u.q;
@@ -1577,6 +1609,9 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queue_id integer;
+    v_group    pg_catalog.text;
+    v_turn_at  bigint;
+    v_idem_key pg_catalog.text;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -1590,7 +1625,11 @@ BEGIN
        AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
-    RETURNING m.queue_id INTO v_queue_id;
+    RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
+    -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left)
+    IF v_idem_key IS NOT NULL OR (v_group IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, false);
+    END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;
 $$;
@@ -1835,10 +1874,18 @@ DECLARE
     v_group        text;
     v_turned       boolean;
     v_all          bigint[];  -- the ids of the earlier rounds (NULL || an array is the array)
+    v_window       bigint;
+    v_left         bigint[];  -- delete mode: the messages that leave with a key or a turn ...
+    v_left_groups  text[];    -- ... their groups, turn keys and idempotency keys
+    v_left_turns   bigint[];
+    v_left_keys    text[];
+    v_group_key    text;      -- the message of a one-message delete: its group, turn, key
+    v_turn_at      bigint;
+    v_idem_key     text;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
-           pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
-      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups, v_rate
+           pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit, q.key_window_ms
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups, v_rate, v_window
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
@@ -1861,11 +1908,11 @@ BEGIN
     END IF;
     -- A queue with message groups takes by turn (p_turns): the messages whose group's turn it
     -- is, behind the groups already waiting (issue 14). Each message handed out gives its group
-    -- the next turn if the group has room (pgqueue._message_group_next): in delete mode the
-    -- trigger message_removed does, as the message leaves the queue; in lease mode, with more
+    -- the next turn if the group has room (pgqueue._message_group_next): in delete mode
+    -- pgqueue._message_left does, as the message leaves the queue; in lease mode, with more
     -- than one in flight per group (or no limit), the loop below does, in the order of the
     -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
-    -- group the turn passes on when the message leaves (trigger message_removed). While there
+    -- group the turn passes on when the message leaves (pgqueue._message_left). While there
     -- is room under p_limit and a round handed something out, another round takes the turns
     -- just handed on, so a call hands out several messages of one group when the group's limit
     -- allows. (Each expression of this function is prepared anew in each transaction: the
@@ -1883,14 +1930,44 @@ BEGIN
             PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
         IF v_lock_ms = 0 THEN
-            IF cardinality(v_ids) = 1 THEN
+            -- A message that leaves with an idempotency key or its group's turn is handed to
+            -- pgqueue._message_left after the DELETE (its key kept, its group's turn passed on):
+            -- only on a queue with groups or a key window (groups are chosen at queue_create).
+            IF cardinality(v_ids) = 1 AND v_groups IS NULL AND v_window = 0 THEN
                 RETURN QUERY
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
+            ELSIF cardinality(v_ids) = 1 THEN
+                DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+                   AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+                   AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
+                RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, m.group_key, m.turn_at, m.idem_key
+                     INTO id, content, attempts, dequeue_at, state,
+                          content_type, created_at, v_group_key, v_turn_at, v_idem_key;
+                IF FOUND THEN
+                    locked_until := NULL;
+                    RETURN NEXT;
+                END IF;
+                IF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+                    v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
+                                                      v_turn_at, v_idem_key, false);
+                END IF;
             ELSE
+                -- the rows are locked by the take: what leaves is read before the DELETE
+                IF v_groups IS NOT NULL OR v_window > 0 THEN
+                    SELECT array_agg(m.id ORDER BY m.group_key, m.id),
+                           array_agg(m.group_key ORDER BY m.group_key, m.id),
+                           array_agg(m.turn_at ORDER BY m.group_key, m.id),
+                           array_agg(m.idem_key ORDER BY m.group_key, m.id)
+                      INTO v_left, v_left_groups, v_left_turns, v_left_keys
+                      FROM pgqueue.message m
+                     WHERE m.id = ANY (v_ids)
+                       AND (m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL));
+                END IF;
                 RETURN QUERY
                 WITH d AS (
                     DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
@@ -1901,6 +1978,11 @@ BEGIN
                     RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                               m.content_type, m.created_at, NULL::bigint AS locked_until)
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+                FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
+                    v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
+                                                      v_left_turns[i], v_left_keys[i], false);
+                END LOOP;
+                v_left := NULL;
             END IF;
         ELSE
             -- the groups whose waiting turn is handed out now (not those of expired leases: they
@@ -2281,6 +2363,11 @@ DECLARE
     v_consumer pgqueue.spark_consumer;
     v_claims   bigint[];
     v_count    bigint;
+    v_left     bigint[];  -- the messages that left with a key or a turn, their groups, ...
+    v_lg       text[];
+    v_lt       bigint[];
+    v_lk       text[];
+    v_done     boolean;
 BEGIN
     PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
     PERFORM pgqueue._spark_check_consumer(p_consumer);
@@ -2298,8 +2385,20 @@ BEGIN
     v_claims := ARRAY(SELECT k.id FROM pgqueue.spark_claim k
                        WHERE k.consumer_id = v_consumer.id AND k.seq <= p_up_to_seq
                        ORDER BY k.seq);
-    DELETE FROM pgqueue.message m WHERE m.claim_id = ANY (v_claims);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WITH d AS (
+        DELETE FROM pgqueue.message m WHERE m.claim_id = ANY (v_claims)
+        RETURNING m.id, m.group_key, m.turn_at, m.idem_key,
+                  m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
+    SELECT count(*), array_agg(d.id) FILTER (WHERE d.left_),
+           array_agg(d.group_key) FILTER (WHERE d.left_),
+           array_agg(d.turn_at) FILTER (WHERE d.left_),
+           array_agg(d.idem_key) FILTER (WHERE d.left_)
+      INTO v_count, v_left, v_lg, v_lt, v_lk
+      FROM d;
+    -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
+    FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
+        v_done := pgqueue._message_left(v_queue.id, v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+    END LOOP;
     DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
     UPDATE pgqueue.spark_consumer c SET acked_seq = p_up_to_seq WHERE c.id = v_consumer.id;
     RETURN v_count;
@@ -3082,20 +3181,32 @@ AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_now   bigint;
+    v_rows  pgqueue.message[];
+    v_row   pgqueue.message;
+    v_left  boolean;
 BEGIN
     IF p_ids IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_ids'::text);
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_now := pgqueue.now_ms();
-    RETURN QUERY
     WITH d AS (
         DELETE FROM pgqueue.message m
          WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue.id AND m.claim_id IS NULL
            AND (m.locked_until IS NULL OR m.locked_until <= v_now)
-        RETURNING m.id, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at,
-                  m.locked_until, m.state, m.last_error)
-    SELECT * FROM d ORDER BY d.id;
+        RETURNING m AS r)
+    SELECT coalesce(array_agg(d.r ORDER BY (d.r).id), '{}') INTO v_rows FROM d;
+    -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
+    FOREACH v_row IN ARRAY v_rows LOOP
+        IF v_row.idem_key IS NOT NULL OR (v_row.group_key IS NOT NULL AND v_row.turn_at IS NOT NULL) THEN
+            v_left := pgqueue._message_left(v_queue.id, v_row.id, v_row.group_key, v_row.turn_at,
+                                            v_row.idem_key, false);
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    SELECT r.id, r.content, r.content_type, r.attempts, r.dequeue_at, r.created_at,
+           r.locked_until, r.state, r.last_error
+      FROM unnest(v_rows) AS r ORDER BY r.id;
 END;
 $$;
 
@@ -3615,8 +3726,8 @@ $$;
 
 -- Idempotency keys of messages that have left the queue (completed, delivered in delete mode,
 -- acknowledged by Spark, cancelled), kept for the queue's key_window_ms: until then an enqueue
--- with the same key returns the old id (pgqueue._message_insert). Written by the trigger
--- message_removed; windows that have ended are removed as new ones are written, and
+-- with the same key returns the old id (pgqueue._message_insert). Written by
+-- pgqueue._message_left; windows that have ended are removed as new ones are written, and
 -- queue_drop removes a queue's.
 CREATE TABLE pgqueue.message_key (
     queue_id integer NOT NULL,
@@ -3887,7 +3998,7 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 -- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
 -- behind the groups already waiting: the round-robin. Called after a message of the group was
--- handed out (message_dequeue) or left the queue (trigger message_removed), under the group's
+-- handed out (message_dequeue) or left the queue (pgqueue._message_left), under the group's
 -- lock, so that every such decision sees the ones committed before it. Returns whether a turn
 -- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
 -- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
@@ -3895,7 +4006,7 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 -- The common path is two statements: the lock, and one UPDATE whose WHERE holds the room (the
 -- probes of pgqueue._message_group_room, as initplans: run once, under the lock's newer
 -- snapshot). With one in flight per group the hand-off of every delivery is done by trigger
--- message_removed without this function, which it calls only when its own UPDATE found no
+-- pgqueue._message_left without this function, which it calls only when its own UPDATE found no
 -- message waiting; the statement below covers that case too. When it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
 -- deleted meanwhile by message_cancel (READ COMMITTED reads the next one; REPEATABLE READ
 -- raises 40001 instead).
@@ -4043,12 +4154,19 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, text, text, bigint) IS
     'pgqueue internal: insert a message with a group and/or idempotency key (or into a grouped queue); the existing id if the key is taken';
 
--- Trigger function of message_removed: a message with an idempotency key or with its group's turn
--- left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by Spark,
--- dead-lettered). Keep its key taken for the queue's key_window_ms unless it went to the dead
--- letters, removing two windows that have ended on the way (so the table stays as small as the
--- keys of one window), and give its group its next turn (pgqueue._message_group_next). Nothing
--- when the queue itself is being dropped (its row is gone first).
+-- A message left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by
+-- Spark, dead-lettered): keep its idempotency key taken for the queue's key_window_ms unless it
+-- went to the dead letters (p_dead), removing two windows that have ended on the way (so the
+-- table stays as small as the keys of one window), and give its group its next turn
+-- (pgqueue._message_group_next). Called by the function that deleted the row, after its DELETE,
+-- for a row with an idempotency key or with its group's turn (the callers test that, so that
+-- other rows cost no call): message_dequeue (delete mode), message_complete,
+-- message_complete_batch, message_cancel, spark_ack and pgqueue._dead_letter. Nothing when the
+-- queue is gone (queue_drop). Not a trigger (AFTER DELETE FOR EACH ROW, as it was while 0.4 was
+-- developed): a trigger's presence alone cost every delete-mode dequeue 10 us of about 155 of
+-- server time (its WHEN clause prepared at every statement, the deleted row fetched again for
+-- it), whether it fired or not (docs/performance.md). A row deleted with plain SQL is not
+-- handed on (docs/guarantees.md).
 --
 -- With one in flight per group (group concurrency 1, the ordered case) the message leaving is the
 -- group's only one with the turn, and the common hand-off is done here by one UPDATE, without the
@@ -4063,8 +4181,14 @@ COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, 
 -- (it then sees the one leaving gone), or holds it first and is seen (specs/group_producer.spec).
 -- Against the call chain through _message_group_next at 4 clients: lease + complete 1.23x,
 -- delete mode 1.14x (medians of 8 paired rounds; docs/performance.md, "Message groups").
-CREATE FUNCTION pgqueue._message_removed()
-RETURNS trigger
+CREATE FUNCTION pgqueue._message_left(
+    p_queue_id integer,
+    p_id       bigint,
+    p_group    text,
+    p_turn_at  bigint,
+    p_idem_key text,
+    p_dead     boolean)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4075,49 +4199,48 @@ DECLARE
     v_turned      boolean;
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
-      FROM pgqueue.queue q WHERE q.id = OLD.queue_id;
+      FROM pgqueue.queue q WHERE q.id = p_queue_id;
     IF NOT FOUND THEN
-        RETURN NULL;
+        RETURN false;
     END IF;
-    IF OLD.idem_key IS NOT NULL AND v_window > 0 THEN
-        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter d WHERE d.id = OLD.id) THEN
-            v_window := 0;  -- dead-lettered: the key is free at once
-        END IF;
-    END IF;
-    IF OLD.idem_key IS NOT NULL AND v_window > 0 THEN
+    -- dead-lettered: the key is free at once
+    IF p_idem_key IS NOT NULL AND v_window > 0 AND NOT p_dead THEN
         v_now := pgqueue.now_ms();
         INSERT INTO pgqueue.message_key AS k (queue_id, idem_key, id, until)
-        VALUES (OLD.queue_id, OLD.idem_key, OLD.id, v_now + v_window)
+        VALUES (p_queue_id, p_idem_key, p_id, v_now + v_window)
         ON CONFLICT (queue_id, idem_key) DO UPDATE SET id = excluded.id, until = excluded.until;
         DELETE FROM pgqueue.message_key k
          WHERE (k.queue_id, k.idem_key) IN (SELECT e.queue_id, e.idem_key FROM pgqueue.message_key e
-                                             WHERE e.queue_id = OLD.queue_id AND e.until <= v_now
+                                             WHERE e.queue_id = p_queue_id AND e.until <= v_now
                                              ORDER BY e.until
                                              LIMIT 2
                                                FOR UPDATE SKIP LOCKED);
     END IF;
-    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency = 1 THEN
+    IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency = 1 THEN
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
-                        WHERE w.queue_id = OLD.queue_id AND w.group_key = OLD.group_key
+                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group
                           AND w.turn_at IS NULL
                         ORDER BY w.dequeue_at, w.id
                         LIMIT 1)
            AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id = OLD.queue_id AND t.group_key = OLD.group_key
+                            WHERE t.queue_id = p_queue_id AND t.group_key = p_group
                               AND t.turn_at IS NOT NULL);
         IF FOUND THEN
-            RETURN NULL;
+            RETURN true;
         END IF;
         -- nothing handed on: _message_group_next looks again, under the group's lock
     END IF;
-    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
-        v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+    IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
+        v_turned := pgqueue._message_group_next(p_queue_id, p_group, v_concurrency);
     END IF;
-    RETURN NULL;
+    RETURN true;
 END;
 $$;
+
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, boolean) IS
+    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window (unless dead-lettered) and give its group the next turn';
 
 -- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With
 -- message groups, the next turn; with a rate limit, not before its next slot is due.
@@ -4198,14 +4321,6 @@ $$;
 
 COMMENT ON FUNCTION pgqueue.queue_group_stats(text, integer) IS
     'The p_limit message groups of a queue with the most messages waiting: group key, waiting (ready or scheduled), in flight (leased)';
-
--- A message with an idempotency key, or one that had its group's turn, left the queue: keep its
--- key for the queue's window and give its group the next turn (pgqueue._message_removed). Other
--- messages pay for the WHEN clause only.
-CREATE TRIGGER message_removed
-    AFTER DELETE ON pgqueue.message
-    FOR EACH ROW WHEN (OLD.idem_key IS NOT NULL OR (OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL))
-    EXECUTE FUNCTION pgqueue._message_removed();
 
 -- A message that becomes deliverable more than 5 ms below the clock (the margin the session
 -- hints keep below it, pgqueue._message_take), or a lease that runs out more than 5 ms below

@@ -46,6 +46,28 @@ SELECT pgqueue.message_create('window', 'd1', p_key => 'dead') AS d1 \gset
 SELECT pg_temp.got('window', 1) AS leased;
 SELECT pgqueue.message_fail(m.id, m.attempts, 'boom') AS dead_lettered FROM pgqueue.message m WHERE m.id = :d1;
 SELECT pgqueue.message_create('window', 'd2', p_key => 'dead') <> :d1 AS new_id_after_dead_letter;
+-- So does every other way a keyed message leaves through pgqueue's functions: completed in a
+-- batch, delivered in delete mode several at a time, acknowledged by Spark.
+SELECT pg_temp.got('window', 10, 0) AS delivered;
+SELECT pgqueue.message_create('window', 'b1', p_key => 'batch') AS b1 \gset
+SELECT pg_temp.got('window', 1) AS leased;
+SELECT pgqueue.message_complete_batch(ARRAY[m.id], ARRAY[m.attempts]) AS stale
+  FROM pgqueue.message m WHERE m.id = :b1;
+SELECT pgqueue.message_create('window', 'b2', p_key => 'batch') = :b1 AS same_id_after_batch_complete;
+SELECT count(*) FROM pgqueue.message_create_batch('window', ARRAY['m1', 'm2']::bytea[],
+                                                   p_keys => ARRAY['many-1', 'many-2']);
+SELECT pg_temp.got('window', 10, 0) AS delivered_two;
+SELECT count(*) AS same_ids_after_delete_mode
+  FROM pgqueue.message_create_batch('window', ARRAY['m3', 'm4']::bytea[],
+                                    p_keys => ARRAY['many-1', 'many-2']) b
+ WHERE b IN (SELECT k.id FROM pgqueue.message_key k WHERE k.idem_key LIKE 'many-%');
+SELECT pgqueue.message_create('window', 's1', p_key => 'spark') AS s1 \gset
+SELECT pgqueue.spark_consumer_open('window', 'etl') AS acked;
+SELECT pgqueue.spark_claim('window', 'etl', 10) AS seq;
+SELECT pgqueue.spark_ack('window', 'etl', 1) AS acked;
+SELECT pgqueue.message_create('window', 's2', p_key => 'spark') = :s1 AS same_id_after_spark_ack;
+SELECT count(*) AS live FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'window';
+SELECT pgqueue.spark_consumer_close('window', 'etl') AS closed;
 -- The window ends: the key is free again (the window row is overwritten when it is reused).
 UPDATE pgqueue.message_key SET until = 0 WHERE idem_key = 'done';
 SELECT pgqueue.message_create('window', 'w3', p_key => 'done') <> :w1 AS new_id_after_window;
@@ -81,6 +103,15 @@ SELECT pg_temp.got('grp', 10) AS nothing_due;
 -- An enqueue into a group with nothing in flight and nothing waiting has its turn at once.
 SELECT pgqueue.message_create('grp', 'd1', p_group => 'd') IS NOT NULL AS created;
 SELECT pg_temp.got('grp', 10) AS d1;
+-- Whichever function removes a message passes its group's turn on: a delete-mode dequeue of one
+-- message, a completion in a batch.
+SELECT count(*) FROM pgqueue.message_create_batch('grp', ARRAY['f1', 'f2', 'f3']::bytea[],
+                                                   p_groups => ARRAY['f', 'f', 'f']);
+SELECT pg_temp.got('grp', 1, 0) AS f1_deleted;
+SELECT pg_temp.got('grp', 1) AS f2_leased;
+SELECT pgqueue.message_complete_batch(ARRAY[m.id], ARRAY[m.attempts]) AS stale
+  FROM pgqueue.message m WHERE m.content = 'f2';
+SELECT pg_temp.got('grp', 1) AS f3_after_the_batch;
 
 -- Round-robin: a big group does not starve a small one that arrived after it.
 SELECT pgqueue.queue_create('fair', p_lock_ms => 60000, p_group_concurrency => 0);

@@ -1,7 +1,7 @@
 -- Idempotency keys of messages that have left the queue (completed, delivered in delete mode,
 -- acknowledged by Spark, cancelled), kept for the queue's key_window_ms: until then an enqueue
--- with the same key returns the old id (pgqueue._message_insert). Written by the trigger
--- message_removed; windows that have ended are removed as new ones are written, and
+-- with the same key returns the old id (pgqueue._message_insert). Written by
+-- pgqueue._message_left; windows that have ended are removed as new ones are written, and
 -- queue_drop removes a queue's.
 CREATE TABLE pgqueue.message_key (
     queue_id integer NOT NULL,

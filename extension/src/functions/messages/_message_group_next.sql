@@ -2,7 +2,7 @@
 -- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
 -- behind the groups already waiting: the round-robin. Called after a message of the group was
--- handed out (message_dequeue) or left the queue (trigger message_removed), under the group's
+-- handed out (message_dequeue) or left the queue (pgqueue._message_left), under the group's
 -- lock, so that every such decision sees the ones committed before it. Returns whether a turn
 -- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
 -- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
@@ -10,7 +10,7 @@
 -- The common path is two statements: the lock, and one UPDATE whose WHERE holds the room (the
 -- probes of pgqueue._message_group_room, as initplans: run once, under the lock's newer
 -- snapshot). With one in flight per group the hand-off of every delivery is done by trigger
--- message_removed without this function, which it calls only when its own UPDATE found no
+-- pgqueue._message_left without this function, which it calls only when its own UPDATE found no
 -- message waiting; the statement below covers that case too. When it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
 -- deleted meanwhile by message_cancel (READ COMMITTED reads the next one; REPEATABLE READ
 -- raises 40001 instead).

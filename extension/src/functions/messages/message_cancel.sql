@@ -15,20 +15,32 @@ AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_now   bigint;
+    v_rows  pgqueue.message[];
+    v_row   pgqueue.message;
+    v_left  boolean;
 BEGIN
     IF p_ids IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_ids'::text);
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_now := pgqueue.now_ms();
-    RETURN QUERY
     WITH d AS (
         DELETE FROM pgqueue.message m
          WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue.id AND m.claim_id IS NULL
            AND (m.locked_until IS NULL OR m.locked_until <= v_now)
-        RETURNING m.id, m.content, m.content_type, m.attempts, m.dequeue_at, m.created_at,
-                  m.locked_until, m.state, m.last_error)
-    SELECT * FROM d ORDER BY d.id;
+        RETURNING m AS r)
+    SELECT coalesce(array_agg(d.r ORDER BY (d.r).id), '{}') INTO v_rows FROM d;
+    -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
+    FOREACH v_row IN ARRAY v_rows LOOP
+        IF v_row.idem_key IS NOT NULL OR (v_row.group_key IS NOT NULL AND v_row.turn_at IS NOT NULL) THEN
+            v_left := pgqueue._message_left(v_queue.id, v_row.id, v_row.group_key, v_row.turn_at,
+                                            v_row.idem_key, false);
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    SELECT r.id, r.content, r.content_type, r.attempts, r.dequeue_at, r.created_at,
+           r.locked_until, r.state, r.last_error
+      FROM unnest(v_rows) AS r ORDER BY r.id;
 END;
 $$;
 

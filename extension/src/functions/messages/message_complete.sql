@@ -8,6 +8,9 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queue_id integer;
+    v_group    pg_catalog.text;
+    v_turn_at  bigint;
+    v_idem_key pg_catalog.text;
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -21,7 +24,11 @@ BEGIN
        AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
-    RETURNING m.queue_id INTO v_queue_id;
+    RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
+    -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left)
+    IF v_idem_key IS NOT NULL OR (v_group IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, false);
+    END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;
 $$;

@@ -21,6 +21,11 @@ DECLARE
     v_queues  integer[];
     v_queue   integer;
     v_counted boolean;
+    v_left    bigint[];   -- the messages that left with a key or a turn, their queues, groups, ...
+    v_lq      integer[];
+    v_lg      text[];
+    v_lt      bigint[];
+    v_lk      text[];
 BEGIN
     IF p_ids IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
@@ -51,8 +56,20 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
-        RETURNING m.id, m.queue_id)
-    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}') INTO v_done, v_queues FROM d;
+        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key)
+    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
+           array_agg(d.id) FILTER (WHERE d.left_),
+           array_agg(d.queue_id) FILTER (WHERE d.left_),
+           array_agg(d.group_key) FILTER (WHERE d.left_),
+           array_agg(d.turn_at) FILTER (WHERE d.left_),
+           array_agg(d.idem_key) FILTER (WHERE d.left_)
+      INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
+      FROM (SELECT d.*, d.idem_key IS NOT NULL OR (d.group_key IS NOT NULL AND d.turn_at IS NOT NULL) AS left_
+              FROM d) d;
+    -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
+    FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
+        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+    END LOOP;
     -- completed (queue_counters): one nextval a message, or by queue for more than 32
     IF cardinality(v_done) > 32 THEN
         PERFORM pgqueue._counted_n(u.q, 2, count(*)) FROM unnest(v_queues) AS u(q) GROUP BY u.q;

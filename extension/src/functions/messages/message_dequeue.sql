@@ -30,10 +30,18 @@ DECLARE
     v_group        text;
     v_turned       boolean;
     v_all          bigint[];  -- the ids of the earlier rounds (NULL || an array is the array)
+    v_window       bigint;
+    v_left         bigint[];  -- delete mode: the messages that leave with a key or a turn ...
+    v_left_groups  text[];    -- ... their groups, turn keys and idempotency keys
+    v_left_turns   bigint[];
+    v_left_keys    text[];
+    v_group_key    text;      -- the message of a one-message delete: its group, turn, key
+    v_turn_at      bigint;
+    v_idem_key     text;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
-           pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit
-      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups, v_rate
+           pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit, q.key_window_ms
+      INTO v_queue_id, v_lock_ms, v_max_attempts, v_locked, v_groups, v_rate, v_window
       FROM pgqueue.queue q WHERE q.name = p_queue;
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
@@ -56,11 +64,11 @@ BEGIN
     END IF;
     -- A queue with message groups takes by turn (p_turns): the messages whose group's turn it
     -- is, behind the groups already waiting (issue 14). Each message handed out gives its group
-    -- the next turn if the group has room (pgqueue._message_group_next): in delete mode the
-    -- trigger message_removed does, as the message leaves the queue; in lease mode, with more
+    -- the next turn if the group has room (pgqueue._message_group_next): in delete mode
+    -- pgqueue._message_left does, as the message leaves the queue; in lease mode, with more
     -- than one in flight per group (or no limit), the loop below does, in the order of the
     -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
-    -- group the turn passes on when the message leaves (trigger message_removed). While there
+    -- group the turn passes on when the message leaves (pgqueue._message_left). While there
     -- is room under p_limit and a round handed something out, another round takes the turns
     -- just handed on, so a call hands out several messages of one group when the group's limit
     -- allows. (Each expression of this function is prepared anew in each transaction: the
@@ -78,14 +86,44 @@ BEGIN
             PERFORM pgqueue._counted_n(v_queue_id, 1, cardinality(v_ids));
         END IF;
         IF v_lock_ms = 0 THEN
-            IF cardinality(v_ids) = 1 THEN
+            -- A message that leaves with an idempotency key or its group's turn is handed to
+            -- pgqueue._message_left after the DELETE (its key kept, its group's turn passed on):
+            -- only on a queue with groups or a key window (groups are chosen at queue_create).
+            IF cardinality(v_ids) = 1 AND v_groups IS NULL AND v_window = 0 THEN
                 RETURN QUERY
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
+            ELSIF cardinality(v_ids) = 1 THEN
+                DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
+                   AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
+                   AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
+                RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
+                          m.content_type, m.created_at, m.group_key, m.turn_at, m.idem_key
+                     INTO id, content, attempts, dequeue_at, state,
+                          content_type, created_at, v_group_key, v_turn_at, v_idem_key;
+                IF FOUND THEN
+                    locked_until := NULL;
+                    RETURN NEXT;
+                END IF;
+                IF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+                    v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
+                                                      v_turn_at, v_idem_key, false);
+                END IF;
             ELSE
+                -- the rows are locked by the take: what leaves is read before the DELETE
+                IF v_groups IS NOT NULL OR v_window > 0 THEN
+                    SELECT array_agg(m.id ORDER BY m.group_key, m.id),
+                           array_agg(m.group_key ORDER BY m.group_key, m.id),
+                           array_agg(m.turn_at ORDER BY m.group_key, m.id),
+                           array_agg(m.idem_key ORDER BY m.group_key, m.id)
+                      INTO v_left, v_left_groups, v_left_turns, v_left_keys
+                      FROM pgqueue.message m
+                     WHERE m.id = ANY (v_ids)
+                       AND (m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL));
+                END IF;
                 RETURN QUERY
                 WITH d AS (
                     DELETE FROM pgqueue.message m WHERE m.id = ANY (v_ids)
@@ -96,6 +134,11 @@ BEGIN
                     RETURNING m.id, m.content, m.attempts + 1 AS attempts, m.dequeue_at, m.state,
                               m.content_type, m.created_at, NULL::bigint AS locked_until)
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
+                FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
+                    v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
+                                                      v_left_turns[i], v_left_keys[i], false);
+                END LOOP;
+                v_left := NULL;
             END IF;
         ELSE
             -- the groups whose waiting turn is handed out now (not those of expired leases: they

@@ -12,6 +12,11 @@ DECLARE
     v_consumer pgqueue.spark_consumer;
     v_claims   bigint[];
     v_count    bigint;
+    v_left     bigint[];  -- the messages that left with a key or a turn, their groups, ...
+    v_lg       text[];
+    v_lt       bigint[];
+    v_lk       text[];
+    v_done     boolean;
 BEGIN
     PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
     PERFORM pgqueue._spark_check_consumer(p_consumer);
@@ -29,8 +34,20 @@ BEGIN
     v_claims := ARRAY(SELECT k.id FROM pgqueue.spark_claim k
                        WHERE k.consumer_id = v_consumer.id AND k.seq <= p_up_to_seq
                        ORDER BY k.seq);
-    DELETE FROM pgqueue.message m WHERE m.claim_id = ANY (v_claims);
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+    WITH d AS (
+        DELETE FROM pgqueue.message m WHERE m.claim_id = ANY (v_claims)
+        RETURNING m.id, m.group_key, m.turn_at, m.idem_key,
+                  m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
+    SELECT count(*), array_agg(d.id) FILTER (WHERE d.left_),
+           array_agg(d.group_key) FILTER (WHERE d.left_),
+           array_agg(d.turn_at) FILTER (WHERE d.left_),
+           array_agg(d.idem_key) FILTER (WHERE d.left_)
+      INTO v_count, v_left, v_lg, v_lt, v_lk
+      FROM d;
+    -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
+    FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
+        v_done := pgqueue._message_left(v_queue.id, v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+    END LOOP;
     DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
     UPDATE pgqueue.spark_consumer c SET acked_seq = p_up_to_seq WHERE c.id = v_consumer.id;
     RETURN v_count;

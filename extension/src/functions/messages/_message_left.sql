@@ -1,9 +1,16 @@
--- Trigger function of message_removed: a message with an idempotency key or with its group's turn
--- left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by Spark,
--- dead-lettered). Keep its key taken for the queue's key_window_ms unless it went to the dead
--- letters, removing two windows that have ended on the way (so the table stays as small as the
--- keys of one window), and give its group its next turn (pgqueue._message_group_next). Nothing
--- when the queue itself is being dropped (its row is gone first).
+-- A message left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by
+-- Spark, dead-lettered): keep its idempotency key taken for the queue's key_window_ms unless it
+-- went to the dead letters (p_dead), removing two windows that have ended on the way (so the
+-- table stays as small as the keys of one window), and give its group its next turn
+-- (pgqueue._message_group_next). Called by the function that deleted the row, after its DELETE,
+-- for a row with an idempotency key or with its group's turn (the callers test that, so that
+-- other rows cost no call): message_dequeue (delete mode), message_complete,
+-- message_complete_batch, message_cancel, spark_ack and pgqueue._dead_letter. Nothing when the
+-- queue is gone (queue_drop). Not a trigger (AFTER DELETE FOR EACH ROW, as it was while 0.4 was
+-- developed): a trigger's presence alone cost every delete-mode dequeue 10 us of about 155 of
+-- server time (its WHEN clause prepared at every statement, the deleted row fetched again for
+-- it), whether it fired or not (docs/performance.md). A row deleted with plain SQL is not
+-- handed on (docs/guarantees.md).
 --
 -- With one in flight per group (group concurrency 1, the ordered case) the message leaving is the
 -- group's only one with the turn, and the common hand-off is done here by one UPDATE, without the
@@ -18,8 +25,14 @@
 -- (it then sees the one leaving gone), or holds it first and is seen (specs/group_producer.spec).
 -- Against the call chain through _message_group_next at 4 clients: lease + complete 1.23x,
 -- delete mode 1.14x (medians of 8 paired rounds; docs/performance.md, "Message groups").
-CREATE FUNCTION pgqueue._message_removed()
-RETURNS trigger
+CREATE FUNCTION pgqueue._message_left(
+    p_queue_id integer,
+    p_id       bigint,
+    p_group    text,
+    p_turn_at  bigint,
+    p_idem_key text,
+    p_dead     boolean)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -30,46 +43,45 @@ DECLARE
     v_turned      boolean;
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
-      FROM pgqueue.queue q WHERE q.id = OLD.queue_id;
+      FROM pgqueue.queue q WHERE q.id = p_queue_id;
     IF NOT FOUND THEN
-        RETURN NULL;
+        RETURN false;
     END IF;
-    IF OLD.idem_key IS NOT NULL AND v_window > 0 THEN
-        IF EXISTS (SELECT 1 FROM pgqueue.dead_letter d WHERE d.id = OLD.id) THEN
-            v_window := 0;  -- dead-lettered: the key is free at once
-        END IF;
-    END IF;
-    IF OLD.idem_key IS NOT NULL AND v_window > 0 THEN
+    -- dead-lettered: the key is free at once
+    IF p_idem_key IS NOT NULL AND v_window > 0 AND NOT p_dead THEN
         v_now := pgqueue.now_ms();
         INSERT INTO pgqueue.message_key AS k (queue_id, idem_key, id, until)
-        VALUES (OLD.queue_id, OLD.idem_key, OLD.id, v_now + v_window)
+        VALUES (p_queue_id, p_idem_key, p_id, v_now + v_window)
         ON CONFLICT (queue_id, idem_key) DO UPDATE SET id = excluded.id, until = excluded.until;
         DELETE FROM pgqueue.message_key k
          WHERE (k.queue_id, k.idem_key) IN (SELECT e.queue_id, e.idem_key FROM pgqueue.message_key e
-                                             WHERE e.queue_id = OLD.queue_id AND e.until <= v_now
+                                             WHERE e.queue_id = p_queue_id AND e.until <= v_now
                                              ORDER BY e.until
                                              LIMIT 2
                                                FOR UPDATE SKIP LOCKED);
     END IF;
-    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency = 1 THEN
+    IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency = 1 THEN
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
-                        WHERE w.queue_id = OLD.queue_id AND w.group_key = OLD.group_key
+                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group
                           AND w.turn_at IS NULL
                         ORDER BY w.dequeue_at, w.id
                         LIMIT 1)
            AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id = OLD.queue_id AND t.group_key = OLD.group_key
+                            WHERE t.queue_id = p_queue_id AND t.group_key = p_group
                               AND t.turn_at IS NOT NULL);
         IF FOUND THEN
-            RETURN NULL;
+            RETURN true;
         END IF;
         -- nothing handed on: _message_group_next looks again, under the group's lock
     END IF;
-    IF OLD.group_key IS NOT NULL AND OLD.turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
-        v_turned := pgqueue._message_group_next(OLD.queue_id, OLD.group_key, v_concurrency);
+    IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
+        v_turned := pgqueue._message_group_next(p_queue_id, p_group, v_concurrency);
     END IF;
-    RETURN NULL;
+    RETURN true;
 END;
 $$;
+
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, boolean) IS
+    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window (unless dead-lettered) and give its group the next turn';
