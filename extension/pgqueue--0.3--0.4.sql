@@ -1016,19 +1016,22 @@ CREATE FUNCTION pgqueue._message_take(
     p_skip         bigint[] DEFAULT '{}')
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
--- Custom plans would be re-planned on every call (a LIMIT parameter makes the generic plan look
--- dear to the plan cache); the generic plans are the same index probes and save half the call.
-SET plan_cache_mode = force_generic_plan
--- Every probe here is an ordered walk of one index that stops at its first rows, whatever the
--- statistics say. Under a held snapshot a VACUUM counts the dead entries it may not remove into
--- the indexes' reltuples (every lease completed since the hold began, in message_leased_idx),
--- while the table's statistics say almost nothing is leased; the generic plan of the candidate
--- statement then found the first lease by a Bitmap Heap Scan or a Seq Scan and a Sort of the
--- whole table, 47-65 ms a call, until statistics changed again: lease mode fell to 0.11x under
--- issue 12's 2-minute holds (tests/test_index_probes.py). 1-2 us a call (measured).
-SET enable_seqscan = off
-SET enable_bitmapscan = off
+-- No SET clauses of its own: its two callers, message_dequeue and spark_claim, run it with
+-- theirs (each SET clause is a GUC save and restore at every call: these four cost 4.2 us of
+-- about 148 a delete-mode dequeue, docs/performance.md), and tests/pgtap/10_schema.sql checks
+-- that every function calling it sets all four:
+--   * search_path = pg_catalog, pg_temp (so every name below resolves as if pinned here);
+--   * plan_cache_mode = force_generic_plan: custom plans would be re-planned on every call (a
+--     LIMIT parameter makes the generic plan look dear to the plan cache); the generic plans
+--     are the same index probes and save half the call;
+--   * enable_seqscan = off, enable_bitmapscan = off: every probe here is an ordered walk of one
+--     index that stops at its first rows, whatever the statistics say. Under a held snapshot a
+--     VACUUM counts the dead entries it may not remove into the indexes' reltuples (every lease
+--     completed since the hold began, in message_leased_idx), while the table's statistics say
+--     almost nothing is leased; the generic plan of the candidate statement then found the
+--     first lease by a Bitmap Heap Scan or a Seq Scan and a Sort of the whole table, 47-65 ms a
+--     call, until statistics changed again: lease mode fell to 0.11x under issue 12's 2-minute
+--     holds (tests/test_index_probes.py).
 AS $$
 DECLARE
     -- (Every expression below, a DECLARE default too, is prepared anew in each transaction: the
@@ -1856,6 +1859,10 @@ SET search_path = pg_catalog, pg_temp
 -- plans are the same primary-key probes. Measured: 234 -> 70 us a message for a dequeue of 4
 -- and its message_complete_batch, a transaction each (docs/performance.md).
 SET plan_cache_mode = force_generic_plan
+-- for pgqueue._message_take, which has no SET clauses of its own (see there); this function's
+-- own statements are index probes by name or id with or without them
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2508,6 +2515,10 @@ CREATE FUNCTION pgqueue.spark_claim(
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- the settings pgqueue._message_take runs with (it has no SET clauses of its own; see there)
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_queue    pgqueue.queue;

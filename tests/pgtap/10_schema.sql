@@ -4,7 +4,7 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(41);
+SELECT plan(43);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
@@ -189,15 +189,31 @@ SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
                       AND p.oid <> ALL (ARRAY['pgqueue.message_create(text,bytea,bigint,text,text,text)',
-                                              'pgqueue.message_complete(bigint,integer)']::regprocedure[])
+                                              'pgqueue.message_complete(bigint,integer)',
+                                              'pgqueue._message_take(integer,integer,bigint,integer,bigint,boolean,bigint[])']::regprocedure[])
                       AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false) $$,
-                'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp, but two');
+                'every pgqueue function with a string body pins search_path = pg_catalog, pg_temp, but three');
+-- _message_take runs with its callers' settings: each caller pins them all.
+SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
+                  WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosrc LIKE '%pgqueue._message_take(%'
+                    AND p.proname <> '_message_take'
+                    AND coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp',
+                                                      'plan_cache_mode=force_generic_plan',
+                                                      'enable_seqscan=off', 'enable_bitmapscan=off'], false) $$,
+              $$ SELECT p.oid::regprocedure::text FROM pg_proc p
+                  WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosrc LIKE '%pgqueue._message_take(%'
+                    AND p.proname <> '_message_take' $$,
+              'every caller of _message_take (which has no SET clauses) pins search_path, the generic plans and the index probes');
+SELECT ok((SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace
+            AND p.prosrc LIKE '%pgqueue._message_take(%' AND p.proname <> '_message_take') = 2,
+          'two functions call _message_take: message_dequeue and spark_claim');
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NULL
                     AND p.proconfig IS NULL $$,
               ARRAY['pgqueue.message_create(text,bytea,bigint,text,text,text)',
-                    'pgqueue.message_complete(bigint,integer)'],
-              'the string-bodied functions without a SET clause: message_create and message_complete (fully qualified instead)');
+                    'pgqueue.message_complete(bigint,integer)',
+                    'pgqueue._message_take(integer,integer,bigint,integer,bigint,boolean,bigint[])'],
+              'the string-bodied functions without a SET clause: message_create and message_complete (fully qualified instead), _message_take (its callers set them)');
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',

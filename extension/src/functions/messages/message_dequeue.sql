@@ -12,6 +12,10 @@ SET search_path = pg_catalog, pg_temp
 -- plans are the same primary-key probes. Measured: 234 -> 70 us a message for a dequeue of 4
 -- and its message_complete_batch, a transaction each (docs/performance.md).
 SET plan_cache_mode = force_generic_plan
+-- for pgqueue._message_take, which has no SET clauses of its own (see there); this function's
+-- own statements are index probes by name or id with or without them
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

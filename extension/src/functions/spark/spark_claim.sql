@@ -17,6 +17,10 @@ CREATE FUNCTION pgqueue.spark_claim(
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- the settings pgqueue._message_take runs with (it has no SET clauses of its own; see there)
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_queue    pgqueue.queue;
