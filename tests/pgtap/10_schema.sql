@@ -4,7 +4,7 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(43);
+SELECT plan(44);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
@@ -255,5 +255,13 @@ SELECT results_eq($$ SELECT lock_ms, max_attempts, retry_base_ms, retry_cap_ms, 
                   $$ VALUES (30000::bigint, NULL::integer, 1000::bigint, 3600000::bigint, NULL::bigint, false) $$,
                   'CREATE EXTENSION makes the one default queue, with the documented defaults');
 
+-- now_ms and _turn_key read the clock in double precision: exact to the microsecond (so the same
+-- millisecond as the numeric formula) for 300,000 instants from 1970 to 2106, random microseconds.
+SELECT setseed(0.18);
+SELECT is((SELECT count(*) FROM (SELECT to_timestamp(floor(random() * 4294967295) + floor(random() * 1000000) / 1000000) AS t
+                                    FROM generate_series(1, 300000)) s
+            WHERE (date_part('epoch', s.t) * 1000000)::bigint / 1000
+                  <> floor(EXTRACT(EPOCH FROM (s.t AT TIME ZONE 'UTC')) * 1000)::bigint),
+          0::bigint, 'the clock in double precision gives the exact millisecond until 2106');
 SELECT * FROM finish();
 ROLLBACK;

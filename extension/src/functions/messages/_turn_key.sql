@@ -1,14 +1,15 @@
 -- The key of a group's turn (message.turn_at, epoch microseconds): p_dequeue_at in microseconds
 -- (clamped so that it cannot overflow), or, when p_later, no earlier than the clock: a turn
 -- handed on, or kept by a retry or a defer, goes behind the turns already waiting. Microseconds,
--- so that turns handed on in one millisecond still queue in the order they were handed on.
+-- so that turns handed on in one millisecond still queue in the order they were handed on. The
+-- clock in double precision, exact to the microsecond until 2106 (as in pgqueue.now_ms).
 CREATE FUNCTION pgqueue._turn_key(p_dequeue_at bigint, p_later boolean)
 RETURNS bigint
 LANGUAGE sql VOLATILE
 RETURN CASE WHEN p_later
             THEN GREATEST(
                      LEAST(GREATEST(p_dequeue_at, -9223372036854775), 9223372036854775) * 1000,
-                     floor(EXTRACT(EPOCH FROM (pg_catalog.clock_timestamp() AT TIME ZONE 'UTC')) * 1000000)::bigint)
+                     (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000000)::bigint)
             ELSE LEAST(GREATEST(p_dequeue_at, -9223372036854775), 9223372036854775) * 1000 END;
 
 COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
