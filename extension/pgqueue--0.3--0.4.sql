@@ -634,7 +634,7 @@ BEGIN
     )
     SELECT d.queue_id, d.group_key, d.turn_at INTO v_queue_id, v_group, v_turn_at FROM d;
     IF v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
-        v_left := pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, true);
+        v_left := pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);  -- no key kept
     END IF;
 END;
 $$;
@@ -1408,7 +1408,8 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
-        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key)
+        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
+                  m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
            array_agg(d.id) FILTER (WHERE d.left_),
            array_agg(d.queue_id) FILTER (WHERE d.left_),
@@ -1416,11 +1417,10 @@ BEGIN
            array_agg(d.turn_at) FILTER (WHERE d.left_),
            array_agg(d.idem_key) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
-      FROM (SELECT d.*, d.idem_key IS NOT NULL OR (d.group_key IS NOT NULL AND d.turn_at IS NOT NULL) AS left_
-              FROM d) d;
+      FROM d;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
     END LOOP;
     -- completed (queue_counters): one nextval a message, or by queue for more than 32
     IF cardinality(v_done) > 32 THEN
@@ -1637,7 +1637,7 @@ BEGIN
     RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
     -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left)
     IF v_idem_key IS NOT NULL OR (v_group IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, false);
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;
@@ -1967,7 +1967,7 @@ BEGIN
                 END IF;
                 IF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
                     v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
-                                                      v_turn_at, v_idem_key, false);
+                                                      v_turn_at, v_idem_key);
                 END IF;
             ELSE
                 -- the rows are locked by the take: what leaves is read before the DELETE
@@ -1993,7 +1993,7 @@ BEGIN
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
                 FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
                     v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
-                                                      v_left_turns[i], v_left_keys[i], false);
+                                                      v_left_turns[i], v_left_keys[i]);
                 END LOOP;
                 v_left := NULL;
             END IF;
@@ -2410,7 +2410,7 @@ BEGIN
       FROM d;
     -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-        v_done := pgqueue._message_left(v_queue.id, v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+        v_done := pgqueue._message_left(v_queue.id, v_left[i], v_lg[i], v_lt[i], v_lk[i]);
     END LOOP;
     DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
     UPDATE pgqueue.spark_consumer c SET acked_seq = p_up_to_seq WHERE c.id = v_consumer.id;
@@ -3217,7 +3217,7 @@ BEGIN
     FOREACH v_row IN ARRAY v_rows LOOP
         IF v_row.idem_key IS NOT NULL OR (v_row.group_key IS NOT NULL AND v_row.turn_at IS NOT NULL) THEN
             v_left := pgqueue._message_left(v_queue.id, v_row.id, v_row.group_key, v_row.turn_at,
-                                            v_row.idem_key, false);
+                                            v_row.idem_key);
         END IF;
     END LOOP;
     RETURN QUERY
@@ -4173,8 +4173,9 @@ COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, 
     'pgqueue internal: insert a message with a group and/or idempotency key (or into a grouped queue); the existing id if the key is taken';
 
 -- A message left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by
--- Spark, dead-lettered): keep its idempotency key taken for the queue's key_window_ms unless it
--- went to the dead letters (p_dead), removing two windows that have ended on the way (so the
+-- Spark, dead-lettered): keep its idempotency key p_idem_key taken for the queue's key_window_ms
+-- (pgqueue._dead_letter passes none: a dead letter frees its key at once), removing two windows
+-- that have ended on the way (so the
 -- table stays as small as the keys of one window), and give its group its next turn
 -- (pgqueue._message_group_next). Called by the function that deleted the row, after its DELETE,
 -- for a row with an idempotency key or with its group's turn (the callers test that, so that
@@ -4204,8 +4205,7 @@ CREATE FUNCTION pgqueue._message_left(
     p_id       bigint,
     p_group    text,
     p_turn_at  bigint,
-    p_idem_key text,
-    p_dead     boolean)
+    p_idem_key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4221,8 +4221,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- dead-lettered: the key is free at once
-    IF p_idem_key IS NOT NULL AND v_window > 0 AND NOT p_dead THEN
+    IF p_idem_key IS NOT NULL AND v_window > 0 THEN
         v_now := pgqueue.now_ms();
         INSERT INTO pgqueue.message_key AS k (queue_id, idem_key, id, until)
         VALUES (p_queue_id, p_idem_key, p_id, v_now + v_window)
@@ -4257,8 +4256,8 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, boolean) IS
-    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window (unless dead-lettered) and give its group the next turn';
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text) IS
+    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn';
 
 -- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With
 -- message groups, the next turn; with a rate limit, not before its next slot is due.

@@ -27,7 +27,7 @@ BEGIN
     )
     SELECT d.queue_id, d.group_key, d.turn_at INTO v_queue_id, v_group, v_turn_at FROM d;
     IF v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
-        v_left := pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, true);
+        v_left := pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);  -- no key kept
     END IF;
 END;
 $$;

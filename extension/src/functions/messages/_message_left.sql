@@ -1,6 +1,7 @@
 -- A message left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by
--- Spark, dead-lettered): keep its idempotency key taken for the queue's key_window_ms unless it
--- went to the dead letters (p_dead), removing two windows that have ended on the way (so the
+-- Spark, dead-lettered): keep its idempotency key p_idem_key taken for the queue's key_window_ms
+-- (pgqueue._dead_letter passes none: a dead letter frees its key at once), removing two windows
+-- that have ended on the way (so the
 -- table stays as small as the keys of one window), and give its group its next turn
 -- (pgqueue._message_group_next). Called by the function that deleted the row, after its DELETE,
 -- for a row with an idempotency key or with its group's turn (the callers test that, so that
@@ -30,8 +31,7 @@ CREATE FUNCTION pgqueue._message_left(
     p_id       bigint,
     p_group    text,
     p_turn_at  bigint,
-    p_idem_key text,
-    p_dead     boolean)
+    p_idem_key text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -47,8 +47,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- dead-lettered: the key is free at once
-    IF p_idem_key IS NOT NULL AND v_window > 0 AND NOT p_dead THEN
+    IF p_idem_key IS NOT NULL AND v_window > 0 THEN
         v_now := pgqueue.now_ms();
         INSERT INTO pgqueue.message_key AS k (queue_id, idem_key, id, until)
         VALUES (p_queue_id, p_idem_key, p_id, v_now + v_window)
@@ -83,5 +82,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, boolean) IS
-    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window (unless dead-lettered) and give its group the next turn';
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text) IS
+    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn';

@@ -34,7 +34,7 @@ BEGIN
     FOREACH v_row IN ARRAY v_rows LOOP
         IF v_row.idem_key IS NOT NULL OR (v_row.group_key IS NOT NULL AND v_row.turn_at IS NOT NULL) THEN
             v_left := pgqueue._message_left(v_queue.id, v_row.id, v_row.group_key, v_row.turn_at,
-                                            v_row.idem_key, false);
+                                            v_row.idem_key);
         END IF;
     END LOOP;
     RETURN QUERY

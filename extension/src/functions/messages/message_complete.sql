@@ -27,7 +27,7 @@ BEGIN
     RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
     -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left)
     IF v_idem_key IS NOT NULL OR (v_group IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, false);
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;

@@ -56,7 +56,8 @@ BEGIN
          USING unnest(p_ids, p_attempts) AS u(id, attempts)
          WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
            AND m.claim_id IS NULL
-        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key)
+        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
+                  m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
            array_agg(d.id) FILTER (WHERE d.left_),
            array_agg(d.queue_id) FILTER (WHERE d.left_),
@@ -64,11 +65,10 @@ BEGIN
            array_agg(d.turn_at) FILTER (WHERE d.left_),
            array_agg(d.idem_key) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
-      FROM (SELECT d.*, d.idem_key IS NOT NULL OR (d.group_key IS NOT NULL AND d.turn_at IS NOT NULL) AS left_
-              FROM d) d;
+      FROM d;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
     END LOOP;
     -- completed (queue_counters): one nextval a message, or by queue for more than 32
     IF cardinality(v_done) > 32 THEN

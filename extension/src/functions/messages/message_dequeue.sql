@@ -114,7 +114,7 @@ BEGIN
                 END IF;
                 IF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
                     v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
-                                                      v_turn_at, v_idem_key, false);
+                                                      v_turn_at, v_idem_key);
                 END IF;
             ELSE
                 -- the rows are locked by the take: what leaves is read before the DELETE
@@ -140,7 +140,7 @@ BEGIN
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
                 FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
                     v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
-                                                      v_left_turns[i], v_left_keys[i], false);
+                                                      v_left_turns[i], v_left_keys[i]);
                 END LOOP;
                 v_left := NULL;
             END IF;

@@ -46,7 +46,7 @@ BEGIN
       FROM d;
     -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-        v_done := pgqueue._message_left(v_queue.id, v_left[i], v_lg[i], v_lt[i], v_lk[i], false);
+        v_done := pgqueue._message_left(v_queue.id, v_left[i], v_lg[i], v_lt[i], v_lk[i]);
     END LOOP;
     DELETE FROM pgqueue.spark_claim k WHERE k.id = ANY (v_claims);
     UPDATE pgqueue.spark_consumer c SET acked_seq = p_up_to_seq WHERE c.id = v_consumer.id;
