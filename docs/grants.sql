@@ -40,7 +40,8 @@ GRANT SELECT, UPDATE (next_run) ON pgqueue.schedule TO :"producer";
 GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
 GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
-GRANT SELECT (id, queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
+-- dead letters: written when a message fails for the last time, counted by queue_stats
+GRANT SELECT (queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
 -- a completed message's idempotency key is kept for the queue's key_window_ms (pgqueue._message_left)
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"consumer";
 -- ... and a message handed out or completed hands its group's turn on, under the group's lock

@@ -597,12 +597,22 @@ _BIGINTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from([-2**63, 2*
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)  # text: no NUL
 
 
+def _laid_out_hint_states(pid: int) -> st.SearchStrategy[str]:
+    """States laid out as pgqueue._message_take writes them: pid, 12 values (hints, candidates,
+    xids, stripe), n, then n set-aside xids and n restart points of 4 values; all random."""
+    return st.integers(0, 3).flatmap(lambda n: st.tuples(
+        st.sampled_from([pid, pid + 1]), st.lists(_BIGINTS, min_size=12, max_size=12),
+        st.lists(_BIGINTS, min_size=5 * n, max_size=5 * n)).map(
+            lambda t, n=n: "{" + ",".join(str(x) for x in (t[0], *t[1], n, *t[2])) + "}"))
+
+
 def _shaped_hint_states(pid: int) -> st.SearchStrategy[str]:
     """Arrays of the hint state's shape (this backend's pid first, or another) with random hints,
-    candidates, xids and set-aside lists."""
-    return st.tuples(st.sampled_from([pid, pid + 1, -pid]),
-                     st.lists(_BIGINTS, min_size=0, max_size=20)).map(
-        lambda t: "{" + ",".join(str(x) for x in (t[0], *t[1])) + "}")
+    candidates, xids and set-aside lists: laid out as pgqueue writes them, or of any length."""
+    return st.one_of(_laid_out_hint_states(pid),
+                     st.tuples(st.sampled_from([pid, pid + 1, -pid]),
+                               st.lists(_BIGINTS, min_size=0, max_size=20)).map(
+                         lambda t: "{" + ",".join(str(x) for x in (t[0], *t[1])) + "}"))
 
 
 def _hint_states(pid: int) -> st.SearchStrategy[str]:

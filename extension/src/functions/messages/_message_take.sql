@@ -49,18 +49,20 @@
 --     session that sees it move probes from the bottom, and its hints start again from the
 --     bottom once the transactions with xids below that call's xid have ended.
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
---     a long writer) is set aside; when it ends the session starts again from R and RL, where H
---     and L stood when it was set aside (the lowest of those while several are), so its rows,
---     visible from then on, are found. Its keys written with the clock are at or above them: H
---     (L) last moved to a candidate once every xid below that candidate's X had ended, and this
---     one had not, so its xid came after X and its clock readings after the candidate was found
---     (placed-low writes signal the stripe). It used to start again from the bottom: under a held
---     snapshot each such end sent every session over all the dead entries of the hold, and a
---     dequeue that ran long on two busy cores was enough to set it off (issue 12's 1-s stalls).
+--     a long writer) is set aside, with R, where H and L stood then; when it ends the session
+--     starts again from its R, so its rows, visible from then on, are found. Its keys written
+--     with the clock are at or above R: H (L) last moved to a candidate once every xid below
+--     that candidate's X had ended, and this one had not, so its xid came after X and its clock
+--     readings after the candidate was found (placed-low writes signal the stripe). Each keeps
+--     its own R, so that a short one set aside while an idle session is (case b) costs a walk
+--     from where the hints stood when the short one was set aside, not from the idle one's. It
+--     used to start again from the bottom: under a held snapshot each such end sent every session
+--     over all the dead entries of the hold, and a dequeue that ran 200 ms on two busy cores was
+--     enough to set it off (issue 12's 1-s stalls).
 -- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C and D were found (epoch ms, 0: none),
 -- [7] the xid to wait for, [8] stripe value seen, [9] the xid to wait for before a restart from
--- the bottom (0: none), [10:11] L, [12:13] D, [14:15] R, [16:17] RL (c_max: nothing set aside),
--- [18:] set aside.
+-- the bottom (0: none), [10:11] L, [12:13] D, [14] n, the number set aside, [15:14+n] their
+-- xids, then n times R: the H and L of when it was set aside (4 values).
 CREATE FUNCTION pgqueue._message_take(
     p_queue_id     integer,
     p_limit        integer,
@@ -92,7 +94,6 @@ DECLARE
     -- (Every expression below, a DECLARE default too, is prepared anew in each transaction: the
     -- common path runs as few as it can. The booleans start NULL, which IF takes as false.)
     c_min      CONSTANT bigint := -9223372036854775808;
-    c_max      CONSTANT bigint := 9223372036854775807;
     v_need     integer := p_limit;
     v_ids      bigint[];
     v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
@@ -104,6 +105,7 @@ DECLARE
     -- snapshot as p_now was (a turn handed on within this millisecond is due)
     v_due      bigint := CASE WHEN p_turns THEN pgqueue._turn_key(p_now, true) ELSE p_now END;
     v_raw      text := current_setting(v_name, true);
+    v_txt      text;
     v_s        bigint[];
     v_e        bigint;
     v_snap     pg_snapshot;
@@ -111,10 +113,11 @@ DECLARE
     v_xip      bigint[];
     v_x        bigint;
     v_oldest   bigint;
-    v_long     bigint[] := '{}';
+    v_long     bigint[] := '{}';  -- the xids set aside ...
+    v_longr    bigint[] := '{}';  -- ... and their R, 4 values each
+    v_j        integer;
     v_reset    boolean;   -- the stripe moved: start again from the bottom
     v_ended    boolean;   -- a transaction set aside has ended: start again from R and RL
-    v_aside    boolean;   -- this call sets a transaction aside
     v_settle   boolean;
     v_moved    boolean;
     v_ripe     boolean;  -- may H and L move to C and D (the candidates are old enough)?
@@ -135,9 +138,9 @@ BEGIN
     -- replaced two regular expressions that checked the text: 4 us a call, measured.)
     v_s := CASE WHEN hashtext(split_part(v_raw, ' ', 1))::text = split_part(v_raw, ' ', 2)
                 THEN split_part(v_raw, ' ', 1)::bigint[] END;
-    IF v_s IS NULL OR cardinality(v_s) < 17 OR v_s[1] <> pg_backend_pid() THEN
-        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0,
-                     c_max, c_max, c_max, c_max];
+    IF v_s IS NULL OR v_s[1] <> pg_backend_pid()
+       OR NOT (CASE WHEN v_s[14] BETWEEN 0 AND 10000 THEN cardinality(v_s) = 14 + 5 * v_s[14] ELSE false END) THEN
+        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0, 0];
     END IF;
     v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
     v_snap := pg_current_snapshot();  -- taken after the stripe was read
@@ -157,12 +160,21 @@ BEGIN
     -- long as an idle session held an xid (issue 12's case b): one session with one other
     -- transaction running, 159 us a call against 155 us now (the SET clauses above included).
     -- Plain expressions and loops: no SQL statement.
-    IF cardinality(v_s) > 17 THEN
-        FOREACH v_x IN ARRAY v_s[18:] LOOP
+    IF v_s[14] > 0 THEN
+        FOR i IN 1 .. v_s[14] LOOP
+            v_x := v_s[14 + i];
+            v_j := 15 + v_s[14] + 4 * (i - 1);  -- its R
             IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
-                v_ended := true;  -- one set aside has ended
+                v_ended := true;  -- it has ended: H and L go back to its R
+                IF (v_s[v_j], v_s[v_j + 1]) < (v_s[2], v_s[3]) THEN
+                    v_s[2] := v_s[v_j]; v_s[3] := v_s[v_j + 1];
+                END IF;
+                IF (v_s[v_j + 2], v_s[v_j + 3]) < (v_s[10], v_s[11]) THEN
+                    v_s[10] := v_s[v_j + 2]; v_s[11] := v_s[v_j + 3];
+                END IF;
             ELSE
                 v_long := v_long || v_x;
+                v_longr := v_longr || v_s[v_j : v_j + 3];
             END IF;
         END LOOP;
         IF v_ripe OR (v_s[9] <> 0 AND v_xmax > v_s[9]) THEN
@@ -184,18 +196,9 @@ BEGIN
     IF v_reset THEN
         v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
         v_ripe := false;
-    ELSIF v_ended THEN
-        IF (v_s[14], v_s[15]) < (v_s[2], v_s[3]) THEN
-            v_s[2] := v_s[14]; v_s[3] := v_s[15];
-        END IF;
-        IF (v_s[16], v_s[17]) < (v_s[10], v_s[11]) THEN
-            v_s[10] := v_s[16]; v_s[11] := v_s[17];
-        END IF;
+    ELSIF v_ended THEN  -- (H and L are back at its R, above)
         v_s[6] := 0;
         v_ripe := false;
-    END IF;
-    IF v_ended AND cardinality(v_long) = 0 THEN  -- nothing set aside any more
-        v_s[14] := c_max; v_s[15] := c_max; v_s[16] := c_max; v_s[17] := c_max;
     END IF;
     IF v_ripe THEN  -- may H and L move to C and D?
         IF v_oldest >= v_s[7] THEN
@@ -207,17 +210,9 @@ BEGIN
             FOREACH v_x IN ARRAY v_xip LOOP
                 IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
                     v_long := v_long || v_x;
-                    v_aside := true;
+                    v_longr := v_longr || ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]];  -- its R: H and L before they move
                 END IF;
             END LOOP;
-            IF v_aside THEN  -- where H and L stand now, before they move: R and RL
-                IF (v_s[2], v_s[3]) < (v_s[14], v_s[15]) THEN
-                    v_s[14] := v_s[2]; v_s[15] := v_s[3];
-                END IF;
-                IF (v_s[10], v_s[11]) < (v_s[16], v_s[17]) THEN
-                    v_s[16] := v_s[10]; v_s[17] := v_s[11];
-                END IF;
-            END IF;
             v_settle := true;
         END IF;
     END IF;
@@ -413,8 +408,9 @@ BEGIN
         END IF;
     END IF;
     -- written only when it changed (most calls change nothing)
-    IF (v_s[1:17] || v_long)::text IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
-        v_raw := (v_s[1:17] || v_long)::text;
+    v_txt := (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text;
+    IF v_txt IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
+        v_raw := v_txt;
         v_raw := set_config(v_name, v_raw || ' ' || hashtext(v_raw), false);
     END IF;
     RETURN v_ids;
