@@ -567,6 +567,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
             result.update(_held_analysis(deq_s, holder_state, window, threshold=0.9,
                                          smooth=min(5, max(1, int(hold[1] - hold[0])))))
             result.update(_held_growth(samples, enq_s, holder_state))
+            result.update(_held_buffers(samples, holder_state))
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
         + ("check OK" if not problems else "FAILURE: " + "; ".join(problems)))
@@ -624,6 +625,23 @@ def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str
     return {"held_bytes_start": first["design_bytes"], "held_bytes_end": last["design_bytes"],
             "held_growth_bytes": last["design_bytes"] - first["design_bytes"], "held_produced": produced,
             "held_growth_window": [first["t"], last["t"]]}
+
+
+def _held_buffers(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:
+    """The database's buffer accesses (blks_hit + blks_read) per second, from the once-a-second
+    monitor: the median before the hold and the highest second during it. A second of several
+    times the median is a walk over the hold's dead entries (docs/performance.md, "The 1-s
+    stalls under a hold")."""
+    if "start" not in hold or "end" not in hold:
+        return {}
+    rates = [(b["t"], (b["blocks"] - a["blocks"]) / (b["t"] - a["t"]))
+             for a, b in zip(samples, samples[1:])
+             if b["t"] > a["t"] and a.get("blocks") is not None and b.get("blocks") is not None]
+    before = [r for t, r in rates if t <= hold["start"]]
+    during = [r for t, r in rates if hold["start"] < t <= hold["end"] + 1]
+    if not before or not during:
+        return {}
+    return {"held_blocks_before": statistics.median(before), "held_blocks_peak": max(during)}
 
 
 def run_held(server: db.Server, *, before: int, hold: int, after: int, producers: int, consumers: int,

@@ -784,15 +784,15 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         w("")
         w("| design | producers / consumers | free-running msg/s | slowest window while held | mean while held "
           "| back to ≥ 0.9× after | mean after | growth during the hold (MiB) | messages produced during it "
-          "| growth vs their size | check |")
-        w("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| growth vs their size | buffer accesses/s: median before, highest second of the hold (and the one after it) | check |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for entry in held["designs"].values():
             r = entry["runs"].get(case)
             if r is None:
                 continue
             label = entry["label"] + (f" {entry['version']}" if entry.get("version") else "")
             if not r["ok"]:
-                w(f"| {label} | {entry['producers']} / {entry['consumers']} | FAILURE | | | | | | | "
+                w(f"| {label} | {entry['producers']} / {entry['consumers']} | FAILURE | | | | | | | | "
                   f"| FAILURE: {'; '.join(r['problems'])} |")
                 continue
             rec = r.get("recovery_s")
@@ -803,7 +803,9 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
               f"| {'not within the run' if rec is None else str(rec) + ' s'} "
               f"| {_fmt(r.get('after_minute_ratio'), 2)}× "
               f"| {'n/a' if growth is None else f'{growth / 2**20:.1f}'} | {_fmt(r.get('held_produced'))} "
-              f"| {_fmt(_held_growth_ratio(r), 2)}× | {r['check']['summary']} |")
+              f"| {_fmt(_held_growth_ratio(r), 2)}× "
+              f"| {_fmt(r.get('held_blocks_before'))}, {_fmt(r.get('held_blocks_peak'))} "
+              f"| {r['check']['summary']} |")
         w("")
 
 
