@@ -1063,7 +1063,6 @@ DECLARE
     -- snapshot as p_now was (a turn handed on within this millisecond is due)
     v_due      bigint := CASE WHEN p_turns THEN pgqueue._turn_key(p_now, true) ELSE p_now END;
     v_raw      text := current_setting(v_name, true);
-    v_txt      text;
     v_s        bigint[];
     v_e        bigint;
     v_snap     pg_snapshot;
@@ -1075,7 +1074,7 @@ DECLARE
     v_longr    bigint[] := '{}';  -- ... and their R, 4 values each
     v_j        integer;
     v_reset    boolean;   -- the stripe moved: start again from the bottom
-    v_ended    boolean;   -- a transaction set aside has ended: start again from R and RL
+    v_ended    boolean;   -- a transaction set aside has ended: start again from its R
     v_settle   boolean;
     v_moved    boolean;
     v_ripe     boolean;  -- may H and L move to C and D (the candidates are old enough)?
@@ -1366,9 +1365,9 @@ BEGIN
         END IF;
     END IF;
     -- written only when it changed (most calls change nothing)
-    v_txt := (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text;
-    IF v_txt IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
-        v_raw := v_txt;
+    IF (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text
+       IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
+        v_raw := (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text;
         v_raw := set_config(v_name, v_raw || ' ' || hashtext(v_raw), false);
     END IF;
     RETURN v_ids;
