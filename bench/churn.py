@@ -41,6 +41,8 @@ import statistics
 import threading
 import time
 from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -358,17 +360,39 @@ def _design_bytes(conn: psycopg.Connection[Any], design: _Design) -> int:
     return int(row[0]) if row else 0
 
 
+@contextmanager
+def _maybe_twin(server: db.Server, design: _Design, design_name: str, backlog: int,
+                twin: bool, twin_sql: str | None = None) -> Iterator[str | None]:
+    """A second database set up like the run's own (the twin of _twin_analysis), or None. twin_sql
+    (if any) runs in it after the set-up: a build to compare, e.g. a function replaced (an A/B
+    of two builds under the same machine noise)."""
+    if not twin:
+        yield None
+        return
+    with server.database(f"twin_{design_name}") as dbname:
+        with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+            design.prepare(conn)
+            if twin_sql:
+                conn.execute(twin_sql.encode())
+            design.setup(conn, backlog)
+        yield dbname
+
+
 def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int, producers: int,
               consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None = None,
-              hold_case: str | None = None, fault: str | None = None, log: Any = print) -> dict[str, Any]:
+              hold_case: str | None = None, fault: str | None = None, log: Any = print,
+              twin: bool = False, twin_sql: str | None = None) -> dict[str, Any]:
     """Run one churn; hold = (start, end) seconds into the run for the held-xmin variant, held the
     way hold_case says (a key of HOLD_CASES; None: a REPEATABLE READ snapshot of pgqueue.queue).
+    twin: run the same design and load at the same time in a second database, which the hold
+    does not hold back (see _twin_analysis); twin_sql: SQL run in the twin's database first.
 
     Raises Unavailable when the design's extension cannot be created on the server.
     """
     design = DESIGNS[design_name]
     naptime: str | None = getattr(design, "naptime", None)
-    with server.database(f"churn_{design_name}") as dbname:
+    with server.database(f"churn_{design_name}") as dbname, _maybe_twin(server, design, design_name, backlog,
+                                                                          twin, twin_sql) as twin_db:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
             version = design.prepare(conn)
             bytes_empty = _design_bytes(conn, design) if design.schemas else 0
@@ -383,7 +407,8 @@ def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int,
         try:
             result = _run(server, dbname, design, design_name, seconds=seconds, window=window,
                           producers=producers, consumers=consumers, backlog=backlog, slack=slack, hold=hold,
-                          hold_case=hold_case, main_table=main_table, fault=fault, log=log)
+                          hold_case=hold_case, main_table=main_table, fault=fault, log=log,
+                          twin_dbname=twin_db)
         finally:
             if naptime:
                 with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
@@ -396,66 +421,114 @@ def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int,
         return result
 
 
-def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, seconds: int, window: int,
-         producers: int, consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None,
-         hold_case: str | None, main_table: str, fault: str | None, log: Any) -> dict[str, Any]:
-    stop = threading.Event()
-    slots = seconds + 5
-    enq = [array("l", [0] * slots) for _ in range(producers)]
-    deq = [array("l", [0] * slots) for _ in range(consumers)]
-    produced = [array("q") for _ in range(producers)]
-    recorders = [Recorder(fault) for _ in range(consumers)]
-    lost = [0] * consumers
-    errors: list[str] = []
-    samples: list[dict[str, Any]] = []
-    cap = backlog + slack
-    conns_p = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(producers)]
-    conns_c = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(consumers)]
-    t0 = time.perf_counter() + 0.2
+class _Load:
+    """Producer and consumer threads on one database: what they produced and finished, per second."""
 
-    def backlog_now() -> int:
-        return backlog + sum(len(p) for p in produced) - sum(len(r) for r in recorders) - sum(lost)
+    def __init__(self, server: db.Server, dbname: str, design: _Design, *, seconds: int, producers: int,
+                 consumers: int, backlog: int, slack: int, fault: str | None, stop: threading.Event,
+                 errors: list[str], name: str = "") -> None:
+        self.dbname, self.design, self.backlog, self.cap = dbname, design, backlog, backlog + slack
+        self.stop, self.errors, self.name = stop, errors, name
+        slots = seconds + 5
+        self.slots = slots
+        self.enq = [array("l", [0] * slots) for _ in range(producers)]
+        self.deq = [array("l", [0] * slots) for _ in range(consumers)]
+        self.produced = [array("q") for _ in range(producers)]
+        self.recorders = [Recorder(fault) for _ in range(consumers)]
+        self.lost = [0] * consumers
+        self.conns_p = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(producers)]
+        self.conns_c = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(consumers)]
+        self.t0 = 0.0
 
-    def producer(i: int) -> None:
-        conn, seq, bins = conns_p[i], 0, enq[i]
+    def backlog_now(self) -> int:
+        return (self.backlog + sum(len(p) for p in self.produced) - sum(len(r) for r in self.recorders)
+                - sum(self.lost))
+
+    def producer(self, i: int) -> None:
+        conn, seq, bins = self.conns_p[i], 0, self.enq[i]
         base = (i + 1) * TOKEN_BASE
         try:
-            while not stop.is_set():
-                if backlog_now() > cap:
+            while not self.stop.is_set():
+                if self.backlog_now() > self.cap:
                     time.sleep(0.001)
                     continue
                 token = base + seq
-                design.produce(conn, _content(token))
-                produced[i].append(token)
+                self.design.produce(conn, _content(token))
+                self.produced[i].append(token)
                 seq += 1
-                sec = int(time.perf_counter() - t0)
-                if 0 <= sec < slots:
+                sec = int(time.perf_counter() - self.t0)
+                if 0 <= sec < self.slots:
                     bins[sec] += 1
         except Exception as exc:
-            errors.append(f"producer {i}: {type(exc).__name__}: {exc}")
-            stop.set()
+            self.errors.append(f"{self.name}producer {i}: {type(exc).__name__}: {exc}")
+            self.stop.set()
 
-    def consumer(i: int) -> None:
-        conn, bins, rec = conns_c[i], deq[i], recorders[i]
+    def consumer(self, i: int) -> None:
+        conn, bins, rec = self.conns_c[i], self.deq[i], self.recorders[i]
         try:
-            while not stop.is_set():
-                tokens = design.consume_many(conn)
+            while not self.stop.is_set():
+                tokens = self.design.consume_many(conn)
                 if tokens is None:
-                    time.sleep(design.idle_nap)
+                    time.sleep(self.design.idle_nap)
                     continue
                 done = 0
                 for token in tokens:
                     if token < 0:
-                        lost[i] += 1
+                        self.lost[i] += 1
                     else:
                         rec.record(token)
                         done += 1
-                sec = int(time.perf_counter() - t0)
-                if 0 <= sec < slots:
+                sec = int(time.perf_counter() - self.t0)
+                if 0 <= sec < self.slots:
                     bins[sec] += done
         except Exception as exc:
-            errors.append(f"consumer {i}: {type(exc).__name__}: {exc}")
-            stop.set()
+            self.errors.append(f"{self.name}consumer {i}: {type(exc).__name__}: {exc}")
+            self.stop.set()
+
+    def threads(self) -> list[threading.Thread]:
+        return ([threading.Thread(target=self.producer, args=(i,)) for i in range(len(self.conns_p))]
+                + [threading.Thread(target=self.consumer, args=(i,)) for i in range(len(self.conns_c))])
+
+    def close(self) -> None:
+        for c in self.conns_p + self.conns_c:
+            c.close()
+
+    def check(self, server: db.Server) -> list[str]:
+        """Seed 002's check on this load; the problems found (none: exactly once)."""
+        with psycopg.connect(server.dsn(self.dbname), autocommit=True) as conn:
+            remaining = self.design.remaining(conn)
+        expected = list(range(self.backlog))
+        for p in self.produced:
+            expected.extend(p)
+        check = exactly_once(expected, self.recorders, what="messages finished", remaining=remaining)
+        self.check_result = check
+        problems = [] if check.ok else [self.name + check.summary()]
+        if sum(self.lost):
+            problems.append(f"{self.name}{sum(self.lost)} messages taken but not finished (lease lost)")
+        return problems
+
+    def per_second(self, seconds: int) -> tuple[list[int], list[int]]:
+        return ([sum(b[s] for b in self.deq) for s in range(seconds)],
+                [sum(b[s] for b in self.enq) for s in range(seconds)])
+
+
+def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, seconds: int, window: int,
+         producers: int, consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None,
+         hold_case: str | None, main_table: str, fault: str | None, log: Any,
+         twin_dbname: str | None = None) -> dict[str, Any]:
+    stop = threading.Event()
+    errors: list[str] = []
+    samples: list[dict[str, Any]] = []
+    load = _Load(server, dbname, design, seconds=seconds, producers=producers, consumers=consumers,
+                 backlog=backlog, slack=slack, fault=fault, stop=stop, errors=errors)
+    twin = (_Load(server, twin_dbname, design, seconds=seconds, producers=producers, consumers=consumers,
+                  backlog=backlog, slack=slack, fault=fault, stop=stop, errors=errors, name="twin ")
+            if twin_dbname else None)
+    t0 = time.perf_counter() + 0.2
+    load.t0 = t0
+    if twin:
+        twin.t0 = t0
+    backlog_now = load.backlog_now
 
     def monitor() -> None:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as mconn:
@@ -511,9 +584,10 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
             hconn.commit()
             holder_state["end"] = time.perf_counter() - t0
 
-    threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
-    threads += [threading.Thread(target=consumer, args=(i,)) for i in range(consumers)]
+    threads = load.threads() + (twin.threads() if twin else [])
     aux = [threading.Thread(target=monitor)] + design.background(server.dsn(dbname, sync_off=True), stop, errors)
+    if twin and twin_dbname:
+        aux += design.background(server.dsn(twin_dbname, sync_off=True), stop, errors)
     if hold:
         aux.append(threading.Thread(target=holder))
     for t in threads + aux:
@@ -524,26 +598,17 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     stop.set()
     for t in threads + aux:
         t.join()
-    for c in conns_p + conns_c:
-        c.close()
-    with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-        remaining = design.remaining(conn)
+    load.close()
+    if twin:
+        twin.close()
+    problems = load.check(server) + (twin.check(server) if twin else []) + errors
+    check = load.check_result
 
-    expected = list(range(backlog))
-    for p in produced:
-        expected.extend(p)
-    check = exactly_once(expected, recorders, what="messages finished", remaining=remaining)
-    problems = [] if check.ok else [check.summary()]
-    if sum(lost):
-        problems.append(f"{sum(lost)} messages taken but not finished (lease lost)")
-    problems += errors
-
-    deq_s = [sum(b[s] for b in deq) for s in range(seconds)]
-    enq_s = [sum(b[s] for b in enq) for s in range(seconds)]
+    deq_s, enq_s = load.per_second(seconds)
     windows = [sum(deq_s[i * window:(i + 1) * window]) / window for i in range(seconds // window)]
     result: dict[str, Any] = {
         "design": design_name, "label": getattr(design, "label", design_name), "seconds": seconds,
-        "window": window, "producers": producers, "consumers": consumers, "backlog": backlog, "cap": cap,
+        "window": window, "producers": producers, "consumers": consumers, "backlog": backlog, "cap": load.cap,
         "deq_per_s": deq_s, "enq_per_s": enq_s, "windows": windows, "samples": samples,
         "check": check.as_dict(), "ok": not problems, "problems": problems,
         "finished": sum(deq_s), "mean_rate": sum(deq_s) / seconds if seconds else 0,
@@ -568,6 +633,12 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                                          smooth=min(5, max(1, int(hold[1] - hold[0])))))
             result.update(_held_growth(samples, enq_s, holder_state))
             result.update(_held_buffers(samples, holder_state))
+            if twin:
+                twin_deq, twin_enq = twin.per_second(seconds)
+                result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq,
+                              twin_check=twin.check_result.as_dict())
+                result.update(_twin_analysis(deq_s, twin_deq, holder_state,
+                                             smooth=min(5, max(1, int(hold[1] - hold[0])))))
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
         + ("check OK" if not problems else "FAILURE: " + "; ".join(problems)))
@@ -610,6 +681,46 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int, *, thres
     }
 
 
+def _twin_analysis(deq_s: list[int], twin_s: list[int], hold: dict[str, Any], *, smooth: int,
+                   threshold: float = 0.9) -> dict[str, Any]:
+    """The held run's rate against its twin's, second by second: the same design and load in
+    another database of the same server, where the hold keeps nothing from vacuum (a transaction's
+    snapshot holds back the horizon of its own database only) but the machine is the same. The
+    twin shares the two cores, so a second in which the machine is slow is slow for both, and
+    the ratio of the two rates shows what the hold does without the machine's own noise.
+
+    Baseline: the two loads' ratio over the seconds before the hold (its first 5 s left out as
+    warm-up). Slowest window: the lowest ratio of `smooth` consecutive seconds inside the hold
+    (sums of both), over the baseline. Recovery: seconds from the end of the hold to the first
+    such window at least threshold x the baseline.
+    """
+    if "start" not in hold or "end" not in hold:
+        return {}
+    start, end = int(hold["start"]), int(hold["end"]) + 1
+    w0 = min(5, max(0, start - 1))
+    if start <= w0 or not sum(twin_s[w0:start]):
+        return {}
+    base = sum(deq_s[w0:start]) / sum(twin_s[w0:start])
+    if not base:
+        return {}
+
+    def ratio(i: int) -> float | None:
+        t = sum(twin_s[i:i + smooth])
+        return sum(deq_s[i:i + smooth]) / t / base if t else None
+
+    during = [r for r in (ratio(i) for i in range(start, max(start + 1, end - smooth + 1))) if r is not None]
+    recovery = None
+    for i in range(end, len(deq_s) - smooth + 1):
+        r = ratio(i)
+        if r is not None and r >= threshold:
+            recovery = i - end
+            break
+    twin_during = sum(twin_s[start:end])
+    return {"twin_baseline_ratio": base, "twin_min_ratio": min(during) if during else None,
+            "twin_mean_ratio": (sum(deq_s[start:end]) / twin_during / base) if twin_during else None,
+            "twin_recovery_s": recovery}
+
+
 def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str, Any]) -> dict[str, Any]:
     """The design's tables + indexes at the start and the end of the hold (the nearest samples of
     the once-a-second monitor) and the messages produced in between."""
@@ -646,7 +757,8 @@ def _held_buffers(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[s
 
 def run_held(server: db.Server, *, before: int, hold: int, after: int, producers: int, consumers: int,
              backlog: int, slack: int, designs: list[str] | None = None, cases: list[str] | None = None,
-             fault: str | None = None, log: Any = print) -> dict[str, Any]:
+             fault: str | None = None, log: Any = print, twin: bool = False,
+             twin_sql: str | None = None) -> dict[str, Any]:
     """Issue 12's held-snapshot cases: for every design and case (keys of HOLD_CASES, default all),
     a churn of before + hold + after seconds (each in a fresh database) with the xmin horizon held
     back from `before` to `before + hold`; case "0" holds nothing, so that its statistics show
@@ -657,7 +769,8 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
     rest producers). A design whose extension is missing is reported with the reason, not run.
     """
     out: dict[str, Any] = {"before": before, "hold": hold, "after": after, "clients": producers + consumers,
-                           "backlog": backlog, "slack": slack,
+                           "backlog": backlog, "slack": slack, "twin": twin,
+                           "twin_sql": twin_sql,
                            "cases": {c: d for c, d in HOLD_CASES.items() if cases is None or c in cases},
                            "designs": {}}
     for name in designs or HELD_DESIGNS:
@@ -671,7 +784,7 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
             try:
                 r = run_churn(server, name, seconds=before + hold + after, window=5, producers=n_prod,
                               consumers=n_cons, backlog=backlog, slack=slack, hold=(before, before + hold),
-                              hold_case=case, fault=fault, log=log)
+                              hold_case=case, fault=fault, log=log, twin=twin, twin_sql=twin_sql)
             except Unavailable as exc:
                 entry.update(available=False, reason=str(exc))
                 log(f"  held {name}: not available on this server: {exc}")
@@ -682,5 +795,7 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
             log(f"  held {name} ({case}): baseline {r.get('held_baseline') or 0:,.0f}/s, slowest "
                 f"{r.get('held_smooth')} s {r.get('held_min_ratio') or 0:.2f}x, recovery "
                 f"{r.get('recovery_s')} s, growth {(r.get('held_growth_bytes') or 0) / 2**20:.1f} MiB for "
-                f"{r.get('held_produced', 0):,} messages produced")
+                f"{r.get('held_produced', 0):,} messages produced"
+                + (f"; against its twin: slowest {r.get('twin_min_ratio') or 0:.2f}x, mean "
+                   f"{r.get('twin_mean_ratio') or 0:.2f}x, recovery {r.get('twin_recovery_s')} s" if twin else ""))
     return out

@@ -57,6 +57,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "reported as not available)")
     p.add_argument("--held-cases", nargs="+", metavar="CASE", choices=["a", "b", "c", "0"],
                    help="cases of the held section (default: all; 0 is the control, a run that holds nothing)")
+    p.add_argument("--held-twin", action="store_true",
+                   help="run each held case beside a twin: the same design and load at the same time in a "
+                        "second database, which the hold does not hold back; the report adds each case's "
+                        "rate against the twin's (the machine's own speed changes cancel out)")
+    p.add_argument("--held-twin-sql", metavar="FILE",
+                   help="SQL run in each twin's database before its set-up (implies --held-twin): the twin then "
+                        "runs another build, e.g. a function replaced, so that case 0 compares two builds under "
+                        "the same machine noise")
     p.add_argument("--pgqueuer-python", metavar="PYTHON",
                    help="the Python that runs PgQueuer (default: this one; PgQueuer is reported as not "
                         "available when it cannot import pgqueuer and asyncpg)")
@@ -158,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                 churn_designs = args.churn_designs or (
                     ["pgqueue", "seed001"] if args.dsn else ["pgqueue", "pgqueue_naptime10", "seed001"])
                 results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs,
-                                                args.held_designs, args.held_cases)
+                                                args.held_designs, args.held_cases,
+                                                args.held_twin or bool(args.held_twin_sql),
+                                                Path(args.held_twin_sql).read_text() if args.held_twin_sql else None)
             except Exception:
                 results["errors"][section] = traceback.format_exc()
                 _log(f"section {section} failed:\n{results['errors'][section]}")
@@ -185,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: str | None,
                  churn_designs: list[str], held_designs: list[str] | None = None,
-                 held_cases: list[str] | None = None) -> Any:
+                 held_cases: list[str] | None = None, held_twin: bool = False,
+                 held_twin_sql: str | None = None) -> Any:
     if section == "ops":
         from bench import ops
         return ops.run_ops(srv, profile, _log)
@@ -225,7 +236,8 @@ def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: s
         return churn.run_held(
             srv, before=profile.snap_before, hold=profile.snap_hold, after=profile.snap_after,
             producers=profile.snap_producers, consumers=profile.snap_consumers, backlog=profile.snap_backlog,
-            slack=profile.snap_slack, designs=held_designs, cases=held_cases, fault=fault, log=_log)
+            slack=profile.snap_slack, designs=held_designs, cases=held_cases, fault=fault, log=_log,
+            twin=held_twin, twin_sql=held_twin_sql)
     if section == "latency":
         from bench import latency
         return latency.run_latency(srv, profile, _log)

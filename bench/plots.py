@@ -263,6 +263,12 @@ def held_snapshots(held: dict[str, Any], path: Path) -> Path | None:
             roll = [sum(per_s[i:i + k]) / k / base for i in range(len(per_s) - k + 1)]
             ax.plot([i + k / 2 for i in range(len(roll))], roll, color=HELD_COLORS.get(name), linewidth=1.8,
                     label=f"{entry['label']} (free-running {base:,.0f}/s)")
+            twin, tbase = r.get("twin_deq_per_s"), r.get("twin_baseline_ratio")
+            if twin and tbase:  # against the twin: the same load beside it, not held back
+                troll = [sum(per_s[i:i + k]) / sum(twin[i:i + k]) / tbase if sum(twin[i:i + k]) else None
+                         for i in range(len(per_s) - k + 1)]
+                ax.plot([i + k / 2 for i in range(len(troll))], troll, color=HELD_COLORS.get(name),
+                        linewidth=1.0, linestyle="--", label=f"{entry['label']} against its twin")
             hold = r.get("hold", {})
             if not shaded and "start" in hold and "end" in hold:
                 ax.axvspan(hold["start"], hold["end"], color="orange", alpha=0.15,

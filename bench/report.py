@@ -271,9 +271,16 @@ def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
             if case == "0":  # the control: reported beside the graded cases, not graded
                 rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s of the same seconds, nothing held",
                              _fmt(ratio, 2) + "×", "(control)", ""))
+                if r.get("twin_min_ratio") is not None:
+                    rows.append(("H", f"{what}: the same against its twin", _fmt(r["twin_min_ratio"], 2) + "×",
+                                 "(control)", ""))
                 continue
             rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s while held vs before",
                          _fmt(ratio, 2) + "×", "≥ 0.9×", _verdict(ratio, 0.9)))
+            if r.get("twin_min_ratio") is not None:
+                twin = r["twin_min_ratio"]
+                rows.append(("H", f"{what}: the same against its twin (the same load beside it, not held back)",
+                             _fmt(twin, 2) + "×", "≥ 0.9×", _verdict(twin, 0.9)))
             rec = r.get("recovery_s")
             rows.append(("H", f"{what}: back to ≥ 0.9× after the hold", "not within the run" if rec is None
                          else f"{rec} s", "≤ 5 s",
@@ -807,6 +814,29 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
               f"| {_fmt(r.get('held_blocks_before'))}, {_fmt(r.get('held_blocks_peak'))} "
               f"| {r['check']['summary']} |")
         w("")
+        if held.get("twin"):
+            w("Against the twin (the same design and load at the same time in a second database of the "
+              "server, which the hold does not hold back): the ratio of the two rates over consecutive "
+              "seconds, against that ratio before the hold; so a second in which the machine itself is slow "
+              "counts for both.")
+            w("")
+            w("| design | twin free-running msg/s | slowest window while held vs the twin | mean while held "
+              "vs the twin | back to ≥ 0.9× of the twin after | twin check |")
+            w("|---|---|---|---|---|---|")
+            for entry in held["designs"].values():
+                r = entry["runs"].get(case)
+                if r is None or "twin_deq_per_s" not in r:
+                    continue
+                trec = r.get("twin_recovery_s")
+                tw = r["twin_deq_per_s"]
+                start = int(r.get("hold", {}).get("start", 0))
+                twin_base = statistics.median(tw[min(5, max(0, start - 1)):start] or tw or [0])
+                w(f"| {entry['label']} | {_fmt(twin_base)} "
+                  f"| {_fmt(r.get('twin_min_ratio'), 2)}× ({r.get('held_smooth')} s) "
+                  f"| {_fmt(r.get('twin_mean_ratio'), 2)}× "
+                  f"| {'not within the run' if trec is None else str(trec) + ' s'} "
+                  f"| {r.get('twin_check', {}).get('summary', '?')} |")
+            w("")
 
 
 def _latency(w: Any, results: dict[str, Any]) -> None:

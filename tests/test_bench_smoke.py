@@ -188,6 +188,41 @@ def _check_held(held: dict[str, Any], text: str) -> None:
         assert f"### ({case}) " in text
 
 
+def test_held_twin(tmp_path: Path, pg_server: Server) -> None:
+    """--held-twin runs the same load beside each held case in a second database: both loads pass
+    the exactly-once check, the twin's per-second rates and its ratios are recorded and the report
+    shows them."""
+    out = tmp_path / "benchmarks.md"
+    proc = _bench("--smoke", "--only", "held", "--held-designs", "pgqueue_delete", "--held-cases", "a", "0",
+                  "--held-twin", "--dsn", pg_server.admin_dsn, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert results["held"]["twin"] is True
+    for case in ("a", "0"):
+        r = results["held"]["designs"]["pgqueue_delete"]["runs"][case]
+        assert r["ok"] and r["twin_check"]["ok"], r["problems"]
+        assert sum(r["twin_deq_per_s"]) > 0 and r["twin_baseline_ratio"] > 0
+        assert r["twin_min_ratio"] is not None and r["twin_mean_ratio"] is not None
+    text = out.read_text()
+    assert "vs the twin" in text and "against its twin" in text
+
+
+def test_twin_analysis() -> None:
+    """The twin statistic: a slowdown of the machine, which both loads see, leaves it at 1.0; a
+    slowdown of the held load alone shows in full; recovery counts from the end of the hold."""
+    from bench.churn import _twin_analysis
+
+    hold = {"start": 10, "end": 19}
+    twin = [1000] * 10 + [500] * 10 + [1000] * 10   # the machine at half speed during the hold
+    both = _twin_analysis([2 * x for x in twin], twin, hold, smooth=5)
+    assert both["twin_baseline_ratio"] == 2.0
+    assert both["twin_min_ratio"] == 1.0 and both["twin_mean_ratio"] == 1.0 and both["twin_recovery_s"] == 0
+    alone = [1000] * 10 + [700] * 10 + [800] * 3 + [1000] * 7
+    held = _twin_analysis(alone, [1000] * 30, hold, smooth=5)
+    assert held["twin_min_ratio"] == 0.7 and abs(held["twin_mean_ratio"] - 0.7) < 1e-9
+    assert held["twin_recovery_s"] == 1  # 800, 800, 1000, 1000, 1000 from second 21: 0.92
+
+
 def test_broken_consumer_is_reported_as_failure(tmp_path: Path, pg_server: Server) -> None:
     out = tmp_path / "benchmarks.md"
     proc = _bench("--smoke", "--only", "workflows", "churn", "--inject-fault", "duplicate",
