@@ -364,8 +364,8 @@ def _design_bytes(conn: psycopg.Connection[Any], design: _Design) -> int:
 def _maybe_twin(server: db.Server, design: _Design, design_name: str, backlog: int,
                 twin: bool, twin_sql: str | None = None) -> Iterator[str | None]:
     """A second database set up like the run's own (the twin of _twin_analysis), or None. twin_sql
-    (if any) runs in it after the set-up: a build to compare, e.g. a function replaced (an A/B
-    of two builds under the same machine noise)."""
+    (if any) runs in it once the design is installed, before its queue is filled: a build to
+    compare, e.g. a function replaced (an A/B of two builds under the same machine noise)."""
     if not twin:
         yield None
         return
