@@ -49,7 +49,7 @@ import psycopg
 from psycopg import sql
 
 from bench import db
-from bench.check import Recorder, exactly_once
+from bench.check import CheckResult, Recorder, exactly_once
 
 PAD = db.PAYLOAD[:64]
 TOKEN_BASE = 10**12
@@ -493,19 +493,18 @@ class _Load:
         for c in self.conns_p + self.conns_c:
             c.close()
 
-    def check(self, server: db.Server) -> list[str]:
-        """Seed 002's check on this load; the problems found (none: exactly once)."""
+    def check(self, server: db.Server) -> tuple[CheckResult, list[str]]:
+        """Seed 002's check on this load, and the problems found (none: exactly once)."""
         with psycopg.connect(server.dsn(self.dbname), autocommit=True) as conn:
             remaining = self.design.remaining(conn)
         expected = list(range(self.backlog))
         for p in self.produced:
             expected.extend(p)
         check = exactly_once(expected, self.recorders, what="messages finished", remaining=remaining)
-        self.check_result = check
         problems = [] if check.ok else [self.name + check.summary()]
         if sum(self.lost):
             problems.append(f"{self.name}{sum(self.lost)} messages taken but not finished (lease lost)")
-        return problems
+        return check, problems
 
     def per_second(self, seconds: int) -> tuple[list[int], list[int]]:
         return ([sum(b[s] for b in self.deq) for s in range(seconds)],
@@ -586,7 +585,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
 
     threads = load.threads() + (twin.threads() if twin else [])
     aux = [threading.Thread(target=monitor)] + design.background(server.dsn(dbname, sync_off=True), stop, errors)
-    if twin and twin_dbname:
+    if twin_dbname:
         aux += design.background(server.dsn(twin_dbname, sync_off=True), stop, errors)
     if hold:
         aux.append(threading.Thread(target=holder))
@@ -601,8 +600,9 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     load.close()
     if twin:
         twin.close()
-    problems = load.check(server) + (twin.check(server) if twin else []) + errors
-    check = load.check_result
+    check, problems = load.check(server)
+    twin_check, twin_problems = twin.check(server) if twin else (None, [])
+    problems += twin_problems + errors
 
     deq_s, enq_s = load.per_second(seconds)
     windows = [sum(deq_s[i * window:(i + 1) * window]) / window for i in range(seconds // window)]
@@ -629,16 +629,14 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
             result.update(_held_analysis(deq_s, holder_state, window))
         else:
             result["hold_case"] = hold_case
-            result.update(_held_analysis(deq_s, holder_state, window, threshold=0.9,
-                                         smooth=min(5, max(1, int(hold[1] - hold[0])))))
+            smooth = min(5, max(1, int(hold[1] - hold[0])))
+            result.update(_held_analysis(deq_s, holder_state, window, threshold=0.9, smooth=smooth))
             result.update(_held_growth(samples, enq_s, holder_state))
             result.update(_held_buffers(samples, holder_state))
-            if twin:
+            if twin and twin_check:
                 twin_deq, twin_enq = twin.per_second(seconds)
-                result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq,
-                              twin_check=twin.check_result.as_dict())
-                result.update(_twin_analysis(deq_s, twin_deq, holder_state,
-                                             smooth=min(5, max(1, int(hold[1] - hold[0])))))
+                result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq, twin_check=twin_check.as_dict())
+                result.update(_twin_analysis(deq_s, twin_deq, holder_state, smooth=smooth))
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
         + ("check OK" if not problems else "FAILURE: " + "; ".join(problems)))
@@ -657,10 +655,9 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int, *, thres
     if "start" not in hold or "end" not in hold:
         return {"held_error": "the snapshot was not held"}
     start, end = int(hold["start"]), int(hold["end"]) + 1
-    before = deq_s[:start]
-    if not before:
+    baseline = _baseline(deq_s, start)
+    if baseline is None:
         return {}
-    baseline = statistics.median(before[min(5, len(before) - 1):] or before)
     if smooth is None:
         smooth = 5 if window >= 5 else 1
     rolling = [sum(deq_s[i:i + smooth]) / smooth for i in range(len(deq_s) - smooth + 1)]
@@ -681,6 +678,15 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int, *, thres
     }
 
 
+def _baseline(deq_s: list[int], start: int) -> float | None:
+    """The free-running rate: the median per-second rate before the hold, its first 5 s left out
+    as warm-up (all of it if it is shorter); None without a second before the hold."""
+    before = deq_s[:start]
+    if not before:
+        return None
+    return statistics.median(before[min(5, len(before) - 1):] or before)
+
+
 def _twin_analysis(deq_s: list[int], twin_s: list[int], hold: dict[str, Any], *, smooth: int,
                    threshold: float = 0.9) -> dict[str, Any]:
     """The held run's rate against its twin's, second by second: the same design and load in
@@ -697,7 +703,7 @@ def _twin_analysis(deq_s: list[int], twin_s: list[int], hold: dict[str, Any], *,
     if "start" not in hold or "end" not in hold:
         return {}
     start, end = int(hold["start"]), int(hold["end"]) + 1
-    w0 = min(5, max(0, start - 1))
+    w0 = min(5, max(0, start - 1))  # the seconds _baseline uses
     if start <= w0 or not sum(twin_s[w0:start]):
         return {}
     base = sum(deq_s[w0:start]) / sum(twin_s[w0:start])
@@ -716,7 +722,7 @@ def _twin_analysis(deq_s: list[int], twin_s: list[int], hold: dict[str, Any], *,
             recovery = i - end
             break
     twin_during = sum(twin_s[start:end])
-    return {"twin_baseline_ratio": base, "twin_min_ratio": min(during) if during else None,
+    return {"twin_baseline": _baseline(twin_s, start), "twin_baseline_ratio": base, "twin_min_ratio": min(during) if during else None,
             "twin_mean_ratio": (sum(deq_s[start:end]) / twin_during / base) if twin_during else None,
             "twin_recovery_s": recovery}
 

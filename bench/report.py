@@ -828,10 +828,7 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
                 if r is None or "twin_deq_per_s" not in r:
                     continue
                 trec = r.get("twin_recovery_s")
-                tw = r["twin_deq_per_s"]
-                start = int(r.get("hold", {}).get("start", 0))
-                twin_base = statistics.median(tw[min(5, max(0, start - 1)):start] or tw or [0])
-                w(f"| {entry['label']} | {_fmt(twin_base)} "
+                w(f"| {entry['label']} | {_fmt(r.get('twin_baseline'))} "
                   f"| {_fmt(r.get('twin_min_ratio'), 2)}× ({r.get('held_smooth')} s) "
                   f"| {_fmt(r.get('twin_mean_ratio'), 2)}× "
                   f"| {'not within the run' if trec is None else str(trec) + ' s'} "
