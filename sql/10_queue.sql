@@ -87,3 +87,26 @@ SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qc');
 
 SELECT pgqueue.queue_drop(q) FROM unnest(ARRAY['qa', 'qb', 'qc', '0q.with-all_chars', repeat('x', 48)]) q;
 SELECT queue FROM pgqueue.queue_list() ORDER BY queue COLLATE "C";
+
+-- max_size: an admission writes no new version of the queue's pgqueue.queue_size row (the bound
+-- grows with the stripe's enqueued counter, so a held snapshot does not pile up the row's
+-- versions); a recount writes it, only when the bound says "full".
+SELECT pgqueue.queue_create('qcap', p_max_size => 5);
+SELECT pgqueue.message_create('qcap', '\x01'::bytea) > 0 AS created;
+CREATE TEMP TABLE qcap_row AS
+    SELECT s.xmin::text AS row_xmin FROM pgqueue.queue_size s JOIN pgqueue.queue q ON q.id = s.queue_id
+     WHERE q.name = 'qcap';
+SELECT count(*) FROM pgqueue.message_create_batch('qcap', ARRAY['\x02', '\x03']::bytea[]);
+SELECT pgqueue.message_create('qcap', '\x04'::bytea) > 0 AS created;
+SELECT pgqueue.message_create('qcap', '\x05'::bytea) > 0 AS created;
+SELECT s.xmin::text = r.row_xmin AS same_version, s.upper, s.mark IS NOT NULL AS counts_on_counter
+  FROM pgqueue.queue_size s JOIN pgqueue.queue q ON q.id = s.queue_id, qcap_row r
+ WHERE q.name = 'qcap';
+SELECT pgqueue.message_create('qcap', '\x06'::bytea);  -- full: PQ003
+SELECT count(*) FROM pgqueue.message_dequeue('qcap', 2, 0);
+SELECT pgqueue.message_create('qcap', '\x06'::bytea) > 0 AS created;  -- recounted: 3 live
+SELECT s.xmin::text <> r.row_xmin AS recounted, s.upper
+  FROM pgqueue.queue_size s JOIN pgqueue.queue q ON q.id = s.queue_id, qcap_row r
+ WHERE q.name = 'qcap';
+SELECT count(*) AS live FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'qcap';
+SELECT pgqueue.queue_drop('qcap');

@@ -1,44 +1,100 @@
 -- Reserve room for p_count new messages in a capped queue (max_size), or raise PQ003.
 --
--- Producers of a capped queue take turns on its pgqueue.queue_size row (FOR UPDATE). The cached
--- value only grows with admissions while consumers shrink the real size, so it is an upper
--- bound; it is recounted exactly (bounded by max_size) only when it says "full". Under
--- REPEATABLE READ the row lock raises 40001 if another producer admitted since the snapshot.
+-- Producers of a capped queue take turns on its pgqueue.queue_size row (FOR UPDATE, which writes
+-- no new row version). The row keeps an upper bound on the queue's live messages, recounted
+-- exactly (bounded by max_size) only when the bound says "full", in one of two forms:
+--   * mark NOT NULL: the bound is upper + (E - mark), where E is the enqueued counter of the
+--     queue's stripe (pgqueue.queue_counters: sequences) now and mark what it was when upper was
+--     counted. Every admission counts its messages as enqueued before it commits (the callers of
+--     pgqueue._queue_admit), and while it holds the row lock, so every admission since the count
+--     is in the difference (other queues of the stripe only make the bound looser). An admission
+--     writes nothing: under a held snapshot a row written at every admission piles up dead
+--     versions that every producer walks (docs/performance.md, "Capped queues under a held
+--     snapshot"). A recount runs in a snapshot taken after the lock (READ COMMITTED), when every
+--     earlier admission has committed.
+--   * mark NULL ("exact"): upper itself is the bound, and every admission adds to it (an
+--     UPDATE), as before 0.4. A REPEATABLE READ or SERIALIZABLE producer counts in its
+--     transaction's snapshot, which misses admissions that committed after it; an UPDATE by each
+--     of them makes its FOR UPDATE raise 40001 instead (specs/rr_backpressure.spec), an
+--     admission that writes nothing would not. So the first such producer of a capped queue
+--     marks the queue's stripe exact, for good: it sets pgqueue.queue_size_exact_<id & 63> to its
+--     xid while it holds the row lock, then raises 40001. Producers read the mark after taking
+--     the row lock, so every later admission on the stripe is exact, and every one before it
+--     ended before the lock was taken, so before that transaction ended. Its retry, and any
+--     producer whose snapshot sees the marking transaction ended, counts exactly; one whose
+--     snapshot does not raises 40001 too (specs/capped_mixed.spec).
 --
--- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size: back-pressure must
--- not depend on a row the producers it limits can write. It reads max_size itself. EXECUTE is
--- revoked from PUBLIC and granted to producers by docs/grants.sql.
+-- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size or the sequences:
+-- back-pressure must not depend on a row the producers it limits can write. It reads max_size
+-- itself. EXECUTE is revoked from PUBLIC and granted to producers by docs/grants.sql.
 CREATE FUNCTION pgqueue._queue_reserve(p_queue_id integer, p_count bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_name  text;
-    v_max   bigint;
-    v_upper bigint;
+    v_name    text;
+    v_max     bigint;
+    v_upper   bigint;
+    v_mark    bigint;
+    v_found   boolean;
+    v_rc      boolean := current_setting('transaction_isolation') = 'read committed';
+    v_exact   bigint;
+    v_enq     bigint;
+    v_bound   bigint;
+    v_counted boolean := false;
 BEGIN
     SELECT q.name, q.max_size INTO v_name, v_max FROM pgqueue.queue q WHERE q.id = p_queue_id;
     IF v_max IS NULL OR p_count <= 0 THEN
         RETURN;
     END IF;
-    SELECT s.upper INTO v_upper FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
-    IF NOT FOUND THEN
+    SELECT s.upper, s.mark INTO v_upper, v_mark FROM pgqueue.queue_size s
+     WHERE s.queue_id = p_queue_id FOR UPDATE;
+    v_found := FOUND;
+    IF NOT v_found THEN
         INSERT INTO pgqueue.queue_size (queue_id, upper) VALUES (p_queue_id, 0)
             ON CONFLICT (queue_id) DO NOTHING;
-        PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
-        v_upper := NULL;
+        SELECT s.upper, s.mark INTO v_upper, v_mark FROM pgqueue.queue_size s
+         WHERE s.queue_id = p_queue_id FOR UPDATE;
     END IF;
-    IF v_upper IS NULL OR v_upper + p_count > v_max THEN
-        v_upper := pgqueue._queue_count(p_queue_id, least(v_max, 9223372036854775806) + 1);
+    -- read under the row lock (see the header)
+    v_exact := pg_sequence_last_value(pgqueue._size_exact_seq(p_queue_id));
+    IF NOT v_rc THEN
+        IF v_exact IS NULL THEN
+            PERFORM setval(pgqueue._size_exact_seq(p_queue_id), txid_current());
+        END IF;
+        IF v_exact IS NULL
+           OR NOT pg_visible_in_snapshot(v_exact::text::xid8, pg_current_snapshot()) THEN
+            RAISE EXCEPTION 'could not serialize access to the size of capped queue "%"', v_name
+                USING ERRCODE = '40001',
+                      HINT = 'Retry the transaction: an admission may have committed after its snapshot.';
+        END IF;
     END IF;
-    IF v_upper + p_count > v_max THEN
+    v_enq := coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 0)), 0)
+           + coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 6)), 0);
+    -- (a counter below the mark, which only a reset of an unused stripe's counters by
+    -- queue_create could cause, is recounted)
+    v_bound := CASE WHEN NOT v_found OR v_enq < v_mark THEN NULL
+                    WHEN v_mark IS NULL THEN v_upper
+                    ELSE v_upper + (v_enq - v_mark) END;
+    IF v_bound IS NULL OR v_bound + p_count > v_max THEN
+        v_bound := pgqueue._queue_count(p_queue_id, least(v_max, 9223372036854775806) + 1);
+        v_counted := true;
+    END IF;
+    IF v_bound + p_count > v_max THEN
         RAISE EXCEPTION 'queue "%" is full (max_size %): % more message(s) refused',
                         v_name, v_max, p_count
             USING ERRCODE = 'PQ003',
                   HINT = 'Back off and retry later, or raise max_size with pgqueue.queue_alter().';
     END IF;
-    UPDATE pgqueue.queue_size s SET upper = v_upper + p_count WHERE s.queue_id = p_queue_id;
+    IF v_exact IS NOT NULL THEN
+        UPDATE pgqueue.queue_size s SET upper = v_bound + p_count, mark = NULL
+         WHERE s.queue_id = p_queue_id;
+    ELSIF v_counted OR v_mark IS NULL THEN
+        -- a new count, or a bound kept the exact way until now: from here on upper + (E - mark)
+        UPDATE pgqueue.queue_size s SET upper = v_bound, mark = v_enq
+         WHERE s.queue_id = p_queue_id;
+    END IF;
 END;
 $$;
 

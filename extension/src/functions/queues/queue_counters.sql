@@ -10,7 +10,7 @@
 --     queues that existed before the upgrade to 0.4 with ids equal mod 64): then each of them
 --     shows the sum of both.
 -- What is counted: enqueued: message_create (and the text, JSON and schedule paths),
--- message_create_batch, dead_letter_requeue; delivered: each message message_dequeue hands out
+-- message_create_batch, dead_letter_requeue, spark_publish; delivered: each message message_dequeue hands out
 -- (lease or delete mode); completed: message_complete(_batch); failed: message_fail that
 -- retries; dead_lettered: every move to the dead letters (fail, reject, poison lease); expired:
 -- leases that ran out, counted when a dequeue takes the message back (or a dead letter moves

@@ -88,6 +88,9 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
+    -- enqueued (queue_counters), before the commit: a capped queue's bound counts on it
+    -- (pgqueue._queue_reserve)
+    PERFORM pgqueue._counted_n(v_queue.id, 0, v_count);
     IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
                                     WHERE s.write_id = p_write_id
