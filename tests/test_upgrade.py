@@ -106,6 +106,15 @@ def test_update_from_every_earlier_version(pg_server: Server, empty_db: str, tem
         assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('jobs', 10, 0)").fetchone() == (3,)  # priority, ready, requeued
         new_id = conn.execute("SELECT pgqueue.message_create('jobs', 'after')").fetchone()
         assert new_id is not None and int(new_id[0]) > max(int(r[0]) for r in before_messages)  # type: ignore[call-overload]
+        # the cap (max_size 100) after the upgrade, which empties pgqueue.queue_size: recounted
+        live_row = conn.execute("SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+                                "WHERE q.name = 'jobs'").fetchone()
+        assert live_row is not None
+        conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('jobs', array_fill('\\x01'::bytea, ARRAY[%s]))",
+                     (100 - int(live_row[0]),))
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT pgqueue.message_create('jobs', 'one too many')")
+        assert refused.value.sqlstate == "PQ003"
 
     assert catalog(dsn, extension=True) == catalog(pg_server.dsn(template_db), extension=True)
 
