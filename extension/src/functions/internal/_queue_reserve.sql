@@ -54,21 +54,18 @@ BEGIN
     IF NOT v_found THEN
         INSERT INTO pgqueue.queue_size (queue_id, upper) VALUES (p_queue_id, 0)
             ON CONFLICT (queue_id) DO NOTHING;
-        SELECT s.upper, s.mark INTO v_upper, v_mark FROM pgqueue.queue_size s
-         WHERE s.queue_id = p_queue_id FOR UPDATE;
+        PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;  -- recounted below
     END IF;
     -- read under the row lock (see the header)
     v_exact := pg_sequence_last_value(pgqueue._size_exact_seq(p_queue_id));
-    IF NOT v_rc THEN
+    IF NOT v_rc AND (v_exact IS NULL
+                     OR NOT pg_visible_in_snapshot(v_exact::text::xid8, pg_current_snapshot())) THEN
         IF v_exact IS NULL THEN
             PERFORM setval(pgqueue._size_exact_seq(p_queue_id), txid_current());
         END IF;
-        IF v_exact IS NULL
-           OR NOT pg_visible_in_snapshot(v_exact::text::xid8, pg_current_snapshot()) THEN
-            RAISE EXCEPTION 'could not serialize access to the size of capped queue "%"', v_name
-                USING ERRCODE = '40001',
-                      HINT = 'Retry the transaction: an admission may have committed after its snapshot.';
-        END IF;
+        RAISE EXCEPTION 'could not serialize access to the size of capped queue "%"', v_name
+            USING ERRCODE = '40001',
+                  HINT = 'Retry the transaction: an admission may have committed after its snapshot.';
     END IF;
     v_enq := coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 0)), 0)
            + coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 6)), 0);
