@@ -907,6 +907,67 @@ RETURN (ARRAY[
 COMMENT ON FUNCTION pgqueue._size_exact_seq(integer) IS
     'pgqueue internal: the sequence that marks a queue''s stripe exact for max_size (pgqueue.queue_size_exact_<id & 63>)';
 
+-- The recount windows for max_size: 64 sequences, pgqueue.queue_size_recount_<id & 63>
+-- (pgqueue._size_recount_seq). A count of a capped queue reads up to max_size + 1 index entries;
+-- one that found 10,000 or more is not repeated for ten times as long as it took (at most 1 s),
+-- and until then an admission that the bound cannot prove fits is refused without counting. A sequence, because
+-- the window must outlive a refusal, which rolls back what its transaction wrote.
+DO $$
+BEGIN
+    FOR i IN 0..63 LOOP
+        EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_size_recount_%s MINVALUE 0', i);
+        EXECUTE pg_catalog.format(
+            'COMMENT ON SEQUENCE pgqueue.queue_size_recount_%s IS %L', i,
+            'pgqueue internal: until when (epoch ms * 2^20, plus the queue id >> 6) a capped queue whose id & 63 = '
+            || i || ' is not counted again (pgqueue._queue_reserve)');
+    END LOOP;
+END;
+$$;
+
+-- The recount window of a queue's stripe for max_size: pgqueue.queue_size_recount_<id & 63>, NULL
+-- until a count of a capped queue on the stripe found 10,000 messages or more; then (the time until which
+-- that queue is not counted again, in epoch ms) * 2^20 + ((queue id >> 6) & (2^20 - 1)), set by
+-- pgqueue._queue_reserve. One regclass constant per sequence, as in pgqueue._lock_stripe.
+CREATE FUNCTION pgqueue._size_recount_seq(p_queue_id integer)
+RETURNS regclass
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN (ARRAY[
+    'pgqueue.queue_size_recount_0'::regclass, 'pgqueue.queue_size_recount_1'::regclass,
+    'pgqueue.queue_size_recount_2'::regclass, 'pgqueue.queue_size_recount_3'::regclass,
+    'pgqueue.queue_size_recount_4'::regclass, 'pgqueue.queue_size_recount_5'::regclass,
+    'pgqueue.queue_size_recount_6'::regclass, 'pgqueue.queue_size_recount_7'::regclass,
+    'pgqueue.queue_size_recount_8'::regclass, 'pgqueue.queue_size_recount_9'::regclass,
+    'pgqueue.queue_size_recount_10'::regclass, 'pgqueue.queue_size_recount_11'::regclass,
+    'pgqueue.queue_size_recount_12'::regclass, 'pgqueue.queue_size_recount_13'::regclass,
+    'pgqueue.queue_size_recount_14'::regclass, 'pgqueue.queue_size_recount_15'::regclass,
+    'pgqueue.queue_size_recount_16'::regclass, 'pgqueue.queue_size_recount_17'::regclass,
+    'pgqueue.queue_size_recount_18'::regclass, 'pgqueue.queue_size_recount_19'::regclass,
+    'pgqueue.queue_size_recount_20'::regclass, 'pgqueue.queue_size_recount_21'::regclass,
+    'pgqueue.queue_size_recount_22'::regclass, 'pgqueue.queue_size_recount_23'::regclass,
+    'pgqueue.queue_size_recount_24'::regclass, 'pgqueue.queue_size_recount_25'::regclass,
+    'pgqueue.queue_size_recount_26'::regclass, 'pgqueue.queue_size_recount_27'::regclass,
+    'pgqueue.queue_size_recount_28'::regclass, 'pgqueue.queue_size_recount_29'::regclass,
+    'pgqueue.queue_size_recount_30'::regclass, 'pgqueue.queue_size_recount_31'::regclass,
+    'pgqueue.queue_size_recount_32'::regclass, 'pgqueue.queue_size_recount_33'::regclass,
+    'pgqueue.queue_size_recount_34'::regclass, 'pgqueue.queue_size_recount_35'::regclass,
+    'pgqueue.queue_size_recount_36'::regclass, 'pgqueue.queue_size_recount_37'::regclass,
+    'pgqueue.queue_size_recount_38'::regclass, 'pgqueue.queue_size_recount_39'::regclass,
+    'pgqueue.queue_size_recount_40'::regclass, 'pgqueue.queue_size_recount_41'::regclass,
+    'pgqueue.queue_size_recount_42'::regclass, 'pgqueue.queue_size_recount_43'::regclass,
+    'pgqueue.queue_size_recount_44'::regclass, 'pgqueue.queue_size_recount_45'::regclass,
+    'pgqueue.queue_size_recount_46'::regclass, 'pgqueue.queue_size_recount_47'::regclass,
+    'pgqueue.queue_size_recount_48'::regclass, 'pgqueue.queue_size_recount_49'::regclass,
+    'pgqueue.queue_size_recount_50'::regclass, 'pgqueue.queue_size_recount_51'::regclass,
+    'pgqueue.queue_size_recount_52'::regclass, 'pgqueue.queue_size_recount_53'::regclass,
+    'pgqueue.queue_size_recount_54'::regclass, 'pgqueue.queue_size_recount_55'::regclass,
+    'pgqueue.queue_size_recount_56'::regclass, 'pgqueue.queue_size_recount_57'::regclass,
+    'pgqueue.queue_size_recount_58'::regclass, 'pgqueue.queue_size_recount_59'::regclass,
+    'pgqueue.queue_size_recount_60'::regclass, 'pgqueue.queue_size_recount_61'::regclass,
+    'pgqueue.queue_size_recount_62'::regclass, 'pgqueue.queue_size_recount_63'::regclass])[(p_queue_id & 63) + 1];
+
+COMMENT ON FUNCTION pgqueue._size_recount_seq(integer) IS
+    'pgqueue internal: the sequence that keeps a capped queue''s recount window (pgqueue.queue_size_recount_<id & 63>)';
+
 -- Reserve room for p_count new messages in a capped queue (max_size), or raise PQ003.
 --
 -- Producers of a capped queue take turns on its pgqueue.queue_size row (FOR UPDATE, which writes
@@ -933,6 +994,20 @@ COMMENT ON FUNCTION pgqueue._size_exact_seq(integer) IS
 --     producer whose snapshot sees the marking transaction ended, counts exactly; one whose
 --     snapshot does not raises 40001 too (specs/capped_mixed.spec).
 --
+-- The recount window: a count reads up to max_size + 1 index entries (and the heap where the
+-- visibility map is not set), so a queue kept at its cap, where producers outrun consumers, used
+-- to count itself at nearly every admission, holding the row lock while it did (about 20 ms an
+-- admission with a cap of 100,000). A count that finds 10,000 messages or more now sets the
+-- queue's window, pgqueue.queue_size_recount_<id & 63> (a sequence, because a refusal rolls back
+-- what its transaction wrote): until ten times the count's duration (at most 1 s) after it ended,
+-- an admission that the bound cannot prove fits is refused without counting. So counting takes
+-- at most about a tenth of the time, and a refusal may come up to that long after consumers made
+-- room; the cap itself is never exceeded. The window names the queue (id >> 6 in its low 20
+-- bits, the time in epoch ms above them), so another queue of the stripe ignores it. A smaller
+-- count sets no window (a cap below 10,000 never has one): such a queue is counted whenever the
+-- bound says "full", as before. A queue whose pgqueue.queue_size row is gone (queue_alter of
+-- max_size) is counted at once.
+--
 -- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size or the sequences:
 -- back-pressure must not depend on a row the producers it limits can write. It reads max_size
 -- itself. EXECUTE is revoked from PUBLIC and granted to producers by docs/grants.sql.
@@ -952,6 +1027,9 @@ DECLARE
     v_enq     bigint;
     v_bound   bigint;
     v_counted boolean := false;
+    v_window  bigint;
+    v_t0      double precision;
+    v_took    double precision;
 BEGIN
     SELECT q.name, q.max_size INTO v_name, v_max FROM pgqueue.queue q WHERE q.id = p_queue_id;
     IF v_max IS NULL OR p_count <= 0 THEN
@@ -984,8 +1062,26 @@ BEGIN
                     WHEN v_mark IS NULL THEN v_upper
                     ELSE v_upper + (v_enq - v_mark) END;
     IF v_bound IS NULL OR v_bound + p_count > v_max THEN
+        -- inside the queue's recount window (see the header): refused without counting
+        v_window := pg_sequence_last_value(pgqueue._size_recount_seq(p_queue_id));
+        v_t0 := date_part('epoch', clock_timestamp()) * 1000;
+        IF v_bound IS NOT NULL AND v_window & 1048575 = (p_queue_id >> 6) & 1048575
+           AND (v_window >> 20) > v_t0 AND (v_window >> 20) <= v_t0 + 1000 THEN
+            RAISE EXCEPTION 'queue "%" is full (max_size %): % more message(s) refused',
+                            v_name, v_max, p_count
+                USING ERRCODE = 'PQ003',
+                      DETAIL = format('The queue is counted again in %s ms (a count of 10,000 messages or more is repeated at most once in ten times its duration).',
+                                      ceil((v_window >> 20) - v_t0)),
+                      HINT = 'Back off and retry later, or raise max_size with pgqueue.queue_alter().';
+        END IF;
         v_bound := pgqueue._queue_count(p_queue_id, least(v_max, 9223372036854775806) + 1);
         v_counted := true;
+        v_took := date_part('epoch', clock_timestamp()) * 1000 - v_t0;
+        IF v_bound >= 10000 THEN  -- (smaller counts are cheap, and a plan or a cold cache could make one look dear)
+            PERFORM setval(pgqueue._size_recount_seq(p_queue_id),
+                           (ceil(v_t0 + v_took + least(10 * v_took, 1000))::bigint << 20)
+                           | ((p_queue_id >> 6) & 1048575));
+        END IF;
     END IF;
     IF v_bound + p_count > v_max THEN
         RAISE EXCEPTION 'queue "%" is full (max_size %): % more message(s) refused',

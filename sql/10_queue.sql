@@ -110,3 +110,40 @@ SELECT s.xmin::text <> r.row_xmin AS recounted, s.upper
  WHERE q.name = 'qcap';
 SELECT count(*) AS live FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'qcap';
 SELECT pgqueue.queue_drop('qcap');
+
+-- max_size, the recount window: a count that found 10,000 messages or more (here 50,000) is
+-- not repeated for ten times its duration, at most 1 s; until then an admission the bound cannot
+-- prove fits is refused without counting (its DETAIL says when the queue is counted again).
+-- A refusal that counted has no DETAIL. After the window the queue is counted again, and
+-- queue_alter of max_size (which removes the queue_size row) makes the next admission count.
+SELECT pgqueue.queue_create('qbig', p_max_size => 50000);
+SELECT count(*) FROM pgqueue.message_create_batch('qbig', array_fill('\x01'::bytea, ARRAY[50000]));
+CREATE TEMP TABLE qbig_refusals (n integer, detail text);
+CREATE FUNCTION pg_temp.qbig_try(p_n integer) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_detail text;
+BEGIN
+    PERFORM pgqueue.message_create('qbig', '\x02'::bytea);
+    INSERT INTO qbig_refusals VALUES (p_n, 'admitted');
+EXCEPTION WHEN SQLSTATE 'PQ003' THEN
+    GET STACKED DIAGNOSTICS v_detail = PG_EXCEPTION_DETAIL;
+    INSERT INTO qbig_refusals VALUES (p_n, v_detail);
+END;
+$$;
+SELECT pg_temp.qbig_try(1);  -- counts: full
+SELECT pg_temp.qbig_try(2);  -- within the window: refused without counting
+SELECT count(*) FROM pgqueue.message_dequeue('qbig', 10, 0);
+SELECT pg_temp.qbig_try(3);  -- room now, but within the window still: refused without counting
+SELECT pg_sleep(1.05);
+SELECT pg_temp.qbig_try(4);  -- the window is over: counted, admitted (a new window starts)
+SELECT pg_temp.qbig_try(5);  -- room for 8 more: the bound admits it without counting
+SELECT count(*) FROM pgqueue.message_create_batch('qbig', array_fill('\x03'::bytea, ARRAY[8]));
+SELECT pg_temp.qbig_try(6);  -- full, within the new window: refused without counting
+SELECT pgqueue.queue_alter('qbig', p_max_size => 50001);
+SELECT pg_temp.qbig_try(7);  -- a new max_size: counted at once, window or not; admitted
+SELECT n, detail = '' AS counted,
+       detail = 'admitted' AS admitted,
+       coalesce(substring(detail FROM '^The queue is counted again in (\d+) ms')::integer BETWEEN 1 AND 1000, false)
+           AS refused_in_window
+  FROM qbig_refusals ORDER BY n;
+SELECT pgqueue.queue_drop('qbig');

@@ -87,7 +87,11 @@ class QueueExists(PgQueueError):
 
 
 class QueueFull(PgQueueError):
-    """The queue holds max_size messages and refused new ones (PQ003); back off and retry."""
+    """The queue holds max_size messages and refused new ones (PQ003); back off and retry.
+
+    A queue of 10,000 or more that was just counted full refuses without counting again for up
+    to ten times that count's duration (at most 1 s), even if consumers made room meanwhile.
+    """
 
 
 class ProtectedQueue(PgQueueError):

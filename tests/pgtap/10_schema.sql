@@ -15,12 +15,14 @@ SELECT sequences_are('pgqueue', ARRAY['message_id_seq', 'queue_id_seq', 'spark_c
                                 || ARRAY(SELECT 'queue_lock_' || g FROM generate_series(0, 63) g)
                                 || ARRAY(SELECT 'queue_rate_' || g FROM generate_series(0, 63) g)
                                 || ARRAY(SELECT 'queue_size_exact_' || g FROM generate_series(0, 63) g)
+                                || ARRAY(SELECT 'queue_size_recount_' || g FROM generate_series(0, 63) g)
                                 || ARRAY(SELECT 'counter_' || k || '_' || g
                                            FROM unnest(ARRAY['enqueued', 'delivered', 'completed', 'failed',
                                                              'dead', 'expired', 'enqueued32', 'delivered32',
                                                              'completed32']) k, generate_series(0, 63) g),
                      'the sequences of schema pgqueue: ids, the 64 lock stripes queue_lock_0..63, the rate '
-                     'limits queue_rate_0..63, the max_size marks queue_size_exact_0..63 and the '
+                     'limits queue_rate_0..63, the max_size marks queue_size_exact_0..63 and recount windows '
+                     'queue_size_recount_0..63, and the '
                      'counters counter_<kind>_0..63 (and counter_<kind>32_0..63, which count by 32)');
 SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                   WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'i' $$,
@@ -221,7 +223,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)',
                     'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)',
-                    'pgqueue._size_exact_seq(integer)',
+                    'pgqueue._size_exact_seq(integer)', 'pgqueue._size_recount_seq(integer)',
                     'pgqueue._message_first_lease(integer,bigint,bigint,bigint)',
                     'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',

@@ -28,3 +28,20 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-- The recount windows for max_size: 64 sequences, pgqueue.queue_size_recount_<id & 63>
+-- (pgqueue._size_recount_seq). A count of a capped queue reads up to max_size + 1 index entries;
+-- one that found 10,000 or more is not repeated for ten times as long as it took (at most 1 s),
+-- and until then an admission that the bound cannot prove fits is refused without counting. A sequence, because
+-- the window must outlive a refusal, which rolls back what its transaction wrote.
+DO $$
+BEGIN
+    FOR i IN 0..63 LOOP
+        EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_size_recount_%s MINVALUE 0', i);
+        EXECUTE pg_catalog.format(
+            'COMMENT ON SEQUENCE pgqueue.queue_size_recount_%s IS %L', i,
+            'pgqueue internal: until when (epoch ms * 2^20, plus the queue id >> 6) a capped queue whose id & 63 = '
+            || i || ' is not counted again (pgqueue._queue_reserve)');
+    END LOOP;
+END;
+$$;
