@@ -987,7 +987,7 @@ COMMENT ON FUNCTION pgqueue._size_recount_seq(integer) IS
 --     transaction's snapshot, which misses admissions that committed after it; an UPDATE by each
 --     of them makes its FOR UPDATE raise 40001 instead (specs/rr_backpressure.spec), an
 --     admission that writes nothing would not. So the first such producer of a capped queue
---     marks the queue's stripe exact, for good: it sets pgqueue.queue_size_exact_<id & 63> to its
+--     marks the queue's stripe exact (until queue_create gives the stripe to a new queue): it sets pgqueue.queue_size_exact_<id & 63> to its
 --     xid while it holds the row lock, then raises 40001. Producers read the mark after taking
 --     the row lock, so every later admission on the stripe is exact, and every one before it
 --     ended before the lock was taken, so before that transaction ended. Its retry, and any
@@ -2488,7 +2488,10 @@ BEGIN
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
-    -- zero. With every stripe in use (or after 128 tries), the next id: counters shared.
+    -- zero, and its max_size exactness mark cleared (a REPEATABLE READ producer of a dropped queue
+    -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
+    -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
+    -- the next id: counters and mark shared.
     IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue)
        AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
         FOR v_try IN 1..128 LOOP
@@ -2502,6 +2505,7 @@ BEGIN
         ELSE
             PERFORM setval(pgqueue._count_seq(v_id, k.k), CASE WHEN k.k < 6 THEN 1 ELSE 32 END, false)
                FROM generate_series(0, 8) AS k(k);
+            PERFORM setval(pgqueue._size_exact_seq(v_id), 1, false);
         END IF;
     END IF;
     BEGIN

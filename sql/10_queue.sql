@@ -147,3 +147,15 @@ SELECT n, detail = '' AS counted,
            AS refused_in_window
   FROM qbig_refusals ORDER BY n;
 SELECT pgqueue.queue_drop('qbig');
+
+-- queue_create clears the max_size exactness mark of the stripe it gives a new queue: a mark
+-- left by a REPEATABLE READ producer of a dropped queue would keep the new queue writing its
+-- queue_size row at every admission. (Every stripe is marked here; the ones in use keep it.)
+SELECT count(*) FROM pgqueue.queue q
+ WHERE pg_sequence_last_value(pgqueue._size_exact_seq(q.id)) IS NOT NULL;  -- none so far
+SELECT count(*) FROM (SELECT setval(pgqueue._size_exact_seq(g), 1) FROM generate_series(0, 63) g) s;
+SELECT pgqueue.queue_create('qfresh', p_max_size => 5);
+SELECT q.name, pg_sequence_last_value(pgqueue._size_exact_seq(q.id)) IS NOT NULL AS marked
+  FROM pgqueue.queue q ORDER BY q.name COLLATE "C";
+SELECT count(*) FROM (SELECT setval(pgqueue._size_exact_seq(g), 1, false) FROM generate_series(0, 63) g) s;
+SELECT pgqueue.queue_drop('qfresh');

@@ -17,7 +17,7 @@
 --     transaction's snapshot, which misses admissions that committed after it; an UPDATE by each
 --     of them makes its FOR UPDATE raise 40001 instead (specs/rr_backpressure.spec), an
 --     admission that writes nothing would not. So the first such producer of a capped queue
---     marks the queue's stripe exact, for good: it sets pgqueue.queue_size_exact_<id & 63> to its
+--     marks the queue's stripe exact (until queue_create gives the stripe to a new queue): it sets pgqueue.queue_size_exact_<id & 63> to its
 --     xid while it holds the row lock, then raises 40001. Producers read the mark after taking
 --     the row lock, so every later admission on the stripe is exact, and every one before it
 --     ended before the lock was taken, so before that transaction ended. Its retry, and any

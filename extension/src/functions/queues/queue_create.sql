@@ -34,7 +34,10 @@ BEGIN
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
-    -- zero. With every stripe in use (or after 128 tries), the next id: counters shared.
+    -- zero, and its max_size exactness mark cleared (a REPEATABLE READ producer of a dropped queue
+    -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
+    -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
+    -- the next id: counters and mark shared.
     IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue)
        AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
         FOR v_try IN 1..128 LOOP
@@ -48,6 +51,7 @@ BEGIN
         ELSE
             PERFORM setval(pgqueue._count_seq(v_id, k.k), CASE WHEN k.k < 6 THEN 1 ELSE 32 END, false)
                FROM generate_series(0, 8) AS k(k);
+            PERFORM setval(pgqueue._size_exact_seq(v_id), 1, false);
         END IF;
     END IF;
     BEGIN
