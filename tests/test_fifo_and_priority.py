@@ -153,6 +153,106 @@ def test_expired_leases_come_first(conn: psycopg.Connection[Any]) -> None:
     assert drain(conn, "q", 1, 60000) == [second, first, *ready]
 
 
+# -- the expired-lease probe on fewer calls: a session that looked for expired leases on a queue
+# and found none does not look again for 20 ms, unless nothing is ready or its last lease was
+# shorter than 20 ms (pgqueue._message_take). Each case below is timed on the client: only a try
+# whose calls all ran within WINDOW of the look is conclusive (the server's clock readings lie
+# between the client's), and each test needs one conclusive try of up to 20.
+
+WINDOW = 0.018
+
+
+def look_next_time(conn: psycopg.Connection[Any], queue: str) -> None:
+    """Clear the session's mark, so that its next take looks for expired leases."""
+    conn.execute("SELECT set_config('pgqueue.lease_check_' || id, '', false) FROM pgqueue.queue WHERE name = %s",
+                 (queue,))
+
+
+def expire(conn: psycopg.Connection[Any], msg_id: int) -> None:
+    """Make a message's lease run out now (plain SQL: a lease ending in the past)."""
+    conn.execute("UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1 WHERE id = %s", (msg_id,))
+
+
+def backlog(conn: psycopg.Connection[Any], queue: str, n: int) -> list[int]:
+    conn.execute("SELECT pgqueue.queue_create(%s)", (queue,))
+    rows = conn.execute("SELECT pgqueue.message_create(%s, 'x', %s) FROM generate_series(1, %s)",
+                        (queue, now_ms(conn) - HOUR, n)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_look_that_finds_no_expired_lease_is_not_repeated_for_20_ms(conn: psycopg.Connection[Any]) -> None:
+    ready = backlog(conn, "q", 100)
+    conclusive = 0
+    for _ in range(20):
+        look_next_time(conn, "q")
+        t0 = time.monotonic()
+        [leased] = dequeue_ids(conn, "q", 1, 60000)  # looked, found no expired lease
+        expire(conn, leased)
+        [got] = dequeue_ids(conn, "q", 1, 0)
+        if time.monotonic() - t0 < WINDOW:
+            conclusive += 1
+            assert got == ready[ready.index(leased) + 1], "looked again within 20 ms of a look that found nothing"
+        if got != leased:
+            time.sleep(0.025)  # past the 20 ms: the next take looks, and the expired lease goes first
+            assert dequeue_ids(conn, "q", 1, 0) == [leased]
+        if conclusive:
+            break
+    assert conclusive, "no try ran within the window"
+
+
+def test_a_look_that_finds_an_expired_lease_looks_again_at_the_next_call(conn: psycopg.Connection[Any]) -> None:
+    """A backlog of expired leases (a crashed worker's) still goes before every ready message."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    leased = [conn.execute("SELECT pgqueue.message_create('q', %s, %s)", (c, now_ms(conn) - 2 * HOUR)).fetchone()[0]  # type: ignore[index]
+              for c in (b"a", b"b", b"c")]
+    assert dequeue_ids(conn, "q", 3, 60000) == leased
+    rows = conn.execute("SELECT pgqueue.message_create('q', 'x', %s) FROM generate_series(1, 5)",
+                        (now_ms(conn) - HOUR,)).fetchall()
+    ready = [r[0] for r in rows]
+    for msg_id in leased:
+        expire(conn, msg_id)
+    look_next_time(conn, "q")
+    assert [dequeue_ids(conn, "q", 1, 0)[0] for _ in range(5)] == [*leased, *ready[:2]]
+
+
+def test_with_nothing_ready_a_take_looks_for_expired_leases_at_once(conn: psycopg.Connection[Any]) -> None:
+    conclusive = 0
+    for i in range(20):
+        backlog(conn, f"q{i}", 1)
+        look_next_time(conn, f"q{i}")
+        t0 = time.monotonic()
+        [leased] = dequeue_ids(conn, f"q{i}", 1, 60000)  # looked, found none; nothing is ready now
+        expire(conn, leased)
+        got = dequeue_ids(conn, f"q{i}", 1, 0)
+        if time.monotonic() - t0 < WINDOW:
+            conclusive += 1
+        assert got == [leased]
+        if conclusive:
+            break
+    assert conclusive, "no try ran within the window"
+
+
+def test_a_lease_shorter_than_20_ms_makes_the_next_take_look(conn: psycopg.Connection[Any]) -> None:
+    backlog(conn, "q", 100)
+    conclusive = 0
+    for _ in range(20):
+        look_next_time(conn, "q")
+        t0 = time.monotonic()
+        dequeue_ids(conn, "q", 1, 60000)  # looked, found none
+        [short] = dequeue_ids(conn, "q", 1, 5)
+        time.sleep(0.006)
+        got = dequeue_ids(conn, "q", 1, 0)
+        if time.monotonic() - t0 < WINDOW:
+            conclusive += 1
+            assert got == [short], "a 5-ms lease that ran out waited for the next look"
+        if got != [short]:
+            time.sleep(0.025)
+            assert dequeue_ids(conn, "q", 1, 0) == [short]
+        if conclusive:
+            break
+    assert conclusive, "no try ran within the window"
+
+
 # -- model-based: any mix of dequeue_at values comes out as sorted(deliverable, (dequeue_at, id))
 
 _queue_names = (f"h{i}" for i in itertools.count())

@@ -4,7 +4,9 @@
 -- Expired leases first (overdue work), then ready messages by (dequeue_at, id): two bounded
 -- index probes (message_leased_idx, message_ready_idx) under one LIMIT, so the second runs only
 -- for the room the first leaves, both FOR UPDATE SKIP LOCKED (never waiting on another
--- consumer). A lease that ran out p_max_attempts times is locked too but goes to the dead
+-- consumer). A take of one message runs the expired-lease probe unless its session ran it on
+-- the queue within the last 20 ms and found nothing, and always when no ready message is left;
+-- otherwise the ready probe alone (see the loop below). A lease that ran out p_max_attempts times is locked too but goes to the dead
 -- letters (a poison message must not loop forever); the probe is then repeated for the room it
 -- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
 -- transaction's own locks), and the ids of p_skip (the caller's earlier rounds in this
@@ -130,6 +132,11 @@ DECLARE
     v_b        bigint[];  -- this call's probe bounds: H (ready or turn) and L (lease)
     v_one      bigint;    -- the take of one message: its id, and whether it goes to the dead letters
     v_one_dead boolean;
+    v_lraw     text;
+    v_last     bigint;    -- a one-message take: when this session last looked for expired leases ...
+    v_look     boolean;   -- ... whether this call looks (NULL: not decided yet) ...
+    v_looked   boolean;   -- ... and whether it looked and found none
+    v_src      integer;
 BEGIN
     -- Bring the hints up to date (see the header). A value without its checksum (hashtext of the
     -- array's text, written after it) starts afresh, never an error: so does anything a session
@@ -265,119 +272,166 @@ BEGIN
     v_b := CASE WHEN v_moved THEN ARRAY[c_min, c_min, c_min, c_min]
                 ELSE ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]] END;
     LOOP
-        -- one statement for each kind of ready key, so that each plan has only the probes it runs,
-        -- and for one message one without the aggregate (its sort is set up at every execution:
-        -- 6-8 us of a one-message call, measured)
-        IF p_turns AND v_need = 1 THEN
-            SELECT c.id, c.dead INTO v_one, v_one_dead
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                      AND m.locked_until IS NULL
-                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.turn_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.turn_at, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) t
-                    LIMIT 1) c;
-            v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
-            v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
-        ELSIF p_turns THEN
-            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                   array_agg(c.id) FILTER (WHERE c.dead)
-              INTO v_found, v_dead_ids
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                      AND m.locked_until IS NULL
-                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.turn_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.turn_at, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) t
-                    LIMIT v_need) c;
-        ELSIF v_need = 1 THEN
-            SELECT c.id, c.dead INTO v_one, v_one_dead
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.dequeue_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.dequeue_at, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) r
-                    LIMIT 1) c;
-            v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
-            v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+        -- A take of one message looks for expired leases unless this session looked on this
+        -- queue within the last 20 ms and found none (setting pgqueue.lease_check_<queue id>:
+        -- when it last did, by p_now; a value that is not a time within those 20 ms is as good
+        -- as none, so a session can only make itself look more often), and always when no
+        -- ready message is left; a look that finds one leaves the setting alone, so a backlog
+        -- of expired leases still goes first, one look a call. Otherwise a statement with the
+        -- ready probe alone: the second probe under the UNION ALL is a plan node set up at every
+        -- execution though it finds nothing almost always (docs/performance.md, "The
+        -- expired-lease probe on fewer calls").
+        IF v_need = 1 AND v_look IS NULL THEN
+            v_lraw := current_setting('pgqueue.lease_check_' || p_queue_id, true);
+            v_last := CASE WHEN length(v_lraw) BETWEEN 1 AND 18 AND ltrim(v_lraw, '0123456789') = ''
+                           THEN v_lraw::bigint END;
+            v_look := NOT coalesce(v_last > p_now - 20 AND v_last <= p_now, false);
+        END IF;
+        IF v_need = 1 AND NOT v_look THEN
+            IF p_turns THEN
+                SELECT m.id INTO v_one FROM pgqueue.message m
+                 WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
+                   AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                   AND m.turn_at <= v_due
+                   AND m.id <> ALL (v_not)
+                   AND (p_max_id IS NULL OR m.id <= p_max_id)
+                 ORDER BY m.turn_at, m.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED;
+            ELSE
+                SELECT m.id INTO v_one FROM pgqueue.message m
+                 WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                   AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                   AND m.dequeue_at <= v_due
+                   AND m.id <> ALL (v_not)
+                   AND (p_max_id IS NULL OR m.id <= p_max_id)
+                 ORDER BY m.dequeue_at, m.id
+                 LIMIT 1
+                   FOR UPDATE SKIP LOCKED;
+            END IF;
+            IF v_one IS NULL THEN
+                v_look := true;  -- nothing ready: the statement with both probes
+                CONTINUE;
+            END IF;
+            v_found := ARRAY[v_one];
+            v_dead_ids := NULL;
         ELSE
-            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                   array_agg(c.id) FILTER (WHERE c.dead)
-              INTO v_found, v_dead_ids
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.dequeue_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.dequeue_at, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) r
-                    LIMIT v_need) c;
+            -- one statement for each kind of ready key, so that each plan has only the probes it
+            -- runs, and for one message one without the aggregate (its sort is set up at every
+            -- execution: 6-8 us of a one-message call, measured)
+            IF p_turns AND v_need = 1 THEN
+                SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                          AND m.locked_until IS NULL
+                                          AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.turn_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.turn_at, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) t
+                        LIMIT 1) c;
+                v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
+                v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+                v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+            ELSIF p_turns THEN
+                SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                       array_agg(c.id) FILTER (WHERE c.dead)
+                  INTO v_found, v_dead_ids
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                          AND m.locked_until IS NULL
+                                          AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.turn_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.turn_at, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) t
+                        LIMIT v_need) c;
+            ELSIF v_need = 1 THEN
+                SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                          AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.dequeue_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.dequeue_at, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) r
+                        LIMIT 1) c;
+                v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
+                v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+                v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+            ELSE
+                SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                       array_agg(c.id) FILTER (WHERE c.dead)
+                  INTO v_found, v_dead_ids
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                          AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.dequeue_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.dequeue_at, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) r
+                        LIMIT v_need) c;
+            END IF;
         END IF;
         v_ids := v_ids || v_found;  -- NULL || an array is the array
         EXIT WHEN v_dead_ids IS NULL;
@@ -405,6 +459,10 @@ BEGIN
             v_s[6] := pgqueue.now_ms();
             v_s[7] := v_x;
         END IF;
+    END IF;
+    IF v_looked AND v_last IS DISTINCT FROM p_now THEN
+        -- (transactional, as the hints: after a rollback the session looks again)
+        v_lraw := set_config('pgqueue.lease_check_' || p_queue_id, p_now::text, false);
     END IF;
     -- written only when it changed (most calls change nothing)
     IF (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text

@@ -42,6 +42,7 @@ DECLARE
     v_group_key    text;      -- the message of a one-message delete: its group, turn, key
     v_turn_at      bigint;
     v_idem_key     text;
+    v_lease_check  text;
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit, q.key_window_ms
@@ -155,6 +156,11 @@ BEGIN
             -- The lease runs from a clock read after the take, so after this transaction's xid
             -- was assigned (the rows are locked): see pgqueue._write_clock.
             v_until := pgqueue.now_ms() + v_lock_ms;
+            IF v_lock_ms < 20 THEN
+                -- a lease that runs out within 20 ms: this session's next take of one message
+                -- looks for expired leases whenever it last looked (pgqueue._message_take)
+                v_lease_check := set_config('pgqueue.lease_check_' || v_queue_id, '', false);
+            END IF;
             IF cardinality(v_ids) = 1 THEN
                 RETURN QUERY
                 UPDATE pgqueue.message m
