@@ -1184,12 +1184,12 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 -- for the room the first leaves, both FOR UPDATE SKIP LOCKED (never waiting on another
 -- consumer). A take of one message runs the expired-lease probe unless its session ran it on
 -- the queue within the last 20 ms and found nothing, and always when no ready message is left;
--- otherwise the ready probe alone (see the loop below). A lease that ran out p_max_attempts times is locked too but goes to the dead
--- letters (a poison message must not loop forever); the probe is then repeated for the room it
--- leaves, leaving out the rows this call has locked already (SKIP LOCKED does not skip a
--- transaction's own locks), and the ids of p_skip (the caller's earlier rounds in this
--- transaction: a lease it gave may have run out already). Each round dead-letters at least one
--- row, so it ends. p_max_id (if not NULL) leaves out messages with a larger id. The caller
+-- otherwise the ready probe alone (see the loop below). A lease that ran out p_max_attempts
+-- times is locked too but goes to the dead letters (a poison message must not loop forever);
+-- the probe is then repeated for the room it leaves, leaving out the rows this call has locked
+-- already (SKIP LOCKED does not skip a transaction's own locks), and the ids of p_skip (the
+-- caller's earlier rounds in this transaction: a lease it gave may have run out already). Each
+-- round dead-letters at least one row, so it ends. p_max_id (if not NULL) leaves out messages with a larger id. The caller
 -- holds the queue's lock stripe.
 -- p_turns (a queue with message groups, from message_dequeue): the ready probe is
 -- message_turn_idx by (turn_at, id) instead, the messages whose group's turn it is; turn keys are
@@ -1493,123 +1493,121 @@ BEGIN
             END IF;
             v_found := ARRAY[v_one];
             v_dead_ids := NULL;
+        -- one statement for each kind of ready key, so that each plan has only the probes it
+        -- runs, and for one message one without the aggregate (its sort is set up at every
+        -- execution: 6-8 us of a one-message call, measured)
+        ELSIF p_turns AND v_need = 1 THEN
+            SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                      AND m.locked_until <= p_now
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT 1
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                      AND m.locked_until IS NULL
+                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                      AND m.turn_at <= v_due
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.turn_at, m.id
+                                    LIMIT 1
+                                      FOR UPDATE SKIP LOCKED) t
+                    LIMIT 1) c;
+            v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
+            v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+            v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+        ELSIF p_turns THEN
+            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                   array_agg(c.id) FILTER (WHERE c.dead)
+              INTO v_found, v_dead_ids
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                      AND m.locked_until <= p_now
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                      AND m.locked_until IS NULL
+                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                      AND m.turn_at <= v_due
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.turn_at, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) t
+                    LIMIT v_need) c;
+        ELSIF v_need = 1 THEN
+            SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                      AND m.locked_until <= p_now
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT 1
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                      AND m.dequeue_at <= v_due
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.dequeue_at, m.id
+                                    LIMIT 1
+                                      FOR UPDATE SKIP LOCKED) r
+                    LIMIT 1) c;
+            v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
+            v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+            v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
         ELSE
-            -- one statement for each kind of ready key, so that each plan has only the probes it
-            -- runs, and for one message one without the aggregate (its sort is set up at every
-            -- execution: 6-8 us of a one-message call, measured)
-            IF p_turns AND v_need = 1 THEN
-                SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
-                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                          AND m.locked_until <= p_now
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.locked_until, m.id
-                                        LIMIT 1
-                                          FOR UPDATE SKIP LOCKED) e
-                        UNION ALL
-                        SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                          AND m.locked_until IS NULL
-                                          AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
-                                          AND m.turn_at <= v_due
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.turn_at, m.id
-                                        LIMIT 1
-                                          FOR UPDATE SKIP LOCKED) t
-                        LIMIT 1) c;
-                v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
-                v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
-                v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
-            ELSIF p_turns THEN
-                SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                       array_agg(c.id) FILTER (WHERE c.dead)
-                  INTO v_found, v_dead_ids
-                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                          AND m.locked_until <= p_now
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.locked_until, m.id
-                                        LIMIT v_need
-                                          FOR UPDATE SKIP LOCKED) e
-                        UNION ALL
-                        SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                          AND m.locked_until IS NULL
-                                          AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
-                                          AND m.turn_at <= v_due
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.turn_at, m.id
-                                        LIMIT v_need
-                                          FOR UPDATE SKIP LOCKED) t
-                        LIMIT v_need) c;
-            ELSIF v_need = 1 THEN
-                SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
-                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                          AND m.locked_until <= p_now
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.locked_until, m.id
-                                        LIMIT 1
-                                          FOR UPDATE SKIP LOCKED) e
-                        UNION ALL
-                        SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                          AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
-                                          AND m.dequeue_at <= v_due
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.dequeue_at, m.id
-                                        LIMIT 1
-                                          FOR UPDATE SKIP LOCKED) r
-                        LIMIT 1) c;
-                v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
-                v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
-                v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
-            ELSE
-                SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                       array_agg(c.id) FILTER (WHERE c.dead)
-                  INTO v_found, v_dead_ids
-                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                          AND m.locked_until <= p_now
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.locked_until, m.id
-                                        LIMIT v_need
-                                          FOR UPDATE SKIP LOCKED) e
-                        UNION ALL
-                        SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                         FROM pgqueue.message m
-                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                          AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
-                                          AND m.dequeue_at <= v_due
-                                          AND m.id <> ALL (v_not)
-                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                        ORDER BY m.dequeue_at, m.id
-                                        LIMIT v_need
-                                          FOR UPDATE SKIP LOCKED) r
-                        LIMIT v_need) c;
-            END IF;
+            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                   array_agg(c.id) FILTER (WHERE c.dead)
+              INTO v_found, v_dead_ids
+              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                      AND m.locked_until <= p_now
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.locked_until, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) e
+                    UNION ALL
+                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                     FROM pgqueue.message m
+                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                      AND m.dequeue_at <= v_due
+                                      AND m.id <> ALL (v_not)
+                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                    ORDER BY m.dequeue_at, m.id
+                                    LIMIT v_need
+                                      FOR UPDATE SKIP LOCKED) r
+                    LIMIT v_need) c;
         END IF;
         v_ids := v_ids || v_found;  -- NULL || an array is the array
         EXIT WHEN v_dead_ids IS NULL;
