@@ -28,6 +28,7 @@
 --   * New: message_complete_batch(ids, attempts) completes many leased messages in one call and
 --     returns the ids whose token was stale; message_complete_and_dequeue(ids, attempts, queue,
 --     limit, lock_ms) acknowledges and fetches in one call.
+--   * queue_list() also returns group_concurrency, key_window_ms and rate_limit.
 --   * A Spark consumer's hold is a session advisory lock on a random key recorded with the
 --     holder's pid (spark_consumer.holder_pid, holder_key), no longer on (1885827447, id),
 --     which any role could take first.
@@ -1653,6 +1654,43 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_take(integer, integer, bigint, integer, bigint, boolean, bigint[]) IS
     'pgqueue internal: lock up to p_limit deliverable messages (expired leases first, then by dequeue_at, id, or with p_turns by turn_at, id), dead-lettering poison leases; ids in delivery order';
 
+-- The argument checks of an acknowledgement of many messages: 22004 for a NULL array or element,
+-- 22023 for arrays of two dimensions or of different lengths, or more than 10000 ids.
+-- message_complete_batch runs them first; message_complete_and_dequeue runs them before its take,
+-- so that a refused call hands nothing out and counts no delivery.
+CREATE FUNCTION pgqueue._ack_arrays_check(p_ids bigint[], p_attempts integer[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_ids IS NULL OR p_attempts IS NULL THEN
+        PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
+        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts tokens'::text);
+    END IF;
+    IF array_ndims(p_ids) > 1 OR array_ndims(p_attempts) > 1 THEN
+        RAISE EXCEPTION 'message ids and attempts tokens must be one-dimensional arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(p_ids) <> cardinality(p_attempts) THEN
+        RAISE EXCEPTION 'p_ids has % element(s) but p_attempts has %', cardinality(p_ids), cardinality(p_attempts)
+            USING ERRCODE = '22023',
+                  HINT = 'Pass one attempts token per message id, in the same order.';
+    END IF;
+    IF cardinality(p_ids) > 10000 THEN
+        RAISE EXCEPTION 'at most 10000 messages per call, got %', cardinality(p_ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_attempts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'message ids and attempts tokens must not contain NULL'
+            USING ERRCODE = '22004';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._ack_arrays_check(bigint[], integer[]) IS
+    'pgqueue internal: raise 22004 / 22023 for the id and token arrays of an acknowledgement of many messages';
+
 -- Complete (delete) many leased messages in one call; returns the ids whose token was stale.
 --
 -- p_ids[i] is completed if p_attempts[i] is its current attempts token, exactly as
@@ -1682,27 +1720,7 @@ DECLARE
     v_lt      bigint[];
     v_lk      text[];
 BEGIN
-    IF p_ids IS NULL OR p_attempts IS NULL THEN
-        PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
-        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts tokens'::text);
-    END IF;
-    IF array_ndims(p_ids) > 1 OR array_ndims(p_attempts) > 1 THEN
-        RAISE EXCEPTION 'message ids and attempts tokens must be one-dimensional arrays'
-            USING ERRCODE = '22023';
-    END IF;
-    IF cardinality(p_ids) <> cardinality(p_attempts) THEN
-        RAISE EXCEPTION 'p_ids has % element(s) but p_attempts has %', cardinality(p_ids), cardinality(p_attempts)
-            USING ERRCODE = '22023',
-                  HINT = 'Pass one attempts token per message id, in the same order.';
-    END IF;
-    IF cardinality(p_ids) > 10000 THEN
-        RAISE EXCEPTION 'at most 10000 messages per call, got %', cardinality(p_ids)
-            USING ERRCODE = '22023';
-    END IF;
-    IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_attempts, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'message ids and attempts tokens must not contain NULL'
-            USING ERRCODE = '22004';
-    END IF;
+    PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
        FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
       ORDER BY q.queue_id;
@@ -1753,7 +1771,9 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- session hints of pgqueue._message_take advance (they need the take to assign this
 -- transaction's xid); a lease that ran out before its acknowledgement may so be handed out again
 -- by this very call, as by any other call, and its acknowledgement comes back stale. Errors are
--- those of the two functions; an error leaves nothing done (one statement).
+-- those of the two functions; the arrays are checked before the take, so a refused call hands
+-- nothing out and counts no delivery (sequences are not rolled back); an error leaves nothing
+-- done (one statement).
 CREATE FUNCTION pgqueue.message_complete_and_dequeue(
     p_ids      bigint[],
     p_attempts integer[],
@@ -1767,6 +1787,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
@@ -4022,6 +4043,25 @@ COMMENT ON COLUMN pgqueue.queue.rate_limit IS
     'at most this many messages handed out a second by message_dequeue, all consumers together (NULL: no limit)';
 COMMENT ON COLUMN pgqueue.queue.key_window_ms IS
     'how long (ms) an idempotency key stays taken after its message was completed or delivered (0: only while it is live)';
+
+-- queue_list: three more columns (0.4's settings), so dropped and created again (a grant on it
+-- is lost; a view of the caller's on it makes the upgrade fail, to be dropped and re-created).
+DROP FUNCTION pgqueue.queue_list();
+-- List the queues and their settings.
+CREATE FUNCTION pgqueue.queue_list()
+RETURNS TABLE (queue text, lock_ms bigint, max_attempts integer, retry_base_ms bigint,
+               retry_cap_ms bigint, max_size bigint, notify boolean, created_at timestamptz,
+               group_concurrency integer, key_window_ms bigint, rate_limit integer)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT q.name, q.lock_ms, q.max_attempts, q.retry_base_ms, q.retry_cap_ms,
+           q.max_size, q.notify, q.created_at, q.group_concurrency, q.key_window_ms, q.rate_limit
+      FROM pgqueue.queue q
+     ORDER BY q.name;
+END;
+
+COMMENT ON FUNCTION pgqueue.queue_list() IS
+    'List every queue with its settings, by name (group_concurrency NULL = no message groups, 0 = groups without a limit; rate_limit NULL = none)';
 
 -- Message groups (issue 14): one row per queue and stripe of its groups (hashtext(group) & 255),
 -- made on first use. pgqueue._message_group_lock locks a row FOR UPDATE to serialise the

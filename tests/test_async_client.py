@@ -667,3 +667,23 @@ def test_async_next_due_counts_priorities_and_leases(dsn: str) -> None:
 
     run(main)
 
+
+
+def test_a_pool_whose_connection_is_a_function_is_refused_for_extra_connections(dsn: str) -> None:
+    """An AsyncQueue's conninfo (the AsyncWorker's own connections) cannot call an async pool's
+    conninfo or kwargs function: it says so rather than connect without, say, the password."""
+
+    async def kwargs() -> dict[str, Any]:
+        return {}
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, kwargs=kwargs, min_size=1, open=False) as pool:
+            with pytest.raises(errors.InvalidArgument, match="kwargs is not a dict"):
+                _ = AsyncQueue(pool).conninfo
+        async with AsyncConnectionPool(lambda: dsn, min_size=1, open=False) as pool:
+            with pytest.raises(errors.InvalidArgument, match="conninfo is not a string"):
+                _ = AsyncQueue(pool).conninfo
+        async with AsyncConnectionPool(dsn, kwargs={"application_name": "x"}, min_size=1, open=False) as pool:
+            assert "application_name=x" in AsyncQueue(pool).conninfo
+
+    run(main)

@@ -138,9 +138,26 @@ def test_queue_management(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     settings = Queue(dsn, "mail").settings()
     assert (settings.notify, settings.max_attempts, settings.lock_ms) == (False, None, 5000)
 
+    status, out, _ = run(capsys, "queue", "create", "orders", "--group-concurrency", "1", "--key-window-ms", "60000",
+                         "--rate-limit", "50", "--dsn", dsn)
+    assert status == 0
+    orders = Queue(dsn, "orders").settings()
+    assert (orders.group_concurrency, orders.key_window_ms, orders.rate_limit) == (1, 60000, 50)
+    status, out, _ = run(capsys, "queue", "alter", "orders", "--group-concurrency", "0", "--rate-limit", "0",
+                         "--dsn", dsn)
+    assert status == 0
+    orders = Queue(dsn, "orders").settings()
+    assert (orders.group_concurrency, orders.key_window_ms, orders.rate_limit) == (0, 60000, None)
+    status, out, err = run(capsys, "queue", "alter", "mail", "--group-concurrency", "2", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "queue_create")  # groups are chosen at creation
+
     status, out, _ = run(capsys, "queue", "list", "--dsn", dsn)
     assert status == 0
-    assert [line.split()[0] for line in out.splitlines()[2:]] == ["default", "mail"]
+    lines = out.splitlines()
+    assert lines[0].split() == ["queue", "lock_ms", "max_attempts", "retry_base_ms", "retry_cap_ms", "max_size",
+                                "notify", "groups", "key_window_ms", "rate_limit", "created"]
+    assert [line.split()[0] for line in lines[2:]] == ["default", "mail", "orders"]
+    assert lines[4].split()[7:10] == ["0", "60000", "-"]
 
     status, out, _ = run(capsys, "queue", "drop", "mail", "--dsn", dsn)
     assert status == 0 and "dropped" in out
@@ -177,6 +194,19 @@ def test_dead_letters_list_requeue_purge(capsys: pytest.CaptureFixture[str], dsn
     assert status == 0 and "purged 1" in out
     status, out, _ = run(capsys, "dead", "list", "jobs", "--dsn", dsn)
     assert status == 0 and "no dead letters" in out
+
+
+def test_an_error_report_says_its_hint_once() -> None:
+    from pgqueue.cli import describe_error
+    from pgqueue.compat import ServerPgQueue, version_mismatch
+    from pgqueue.errors import QueueFull
+
+    mismatch = version_mismatch(ServerPgQueue("0.1", "extension"))
+    assert mismatch is not None and mismatch.hint
+    report = describe_error(mismatch)
+    assert report is not None and report.count("ALTER EXTENSION pgqueue UPDATE") == 1, report
+    full = describe_error(QueueFull('queue "q" is full', sqlstate="PQ003", hint="Back off and retry later."))
+    assert full == 'queue "q" is full (Back off and retry later.)'
 
 
 def test_install(capsys: pytest.CaptureFixture[str], bare_dsn: str) -> None:
@@ -323,7 +353,7 @@ def test_stats_watch_refreshes_until_interrupted(dsn: str) -> None:
     assert sum(line.startswith("default ") for line in seen) >= 2
 
 
-@pytest.mark.parametrize("handler", ["obey", "async_obey"])
+@pytest.mark.parametrize("handler", ["obey", "async_obey", "tasks_plain", "tasks_async"])
 def test_worker_command_processes_messages(dsn: str, tmp_path: Path, handler: str) -> None:
     queue = Queue(dsn, "jobs")
     queue.create(notify=True)

@@ -491,6 +491,12 @@ def test_create_settings_alter_drop(dsn: str) -> None:
         assert (s.queue, s.lock_ms, s.max_attempts, s.retry_base_ms, s.retry_cap_ms, s.max_size, s.notify) == (
             "mgmt", 5000, 3, 10, 100, 50, True)
         assert isinstance(s.created_at, datetime) and s.created_at.tzinfo is not None
+        assert (s.group_concurrency, s.key_window_ms, s.rate_limit) == (None, 0, None)
+        with Queue(dsn, "mgmt_groups") as g:
+            g.create(group_concurrency=2, key_window_ms=500, rate_limit=100)
+            gs = g.settings()
+            assert (gs.group_concurrency, gs.key_window_ms, gs.rate_limit) == (2, 500, 100)
+            assert [x.group_concurrency for x in list_queues(dsn) if x.queue == "mgmt_groups"] == [2]
         with pytest.raises(errors.QueueExists) as exists:
             q.create()
         assert exists.value.sqlstate == "PQ002"
@@ -595,6 +601,42 @@ def test_extension_not_installed(pg_server: Server) -> None:
         drop_database(pg_server, name)
 
 
+def test_a_database_with_an_older_pgqueue_is_told_apart_from_none(pg_server: Server) -> None:
+    name = create_database(pg_server, "template1", prefix="old")
+    try:
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as c:
+            c.execute("CREATE EXTENSION pgqueue VERSION '0.3'")
+        with Queue(pg_server.dsn(name)) as q:
+            with pytest.raises(errors.ExtensionNotInstalled) as info:
+                q.enqueue(1, group="g")  # 0.3 has no message_create with a group
+        assert info.value.sqlstate == "42883"
+        assert "no such function or table" in str(info.value) and "older than this client" in str(info.value)
+        assert "pgqueue install --dsn" in str(info.value) and info.value.hint is not None
+    finally:
+        drop_database(pg_server, name)
+
+
+def test_read_committed_refusals_and_serialization_failures_have_classes(dsn: str) -> None:
+    Queue(dsn, "rr").create()
+    with psycopg.connect(dsn) as tx:
+        tx.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with pytest.raises(errors.NeedsReadCommitted) as refused:
+            Queue(tx, "rr").drop()
+        assert refused.value.sqlstate == "PQ009"
+        tx.rollback()
+        tx.execute("SELECT 1")  # the snapshot is taken here
+        with Queue(dsn, "rr") as other:  # a drop and a new queue of the same name commit after it
+            other.drop()
+            other.create()
+        with pytest.raises(errors.SerializationFailure) as stale:
+            Queue(tx, "rr").enqueue(1)
+        assert stale.value.sqlstate == "40001"
+        tx.rollback()
+    with psycopg.connect(dsn) as c, pytest.raises(errors.UnsafeSchema) as unsafe, errors.translating():
+        c.execute("DO $$ BEGIN RAISE EXCEPTION 'unsafe' USING ERRCODE = 'PQ008'; END $$")
+    assert unsafe.value.sqlstate == "PQ008"
+
+
 def test_connection_failure(pg_server: Server) -> None:
     with socket_port() as port:
         q = Queue(f"host=127.0.0.1 port={port} dbname=x connect_timeout=2")
@@ -641,3 +683,18 @@ def test_complete_many_completes_only_with_each_messages_own_token(queue: Queue,
 
 def test_complete_and_dequeue_acknowledges_and_fetches_in_one_statement(queue: Queue, conn: Conn) -> None:
     scenarios.run(scenarios.complete_and_dequeue_in_one_statement, queue, conn)
+
+
+def test_queue_and_schedule_creation_times_are_utc_whatever_the_sessions_time_zone(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as tokyo:
+        tokyo.execute("SET TimeZone = 'Asia/Tokyo'")
+        q = Queue(tokyo, "tz")
+        q.create()
+        created = q.settings().created_at
+        assert created.utcoffset() == timedelta(0) and created.tzinfo == timezone.utc
+        assert abs(datetime.now(timezone.utc) - created) < timedelta(minutes=5)
+        from pgqueue.schedules import create_schedule, list_schedules
+
+        create_schedule(tokyo, "tick", "tz", "x", every=timedelta(minutes=1))
+        (entry,) = [e for e in list_schedules(tokyo) if e.name == "tick"]
+        assert entry.created_at.tzinfo == timezone.utc

@@ -18,9 +18,10 @@ test_every_parameter_type_has_a_strategy: write one.
 Documented SQLSTATEs (README "Error codes"; PQ005-PQ007 from the 0.2 upgrade script):
 PQ001-PQ007, 22004, 22023, 42602. Anything else fails the test with the function, the arguments
 and the error, except two narrow lists below: CONVERSION_LIMITS (from_epoch/to_epoch asked for a
-time their result type cannot hold) and KNOWN_BUGS (each pinned by a strict xfail regression
-test at the end of this file). The fuzzer found seven extension bugs; all are fixed and their
-regression tests pass.
+time their result type cannot hold) and KNOWN_BUGS (each names its regression test at the end of
+this file, marked xfail(strict=True); test_every_known_bug_has_its_regression_test checks both). The
+fuzzer found seven extension bugs; all are fixed, KNOWN_BUGS is empty, and their regression tests
+pass.
 
 Invariants (checked after each example, see invariant_problems): no orphan messages, dead
 letters or Spark rows; attempts never negative; a leased message carries a token (attempts >= 1)
@@ -345,10 +346,11 @@ def run_call(conn: Conn, call: Call, *, savepoint: bool) -> Outcome:
 # CONVERSION_LIMITS: the honest answer of a time conversion asked for a value its result type
 # cannot hold; accepted, and reported for the README's error table.
 #
-# KNOWN_BUGS: extension bugs this fuzzer found. The fuzz tests do not fail on them again (so
-# that they keep looking for new ones), but each has a regression test below, marked
-# xfail(strict=True), that asserts the correct behaviour: when the extension is fixed it
-# XPASSes, the suite fails, and the entry here and the xfail mark are to be removed.
+# KNOWN_BUGS: extension bugs this fuzzer found and not yet fixed. The fuzz tests do not fail on
+# them again (so that they keep looking for new ones), but each names (regression_test) a test
+# function below, marked xfail(strict=True), that asserts the correct behaviour: when the
+# extension is fixed it XPASSes, the suite fails, and the entry here and the xfail mark are to be
+# removed together (known_bug_problems: every entry names such a test, every xfail test is named).
 
 #: the epoch milliseconds of the first and last timestamptz PostgreSQL has (4714-11-24 BC, 294276 AD)
 TIMESTAMPTZ_MS = (-210_866_803_200_000, 9_224_318_015_999_999)
@@ -382,7 +384,14 @@ CONVERSION_LIMITS = [
     Excused(frozenset({"to_epoch"}), "0A000", _infinite,
             "to_epoch(+-infinity): 0A000 cannot convert infinity to bigint"),
 ]
-KNOWN_BUGS: list[Excused] = []
+
+
+@dataclass(frozen=True)
+class KnownBug(Excused):
+    regression_test: str  # the name of a test function of this module, marked xfail(strict=True)
+
+
+KNOWN_BUGS: list[KnownBug] = []
 
 
 def classify(conn: Conn, o: Outcome) -> str | None:
@@ -751,9 +760,50 @@ def test_a_huge_staged_delay_publishes_or_is_refused(conn: Conn) -> None:
                           "'{0}', '{1}', '{1}')") is None
 
 
+def _xfail_marks(test: Any) -> list[pytest.Mark]:
+    return [mark for mark in getattr(test, "pytestmark", []) if mark.name == "xfail"]
+
+
+def known_bug_problems(bugs: Sequence[KnownBug], namespace: dict[str, Any]) -> list[str]:
+    """Each bug's regression_test is a test function of namespace marked xfail(strict=True), and
+    each test function marked xfail is some bug's regression_test; one line per problem."""
+    problems = []
+    for bug in bugs:
+        test = namespace.get(bug.regression_test)
+        if not bug.regression_test.startswith("test_") or not callable(test):
+            problems.append(f"{bug.regression_test}: no such test function ({bug.why})")
+        elif not any(mark.kwargs.get("strict") is True for mark in _xfail_marks(test)):
+            problems.append(f"{bug.regression_test}: not marked xfail(strict=True) ({bug.why})")
+    named = {bug.regression_test for bug in bugs}
+    problems += [f"{name}: marked xfail, but no KNOWN_BUGS entry names it" for name, test in namespace.items()
+                 if name.startswith("test_") and callable(test) and _xfail_marks(test) and name not in named]
+    return problems
+
+
 def test_every_known_bug_has_its_regression_test() -> None:
-    tests = {name for name in globals() if name.startswith("test_")}
-    assert {bug.why for bug in KNOWN_BUGS} <= tests
+    assert known_bug_problems(KNOWN_BUGS, globals()) == []
+
+
+def test_known_bug_problems_finds_each_wrong_entry() -> None:
+    @pytest.mark.xfail(strict=True)
+    def test_pinned() -> None: ...
+
+    @pytest.mark.xfail
+    def test_lax() -> None: ...
+
+    def test_plain() -> None: ...
+
+    @pytest.mark.xfail(strict=True)
+    def test_unlisted() -> None: ...
+
+    def bug(regression_test: str) -> KnownBug:
+        return KnownBug(frozenset({"message_create"}), "XX000", lambda conn, o: True, "a fake bug", regression_test)
+
+    namespace = {test.__name__: test for test in (test_pinned, test_lax, test_plain, test_unlisted)}
+    assert known_bug_problems([bug("test_pinned")], {"test_pinned": test_pinned}) == []
+    problems = known_bug_problems([bug(name) for name in ("test_pinned", "test_lax", "test_plain", "test_gone")],
+                                  namespace)
+    assert [problem.split(":")[0] for problem in problems] == ["test_lax", "test_plain", "test_gone", "test_unlisted"]
 
 
 def test_complete_batch_refuses_two_dimensional_arrays(conn: Conn) -> None:

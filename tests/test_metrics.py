@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from conftest import Server
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
 from pgqueue.client import all_counters
@@ -312,6 +313,40 @@ def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> N
     assert main(["metrics", "--once", "--dsn", dsn]) == 0
     s = parse(capsys.readouterr().out)
     assert s[("pgqueue_queue_messages", q("default", state="ready"))] == 0
+
+
+def test_a_role_that_may_not_read_the_counters_gets_the_gauges(
+        capsys: pytest.CaptureFixture[str], pg_server: Server, dbname: str, dsn: str) -> None:
+    """docs/grants.sql's monitor recipe without its GRANT on the counters: queue_counters raises
+    42501, and `pgqueue metrics` and `pgqueue stats --json` still serve the queues' gauges."""
+    role = f"pq_gauges_{os.getpid()}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            owner.execute(f'GRANT USAGE ON SCHEMA pgqueue TO "{role}"')
+            owner.execute(f'GRANT SELECT ON pgqueue.queue TO "{role}"')
+            owner.execute(f'GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO "{role}"')
+            owner.execute(f'GRANT SELECT (queue_id) ON pgqueue.dead_letter TO "{role}"')
+        Queue(dsn, "jobs").create()
+        Queue(dsn, "jobs").enqueue("a")
+        watcher = pg_server.dsn(dbname, user=role)
+        with psycopg.connect(watcher) as c, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SELECT * FROM pgqueue.queue_counters()")
+        metrics = QueueMetrics(watcher, min_interval=0)
+        s = parse(metrics.render())
+        metrics.close()
+        assert s[("pgqueue_up", frozenset())] == 1
+        assert s[("pgqueue_queue_messages", q("jobs", state="ready"))] == 1
+        assert not any(name.startswith("pgqueue_messages_") for name, _ in s)
+        assert main(["stats", "--json", "--dsn", watcher]) == 0
+        rows = {r["queue"]: r for r in json.loads(capsys.readouterr().out)}
+        assert rows["jobs"]["ready"] == 1 and rows["jobs"]["counters"] is None
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            owner.execute(f'DROP OWNED BY "{role}"')
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP ROLE "{role}"')
 
 
 def free_port() -> int:

@@ -18,6 +18,10 @@ CONTROL = (REPO / "pgqueue.control").read_text()
 DEFAULT_VERSION = re.search(r"^default_version\s*=\s*'([^']+)'", CONTROL, re.M).group(1)  # type: ignore[union-attr]
 
 
+#: queue_list's columns in every release (0.4 added group_concurrency, key_window_ms, rate_limit)
+QUEUE_LIST_0_1 = ("SELECT queue, lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify, created_at "
+                  "FROM pgqueue.queue_list()")
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -88,7 +92,7 @@ def test_update_from_every_earlier_version(pg_server: Server, empty_db: str, tem
                 conn.execute("SELECT pgqueue.message_defer(%s, %s, NULL)", (msg_id, attempts))
         before_messages = conn.execute(STATES).fetchall()  # type: ignore[arg-type]
         before_dead = conn.execute("SELECT id, queue, attempts, last_error FROM pgqueue.dead_letters ORDER BY id").fetchall()
-        before_queues = conn.execute("SELECT * FROM pgqueue.queue_list()").fetchall()
+        before_queues = conn.execute(QUEUE_LIST_0_1).fetchall()
         assert [row[1] for row in before_dead] == ["jobs"]
         assert any(row[5] is not None for row in before_messages), "a message must be leased"
         assert any(row[6] == b"checkpoint" for row in before_messages)
@@ -98,7 +102,10 @@ def test_update_from_every_earlier_version(pg_server: Server, empty_db: str, tem
 
         assert conn.execute(STATES).fetchall() == before_messages  # type: ignore[arg-type]
         assert conn.execute("SELECT id, queue, attempts, last_error FROM pgqueue.dead_letters ORDER BY id").fetchall() == before_dead
-        assert conn.execute("SELECT * FROM pgqueue.queue_list()").fetchall() == before_queues
+        assert conn.execute(QUEUE_LIST_0_1).fetchall() == before_queues
+        # 0.4's columns: no groups, no key window, no rate limit on the queues from before
+        assert set(conn.execute("SELECT group_concurrency, key_window_ms, rate_limit FROM pgqueue.queue_list()")
+                   .fetchall()) == {(None, 0, None)}
         # ...and the queue still works on the upgraded schema
         leased = next(row for row in before_messages if row[5] is not None)
         assert conn.execute("SELECT pgqueue.message_complete(%s, %s)", (leased[0], leased[3])).fetchone() == (True,)

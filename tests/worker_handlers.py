@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pgqueue import Message
+from pgqueue import Message, Tasks
 
 
 def obey(msg: Message) -> None:
@@ -48,3 +48,9 @@ async def async_obey(msg: Message) -> None:
     await asyncio.sleep(job.get("sleep", 0))
     if "fail" in job:
         raise RuntimeError(job["fail"])
+
+
+#: Registries for `pgqueue worker ... worker_handlers:tasks_plain` / `:tasks_async`: messages that
+#: name no task go to obey / async_obey; a registry of coroutines runs on the AsyncWorker.
+tasks_plain = Tasks(default=obey)
+tasks_async = Tasks(default=async_obey)

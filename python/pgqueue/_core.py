@@ -321,12 +321,15 @@ def pool_conninfo(conninfo: object, kwargs: object) -> str:
     """Return a connection string for a pool's ``conninfo`` and ``kwargs`` (the str and int ones).
 
     Raises:
-        InvalidArgument: ``conninfo`` is not a string (a function the pool calls, say): pass the
-            connection string explicitly then (``dsn=`` for a worker).
+        InvalidArgument: ``conninfo`` is not a string or ``kwargs`` not a dict (a function the
+            pool calls, say, which an async pool's may be): pass the connection string
+            explicitly then (``dsn=`` for a worker).
     """
     if not isinstance(conninfo, str):
         raise InvalidArgument("the pool's conninfo is not a string: pass the connection string explicitly")
-    extra = {k: v for k, v in (kwargs if isinstance(kwargs, dict) else {}).items() if isinstance(v, (str, int))}
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidArgument("the pool's kwargs is not a dict: pass the connection string explicitly")
+    extra = {k: v for k, v in (kwargs or {}).items() if isinstance(v, (str, int))}
     return make_conninfo(conninfo, **extra)
 
 
@@ -411,8 +414,16 @@ def settings_from_row(row: Row) -> QueueSettings:
         retry_cap_ms=int(row[4]),
         max_size=None if row[5] is None else int(row[5]),
         notify=bool(row[6]),
-        created_at=row[7],
+        created_at=_utc(row[7]),
+        group_concurrency=None if row[8] is None else int(row[8]),
+        key_window_ms=int(row[9]),
+        rate_limit=None if row[10] is None else int(row[10]),
     )
+
+
+def _utc(at: datetime) -> datetime:
+    """A timestamptz as psycopg loads it (in the session's TimeZone) as an aware UTC datetime."""
+    return at.astimezone(timezone.utc)
 
 
 def dead_letter_from_row(row: Row) -> DeadLetter:
@@ -751,7 +762,7 @@ def schedule_list() -> Call[list[ScheduleEntry]]:
         content = bytes(row[4])
         return ScheduleEntry(name=row[0], queue=row[1], every_ms=row[2], cron=row[3],
                              payload=_payload(content, row[5]), content_type=row[5], missed=row[6],
-                             next_run=to_datetime(int(row[7])), created_at=row[8])
+                             next_run=to_datetime(int(row[7])), created_at=_utc(row[8]))
 
     return Call(_sql.SCHEDULE_LIST, {}, lambda rows: [entry(r) for r in rows])
 

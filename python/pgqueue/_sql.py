@@ -119,12 +119,14 @@ QUEUE_DROP: Final[LiteralString] = "SELECT pgqueue.queue_drop(%(queue)s::text)"
 
 QUEUE_LIST: Final[LiteralString] = (
     "SELECT q.queue, q.lock_ms, q.max_attempts, q.retry_base_ms, q.retry_cap_ms, q.max_size, "
-    "q.notify, q.created_at FROM pgqueue.queue_list() AS q ORDER BY q.queue"
+    "q.notify, q.created_at, q.group_concurrency, q.key_window_ms, q.rate_limit "
+    "FROM pgqueue.queue_list() AS q ORDER BY q.queue"
 )
 
 QUEUE_SETTINGS: Final[LiteralString] = (
     "SELECT q.queue, q.lock_ms, q.max_attempts, q.retry_base_ms, q.retry_cap_ms, q.max_size, "
-    "q.notify, q.created_at FROM pgqueue.queue_list() AS q WHERE q.queue = %(queue)s::text"
+    "q.notify, q.created_at, q.group_concurrency, q.key_window_ms, q.rate_limit "
+    "FROM pgqueue.queue_list() AS q WHERE q.queue = %(queue)s::text"
 )
 
 QUEUE_STATS: Final[LiteralString] = (

@@ -38,6 +38,7 @@ from pgqueue.errors import (
     QueueNotFound,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
+from pgqueue.tasks import Tasks
 
 __all__ = ["main"]
 
@@ -116,12 +117,17 @@ def describe_error(exc: BaseException) -> str | None:
     if isinstance(exc, QueueNotFound):
         return f"{exc.message} (create it with `pgqueue queue create NAME`; list queues with `pgqueue queue list`)"
     if isinstance(exc, ExtensionNotInstalled):
-        return ("the pgqueue extension is not installed in this database: run `pgqueue install` "
-                "(after `make install` in the pgqueue repository)")
+        cause = exc.__cause__
+        if exc.sqlstate not in (None, "3F000") and isinstance(cause, psycopg.Error):
+            # the schema is there, a function or table is not: not installed, or an older release
+            return (f"this database's pgqueue has no such function or table ({_one_line(cause.diag.message_primary or '')}): "
+                    "run `pgqueue install`, which installs or upgrades it")
+        return ("pgqueue is not installed in this database: run `pgqueue install` (the extension when the "
+                "server has its files from `make install` in the pgqueue repository, else the plain SQL install)")
     if isinstance(exc, ConnectionFailed):
         return f"database connection failed: {_one_line(exc.message)}"
-    if isinstance(exc, PgQueueError):
-        hint = f" ({_one_line(exc.hint)})" if exc.hint else ""
+    if isinstance(exc, PgQueueError):  # (VersionMismatch says its hint in its message already)
+        hint = f" ({_one_line(exc.hint)})" if exc.hint and exc.hint not in exc.message else ""
         return f"{_one_line(exc.message)}{hint}"
     if isinstance(exc, psycopg.OperationalError):
         return f"cannot connect to the database: {_one_line(str(exc))}"
@@ -359,6 +365,14 @@ def _queue_options(p: argparse.ArgumentParser, *, create: bool) -> None:
     else:
         p.add_argument("--notify", action=argparse.BooleanOptionalAction, default=None,
                        help="NOTIFY listeners on enqueue, or not")
+    p.add_argument("--group-concurrency", type=_non_negative_int, metavar="N",
+                   help=("message groups: at most N of a group in flight, 0 = no limit (chosen at creation; "
+                         "default: no groups)" if create else
+                         "at most N of a group in flight, 0 = no limit (a queue created with groups)"))
+    p.add_argument("--key-window-ms", type=_non_negative_int, metavar="MS",
+                   help="how long an idempotency key stays taken after its message left" + d("0"))
+    p.add_argument("--rate-limit", type=_non_negative_int, metavar="N",
+                   help="most messages handed out a second, all consumers together, 0 = none" + d("none"))
 
 
 def _number(kind: Callable[[str], Any], test: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
@@ -525,9 +539,9 @@ def stats_table(stats: Sequence[QueueStats]) -> str:
 def settings_table(queues: Sequence[QueueSettings]) -> str:
     """Return queue settings as an aligned table."""
     rows = [(q.queue, q.lock_ms, q.max_attempts, q.retry_base_ms, q.retry_cap_ms, q.max_size,
-             q.notify, q.created_at) for q in queues]
+             q.notify, q.group_concurrency, q.key_window_ms, q.rate_limit, q.created_at) for q in queues]
     return format_table(["queue", "lock_ms", "max_attempts", "retry_base_ms", "retry_cap_ms",
-                         "max_size", "notify", "created"], rows)
+                         "max_size", "notify", "groups", "key_window_ms", "rate_limit", "created"], rows)
 
 
 def dead_table(letters: Sequence[DeadLetter]) -> str:
@@ -733,7 +747,9 @@ def _stats_json(conn: psycopg.Connection[Any], collect: Callable[[], list[QueueS
         try:
             with conn.transaction():
                 return [Queue(conn, queue).counters()] if queue else all_counters(conn)
-        except psycopg.errors.InsufficientPrivilege:  # a role that may count but not read the counters
+        except PgQueueError as exc:
+            if exc.sqlstate != "42501":  # a role that may count but not read the counters: null
+                raise
             return None
 
     try:
@@ -922,7 +938,8 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
 
 
 def _queue_settings(args: argparse.Namespace) -> dict[str, Any]:
-    names = ["lock_ms", "max_attempts", "retry_base_ms", "retry_cap_ms", "max_size", "notify"]
+    names = ["lock_ms", "max_attempts", "retry_base_ms", "retry_cap_ms", "max_size", "notify",
+             "group_concurrency", "key_window_ms", "rate_limit"]
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -1027,7 +1044,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             raise UserError(f"cannot listen on {args.metrics_host}:{args.metrics_port}: {exc.strerror or exc}") from exc
         logging.getLogger("pgqueue").info("worker metrics at %s", server.url)
     try:
-        if inspect.iscoroutinefunction(handler):  # `async def`: the asyncio worker
+        # `async def`, or a Tasks registry of `async def` tasks: the asyncio worker
+        if inspect.iscoroutinefunction(handler) or (isinstance(handler, Tasks) and handler.is_async):
             from pgqueue.async_client import AsyncQueue
             from pgqueue.async_worker import AsyncWorker
 

@@ -282,6 +282,8 @@ class Queue:
 
         Returns:
             The messages, expired leases first, then by due time and id; empty if none is due.
+            A session that found no expired lease within the last 20 ms may hand out a ready
+            message before a lease that ran out meanwhile (docs/guarantees.md, "Delivery modes").
 
         Raises:
             QueueNotFound, InvalidArgument (limit or lock_ms out of range).
@@ -512,7 +514,8 @@ class Queue:
         (and group_concurrency unlimited, or removes the rate_limit).
 
         Raises:
-            QueueNotFound, InvalidArgument.
+            QueueNotFound, InvalidQueueName, InvalidArgument; NeedsReadCommitted for a
+            ``max_size`` change in a REPEATABLE READ or SERIALIZABLE transaction.
         """
         self._connector.run(_core.alter(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
@@ -524,6 +527,8 @@ class Queue:
 
         Raises:
             ProtectedQueue: for the ``default`` queue.
+            InvalidQueueName: the name breaks the queue-name rule.
+            NeedsReadCommitted: in a REPEATABLE READ or SERIALIZABLE transaction.
         """
         return self._connector.run(_core.drop(self._name))
 

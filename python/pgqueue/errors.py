@@ -14,9 +14,12 @@ ProtectedQueue           PQ004                  dropping the default queue
 ConsumerInUse            PQ005                  another Spark query holds the consumer
 ConsumerNotFound         PQ006                  the Spark consumer does not exist
 StagedRowsMissing        PQ007                  a Spark publish finds staged rows missing
+UnsafeSchema             PQ008                  install/upgrade into a schema pgqueue not safe
+NeedsReadCommitted       PQ009                  queue_drop / a max_size change outside READ COMMITTED
+SerializationFailure     40001                  a REPEATABLE READ / SERIALIZABLE snapshot is too old
 InvalidQueueName         42602                  the name breaks the queue-name rule
 InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
-ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema or functions are missing
+ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
 ConnectionFailed         08xxx, 57P01-03, none  the server cannot be reached or the link broke
 PgQueueError             anything else          any other database error
@@ -39,6 +42,9 @@ __all__ = [
     "ConsumerInUse",
     "ConsumerNotFound",
     "StagedRowsMissing",
+    "UnsafeSchema",
+    "NeedsReadCommitted",
+    "SerializationFailure",
     "InvalidQueueName",
     "InvalidArgument",
     "UnsupportedPayload",
@@ -50,8 +56,8 @@ __all__ = [
 ]
 
 INSTALL_HINT = (
-    "install the extension with `make install` (in the pgqueue source tree), then run "
-    "`CREATE EXTENSION pgqueue` in the database or `pgqueue install DSN`"
+    "install it with `pgqueue install --dsn DSN` (the extension when the server has its files from "
+    "`make install` in the pgqueue source tree, else the plain SQL install), or `CREATE EXTENSION pgqueue`"
 )
 
 
@@ -74,7 +80,9 @@ class PgQueueError(Exception):
 
     @property
     def message(self) -> str:
-        """The error message, one line, without the hint."""
+        """The error message, one line. A server error's HINT is apart, in :attr:`hint`; the
+        client's own :class:`ExtensionNotInstalled` and :class:`VersionMismatch` say what to do
+        in the message too (and in :attr:`hint`)."""
         return str(self.args[0]) if self.args else ""
 
 
@@ -110,6 +118,21 @@ class StagedRowsMissing(PgQueueError):
     """A Spark job-mode publish found fewer staged rows than its tasks reported (PQ007)."""
 
 
+class UnsafeSchema(PgQueueError):
+    """An install or upgrade into a schema ``pgqueue`` that another role owns, that others may
+    create in, or that holds objects pgqueue did not create (PQ008, docs/security.md)."""
+
+
+class NeedsReadCommitted(PgQueueError):
+    """``queue_drop`` or a ``max_size`` change run in a REPEATABLE READ or SERIALIZABLE
+    transaction (PQ009): run it in READ COMMITTED (the default)."""
+
+
+class SerializationFailure(PgQueueError):
+    """The queue or message changed after the REPEATABLE READ or SERIALIZABLE transaction's
+    snapshot was taken (40001); roll back and retry the whole transaction."""
+
+
 class InvalidQueueName(PgQueueError):
     """The queue name breaks the rule: 1-48 of ``A-Za-z0-9_.-``, not starting with ``.`` or ``-`` (42602)."""
 
@@ -129,7 +152,9 @@ class UnsupportedPayload(InvalidArgument, TypeError):
 
 
 class ExtensionNotInstalled(PgQueueError):
-    """The database has no pgqueue extension (its schema or functions are missing)."""
+    """The database has no pgqueue (3F000: no schema), or its pgqueue lacks the function or
+    table called (42883, 42P01: not installed, or older than this client; :func:`pgqueue.check_server`
+    tells which)."""
 
 
 class VersionMismatch(PgQueueError):
@@ -149,6 +174,9 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "PQ005": ConsumerInUse,
     "PQ006": ConsumerNotFound,
     "PQ007": StagedRowsMissing,
+    "PQ008": UnsafeSchema,
+    "PQ009": NeedsReadCommitted,
+    "40001": SerializationFailure,
     "42602": InvalidQueueName,
     "22023": InvalidArgument,
     "22004": InvalidArgument,
@@ -180,11 +208,12 @@ def translate(exc: psycopg.Error) -> PgQueueError:
     message = diag.message_primary or " ".join(str(exc).split()) or type(exc).__name__
     hint = diag.message_hint
     if sqlstate in _MISSING_OBJECT and "pgqueue" in message:
-        return ExtensionNotInstalled(
-            f"the pgqueue extension is not installed in this database ({message}): {INSTALL_HINT}",
-            sqlstate=sqlstate,
-            hint=INSTALL_HINT,
-        )
+        if sqlstate == "3F000":
+            what = f"pgqueue is not installed in this database ({message})"
+        else:  # the schema is there: not the extension, or one older than this client
+            what = (f"this database's pgqueue has no such function or table ({message}): it is not "
+                    "installed, or older than this client (pgqueue.check_server says which)")
+        return ExtensionNotInstalled(f"{what}: {INSTALL_HINT}", sqlstate=sqlstate, hint=INSTALL_HINT)
     if sqlstate is not None and sqlstate in _BY_SQLSTATE:
         return _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate, hint=hint)
     if (sqlstate is not None and (sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST)) or (

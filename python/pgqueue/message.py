@@ -194,7 +194,11 @@ class QueueSettings:
         retry_cap_ms: the longest back-off (ms).
         max_size: the most live messages the queue accepts, None for unbounded.
         notify: whether enqueues send NOTIFY on channel ``pgqueue.<queue>``.
-        created_at: when the queue was created.
+        created_at: when the queue was created (aware UTC datetime).
+        group_concurrency: message groups: at most this many of a group in flight (0: no
+            limit); None: the queue has no groups.
+        key_window_ms: how long an idempotency key stays taken after its message left (ms).
+        rate_limit: the most messages handed out a second, all consumers together; None: none.
     """
 
     queue: str
@@ -205,6 +209,9 @@ class QueueSettings:
     max_size: int | None
     notify: bool
     created_at: datetime
+    group_concurrency: int | None
+    key_window_ms: int
+    rate_limit: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +256,7 @@ class ScheduleEntry:
         content_type: how the payload is encoded.
         missed: what a late scheduler enqueues for missed slots: ``latest`` or ``all``.
         next_run: the next slot not yet enqueued (aware UTC datetime).
-        created_at: when it was created.
+        created_at: when it was created (aware UTC datetime).
     """
 
     name: str

@@ -37,6 +37,7 @@ from typing import Any
 import psycopg
 
 from pgqueue.client import all_counters, all_stats
+from pgqueue.errors import PgQueueError
 from pgqueue.message import QueueCounters, QueueStats
 from pgqueue.worker import Result
 
@@ -167,11 +168,13 @@ class QueueMetrics:
             stats = all_stats(conn)
             try:
                 counters: list[QueueCounters] | None = all_counters(conn)
-            except psycopg.errors.InsufficientPrivilege:
+            except PgQueueError as exc:
+                if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
+                    raise
                 counters = None
             families = queue_families(stats, counters)
             up.add(1)
-        except (psycopg.Error, OSError) as exc:
+        except (PgQueueError, psycopg.Error, OSError) as exc:
             log.warning("metrics: cannot read the database: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
             self.close()
             up.add(0)

@@ -4,7 +4,7 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(44);
+SELECT plan(46);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
@@ -260,13 +260,25 @@ SELECT results_eq($$ SELECT lock_ms, max_attempts, retry_base_ms, retry_cap_ms, 
                   $$ VALUES (30000::bigint, NULL::integer, 1000::bigint, 3600000::bigint, NULL::bigint, false) $$,
                   'CREATE EXTENSION makes the one default queue, with the documented defaults');
 
--- now_ms and _turn_key read the clock in double precision: exact to the microsecond (so the same
--- millisecond as the numeric formula) for 300,000 instants from 1970 to 2106, random microseconds.
+-- now_ms and _turn_key read the clock in double precision: exact to the microsecond, so now_ms
+-- gives the same millisecond as to_epoch's numeric formula, for 300,000 instants from 1970 to
+-- 2106, random microseconds. The formula tested is the one the two functions hold (as
+-- pg_get_functiondef prints it), evaluated at each instant instead of clock_timestamp(): a change
+-- to either function's clock fails here.
+CREATE TEMP TABLE clock (us text);
+INSERT INTO clock VALUES ($$((date_part('epoch'::text, clock_timestamp()) * (1000000)::double precision))::bigint$$);
+SELECT ok(strpos(pg_get_functiondef('pgqueue.now_ms()'::regprocedure), 'RETURN (' || us || ' / 1000)') > 0,
+          'now_ms is the clock formula tested next (microseconds) divided by 1000') FROM clock;
+SELECT ok(strpos(pg_get_functiondef('pgqueue._turn_key(bigint,boolean)'::regprocedure), us) > 0,
+          '_turn_key reads the clock with the formula tested next') FROM clock;
 SELECT setseed(0.18);
-SELECT is((SELECT count(*) FROM (SELECT to_timestamp(floor(random() * 4294967295) + floor(random() * 1000000) / 1000000) AS t
-                                    FROM generate_series(1, 300000)) s
-            WHERE (date_part('epoch', s.t) * 1000000)::bigint / 1000
-                  <> floor(EXTRACT(EPOCH FROM (s.t AT TIME ZONE 'UTC')) * 1000)::bigint),
-          0::bigint, 'the clock in double precision gives the exact millisecond until 2106');
+SELECT results_eq(format($$SELECT count(*) FROM (SELECT to_timestamp(floor(random() * 4294967295) + floor(random() * 1000000) / 1000000) AS t
+                                                   FROM generate_series(1, 300000)) s
+                            WHERE %1$s <> (EXTRACT(EPOCH FROM s.t) * 1000000)::bigint
+                               OR %1$s / 1000 <> pgqueue.to_epoch(s.t) $$,
+                         replace(us, 'clock_timestamp()', 's.t')),
+                  $$ VALUES (0::bigint) $$,
+                  'the clock in double precision gives the exact microsecond, and to_epoch''s millisecond, until 2106')
+  FROM clock;
 SELECT * FROM finish();
 ROLLBACK;

@@ -10,7 +10,9 @@
 -- session hints of pgqueue._message_take advance (they need the take to assign this
 -- transaction's xid); a lease that ran out before its acknowledgement may so be handed out again
 -- by this very call, as by any other call, and its acknowledgement comes back stale. Errors are
--- those of the two functions; an error leaves nothing done (one statement).
+-- those of the two functions; the arrays are checked before the take, so a refused call hands
+-- nothing out and counts no delivery (sequences are not rolled back); an error leaves nothing
+-- done (one statement).
 CREATE FUNCTION pgqueue.message_complete_and_dequeue(
     p_ids      bigint[],
     p_attempts integer[],
@@ -24,6 +26,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false

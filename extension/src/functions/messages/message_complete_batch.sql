@@ -27,27 +27,7 @@ DECLARE
     v_lt      bigint[];
     v_lk      text[];
 BEGIN
-    IF p_ids IS NULL OR p_attempts IS NULL THEN
-        PERFORM pgqueue._not_null(p_ids IS NULL, 'message ids'::text);
-        PERFORM pgqueue._not_null(p_attempts IS NULL, 'attempts tokens'::text);
-    END IF;
-    IF array_ndims(p_ids) > 1 OR array_ndims(p_attempts) > 1 THEN
-        RAISE EXCEPTION 'message ids and attempts tokens must be one-dimensional arrays'
-            USING ERRCODE = '22023';
-    END IF;
-    IF cardinality(p_ids) <> cardinality(p_attempts) THEN
-        RAISE EXCEPTION 'p_ids has % element(s) but p_attempts has %', cardinality(p_ids), cardinality(p_attempts)
-            USING ERRCODE = '22023',
-                  HINT = 'Pass one attempts token per message id, in the same order.';
-    END IF;
-    IF cardinality(p_ids) > 10000 THEN
-        RAISE EXCEPTION 'at most 10000 messages per call, got %', cardinality(p_ids)
-            USING ERRCODE = '22023';
-    END IF;
-    IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_attempts, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'message ids and attempts tokens must not contain NULL'
-            USING ERRCODE = '22004';
-    END IF;
+    PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
        FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
       ORDER BY q.queue_id;
