@@ -1001,15 +1001,17 @@ COMMENT ON FUNCTION pgqueue._size_recount_seq(integer) IS
 -- The recount window: a count reads up to max_size + 1 index entries (and the heap where the
 -- visibility map is not set), so a queue kept at its cap, where producers outrun consumers, used
 -- to count itself at nearly every admission, holding the row lock while it did (about 20 ms an
--- admission with a cap of 100,000). A count that finds 10,000 messages or more now sets the
--- queue's window, pgqueue.queue_size_recount_<id & 63> (a sequence, because a refusal rolls back
+-- admission with a cap of 100,000). A count that finds the queue full, with 10,000 messages or
+-- more, now sets the queue's window, pgqueue.queue_size_recount_<id & 63> (a sequence, because a refusal rolls back
 -- what its transaction wrote): until ten times the count's duration (at most 1 s) after it ended,
 -- an admission that the bound cannot prove fits is refused without counting. So counting takes
 -- at most about a tenth of the time, and a refusal may come up to that long after consumers made
 -- room; the cap itself is never exceeded. The window names the queue (id >> 6 in its low 20
 -- bits, the time in epoch ms above them), so another queue of the stripe ignores it. A smaller
 -- count sets no window (a cap below 10,000 never has one): such a queue is counted whenever the
--- bound says "full", as before. A queue whose pgqueue.queue_size row is gone (queue_alter of
+-- bound says "full", as before. Nor does a count that admits: had it set a window, an admission
+-- rolled back (by its caller, or by an error after it, such as a bad group) would leave the old
+-- "full" bound under a window and refuse the next producers for up to 1 s with room to spare. A queue whose pgqueue.queue_size row is gone (queue_alter of
 -- max_size) is counted at once.
 --
 -- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size or the sequences:
@@ -1081,7 +1083,10 @@ BEGIN
         v_bound := pgqueue._queue_count(p_queue_id, least(v_max, 9223372036854775806) + 1);
         v_counted := true;
         v_took := date_part('epoch', clock_timestamp()) * 1000 - v_t0;
-        IF v_bound >= 10000 THEN  -- (smaller counts are cheap, and a plan or a cold cache could make one look dear)
+        -- a count that found the queue full (smaller counts are cheap, and a plan or a cold
+        -- cache could make one look dear); one that found room sets none: its bound is written
+        -- in the row and rolls back with the admission if its transaction does
+        IF v_bound >= 10000 AND v_bound + p_count > v_max THEN
             PERFORM setval(pgqueue._size_recount_seq(p_queue_id),
                            (ceil(v_t0 + v_took + least(10 * v_took, 1000))::bigint << 20)
                            | ((p_queue_id >> 6) & 1048575));
@@ -3112,9 +3117,6 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
-    -- enqueued (queue_counters), before the commit: a capped queue's bound counts on it
-    -- (pgqueue._queue_reserve)
-    PERFORM pgqueue._counted_n(v_queue.id, 0, v_count);
     IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
                                     WHERE s.write_id = p_write_id
@@ -3156,6 +3158,9 @@ BEGIN
             PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
         END IF;
     END IF;
+    -- enqueued (queue_counters), before the commit (a capped queue's bound counts on it:
+    -- pgqueue._queue_reserve) and after the inserts, so that a refused row counts nothing
+    PERFORM pgqueue._counted_n(v_queue.id, 0, v_count);
     DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
     RETURN v_count;
 END;
@@ -3941,6 +3946,67 @@ END;
 COMMENT ON FUNCTION pgqueue.schedule_list() IS
     'Every schedule by name: its queue, interval or cron expression, content, missed-slot policy and next slot (epoch ms)';
 
+-- Enqueue the due slots of one schedule (pgqueue.schedule_run): from p_next_run, each slot up to
+-- p_now (or, with p_missed 'latest', the last of them only), at most p_limit; returns the ids of
+-- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
+-- (p_capped) each message is created in a subtransaction of its own, and the first that the cap
+-- refuses (PQ003) ends the call: that slot is the next one, due still, for a later call to
+-- enqueue once there is room. (Uncapped queues take no subtransaction: never more than 64 of
+-- them in a transaction for the schedules that need none.)
+CREATE FUNCTION pgqueue._schedule_fire(
+    p_queue        text,
+    p_content      bytea,
+    p_content_type text,
+    p_every_ms     bigint,
+    p_cron         text,
+    p_missed       text,
+    p_next_run     bigint,
+    p_now          bigint,
+    p_limit        integer,
+    p_capped       boolean,
+    OUT o_ids      bigint[],
+    OUT o_slots    bigint[],
+    OUT o_next     bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_slot bigint := p_next_run;
+    v_next bigint;
+    v_id   bigint;
+BEGIN
+    o_ids := '{}';
+    o_slots := '{}';
+    LOOP
+        v_next := CASE WHEN p_cron IS NULL THEN v_slot + p_every_ms ELSE pgqueue._cron_next(p_cron, v_slot) END;
+        -- 'latest': skip to the last slot that is due
+        IF p_missed = 'latest' AND v_next <= p_now THEN
+            v_slot := CASE WHEN p_cron IS NULL
+                           THEN v_slot + (p_now - v_slot) / p_every_ms * p_every_ms
+                           ELSE v_next END;
+            CONTINUE;
+        END IF;
+        IF p_capped THEN
+            BEGIN
+                v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
+            EXCEPTION WHEN SQLSTATE 'PQ003' THEN
+                EXIT;  -- full: this slot and the ones after it wait
+            END;
+        ELSE
+            v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
+        END IF;
+        o_ids := o_ids || v_id;
+        o_slots := o_slots || v_slot;
+        v_slot := v_next;
+        EXIT WHEN v_slot > p_now OR cardinality(o_ids) >= p_limit;
+    END LOOP;
+    o_next := v_slot;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text, bigint, bigint, integer, boolean) IS
+    'pgqueue internal: enqueue the due slots of one schedule (schedule_run); the message ids, their slots and the next slot';
+
 -- Enqueue the due slots of every schedule (next_run <= now); returns one row per message
 -- created: the schedule, the message id and the slot (epoch ms) it stands for.
 --
@@ -3949,18 +4015,20 @@ COMMENT ON FUNCTION pgqueue.schedule_list() IS
 -- next_run commit together; a scheduler that finds the row after that commit re-reads it and
 -- finds it no longer due. Missed slots (no scheduler ran for a while) follow the schedule's
 -- policy: 'latest' enqueues one message for all of them, 'all' one per slot (at most p_limit
--- per call; the rest on the next call). The next slot is then the first after now.
+-- per call; the rest on the next call). The next slot is then the first after now. A schedule
+-- whose queue is capped and full (PQ003) stops at the slot the cap refused, which stays due for
+-- a later call to enqueue once there is room; the other schedules are not held up
+-- (pgqueue._schedule_fire).
 CREATE FUNCTION pgqueue.schedule_run(p_limit integer DEFAULT 1000)
 RETURNS TABLE (schedule text, message_id bigint, slot bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now  bigint := pgqueue.now_ms();
-    v_s    record;
-    v_slot bigint;
-    v_next bigint;
-    v_made integer := 0;
+    v_now   bigint := pgqueue.now_ms();
+    v_s     record;
+    v_fired record;
+    v_made  integer := 0;
 BEGIN
     IF p_limit IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_limit'::text);
@@ -3969,31 +4037,19 @@ BEGIN
         RAISE EXCEPTION 'p_limit must be between 1 and 100000, got %', p_limit USING ERRCODE = '22023';
     END IF;
     FOR v_s IN
-        SELECT s.id, s.name, q.name AS queue, s.every_ms, s.cron, s.content, s.content_type, s.missed, s.next_run
+        SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
+               s.missed, s.next_run
           FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
          WHERE s.next_run <= v_now
          ORDER BY s.next_run, s.id
            FOR UPDATE OF s SKIP LOCKED
     LOOP
-        v_slot := v_s.next_run;
-        LOOP
-            v_next := CASE WHEN v_s.cron IS NULL THEN v_slot + v_s.every_ms ELSE pgqueue._cron_next(v_s.cron, v_slot) END;
-            -- 'latest': skip to the last slot that is due
-            IF v_s.missed = 'latest' AND v_next <= v_now THEN
-                v_slot := CASE WHEN v_s.cron IS NULL
-                               THEN v_slot + (v_now - v_slot) / v_s.every_ms * v_s.every_ms
-                               ELSE v_next END;
-                CONTINUE;
-            END IF;
-            schedule := v_s.name;
-            message_id := pgqueue.message_create(v_s.queue, v_s.content, NULL::bigint, v_s.content_type);
-            slot := v_slot;
-            RETURN NEXT;
-            v_made := v_made + 1;
-            v_slot := v_next;
-            EXIT WHEN v_slot > v_now OR v_made >= p_limit;
-        END LOOP;
-        UPDATE pgqueue.schedule s SET next_run = v_slot WHERE s.id = v_s.id;
+        v_fired := pgqueue._schedule_fire(v_s.queue, v_s.content, v_s.content_type, v_s.every_ms, v_s.cron,
+                                          v_s.missed, v_s.next_run, v_now, p_limit - v_made,
+                                          v_s.max_size IS NOT NULL);
+        RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
+        v_made := v_made + cardinality(v_fired.o_ids);
+        UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
         EXIT WHEN v_made >= p_limit;
     END LOOP;
 END;

@@ -111,11 +111,13 @@ SELECT s.xmin::text <> r.row_xmin AS recounted, s.upper
 SELECT count(*) AS live FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'qcap';
 SELECT pgqueue.queue_drop('qcap');
 
--- max_size, the recount window: a count that found 10,000 messages or more (here 50,000) is
--- not repeated for ten times its duration, at most 1 s; until then an admission the bound cannot
--- prove fits is refused without counting (its DETAIL says when the queue is counted again).
--- A refusal that counted has no DETAIL. After the window the queue is counted again, and
--- queue_alter of max_size (which removes the queue_size row) makes the next admission count.
+-- max_size, the recount window: a count that found the queue full with 10,000 messages or more
+-- (here 50,000) is not repeated for ten times its duration, at most 1 s; until then an
+-- admission the bound cannot prove fits is refused without counting (its DETAIL says when the
+-- queue is counted again). A refusal that counted has no DETAIL. After the window the queue is
+-- counted again, and queue_alter of max_size (which removes the queue_size row) makes the next
+-- admission count. A count that found room sets no window, so an admission rolled back after
+-- its count leaves the next producer to count again, and be admitted.
 SELECT pgqueue.queue_create('qbig', p_max_size => 50000);
 SELECT count(*) FROM pgqueue.message_create_batch('qbig', array_fill('\x01'::bytea, ARRAY[50000]));
 CREATE TEMP TABLE qbig_refusals (n integer, detail text);
@@ -135,12 +137,19 @@ SELECT pg_temp.qbig_try(2);  -- within the window: refused without counting
 SELECT count(*) FROM pgqueue.message_dequeue('qbig', 10, 0);
 SELECT pg_temp.qbig_try(3);  -- room now, but within the window still: refused without counting
 SELECT pg_sleep(1.05);
-SELECT pg_temp.qbig_try(4);  -- the window is over: counted, admitted (a new window starts)
+SELECT pg_temp.qbig_try(4);  -- the window is over: counted, admitted (no new window)
 SELECT pg_temp.qbig_try(5);  -- room for 8 more: the bound admits it without counting
 SELECT count(*) FROM pgqueue.message_create_batch('qbig', array_fill('\x03'::bytea, ARRAY[8]));
-SELECT pg_temp.qbig_try(6);  -- full, within the new window: refused without counting
+SELECT pg_temp.qbig_try(6);  -- full: counted (it found room last time), refused; a window starts
+SELECT pg_temp.qbig_try(7);  -- within it: refused without counting
 SELECT pgqueue.queue_alter('qbig', p_max_size => 50001);
-SELECT pg_temp.qbig_try(7);  -- a new max_size: counted at once, window or not; admitted
+SELECT pg_temp.qbig_try(8);  -- a new max_size: counted at once, window or not; admitted
+SELECT count(*) FROM pgqueue.message_dequeue('qbig', 10, 0);
+SELECT pg_sleep(1.05);  -- past try 6's window
+BEGIN;
+SELECT pgqueue.message_create('qbig', '\x04'::bytea) > 0 AS created;  -- counted, room: admitted ...
+ROLLBACK;                                                              -- ... and rolled back
+SELECT pg_temp.qbig_try(9);  -- the bound says full again: counted, admitted (no window was left)
 SELECT n, detail = '' AS counted,
        detail = 'admitted' AS admitted,
        coalesce(substring(detail FROM '^The queue is counted again in (\d+) ms')::integer BETWEEN 1 AND 1000, false)

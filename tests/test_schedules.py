@@ -102,6 +102,31 @@ def test_missed_slots_policies_and_list_and_drop(dsn: str) -> None:
     queue.close()
 
 
+def test_a_full_capped_queue_holds_up_its_own_schedule_only(dsn: str) -> None:
+    full, other = Queue(dsn, "capped"), Queue(dsn, "free")
+    full.create(max_size=1)
+    other.create()
+    full.enqueue("filler")
+    ten_minutes_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
+    create_schedule(dsn, "to_full", "capped", "f", every=60, missed="all", start_at=ten_minutes_ago)
+    create_schedule(dsn, "to_free", "free", "o", every=60, missed="all", start_at=ten_minutes_ago)
+    done = run_schedules(dsn)  # to_full's first slot is refused (PQ003): it waits, to_free goes on
+    assert {m.schedule for m in done} == {"to_free"} and len(done) == 11
+    assert other.stats().ready == 11 and full.stats().ready == 1
+    assert full.counters().enqueued == 1  # the refused slot counted nothing
+    due = {e.name: e.next_run for e in list_schedules(dsn)}
+    assert due["to_full"] <= ten_minutes_ago + timedelta(seconds=1)  # its slots are still due
+    assert run_schedules(dsn) == []  # still full: nothing, and no error
+    full.dequeue(1, lock_ms=0)
+    done = run_schedules(dsn)  # room for one: the first slot; the cap refuses the second, which waits
+    assert [m.schedule for m in done] == ["to_full"] and full.stats().ready == 1
+    assert done[0].slot <= ten_minutes_ago + timedelta(seconds=1)
+    assert full.counters().enqueued == 2
+    assert {e.name: e.next_run for e in list_schedules(dsn)}["to_full"] == done[0].slot + timedelta(minutes=1)
+    for queue in (full, other):
+        queue.close()
+
+
 def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     Queue(dsn, "jobs").create()
     assert main(["schedule", "create", "ping", "jobs", '{"p": 1}', "--json", "--every", "1", "--dsn", dsn]) == 0

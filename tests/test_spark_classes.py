@@ -392,6 +392,7 @@ def test_groups_and_keys_in_task_and_job_mode(dsn: str, conn: Conn, as_task: Any
         w.commit([done])
     assert payloads(conn, "plain") == []
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    assert one(conn, "SELECT enqueued FROM pgqueue.queue_counters('plain')") == 0  # the refusal counted nothing
 
 
 # ---------------------------------------------------------------------------------------

@@ -27,15 +27,17 @@
 -- The recount window: a count reads up to max_size + 1 index entries (and the heap where the
 -- visibility map is not set), so a queue kept at its cap, where producers outrun consumers, used
 -- to count itself at nearly every admission, holding the row lock while it did (about 20 ms an
--- admission with a cap of 100,000). A count that finds 10,000 messages or more now sets the
--- queue's window, pgqueue.queue_size_recount_<id & 63> (a sequence, because a refusal rolls back
+-- admission with a cap of 100,000). A count that finds the queue full, with 10,000 messages or
+-- more, now sets the queue's window, pgqueue.queue_size_recount_<id & 63> (a sequence, because a refusal rolls back
 -- what its transaction wrote): until ten times the count's duration (at most 1 s) after it ended,
 -- an admission that the bound cannot prove fits is refused without counting. So counting takes
 -- at most about a tenth of the time, and a refusal may come up to that long after consumers made
 -- room; the cap itself is never exceeded. The window names the queue (id >> 6 in its low 20
 -- bits, the time in epoch ms above them), so another queue of the stripe ignores it. A smaller
 -- count sets no window (a cap below 10,000 never has one): such a queue is counted whenever the
--- bound says "full", as before. A queue whose pgqueue.queue_size row is gone (queue_alter of
+-- bound says "full", as before. Nor does a count that admits: had it set a window, an admission
+-- rolled back (by its caller, or by an error after it, such as a bad group) would leave the old
+-- "full" bound under a window and refuse the next producers for up to 1 s with room to spare. A queue whose pgqueue.queue_size row is gone (queue_alter of
 -- max_size) is counted at once.
 --
 -- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size or the sequences:
@@ -107,7 +109,10 @@ BEGIN
         v_bound := pgqueue._queue_count(p_queue_id, least(v_max, 9223372036854775806) + 1);
         v_counted := true;
         v_took := date_part('epoch', clock_timestamp()) * 1000 - v_t0;
-        IF v_bound >= 10000 THEN  -- (smaller counts are cheap, and a plan or a cold cache could make one look dear)
+        -- a count that found the queue full (smaller counts are cheap, and a plan or a cold
+        -- cache could make one look dear); one that found room sets none: its bound is written
+        -- in the row and rolls back with the admission if its transaction does
+        IF v_bound >= 10000 AND v_bound + p_count > v_max THEN
             PERFORM setval(pgqueue._size_recount_seq(p_queue_id),
                            (ceil(v_t0 + v_took + least(10 * v_took, 1000))::bigint << 20)
                            | ((p_queue_id >> 6) & 1048575));

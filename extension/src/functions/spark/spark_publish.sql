@@ -88,9 +88,6 @@ BEGIN
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
-    -- enqueued (queue_counters), before the commit: a capped queue's bound counts on it
-    -- (pgqueue._queue_reserve)
-    PERFORM pgqueue._counted_n(v_queue.id, 0, v_count);
     IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
                                     WHERE s.write_id = p_write_id
@@ -132,6 +129,9 @@ BEGIN
             PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
         END IF;
     END IF;
+    -- enqueued (queue_counters), before the commit (a capped queue's bound counts on it:
+    -- pgqueue._queue_reserve) and after the inserts, so that a refused row counts nothing
+    PERFORM pgqueue._counted_n(v_queue.id, 0, v_count);
     DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
     RETURN v_count;
 END;

@@ -1,0 +1,60 @@
+-- Enqueue the due slots of one schedule (pgqueue.schedule_run): from p_next_run, each slot up to
+-- p_now (or, with p_missed 'latest', the last of them only), at most p_limit; returns the ids of
+-- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
+-- (p_capped) each message is created in a subtransaction of its own, and the first that the cap
+-- refuses (PQ003) ends the call: that slot is the next one, due still, for a later call to
+-- enqueue once there is room. (Uncapped queues take no subtransaction: never more than 64 of
+-- them in a transaction for the schedules that need none.)
+CREATE FUNCTION pgqueue._schedule_fire(
+    p_queue        text,
+    p_content      bytea,
+    p_content_type text,
+    p_every_ms     bigint,
+    p_cron         text,
+    p_missed       text,
+    p_next_run     bigint,
+    p_now          bigint,
+    p_limit        integer,
+    p_capped       boolean,
+    OUT o_ids      bigint[],
+    OUT o_slots    bigint[],
+    OUT o_next     bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_slot bigint := p_next_run;
+    v_next bigint;
+    v_id   bigint;
+BEGIN
+    o_ids := '{}';
+    o_slots := '{}';
+    LOOP
+        v_next := CASE WHEN p_cron IS NULL THEN v_slot + p_every_ms ELSE pgqueue._cron_next(p_cron, v_slot) END;
+        -- 'latest': skip to the last slot that is due
+        IF p_missed = 'latest' AND v_next <= p_now THEN
+            v_slot := CASE WHEN p_cron IS NULL
+                           THEN v_slot + (p_now - v_slot) / p_every_ms * p_every_ms
+                           ELSE v_next END;
+            CONTINUE;
+        END IF;
+        IF p_capped THEN
+            BEGIN
+                v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
+            EXCEPTION WHEN SQLSTATE 'PQ003' THEN
+                EXIT;  -- full: this slot and the ones after it wait
+            END;
+        ELSE
+            v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
+        END IF;
+        o_ids := o_ids || v_id;
+        o_slots := o_slots || v_slot;
+        v_slot := v_next;
+        EXIT WHEN v_slot > p_now OR cardinality(o_ids) >= p_limit;
+    END LOOP;
+    o_next := v_slot;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text, bigint, bigint, integer, boolean) IS
+    'pgqueue internal: enqueue the due slots of one schedule (schedule_run); the message ids, their slots and the next slot';
