@@ -77,7 +77,9 @@ def test_decode_follows_the_content_type(content: bytes, content_type: str | Non
 
 @pytest.mark.parametrize(
     ("content", "content_type"),
-    [(b"{not json", "application/json"), (b"\xff\xfe", "text/plain; charset=utf-8"), (b"x", "text/plain; charset=nope")],
+    [(b"{not json", "application/json"), (b"\xff\xfe", "text/plain; charset=utf-8"), (b"x", "text/plain; charset=nope"),
+     (b"{}", "application/json; charset=utf8mb4"),  # an unknown charset on JSON too
+     (b"[" * 5000 + b"]" * 5000, "application/json")],  # deeper than the recursion limit
 )
 def test_decode_rejects_malformed_content(content: bytes, content_type: str) -> None:
     with pytest.raises(ValueError):
@@ -89,6 +91,10 @@ def test_message_with_malformed_content_keeps_its_bytes() -> None:
     msg = _core.message_from_row("q", row)
     assert msg.payload == b"{oops"
     assert msg.content_type == "application/json"
+    for content, content_type in ((b"{}", "application/json; charset=utf8mb4"),
+                                  (b"[" * 5000 + b"]" * 5000, "application/json")):
+        msg = _core.message_from_row("q", (1, content, 1, 0, None, content_type, 0, 10, 0))
+        assert msg.payload == content  # handed out as its bytes, not an exception for the whole batch
 
 
 def test_media_type() -> None:

@@ -204,6 +204,13 @@ def test_only_loopback_host_names(make_app: Any) -> None:
     assert client.get("/", headers={"Host": "evil.example:8080"}).status_code == 400
     assert client.get("/", headers={"Host": "127.0.0.1:8080"}).status_code == 200
     assert client.get("/", headers={"Host": "[::1]:8080"}).status_code == 200
+    from pgqueue.dashboard.app import _is_loopback_host
+
+    # what `pgqueue dashboard --host` is given, and Host headers: an IPv6 loopback is loopback bare too
+    assert all(_is_loopback_host(h) for h in ("::1", "[::1]", "[::1]:8080", "127.0.0.1", "127.0.0.2:80",
+                                              "localhost", "localhost:8080"))
+    assert not any(_is_loopback_host(h) for h in ("fe80::1", "[2001:db8::1]:80", "10.0.0.1", "0.0.0.0",
+                                                  "evil.example", "evil.example:8080"))
 
 
 @pytest.fixture

@@ -120,11 +120,15 @@ def decode(content: bytes, content_type: str | None) -> object:
             that are not in the named charset, or an unknown charset).
     """
     kind, params = media_type(content_type)
-    if kind == JSON or kind.endswith("+json"):
-        return json.loads(bytes(content).decode(params.get("charset", "utf-8")))
-    if kind.startswith("text/"):
+    if kind == JSON or kind.endswith("+json") or kind.startswith("text/"):
         try:
-            return bytes(content).decode(params.get("charset", "utf-8"))
+            text = bytes(content).decode(params.get("charset", "utf-8"))
         except LookupError as exc:
             raise ValueError(f"unknown charset in content type {content_type!r}") from exc
+        if not kind.startswith("text/"):
+            try:
+                return json.loads(text)
+            except RecursionError as exc:  # nested deeper than the interpreter's recursion limit
+                raise ValueError("JSON nested too deeply to decode") from exc
+        return text
     return bytes(content)

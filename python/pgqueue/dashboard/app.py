@@ -90,14 +90,17 @@ def _fmt_time(value: datetime | int | None) -> str:
 
 
 def _is_loopback_host(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    """True for localhost or a loopback address, bare (``::1``, ``127.0.0.1``), bracketed
+    (``[::1]``) or with a port (``[::1]:8080``, ``127.0.0.1:8080``, ``localhost:8080``)."""
+    for name in (host, host.rsplit(":", 1)[0]):  # the whole host first: a bare IPv6 address has colons
+        name = name.strip("[]")
+        if name == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(name).is_loopback
+        except ValueError:
+            continue
+    return False
 
 
 def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
