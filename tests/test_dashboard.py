@@ -198,6 +198,19 @@ def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
     assert other.get("/").status_code == 200
 
 
+def test_processes_sharing_a_secret_key_share_the_session(make_app: Any) -> None:
+    """gunicorn -w 2: a login at one process holds at the other only with a shared key."""
+    first, second = (make_app(token="s3cret-token", secret_key=b"k" * 32) for _ in range(2))
+    client = first.test_client()
+    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    cookie = client.get_cookie("pgqueue_dashboard")
+    assert cookie is not None
+    for app, expected in ((second, 200), (make_app(token="s3cret-token"), 401)):
+        other = app.test_client()
+        other.set_cookie("pgqueue_dashboard", cookie.value)
+        assert other.get("/").status_code == expected
+
+
 def test_only_loopback_host_names(make_app: Any) -> None:
     """DNS rebinding: a page on evil.example resolving to 127.0.0.1 cannot read the dashboard."""
     client = make_app().test_client()

@@ -45,6 +45,9 @@ class Options:
     history: float = 3600.0  # seconds of samples kept
     loopback_only: bool = True  # refuse Host names other than localhost / loopback addresses
     wait: float = 10.0  # seconds a page waits for a database connection before it says so
+    # signs the session cookie (login, CSRF token); None: random, for this process only. Several
+    # processes serving one dashboard (gunicorn -w N) must share one.
+    secret_key: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     """
     app = Flask(__name__)
     app.config.update(
-        SECRET_KEY=secrets.token_bytes(32),  # sessions last as long as the process
+        # sessions last as long as the process unless the options give a key to share
+        SECRET_KEY=options.secret_key or secrets.token_bytes(32),
         SESSION_COOKIE_NAME="pgqueue_dashboard",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
