@@ -471,15 +471,20 @@ def test_stream_sink_refuses_what_it_cannot_do(spark: Any, dsn: str, conn: Conn,
     conn.execute("SELECT pgqueue.queue_create('in')")
     conn.execute("SELECT pgqueue.queue_create('out')")
     src = spark.readStream.format("pgqueue").option("dsn", dsn).option("payloadType", "string").load("in")
-    for make, text in [
+    for make, path, text in [
         (lambda: src.select("payload").writeStream.format("pgqueue").option("dsn", dsn)
-         .option("commitMode", "task"), "does not apply to writeStream"),
-        (lambda: src.writeStream.format("pgqueue").option("dsn", dsn), "'id'.* that the pgqueue sink would drop"),
+         .option("commitMode", "task"), "out", "does not apply to writeStream"),
+        (lambda: src.writeStream.format("pgqueue").option("dsn", dsn), "out",
+         "'id'.* that the pgqueue sink would drop"),
+        (lambda: src.select("payload").writeStream.format("pgqueue").option("dsn", dsn), "nope",
+         'queue "nope" does not exist'),
         (lambda: src.select("payload").writeStream.format("pgqueue").option("dsn", dsn)
-         .option("queue", "nope"), 'queue "nope" does not exist'),
+         .option("queue", "nope"), "out", "option queue='nope' and the path 'out' .* name different queues"),
+        (lambda: src.select("payload").writeStream.format("pgqueue").option("dsn", dsn)
+         .option("includeDead", "true"), "out", r"option\(s\) includeDead do not apply to df.writeStream"),
     ]:
         with pytest.raises(Exception, match=text):
-            q = make().option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start("out")
+            q = make().option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start(path)
             q.awaitTermination(60)
             raise AssertionError(f"the query ran: {q.exception()}")
 

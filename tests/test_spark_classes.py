@@ -34,7 +34,7 @@ from pgqueue import Queue, codec
 from pgqueue.errors import InvalidArgument, PgQueueError
 from pgqueue.spark import source
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
-from pgqueue.spark._options import parse
+from pgqueue.spark._options import Entry, parse
 from pgqueue.spark.source import (
     ClaimRange,
     IdRange,
@@ -71,53 +71,54 @@ def fill(conn: Conn, queue: str, n: int) -> list[int]:
 
 
 def test_options() -> None:
-    opts = parse({"DSN": "dbname=x", "path": "jobs", "NumPartitions": "4", "commitmode": "JOB"}, reading=False)
-    assert (opts.queue, opts.num_partitions, opts.commit_mode, opts.payload_type) == ("jobs", 4, "job", "auto")
+    opts = parse({"DSN": "dbname=x", "path": "jobs", "commitmode": "JOB"}, "df.write")
+    assert (opts.queue, opts.commit_mode, opts.payload_type) == ("jobs", "job", "auto")
     assert "dbname" not in repr(opts), "the connection string (it may hold a password) stays out of logs"
-    assert parse({"conninfo": "x", "queue": "q"}, reading=True).payload_type == "binary"
-    bad = [
-        ({"queue": "q"}, "dsn"),
-        ({"dsn": "x"}, "name the queue"),
-        ({"dsn": "x", "queue": "q", "numPartitons": "2"}, "unknown option"),
-        ({"dsn": "x", "queue": "q", "numPartitions": "0"}, "between 1"),
-        ({"dsn": "x", "queue": "q", "batchSize": "many"}, "integer"),
-        ({"dsn": "x", "queue": "q", "commitMode": "stage"}, "one of task, job"),
-        ({"dsn": "x", "queue": "q", "includeDead": "maybe"}, "true or false"),
-        ({"dsn": "x", "queue": "bad name"}, "invalid queue name"),
-        ({"dsn": "x", "queue": "q", "consumer": "-x"}, "invalid consumer name"),
+    assert parse({"DSN": "dbname=x", "path": "jobs", "NumPartitions": "4"}, "spark.read").num_partitions == 4
+    assert parse({"conninfo": "x", "queue": "q"}, "spark.read").payload_type == "binary"
+    bad: list[tuple[dict[str, str], str, Entry]] = [
+        ({"queue": "q"}, "dsn", "df.write"),
+        ({"dsn": "x"}, "name the queue", "df.write"),
+        ({"dsn": "x", "queue": "q", "numPartitons": "2"}, "unknown option", "spark.read"),
+        ({"dsn": "x", "queue": "q", "numPartitions": "0"}, "between 1", "spark.read"),
+        ({"dsn": "x", "queue": "q", "batchSize": "many"}, "integer", "df.write"),
+        ({"dsn": "x", "queue": "q", "commitMode": "stage"}, "one of task, job", "df.write"),
+        ({"dsn": "x", "queue": "q", "includeDead": "maybe"}, "true or false", "spark.read"),
+        ({"dsn": "x", "queue": "bad name"}, "invalid queue name", "df.write"),
+        ({"dsn": "x", "queue": "q", "consumer": "-x"}, "invalid consumer name", "spark.readStream"),
     ]
-    for options, text in bad:
+    for options, text, entry in bad:
         with pytest.raises(InvalidArgument, match=text):
-            parse(options, reading=False)
+            parse(options, entry)
     with pytest.raises(InvalidArgument, match="payloadType"):
-        parse({"dsn": "x", "queue": "q", "payloadType": "auto"}, reading=True)
+        parse({"dsn": "x", "queue": "q", "payloadType": "auto"}, "spark.read")
     # the Kafka source's names for the same settings
-    kafka = parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "500", "minPartitions": "3"}, reading=True)
+    kafka = parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "500", "minPartitions": "3"}, "spark.readStream")
     assert (kafka.max_messages_per_batch, kafka.num_partitions) == (500, 3)
-    same = parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "500", "maxMessagesPerBatch": "500"}, reading=True)
+    same = parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "500", "maxMessagesPerBatch": "500"}, "spark.readStream")
     assert same.max_messages_per_batch == 500
     with pytest.raises(InvalidArgument, match="numPartitions and minPartitions are the same setting"):
-        parse({"dsn": "x", "queue": "q", "numPartitions": "2", "minPartitions": "3"}, reading=True)
+        parse({"dsn": "x", "queue": "q", "numPartitions": "2", "minPartitions": "3"}, "spark.read")
     with pytest.raises(InvalidArgument, match="maxMessagesPerTrigger must be between 1"):
-        parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "0"}, reading=True)
+        parse({"dsn": "x", "queue": "q", "maxMessagesPerTrigger": "0"}, "spark.readStream")
     # startingPosition: earliest, latest, a timestamp with a zone or epoch ms
     base = {"dsn": "x", "queue": "q"}
-    assert parse(base, reading=True).starting_position == "earliest"
-    assert parse({**base, "startingPosition": "LATEST"}, reading=True).starting_position == "latest"
-    assert parse({**base, "startingPosition": "1700000000000"}, reading=True).starting_position == 1700000000000
-    assert parse({**base, "startingPosition": "2026-11-23T10:00:00Z"}, reading=True).starting_position == 1795428000000
-    assert parse({**base, "startingPosition": "2026-11-23T11:00:00.5+01:00"}, reading=True).starting_position \
+    assert parse(base, "spark.readStream").starting_position == "earliest"
+    assert parse({**base, "startingPosition": "LATEST"}, "spark.readStream").starting_position == "latest"
+    assert parse({**base, "startingPosition": "1700000000000"}, "spark.readStream").starting_position == 1700000000000
+    assert parse({**base, "startingPosition": "2026-11-23T10:00:00Z"}, "spark.readStream").starting_position == 1795428000000
+    assert parse({**base, "startingPosition": "2026-11-23T11:00:00.5+01:00"}, "spark.readStream").starting_position \
         == 1795428000500
     for bad in ("2026-11-23T10:00:00", "yesterday", "99999999999999999999"):
         with pytest.raises(InvalidArgument, match="startingPosition must be earliest, latest, a timestamp with a time zone"):
-            parse({**base, "startingPosition": bad}, reading=True)
+            parse({**base, "startingPosition": bad}, "spark.readStream")
 
 
 def test_write_plans() -> None:
-    opts = parse({"dsn": "x", "queue": "q"}, reading=False)
+    opts = parse({"dsn": "x", "queue": "q"}, "df.write")
 
     def plan(*fields: StructField, **options: str) -> WritePlan:
-        o = parse({"dsn": "x", "queue": "q", **options}, reading=False)
+        o = parse({"dsn": "x", "queue": "q", **options}, "df.write")
         return write_plan(o, StructType(list(fields)))
 
     payload_b = StructField("payload", BinaryType())
@@ -503,7 +504,7 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
 
     def reader(consumer: str, position: str) -> PgQueueStreamReader:
         return PgQueueStreamReader(parse({"dsn": dsn, "queue": "q", "consumer": consumer,
-                                          "startingPosition": position}, reading=True))
+                                          "startingPosition": position}, "spark.readStream"))
 
     def claimed(r: PgQueueStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
         return sorted(row[0] for p in r.partitions(start, end) for row in r.read(p))
@@ -632,8 +633,8 @@ def test_stream_rows_match_the_schema(dsn: str, conn: Conn) -> None:
 
 
 def test_unique_write_ids() -> None:
-    a = PgQueueWriter(parse({"dsn": "x", "queue": "q"}, reading=False), WritePlan("payload", "text"))
-    b = PgQueueWriter(parse({"dsn": "x", "queue": "q"}, reading=False), WritePlan("payload", "text"))
+    a = PgQueueWriter(parse({"dsn": "x", "queue": "q"}, "df.write"), WritePlan("payload", "text"))
+    b = PgQueueWriter(parse({"dsn": "x", "queue": "q"}, "df.write"), WritePlan("payload", "text"))
     assert a.write_id != b.write_id and uuid.UUID(a.write_id)
 
 

@@ -26,12 +26,18 @@ Executors import this package too: install it (and psycopg) on every worker node
 Options (names are case-insensitive; values are strings)
 ---------------------------------------------------------
 
+Each entry point takes the options listed for it here and no others: one it would ignore (say
+``consumer`` on ``spark.read``, ``numPartitions`` on ``df.write``) is refused like a misspelt one,
+with the list of what that entry point takes. ``checkpointLocation`` is Spark's own, taken by
+``writeStream`` only.
+
 All entry points:
 
 ``dsn`` (required; alias ``conninfo``)
     libpq connection string of the database with the extension (0.2 or later).
-``queue`` (or the path of ``load()``/``save()``)
-    the queue's name; it must exist.
+``queue`` (or the path of ``load()``/``save()``/``start()``)
+    the queue's name; it must exist. Both given must name the same queue (as ``dsn`` and
+    ``conninfo`` must be the same string).
 
 Writing (``df.write.format("pgqueue").mode("append")`` and ``writeStream.format("pgqueue")``).
 Always say ``.mode("append")``: Spark itself refuses its default mode, ErrorIfExists, for every

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pgqueue.errors import InvalidArgument
 
-__all__ = ["Options", "option", "parse", "READ_PAYLOAD_TYPES", "WRITE_PAYLOAD_TYPES"]
+__all__ = ["ACCEPTS", "Entry", "Options", "option", "parse", "READ_PAYLOAD_TYPES", "WRITE_PAYLOAD_TYPES"]
 
 CommitMode = Literal["task", "job"]
 
@@ -27,17 +27,30 @@ WRITE_PAYLOAD_TYPES = ("auto", "binary", "string", "json")
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$")
 _CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
 
-#: Every option the source understands (lower case), so that a typo is an error, not a no-op.
-KNOWN = frozenset({
-    "dsn", "conninfo", "queue", "path", "consumer", "maxmessagesperbatch", "numpartitions",
-    "maxmessagespertrigger", "minpartitions",  # the names of Spark's Kafka source
-    "payloadcolumn", "payloadtype", "dequeueatcolumn", "delaycolumn", "prioritycolumn",
-    "groupcolumn", "keycolumn",
-    "commitmode", "batchsize", "includedead", "failondataloss", "fetchsize", "filterpushdown",
-    "startingposition",
-    # Spark's own, passed to a stream writer along with ours
-    "checkpointlocation",
-})
+#: The entry points, as a user writes them; each takes its own options (:data:`ACCEPTS`).
+Entry = Literal["spark.read", "spark.readStream", "df.write", "df.writeStream"]
+
+_EVERYWHERE = ("dsn", "conninfo", "queue", "path")
+_READ = ("payloadType", "numPartitions", "minPartitions", "fetchSize")  # minPartitions: the Kafka source's name
+_WRITE = ("payloadColumn", "payloadType", "dequeueAtColumn", "delayColumn", "priorityColumn", "groupColumn",
+          "keyColumn", "commitMode", "batchSize")
+
+#: The options each entry point takes (as documented): an option it would ignore is refused like
+#: a typo, so that a misplaced option is an error, not a no-op. writeStream takes commitMode for
+#: ``job`` (what it always does; ``task`` is refused there) and Spark's own checkpointLocation,
+#: which Spark passes to a stream writer along with ours.
+ACCEPTS: Mapping[Entry, tuple[str, ...]] = {
+    "spark.read": (*_EVERYWHERE, *_READ, "includeDead", "filterPushdown"),
+    "spark.readStream": (*_EVERYWHERE, *_READ, "consumer", "maxMessagesPerBatch", "maxMessagesPerTrigger",
+                         "startingPosition", "failOnDataLoss"),
+    "df.write": (*_EVERYWHERE, *_WRITE),
+    "df.writeStream": (*_EVERYWHERE, *_WRITE, "checkpointLocation"),
+}
+
+#: Every option some entry point takes: its name in lower case (as Spark passes it) -> as documented.
+_CANONICAL = {name.lower(): name for names in ACCEPTS.values() for name in names}
+#: Every option some entry point takes (lower case).
+KNOWN = frozenset(_CANONICAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,22 +168,48 @@ def _column(options: Mapping[str, str], name: str) -> str | None:
     return raw if raw else None
 
 
-def parse(options: Mapping[str, str], *, reading: bool) -> Options:
-    """Return the checked options of a read (``reading``) or a write.
-
-    Raises:
-        InvalidArgument: a missing dsn or queue, an unknown option, or a value out of range.
-    """
+def _check_names(options: Mapping[str, str], entries: tuple[Entry, ...]) -> None:
+    """Refuse an option that none of ``entries`` takes: unknown anywhere, or one they would ignore."""
+    where = " or ".join(entries)
+    accepted = list(dict.fromkeys(name for entry in entries for name in ACCEPTS[entry]))
+    takes = f"{where} of the pgqueue data source takes: {', '.join(accepted)}"
     unknown = sorted(k for k in options if k.lower() not in KNOWN)
     if unknown:
-        raise InvalidArgument(
-            f"unknown option(s) {', '.join(unknown)} for the pgqueue data source; known: "
-            + ", ".join(sorted(KNOWN))
-        )
-    dsn = _get(options, "dsn") or _get(options, "conninfo")
+        raise InvalidArgument(f"unknown option(s) {', '.join(unknown)} for {where}; {takes}")
+    lower = {name.lower() for name in accepted}
+    misplaced = sorted(_CANONICAL[k.lower()] for k in options if k.lower() not in lower)
+    if misplaced:
+        raise InvalidArgument(f"option(s) {', '.join(misplaced)} do not apply to {where} (they would be ignored); "
+                              + takes)
+
+
+def _one_of(options: Mapping[str, str], name: str, alias: str, conflict: str) -> str | None:
+    """The value of option ``name`` or ``alias``; both set to different values is an error."""
+    value, other = _get(options, name), _get(options, alias)
+    if value and other and value != other:
+        raise InvalidArgument(conflict.format(value=value, other=other))
+    return value or other
+
+
+def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
+    """Return the checked options of ``entry`` (the reader's ``schema()``, which Spark asks of both
+    kinds of read, passes ``spark.read`` and ``spark.readStream``: it takes what either takes).
+
+    Raises:
+        InvalidArgument: a missing dsn or queue, an unknown option or one that the entry point
+            would ignore, a queue option other than the path, or a value out of range.
+    """
+    entries = (entry, *more)
+    _check_names(options, entries)
+    reading = entry in ("spark.read", "spark.readStream")
+    if any((e in ("spark.read", "spark.readStream")) != reading for e in more):
+        raise ValueError(f"parse: {' and '.join(entries)} are not all reads or all writes")
+    dsn = _one_of(options, "dsn", "conninfo", "options dsn and conninfo are the same setting: give one, got "
+                  "two different connection strings")
     if not dsn:
         raise InvalidArgument('the pgqueue data source needs option("dsn", "<libpq connection string>")')
-    queue = _get(options, "queue") or _get(options, "path")
+    queue = _one_of(options, "queue", "path", "option queue={value!r} and the path {other!r} of load()/save()/"
+                    "start() name different queues: give one")
     if not queue:
         raise InvalidArgument('name the queue: .load("<queue>") / .save("<queue>") or option("queue", ...)')
     if not _QUEUE_NAME.match(queue):

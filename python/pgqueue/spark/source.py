@@ -73,7 +73,7 @@ from pyspark.sql.types import (
 from pgqueue.errors import InvalidArgument, PgQueueError, translating
 from pgqueue.spark import _sql
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
-from pgqueue.spark._options import Options, parse
+from pgqueue.spark._options import Entry, Options, parse
 from pgqueue.spark._options import option as _get_option
 
 __all__ = [
@@ -919,23 +919,27 @@ class PgQueueDataSource(DataSource):
         return "pgqueue"
 
     def schema(self) -> StructType:
-        """The rows of reads (see :func:`schema_for`); fixed by the options, no database access."""
-        return schema_for(parse(self.options, reading=True).payload_type)
+        """The rows of reads (see :func:`schema_for`); fixed by the options, no database access.
+
+        Spark asks it of batch and streaming reads alike (never of writes), so it takes the options
+        of either; :meth:`reader` and :meth:`streamReader` then refuse those of the other.
+        """
+        return schema_for(parse(self.options, "spark.read", "spark.readStream").payload_type)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A snapshot reader; with option ``filterPushdown`` one that takes filters on ``id``."""
-        opts = parse(self.options, reading=True)
+        opts = parse(self.options, "spark.read")
         return PgQueuePushdownReader(opts) if opts.filter_pushdown else PgQueueBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A claiming stream reader."""
-        return PgQueueStreamReader(parse(self.options, reading=True))
+        return PgQueueStreamReader(parse(self.options, "spark.readStream"))
 
     def writer(self, schema: StructType, overwrite: bool) -> PgQueueWriter:
         """A writer, after checking the options, the DataFrame's schema and that the queue exists."""
         if overwrite:
             raise InvalidArgument(OVERWRITE_REFUSED.format(how='.mode("append")'))
-        opts, plan = self._write_setup(schema)
+        opts, plan = self._write_setup(schema, "df.write")
         return PgQueueWriter(opts, plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
@@ -946,11 +950,11 @@ class PgQueueDataSource(DataSource):
         if mode and mode.strip().lower() != "job":
             raise InvalidArgument(f"option commitMode={mode!r} does not apply to writeStream: each "
                                   "micro-batch is published once, in one transaction (as commitMode=job)")
-        opts, plan = self._write_setup(schema)
+        opts, plan = self._write_setup(schema, "df.writeStream")
         return PgQueueStreamWriter(opts, plan)
 
-    def _write_setup(self, schema: StructType) -> tuple[Options, WritePlan]:
-        opts = parse(self.options, reading=False)
+    def _write_setup(self, schema: StructType, entry: Entry) -> tuple[Options, WritePlan]:
+        opts = parse(self.options, entry)
         plan = write_plan(opts, schema)
         with _connect(opts.dsn, autocommit=True) as conn:
             _scalar(conn, _sql.CHECK_QUEUE, {"queue": opts.queue})

@@ -1,0 +1,141 @@
+"""Which options each entry point of the pgqueue data source takes: an option that the entry point
+would ignore is refused like a typo, and so is a queue option that names another queue than the
+path. Checked where Spark hands the options over (PgQueueDataSource.schema, reader, streamReader,
+writer, streamWriter) and in the parser; no JVM and no database (a source that got past its
+options would connect, which fails here)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from pyspark.sql.types import StringType, StructField, StructType
+
+from pgqueue.errors import InvalidArgument
+from pgqueue.spark import source
+from pgqueue.spark._options import parse
+from pgqueue.spark.source import PgQueueDataSource
+
+if TYPE_CHECKING:
+    from pgqueue.spark._options import Entry
+
+ENTRIES: tuple[Entry, ...] = ("spark.read", "spark.readStream", "df.write", "df.writeStream")
+PAYLOAD = StructType([StructField("payload", StringType())])
+
+
+@pytest.fixture(autouse=True)
+def no_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    def connect(dsn: str, *, autocommit: bool) -> Any:
+        raise AssertionError("the source connected: it took the options")
+
+    monkeypatch.setattr(source, "_connect", connect)
+
+
+def start(entry: Entry, options: dict[str, str]) -> Any:
+    """What Spark calls on the driver for ``entry``, with ``options`` (and a dsn)."""
+    ds = PgQueueDataSource({"dsn": "dbname=x", **options})
+    if entry == "spark.read":
+        return ds.reader(ds.schema())
+    if entry == "spark.readStream":
+        return ds.streamReader(ds.schema())
+    if entry == "df.write":
+        return ds.writer(PAYLOAD, False)
+    return ds.streamWriter(PAYLOAD, False)
+
+
+#: (entry point, an option it ignored before: it belongs to other entry points, value)
+IGNORED: list[tuple[Entry, str, str]] = [
+    # the review's findings
+    ("spark.read", "startingPosition", "latest"),
+    ("spark.read", "consumer", "etl"),
+    ("spark.read", "maxMessagesPerTrigger", "10"),
+    ("df.write", "includeDead", "true"),
+    ("df.write", "filterPushdown", "true"),
+    ("df.write", "numPartitions", "4"),
+    # the same kind
+    ("spark.read", "maxMessagesPerBatch", "10"),
+    ("spark.read", "failOnDataLoss", "false"),
+    ("spark.read", "checkpointLocation", "/tmp/ck"),
+    ("spark.read", "batchSize", "10"),
+    ("spark.read", "commitMode", "job"),
+    ("spark.readStream", "includeDead", "true"),
+    ("spark.readStream", "filterPushdown", "true"),
+    ("spark.readStream", "keyColumn", "k"),
+    ("spark.readStream", "checkpointLocation", "/tmp/ck"),
+    ("df.write", "minPartitions", "4"),
+    ("df.write", "consumer", "etl"),
+    ("df.write", "fetchSize", "10"),
+    ("df.write", "startingPosition", "latest"),
+    ("df.write", "checkpointLocation", "/tmp/ck"),
+    ("df.writeStream", "includeDead", "true"),
+    ("df.writeStream", "numPartitions", "4"),
+    ("df.writeStream", "maxMessagesPerTrigger", "10"),
+    ("df.writeStream", "fetchSize", "10"),
+]
+
+
+@pytest.mark.parametrize(("entry", "name", "value"), IGNORED, ids=[f"{e}-{n}" for e, n, _ in IGNORED])
+def test_an_entry_point_refuses_an_option_it_would_ignore(entry: Entry, name: str, value: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        start(entry, {"path": "jobs", name.lower(): value})  # Spark passes the names in lower case
+    text = str(refused.value)
+    said, _, listed = text.partition(" takes: ")
+    assert f"option(s) {name} do not apply to " in said and entry in said, text
+    assert listed.split(", ")[:4] == ["dsn", "conninfo", "queue", "path"], text
+
+
+def test_the_refusal_names_the_option_the_entry_point_and_what_it_takes() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        parse({"dsn": "x", "path": "jobs", "Consumer": "etl"}, "spark.read")
+    assert str(refused.value) == (
+        "option(s) consumer do not apply to spark.read (they would be ignored); spark.read of the pgqueue "
+        "data source takes: dsn, conninfo, queue, path, payloadType, numPartitions, minPartitions, fetchSize, "
+        "includeDead, filterPushdown")
+    with pytest.raises(InvalidArgument, match=r"^unknown option\(s\) numPartitons for df.write; df.write of the "
+                       "pgqueue data source takes: dsn, "):
+        parse({"dsn": "x", "path": "jobs", "numPartitons": "2"}, "df.write")
+    # Spark asks schema() of both kinds of read: it takes what either takes, and nothing else
+    with pytest.raises(InvalidArgument, match=r"^option\(s\) batchSize do not apply to spark.read or "
+                       r"spark.readStream \(they would be ignored\)"):
+        PgQueueDataSource({"dsn": "x", "path": "jobs", "batchSize": "5"}).schema()
+    PgQueueDataSource({"dsn": "x", "path": "jobs", "consumer": "etl", "includeDead": "true"}).schema()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_queue_option_must_name_the_queue_of_the_path(entry: Entry) -> None:
+    with pytest.raises(InvalidArgument, match="option queue='a' and the path 'b' of load.* name different queues"):
+        start(entry, {"queue": "a", "path": "b"})
+    with pytest.raises(InvalidArgument, match="options dsn and conninfo are the same setting: give one"):
+        start(entry, {"conninfo": "dbname=y", "path": "b"})
+    assert parse({"dsn": "x", "queue": "a", "path": "a"}, entry).queue == "a"
+    assert parse({"dsn": "x", "conninfo": "x", "path": "a"}, entry).dsn == "x"
+    assert parse({"dsn": "x", "queue": "a"}, entry).queue == "a"
+    assert parse({"dsn": "x", "path": "b"}, entry).queue == "b"
+
+
+def test_the_entry_points_are_the_four_of_the_source() -> None:
+    from pgqueue.spark._options import ACCEPTS
+
+    assert tuple(ACCEPTS) == ENTRIES
+
+
+def test_every_documented_option_is_taken_where_it_is_documented() -> None:
+    """README "Spark", python/pgqueue/spark/__init__.py, examples/ and bench/spark.py."""
+    read = start("spark.read", {"path": "jobs", "numPartitions": "4", "includeDead": "true", "payloadType": "string",
+                                "filterPushdown": "true", "fetchSize": "100", "conninfo": "dbname=x"})
+    assert (read.opts.num_partitions, read.opts.include_dead, read.opts.payload_type) == (4, True, "string")
+    assert start("spark.read", {"path": "jobs", "minPartitions": "3"}).opts.num_partitions == 3
+    stream = start("spark.readStream", {"queue": "jobs", "consumer": "etl", "maxMessagesPerTrigger": "10000",
+                                        "minPartitions": "2", "payloadType": "json", "fetchSize": "100",
+                                        "startingPosition": "latest", "failOnDataLoss": "false"})
+    assert (stream.opts.queue, stream.opts.consumer, stream.opts.max_messages_per_batch) == ("jobs", "etl", 10000)
+    assert start("spark.readStream", {"path": "jobs", "maxMessagesPerBatch": "5", "numPartitions": "2"}).opts \
+        .max_messages_per_batch == 5
+    columns = {"payloadColumn": "body", "dequeueAtColumn": "at", "delayColumn": "d", "priorityColumn": "p",
+               "groupColumn": "g", "keyColumn": "k"}
+    write = parse({"dsn": "x", "path": "jobs", "commitMode": "job", "payloadType": "json", "batchSize": "100",
+                   **columns}, "df.write")
+    assert (write.commit_mode, write.batch_size, write.key_column) == ("job", 100, "k")
+    sink = parse({"dsn": "x", "path": "jobs", "checkpointLocation": "/tmp/ck", "commitMode": "job",
+                  "payloadType": "json", "batchSize": "100", **columns}, "df.writeStream")
+    assert (sink.queue, sink.group_column) == ("jobs", "g")
