@@ -9,6 +9,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,8 +18,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, Tasks, Worker
 from pgqueue.worker import HandlerTimeout, Result
+from test_worker import Results, Started, wait_for
 from worker_handlers import marks
 
 TESTS = Path(__file__).resolve().parent
@@ -253,6 +255,13 @@ def test_listen_wakes_it_and_no_listen_without_notify(dsn: str) -> None:
 def test_refuses_plain_functions_and_bad_options(dsn: str) -> None:
     with pytest.raises(TypeError, match="coroutine"):
         AsyncWorker(AsyncQueue(dsn), print)  # type: ignore[arg-type]
+    # a registry whose default is a plain function would block the event loop: refused too
+    with pytest.raises(TypeError, match="coroutine"):
+        AsyncWorker(AsyncQueue(dsn), Tasks(default=print))
+    AsyncWorker(AsyncQueue(dsn), Tasks())  # nothing registered: dead-letters every message
+    Worker(Queue(dsn), Tasks())
+    with pytest.raises(TypeError, match="AsyncWorker"):  # and the other way round
+        Worker(Queue(dsn), Tasks(default=AsyncCall()))
 
     async def handler(msg: Message) -> None:
         pass
@@ -310,3 +319,120 @@ def test_a_worker_process_stops_on_signals_and_leaves_nothing_leased(dsn: str, t
     else:
         assert (stats.ready, stats.leased) == (4, 0)
         assert sorted((m.id, m.attempts) for m in queue.dequeue(4)) == [(i, 2) for i in sorted(ids)]
+
+
+class AsyncCall:
+    """A handler object whose __call__ is a coroutine function."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def __call__(self, msg: Message) -> None:
+        self.seen.append(msg.id)
+
+
+def test_an_object_with_an_async_call_is_a_coroutine_handler(dsn: str) -> None:
+    queue = make_queue(dsn)
+    msg_id = queue.enqueue("x")
+    handler = AsyncCall()
+    results = Results()
+    started = Started(AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=results))
+    try:
+        wait_for(lambda: results.items, what="the result")
+    finally:
+        started.stop()
+    assert handler.seen == [msg_id] and results.outcomes() == Counter(completed=1)
+
+
+class Stop(BaseException):
+    """A BaseException that is neither KeyboardInterrupt nor SystemExit."""
+
+
+def test_a_base_exception_from_a_handler_fails_its_message_and_the_worker_goes_on(dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=1)
+    bad = queue.enqueue("bad")
+    results = Results()
+
+    async def handler(msg: Message) -> None:
+        if msg.payload == "bad":
+            raise Stop("out of here")
+
+    worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=1, on_result=results)
+    started = Started(worker)
+    try:
+        wait_for(lambda: results.items, timeout=5, what="the failure to be settled")
+        good = queue.enqueue("good")  # its slot is free again
+        wait_for(lambda: results.count("completed") == 1, timeout=5, what="the next message")
+        assert worker.in_flight == 0
+    finally:
+        started.loop.call_soon_threadsafe(worker.stop)  # type: ignore[union-attr]
+        started.thread.join(5)
+    assert not started.thread.is_alive(), "the shutdown waited for a delivery that never finished"
+    assert not started.errors
+    by_id = {r.message.id: r for r in results.items}
+    assert by_id[bad].outcome == "dead" and isinstance(by_id[bad].error, Stop)
+    assert by_id[good].outcome == "completed"
+    [dead] = queue.dead_letters()
+    assert (dead.id, dead.last_error) == (bad, "Stop: out of here")
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_sys_exit_in_a_handler_fails_its_message_stops_the_worker_and_propagates(kind: str, dsn: str) -> None:
+    queue = make_queue(dsn, max_attempts=1, lock_ms=60000)
+    ids = queue.enqueue_many(["exit", "busy"])
+    release = threading.Event()
+    results = Results()
+
+    def handler(msg: Message) -> None:
+        if msg.payload == "exit":
+            time.sleep(0.2)  # "busy" is running by then
+            sys.exit(3)
+        release.wait(10)
+
+    async def async_handler(msg: Message) -> None:
+        if msg.payload == "exit":
+            await asyncio.sleep(0.2)
+            sys.exit(3)
+        await asyncio.sleep(10)
+
+    worker: Worker | AsyncWorker = (
+        Worker(queue, handler, concurrency=2, on_result=results) if kind == "Worker"
+        else AsyncWorker(AsyncQueue(dsn, "jobs"), async_handler, concurrency=2, on_result=results))
+    started = Started(worker)
+    try:
+        started.thread.join(5)
+        assert not started.thread.is_alive(), "the worker did not stop"
+    finally:
+        release.set()
+    assert [type(e) for e in started.errors] == [SystemExit] and started.errors[0].args == (3,)
+    by_id = {r.message.id: r.outcome for r in results.items}
+    assert by_id == {ids[0]: "dead", ids[1]: "released"}
+    [dead] = queue.dead_letters()
+    assert (dead.id, dead.last_error) == (ids[0], "SystemExit: 3")
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (1, 0)
+
+
+def test_a_cancelled_error_not_from_the_shutdown_fails_the_message(dsn: str) -> None:
+    # Someone else cancelled what the handler awaited: a failure (retried, then dead-lettered),
+    # not a release that redelivers it forever with its attempts unchanged.
+    queue = make_queue(dsn, max_attempts=1)
+    msg_id = queue.enqueue("x")
+    results = Results()
+
+    async def handler(msg: Message) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.05, fut.cancel)
+        await fut
+
+    started = Started(AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=results))
+    try:
+        wait_for(lambda: results.items, what="the result")
+    finally:
+        started.stop()
+    first = results.items[0]
+    assert (first.message.id, first.outcome) == (msg_id, "dead"), first
+    assert isinstance(first.error, asyncio.CancelledError)
+    [dead] = queue.dead_letters()
+    assert dead.last_error == "CancelledError"
+    assert queue.stats().total == 0

@@ -570,3 +570,79 @@ def test_finished_messages_are_completed_together_and_never_before_their_handler
     assert sorted(r.message.id for r in results.items) == sorted({r.message.id for r in results.items})  # once each
     assert sum(sizes) >= 2 and max(sizes) > 1, sizes  # some completions went together
     assert queue.stats().total == 0
+
+
+async def _never_run(msg: Message) -> None:
+    raise AssertionError("a coroutine the Worker was handed ran")
+
+
+class _AsyncCall:
+    async def __call__(self, msg: Message) -> None:
+        raise AssertionError("never awaited")
+
+
+def test_a_handler_returning_a_coroutine_fails_its_message_and_says_to_use_the_async_worker(dsn: str) -> None:
+    # The Worker refuses coroutine functions, but a plain wrapper returning a coroutine got past
+    # that: its message was completed although nothing ran.
+    import warnings
+
+    queue = make_queue(dsn, max_attempts=1)
+    msg_id = queue.enqueue("x")
+    results = Results()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with running(Worker(queue, lambda msg: _never_run(msg), on_result=results)):
+            wait_for(lambda: results.items, what="the result")
+        import gc
+
+        gc.collect()
+    [result] = results.items
+    assert (result.message.id, result.outcome) == (msg_id, "dead")
+    assert isinstance(result.error, TypeError) and "AsyncWorker" in str(result.error)
+    [dead] = queue.dead_letters()
+    assert dead.last_error is not None and dead.last_error.startswith("TypeError: the handler returned")
+    assert not [w for w in caught if "never awaited" in str(w.message)]  # the coroutine was closed
+    # an object whose __call__ is a coroutine function is refused up front, like a coroutine function
+    with pytest.raises(TypeError, match="AsyncWorker"):
+        Worker(queue, _AsyncCall())
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_the_lease_read_at_start_holds_when_the_queue_lock_ms_is_lowered_meanwhile(kind: str, dsn: str) -> None:
+    # The heartbeats' interval comes from the lease read at start (1500 ms: a beat every 0.5 s);
+    # dequeue and heartbeat must lease for that long, not for the queue's lock_ms of the moment.
+    from pgqueue import AsyncQueue
+
+    queue = make_queue(dsn, lock_ms=1500)
+    results = Results()
+    release = threading.Event()
+
+    def handler(msg: Message) -> None:
+        if msg.payload == "hold":
+            release.wait(10)
+
+    async def async_handler(msg: Message) -> None:
+        if msg.payload == "hold":
+            await asyncio.to_thread(release.wait, 10)
+
+    # concurrency=1: a lease run out goes to the other consumer below, not to this worker again
+    worker: Worker | AsyncWorker = (
+        Worker(queue, handler, concurrency=1, on_result=results) if kind == "Worker"
+        else AsyncWorker(AsyncQueue(dsn, "jobs"), async_handler, concurrency=1, on_result=results))
+    other = Queue(dsn, "jobs")
+    try:
+        with running(worker):
+            queue.enqueue("warm-up")
+            wait_for(lambda: results.count("completed") == 1, what="the worker to start")
+            queue.alter(lock_ms=50)  # an admin lowers it under the running worker
+            held = queue.enqueue("hold")
+            wait_for(lambda: worker.in_flight == 1, what="the handler to start")
+            for _ in range(20):  # 2 s: past the first lease, across several heartbeats
+                time.sleep(0.1)
+                assert other.dequeue(1) == [], "the lease ran out under a running handler"
+            release.set()
+            wait_for(lambda: results.count("completed") == 2, what="the completion")
+    finally:
+        release.set()
+    [result] = [r for r in results.items if r.message.id == held]
+    assert result.acknowledged

@@ -206,7 +206,8 @@ def _worker_backends(dsn: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def test_listen_only_on_a_queue_with_notify_on(dsn: str) -> None:
+def test_listen_only_on_a_queue_with_notify_on(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pgqueue.worker")
     quiet = Queue(dsn, "quiet")
     quiet.create(notify=False)
     loud = make_queue(dsn, "loud")  # notify on
@@ -219,6 +220,9 @@ def test_listen_only_on_a_queue_with_notify_on(dsn: str) -> None:
         assert any(q.startswith("LISTEN") for q in backends) == listens, backends
         assert len(backends) == (2 if listens else 1), backends
         wait_for(lambda: not _worker_backends(dsn), what="the worker's connections to close")
+    [advice] = [r.getMessage() for r in caplog.records if "notify off" in r.getMessage()]
+    # turning notify on does not make a running worker listen: say so
+    assert "--notify" in advice and "restart" in advice, advice
 
 
 def make_worker(kind: str, dsn: str, handler: Callable[[Message], object], **options: Any) -> Worker | AsyncWorker:

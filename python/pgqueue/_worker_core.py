@@ -30,6 +30,7 @@ when the queue's ``notify`` is on.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
@@ -47,7 +48,7 @@ from pgqueue._lease import _first_line
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
-from pgqueue.tasks import Reject
+from pgqueue.tasks import Reject, Tasks
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -130,6 +131,27 @@ class Result:
 def _describe(exc: BaseException) -> str:
     """Return the one-line error text stored with a failed message (the client's own)."""
     return error_text(exc)
+
+
+def is_async_handler(handler: object) -> bool | None:
+    """Tell whether a handler is a coroutine function (True), the :class:`AsyncWorker`'s kind,
+    or a plain one (False), the :class:`Worker`'s; None for a :class:`Tasks` registry with
+    nothing registered (it dead-letters every message: either worker runs it).
+
+    An object whose ``__call__`` is a coroutine function counts as one, and so does a registry of
+    coroutine functions or one whose only handler is a coroutine-function default.
+    """
+    if isinstance(handler, Tasks):
+        if handler.is_async or handler.names:
+            return handler.is_async
+        default = handler._default  # no task registered: the default, if any, decides
+        return None if default is None else bool(is_async_handler(default))
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
+#: What a handler may raise that stops the worker as well (the message is failed first): the
+#: process is asked to end, and the worker's run() raises it once the worker is shut down.
+_FATAL = (KeyboardInterrupt, SystemExit)
 
 
 def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | None, poll_min: float,
@@ -228,6 +250,7 @@ class WorkerCore:
         self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
         self._reconnect = Backoff()
+        self._fatal: BaseException | None = None  # a handler's KeyboardInterrupt or SystemExit
 
     @property
     def queue_name(self) -> str:
@@ -289,8 +312,9 @@ class WorkerCore:
         if self._listen and not settings_notify:
             # No NOTIFY would ever come: do not hold a LISTEN connection for nothing.
             self._listen = False
-            log.info("queue %r has notify off: polling only, no LISTEN (turn it on with "
-                     "`pgqueue queue alter %s --notify` for instant wake-ups)", self._name, self._name)
+            log.info("queue %r has notify off: polling only, no LISTEN (for instant wake-ups turn it on "
+                     "with `pgqueue queue alter %s --notify`, then restart the worker: a running worker "
+                     "does not start listening)", self._name, self._name)
         where = conninfo_to_dict(self._dsn)
         log.info("worker started: queue %r in database %s on %s, concurrency %d (%s), lease %d ms",
                  self._name, where.get("dbname", "?"), where.get("host", "localhost"), self._concurrency,
@@ -299,7 +323,13 @@ class WorkerCore:
     # -- the steps: each yields the calls it needs run ------------------------------------------
 
     def _configure(self) -> Step[bool]:
-        """Read the queue's settings; return its ``notify``."""
+        """Read the queue's settings; return its ``notify``.
+
+        The lease (``lock_ms``, else the queue's) is fixed here: every dequeue and heartbeat
+        asks for that length, the one the heartbeats' interval is a third of. A queue's lock_ms
+        changed later takes effect when the worker restarts (passing None instead would lease
+        for the queue's lock_ms of the moment, and a lowered one would run out between beats).
+        """
         settings = yield _core.settings(self._name)
         self._max_attempts = settings.max_attempts
         self._lease_ms = self._lock_ms or settings.lock_ms
@@ -318,7 +348,7 @@ class WorkerCore:
         self._finished = [d for d in self._finished if d.error is not None or d.released]
         try:
             messages, lost = yield _core.complete_and_dequeue(self._name, [d.message for d in done], want,
-                                                              lock_ms=self._lock_ms)
+                                                              lock_ms=self._lease_ms)
         except _DATABASE_ERRORS:
             self._finished = done + self._finished
             raise
@@ -329,7 +359,7 @@ class WorkerCore:
 
     def _fetch(self, want: int) -> Step[int]:
         """Lease up to ``want`` messages and start their handlers."""
-        messages = yield _core.dequeue(self._name, want, lock_ms=self._lock_ms)
+        messages = yield _core.dequeue(self._name, want, lock_ms=self._lease_ms)
         self._start(messages)
         return len(messages)
 
@@ -490,10 +520,22 @@ class WorkerCore:
         return self._timeout(msg) if callable(self._timeout) else self._timeout
 
     def _finish(self, d: Delivery) -> None:
-        """A handler is over (returned, raised, timed out or stopped): settle its message next."""
+        """A handler is over (returned, raised, timed out or stopped): settle its message next.
+        A handler's KeyboardInterrupt or SystemExit stops the worker too: its message is failed,
+        the others given back at once, and run() raises it when the worker has shut down."""
         d.finished = time.monotonic()
         self._finished.append(d)
+        if isinstance(d.error, _FATAL) and not d.released:
+            log.warning("message %d: the handler raised %s; stopping the worker", d.message.id,
+                        type(d.error).__name__)
+            self._fatal = self._fatal or d.error
+            self.stop(now=True)
         self._wake_up()
+
+    def _raise_fatal(self) -> None:
+        """After the shutdown: raise a handler's KeyboardInterrupt or SystemExit, if one came."""
+        if self._fatal is not None:
+            raise self._fatal
 
     def _completed(self, done: list[Delivery], lost: set[int]) -> list[Result]:
         """The results of deliveries acknowledged as completed (``lost``: the ids whose lease
@@ -526,6 +568,10 @@ class WorkerCore:
         return [d for d in list(self._in_hand.values()) if d.finished is None]
 
     # -- heartbeats -----------------------------------------------------------------------------
+
+    def _beat(self, msg: Message) -> Call[bool]:
+        """The heartbeat of a held message: renew its lease for the worker's lease length."""
+        return _core.heartbeat(msg, self._lease_ms)
 
     def _held(self) -> list[Message]:
         """The messages whose leases the heartbeats renew: those whose handler is running."""

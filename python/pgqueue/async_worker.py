@@ -18,6 +18,13 @@ Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` 
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
 cancellation still has its result ignored.
 
+Whatever a handler raises finishes its delivery: an Exception, or any other BaseException,
+fails the message. A CancelledError is a failure too unless the handler's own task was
+cancelled: by the shutdown (the message is given back) or from outside the worker, as
+``asyncio.run`` does to the tasks left at its end (given back as well). A KeyboardInterrupt or
+SystemExit (``sys.exit()`` in a handler) also stops the worker at once, the other messages
+given back, and :meth:`AsyncWorker.run` raises it when the worker has shut down.
+
 Connections: one to fetch and acknowledge and one to renew leases, each opened again at its
 first call after a loss (the loop's after the core's doubling ``Backoff``, 0.1 s to 30 s), and
 one LISTEN connection when the queue's ``notify`` is on.
@@ -35,7 +42,6 @@ from typing import TypeVar
 
 import psycopg
 
-from pgqueue import _core
 from pgqueue._lease import AsyncHeartbeats, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
@@ -48,11 +54,11 @@ from pgqueue._worker_core import (
     Timeout,
     Wait,
     WorkerCore,
+    is_async_handler,
 )
 from pgqueue.async_client import AsyncQueue, _AsyncConnector
 from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
-from pgqueue.tasks import Tasks
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
 
@@ -70,7 +76,12 @@ class AsyncWorker(WorkerCore):
 
     Parameters are those of :class:`pgqueue.Worker`, with ``queue`` an
     :class:`~pgqueue.AsyncQueue` (only its name and connection string are used) and
-    ``handler`` a coroutine function. ``timeout`` cancels a handler that runs past it.
+    ``handler`` a coroutine function, an object whose ``__call__`` is one, or a
+    :class:`pgqueue.Tasks` registry of them (a plain function, or a registry with a plain
+    default, is refused with TypeError: it would block the event loop). ``timeout`` cancels a
+    handler that runs past it. As there, the lease is the queue's ``lock_ms`` read at start
+    (unless ``lock_ms`` is given): a changed queue ``lock_ms`` takes effect when the worker
+    restarts. A handler's exceptions: see the module docstring.
     """
 
     def __init__(
@@ -90,8 +101,7 @@ class AsyncWorker(WorkerCore):
         timeout: Timeout | None = None,
         handle_signals: bool = True,
     ) -> None:
-        if not (inspect.iscoroutinefunction(handler)
-                or (isinstance(handler, Tasks) and (handler.is_async or not handler.names))):
+        if is_async_handler(handler) is False:
             raise TypeError("the handler is not a coroutine function: AsyncWorker awaits "
                             "`async def` handlers; use pgqueue.Worker for plain functions")
         if not isinstance(queue, AsyncQueue):
@@ -109,7 +119,8 @@ class AsyncWorker(WorkerCore):
         """Process messages until :meth:`stop` (or SIGINT/SIGTERM), then shut down gracefully.
 
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up; later
-        connection losses are logged and retried.
+        connection losses are logged and retried. Raises a handler's KeyboardInterrupt or
+        SystemExit once the worker has shut down.
         """
         self._claim_run("an AsyncWorker")
         self._loop = asyncio.get_running_loop()
@@ -120,6 +131,7 @@ class AsyncWorker(WorkerCore):
             await self._run()
         finally:
             restore()
+        self._raise_fatal()
 
     def _wake_up(self) -> None:
         loop, wake = self._loop, self._wake
@@ -178,7 +190,7 @@ class AsyncWorker(WorkerCore):
         beats_runner = _AsyncConnector(self._dsn)
 
         async def beat(msg: Message) -> bool:
-            return await beats_runner.run(_core.heartbeat(msg, self._lock_ms))
+            return await beats_runner.run(self._beat(msg))
 
         try:
             self._started_log(await self._do(self._configure()), "asyncio tasks")
@@ -218,35 +230,48 @@ class AsyncWorker(WorkerCore):
 
     def _abandon(self, d: Delivery) -> None:
         if not d.handle.done():
-            d.handle.cancel()  # its _handle gives the message back
+            d.released = True  # stopped by the shutdown: its _handle gives the message back
+            d.handle.cancel()
 
     async def _call(self, msg: Message) -> BaseException | None:
         """Run a coroutine handler (or a Tasks registry's) on a message; return what it raised
-        (None if nothing)."""
+        (None if nothing), but a CancelledError, which :meth:`_handle` tells apart."""
         try:
             result = self._handler(msg)
             if inspect.isawaitable(result):  # a coroutine function, or a Tasks registry's task
                 await result
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the message is failed
             return exc
         return None
 
     async def _handle(self, d: Delivery) -> None:
-        limit = self._limit(d.message)
+        """Run the handler of a delivery and finish the delivery, whatever happens (else its
+        lease would be renewed forever, its slot lost, and the shutdown wait for it)."""
+        scope: asyncio.Timeout | None = None
+        limit: float | None = None
         try:
+            limit = self._limit(d.message)
             if limit is None:
                 d.error = await self._call(d.message)
             else:
                 async with asyncio.timeout(limit) as scope:
                     d.error = await self._call(d.message)
-                if scope.expired():  # the handler swallowed the cancellation: its result is ignored
-                    raise TimeoutError
-        except TimeoutError:
-            d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
-            log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id, limit)
-        except asyncio.CancelledError:
-            d.released = True  # stopped by the shutdown: give the message back
-        self._finish(d)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if d.released or (task is not None and task.cancelling() > 0):
+                d.released = True  # this task was cancelled: by the shutdown, or from outside the worker
+            else:
+                d.error = exc  # the handler's own (it awaited what someone else cancelled): a failure
+        except BaseException as exc:  # the timeout's TimeoutError, or what the timeout function raised
+            d.error = exc
+        finally:
+            if scope is not None and scope.expired() and not d.released:
+                # cancelled at its timeout (if it swallowed the cancellation, its result is ignored)
+                d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
+                log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id, limit)
+            self._finish(d)
 
     async def _listen_loop(self) -> None:
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""

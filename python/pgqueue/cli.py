@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import base64
 import importlib
-import inspect
 import json
 import logging
 import os
@@ -23,11 +22,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, cast
 
 import psycopg
 
 from pgqueue._version import DISTRIBUTION, __version__
+from pgqueue._worker_core import is_async_handler
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
@@ -38,7 +38,6 @@ from pgqueue.errors import (
     QueueNotFound,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
-from pgqueue.tasks import Tasks
 
 __all__ = ["main"]
 
@@ -1044,12 +1043,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             raise UserError(f"cannot listen on {args.metrics_host}:{args.metrics_port}: {exc.strerror or exc}") from exc
         logging.getLogger("pgqueue").info("worker metrics at %s", server.url)
     try:
-        # `async def`, or a Tasks registry of `async def` tasks: the asyncio worker
-        if inspect.iscoroutinefunction(handler) or (isinstance(handler, Tasks) and handler.is_async):
+        # `async def` (a function, an object's __call__, a Tasks registry of them): the asyncio worker
+        if is_async_handler(handler):
             from pgqueue.async_client import AsyncQueue
             from pgqueue.async_worker import AsyncWorker
 
-            async_worker = AsyncWorker(AsyncQueue(dsn, queue_name), handler, **options)
+            async_worker = AsyncWorker(AsyncQueue(dsn, queue_name), cast(Any, handler), **options)  # (checked above)
             if metrics is not None:
                 metrics.in_flight = lambda: async_worker.in_flight
             asyncio.run(async_worker.run())

@@ -73,12 +73,12 @@ from pgqueue._worker_core import (
     Timeout,
     WorkerCore,
     drive,
+    is_async_handler,
     log,
 )
 from pgqueue.client import Queue, _Connector
 from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
-from pgqueue.tasks import Tasks
 
 __all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"]
 
@@ -154,7 +154,7 @@ class _HandlerThreads:
                 job.state, job.started = "running", time.monotonic()
             error: BaseException | None = None
             try:
-                self._handler(job.delivery.message)
+                _not_awaitable(self._handler(job.delivery.message))
             except BaseException as exc:  # a handler must never take a thread down
                 error = exc
             with self._lock:
@@ -166,6 +166,19 @@ class _HandlerThreads:
             self._returned.put((job, error))
 
 
+def _not_awaitable(result: object) -> None:
+    """Raise TypeError if a handler returned an awaitable (a plain function wrapping a coroutine
+    function, say): nothing awaits it here, so what it was to do has not been done. A coroutine
+    is closed first (no "never awaited" warning)."""
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        raise TypeError(f"the handler returned a {type(result).__name__}, an awaitable the Worker does "
+                        "not await (it runs plain functions on threads): use pgqueue.AsyncWorker for "
+                        "coroutine handlers")
+
+
 class Worker(WorkerCore):
     """Process the messages of a queue with a handler, ``concurrency`` at a time.
 
@@ -173,14 +186,20 @@ class Worker(WorkerCore):
         queue: the queue to consume (only its name and connection string are used); the worker
             opens its own connections to its database (one to fetch and acknowledge, one to
             renew leases, one to LISTEN).
-        handler: called with each :class:`~pgqueue.message.Message` on a worker thread (or a
-            :class:`pgqueue.Tasks` registry, which dispatches by task name). Returning
-            completes the message; raising fails it (retry after the queue's back-off, dead
-            letter after ``max_attempts``); raising :class:`pgqueue.Reject` dead-letters it now.
+        handler: a plain function called with each :class:`~pgqueue.message.Message` on a
+            worker thread (or a :class:`pgqueue.Tasks` registry, which dispatches by task name).
+            Returning completes the message; raising fails it (retry after the queue's back-off,
+            dead letter after ``max_attempts``); raising :class:`pgqueue.Reject` dead-letters it
+            now. A coroutine function (or an object whose ``__call__`` is one) is refused with
+            TypeError; a handler that returns an awaitable anyway has its message failed with a
+            TypeError (nothing awaited it). A KeyboardInterrupt or SystemExit from a handler fails
+            its message, then stops the worker at once (the other messages given back) and
+            :meth:`run` raises it.
         concurrency: the most handlers running at once, and messages held at once.
         batch_size: the most messages fetched by one dequeue (default: the free slots).
-        lock_ms: the lease of each delivery (default: the queue's ``lock_ms``); heartbeats
-            renew it every ``lock_ms / 3`` while the handler runs.
+        lock_ms: the lease of each delivery (default: the queue's ``lock_ms``, read when the
+            worker starts: a change of the queue's ``lock_ms`` takes effect when the worker
+            restarts); heartbeats renew it every ``lock_ms / 3`` while the handler runs.
         listen: LISTEN for new-message notifications (the queue must have ``notify`` on).
         poll_min, poll_max: the polling back-off on an empty queue, in seconds.
         shutdown_grace: seconds that in-flight handlers get to finish after :meth:`stop`;
@@ -214,7 +233,7 @@ class Worker(WorkerCore):
         timeout: Timeout | None = None,
         handle_signals: bool = True,
     ) -> None:
-        if inspect.iscoroutinefunction(handler) or (isinstance(handler, Tasks) and handler.is_async):
+        if is_async_handler(handler):
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
                             "on threads; use pgqueue.AsyncWorker for coroutines")
         super().__init__(queue.name, queue.conninfo if dsn is None else dsn, handler, concurrency=concurrency,
@@ -238,7 +257,9 @@ class Worker(WorkerCore):
         ``handle_signals=False``) SIGINT and SIGTERM stop it gracefully while it runs: it then
         returns normally, and the previous signal handlers are back. If the loop is interrupted
         by an exception (a KeyboardInterrupt with ``handle_signals=False``, a bug), the messages
-        in hand are given back at once before it propagates.
+        in hand are given back at once before it propagates. A KeyboardInterrupt or SystemExit
+        raised by a handler stops the worker the same way (its own message failed) and is raised
+        here once the worker has shut down.
 
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
         (``ConnectionFailed``, ``QueueNotFound``, ...); later connection losses are logged
@@ -261,6 +282,7 @@ class Worker(WorkerCore):
             self._run()
         finally:
             self._restore_signal_handlers()
+        self._raise_fatal()
 
     def install_signal_handlers(self) -> None:
         """Make SIGINT and SIGTERM stop the worker gracefully; a second signal stops it now.
@@ -307,7 +329,7 @@ class Worker(WorkerCore):
             self._started_log(drive(self._configure(), self._call, self._wait), "threads")
 
             def beat(msg: Message) -> bool:
-                return bool(beats_runner.run(_core.heartbeat(msg, self._lock_ms)))
+                return bool(beats_runner.run(self._beat(msg)))
 
             beats = Heartbeats(self._held, beat, interval(self._lease_ms), still_held=self._still_held)
             listener = None
