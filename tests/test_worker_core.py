@@ -16,13 +16,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
-from pgqueue._worker_core import WorkerCore
+from pgqueue._core import Call
+from pgqueue._worker_core import Delivery, WorkerCore
 from pgqueue.errors import QueueNotFound
 from pgqueue.worker import HandlerTimeout, Worker
 from test_worker import Results, Started, make_queue, running, start_worker_process, wait_for
@@ -285,3 +287,136 @@ def test_a_long_timeout_does_not_keep_settled_messages_alive(dsn: str) -> None:
         wait_for(lambda: results.count("completed") == 400, timeout=30, what="400 completions")
         held = len(worker._deadlines)
     assert held <= 2 * 4 + 64 + 4, held  # the bound of the pruning, plus one batch
+
+
+@pytest.mark.parametrize("first_ends", ["raises", "returns"])
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_message_delivered_again_to_the_same_worker_is_a_second_delivery(
+        kind: str, first_ends: str, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    # The first delivery's heartbeats come late (held back here): its 300 ms lease runs out while
+    # its handler still runs and the same worker dequeues the message again (attempts 2, a new
+    # token). Both deliveries are held: both count against concurrency, the first one's outcome
+    # is settled with its own token (stale: a lost lease, changing nothing), the second one's
+    # completes the message, and the second one is never dropped (it is heartbeaten, never
+    # delivered a third time). Keyed by message id, the second overwrote the first.
+    queue = make_queue(dsn, retry_base_ms=3600000, retry_cap_ms=3600000)
+    msg_id = queue.enqueue("twice")
+    release = {1: threading.Event(), 2: threading.Event()}
+    beats_back = threading.Event()
+    lock = threading.Lock()
+    running_now: list[tuple[int, int]] = []
+    started: list[tuple[int, int]] = []
+    peak = [0]
+
+    def enter(msg: Message) -> None:
+        with lock:
+            running_now.append((msg.id, msg.attempts))
+            started.append((msg.id, msg.attempts))
+            peak[0] = max(peak[0], len(running_now))
+
+    def leave(msg: Message) -> None:
+        with lock:
+            running_now.remove((msg.id, msg.attempts))
+        if msg.id == msg_id and msg.attempts == 1 and first_ends == "raises":
+            raise RuntimeError("the first delivery failed")
+
+    def gate(msg: Message) -> threading.Event | None:
+        return release.get(msg.attempts, release[2]) if msg.id == msg_id else None
+
+    def handler(msg: Message) -> None:
+        enter(msg)
+        event = gate(msg)
+        if event is not None:
+            event.wait(20)
+        leave(msg)
+
+    async def coroutine(msg: Message) -> None:
+        enter(msg)
+        event = gate(msg)
+        deadline = time.monotonic() + 20
+        while event is not None and not event.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        leave(msg)
+
+    results = Results()
+    options: dict[str, object] = dict(concurrency=2, lock_ms=300, poll_min=0.02, poll_max=0.05,
+                                      shutdown_grace=1.0, on_result=results)
+    worker: Worker | AsyncWorker
+    if kind == "Worker":
+        worker = Worker(queue, handler, **options)  # type: ignore[arg-type]
+    else:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), coroutine, **options)  # type: ignore[arg-type]
+    held = worker._held
+    worker._held = lambda: [m for m in held() if m.attempts > 1 or beats_back.is_set()]  # type: ignore[method-assign]
+
+    def result_of(attempts: int) -> list[tuple[str, bool]]:
+        with results.lock:
+            return [(r.outcome, r.acknowledged) for r in results.items
+                    if (r.message.id, r.message.attempts) == (msg_id, attempts)]
+
+    try:
+        with running(worker):
+            wait_for(lambda: (msg_id, 2) in started, what="the second delivery")
+            assert worker.in_flight == 2  # both deliveries held, both handlers running
+            other = queue.enqueue("no slot for it yet")
+            time.sleep(0.5)
+            assert (other, 1) not in started and peak[0] == 2
+            beats_back.set()  # the first one's beat now finds its lease lost; the second's renews
+            wait_for(lambda: any("lease lost" in r.getMessage() for r in caplog.records), what="the lost beat")
+            release[1].set()
+            wait_for(lambda: result_of(1), what="the first delivery's outcome")
+            assert result_of(1) == [("retried" if first_ends == "raises" else "completed", False)]
+            wait_for(lambda: results.count("completed") >= 1 + (first_ends == "returns"), what="the other message")
+            assert (other, 1) in started and worker.in_flight == 1
+            time.sleep(1.0)  # over three leases: the second delivery is still held and renewed
+            assert (msg_id, 3) not in started and worker.in_flight == 1
+            assert queue.stats().leased == 1
+            release[2].set()
+            wait_for(lambda: result_of(2), what="the second delivery's outcome")
+    finally:
+        for event in release.values():
+            event.set()
+    assert result_of(2) == [("completed", True)]
+    assert [s for s in started if s[0] == msg_id] == [(msg_id, 1), (msg_id, 2)]
+    assert peak[0] == 2
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 0, 0)
+    assert not queue.dead_letters()
+    assert any("lease ran out" in r.getMessage() and str(msg_id) in r.getMessage() for r in caplog.records)
+
+
+def test_two_finished_deliveries_of_one_message_are_acknowledged_in_turn_each_with_its_token() -> None:
+    # The batch acknowledgements answer stale messages by id: both deliveries of one message in
+    # one batch would read the live one as lost too. Driven without a server: the steps yield calls.
+    def message(msg_id: int, attempts: int) -> Message:
+        return Message(id=msg_id, queue="jobs", payload=None, attempts=attempts, state=None, dequeue_at=None,
+                       created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None)
+
+    results = Results()
+    core = WorkerCore("jobs", "dbname=unused", print, concurrency=3, batch_size=None, lock_ms=None, listen=False,
+                      poll_min=0.05, poll_max=1.0, shutdown_grace=1.0, on_result=results, timeout=None,
+                      handle_signals=False)
+    stale, live, other = Delivery(message(7, 1)), Delivery(message(7, 2)), Delivery(message(8, 1))
+    for d in (stale, live, other):
+        core._hold(d)
+    assert core.in_flight == 3
+    core._finished = [stale, live, other]
+    for d in core._finished:
+        d.finished = time.monotonic()
+    step = core._settle()
+    calls: list[tuple[object, object]] = []
+    call = next(step)
+    try:
+        while True:
+            assert isinstance(call, Call)
+            ids, attempts = call.params["ids"], call.params["attempts"]
+            calls.append((ids, attempts))
+            tokens = list(zip(str(ids).strip("{}").split(","), str(attempts).strip("{}").split(",")))
+            # the server's answer: the stale messages by id, (7, 1) the stale token
+            call = step.send(call.result([([7] if ("7", "1") in tokens else [],)]))
+    except StopIteration:
+        pass
+    assert calls == [("{7,8}", "{1,1}"), ("{7}", "{2}")]
+    assert [(r.message.attempts, r.message.id, r.acknowledged) for r in results.items] == [
+        (1, 7, False), (1, 8, True), (2, 7, True)]
+    assert core.in_flight == 0

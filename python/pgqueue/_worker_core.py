@@ -188,10 +188,34 @@ def _worker_conninfo(dsn: str) -> str:
     return make_conninfo(dsn, **extra) if extra else dsn
 
 
+#: A delivery's token, (id, attempts): what the worker keys the deliveries in hand by. A message
+#: whose lease ran out while its handler ran can be dequeued again by the same worker: the new
+#: delivery has the next attempts count, so both are held (and counted) apart.
+Key = tuple[int, int]
+
+
+def _key(msg: Message) -> Key:
+    return msg.id, msg.attempts
+
+
+def _one_per_message(deliveries: list[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
+    """Split deliveries into a first of each message and the rest (later deliveries of a message
+    already in the first list): a batch acknowledgement names stale messages by id only, so two
+    deliveries of one message never go in one."""
+    first: list[Delivery] = []
+    rest: list[Delivery] = []
+    seen: set[int] = set()
+    for d in deliveries:
+        (rest if d.message.id in seen else first).append(d)
+        seen.add(d.message.id)
+    return first, rest
+
+
 @dataclass(eq=False)
 class Delivery:
     """A message in hand, from dequeue until it is acknowledged or given back. ``handle`` is
-    the worker's own handle on the running handler (an asyncio task, a thread's job)."""
+    the worker's own handle on the running handler (an asyncio task, a thread's job). Each
+    dequeue makes one, settled with its own message's token (id, attempts)."""
 
     message: Message
     started: float = field(default_factory=time.monotonic)
@@ -199,6 +223,10 @@ class Delivery:
     error: BaseException | None = None
     released: bool = False  # stopped at shutdown: give it back
     handle: Any = None
+
+    @property
+    def key(self) -> Key:
+        return _key(self.message)
 
 
 class WorkerCore:
@@ -245,7 +273,7 @@ class WorkerCore:
         self._stopping = False
         self._aborting = False
         self._notified = False
-        self._in_hand: dict[int, Delivery] = {}
+        self._in_hand: dict[Key, Delivery] = {}  # by token: two deliveries of one message are two
         self._finished: list[Delivery] = []
         self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
@@ -259,7 +287,8 @@ class WorkerCore:
 
     @property
     def in_flight(self) -> int:
-        """How many messages the worker holds right now."""
+        """How many deliveries the worker holds right now (handlers running or to be acknowledged;
+        a message dequeued again after its lease ran out under a running handler counts twice)."""
         return len(self._in_hand)
 
     def stop(self, *, now: bool = False) -> None:
@@ -340,19 +369,20 @@ class WorkerCore:
         slots free after that, in one statement (``message_complete_and_dequeue``). Returns
         (wanted, got); got is None when there was nothing to complete or no slot to fill. A
         database error propagates, the deliveries kept to be acknowledged again."""
-        done = [d for d in self._finished if d.error is None and not d.released]
+        done, _ = _one_per_message([d for d in self._finished if d.error is None and not d.released])
         want = min(self._concurrency - len(self._in_hand) + len(done), self._batch_size)
         if not done or want <= 0:
             return 0, None
         self._notified = False
-        self._finished = [d for d in self._finished if d.error is not None or d.released]
+        taken = {id(d) for d in done}
+        self._finished = [d for d in self._finished if id(d) not in taken]
         try:
             messages, lost = yield _core.complete_and_dequeue(self._name, [d.message for d in done], want,
                                                               lock_ms=self._lease_ms)
         except _DATABASE_ERRORS:
             self._finished = done + self._finished
             raise
-        for result in self._completed(done, {m.id for m in lost}):
+        for result in self._completed(done, lost):
             self._report(result)
         self._start(messages)
         return want, len(messages)
@@ -394,9 +424,10 @@ class WorkerCore:
         results: list[Result] = []
         error: BaseException | None = None
         try:
-            if done:
-                lost = {m.id for m in (yield _core.complete_many([d.message for d in done]))}
-                results += self._completed(done, lost)
+            while done:  # in turns when a message has two deliveries here (see _one_per_message)
+                batch_done, done = _one_per_message(done)
+                lost = yield _core.complete_many([d.message for d in batch_done])
+                results += self._completed(batch_done, lost)
             for d in batch:
                 if d.released:
                     results.append((yield from self._release(d)))
@@ -405,7 +436,7 @@ class WorkerCore:
                     results.append((yield from self._fail(d)))
                     requeued = requeued or results[-1].outcome == "retried"
         except _DATABASE_ERRORS as exc:
-            self._finished = [d for d in batch if d.message.id in self._in_hand] + self._finished
+            self._finished = [d for d in batch if self._in_hand.get(d.key) is d] + self._finished
             error = exc
         for result in results:
             self._report(result)
@@ -418,22 +449,31 @@ class WorkerCore:
         msg = d.message
         if isinstance(d.error, Reject):  # no retry can fix it: dead-letter it now
             ok = yield _core.reject(msg, _describe(d.error))
-            self._in_hand.pop(msg.id, None)
-            log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(d.error))
+            self._let_go(d)
+            if ok:
+                log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(d.error))
+            else:
+                self._lost_log(msg, f"rejected: {_describe(d.error)}")
             return Result(msg, "dead", ok, d.error, self._took(d))
         last = self._max_attempts is not None and msg.attempts >= self._max_attempts
         ok = yield _core.fail(msg, _describe(d.error))
-        self._in_hand.pop(msg.id, None)
-        log.warning("message %d failed (attempt %d): %s; %s", msg.id, msg.attempts, _describe(d.error),
-                    "moved to the dead letters" if last else "will be retried")
+        self._let_go(d)
+        if ok:
+            log.warning("message %d failed (attempt %d): %s; %s", msg.id, msg.attempts, _describe(d.error),
+                        "moved to the dead letters" if last else "will be retried")
+        else:
+            self._lost_log(msg, f"failed: {_describe(d.error)}")
         log.debug("message %d: handler traceback", msg.id, exc_info=d.error)
         return Result(msg, "dead" if last else "retried", ok, d.error, self._took(d))
 
     def _release(self, d: Delivery) -> Step[Result]:
         """Give a message back unprocessed, due now (its attempts count stays)."""
         ok = yield _core.defer(d.message)
-        self._in_hand.pop(d.message.id, None)
-        log.info("message %d given back (its handler had not finished)", d.message.id)
+        self._let_go(d)
+        if ok:
+            log.info("message %d given back (its handler had not finished)", d.message.id)
+        else:
+            self._lost_log(d.message, "given back")
         return Result(d.message, "released", ok, None, self._took(d))
 
     def _loop_until_stopped(self) -> Step[None]:
@@ -537,19 +577,34 @@ class WorkerCore:
         if self._fatal is not None:
             raise self._fatal
 
-    def _completed(self, done: list[Delivery], lost: set[int]) -> list[Result]:
-        """The results of deliveries acknowledged as completed (``lost``: the ids whose lease
-        had been lost); they leave the worker's hands."""
+    def _completed(self, done: list[Delivery], lost: list[Message]) -> list[Result]:
+        """The results of deliveries acknowledged as completed (``lost``: those of their messages
+        whose lease had been lost); they leave the worker's hands."""
+        stale = {_key(m) for m in lost}
         results = []
         for d in done:
             log.debug("message %d completed (attempt %d, %.3f s)", d.message.id, d.message.attempts, self._took(d))
-            if d.message.id in lost:
-                log.warning("message %d: finished after its lease ran out; it was delivered "
-                            "again (raise lock_ms?)", d.message.id)
-            results.append(Result(d.message, "completed", d.message.id not in lost, None, self._took(d)))
-            if self._in_hand.get(d.message.id) is d:
-                del self._in_hand[d.message.id]
+            if d.key in stale:
+                self._lost_log(d.message, "finished")
+            results.append(Result(d.message, "completed", d.key not in stale, None, self._took(d)))
+            self._let_go(d)
         return results
+
+    def _hold(self, d: Delivery) -> None:
+        """Take a new delivery in hand (a worker's _start)."""
+        self._in_hand[d.key] = d
+
+    def _let_go(self, d: Delivery) -> None:
+        """A delivery is settled: it leaves the worker's hands (another delivery of its message,
+        if the worker holds one, stays)."""
+        if self._in_hand.get(d.key) is d:
+            del self._in_hand[d.key]
+
+    @staticmethod
+    def _lost_log(msg: Message, what: str) -> None:
+        """Log an acknowledgement the database refused as stale: the lease had run out."""
+        log.warning("message %d: %s after its lease ran out (attempt %d); it was delivered again, so "
+                    "this changed nothing (raise lock_ms?)", msg.id, what, msg.attempts)
 
     @staticmethod
     def _took(d: Delivery) -> float:
@@ -578,8 +633,10 @@ class WorkerCore:
         return [d.message for d in self._running()]
 
     def _still_held(self, msg: Message) -> bool:
-        d = self._in_hand.get(msg.id)
-        return d is not None and d.message.attempts == msg.attempts and d.finished is None
+        """Whether the delivery with this message's token is in hand and its handler running (a
+        stale delivery's beat is refused and never repeated; the live one's goes on)."""
+        d = self._in_hand.get(_key(msg))
+        return d is not None and d.finished is None
 
 
 def drive(step: Step[T], run: Callable[[Call[Any]], Any], wait: Callable[[float], None]) -> T:

@@ -225,7 +225,7 @@ class AsyncWorker(WorkerCore):
         """Start a task for the handler of each newly leased message."""
         for msg in messages:
             d = Delivery(msg)
-            self._in_hand[msg.id] = d
+            self._hold(d)
             d.handle = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
 
     def _abandon(self, d: Delivery) -> None:

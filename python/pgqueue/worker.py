@@ -381,7 +381,7 @@ class Worker(WorkerCore):
         assert self._threads is not None
         for msg in messages:
             d = Delivery(msg)
-            self._in_hand[msg.id] = d
+            self._hold(d)
             d.handle = self._threads.submit(d)
             limit = self._limit(msg)
             if limit is not None:
