@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,13 +22,14 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from psycopg import sql
+from werkzeug.datastructures import MultiDict
 
 from conftest import REPO, Server
 from pgqueue import Queue
 from pgqueue.client import list_queues
 from pgqueue.dashboard import Options, start
 from pgqueue.dashboard.app import close, create_app
-from pgqueue.dashboard.payload import show
+from pgqueue.dashboard.payload import MAX_SHOWN, show
 from pgqueue.dashboard.sampler import Sample, depth_series, oldest_series, throughput_series
 from pgqueue.message import QueueStats
 
@@ -129,6 +131,79 @@ def test_payload_rendering_falls_back_to_hex() -> None:
     assert big.truncated and len(big.text) == 16 * 1024 and big.size == 100_000
 
 
+def hidden_fields(page: str) -> MultiDict[str, str]:
+    """The hidden fields of a page's form (the confirmation's), as a browser posts them."""
+    return MultiDict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', page))
+
+
+def test_big_payloads_are_read_and_shown_as_their_first_bytes(conn: psycopg.Connection[Any],
+                                                              make_app: Any) -> None:
+    """The queue and dead-letter pages read MAX_SHOWN bytes of a payload, not all of it (a page of
+    100 messages of 10 MB took gigabytes), and say how many of how many bytes they show."""
+    big = b"x" * 1_000_000
+    document = ('{"items": [' + ", ".join(['"abcdefgh"'] * 100_000) + "]}").encode()
+    for _ in range(8):
+        dead_letter(conn, "default", big, "text/plain")
+    dead_letter(conn, "default", document, "application/json")
+    Queue(conn, "default").enqueue_many([big] * 8)  # bytes: hex dumps
+    conn.execute("SELECT pgqueue.message_create('default', %s::bytea, NULL, 'application/json')", (document,))
+    client = make_app().test_client()
+    for path in ("/queues/default", "/queues/default/dead"):
+        client.get(path)  # the pool's connection, templates compiled
+        tracemalloc.start()
+        try:
+            page = client.get(path).get_data(as_text=True)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8_000_000, (path, peak)  # below the 9 MB of payloads on the page (and 33 MB before)
+        assert page.count("1000000 bytes · first 16384 bytes shown") == 8
+        assert f"{len(document)} bytes · first 16384 bytes shown · the first 16384 bytes of the JSON" in page
+    from pgqueue.dashboard.app import dead_letters_shown, peek_shown
+
+    for rows, content_type in ((peek_shown(conn, "default", 100), None),
+                               (dead_letters_shown(conn, "default", 100), "text/plain")):
+        assert len(rows) == 9
+        for item, shown in rows:
+            assert len(item.content) <= MAX_SHOWN + 1
+            if item.content_type == content_type:
+                assert (shown.size, shown.shown_bytes, shown.truncated) == (1_000_000, MAX_SHOWN, True)
+            else:
+                assert (shown.kind, shown.size, shown.truncated) == ("text", len(document), True)
+                assert shown.text == document[:MAX_SHOWN].decode()
+    # the same rows, in the same order, as the client's peek and dead_letters
+    assert [m.id for m, _ in peek_shown(conn, "default", 100)] == [m.id for m in Queue(conn, "default").peek(100)]
+    assert ([d.id for d, _ in dead_letters_shown(conn, "default", 100)]
+            == [d.id for d in Queue(conn, "default").dead_letters(100)])
+
+
+def test_the_payload_label_counts_bytes() -> None:
+    """"first N bytes shown" of the stored size: text is cut at a character boundary within
+    MAX_SHOWN bytes, a hex dump says how many bytes it dumps, nothing whole is called cut."""
+    accents = "é" * 10_000  # 20,000 bytes
+    cut = show(accents.encode(), "text/plain")
+    assert (cut.size, cut.shown_bytes, cut.truncated, cut.text) == (20_000, 16_384, True, "é" * 8192)
+    odd = show(("a" + accents).encode(), "text/plain")  # the cut splits an é: it is left out
+    assert (odd.shown_bytes, odd.text) == (16_383, "a" + "é" * 8191)
+    whole = show(("é" * 5000).encode(), "text/plain")
+    assert (whole.size, whole.shown_bytes, whole.truncated) == (10_000, 10_000, False)
+    dump = show(b"\x00" * 100_000, None)
+    assert (dump.kind, dump.size, dump.shown_bytes, dump.truncated) == ("hex", 100_000, 16_384, True)
+    assert dump.text.count("\n") == 16_384 // 16 - 1
+    # the first bytes of a bigger payload, its size given apart (what the pages read)
+    prefix = show(accents.encode()[:MAX_SHOWN + 1], "text/plain", 20_000)
+    assert (prefix.text, prefix.shown_bytes, prefix.truncated) == (cut.text, 16_384, True)
+    start = show(b'{"a": "' + b"b" * MAX_SHOWN, "application/json", 50_000)
+    assert start.kind == "text" and start.truncated and "the first 16384 bytes of the JSON" in start.note
+    # JSON that fits but whose indented form would not: whole, as stored; nesting too deep to parse: text
+    flat = b"[" + b",".join([b"1"] * 8000) + b"]"
+    wide = show(flat, "application/json")
+    assert (wide.kind, wide.text, wide.truncated) == ("text", flat.decode(), False) and "pretty-printed" in wide.note
+    deep = show(b"[" * 3000 + b"]" * 3000, "application/json")
+    assert deep.kind == "text" and not deep.truncated
+    assert show(b"abc", "text/plain; charset=base64").kind == "hex"  # no text encoding
+
+
 def test_user_controlled_text_is_escaped(conn: psycopg.Connection[Any], make_app: Any) -> None:
     """A payload, a content type and an error text that are markup come out as text."""
     dead_letter(conn, "default", XSS_TEXT.encode(), "text/plain", XSS_ERROR)
@@ -164,9 +239,52 @@ def test_requeue_and_purge_need_csrf_and_a_confirmation(conn: psycopg.Connection
     stats = Queue(conn, "default").stats()
     assert (stats.dead, stats.ready) == (1, 1)
     assert "requeued 1 dead letter(s)" in client.get(response.headers["Location"]).get_data(as_text=True)
-    response = client.post("/queues/default/dead/purge", data={"all": "1", "csrf_token": token, "confirm": "yes"})
+    page = client.post("/queues/default/dead/purge", data={"all": "1", "csrf_token": token}).get_data(as_text=True)
+    response = client.post("/queues/default/dead/purge", data=hidden_fields(page))
     assert response.status_code == 303 and Queue(conn, "default").stats().dead == 0
     assert second not in [d.id for d in Queue(conn, "default").dead_letters()]
+
+
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+def test_all_means_the_dead_letters_the_confirmation_counted(conn: psycopg.Connection[Any], make_app: Any,
+                                                             action: str) -> None:
+    """"Requeue all" / "Purge all" acts on the letters dead when the confirmation was shown: one
+    that dies between the confirmation and the click is left alone."""
+    counted = dead_letter(conn, "default")
+    client = make_app().test_client()
+    token = csrf(client, "/queues/default/dead")
+    page = client.post(f"/queues/default/dead/{action}", data={"all": "1", "csrf_token": token}).get_data(as_text=True)
+    assert "All 1 dead letters" in page
+    time.sleep(0.01)  # a later millisecond
+    later = dead_letter(conn, "default")
+    response = client.post(f"/queues/default/dead/{action}", data=hidden_fields(page))
+    assert response.status_code == 303
+    assert [d.id for d in Queue(conn, "default").dead_letters()] == [later]
+    assert f"{action}d 1 dead letter(s)" in client.get(response.headers["Location"]).get_data(as_text=True)
+    assert [m.id for m in Queue(conn, "default").peek()] == ([] if action == "purge" else [counted + 2])
+    # a confirmation that does not say what it counted does nothing
+    response = client.post(f"/queues/default/dead/{action}", data={"all": "1", "csrf_token": token, "confirm": "yes"})
+    assert response.status_code == 400 and Queue(conn, "default").stats().dead == 1
+    # none dead when it was shown: none touched
+    Queue(conn, "default").purge_dead()
+    page = client.post(f"/queues/default/dead/{action}", data={"all": "1", "csrf_token": token}).get_data(as_text=True)
+    dead_letter(conn, "default")
+    assert client.post(f"/queues/default/dead/{action}", data=hidden_fields(page)).status_code == 303
+    assert Queue(conn, "default").stats().dead == 1
+
+
+def test_the_done_notice_is_the_servers_text(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """The notice after an action comes from a code and a count; a crafted link shows no text of its own."""
+    client = make_app().test_client()
+    page = client.get("/queues/default/dead?done=Your+session+expired:+call+555-0100").get_data(as_text=True)
+    assert "555-0100" not in page and 'id="done"' not in page
+    assert 'id="done">purged 3 dead letter(s)<' in client.get("/queues/default/dead?done=purged&n=3").get_data(
+        as_text=True)
+    assert 'id="done"' not in client.get("/queues/default/dead?done=purged&n=lots").get_data(as_text=True)
+    letter = dead_letter(conn, "default")
+    token = csrf(client)
+    response = client.post("/queues/default/dead/purge", data={"id": letter, "csrf_token": token, "confirm": "yes"})
+    assert response.headers["Location"].endswith("/queues/default/dead?done=purged&n=1")
 
 
 def test_read_only_mode_changes_nothing(conn: psycopg.Connection[Any], make_app: Any) -> None:
@@ -479,3 +597,23 @@ def test_queues_that_share_counters_are_named(conn: psycopg.Connection[Any], mak
     assert set(sample.counters["q00"]) == {"enqueued", "delivered", "completed", "failed", "dead_lettered", "expired"}
     shared = app.test_client().get("/api/history").get_json()["shared_counters"]
     assert len(shared) >= 2 and set(shared) <= set(sample.counters)
+    # each queue of a shared stripe reports the stripe's sum: the all-queues rate counts it once
+    assert set(sample.stripes) == set(shared) and len(set(sample.stripes.values())) < len(shared)
+    Queue(conn, shared[0]).enqueue_many(["x"] * 3)
+    time.sleep(0.05)
+    after = app.extensions["pgqueue"]["sampler"].tick()
+    assert after is not None and after.counters is not None
+    assert after.counters[shared[0]]["enqueued"] - sample.counters[shared[0]]["enqueued"] == 3
+    rates = throughput_series([sample, after], None)[1]
+    assert rates["enqueued"][0][1] * (after.t - sample.t) == pytest.approx(3)
+
+
+def test_all_queues_throughput_counts_a_shared_stripe_once() -> None:
+    """a and b share a stripe (each reports the sum of both), c has its own."""
+    def sample(t: float, ab: int, c: int) -> Sample:
+        return Sample(t, {}, None, {"a": {"enqueued": ab}, "b": {"enqueued": ab}, "c": {"enqueued": c}},
+                      frozenset({"a", "b"}), {"a": 7, "b": 7})
+
+    samples = [sample(0.0, 10, 1), sample(2.0, 20, 3)]
+    assert throughput_series(samples, None)[1] == {"enqueued": [(2.0, 6.0)]}
+    assert throughput_series(samples, "b")[1] == {"enqueued": [(2.0, 5.0)]}  # one queue: its stripe's sum

@@ -1,9 +1,11 @@
 """The SQL the dashboard sends beside the client's (``pgqueue._sql``), as constants.
 
-Queues, stats, peeking and dead letters go through :class:`pgqueue.Queue` and the extension's
+Queues, stats and dead-letter actions go through :class:`pgqueue.Queue` and the extension's
 functions. What the SQL API has no function for is read here: the role's privileges, the
 messages under a live lease, the database sessions of workers (``pg_stat_activity``) and the
-message id sequence, whose growth is the enqueue rate of all queues together.
+message id sequence, whose growth is the enqueue rate of all queues together; and peeking and
+dead letters are read here through the client's function and view, but only the first bytes of
+each payload.
 """
 
 from __future__ import annotations
@@ -87,3 +89,37 @@ LAST_MESSAGE_ID: Final[LiteralString] = (
 # own samples of depth when not.
 COUNTERS_FUNCTION: Final[LiteralString] = (
     "SELECT pg_catalog.to_regprocedure('pgqueue.queue_counters(text)') IS NOT NULL")
+
+# The queue page's messages and the dead-letter page's letters: what pgqueue._sql.PEEK and
+# pgqueue._sql.DEAD_LETTERS read, through the same function and view (same privileges, same
+# order), the same columns in the same places (pgqueue._core.pending_from_row and
+# dead_letter_from_row read them), but only the first %(shown)s bytes of each content, its size
+# stored last (octet_length) and no checkpoint state (NULL): the pages show at most
+# payload.MAX_SHOWN bytes of a payload, and a page of 100 messages of 10 MB would otherwise be
+# a gigabyte in the dashboard's memory.
+PEEK_SHOWN: Final[LiteralString] = (
+    "SELECT p.id, substring(p.content FROM 1 FOR %(shown)s::integer), p.content_type, p.attempts, "
+    "p.dequeue_at, p.created_at, p.locked_until, NULL::bytea, p.last_error, octet_length(p.content) "
+    "FROM pgqueue.message_peek(%(queue)s::text, %(limit)s::integer) AS p"
+)
+DEAD_LETTERS_SHOWN: Final[LiteralString] = (
+    "SELECT d.id, d.queue, substring(d.content FROM 1 FOR %(shown)s::integer), d.content_type, NULL::bytea, "
+    "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
+    "WHERE d.queue = %(queue)s::text ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
+)
+
+# "Requeue all" / "Purge all" act on the dead letters the confirmation page counted: those dead
+# by the newest dead_at it saw (NULL: none), not on letters that died after it was shown.
+# Purge takes the bound itself (dead_letter_purge's p_before, dead_at < bound + 1); requeue
+# takes ids, so the ids of the letters dead by then are read in the same statement.
+DEAD_NEWEST: Final[LiteralString] = (
+    "SELECT max(d.dead_at) FROM pgqueue.dead_letters AS d WHERE d.queue = %(queue)s::text")
+DEAD_REQUEUE_UPTO: Final[LiteralString] = (
+    "SELECT pgqueue.dead_letter_requeue(%(queue)s::text, ARRAY(SELECT d.id FROM pgqueue.dead_letters AS d "
+    "WHERE d.queue = %(queue)s::text AND d.dead_at <= %(upto)s::bigint ORDER BY d.id))"
+)
+
+# The counter stripe (id & 63, pgqueue._count_seq) of each queue: the queues that share one
+# (queue_counters' shared) each report the stripe's sum, which the all-queues throughput counts
+# once. queue_counters reads these columns, so a role that may read the counters may read them.
+QUEUE_STRIPES: Final[LiteralString] = "SELECT q.name::text, q.id & 63 FROM pgqueue.queue AS q"

@@ -19,19 +19,23 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
+from pgqueue._core import dead_letter_from_row, pending_from_row
 from pgqueue._version import __version__
 from pgqueue.cli import format_ms
 from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
-from pgqueue.dashboard.payload import show
+from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
 from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, oldest_series, throughput_series
 from pgqueue.errors import PgQueueError, QueueNotFound, translate
-from pgqueue.message import to_datetime
+from pgqueue.message import DeadLetter, Pending, to_datetime
 
 #: Dead letters and peeked messages listed on a page.
 PAGE_LIMIT = 100
 #: The form field and header that carry the CSRF token.
 CSRF_FIELD = "csrf_token"
+#: What the dead-letter page says after an action: the redirect names the action and a count
+#: (``?done=purged&n=3``), never text of its own.
+DONE = {"requeued": "requeued {n} dead letter(s)", "purged": "purged {n} dead letter(s)"}
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,36 @@ def _fmt_time(value: datetime | int | None) -> str:
     if isinstance(value, int):
         value = to_datetime(value)
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def peek_shown(conn: psycopg.Connection[Any], queue: str, limit: int) -> list[tuple[Pending, Shown]]:
+    """Return up to ``limit`` waiting messages as ``Queue.peek`` would, each with how the page shows
+    its payload; only the first MAX_SHOWN bytes of each content are read (``content`` holds
+    them, and ``payload`` their decoding), and no checkpoint state (``state`` is None)."""
+    rows = conn.execute(_sql.PEEK_SHOWN, {"queue": queue, "limit": limit, "shown": MAX_SHOWN}).fetchall()
+    out = []
+    for row in rows:
+        m = pending_from_row(queue, row)
+        out.append((m, show(m.content, m.content_type, int(row[9]))))
+    return out
+
+
+def dead_letters_shown(conn: psycopg.Connection[Any], queue: str, limit: int) -> list[tuple[DeadLetter, Shown]]:
+    """Return up to ``limit`` dead letters as ``Queue.dead_letters`` would, each with how the page
+    shows its payload; only the first MAX_SHOWN bytes of each content are read (as
+    :func:`peek_shown`)."""
+    rows = conn.execute(_sql.DEAD_LETTERS_SHOWN, {"queue": queue, "limit": limit, "shown": MAX_SHOWN}).fetchall()
+    out = []
+    for row in rows:
+        d = dead_letter_from_row(row)
+        out.append((d, show(d.content, d.content_type, int(row[9]))))
+    return out
+
+
+def _done(args: Any) -> str | None:
+    """The notice of ``?done=<action>&n=<count>`` (None for anything else)."""
+    text, n = DONE.get(args.get("done", "")), args.get("n", "")
+    return text.format(n=int(n)) if text is not None and n.isdigit() and len(n) < 19 else None
 
 
 def _is_loopback_host(host: str) -> bool:
@@ -260,7 +294,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         peek_error = None
         pending: list[tuple[Any, Any]] = []
         if p.read_content:
-            pending = [(m, show(m.content, m.content_type)) for m in queue.peek(PAGE_LIMIT)]
+            with pool.connection() as conn:
+                pending = peek_shown(conn, name, PAGE_LIMIT)
         else:
             peek_error = f"role {p.role} may not read message contents (SELECT on pgqueue.message.content)"
         counters = None
@@ -283,10 +318,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if not p.read_dead:
             raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
                                sqlstate="42501")
-        letters = [(d, show(d.content, d.content_type)) for d in queue.dead_letters(PAGE_LIMIT)]
+        with pool.connection() as conn:
+            letters = dead_letters_shown(conn, name, PAGE_LIMIT)
         stats = queue.stats() if p.read_stats else None
         return render_template("dead.html", p=p, writable=writable(p), name=name, letters=letters, stats=stats,
-                               done=request.args.get("done"))
+                               done=_done(request.args))
 
     @app.route("/queues/<name>/dead/<action>", methods=["POST"])
     def dead_action(name: str, action: str) -> BaseResponse | tuple[str, int] | str:
@@ -308,15 +344,35 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             abort(400, "choose dead letters (or all of them) first")
         queue = Queue(pool, name)
         if request.form.get("confirm") != "yes":
+            upto = None
+            if every:  # the newest death this page sees bounds what the confirmation acts on
+                if not p.read_dead:
+                    raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
+                                       sqlstate="42501")
+                queue.settings()  # 404 for an unknown queue
+                with pool.connection() as conn:
+                    row = conn.execute(_sql.DEAD_NEWEST, {"queue": name}).fetchone()
+                upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
             return render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
-                                   every=every, dead=queue.stats().dead if p.read_stats else None)
-        if action == "requeue":
-            n = queue.requeue_dead(None if every else ids)
-            done = f"requeued {n} dead letter(s)"
+                                   every=every, upto=upto, dead=queue.stats().dead if p.read_stats else None)
+        if every:
+            try:
+                upto = int(request.form.get("upto", ""))
+            except ValueError:
+                abort(400, "this confirmation does not say which dead letters it counted: "
+                           "go back to the dead letters and choose again")
+            if action == "requeue":
+                with pool.connection() as conn:
+                    row = conn.execute(_sql.DEAD_REQUEUE_UPTO, {"queue": name, "upto": upto}).fetchone()
+                n = 0 if row is None else int(row[0])
+            else:
+                n = queue.purge_dead(None, before=upto + 1)  # dead_at < upto + 1
+        elif action == "requeue":
+            n = queue.requeue_dead(ids)
         else:
-            n = queue.purge_dead(None if every else ids)
-            done = f"purged {n} dead letter(s)"
-        return redirect(url_for("dead_page", name=name, done=done), 303)
+            n = queue.purge_dead(ids)
+        return redirect(url_for("dead_page", name=name, done="requeued" if action == "requeue" else "purged", n=n),
+                        303)
 
     def _workers(p: Privileges, queue: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
         leased: list[dict[str, Any]] = []

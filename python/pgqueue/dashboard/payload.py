@@ -1,15 +1,23 @@
 """How the dashboard shows a payload: by its content type, JSON pretty-printed, text as it is,
 anything else (raw bytes, an unknown type, bytes that are not what their type says) as a hex
-dump. The result is plain text: the templates escape it."""
+dump. The result is plain text: the templates escape it.
+
+At most :data:`MAX_SHOWN` bytes of a payload are shown, and the dashboard reads no more than
+that from the database (``substring(content ...)``, with ``octet_length(content)`` for the
+size): :func:`show` takes the bytes read and the size stored apart. A payload cut short is shown
+as its first bytes (whole characters of text; JSON unparsed, as text), and says how many of how
+many bytes that is.
+"""
 
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass
 
 from pgqueue.codec import media_type
 
-#: Bytes shown of a payload; the rest is summarised.
+#: Bytes shown of a payload (and read of it from the database); the rest is summarised.
 MAX_SHOWN = 16 * 1024
 
 
@@ -20,8 +28,13 @@ class Shown:
     kind: str  # "json", "text" or "hex"
     text: str
     size: int  # bytes stored
-    truncated: bool
-    note: str = ""  # why it is shown as hex, when its type said otherwise
+    shown_bytes: int  # bytes of the stored payload that ``text`` shows (all of them, or the first ones)
+    note: str = ""  # why it is shown otherwise than its type says, or cut short
+
+    @property
+    def truncated(self) -> bool:
+        """Whether only the first :attr:`shown_bytes` of the :attr:`size` stored bytes are shown."""
+        return self.shown_bytes < self.size
 
 
 def hex_dump(data: bytes) -> str:
@@ -35,26 +48,42 @@ def hex_dump(data: bytes) -> str:
     return "\n".join(lines)
 
 
-def show(content: bytes, content_type: str | None) -> Shown:
-    """Return how to show a payload stored as ``content`` with ``content_type``."""
-    data = bytes(content)
-    size = len(data)
-    truncated = size > MAX_SHOWN
+def _decode(data: bytes, charset: str, cut: bool) -> tuple[str, int]:
+    """Decode ``data``; if it is the start of a longer payload (``cut``), the whole characters
+    in it. Return the text and how many bytes of ``data`` it is. Raises LookupError for an
+    unknown charset (or one that is no text encoding), UnicodeDecodeError for bad bytes."""
+    if not getattr(codecs.lookup(charset), "_is_text_encoding", True):  # base64, zlib: as bytes.decode does
+        raise LookupError(f"{charset!r} is not a text encoding")
+    decoder = codecs.getincrementaldecoder(charset)("strict")
+    text = decoder.decode(data, final=not cut)
+    pending = decoder.getstate()[0] if cut else b""  # a character the cut split: not shown
+    return text, len(data) - len(pending)
+
+
+def show(content: bytes, content_type: str | None, size: int | None = None) -> Shown:
+    """Return how to show a payload of ``content_type``: ``content`` is the payload, or when
+    ``size`` (the bytes stored) is given, maybe only its first bytes (:data:`MAX_SHOWN` suffice)."""
+    data = bytes(content[:MAX_SHOWN])
+    size = len(content) if size is None else size
+    cut = size > len(data)
     kind, params = media_type(content_type)
+    charset = params.get("charset", "utf-8")
     note = ""
     if kind == "application/json" or kind.endswith("+json") or kind.startswith("text/"):
         try:
-            text = data.decode(params.get("charset", "utf-8"))
+            text, n = _decode(data, charset, cut)
         except (LookupError, UnicodeDecodeError) as exc:
-            note = f"not {params.get('charset', 'utf-8')} text ({type(exc).__name__}): shown as hex"
+            note = f"not {charset} text ({type(exc).__name__}): shown as hex"
         else:
             if kind.startswith("text/"):
-                return Shown("text", text[:MAX_SHOWN], size, truncated)
+                return Shown("text", text, size, n)
+            if cut:  # the start of a JSON document does not parse
+                return Shown("text", text, size, n, f"the first {n} bytes of the JSON: shown as text, not parsed")
             try:
-                value = json.loads(text)
-            except ValueError:
-                note = "not valid JSON: shown as text"
-                return Shown("text", text[:MAX_SHOWN], size, truncated, note)
-            pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
-            return Shown("json", pretty[:MAX_SHOWN], size, len(pretty) > MAX_SHOWN)
-    return Shown("hex", hex_dump(data[:MAX_SHOWN]), size, truncated, note)
+                pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
+            except (ValueError, RecursionError):
+                return Shown("text", text, size, n, "not valid JSON: shown as text")
+            if len(pretty.encode()) > MAX_SHOWN:  # indented, it would not fit: shown as stored, whole
+                return Shown("text", text, size, n, f"JSON as stored: pretty-printed it is over {MAX_SHOWN} bytes")
+            return Shown("json", pretty, size, n)
+    return Shown("hex", hex_dump(data), size, len(data), note)

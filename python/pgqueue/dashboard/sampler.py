@@ -46,6 +46,7 @@ class Sample:
     last_id: int | None
     counters: dict[str, dict[str, int]] | None
     shared: frozenset[str] = frozenset()  # queues whose counters also count another queue's messages
+    stripes: dict[str, int] = field(default_factory=dict)  # the counter stripe of each queue in shared
 
 
 @dataclass
@@ -127,7 +128,11 @@ def take_sample(conn: psycopg.Connection[Any]) -> Sample:
             raise
         return Sample(now, stats, last_id, None)
     counters = {c.queue: {name: getattr(c, name) for name in COUNTERS} for c in every}
-    return Sample(now, stats, last_id, counters, frozenset(c.queue for c in every if c.shared))
+    shared = frozenset(c.queue for c in every if c.shared)
+    stripes: dict[str, int] = {}
+    if shared:  # the queues of a shared stripe each report its sum: the total counts it once
+        stripes = {str(r[0]): int(r[1]) for r in conn.execute(_sql.QUEUE_STRIPES).fetchall() if r[0] in shared}
+    return Sample(now, stats, last_id, counters, shared, stripes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,10 +193,16 @@ def throughput_series(samples: list[Sample], queue: str | None) -> tuple[str, di
             dt = b.t - a.t
             names = [queue] if queue is not None else list(b.counters)
             totals: dict[str, float] = {}
+            stripes: set[int] = set()  # shared stripes counted (all queues): each once
             for name in names:
                 before, after = a.counters.get(name), b.counters.get(name)
                 if before is None or after is None:
                     continue
+                stripe = b.stripes.get(name) if queue is None else None
+                if stripe is not None:
+                    if stripe in stripes:
+                        continue  # its counters are another queue's, counted already
+                    stripes.add(stripe)
                 for counter, value in after.items():
                     if counter in before:
                         # a queue dropped and created again starts from zero: no negative rate
