@@ -3783,15 +3783,17 @@ $$;
 
 -- The first minute strictly after p_after (epoch ms) that a five-field cron expression
 -- (minute hour day-of-month month day-of-week, UTC; day-of-week 0-7 with 0 and 7 Sunday)
--- matches, in epoch ms. As in cron, when both day fields are restricted a day matching either
--- is taken. Raises 22023 for a malformed expression or one that matches no day in five years.
+-- matches, in epoch ms. As in cron, when both day fields are restricted (neither starts with
+-- '*') a day matching either is taken; otherwise a day must match both (so '*/2' in a day field
+-- is its step, not "every day"). Raises 22023 for a malformed expression or one that matches no
+-- day in 50 years (a February 29 that must be a given weekday can be 40 years away).
 CREATE FUNCTION pgqueue._cron_next(p_cron text, p_after bigint)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_f      text[] := regexp_split_to_array(btrim(p_cron), '\s+');
+    v_f      text[] := regexp_split_to_array(regexp_replace(p_cron, '^\s+|\s+$', '', 'g'), '\s+');
     v_min    integer[];
     v_hour   integer[];
     v_dom    integer[];
@@ -3824,13 +3826,12 @@ BEGIN
     END IF;
     v_any_dom := v_f[3] LIKE '*%';
     v_any_dow := v_f[5] LIKE '*%';
-    FOR i IN 0 .. 366 * 5 LOOP
+    FOR i IN 0 .. 366 * 50 LOOP
         v_day := v_t::date + i;
         CONTINUE WHEN NOT extract(month FROM v_day)::integer = ANY (v_month);
         CONTINUE WHEN NOT CASE
-            WHEN v_any_dom AND v_any_dow THEN true
-            WHEN v_any_dom THEN extract(dow FROM v_day)::integer = ANY (v_dow)
-            WHEN v_any_dow THEN extract(day FROM v_day)::integer = ANY (v_dom)
+            WHEN v_any_dom OR v_any_dow
+            THEN extract(day FROM v_day)::integer = ANY (v_dom) AND extract(dow FROM v_day)::integer = ANY (v_dow)
             ELSE extract(day FROM v_day)::integer = ANY (v_dom) OR extract(dow FROM v_day)::integer = ANY (v_dow)
         END;
         v_from := CASE WHEN i = 0 THEN extract(hour FROM v_t)::integer * 60 + extract(minute FROM v_t)::integer ELSE 0 END;
@@ -3842,7 +3843,7 @@ BEGIN
             RETURN pgqueue.to_epoch((v_day + make_time(v_h, v_m, 0)) AT TIME ZONE 'UTC');
         END IF;
     END LOOP;
-    RAISE EXCEPTION 'cron expression "%" matches no day in five years', p_cron USING ERRCODE = '22023';
+    RAISE EXCEPTION 'cron expression "%" matches no day in 50 years', p_cron USING ERRCODE = '22023';
 END;
 $$;
 
@@ -3974,9 +3975,24 @@ DECLARE
     v_slot bigint := p_next_run;
     v_next bigint;
     v_id   bigint;
+    v_w    bigint := 60000;
+    v_last bigint;
 BEGIN
     o_ids := '{}';
     o_slots := '{}';
+    IF p_missed = 'latest' AND p_cron IS NOT NULL AND v_slot < p_now THEN
+        -- the last slot at or before p_now, found from windows before it that double (a year
+        -- behind is about 20 calls), rather than by walking every missed slot (a minute's
+        -- schedule a year behind: 525,600 calls)
+        LOOP
+            v_last := pgqueue._cron_next(p_cron, p_now - v_w);  -- the first slot after p_now - v_w
+            EXIT WHEN v_last <= p_now OR p_now - v_w <= v_slot;
+            v_w := v_w * 2;
+        END LOOP;
+        IF v_last <= p_now AND v_last > v_slot THEN
+            v_slot := v_last;  -- the loop below walks on from here to the last slot due
+        END IF;
+    END IF;
     LOOP
         v_next := CASE WHEN p_cron IS NULL THEN v_slot + p_every_ms ELSE pgqueue._cron_next(p_cron, v_slot) END;
         -- 'latest': skip to the last slot that is due

@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(43);
+SELECT plan(51);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -17,7 +17,14 @@ INSERT INTO cron_case VALUES
     ('0 9 1 * 1',       '2026-01-01 10:00:00+00', '2026-01-05 09:00:00+00'),    -- day 1 OR Monday
     ('5,10-12/2 8-9 * * *', '2026-01-01 08:11:00+00', '2026-01-01 08:12:00+00'),
     ('5,10-12/2 8-9 * * *', '2026-01-01 09:12:00+00', '2026-01-02 08:05:00+00'),
-    ('0 0 1 */6 *',     '2026-02-01 00:00:00+00', '2026-07-01 00:00:00+00');
+    ('0 0 1 */6 *',     '2026-02-01 00:00:00+00', '2026-07-01 00:00:00+00'),
+    -- a day field that starts with '*' is not restricted: a day must match both fields, so a
+    -- step there is a step (2023-11-14 is a Tuesday)
+    ('0 0 * * */2',     '2023-11-14 22:13:00+00', '2023-11-16 00:00:00+00'),    -- Thursday (day 4)
+    ('0 0 */10 * *',    '2023-11-14 22:13:00+00', '2023-11-21 00:00:00+00'),    -- days 1, 11, 21, 31
+    ('0 0 1 * */7',     '2023-11-14 22:13:00+00', '2024-09-01 00:00:00+00'),    -- a 1st that is a Sunday
+    ('0 0 29 2 *',      '2096-03-01 00:00:00+00', '2104-02-29 00:00:00+00'),    -- 2100 is not a leap year
+    (E'\t0 0 * * *\n', '2026-01-01 10:00:00+00', '2026-01-02 00:00:00+00');    -- blanks around the fields
 SELECT is(pgqueue.from_epoch(pgqueue._cron_next(expr, pgqueue.to_epoch(after))), want, expr || ' after ' || after)
   FROM cron_case ORDER BY expr, after;
 SELECT throws_ok($$SELECT pgqueue._cron_next('* * * *', 0)$$, '22023', NULL, 'four fields');
@@ -39,6 +46,13 @@ SELECT is((SELECT count(*) FROM ran WHERE schedule = 'tick'), 3::bigint, 'all: t
 SELECT is((SELECT array_agg(slot - (SELECT min(slot) FROM ran WHERE schedule = 'tick') ORDER BY slot) FROM ran WHERE schedule = 'tick'),
           ARRAY[0, 60000, 120000]::bigint[], 'all: one message per slot');
 SELECT is((SELECT count(*) FROM ran WHERE schedule = 'once'), 1::bigint, 'latest: one message for the missed slots');
+-- latest on a cron schedule a year behind: one message, the last slot due, found without walking
+-- the 525,600 minutes (that took 111 s)
+SELECT ok(pgqueue.schedule_create('minutely', 's', 'm', p_cron => '* * * * *',
+                                  p_start_at => pgqueue.now_ms() - 366::bigint * 86400000) > 0, 'a cron schedule a year late');
+SELECT is((SELECT array_agg(pgqueue.now_ms() - slot < 60000) FROM pgqueue.schedule_run() WHERE schedule = 'minutely'),
+          ARRAY[true], 'latest: one message, for the last minute due');
+SELECT is(pgqueue.schedule_drop('minutely'), true, 'drop it');
 SELECT is((SELECT count(*) FROM ran WHERE schedule = 'nightly'), 0::bigint, 'a cron schedule not yet due');
 SELECT is((SELECT count(*) FROM pgqueue.message m JOIN ran ON ran.message_id = m.id WHERE m.content IN ('tick', 'late')),
           4::bigint, 'the messages are on the queue');

@@ -26,9 +26,24 @@ DECLARE
     v_slot bigint := p_next_run;
     v_next bigint;
     v_id   bigint;
+    v_w    bigint := 60000;
+    v_last bigint;
 BEGIN
     o_ids := '{}';
     o_slots := '{}';
+    IF p_missed = 'latest' AND p_cron IS NOT NULL AND v_slot < p_now THEN
+        -- the last slot at or before p_now, found from windows before it that double (a year
+        -- behind is about 20 calls), rather than by walking every missed slot (a minute's
+        -- schedule a year behind: 525,600 calls)
+        LOOP
+            v_last := pgqueue._cron_next(p_cron, p_now - v_w);  -- the first slot after p_now - v_w
+            EXIT WHEN v_last <= p_now OR p_now - v_w <= v_slot;
+            v_w := v_w * 2;
+        END LOOP;
+        IF v_last <= p_now AND v_last > v_slot THEN
+            v_slot := v_last;  -- the loop below walks on from here to the last slot due
+        END IF;
+    END IF;
     LOOP
         v_next := CASE WHEN p_cron IS NULL THEN v_slot + p_every_ms ELSE pgqueue._cron_next(p_cron, v_slot) END;
         -- 'latest': skip to the last slot that is due
