@@ -2030,6 +2030,15 @@ BEGIN
                           AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
     END IF;
+    IF v_id IS NULL AND p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
+        -- a capped queue: a key that is taken returns its message without asking for room (a
+        -- full queue would refuse the retry of an enqueue that went through)
+        v_id := pgqueue._message_key_holder(v_queue_id, p_key);
+        IF v_id IS NOT NULL THEN
+            v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
+            RETURN v_id;
+        END IF;
+    END IF;
     IF v_id IS NULL THEN
         -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
         v_queue := pgqueue._queue_admit(p_queue, 1);
@@ -2490,7 +2499,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_queue pgqueue.queue;
+    v_queue  pgqueue.queue;
+    v_group  text;
+    v_turned boolean;
 BEGIN
     IF p_max_size IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
@@ -2535,6 +2546,17 @@ BEGIN
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
+    END IF;
+    IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
+        -- a new limit: each group with messages waiting and no turn gets one where the limit now
+        -- leaves room (else a message enqueued later would take that room ahead of them), in the
+        -- groups' order, as message_dequeue locks them. Turns already given stay: after a lower
+        -- limit, the messages holding one still go out, and the new limit holds from then on.
+        FOR v_group IN SELECT DISTINCT m.group_key FROM pgqueue.message m
+                        WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
+                        ORDER BY 1 LOOP
+            v_turned := pgqueue._message_group_next(v_queue.id, v_group, p_group_concurrency);
+        END LOOP;
     END IF;
 END;
 $$;
@@ -4183,6 +4205,21 @@ CREATE TABLE pgqueue.message_key (
 );
 CREATE INDEX message_key_until_idx ON pgqueue.message_key (queue_id, until);
 
+-- The message that holds an idempotency key of a queue: the live message with the key, else the
+-- one that left with it within the queue's key window (pgqueue.message_key); NULL if none.
+CREATE FUNCTION pgqueue._message_key_holder(p_queue_id integer, p_key text)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+RETURN coalesce(
+    (SELECT m.id FROM pgqueue.message m WHERE m.queue_id = p_queue_id AND m.idem_key = p_key),
+    -- a key kept by a message that left within its window, whatever the window is now (a window
+    -- changed to 0 applies to the messages that leave after the change)
+    (SELECT k.id FROM pgqueue.message_key k
+      WHERE k.queue_id = p_queue_id AND k.idem_key = p_key AND k.until > pgqueue.now_ms()));
+
+COMMENT ON FUNCTION pgqueue._message_key_holder(integer, text) IS
+    'pgqueue internal: the id of the message holding an idempotency key (live, or within the key window); NULL if none';
+
 COMMENT ON TABLE pgqueue.message_key IS
     'pgqueue: idempotency keys of messages that have left the queue, taken until "until" (epoch ms)';
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.message_key', '');
@@ -4274,7 +4311,10 @@ COMMENT ON FUNCTION pgqueue._rate_seq(integer) IS
 -- How many of p_limit messages a rate-limited queue (p_rate messages a second) may hand out now:
 -- the slots that are due and not taken, read from the queue's rate sequence without changing it
 -- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
--- for a while may catch up by at most a twentieth of a second's slots (one at least).
+-- for a while may catch up by at most a twentieth of a second's slots (one at least). A last
+-- slot more than a minute ahead of the clock was taken at another rate (queue_alter of the rate,
+-- or a dropped queue's on the same stripe): slots depend on the rate, so it counts as none
+-- (racing consumers run the sequence ahead by a fraction of a second each, never a minute).
 CREATE FUNCTION pgqueue._rate_room(p_queue_id integer, p_rate integer, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -4284,6 +4324,9 @@ DECLARE
     v_slot bigint := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
     v_last bigint := pg_sequence_last_value(pgqueue._rate_seq(p_queue_id));
 BEGIN
+    IF v_last > v_slot + 60::bigint * p_rate THEN
+        v_last := NULL;  -- taken at another rate
+    END IF;
     RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));
 END;
 $$;
@@ -4295,7 +4338,8 @@ COMMENT ON FUNCTION pgqueue._rate_room(integer, integer, integer) IS
 -- message, or, when the queue was idle and its last slot lies more than the catch-up allowance
 -- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
 -- due slots take more slots than were due; the sequence then runs ahead of the clock and the
--- next calls wait until it is due, so over time no more than p_rate a second are handed out.
+-- next calls wait until it is due, so over time no more than p_rate a second are handed out. A
+-- last slot more than a minute ahead was taken at another rate (pgqueue._rate_room): setval too.
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -4304,10 +4348,12 @@ AS $$
 DECLARE
     v_seq   regclass := pgqueue._rate_seq(p_queue_id);
     v_floor bigint;
+    v_last  bigint;
 BEGIN
     IF p_n > 0 THEN
         v_floor := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1);
-        IF coalesce(pg_sequence_last_value(v_seq) < v_floor, true) THEN
+        v_last := pg_sequence_last_value(v_seq);
+        IF v_last IS NULL OR v_last < v_floor OR v_last > v_floor + 61::bigint * p_rate THEN
             PERFORM setval(v_seq, v_floor + p_n);
         ELSE
             PERFORM nextval(v_seq) FROM generate_series(1, p_n);
@@ -4551,17 +4597,9 @@ BEGIN
     END IF;
     LOOP
         IF p_key IS NOT NULL THEN
-            SELECT m.id INTO v_id FROM pgqueue.message m
-             WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
-            IF FOUND THEN
+            v_id := pgqueue._message_key_holder(p_queue.id, p_key);
+            IF v_id IS NOT NULL THEN
                 RETURN v_id;
-            END IF;
-            IF p_queue.key_window_ms > 0 THEN
-                SELECT k.id INTO v_id FROM pgqueue.message_key k
-                 WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
-                IF FOUND THEN
-                    RETURN v_id;
-                END IF;
             END IF;
         END IF;
         v_at := coalesce(p_dequeue_at, pgqueue._write_clock());
@@ -4715,9 +4753,12 @@ BEGIN
               WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
               ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
-    IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN  -- the next slot (pgqueue._rate_room)
-        v_due := greatest(v_due, ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
-                                      * 1000 / v_queue.rate_limit)::bigint);
+    IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN
+        -- the next slot (pgqueue._rate_room); one more than a minute ahead was taken at another
+        -- rate and counts as none
+        v_due := greatest(v_due, (SELECT CASE WHEN n.due <= pgqueue.now_ms() + 60000 THEN n.due END
+                                    FROM (SELECT ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
+                                                      * 1000 / v_queue.rate_limit)::bigint AS due) n));
     END IF;
     RETURN v_due;
 END;

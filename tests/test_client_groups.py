@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import psycopg
 import pytest
 
 from pgqueue import AsyncQueue, Queue, errors
@@ -84,3 +85,42 @@ def test_group_stats_and_the_cli(capsys: pytest.CaptureFixture[str], dsn: str) -
     assert status == 0 and json.loads(out) == [{"group": "big", "waiting": 4, "in_flight": 1}]
     status, _, err = run(capsys, "stats", "--groups", "1", "--dsn", dsn)
     assert status == 2 and "--groups needs a QUEUE" in err
+
+
+def test_a_key_kept_within_its_window_stays_taken_when_the_window_is_set_to_0(dsn: str) -> None:
+    """docs/guarantees.md: a new key_window_ms applies to the messages that leave after it."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('kw', p_key_window_ms => 86400000)")
+        first = c.execute("SELECT pgqueue.message_create('kw', 'a', p_key => 'k1')").fetchone()
+        assert c.execute("SELECT count(*) FROM pgqueue.message_dequeue('kw', 1, 0)").fetchone() == (1,)
+        c.execute("SELECT pgqueue.queue_alter('kw', p_key_window_ms => 0)")
+        again = c.execute("SELECT pgqueue.message_create('kw', 'a', p_key => 'k1')").fetchone()
+        assert again == first  # the key is still kept: nothing inserted
+        assert c.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+
+
+def test_the_retry_of_a_keyed_enqueue_on_a_full_capped_queue_returns_its_id(dsn: str) -> None:
+    """docs/guarantees.md: a key that is taken returns the message's id and inserts nothing; the
+    cap refuses only what would exceed it, so a full queue does not refuse the retry."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('capk', p_max_size => 2)")
+        first = c.execute("SELECT pgqueue.message_create('capk', 'a', p_key => 'k1')").fetchone()
+        c.execute("SELECT pgqueue.message_create('capk', 'b', p_key => 'k2')")
+        assert c.execute("SELECT pgqueue.message_create('capk', 'a', p_key => 'k1')").fetchone() == first
+        with pytest.raises(psycopg.Error) as full:
+            c.execute("SELECT pgqueue.message_create('capk', 'c', p_key => 'k3')")
+        assert full.value.sqlstate == "PQ003"
+
+
+def test_a_raised_group_concurrency_keeps_the_groups_order(dsn: str) -> None:
+    """docs/guarantees.md: a group's next message is the first of its waiting messages, also right
+    after queue_alter raised the group's limit and before a new message of the group arrives."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('ord', p_group_concurrency => 1, p_lock_ms => 60000)")
+        c.execute("SELECT pgqueue.message_create_batch('ord', ARRAY['a1','a2','a3']::bytea[], "
+                  "p_groups => ARRAY['A','A','A'])")
+        taken = "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('ord', 5)"
+        assert c.execute(taken).fetchall() == [("a1",)]
+        c.execute("SELECT pgqueue.queue_alter('ord', p_group_concurrency => 2)")
+        c.execute("SELECT pgqueue.message_create('ord', 'a4', p_group => 'A')")
+        assert c.execute(taken).fetchall() == [("a2",)]  # the room goes to the first waiting, not a4

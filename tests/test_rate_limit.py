@@ -89,3 +89,27 @@ def test_an_empty_poll_takes_no_slot_and_no_xid(conn: psycopg.Connection[Any]) -
         assert e.sqlstate == "22023"
     else:
         raise AssertionError("a second rate-limited queue on one stripe was accepted")
+
+
+def test_a_changed_rate_starts_afresh(conn: psycopg.Connection[Any]) -> None:
+    """The rate sequence counts slots of the rate it was taken at: a lower rate (or a new queue on
+    a dropped rate-limited queue's stripe) must not read its slots as decades ahead."""
+    conn.execute("SELECT pgqueue.queue_create('rc', p_rate_limit => 1000)")
+    conn.execute("SELECT pgqueue.message_create_batch('rc', array_fill('x'::bytea, ARRAY[40]))")
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('rc', 10, 0)").fetchone() == (10,)
+    conn.execute("SELECT pgqueue.queue_alter('rc', p_rate_limit => 500)")
+    time.sleep(0.1)
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('rc', 10, 0)").fetchone() == (10,)
+    row = conn.execute("SELECT pgqueue.queue_next_due('rc') - pgqueue.now_ms()").fetchone()
+    assert row is not None and int(row[0]) <= 1000  # type: ignore[call-overload]
+    # a queue on the stripe of a dropped one with a higher rate
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'rc'").fetchone()
+    assert qid is not None
+    conn.execute("SELECT pgqueue.queue_drop('rc')")
+    conn.execute("INSERT INTO pgqueue.queue (id, name, rate_limit) VALUES (%s, 'rc2', 10)",
+                 (int(qid[0]) + 64,))  # type: ignore[call-overload]
+    conn.execute("SELECT pgqueue.message_create_batch('rc2', array_fill('x'::bytea, ARRAY[5]))")
+    time.sleep(0.2)
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('rc2', 10, 0)").fetchone() == (1,)
+    row = conn.execute("SELECT pgqueue.queue_next_due('rc2') - pgqueue.now_ms()").fetchone()
+    assert row is not None and int(row[0]) <= 1000  # type: ignore[call-overload]

@@ -36,17 +36,9 @@ BEGIN
     END IF;
     LOOP
         IF p_key IS NOT NULL THEN
-            SELECT m.id INTO v_id FROM pgqueue.message m
-             WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
-            IF FOUND THEN
+            v_id := pgqueue._message_key_holder(p_queue.id, p_key);
+            IF v_id IS NOT NULL THEN
                 RETURN v_id;
-            END IF;
-            IF p_queue.key_window_ms > 0 THEN
-                SELECT k.id INTO v_id FROM pgqueue.message_key k
-                 WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
-                IF FOUND THEN
-                    RETURN v_id;
-                END IF;
             END IF;
         END IF;
         v_at := coalesce(p_dequeue_at, pgqueue._write_clock());

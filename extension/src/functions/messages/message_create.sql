@@ -51,6 +51,15 @@ BEGIN
                           AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
     END IF;
+    IF v_id IS NULL AND p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
+        -- a capped queue: a key that is taken returns its message without asking for room (a
+        -- full queue would refuse the retry of an enqueue that went through)
+        v_id := pgqueue._message_key_holder(v_queue_id, p_key);
+        IF v_id IS NOT NULL THEN
+            v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
+            RETURN v_id;
+        END IF;
+    END IF;
     IF v_id IS NULL THEN
         -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
         v_queue := pgqueue._queue_admit(p_queue, 1);

@@ -15,7 +15,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_queue pgqueue.queue;
+    v_queue  pgqueue.queue;
+    v_group  text;
+    v_turned boolean;
 BEGIN
     IF p_max_size IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
@@ -60,6 +62,17 @@ BEGIN
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
+    END IF;
+    IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
+        -- a new limit: each group with messages waiting and no turn gets one where the limit now
+        -- leaves room (else a message enqueued later would take that room ahead of them), in the
+        -- groups' order, as message_dequeue locks them. Turns already given stay: after a lower
+        -- limit, the messages holding one still go out, and the new limit holds from then on.
+        FOR v_group IN SELECT DISTINCT m.group_key FROM pgqueue.message m
+                        WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
+                        ORDER BY 1 LOOP
+            v_turned := pgqueue._message_group_next(v_queue.id, v_group, p_group_concurrency);
+        END LOOP;
     END IF;
 END;
 $$;

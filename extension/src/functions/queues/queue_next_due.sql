@@ -26,9 +26,12 @@ BEGIN
               WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL
               ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
-    IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN  -- the next slot (pgqueue._rate_room)
-        v_due := greatest(v_due, ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
-                                      * 1000 / v_queue.rate_limit)::bigint);
+    IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN
+        -- the next slot (pgqueue._rate_room); one more than a minute ahead was taken at another
+        -- rate and counts as none
+        v_due := greatest(v_due, (SELECT CASE WHEN n.due <= pgqueue.now_ms() + 60000 THEN n.due END
+                                    FROM (SELECT ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
+                                                      * 1000 / v_queue.rate_limit)::bigint AS due) n));
     END IF;
     RETURN v_due;
 END;
