@@ -2033,7 +2033,13 @@ BEGIN
     IF v_id IS NULL AND p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
         -- a capped queue: a key that is taken returns its message without asking for room (a
         -- full queue would refuse the retry of an enqueue that went through)
-        v_id := pgqueue._message_key_holder(v_queue_id, p_key);
+        SELECT coalesce(
+                   (SELECT m.id FROM pgqueue.message m
+                     WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
+                   (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
+                     WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
+                       AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
+          INTO v_id;
         IF v_id IS NOT NULL THEN
             v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
             RETURN v_id;
@@ -4205,21 +4211,6 @@ CREATE TABLE pgqueue.message_key (
 );
 CREATE INDEX message_key_until_idx ON pgqueue.message_key (queue_id, until);
 
--- The message that holds an idempotency key of a queue: the live message with the key, else the
--- one that left with it within the queue's key window (pgqueue.message_key); NULL if none.
-CREATE FUNCTION pgqueue._message_key_holder(p_queue_id integer, p_key text)
-RETURNS bigint
-LANGUAGE sql VOLATILE
-RETURN coalesce(
-    (SELECT m.id FROM pgqueue.message m WHERE m.queue_id = p_queue_id AND m.idem_key = p_key),
-    -- a key kept by a message that left within its window, whatever the window is now (a window
-    -- changed to 0 applies to the messages that leave after the change)
-    (SELECT k.id FROM pgqueue.message_key k
-      WHERE k.queue_id = p_queue_id AND k.idem_key = p_key AND k.until > pgqueue.now_ms()));
-
-COMMENT ON FUNCTION pgqueue._message_key_holder(integer, text) IS
-    'pgqueue internal: the id of the message holding an idempotency key (live, or within the key window); NULL if none';
-
 COMMENT ON TABLE pgqueue.message_key IS
     'pgqueue: idempotency keys of messages that have left the queue, taken until "until" (epoch ms)';
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.message_key', '');
@@ -4597,8 +4588,16 @@ BEGIN
     END IF;
     LOOP
         IF p_key IS NOT NULL THEN
-            v_id := pgqueue._message_key_holder(p_queue.id, p_key);
-            IF v_id IS NOT NULL THEN
+            SELECT m.id INTO v_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
+            IF FOUND THEN
+                RETURN v_id;
+            END IF;
+            -- a key kept by a message that left within its window, whatever the window is now
+            -- (a window changed to 0 applies to the messages that leave after the change)
+            SELECT k.id INTO v_id FROM pgqueue.message_key k
+             WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
+            IF FOUND THEN
                 RETURN v_id;
             END IF;
         END IF;

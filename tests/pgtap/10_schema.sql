@@ -222,7 +222,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)',
-                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._message_key_holder(integer,text)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)',
+                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)',
                     'pgqueue._size_exact_seq(integer)', 'pgqueue._size_recount_seq(integer)',
                     'pgqueue._message_first_lease(integer,bigint,bigint,bigint)',
                     'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',

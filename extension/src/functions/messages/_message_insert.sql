@@ -36,8 +36,16 @@ BEGIN
     END IF;
     LOOP
         IF p_key IS NOT NULL THEN
-            v_id := pgqueue._message_key_holder(p_queue.id, p_key);
-            IF v_id IS NOT NULL THEN
+            SELECT m.id INTO v_id FROM pgqueue.message m
+             WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
+            IF FOUND THEN
+                RETURN v_id;
+            END IF;
+            -- a key kept by a message that left within its window, whatever the window is now
+            -- (a window changed to 0 applies to the messages that leave after the change)
+            SELECT k.id INTO v_id FROM pgqueue.message_key k
+             WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
+            IF FOUND THEN
                 RETURN v_id;
             END IF;
         END IF;
