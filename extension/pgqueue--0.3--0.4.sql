@@ -2030,22 +2030,22 @@ BEGIN
                           AND q.group_concurrency IS NULL)
         RETURNING id INTO v_id;
     END IF;
-    IF v_id IS NULL AND p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
-        -- a capped queue: a key that is taken returns its message without asking for room (a
-        -- full queue would refuse the retry of an enqueue that went through)
-        SELECT coalesce(
-                   (SELECT m.id FROM pgqueue.message m
-                     WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
-                   (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
-                     WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
-                       AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
-          INTO v_id;
-        IF v_id IS NOT NULL THEN
-            v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
-            RETURN v_id;
-        END IF;
-    END IF;
     IF v_id IS NULL THEN
+        IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
+            -- a capped queue: a key that is taken returns its message without asking for room
+            -- (a full queue would refuse the retry of an enqueue that went through)
+            SELECT coalesce(
+                       (SELECT m.id FROM pgqueue.message m
+                         WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
+                       (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
+                         WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
+                           AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
+              INTO v_id;
+            IF v_id IS NOT NULL THEN
+                v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
+                RETURN v_id;
+            END IF;
+        END IF;
         -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
         v_queue := pgqueue._queue_admit(p_queue, 1);
         v_notify := v_queue.notify;
