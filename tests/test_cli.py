@@ -379,3 +379,34 @@ def test_worker_command_processes_messages(dsn: str, tmp_path: Path, handler: st
 
     assert sorted(i for i, _ in marks(mark)) == sorted(ids)
     assert queue.stats().total == 0
+
+
+def test_command_line_mistakes_found_by_a_review(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    Queue(dsn, "rv").create(group_concurrency=1)
+    # a payload that is not UTF-8 (bytes the locale could not decode arrive as surrogates)
+    status, out, err = run(capsys, "enqueue", "rv", "a\udcff", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "not valid UTF-8")
+    status, out, err = run(capsys, "enqueue", "rv", '"\\ud800"', "--json", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "not valid JSON")
+    # ports and intervals in range
+    for argv in (["metrics", "--port", "70000"], ["dashboard", "--port", "70000"],
+                 ["worker", "rv", "m:h", "--metrics-port", "65536"], ["stats", "--watch", "0.001"],
+                 ["scheduler", "--interval", "0"], ["dead", "purge", "rv", "--all", "--id", "1"]):
+        status, out, err = run(capsys, *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, code=2)
+    # groups and keys from the command line
+    status, out, _ = run(capsys, "enqueue", "rv", "x", "--group", "g1", "--key", "k1", "--dsn", dsn)
+    assert status == 0
+    first = int(out)
+    status, out, _ = run(capsys, "enqueue", "rv", "y", "--group", "g1", "--key", "k1", "--dsn", dsn)
+    assert status == 0 and int(out) == first  # the key is taken: the same message
+    # times in UTC, said so, whatever the local zone
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        status, out, _ = run(capsys, "queue", "list", "--dsn", dsn)
+        assert status == 0 and out.splitlines()[2].endswith(" UTC")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

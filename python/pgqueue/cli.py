@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
 
@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delay", type=_seconds, metavar="S", help="deliver it after S seconds")
     p.add_argument("--priority", type=_non_negative_int, metavar="N",
                    help="deliver it before every normal message (larger N first)")
+    p.add_argument("--group", metavar="GROUP", help="its message group (a queue created with --group-concurrency)")
+    p.add_argument("--key", metavar="KEY",
+                   help="an idempotency key: while a message with it is live, print that one's id, insert nothing")
 
     # dequeue
     p = command("dequeue", _cmd_dequeue, "receive messages and print them as JSON lines")
@@ -230,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     # stats
     p = command("stats", _cmd_stats, "show message counts per queue")
     p.add_argument("queue", metavar="QUEUE", nargs="?", help="one queue (default: all)")
-    p.add_argument("--watch", type=_positive_float, metavar="S", help="refresh every S seconds until Ctrl-C")
+    p.add_argument("--watch", type=_interval, metavar="S", help="refresh every S seconds (0.1 or more) until Ctrl-C")
     p.add_argument("--json", action="store_true",
                    help="print a JSON array, one object per queue with its counts and counters (with "
                         "--watch: one array per line)")
@@ -242,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "ready age, counters")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_non_negative_int, default=9469, metavar="N",
+    p.add_argument("--port", type=_port, default=9469, metavar="N",
                    help="port to listen on (default 9469; 0 picks a free one)")
     p.add_argument("--min-interval", type=_non_negative_float, default=1.0, metavar="S",
                    help="scrapes closer together than S seconds get the previous reading (default 1)")
@@ -253,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "leases, dead letters (needs the dashboard extra)")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_non_negative_int, default=8080, metavar="N",
+    p.add_argument("--port", type=_port, default=8080, metavar="N",
                    help="port to listen on (default 8080; 0 picks a free one)")
     p.add_argument("--token", default=os.environ.get("PGQUEUE_DASHBOARD_TOKEN"), metavar="TOKEN",
                    help="require this access token (default: $PGQUEUE_DASHBOARD_TOKEN; none). The printed URL "
@@ -275,9 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this dead letter (repeat for more; default: all)")
     p = command("purge", _cmd_dead_purge, "delete dead letters", dead)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
-                   help="only this dead letter (repeat for more)")
-    p.add_argument("--all", action="store_true", help="delete all of the queue's dead letters")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
+                       help="only this dead letter (repeat for more)")
+    which.add_argument("--all", action="store_true", help="delete all of the queue's dead letters")
 
     # schedules
     p = command("schedule", None, "create, list, drop or run periodic messages (interval or cron, UTC)")
@@ -299,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("run", _cmd_schedule_run, "enqueue the due slots once and print them", sched)
     p = command("scheduler", _cmd_scheduler, "enqueue the schedules' due slots every second until SIGINT/SIGTERM "
                 "(several may run: each slot is enqueued once)")
-    p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+    p.add_argument("--interval", type=_interval, default=1.0, metavar="S",
                    help="seconds between runs (default 1)")
 
     # queue management
@@ -336,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds in-flight handlers get to finish on SIGTERM (default 10)")
     p.add_argument("--timeout", type=_positive_float, metavar="S",
                    help="fail a message whose handler runs longer than S seconds (default: no limit)")
-    p.add_argument("--metrics-port", type=_non_negative_int, metavar="N",
+    p.add_argument("--metrics-port", type=_port, metavar="N",
                    help="serve the worker's Prometheus metrics (handled, failed, handler durations, in "
                         "flight) on this port (0 picks a free one; default: none)")
     p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
@@ -393,6 +397,8 @@ _non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
 _positive_float = _number(float, lambda v: v > 0 and v < float("inf"), "a positive number")
 _non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 _seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0")
+_port = _number(int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
+_interval = _number(float, lambda v: 0.1 <= v < 1e9, "seconds >= 0.1")
 
 
 # ---------------------------------------------------------------------------------------
@@ -483,8 +489,8 @@ def _cell(value: object) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, datetime):  # every time in UTC, and said so (cron schedules are UTC)
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return str(value)
 
 
@@ -545,7 +551,7 @@ def settings_table(queues: Sequence[QueueSettings]) -> str:
 
 def dead_table(letters: Sequence[DeadLetter]) -> str:
     """Return dead letters as an aligned table."""
-    rows = [(d.id, d.attempts, d.dead_at.astimezone(), _preview(d.last_error or "", 50),
+    rows = [(d.id, d.attempts, d.dead_at, _preview(d.last_error or "", 50),
              _preview(d.payload)) for d in letters]
     return format_table(["id", "attempts", "dead since", "last error", "payload"], rows)
 
@@ -621,15 +627,22 @@ def _cmd_uninstall(args: argparse.Namespace) -> int:
 
 def _cmd_enqueue(args: argparse.Namespace) -> int:
     text: str = sys.stdin.read() if args.payload == "-" else args.payload
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes the locale could not decode, or a lone surrogate
+        raise UserError(f"PAYLOAD is not valid UTF-8 text (at character {exc.start}); "
+                        "send bytes from a program through the client instead") from exc
     payload: object = text
     if args.json:
         try:
             payload = json.loads(text)
-        except ValueError as exc:
+            json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        except ValueError as exc:  # (UnicodeEncodeError is a ValueError: a "\ud800" escape)
             raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
     delay = timedelta(seconds=args.delay) if args.delay else None
     with connect(resolve_dsn(args)) as conn:
-        msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, priority=args.priority)
+        msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, priority=args.priority,
+                                                 group=args.group, key=args.key)
     print(msg_id)
     return 0
 
@@ -889,7 +902,7 @@ def _schedules(conn: psycopg.Connection[Any]) -> list[ScheduleEntry]:
 
 def schedules_table(entries: Sequence[ScheduleEntry]) -> str:
     """Return schedules as an aligned table."""
-    rows = [(e.name, e.queue, e.cron or f"every {format_ms(e.every_ms)}", e.missed, e.next_run.astimezone(),
+    rows = [(e.name, e.queue, e.cron or f"every {format_ms(e.every_ms)}", e.missed, e.next_run,
              _preview(e.payload)) for e in entries]
     return format_table(["schedule", "queue", "when", "missed", "next", "payload"], rows)
 
