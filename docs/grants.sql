@@ -16,7 +16,14 @@
 -- drop anything (all of those need UPDATE or DELETE).
 GRANT USAGE ON SCHEMA pgqueue TO :"producer";
 GRANT SELECT ON pgqueue.queue TO :"producer";
-GRANT INSERT ON pgqueue.message TO :"producer";
+-- INSERT on the columns pgqueue's enqueue functions write, not on id (whose default is the
+-- sequence): with it, plain SQL could take ids the sequence will hand out next, and every other
+-- producer's message_create would fail on them (23505); nor on locked_until, attempts, state,
+-- last_error or claim_id, which only consumers write. (REVOKE first: a table-wide INSERT from
+-- an earlier run of this recipe would cover every column.)
+REVOKE INSERT ON pgqueue.message FROM :"producer";
+GRANT INSERT (queue_id, dequeue_at, created_at, content, content_type, group_key, turn_at, idem_key, write_mark)
+      ON pgqueue.message TO :"producer";
 GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at, group_key, turn_at, idem_key)
       ON pgqueue.message TO :"producer";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
@@ -55,7 +62,12 @@ SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
 
 -- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
 GRANT USAGE ON SCHEMA pgqueue TO :"admin";
-GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
+-- Not ALL: TRIGGER would let it put a trigger of its own on pgqueue's tables, which then runs as
+-- whoever writes them, the extension's owner (a superuser, often) and the upgrade scripts
+-- included; REFERENCES a foreign key of its own that holds queue_drop up. (REVOKE: earlier runs
+-- of this recipe granted ALL.)
+REVOKE TRIGGER, REFERENCES ON ALL TABLES IN SCHEMA pgqueue FROM :"admin";
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
                           pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text) TO :"admin";

@@ -41,6 +41,16 @@
 -------------------------------------------------------------------------------
 
 
+-- Every name in the rest of the script resolves in pg_catalog (and pgqueue's own names are
+-- written qualified): a plain install or upgrade (no extension files, extension/src/plain) runs
+-- with the installing session's search_path, where an operator or function that another role
+-- planted in public, say || (text, integer) or * (double precision, integer), would beat the
+-- catalog's, which needs a cast: it would run with the installer's rights during the install
+-- (the DO blocks below) and be bound for good into the SQL-standard bodies (now_ms, to_epoch,
+-- ...), run by everyone who calls them. CREATE EXTENSION sets search_path to the schema (checked
+-- below) itself. LOCAL: for this transaction only (the check below refuses to go on without one).
+SET LOCAL search_path = pg_catalog, pg_temp;
+
 -- Refuse to install into a schema that another role owns, that others may create objects in,
 -- or that holds objects pgqueue did not create (PQ008). PostgreSQL creates the schema of
 -- `CREATE EXTENSION pgqueue` (control file: schema = pgqueue) only when it is missing and
@@ -62,6 +72,12 @@ DECLARE
     v_extown  oid;
     v_foreign text;
 BEGIN
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) 'pg_catalog, pg_temp' THEN
+        RAISE EXCEPTION 'pgqueue installs in one transaction only'
+            USING ERRCODE = 'PQ008',
+                  HINT = 'Run the script with psql -1 (--single-transaction), or use pgqueue install: '
+                         'its search_path is pinned for the transaction (SET LOCAL).';
+    END IF;
     SELECT n.oid, n.nspowner INTO v_ns, v_owner
       FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue';
     SELECT e.oid, e.extowner INTO v_ext, v_extown
@@ -1053,7 +1069,9 @@ BEGIN
     v_exact := pg_sequence_last_value(pgqueue._size_exact_seq(p_queue_id));
     IF NOT v_rc AND (v_exact IS NULL
                      OR NOT pg_visible_in_snapshot(v_exact::text::xid8, pg_current_snapshot())) THEN
-        IF v_exact IS NULL THEN
+        -- unset, or above every transaction id of this cluster, where it would never become
+        -- visible: a plain install restored from another cluster (pg_dump copies the sequence)
+        IF v_exact IS NULL OR v_exact > txid_current() THEN
             PERFORM setval(pgqueue._size_exact_seq(p_queue_id), txid_current());
         END IF;
         RAISE EXCEPTION 'could not serialize access to the size of capped queue "%"', v_name
@@ -1115,8 +1133,10 @@ COMMENT ON FUNCTION pgqueue._queue_reserve(integer, bigint) IS
     'pgqueue internal: admit p_count messages into a capped queue or raise PQ003; the only writer of pgqueue.queue_size';
 
 -- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop and max_size changes wait for
--- the work in flight and must then see what it committed, which a REPEATABLE READ or
--- SERIALIZABLE snapshot taken earlier cannot (docs/guarantees.md, "Isolation levels").
+-- the work in flight and must then see what it committed, queue_create must see which counter
+-- stripes other queues took, and a new idempotency key must see the keys kept for a queue's
+-- window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot (docs/guarantees.md,
+-- "Isolation levels").
 CREATE FUNCTION pgqueue._require_read_committed(p_what text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -2604,6 +2624,18 @@ BEGIN
                                          p_retry_cap_ms, p_max_size);
     PERFORM pgqueue._not_null(p_key_window_ms IS NULL, 'key_window_ms'::text);
     PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
+    -- The stripe search below decides from what it reads that no queue uses a stripe, then
+    -- resets the stripe's counters and max_size mark: a REPEATABLE READ or SERIALIZABLE snapshot
+    -- does not see a queue created on it after the snapshot was taken, and the reset would put
+    -- two queues on one stripe, that queue's counters back to zero and its cap off by what they
+    -- counted (specs/rr_queue_create.spec). A queue that already exists in the snapshot with
+    -- p_if_not_exists: nothing to create, so nothing to refuse.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        IF p_if_not_exists AND EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
+            RETURN;
+        END IF;
+        PERFORM pgqueue._require_read_committed('queue_create');
+    END IF;
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
@@ -3395,8 +3427,21 @@ COMMENT ON FUNCTION pgqueue.spark_staging_purge(bigint) IS
 -- Count a queue's messages by state, cheaply enough to be called every second beside full load:
 -- each count is exact up to 10,000 (a count that stops there, through the index its state has);
 -- a larger one is estimated from a block sample of the table (TABLESAMPLE SYSTEM of 2,048 pages,
--- 16 MB, or the whole table if it is smaller). pgqueue.queue_stats_exact counts everything.
+-- 16 MB, or the whole table if it is smaller), one sample for all the queues that need it (a
+-- sample each cost a scrape of ten large queues ten times as much). pgqueue.queue_stats_exact
+-- counts everything.
 -- Counting a million messages exactly takes 0.1 s of a core (docs/benchmarks.md, target 9).
+--
+-- oldest_ready_age_ms is how long the ready message that has waited longest has waited, not
+-- the next one's: a message waits from greatest(dequeue_at, created_at) (a prioritised or
+-- past-dated one from its creation, though it sits ahead of the others), an expired lease from
+-- when it ran out. A fresh prioritised message at the head must not hide a backlog that waits
+-- behind it, nor leases that ran out with no consumer left to take them back, which are what an
+-- alert on this age is for. The walk in (dequeue_at, id) order stops at the first message with
+-- dequeue_at >= created_at: every later one waits from its dequeue_at or later, so none has
+-- waited longer. One row unless prioritised or past-dated messages are ahead; at most c_ahead
+-- of them are read (then from the first one that is not prioritised again), so the age is exact
+-- unless more than 1,000 such messages are ready, and then a lower bound.
 CREATE OR REPLACE FUNCTION pgqueue.queue_stats(p_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, ready bigint, scheduled bigint, leased bigint, dead bigint,
                oldest_ready_age_ms bigint)
@@ -3414,8 +3459,21 @@ DECLARE
     v_leased  bigint;
     v_dead    bigint;
     v_oldest  bigint;
-    v_pct     float8;
-    v_s       record;
+    c_ahead   CONSTANT integer := 1000;
+    v_from    bigint;
+    v_n       integer;
+    v_more    boolean;
+    v_m       record;
+    v_pct     float8;       -- the sample of pgqueue.message, once taken
+    v_ids     integer[];    -- its queues, and their sampled rows by state
+    v_s_ready   bigint[];
+    v_s_expired bigint[];
+    v_s_sched   bigint[];
+    v_s_leased  bigint[];
+    v_i       integer;
+    v_pct_dead float8;      -- the sample of pgqueue.dead_letter
+    v_dead_ids integer[];
+    v_s_dead  bigint[];
 BEGIN
     IF p_queue IS NOT NULL THEN
         PERFORM pgqueue._queue_get(p_queue);
@@ -3436,30 +3494,69 @@ BEGIN
                  LIMIT c_cap + 1) s),
                (SELECT count(*) FROM (SELECT FROM pgqueue.dead_letter d
                  WHERE d.queue_id = v_q.id LIMIT c_cap + 1) s),
-               (SELECT v_now - greatest(m.dequeue_at, m.created_at) FROM pgqueue.message m
-                 WHERE m.queue_id = v_q.id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
-                 ORDER BY m.dequeue_at, m.id LIMIT 1)
+               (SELECT v_now - m.locked_until FROM pgqueue.message m
+                 WHERE m.queue_id = v_q.id AND m.locked_until IS NOT NULL AND m.locked_until <= v_now
+                 ORDER BY m.locked_until, m.id LIMIT 1)
           INTO v_ready, v_expired, v_sched, v_leased, v_dead, v_oldest;
+        v_from := -9223372036854775808;
+        LOOP
+            v_n := 0;
+            v_more := false;
+            FOR v_m IN SELECT m.dequeue_at, m.created_at FROM pgqueue.message m
+                        WHERE m.queue_id = v_q.id AND m.locked_until IS NULL
+                          AND m.dequeue_at >= v_from AND m.dequeue_at <= v_now
+                        ORDER BY m.dequeue_at, m.id LIMIT c_ahead LOOP
+                v_n := v_n + 1;
+                v_oldest := greatest(v_oldest, v_now - greatest(v_m.dequeue_at, v_m.created_at));
+                EXIT WHEN v_m.dequeue_at >= v_m.created_at;
+                -- c_ahead prioritised messages read: the first of the others next
+                v_more := v_n = c_ahead AND v_m.dequeue_at < 0;
+            END LOOP;
+            EXIT WHEN NOT v_more;
+            v_from := 0;
+        END LOOP;
         IF greatest(v_ready, v_expired, v_sched, v_leased) > c_cap THEN
-            -- 2,048 pages of the table, at least 1%; each sampled row stands for 100/pct
-            v_pct := least(100, greatest(1, 204800.0 / greatest(1, pg_relation_size('pgqueue.message') / 8192)));
-            SELECT count(*) FILTER (WHERE m.locked_until IS NULL AND m.dequeue_at <= v_now) AS ready,
-                   count(*) FILTER (WHERE m.locked_until <= v_now) AS expired,
-                   count(*) FILTER (WHERE m.locked_until IS NULL AND m.dequeue_at > v_now) AS sched,
-                   count(*) FILTER (WHERE m.locked_until > v_now) AS leased
-              INTO v_s
-              FROM pgqueue.message m TABLESAMPLE SYSTEM (v_pct)
-             WHERE m.queue_id = v_q.id;
-            IF v_ready > c_cap THEN v_ready := greatest(c_cap + 1, round(v_s.ready * 100 / v_pct)::bigint); END IF;
-            IF v_expired > c_cap THEN v_expired := greatest(c_cap + 1, round(v_s.expired * 100 / v_pct)::bigint); END IF;
-            IF v_sched > c_cap THEN v_sched := greatest(c_cap + 1, round(v_s.sched * 100 / v_pct)::bigint); END IF;
-            IF v_leased > c_cap THEN v_leased := greatest(c_cap + 1, round(v_s.leased * 100 / v_pct)::bigint); END IF;
+            IF v_pct IS NULL THEN
+                -- one sample for every queue above the bound, taken for the first: 2,048 pages
+                -- of the table, at least 1%; each sampled row stands for 100/pct
+                v_pct := least(100, greatest(1, 204800.0 / greatest(1, pg_relation_size('pgqueue.message') / 8192)));
+                SELECT array_agg(s.queue_id), array_agg(s.ready), array_agg(s.expired),
+                       array_agg(s.sched), array_agg(s.leased)
+                  INTO v_ids, v_s_ready, v_s_expired, v_s_sched, v_s_leased
+                  FROM (SELECT m.queue_id,
+                               count(*) FILTER (WHERE m.locked_until IS NULL AND m.dequeue_at <= v_now) AS ready,
+                               count(*) FILTER (WHERE m.locked_until <= v_now) AS expired,
+                               count(*) FILTER (WHERE m.locked_until IS NULL AND m.dequeue_at > v_now) AS sched,
+                               count(*) FILTER (WHERE m.locked_until > v_now) AS leased
+                          FROM pgqueue.message m TABLESAMPLE SYSTEM (v_pct)
+                         WHERE p_queue IS NULL OR m.queue_id = v_q.id
+                         GROUP BY m.queue_id) s;
+            END IF;
+            v_i := array_position(v_ids, v_q.id);  -- NULL (no row sampled): 0
+            IF v_ready > c_cap THEN
+                v_ready := greatest(c_cap + 1, round(coalesce(v_s_ready[v_i], 0) * 100 / v_pct)::bigint);
+            END IF;
+            IF v_expired > c_cap THEN
+                v_expired := greatest(c_cap + 1, round(coalesce(v_s_expired[v_i], 0) * 100 / v_pct)::bigint);
+            END IF;
+            IF v_sched > c_cap THEN
+                v_sched := greatest(c_cap + 1, round(coalesce(v_s_sched[v_i], 0) * 100 / v_pct)::bigint);
+            END IF;
+            IF v_leased > c_cap THEN
+                v_leased := greatest(c_cap + 1, round(coalesce(v_s_leased[v_i], 0) * 100 / v_pct)::bigint);
+            END IF;
         END IF;
         IF v_dead > c_cap THEN
-            v_pct := least(100, greatest(1, 204800.0 / greatest(1, pg_relation_size('pgqueue.dead_letter') / 8192)));
-            SELECT greatest(c_cap + 1, round(count(*) * 100 / v_pct)::bigint) INTO v_dead
-              FROM pgqueue.dead_letter d TABLESAMPLE SYSTEM (v_pct)
-             WHERE d.queue_id = v_q.id;
+            IF v_pct_dead IS NULL THEN
+                v_pct_dead := least(100, greatest(1, 204800.0 / greatest(1, pg_relation_size('pgqueue.dead_letter') / 8192)));
+                SELECT array_agg(s.queue_id), array_agg(s.n) INTO v_dead_ids, v_s_dead
+                  FROM (SELECT d.queue_id, count(*) AS n
+                          FROM pgqueue.dead_letter d TABLESAMPLE SYSTEM (v_pct_dead)
+                         WHERE p_queue IS NULL OR d.queue_id = v_q.id
+                         GROUP BY d.queue_id) s;
+            END IF;
+            v_dead := greatest(c_cap + 1,
+                               round(coalesce(v_s_dead[array_position(v_dead_ids, v_q.id)], 0) * 100 / v_pct_dead)::bigint);
         END IF;
         queue := v_q.name;
         ready := v_ready + v_expired;
@@ -3473,11 +3570,13 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_stats(text) IS
-    'Per queue: ready (incl. expired leases), scheduled, leased and dead counts (exact up to 10,000 each, estimated from a sample above: see queue_stats_exact), and how long the next ready message has waited (ms)';
+    'Per queue: ready (incl. expired leases), scheduled, leased and dead counts (exact up to 10,000 each, estimated from a sample above: see queue_stats_exact), and how long the ready message that has waited longest has waited (ms; expired leases since they ran out)';
 
 -- Count a queue's messages by state, all of them: what queue_stats returns, with no estimate.
 -- It reads every live message of the queue (0.1 s of a core for a million), so it is for
--- checks and tests, not for a monitor that polls.
+-- checks and tests, not for a monitor that polls. oldest_ready_age_ms as in queue_stats: how
+-- long the ready message that has waited longest has waited, from greatest(dequeue_at,
+-- created_at), or an expired lease from when it ran out; here over every ready message.
 CREATE FUNCTION pgqueue.queue_stats_exact(p_queue text DEFAULT NULL)
 RETURNS TABLE (queue text, ready bigint, scheduled bigint, leased bigint, dead bigint,
                oldest_ready_age_ms bigint)
@@ -3502,9 +3601,10 @@ BEGIN
            (SELECT count(*) FROM pgqueue.message m
              WHERE m.queue_id = q.id AND m.locked_until IS NOT NULL AND m.locked_until > v_now),
            (SELECT count(*) FROM pgqueue.dead_letter d WHERE d.queue_id = q.id),
-           (SELECT v_now - greatest(m.dequeue_at, m.created_at) FROM pgqueue.message m
-             WHERE m.queue_id = q.id AND m.locked_until IS NULL AND m.dequeue_at <= v_now
-             ORDER BY m.dequeue_at, m.id LIMIT 1)
+           greatest((SELECT v_now - min(greatest(m.dequeue_at, m.created_at)) FROM pgqueue.message m
+                      WHERE m.queue_id = q.id AND m.locked_until IS NULL AND m.dequeue_at <= v_now),
+                    (SELECT v_now - min(m.locked_until) FROM pgqueue.message m
+                      WHERE m.queue_id = q.id AND m.locked_until IS NOT NULL AND m.locked_until <= v_now))
       FROM pgqueue.queue q
      WHERE p_queue IS NULL OR q.name = p_queue
      ORDER BY q.name;
@@ -3512,7 +3612,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_stats_exact(text) IS
-    'Per queue: ready (incl. expired leases), scheduled, leased and dead counts, all exact (reads every live message; queue_stats estimates counts above 10,000), and how long the next ready message has waited (ms)';
+    'Per queue: ready (incl. expired leases), scheduled, leased and dead counts, all exact (reads every live message; queue_stats estimates counts above 10,000), and how long the ready message that has waited longest has waited (ms; expired leases since they ran out)';
 
 -------------------------------------------------------------------------------
 -- Triggers
@@ -4163,6 +4263,31 @@ END;
 COMMENT ON FUNCTION pgqueue.queue_list() IS
     'List every queue with its settings, by name (group_concurrency NULL = no message groups, 0 = groups without a limit; rate_limit NULL = none)';
 
+-- The restore of the default queue's dumped row copies 0.4's settings too.
+-- CREATE EXTENSION makes the "default" queue; pg_restore then loads the dumped row for it.
+-- Turn that insert into an update so that the dumped settings win and the restore succeeds.
+-- Every setting of pgqueue.queue is copied: one left out would silently come back at its
+-- default after a restore (tests/test_dump_restore.py checks that none is missing).
+CREATE OR REPLACE FUNCTION pgqueue._queue_restore_default()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE pgqueue.queue q
+       SET lock_ms = NEW.lock_ms, max_attempts = NEW.max_attempts,
+           retry_base_ms = NEW.retry_base_ms, retry_cap_ms = NEW.retry_cap_ms,
+           max_size = NEW.max_size, notify = NEW.notify, created_at = NEW.created_at,
+           group_concurrency = NEW.group_concurrency, key_window_ms = NEW.key_window_ms,
+           rate_limit = NEW.rate_limit
+     WHERE q.name = NEW.name AND q.id = NEW.id;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
 -- Message groups (issue 14): one row per queue and stripe of its groups (hashtext(group) & 255),
 -- made on first use. pgqueue._message_group_lock locks a row FOR UPDATE to serialise the
 -- decisions about the turns of the groups on that stripe until the end of the transaction.
@@ -4599,6 +4724,15 @@ BEGIN
              WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
             IF FOUND THEN
                 RETURN v_id;
+            END IF;
+            IF p_queue.key_window_ms > 0 AND current_setting('transaction_isolation') <> 'read committed' THEN
+                -- A key kept within the window is a pgqueue.message_key row written when its
+                -- message left. A REPEATABLE READ or SERIALIZABLE snapshot taken before that
+                -- message was created sees neither the message nor the row, and nothing conflicts
+                -- with the INSERT below (the message's index entry is dead): the key would be
+                -- enqueued twice. Producers may not write or lock pgqueue.message_key, so nothing
+                -- here can turn that into a 40001: a new message with a key is refused (PQ009).
+                PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
             END IF;
         END IF;
         v_at := coalesce(p_dequeue_at, pgqueue._write_clock());

@@ -3,7 +3,9 @@ database (the data tables and their sequences are registered with pg_extension_c
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,8 @@ from psycopg import sql
 
 from conftest import Server, admin_execute, drop_database
 from helpers import pg_bindir, snapshot
+
+from pgqueue.installer import install
 
 BIN = pg_bindir()
 HOUR = 3_600_000
@@ -126,3 +130,174 @@ def test_dump_and_restore_keep_everything(pg_server: Server, dbname: str, conn: 
         # the default queue is still the one and only default, with its dumped settings
         assert restored.execute("SELECT lock_ms, max_attempts, notify FROM pgqueue.queue_list() "
                                 "WHERE queue = 'default'").fetchall() == [(12345, 7, True)]
+
+
+def dump_and_restore(pg_server: Server, source: str, target: str, tmp_path: Path, user: str | None = None) -> None:
+    """pg_dump -Fc the source database and pg_restore it into target, a new, empty database
+    (made here from template0; owned by user, who dumps and restores, if given)."""
+    env = pg_server.libpq_env()
+    create = sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(target))
+    if user is not None:
+        env["PGUSER"] = user
+        create = sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+            sql.Identifier(target), sql.Identifier(user))
+    dump = tmp_path / f"{source}.dump"
+    run([str(BIN / "pg_dump"), "-Fc", "-f", str(dump), "-d", source], env)
+    admin_execute(pg_server, create)
+    run([str(BIN / "pg_restore"), "--exit-on-error", "--single-transaction", "-d", target, str(dump)], env)
+
+
+def dequeued(conn: Conn, queue: str, limit: int = 10) -> list[tuple[str, int, int]]:
+    """Lease up to limit messages for 10 minutes: (content, id, token) in delivery order."""
+    return [(bytes(c).decode(), i, a) for i, c, a in conn.execute(
+        "SELECT id, content, attempts FROM pgqueue.message_dequeue(%s, %s, 600000)", (queue, limit)).fetchall()]
+
+
+def fill_0_4(conn: Conn) -> dict[str, Any]:
+    """0.4's state in flight: the default queue with a key window and a rate limit, message groups
+    with turns in flight, waiting and expired, idempotency keys live and kept, a capped queue, a
+    rate-limited one, a due schedule. Returns what the checks after a restore need."""
+    now = one(conn, "SELECT pgqueue.now_ms()")
+    conn.execute("SELECT pgqueue.queue_alter('default', p_key_window_ms => 3600000)")
+    conn.execute("SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)")
+    conn.execute("SELECT pgqueue.queue_create('keyed', p_key_window_ms => 3600000, p_max_size => 5)")
+    conn.execute("SELECT pgqueue.queue_create('rated', p_rate_limit => 2)")
+    # groups: a and b in flight with waiters behind them, c's lease already expired, d's turn waiting
+    for group, n in (("a", 3), ("b", 2), ("c", 2), ("d", 1)):
+        for i in range(1, n + 1):
+            conn.execute("SELECT pgqueue.message_create('grouped', %s, p_group => %s)", (f"{group}{i}".encode(), group))
+    in_flight = {c: (i, a) for c, i, a in dequeued(conn, "grouped", 2)}
+    assert set(in_flight) == {"a1", "b1"}
+    assert [r[0] for r in conn.execute("SELECT content FROM pgqueue.message_dequeue('grouped', 1, 1)")] == [b"c1"]
+    # keys: one live, one kept after its message was completed, on the default queue and a capped one
+    keys = {(q, k): one(conn, "SELECT pgqueue.message_create(%s, %s, p_key => %s)", (q, k.encode(), k))
+            for q in ("default", "keyed") for k in ("live", "done")}
+    for queue in ("default", "keyed"):
+        got = dequeued(conn, queue, 10)
+        assert [c for c, _, _ in got] == ["live", "done"]
+        assert one(conn, "SELECT pgqueue.message_complete(%s, %s)", got[1][1:]) is True
+        assert one(conn, "SELECT pgqueue.message_defer(%s, %s, 0)", got[0][1:]) is True
+    conn.execute("SELECT pgqueue.queue_alter('default', p_rate_limit => 1)")
+    for queue in ("default", "rated"):
+        conn.execute("SELECT pgqueue.message_create_batch(%s, %s)", (queue, [b"r"] * 10))
+    conn.execute("SELECT pgqueue.schedule_create('tick', 'default', 'tick', p_every_ms => 60000, p_start_at => %s)",
+                 (now - 1000,))
+    time.sleep(0.01)  # c1's lease of 1 ms has run out
+    state = contents_0_4(conn)
+    assert len(state["message_key"]) == 2, "premise: two keys are kept after their messages left"
+    state["in_flight"] = in_flight
+    state["keys"] = keys
+    state["seq_last"] = one(conn, "SELECT last_value FROM pgqueue.message_id_seq")
+    return state
+
+
+def contents_0_4(conn: Conn) -> dict[str, Any]:
+    out = contents(conn)
+    out["group_stats"] = conn.execute("SELECT * FROM pgqueue.queue_group_stats('grouped')").fetchall()
+    out["schedules"] = conn.execute("SELECT * FROM pgqueue.schedule_list()").fetchall()
+    out["message_key"] = conn.execute("SELECT * FROM pgqueue.message_key ORDER BY queue_id, idem_key").fetchall()
+    return out
+
+
+def check_0_4(r: Conn, before: dict[str, Any]) -> None:
+    """After the restore of fill_0_4's database: the same contents, and everything still works."""
+    after = contents_0_4(r)
+    for key in after:
+        assert after[key] == before[key], f"{key} differs after restore"
+    assert r.execute("SELECT key_window_ms, rate_limit FROM pgqueue.queue_list() WHERE queue = 'default'"
+                     ).fetchall() == [(3600000, 1)]
+
+    # groups: c's expired lease is redelivered (its second attempt) and d's waiting turn goes
+    # out; a and b, whose first messages are in flight, give nothing more
+    got = dequeued(r, "grouped")
+    assert [(c, a) for c, _, a in got] == [("c1", 2), ("d1", 1)]
+    # the leases of before the dump complete with their tokens, a stale token is refused,
+    # and each completion hands its group's turn on, in order
+    a1, b1 = before["in_flight"]["a1"], before["in_flight"]["b1"]
+    assert one(r, "SELECT pgqueue.message_complete(%s, %s)", (a1[0], a1[1] + 1)) is False
+    assert one(r, "SELECT pgqueue.message_complete(%s, %s)", a1) is True
+    assert one(r, "SELECT pgqueue.message_complete(%s, %s)", b1) is True
+    assert one(r, "SELECT pgqueue.message_complete(%s, %s)", got[0][1:]) is True
+    assert [c for c, _, _ in dequeued(r, "grouped")] == ["a2", "b2", "c2"]
+    assert dequeued(r, "grouped") == []  # one in flight per group
+
+    # keys still dedupe, the live ones and those kept in message_key; new keys get new ids
+    for (queue, key), msg_id in before["keys"].items():
+        assert one(r, "SELECT pgqueue.message_create(%s, 'again', p_key => %s)", (queue, key)) == msg_id
+    assert one(r, "SELECT pgqueue.message_create('keyed', 'new', p_key => 'new')") > before["seq_last"]
+    # the cap (5) counts the live messages (live, new, and 3 more), not the kept keys
+    r.execute("SELECT pgqueue.message_create_batch('keyed', ARRAY['x', 'y', 'z']::bytea[])")
+    with pytest.raises(psycopg.Error) as full:
+        r.execute("SELECT pgqueue.message_create('keyed', 'one too many')")
+    assert full.value.sqlstate == "PQ003"
+
+    # the rate limits still hold: a burst gets the catch-up allowance (one slot), not the queue
+    for queue in ("default", "rated"):
+        assert len(dequeued(r, queue)) <= 2, queue
+
+    # schedules keep firing from where they were, on their restored queue
+    assert r.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall() == [("tick",)]
+
+    # the counters go on from their dumped values
+    counted = {row[0]: row[1:4] for row in r.execute("SELECT * FROM pgqueue.queue_counters()")}
+    old = {row[0]: row[1:4] for row in before["counters"]}
+    assert counted["grouped"] == (old["grouped"][0], old["grouped"][1] + 5, old["grouped"][2] + 3)
+    assert counted["keyed"][0] == old["keyed"][0] + 2 + 4  # the keys found taken (counted), new, x, y, z
+    assert counted["default"][0] == old["default"][0] + 2 + 1  # the keys found taken, the schedule's tick
+
+
+def test_dump_and_restore_keep_groups_keys_rate_limits_schedules_and_counters(
+        pg_server: Server, dbname: str, conn: Conn, restored_name: str, tmp_path: Path) -> None:
+    """The extension: 0.4's state in flight survives a dump. CREATE EXTENSION makes the default
+    queue and the restore's insert of its dumped row becomes an update, which must carry every
+    setting (its key window and rate limit were lost)."""
+    before = fill_0_4(conn)
+    dump_and_restore(pg_server, dbname, restored_name, tmp_path)
+    with psycopg.connect(pg_server.dsn(restored_name), autocommit=True) as r:
+        check_0_4(r, before)
+        # ...and so will any setting added later: the restore of the default queue's row
+        # (pgqueue._queue_restore_default) copies every column but the key
+        body = one(r, "SELECT pg_get_functiondef('pgqueue._queue_restore_default()'::regprocedure)")
+        columns = [c for (c,) in r.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'pgqueue.queue'::regclass "
+                                           "AND attnum > 0 AND NOT attisdropped AND attname NOT IN ('id', 'name')")]
+        assert len(columns) == 10 and [c for c in columns if f"{c} = NEW.{c}" not in body] == []
+
+
+def test_dump_and_restore_of_a_plain_install_by_its_owner(pg_server: Server, tmp_path: Path) -> None:
+    """The plain install (no extension, every table and sequence dumped), dumped and restored by
+    its owner, a role without superuser: the same 0.4 state survives and works."""
+    role = f"pq_dump_{os.getpid()}"
+    source, target = f"{role}_src", f"{role}_dst"
+    admin_execute(pg_server,
+                  sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE").format(sql.Identifier(role)),
+                  sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+                      sql.Identifier(source), sql.Identifier(role)))
+    try:
+        with psycopg.connect(pg_server.dsn(source, user=role), autocommit=True) as conn:
+            install(conn, "plain", report=lambda _: None)
+            before = fill_0_4(conn)
+        dump_and_restore(pg_server, source, target, tmp_path, user=role)
+        with psycopg.connect(pg_server.dsn(target, user=role), autocommit=True) as r:
+            assert one(r, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
+            check_0_4(r, before)
+            # A plain dump holds every sequence, the capped queues' exactness marks too: a
+            # transaction id of the dumped cluster, which a cluster that has used fewer never
+            # reaches (it refused every REPEATABLE READ producer of the queue's stripe with
+            # 40001). The restore's setval, of a mark from a cluster 10^9 transactions older:
+            r.execute("SELECT setval(pgqueue._size_exact_seq(q.id), txid_current() + 1000000000) "
+                      "FROM pgqueue.queue q WHERE q.name = 'keyed'")
+            assert len(r.execute("SELECT * FROM pgqueue.message_dequeue('keyed', 10, 0)").fetchall()) == 5  # room
+            outcomes = []
+            for _ in range(3):
+                try:
+                    with r.transaction():
+                        r.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                        r.execute("SELECT pgqueue.message_create('keyed', 'repeatable read')")
+                    outcomes.append("ok")
+                except psycopg.Error as exc:
+                    outcomes.append(str(exc.sqlstate))
+            assert outcomes == ["40001", "ok", "ok"]  # marked again, as the first producer of a stripe does
+    finally:
+        drop_database(pg_server, source)
+        drop_database(pg_server, target)
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -35,13 +35,7 @@ def roles(pg_server: Server, dbname: str) -> Iterator[Roles]:
         for name in names.values():
             admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
     try:
-        proc = subprocess.run(
-            ["psql", "-X", "-q", "-d", dbname, "-f", str(GRANTS),
-             "-v", f"producer={names['producer']}", "-v", f"consumer={names['consumer']}",
-             "-v", f"admin={names['admin']}"],
-            env=pg_server.libpq_env(), capture_output=True, text=True, check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
+        apply_recipes(pg_server, dbname, names)
         with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
             owner.execute("SELECT pgqueue.queue_create('jobs', p_max_attempts => 1)")
             owner.execute("SELECT pgqueue.queue_create('capped', p_max_size => 2)")
@@ -51,6 +45,17 @@ def roles(pg_server: Server, dbname: str) -> Iterator[Roles]:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
             for name in names.values():
                 admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def apply_recipes(pg_server: Server, dbname: str, names: dict[str, str]) -> None:
+    """Run docs/grants.sql as the owner for the producer, consumer and admin of names."""
+    proc = subprocess.run(
+        ["psql", "-X", "-q", "-d", dbname, "-f", str(GRANTS),
+         "-v", f"producer={names['producer']}", "-v", f"consumer={names['consumer']}",
+         "-v", f"admin={names['admin']}"],
+        env=pg_server.libpq_env(), capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def run(dsn: str, statement: str) -> list[tuple[object, ...]]:
@@ -221,3 +226,52 @@ def test_producers_cannot_switch_the_cap_off(roles: Roles) -> None:
         run(p, "SELECT pgqueue.message_create('capped', 'c')")
     assert full.value.sqlstate == "PQ003"
     assert run(roles.dsn(roles.admin), "SELECT ready FROM pgqueue.queue_stats('capped')") == [(2,)]
+
+
+def test_producers_cannot_take_the_ids_of_other_producers_messages(roles: Roles, pg_server: Server,
+                                                                   dbname: str) -> None:
+    """Review defect (0.4, security review): a producer had INSERT on every column of
+    pgqueue.message, so plain SQL could insert rows with the ids message_id_seq hands out next:
+    every other producer's message_create then failed on them (23505) until the sequence passed
+    them. The recipe grants INSERT on the columns the enqueue functions write only (nor
+    locked_until, attempts, state, last_error, claim_id: a lease or a claim a producer made up)."""
+    p = roles.dsn(roles.producer)
+    (last,), = run(p, "SELECT pgqueue.message_create('jobs', 'a')")
+    denied(p, f"INSERT INTO pgqueue.message (id, queue_id, dequeue_at, created_at, content) "
+              f"SELECT g, 1, 0, 0, 'squat' FROM generate_series({last} + 1, {last} + 10) g")
+    denied(p, "INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, locked_until) "
+              "VALUES (1, 0, 0, 'fake lease', 253402300799999)")
+    denied(p, "INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, attempts) VALUES (1, 0, 0, 'x', 9)")
+    # every way of enqueueing still works with these columns
+    assert [r[0] for r in run(p, "SELECT count(*) FROM pgqueue.message_create_batch('jobs', ARRAY['b', 'c']::bytea[])")] == [2]
+    with psycopg.connect(roles.dsn(roles.admin), autocommit=True) as admin:
+        admin.execute("SELECT pgqueue.queue_create('grp', p_group_concurrency => 1)")
+    run(p, "SELECT pgqueue.message_create('grp', 'g', p_group => 'g', p_key => 'k')")
+    run(p, "SELECT pgqueue.message_create_json('jobs', '{}')")
+    # an earlier run of the recipe (table-wide INSERT) is narrowed by running it again
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute(sql.SQL("GRANT INSERT ON pgqueue.message TO {}").format(sql.Identifier(roles.producer)))
+    apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+    denied(p, "INSERT INTO pgqueue.message (id, queue_id, dequeue_at, created_at, content) VALUES (1000000, 1, 0, 0, 'x')")
+    assert run(p, "SELECT pgqueue.message_create('jobs', 'd') > 0") == [(True,)]
+
+
+def test_the_admin_recipe_cannot_plant_triggers(roles: Roles, pg_server: Server, dbname: str) -> None:
+    """Review defect (0.4, security review): the admin recipe granted ALL on the tables, TRIGGER
+    included, so the admin role could put a trigger on pgqueue.message whose function then ran
+    as whoever enqueued, the extension's owner (a superuser) too. Nor REFERENCES (a foreign key
+    of its own to pgqueue.queue would hold queue_drop up)."""
+    a = roles.dsn(roles.admin)
+    denied(a, "CREATE TRIGGER planted BEFORE INSERT ON pgqueue.message "
+              "FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()")
+    denied(a, "CREATE TRIGGER planted BEFORE UPDATE ON pgqueue.queue "
+              "FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()")
+    assert run(a, "SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'r' "
+                  "AND (has_table_privilege(c.oid, 'TRIGGER') OR has_table_privilege(c.oid, 'REFERENCES'))") == [(0,)]
+    # it still administers (test_admin_can_do_everything), and a recipe run before this one is narrowed
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute(sql.SQL("GRANT ALL ON ALL TABLES IN SCHEMA pgqueue TO {}").format(sql.Identifier(roles.admin)))
+    apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+    denied(a, "CREATE TRIGGER planted AFTER INSERT ON pgqueue.message "
+              "FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()")
+    assert run(a, "SELECT pgqueue.queue_drop('capped')") == [(True,)]

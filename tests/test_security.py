@@ -29,7 +29,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from conftest import Server, admin_execute, create_database, drop_database
+from conftest import REPO, Server, admin_execute, create_database, drop_database
 
 Conn = psycopg.Connection[Any]
 HOSTILE_PATH = "pg_temp, public, pg_catalog"
@@ -557,3 +557,121 @@ def test_restore_into_a_schema_another_role_made_fails_loudly(pg_server: Server,
             assert one(admin, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
     finally:
         drop_database(pg_server, source)
+
+
+# -- the plain install binds nothing from the installer's search_path ---------------------------
+
+#: Operators that beat the catalog's for the argument types the install script and the
+#: SQL-standard bodies use (an exact match wins over one that needs a cast): text || integer
+#: (the comments of the stripes and counters, made in DO blocks), double precision * integer
+#: (now_ms), numeric * integer (to_epoch), bigint / numeric (from_epoch). Each logs its call
+#: and returns the right value, so that nothing but the log tells.
+CAST_BEATING_OPERATORS = [
+    ("||", "text", "integer", "text", "a OPERATOR(pg_catalog.||) b::text"),
+    ("*", "double precision", "integer", "double precision", "a OPERATOR(pg_catalog.*) b::double precision"),
+    ("*", "numeric", "integer", "numeric", "a OPERATOR(pg_catalog.*) b::numeric"),
+    ("/", "bigint", "numeric", "numeric", "a::numeric OPERATOR(pg_catalog./) b"),
+]
+
+
+def plant_cast_beating_operators(pg_server: Server, dbname: str, mallory: str) -> None:
+    admin_execute_in(pg_server, dbname, sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(mallory)))
+    with psycopg.connect(pg_server.dsn(dbname, user=mallory), autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.hijack_log (what text NOT NULL, by_role text NOT NULL)")
+        conn.execute("GRANT INSERT, SELECT ON public.hijack_log TO PUBLIC")
+        for n, (op, left, right, returns, value) in enumerate(CAST_BEATING_OPERATORS):
+            conn.execute(f"""
+                CREATE FUNCTION public.planted_{n}(a {left}, b {right}) RETURNS {returns}
+                LANGUAGE plpgsql VOLATILE AS $f$
+                BEGIN
+                    INSERT INTO public.hijack_log VALUES ('{op} ({left}, {right})', current_user);
+                    RETURN {value};
+                END $f$""")
+            conn.execute(f"CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, "
+                         f"FUNCTION = public.planted_{n})")
+
+
+def admin_execute_in(pg_server: Server, dbname: str, *statements: sql.Composable) -> None:
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as conn:
+        for stmt in statements:
+            conn.execute(stmt)
+
+
+def hijacks(pg_server: Server, dbname: str) -> list[tuple[str, str]]:
+    """Use pgqueue as the superuser (default search_path) and return what the planted operators logged."""
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as conn:
+        assert one(conn, "SHOW search_path") == '"$user", public'
+        conn.execute("SELECT pgqueue.now_ms(), pgqueue.to_epoch(pg_catalog.now()), pgqueue.from_epoch(0)")
+        conn.execute("SELECT pgqueue.message_create('default', 'x'::bytea)")
+        assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('default', 1, 0)").fetchone() == (1,)
+        return [(str(w), str(b)) for w, b in conn.execute("SELECT DISTINCT what, by_role FROM public.hijack_log ORDER BY 1")]
+
+
+def test_a_plain_install_binds_nothing_another_role_planted_in_public(pg_server: Server, role: str) -> None:
+    """Review defect (0.4, security review): the plain install ran with the installer's
+    search_path, so operators a role with CREATE on public planted ran as the installer (a
+    superuser here) during the install, and stayed bound in now_ms, to_epoch and from_epoch for
+    everyone who called them. The script pins search_path for its transaction."""
+    import subprocess
+
+    from helpers import pg_bindir
+    from pgqueue.installer import sql_version
+
+    db = create_database(pg_server, "template0", prefix="plainhostile")
+    try:
+        plant_cast_beating_operators(pg_server, db, role)
+        # premise: the planted operators do beat the catalog's in this search_path
+        with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+            assert one(conn, "SELECT 'n'::text || 1") == "n1"
+            assert one(conn, "SELECT count(*) FROM public.hijack_log") == 1
+            conn.execute("TRUNCATE public.hijack_log")
+        script = REPO / "python" / "pgqueue" / "sql" / f"pgqueue--{sql_version()}.sql"
+        proc = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", db,
+                               "-f", str(script)], env=pg_server.libpq_env(), capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert hijacks(pg_server, db) == []
+    finally:
+        drop_database(pg_server, db)
+
+
+def test_a_plain_upgrade_binds_nothing_another_role_planted_in_public(pg_server: Server, role: str) -> None:
+    """The same for a plain install of release 0.1 upgraded by `pgqueue install` through every
+    step script (each starts with extension/src/schema.sql, which pins search_path)."""
+    import subprocess
+
+    from helpers import pg_bindir
+    from pgqueue.installer import install
+
+    db = create_database(pg_server, "template0", prefix="plainhostile")
+    try:
+        script = REPO / "python" / "pgqueue" / "sql" / "pgqueue--0.1.sql"
+        proc = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", db,
+                               "-f", str(script)], env=pg_server.libpq_env(), capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        plant_cast_beating_operators(pg_server, db, role)
+        with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+            install(conn, "plain", report=lambda _: None)
+            assert one(conn, "SELECT version FROM pgqueue.install") != "0.1"
+        assert hijacks(pg_server, db) == []
+    finally:
+        drop_database(pg_server, db)
+
+
+def test_a_plain_script_outside_one_transaction_is_refused_before_it_makes_anything(bare_dsn: str,
+                                                                                    pg_server: Server) -> None:
+    """Its search_path pin is SET LOCAL: without a transaction it would not hold, so the
+    script refuses (PQ008) before it creates the schema."""
+    import subprocess
+
+    from helpers import pg_bindir
+    from pgqueue.installer import sql_version
+
+    script = REPO / "python" / "pgqueue" / "sql" / f"pgqueue--{sql_version()}.sql"
+    proc = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", bare_dsn,
+                           "-f", str(script)], env=pg_server.libpq_env(), capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "pgqueue installs in one transaction only" in proc.stderr
+    with psycopg.connect(bare_dsn, autocommit=True) as conn:
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0

@@ -1,3 +1,13 @@
+-- Every name in the rest of the script resolves in pg_catalog (and pgqueue's own names are
+-- written qualified): a plain install or upgrade (no extension files, extension/src/plain) runs
+-- with the installing session's search_path, where an operator or function that another role
+-- planted in public, say || (text, integer) or * (double precision, integer), would beat the
+-- catalog's, which needs a cast: it would run with the installer's rights during the install
+-- (the DO blocks below) and be bound for good into the SQL-standard bodies (now_ms, to_epoch,
+-- ...), run by everyone who calls them. CREATE EXTENSION sets search_path to the schema (checked
+-- below) itself. LOCAL: for this transaction only (the check below refuses to go on without one).
+SET LOCAL search_path = pg_catalog, pg_temp;
+
 -- Refuse to install into a schema that another role owns, that others may create objects in,
 -- or that holds objects pgqueue did not create (PQ008). PostgreSQL creates the schema of
 -- `CREATE EXTENSION pgqueue` (control file: schema = pgqueue) only when it is missing and
@@ -19,6 +29,12 @@ DECLARE
     v_extown  oid;
     v_foreign text;
 BEGIN
+    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) 'pg_catalog, pg_temp' THEN
+        RAISE EXCEPTION 'pgqueue installs in one transaction only'
+            USING ERRCODE = 'PQ008',
+                  HINT = 'Run the script with psql -1 (--single-transaction), or use pgqueue install: '
+                         'its search_path is pinned for the transaction (SET LOCAL).';
+    END IF;
     SELECT n.oid, n.nspowner INTO v_ns, v_owner
       FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue';
     SELECT e.oid, e.extowner INTO v_ext, v_extown

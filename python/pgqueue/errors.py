@@ -15,7 +15,8 @@ ConsumerInUse            PQ005                  another Spark query holds the co
 ConsumerNotFound         PQ006                  the Spark consumer does not exist
 StagedRowsMissing        PQ007                  a Spark publish finds staged rows missing
 UnsafeSchema             PQ008                  install/upgrade into a schema pgqueue not safe
-NeedsReadCommitted       PQ009                  queue_drop / a max_size change outside READ COMMITTED
+NeedsReadCommitted       PQ009                  queue_create/_drop, a max_size change, a new key
+                                                (key window) outside READ COMMITTED
 SerializationFailure     40001                  a REPEATABLE READ / SERIALIZABLE snapshot is too old
 InvalidQueueName         42602                  the name breaks the queue-name rule
 InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
@@ -124,8 +125,9 @@ class UnsafeSchema(PgQueueError):
 
 
 class NeedsReadCommitted(PgQueueError):
-    """``queue_drop`` or a ``max_size`` change run in a REPEATABLE READ or SERIALIZABLE
-    transaction (PQ009): run it in READ COMMITTED (the default)."""
+    """``queue_create``, ``queue_drop``, a ``max_size`` change, or an enqueue of a new idempotency
+    key into a queue with ``key_window_ms``, run in a REPEATABLE READ or SERIALIZABLE transaction
+    (PQ009): run it in READ COMMITTED (the default)."""
 
 
 class SerializationFailure(PgQueueError):

@@ -79,7 +79,9 @@ BEGIN
     v_exact := pg_sequence_last_value(pgqueue._size_exact_seq(p_queue_id));
     IF NOT v_rc AND (v_exact IS NULL
                      OR NOT pg_visible_in_snapshot(v_exact::text::xid8, pg_current_snapshot())) THEN
-        IF v_exact IS NULL THEN
+        -- unset, or above every transaction id of this cluster, where it would never become
+        -- visible: a plain install restored from another cluster (pg_dump copies the sequence)
+        IF v_exact IS NULL OR v_exact > txid_current() THEN
             PERFORM setval(pgqueue._size_exact_seq(p_queue_id), txid_current());
         END IF;
         RAISE EXCEPTION 'could not serialize access to the size of capped queue "%"', v_name

@@ -48,6 +48,15 @@ BEGIN
             IF FOUND THEN
                 RETURN v_id;
             END IF;
+            IF p_queue.key_window_ms > 0 AND current_setting('transaction_isolation') <> 'read committed' THEN
+                -- A key kept within the window is a pgqueue.message_key row written when its
+                -- message left. A REPEATABLE READ or SERIALIZABLE snapshot taken before that
+                -- message was created sees neither the message nor the row, and nothing conflicts
+                -- with the INSERT below (the message's index entry is dead): the key would be
+                -- enqueued twice. Producers may not write or lock pgqueue.message_key, so nothing
+                -- here can turn that into a 40001: a new message with a key is refused (PQ009).
+                PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
+            END IF;
         END IF;
         v_at := coalesce(p_dequeue_at, pgqueue._write_clock());
         IF p_queue.group_concurrency IS NULL THEN

@@ -31,6 +31,18 @@ BEGIN
                                          p_retry_cap_ms, p_max_size);
     PERFORM pgqueue._not_null(p_key_window_ms IS NULL, 'key_window_ms'::text);
     PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
+    -- The stripe search below decides from what it reads that no queue uses a stripe, then
+    -- resets the stripe's counters and max_size mark: a REPEATABLE READ or SERIALIZABLE snapshot
+    -- does not see a queue created on it after the snapshot was taken, and the reset would put
+    -- two queues on one stripe, that queue's counters back to zero and its cap off by what they
+    -- counted (specs/rr_queue_create.spec). A queue that already exists in the snapshot with
+    -- p_if_not_exists: nothing to create, so nothing to refuse.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        IF p_if_not_exists AND EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
+            RETURN;
+        END IF;
+        PERFORM pgqueue._require_read_committed('queue_create');
+    END IF;
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
