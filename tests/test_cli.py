@@ -16,6 +16,7 @@ import pytest
 from conftest import Server
 from pgqueue import Queue
 from pgqueue.cli import format_table, main
+from pgqueue.client import list_queues
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 TESTS = Path(__file__).resolve().parent
@@ -410,3 +411,154 @@ def test_command_line_mistakes_found_by_a_review(capsys: pytest.CaptureFixture[s
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+# -- a second review ----------------------------------------------------------------------
+
+
+def test_dead_requeue_and_purge_of_ids_that_are_not_dead_letters(capsys: pytest.CaptureFixture[str],
+                                                                  dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=1)
+    queue.enqueue_many(["a", "b"])
+    for msg in queue.dequeue(2):
+        queue.fail(msg, "bad")
+    first, second = sorted(d.id for d in queue.dead_letters())
+    missing = second + 1000
+    # one id that is not a dead letter of the queue: the command says which, exits 1, changes nothing
+    for action, done in (("requeue", "requeued"), ("purge", "purged")):
+        status, out, err = run(capsys, "dead", action, "jobs", "--id", str(first), "--id", str(missing), "--dsn", dsn)
+        assert_one_line_error(status, out, err, str(missing), f"nothing {done}")
+        assert str(first) not in err.replace(str(missing), "")
+        assert sorted(d.id for d in queue.dead_letters()) == [first, second]
+    assert queue.stats().ready == 0
+    # a repeated id counts once
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(first), "--id", str(first), "--dsn", dsn)
+    assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs")
+    status, out, _ = run(capsys, "dead", "purge", "jobs", "--id", str(second), "--dsn", dsn)
+    assert (status, out.strip()) == (0, "purged 1 dead letter(s) from queue jobs")
+    # ids of dead letters that were there but are no longer
+    for argv in (["requeue", "jobs", "--id", str(first)], ["purge", "jobs", "--id", str(second)]):
+        status, out, err = run(capsys, "dead", *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, "no dead letter", argv[-1])
+    # every dead letter (no --id) of a queue that has none is not a mistake
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--dsn", dsn)
+    assert (status, out.strip()) == (0, "requeued 0 dead letter(s) on queue jobs")
+
+
+def test_integers_out_of_the_servers_range_are_usage_errors(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    huge, beyond_bigint = "99999999999", str(2**63)
+    cases: list[tuple[list[str], str]] = [
+        (["dequeue", "default", "--limit", huge], "--limit"),
+        (["dequeue", "default", "--limit", "10001"], "--limit"),
+        (["dequeue", "default", "--lock-ms", beyond_bigint], "--lock-ms"),
+        (["dequeue", "default", "--lock-ms", "31536000001"], "--lock-ms"),
+        (["peek", "default", "--limit", huge], "--limit"),
+        (["cancel", "default", beyond_bigint], "ID"),
+        (["cancel", "default", "-5"], "ID"),
+        (["cancel", "default", "0"], "ID"),
+        (["stats", "default", "--groups", huge], "--groups"),
+        (["dead", "list", "default", "--limit", beyond_bigint], "--limit"),
+        (["dead", "requeue", "default", "--id", beyond_bigint], "--id"),
+        (["dead", "purge", "default", "--id", "-3"], "--id"),
+        (["enqueue", "default", "x", "--priority", str(2**31)], "--priority"),
+        (["queue", "create", "q", "--lock-ms", huge], "--lock-ms"),
+        (["queue", "create", "q", "--max-attempts", huge], "--max-attempts"),
+        (["queue", "create", "q", "--retry-cap-ms", huge], "--retry-cap-ms"),
+        (["queue", "create", "q", "--max-size", beyond_bigint], "--max-size"),
+        (["queue", "create", "q", "--group-concurrency", huge], "--group-concurrency"),
+        (["queue", "create", "q", "--key-window-ms", beyond_bigint], "--key-window-ms"),
+        (["queue", "alter", "default", "--rate-limit", "1000001"], "--rate-limit"),
+        (["worker", "default", "m:f", "--lock-ms", huge], "--lock-ms"),
+        (["worker", "default", "m:f", "--batch-size", "10001"], "--batch-size"),
+        (["schedule", "create", "s", "default", "x", "--every", "0.5"], "--every"),
+    ]
+    for argv, option in cases:
+        status, out, err = run(capsys, *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, option, "expected", code=2)
+        assert "out of range" not in err
+    assert Queue(dsn).stats().total == 0 and [q.queue for q in list_queues(dsn)] == ["default"]
+    # the bounds themselves are accepted
+    status, out, err = run(capsys, "dequeue", "default", "--limit", "10000", "--lock-ms", "31536000000", "--dsn", dsn)
+    assert status == 0, err
+    status, out, err = run(capsys, "queue", "create", "q", "--max-attempts", str(2**31 - 1), "--max-size",
+                           str(2**63 - 1), "--rate-limit", "1000000", "--key-window-ms", "31536000000", "--dsn", dsn)
+    assert status == 0, err
+
+
+def test_stats_groups_of_a_queue_without_groups(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    Queue(dsn, "plain").create()
+    for extra in ([], ["--json"]):
+        status, out, err = run(capsys, "stats", "plain", "--groups", "5", *extra, "--dsn", dsn)
+        assert_one_line_error(status, out, err, 'queue "plain" has no message groups', "--group-concurrency")
+    grouped = Queue(dsn, "grouped")
+    grouped.create(group_concurrency=1)
+    status, out, err = run(capsys, "stats", "grouped", "--groups", "5", "--dsn", dsn)
+    assert (status, out) == (0, "")
+    assert "no message group" in err and "grouped" in err
+    status, out, _ = run(capsys, "stats", "grouped", "--groups", "5", "--json", "--dsn", dsn)
+    assert (status, json.loads(out)) == (0, [])
+    grouped.enqueue("x", group="g1")
+    grouped.enqueue("y", group="g1")
+    status, out, _ = run(capsys, "stats", "grouped", "--groups", "5", "--dsn", dsn)
+    assert status == 0 and out.splitlines()[2].split() == ["g1", "2", "0"]
+    # an empty QUEUE is a queue name, not "every queue"
+    status, out, err = run(capsys, "stats", "", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "invalid queue name")
+
+
+def test_stats_groups_watch_refreshes(dsn: str) -> None:
+    queue = Queue(dsn, "grouped")
+    queue.create(group_concurrency=1)
+    queue.enqueue("x", group="g1")
+    proc = subprocess.Popen([str(PGQUEUE), "stats", "grouped", "--groups", "3", "--watch", "0.2", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = []
+    try:
+        deadline = time.monotonic() + 20
+        for line in proc.stdout:
+            seen.append(line)
+            if sum("pgqueue stats at" in s for s in seen) == 2 or time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert sum("pgqueue stats at" in s for s in seen) == 2, seen
+    assert all(" UTC (every 0.2 s" in s for s in seen if "pgqueue stats at" in s), seen  # UTC, said so
+    assert sum(line.split()[:1] == ["g1"] for line in seen) >= 1
+
+
+def test_enqueue_when_and_task(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    later = datetime.now(timezone.utc) + timedelta(hours=2)
+    # an aware time, a naive one (UTC) and a Z
+    at_tokyo = later.astimezone(timezone(timedelta(hours=9))).isoformat()
+    naive = later.replace(tzinfo=None).isoformat(timespec="seconds")
+    zulu = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ids = []
+    for text in (at_tokyo, naive, zulu):
+        status, out, err = run(capsys, "enqueue", "jobs", "x", "--at", text, "--dsn", dsn)
+        assert status == 0, err
+        ids.append(int(out))
+    pending = {p.id: p for p in queue.peek(10)}
+    for msg_id in ids:
+        due = pending[msg_id].dequeue_at
+        assert due is not None and abs((due - later).total_seconds()) < 1.5, (due, later)
+    # a task, as the Tasks registry reads it
+    status, out, err = run(capsys, "enqueue", "jobs", '{"n": 1}', "--json", "--task", "send_email", "--dsn", dsn)
+    assert status == 0, err
+    assert pending.get(int(out)) is None
+    assert [p.content_type for p in queue.peek(10) if p.id == int(out)] == ["application/json; task=send_email"]
+    # one of --delay, --at, --priority; a time that is not one; a bad task name
+    for argv in (["--delay", "5", "--priority", "1"], ["--at", zulu, "--delay", "0"], ["--at", zulu, "--priority", "0"],
+                 ["--at", "tomorrow"], ["--at", ""], ["--at", "1969-12-31T23:59:59Z"]):
+        status, out, err = run(capsys, "enqueue", "jobs", "x", *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, code=2)
+    status, out, err = run(capsys, "enqueue", "jobs", "x", "--task", "no spaces", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "task")
+    assert queue.stats().total == 4

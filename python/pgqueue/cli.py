@@ -207,9 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input)")
     p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
-    p.add_argument("--delay", type=_seconds, metavar="S", help="deliver it after S seconds")
-    p.add_argument("--priority", type=_non_negative_int, metavar="N",
-                   help="deliver it before every normal message (larger N first)")
+    when = p.add_mutually_exclusive_group()  # one sort key: a message is scheduled or prioritised, not both
+    when.add_argument("--delay", type=_seconds, metavar="S", help="deliver it after S seconds")
+    when.add_argument("--at", type=_time, metavar="TIME",
+                      help="deliver it at TIME, ISO 8601 such as 2030-01-31T09:30:00Z (UTC unless it gives "
+                           "an offset such as +02:00); a past TIME: at once, ahead of messages due later")
+    when.add_argument("--priority", type=_priority, metavar="N",
+                      help=f"deliver it before every normal message (larger N first, 0 to {_INT_MAX})")
+    p.add_argument("--task", metavar="NAME", help="the task of a pgqueue.Tasks registry that is to handle it")
     p.add_argument("--group", metavar="GROUP", help="its message group (a queue created with --group-concurrency)")
     p.add_argument("--key", metavar="KEY",
                    help="an idempotency key: while a message with it is live, print that one's id, insert nothing")
@@ -217,18 +222,18 @@ def build_parser() -> argparse.ArgumentParser:
     # dequeue
     p = command("dequeue", _cmd_dequeue, "receive messages and print them as JSON lines")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--limit", type=_positive_int, default=1, metavar="N", help="at most N messages (default 1)")
-    p.add_argument("--lock-ms", type=_non_negative_int, metavar="MS",
-                   help="lease length (default: the queue's lock_ms); 0 deletes them on receipt")
+    p.add_argument("--limit", type=_batch, default=1, metavar="N", help="at most N messages, up to 10000 (default 1)")
+    p.add_argument("--lock-ms", type=_lease_or_zero, metavar="MS",
+                   help="lease length, up to a year (default: the queue's lock_ms); 0 deletes them on receipt")
     p.add_argument("--complete", action="store_true", help="complete (delete) them after printing")
 
     # peek, cancel
     p = command("peek", _cmd_peek, "print a queue's next messages as JSON lines, without taking them")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--limit", type=_positive_int, default=10, metavar="N", help="at most N messages (default 10)")
+    p.add_argument("--limit", type=_batch, default=10, metavar="N", help="at most N messages, up to 10000 (default 10)")
     p = command("cancel", _cmd_cancel, "delete pending messages by id and print them as JSON lines")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("ids", type=int, nargs="+", metavar="ID", help="message ids")
+    p.add_argument("ids", type=_id, nargs="+", metavar="ID", help="message ids")
 
     # stats
     p = command("stats", _cmd_stats, "show message counts per queue")
@@ -237,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print a JSON array, one object per queue with its counts and counters (with "
                         "--watch: one array per line)")
-    p.add_argument("--groups", type=_positive_int, metavar="N",
-                   help="with QUEUE: its N message groups with the most messages waiting (a queue with groups)")
+    p.add_argument("--groups", type=_batch, metavar="N",
+                   help="with QUEUE: its N message groups (up to 10000) with the most messages waiting (a "
+                        "queue created with --group-concurrency)")
 
     # metrics
     p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue: counts by state, oldest "
@@ -271,16 +277,18 @@ def build_parser() -> argparse.ArgumentParser:
     dead = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
     p = command("list", _cmd_dead_list, "list a queue's dead letters", dead)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--limit", type=_positive_int, default=100, metavar="N", help="at most N (default 100)")
+    p.add_argument("--limit", type=_count, default=100, metavar="N", help="at most N (default 100)")
     p = command("requeue", _cmd_dead_requeue, "put dead letters back on their queue", dead)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
-                   help="only this dead letter (repeat for more; default: all)")
+    p.add_argument("--id", type=_id, action="append", dest="ids", metavar="ID",
+                   help="only this dead letter (repeat for more; default: all); an ID that is not one of "
+                        "the queue's dead letters: exit 1, nothing requeued")
     p = command("purge", _cmd_dead_purge, "delete dead letters", dead)
     p.add_argument("queue", metavar="QUEUE")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--id", type=int, action="append", dest="ids", metavar="ID",
-                       help="only this dead letter (repeat for more)")
+    which.add_argument("--id", type=_id, action="append", dest="ids", metavar="ID",
+                       help="only this dead letter (repeat for more); an ID that is not one of the queue's "
+                            "dead letters: exit 1, nothing purged")
     which.add_argument("--all", action="store_true", help="delete all of the queue's dead letters")
 
     # schedules
@@ -291,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("payload", metavar="PAYLOAD", help="the message, as text")
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--every", type=_positive_float, metavar="S", help="every S seconds (at least 1)")
+    when.add_argument("--every", type=_every, metavar="S", help="every S seconds (1 to 3153600000: 100 years)")
     when.add_argument("--cron", metavar="EXPR", help="at each match of a five-field cron expression, UTC")
     p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
     p.add_argument("--task", metavar="NAME", help="the task the messages name")
@@ -301,8 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("drop", _cmd_schedule_drop, "drop a schedule", sched)
     p.add_argument("name", metavar="NAME")
     command("run", _cmd_schedule_run, "enqueue the due slots once and print them", sched)
-    p = command("scheduler", _cmd_scheduler, "enqueue the schedules' due slots every second until SIGINT/SIGTERM "
-                "(several may run: each slot is enqueued once)")
+    p = command("scheduler", _cmd_scheduler, "enqueue the schedules' due slots every --interval seconds until "
+                "SIGINT/SIGTERM (several may run: each slot is enqueued once)")
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S",
                    help="seconds between runs (default 1)")
 
@@ -330,9 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "directory is on the import path); an `async def` one runs on asyncio")
     p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
                    help="handlers running at once (default 4)")
-    p.add_argument("--batch-size", type=_positive_int, metavar="N",
-                   help="most messages fetched at once (default: the free slots)")
-    p.add_argument("--lock-ms", type=_positive_int, metavar="MS", help="lease length (default: the queue's)")
+    p.add_argument("--batch-size", type=_batch, metavar="N",
+                   help="most messages fetched at once, up to 10000 (default: the free slots)")
+    p.add_argument("--lock-ms", type=_lease, metavar="MS", help="lease length, up to a year (default: the queue's)")
     p.add_argument("--no-listen", dest="listen", action="store_false", help="poll only, no LISTEN")
     p.add_argument("--poll-max", type=_positive_float, default=5.0, metavar="S",
                    help="longest sleep between polls of an empty queue (default 5)")
@@ -354,28 +362,29 @@ def _queue_options(p: argparse.ArgumentParser, *, create: bool) -> None:
     def d(default: str) -> str:
         return f" (default {default})" if create else ""
 
-    p.add_argument("--lock-ms", type=_positive_int, metavar="MS", help="lease length" + d("30000"))
-    p.add_argument("--max-attempts", type=_non_negative_int, metavar="N",
+    p.add_argument("--lock-ms", type=_lease, metavar="MS", help="lease length, up to a year" + d("30000"))
+    p.add_argument("--max-attempts", type=_int_or_zero, metavar="N",
                    help="deliveries before a message is dead-lettered, 0 = unlimited" + d("unlimited"))
-    p.add_argument("--retry-base-ms", type=_non_negative_int, metavar="MS",
+    p.add_argument("--retry-base-ms", type=_ms_or_zero, metavar="MS",
                    help="back-off after the first failure, doubling each time" + d("1000"))
-    p.add_argument("--retry-cap-ms", type=_non_negative_int, metavar="MS",
-                   help="longest back-off" + d("3600000"))
-    p.add_argument("--max-size", type=_non_negative_int, metavar="N",
+    p.add_argument("--retry-cap-ms", type=_ms_or_zero, metavar="MS",
+                   help="longest back-off, up to a year" + d("3600000"))
+    p.add_argument("--max-size", type=_count_or_zero, metavar="N",
                    help="most live messages, 0 = unbounded" + d("unbounded"))
     if create:
         p.add_argument("--notify", action="store_true", help="NOTIFY listeners on enqueue (instant wake-ups)")
     else:
         p.add_argument("--notify", action=argparse.BooleanOptionalAction, default=None,
                        help="NOTIFY listeners on enqueue, or not")
-    p.add_argument("--group-concurrency", type=_non_negative_int, metavar="N",
+    p.add_argument("--group-concurrency", type=_int_or_zero, metavar="N",
                    help=("message groups: at most N of a group in flight, 0 = no limit (chosen at creation; "
                          "default: no groups)" if create else
                          "at most N of a group in flight, 0 = no limit (a queue created with groups)"))
-    p.add_argument("--key-window-ms", type=_non_negative_int, metavar="MS",
-                   help="how long an idempotency key stays taken after its message left" + d("0"))
-    p.add_argument("--rate-limit", type=_non_negative_int, metavar="N",
-                   help="most messages handed out a second, all consumers together, 0 = none" + d("none"))
+    p.add_argument("--key-window-ms", type=_ms_or_zero, metavar="MS",
+                   help="how long an idempotency key stays taken after its message left, up to a year" + d("0"))
+    p.add_argument("--rate-limit", type=_rate, metavar="N",
+                   help="most messages handed out a second (up to 1000000), all consumers together, 0 = none"
+                        + d("none"))
 
 
 def _number(kind: Callable[[str], Any], test: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
@@ -392,8 +401,43 @@ def _number(kind: Callable[[str], Any], test: Callable[[Any], bool], what: str) 
     return parse
 
 
+def _int_range(low: int, high: int, what: str | None = None) -> Callable[[str], Any]:
+    """Return the argument type of an integer from ``low`` to ``high``, as the server takes it."""
+    return _number(int, lambda v: low <= v <= high, what or f"an integer from {low} to {high}")
+
+
+def _time(text: str) -> datetime:
+    """Parse an ISO 8601 time; without an offset it is UTC, as every time the command line prints."""
+    what = "an ISO 8601 time from 1970 on, such as 2030-01-31T09:30:00Z or 2030-01-31 09:30+02:00"
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    value = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    if value < datetime(1970, 1, 1, tzinfo=timezone.utc):
+        # a negative epoch is the priority range of the sort key: the message would jump every priority
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+# The server's ranges, checked here so that a value out of them is a usage error naming its option
+# rather than the server's "integer out of range" (PostgreSQL integer and bigint, the extension's limits).
+_INT_MAX = 2**31 - 1
+_BIGINT_MAX = 2**63 - 1
+_YEAR_MS = 31_536_000_000  # the longest lease, back-off and key window
 _positive_int = _number(int, lambda v: v > 0, "a positive integer")
 _non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
+_id = _int_range(1, _BIGINT_MAX, f"an id (a positive integer up to {_BIGINT_MAX})")
+_batch = _int_range(1, 10000)  # messages or groups one call returns
+_count = _int_range(1, _BIGINT_MAX, f"a positive integer up to {_BIGINT_MAX}")
+_count_or_zero = _int_range(0, _BIGINT_MAX, f"an integer from 0 to {_BIGINT_MAX}")
+_int_or_zero = _int_range(0, _INT_MAX)
+_priority = _int_range(0, _INT_MAX)
+_lease = _int_range(1, _YEAR_MS, f"milliseconds from 1 to {_YEAR_MS} (a year)")
+_lease_or_zero = _int_range(0, _YEAR_MS, f"milliseconds from 0 to {_YEAR_MS} (a year)")
+_ms_or_zero = _lease_or_zero
+_rate = _int_range(0, 1_000_000)
+_every = _number(float, lambda v: 1 <= v <= 3_153_600_000, "seconds from 1 to 3153600000 (100 years)")
 _positive_float = _number(float, lambda v: v > 0 and v < float("inf"), "a positive number")
 _non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 _seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0")
@@ -641,8 +685,8 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
             raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
     delay = timedelta(seconds=args.delay) if args.delay else None
     with connect(resolve_dsn(args)) as conn:
-        msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, priority=args.priority,
-                                                 group=args.group, key=args.key)
+        msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, at=args.at, priority=args.priority,
+                                                 task=args.task, group=args.group, key=args.key)
     print(msg_id)
     return 0
 
@@ -716,26 +760,53 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     if args.groups is not None:
-        if not args.queue:
+        if args.queue is None:
             raise UsageError("pgqueue stats: error: --groups needs a QUEUE")
-        with connect(resolve_dsn(args)) as conn:
-            groups = Queue(conn, args.queue).group_stats(args.groups)
-            if args.json:
-                print(json.dumps([{"group": g.group, "waiting": g.waiting, "in_flight": g.in_flight} for g in groups]))
-            else:
-                print(format_table(["group", "waiting", "in flight"], [(g.group, g.waiting, g.in_flight) for g in groups]))
-        return 0
+        return _group_stats(args)
     with connect(resolve_dsn(args)) as conn:
 
         def collect() -> list[QueueStats]:
-            return [Queue(conn, args.queue).stats()] if args.queue else list(all_stats(conn))
+            # (an empty QUEUE is a name, which the server refuses, not "every queue")
+            return [Queue(conn, args.queue).stats()] if args.queue is not None else list(all_stats(conn))
 
         if args.json:
             return _stats_json(conn, collect, args.queue, args.watch, sys.stdout)
         if not args.watch:
             print(stats_table(collect()))
             return 0
-        return _watch(collect, args.watch, sys.stdout)
+        return _watch(lambda: stats_table(collect()), args.watch, sys.stdout)
+
+
+def _group_stats(args: argparse.Namespace) -> int:
+    """``pgqueue stats QUEUE --groups N``: the queue's busiest message groups, once or --watch."""
+    with connect(resolve_dsn(args)) as conn:
+        queue = Queue(conn, args.queue)
+        if queue.settings().group_concurrency is None:
+            # group_stats is empty for such a queue: say why rather than print a table that stays empty
+            raise UserError(f'queue "{args.queue}" has no message groups (they are chosen at creation: '
+                            "`pgqueue queue create NAME --group-concurrency N`)")
+
+        def table() -> str:
+            groups = queue.group_stats(args.groups)
+            if not groups:
+                return f"no message group of queue {args.queue} has messages waiting or in flight"
+            return format_table(["group", "waiting", "in flight"], [(g.group, g.waiting, g.in_flight) for g in groups])
+
+        if args.json:
+            try:
+                while True:
+                    print(json.dumps([{"group": g.group, "waiting": g.waiting, "in_flight": g.in_flight}
+                                      for g in queue.group_stats(args.groups)]), flush=True)
+                    if not args.watch:
+                        return 0
+                    time.sleep(args.watch)
+            except KeyboardInterrupt:
+                return 0
+        if args.watch:
+            return _watch(table, args.watch, sys.stdout)
+        text = table()
+        print(text, file=sys.stdout if text.startswith("group") else sys.stderr)
+        return 0
 
 
 def stats_json(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None) -> list[dict[str, object]]:
@@ -803,12 +874,12 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         metrics.close()
 
 
-def _watch(collect: Callable[[], list[QueueStats]], every: float, out: TextIO) -> int:
+def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:
     tty = out.isatty()
     try:
         while True:
-            table = stats_table(collect())
-            stamp = datetime.now().strftime("%H:%M:%S")
+            table = render()
+            stamp = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")  # UTC, as every time printed
             header = f"pgqueue stats at {stamp} (every {every:g} s, Ctrl-C to stop)"
             if tty:
                 out.write("\x1b[H\x1b[2J")
@@ -862,9 +933,32 @@ def _cmd_dead_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dead_by_id(conn: psycopg.Connection[Any], queue: str, ids: list[int], action: Callable[[list[int]], int],
+                done: str) -> int:
+    """Apply ``action`` (requeue or purge) to each dead letter of ``ids`` in one transaction.
+
+    One call an id, so that the ids that are not the queue's dead letters can be named (the
+    server returns only a count); if there is any, nothing is done (rolled back) and the error
+    names them, so that a mistyped id does not leave the others half-handled.
+    """
+    missing: list[int] = []
+    with conn.transaction():
+        for msg_id in dict.fromkeys(ids):  # each once, in the order given
+            if action([msg_id]) == 0:
+                missing.append(msg_id)
+        if missing:
+            raise UserError(f"no dead letter with id{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                            f"on queue {queue}: nothing {done} (see `pgqueue dead list {queue}`)")
+    return len(dict.fromkeys(ids))
+
+
 def _cmd_dead_requeue(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
-        n = Queue(conn, args.queue).requeue_dead(args.ids)
+        queue = Queue(conn, args.queue)
+        if args.ids:
+            n = _dead_by_id(conn, args.queue, args.ids, queue.requeue_dead, "requeued")
+        else:
+            n = queue.requeue_dead()
     print(f"requeued {n} dead letter(s) on queue {args.queue}")
     return 0
 
@@ -873,7 +967,11 @@ def _cmd_dead_purge(args: argparse.Namespace) -> int:
     if not args.ids and not args.all:
         raise UsageError("pgqueue dead purge: error: give --id ID (repeatable) or --all to delete every dead letter")
     with connect(resolve_dsn(args)) as conn:
-        n = Queue(conn, args.queue).purge_dead(args.ids or None)
+        queue = Queue(conn, args.queue)
+        if args.ids:
+            n = _dead_by_id(conn, args.queue, args.ids, queue.purge_dead, "purged")
+        else:
+            n = queue.purge_dead()
     print(f"purged {n} dead letter(s) from queue {args.queue}")
     return 0
 
