@@ -432,6 +432,239 @@ def test_uninstall_refuses_while_objects_outside_depend_on_pgqueue(owner: Owner)
     ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
 
 
+# What a user may make in schema pgqueue of their own, with nothing of pgqueue's under it; and
+# what `pgqueue uninstall` must leave of it (every object of the schema, described).
+USER_OBJECTS = """
+CREATE TYPE pgqueue.mood AS ENUM ('fine', 'grim');
+CREATE TABLE pgqueue.notes (id bigserial PRIMARY KEY, body text NOT NULL, mood pgqueue.mood);
+INSERT INTO pgqueue.notes (body, mood) VALUES ('keep me', 'fine');
+CREATE VIEW pgqueue.recent_notes AS SELECT n.id, n.body FROM pgqueue.notes n;
+CREATE FUNCTION pgqueue.note_count() RETURNS bigint LANGUAGE sql BEGIN ATOMIC SELECT count(*) FROM pgqueue.notes; END;
+"""
+USER_OBJECTS_LEFT = ["function pgqueue.note_count()", "index pgqueue.notes_pkey", "sequence pgqueue.notes_id_seq",
+                     "table pgqueue.notes", "type pgqueue.mood", "view pgqueue.recent_notes"]
+
+
+def schema_contents(conn: Conn) -> list[str]:
+    """Every relation, index, sequence, function and stand-alone type in schema pgqueue, described."""
+    return [r[0] for r in conn.execute("""
+        SELECT pg_describe_object(o.classid, o.objid, 0) AS what
+          FROM (SELECT 'pg_class'::regclass AS classid, c.oid AS objid FROM pg_class c
+                 WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind <> 'c'
+                UNION ALL
+                SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace
+                UNION ALL
+                SELECT 'pg_type'::regclass, t.oid FROM pg_type t
+                 WHERE t.typnamespace = 'pgqueue'::regnamespace AND t.typrelid = 0 AND t.typcategory <> 'A') o
+         ORDER BY what""")]
+
+
+def assert_only_user_objects_left(conn: Conn) -> None:
+    assert holds(conn) == (None, None)
+    assert schema_contents(conn) == USER_OBJECTS_LEFT
+    assert conn.execute("SELECT body, mood::text FROM pgqueue.notes").fetchall() == [("keep me", "fine")]
+    assert one(conn, "SELECT pgqueue.note_count()") == 1
+    assert one(conn, "SELECT body FROM pgqueue.recent_notes") == "keep me"
+
+
+def test_uninstall_keeps_what_the_user_made_in_schema_pgqueue(owner: Owner) -> None:
+    """A plain uninstall drops pgqueue's objects only, as DROP EXTENSION does: a table, view,
+    function or type of the user's in schema pgqueue stays, and so does the schema, named in
+    the summary (it was `DROP SCHEMA pgqueue CASCADE`, which dropped them without a word)."""
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        use_queue(conn)
+        conn.execute(USER_OBJECTS)
+        # attached to pgqueue's tables, they cannot outlive them (nor do they with DROP EXTENSION)
+        conn.execute("CREATE INDEX my_message_idx ON pgqueue.message (created_at)")
+        conn.execute("CREATE FUNCTION public.audit() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'")
+        conn.execute("CREATE TRIGGER my_audit BEFORE INSERT ON pgqueue.message FOR EACH ROW EXECUTE FUNCTION public.audit()")
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+    assert out.count("\n") == 1 and "uninstalled" in out and "plain" in out and "schema pgqueue kept" in out, out
+    for what in ("table pgqueue.notes", "view pgqueue.recent_notes", "function pgqueue.note_count()", "type pgqueue.mood"):
+        assert what in out, (what, out)
+    with owner.connect(db) as conn:
+        assert_only_user_objects_left(conn)
+        assert one(conn, "SELECT count(*) FROM pg_proc WHERE proname = 'audit'") == 1
+    # the schema left is not pgqueue's: both commands say so and touch nothing
+    refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "neither", "pgqueue.install", "SET SCHEMA")
+    refused(pgqueue("install", "--dsn", owner.dsn(db)), "neither", "pgqueue.install", "SET SCHEMA")
+    with owner.connect(db) as conn:
+        assert_only_user_objects_left(conn)
+        conn.execute("DROP SCHEMA pgqueue CASCADE")
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+
+
+@pytest.mark.parametrize(("ddl", "named", "undo"), [
+    ("CREATE VIEW pgqueue.backlog AS SELECT count(*) AS n FROM pgqueue.message", "view pgqueue.backlog",
+     "DROP VIEW pgqueue.backlog"),
+    ("CREATE FUNCTION pgqueue.depth() RETURNS bigint LANGUAGE sql BEGIN ATOMIC SELECT count(*) FROM pgqueue.message; END",
+     "function pgqueue.depth()", "DROP FUNCTION pgqueue.depth()"),
+    ("CREATE TABLE pgqueue.owners (queue_id integer REFERENCES pgqueue.queue (id))",
+     "constraint owners_queue_id_fkey on table pgqueue.owners", "DROP TABLE pgqueue.owners"),
+    ("CREATE TABLE pgqueue.snapshots (q pgqueue.queue)", "column q of table pgqueue.snapshots",
+     "DROP TABLE pgqueue.snapshots"),
+    ("CREATE SEQUENCE pgqueue.tickets OWNED BY pgqueue.message.id", "sequence pgqueue.tickets",
+     "DROP SEQUENCE pgqueue.tickets"),
+], ids=["view", "function", "foreign key", "column", "owned sequence"])
+def test_uninstall_refuses_while_the_users_objects_in_schema_pgqueue_depend_on_pgqueue(
+        owner: Owner, ddl: str, named: str, undo: str) -> None:
+    """Dropping pgqueue's objects would drop these with them: refused, naming them, nothing dropped."""
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        conn.execute(ddl)
+        before = schema_contents(conn)
+    line = refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "depend", named, "nothing was dropped")
+    assert "cascade" not in line.lower()
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+        assert schema_contents(conn) == before
+        conn.execute(undo)
+    ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+
+
+def make_busy(conn: Conn) -> None:
+    """Use what pgqueue keeps state for at run time: the stripes' sequences of capped,
+    rate-limited and grouped queues, idempotency keys, schedules, Spark consumers, dead letters,
+    a queue altered and one dropped."""
+    conn.execute("SELECT pgqueue.queue_create('jobs', p_if_not_exists => true)")
+    conn.execute("SELECT pgqueue.queue_create('capped', p_max_size => 10, p_max_attempts => 1)")
+    conn.execute("SELECT pgqueue.queue_create('limited', p_rate_limit => 5)")
+    conn.execute("SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1, p_key_window_ms => 60000)")
+    conn.execute("SELECT pgqueue.queue_create('gone')")
+    conn.execute("SELECT pgqueue.queue_alter('capped', p_max_size => 20)")
+    conn.execute("SELECT pgqueue.queue_drop('gone')")
+    conn.execute("SELECT pgqueue.message_create_batch('capped', ARRAY['a','b']::bytea[])")
+    conn.execute("SELECT pgqueue.message_create_batch('limited', ARRAY['a','b']::bytea[])")
+    conn.execute("SELECT pgqueue.message_create('grouped', 'g', p_group => 'g1', p_key => 'k1')")
+    conn.execute("SELECT * FROM pgqueue.message_dequeue('limited', 10)")
+    msg_id, attempts = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('capped', 1)").fetchone()  # type: ignore[misc]
+    assert one(conn, "SELECT pgqueue.message_fail(%s, %s, 'poison')", (msg_id, attempts)) is True
+    conn.execute("SELECT pgqueue.schedule_create('tick', 'jobs', 'x', p_every_ms => 60000)")
+    conn.execute("SELECT pgqueue.schedule_run()")
+    conn.execute("SELECT pgqueue.spark_consumer_open('jobs', 'reader')")
+    assert one(conn, "SELECT count(*) FROM pgqueue.dead_letters") == 1
+
+
+@pytest.mark.parametrize("how", ["fresh, busy", "0.1", "0.3 by psql", "upgraded from 0.1, busy"])
+def test_uninstall_of_every_version_leaves_exactly_the_users_objects(owner: Owner, how: str) -> None:
+    """pgqueue's objects are the recorded version's: those of its full script, or of 0.1's and
+    the steps after it; an install upgraded from 0.1 has the same as a fresh one. None of them
+    is left, nor anything pgqueue made at run time; the user's table is."""
+    db = owner.database()
+    if how.startswith("fresh"):
+        ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+        version = CURRENT
+    else:
+        install_plain_release(owner, db, "0.1")
+        version = "0.1"
+        if how.startswith("0.3"):
+            for step in ("0.1--0.2", "0.2--0.3"):
+                proc = owner.psql(db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{step}.sql"))
+                assert proc.returncode == 0, proc.stderr
+            version = "0.3"
+        elif how.startswith("upgraded"):
+            with owner.connect(db) as conn:
+                use_queue(conn)
+                conn.execute(USER_OBJECTS)  # there before the upgrade: the steps keep it too
+            ok(pgqueue("install", "--dsn", owner.dsn(db)))
+            version = CURRENT
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, version)
+        if how.endswith("busy"):
+            make_busy(conn)
+        if not how.startswith("upgraded"):
+            conn.execute(USER_OBJECTS)
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+    assert f"pgqueue {version} (plain SQL) uninstalled" in out and "kept" in out and "pgqueue.notes" in out, out
+    with owner.connect(db) as conn:
+        assert_only_user_objects_left(conn)
+
+
+@pytest.mark.parametrize("damage", ["newer", "empty record", "unknown version"])
+def test_uninstall_of_a_damaged_or_newer_record(owner: Owner, damage: str) -> None:
+    """A version newer than the client: it cannot know that version's objects, so it refuses.
+    No version, or one no script builds (the refusals of `pgqueue install` point here): the
+    objects of every version the client knows are pgqueue's, and nothing else."""
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        conn.execute(USER_OBJECTS)
+        if damage == "newer":
+            conn.execute("UPDATE pgqueue.install SET version = '99.0'")
+        elif damage == "empty record":
+            conn.execute("DELETE FROM pgqueue.install")
+        else:
+            conn.execute("UPDATE pgqueue.install SET version = '0.0'")
+        before = schema_contents(conn)
+    if damage == "newer":
+        refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "99.0", "newer", "pip install -U")
+        with owner.connect(db) as conn:
+            assert holds(conn) == (None, "99.0")
+            assert schema_contents(conn) == before
+        return
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+    assert "uninstalled" in out and "pgqueue.notes" in out, out
+    with owner.connect(db) as conn:
+        assert_only_user_objects_left(conn)
+
+
+def test_uninstall_without_create_on_the_database_is_refused_in_one_line(owner: Owner, pg_server: Server) -> None:
+    """Learning pgqueue's objects runs the install script (rolled back), which needs CREATE on
+    the database as the install did: without it, a clear refusal that drops nothing."""
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    admin_execute(pg_server, sql.SQL("REVOKE CREATE ON DATABASE {} FROM {}").format(
+        sql.Identifier(db), sql.Identifier(owner.name)))
+    with owner.connect(db) as conn:
+        before = schema_contents(conn)
+    refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "CREATE on the database", "nothing was dropped")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+        assert schema_contents(conn) == before
+
+
+def test_uninstall_without_the_packaged_scripts_drops_nothing(owner: Owner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without its scripts the client cannot tell pgqueue's objects: it must not report an
+    uninstall that dropped nothing (every object taken for someone else's) or guess."""
+    from pgqueue import installer
+
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    monkeypatch.setattr(installer, "_scripts", set)
+    with owner.connect(db) as conn:
+        before = schema_contents(conn)
+        with pytest.raises(installer.InstallError, match="does not contain the plain SQL scripts.*make"):
+            installer.uninstall(conn, report=lambda line: None)
+        assert holds(conn) == (None, CURRENT)
+        assert schema_contents(conn) == before
+
+
+def test_uninstall_of_the_extension_names_what_depends_on_it(owner: Owner) -> None:
+    """DROP EXTENSION's refusal named nothing and hinted at CASCADE, which drops them silently;
+    what the user made in the schema stays, named in the summary, as for a plain install."""
+    db = owner.database()
+    ok(pgqueue("install", "--extension", "--dsn", owner.dsn(db)))
+    with owner.connect(db) as conn:
+        conn.execute("CREATE VIEW public.backlog AS SELECT count(*) AS n FROM pgqueue.message")
+    line = refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "depend", "view backlog", "nothing was dropped")
+    assert "cascade" not in line.lower()
+    with owner.connect(db) as conn:
+        assert holds(conn) == (CURRENT, None)
+        conn.execute("DROP VIEW public.backlog")
+        conn.execute(USER_OBJECTS)
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)))
+    assert "uninstalled" in out and "extension" in out and "schema pgqueue kept" in out, out
+    for what in ("table pgqueue.notes", "view pgqueue.recent_notes", "function pgqueue.note_count()", "type pgqueue.mood"):
+        assert what in out, (what, out)
+    with owner.connect(db) as conn:
+        assert_only_user_objects_left(conn)
+
+
 def test_the_packaged_scripts_are_the_ones_pgqueue_install_reads() -> None:
     from importlib import resources
 

@@ -238,42 +238,103 @@ DROP_EXTENSION: Final[LiteralString] = "DROP EXTENSION pgqueue"
 # else put in it stays, and so does the schema).
 DROP_SCHEMA_IF_EMPTY: Final[LiteralString] = "DROP SCHEMA IF EXISTS pgqueue"
 
-DROP_PLAIN_INSTALL: Final[LiteralString] = "DROP SCHEMA pgqueue CASCADE"
+# Uninstalling a plain install drops exactly pgqueue's own objects, which it learns by running
+# the install script of the recorded version in a savepoint (SCHEMA_ASIDE first, so that the
+# script creates a fresh schema pgqueue) and listing what it made; then it rolls that back.
+SCHEMA_ASIDE: Final[LiteralString] = "ALTER SCHEMA pgqueue RENAME TO {}"
 
-# Objects outside schema pgqueue that depend on something inside it (a view over
-# pgqueue.message, a trigger calling a pgqueue function, a column of a pgqueue type): DROP
-# SCHEMA pgqueue CASCADE would drop them silently, so uninstall refuses while there are any.
-OUTSIDE_DEPENDENTS: Final[LiteralString] = """
-WITH ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue'),
-inside AS (
-    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid
-      FROM pg_catalog.pg_class c WHERE c.relnamespace = (SELECT oid FROM ns)
-    UNION ALL
-    SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid
-      FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
-    UNION ALL
-    SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid
-      FROM pg_catalog.pg_type t WHERE t.typnamespace = (SELECT oid FROM ns)
-    UNION ALL
-    SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid
-      FROM pg_catalog.pg_constraint k WHERE k.connamespace = (SELECT oid FROM ns)
-    UNION ALL
-    SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid
-      FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
-     WHERE c.relnamespace = (SELECT oid FROM ns)
-    UNION ALL
-    SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, g.oid
-      FROM pg_catalog.pg_trigger g JOIN pg_catalog.pg_class c ON c.oid = g.tgrelid
-     WHERE c.relnamespace = (SELECT oid FROM ns)
-    UNION ALL
-    SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, a.oid
-      FROM pg_catalog.pg_attrdef a JOIN pg_catalog.pg_class c ON c.oid = a.adrelid
-     WHERE c.relnamespace = (SELECT oid FROM ns)
+# The objects of schema pgqueue that stand on their own (the kinds the install-time schema check
+# lists, extension/src/schema.sql; indexes, constraints, triggers, rules, defaults, row and array
+# types and statistics belong to one of them): class and object id, whether the schema's owner
+# owns it, pg_identify_object's type and identity (the same text for the same object in any
+# database) and a description for messages.
+SCHEMA_OBJECTS: Final[LiteralString] = """
+WITH ns AS (SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'pgqueue')
+SELECT o.classid::pg_catalog.oid, o.objid, o.owner = (SELECT ns.nspowner FROM ns), i.type, i.identity,
+       pg_catalog.pg_describe_object(o.classid, o.objid, 0)
+  FROM (SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid, c.relowner AS owner
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace = (SELECT ns.oid FROM ns) AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+        UNION ALL
+        SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid, p.proowner
+          FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, t.typowner
+          FROM pg_catalog.pg_type t
+         WHERE t.typnamespace = (SELECT ns.oid FROM ns)
+           AND (t.typrelid = 0 OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid) = 'c')
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_type e WHERE e.typarray = t.oid)
+        UNION ALL
+        SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, o.oid, o.oprowner
+          FROM pg_catalog.pg_operator o WHERE o.oprnamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, c.oid, c.collowner
+          FROM pg_catalog.pg_collation c WHERE c.collnamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_conversion'::pg_catalog.regclass, c.oid, c.conowner
+          FROM pg_catalog.pg_conversion c WHERE c.connamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, f.oid, f.opfowner
+          FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_ts_config'::pg_catalog.regclass, c.oid, c.cfgowner
+          FROM pg_catalog.pg_ts_config c WHERE c.cfgnamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_ts_dict'::pg_catalog.regclass, d.oid, d.dictowner
+          FROM pg_catalog.pg_ts_dict d WHERE d.dictnamespace = (SELECT ns.oid FROM ns)
+        UNION ALL
+        SELECT 'pg_catalog.pg_extension'::pg_catalog.regclass, e.oid, e.extowner
+          FROM pg_catalog.pg_extension e WHERE e.extnamespace = (SELECT ns.oid FROM ns)) o,
+       LATERAL pg_catalog.pg_identify_object(o.classid, o.objid, 0) i
+ ORDER BY 6
+"""
+
+# What dropping pgqueue's objects (the arrays) with CASCADE would drop that is not pgqueue's:
+# everything that depends on them, directly or not (a view or a function with a SQL-standard
+# body over pgqueue.message, a foreign key to pgqueue.queue, a column of a pgqueue type, in
+# schema pgqueue or anywhere else), except what is attached to one of them and cannot outlive
+# it (its indexes, constraints, triggers, rules, defaults, policies, statistics, row and array
+# types, toast tables: an index someone added to pgqueue.message goes with the table, as with
+# DROP EXTENSION). Uninstall refuses while there are any.
+NOT_OURS_DEPENDENTS: Final[LiteralString] = """
+WITH RECURSIVE ours(classid, objid) AS (
+    SELECT o.classid, o.objid
+      FROM ROWS FROM (pg_catalog.unnest(%(classids)s::pg_catalog.oid[]),
+                      pg_catalog.unnest(%(objids)s::pg_catalog.oid[])) AS o(classid, objid)
+),
+attached(classid, objid) AS (
+    SELECT ours.classid, ours.objid FROM ours
+    UNION
+    SELECT d.classid, d.objid
+      FROM attached a
+      JOIN pg_catalog.pg_depend d ON d.refclassid = a.classid AND d.refobjid = a.objid
+     WHERE d.deptype IN ('a', 'i') AND d.objsubid = 0
+       AND (d.classid IN ('pg_catalog.pg_constraint'::pg_catalog.regclass, 'pg_catalog.pg_trigger'::pg_catalog.regclass,
+                          'pg_catalog.pg_rewrite'::pg_catalog.regclass, 'pg_catalog.pg_attrdef'::pg_catalog.regclass,
+                          'pg_catalog.pg_policy'::pg_catalog.regclass, 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass,
+                          'pg_catalog.pg_type'::pg_catalog.regclass)
+            OR (d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                AND (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = d.objid) IN ('i', 'I', 't')))
+),
+doomed(classid, objid, objsubid) AS (
+    SELECT ours.classid, ours.objid, 0 FROM ours
+    UNION
+    SELECT d.classid, d.objid, d.objsubid
+      FROM doomed x
+      JOIN pg_catalog.pg_depend d ON d.refclassid = x.classid AND d.refobjid = x.objid
+                                 AND (x.objsubid = 0 OR d.refobjsubid = x.objsubid)
+     WHERE d.deptype IN ('n', 'a', 'i')
 )
-SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, 0) AS what
-  FROM pg_catalog.pg_depend d
- WHERE d.deptype IN ('n', 'a')
-   AND (d.refclassid, d.refobjid) IN (SELECT i.classid, i.objid FROM inside i)
-   AND (d.classid, d.objid) NOT IN (SELECT i.classid, i.objid FROM inside i)
+SELECT DISTINCT CASE WHEN o.refobjid IS NULL THEN pg_catalog.pg_describe_object(x.classid, x.objid, x.objsubid)
+                     ELSE pg_catalog.pg_describe_object(o.refclassid, o.refobjid, 0) END AS what
+  FROM doomed x
+  -- named by what it is part of: the view, not its rule; the foreign key, not its triggers
+  LEFT JOIN LATERAL (SELECT d.refclassid, d.refobjid FROM pg_catalog.pg_depend d
+                      WHERE d.classid = x.classid AND d.objid = x.objid AND d.deptype = 'i' LIMIT 1) o ON true
+ WHERE (x.classid, x.objid) NOT IN (SELECT a.classid, a.objid FROM attached a)
  ORDER BY what
 """
+
+# For the rest of uninstall's transaction: no NOTICE for each object a DROP ... CASCADE takes
+# along, nor for each one a DROP ... IF EXISTS finds gone already.
+QUIET: Final[LiteralString] = "SET LOCAL client_min_messages = warning"

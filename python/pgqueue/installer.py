@@ -15,11 +15,17 @@ A database holds pgqueue in one of two ways, never both:
 Anything else (a schema ``pgqueue`` without either record, a recorded version no step leads
 from, a database newer than this client) is refused with :class:`InstallError`, whose message is
 one line that says what was found and what to do.
+
+Uninstall drops pgqueue's objects and nothing else: what a user made in schema ``pgqueue`` stays
+(and so does the schema then), and what depends on pgqueue's objects from outside them stops it.
+For a plain install, pgqueue's objects are the ones the recorded version's install scripts make,
+learnt by running them in a savepoint that is rolled back (see :func:`uninstall`).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -223,7 +229,8 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
         raise InstallError(
             f"schema pgqueue exists, but database {state.database} holds neither the pgqueue extension nor a "
             "plain install's version record (pgqueue.install): a half-applied install or someone else's schema; "
-            "check what it holds, drop it (DROP SCHEMA pgqueue CASCADE), then run `pgqueue install` again")
+            "check what it holds, move what you keep to another schema (ALTER ... SET SCHEMA), drop the schema, then "
+            "run `pgqueue install` again")
     if mode is None:
         mode = "extension" if state.available else "plain"
     if mode == "extension":
@@ -302,27 +309,37 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
 def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = print) -> str:
     """Remove pgqueue, with every queue and message, from the connection's database.
 
-    The extension: ``DROP EXTENSION pgqueue`` (refused by the server while other objects
-    depend on it), then schema ``pgqueue`` if it is left empty. A plain install: ``DROP SCHEMA
-    pgqueue CASCADE``, after checking that ``pgqueue.install`` exists and that nothing outside
-    the schema depends on it.
+    Only pgqueue's own objects are dropped, then schema ``pgqueue`` if that leaves it empty;
+    whatever else is in the schema stays, and so does the schema then (the summary names what
+    stayed). The extension: ``DROP EXTENSION pgqueue``. A plain install: exactly the objects its
+    recorded version's install scripts make (``_uninstall_plain``). Either is refused, dropping
+    nothing, while something that is not pgqueue's depends on pgqueue's objects and would be
+    dropped with them (a view over ``pgqueue.message``, a foreign key to ``pgqueue.queue``).
 
     Returns:
         A one-line summary of what was done.
 
     Raises:
-        InstallError: the database holds no pgqueue, or objects outside it depend on it.
+        InstallError: the database holds no pgqueue, objects that are not pgqueue's depend on
+            it, a plain install is newer than this client or its objects cannot be told apart.
         psycopg.Error: the server refused, e.g. the role does not own the schema.
     """
     state = read_state(conn)
     if state.extension is not None:
         with conn.transaction():
-            conn.execute(_sql.DROP_EXTENSION)
+            try:
+                conn.execute(_sql.DROP_EXTENSION)
+            except psycopg.errors.DependentObjectsStillExist as exc:
+                # the server's hint is DROP ... CASCADE, which would drop them silently: name them instead
+                raise _dependents_error(
+                    (exc.diag.message_detail or exc.diag.message_primary or str(exc)).splitlines()) from exc
             try:
                 with conn.transaction():
                     conn.execute(_sql.DROP_SCHEMA_IF_EMPTY)
                 kept = ""
-            except (psycopg.errors.DependentObjectsStillExist, psycopg.errors.InsufficientPrivilege) as exc:
+            except psycopg.errors.DependentObjectsStillExist:
+                kept = _kept([o.description for o in _schema_objects(conn)])
+            except psycopg.errors.InsufficientPrivilege as exc:
                 kept = f"; schema pgqueue kept ({exc.diag.message_primary})"
         summary = f"pgqueue {state.extension} (extension) uninstalled from database {state.database}{kept}"
     elif state.has_record and state.schema_owner != state.user:
@@ -330,20 +347,191 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
             f"schema pgqueue in database {state.database} is owned by role {state.schema_owner}, not by {state.user}: "
             f"connect as {state.schema_owner} to uninstall it")
     elif state.has_record:
-        with conn.transaction():
-            outside = [str(r[0]) for r in conn.execute(_sql.OUTSIDE_DEPENDENTS)]
-            if outside:
-                raise InstallError(
-                    f"objects outside schema pgqueue depend on it and would be dropped with it: "
-                    f"{'; '.join(outside[:10])}{' ...' if len(outside) > 10 else ''}: drop or change them first")
-            conn.execute(_sql.DROP_PLAIN_INSTALL)
-        summary = f"pgqueue {state.plain or '(no version recorded)'} (plain SQL) uninstalled from database {state.database}"
+        summary = _uninstall_plain(conn, state)
     elif state.schema_owner is not None:
         raise InstallError(
             f"schema pgqueue in database {state.database} holds neither the pgqueue extension nor a plain install's "
-            "version record (pgqueue.install): not removing what pgqueue cannot tell is its own; drop it by hand "
-            "(DROP SCHEMA pgqueue CASCADE) after checking what it holds")
+            "version record (pgqueue.install): not removing what pgqueue cannot tell is its own; check what it holds, "
+            "move what you keep to another schema (ALTER ... SET SCHEMA) and drop the schema by hand")
     else:
         raise InstallError(f"pgqueue is not installed in database {state.database}: nothing to uninstall")
     report(summary)
     return summary
+
+
+@dataclass(frozen=True)
+class _Object:
+    """An object of schema pgqueue that stands on its own (a row of ``_sql.SCHEMA_OBJECTS``)."""
+
+    classid: int
+    objid: int
+    owned: bool
+    """Whether the schema's owner owns it."""
+    kind: str
+    identity: str
+    description: str
+
+
+# DROP's keyword for each pg_identify_object type of an object pgqueue's scripts can create
+# (the statements take lists and IF EXISTS).
+_DROP_KEYWORDS: dict[str, str] = {
+    "table": "TABLE",
+    "partitioned table": "TABLE",
+    "view": "VIEW",
+    "materialized view": "MATERIALIZED VIEW",
+    "foreign table": "FOREIGN TABLE",
+    "sequence": "SEQUENCE",
+    "function": "FUNCTION",
+    "procedure": "PROCEDURE",
+    "aggregate": "AGGREGATE",
+    "type": "TYPE",
+    "domain": "DOMAIN",
+    "operator": "OPERATOR",
+    "collation": "COLLATION",
+    "conversion": "CONVERSION",
+    "text search configuration": "TEXT SEARCH CONFIGURATION",
+    "text search dictionary": "TEXT SEARCH DICTIONARY",
+}
+
+
+def _schema_objects(conn: psycopg.Connection[Any]) -> list[_Object]:
+    return [_Object(int(r[0]), int(r[1]), bool(r[2]), str(r[3]), str(r[4]), str(r[5]))
+            for r in conn.execute(_sql.SCHEMA_OBJECTS)]
+
+
+def _recipe(version: str) -> list[str] | None:
+    """Return the shipped scripts that build ``version`` from nothing, in order, or None.
+
+    Its full script when the package ships one, else the newest older full script and the
+    steps from it (``pgqueue--0.1.sql``, ``pgqueue--0.1--0.2.sql``, ... for 0.3).
+    """
+    if re.fullmatch(r"\d+(?:\.\d+)*", version) is None:
+        return None
+    fulls = sorted((m.group("a") for m in map(_SCRIPT.match, _scripts()) if m and not m.group("b")), key=_key)
+    if version in fulls:
+        return [f"pgqueue--{version}.sql"]
+    for full in reversed([f for f in fulls if _key(f) < _key(version)]):
+        try:
+            steps = plain_steps(full, version)
+        except InstallError:
+            continue
+        return [f"pgqueue--{full}.sql", *(f"pgqueue--{a}--{b}.sql" for a, b in steps)]
+    return None
+
+
+def _known_versions() -> list[str]:
+    """Return every version the shipped scripts can build, oldest first."""
+    versions: set[str] = set()
+    for name in _scripts():
+        m = _SCRIPT.match(name)
+        assert m is not None
+        versions.add(m.group("b") or m.group("a"))
+    return sorted(versions, key=_key)
+
+
+def _reference(conn: psycopg.Connection[Any], database: str, version: str | None) -> set[tuple[str, str]]:
+    """Return the (type, identity) of every object that pgqueue ``version``'s install makes.
+
+    Runs the version's install scripts in a savepoint, with the real schema pgqueue renamed
+    aside, lists what they made and rolls it all back: derived from the scripts themselves, so
+    that no list of objects can fall behind them. A version the package has no scripts for (no
+    version recorded, or one no step leads to): every version it can build, together.
+
+    Raises:
+        InstallError: the scripts could not run (e.g. without CREATE on the database).
+    """
+    recipe = None if version is None else _recipe(version)
+    recipes = [recipe] if recipe is not None else [r for v in _known_versions() if (r := _recipe(v)) is not None]
+    if not recipes:
+        raise InstallError(
+            f"this {DISTRIBUTION} {__version__} package does not contain the plain SQL scripts (pgqueue/sql/) that "
+            "tell pgqueue's objects from others': in a clone of the repository run `make` first, or reinstall the "
+            "package; nothing was dropped")
+    made: set[tuple[str, str]] = set()
+    for scripts in recipes:
+        try:
+            with conn.transaction() as savepoint:
+                conn.execute(sql.SQL(_sql.SCHEMA_ASIDE).format(sql.Identifier(f"pgqueue_uninstall_{uuid.uuid4().hex}")))
+                for name in scripts:
+                    conn.execute(_read(name).encode())
+                made |= {(o.kind, o.identity) for o in _schema_objects(conn)}
+                raise psycopg.Rollback(savepoint)
+        except psycopg.Error as exc:
+            raise InstallError(
+                f"cannot tell pgqueue's objects in schema pgqueue from others' in database {database}: running "
+                f"{', '.join(scripts)} in a transaction that is rolled back (which is how uninstall learns them) "
+                f"failed: {' '.join((exc.diag.message_primary or str(exc)).split())}; nothing was dropped"
+                + ("; uninstall needs CREATE on the database, as install did"
+                   if isinstance(exc, psycopg.errors.InsufficientPrivilege) else "")) from exc
+    return made
+
+
+def _kept(names: list[str]) -> str:
+    """Return the summary's tail for a schema pgqueue left with ``names`` in it."""
+    return (f"; schema pgqueue kept, with what is not pgqueue's in it: {'; '.join(names[:10]) or 'objects'}"
+            f"{' ...' if len(names) > 10 else ''}")
+
+
+def _dependents_error(dependents: list[str]) -> InstallError:
+    return InstallError(
+        f"objects that are not pgqueue's depend on it and would be dropped with it: "
+        f"{'; '.join(dependents[:10])}{' ...' if len(dependents) > 10 else ''}: drop or change them first; "
+        "nothing was dropped")
+
+
+def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
+    """Drop exactly pgqueue's objects of a plain install, then schema pgqueue if it is left empty.
+
+    Everything in one transaction: a refusal or a failure drops nothing. pgqueue's objects are
+    those of schema pgqueue that the recorded version's install scripts make (``_reference``)
+    and that the schema's owner owns; everything else there (a table, view or function of the
+    user's, an object of another role) is kept, and so is the schema then. Refused while
+    something that is not pgqueue's, inside the schema or out, depends on pgqueue's objects
+    (a view over ``pgqueue.message``, a foreign key to ``pgqueue.queue``): dropping them would
+    drop it too.
+    """
+    with conn.transaction():
+        conn.execute(_sql.INSTALL_LOCK)
+        # read again under the lock: a `pgqueue install` may have upgraded it meanwhile
+        version = read_state(conn).plain
+        if version is not None and _newer(version, sql_version()):
+            raise InstallError(
+                f"database {state.database} has pgqueue {version} (plain SQL), newer than this client ({DISTRIBUTION} "
+                f"{__version__} knows the objects of {sql_version()} and older): refusing to uninstall what it cannot "
+                f"tell from your own objects in schema pgqueue; upgrade the client (pip install -U '{DISTRIBUTION}')")
+        conn.execute(_sql.QUIET)
+        reference = _reference(conn, state.database, version)
+        objects = _schema_objects(conn)
+        ours = [o for o in objects if o.owned and (o.kind, o.identity) in reference]
+        others = [o for o in objects if not (o.owned and (o.kind, o.identity) in reference)]
+        unknown = sorted({o.kind for o in ours} - _DROP_KEYWORDS.keys())
+        if unknown:
+            raise InstallError(f"pgqueue's install made objects of a kind uninstall cannot drop ({', '.join(unknown)}): "
+                               "nothing was dropped; please report this")
+        tables = [o.identity for o in ours if o.kind in ("table", "partitioned table")]
+        if tables:  # before looking at what depends on them: nobody adds to that meanwhile
+            conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE".encode())
+        dependents = [str(r[0]) for r in conn.execute(_sql.NOT_OURS_DEPENDENTS, {
+            "classids": [o.classid for o in ours], "objids": [o.objid for o in ours]})]
+        if dependents:
+            raise _dependents_error(dependents)
+        drops = [f"DROP {keyword} IF EXISTS {', '.join(o.identity for o in ours if _DROP_KEYWORDS[o.kind] == keyword)} CASCADE"
+                 for keyword in dict.fromkeys(_DROP_KEYWORDS.values())
+                 if any(_DROP_KEYWORDS[o.kind] == keyword for o in ours)]
+        if drops:
+            conn.execute(";\n".join(drops).encode())
+        # what the checks above promise, checked again on what is left: every object that is not
+        # pgqueue's is still there, and none of pgqueue's
+        left = {(o.classid, o.objid) for o in _schema_objects(conn)}
+        lost = [o.description for o in others if (o.classid, o.objid) not in left]
+        if lost or any((o.classid, o.objid) in left for o in ours):
+            raise InstallError(
+                f"uninstall would have dropped objects that are not pgqueue's ({'; '.join(lost[:10]) or 'none'}) or "
+                "kept some of pgqueue's: rolled back, nothing was dropped; please report this")
+        try:
+            with conn.transaction():
+                conn.execute(_sql.DROP_SCHEMA_IF_EMPTY)
+            kept = ""
+        except psycopg.errors.DependentObjectsStillExist:
+            kept = _kept([o.description for o in others])
+    return f"pgqueue {version or '(no version recorded)'} (plain SQL) uninstalled from database {state.database}{kept}"
