@@ -1,5 +1,6 @@
 """Faults against a real server: a client connection terminated mid-transaction, the server
-crashing (pg_ctl stop -m immediate) under a heavy mixed load, and restarts.
+crashing (pg_ctl stop -m immediate) under a heavy mixed load, restarts, and the workers under
+them (a restart, an outage longer than the lease, a server that hangs when they are stopped).
 
 (A worker process killed with SIGKILL is tests/test_worker.py::
 test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once; pg_dump/pg_restore is
@@ -26,25 +27,39 @@ How each test would fail if its promise broke:
   server that acknowledges commits before flushing them: the check reports the lost commits.
 * restart: every table, the queue settings, the dead letters and the checkpoint state are
   compared before and after; a lost or changed row fails the comparison.
+* workers: each handler records the (id, attempts) it started and returned, and the worker's
+  on_result what it acknowledged; Ledger.check fails on a message left or dead, a completion
+  acknowledged whose handler did not return, and a message run twice without an earlier
+  delivery of it that went unacknowledged. The log and timing assertions each failed on the
+  code before their fix (one warning per retry; a second run of finished messages after an
+  outage longer than the lease; a stop that waited as long as the server hung).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
 import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import soak
 from helpers import pg_bindir, snapshot
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.embedded import EmbeddedPostgres
+from pgqueue.worker import Result, Worker
+from test_worker import Started, make_queue, running, wait_for
 
 Conn = psycopg.Connection[Any]
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
@@ -331,3 +346,185 @@ def test_restart_keeps_dead_letters_checkpoints_and_settings(durable: DurableSer
             [("poison 1 failed 2",), ("poison 2 failed 2",)]
         assert one(conn, "SELECT pgqueue.dead_letter_requeue('keep')") == 2
         assert one(conn, "SELECT pgqueue.message_create('keep', 'after the restart')") > max_id
+
+
+# -- 4. workers under faults: a server restart under a running Worker and AsyncWorker -----------
+
+
+class Ledger:
+    """What a worker's handler ran and what the worker reported: (id, attempts) of each handler
+    start and return, and each Result."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: list[tuple[int, int]] = []
+        self.returned: list[tuple[int, int]] = []
+        self.results: list[Result] = []
+
+    def worker(self, kind: str, dsn: str, seconds: float, **options: Any) -> Worker | AsyncWorker:
+        """A worker of this kind on queue "jobs" whose handler records, sleeps, records."""
+        handler = self.handler(kind, seconds)
+        if kind == "Worker":
+            return Worker(Queue(dsn, "jobs"), handler, on_result=self.on_result, **options)
+        return AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=self.on_result, **options)
+
+    def handler(self, kind: str, seconds: float) -> Callable[[Message], Any]:
+        def begin(msg: Message) -> None:
+            with self.lock:
+                self.started.append((msg.id, msg.attempts))
+
+        def end(msg: Message) -> None:
+            with self.lock:
+                self.returned.append((msg.id, msg.attempts))
+
+        if kind == "Worker":
+            def handle(msg: Message) -> None:
+                begin(msg)
+                time.sleep(seconds)
+                end(msg)
+            return handle
+
+        async def handle_async(msg: Message) -> None:
+            begin(msg)
+            await asyncio.sleep(seconds)
+            end(msg)
+        return handle_async
+
+    def on_result(self, result: Result) -> None:
+        with self.lock:
+            self.results.append(result)
+
+    def check(self, conn: Conn, n: int) -> None:
+        """Every message handled and gone; no completion acknowledged whose handler did not
+        return; a message handled twice only after a delivery of it that was not acknowledged
+        (its lease ran out, or the connection was lost)."""
+        with self.lock:
+            started, returned, results = list(self.started), set(self.returned), list(self.results)
+        assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+        assert one(conn, "SELECT count(*) FROM pgqueue.dead_letter") == 0
+        assert len({i for i, _ in started}) == n
+        acked = [(r.message.id, r.message.attempts) for r in results if r.outcome == "completed" and r.acknowledged]
+        assert set(acked) <= returned and len(acked) == len(set(acked)) == n
+        unacknowledged = {(r.message.id, r.message.attempts) for r in results if not r.acknowledged}
+        for msg_id, count in Counter(i for i, _ in started).items():
+            if count > 1:
+                earlier = [k for k in started if k[0] == msg_id][:-1]
+                assert all(k in unacknowledged or k not in returned for k in earlier), (msg_id, started, results)
+
+
+def warnings_of(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if r.levelno >= logging.WARNING and r.name.startswith("pgqueue")]
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_worker_rides_out_a_server_restart_and_logs_it_once(durable: DurableServer, kind: str,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A restart (-m fast) under a busy worker that LISTENs and heartbeats: it reconnects by itself,
+    loses nothing, acknowledges nothing its handler did not finish, and logs the outage once per
+    connection (the loop's, the heartbeats', LISTEN's) plus one line when it is back, where it used
+    to log every retry of each."""
+    dsn = durable.new_database(f"ride_{kind.lower()}")
+    queue = make_queue(dsn, lock_ms=9000)  # heartbeats every 3 s: some fail during the outage
+    ledger = Ledger()
+    worker = ledger.worker(kind, dsn, 0.3, concurrency=4, poll_max=0.5)
+    with caplog.at_level(logging.INFO, logger="pgqueue"), running(worker):
+        queue.enqueue_many(list(range(40)))
+        wait_for(lambda: len(ledger.results) >= 4, what="the first results")
+        mark = len(caplog.records)
+        durable.stop("fast")
+        time.sleep(4)  # longer than the heartbeat period, shorter than the lease
+        durable.start()
+        queue.close()  # its connection died with the server
+        with Queue(dsn, "jobs") as again:
+            again.enqueue_many(list(range(10)))
+        wait_for(lambda: len([r for r in ledger.results if r.acknowledged]) >= 50, timeout=60, what="every message")
+        outage = caplog.records[mark:]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ledger.check(conn, 50)
+    warned = warnings_of(outage)
+    # premise: the outage was seen by each connection
+    assert any(w.startswith("database connection lost") for w in warned), warned
+    assert any(w.startswith("LISTEN connection failed") for w in warned), warned
+    assert len(warned) <= 3, warned  # one per connection, not one per retry
+    back = [r.getMessage() for r in outage if "database connection works again" in r.getMessage()]
+    assert len(back) == 1, back
+
+
+class Frozen:
+    """The durable server's processes stopped with SIGSTOP for the block: a server that hangs, or
+    a network that drops every packet (connections stay open, calls never return, a new
+    connection never gets an answer)."""
+
+    def __init__(self, server: DurableServer) -> None:
+        pid = int(Path(server.pg.data_dir, "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout
+        self.pids = [pid, *(int(p) for p in children.split())]
+
+    def __enter__(self) -> Frozen:
+        for pid in self.pids:
+            os.kill(pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pid in self.pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_stop_returns_in_bounded_time_when_the_database_hangs(durable: DurableServer, kind: str,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """stop() (what SIGTERM does) while the loop's call waits on a server that does not answer:
+    run() gives the call up 2 s after the shutdown grace and returns, where it used to wait for
+    as long as the server hung. (connect_timeout=2 bounds the worker's connection attempts.)"""
+    dsn = make_conninfo(durable.new_database(f"hang_{kind.lower()}"), connect_timeout="2")
+    queue = make_queue(dsn)
+    ledger = Ledger()
+    started = Started(ledger.worker(kind, dsn, 0.0, poll_min=0.05, poll_max=0.05, shutdown_grace=1.0))
+    try:
+        queue.enqueue_many(list(range(3)))
+        wait_for(lambda: len(ledger.results) == 3, what="the first messages")
+        queue.close()
+        with Frozen(durable):
+            time.sleep(0.5)  # the loop polls every 50 ms: it is inside a call now
+            t0 = time.monotonic()
+            if started.loop is None:
+                started.worker.stop()
+            else:
+                started.loop.call_soon_threadsafe(started.worker.stop)
+            started.thread.join(15)
+            took = time.monotonic() - t0
+            assert not started.thread.is_alive(), "run() did not return while the database hung"
+    finally:
+        started.stop()
+    assert not started.errors, started.errors
+    assert 3.0 <= took < 12.0, took  # the grace (1 s) + 2 s for the call, then the ends of the helpers
+    assert any("the database has not answered" in m for m in warnings_of(caplog.records)), warnings_of(caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_after_an_outage_longer_than_the_lease_the_worker_does_not_run_its_own_messages_again(
+        durable: DurableServer, kind: str) -> None:
+    """The server is down (-m fast) for longer than the lease while handlers finish. Nobody else
+    took those messages, so their leases still belong to the worker (fencing is by delivery): back,
+    it completes them, before it fetches. It used to fetch first, in the same statement as the
+    acknowledgement (the take runs first there), take its own finished messages again and run
+    each of them a second time."""
+    dsn = durable.new_database(f"outlast_{kind.lower()}")
+    queue = make_queue(dsn, lock_ms=2000)
+    ledger = Ledger()
+    worker = ledger.worker(kind, dsn, 0.5, concurrency=4, poll_max=0.5)
+    with running(worker):
+        queue.enqueue_many(list(range(12)))
+        wait_for(lambda: len(ledger.started) >= 6, what="the first handlers")
+        durable.stop("fast")
+        with ledger.lock:
+            in_hand = len(ledger.started) - len(ledger.results)
+        time.sleep(4)  # twice the lease: every lease taken before the stop has run out
+        durable.start()
+        queue.close()
+        wait_for(lambda: len([r for r in ledger.results if r.acknowledged]) >= 12, timeout=60, what="every message")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ledger.check(conn, 12)
+    assert in_hand > 0  # premise: handlers were running when the server went away
+    assert Counter(i for i, _ in ledger.started).most_common(1)[0][1] == 1, ledger.started
+    assert all(r.acknowledged for r in ledger.results), ledger.results

@@ -248,7 +248,8 @@ def test_reconnects_with_a_doubling_wait_and_starts_over_once_back(kind: str, ds
     tries = 5  # each worker opens a connection again at its first call after the wait
 
     def waits() -> list[str]:
-        return [r.getMessage().rsplit(" ", 1)[-1] for r in caplog.records if "reconnecting in" in r.getMessage()]
+        # the first retry of an outage is a warning, the others are at DEBUG (one warning per outage)
+        return [m.group(1) for r in caplog.records if (m := re.search(r"reconnecting in (\S+s)", r.getMessage()))]
 
     def database_away() -> None:
         admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
@@ -256,7 +257,7 @@ def test_reconnects_with_a_doubling_wait_and_starts_over_once_back(kind: str, ds
                       "WHERE datname = %s AND application_name = 'pgqueue-worker'", (dbname,))
 
     try:
-        with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), running(worker):
+        with caplog.at_level(logging.DEBUG, logger="pgqueue.worker"), running(worker):
             queue.enqueue("before")
             wait_for(lambda: results.count("completed") == 1, what="the first message")
             queue.close()
@@ -291,3 +292,32 @@ def test_a_queue_dropped_under_a_running_worker_stops_it_with_queue_not_found(ki
         assert isinstance(error, QueueNotFound) and 'queue "jobs" does not exist' in str(error)
     finally:
         started.stop()
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_lock_timeout_on_the_role_is_retried_and_logged_once_for_what_it_is(kind: str, dsn: str,
+                                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """lock_timeout set on the worker's role, and a queue_alter of max_size holding the queue's
+    lock stripe: each fetch fails with 55P03. The worker waits the doubling back-off and goes on
+    once the lock is gone; it logs one warning, which says a call failed (it used to log one per
+    retry, each saying the connection was lost, which it was not)."""
+    queue = make_queue(dsn)
+    dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'ALTER ROLE CURRENT_USER IN DATABASE "{dbname}" SET lock_timeout = \'200ms\'')
+    results = Results()
+    worker = make_worker(kind, dsn, lambda msg: None, poll_min=0.05, poll_max=0.05, listen=False,
+                         on_result=results)
+    with caplog.at_level(logging.INFO, logger="pgqueue.worker"), running(worker):
+        queue.enqueue("before")
+        wait_for(lambda: results.count("completed") == 1, what="the first message")
+        with psycopg.connect(dsn) as blocker:  # one transaction, holding the stripe until it ends
+            blocker.execute("SELECT pgqueue.queue_alter('jobs', p_max_size => 100)")
+            wait_for(lambda: any("lock timeout" in r.getMessage() for r in caplog.records), what="a lock timeout")
+            time.sleep(2)  # several retries
+            blocker.rollback()
+        queue.enqueue("after")
+        wait_for(lambda: results.count("completed") == 2, timeout=20, what="the message after")
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and warned[0].startswith("database call failed: canceling statement due to lock timeout"), warned
+    assert any("database connection works again" in r.getMessage() for r in caplog.records)

@@ -5,8 +5,8 @@ The rule is here and nowhere else: a beat every third of the lease (:func:`inter
 round renews every held message once, in order; a message whose beat answers False has lost
 its lease (it ran out and the message went to another delivery): it is logged once and never
 beaten again (it is known by its token, id and attempts, so a later delivery of the same id
-is beaten as usual); a beat that raises ends the round, is logged, and the next round tries
-again.
+is beaten as usual); a beat that raises ends the round, is logged (a run of failures once:
+:class:`Outage`), and the next round tries again.
 
 A round is a generator that does no I/O: it yields each message to renew and is sent whether
 the beat renewed it, psycopg's way of writing a protocol once for blocking and asyncio
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Generator, Iterable
 
 import psycopg
@@ -27,7 +28,7 @@ from pgqueue._core import heartbeat_interval
 from pgqueue.errors import PgQueueError
 from pgqueue.message import Message
 
-__all__ = ["AsyncHeartbeats", "Heartbeats", "interval"]
+__all__ = ["AsyncHeartbeats", "Heartbeats", "Outage", "interval"]
 
 log = logging.getLogger("pgqueue")
 
@@ -76,6 +77,38 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+class Outage:
+    """The log of one connection's failures: a warning at the first failure of a run, the retries
+    at DEBUG, and one INFO line when a call works again, so that a database away for an hour
+    logs two lines per connection rather than one per retry (or per heartbeat round).
+
+    Each user (the worker's loop, a heartbeat thread or task, a LISTEN loop) has its own, used
+    from one thread.
+    """
+
+    def __init__(self, logger: logging.Logger, name: str) -> None:
+        self._log = logger
+        self._name = name
+        self._since: float | None = None  # monotonic time of the run's first failure
+        self._tries = 0
+
+    def failed(self, what: str, then: str) -> None:
+        """Log a failure: ``what`` went wrong (with the error's first line), ``then`` what follows."""
+        self._tries += 1
+        if self._since is None:
+            self._since = time.monotonic()
+            self._log.warning("%s; %s (until it works again, retries are logged at DEBUG)", what, then)
+        else:
+            self._log.debug("%s (failure %d in a row); %s", what, self._tries, then)
+
+    def worked(self) -> None:
+        """A call worked: end the run of failures, if there was one, with one line."""
+        if self._since is not None:
+            self._log.info("%s works again after %.1f s (%d failure(s) in a row)", self._name,
+                           time.monotonic() - self._since, self._tries)
+            self._since, self._tries = None, 0
+
+
 class Heartbeats:
     """A thread that renews the leases of the messages ``held()`` returns, every ``period``
     seconds, by calling ``beat(message)`` (True: renewed; False: the lease was lost).
@@ -97,25 +130,32 @@ class Heartbeats:
         self._still_held = still_held
         self._stop = threading.Event()
         self.lost: set[Token] = set()
+        self._beaten = False  # whether the last round made a beat (a call to the database)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def renew(self) -> list[Message]:
         """Run one round now; return the messages found lost in it."""
         beats = _round(self._held(), self.lost, lambda m: not self._stop.is_set() and self._still_held(m))
+        self._beaten = False
         try:
             msg = next(beats)
             while True:
-                msg = beats.send(self._beat(msg))
+                renewed = self._beat(msg)
+                self._beaten = True
+                msg = beats.send(renewed)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     def _loop(self) -> None:
+        outage = Outage(log, "heartbeats")
         while not self._stop.wait(self._period):
             try:
                 self.renew()
+                if self._beaten:  # a round with nothing held tells nothing of the database
+                    outage.worked()
             except BEAT_ERRORS as exc:
-                log.warning("heartbeat failed: %s (trying again in %gs)", _first_line(exc), self._period)
+                outage.failed(f"heartbeat failed: {_first_line(exc)}", f"trying again every {self._period:g}s")
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop beating and wait for a beat in flight to finish (at most ``timeout`` seconds:
@@ -142,24 +182,31 @@ class AsyncHeartbeats:
         self._still_held = still_held
         self._stop = asyncio.Event()
         self.lost: set[Token] = set()
+        self._beaten = False  # whether the last round made a beat (a call to the database)
         self._task = asyncio.create_task(self._loop(), name=name)
 
     async def renew(self) -> list[Message]:
         """Run one round now; return the messages found lost in it."""
         beats = _round(self._held(), self.lost, lambda m: not self._stop.is_set() and self._still_held(m))
+        self._beaten = False
         try:
             msg = next(beats)
             while True:
-                msg = beats.send(await self._beat(msg))
+                renewed = await self._beat(msg)
+                self._beaten = True
+                msg = beats.send(renewed)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     async def _loop(self) -> None:
+        outage = Outage(log, "heartbeats")
         while not await _wait(self._stop, self._period):
             try:
                 await self.renew()
+                if self._beaten:  # a round with nothing held tells nothing of the database
+                    outage.worked()
             except BEAT_ERRORS as exc:
-                log.warning("heartbeat failed: %s (trying again in %gs)", _first_line(exc), self._period)
+                outage.failed(f"heartbeat failed: {_first_line(exc)}", f"trying again every {self._period:g}s")
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop beating and wait for a beat in flight to finish (at most ``timeout`` seconds:

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -44,7 +46,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue import _core
 from pgqueue._core import Call, error_text
-from pgqueue._lease import _first_line
+from pgqueue._lease import Outage, _first_line
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
@@ -88,12 +90,36 @@ _CONNECTION_ERRORS = (psycopg.OperationalError, ConnectionFailed)
 #: Any database error.
 _DATABASE_ERRORS = (psycopg.Error, PgQueueError)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: After the shutdown grace, how long the loop's database call may still run before the worker
+#: gives it up (a server that hangs, a network that drops every packet): run() must return.
+_STUCK_CALL = 2.0
 
 
 def is_connection_error(exc: BaseException) -> bool:
     """Tell whether a database error means the connection is lost or refused (then wait and
     try again) rather than a refusal of the call (a dropped queue: stop with it)."""
     return isinstance(exc, _CONNECTION_ERRORS) or isinstance(exc.__cause__, psycopg.OperationalError)
+
+
+def _shut_down(conn: Any) -> None:
+    """Shut a connection's socket down from any thread, so that a call waiting on it fails at once
+    with a lost connection (its owner closes the connection as after any loss)."""
+    try:
+        dup = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    except (AttributeError, OSError, psycopg.Error):  # no connection, or closed already
+        return
+    with dup:
+        try:
+            dup.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _failure(exc: BaseException) -> str:
+    """Say what a retried error is: a lost connection, or a call the server refused for now (a
+    lock or statement timeout, a cancel, a serialization failure)."""
+    lost = isinstance(exc, ConnectionFailed) or (isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None)
+    return "database connection lost" if lost else "database call failed"
 
 
 class Backoff:
@@ -272,12 +298,18 @@ class WorkerCore:
         self._signalled = False
         self._stopping = False
         self._aborting = False
+        self._stop_by: float | None = None  # monotonic end of the shutdown grace, once stopped
+        self._call_since: float | None = None  # monotonic start of the loop's call in flight
+        self._watchdog: threading.Thread | None = None
+        self._ended = threading.Event()  # run() is over (the worker's _run sets it)
         self._notified = False
         self._in_hand: dict[Key, Delivery] = {}  # by token: two deliveries of one message are two
         self._finished: list[Delivery] = []
         self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
         self._reconnect = Backoff()
+        self._outage = Outage(log, "database connection")  # the loop's: one warning per outage
+        self._recovering = False  # a call failed: settle and renew before the next fetch
         self._fatal: BaseException | None = None  # a handler's KeyboardInterrupt or SystemExit
 
     @property
@@ -301,7 +333,33 @@ class WorkerCore:
         """
         self._stopping = True
         self._aborting = self._aborting or now
+        by = time.monotonic() + (0.0 if now else self._shutdown_grace)
+        self._stop_by = by if self._stop_by is None else min(self._stop_by, by)
+        self._watch_stop()
         self._wake_up()
+
+    def _watch_stop(self) -> None:
+        """Once stopped, make sure run() returns even if the database hangs: a thread gives up
+        the loop's call that still runs :data:`_STUCK_CALL` seconds after the grace."""
+        with self._start_lock:
+            if self._watchdog is not None or not self._started or self._ended.is_set():
+                return
+            self._watchdog = threading.Thread(target=self._watch, name="pgqueue-stop-watch", daemon=True)
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        while not self._ended.wait(0.1):
+            since, by = self._call_since, self._stop_by
+            now = time.monotonic()
+            if since is not None and by is not None and now >= max(by, since) + _STUCK_CALL:
+                log.warning("stopping: the database has not answered for %.1f s; giving up the call in flight "
+                            "(what cannot be given back returns when its lease runs out)", now - since)
+                self._call_since = None
+                _shut_down(self._loop_connection())
+
+    def _loop_connection(self) -> Any:
+        """The psycopg connection of the loop's calls, if it has one open (any thread)."""
+        raise NotImplementedError
 
     def _wake_up(self) -> None:
         """Make the worker's loop look again (from any thread)."""
@@ -405,6 +463,7 @@ class WorkerCore:
     def _after_round(self, want: int, got: int | None, delay: float) -> Step[tuple[float, float]]:
         """After a round that called the database: (the poll delay after the next, the sleep now)."""
         self._reconnect.reset()
+        self._outage.worked()
         if got == want:
             return self._poll_min, 0.0  # there may be more: fetch again as soon as a slot is free
         if got:
@@ -489,6 +548,8 @@ class WorkerCore:
             # message in lease mode); failures and releases are settled alone.
             want, got = 0, None
             try:
+                if self._recovering:
+                    yield from self._recover()
                 if self._notified or time.monotonic() >= next_poll:
                     want, got = yield from self._complete_and_fetch()
                 if (yield from self._settle()):
@@ -505,18 +566,31 @@ class WorkerCore:
                 if not is_connection_error(exc):
                     raise  # the queue was dropped, or a bug: stop with it
                 wait = self._reconnect.next()
-                log.warning("database connection lost: %s; reconnecting in %gs", _first_line(exc), wait)
+                self._recovering = True
+                self._outage.failed(f"{_failure(exc)}: {_first_line(exc)}", f"reconnecting in {wait:g}s")
                 retry_at = next_poll = time.monotonic() + wait
             free = self._concurrency - len(self._in_hand)
             yield Wait(max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0)
+
+    def _recover(self) -> Step[None]:
+        """The first round after a failed call, before any fetch: acknowledge the deliveries that
+        finished meanwhile and renew the leases of the handlers still running, on the loop's
+        connection. A lease that ran out during an outage still belongs to this worker until
+        another delivery takes it (fencing is by delivery); a fetch first (the take runs first in
+        ``message_complete_and_dequeue``) would take these very messages again and run them twice."""
+        yield from self._settle()
+        for msg in self._held():
+            yield self._beat(msg)  # False: another delivery has it; the heartbeats report that
+        self._recovering = False
 
     def _drain(self) -> Step[None]:
         """Let running handlers finish within shutdown_grace, stop waiting for the rest (a
         coroutine is cancelled, a thread runs on unwatched) and give their messages back."""
         running = self._running()
         if running and not self._aborting:
-            log.info("waiting up to %gs for %d in-flight message(s)", self._shutdown_grace, len(running))
-            deadline = time.monotonic() + self._shutdown_grace
+            deadline = self._stop_by or time.monotonic() + self._shutdown_grace  # the grace runs from stop()
+            log.info("waiting up to %.3gs for %d in-flight message(s)", max(0.0, deadline - time.monotonic()),
+                     len(running))
             while not self._aborting and time.monotonic() < deadline:
                 if all(d.finished is not None for d in running):
                     break

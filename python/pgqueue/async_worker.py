@@ -37,12 +37,13 @@ import inspect
 import logging
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
-from pgqueue._lease import AsyncHeartbeats, _first_line, interval
+from pgqueue._lease import AsyncHeartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
     _RECONNECT_MAX,
@@ -174,7 +175,11 @@ class AsyncWorker(WorkerCore):
                         await self._sleep(todo.timeout)
                         result = None
                     else:
-                        result = await self._runner.run(todo)
+                        self._call_since = time.monotonic()  # for the stop's watchdog
+                        try:
+                            result = await self._runner.run(todo)
+                        finally:
+                            self._call_since = None
                 except BaseException as exc:
                     todo = step.throw(exc)
                 else:
@@ -206,6 +211,7 @@ class AsyncWorker(WorkerCore):
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
         finally:
+            self._ended.set()
             await beats_runner.close()
             await self._runner.close()
             log.info("worker stopped")
@@ -220,6 +226,9 @@ class AsyncWorker(WorkerCore):
             except TimeoutError:
                 pass
         self._wake.clear()
+
+    def _loop_connection(self) -> Any:
+        return None if self._runner is None else self._runner._own
 
     def _start(self, messages: list[Message]) -> None:
         """Start a task for the handler of each newly leased message."""
@@ -276,17 +285,19 @@ class AsyncWorker(WorkerCore):
     async def _listen_loop(self) -> None:
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""
         backoff = 0.5
+        outage = Outage(log, "LISTEN connection")
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
                     await conn.execute(listen_statement(self._name))
                     self._notify()  # something may have arrived while we were connecting
                     backoff = 0.5
+                    outage.worked()
                     async for _ in conn.notifies():
                         self._notify()
             except (psycopg.Error, ConnectionFailed) as exc:
-                log.warning("LISTEN connection failed: %s; polling until it is back (retry in %gs)",
-                            _first_line(exc), backoff)
+                outage.failed(f"LISTEN connection failed: {_first_line(exc)}",
+                              f"polling until it is back (retry in {backoff:g}s)")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _RECONNECT_MAX)
 

@@ -25,7 +25,8 @@ Shutdown: :meth:`Worker.run` called on the main thread makes SIGINT and SIGTERM 
 gracefully (fetch no more, let in-flight handlers finish within ``shutdown_grace``, give the
 rest back at once with a defer, return normally) and puts the previous signal handlers back
 when it returns. A second signal gives back what is still in hand at once. :meth:`Worker.stop`
-does the same from any thread.
+does the same from any thread. A database that does not answer does not keep it: a call still
+waiting 2 s after the grace is given up (the core's stop watchdog shuts its socket down).
 
 Handler timeouts: a handler still running after ``timeout`` seconds has its message failed
 with ``last_error`` ``"HandlerTimeout: ..."`` (the queue's retry and dead-letter rules apply)
@@ -61,7 +62,7 @@ from typing import Any, cast
 import psycopg
 
 from pgqueue import _core
-from pgqueue._lease import Heartbeats, _first_line, interval
+from pgqueue._lease import Heartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
     _RECONNECT_MAX,
@@ -316,7 +317,14 @@ class Worker(WorkerCore):
 
     def _call(self, call: _core.Call[Any]) -> Any:
         assert self._runner is not None
-        return self._runner.run(call)
+        self._call_since = time.monotonic()  # for the stop's watchdog
+        try:
+            return self._runner.run(call)
+        finally:
+            self._call_since = None
+
+    def _loop_connection(self) -> Any:
+        return None if self._runner is None else self._runner._own
 
     def _run(self) -> None:
         self._check_server()
@@ -344,6 +352,7 @@ class Worker(WorkerCore):
                 if listener is not None:
                     listener.join(2.0)
         finally:
+            self._ended.set()
             self._threads.close()
             beats_runner.close()
             self._runner.close()
@@ -416,17 +425,19 @@ class Worker(WorkerCore):
     def _listen_loop(self) -> None:
         """Wake the loop whenever a message is enqueued (LISTEN on the queue's channel)."""
         backoff = 0.5
+        outage = Outage(log, "LISTEN connection")
         while not self._listen_stop.is_set():
             try:
                 with psycopg.connect(self._dsn, autocommit=True) as conn:
                     conn.execute(listen_statement(self._name))
                     self._events.put(_NOTIFIED)  # something may have arrived while we were connecting
                     backoff = 0.5
+                    outage.worked()
                     while not self._listen_stop.is_set():
                         for _ in conn.notifies(timeout=0.5):
                             self._events.put(_NOTIFIED)
             except (psycopg.Error, ConnectionFailed) as exc:
-                log.warning("LISTEN connection failed: %s; polling until it is back (retry in %gs)",
-                            _first_line(exc), backoff)
+                outage.failed(f"LISTEN connection failed: {_first_line(exc)}",
+                              f"polling until it is back (retry in {backoff:g}s)")
                 self._listen_stop.wait(backoff)
                 backoff = min(backoff * 2, _RECONNECT_MAX)
