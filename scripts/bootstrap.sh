@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine for pgqueue: system packages, the extension installed into
 # the local PostgreSQL 15, and a virtualenv (.venv) with pinned Python packages and pgqueue itself.
-# Safe to run again: each step is skipped when already done.
+# Safe to run again: each step is skipped when already done, and one that is not says so first.
+# PGQUEUE_WITH_SPARK=0, PGQUEUE_WITH_BROWSER=0, PGQUEUE_WITH_NODE=0 and PGQUEUE_WITH_BENCH=0 skip
+# what only the Spark, browser, Node and benchmark suites need (scripts/demo.sh skips all four).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,9 +25,12 @@ command -v pg_prove >/dev/null || need_apt+=(libtap-parser-sourcehandler-pgtap-p
 command -v make >/dev/null || need_apt+=(make)
 command -v setpriv >/dev/null || need_apt+=(util-linux)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-# tests/test_node_examples.py runs examples/node with drivers from npm
-command -v node >/dev/null || need_apt+=(nodejs)
-command -v npm >/dev/null || need_apt+=(npm)
+# tests/test_node_examples.py runs examples/node with drivers from npm (PGQUEUE_WITH_NODE=0
+# skips both; those tests then fail, they never skip)
+if [ "${PGQUEUE_WITH_NODE:-1}" = "1" ]; then
+    command -v node >/dev/null || need_apt+=(nodejs)
+    command -v npm >/dev/null || need_apt+=(npm)
+fi
 # tests/test_dashboard_browser.py drives Debian's headless chromium through its chromedriver
 # (PGQUEUE_WITH_BROWSER=0 skips both; the browser tests then fail, they never skip)
 if [ "${PGQUEUE_WITH_BROWSER:-1}" = "1" ]; then
@@ -36,21 +41,45 @@ if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ] && ! command -v java >/dev/null; then
     need_apt+=(openjdk-17-jre-headless)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
-    echo "bootstrap: installing ${need_apt[*]}"
+    if [ -n "$SUDO" ] && ! command -v sudo >/dev/null; then
+        echo "bootstrap: missing system packages, and there is no sudo to install them as $(id -un): as root, run" \
+             "apt-get install ${need_apt[*]}" >&2
+        exit 1
+    fi
+    echo "bootstrap: installing ${need_apt[*]} with apt-get (a few minutes, once)"
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
 fi
 
-# The extension goes into the server that pg_config names.
+# The extension goes into the server that pg_config names, when its files there are not this
+# tree's already (so that a second run as a user that is not root asks sudo for nothing).
 pg_config=$(scripts/find-pg-config)
-make -s install PG_CONFIG="$pg_config" >/dev/null 2>&1 || $SUDO make -s install PG_CONFIG="$pg_config"
+make -s PG_CONFIG="$pg_config" >/dev/null
+extdir="$("$pg_config" --sharedir)/extension"
+for f in pgqueue.control extension/pgqueue--*.sql build/pgqueue--*.sql; do
+    if ! cmp -s "$f" "$extdir/$(basename "$f")"; then
+        echo "bootstrap: installing the pgqueue extension into $extdir"
+        if [ -w "$extdir" ]; then
+            make -s install PG_CONFIG="$pg_config" >/dev/null
+        elif [ -n "$SUDO" ] && command -v sudo >/dev/null; then
+            sudo make -s install PG_CONFIG="$pg_config" >/dev/null
+        else
+            echo "bootstrap: $extdir is not writable by $(id -un) and there is no sudo: as root, run" \
+                 "make install PG_CONFIG=$pg_config in $(pwd)" >&2
+            exit 1
+        fi
+        break
+    fi
+done
 
 if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating the virtualenv .venv"
     python3 -m venv .venv
 fi
 stamp=.venv/.requirements.sha
 want=$(cat python/requirements-dev.txt python/pyproject.toml python/pgqueue/_version.py | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "bootstrap: installing python/requirements-dev.txt and pgqueue into .venv (a minute or two, once)"
     .venv/bin/pip install -q --disable-pip-version-check --upgrade -r python/requirements-dev.txt
     # Our package comes from python/ in this repository, never from the registry (the PyPI
     # project named `pgqueue` is someone else's; ours is pgqueue-sql). Drop the editable install
@@ -65,12 +94,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 
-# The benchmark suite (bench/, `pgqueue bench`): matplotlib for its plots, PgQueuer (a peer it measures).
-bench_stamp=.venv/.requirements-bench.sha
-bench_want=$(sha256sum python/requirements-bench.txt | cut -d' ' -f1)
-if [ ! -f "$bench_stamp" ] || [ "$(cat "$bench_stamp")" != "$bench_want" ]; then
-    .venv/bin/pip install -q --disable-pip-version-check -r python/requirements-bench.txt
-    echo "$bench_want" > "$bench_stamp"
+# The benchmark suite (bench/, `pgqueue bench`): matplotlib for its plots, PgQueuer (a peer it
+# measures). PGQUEUE_WITH_BENCH=0 skips them.
+if [ "${PGQUEUE_WITH_BENCH:-1}" = "1" ]; then
+    bench_stamp=.venv/.requirements-bench.sha
+    bench_want=$(sha256sum python/requirements-bench.txt | cut -d' ' -f1)
+    if [ ! -f "$bench_stamp" ] || [ "$(cat "$bench_stamp")" != "$bench_want" ]; then
+        echo "bootstrap: installing python/requirements-bench.txt into .venv (the benchmark suite's plots and peers)"
+        .venv/bin/pip install -q --disable-pip-version-check -r python/requirements-bench.txt
+        echo "$bench_want" > "$bench_stamp"
+    fi
 fi
 
 # The Spark integration (pgqueue.spark) and its tests: pyspark, py4j and pyarrow (Java is

@@ -6,7 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The demo needs no Java and no browser: skip the Spark and browser-test parts of the bootstrap.
-PGQUEUE_WITH_SPARK=0 PGQUEUE_WITH_BROWSER=0 scripts/bootstrap.sh
+# The demo needs no Java, browser, Node or benchmark peers: skip the parts of the bootstrap that
+# only those test suites need (scripts/test.sh installs them). The bootstrap says what it installs;
+# on a machine that has everything it prints nothing.
+echo "demo.sh: checking this machine for what the demo needs (scripts/bootstrap.sh)"
+PGQUEUE_WITH_SPARK=0 PGQUEUE_WITH_BROWSER=0 PGQUEUE_WITH_NODE=0 PGQUEUE_WITH_BENCH=0 scripts/bootstrap.sh
 
 exec .venv/bin/pgqueue demo "$@"

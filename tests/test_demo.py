@@ -4,17 +4,22 @@ exactly-once check catching what it must catch."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from pgqueue import Queue
-from pgqueue.client import list_queues
 from pgqueue.cli import main
-from pgqueue.demo import Tally, check
+from pgqueue.client import list_queues
+from pgqueue.demo import Tally, check, fencing
 from pgqueue.message import Message, to_datetime
 from pgqueue.worker import Result
 
@@ -22,16 +27,142 @@ PGQUEUE = Path(sys.executable).with_name("pgqueue")
 
 
 def test_demo_on_the_embedded_server() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
-    proc = subprocess.run([str(PGQUEUE), "demo", "--messages", "200", "--rate", "400"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run([str(PGQUEUE), "demo", "--messages", "200", "--rate", "400", "--seed", "2"],  # 4 slow jobs
+                          check=False, capture_output=True, text=True, timeout=300, env=_demo_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "throwaway PostgreSQL" in out
-    for line in ("throughput", "latency", "retries", "dead letters"):
+    assert re.search(r"process them \(about \d+ s; Ctrl-C stops and cleans up\)", out), out
+    for line in ("sent", "settled", "latency", "retries", "dead letters", "lost leases"):
         assert f"  {line}" in out, out
+    # at an offered rate the run measures how long the last messages took, not a throughput
+    assert re.search(r"^  settled +200 by 3 workers x 8, the last \d+\.\d s after the last was sent ", out, re.MULTILINE), out
+    assert re.search(r"slow .* handlers ran up to \d\.\d s on a 1 s lease: heartbeats kept it", out), out
+    assert "  fencing       a worker stalled past its 0.2 s lease and another took the message: the stalled " \
+           "one's complete was refused, the new holder's accepted" in out, out
     assert "exactly once  OK" in out, out
-    assert "Stopped the throwaway server" in out
+    assert re.search(r"^Dropped queue demo_\w+\.$", out, re.MULTILINE), out
+    _assert_cleaned_up(out)
+    assert "Traceback" not in proc.stderr
+
+
+def _demo_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+
+
+def _assert_cleaned_up(out: str) -> None:
+    """The throwaway server's directory is gone and no process runs from it."""
+    found = re.search(r"^Stopped the throwaway server and deleted (\S+)\.$", out, re.MULTILINE)
+    assert found, out
+    base_dir = found.group(1)
+    assert not os.path.exists(base_dir)
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if base_dir.encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+        except OSError:  # the process ended meanwhile
+            pass
+    assert left == [], f"processes still running from {base_dir}: {left}"
+
+
+def _start_in_own_group(*args: str, tmpdir: str | None = None) -> subprocess.Popen[str]:
+    """Start `pgqueue ...` in a process group of its own, as a shell starts a foreground job:
+    Ctrl-C on a terminal is SIGINT to every process of that group (os.killpg below)."""
+    env = _demo_env() if tmpdir is None else {**_demo_env(), "TMPDIR": tmpdir}
+    return subprocess.Popen([str(PGQUEUE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+
+
+def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line or time.monotonic() > deadline:
+            break
+    assert marker in lines[-1], "".join(lines)
+    return "".join(lines)
+
+
+def test_ctrl_c_in_the_middle_stops_cleanly_and_leaves_nothing_behind() -> None:
+    """Ctrl-C also reaches the throwaway server (same process group), which shuts down at once:
+    the demo must still stop its threads, say so, exit 130, and leave no server or directory."""
+    proc = _start_in_own_group("demo", "--messages", "4000", "--rate", "400", "--no-progress")
+    try:
+        head = _read_until(proc, "process them", timeout=90)
+        time.sleep(2.0)  # producers and workers busy
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = head + rest
+    assert proc.returncode == 130, out + err
+    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
+    assert "error" not in err and "Traceback" not in err, err
+    _assert_cleaned_up(out)
+
+
+def test_ctrl_c_while_the_server_starts_is_an_interrupt_not_an_error() -> None:
+    """Ctrl-C during initdb kills initdb too: the demo must report the Ctrl-C (exit 130), not
+    "initdb failed", and leave nothing in the temporary directory."""
+    tmpdir = tempfile.mkdtemp(prefix="pgqueue-demo-tmp-")
+    os.chmod(tmpdir, 0o755)  # the server runs as postgres when the tests run as root
+    try:
+        proc = _start_in_own_group("demo", "--messages", "100", "--no-progress", tmpdir=tmpdir)
+        try:
+            head = _read_until(proc, "Starting a throwaway PostgreSQL", timeout=60)
+            time.sleep(0.3)  # initdb takes a second or more
+            os.killpg(proc.pid, signal.SIGINT)
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        out = head + rest
+        assert proc.returncode == 130, out + err
+        assert "Interrupted." in out, out
+        assert "error" not in err and "Traceback" not in err, err
+        assert os.listdir(tmpdir) == []
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def test_ctrl_c_ends_the_dashboard_after_the_report_with_success() -> None:
+    """`--dashboard` lingers until Ctrl-C, the documented way out: exit 0, not an error."""
+    proc = _start_in_own_group("demo", "--messages", "100", "--rate", "0", "--no-progress", "--dashboard", "0")
+    try:
+        head = _read_until(proc, "Ctrl-C to stop", timeout=90)
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = head + rest
+    assert proc.returncode == 0, out + err
+    assert "exactly once  OK" in out
+    assert "error" not in err and "Traceback" not in err, err
+    _assert_cleaned_up(out)
+
+
+@pytest.mark.parametrize("size", ["20M", "50M"])  # full in initdb; full in CREATE EXTENSION
+def test_a_temporary_directory_too_small_is_named_with_the_way_out(size: str) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounts a small tmpfs in a mount namespace of its own: needs root and unshare")
+    small = tempfile.mkdtemp(prefix="pgqueue-demo-small-")
+    os.chmod(small, 0o755)  # the server runs as postgres
+    try:
+        script = f'mount -t tmpfs -o size={size},mode=1777 tmpfs "$0" && TMPDIR="$0" exec "$@"'
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, small,
+                               str(PGQUEUE), "demo", "--messages", "300", "--no-progress"],
+                              check=False, capture_output=True, text=True, timeout=120, env=_demo_env())
+    finally:
+        os.rmdir(small)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"pgqueue: error: the throwaway PostgreSQL ran out of disk space in {small} "
+                                  "(it needs about 100 MB there"), proc.stderr
+    assert "set TMPDIR to a directory with more room" in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr
 
 
@@ -86,3 +217,71 @@ def test_the_check_passes_when_all_is_accounted_for(dsn: str) -> None:
             assert queue.fail(msg, "poison")
             tally.record(_result(queue.name, poison, "poison", "dead"))
     assert check(queue, tally, Counter(immediate=1, poison=1)) == []
+
+
+def _path_without(tmp_path: Path, hidden: set[str], logged: dict[str, str | None]) -> tuple[str, Path]:
+    """A PATH of the machine's commands less ``hidden``, where each of ``logged`` appends its
+    arguments to a log and then runs the real command (or, given None, does nothing)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for directory in reversed(os.environ["PATH"].split(os.pathsep)):
+        if os.path.isdir(directory):
+            for entry in os.scandir(directory):
+                target = bin_dir / entry.name
+                if entry.name not in hidden and entry.name not in logged and os.access(entry.path, os.X_OK):
+                    target.unlink(missing_ok=True)
+                    target.symlink_to(entry.path)
+    for name, real in logged.items():
+        run = f'exec {real} "$@"' if real else "exit 0"
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\n{run}\n')
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir), log
+
+
+def test_demo_sh_installs_only_what_the_demo_needs_and_a_second_run_nothing(tmp_path: Path) -> None:
+    """scripts/demo.sh on a machine without Node.js: the bootstrap must not install it (nor the
+    benchmark suite's packages), and once everything is there it installs nothing, not even the
+    extension again (which, as a user that is not root, was a sudo prompt on every run)."""
+    repo = Path(__file__).parents[1]
+    path, log = _path_without(tmp_path, {"node", "npm"},
+                              {"apt-get": None, "sudo": None, "make": shutil.which("make")})
+    env = {**_demo_env(), "PATH": path}
+    for _ in range(2):  # the first run may install the extension: the tree may be newer
+        log.unlink(missing_ok=True)
+        proc = subprocess.run([str(repo / "scripts" / "demo.sh"), "--help"], check=False,
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        calls = log.read_text() if log.exists() else ""
+        assert "nodejs" not in calls and "npm" not in calls, calls
+    assert "requirements-bench" not in proc.stdout
+    assert [c for c in calls.splitlines() if "install" in c.split()] == [], calls
+    assert proc.stdout.startswith("demo.sh: checking this machine for what the demo needs (scripts/bootstrap.sh)\n"
+                                  "usage: pgqueue demo"), proc.stdout
+
+
+def test_a_dashboard_port_in_use_is_one_line_of_ours_before_anything_starts() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([str(PGQUEUE), "demo", "--messages", "10", "--no-progress", "--dashboard", str(port)],
+                              check=False, capture_output=True, text=True, timeout=120, env=_demo_env())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr == (f"pgqueue: error: --dashboard: cannot listen on 127.0.0.1:{port}: Address already in use "
+                           "(another program has it? pick another port: --dashboard PORT)\n"), proc.stderr
+    assert "throwaway" not in proc.stdout  # refused before a server was started for nothing
+
+
+def test_the_fencing_check_sees_a_stale_complete_accepted(dsn: str) -> None:
+    """The demo's fencing line is measured: were the stalled worker's complete accepted (here a
+    client that says yes to every complete stands in for a broken fence), the check says so."""
+
+    class Unfenced(Queue):
+        def complete(self, msg: Message) -> bool:
+            super().complete(msg)
+            return True
+
+    queue = Unfenced(dsn, "demo_fencing")
+    queue.create()
+    assert fencing(Queue(dsn, "demo_fencing")) is None
+    assert fencing(queue) == "fencing: the stalled worker's complete was accepted after another took the message"

@@ -14,10 +14,13 @@ This is the first thing to run, and an example of the API to read. What happens:
 4. Workers run :func:`handle` on them, ``concurrency`` at a time each. In production each
    worker is a process of its own (``pgqueue worker DSN QUEUE module:function``); here they
    are threads so that one process can watch every outcome.
-5. The report: throughput, latency from due to completed, retries, dead letters, and the
-   check that every message was completed exactly once, or dead-lettered exactly once.
+5. The report, of what this run measured: how fast the producers sent and how long the last
+   messages took to settle after that, latency from due to completed, how long the slow
+   handlers held their leases, retries, dead letters, and the check that every message was
+   completed exactly once, or dead-lettered exactly once.
 
-The queue is dropped at the end, and the throwaway server stopped.
+The queue is dropped at the end, and the throwaway server stopped and its directory deleted;
+Ctrl-C does the same at any point (the exit status is then 130).
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ import logging
 import os
 import random
 import secrets
+import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -42,6 +48,7 @@ from psycopg_pool import ConnectionPool
 
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
+from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
 from pgqueue.worker import Result, Worker
 
@@ -157,14 +164,18 @@ class Tally:
     stale: int = 0  # acknowledgements refused: the lease had been lost
     retries: int = 0
     latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    durations: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # handler run times
+    peak_ready: int = 0  # the most messages ready and waiting at once, sampled twice a second
     first_enqueue: float | None = None
+    last_enqueue: float | None = None
     last_settle: float | None = None
 
     def enqueued(self, msg_id: int, kind: str) -> None:
         with self.lock:
             self.kinds[msg_id] = kind
+            self.last_enqueue = time.monotonic()
             if self.first_enqueue is None:
-                self.first_enqueue = time.monotonic()
+                self.first_enqueue = self.last_enqueue
 
     def record(self, result: Result) -> None:
         """The workers' ``on_result`` hook: called once per delivery of a message."""
@@ -177,6 +188,7 @@ class Tally:
                 self.completed[msg.id] += 1
                 job: dict[str, Any] = msg.payload  # type: ignore[assignment]
                 self.latency[job["kind"]].append(now - job["due"])
+                self.durations[job["kind"]].append(result.duration)
             elif result.outcome == "retried":
                 self.retries += 1
             elif result.outcome == "dead":
@@ -211,17 +223,46 @@ def database(dsn: str | None, out: TextIO) -> Iterator[str]:
         check_available()
     except EmbeddedUnavailable as exc:
         raise UserError(f"{exc}; {own}") from exc
-    print("Starting a throwaway PostgreSQL server (use --dsn or PGQUEUE_DSN for your own)...",
-          file=out, flush=True)
+    print(f"Starting a throwaway PostgreSQL server in a temporary directory under {tempfile.gettempdir()} "
+          "(use --dsn or PGQUEUE_DSN for your own)...", file=out, flush=True)
     server = EmbeddedPostgres()
     try:
         server.start()
     except RuntimeError as exc:  # no initdb on this machine, or it failed
+        if _disk_full(exc):
+            raise UserError(_disk_full_text(own)) from exc
         raise UserError(f"cannot start a throwaway PostgreSQL: {_one_line(str(exc))}; {own}") from exc
-    with server as pg:
-        _install_extension(pg.dsn(), out)
-        yield pg.dsn()
-    print("Stopped the throwaway server.", file=out)
+    base_dir = server.base_dir
+    try:
+        with server as pg:
+            _install_extension(pg.dsn(), out)
+            yield pg.dsn()
+    except Exception as exc:
+        if _disk_full(exc):
+            raise UserError(_disk_full_text(own)) from exc
+        raise
+    finally:
+        # On Ctrl-C too: the server is stopped and its directory deleted all the same.
+        print(f"Stopped the throwaway server and deleted {base_dir}.", file=out, flush=True)
+
+
+#: What the throwaway server needs in the temporary directory: the cluster from initdb and its
+#: WAL; measured on a tmpfs, a run of 4,000 or 10,000 messages peaked at 70 MB, 30,000 at 100 MB.
+THROWAWAY_DISK_MB = 100
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Tell whether exc (or what it wraps) is the server running out of disk space."""
+    while exc is not None:
+        if getattr(exc, "sqlstate", None) == "53100" or "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+def _disk_full_text(own: str) -> str:
+    return (f"the throwaway PostgreSQL ran out of disk space in {tempfile.gettempdir()} (it needs about "
+            f"{THROWAWAY_DISK_MB} MB there, more for runs of many more messages): set TMPDIR to a directory with more room, {own}")
 
 
 def _install_extension(dsn: str, out: TextIO) -> None:
@@ -240,27 +281,84 @@ def _install_extension(dsn: str, out: TextIO) -> None:
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     """Run the demo and print its report; return 0 if every message was accounted for, else 1."""
     out = out or sys.stdout
+    _check_port(options.dashboard)
     jobs = make_jobs(options.messages, random.Random(options.seed))
     # The workers log every failure; the flaky and poison jobs fail on purpose and the
-    # report counts them, so keep the screen for the progress bar.
-    pgqueue_logger = logging.getLogger("pgqueue")
-    level = pgqueue_logger.level
-    pgqueue_logger.setLevel(logging.ERROR)
+    # report counts them, so keep the screen for the progress bar. psycopg (and the producers'
+    # pool) warns of each connection lost, as all are at once when Ctrl-C stops the throwaway server.
+    quiet = {name: logging.getLogger(name) for name in ("pgqueue", "psycopg")}
+    levels = {name: logger.level for name, logger in quiet.items()}
+    for logger in quiet.values():
+        logger.setLevel(logging.ERROR)
     try:
-        with database(options.dsn, out) as dsn, Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue, \
-                dashboard(dsn, options.dashboard, out):
-            queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
-                         retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
+        with _Sigint() as sigint:
             try:
-                tally, elapsed = run_workload(queue, dsn, jobs, options, out)
-                status = report(queue, jobs, tally, elapsed, options, out)
-                if options.dashboard is not None:
-                    _linger(out)
-                return status
-            finally:
-                queue.drop()
+                with database(options.dsn, out) as dsn, \
+                        Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue, \
+                        dashboard(dsn, options.dashboard, out):
+                    queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
+                                 retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
+                    try:
+                        tally, elapsed = run_workload(queue, dsn, jobs, options, out)
+                        status = report(queue, jobs, tally, elapsed, options, out)
+                        if options.dashboard is not None:
+                            _linger(out)
+                        return status
+                    finally:
+                        _drop(queue, options.dsn is None, out)
+            except _Interrupted:  # said so already
+                raise
+            except (Exception, KeyboardInterrupt) as exc:
+                if not isinstance(exc, KeyboardInterrupt) and not sigint.seen:
+                    raise
+                print("Interrupted.", file=out, flush=True)
+                raise KeyboardInterrupt from exc
     finally:
-        pgqueue_logger.setLevel(level)
+        for name, logger in quiet.items():
+            logger.setLevel(levels[name])
+
+
+class _Interrupted(KeyboardInterrupt):
+    """A Ctrl-C whose report is printed already."""
+
+
+class _Sigint:
+    """Remember a Ctrl-C (SIGINT) on the main thread, which raises KeyboardInterrupt as usual.
+
+    Ctrl-C on a terminal also reaches the throwaway server and its initdb (they run in the
+    demo's process group), and the error their end causes (initdb killed, a connection
+    terminated) can reach the main thread first: the demo then reports the Ctrl-C all the same.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _Sigint:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _drop(queue: Queue, throwaway: bool, out: TextIO) -> None:
+    """Drop the demo's queue, with its messages and dead letters, and say so."""
+    try:
+        queue.drop()
+    except (psycopg.OperationalError, ConnectionFailed):
+        if not throwaway:
+            raise
+        # Ctrl-C on a terminal reaches the throwaway server too (it runs in the demo's process
+        # group) and it shuts down at once: the queue goes with the server's directory.
+        return
+    print(f"Dropped queue {queue.name}.", file=out, flush=True)
 
 
 @contextmanager
@@ -278,7 +376,7 @@ def dashboard(dsn: str, port: int | None, out: TextIO) -> Iterator[None]:
     try:
         server = start(Options(dsn=dsn, sample_interval=1.0), port=port)
     except OSError as exc:
-        raise UserError(f"--dashboard: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from exc
+        raise UserError(_port_text(port, exc)) from exc
     print(f"Dashboard: {server.url} (sampled every second)", file=out, flush=True)
     try:
         yield
@@ -286,11 +384,34 @@ def dashboard(dsn: str, port: int | None, out: TextIO) -> Iterator[None]:
         server.stop()
 
 
+def _check_port(port: int | None) -> None:
+    """Refuse a --dashboard port that is taken, before anything is started.
+
+    Werkzeug, on a port in use, prints two lines of its own and exits, so that the error
+    would not be ours; the dashboard listens the same way (SO_REUSEADDR) a moment later.
+    """
+    if not port:  # none, or 0: any free port
+        return
+    from pgqueue.cli import UserError
+
+    try:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", port))
+    except OSError as exc:
+        raise UserError(_port_text(port, exc)) from exc
+
+
+def _port_text(port: int, exc: OSError) -> str:
+    return (f"--dashboard: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} "
+            "(another program has it? pick another port: --dashboard PORT)")
+
+
 def _linger(out: TextIO) -> None:
     """Keep the dashboard (and the queue, with its dead letters) until Ctrl-C."""
-    print("\nThe dashboard stays up, with the demo's queue and its dead letters: Ctrl-C to stop.",
-          file=out, flush=True)
-    try:
+    try:  # the print too: a Ctrl-C as soon as the line shows is the expected end
+        print("\nThe dashboard stays up, with the demo's queue and its dead letters: Ctrl-C to stop.",
+              file=out, flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -328,9 +449,14 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
                  out: TextIO) -> tuple[Tally, float]:
     """Run the producers and workers until every job is done; return the tally and the time taken."""
     tally = Tally()
-    rate = "as fast as they can" if options.rate <= 0 else f"at {options.rate:g} msg/s"
+    if options.rate > 0:
+        # the sending, then the slowest job (2.5 s) after a retry or two (0.75 s of back-off)
+        rate, took = f"at {options.rate:g} msg/s", f"about {len(jobs) / options.rate + 4:,.0f} s"
+    else:
+        rate, took = "as fast as they can", "a few seconds a thousand messages"
     print(f"Queue {queue.name}: {options.producers} producers send {len(jobs):,} messages {rate}; "
-          f"{options.workers} workers x {options.concurrency} handlers process them.", file=out)
+          f"{options.workers} workers x {options.concurrency} handlers process them ({took}; Ctrl-C stops "
+          "and cleans up).", file=out, flush=True)
 
     # Each worker has a Queue of its own (and opens its own connections from its DSN).
     workers = [Worker(Queue(dsn, queue.name), handle, concurrency=options.concurrency,
@@ -354,14 +480,22 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
         # Time enough to send every message and for the slowest to finish; whatever is
         # not done by then counts as lost.
         deadline = start + (len(jobs) / options.rate if options.rate > 0 else 0.0) + 60.0
+        next_sample = 0.0
         with Progress(len(jobs), out, options.progress) as progress:
             while tally.settled < len(jobs) and time.monotonic() < deadline:
                 producer_threads.check()
                 worker_threads.check()
                 progress.update(tally)
+                if time.monotonic() >= next_sample:
+                    tally.peak_ready = max(tally.peak_ready, queue.stats().ready)
+                    next_sample = time.monotonic() + 0.5
                 time.sleep(0.1)
             progress.update(tally)
         interrupted = False
+    except KeyboardInterrupt as exc:
+        print(f"Interrupted with {tally.settled:,} of {len(jobs):,} messages settled: stopping the producers "
+              "and workers.", file=out, flush=True)
+        raise _Interrupted from exc
     finally:
         stop_producing.set()
         producer_threads.join()
@@ -450,6 +584,31 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str]) -> list[str]
     return problems
 
 
+FENCING_LEASE_MS = 200
+
+
+def fencing(queue: Queue) -> str | None:
+    """A worker stalls past its lease and another takes the message over: return what went
+    wrong, or None if the database refused the stalled worker's complete (its attempt number is
+    a fencing token that no longer matches) and accepted the new holder's."""
+    queue.enqueue({"kind": "fencing"})
+    stalled = queue.dequeue(1, lock_ms=FENCING_LEASE_MS)
+    if not stalled:
+        return "fencing: the message was not delivered"
+    taken: list[Message] = []
+    deadline = time.monotonic() + 5.0
+    while not taken and time.monotonic() < deadline:
+        time.sleep(FENCING_LEASE_MS / 1000)  # a GC pause, a partition: no heartbeat
+        taken = queue.dequeue(1)
+    if not taken:
+        return "fencing: the message was not delivered again after its lease ran out"
+    if queue.complete(stalled[0]):
+        return "fencing: the stalled worker's complete was accepted after another took the message"
+    if not queue.complete(taken[0]):
+        return "fencing: the new holder's complete was refused"
+    return None
+
+
 def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: float,
            options: DemoOptions, out: TextIO) -> int:
     """Print the summary and the exactly-once check; return the exit status."""
@@ -459,28 +618,52 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
     dead = sum(tally.dead.values())
     all_latencies = [v for values in tally.latency.values() for v in values]
 
+    sent = len(tally.kinds)
+    sending = (tally.last_enqueue or 0.0) - (tally.first_enqueue or 0.0)
+    offered = "as fast as they could" if options.rate <= 0 else f"offered {options.rate:g} msg/s"
+    drained = (tally.last_settle or 0.0) - (tally.last_enqueue or 0.0)
     w = out.write
-    w("\nSummary\n")
-    w(f"  messages      {len(jobs):,} sent by {options.producers} producers, "
-      f"{completed + dead:,} processed by {options.workers} workers x {options.concurrency}\n")
-    offered = "as fast as the producers could" if options.rate <= 0 else f"offered at {options.rate:g} msg/s"
-    w(f"  throughput    {(completed + dead) / max(elapsed, 1e-9):,.0f} msg/s "
-      f"({completed + dead:,} messages in {elapsed:.1f} s, {offered})\n")
+    w("\nSummary (measured in this run)\n")
+    w(f"  sent          {sent:,} messages in {sending:.1f} s by {options.producers} producers: "
+      f"{sent / max(sending, 1e-9):,.0f} msg/s, one transaction each ({offered})\n")
+    if options.rate > 0:
+        w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency}, the last "
+          f"{drained:.1f} s after the last was sent (slow jobs and retries; --rate 0 measures throughput)\n")
+    else:
+        w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency} in {elapsed:.1f} s "
+          f"from the first send: {(completed + dead) / max(elapsed, 1e-9):,.0f} msg/s (retry back-offs and the "
+          "slow jobs' 2 s included)\n")
     if all_latencies:
         w(f"  latency       p50 {_ms(percentile(all_latencies, 50))}, "
           f"p99 {_ms(percentile(all_latencies, 99))} (from due to completed)\n")
+    notes = {
+        "scheduled": "from the time it was due, not sent",
+        "priority": f"ahead of a backlog of at most {tally.peak_ready:,} ready (sampled)",
+        "flaky": "a failure, then a retry after its back-off",
+    }
+    durations = tally.durations.get("slow", [])
+    if durations:
+        kept = "heartbeats kept it" if not tally.stale else "see lost leases"
+        notes["slow"] = f"handlers ran up to {max(durations):.1f} s on a {LEASE_MS / 1000:g} s lease: {kept}"
     for kind in MIX:
         values = tally.latency.get(kind, [])
         if kind == "poison":
             w(f"    {kind:<10} {kinds[kind]:>6,}  dead-lettered after {MAX_ATTEMPTS} attempts each\n")
         elif values:
+            note = f"  {notes[kind]}" if kind in notes else ""
             w(f"    {kind:<10} {kinds[kind]:>6,}  p50 {_ms(percentile(values, 50)):>9}  "
-              f"p99 {_ms(percentile(values, 99)):>9}\n")
+              f"p99 {_ms(percentile(values, 99)):>9}{note}\n")
     w(f"  retries       {tally.retries:,} (each flaky job once, each poison job "
       f"{MAX_ATTEMPTS - 1} times before it is dead-lettered)\n")
     w(f"  dead letters  {dead:,}\n")
-    if tally.stale:
-        w(f"  lost leases   {tally.stale:,} acknowledgements refused (the message was redelivered)\n")
+    w(f"  lost leases   {tally.stale:,} acknowledgements refused because the lease had run out "
+      "(the message went to another delivery)\n")
+    fenced = fencing(queue)
+    if fenced is not None:
+        problems.append(fenced)
+    else:
+        w(f"  fencing       a worker stalled past its {FENCING_LEASE_MS / 1000:g} s lease and another took the "
+          "message: the stalled one's complete was refused, the new holder's accepted\n")
     if problems:
         w(f"  exactly once  FAILED: {len(problems)} problem(s)\n")
         for problem in problems[:20]:
