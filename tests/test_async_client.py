@@ -687,3 +687,101 @@ def test_a_pool_whose_connection_is_a_function_is_refused_for_extra_connections(
             assert "application_name=x" in AsyncQueue(pool).conninfo
 
     run(main)
+
+
+def test_async_close_while_the_first_call_connects(dsn: str, conn: Conn) -> None:
+    """close() does not wait for a connection being opened; the call that opens it must not keep
+    it (before, it ran on it and the connection stayed open after close, with nothing to close it)."""
+
+    def backends() -> int:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def main() -> None:
+        q = AsyncQueue(dsn)
+        call = asyncio.create_task(q.enqueue(1))
+        await asyncio.sleep(0)  # the call is connecting
+        await q.close()
+        with pytest.raises(errors.PgQueueError, match="the queue is closed"):
+            await call
+        deadline = time.monotonic() + 5
+        while backends() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert backends() == 0
+        row = conn.execute("SELECT count(*) FROM pgqueue.message").fetchone()
+        assert row == (0,)
+
+    run(main)
+
+
+class SlowLink:
+    """A TCP proxy to the test server that can hold back the server's answers: a link with
+    latency, on which a statement's effect is done on the server before its result arrives."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.delay = 0.0
+        self.server: asyncio.Server | None = None
+        self.pumps: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(*self.target)
+        for task in (self._pump(client_r, server_w, slow=False), self._pump(server_r, client_w, slow=True)):
+            pump = asyncio.ensure_future(task)
+            self.pumps.add(pump)
+            pump.add_done_callback(self.pumps.discard)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, slow: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                if slow and self.delay:
+                    await asyncio.sleep(self.delay)
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for pump in list(self.pumps):
+            pump.cancel()
+
+
+def test_async_receive_cancelled_while_its_dequeue_answers_gives_the_message_back(
+        pg_server: Server, dsn: str, conn: Conn) -> None:
+    """A timeout that fires after the server leased the message but before its answer arrived:
+    psycopg's cancel request comes too late and it drops the answer, so before, the message
+    stayed leased by no one until its lease ran out (an attempt spent without a handler; a dead
+    letter at max_attempts=1)."""
+
+    async def main() -> None:
+        link = SlowLink(pg_server.host, pg_server.port)
+        port = await link.start()
+        q = AsyncQueue(psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=port))
+        try:
+            await q.alter(max_attempts=1)
+            msg_id = await q.enqueue("work")
+            link.delay = 0.5
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    async with q.receive(lock_ms=60_000, heartbeat=False):
+                        pytest.fail("the block never runs: the call was cancelled")
+            link.delay = 0
+            stats = await q.stats()
+            assert (stats.ready, stats.leased, stats.dead) == (1, 0, 0)
+            [again] = await q.dequeue(1)  # due at once, and the connection still usable
+            assert again.id == msg_id and again.payload == "work"
+        finally:
+            await q.close()
+            await link.close()
+
+    run(main)

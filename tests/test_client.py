@@ -4,9 +4,13 @@ kinds of connection source, transactions, receive() and its heartbeats, and erro
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -698,3 +702,17 @@ def test_queue_and_schedule_creation_times_are_utc_whatever_the_sessions_time_zo
         create_schedule(tokyo, "tick", "tz", "x", every=timedelta(minutes=1))
         (entry,) = [e for e in list_schedules(tokyo) if e.name == "tick"]
         assert entry.created_at.tzinfo == timezone.utc
+
+
+def test_the_readmes_python_example_passes_a_users_mypy_strict(tmp_path: Path) -> None:
+    """The client example of README.md's "## Python", as a user would paste it, type-checks
+    under ``mypy --strict`` (its ``send_email`` supplied, taking what ``payload`` is: ``object``)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n## Python\n", 1)[1].split("\n### ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    assert len(blocks) == 1, "the section has one Python example"
+    (tmp_path / "use.py").write_text("def send_email(payload: object) -> None: ...\n\n\n" + blocks[0])
+    mypy = Path(sys.executable).parent / "mypy"
+    proc = subprocess.run([str(mypy), "--strict", "--no-incremental", "use.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

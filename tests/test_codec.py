@@ -12,6 +12,13 @@ import pytest
 from pgqueue import _core, codec, errors
 
 
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("payload", "content", "content_type"),
     [
@@ -34,7 +41,8 @@ def test_encode_records_the_encoding(payload: object, content: bytes, content_ty
 
 @pytest.mark.parametrize(
     "payload",
-    [b"raw", "text ✓", {"k": [1, 2, {"n": None}]}, [None], 0, -7, 2.5, True, False, None, "", b""],
+    [b"raw", "text ✓", {"k": [1, 2, {"n": None}]}, [None], 0, -7, 2.5, True, False, None, "", b"",
+     2**64, -(10**300), 1e308, -0.0, 5e-324, {"deep": _nested(500)}],
 )
 def test_decode_reverses_encode(payload: object) -> None:
     decoded = codec.decode(*codec.encode(payload))
@@ -46,7 +54,13 @@ def test_json_turns_tuples_into_lists() -> None:
     assert codec.decode(*codec.encode({"t": (1, 2)})) == {"t": [1, 2]}
 
 
-@pytest.mark.parametrize("payload", [object(), {1, 2}, Decimal("1.5"), float("nan"), {"x": float("inf")}])
+@pytest.mark.parametrize("payload", [
+    object(), {1, 2}, Decimal("1.5"), float("nan"), {"x": float("inf")}, datetime(2024, 1, 1), 10**5000,
+    # a lone surrogate has no UTF-8 form (in a str or inside JSON); nesting past the recursion
+    # limit cannot be serialised: both raised bare UnicodeEncodeError / RecursionError before
+    "\ud800", {"k": ["\udc00"]}, _nested(100_000),
+], ids=["object", "set", "decimal", "nan", "inf", "datetime", "huge-int", "surrogate-str", "surrogate-json",
+        "too-deep"])
 def test_unserialisable_payload_raises(payload: object) -> None:
     with pytest.raises(errors.UnsupportedPayload) as info:
         codec.encode(payload)

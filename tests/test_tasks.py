@@ -5,9 +5,13 @@ Reject dead-letter the message at once; Queue.reject; the same with AsyncWorker.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -148,3 +152,79 @@ def test_async_worker_dispatches_async_tasks(dsn: str) -> None:
     assert {r.message.id: r.outcome for r in results} == {**{i: "completed" for i in good}, unknown: "dead"}
     [dead] = queue.dead_letters()
     assert dead.id == unknown and dead.attempts == 1 and "no task 'triple'" in (dead.last_error or "")
+
+
+def _message(content_type: str | None) -> Message:
+    return Message(id=1, queue="work", payload=None, attempts=1, state=None, dequeue_at=None,
+                   created_at=datetime.now(timezone.utc), locked_until=None, content=b"null",
+                   content_type=content_type)
+
+
+def test_decorator_forms_and_handler_checks() -> None:
+    tasks = Tasks()
+
+    @tasks.task  # bare: before, it registered nothing and replaced the function by a decorator
+    def bare(msg: Message) -> None:
+        pass
+
+    @tasks.task()
+    def by_name(msg: Message) -> None:
+        pass
+
+    @tasks.task("named")
+    def other(msg: Message) -> None:
+        pass
+
+    assert tasks.names == ["bare", "by_name", "named"]
+    assert tasks.handler_for(_message("application/json; task=bare")) is bare
+    assert tasks.handler_for(_message("application/json; task=by_name")) is by_name
+    assert tasks.handler_for(_message("application/json; task=named")) is other
+    # an empty name is refused, not silently replaced by the function's name
+    with pytest.raises(ValueError, match="invalid task name ''"):
+        tasks.task("")(other)
+    assert tasks.names == ["bare", "by_name", "named"]
+    # a handler that cannot be called is refused when registered, not when its messages fail
+    with pytest.raises(TypeError, match="must be callable"):
+        tasks.register("number", 42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be callable"):
+        Tasks(default="send_email")  # type: ignore[arg-type]
+    assert tasks.names == ["bare", "by_name", "named"]
+
+
+TYPED_USE = '''\
+from pgqueue import Message, Tasks
+
+tasks = Tasks()
+
+
+@tasks.task
+def bare(msg: Message) -> None: ...
+
+
+@tasks.task("send_email")
+async def send_email(msg: Message) -> int:
+    return 1
+
+
+@tasks.task("wrong")
+def wrong(count: int) -> None: ...
+
+
+tasks.register("also_wrong", len)
+reveal_type(bare)
+reveal_type(send_email)
+'''
+
+
+def test_a_users_mypy_checks_handlers(tmp_path: Path) -> None:
+    """Under ``mypy --strict`` the decorator keeps the function's type and refuses a function
+    that does not take a Message (before, any callable passed, and the bare form was an error)."""
+    (tmp_path / "use.py").write_text(TYPED_USE)
+    mypy = Path(sys.executable).parent / "mypy"
+    proc = subprocess.run([str(mypy), "--strict", "--no-incremental", "use.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, check=False)
+    errors_ = [line for line in proc.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors_] == ["15", "19"], proc.stdout + proc.stderr
+    assert 'Revealed type is "def (msg: pgqueue.message.Message)"' in proc.stdout, proc.stdout
+    assert 'Revealed type is "def (msg: pgqueue.message.Message) -> typing.Coroutine[Any, Any, int]"' \
+        in proc.stdout, proc.stdout

@@ -1,4 +1,4 @@
-"""The asyncio client: :class:`AsyncQueue`, and :func:`list_queues` / :func:`all_stats`.
+"""The asyncio client: :class:`AsyncQueue`, and :func:`list_queues` / :func:`all_stats` / :func:`all_counters`.
 
 The same queue operations as :class:`pgqueue.Queue`, as coroutines, over a connection string,
 a ``psycopg.AsyncConnection`` or a ``psycopg_pool.AsyncConnectionPool``, with the same rules:
@@ -44,6 +44,10 @@ T = TypeVar("T")
 AsyncConnectionSource = str | psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 Runner = Callable[[Call[bool]], Awaitable[bool]]
+
+#: How long a cancelled ``receive`` waits for its dequeue's answer (seconds), to give back the
+#: message it leased; psycopg waits as long for a statement it cancels.
+CANCEL_WAIT = 5.0
 
 logger = logging.getLogger("pgqueue")
 
@@ -93,6 +97,11 @@ class _AsyncConnector:
                 assert self._dsn is not None
                 with translating():
                     conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+                if self._closed:
+                    # close() ran while we connected (it does not wait for the lock): it could
+                    # not see this connection, which would stay open with nothing to close it
+                    await conn.close()
+                    raise PgQueueError("the queue is closed")
                 setattr(self, attr, conn)
             return conn
 
@@ -271,13 +280,16 @@ class AsyncQueue:
 
         Completes it when the block returns, fails it when the block raises an ``Exception``
         (which propagates), gives it back for immediate redelivery when the block is
-        cancelled or interrupted. While the block runs, an asyncio task extends the lease
-        every third of it on a separate connection (see :meth:`pgqueue.Queue.receive`).
+        cancelled or interrupted. A cancellation while the message is being dequeued (an
+        ``asyncio.timeout`` around the ``async with``) gives back the message the server had
+        leased already, if any, and the block does not run. While the block runs, an asyncio
+        task extends the lease every third of it on a separate connection (see
+        :meth:`pgqueue.Queue.receive`).
 
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.
         """
-        lease = await self._connector.run(_core.receive(self._name, lock_ms=lock_ms))
+        lease = await self._take(_core.receive(self._name, lock_ms=lock_ms))
         if lease is None:
             yield None
             return
@@ -303,6 +315,28 @@ class AsyncQueue:
                 raise
         await self._settle(msg, None)
 
+    async def _take(self, call: Call[_core.Lease | None]) -> _core.Lease | None:
+        """Run the dequeue of ``receive`` so that a cancellation cannot strand the message it leased.
+
+        Cancelled while it waits, psycopg asks the server to cancel the statement; if the server
+        had leased the message already (its answer still on the way), psycopg drops the answer
+        and the message would stay leased by no one until the lease ran out, an attempt spent
+        (a dead letter at ``max_attempts``). So the statement runs in a task the cancellation
+        does not reach: it is awaited, for at most :data:`CANCEL_WAIT` seconds (then cancelled
+        as before), the message it took is given back, and the cancellation goes on.
+        """
+        statement = asyncio.ensure_future(self._connector.run(call))
+        try:
+            return await asyncio.shield(statement)
+        except asyncio.CancelledError as cancelled:
+            try:
+                lease = await asyncio.wait_for(statement, CANCEL_WAIT)
+            except Exception:  # it failed (nothing taken), or did not answer in time (cancelled)
+                raise cancelled from None
+            if lease is not None:
+                await self._settle(lease.message, cancelled)
+            raise
+
     async def _settle(self, msg: Message, exc: BaseException | None) -> None:
         action = _core.outcome(exc)
         if action == "complete":
@@ -325,7 +359,8 @@ class AsyncQueue:
         return await self._connector.run(_core.reject(msg, error))
 
     async def next_due(self) -> datetime | None:
-        """Return when the next message becomes deliverable, None if the queue is empty."""
+        """Return when the next message becomes deliverable, None if the queue is empty (see
+        :meth:`pgqueue.Queue.next_due`)."""
         return await self._connector.run(_core.next_due(self._name))
 
     async def peek(self, limit: int = 10) -> list[Pending]:
@@ -361,11 +396,12 @@ class AsyncQueue:
             group_concurrency=group_concurrency, key_window_ms=key_window_ms, rate_limit=rate_limit))
 
     async def drop(self) -> bool:
-        """Drop the queue with its messages and dead letters; False if it did not exist."""
+        """Drop the queue with its messages and dead letters; False if it did not exist (see
+        :meth:`pgqueue.Queue.drop`)."""
         return await self._connector.run(_core.drop(self._name))
 
     async def settings(self) -> QueueSettings:
-        """Return the queue's settings."""
+        """Return the queue's settings (see :meth:`pgqueue.Queue.settings`)."""
         return await self._connector.run(_core.settings(self._name))
 
     async def stats(self, *, exact: bool = False) -> QueueStats:
@@ -381,16 +417,19 @@ class AsyncQueue:
         return await self._connector.run(_core.counters(self._name))
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        """Return up to ``limit`` dead letters of the queue, oldest death first."""
+        """Return up to ``limit`` dead letters of the queue, oldest death first (see
+        :meth:`pgqueue.Queue.dead_letters`)."""
         return await self._connector.run(_core.dead_letters(self._name, limit))
 
     async def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
                            at: When | None = None) -> int:
-        """Move dead letters back onto the queue as new messages; return how many."""
+        """Move dead letters back onto the queue as new messages; return how many (see
+        :meth:`pgqueue.Queue.requeue_dead`)."""
         return await self._connector.run(_core.requeue_dead(self._name, ids, delay=delay, at=at))
 
     async def purge_dead(self, ids: Sequence[int] | None = None, *, before: When | None = None) -> int:
-        """Delete dead letters of the queue (all, the ids given, and/or dead before a time); return how many."""
+        """Delete dead letters of the queue (all, the ids given, and/or dead before a time); return
+        how many (see :meth:`pgqueue.Queue.purge_dead`)."""
         return await self._connector.run(_core.purge_dead(self._name, ids, before=before))
 
 

@@ -1,4 +1,4 @@
-"""The synchronous client: :class:`Queue`, and :func:`list_queues` / :func:`all_stats`.
+"""The synchronous client: :class:`Queue`, and :func:`list_queues` / :func:`all_stats` / :func:`all_counters`.
 
 A ``Queue`` works over whatever the caller has, and never commits or closes what it did not
 open:
@@ -247,7 +247,9 @@ class Queue:
                 returned and nothing is enqueued.
 
         Raises:
-            QueueNotFound, QueueFull, InvalidQueueName, UnsupportedPayload, InvalidArgument.
+            QueueNotFound, QueueFull, InvalidQueueName, UnsupportedPayload, InvalidArgument;
+            NeedsReadCommitted for a new ``key`` into a queue with ``key_window_ms`` in a REPEATABLE
+            READ or SERIALIZABLE transaction.
         """
         return self._connector.run(
             _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task,
@@ -499,7 +501,8 @@ class Queue:
             rate_limit: the most messages handed out a second, all consumers together.
 
         Raises:
-            QueueExists, InvalidQueueName, InvalidArgument.
+            QueueExists, InvalidQueueName, InvalidArgument; NeedsReadCommitted in a REPEATABLE
+            READ or SERIALIZABLE transaction (unless ``if_not_exists`` and the queue exists).
         """
         self._connector.run(_core.create(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,

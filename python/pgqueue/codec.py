@@ -72,20 +72,22 @@ def encode(payload: object) -> tuple[bytes, str | None]:
 
     Raises:
         UnsupportedPayload: the payload is not JSON-serialisable (also NaN and infinities,
-            which JSON cannot express). It is a ``TypeError`` and a ``ValueError`` too.
+            which JSON cannot express, and values nested deeper than the interpreter's
+            recursion limit), or a string in it holds a lone surrogate (no UTF-8 form). It is
+            a ``TypeError`` and a ``ValueError`` too.
     """
     if isinstance(payload, (bytes, bytearray, memoryview)):
         return bytes(payload), None
-    if isinstance(payload, str):
-        return payload.encode("utf-8"), TEXT
     try:
+        if isinstance(payload, str):
+            return payload.encode("utf-8"), TEXT
         text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        return text.encode("utf-8"), JSON
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
         raise UnsupportedPayload(
             f"cannot encode a payload of type {type(payload).__name__}: pass bytes, str or a "
             f"JSON-serialisable value ({exc})"
         ) from exc
-    return text.encode("utf-8"), JSON
 
 
 def media_type(content_type: str | None) -> tuple[str, dict[str, str]]:

@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pgqueue.codec import TASK_NAME
 from pgqueue.message import Message
 
-__all__ = ["Reject", "Tasks", "UnknownTask"]
+__all__ = ["Reject", "TaskHandler", "Tasks", "UnknownTask"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: What a registry holds: a function of the message (a plain or a coroutine function); what it
+#: returns is ignored.
+TaskHandler = Callable[[Message], object]
+
+F = TypeVar("F", bound=TaskHandler)
 
 
 class Reject(Exception):
@@ -49,10 +53,15 @@ class Tasks:
 
     Parameters:
         default: the handler of messages that name no task (None: they are dead-lettered).
+
+    Raises:
+        TypeError: ``default`` is not callable.
     """
 
-    def __init__(self, default: Callable[[Message], Any] | None = None) -> None:
-        self._handlers: dict[str, Callable[[Message], Any]] = {}
+    def __init__(self, default: TaskHandler | None = None) -> None:
+        if default is not None and not callable(default):
+            raise TypeError(f"the default handler must be callable, got {type(default).__name__}")
+        self._handlers: dict[str, TaskHandler] = {}
         self._default = default
         self._is_async: bool | None = None if default is None else inspect.iscoroutinefunction(default)
 
@@ -66,17 +75,21 @@ class Tasks:
         """The registered task names, sorted."""
         return sorted(self._handlers)
 
-    def register(self, name: str, handler: Callable[[Message], Any]) -> None:
+    def register(self, name: str, handler: TaskHandler) -> None:
         """Register ``handler`` for messages naming task ``name``.
 
         Raises:
             ValueError: the name is not 1 to 200 of ``A-Z a-z 0-9 _ . : -``, or is taken.
-            TypeError: the handler is a coroutine function among plain ones, or the reverse.
+            TypeError: the handler is not callable, or is a coroutine function among plain
+                ones, or the reverse.
         """
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise ValueError(f"invalid task name {name!r}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
         if name in self._handlers:
             raise ValueError(f"task {name!r} is registered already")
+        if not callable(handler):
+            # refused here, not when the first message of the task fails with "not callable"
+            raise TypeError(f"the handler of task {name!r} must be callable, got {type(handler).__name__}")
         is_async = inspect.iscoroutinefunction(handler)
         if self._is_async is not None and is_async != self._is_async:
             raise TypeError("a registry holds plain functions (for Worker) or coroutine functions "
@@ -84,16 +97,32 @@ class Tasks:
         self._is_async = is_async
         self._handlers[name] = handler
 
-    def task(self, name: str | None = None) -> Callable[[F], F]:
-        """Return a decorator that registers a function as task ``name`` (default: its name)."""
+    @overload
+    def task(self, name: F, /) -> F: ...
+
+    @overload
+    def task(self, name: str | None = None) -> Callable[[F], F]: ...
+
+    def task(self, name: str | F | None = None) -> F | Callable[[F], F]:
+        """Register a function as task ``name`` (default: the function's name), as a decorator.
+
+        ``@tasks.task("send_email")``, ``@tasks.task()`` and ``@tasks.task`` all register the
+        function they decorate and leave it as it is.
+
+        Raises:
+            ValueError, TypeError: as :meth:`register`.
+        """
+        if callable(name):  # bare @tasks.task: called with the function itself
+            self.register(name.__name__, name)
+            return name
 
         def decorate(fn: F) -> F:
-            self.register(name or fn.__name__, fn)
+            self.register(fn.__name__ if name is None else name, fn)
             return fn
 
         return decorate
 
-    def handler_for(self, msg: Message) -> Callable[[Message], Any]:
+    def handler_for(self, msg: Message) -> TaskHandler:
         """Return the handler of the task a message names.
 
         Raises:
@@ -112,5 +141,9 @@ class Tasks:
         return handler
 
     def __call__(self, msg: Message) -> Any:
-        """Run the handler of the task the message names (a coroutine for async tasks)."""
+        """Run the handler of the task the message names (a coroutine for async tasks).
+
+        Typed ``Any``: what it returns is a plain handler's result or an async one's coroutine,
+        so that the one registry type fits both ``Worker`` and ``AsyncWorker``.
+        """
         return self.handler_for(msg)(msg)
