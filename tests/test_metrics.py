@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -27,7 +28,7 @@ from conftest import Server
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
 from pgqueue.client import all_counters
-from pgqueue.metrics import MetricsServer, QueueMetrics, WorkerMetrics
+from pgqueue.metrics import Family, MetricsServer, QueueMetrics, WorkerMetrics, render
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 TESTS = Path(__file__).resolve().parent
@@ -309,6 +310,61 @@ def test_metrics_reuses_a_recent_reading_and_survives_a_lost_database(pg_server:
     assert s[("pgqueue_up", frozenset())] == 0
 
 
+def test_a_scrape_gives_up_after_its_timeout(dsn: str, conn: Conn) -> None:
+    """A reading that waits on a lock (VACUUM FULL, LOCK TABLE of pgqueue.message) ends after
+    QueueMetrics' timeout (5 s) with pgqueue_up 0, within Prometheus' own 10 s: it used to wait
+    as long as the lock was held, and every later scrape queued behind it."""
+    metrics = QueueMetrics(dsn, min_interval=0)
+    assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1  # connected before the lock
+    pages: list[str] = []
+    conn.execute("BEGIN")
+    conn.execute("LOCK TABLE pgqueue.message IN ACCESS EXCLUSIVE MODE")
+    try:
+        started = time.monotonic()
+        thread = threading.Thread(target=lambda: pages.append(metrics.render()), daemon=True)
+        thread.start()
+        thread.join(timeout=9)
+        took = time.monotonic() - started
+    finally:
+        conn.execute("ROLLBACK")
+    thread.join(timeout=10)
+    assert pages and took < 9, took
+    s = parse(pages[0])
+    assert s[("pgqueue_up", frozenset())] == 0
+    assert not any(name.startswith("pgqueue_queue_") for name, _ in s)  # no partial page
+    assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1  # the next scrape reconnects
+    metrics.close()
+    with pytest.raises(ValueError):
+        QueueMetrics(dsn, timeout=0)
+
+
+def test_help_and_label_escaping() -> None:
+    """The text format escapes backslash and line feed in HELP, and also the double quote in
+    label values; an escaped quote in HELP is an invalid escape sequence to Prometheus' parser."""
+    f = Family("pgqueue_x", "gauge", 'a "quoted" \\ word\nand a line')
+    f.add(1, (("queue", 'we"ird\\na\nme'),))
+    assert render([f]).splitlines() == [
+        '# HELP pgqueue_x a "quoted" \\\\ word\\nand a line',
+        "# TYPE pgqueue_x gauge",
+        'pgqueue_x{queue="we\\"ird\\\\na\\nme"} 1',
+    ]
+
+
+def test_the_readme_alerts_use_metrics_that_are_served(dsn: str) -> None:
+    """Every metric that README's alerting rules (### Monitoring) name is on the page."""
+    readme = (TESTS.parent / "README.md").read_text()
+    section = readme[readme.index("### Monitoring"):readme.index("## From other languages")]
+    rules = section[section.index("```promql"):]
+    rules = rules[:rules.index("```", 3)]
+    named = set(re.findall(r"\bpgqueue_[a-z_]+", rules))
+    assert {"pgqueue_up", "pgqueue_queue_oldest_ready_age_seconds", "pgqueue_messages_dead_lettered_total"} <= named
+    Queue(dsn, "jobs").create()
+    metrics = QueueMetrics(dsn, min_interval=0)
+    served = {name for name, _ in parse(metrics.render())}
+    metrics.close()
+    assert named <= served, named - served
+
+
 def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     assert main(["metrics", "--once", "--dsn", dsn]) == 0
     s = parse(capsys.readouterr().out)
@@ -395,7 +451,6 @@ def test_worker_metrics(dsn: str, tmp_path: Path) -> None:
         sys.path.remove(str(TESTS))
     worker = Worker(queue, obey, concurrency=2, on_result=metrics.observe, handle_signals=False, poll_max=0.1)
     metrics.in_flight = lambda: worker.in_flight
-    import threading
 
     thread = threading.Thread(target=worker.run)
     thread.start()

@@ -88,3 +88,54 @@ def test_the_clients_ask_for_either(conn: psycopg.Connection[Any], dsn: str) -> 
     est_small, exact_small = asyncio.run(both())
     counts = [(s.ready, s.scheduled, s.leased, s.dead) for s in (est_small, exact_small)]
     assert counts == [(7, 2, 3, 4)] * 2
+
+
+def test_one_sample_serves_every_queue_above_the_bound(conn: psycopg.Connection[Any]) -> None:
+    """q and other are both above the bound: queue_stats() estimates both from one block sample
+    of pgqueue.message (a sample each cost a scrape of k large queues k times 16 MB)."""
+    _fill(conn)
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET auto_explain.log_level = notice")
+    rows = {r[0]: r[1] for r in conn.execute("SELECT queue, ready FROM pgqueue.queue_stats()")}
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    assert rows["q"] > CAP and rows["other"] > CAP
+    assert sum(p.count("Sample Scan on message") for p in plans) == 1, plans
+    assert sum(p.count("Sample Scan on dead_letter") for p in plans) == 1, plans
+
+
+def _age(conn: psycopg.Connection[Any], function: str, queue: str) -> int:
+    row = conn.execute(f"SELECT oldest_ready_age_ms FROM pgqueue.{function}(%s)", (queue,)).fetchone()
+    assert row is not None and row[0] is not None, (function, queue, row)
+    return int(row[0])
+
+
+def test_oldest_ready_age_is_the_longest_wait_not_the_next_message(conn: psycopg.Connection[Any]) -> None:
+    """The age that an alert on a stuck queue reads: neither a fresh prioritised (or past-dated)
+    message at the head nor a backlog of them hides the message that has waited ten minutes
+    behind them, and leases that ran out ten minutes ago with nobody to take them back count
+    from then (they are ready: queue_stats counts them so)."""
+    minute = 60_000
+    conn.execute("SELECT pgqueue.queue_create('prio'), pgqueue.queue_create('many'), "
+                 "pgqueue.queue_create('past'), pgqueue.queue_create('lost')")
+    old = """INSERT INTO pgqueue.message (queue_id, dequeue_at, locked_until, attempts, created_at, content)
+             SELECT q.id, t.now - %(due)s, t.now - %(lease)s, 1, t.now - %(due)s, '\\x00'
+               FROM pgqueue.queue q, (SELECT pgqueue.now_ms() AS now) t WHERE q.name = %(queue)s"""
+    for queue in ("prio", "many", "past"):
+        conn.execute(old, {"due": 10 * minute, "lease": None, "queue": queue})
+    # two leases that ran out ten minutes ago, and nothing else
+    for _ in range(2):
+        conn.execute(old, {"due": 15 * minute, "lease": 10 * minute, "queue": "lost"})
+    conn.execute("SELECT pgqueue.message_create('prio', 'x'::bytea, pgqueue.priority_dequeue_at(5))")
+    conn.execute("SELECT pgqueue.message_create('past', 'x'::bytea, 1000)")  # due in 1970: ahead of all
+    # more prioritised messages than the walk reads at once (1,000): it goes on past them
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('many', array_fill('x'::bytea, ARRAY[1500]), "
+                 "p_dequeue_at => pgqueue.priority_dequeue_at(1))")
+    for queue in ("prio", "many", "past", "lost"):
+        for function in ("queue_stats", "queue_stats_exact"):
+            age = _age(conn, function, queue)
+            assert 10 * minute <= age < 11 * minute, (function, queue, age)
+    assert conn.execute("SELECT ready, leased FROM pgqueue.queue_stats('lost')").fetchone() == (2, 0)

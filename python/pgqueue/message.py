@@ -151,7 +151,9 @@ class QueueStats:
         scheduled: due later.
         leased: held by a consumer under a live lease.
         dead: dead letters.
-        oldest_ready_age_ms: how long the next ready message has waited (ms), None if none.
+        oldest_ready_age_ms: how long the ready message that has waited longest has waited (ms;
+            an expired lease since it ran out), None if none; a lower bound when more than 1,000
+            prioritised or past-dated messages are ahead of the first ordinary one (queue_stats).
     """
 
     queue: str

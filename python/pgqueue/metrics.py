@@ -7,13 +7,13 @@ Queue metrics (:class:`QueueMetrics`), per queue:
 - ``pgqueue_queue_messages{queue, state}``: ready (expired leases included), scheduled, leased
   and dead, from ``pgqueue.queue_stats`` at each scrape (exact up to 10,000, estimated from a
   block sample of the table above);
-- ``pgqueue_queue_oldest_ready_age_seconds{queue}``: how long the next ready message has waited
-  (0 when none is ready);
+- ``pgqueue_queue_oldest_ready_age_seconds{queue}``: how long the ready message that has waited
+  longest has waited, an expired lease since it ran out (0 when none is ready);
 - the counters of ``pgqueue.queue_counters``: ``pgqueue_messages_enqueued_total``,
   ``pgqueue_messages_delivered_total``, ``pgqueue_messages_completed_total``,
   ``pgqueue_messages_failed_total``, ``pgqueue_messages_dead_lettered_total`` and
   ``pgqueue_leases_expired_total``, with ``pgqueue_queue_counters_shared``;
-- ``pgqueue_up`` (1 if the scrape reached the database) and
+- ``pgqueue_up`` (1 if the scrape read the database within its timeout) and
   ``pgqueue_scrape_duration_seconds``.
 
 Worker metrics (:class:`WorkerMetrics`): ``pgqueue_worker_handled_total`` (handlers that
@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.client import all_counters, all_stats
 from pgqueue.errors import PgQueueError
@@ -69,7 +70,13 @@ class Family:
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """Escape a label value: backslash, double quote and line feed."""
+    return _escape_help(value).replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    """Escape a HELP text: backslash and line feed only (a parser rejects any other escape)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
@@ -86,7 +93,7 @@ def render(families: Iterable[Family]) -> str:
     """Return families in the text exposition format."""
     out: list[str] = []
     for f in families:
-        out.append(f"# HELP {f.name} {_escape(f.help)}")
+        out.append(f"# HELP {f.name} {_escape_help(f.help)}")
         out.append(f"# TYPE {f.name} {f.kind}")
         for suffix, labels, value in f.samples:
             text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
@@ -112,7 +119,8 @@ def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters
                       "Messages of the queue by state (queue_stats: exact up to 10,000, else estimated from a "
                       "block sample; ready includes expired leases)")
     age = Family("pgqueue_queue_oldest_ready_age_seconds", "gauge",
-                 "How long the next ready message has waited (0 when none is ready)")
+                 "How long the ready message that has waited longest has waited, an expired lease since it ran "
+                 "out (0 when none is ready)")
     for s in stats:
         for state in ("ready", "scheduled", "leased", "dead"):
             messages.add(getattr(s, state), (("queue", s.queue), ("state", state)))
@@ -139,11 +147,21 @@ class QueueMetrics:
     Scrapes closer together than ``min_interval`` seconds get the previous answer, so that many
     scrapers cost what one does. A role that may read the queues but not the counters (no
     SELECT on ``pgqueue.counter_*``) gets the queue gauges only.
+
+    A reading gives up after ``timeout`` seconds (the server's ``statement_timeout``, and the
+    connection attempt's ``connect_timeout`` unless the DSN sets one) and reports
+    ``pgqueue_up 0``: without it a scrape waiting on a lock (``VACUUM FULL`` or ``LOCK TABLE``
+    of ``pgqueue.message``) or on a connection attempt nobody answers waited as long as they
+    did, and every later scrape queued behind it. Keep it below the scraper's own timeout (10 s in
+    Prometheus by default).
     """
 
-    def __init__(self, dsn: str, *, min_interval: float = 1.0) -> None:
+    def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self._dsn = dsn
         self._min_interval = min_interval
+        self._timeout = timeout
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._cached: tuple[float, str] | None = None
@@ -183,7 +201,17 @@ class QueueMetrics:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics")
+            extra: dict[str, Any] = {}
+            if "connect_timeout" not in conninfo_to_dict(self._dsn):
+                extra["connect_timeout"] = max(2, math.ceil(self._timeout))  # libpq: whole seconds, at least 2
+            conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
+            try:
+                conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
+                             (f"{math.ceil(self._timeout * 1000)}ms",))
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def close(self) -> None:
