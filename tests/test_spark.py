@@ -489,6 +489,32 @@ def test_stream_sink_refuses_what_it_cannot_do(spark: Any, dsn: str, conn: Conn,
             raise AssertionError(f"the query ran: {q.exception()}")
 
 
+def test_passwords_stay_out_of_plans_and_user_schemas_are_refused_before_claiming(spark: Any, dsn: str, conn: Conn,
+                                                                                 tmp_path: Path) -> None:
+    """Spark prints a stream's options in explain() (and the UI), redacting only a value or key
+    that matches spark.redaction.regex: "password=..." is hidden, a URI's user:password@ was not
+    (it showed in clear); it is refused now. A schema given to a stream used to fail its tasks
+    only after the first micro-batch was claimed; it is refused before anything is claimed."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    conn.execute("SELECT pgqueue.message_create_batch('jobs', %s)", ([b"a", b"b"],))
+    params = conninfo_to_dict(dsn)
+    said = spark.readStream.format("pgqueue").option("dsn", f"{dsn} password=hunter2x").load("jobs")
+    plan = said._jdf.queryExecution().toString()
+    assert "dsn=*********(redacted)" in plan and "hunter2x" not in plan, plan
+    uri = f"postgresql://{params['user']}:hunter2x@{params['host']}:{params['port']}/{params['dbname']}"
+    with pytest.raises(Exception, match="option dsn has a password in its URI") as refused:
+        spark.readStream.format("pgqueue").option("dsn", uri).load("jobs").explain(True)
+    assert "hunter2x" not in str(refused.value)
+    user_schema = (spark.readStream.format("pgqueue").option("dsn", dsn).schema("id BIGINT, payload BINARY")
+                   .load("jobs").writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+                   .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="the pgqueue source has a fixed schema"):
+        user_schema.awaitTermination(60)
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_consumer") == 0, "nothing claimed"
+
+
 # ---------------------------------------------------------------------------------------
 # The example pipeline and the benchmark (smoke runs on the shared session)
 # ---------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 import pgqueue.spark
 from pgqueue import Queue, codec
 from pgqueue.errors import InvalidArgument, PgQueueError
-from pgqueue.spark import source
+from pgqueue.spark import _encode, source
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, parse
 from pgqueue.spark.source import (
@@ -168,6 +168,56 @@ def test_data_source_checks_before_any_task(dsn: str) -> None:
     assert isinstance(ds.writer(schema, False), PgQueueWriter)
 
 
+def test_a_read_schema_other_than_the_sources_is_refused_before_anything_is_claimed(dsn: str, conn: Conn) -> None:
+    """`.schema(...)` on a read hands Spark's reader the user's schema instead of the source's:
+    every task then failed with DATA_SOURCE_RETURN_SCHEMA_MISMATCH (16 columns for 2), a stream
+    only after it had claimed its first micro-batch. Refused up front, as the Kafka source does."""
+    fill(conn, "q", 3)
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q"})
+    mine = StructType([StructField("id", LongType()), StructField("payload", BinaryType())])
+    for make in (ds.reader, ds.streamReader):
+        with pytest.raises(InvalidArgument, match=r"the pgqueue source has a fixed schema \(struct<id:bigint,"
+                                                  r"queue:string.*not struct<id:bigint,payload:binary>: drop "
+                                                  r"\.schema\(\.\.\.\)"):
+            make(mine)
+    as_string = PgQueueDataSource({"dsn": dsn, "queue": "q", "payloadType": "string"})
+    with pytest.raises(InvalidArgument, match="payloadType sets the payload column's type"):
+        as_string.streamReader(pgqueue.spark.schema_for("binary"))
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_consumer") == 0, "nothing opened, nothing claimed"
+    assert isinstance(ds.reader(ds.schema()), PgQueueBatchReader)
+    assert isinstance(as_string.streamReader(as_string.schema()), PgQueueStreamReader)
+
+
+def test_a_password_in_the_dsn_shows_nowhere() -> None:
+    """Spark prints option values in plans (a stream's explain(), the UI) unless the key or the
+    value matches spark.redaction.regex (secret|password|token|access.?key): a URI's
+    user:password@ matches none, so it was shown in clear (test_spark.py shows Spark doing so).
+    And libpq quotes a malformed URI whole in its error, which Spark prints with the traceback."""
+    uri = "postgresql://etl:hunter2x@db.example/app"
+    for name in ("dsn", "conninfo"):
+        for entry in ("spark.read", "spark.readStream", "df.write", "df.writeStream"):
+            with pytest.raises(InvalidArgument, match=f"option {name} has a password in its URI") as refused:
+                parse({name: uri, "queue": "q"}, entry)  # type: ignore[arg-type]
+            assert "hunter2x" not in str(refused.value)
+    # what Spark redacts is taken: the password said as such, in a URI's query or key=value
+    assert parse({"dsn": "postgresql://etl@db.example/app?password=hunter2x", "queue": "q"}, "spark.read")
+    assert parse({"dsn": "host=db.example password=hunter2x", "queue": "q"}, "spark.read")
+    assert parse({"dsn": "postgresql://db.example:5432/app", "queue": "q"}, "spark.read")
+    assert parse({"dsn": "postgresql://[::1]:5432/app", "queue": "q"}, "spark.read")
+    assert parse({"dsn": "postgresql://etl:@db.example/app", "queue": "q"}, "spark.read"), "an empty password"
+    # an error quoting the connection string masks its password, and keeps no cause that has it
+    for bad in ("postgresql://etl@[db/app?password=hunter2x", "postgresql://etl@db:x/app?password=hunter2x",
+                "host=db password=hunter2x sslmode"):
+        with pytest.raises(PgQueueError) as failed:
+            PgQueueDataSource({"dsn": bad, "queue": "q"}).writer(StructType([StructField("payload", StringType())]),
+                                                                 False)
+        chain = [failed.value, *([failed.value.__cause__] if failed.value.__cause__ else [])]
+        assert all("hunter2x" not in str(e) for e in chain), [str(e) for e in chain]
+    with pytest.raises(PgQueueError, match=r'in URI: "postgresql://etl@\[db/app\?password=\*\*\*\*\*\*\*\*"'):
+        PgQueueStreamReader(parse({"dsn": "postgresql://etl@[db/app?password=hunter2x", "queue": "q"},
+                                  "spark.readStream")).initialOffset()
+
+
 # ---------------------------------------------------------------------------------------
 # Encoding
 # ---------------------------------------------------------------------------------------
@@ -249,6 +299,58 @@ def test_schedule_columns() -> None:
     assert chunk.dequeue_ats == [1893456000000, None, -8, None]
     assert chunk.delays_ms == [None, 1500, None, None]
     assert [len(c) for c in chunk.slices(3)] == [3, 1]
+
+
+def test_strings_that_are_not_utf8_or_hold_nul_fail_naming_the_column_and_row() -> None:
+    """Spark's STRING may hold any bytes (CAST(unhex('ff') AS STRING), a file read with another
+    charset). Arrow hands them over unchecked and decoding them raised a bare UnicodeDecodeError
+    naming neither column nor row; a NUL in a group or key failed in the server, as "PostgreSQL
+    text fields cannot contain NUL (0x00) bytes"."""
+    bad = pa.array([b"ok", b"ok", b"\xffbad"], pa.binary()).view(pa.string())
+    cases: list[tuple[str, WritePlan, dict[str, Any]]] = [
+        ("payload column 'payload'", WritePlan("payload", "text"), {"payload": bad}),
+        ("payload column 'payload'", WritePlan("payload", "json_text"), {"payload": bad}),
+        ("payload column 'payload'", WritePlan("payload", "json_value"),
+         {"payload": pa.StructArray.from_arrays([bad], ["name"])}),
+        ("key column 'k'", WritePlan("payload", "text", key_column="k"), {"payload": pa.array(["a"] * 3), "k": bad}),
+        ("group column 'g'", WritePlan("payload", "text", group_column="g"), {"payload": pa.array(["a"] * 3), "g": bad}),
+    ]
+    for what, plan, columns in cases:
+        with pytest.raises(InvalidArgument, match=f"{what} holds a string that is not valid UTF-8 in row 13 of "
+                                                  "partition 2 \\(invalid start byte at byte 0\\)"):
+            encode_batch(plan, pa.record_batch(columns), partition=2, first_row=10)
+    nul = pa.array(["a", "b\x00c"])
+    for name in ("key", "group"):
+        plan = WritePlan("payload", "text", **{f"{name}_column": "c"})
+        with pytest.raises(InvalidArgument, match=f"{name} column 'c' holds a NUL character \\(U\\+0000\\) in row 2 "
+                                                  "of partition 0"):
+            encode_batch(plan, pa.record_batch({"payload": pa.array(["a", "b"]), "c": nul}), partition=0, first_row=0)
+    text = encode_batch(WritePlan("payload", "text"), pa.record_batch({"payload": nul}), partition=0, first_row=0)
+    assert text.contents == [b"a", b"b\x00c"], "a payload is bytes: NUL is content like any other"
+
+
+def test_large_payloads_go_in_calls_of_bounded_size(dsn: str, conn: Conn, as_task: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call's contents are one array value, which PostgreSQL caps at 1 GB: 400 payloads of
+    3 MB in one batchSize chunk failed their task with "sending query and params failed: cannot
+    allocate memory for output buffer" (a ConnectionFailed, though the server was fine). Calls
+    are now cut at MAX_CALL_BYTES too, the contents go in binary (half the bytes of hex text), and
+    a payload over what a value holds fails naming its row."""
+    chunk = encode_batch(WritePlan("payload", "binary"),
+                         pa.record_batch({"payload": pa.array([b"x" * n for n in (4, 4, 9, 1, 1, 1)])}),
+                         partition=0, first_row=0)
+    assert [[len(c) for c in part.contents] for part in chunk.slices(5, max_bytes=8)] == [[4, 4], [9], [1, 1, 1]]
+    assert [len(part) for part in chunk.slices(2)] == [2, 2, 2], "batchSize still bounds the rows"
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    monkeypatch.setattr(_encode, "MAX_CALL_BYTES", 10)
+    as_task(0, 0)
+    assert writer(dsn).write(batches([f"r{i:02}" for i in range(25)], 25)) == PgQueueCommit(0, 0, 25)
+    assert payloads(conn) == [f"r{i:02}" for i in range(25)]
+    monkeypatch.setattr(_encode, "MAX_CONTENT_BYTES", 5)
+    with pytest.raises(InvalidArgument, match=r"payload column 'payload' is 6 bytes in row 2 of partition 0: a "
+                                              r"message holds at most 5 bytes \(PostgreSQL's 1 GB per value\)"):
+        writer(dsn, commitMode="job").write(batches(["small", "large!"], 2))
+    assert len(payloads(conn)) == 25 and one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
 
 
 def test_decode_payload() -> None:
@@ -407,11 +509,15 @@ def test_split_range() -> None:
     assert split_range(3, 2, 2) == []
 
 
+def own_reader(ds: PgQueueDataSource) -> Any:
+    """The batch reader Spark asks for a load() without .schema(...): given the source's schema."""
+    return ds.reader(ds.schema())
+
+
 def test_batch_reader_partitions_and_reads(dsn: str, conn: Conn) -> None:
     ids = fill(conn, "q", 10)
     fill(conn, "other", 5)
-    reader = PgQueueDataSource({"dsn": dsn, "path": "q", "numPartitions": "3", "payloadType": "string"}).reader(
-        StructType([]))
+    reader = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q", "numPartitions": "3", "payloadType": "string"}))
     assert isinstance(reader, PgQueueBatchReader)
     parts = reader.partitions()
     assert len(parts) == 3 and all(isinstance(p, IdRange) for p in parts)
@@ -421,7 +527,7 @@ def test_batch_reader_partitions_and_reads(dsn: str, conn: Conn) -> None:
     assert rows[0][3] == "m0"
     assert list(reader.read(InputPartition(None))) == []
     conn.execute("SELECT pgqueue.queue_create('empty')")
-    empty = PgQueueDataSource({"dsn": dsn, "path": "empty"}).reader(StructType([]))
+    empty = own_reader(PgQueueDataSource({"dsn": dsn, "path": "empty"}))
     assert [r for p in empty.partitions() for r in empty.read(p)] == []
 
 
@@ -431,7 +537,8 @@ def test_batch_reader_partitions_and_reads(dsn: str, conn: Conn) -> None:
 
 
 def stream_reader(dsn: str, **options: str) -> PgQueueStreamReader:
-    reader = PgQueueDataSource({"dsn": dsn, "queue": "q", "consumer": "etl", **options}).streamReader(StructType([]))
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "consumer": "etl", **options})
+    reader = ds.streamReader(ds.schema())
     assert isinstance(reader, PgQueueStreamReader)
     return reader
 
@@ -737,7 +844,7 @@ def test_times_are_timestamps_with_epoch_ms_alongside(dsn: str, conn: Conn) -> N
     conn.execute("SELECT pgqueue.message_create('q', 'at', 1893456000123)")           # 2030-01-01
     conn.execute("SELECT pgqueue.message_create('q', 'prio', pgqueue.priority_dequeue_at(7))")
     conn.execute("SELECT pgqueue.message_create('q', 'never', 9223372036854775807)")  # past year 9999
-    reader = PgQueueDataSource({"dsn": dsn, "path": "q", "payloadType": "string"}).reader(StructType([]))
+    reader = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q", "payloadType": "string"}))
     schema = pgqueue.spark.schema_for("string")
     rows = {r[3]: dict(zip(schema.fieldNames(), r)) for p in reader.partitions() for r in reader.read(p)}
     utc = dt.timezone.utc
@@ -758,12 +865,12 @@ def test_id_filters_are_pushed_down_and_bound_the_rows_read(dsn: str, conn: Conn
     from pgqueue.spark.source import PgQueuePushdownReader
 
     ids = fill(conn, "q", 100)
-    plain = PgQueueDataSource({"dsn": dsn, "path": "q"}).reader(StructType([]))
+    plain = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q"}))
     assert type(plain) is PgQueueBatchReader, "no pushFilters unless asked: Spark refuses it while its switch is off"
 
     def rows_read(*filters: Any) -> tuple[list[Any], list[int]]:
-        reader = PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true",
-                                    "numPartitions": "3"}).reader(StructType([]))
+        reader = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true",
+                                               "numPartitions": "3"}))
         assert isinstance(reader, PgQueuePushdownReader)
         left = list(reader.pushFilters(list(filters)))
         executor = pickle.loads(pickle.dumps(reader))
@@ -796,7 +903,7 @@ def test_status_and_time_filters_are_evaluated_by_the_server(dsn: str, conn: Con
     t2030 = dt.datetime(2030, 1, 1, tzinfo=utc)
 
     def rows_read(*filters: Any) -> tuple[list[Any], list[int]]:
-        reader = PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true"}).reader(StructType([]))
+        reader = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true"}))
         left = list(reader.pushFilters(list(filters)))
         return left, [r[0] for p in reader.partitions() for r in pickle.loads(pickle.dumps(reader)).read(p)]
 

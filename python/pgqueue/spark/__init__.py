@@ -34,7 +34,12 @@ with the list of what that entry point takes. ``checkpointLocation`` is Spark's 
 All entry points:
 
 ``dsn`` (required; alias ``conninfo``)
-    libpq connection string of the database with the extension (0.2 or later).
+    libpq connection string of the database with the extension (0.2 or later). Spark shows
+    option values in query plans (a stream's ``explain()``, the Spark UI) unless they match
+    ``spark.redaction.regex`` (by default ``secret|password|token|access.?key``): say a password
+    as ``password=...`` (key=value) or ``?password=...`` (URI), which Spark redacts, or keep it in
+    a password file or ``PGPASSWORD`` on every node. A URI's ``user:password@``, which Spark
+    would show, is refused (22023). Errors mask a password the connection string quotes.
 ``queue`` (or the path of ``load()``/``save()``/``start()``)
     the queue's name; it must exist. Both given must name the same queue (as ``dsn`` and
     ``conninfo`` must be the same string).
@@ -85,7 +90,9 @@ processing, so the sink only appends.
     ``writeStream`` stages each micro-batch the same way and publishes it under the key
     ``stream:<query id>:<batch id>`` (``commitMode=task`` is refused there).
 ``batchSize`` (default 5000)
-    rows per SQL call.
+    rows per SQL call; a call also carries at most 64 MB of payloads (a larger payload goes alone),
+    as PostgreSQL takes at most 1 GB in a value. A payload over 1023 MB fails its task, naming the
+    row.
 
 Reading, batch and streaming:
 
@@ -131,7 +138,9 @@ Streaming reads only:
     fail a micro-batch whose claims are gone (released by an administrator, or acknowledged by
     another query with the same consumer) instead of going on without them.
 
-Rows read have the schema of :func:`pgqueue.spark.source.schema_for`: ``id, queue, status,
+Rows read have the schema of :func:`pgqueue.spark.source.schema_for` (fixed: a different one
+given with ``.schema(...)`` is refused, as the Kafka source does; ``select()`` the columns
+instead): ``id, queue, status,
 payload, content_type, attempts, dequeue_at, priority, created_at, locked_until, last_error,
 dead_at, state, claim_seq, dequeue_at_ms, created_at_ms``. Times are TIMESTAMPs (UTC instants,
 exact to the millisecond); a priority message has ``dequeue_at`` NULL and ``priority`` set, as
@@ -146,9 +155,10 @@ Guarantees
   again after its transaction committed (an executor lost after the write, a speculative copy)
   enqueues its partition again: at-least-once per partition. With ``keyColumn``, the rows whose
   keyed message is still in the queue (or within its key window) are not enqueued again: once
-  per key while the first message lives. A NULL payload or a bad value
-  fails its task before anything of that partition is committed, but partitions whose tasks
-  already finished stay enqueued.
+  per key while the first message lives. A NULL payload or a bad value (a STRING that is not
+  UTF-8, a NUL in a group or key, ...) fails its task, naming the column and the row, before
+  anything of that partition is committed, but partitions whose tasks already finished stay
+  enqueued.
 * ``df.write``, ``commitMode=job``: the whole DataFrame appears atomically and exactly once,
   whatever Spark retries; a failed job, a NULL payload or a bad column type publishes nothing.
 * ``writeStream``: each micro-batch is published exactly once: a failed task, a failed batch

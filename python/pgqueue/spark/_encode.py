@@ -30,11 +30,19 @@ from typing import Any
 from pgqueue import codec
 from pgqueue.errors import InvalidArgument
 
-__all__ = ["WritePlan", "Chunk", "encode_batch", "decode_payload", "MAX_PRIORITY"]
+__all__ = ["WritePlan", "Chunk", "encode_batch", "decode_payload", "MAX_PRIORITY", "MAX_CONTENT_BYTES",
+           "MAX_CALL_BYTES"]
 
 MAX_PRIORITY = 2**31 - 1
 #: The longest delay (ms) a bigint holds; the server saturates now + delay at the same bound.
 MAX_DELAY_MS = 2**63 - 1
+#: The largest message content a write takes: PostgreSQL holds at most 1 GB in a value (and in
+#: the one-element array that carries it), so a larger row fails its task, naming it, before
+#: anything is sent.
+MAX_CONTENT_BYTES = 2**30 - 2**20
+#: The most content bytes one SQL call carries (besides ``batchSize`` rows): a call's array is
+#: one value, so 5000 rows of 300 kB would pass PostgreSQL's 1 GB; a larger row goes alone.
+MAX_CALL_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +95,19 @@ class Chunk:
     def __len__(self) -> int:
         return len(self.contents)
 
-    def slices(self, size: int) -> Iterator[Chunk]:
-        """Yield consecutive chunks of at most ``size`` messages."""
-        for start in range(0, len(self.contents), size):
-            end = start + size
+    def slices(self, size: int, max_bytes: int | None = None) -> Iterator[Chunk]:
+        """Yield consecutive chunks of at most ``size`` messages and ``max_bytes`` of content
+        (default :data:`MAX_CALL_BYTES`); a message larger than ``max_bytes`` is a chunk of its own.
+        """
+        max_bytes = MAX_CALL_BYTES if max_bytes is None else max_bytes
+        start = 0
+        while start < len(self.contents):
+            end, total = start, 0
+            while end < len(self.contents) and end - start < size:
+                total += len(self.contents[end])
+                if total > max_bytes and end > start:
+                    break
+                end += 1
             yield Chunk(
                 self.contents[start:end],
                 self.content_type,
@@ -99,10 +116,33 @@ class Chunk:
                 None if self.groups is None else self.groups[start:end],
                 None if self.keys is None else self.keys[start:end],
             )
+            start = end
 
 
 def _where(partition: int, row: int) -> str:
     return f"row {row + 1} of partition {partition}"
+
+
+def _pylist(column: Any, what: str, name: str, partition: int, first_row: int) -> list[Any]:
+    """The values of an Arrow column; a string that is not UTF-8 is an error naming its row.
+
+    Spark's STRING may hold any bytes (``CAST(unhex('ff') AS STRING)``, files read with another
+    charset), which Arrow hands over unchecked; only decoding them finds out.
+    """
+    try:
+        values: list[Any] = column.to_pylist()
+    except UnicodeDecodeError:
+        for i in range(len(column)):
+            try:
+                column[i].as_py()
+            except UnicodeDecodeError as exc:
+                raise InvalidArgument(
+                    f"{what} column {name!r} holds a string that is not valid UTF-8 in "
+                    f"{_where(partition, first_row + i)} ({exc.reason} at byte {exc.start}): write bytes as "
+                    "BINARY, or fix the text (e.g. decode(col, 'charset') of the source bytes)"
+                ) from None
+        raise
+    return values
 
 
 def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
@@ -144,11 +184,25 @@ def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> t
             "every message needs content (write an empty string or empty bytes for an empty message, "
             "or filter the NULL rows out)"
         )
-    values = column.to_pylist()
+    values = _pylist(column, "payload", plan.payload_column, partition, first_row)
     if plan.payload_kind == "binary":
-        return [bytes(v) for v in values], None
-    if plan.payload_kind == "text":
-        return [v.encode("utf-8") for v in values], codec.TEXT
+        contents, content_type = [bytes(v) for v in values], None
+    elif plan.payload_kind == "text":
+        contents, content_type = [v.encode("utf-8") for v in values], codec.TEXT
+    else:
+        contents, content_type = _json_payloads(plan, values, column.type, partition, first_row)
+    for i, content in enumerate(contents):
+        if len(content) > MAX_CONTENT_BYTES:
+            raise InvalidArgument(
+                f"payload column {plan.payload_column!r} is {len(content)} bytes in "
+                f"{_where(partition, first_row + i)}: a message holds at most {MAX_CONTENT_BYTES} bytes "
+                "(PostgreSQL's 1 GB per value); store a larger object elsewhere and enqueue its address"
+            )
+    return contents, content_type
+
+
+def _json_payloads(plan: WritePlan, values: list[Any], arrow_type: Any, partition: int,
+                   first_row: int) -> tuple[list[bytes], str]:
     if plan.payload_kind == "json_text":
         contents: list[bytes] = []
         for i, v in enumerate(values):
@@ -161,7 +215,7 @@ def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> t
                 ) from None
             contents.append(v.encode("utf-8"))
         return contents, codec.JSON
-    conv = _json_converter(column.type)
+    conv = _json_converter(arrow_type)
     contents = []
     for i, v in enumerate(values):
         try:
@@ -252,12 +306,18 @@ MAX_KEY_CHARS = 200
 
 def _keys(column: Any, name: str, what: str, partition: int, first_row: int) -> list[str | None]:
     """The values of a group or key column as text (integers in decimal), NULL as None."""
-    values: list[str | None] = [None if v is None else str(v) for v in column.to_pylist()]
+    values: list[str | None] = [None if v is None else str(v)
+                                for v in _pylist(column, what, name, partition, first_row)]
     for i, v in enumerate(values):
         if v is not None and not 1 <= len(v) <= MAX_KEY_CHARS:
             raise InvalidArgument(
                 f"{what} column {name!r} must be NULL (none) or 1 to {MAX_KEY_CHARS} characters, got "
                 f"{len(v)} in {_where(partition, first_row + i)} (hash a longer key)"
+            )
+        if v is not None and "\x00" in v:
+            raise InvalidArgument(
+                f"{what} column {name!r} holds a NUL character (U+0000) in {_where(partition, first_row + i)}, "
+                "which PostgreSQL text cannot store"
             )
     return values
 

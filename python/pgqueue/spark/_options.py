@@ -15,7 +15,8 @@ from typing import Literal
 
 from pgqueue.errors import InvalidArgument
 
-__all__ = ["ACCEPTS", "Entry", "Options", "option", "parse", "READ_PAYLOAD_TYPES", "WRITE_PAYLOAD_TYPES"]
+__all__ = ["ACCEPTS", "Entry", "Options", "option", "parse", "passwords", "READ_PAYLOAD_TYPES",
+           "WRITE_PAYLOAD_TYPES"]
 
 CommitMode = Literal["task", "job"]
 
@@ -26,6 +27,12 @@ WRITE_PAYLOAD_TYPES = ("auto", "binary", "string", "json")
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$")
 _CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
+
+#: The password of a libpq URI's user info (``postgresql://user:password@host``): libpq takes
+#: the user info up to the first ``@`` before any ``/``.
+_URI_PASSWORD = re.compile(r"postgres(?:ql)?://[^@/]*?:([^@/]+)@")
+#: A ``password`` parameter: ``password=...`` of a key=value string (quoted or not), or of a URI's query.
+_KEYWORD_PASSWORD = re.compile(r"(?:^|[\s?&])password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&#]+)")
 
 #: The entry points, as a user writes them; each takes its own options (:data:`ACCEPTS`).
 Entry = Literal["spark.read", "spark.readStream", "df.write", "df.writeStream"]
@@ -168,6 +175,18 @@ def _column(options: Mapping[str, str], name: str) -> str | None:
     return raw if raw else None
 
 
+def passwords(dsn: str) -> list[str]:
+    """The passwords written in a connection string (raw and unquoted), longest first, to scrub
+    them from error messages: libpq quotes a malformed URI whole, and fragments of others."""
+    found = [m.group(1) for m in _URI_PASSWORD.finditer(dsn)]
+    for m in _KEYWORD_PASSWORD.finditer(dsn):
+        raw = m.group(1)
+        found.append(raw)
+        if raw.startswith("'"):
+            found.append(re.sub(r"\\(.)", r"\1", raw[1:-1]))
+    return sorted({p for p in found if p}, key=len, reverse=True)
+
+
 def _check_names(options: Mapping[str, str], entries: tuple[Entry, ...]) -> None:
     """Refuse an option that none of ``entries`` takes: unknown anywhere, or one they would ignore."""
     where = " or ".join(entries)
@@ -208,6 +227,16 @@ def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
                   "two different connection strings")
     if not dsn:
         raise InvalidArgument('the pgqueue data source needs option("dsn", "<libpq connection string>")')
+    if _URI_PASSWORD.match(dsn):
+        # Spark shows option values in plans (a stream's explain(), the UI) unless the key or the
+        # value matches spark.redaction.regex (by default secret|password|token|access.?key)
+        name = "dsn" if _get(options, "dsn") else "conninfo"
+        raise InvalidArgument(
+            f"option {name} has a password in its URI (postgresql://user:PASSWORD@...), which Spark shows "
+            "in clear in query plans (explain(), the Spark UI): write it as ?password=... in the URI or "
+            "password=... in a key=value string (Spark redacts a value that says password), or keep it "
+            "out of the options (a password file, PGPASSFILE, or PGPASSWORD on every node)"
+        )
     queue = _one_of(options, "queue", "path", "option queue={value!r} and the path {other!r} of load()/save()/"
                     "start() name different queues: give one")
     if not queue:

@@ -70,10 +70,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pgqueue.errors import InvalidArgument, PgQueueError, translating
+from pgqueue.errors import InvalidArgument, PgQueueError, translate, translating
 from pgqueue.spark import _sql
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
-from pgqueue.spark._options import Entry, Options, parse
+from pgqueue.spark._options import Entry, Options, parse, passwords
 from pgqueue.spark._options import option as _get_option
 
 __all__ = [
@@ -160,8 +160,18 @@ def _message_row(opts: Options, mid: int, status: str, content: bytes, ctype: st
 
 
 def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...]]:
-    with translating():
+    """Connect; an error that quotes the connection string's password has it masked."""
+    try:
         return psycopg.connect(dsn, autocommit=autocommit, row_factory=tuple_row)
+    except psycopg.Error as exc:
+        error = translate(exc)
+        text = str(error)
+        for secret in passwords(dsn):
+            text = text.replace(secret, "********")
+        if text == str(error):
+            raise error from exc
+        # Spark prints the whole chain of a task's or the driver's exception: drop the cause
+        raise type(error)(text, sqlstate=error.sqlstate, hint=error.hint) from None
 
 
 def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: Any, params: dict[str, object]) -> Any:
@@ -910,6 +920,22 @@ def _read_claimed(p: ClaimRange) -> Iterator[tuple[Any, ...]]:
 # ---------------------------------------------------------------------------------------
 
 
+def _check_read_schema(schema: StructType, opts: Options) -> None:
+    """Refuse a schema given with ``.schema(...)`` that is not the source's own.
+
+    Spark hands a user's schema to the reader instead of asking :meth:`PgQueueDataSource.schema`;
+    rows of the fixed schema would then fail every task with DATA_SOURCE_RETURN_SCHEMA_MISMATCH,
+    a stream's only after it claimed its first micro-batch. The Kafka source refuses one too.
+    """
+    fixed = schema_for(opts.payload_type)
+    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in fixed.fields]:
+        raise InvalidArgument(
+            f"the pgqueue source has a fixed schema ({fixed.simpleString()}), not {schema.simpleString()}: "
+            "drop .schema(...) and select() the columns you need (option payloadType sets the payload "
+            "column's type: binary, or string for string and json)"
+        )
+
+
 class PgQueueDataSource(DataSource):
     """The ``pgqueue`` format: ``df.write``, ``spark.read`` and ``spark.readStream``."""
 
@@ -929,11 +955,14 @@ class PgQueueDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         """A snapshot reader; with option ``filterPushdown`` one that takes filters on ``id``."""
         opts = parse(self.options, "spark.read")
+        _check_read_schema(schema, opts)
         return PgQueuePushdownReader(opts) if opts.filter_pushdown else PgQueueBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A claiming stream reader."""
-        return PgQueueStreamReader(parse(self.options, "spark.readStream"))
+        opts = parse(self.options, "spark.readStream")
+        _check_read_schema(schema, opts)
+        return PgQueueStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> PgQueueWriter:
         """A writer, after checking the options, the DataFrame's schema and that the queue exists."""
