@@ -4,12 +4,16 @@ kinds of connection source, transactions, receive() and its heartbeats, and erro
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -334,6 +338,87 @@ def test_receive_gives_the_message_back_when_interrupted(queue: Queue) -> None:
     assert msg is not None and again.id == msg.id and again.attempts == 2
 
 
+class InterruptingLink:
+    """A TCP relay to the server that, once armed, sends this process a SIGINT (Ctrl-C) when an
+    answer of the server holding ``trigger`` passes, and holds that answer back ``hold`` seconds:
+    a Ctrl-C that lands while the answer is on its way."""
+
+    def __init__(self, server: Server, trigger: bytes, hold: float = 0.3) -> None:
+        self.armed = False
+        self.fired = False
+        self._server = server
+        self._trigger = trigger
+        self._hold = hold
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((self._server.host, self._server.port))
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if answers and self.armed and self._trigger in data:
+                    self.armed, self.fired = False, True
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(self._hold)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection", "autocommit-pool"])
+@pytest.mark.parametrize("trigger", [b"was interrupted".hex().encode(), b"COMMIT\x00"], ids=["dequeue-answer", "commit-answer"])
+def test_receive_interrupted_while_its_dequeue_answers_gives_the_message_back(
+        source: str, trigger: bytes, pg_server: Server, dsn: str, conn: Conn) -> None:
+    """A Ctrl-C that lands after the server leased the message but before its answer arrived:
+    psycopg's cancel comes too late and it drops the answer, so before, the message stayed
+    leased by no one until its lease ran out (an attempt spent without a handler; a dead letter
+    at max_attempts=1). Landing in the dequeue's answer, its transaction is rolled back; landing
+    in the answer of its COMMIT, the message read is given back."""
+    watcher = Queue(conn, "jobs")
+    watcher.create(max_attempts=1)
+    msg_id = watcher.enqueue("was interrupted")
+    link = InterruptingLink(pg_server, trigger)
+    relayed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=link.port)
+    with ExitStack() as stack:
+        src: Any = {
+            "dsn": lambda: relayed,
+            "autocommit-connection": lambda: stack.enter_context(psycopg.connect(relayed, autocommit=True)),
+            "autocommit-pool": lambda: stack.enter_context(ConnectionPool(
+                relayed, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)),
+        }[source]()
+        q = stack.enter_context(Queue(src, "jobs"))
+        q.settings()  # connected through the link before it is armed
+        link.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            with q.receive(lock_ms=60_000, heartbeat=False):
+                pytest.fail("the block never runs: the receive was interrupted")
+        assert link.fired
+        stats = watcher.stats()
+        assert (stats.ready, stats.leased, stats.dead) == (1, 0, 0)
+        [again] = q.dequeue(1)  # due at once, and the queue still usable
+        assert again.id == msg_id and again.payload == "was interrupted"
+    link.close()
+
+
 def test_receive_refuses_lock_ms_zero(queue: Queue) -> None:
     queue.enqueue("work")
     with pytest.raises(errors.InvalidArgument):
@@ -362,6 +447,36 @@ def test_heartbeats_keep_the_lease_of_a_slow_block(source: str, dsn: str, conn: 
         with Queue(src, "default") as q:
             q.enqueue("slow")
             msg, stolen = _slow_receive(q, other, heartbeat=True)
+    assert msg is not None
+    assert stolen == []  # nobody else got it while the block ran
+    assert other.stats().total == 0  # and it was completed
+
+
+def _backends(conn: Conn) -> set[int]:
+    rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()").fetchall()
+    return {int(row[0]) for row in rows}
+
+
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_heartbeats_outlive_a_terminated_connection(source: str, dsn: str, conn: Conn) -> None:
+    """The heartbeat connection is terminated in the block: the next beat fails and is made
+    again at once on a new connection. Before, the beats kept the dead connection (each failed,
+    the lease ran out and the message went to another consumer)."""
+    other = Queue(conn, "default")
+    with psycopg.connect(dsn, autocommit=True) as own:
+        src: Any = {"dsn": dsn, "autocommit-connection": own}[source]
+        with Queue(src, "default") as q:
+            q.enqueue("slow")
+            before = _backends(conn)
+            stolen: list[Message] = []
+            with q.receive(lock_ms=600) as msg:
+                [beats] = _backends(conn) - before  # the connection opened for the block's beats
+                conn.execute("SELECT pg_terminate_backend(%s)", (beats,))
+                deadline = time.monotonic() + 1.5
+                while time.monotonic() < deadline:
+                    stolen += other.dequeue(1, lock_ms=60000)
+                    time.sleep(0.05)
     assert msg is not None
     assert stolen == []  # nobody else got it while the block ran
     assert other.stats().total == 0  # and it was completed

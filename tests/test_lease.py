@@ -17,6 +17,7 @@ import pytest
 
 from pgqueue import AsyncQueue, Message, Queue
 from pgqueue._lease import AsyncHeartbeats, Heartbeats, interval
+from pgqueue import errors
 from pgqueue.errors import ConnectionFailed
 
 Conn = psycopg.Connection[Any]
@@ -34,14 +35,15 @@ class Driver(Protocol):
 class ThreadDriver:
     """Heartbeats with Queue.heartbeat; the first ``failures`` beats raise."""
 
-    def __init__(self, dsn: str, held: Callable[[], Iterable[Message]], period: float, failures: int) -> None:
+    def __init__(self, dsn: str, held: Callable[[], Iterable[Message]], period: float, failures: int,
+                 error: type[Exception] = ConnectionFailed) -> None:
         self.beats: list[int] = []
         self.queue = Queue(dsn, "jobs")
 
         def beat(msg: Message) -> bool:
             self.beats.append(msg.id)
             if len(self.beats) <= failures:
-                raise ConnectionFailed("the database went away")
+                raise error("the database went away")
             return self.queue.heartbeat(msg, 60000)
 
         self.hb = Heartbeats(held, beat, period)
@@ -57,7 +59,8 @@ class ThreadDriver:
 class AsyncDriver:
     """AsyncHeartbeats with AsyncQueue.heartbeat, on an event loop of its own thread."""
 
-    def __init__(self, dsn: str, held: Callable[[], Iterable[Message]], period: float, failures: int) -> None:
+    def __init__(self, dsn: str, held: Callable[[], Iterable[Message]], period: float, failures: int,
+                 error: type[Exception] = ConnectionFailed) -> None:
         self.beats: list[int] = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -67,7 +70,7 @@ class AsyncDriver:
         async def beat(msg: Message) -> bool:
             self.beats.append(msg.id)
             if len(self.beats) <= failures:
-                raise ConnectionFailed("the database went away")
+                raise error("the database went away")
             return await self.queue.heartbeat(msg, 60000)
 
         async def start() -> AsyncHeartbeats:
@@ -161,3 +164,37 @@ def test_beats_keep_leases_past_their_end_and_a_failing_beat_is_retried(kind: st
     assert n >= 10
     time.sleep(0.2)
     assert len(driver.beats) == n  # stopped
+
+
+@pytest.mark.parametrize("kind", DRIVERS)
+def test_a_beat_that_lost_its_connection_is_made_again_at_once(kind: str, dsn: str, queue: Queue, conn: Conn,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Before, the round ended at the failure and the next round, a third of the lease later,
+    reconnected: a lease that ran out meanwhile was lost under a running handler."""
+    queue.enqueue_many(["a", "b"])
+    a, b = queue.dequeue(2, lock_ms=1000)
+    driver = DRIVERS[kind](dsn, lambda: [a, b], 3600, 1)  # rounds on demand; the first beat raises
+    try:
+        with caplog.at_level(logging.WARNING, logger="pgqueue"):
+            assert driver.renew() == []
+        assert driver.beats == [a.id, a.id, b.id]
+        assert locked_for(conn, a) > 50000 and locked_for(conn, b) > 50000
+        assert any("heartbeat failed: the database went away; trying again at once" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        driver.stop()
+
+
+@pytest.mark.parametrize("kind", DRIVERS)
+def test_a_beat_the_server_refused_waits_for_the_next_round(kind: str, dsn: str, queue: Queue) -> None:
+    """A refusal (a lock timeout is a plain PgQueueError) is not a lost connection: trying it again at once would
+    only meet the same lock."""
+    queue.enqueue("a")
+    [a] = queue.dequeue(1, lock_ms=1000)
+    driver = DRIVERS[kind](dsn, lambda: [a], 3600, 1, errors.PgQueueError)
+    try:
+        with pytest.raises(errors.PgQueueError):
+            driver.renew()
+        assert driver.beats == [a.id]
+    finally:
+        driver.stop()

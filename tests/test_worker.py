@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -646,3 +647,61 @@ def test_the_lease_read_at_start_holds_when_the_queue_lock_ms_is_lowered_meanwhi
         release.set()
     [result] = [r for r in results.items if r.message.id == held]
     assert result.acknowledged
+
+
+# -- the embedded server the workers' tests and the demo run on ----------------------------
+
+
+_EMBEDDED_SCRIPT = """
+import sys, psycopg
+from pgqueue.embedded import EmbeddedPostgres
+with EmbeddedPostgres() as pg:
+    try:
+        print(pg.base_dir, flush=True)
+        sys.stdin.read()  # until Ctrl-C
+    except KeyboardInterrupt:
+        # the caller's clean-up in order: its last calls, then the server's stop
+        with psycopg.connect(pg.dsn(), connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+        print("alive after Ctrl-C", flush=True)
+"""
+
+
+def test_ctrl_c_on_the_terminal_reaches_the_caller_not_the_embedded_server() -> None:
+    """Ctrl-C on a terminal is SIGINT to the foreground process group: before, initdb and the
+    server ran in the caller's and the server shut down at once, under the caller's clean-up."""
+    proc = subprocess.Popen([sys.executable, "-c", _EMBEDDED_SCRIPT], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        base_dir = proc.stdout.readline().strip()
+        assert base_dir, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.2)  # into its read
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "alive after Ctrl-C" in out, err
+    assert proc.returncode == 0, err
+    assert not os.path.exists(base_dir)  # stopped and deleted all the same
+
+
+def test_the_readmes_workers_examples_pass_a_users_mypy_strict(tmp_path: Path) -> None:
+    """Each Python example of README.md's "### Workers", as a user would paste it, type-checks
+    under ``mypy --strict``, with the user's ``send_email``, ``send_email_async`` and
+    ``smtp_send`` typed as a user would (a payload is ``object``). Before, ``def handle(msg)``
+    was untyped and ``smtp_send(**msg.payload)`` unpacked an ``object``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n### Workers\n", 1)[1].split("\n### ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    assert len(blocks) == 3, "the section has three Python examples"
+    stubs = ("def send_email(payload: object) -> None: ...\n"
+             "async def send_email_async(payload: object) -> None: ...\n"
+             "def smtp_send(*, to: str) -> None: ...\n\n\n")
+    mypy = Path(sys.executable).parent / "mypy"
+    for n, block in enumerate(blocks):
+        (tmp_path / f"use{n}.py").write_text(stubs + block)
+        proc = subprocess.run([str(mypy), "--strict", "--no-incremental", f"use{n}.py"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, block + proc.stdout + proc.stderr

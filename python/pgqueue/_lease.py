@@ -5,8 +5,10 @@ The rule is here and nowhere else: a beat every third of the lease (:func:`inter
 round renews every held message once, in order; a message whose beat answers False has lost
 its lease (it ran out and the message went to another delivery): it is logged once and never
 beaten again (it is known by its token, id and attempts, so a later delivery of the same id
-is beaten as usual); a beat that raises ends the round, is logged (a run of failures once:
-:class:`Outage`), and the next round tries again.
+is beaten as usual); a beat that fails with a lost connection is tried once more at once (the
+beat's connector opens a new connection: waiting for the next round would spend a third of
+the lease); a beat that raises otherwise, or again, ends the round, is logged (a run of failures
+once: :class:`Outage`), and the next round tries again.
 
 A round is a generator that does no I/O: it yields each message to renew and is sent whether
 the beat renewed it, psycopg's way of writing a protocol once for blocking and asyncio
@@ -25,7 +27,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable
 import psycopg
 
 from pgqueue._core import heartbeat_interval
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import ConnectionFailed, PgQueueError, translate
 from pgqueue.message import Message
 
 __all__ = ["AsyncHeartbeats", "Heartbeats", "Outage", "interval"]
@@ -42,6 +44,13 @@ Token = tuple[int, int]
 def interval(lease_ms: int) -> float:
     """Return the seconds between rounds of heartbeats for a lease: a third of it (at least 5 ms)."""
     return heartbeat_interval(lease_ms)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Tell whether a beat's error is a lost connection (not a refusal of the call: a lock timeout)."""
+    if isinstance(exc, psycopg.Error):
+        return isinstance(translate(exc), ConnectionFailed)
+    return isinstance(exc, ConnectionFailed)
 
 
 def _token(msg: Message) -> Token:
@@ -115,7 +124,9 @@ class Heartbeats:
 
     Parameters:
         held: the messages to renew now (called at each round).
-        beat: renews one lease; it may raise :data:`BEAT_ERRORS` (logged, retried next round).
+        beat: renews one lease; it may raise :data:`BEAT_ERRORS` (logged, retried next round;
+            a lost connection is retried once at once, so ``beat`` should take its connection
+            anew at each call, opening another after a loss).
         period: seconds between rounds (see :func:`interval`).
         still_held: tells whether a message is still held (default: always), so that one
             settled while its round runs is neither beaten nor reported lost.
@@ -131,24 +142,35 @@ class Heartbeats:
         self._stop = threading.Event()
         self.lost: set[Token] = set()
         self._beaten = False  # whether the last round made a beat (a call to the database)
+        self._outage = Outage(log, "heartbeats")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def renew(self) -> list[Message]:
-        """Run one round now; return the messages found lost in it."""
+        """Run one round now; return the messages found lost in it.
+
+        A beat that fails with a lost connection is made again at once; if that fails too, or a
+        beat fails otherwise, the error ends the round.
+        """
         beats = _round(self._held(), self.lost, lambda m: not self._stop.is_set() and self._still_held(m))
         self._beaten = False
         try:
             msg = next(beats)
             while True:
-                renewed = self._beat(msg)
+                try:
+                    renewed = self._beat(msg)
+                except BEAT_ERRORS as exc:
+                    if not _connection_lost(exc):
+                        raise
+                    self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
+                    renewed = self._beat(msg)
                 self._beaten = True
                 msg = beats.send(renewed)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     def _loop(self) -> None:
-        outage = Outage(log, "heartbeats")
+        outage = self._outage
         while not self._stop.wait(self._period):
             try:
                 self.renew()
@@ -183,6 +205,7 @@ class AsyncHeartbeats:
         self._stop = asyncio.Event()
         self.lost: set[Token] = set()
         self._beaten = False  # whether the last round made a beat (a call to the database)
+        self._outage = Outage(log, "heartbeats")
         self._task = asyncio.create_task(self._loop(), name=name)
 
     async def renew(self) -> list[Message]:
@@ -192,14 +215,20 @@ class AsyncHeartbeats:
         try:
             msg = next(beats)
             while True:
-                renewed = await self._beat(msg)
+                try:
+                    renewed = await self._beat(msg)
+                except BEAT_ERRORS as exc:
+                    if not _connection_lost(exc):
+                        raise
+                    self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
+                    renewed = await self._beat(msg)
                 self._beaten = True
                 msg = beats.send(renewed)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     async def _loop(self) -> None:
-        outage = Outage(log, "heartbeats")
+        outage = self._outage
         while not await _wait(self._stop, self._period):
             try:
                 await self.renew()

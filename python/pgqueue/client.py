@@ -122,6 +122,23 @@ class _Connector:
         else:
             yield self._open("_own")
 
+    @contextmanager
+    def leasing(self) -> Iterator[psycopg.Connection[Any]]:
+        """Lend the connection for a dequeue whose leases are committed only after the block returns.
+
+        On an autocommit connection (our own, or a caller's or a pool's in autocommit mode) the
+        block runs in a transaction of its own; otherwise in the connection's transaction: the
+        caller's, or the pool's, committed when the connection is given back. Either way what
+        the block read is in the caller's hands before the leases can be committed, and an
+        exception that interrupts the block rolls them back.
+        """
+        with self.connection() as conn:
+            if conn.autocommit:
+                with translating(), conn.transaction():
+                    yield conn
+            else:
+                yield conn
+
     def run(self, call: Call[T]) -> T:
         """Execute a call and return its result."""
         if self._conn is not None:
@@ -157,14 +174,27 @@ class _Connector:
                 return
             # The caller's autocommit connection: a heartbeat on it could land inside a
             # transaction the block opens. Use a private connection to the same server, with
-            # the same credentials, for the duration of the block.
-            with translating():
-                side = psycopg.connect(_core.conninfo_of(self._conn.pgconn), autocommit=True)
-            with side:
-                yield lambda call: _execute(side, call)
+            # the same credentials, for the duration of the block (opened again after a loss,
+            # so that the beat retried at once after one runs on a live connection).
+            conninfo = _core.conninfo_of(self._conn.pgconn)
+            sides: list[psycopg.Connection[Any]] = []
+
+            def side() -> psycopg.Connection[Any]:
+                if not sides or sides[-1].closed:
+                    with translating():
+                        sides.append(psycopg.connect(conninfo, autocommit=True))
+                return sides[-1]
+
+            try:
+                side()  # connect now: a failure shows at the block's start
+                yield lambda call: _execute(side(), call)
+            finally:
+                for conn in sides:
+                    conn.close()
         else:
-            conn = self._open("_own_heartbeat")
-            yield lambda call: _execute(conn, call)
+            self._open("_own_heartbeat")  # connect now: a failure shows at the block's start
+            # Each beat takes the connection again: opened anew after a loss (see pgqueue._lease).
+            yield lambda call: _execute(self._open("_own_heartbeat"), call)
 
     def close(self) -> None:
         """Close the connections this connector opened (never the caller's)."""
@@ -379,7 +409,10 @@ class Queue:
         failed with it (retry after back-off, or dead letter) and the exception propagates;
         when it is interrupted (KeyboardInterrupt, SystemExit) the message is given back for
         immediate redelivery. If settling itself fails, the block's exception still
-        propagates, with a note.
+        propagates, with a note. An interruption that lands while the dequeue is being answered
+        leaves the message ready too: on an autocommit connection the dequeue runs in a
+        transaction of its own (BEGIN and COMMIT, two more round trips), committed only once
+        its answer is read; inside a caller's transaction the lease is undone with it.
 
         Parameters:
             lock_ms: the lease in ms (None: the queue's ``lock_ms``; 0 is refused).
@@ -396,7 +429,7 @@ class Queue:
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.
         """
-        lease = self._connector.run(_core.receive(self._name, lock_ms=lock_ms))
+        lease = self._take(_core.receive(self._name, lock_ms=lock_ms))
         if lease is None:
             yield None
             return
@@ -422,8 +455,35 @@ class Queue:
                 raise
         self._settle(msg, None)
 
-    def _settle(self, msg: Message, exc: BaseException | None) -> None:
-        action = _core.outcome(exc)
+    def _take(self, call: Call[_core.Lease | None]) -> _core.Lease | None:
+        """Run the dequeue of ``receive`` so that an exception landing meanwhile cannot strand its message.
+
+        A KeyboardInterrupt (or any exception) that lands while the server answers makes psycopg
+        cancel the statement and drop the answer; run as its own transaction, the dequeue would
+        have leased the message already, and it would stay leased by no one until the lease ran
+        out, an attempt spent (a dead letter at ``max_attempts``). So the dequeue commits only
+        after its answer is read (:meth:`_Connector.leasing`): interrupted before, it is rolled
+        back; interrupted during the commit or after it, the message read is given back for
+        immediate redelivery, and the interruption goes on. A commit that fails (a lost
+        connection: committed or not, nobody knows) gives nothing back: were it not committed,
+        another consumer could hold the message meanwhile with the same token, and would lose
+        it; committed, the lease runs out as before. On a caller's connection inside a
+        transaction the lease is the caller's transaction's, undone when it rolls back.
+        """
+        lease: _core.Lease | None = None
+        try:
+            with self._connector.leasing() as conn:
+                lease = _execute(conn, call)
+        except BaseException as exc:
+            # An interruption lands on the client; psycopg's cancel request chases a COMMIT the
+            # server has in practice finished by then, so the lease is committed: give it back.
+            if lease is not None and not isinstance(exc, Exception):
+                self._settle(lease.message, exc, "release")
+            raise
+        return lease
+
+    def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
+        action = action or _core.outcome(exc)
         if action == "complete":
             if not self.complete(msg):
                 logger.warning("message %s on queue %s could not be completed: its lease was lost",

@@ -9,6 +9,11 @@ Wraps ``testing.postgresql`` so that it also works when run as root: PostgreSQL 
 run as root, so the data directory is handed to an unprivileged user (``postgres`` unless
 ``PGQUEUE_EMBEDDED_USER`` names another) and ``initdb``/``postgres`` are started through
 ``setpriv``, which drops privileges and then execs, so the server's pid is the child's pid.
+
+``initdb`` and the server run in a session (and process group) of their own: a Ctrl-C on the
+terminal reaches the caller only, which stops the server and deletes its directory in order
+(:meth:`EmbeddedPostgres.stop`, also when the start itself is interrupted), rather than the
+server shutting down under the caller's last calls.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ def _make_server_class() -> Any:
 
     class _Server(tp.Postgresql):  # type: ignore[misc]
         run_as: str | None = None
+        child_process: subprocess.Popen[bytes] | None
 
         def initialize_database(self) -> None:
             data = os.path.join(self.base_dir, "data")
@@ -89,13 +95,33 @@ def _make_server_class() -> Any:
                 [self.initdb, "-D", data, "--lc-messages=C", "-E", "UTF8", "--locale=C",
                  *self.settings["initdb_args"].split()],
             )
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, start_new_session=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"initdb failed: {proc.stderr.strip()}")
 
         def get_server_commandline(self) -> list[str]:
             argv: list[str] = super().get_server_commandline()
             return _drop_privileges(self.run_as, argv)
+
+        def start(self) -> None:
+            # testing.common.database.Database.start, with the server in a session of its own
+            # (Popen is called there with no way to ask for one); a failed start stops it there,
+            # an interrupted one in EmbeddedPostgres.start.
+            if self.child_process:
+                return
+            self.prestart()
+            with open(os.path.join(self.base_dir, f"{self.name}.log"), "w") as log:
+                try:
+                    self.child_process = subprocess.Popen(self.get_server_commandline(), stdout=log,
+                                                          stderr=log, start_new_session=True)
+                except Exception as exc:
+                    raise RuntimeError(f"failed to launch {self.name}: {exc!r}") from exc
+            try:
+                self.wait_booting()
+                self.poststart()
+            except Exception:
+                self.stop()
+                raise
 
     return _Server
 
@@ -125,10 +151,19 @@ class EmbeddedPostgres:
         cls = _make_server_class()
         cls.run_as = _unprivileged_user()
         args = " ".join(f"-c {k}={v}" for k, v in self._settings.items())
-        self._server = cls(
+        server = cls(
             postgres_args=f"-h 127.0.0.1 -F -c logging_collector=off {args}",
             boot_timeout=self._boot_timeout,
+            auto_start=0,  # started below, so that an interrupted start is cleaned up too
         )
+        try:
+            server.setup()  # initdb
+            server.start()
+        except BaseException:
+            # A Ctrl-C no longer reaches initdb or the server (their own session): stop them.
+            server.stop()
+            raise
+        self._server = server
         return self
 
     @property
@@ -162,7 +197,13 @@ class EmbeddedPostgres:
         """Stop the server and delete its directory."""
         if self._server is not None:
             server, self._server = self._server, None
-            server.stop()
+            try:
+                server.stop()
+            except BaseException:
+                # Interrupted while the server shuts down (a second Ctrl-C): it has its signal
+                # already; wait for it and delete the directory all the same, then go on.
+                server.stop()
+                raise
 
     def _require(self) -> None:
         if self._server is None:
