@@ -213,6 +213,40 @@ def test_async_heartbeats_keep_the_lease(source: str, dsn: str, conn: Conn) -> N
     assert other.stats().total == 0
 
 
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_async_heartbeats_outlive_a_terminated_connection(source: str, dsn: str, conn: Conn) -> None:
+    """The heartbeat connection is terminated in the block: the next beat fails and is made
+    again at once on a new connection. Before, the beats kept the dead connection (each failed,
+    the lease ran out and the message went to another consumer)."""
+    other = Queue(conn)
+
+    def backends() -> set[int]:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()").fetchall()
+        return {int(row[0]) for row in rows}
+
+    async def main() -> tuple[Message | None, list[Message]]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            src: Any = {"dsn": dsn, "autocommit-connection": aconn}[source]
+            async with AsyncQueue(src) as q:
+                await q.enqueue("slow")
+                before = await asyncio.to_thread(backends)
+                stolen: list[Message] = []
+                async with q.receive(lock_ms=600) as msg:
+                    [beats] = await asyncio.to_thread(lambda: backends() - before)  # the block's beats
+                    await asyncio.to_thread(conn.execute, "SELECT pg_terminate_backend(%s)", (beats,))
+                    deadline = time.monotonic() + 1.5
+                    while time.monotonic() < deadline:
+                        stolen += await asyncio.to_thread(other.dequeue, 1, lock_ms=60000)
+                        await asyncio.sleep(0.05)
+                return msg, stolen
+
+    msg, stolen = asyncio.run(asyncio.wait_for(main(), 120))
+    assert msg is not None
+    assert stolen == []  # nobody else got it while the block ran
+    assert other.stats().total == 0  # and it was completed
+
+
 def test_async_without_heartbeats_the_message_is_redelivered(dsn: str, conn: Conn) -> None:
     other = Queue(conn)
     other.enqueue("slow")

@@ -149,13 +149,35 @@ class _AsyncConnector:
             if self._conn.info.transaction_status != TransactionStatus.IDLE:
                 yield None
                 return
-            with translating():
-                side = await psycopg.AsyncConnection.connect(_core.conninfo_of(self._conn.pgconn), autocommit=True)
-            async with side:
-                yield lambda call: _execute(side, call)
+            # A private connection to the same server for the block's beats, opened again after a
+            # loss, so that the beat retried at once after one runs on a live connection (as
+            # Queue.receive's; pgqueue._lease).
+            conninfo = _core.conninfo_of(self._conn.pgconn)
+            sides: list[psycopg.AsyncConnection[Any]] = []
+
+            async def side() -> psycopg.AsyncConnection[Any]:
+                if not sides or sides[-1].closed:
+                    with translating():
+                        sides.append(await psycopg.AsyncConnection.connect(conninfo, autocommit=True))
+                return sides[-1]
+
+            async def on_side(call: Call[bool]) -> bool:
+                return await _execute(await side(), call)
+
+            try:
+                await side()  # connect now: a failure shows at the block's start
+                yield on_side
+            finally:
+                for conn in sides:
+                    await conn.close()
         else:
-            conn = await self._open("_own_heartbeat")
-            yield lambda call: _execute(conn, call)
+            await self._open("_own_heartbeat")  # connect now: a failure shows at the block's start
+
+            async def on_own(call: Call[bool]) -> bool:
+                # each beat takes the connection again: opened anew after a loss
+                return await _execute(await self._open("_own_heartbeat"), call)
+
+            yield on_own
 
     def conninfo(self) -> str:
         """Return a connection string that reaches the same database (for extra connections)."""
