@@ -21,7 +21,9 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
+import time
 from types import TracebackType
 from typing import Any
 
@@ -76,6 +78,24 @@ def check_available() -> None:
         raise EmbeddedUnavailable("running as root needs setpriv (util-linux) to start PostgreSQL")
 
 
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    """Kill every process of the session ``proc`` leads (started with start_new_session) and wait,
+    up to 5 s, until none is left."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break  # no process of the group is left
+        except PermissionError:
+            break
+        proc.poll()  # reap the leader, so that only live processes keep the group
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    proc.wait()
+
+
 def _make_server_class() -> Any:
     check_available()
     import testing.postgresql as tp
@@ -95,9 +115,18 @@ def _make_server_class() -> Any:
                 [self.initdb, "-D", data, "--lc-messages=C", "-E", "UTF8", "--locale=C",
                  *self.settings["initdb_args"].split()],
             )
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False, start_new_session=True)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+            try:
+                _, stderr = proc.communicate()
+            except BaseException:
+                # Interrupted (a Ctrl-C reaches only the caller): initdb's own children (postgres
+                # --single, in initdb's session) would go on writing into the directory that the
+                # caller is about to delete. Kill the whole session and wait until it is gone.
+                _kill_session(proc)
+                raise
             if proc.returncode != 0:
-                raise RuntimeError(f"initdb failed: {proc.stderr.strip()}")
+                raise RuntimeError(f"initdb failed: {stderr.strip()}")
 
         def get_server_commandline(self) -> list[str]:
             argv: list[str] = super().get_server_commandline()
