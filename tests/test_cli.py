@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -444,6 +445,31 @@ def test_dead_requeue_and_purge_of_ids_that_are_not_dead_letters(capsys: pytest.
     # every dead letter (no --id) of a queue that has none is not a mistake
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 0 dead letter(s) on queue jobs")
+
+
+def test_dead_requeue_with_a_delay_or_a_time(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=1)
+    queue.enqueue_many(["a", "b", "c"])
+    for msg in queue.dequeue(3):
+        queue.fail(msg, "bad")
+    first, second, _third = sorted(d.id for d in queue.dead_letters())
+    before = datetime.now(timezone.utc)
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(first), "--delay", "3600", "--dsn", dsn)
+    assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due in 3600 s")
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(second), "--at", "2031-02-03T04:05:06Z",
+                         "--dsn", dsn)
+    assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due at 2031-02-03T04:05:06+00:00")
+    due = sorted(p.dequeue_at for p in queue.peek(10) if p.dequeue_at is not None)
+    assert len(due) == 2 and queue.dequeue(1) == []  # both scheduled: nothing to hand out yet
+    assert timedelta(seconds=3599) <= due[0] - before <= timedelta(seconds=3700)
+    assert due[1] == datetime(2031, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+    # the rest at once, and --delay with --at is a usage error that changes nothing
+    status, out, err = run(capsys, "dead", "requeue", "jobs", "--delay", "1", "--at", "2031-01-01", "--dsn", dsn)
+    assert status == 2 and "not allowed with" in err and len(queue.dead_letters()) == 1
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--dsn", dsn)
+    assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs")
+    assert [m.payload for m in queue.dequeue(5)] == ["c"]
 
 
 def test_integers_out_of_the_servers_range_are_usage_errors(capsys: pytest.CaptureFixture[str], dsn: str) -> None:

@@ -283,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", type=_id, action="append", dest="ids", metavar="ID",
                    help="only this dead letter (repeat for more; default: all); an ID that is not one of "
                         "the queue's dead letters: exit 1, nothing requeued")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=_seconds, metavar="S",
+                      help="due after S seconds (default: at once), e.g. while the fix that made them fail rolls out")
+    when.add_argument("--at", type=_time, metavar="TIME",
+                      help="due at TIME, ISO 8601 as for enqueue (UTC unless it gives an offset)")
     p = command("purge", _cmd_dead_purge, "delete dead letters", dead)
     p.add_argument("queue", metavar="QUEUE")
     which = p.add_mutually_exclusive_group()
@@ -955,11 +960,17 @@ def _dead_by_id(conn: psycopg.Connection[Any], queue: str, ids: list[int], actio
 def _cmd_dead_requeue(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
+        delay = timedelta(seconds=args.delay) if args.delay else None
+
+        def requeue(ids: list[int] | None = None) -> int:
+            return queue.requeue_dead(ids, delay=delay, at=args.at)
+
         if args.ids:
-            n = _dead_by_id(conn, args.queue, args.ids, queue.requeue_dead, "requeued")
+            n = _dead_by_id(conn, args.queue, args.ids, requeue, "requeued")
         else:
-            n = queue.requeue_dead()
-    print(f"requeued {n} dead letter(s) on queue {args.queue}")
+            n = requeue()
+    due = (f", due at {args.at.isoformat()}" if args.at else f", due in {args.delay:g} s" if args.delay else "")
+    print(f"requeued {n} dead letter(s) on queue {args.queue}{due}")
     return 0
 
 
