@@ -338,6 +338,25 @@ def test_a_scrape_gives_up_after_its_timeout(dsn: str, conn: Conn) -> None:
         QueueMetrics(dsn, timeout=0)
 
 
+def test_metrics_command_timeout(capsys: pytest.CaptureFixture[str], dsn: str, conn: Conn) -> None:
+    """`pgqueue metrics --timeout S` gives a reading up after S seconds instead of 5 (a scraper
+    whose own timeout is shorter than Prometheus' default)."""
+    conn.execute("BEGIN")
+    conn.execute("LOCK TABLE pgqueue.message IN ACCESS EXCLUSIVE MODE")
+    try:
+        started = time.monotonic()
+        status = main(["metrics", "--once", "--timeout", "1", "--dsn", dsn])
+        took = time.monotonic() - started
+    finally:
+        conn.execute("ROLLBACK")
+    s = parse(capsys.readouterr().out)
+    assert status == 0 and s[("pgqueue_up", frozenset())] == 0
+    assert 1 <= took < 4, took
+    for bad in ("0", "-1", "x"):
+        assert main(["metrics", "--once", "--timeout", bad, "--dsn", dsn]) == 2
+        assert "--timeout" in capsys.readouterr().err
+
+
 def test_help_and_label_escaping() -> None:
     """The text format escapes backslash and line feed in HELP, and also the double quote in
     label values; an escaped quote in HELP is an invalid escape sequence to Prometheus' parser."""

@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port to listen on (default 9469; 0 picks a free one)")
     p.add_argument("--min-interval", type=_non_negative_float, default=1.0, metavar="S",
                    help="scrapes closer together than S seconds get the previous reading (default 1)")
+    p.add_argument("--timeout", type=_positive_float, default=5.0, metavar="S",
+                   help="a reading that takes longer than S seconds (a lock on the table, a database that does "
+                        "not answer) is given up: pgqueue_up 0 (default 5; keep it below the scraper's timeout)")
     p.add_argument("--once", action="store_true", help="print the metrics once to stdout and exit")
 
     # dashboard
@@ -857,7 +860,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args)
     with connect(dsn):
         pass  # fail fast: unreachable database, pgqueue missing or of another version
-    metrics = QueueMetrics(dsn, min_interval=args.min_interval)
+    metrics = QueueMetrics(dsn, min_interval=args.min_interval, timeout=args.timeout)
     try:
         if args.once:
             sys.stdout.write(metrics.render())
