@@ -151,7 +151,7 @@ def test_queue_management(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     orders = Queue(dsn, "orders").settings()
     assert (orders.group_concurrency, orders.key_window_ms, orders.rate_limit) == (0, 60000, None)
     status, out, err = run(capsys, "queue", "alter", "mail", "--group-concurrency", "2", "--dsn", dsn)
-    assert_one_line_error(status, out, err, "queue_create")  # groups are chosen at creation
+    assert_one_line_error(status, out, err, "--group-concurrency N")  # groups are chosen at creation
 
     status, out, _ = run(capsys, "queue", "list", "--dsn", dsn)
     assert status == 0
@@ -470,6 +470,29 @@ def test_dead_requeue_with_a_delay_or_a_time(capsys: pytest.CaptureFixture[str],
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs")
     assert [m.payload for m in queue.dequeue(5)] == ["c"]
+
+
+def test_server_hints_in_command_line_terms(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """A queue without groups given a group, by `queue alter` or `enqueue --group`: the server's
+    hint names queue_create's p_group_concurrency; the command says the command-line way."""
+    Queue(dsn, "plain").create()
+    for argv in (["queue", "alter", "plain", "--group-concurrency", "2"], ["enqueue", "plain", "x", "--group", "g"],
+                 ["enqueue", "plain", "x", "--group", "g", "--key", "k"]):
+        status, out, err = run(capsys, *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, 'queue "plain" has no message groups',
+                              "`pgqueue queue create NAME --group-concurrency N`")
+        assert "p_group_concurrency" not in err and "queue_create" not in err
+    assert Queue(dsn, "plain").stats().ready == 0
+    # a full queue, and a schedule name in use
+    Queue(dsn, "capped").create(max_size=1)
+    assert run(capsys, "enqueue", "capped", "a", "--dsn", dsn)[0] == 0
+    status, out, err = run(capsys, "enqueue", "capped", "b", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "`pgqueue queue alter NAME --max-size N`")
+    assert "queue_alter()" not in err
+    assert run(capsys, "schedule", "create", "tick", "plain", "x", "--every", "60", "--dsn", dsn)[0] == 0
+    status, out, err = run(capsys, "schedule", "create", "tick", "plain", "y", "--every", "60", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "tick", "`pgqueue schedule drop NAME`")
+    assert "schedule_drop()" not in err
 
 
 def test_integers_out_of_the_servers_range_are_usage_errors(capsys: pytest.CaptureFixture[str], dsn: str) -> None:

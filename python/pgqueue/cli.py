@@ -126,7 +126,7 @@ def describe_error(exc: BaseException) -> str | None:
     if isinstance(exc, ConnectionFailed):
         return f"database connection failed: {_one_line(exc.message)}"
     if isinstance(exc, PgQueueError):  # (VersionMismatch says its hint in its message already)
-        hint = f" ({_one_line(exc.hint)})" if exc.hint and exc.hint not in exc.message else ""
+        hint = f" ({_one_line(_cli_hint(exc.hint))})" if exc.hint and exc.hint not in exc.message else ""
         return f"{_one_line(exc.message)}{hint}"
     if isinstance(exc, psycopg.OperationalError):
         return f"cannot connect to the database: {_one_line(str(exc))}"
@@ -135,9 +135,22 @@ def describe_error(exc: BaseException) -> str | None:
     if isinstance(exc, psycopg.Error):
         diag = exc.diag
         text = diag.message_primary or str(exc)
-        hint = f" ({_one_line(diag.message_hint)})" if diag.message_hint else ""
+        hint = f" ({_one_line(_cli_hint(diag.message_hint))})" if diag.message_hint else ""
         return f"{_one_line(text)}{hint}"
     return None
+
+
+def _cli_hint(hint: str) -> str:
+    """The server's hint, or the command line's way of doing what it says where it names SQL
+    parameters (the commands that catch an error themselves, such as `queue create` of an
+    existing queue, word their own)."""
+    if "p_group_concurrency" in hint:  # queue_alter, or a --group on a queue without groups
+        return "message groups are chosen when a queue is created: `pgqueue queue create NAME --group-concurrency N`"
+    if "raise max_size with pgqueue.queue_alter()" in hint:  # PQ003, a full queue
+        return "back off and retry later, or raise its cap with `pgqueue queue alter NAME --max-size N`"
+    if "pgqueue.schedule_drop()" in hint:  # schedule create of a name in use
+        return "drop it first with `pgqueue schedule drop NAME`, or choose another name"
+    return hint
 
 
 def _one_line(text: str) -> str:
