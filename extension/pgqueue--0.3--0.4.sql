@@ -1265,10 +1265,23 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 --     used to start again from the bottom: under a held snapshot each such end sent every session
 --     over all the dead entries of the hold, and a dequeue that ran 200 ms on two busy cores was
 --     enough to set it off (issue 12's 1-s stalls).
+--   * F, the fast start: the ready key of the message this session took last. The statement of
+--     the ready probe alone (a take of one message while the session's last look for expired
+--     leases is less than 20 ms old, below) starts at F instead of H when F is above H, the
+--     stripe has not moved and this call ran no candidate probe; if it finds nothing, the
+--     statement with both probes runs from H at once. Every other statement starts at H. H
+--     trails the head of the queue by the 20-40 ms of deliveries the candidates wait, and under
+--     a held snapshot each probe from H visits the heap for every entry of those deliveries
+--     (about 100 heap buffers a call at 7,000 deliveries a second, docs/performance.md); F
+--     trails it by the deliveries of the other sessions since this one's last call. The price:
+--     a message that becomes deliverable below F (a late commit, another transaction's
+--     rollback) may wait for this session until its next look, at most 20 ms, as an expired
+--     lease may. A session's own rolled-back take restores its F with the rest of the state,
+--     at or below the messages that take gave, so it finds those at once.
 -- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C and D were found (epoch ms, 0: none),
 -- [7] the xid to wait for, [8] stripe value seen, [9] the xid to wait for before a restart from
--- the bottom (0: none), [10:11] L, [12:13] D, [14] n, the number set aside, [15:14+n] their
--- xids, then n times R: the H and L of when it was set aside (4 values).
+-- the bottom (0: none), [10:11] L, [12:13] D, [14:15] F, [16] n, the number set aside,
+-- [17:16+n] their xids, then n times R: the H and L of when it was set aside (4 values).
 CREATE FUNCTION pgqueue._message_take(
     p_queue_id     integer,
     p_limit        integer,
@@ -1341,6 +1354,9 @@ DECLARE
     v_look     boolean;   -- ... whether this call looks (NULL: not decided yet) ...
     v_looked   boolean;   -- ... and whether it looked and found none
     v_src      integer;
+    v_fast     boolean;   -- this call's take of one message starts at F
+    v_probed   boolean;   -- this call ran the candidate probe (from H)
+    v_one_k    bigint;    -- the ready key of a one-message take
 BEGIN
     -- Bring the hints up to date (see the header). A value without its checksum (hashtext of the
     -- array's text, written after it) starts afresh, never an error: so does anything a session
@@ -1349,8 +1365,8 @@ BEGIN
     v_s := CASE WHEN hashtext(split_part(v_raw, ' ', 1))::text = split_part(v_raw, ' ', 2)
                 THEN split_part(v_raw, ' ', 1)::bigint[] END;
     IF v_s IS NULL OR v_s[1] <> pg_backend_pid()
-       OR NOT (CASE WHEN v_s[14] BETWEEN 0 AND 10000 THEN cardinality(v_s) = 14 + 5 * v_s[14] ELSE false END) THEN
-        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0, 0];
+       OR NOT (CASE WHEN v_s[16] BETWEEN 0 AND 10000 THEN cardinality(v_s) = 16 + 5 * v_s[16] ELSE false END) THEN
+        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0, c_min, c_min, 0];
     END IF;
     v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
     v_snap := pg_current_snapshot();  -- taken after the stripe was read
@@ -1370,10 +1386,10 @@ BEGIN
     -- long as an idle session held an xid (issue 12's case b): one session with one other
     -- transaction running, 159 us a call against 155 us now (the SET clauses above included).
     -- Plain expressions and loops: no SQL statement.
-    IF v_s[14] > 0 THEN
-        FOR i IN 1 .. v_s[14] LOOP
-            v_x := v_s[14 + i];
-            v_j := 15 + v_s[14] + 4 * (i - 1);  -- its R
+    IF v_s[16] > 0 THEN
+        FOR i IN 1 .. v_s[16] LOOP
+            v_x := v_s[16 + i];
+            v_j := 17 + v_s[16] + 4 * (i - 1);  -- its R
             IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
                 v_ended := true;  -- it has ended: H and L go back to its R
                 IF (v_s[v_j], v_s[v_j + 1]) < (v_s[2], v_s[3]) THEN
@@ -1427,6 +1443,7 @@ BEGIN
         END IF;
     END IF;
     IF v_s[6] = 0 OR v_settle THEN
+        v_probed := true;
         -- the first visible ready row from H and the first visible lease from L, locked or
         -- not (p_now was read before this snapshot), in one statement (one for each kind of
         -- ready key; the lease probe is pgqueue._message_first_lease, inlined); both bounded by
@@ -1475,6 +1492,8 @@ BEGIN
     END IF;
     v_b := CASE WHEN v_moved THEN ARRAY[c_min, c_min, c_min, c_min]
                 ELSE ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]] END;
+    -- the fast start F (see the header), for the statement of the ready probe alone
+    v_fast := p_limit = 1 AND NOT v_moved AND v_probed IS NULL AND (v_s[14], v_s[15]) > (v_b[1], v_b[2]);
     LOOP
         -- A take of one message looks for expired leases unless this session looked on this
         -- queue within the last 20 ms and found none (setting pgqueue.lease_check_<queue id>:
@@ -1493,9 +1512,10 @@ BEGIN
         END IF;
         IF v_need = 1 AND NOT v_look THEN
             IF p_turns THEN
-                SELECT m.id INTO v_one FROM pgqueue.message m
+                SELECT m.id, m.turn_at INTO v_one, v_one_k FROM pgqueue.message m
                  WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL AND m.locked_until IS NULL
-                   AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                   AND (m.turn_at, m.id) >= (CASE WHEN v_fast THEN v_s[14] ELSE v_b[1] END,
+                                             CASE WHEN v_fast THEN v_s[15] ELSE v_b[2] END)
                    AND m.turn_at <= v_due
                    AND m.id <> ALL (v_not)
                    AND (p_max_id IS NULL OR m.id <= p_max_id)
@@ -1503,9 +1523,10 @@ BEGIN
                  LIMIT 1
                    FOR UPDATE SKIP LOCKED;
             ELSE
-                SELECT m.id INTO v_one FROM pgqueue.message m
+                SELECT m.id, m.dequeue_at INTO v_one, v_one_k FROM pgqueue.message m
                  WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                   AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                   AND (m.dequeue_at, m.id) >= (CASE WHEN v_fast THEN v_s[14] ELSE v_b[1] END,
+                                                CASE WHEN v_fast THEN v_s[15] ELSE v_b[2] END)
                    AND m.dequeue_at <= v_due
                    AND m.id <> ALL (v_not)
                    AND (p_max_id IS NULL OR m.id <= p_max_id)
@@ -1514,16 +1535,23 @@ BEGIN
                    FOR UPDATE SKIP LOCKED;
             END IF;
             IF v_one IS NULL THEN
-                v_look := true;  -- nothing ready: the statement with both probes
+                v_look := true;  -- nothing ready: the statement with both probes (from H)
+                v_fast := false;
                 CONTINUE;
             END IF;
             v_found := ARRAY[v_one];
+            -- F follows the takes, but a take from F moves it only once it is 32 ids behind (or
+            -- above the id taken): a state written at every call cost more than the walk it
+            -- saves when nothing is held (docs/performance.md)
+            IF v_fast IS NOT TRUE OR v_s[15] < v_one - 32 OR v_s[15] > v_one THEN
+                v_s[14] := v_one_k; v_s[15] := v_one;
+            END IF;
             v_dead_ids := NULL;
         -- one statement for each kind of ready key, so that each plan has only the probes it
         -- runs, and for one message one without the aggregate (its sort is set up at every
         -- execution: 6-8 us of a one-message call, measured)
         ELSIF p_turns AND v_need = 1 THEN
-            SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
+            SELECT c.id, c.dead, c.src, c.k INTO v_one, v_one_dead, v_src, v_one_k
               FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
                                           coalesce(m.attempts >= p_max_attempts, false) AS dead
                                      FROM pgqueue.message m
@@ -1551,6 +1579,9 @@ BEGIN
             v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
             v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
             v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+            IF v_src = 1 THEN
+                v_s[14] := v_one_k; v_s[15] := v_one;
+            END IF;
         ELSIF p_turns THEN
             SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
                    array_agg(c.id) FILTER (WHERE c.dead)
@@ -1580,7 +1611,7 @@ BEGIN
                                       FOR UPDATE SKIP LOCKED) t
                     LIMIT v_need) c;
         ELSIF v_need = 1 THEN
-            SELECT c.id, c.dead, c.src INTO v_one, v_one_dead, v_src
+            SELECT c.id, c.dead, c.src, c.k INTO v_one, v_one_dead, v_src, v_one_k
               FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
                                           coalesce(m.attempts >= p_max_attempts, false) AS dead
                                      FROM pgqueue.message m
@@ -1607,6 +1638,9 @@ BEGIN
             v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
             v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
             v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+            IF v_src = 1 THEN
+                v_s[14] := v_one_k; v_s[15] := v_one;
+            END IF;
         ELSE
             SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
                    array_agg(c.id) FILTER (WHERE c.dead)
@@ -1667,9 +1701,9 @@ BEGIN
         v_lraw := set_config('pgqueue.lease_check_' || p_queue_id, p_now::text, false);
     END IF;
     -- written only when it changed (most calls change nothing)
-    IF (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text
+    IF (v_s[1:15] || cardinality(v_long)::bigint || v_long || v_longr)::text
        IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
-        v_raw := (v_s[1:13] || cardinality(v_long)::bigint || v_long || v_longr)::text;
+        v_raw := (v_s[1:15] || cardinality(v_long)::bigint || v_long || v_longr)::text;
         v_raw := set_config(v_name, v_raw || ' ' || hashtext(v_raw), false);
     END IF;
     RETURN v_ids;

@@ -232,6 +232,54 @@ def test_with_nothing_ready_a_take_looks_for_expired_leases_at_once(conn: psycop
     assert conclusive, "no try ran within the window"
 
 
+def test_a_late_commit_below_a_sessions_fast_start_waits_at_most_20_ms(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """A take of one message by the ready probe alone (within 20 ms of its session's last look for
+    expired leases) starts where its session last took one (the fast start, F;
+    pgqueue._message_take). A message that commits below F meanwhile (a producer that wrote its
+    key first and commits late) may wait those 20 ms, never longer: the next look probes from
+    the hint and takes it. An open transaction with an xid keeps the candidates from settling,
+    so that no candidate probe (also from the hint) finds it instead."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    conclusive = 0
+    with psycopg.connect(dsn, autocommit=True) as late, psycopg.connect(dsn, autocommit=True) as idle:
+        for _ in range(20):
+            conn.execute("DELETE FROM pgqueue.message")
+            idle.execute("BEGIN")
+            idle.execute("SELECT txid_current()")  # an xid below every candidate's: nothing settles
+            late.execute("BEGIN")
+            [late_id] = late.execute("SELECT pgqueue.message_create('q', 'late')").fetchone()  # type: ignore[misc]
+            time.sleep(0.01)
+            after = [conn.execute("SELECT pgqueue.message_create('q', %s)", (c,)).fetchone()[0]  # type: ignore[index]
+                     for c in ("a", "b", "c")]
+            t0 = time.monotonic()
+            assert dequeue_ids(conn, "q", 1, 0) == [after[0]]  # probed from the hint: 'late' not committed yet
+            late.execute("COMMIT")
+            [got] = dequeue_ids(conn, "q", 1, 0)
+            if time.monotonic() - t0 < WINDOW:
+                conclusive += 1
+                assert got == after[1], "within 20 ms of its probe from the hint the session started at F"
+            if got != late_id:
+                time.sleep(0.025)  # past the 20 ms: the next take looks, from the hint
+                assert dequeue_ids(conn, "q", 1, 0) == [late_id], "a late commit below F waited more than 20 ms"
+            idle.execute("COMMIT")
+            if conclusive:
+                break
+    assert conclusive, "no try ran within the window"
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_session_that_rolls_back_takes_its_messages_again_at_once(conn: psycopg.Connection[Any], mode: str) -> None:
+    """The fast start is part of the session's state, which a rollback restores: right after a
+    rolled-back transaction that took messages, the session's next take (within 20 ms of its
+    last look, so from its fast start) gives the first of them again, not the message after."""
+    ready = backlog(conn, "q", 6)
+    assert dequeue_ids(conn, "q", 1, MODES[mode]) == ready[:1]
+    conn.execute("BEGIN")
+    assert [dequeue_ids(conn, "q", 1, MODES[mode])[0] for _ in range(3)] == ready[1:4]
+    conn.execute("ROLLBACK")
+    assert dequeue_ids(conn, "q", 1, MODES[mode]) == ready[1:2]
+
+
 def test_a_lease_shorter_than_20_ms_makes_the_next_take_look(conn: psycopg.Connection[Any]) -> None:
     backlog(conn, "q", 100)
     conclusive = 0

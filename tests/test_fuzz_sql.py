@@ -612,10 +612,11 @@ _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
 
 
 def _laid_out_hint_states(pid: int) -> st.SearchStrategy[str]:
-    """States laid out as pgqueue._message_take writes them: pid, 12 values (hints, candidates,
-    xids, stripe), n, then n set-aside xids and n restart points of 4 values; all random."""
+    """States laid out as pgqueue._message_take writes them: pid, 14 values (hints, candidates,
+    xids, stripe, fast start), n, then n set-aside xids and n restart points of 4 values; all
+    random."""
     return st.integers(0, 3).flatmap(lambda n: st.tuples(
-        st.sampled_from([pid, pid + 1]), st.lists(_BIGINTS, min_size=12, max_size=12),
+        st.sampled_from([pid, pid + 1]), st.lists(_BIGINTS, min_size=14, max_size=14),
         st.lists(_BIGINTS, min_size=5 * n, max_size=5 * n)).map(
             lambda t, n=n: "{" + ",".join(str(x) for x in (t[0], *t[1], n, *t[2])) + "}"))
 

@@ -18,8 +18,8 @@ import sys
 s = open(sys.argv[1]).read()
 edits = [
     ("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
-    ("    v_src      integer;\nBEGIN",
-     "    v_src      integer;\n    v_idx      regclass;\n    v_walk     bigint;\nBEGIN"),
+    ("    v_src      integer;\n",
+     "    v_src      integer;\n    v_idx      regclass;\n    v_walk     bigint;\n"),
     ("    LOOP\n        -- A take of one message looks",
      "    v_idx := CASE WHEN p_turns THEN 'pgqueue.message_turn_idx' ELSE 'pgqueue.message_ready_idx' END::regclass;\n"
      "    v_walk := pg_stat_get_xact_tuples_returned(v_idx);\n"
