@@ -2018,8 +2018,30 @@ BEGIN
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
     RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
-    -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left)
-    IF v_idem_key IS NOT NULL OR (v_group IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+    -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left). The
+    -- ordered hand-off of _message_left (see there) is done here, on a queue of group
+    -- concurrency 1, rather than through it: a call of a PL/pgSQL function and its read of the
+    -- queue's row cost a grouped lease + complete 4% (docs/performance.md); when it hands
+    -- nothing on, _message_left does the rest (another concurrency, or a look under the lock).
+    IF v_idem_key IS NULL AND v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
+        UPDATE pgqueue.message m
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+         WHERE m.id OPERATOR(pg_catalog.=) (
+                   SELECT w.id FROM pgqueue.message w
+                    WHERE w.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                      AND w.group_key OPERATOR(pg_catalog.=) v_group AND w.turn_at IS NULL
+                    ORDER BY w.dequeue_at, w.id
+                    LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                            WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                              AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL)
+           AND EXISTS (SELECT 1 FROM pgqueue.queue q
+                        WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
+                          AND q.group_concurrency OPERATOR(pg_catalog.=) 1);
+        IF NOT FOUND THEN
+            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
+        END IF;
+    ELSIF v_idem_key IS NOT NULL THEN
         PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
@@ -2364,7 +2386,27 @@ BEGIN
                     locked_until := NULL;
                     RETURN NEXT;
                 END IF;
-                IF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+                IF v_groups = 1 AND v_idem_key IS NULL AND v_group_key IS NOT NULL
+                   AND v_turn_at IS NOT NULL THEN
+                    -- the ordered hand-off of pgqueue._message_left (see there), here rather
+                    -- than through it: a call of a PL/pgSQL function and its read of the queue's
+                    -- row cost a grouped delete-mode dequeue 8% (docs/performance.md); when it
+                    -- hands nothing on, _message_left looks again under the group's lock
+                    UPDATE pgqueue.message m
+                       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+                     WHERE m.id = (SELECT w.id FROM pgqueue.message w
+                                    WHERE w.queue_id = v_queue_id AND w.group_key = v_group_key
+                                      AND w.turn_at IS NULL
+                                    ORDER BY w.dequeue_at, w.id
+                                    LIMIT 1)
+                       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                        WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
+                                          AND t.turn_at IS NOT NULL);
+                    IF NOT FOUND THEN
+                        v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
+                                                          v_turn_at, NULL);
+                    END IF;
+                ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
                     v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
                                                       v_turn_at, v_idem_key);
                 END IF;
@@ -4833,6 +4875,11 @@ COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, 
 -- (it then sees the one leaving gone), or holds it first and is seen (specs/group_producer.spec).
 -- Against the call chain through _message_group_next at 4 clients: lease + complete 1.23x,
 -- delete mode 1.14x (medians of 8 paired rounds; docs/performance.md, "Message groups").
+-- The two common callers, message_dequeue (one message in delete mode) and message_complete, run
+-- this UPDATE themselves on a queue of group concurrency 1 for a message without an idempotency
+-- key, and call this function only when it handed nothing on: the call and its read of the
+-- queue's row cost a grouped delete-mode dequeue 8% and a lease + complete 4% (session 28).
+-- The three copies of the statement must stay the same (tests/test_group_probes.py).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,

@@ -13,6 +13,9 @@ and 50k groups whose turn is in flight or scheduled, each with a message waiting
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from typing import Any
 
 import psycopg
@@ -164,3 +167,29 @@ def test_a_turn_decision_probes_its_group_however_stale_the_statistics(
                 if st.text.lstrip().startswith("UPDATE"):
                     scans -= {"ModifyTable", "message_pkey", "message_group_wait_idx"}
                 assert scans == {"message_group_turn_idx"}, (name, scans)
+
+
+#: The ordered hand-off (a queue of group concurrency 1): pgqueue._message_left's UPDATE, which
+#: message_dequeue (one message, delete mode) and message_complete run themselves to save the
+#: call (docs/performance.md, "The ordered hand-off without a call"). The plan tests above see
+#: the copies only through the calls they run; this keeps the three the same statement.
+HAND_OFF_COPIES = ["_message_left", "message_dequeue", "message_complete"]
+
+
+def _hand_off(name: str) -> str:
+    source = (Path(__file__).resolve().parent.parent / "extension/src/functions/messages"
+              / f"{name}.sql").read_text()
+    found = re.findall(r"UPDATE pgqueue\.message m\s+SET turn_at = .*?t\.turn_at IS NOT NULL\)",
+                       source, re.S)
+    assert len(found) == 1, (name, len(found))
+    text = found[0].replace("OPERATOR(pg_catalog.=)", "=")
+    text = re.sub(r"\b(p_queue_id|v_queue_id)\b", "QUEUE", text)
+    text = re.sub(r"\b(p_group|v_group_key|v_group)\b", "GROUP", text)
+    text = re.sub(r"\(\s+", "(", text)
+    return " ".join(text.split())
+
+
+def test_the_ordered_hand_off_is_one_statement_in_its_three_places() -> None:
+    statements = {name: _hand_off(name) for name in HAND_OFF_COPIES}
+    assert len(set(statements.values())) == 1, statements
+    assert "NOT EXISTS" in statements["_message_left"] and "ORDER BY w.dequeue_at, w.id" in statements["_message_left"]

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # A/B of a patch to a grouped queue's dequeue or hand-off: the functions of extension/src/functions
-# that the patch touches, and trigger message_removed, as they are in extension/src (A) and with
-# PATCH applied to a copy (B), installed in turn in one database (CREATE OR REPLACE, the trigger
-# made again); ROUNDS rounds of pgbench at CLIENTS clients on a queue of group concurrency 1
-# (10,000 groups, topped up to 300,000 messages and vacuumed before each run), synchronous_commit
+# that the patch touches, as they are in extension/src (A) and with PATCH applied to a copy (B),
+# installed in turn in one database (CREATE OR REPLACE); ROUNDS rounds of pgbench at CLIENTS
+# clients on a queue of group concurrency 1 (10,000 groups, topped up to 300,000 messages and vacuumed before each run), synchronous_commit
 # off, the order alternating. SCRIPT (default pgqueue_dequeue, delete mode; pgqueue_lease_cycle for
 # lease + complete) names the script in bench/pgbench/. Prints transactions/s for each build and
 # round, and the medians.
@@ -21,15 +20,13 @@ mkdir -p "$tmp/B/extension"
 cp -r "$root/extension/src" "$tmp/B/extension/src"
 (cd "$tmp/B" && patch -s -p1 < "$patch")
 script=${SCRIPT:-pgqueue_dequeue}
-# the function files the patch touches (the trigger is made again in any case)
+# the function files the patch touches
 touched=$(sed -n 's#^+++ [ab]/extension/src/\(functions/.*\)\.sql.*#\1#p' "$patch" | sort -u)
 functions() {  # source tree -> the SQL that installs its versions of those objects
   for f in $touched; do
     sed '/^COMMENT ON/,$d' "$1/extension/src/$f.sql" | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'
     echo ";"
   done
-  echo "DROP TRIGGER message_removed ON pgqueue.message;"
-  cat "$1/extension/src/triggers/message_removed.sql"
 }
 functions "$root" > "$tmp/A.sql"
 functions "$tmp/B" > "$tmp/B.sql"

@@ -25,8 +25,30 @@ BEGIN
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
     RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
-    -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left)
-    IF v_idem_key IS NOT NULL OR (v_group IS NOT NULL AND v_turn_at IS NOT NULL) THEN
+    -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left). The
+    -- ordered hand-off of _message_left (see there) is done here, on a queue of group
+    -- concurrency 1, rather than through it: a call of a PL/pgSQL function and its read of the
+    -- queue's row cost a grouped lease + complete 4% (docs/performance.md); when it hands
+    -- nothing on, _message_left does the rest (another concurrency, or a look under the lock).
+    IF v_idem_key IS NULL AND v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
+        UPDATE pgqueue.message m
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+         WHERE m.id OPERATOR(pg_catalog.=) (
+                   SELECT w.id FROM pgqueue.message w
+                    WHERE w.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                      AND w.group_key OPERATOR(pg_catalog.=) v_group AND w.turn_at IS NULL
+                    ORDER BY w.dequeue_at, w.id
+                    LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                            WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                              AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL)
+           AND EXISTS (SELECT 1 FROM pgqueue.queue q
+                        WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
+                          AND q.group_concurrency OPERATOR(pg_catalog.=) 1);
+        IF NOT FOUND THEN
+            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
+        END IF;
+    ELSIF v_idem_key IS NOT NULL THEN
         PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
