@@ -4,9 +4,10 @@
 # 300,000 messages and vacuumed (topup.sql), pgbench at CLIENTS clients for 10 s, synchronous_commit
 # off, `perf record -a` over seconds 2-8 of each run. Prints each run's transactions/s, then perf's
 # samples (all processes) per 1,000 transactions of each queue, and the functions whose samples
-# per 1,000 transactions grow most from plain to grouped.
+# per 1,000 transactions grow most from plain to grouped. SCRIPT (default pgqueue_dequeue, delete
+# mode; pgqueue_lease_cycle for lease + complete) names the script in bench/pgbench/.
 # Usage (root, perf installed, a server on the default socket where the role may create databases):
-#   bench/experiments/group_handoff/perf_diff.sh [CLIENTS]
+#   [SCRIPT=pgqueue_lease_cycle] bench/experiments/group_handoff/perf_diff.sh [CLIENTS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/../.." && pwd)
@@ -21,7 +22,7 @@ export PGOPTIONS="-c synchronous_commit=off"
 for q in plain grouped; do
   psql -q -X -d $db -v queue=$q -f "$here/topup.sql" >/dev/null
   ( sleep 2; perf record -a -o "$out/$q.data" -- sleep 6 >/dev/null 2>&1 ) &
-  tps=$(pgbench -n -M prepared -c "$clients" -j 2 -T 10 -D queue=$q -f "$bench/pgbench/pgqueue_dequeue.sql" $db 2>/dev/null \
+  tps=$(pgbench -n -M prepared -c "$clients" -j 2 -T 10 -D queue=$q -f "$bench/pgbench/${SCRIPT:-pgqueue_dequeue}.sql" $db 2>/dev/null \
         | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
   wait
   echo "$q: $tps transactions/s"
