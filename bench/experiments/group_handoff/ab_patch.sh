@@ -3,9 +3,9 @@
 # that the patch touches, as they are in extension/src (A) and with PATCH applied to a copy (B),
 # installed in turn in one database (CREATE OR REPLACE); ROUNDS rounds of pgbench at CLIENTS
 # clients on a queue of group concurrency 1 (10,000 groups, topped up to 300,000 messages and
-# vacuumed before each run), synchronous_commit off, the order alternating. SCRIPT (default pgqueue_dequeue, delete mode; pgqueue_lease_cycle for
-# lease + complete) names the script in bench/pgbench/. Prints transactions/s for each build and
-# round, and the medians.
+# vacuumed before each run), synchronous_commit off, the order alternating. SCRIPT (default
+# pgqueue_dequeue, delete mode; pgqueue_lease_cycle for lease + complete) names the script in
+# bench/pgbench/. Prints transactions/s for each build and round, and the medians.
 # Usage (a server on the default socket where the role may create databases):
 #   [SCRIPT=pgqueue_lease_cycle] bench/experiments/group_handoff/ab_patch.sh PATCH [ROUNDS] [SECONDS] [CLIENTS]
 set -euo pipefail
