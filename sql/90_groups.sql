@@ -139,6 +139,21 @@ SELECT pg_temp.got('two', 10, 0) AS deleted;
 SELECT pgqueue.queue_alter('two', p_group_concurrency => 0);
 SELECT group_concurrency FROM pgqueue.queue WHERE name = 'two';
 
+-- A lowered limit: two in flight, then a limit of 1. Completing one hands nothing on while the
+-- other is still in flight (the ordered hand-off finds the group still holding a turn and leaves
+-- that message's turn as it was); completing the other hands the turn to the third.
+SELECT pgqueue.queue_create('low', p_group_concurrency => 2);
+SELECT count(*) FROM pgqueue.message_create_batch('low', ARRAY['l1', 'l2', 'l3']::bytea[],
+                                                   p_groups => ARRAY['l', 'l', 'l']);
+SELECT pg_temp.got('low', 10) AS leased_two;
+SELECT pgqueue.queue_alter('low', p_group_concurrency => 1);
+SELECT turn_at AS l2_turn FROM pgqueue.message WHERE content = 'l2' \gset
+SELECT pg_temp.done('low', 'l1');
+SELECT turn_at = :l2_turn AS l2_turn_kept, (SELECT turn_at IS NULL FROM pgqueue.message WHERE content = 'l3') AS l3_waits
+  FROM pgqueue.message WHERE content = 'l2';
+SELECT pg_temp.got('low', 10) AS nothing;
+SELECT pg_temp.done('low', 'l2'), pg_temp.got('low', 10) AS then_l3;
+
 -- A lease that runs out inside a group hands the same message out again (attempts 2), never the next.
 SELECT pgqueue.queue_create('exp', p_group_concurrency => 1);
 SELECT count(*) FROM pgqueue.message_create_batch('exp', ARRAY['e1', 'e2']::bytea[], p_groups => ARRAY['e', 'e']);
