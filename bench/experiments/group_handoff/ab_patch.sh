@@ -5,7 +5,9 @@
 # clients on a queue of group concurrency 1 (10,000 groups, topped up to 300,000 messages and
 # vacuumed before each run), synchronous_commit off, the order alternating. SCRIPT (default
 # pgqueue_dequeue, delete mode; pgqueue_lease_cycle for lease + complete) names the script in
-# bench/pgbench/. Prints transactions/s for each build and round, and the medians.
+# bench/pgbench/; PGBENCH_VARS, more pgbench -D options the script needs (e.g. for
+# pgqueue_lease_ack_fetch_batch, the worker's acknowledge-and-fetch: "-D aids={} -D atoks={} -D
+# batch=4"). Prints transactions/s for each build and round, and the medians.
 # Usage (a server on the default socket where the role may create databases):
 #   [SCRIPT=pgqueue_lease_cycle] bench/experiments/group_handoff/ab_patch.sh PATCH [ROUNDS] [SECONDS] [CLIENTS]
 set -euo pipefail
@@ -37,7 +39,8 @@ export PGOPTIONS="-c synchronous_commit=off"
 run() {  # build, seconds -> transactions/s of a run of that build on a topped-up queue
   psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/$1.sql"
   psql -q -X -d $db -v queue=grouped -f "$here/topup.sql" >/dev/null
-  pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$2" -D queue=grouped \
+  # shellcheck disable=SC2086  # PGBENCH_VARS: more -D options, split on spaces
+  pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$2" -D queue=grouped ${PGBENCH_VARS:-} \
     -f "$root/bench/pgbench/$script.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 # a warm-up run, not counted: the first run after the set-up was up to a third slower

@@ -4,8 +4,9 @@
 # 300,000 messages and vacuumed before each run (topup.sql), pgbench at CLIENTS clients,
 # synchronous_commit off (as in the bench's groups section), the order alternating every round.
 # SCRIPT (default pgqueue_dequeue, delete mode; pgqueue_lease_cycle for lease + complete) names the
-# script in bench/pgbench/. Prints each round's rates and ratio, then the median ratio of the
-# rounds and the ratio of the medians (the bench's statistic, over its 3 rounds).
+# script in bench/pgbench/ (PGBENCH_VARS: more -D options it needs, as in ab_patch.sh). Prints
+# each round's rates and ratio, then the median ratio of the rounds and the ratio of the medians
+# (the bench's statistic, over its 3 rounds).
 # Usage (a server on the default socket where the role may create databases):
 #   [SCRIPT=pgqueue_lease_cycle] bench/experiments/group_handoff/paired.sh [ROUNDS] [SECONDS] [CLIENTS]
 set -euo pipefail
@@ -20,7 +21,8 @@ psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create(
 export PGOPTIONS="-c synchronous_commit=off"
 run() {  # queue -> transactions/s of a run on that queue, topped up
   psql -q -X -d $db -v queue="$1" -f "$here/topup.sql" >/dev/null
-  pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$secs" -D queue="$1" \
+  # shellcheck disable=SC2086  # PGBENCH_VARS: more -D options, split on spaces
+  pgbench -n -M prepared -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$secs" -D queue="$1" ${PGBENCH_VARS:-} \
     -f "$bench/pgbench/$script.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 run plain 3 >/dev/null  # a warm-up run, not counted
