@@ -2391,7 +2391,9 @@ BEGIN
                     -- the ordered hand-off of pgqueue._message_left (see there), here rather
                     -- than through it: a call of a PL/pgSQL function and its read of the queue's
                     -- row cost a grouped delete-mode dequeue 8% (docs/performance.md); when it
-                    -- hands nothing on, _message_left looks again under the group's lock
+                    -- hands nothing on, _message_group_next looks again under the group's lock
+                    -- (as _message_left would, without its read of the queue's row and a second
+                    -- run of this UPDATE: this queue's concurrency is known to be 1)
                     UPDATE pgqueue.message m
                        SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
                      WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -2403,8 +2405,7 @@ BEGIN
                                         WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
                                           AND t.turn_at IS NOT NULL);
                     IF NOT FOUND THEN
-                        v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
-                                                          v_turn_at, NULL);
+                        v_turned := pgqueue._message_group_next(v_queue_id, v_group_key, v_groups);
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
                     v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
@@ -4877,8 +4878,10 @@ COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, 
 -- delete mode 1.14x (medians of 8 paired rounds; docs/performance.md, "Message groups").
 -- The two common callers, message_dequeue (one message in delete mode) and message_complete, run
 -- this UPDATE themselves on a queue of group concurrency 1 for a message without an idempotency
--- key, and call this function only when it handed nothing on: the call and its read of the
--- queue's row cost a grouped delete-mode dequeue 8% and a lease + complete 4% (session 28).
+-- key, and only when it handed nothing on call this function (message_complete, which reads
+-- the queue's concurrency in its UPDATE) or pgqueue._message_group_next (message_dequeue, which
+-- knows it): the call and its read of the queue's row cost a grouped delete-mode dequeue 8% and
+-- a lease + complete 4% (session 28).
 -- The three copies of the statement must stay the same (tests/test_group_probes.py).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,

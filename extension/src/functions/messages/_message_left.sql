@@ -28,8 +28,10 @@
 -- delete mode 1.14x (medians of 8 paired rounds; docs/performance.md, "Message groups").
 -- The two common callers, message_dequeue (one message in delete mode) and message_complete, run
 -- this UPDATE themselves on a queue of group concurrency 1 for a message without an idempotency
--- key, and call this function only when it handed nothing on: the call and its read of the
--- queue's row cost a grouped delete-mode dequeue 8% and a lease + complete 4% (session 28).
+-- key, and only when it handed nothing on call this function (message_complete, which reads
+-- the queue's concurrency in its UPDATE) or pgqueue._message_group_next (message_dequeue, which
+-- knows it): the call and its read of the queue's row cost a grouped delete-mode dequeue 8% and
+-- a lease + complete 4% (session 28).
 -- The three copies of the statement must stay the same (tests/test_group_probes.py).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
