@@ -1259,7 +1259,10 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 --     starts again from its R, so its rows, visible from then on, are found. Its keys written
 --     with the clock are at or above R: H (L) last moved to a candidate once every xid below
 --     that candidate's X had ended, and this one had not, so its xid came after X and its clock
---     readings after the candidate was found (placed-low writes signal the stripe). Each keeps
+--     readings after the candidate was found (placed-low writes signal the stripe, and a
+--     restart from the bottom for that signal does not wait for the transactions set aside, so
+--     it sets the R of each one with an xid below the restart's to the bottom: that one may
+--     have placed the row, which becomes visible when it ends). Each keeps
 --     its own R, so that a short one set aside while an idle session is (case b) costs a walk
 --     from where the hints stood when the short one was set aside, not from the idle one's. It
 --     used to start again from the bottom: under a held snapshot each such end sent every session
@@ -1417,6 +1420,13 @@ BEGIN
     END IF;
     IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
         v_reset := true;
+        -- a transaction set aside with an xid below the restart's may have placed the row: the
+        -- restart did not wait for it, so its end sends H and L back to the bottom (its R)
+        FOR i IN 1 .. cardinality(v_long) LOOP
+            IF v_long[i] < v_s[9] THEN
+                v_longr[4 * i - 3 : 4 * i] := ARRAY[c_min, c_min, c_min, c_min];
+            END IF;
+        END LOOP;
         v_s[9] := 0;
     END IF;
     IF v_reset THEN
