@@ -1,6 +1,7 @@
 """Faults against a real server: a client connection terminated mid-transaction, the server
 crashing (pg_ctl stop -m immediate) under a heavy mixed load, restarts, and the workers under
-them (a restart, an outage longer than the lease, a server that hangs when they are stopped).
+them (a restart, an outage longer than the lease, a server that hangs when they are stopped,
+in their loop or in their start-up check).
 
 (A worker process killed with SIGKILL is tests/test_worker.py::
 test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once; pg_dump/pg_restore is
@@ -505,6 +506,18 @@ def test_frozen_thaws_what_it_stopped_when_a_listed_process_is_gone() -> None:
         live.wait()
 
 
+def stop_and_time(started: Started) -> float:
+    """Stop a started worker from its own side (the event loop's thread for an AsyncWorker) and
+    return how long its run() took to return (at most 15 s: check that it did)."""
+    t0 = time.monotonic()
+    if started.loop is None:
+        started.worker.stop()
+    else:
+        started.loop.call_soon_threadsafe(started.worker.stop)
+    started.thread.join(15)
+    return time.monotonic() - t0
+
+
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
 def test_stop_returns_in_bounded_time_when_the_database_hangs(durable: DurableServer, kind: str,
                                                               caplog: pytest.LogCaptureFixture) -> None:
@@ -521,19 +534,41 @@ def test_stop_returns_in_bounded_time_when_the_database_hangs(durable: DurableSe
         queue.close()
         with Frozen(durable):
             time.sleep(0.5)  # the loop polls every 50 ms: it is inside a call now
-            t0 = time.monotonic()
-            if started.loop is None:
-                started.worker.stop()
-            else:
-                started.loop.call_soon_threadsafe(started.worker.stop)
-            started.thread.join(15)
-            took = time.monotonic() - t0
+            took = stop_and_time(started)
             assert not started.thread.is_alive(), "run() did not return while the database hung"
     finally:
         started.stop()
     assert not started.errors, started.errors
     assert 3.0 <= took < 12.0, took  # the grace (1 s) + 2 s for the call, then the ends of the helpers
     assert any("the database has not answered" in m for m in warnings_of(caplog.records)), warnings_of(caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_stop_returns_in_bounded_time_when_the_start_up_check_hangs(dsn: str, kind: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """The server accepts the worker's first connection, then its version check is not answered
+    (here: it waits for a lock on pg_extension that another session holds). stop() gives the check
+    up 2 s after the grace, and run() returns without starting; the check used to hold run() for
+    as long as the server did not answer, out of the watchdog's reach."""
+    make_queue(dsn).close()
+    ledger = Ledger()
+    with psycopg.connect(dsn) as locker, psycopg.connect(dsn, autocommit=True) as watcher:
+        locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+        started = Started(ledger.worker(kind, dsn, 0.0, poll_min=0.05, poll_max=0.05, shutdown_grace=1.0))
+        wait_for(lambda: one(watcher, "SELECT count(*) FROM pg_catalog.pg_stat_activity "
+                                      "WHERE wait_event_type = 'Lock' AND strpos(query, 'pg_extension') > 0") == 1,
+                 what="the start-up check waiting")
+        took = stop_and_time(started)
+        alive = started.thread.is_alive()
+        locker.rollback()  # the check (if still waiting) is answered now
+    started.thread.join(15)
+    assert not alive, "run() did not return while the start-up check waited"
+    assert not started.errors, started.errors
+    assert 3.0 <= took < 8.0, took  # the grace (1 s) + 2 s for the call
+    assert not ledger.started  # nothing was fetched
+    warnings = warnings_of(caplog.records)
+    assert any("the database has not answered" in m for m in warnings), warnings
+    assert any("not started" in m for m in warnings), warnings
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])

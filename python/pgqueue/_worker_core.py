@@ -300,6 +300,8 @@ class WorkerCore:
         self._aborting = False
         self._stop_by: float | None = None  # monotonic end of the shutdown grace, once stopped
         self._call_since: float | None = None  # monotonic start of the loop's call in flight
+        self._checking: Any = None  # the start-up check's connection while it runs
+        self._gave_up = False  # the watchdog shut the call in flight down
         self._watchdog: threading.Thread | None = None
         self._ended = threading.Event()  # run() is over (the worker's _run sets it)
         self._notified = False
@@ -355,7 +357,9 @@ class WorkerCore:
                 log.warning("stopping: the database has not answered for %.1f s; giving up the call in flight "
                             "(what cannot be given back returns when its lease runs out)", now - since)
                 self._call_since = None
-                _shut_down(self._loop_connection())
+                self._gave_up = True
+                checking = self._checking  # the start-up check is the loop's call until the loop runs
+                _shut_down(checking if checking is not None else self._loop_connection())
 
     def _loop_connection(self) -> Any:
         """The psycopg connection of the loop's calls, if it has one open (any thread)."""
@@ -389,10 +393,31 @@ class WorkerCore:
                      "at once)", sig.name, self._shutdown_grace)
         self.stop(now=again)
 
-    def _check_server(self) -> None:
-        """Check the database's pgqueue version, once: reconnections reach the same database."""
-        with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
-            check_server(conn)
+    def _check_server(self) -> bool:
+        """Check the database's pgqueue version, once: reconnections reach the same database.
+
+        Returns False when the worker was stopped and the check given up (stop()'s watchdog
+        covers it as it covers the loop's calls: a server that accepted the connection and then
+        stopped answering does not hold run() up); run() then returns without starting. Raises
+        what check_server raises otherwise."""
+        try:
+            with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
+                self._checking = conn
+                self._call_since = time.monotonic()
+                if self._stopping:
+                    self._watch_stop()  # stop() came before run(): no watchdog was started then
+                try:
+                    check_server(conn)
+                finally:
+                    self._call_since = None
+                    self._checking = None
+        except BaseException as exc:
+            self._ended.set()  # run() ends here, and the stop watchdog (if any) with it
+            if isinstance(exc, PgQueueError) and self._stopping and self._gave_up:
+                log.warning("stopped before the start-up check of the database was answered: not started")
+                return False
+            raise
+        return True
 
     def _started_log(self, settings_notify: bool, how: str) -> None:
         """Log the start; turn LISTEN off for a queue whose notify is off."""

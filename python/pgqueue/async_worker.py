@@ -188,7 +188,8 @@ class AsyncWorker(WorkerCore):
             return done.value  # type: ignore[no-any-return]
 
     async def _run(self) -> None:
-        await asyncio.to_thread(self._check_server)
+        if not await asyncio.to_thread(self._check_server):
+            return  # stopped before the server answered the check
         # One connection for the loop's calls and one for the heartbeats, each opened again at
         # its first call after a loss (the loop's after the Backoff's wait).
         self._runner = _AsyncConnector(self._dsn)

@@ -327,7 +327,8 @@ class Worker(WorkerCore):
         return None if self._runner is None else self._runner._own
 
     def _run(self) -> None:
-        self._check_server()
+        if not self._check_server():
+            return  # stopped before the server answered the check
         # One connection for the loop's calls, opened again at the first call after a loss (after
         # the Backoff's wait); a connection attempt gives up after connect_timeout.
         self._runner = _Connector(self._dsn)
