@@ -332,6 +332,11 @@ HOLD_CASES: dict[str, str] = {
     "0": "nothing held (the control: the same statistics over the same seconds of a run without a hold)",
 }
 
+#: Cases run only when asked for (``--held-cases``), not by default.
+EXTRA_HOLD_CASES: dict[str, str] = {
+    "r": "idle in transaction with an xid, ended by a ROLLBACK (as idle_in_transaction_session_timeout ends it)",
+}
+
 
 def _alter_naptime(conn: psycopg.Connection[Any], value: str | None) -> None:
     """ALTER SYSTEM SET autovacuum_naptime = value (RESET when None) and reload; after a SET, wait
@@ -572,7 +577,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 hconn.execute("SELECT count(*) FROM pgqueue.queue")  # takes the snapshot
             elif hold_case == "a":
                 hconn.execute("SELECT count(*) FROM bench_held_other")
-            elif hold_case == "b":
+            elif hold_case in ("b", "r"):
                 hconn.execute("SELECT txid_current()")  # READ COMMITTED: no snapshot kept, an xid
             elif hold_case == "c":
                 hconn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(main_table)))  # our own name
@@ -580,7 +585,10 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 raise ValueError(hold_case)
             holder_state["start"] = time.perf_counter() - t0
             stop.wait(max(0.0, t0 + hold[1] - time.perf_counter()))
-            hconn.commit()
+            if hold_case == "r":
+                hconn.rollback()
+            else:
+                hconn.commit()
             holder_state["end"] = time.perf_counter() - t0
 
     threads = load.threads() + (twin.threads() if twin else [])
@@ -777,7 +785,8 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
     out: dict[str, Any] = {"before": before, "hold": hold, "after": after, "clients": producers + consumers,
                            "backlog": backlog, "slack": slack, "twin": twin,
                            "twin_sql": twin_sql,
-                           "cases": {c: d for c, d in HOLD_CASES.items() if cases is None or c in cases},
+                           "cases": {c: d for c, d in {**HOLD_CASES, **EXTRA_HOLD_CASES}.items()
+                                     if (c in HOLD_CASES if cases is None else c in cases)},
                            "designs": {}}
     for name in designs or HELD_DESIGNS:
         design = DESIGNS[name]

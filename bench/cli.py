@@ -55,8 +55,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    choices=["pgqueue_delete", "pgqueue", "seed001", "pgmq_pop", "pgmq_read_delete", "pgq"],
                    help="designs of the held section (default: all of them; a peer the server lacks is "
                         "reported as not available)")
-    p.add_argument("--held-cases", nargs="+", metavar="CASE", choices=["a", "b", "c", "0"],
-                   help="cases of the held section (default: all; 0 is the control, a run that holds nothing)")
+    p.add_argument("--held-cases", nargs="+", metavar="CASE", choices=["a", "b", "c", "0", "r"],
+                   help="cases of the held section (default: a b c 0; 0 is the control, a run that holds "
+                        "nothing; r, only when asked for, is b ended by a ROLLBACK instead of a COMMIT)")
     p.add_argument("--held-twin", action="store_true",
                    help="run each held case beside a twin: the same design and load at the same time in a "
                         "second database, which the hold does not hold back; the report adds each case's "

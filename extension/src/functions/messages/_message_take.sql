@@ -52,7 +52,10 @@
 --     bottom once the transactions with xids below that call's xid have ended.
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
 --     a long writer) is set aside, with R, where H and L stood then; when it ends the session
---     starts again from its R, so its rows, visible from then on, are found. Its keys written
+--     starts again from its R, so its rows, visible from then on, are found (not when it rolled
+--     back, e.g. ended by idle_in_transaction_session_timeout: its rows never become visible, and
+--     under a held snapshot each session's walk back from R over message_leased_idx visits the
+--     heap for every lease completed since, docs/performance.md). Its keys written
 --     with the clock are at or above R: H (L) last moved to a candidate once every xid below
 --     that candidate's X had ended, and this one had not, so its xid came after X and its clock
 --     readings after the candidate was found (placed-low writes signal the stripe, and a
@@ -190,12 +193,16 @@ BEGIN
             v_x := v_s[16 + i];
             v_j := 17 + v_s[16] + 4 * (i - 1);  -- its R
             IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
-                v_ended := true;  -- it has ended: H and L go back to its R
-                IF (v_s[v_j], v_s[v_j + 1]) < (v_s[2], v_s[3]) THEN
-                    v_s[2] := v_s[v_j]; v_s[3] := v_s[v_j + 1];
-                END IF;
-                IF (v_s[v_j + 2], v_s[v_j + 3]) < (v_s[10], v_s[11]) THEN
-                    v_s[10] := v_s[v_j + 2]; v_s[11] := v_s[v_j + 3];
+                -- it has ended: H and L go back to its R, unless it rolled back (nothing it
+                -- wrote becomes visible; an unknown status counts as committed)
+                IF pg_xact_status(v_x::text::xid8) IS DISTINCT FROM 'aborted' THEN
+                    v_ended := true;
+                    IF (v_s[v_j], v_s[v_j + 1]) < (v_s[2], v_s[3]) THEN
+                        v_s[2] := v_s[v_j]; v_s[3] := v_s[v_j + 1];
+                    END IF;
+                    IF (v_s[v_j + 2], v_s[v_j + 3]) < (v_s[10], v_s[11]) THEN
+                        v_s[10] := v_s[v_j + 2]; v_s[11] := v_s[v_j + 3];
+                    END IF;
                 END IF;
             ELSE
                 v_long := v_long || v_x;
