@@ -1943,6 +1943,7 @@ DECLARE
     v_now   bigint := pgqueue.to_epoch(now());
     v_ids   bigint[];
     v_clock bigint;
+    v_turn  bigint;
 BEGIN
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
@@ -1951,6 +1952,7 @@ BEGIN
                       FOR UPDATE);
     PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
     v_clock := pgqueue._write_clock();
+    v_turn := pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), p_dequeue_at IS NULL);
     -- A fresh id keeps fencing sound: no token handed out before can match the new message.
     WITH d AS (
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
@@ -1961,7 +1963,9 @@ BEGIN
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error,
            -- a queue with message groups: back without its group, in a group of its own
-           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END,
+           -- (due now: one clock reading in microseconds for all, read after the xid, so that they
+           -- go behind the turns handed on before and keep their order among themselves by id)
+           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN v_turn END,
            -- keyed at or above this writer's clock: no check by trigger message_placed_low
            CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= v_clock - 5 THEN false END
       FROM d ORDER BY d.id;
@@ -2225,7 +2229,9 @@ BEGIN
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
         -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
         RETURN QUERY
-        SELECT pgqueue._message_insert(v_queue, u.content, coalesce(u.dequeue_at, p_dequeue_at, v_clock),
+        -- (a message due now goes in with dequeue_at NULL: its turn's key is the clock's
+        -- microsecond when it is written, pgqueue._message_insert)
+        SELECT pgqueue._message_insert(v_queue, u.content, coalesce(u.dequeue_at, p_dequeue_at),
                                        coalesce(u.content_type, p_content_type), u.grp, u.key, v_now)
           FROM unnest(p_contents, p_dequeue_ats, p_content_types, p_groups, p_keys)
                WITH ORDINALITY AS u(content, dequeue_at, content_type, grp, key, n)
@@ -3278,10 +3284,11 @@ BEGIN
         v_clock := pgqueue._write_clock();
         FOR v_row IN
             SELECT s.content, s.content_type, s.group_key, s.idem_key,
+                   -- NULL when due now: pgqueue._message_insert reads the clock (its turn's key
+                   -- in microseconds)
                    coalesce(s.dequeue_at,
                             v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
-                                           THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
-                            v_clock) AS dequeue_at
+                                           THEN least(s.delay_ms, 9223372036854775807 - v_clock) END) AS dequeue_at
               FROM unnest(p_partitions, p_attempts) AS w(p, a)
               JOIN pgqueue.spark_staging s
                 ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
@@ -4655,8 +4662,9 @@ COMMENT ON FUNCTION pgqueue._message_group_lock(integer, text) IS
 
 -- The key of a group's turn (message.turn_at, epoch microseconds): p_dequeue_at in microseconds
 -- (clamped so that it cannot overflow), or, when p_later, no earlier than the clock: a turn
--- handed on, or kept by a retry or a defer, goes behind the turns already waiting. Microseconds,
--- so that turns handed on in one millisecond still queue in the order they were handed on. The
+-- handed on, kept by a retry or a defer, or given to a message created due now, goes behind the
+-- turns already waiting. Microseconds, so that turns handed on and messages created in one
+-- millisecond still queue in the order they were handed on or created. The
 -- clock in double precision, exact to the microsecond until 2106 (as in pgqueue.now_ms).
 CREATE FUNCTION pgqueue._turn_key(p_dequeue_at bigint, p_later boolean)
 RETURNS bigint
@@ -4779,7 +4787,12 @@ COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
 -- one reads its id (READ COMMITTED: a new snapshot per statement; REPEATABLE READ raises 40001).
 -- Groups: under the group's lock (pgqueue._message_group_lock) the message gets its group's turn
 -- at once if the group has none waiting and room in flight; a message without a group in a
--- grouped queue is a group of its own and always has its turn.
+-- grouped queue is a group of its own and always has its turn. The turn's key: a message due now
+-- (p_dequeue_at NULL) has it from the clock in microseconds, read after the xid, as a turn handed
+-- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written; with
+-- its dequeue_at in milliseconds it went ahead of a turn handed on earlier in the same
+-- millisecond (group_hint_pitfalls.spec failed so in CI). A message with a dequeue_at of its own
+-- (scheduled, or a priority in the past) has that time's key.
 CREATE FUNCTION pgqueue._message_insert(
     p_queue        pgqueue.queue,
     p_content      bytea,
@@ -4833,11 +4846,11 @@ BEGIN
         IF p_queue.group_concurrency IS NULL THEN
             v_turn := NULL;
         ELSIF p_group IS NULL THEN
-            v_turn := pgqueue._turn_key(v_at, false);
+            v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
         ELSE
             v_held := pgqueue._message_group_lock(p_queue.id, p_group);
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
-                v_turn := pgqueue._turn_key(v_at, false);
+                v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
             ELSIF NOT v_held THEN
                 -- REPEATABLE READ: the message taking the room may have left after this snapshot,
                 -- and this one would wait with no turn (pgqueue._message_group_lock)

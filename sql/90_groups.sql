@@ -165,7 +165,53 @@ SELECT convert_from(content, 'UTF8') AS again, attempts FROM pgqueue.message_deq
 SELECT pgqueue.dead_letter_requeue('grp') AS requeued;
 SELECT pg_temp.got('grp', 10) AS requeued_a2;
 
--- Spark streams do not read or fill grouped queues yet: refused, nothing done.
+-- A message created due now goes behind a turn handed on before it was written, even within the
+-- same millisecond (its turn's key is the clock's microsecond, as a hand-off's is; keyed in
+-- milliseconds it went first 77-97 times in 100): for each way in, 100 rounds of hand-off (b1
+-- taken, b2 gets the turn) then a message of another group created at once; b2 must come
+-- first, then that message.
+SELECT pgqueue.queue_create('order_us', p_group_concurrency => 1);
+CREATE TEMP TABLE order_us_rounds (how text, went_first integer);
+DO $$
+DECLARE
+    v_how   text;
+    v_wrong integer;
+    v_got   text;
+    v_w     uuid := gen_random_uuid();
+BEGIN
+    FOREACH v_how IN ARRAY ARRAY['create', 'create_nogroup', 'batch', 'requeue', 'spark'] LOOP
+        v_wrong := 0;
+        FOR i IN 1 .. 100 LOOP
+            IF v_how = 'requeue' THEN  -- a dead letter ready to come back
+                PERFORM pgqueue.message_create('order_us', 'a'::bytea, p_group => 'a');
+                PERFORM pgqueue.message_reject(m.id, m.attempts, 'back soon')
+                   FROM pgqueue.message_dequeue('order_us', 1, 60000) m;
+            ELSIF v_how = 'spark' THEN
+                PERFORM pgqueue.spark_stage(v_w, 0, i, 0, ARRAY['a']::bytea[], p_groups => ARRAY['a']);
+            END IF;
+            PERFORM pgqueue.message_create_batch('order_us', ARRAY['b1', 'b2']::bytea[], p_groups => ARRAY['b', 'b']);
+            PERFORM pgqueue.message_dequeue('order_us', 1, 0);  -- b1; b2 gets the turn
+            CASE v_how
+                WHEN 'create' THEN PERFORM pgqueue.message_create('order_us', 'a'::bytea, p_group => 'a');
+                WHEN 'create_nogroup' THEN PERFORM pgqueue.message_create('order_us', 'a'::bytea);
+                WHEN 'batch' THEN PERFORM pgqueue.message_create_batch('order_us', ARRAY['a']::bytea[], p_groups => ARRAY['a']);
+                WHEN 'requeue' THEN PERFORM pgqueue.dead_letter_requeue('order_us');
+                ELSE PERFORM pgqueue.spark_publish('order-us-' || v_w || '-' || i, 'order_us', v_w, ARRAY[0], ARRAY[i::bigint], ARRAY[1::bigint]);
+            END CASE;
+            SELECT convert_from(content, 'UTF8') INTO v_got FROM pgqueue.message_dequeue('order_us', 1, 0);
+            SELECT v_got || ' ' || convert_from(content, 'UTF8') INTO v_got FROM pgqueue.message_dequeue('order_us', 1, 0);
+            IF v_got IS DISTINCT FROM 'b2 a' THEN  -- (the second take: 'a' was created)
+                v_wrong := v_wrong + 1;
+            END IF;
+        END LOOP;
+        INSERT INTO order_us_rounds VALUES (v_how, v_wrong);
+    END LOOP;
+END $$;
+SELECT how, went_first FROM order_us_rounds;
+SELECT count(*) AS left_behind FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'order_us';
+SELECT pgqueue.queue_drop('order_us');
+
+-- Spark streams do not read grouped queues yet (spark_publish fills them, above): refused, nothing done.
 SELECT pgqueue.spark_claim('grp', 'etl', 10);
 
 -- Dropping a grouped queue with keys and windows leaves nothing behind.

@@ -12,6 +12,7 @@ DECLARE
     v_now   bigint := pgqueue.to_epoch(now());
     v_ids   bigint[];
     v_clock bigint;
+    v_turn  bigint;
 BEGIN
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
@@ -20,6 +21,7 @@ BEGIN
                       FOR UPDATE);
     PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
     v_clock := pgqueue._write_clock();
+    v_turn := pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), p_dequeue_at IS NULL);
     -- A fresh id keeps fencing sound: no token handed out before can match the new message.
     WITH d AS (
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
@@ -30,7 +32,9 @@ BEGIN
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error,
            -- a queue with message groups: back without its group, in a group of its own
-           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), false) END,
+           -- (due now: one clock reading in microseconds for all, read after the xid, so that they
+           -- go behind the turns handed on before and keep their order among themselves by id)
+           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN v_turn END,
            -- keyed at or above this writer's clock: no check by trigger message_placed_low
            CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= v_clock - 5 THEN false END
       FROM d ORDER BY d.id;

@@ -8,7 +8,12 @@
 -- one reads its id (READ COMMITTED: a new snapshot per statement; REPEATABLE READ raises 40001).
 -- Groups: under the group's lock (pgqueue._message_group_lock) the message gets its group's turn
 -- at once if the group has none waiting and room in flight; a message without a group in a
--- grouped queue is a group of its own and always has its turn.
+-- grouped queue is a group of its own and always has its turn. The turn's key: a message due now
+-- (p_dequeue_at NULL) has it from the clock in microseconds, read after the xid, as a turn handed
+-- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written; with
+-- its dequeue_at in milliseconds it went ahead of a turn handed on earlier in the same
+-- millisecond (group_hint_pitfalls.spec failed so in CI). A message with a dequeue_at of its own
+-- (scheduled, or a priority in the past) has that time's key.
 CREATE FUNCTION pgqueue._message_insert(
     p_queue        pgqueue.queue,
     p_content      bytea,
@@ -62,11 +67,11 @@ BEGIN
         IF p_queue.group_concurrency IS NULL THEN
             v_turn := NULL;
         ELSIF p_group IS NULL THEN
-            v_turn := pgqueue._turn_key(v_at, false);
+            v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
         ELSE
             v_held := pgqueue._message_group_lock(p_queue.id, p_group);
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
-                v_turn := pgqueue._turn_key(v_at, false);
+                v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
             ELSIF NOT v_held THEN
                 -- REPEATABLE READ: the message taking the room may have left after this snapshot,
                 -- and this one would wait with no turn (pgqueue._message_group_lock)

@@ -1,7 +1,8 @@
 -- The key of a group's turn (message.turn_at, epoch microseconds): p_dequeue_at in microseconds
 -- (clamped so that it cannot overflow), or, when p_later, no earlier than the clock: a turn
--- handed on, or kept by a retry or a defer, goes behind the turns already waiting. Microseconds,
--- so that turns handed on in one millisecond still queue in the order they were handed on. The
+-- handed on, kept by a retry or a defer, or given to a message created due now, goes behind the
+-- turns already waiting. Microseconds, so that turns handed on and messages created in one
+-- millisecond still queue in the order they were handed on or created. The
 -- clock in double precision, exact to the microsecond until 2106 (as in pgqueue.now_ms).
 CREATE FUNCTION pgqueue._turn_key(p_dequeue_at bigint, p_later boolean)
 RETURNS bigint

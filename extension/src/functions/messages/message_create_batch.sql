@@ -49,7 +49,9 @@ BEGIN
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
         -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
         RETURN QUERY
-        SELECT pgqueue._message_insert(v_queue, u.content, coalesce(u.dequeue_at, p_dequeue_at, v_clock),
+        -- (a message due now goes in with dequeue_at NULL: its turn's key is the clock's
+        -- microsecond when it is written, pgqueue._message_insert)
+        SELECT pgqueue._message_insert(v_queue, u.content, coalesce(u.dequeue_at, p_dequeue_at),
                                        coalesce(u.content_type, p_content_type), u.grp, u.key, v_now)
           FROM unnest(p_contents, p_dequeue_ats, p_content_types, p_groups, p_keys)
                WITH ORDINALITY AS u(content, dequeue_at, content_type, grp, key, n)

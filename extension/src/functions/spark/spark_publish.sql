@@ -95,10 +95,11 @@ BEGIN
         v_clock := pgqueue._write_clock();
         FOR v_row IN
             SELECT s.content, s.content_type, s.group_key, s.idem_key,
+                   -- NULL when due now: pgqueue._message_insert reads the clock (its turn's key
+                   -- in microseconds)
                    coalesce(s.dequeue_at,
                             v_clock + CASE WHEN s.delay_ms IS NOT NULL  -- saturate, never overflow
-                                           THEN least(s.delay_ms, 9223372036854775807 - v_clock) END,
-                            v_clock) AS dequeue_at
+                                           THEN least(s.delay_ms, 9223372036854775807 - v_clock) END) AS dequeue_at
               FROM unnest(p_partitions, p_attempts) AS w(p, a)
               JOIN pgqueue.spark_staging s
                 ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
