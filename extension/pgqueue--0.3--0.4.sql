@@ -160,7 +160,8 @@ $$;
 -- The lock stripes: 64 sequences used for their relation lock (docs/locking.md).
 -- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._lock_stripe). Every operation on a
 -- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
--- a max_size change take it in SHARE ROW EXCLUSIVE mode (pgqueue._queue_quiesce), so they wait
+-- a max_size or group_concurrency change take it in SHARE ROW EXCLUSIVE mode
+-- (pgqueue._queue_quiesce), so they wait
 -- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike
 -- an advisory lock, a relation lock needs a privilege on the relation: a role that was granted
 -- nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
@@ -797,7 +798,8 @@ $$;
 
 -- Take a queue's lock stripe in ROW EXCLUSIVE mode until the end of the transaction; always true.
 -- Every operation on a queue's messages or dead letters calls it before it touches a row, so
--- queue_drop and a max_size change (pgqueue._queue_quiesce) wait for it and it waits for them.
+-- queue_drop and a max_size or group_concurrency change (pgqueue._queue_quiesce) wait for it and
+-- it waits for them.
 -- pg_sequence_last_value opens the sequence with that lock and needs SELECT or USAGE on it;
 -- the stripes are never advanced, so it reads NULL (docs/locking.md).
 CREATE FUNCTION pgqueue._queue_lock(p_queue_id integer)
@@ -839,7 +841,7 @@ COMMENT ON FUNCTION pgqueue._queue_pin(integer) IS
 
 -- Wait for the work in flight on a queue's lock stripe and hold new work off until the end of the
 -- transaction: the stripe in SHARE ROW EXCLUSIVE mode (docs/locking.md). queue_drop and a
--- max_size change call it before they read or change any row of the queue.
+-- max_size or group_concurrency change call it before they read or change any row of the queue.
 --
 -- SECURITY DEFINER because ALTER SEQUENCE (the only statement that takes a strong lock on a
 -- sequence) needs its owner; it runs nothing but that statement, on a name it computes itself.
@@ -857,7 +859,7 @@ $$;
 REVOKE ALL ON FUNCTION pgqueue._queue_quiesce(integer) FROM PUBLIC;
 
 COMMENT ON FUNCTION pgqueue._queue_quiesce(integer) IS
-    'pgqueue internal: wait for in-flight work on the queue''s lock stripe and block new work until commit (queue_drop, max_size changes)';
+    'pgqueue internal: wait for in-flight work on the queue''s lock stripe and block new work until commit (queue_drop, max_size and group_concurrency changes)';
 
 -- pgqueue.queue_size: the bound is upper + (the stripe's enqueued counter - mark), or upper alone
 -- when mark is NULL (pgqueue._queue_reserve). Its rows are derived: recounted at the next
@@ -1132,11 +1134,11 @@ REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION pgqueue._queue_reserve(integer, bigint) IS
     'pgqueue internal: admit p_count messages into a capped queue or raise PQ003; the only writer of pgqueue.queue_size';
 
--- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop and max_size changes wait for
--- the work in flight and must then see what it committed, queue_create must see which counter
--- stripes other queues took, and a new idempotency key must see the keys kept for a queue's
--- window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot (docs/guarantees.md,
--- "Isolation levels").
+-- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop, max_size and group_concurrency
+-- changes wait for the work in flight and must then see what it committed, queue_create must see
+-- which counter stripes other queues took, and a new idempotency key must see the keys kept for
+-- a queue's window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot
+-- (docs/guarantees.md, "Isolation levels").
 CREATE FUNCTION pgqueue._require_read_committed(p_what text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -2629,12 +2631,16 @@ DECLARE
     v_group  text;
     v_turned boolean;
 BEGIN
-    IF p_max_size IS NOT NULL THEN
+    IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
         -- wait for them on the queue's lock stripe before locking the queue row (the other
         -- order deadlocks with a transaction that enqueued and then drops or alters), and
-        -- count with snapshots taken after that, which REPEATABLE READ cannot give.
-        PERFORM pgqueue._require_read_committed('queue_alter(p_max_size)');
+        -- count with snapshots taken after that, which REPEATABLE READ cannot give. So must a
+        -- new group limit give turns: a producer in flight decided its message's turn under
+        -- the old limit, and a message it left waiting in a group the new limit makes room in
+        -- would otherwise wait for a message of the group to leave (specs/group_producer.spec).
+        PERFORM pgqueue._require_read_committed(CASE WHEN p_max_size IS NOT NULL THEN 'queue_alter(p_max_size)'
+                                                     ELSE 'queue_alter(p_group_concurrency)' END);
         SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
         IF FOUND THEN
             PERFORM pgqueue._queue_quiesce(v_queue.id);

@@ -1,6 +1,7 @@
 -- Take a queue's lock stripe in ROW EXCLUSIVE mode until the end of the transaction; always true.
 -- Every operation on a queue's messages or dead letters calls it before it touches a row, so
--- queue_drop and a max_size change (pgqueue._queue_quiesce) wait for it and it waits for them.
+-- queue_drop and a max_size or group_concurrency change (pgqueue._queue_quiesce) wait for it and
+-- it waits for them.
 -- pg_sequence_last_value opens the sequence with that lock and needs SELECT or USAGE on it;
 -- the stripes are never advanced, so it reads NULL (docs/locking.md).
 CREATE FUNCTION pgqueue._queue_lock(p_queue_id integer)

@@ -1,8 +1,8 @@
--- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop and max_size changes wait for
--- the work in flight and must then see what it committed, queue_create must see which counter
--- stripes other queues took, and a new idempotency key must see the keys kept for a queue's
--- window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot (docs/guarantees.md,
--- "Isolation levels").
+-- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop, max_size and group_concurrency
+-- changes wait for the work in flight and must then see what it committed, queue_create must see
+-- which counter stripes other queues took, and a new idempotency key must see the keys kept for
+-- a queue's window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot
+-- (docs/guarantees.md, "Isolation levels").
 CREATE FUNCTION pgqueue._require_read_committed(p_what text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

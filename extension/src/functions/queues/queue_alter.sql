@@ -19,12 +19,16 @@ DECLARE
     v_group  text;
     v_turned boolean;
 BEGIN
-    IF p_max_size IS NOT NULL THEN
+    IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
         -- wait for them on the queue's lock stripe before locking the queue row (the other
         -- order deadlocks with a transaction that enqueued and then drops or alters), and
-        -- count with snapshots taken after that, which REPEATABLE READ cannot give.
-        PERFORM pgqueue._require_read_committed('queue_alter(p_max_size)');
+        -- count with snapshots taken after that, which REPEATABLE READ cannot give. So must a
+        -- new group limit give turns: a producer in flight decided its message's turn under
+        -- the old limit, and a message it left waiting in a group the new limit makes room in
+        -- would otherwise wait for a message of the group to leave (specs/group_producer.spec).
+        PERFORM pgqueue._require_read_committed(CASE WHEN p_max_size IS NOT NULL THEN 'queue_alter(p_max_size)'
+                                                     ELSE 'queue_alter(p_group_concurrency)' END);
         SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
         IF FOUND THEN
             PERFORM pgqueue._queue_quiesce(v_queue.id);
