@@ -161,10 +161,9 @@ $$;
 -- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._lock_stripe). Every operation on a
 -- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
 -- a max_size or group_concurrency change take it in SHARE ROW EXCLUSIVE mode
--- (pgqueue._queue_quiesce), so they wait
--- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike
--- an advisory lock, a relation lock needs a privilege on the relation: a role that was granted
--- nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
+-- (pgqueue._queue_quiesce), so they wait for the work in flight and new work waits for them, in
+-- the lock manager's fair queue. Unlike an advisory lock, a relation lock needs a privilege on
+-- the relation: a role that was granted nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
 -- below the clock (trigger message_placed_low), which consumers' session hints watch
 -- (pgqueue._message_take).
 DO $$
@@ -1954,7 +1953,12 @@ BEGIN
                       FOR UPDATE);
     PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
     v_clock := pgqueue._write_clock();
-    v_turn := pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), p_dequeue_at IS NULL);
+    -- a queue with message groups: back without its group, in a group of its own (due now: one
+    -- clock reading in microseconds for all, read after the xid, so that they go behind the turns
+    -- handed on before and keep their order among themselves by id)
+    IF v_queue.group_concurrency IS NOT NULL THEN
+        v_turn := pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), p_dequeue_at IS NULL);
+    END IF;
     -- A fresh id keeps fencing sound: no token handed out before can match the new message.
     WITH d AS (
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
@@ -1964,10 +1968,7 @@ BEGIN
                                  turn_at, write_mark)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error,
-           -- a queue with message groups: back without its group, in a group of its own
-           -- (due now: one clock reading in microseconds for all, read after the xid, so that they
-           -- go behind the turns handed on before and keep their order among themselves by id)
-           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN v_turn END,
+           v_turn,
            -- keyed at or above this writer's clock: no check by trigger message_placed_low
            CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= v_clock - 5 THEN false END
       FROM d ORDER BY d.id;
@@ -2227,7 +2228,6 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    v_clock := pgqueue._write_clock();
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
         -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
         RETURN QUERY
@@ -2239,6 +2239,7 @@ BEGIN
                WITH ORDINALITY AS u(content, dequeue_at, content_type, grp, key, n)
          ORDER BY u.n;
     ELSE
+        v_clock := pgqueue._write_clock();
         RETURN QUERY
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
@@ -4795,9 +4796,8 @@ COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
 -- at once if the group has none waiting and room in flight; a message without a group in a
 -- grouped queue is a group of its own and always has its turn. The turn's key: a message due now
 -- (p_dequeue_at NULL) has it from the clock in microseconds, read after the xid, as a turn handed
--- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written; with
--- its dequeue_at in milliseconds it went ahead of a turn handed on earlier in the same
--- millisecond (group_hint_pitfalls.spec failed so in CI). A message with a dequeue_at of its own
+-- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written, also
+-- within the same millisecond (sql/90_groups.sql). A message with a dequeue_at of its own
 -- (scheduled, or a priority in the past) has that time's key.
 CREATE FUNCTION pgqueue._message_insert(
     p_queue        pgqueue.queue,

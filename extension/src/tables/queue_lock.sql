@@ -2,10 +2,9 @@
 -- Queue q uses pgqueue.queue_lock_<q & 63> (pgqueue._lock_stripe). Every operation on a
 -- queue's messages takes its stripe in ROW EXCLUSIVE mode (pgqueue._queue_lock); queue_drop and
 -- a max_size or group_concurrency change take it in SHARE ROW EXCLUSIVE mode
--- (pgqueue._queue_quiesce), so they wait
--- for the work in flight and new work waits for them, in the lock manager's fair queue. Unlike
--- an advisory lock, a relation lock needs a privilege on the relation: a role that was granted
--- nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
+-- (pgqueue._queue_quiesce), so they wait for the work in flight and new work waits for them, in
+-- the lock manager's fair queue. Unlike an advisory lock, a relation lock needs a privilege on
+-- the relation: a role that was granted nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
 -- below the clock (trigger message_placed_low), which consumers' session hints watch
 -- (pgqueue._message_take).
 DO $$

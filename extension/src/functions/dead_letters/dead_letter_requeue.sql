@@ -21,7 +21,12 @@ BEGIN
                       FOR UPDATE);
     PERFORM pgqueue._queue_admit(p_queue, cardinality(v_ids));
     v_clock := pgqueue._write_clock();
-    v_turn := pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), p_dequeue_at IS NULL);
+    -- a queue with message groups: back without its group, in a group of its own (due now: one
+    -- clock reading in microseconds for all, read after the xid, so that they go behind the turns
+    -- handed on before and keep their order among themselves by id)
+    IF v_queue.group_concurrency IS NOT NULL THEN
+        v_turn := pgqueue._turn_key(coalesce(p_dequeue_at, v_clock), p_dequeue_at IS NULL);
+    END IF;
     -- A fresh id keeps fencing sound: no token handed out before can match the new message.
     WITH d AS (
         DELETE FROM pgqueue.dead_letter d WHERE d.id = ANY (v_ids)
@@ -31,10 +36,7 @@ BEGIN
                                  turn_at, write_mark)
     SELECT v_queue.id, coalesce(p_dequeue_at, v_clock), d.created_at, d.content, d.content_type,
            d.state, d.last_error,
-           -- a queue with message groups: back without its group, in a group of its own
-           -- (due now: one clock reading in microseconds for all, read after the xid, so that they
-           -- go behind the turns handed on before and keep their order among themselves by id)
-           CASE WHEN v_queue.group_concurrency IS NOT NULL THEN v_turn END,
+           v_turn,
            -- keyed at or above this writer's clock: no check by trigger message_placed_low
            CASE WHEN p_dequeue_at IS NULL OR p_dequeue_at >= v_clock - 5 THEN false END
       FROM d ORDER BY d.id;

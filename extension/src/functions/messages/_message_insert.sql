@@ -10,9 +10,8 @@
 -- at once if the group has none waiting and room in flight; a message without a group in a
 -- grouped queue is a group of its own and always has its turn. The turn's key: a message due now
 -- (p_dequeue_at NULL) has it from the clock in microseconds, read after the xid, as a turn handed
--- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written; with
--- its dequeue_at in milliseconds it went ahead of a turn handed on earlier in the same
--- millisecond (group_hint_pitfalls.spec failed so in CI). A message with a dequeue_at of its own
+-- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written, also
+-- within the same millisecond (sql/90_groups.sql). A message with a dequeue_at of its own
 -- (scheduled, or a priority in the past) has that time's key.
 CREATE FUNCTION pgqueue._message_insert(
     p_queue        pgqueue.queue,

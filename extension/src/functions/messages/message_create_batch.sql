@@ -45,7 +45,6 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    v_clock := pgqueue._write_clock();
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
         -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
         RETURN QUERY
@@ -57,6 +56,7 @@ BEGIN
                WITH ORDINALITY AS u(content, dequeue_at, content_type, grp, key, n)
          ORDER BY u.n;
     ELSE
+        v_clock := pgqueue._write_clock();
         RETURN QUERY
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue.id, coalesce(u.dequeue_at, p_dequeue_at, v_clock), v_now, u.content,
