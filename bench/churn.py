@@ -1,6 +1,6 @@
 """Targets 6 and 7: producers and consumers at full speed together for minutes.
 
-Producer and consumer threads (each on its own connection, synchronous_commit off so that the
+Producer and consumer processes (each on its own connection, synchronous_commit off so that the
 disk's flush time does not hide what dead tuples do) run for a fixed time against one queue
 that starts with a backlog. Producers hold back (1 ms naps) while the backlog is more than a
 slack above its starting size, so the live set stays bounded and any growth of the table is
@@ -37,12 +37,14 @@ reported as not available, with the server's reason.
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
 import threading
 import time
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing.synchronize import Event as _Event
 from typing import Any
 
 import psycopg
@@ -52,6 +54,8 @@ from bench import db
 from bench.check import CheckResult, Recorder, exactly_once
 
 PAD = db.PAYLOAD[:64]
+#: the client processes are forked: they inherit the design and the load's shared arrays
+_MP = multiprocessing.get_context("fork")
 TOKEN_BASE = 10**12
 
 
@@ -92,7 +96,7 @@ class _Design:
         token = self.consume(conn)
         return None if token is None else [token]
 
-    def background(self, dsn: str, stop: threading.Event, errors: list[str]) -> list[threading.Thread]:
+    def background(self, dsn: str, stop: _Event, errors: list[str]) -> list[threading.Thread]:
         """Threads the design needs beside producers and consumers (PgQ's ticker)."""
         return []
 
@@ -249,7 +253,7 @@ class _Pgq(_Design):
                 return out
             out.extend(got)
 
-    def background(self, dsn: str, stop: threading.Event, errors: list[str]) -> list[threading.Thread]:
+    def background(self, dsn: str, stop: _Event, errors: list[str]) -> list[threading.Thread]:
         def ticker() -> None:
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn:
@@ -427,76 +431,118 @@ def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int,
 
 
 class _Load:
-    """Producer and consumer threads on one database: what they produced and finished, per second."""
+    """Producer and consumer processes on one database: what they produced and finished, per second.
+
+    Each producer and consumer is a process of its own (forked, with its own connection), so that
+    the clients do not share one interpreter lock: with threads the control case's slowest 5-s
+    window was about 0.85x its free-running rate with nothing held (docs/performance.md, "The held
+    cases with C clients"), noise as large as the effects measured. The processes count into
+    shared arrays (per second, and what each produced, finished and lost, which the producers'
+    cap reads) and send their tokens back through a pipe at the end, for seed 002's check.
+    """
 
     def __init__(self, server: db.Server, dbname: str, design: _Design, *, seconds: int, producers: int,
-                 consumers: int, backlog: int, slack: int, fault: str | None, stop: threading.Event,
+                 consumers: int, backlog: int, slack: int, fault: str | None, stop: Any,
                  errors: list[str], name: str = "") -> None:
         self.dbname, self.design, self.backlog, self.cap = dbname, design, backlog, backlog + slack
-        self.stop, self.errors, self.name = stop, errors, name
-        slots = seconds + 5
-        self.slots = slots
-        self.enq = [array("l", [0] * slots) for _ in range(producers)]
-        self.deq = [array("l", [0] * slots) for _ in range(consumers)]
-        self.produced = [array("q") for _ in range(producers)]
+        self.dsn = server.dsn(dbname, sync_off=True)
+        self.stop, self.errors, self.name, self.fault = stop, errors, name, fault
+        self.producers, self.consumers = producers, consumers
+        self.slots = seconds + 5
+        n = producers + consumers
+        # per second, worker by worker (producers first); produced / finished / lost per worker
+        self.bins = _MP.Array("q", n * self.slots, lock=False)
+        self.counts = _MP.Array("q", n + consumers, lock=False)
+        self.produced: list[array[int]] = [array("q") for _ in range(producers)]
         self.recorders = [Recorder(fault) for _ in range(consumers)]
-        self.lost = [0] * consumers
-        self.conns_p = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(producers)]
-        self.conns_c = [psycopg.connect(server.dsn(dbname, sync_off=True), autocommit=True) for _ in range(consumers)]
+        self.procs: list[Any] = []
+        self.pipes: list[Any] = []
         self.t0 = 0.0
 
     def backlog_now(self) -> int:
-        return (self.backlog + sum(len(p) for p in self.produced) - sum(len(r) for r in self.recorders)
-                - sum(self.lost))
+        c, p, n = self.counts, self.producers, self.producers + self.consumers
+        return self.backlog + sum(c[:p]) - sum(c[p:n]) - sum(c[n:])
 
-    def producer(self, i: int) -> None:
-        conn, seq, bins = self.conns_p[i], 0, self.enq[i]
-        base = (i + 1) * TOKEN_BASE
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.dsn, autocommit=True)
+        time.sleep(max(0.0, self.t0 - time.perf_counter()))  # all start together
+        return conn
+
+    def _producer(self, i: int, out: Any) -> None:
+        tokens, error = array("q"), None
+        seq, base, row = 0, (i + 1) * TOKEN_BASE, i * self.slots
         try:
-            while not self.stop.is_set():
-                if self.backlog_now() > self.cap:
-                    time.sleep(0.001)
-                    continue
-                token = base + seq
-                self.design.produce(conn, _content(token))
-                self.produced[i].append(token)
-                seq += 1
-                sec = int(time.perf_counter() - self.t0)
-                if 0 <= sec < self.slots:
-                    bins[sec] += 1
+            with self._connect() as conn:
+                while not self.stop.is_set():
+                    if self.backlog_now() > self.cap:
+                        time.sleep(0.001)
+                        continue
+                    token = base + seq
+                    self.design.produce(conn, _content(token))
+                    tokens.append(token)
+                    self.counts[i] += 1
+                    seq += 1
+                    sec = int(time.perf_counter() - self.t0)
+                    if 0 <= sec < self.slots:
+                        self.bins[row + sec] += 1
         except Exception as exc:
-            self.errors.append(f"{self.name}producer {i}: {type(exc).__name__}: {exc}")
+            error = f"{self.name}producer {i}: {type(exc).__name__}: {exc}"
             self.stop.set()
+        out.send((tokens.tobytes(), error))
 
-    def consumer(self, i: int) -> None:
-        conn, bins, rec = self.conns_c[i], self.deq[i], self.recorders[i]
+    def _consumer(self, i: int, out: Any) -> None:
+        rec, error = Recorder(self.fault), None
+        k = self.producers + i
+        row, lost = k * self.slots, self.producers + self.consumers + i
         try:
-            while not self.stop.is_set():
-                tokens = self.design.consume_many(conn)
-                if tokens is None:
-                    time.sleep(self.design.idle_nap)
-                    continue
-                done = 0
-                for token in tokens:
-                    if token < 0:
-                        self.lost[i] += 1
-                    else:
-                        rec.record(token)
-                        done += 1
-                sec = int(time.perf_counter() - self.t0)
-                if 0 <= sec < self.slots:
-                    bins[sec] += done
+            with self._connect() as conn:
+                while not self.stop.is_set():
+                    tokens = self.design.consume_many(conn)
+                    if tokens is None:
+                        time.sleep(self.design.idle_nap)
+                        continue
+                    done = 0
+                    for token in tokens:
+                        if token < 0:
+                            self.counts[lost] += 1
+                        else:
+                            rec.record(token)
+                            done += 1
+                    self.counts[k] += done
+                    sec = int(time.perf_counter() - self.t0)
+                    if 0 <= sec < self.slots:
+                        self.bins[row + sec] += done
         except Exception as exc:
-            self.errors.append(f"{self.name}consumer {i}: {type(exc).__name__}: {exc}")
+            error = f"{self.name}consumer {i}: {type(exc).__name__}: {exc}"
             self.stop.set()
+        out.send((rec.items.tobytes(), error))
 
-    def threads(self) -> list[threading.Thread]:
-        return ([threading.Thread(target=self.producer, args=(i,)) for i in range(len(self.conns_p))]
-                + [threading.Thread(target=self.consumer, args=(i,)) for i in range(len(self.conns_c))])
+    def start(self) -> None:
+        """Fork the producers and consumers; they connect and start at self.t0."""
+        for target, n in ((self._producer, self.producers), (self._consumer, self.consumers)):
+            for i in range(n):
+                recv, send = _MP.Pipe(duplex=False)
+                proc = _MP.Process(target=target, args=(i, send), daemon=True)
+                proc.start()
+                send.close()
+                self.procs.append(proc)
+                self.pipes.append(recv)
 
-    def close(self) -> None:
-        for c in self.conns_p + self.conns_c:
-            c.close()
+    def finish(self) -> None:
+        """Collect what every process sent (after stop is set) and wait for them to exit."""
+        for k, (proc, pipe) in enumerate(zip(self.procs, self.pipes)):
+            try:
+                data, error = pipe.recv()
+            except EOFError:
+                data, error = b"", f"{self.name}client process {k} ended with exit code {proc.exitcode}"
+            proc.join()
+            pipe.close()
+            if error:
+                self.errors.append(error)
+            if k < self.producers:
+                self.produced[k].frombytes(data)
+            else:
+                self.recorders[k - self.producers].items.frombytes(data)
 
     def check(self, server: db.Server) -> tuple[CheckResult, list[str]]:
         """Seed 002's check on this load, and the problems found (none: exactly once)."""
@@ -507,20 +553,22 @@ class _Load:
             expected.extend(p)
         check = exactly_once(expected, self.recorders, what="messages finished", remaining=remaining)
         problems = [] if check.ok else [self.name + check.summary()]
-        if sum(self.lost):
-            problems.append(f"{self.name}{sum(self.lost)} messages taken but not finished (lease lost)")
+        lost = sum(self.counts[self.producers + self.consumers:])
+        if lost:
+            problems.append(f"{self.name}{lost} messages taken but not finished (lease lost)")
         return check, problems
 
     def per_second(self, seconds: int) -> tuple[list[int], list[int]]:
-        return ([sum(b[s] for b in self.deq) for s in range(seconds)],
-                [sum(b[s] for b in self.enq) for s in range(seconds)])
+        b, s, p, n = self.bins, self.slots, self.producers, self.producers + self.consumers
+        return ([sum(b[k * s + sec] for k in range(p, n)) for sec in range(seconds)],
+                [sum(b[k * s + sec] for k in range(p)) for sec in range(seconds)])
 
 
 def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, seconds: int, window: int,
          producers: int, consumers: int, backlog: int, slack: int, hold: tuple[float, float] | None,
          hold_case: str | None, main_table: str, fault: str | None, log: Any,
          twin_dbname: str | None = None) -> dict[str, Any]:
-    stop = threading.Event()
+    stop = _MP.Event()  # shared with the client processes (and the threads of this one)
     errors: list[str] = []
     samples: list[dict[str, Any]] = []
     load = _Load(server, dbname, design, seconds=seconds, producers=producers, consumers=consumers,
@@ -528,7 +576,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     twin = (_Load(server, twin_dbname, design, seconds=seconds, producers=producers, consumers=consumers,
                   backlog=backlog, slack=slack, fault=fault, stop=stop, errors=errors, name="twin ")
             if twin_dbname else None)
-    t0 = time.perf_counter() + 0.2
+    t0 = time.perf_counter() + 1.0  # time for the client processes to fork and connect
     load.t0 = t0
     if twin:
         twin.t0 = t0
@@ -591,23 +639,24 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 hconn.commit()
             holder_state["end"] = time.perf_counter() - t0
 
-    threads = load.threads() + (twin.threads() if twin else [])
+    loads = [load] + ([twin] if twin else [])
     aux = [threading.Thread(target=monitor)] + design.background(server.dsn(dbname, sync_off=True), stop, errors)
     if twin_dbname:
         aux += design.background(server.dsn(twin_dbname, sync_off=True), stop, errors)
     if hold:
         aux.append(threading.Thread(target=holder))
-    for t in threads + aux:
+    for ld in loads:
+        ld.start()
+    for t in aux:
         t.start()
     end = t0 + seconds
     while time.perf_counter() < end and not stop.is_set():
         time.sleep(min(1.0, max(0.0, end - time.perf_counter())))
     stop.set()
-    for t in threads + aux:
+    for ld in loads:
+        ld.finish()
+    for t in aux:
         t.join()
-    load.close()
-    if twin:
-        twin.close()
     check, problems = load.check(server)
     twin_check, twin_problems = twin.check(server) if twin else (None, [])
     problems += twin_problems + errors
@@ -641,6 +690,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
             result.update(_held_analysis(deq_s, holder_state, window, threshold=0.9, smooth=smooth))
             result.update(_held_growth(samples, enq_s, holder_state))
             result.update(_held_buffers(samples, holder_state))
+            result.update(_held_backlog(samples, holder_state))
             if twin and twin_check:
                 twin_deq, twin_enq = twin.per_second(seconds)
                 result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq, twin_check=twin_check.as_dict())
@@ -752,6 +802,16 @@ def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str
             "held_growth_window": [first["t"], last["t"]]}
 
 
+def _held_backlog(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:
+    """The lowest backlog from the start of the hold to 5 s after it (the once-a-second monitor's
+    count: produced less finished). Where it reached zero the consumers were waiting for the
+    producers, and the rate measured theirs: the run's backlog was too small for its length."""
+    if "start" not in hold or "end" not in hold:
+        return {}
+    seen = [s["backlog"] for s in samples if hold["start"] <= s["t"] <= hold["end"] + 5]
+    return {"held_backlog_min": min(seen)} if seen else {}
+
+
 def _held_buffers(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:
     """The database's buffer accesses (blks_hit + blks_read) per second, from the once-a-second
     monitor: the median before the hold and the highest second during it. A second of several
@@ -812,5 +872,6 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
                 f"{r.get('recovery_s')} s, growth {(r.get('held_growth_bytes') or 0) / 2**20:.1f} MiB for "
                 f"{r.get('held_produced', 0):,} messages produced"
                 + (f"; against its twin: slowest {r.get('twin_min_ratio') or 0:.2f}x, mean "
-                   f"{r.get('twin_mean_ratio') or 0:.2f}x, recovery {r.get('twin_recovery_s')} s" if twin else ""))
+                   f"{r.get('twin_mean_ratio') or 0:.2f}x, recovery {r.get('twin_recovery_s')} s" if twin else "")
+                + ("; THE BACKLOG RAN OUT (a larger backlog is needed)" if r.get("held_backlog_min", 1) <= 0 else ""))
     return out

@@ -714,7 +714,7 @@ def _churn(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         any_run = next(iter(ch.values()))
         w("## Target 6: churn")
         w("")
-        w(f"{any_run['producers']} producer and {any_run['consumers']} consumer threads for {any_run['seconds']} s "
+        w(f"{any_run['producers']} producer and {any_run['consumers']} consumer processes for {any_run['seconds']} s "
           f"(synchronous_commit off), starting from a backlog of {any_run['backlog']:,} messages; producers nap "
           f"while the backlog exceeds {any_run['cap']:,}, so the live set is bounded and table growth is bloat. "
           "Every message is checked finished exactly once (or still queued) at the end. Autovacuum runs with "
@@ -767,7 +767,7 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
     w("## Held snapshots")
     w("")
     w(f"Every design runs the churn above with {held['clients']} client sessions (producers and consumers, "
-      "synchronous_commit off; PgQ gives every registered consumer every event, so it runs one consumer reading "
+      "each a process of its own, synchronous_commit off; PgQ gives every registered consumer every event, so it runs one consumer reading "
       f"batches and the rest as producers), from a backlog of {held['backlog']:,} messages held near that size, "
       f"for {held['before']} s, then {held['hold']} s with the xmin horizon held back, then {held['after']} s "
       "after; each design and case in a fresh database, one after the other. "
@@ -812,7 +812,9 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
               f"| {'n/a' if growth is None else f'{growth / 2**20:.1f}'} | {_fmt(r.get('held_produced'))} "
               f"| {_fmt(_held_growth_ratio(r), 2)}× "
               f"| {_fmt(r.get('held_blocks_before'))}, {_fmt(r.get('held_blocks_peak'))} "
-              f"| {r['check']['summary']} |")
+              f"| {r['check']['summary']}"
+              + ("; the backlog ran out during the hold or in the 5 s after it: the rate is the producers'"
+                 if r.get("held_backlog_min", 1) <= 0 else "") + " |")
         w("")
         if held.get("twin"):
             w("Against the twin (the same design and load at the same time in a second database of the "
