@@ -768,7 +768,9 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
     w("")
     w(f"Every design runs the churn above with {held['clients']} client sessions (producers and consumers, "
       "each a process of its own, synchronous_commit off; PgQ gives every registered consumer every event, so it runs one consumer reading "
-      f"batches and the rest as producers), from a backlog of {held['backlog']:,} messages held near that size, "
+      f"batches and the rest as producers), from a backlog of {held['backlog']:,} messages (producers hold back "
+      f"while it is above {held['backlog'] + held['slack']:,}; consumers faster than the producers draw it down, "
+      "and a run where it ran out during the hold or just after says so), "
       f"for {held['before']} s, then {held['hold']} s with the xmin horizon held back, then {held['after']} s "
       "after; each design and case in a fresh database, one after the other. "
       "Free-running: the median per-second rate of messages finished before the hold (its first 5 s left out). "

@@ -223,6 +223,39 @@ def test_twin_analysis() -> None:
     assert held["twin_recovery_s"] == 1  # 800, 800, 1000, 1000, 1000 from second 21: 0.92
 
 
+def test_held_backlog_flags_a_run_that_ran_dry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lowest backlog from the hold's start to 5 s after it: zero there means the consumers
+    waited for the producers (the rate measured was theirs), and the report says so; an empty
+    backlog outside that span does not count."""
+    from bench import report
+    from bench.churn import _held_backlog
+
+    hold = {"start": 10.0, "end": 20.0}
+    samples = [{"t": float(t), "backlog": b} for t, b in
+               [(5, 900), (10, 500), (15, 200), (20, 100), (25, 50), (26, 0), (40, 0)]]
+    assert _held_backlog(samples, hold) == {"held_backlog_min": 50}
+    samples[4]["backlog"] = 0
+    assert _held_backlog(samples, hold) == {"held_backlog_min": 0}
+    assert _held_backlog(samples, {"start": 10.0}) == {}
+
+    monkeypatch.setattr(report.plots, "held_snapshots", lambda *args, **kwargs: None)
+
+    def rendered(backlog_min: int) -> str:
+        run = {"ok": True, "held_baseline": 100.0, "held_min": 95.0, "held_min_ratio": 0.95, "held_smooth": 5,
+               "held_mean_ratio": 1.0, "recovery_s": 0, "after_minute_ratio": 1.0, "held_growth_bytes": 0,
+               "held_produced": 10, "held_backlog_min": backlog_min, "check": {"summary": "OK"}}
+        held = {"clients": 3, "backlog": 1000, "slack": 100, "before": 10, "hold": 10, "after": 10,
+                "cases": {"a": "a case"},
+                "designs": {"d": {"label": "d", "available": True, "producers": 1, "consumers": 2,
+                                  "runs": {"a": run}}}}
+        lines: list[str] = []
+        report._held(lines.append, {"held": held}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+        return "\n".join(lines)
+
+    assert "the backlog ran out" in rendered(0)
+    assert "the backlog ran out" not in rendered(7)
+
+
 def test_broken_consumer_is_reported_as_failure(tmp_path: Path, pg_server: Server) -> None:
     out = tmp_path / "benchmarks.md"
     proc = _bench("--smoke", "--only", "workflows", "churn", "--inject-fault", "duplicate",
