@@ -672,6 +672,9 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     }
     if windows and max(windows) > 0:
         result["min_max_ratio"] = min(windows) / max(windows)
+    backlogs = [s["backlog"] for s in samples]
+    if backlogs:  # zero: consumers waited for the producers, and the rate was theirs from then on
+        result["backlog_min"] = min(backlogs)
     sizes = [(s["t"], s["total_bytes"]) for s in samples]
     if len(sizes) >= 2:
         half = seconds / 2
@@ -697,7 +700,8 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 result.update(_twin_analysis(deq_s, twin_deq, holder_state, smooth=smooth))
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
-        + ("check OK" if not problems else "FAILURE: " + "; ".join(problems)))
+        + ("check OK" if not problems else "FAILURE: " + "; ".join(problems))
+        + ("; THE BACKLOG RAN OUT (a larger backlog is needed)" if result.get("backlog_min", 1) <= 0 else ""))
     return result
 
 

@@ -83,7 +83,7 @@ class Profile:
     churn_window: int = 15
     churn_producers: int = 2
     churn_consumers: int = 4
-    churn_backlog: int = 20_000
+    churn_backlog: int = 100_000  # consumer processes outrun the producers: it must last the run
     churn_slack: int = 10_000
     held_before: int = 60
     held_hold: int = 120
