@@ -442,7 +442,7 @@ class _Load:
     """
 
     def __init__(self, server: db.Server, dbname: str, design: _Design, *, seconds: int, producers: int,
-                 consumers: int, backlog: int, slack: int, fault: str | None, stop: Any,
+                 consumers: int, backlog: int, slack: int, fault: str | None, stop: _Event,
                  errors: list[str], name: str = "") -> None:
         self.dbname, self.design, self.backlog, self.cap = dbname, design, backlog, backlog + slack
         self.dsn = server.dsn(dbname, sync_off=True)
@@ -673,7 +673,8 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     if windows and max(windows) > 0:
         result["min_max_ratio"] = min(windows) / max(windows)
     backlogs = [s["backlog"] for s in samples]
-    if backlogs:  # zero: consumers waited for the producers, and the rate was theirs from then on
+    if backlogs and hold_case is None:  # (a held case looks at its hold's seconds: _held_backlog)
+        # zero: consumers waited for the producers, and the rate was theirs from then on
         result["backlog_min"] = min(backlogs)
     sizes = [(s["t"], s["total_bytes"]) for s in samples]
     if len(sizes) >= 2:
