@@ -1203,6 +1203,41 @@ END;
 COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint) IS
     'pgqueue internal: the first lease at or after (p_at, p_id) that has run out by p_now (inlined into pgqueue._message_take)';
 
+-- Of the transactions p_xids (xid8 as bigint), those that still run and hold no lock of any mode
+-- on any relation of the schema pgqueue in this database: from pg_locks, the transaction's own
+-- lock on its xid and every relation lock of the same virtual transaction. Such a transaction
+-- has written no row of pgqueue.message (every write takes ROW EXCLUSIVE on it first and keeps
+-- it to the end), and the keys pgqueue's functions write from the clock are read after a
+-- statement on one of pgqueue's tables, so after this look. pgqueue._message_take raises the
+-- restart point of such a set-aside transaction (docs/performance.md, "The look at pg_locks").
+-- pg_lock_status() reads the backends' fast-path slots before the shared lock table, which holds
+-- the xid's lock: a relation lock taken before its slot was read is still held when the xid's
+-- lock is read (locks go at the transaction's end), so it is seen. A transaction that has ended
+-- holds no xid lock and is not returned.
+CREATE FUNCTION pgqueue._idle_xids(p_xids bigint[])
+RETURNS bigint[]
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH l AS MATERIALIZED (
+        SELECT k.locktype, k.database, k.relation, k.transactionid, k.virtualtransaction,
+               k.mode, k.granted
+          FROM pg_locks k)
+    SELECT coalesce(array_agg(x.x), '{}')
+      FROM unnest(p_xids) AS x(x)
+      JOIN l t ON t.locktype = 'transactionid' AND t.granted AND t.mode = 'ExclusiveLock'
+              AND t.transactionid = x.x::text::xid8::xid
+     WHERE NOT EXISTS (
+           SELECT FROM l r
+            WHERE r.virtualtransaction = t.virtualtransaction AND r.locktype = 'relation'
+              AND r.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+              AND r.relation IN (SELECT c.oid FROM pg_class c
+                                  WHERE c.relnamespace = 'pgqueue'::regnamespace))
+$$;
+
+COMMENT ON FUNCTION pgqueue._idle_xids(bigint[]) IS
+    'pgqueue internal: of these xids, those whose transaction runs and holds no lock on a relation of the schema pgqueue (pg_locks)';
+
 -- Lock up to p_limit deliverable messages of a queue and return their ids in delivery order: the
 -- one dequeue probe, shared by message_dequeue, spark_claim and (p_turns) the grouped dequeue.
 --
@@ -1260,7 +1295,8 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 --     starts again from its R, so its rows, visible from then on, are found (not when it rolled
 --     back, e.g. ended by idle_in_transaction_session_timeout: its rows never become visible, and
 --     under a held snapshot each session's walk back from R over message_leased_idx visits the
---     heap for every lease completed since, docs/performance.md). Its keys written
+--     heap for every lease completed since, docs/performance.md; nor beyond the last 100 ms when
+--     it holds no lock on pgqueue's tables: the look, below, raises its R). Its keys written
 --     with the clock are at or above R: H (L) last moved to a candidate once every xid below
 --     that candidate's X had ended, and this one had not, so its xid came after X and its clock
 --     readings after the candidate was found (placed-low writes signal the stripe, and a
@@ -1289,7 +1325,7 @@ COMMENT ON FUNCTION pgqueue._message_first_lease(integer, bigint, bigint, bigint
 -- [7] the xid to wait for, [8] stripe value seen, [9] the xid to wait for before a restart from
 -- the bottom (0: none), [10:11] L, [12:13] D, [14:15] F, [16] n, the number set aside,
 -- [17:16+n] their xids, then n times R: the H and L of when it was set aside (4 values).
-CREATE FUNCTION pgqueue._message_take(
+CREATE OR REPLACE FUNCTION pgqueue._message_take(
     p_queue_id     integer,
     p_limit        integer,
     p_now          bigint,
@@ -1364,6 +1400,9 @@ DECLARE
     v_fast     boolean;   -- this call's take of one message starts at F
     v_probed   boolean;   -- this call ran the candidate probe (from H)
     v_one_k    bigint;    -- the ready key of a one-message take
+    v_iraw     text;      -- the look for set-aside transactions that hold no lock on pgqueue: when ...
+    v_ilast    bigint;    -- ... this session last looked, and ...
+    v_idle     bigint[];  -- ... which it found so
 BEGIN
     -- Bring the hints up to date (see the header). A value without its checksum (hashtext of the
     -- array's text, written after it) starts afresh, never an error: so does anything a session
@@ -1414,6 +1453,40 @@ BEGIN
                 v_longr := v_longr || v_s[v_j : v_j + 3];
             END IF;
         END LOOP;
+        -- The look (at most every 100 ms a session and queue, by p_now, in the setting
+        -- <v_name>_look; a value that is not a time within those 100 ms is as good as none, so a
+        -- session can only make itself look more often): a transaction set aside that holds no
+        -- lock on any relation of pgqueue's schema has written no row of pgqueue.message (every
+        -- write locks the table first and keeps the lock to its end), and every key it writes
+        -- from now on comes from a clock read after it took such a lock (pgqueue._write_clock
+        -- and the lease's clock come after a statement on pgqueue's tables; a key placed more
+        -- than 5 ms below its writer's clock signals the stripe), so after p_now, which was
+        -- read before pg_locks was (pgqueue._idle_xids). Its R rises to p_now less the 5-ms
+        -- margin: when an idle session's transaction (case b) ends, the hints go back over 100
+        -- ms of deliveries at most, not over all of its hold. A transaction that has ended
+        -- keeps its R.
+        IF cardinality(v_long) > 0 THEN
+            v_iraw := current_setting(v_name || '_look', true);
+            v_ilast := CASE WHEN length(v_iraw) BETWEEN 1 AND 18 AND ltrim(v_iraw, '0123456789') = ''
+                            THEN v_iraw::bigint END;
+            IF NOT coalesce(v_ilast > p_now - 100 AND v_ilast <= p_now, false) THEN
+                v_idle := pgqueue._idle_xids(v_long);
+                FOR i IN 1 .. cardinality(v_long) LOOP
+                    IF v_long[i] = ANY (v_idle) THEN
+                        -- (the ready keys' margin is 5 ms in their unit, as the candidates' cap)
+                        IF (v_longr[4 * i - 3], v_longr[4 * i - 2])
+                           < (v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min) THEN
+                            v_longr[4 * i - 3 : 4 * i - 2] :=
+                                ARRAY[v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min];
+                        END IF;
+                        IF (v_longr[4 * i - 1], v_longr[4 * i]) < (p_now - 5, c_min) THEN
+                            v_longr[4 * i - 1 : 4 * i] := ARRAY[p_now - 5, c_min];
+                        END IF;
+                    END IF;
+                END LOOP;
+                v_iraw := set_config(v_name || '_look', p_now::text, false);
+            END IF;
+        END IF;
         IF v_ripe OR (v_s[9] <> 0 AND v_xmax > v_s[9]) THEN
             v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
             v_oldest := v_xmax;

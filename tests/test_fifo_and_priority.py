@@ -267,6 +267,33 @@ def test_a_late_commit_below_a_sessions_fast_start_waits_at_most_20_ms(conn: psy
     assert conclusive, "no try ran within the window"
 
 
+def test_idle_xids_names_running_transactions_that_hold_no_lock_on_pgqueue(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """pgqueue._idle_xids (the look of pgqueue._message_take at pg_locks): of the xids it is given,
+    a transaction still running that holds no lock on a relation of the schema pgqueue is named;
+    one that has read a pgqueue table or written a message is not (its lock is held to its end),
+    nor one that has ended, nor an xid no transaction has."""
+    def idle(xids: list[int]) -> set[int]:
+        row = conn.execute("SELECT pgqueue._idle_xids(%s::bigint[])", (xids,)).fetchone()
+        assert row is not None
+        return set(row[0])
+
+    with psycopg.connect(dsn, autocommit=True) as a, psycopg.connect(dsn, autocommit=True) as b, \
+            psycopg.connect(dsn, autocommit=True) as c:
+        xids = []
+        for other in (a, b, c):
+            other.execute("BEGIN")
+            xids.append(int(other.execute("SELECT txid_current()").fetchone()[0]))  # type: ignore[index]
+        b.execute("SELECT count(*) FROM pgqueue.queue")  # a read: ACCESS SHARE, held to the end
+        c.execute("SELECT pgqueue.message_create('default', 'x')")  # a write
+        assert idle(xids + [xids[0] + 1000]) == {xids[0]}
+        a.execute("SELECT 1 FROM pg_class LIMIT 1")  # a lock outside the schema changes nothing
+        assert idle(xids) == {xids[0]}
+        a.execute("COMMIT")
+        assert idle(xids) == set()
+        b.execute("COMMIT")
+        c.execute("ROLLBACK")
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_session_that_rolls_back_takes_its_messages_again_at_once(conn: psycopg.Connection[Any], mode: str) -> None:
     """The fast start is part of the session's state, which a rollback restores: right after a

@@ -642,7 +642,8 @@ def _hint_states(pid: int) -> st.SearchStrategy[str]:
 @given(data=st.data())
 def test_any_session_hint_setting_is_used_or_ignored_never_an_error(fuzz_conn: Conn, data: st.DataObject) -> None:
     """The session hint (pgqueue._message_take) lives in settings a session can also write by hand:
-    pgqueue.hint_<queue id>, and pgqueue.turn_hint_<queue id> for a queue with message groups.
+    pgqueue.hint_<queue id>, and pgqueue.turn_hint_<queue id> for a queue with message groups,
+    each with the time of its last look at pg_locks (the same name with _look after it).
     Whatever is there, a dequeue works; a state not written for this backend
     (another pid, or not a state at all) is ignored, so the message is delivered."""
     conn = fuzz_conn
@@ -663,6 +664,9 @@ def test_any_session_hint_setting_is_used_or_ignored_never_an_error(fuzz_conn: C
         conn.execute("SELECT set_config(%s, %s || ' ' || hashtext(%s), false)", [f"{setting}{qid}", state, state])
     else:
         conn.execute("SELECT set_config(%s, %s, false)", [f"{setting}{qid}", state])
+    # when the session last looked at pg_locks for its set-aside transactions (<setting>_look)
+    look = data.draw(st.one_of(_TEXT, _BIGINTS.map(str)), label="look")
+    conn.execute("SELECT set_config(%s, %s, false)", [f"{setting}{qid}_look", look])
     got = conn.execute("SELECT id FROM pgqueue.message_dequeue(%s, 1, 0)", [queue]).fetchall()
     if not signed or not state.startswith("{" + str(pid) + ","):
         assert got == [(mid,)], f"{setting}: state {state!r}: message {mid} not delivered"
