@@ -1295,8 +1295,8 @@ COMMENT ON FUNCTION pgqueue._idle_xids(bigint[]) IS
 --     starts again from its R, so its rows, visible from then on, are found (not when it rolled
 --     back, e.g. ended by idle_in_transaction_session_timeout: its rows never become visible, and
 --     under a held snapshot each session's walk back from R over message_leased_idx visits the
---     heap for every lease completed since, docs/performance.md; nor beyond the last 100 ms when
---     it holds no lock on pgqueue's tables: the look, below, raises its R). Its keys written
+--     heap for every lease completed since, docs/performance.md; nor beyond the last second
+--     when it holds no lock on pgqueue's tables: the look, below, raises its R). Its keys written
 --     with the clock are at or above R: H (L) last moved to a candidate once every xid below
 --     that candidate's X had ended, and this one had not, so its xid came after X and its clock
 --     readings after the candidate was found (placed-low writes signal the stripe, and a
@@ -1453,23 +1453,24 @@ BEGIN
                 v_longr := v_longr || v_s[v_j : v_j + 3];
             END IF;
         END LOOP;
-        -- The look (at most every 100 ms a session and queue, by p_now, in the setting
-        -- <v_name>_look; a value that is not a time within those 100 ms is as good as none, so a
-        -- session can only make itself look more often): a transaction set aside that holds no
+        -- The look (at most once a second a session and queue, by p_now, in the setting
+        -- <v_name>_look; a value that is not a time within that second is as good as none, so a
+        -- session can only make itself look more often; every 100 ms cost delete mode a tenth of
+        -- its rate under case b, docs/performance.md): a transaction set aside that holds no
         -- lock on any relation of pgqueue's schema has written no row of pgqueue.message (every
         -- write locks the table first and keeps the lock to its end), and every key it writes
         -- from now on comes from a clock read after it took such a lock (pgqueue._write_clock
         -- and the lease's clock come after a statement on pgqueue's tables; a key placed more
         -- than 5 ms below its writer's clock signals the stripe), so after p_now, which was
         -- read before pg_locks was (pgqueue._idle_xids). Its R rises to p_now less the 5-ms
-        -- margin: when an idle session's transaction (case b) ends, the hints go back over 100
-        -- ms of deliveries at most, not over all of its hold. A transaction that has ended
+        -- margin: when an idle session's transaction (case b) ends, the hints go back over a
+        -- second of deliveries at most, not over all of its hold. A transaction that has ended
         -- keeps its R.
         IF cardinality(v_long) > 0 THEN
             v_iraw := current_setting(v_name || '_look', true);
             v_ilast := CASE WHEN length(v_iraw) BETWEEN 1 AND 18 AND ltrim(v_iraw, '0123456789') = ''
                             THEN v_iraw::bigint END;
-            IF NOT coalesce(v_ilast > p_now - 100 AND v_ilast <= p_now, false) THEN
+            IF NOT coalesce(v_ilast > p_now - 1000 AND v_ilast <= p_now, false) THEN
                 v_idle := pgqueue._idle_xids(v_long);
                 FOR i IN 1 .. cardinality(v_long) LOOP
                     IF v_long[i] = ANY (v_idle) THEN
