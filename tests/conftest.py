@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from typing import LiteralString
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class Server:
 
     @property
     def port(self) -> int:
-        return int(conninfo_to_dict(self.admin_dsn).get("port", 5432))
+        return int(str(conninfo_to_dict(self.admin_dsn).get("port", 5432)))
 
     @property
     def user(self) -> str:
@@ -63,7 +64,7 @@ def pg_server() -> Iterator[Server]:
         yield Server(pg.dsn(), pg)
 
 
-def admin_execute(server: Server, *statements: str | sql.Composable) -> None:
+def admin_execute(server: Server, *statements: LiteralString | sql.Composed) -> None:
     with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
         for stmt in statements:
             conn.execute(stmt)
