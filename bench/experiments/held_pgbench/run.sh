@@ -9,7 +9,9 @@
 #   MODE      delete (message_dequeue with p_lock_ms 0) | lease (dequeue with a lease + complete)
 #   CASE      a: REPEATABLE READ that read another table; b: idle in transaction with an xid;
 #             c: REPEATABLE READ that read pgqueue.message (keeps its ACCESS SHARE lock);
-#             0: nothing held (the control)
+#             0: nothing held (the control); o: (b) in another database (the database postgres):
+#             its xid is in every snapshot (the consumers' snapshots' xmin, the hints set it aside)
+#             but it does not hold back vacuum or pruning of this database's tables
 #   BEFORE HOLD AFTER   seconds (default 30 120 30)
 #   PRODUCERS CONSUMERS pgbench clients (default 5 10: 15 in all, the count)
 #   BACKLOG   messages enqueued before the run (default 200000)
@@ -73,6 +75,7 @@ S0=$(size); B1=$(blocks); R1=$(rels); H0=$(date +%s.%N)
 case "$CASE" in
   a) (echo "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM held_other;"; sleep "$HOLD"; echo "COMMIT;") | psql "$D" -qX >/dev/null ;;
   b) (echo "BEGIN; SELECT txid_current();"; sleep "$HOLD"; echo "COMMIT;") | psql "$D" -qX >/dev/null ;;
+  o) (echo "BEGIN; SELECT txid_current();"; sleep "$HOLD"; echo "COMMIT;") | psql "$CONN dbname=postgres" -qX >/dev/null ;;
   c) (echo "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pgqueue.message;"; sleep "$HOLD"; echo "COMMIT;") | psql "$D" -qX >/dev/null ;;
   0) sleep "$HOLD" ;;
   *) echo "unknown case $CASE" >&2; exit 2 ;;
