@@ -1,4 +1,4 @@
--- The cost of the look at pg_locks that pgqueue._message_take runs at most every 100 ms per
+-- The cost of the look at pg_locks that pgqueue._message_take runs at most once a second per
 -- session while it has transactions set aside (pgqueue._idle_xids on a list of 2 xids: this
 -- transaction's, idle as far as pgqueue goes, and a made-up one), run N times in one DO block;
 -- prints microseconds a look and the xids found idle (this transaction's).

@@ -10,8 +10,8 @@
 #   CASE      a: REPEATABLE READ that read another table; b: idle in transaction with an xid;
 #             c: REPEATABLE READ that read pgqueue.message (keeps its ACCESS SHARE lock);
 #             0: nothing held (the control); o: (b) in another database (the database postgres):
-#             its xid is in every snapshot (the consumers' snapshots' xmin, the hints set it aside)
-#             but it does not hold back vacuum or pruning of this database's tables
+#             its xid is in every snapshot taken here, so the consumers' own xmins stay at it and
+#             hold this database's horizon back as (b) does (docs/performance.md)
 #   BEFORE HOLD AFTER   seconds (default 30 120 30)
 #   PRODUCERS CONSUMERS pgbench clients (default 5 10: 15 in all, the issue's count)
 #   BACKLOG   messages enqueued before the run (default 200000)
