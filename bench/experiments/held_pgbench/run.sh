@@ -6,7 +6,8 @@
 # usage: run.sh CONNINFO MODE CASE [BEFORE HOLD AFTER PRODUCERS CONSUMERS BACKLOG RATE]
 #   CONNINFO  libpq connection options of a server where CREATE DATABASE works, e.g.
 #             "host=/tmp/hp port=5499 user=postgres" (a database held_pgbench is made afresh)
-#   MODE      delete (message_dequeue with p_lock_ms 0) | lease (dequeue with a lease + complete)
+#   MODE      delete (message_dequeue with p_lock_ms 0) | lease (dequeue with a lease + complete) |
+#             bare (a DELETE ... SKIP LOCKED from each client's last key, without pgqueue's functions)
 #   CASE      a: REPEATABLE READ that read another table; b: idle in transaction with an xid;
 #             c: REPEATABLE READ that read pgqueue.message (keeps its ACCESS SHARE lock);
 #             0: nothing held (the control); o: (b) in another database (the database postgres):
@@ -46,12 +47,24 @@ if [ -n "${EXTRA_SQL:-}" ]; then psql "$D" -qX -v ON_ERROR_STOP=1 -f "$EXTRA_SQL
 echo "SELECT pgqueue.message_create('q', '{\"type\": \"performance test\", \"topic\": \"fifo queue read and write\"}'::bytea);" > "$W/produce.sql"
 if [ "$MODE" = delete ]; then
   echo "SELECT * FROM pgqueue.message_dequeue('q', 1, 0);" > "$W/consume.sql"
+elif [ "$MODE" = bare ]; then
+  # no pgqueue function: one DELETE of the first ready message from where this client's last
+  # take was (pgbench variables k and i), a client-side cursor without the session hints'
+  # safety (it never looks below itself): a control for what a hold costs the server's side
+  cat > "$W/consume.sql" <<'BARE'
+WITH t AS (SELECT m.id FROM pgqueue.message m
+            WHERE m.queue_id = (SELECT q.id FROM pgqueue.queue q WHERE q.name = 'q') AND m.locked_until IS NULL
+              AND (m.dequeue_at, m.id) >= (:k, :i) AND m.dequeue_at <= pgqueue.now_ms()
+            ORDER BY m.dequeue_at, m.id LIMIT 1 FOR UPDATE SKIP LOCKED)
+DELETE FROM pgqueue.message m USING t WHERE m.id = t.id RETURNING m.dequeue_at AS k, m.id AS i \gset
+BARE
+  PGBENCH_VARS="-D k=0 -D i=0"
 else
   printf '%s\n%s\n' "SELECT id, attempts FROM pgqueue.message_dequeue('q', 1, 30000) \gset" \
     "SELECT pgqueue.message_complete(:id, :attempts);" > "$W/consume.sql"
 fi
 if [ -z "$RATE" ]; then
-  r=$(pgbench -n -f "$W/consume.sql" -c "$NC" -j 2 -T 10 "$D" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+  r=$(pgbench -n -f "$W/consume.sql" ${PGBENCH_VARS:-} -c "$NC" -j 2 -T 10 "$D" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
   RATE=$(python3 -c "print(int(0.9 * $r))")
   psql "$D" -qX -c "SELECT count(*) FROM pgqueue.message_create_batch('q', array_fill('\x00'::bytea, ARRAY[${r%.*} * 10]))" >/dev/null
   psql "$D" -qX -c "VACUUM pgqueue.message" >/dev/null
@@ -61,7 +74,7 @@ echo "mode $MODE case $CASE: $NP producers at $RATE/s, $NC consumers, ${BEFORE}+
 size() { psql "$D" -qXAt -c "SELECT pg_total_relation_size('pgqueue.message')"; }
 (cd "$W" && pgbench -n -f produce.sql -c "$NP" -j 1 -R "$RATE" -T "$T" --aggregate-interval=1 -l --log-prefix=prod "$D" >prod.out 2>&1) &
 PP=$!
-(cd "$W" && pgbench -n -f consume.sql -c "$NC" -j 2 -T "$T" --aggregate-interval=1 -l --log-prefix=cons "$D" >cons.out 2>&1) &
+(cd "$W" && pgbench -n -f consume.sql ${PGBENCH_VARS:-} -c "$NC" -j 2 -T "$T" --aggregate-interval=1 -l --log-prefix=cons "$D" >cons.out 2>&1) &
 PC=$!
 T0=$(date +%s.%N)
 blocks() { psql "$D" -qXAt -c "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()"; }
