@@ -50,7 +50,8 @@ if [ "$MODE" = delete ]; then
 elif [ "$MODE" = bare ]; then
   # no pgqueue function: one DELETE of the first ready message from where this client's last
   # take was (pgbench variables k and i), a client-side cursor without the session hints'
-  # safety (it never looks below itself): a control for what a hold costs the server's side
+  # safety (it never looks below itself): a control for what a hold costs the server's side; a
+  # client that finds nothing stops (\gset wants a row), so keep the backlog above the run's needs
   cat > "$W/consume.sql" <<'BARE'
 WITH t AS (SELECT m.id FROM pgqueue.message m
             WHERE m.queue_id = (SELECT q.id FROM pgqueue.queue q WHERE q.name = 'q') AND m.locked_until IS NULL
