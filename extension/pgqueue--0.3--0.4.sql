@@ -1292,7 +1292,8 @@ COMMENT ON FUNCTION pgqueue._idle_xids(bigint[]) IS
 --     bottom once the transactions with xids below that call's xid have ended.
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
 --     a long writer) is set aside, with R, where H and L stood then; when it ends the session
---     starts again from its R, so its rows, visible from then on, are found (not when it rolled
+--     starts again from its R at its next call that decides (one with ripe candidates or none,
+--     within 20 ms, below), so its rows, visible from then on, are found (not when it rolled
 --     back, e.g. ended by idle_in_transaction_session_timeout: its rows never become visible, and
 --     under a held snapshot each session's walk back from R over message_leased_idx visits the
 --     heap for every lease completed since, docs/performance.md; nor beyond the last second
@@ -1374,8 +1375,8 @@ DECLARE
     v_xip      bigint[];
     v_x        bigint;
     v_oldest   bigint;
-    v_long     bigint[] := '{}';  -- the xids set aside ...
-    v_longr    bigint[] := '{}';  -- ... and their R, 4 values each
+    v_long     bigint[];  -- the xids set aside ...
+    v_longr    bigint[];  -- ... and their R, 4 values each (read from the state on deciding calls)
     v_j        integer;
     v_reset    boolean;   -- the stripe moved: start again from the bottom
     v_ended    boolean;   -- a transaction set aside has ended: start again from its R
@@ -1426,113 +1427,140 @@ BEGIN
     v_ripe := v_s[6] <> 0 AND v_xmax > v_s[7] AND v_s[6] <= p_now - 20;
     -- v_oldest: the oldest transaction in progress that is not set aside (nor this one). With
     -- nothing set aside that is the snapshot's xmin. Otherwise a set-aside xid has ended when
-    -- the snapshot sees it (they are all below its xmax), and v_oldest is found, from the
-    -- snapshot's list of running xids, only when a check below reads it (else it stays NULL,
-    -- which those checks take as false). It was parsed and looped over on every call for as
-    -- long as an idle session held an xid (issue 12's case b): one session with one other
-    -- transaction running, 159 us a call against 155 us now (the SET clauses above included).
-    -- Plain expressions and loops: no SQL statement.
-    IF v_s[16] > 0 THEN
-        FOR i IN 1 .. v_s[16] LOOP
-            v_x := v_s[16 + i];
-            v_j := 17 + v_s[16] + 4 * (i - 1);  -- its R
-            IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
-                -- it has ended: H and L go back to its R, unless it rolled back (nothing it
-                -- wrote becomes visible; an unknown status counts as committed)
-                IF pg_xact_status(v_x::text::xid8) IS DISTINCT FROM 'aborted' THEN
-                    v_ended := true;
-                    IF (v_s[v_j], v_s[v_j + 1]) < (v_s[2], v_s[3]) THEN
-                        v_s[2] := v_s[v_j]; v_s[3] := v_s[v_j + 1];
-                    END IF;
-                    IF (v_s[v_j + 2], v_s[v_j + 3]) < (v_s[10], v_s[11]) THEN
-                        v_s[10] := v_s[v_j + 2]; v_s[11] := v_s[v_j + 3];
-                    END IF;
-                END IF;
-            ELSE
-                v_long := v_long || v_x;
-                v_longr := v_longr || v_s[v_j : v_j + 3];
-            END IF;
-        END LOOP;
-        -- The look (at most once a second a session and queue, by p_now, in the setting
-        -- <v_name>_look; a value that is not a time within that second is as good as none, so a
-        -- session can only make itself look more often; every 100 ms cost delete mode a tenth of
-        -- its rate under case b, docs/performance.md): a transaction set aside that holds no
-        -- lock on any relation of pgqueue's schema has written no row of pgqueue.message (every
-        -- write locks the table first and keeps the lock to its end), and every key it writes
-        -- from now on comes from a clock read after it took such a lock (pgqueue._write_clock
-        -- and the lease's clock come after a statement on pgqueue's tables; a key placed more
-        -- than 5 ms below its writer's clock signals the stripe), so after p_now, which was
-        -- read before pg_locks was (pgqueue._idle_xids). Its R rises to p_now less the 5-ms
-        -- margin: when an idle session's transaction (case b) ends, the hints go back over a
-        -- second of deliveries at most, not over all of its hold. A transaction that has ended
-        -- keeps its R.
-        IF cardinality(v_long) > 0 THEN
-            v_iraw := current_setting(v_name || '_look', true);
-            v_ilast := CASE WHEN length(v_iraw) BETWEEN 1 AND 18 AND ltrim(v_iraw, '0123456789') = ''
-                            THEN v_iraw::bigint END;
-            IF NOT coalesce(v_ilast > p_now - 1000 AND v_ilast <= p_now, false) THEN
-                v_idle := pgqueue._idle_xids(v_long);
-                FOR i IN 1 .. cardinality(v_long) LOOP
-                    IF v_long[i] = ANY (v_idle) THEN
-                        -- (the ready keys' margin is 5 ms in their unit, as the candidates' cap)
-                        IF (v_longr[4 * i - 3], v_longr[4 * i - 2])
-                           < (v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min) THEN
-                            v_longr[4 * i - 3 : 4 * i - 2] :=
-                                ARRAY[v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min];
+    -- it is not in the snapshot's list of running xids (they are all below its xmax), and
+    -- v_oldest is found from that list only when a check below reads it (else it stays NULL,
+    -- which those checks take as false). Plain expressions and loops: no SQL statement.
+    -- Only a deciding call reads the transactions set aside and what runs: one whose candidates
+    -- are ripe, that has none (it runs the candidate probe), or whose restart from the bottom
+    -- may be due. Every other call (nine in ten at 15 busy sessions) carries the state as it
+    -- is, at the cost of this one expression: each expression that a PL/pgSQL call evaluates
+    -- is prepared again in each transaction (about 67 a delete-mode call, with 340 catalog
+    -- cache lookups), and the ones below, run on every call while an idle session held an xid,
+    -- were what issue 12's case b cost delete mode (docs/performance.md, "Case (b): the
+    -- set-aside path's expressions"). So a transaction set aside that has ended is seen
+    -- at the next deciding call, within 20 ms, as a late commit below F is.
+    IF v_ripe OR v_s[6] = 0 OR (v_s[9] <> 0 AND v_xmax > v_s[9]) THEN
+        v_long := v_s[17 : 16 + v_s[16]];
+        v_longr := v_s[17 + v_s[16] : 16 + 5 * v_s[16]];
+        IF v_s[16] > 0 THEN
+            -- the running xids, ascending (pg_current_snapshot sorts them; this transaction's own
+            -- is never among them)
+            v_xip := coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[];
+            -- one expression when none of them has ended (the common case), else a loop
+            IF NOT v_xip @> v_long THEN
+                v_long := '{}';
+                v_longr := '{}';
+                FOR i IN 1 .. v_s[16] LOOP
+                    v_x := v_s[16 + i];
+                    v_j := 17 + v_s[16] + 4 * (i - 1);  -- its R
+                    IF pg_visible_in_snapshot(v_x::text::xid8, v_snap) THEN
+                        -- it has ended: H and L go back to its R, unless it rolled back (nothing it
+                        -- wrote becomes visible; an unknown status counts as committed)
+                        IF pg_xact_status(v_x::text::xid8) IS DISTINCT FROM 'aborted' THEN
+                            v_ended := true;
+                            IF (v_s[v_j], v_s[v_j + 1]) < (v_s[2], v_s[3]) THEN
+                                v_s[2] := v_s[v_j]; v_s[3] := v_s[v_j + 1];
+                            END IF;
+                            IF (v_s[v_j + 2], v_s[v_j + 3]) < (v_s[10], v_s[11]) THEN
+                                v_s[10] := v_s[v_j + 2]; v_s[11] := v_s[v_j + 3];
+                            END IF;
                         END IF;
-                        IF (v_longr[4 * i - 1], v_longr[4 * i]) < (p_now - 5, c_min) THEN
-                            v_longr[4 * i - 1 : 4 * i] := ARRAY[p_now - 5, c_min];
-                        END IF;
+                    ELSE
+                        v_long := v_long || v_x;
+                        v_longr := v_longr || v_s[v_j : v_j + 3];
                     END IF;
                 END LOOP;
-                v_iraw := set_config(v_name || '_look', p_now::text, false);
             END IF;
+            -- The look (at most once a second a session and queue, by p_now, in the setting
+            -- <v_name>_look, on a deciding call; a value that is not a time
+            -- within that second is as good as none, so a session can only make itself look more
+            -- often; every 100 ms cost delete mode a tenth of its rate under case b,
+            -- docs/performance.md): a transaction set aside that holds no
+            -- lock on any relation of pgqueue's schema has written no row of pgqueue.message (every
+            -- write locks the table first and keeps the lock to its end), and every key it writes
+            -- from now on comes from a clock read after it took such a lock (pgqueue._write_clock
+            -- and the lease's clock come after a statement on pgqueue's tables; a key placed more
+            -- than 5 ms below its writer's clock signals the stripe), so after p_now, which was
+            -- read before pg_locks was (pgqueue._idle_xids). Its R rises to p_now less the 5-ms
+            -- margin: when an idle session's transaction (case b) ends, the hints go back over a
+            -- second of deliveries at most, not over all of its hold. A transaction that has ended
+            -- keeps its R.
+            IF cardinality(v_long) > 0 THEN
+                v_iraw := current_setting(v_name || '_look', true);
+                v_ilast := CASE WHEN length(v_iraw) BETWEEN 1 AND 18 AND ltrim(v_iraw, '0123456789') = ''
+                                THEN v_iraw::bigint END;
+                IF NOT coalesce(v_ilast > p_now - 1000 AND v_ilast <= p_now, false) THEN
+                    v_idle := pgqueue._idle_xids(v_long);
+                    FOR i IN 1 .. cardinality(v_long) LOOP
+                        IF v_long[i] = ANY (v_idle) THEN
+                            -- (the ready keys' margin is 5 ms in their unit, as the candidates' cap)
+                            IF (v_longr[4 * i - 3], v_longr[4 * i - 2])
+                               < (v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min) THEN
+                                v_longr[4 * i - 3 : 4 * i - 2] :=
+                                    ARRAY[v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min];
+                            END IF;
+                            IF (v_longr[4 * i - 1], v_longr[4 * i]) < (p_now - 5, c_min) THEN
+                                v_longr[4 * i - 1 : 4 * i] := ARRAY[p_now - 5, c_min];
+                            END IF;
+                        END IF;
+                    END LOOP;
+                    v_iraw := set_config(v_name || '_look', p_now::text, false);
+                END IF;
+            END IF;
+            IF v_ripe OR (v_s[9] <> 0 AND v_xmax > v_s[9]) THEN
+                -- the oldest running xid not set aside: the list and the xids set aside are both
+                -- ascending, so when those are the list's first ones (an idle session's xid is
+                -- older than every busy one's), it is the next one; else a loop
+                IF v_xip[1 : cardinality(v_long)] = v_long THEN
+                    v_oldest := coalesce(v_xip[cardinality(v_long) + 1], v_xmax);
+                ELSE
+                    v_oldest := v_xmax;
+                    FOREACH v_x IN ARRAY v_xip LOOP
+                        IF v_x < v_oldest AND v_x <> ALL (v_long) THEN
+                            v_oldest := v_x;
+                        END IF;
+                    END LOOP;
+                END IF;
+            END IF;
+        ELSE
+            v_oldest := pg_snapshot_xmin(v_snap)::text::bigint;
         END IF;
-        IF v_ripe OR (v_s[9] <> 0 AND v_xmax > v_s[9]) THEN
-            v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
-            v_oldest := v_xmax;
-            FOREACH v_x IN ARRAY v_xip LOOP
-                IF v_x < v_oldest AND v_x <> ALL (v_long) THEN
-                    v_oldest := v_x;
+        IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
+            v_reset := true;
+            -- a transaction set aside with an xid below the restart's may have placed the row: the
+            -- restart did not wait for it, so its end sends H and L back to the bottom (its R)
+            FOR i IN 1 .. cardinality(v_long) LOOP
+                IF v_long[i] < v_s[9] THEN
+                    v_longr[4 * i - 3 : 4 * i] := ARRAY[c_min, c_min, c_min, c_min];
                 END IF;
             END LOOP;
+            v_s[9] := 0;
         END IF;
-    ELSE
-        v_oldest := pg_snapshot_xmin(v_snap)::text::bigint;
-    END IF;
-    IF v_s[9] <> 0 AND v_xmax > v_s[9] AND v_oldest >= v_s[9] THEN
-        v_reset := true;
-        -- a transaction set aside with an xid below the restart's may have placed the row: the
-        -- restart did not wait for it, so its end sends H and L back to the bottom (its R)
-        FOR i IN 1 .. cardinality(v_long) LOOP
-            IF v_long[i] < v_s[9] THEN
-                v_longr[4 * i - 3 : 4 * i] := ARRAY[c_min, c_min, c_min, c_min];
-            END IF;
-        END LOOP;
-        v_s[9] := 0;
-    END IF;
-    IF v_reset THEN
-        v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
-        v_ripe := false;
-    ELSIF v_ended THEN  -- (H and L are back at its R, above)
-        v_s[6] := 0;
-        v_ripe := false;
-    END IF;
-    IF v_ripe THEN  -- may H and L move to C and D?
-        IF v_oldest >= v_s[7] THEN
-            v_settle := true;
-        ELSIF v_s[6] < pgqueue.now_ms() - 200 THEN  -- set aside what holds them up
-            IF v_xip IS NULL THEN
-                v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
-            END IF;
-            FOREACH v_x IN ARRAY v_xip LOOP
-                IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
-                    v_long := v_long || v_x;
-                    v_longr := v_longr || ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]];  -- its R: H and L before they move
+        IF v_reset THEN
+            v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
+            v_ripe := false;
+        ELSIF v_ended THEN  -- (H and L are back at its R, above)
+            v_s[6] := 0;
+            v_ripe := false;
+        END IF;
+        IF v_ripe THEN  -- may H and L move to C and D?
+            IF v_oldest >= v_s[7] THEN
+                v_settle := true;
+            ELSIF v_s[6] < pgqueue.now_ms() - 200 THEN  -- set aside what holds them up
+                IF v_xip IS NULL THEN
+                    v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
                 END IF;
-            END LOOP;
-            v_settle := true;
+                FOREACH v_x IN ARRAY v_xip LOOP
+                    IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
+                        v_long := v_long || v_x;
+                        v_longr := v_longr || ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]];  -- its R: H and L before they move
+                    END IF;
+                END LOOP;
+                v_settle := true;
+            END IF;
         END IF;
+        -- the list back into the state
+        v_s := v_s[1:15] || cardinality(v_long)::bigint || v_long || v_longr;
     END IF;
     IF v_s[6] = 0 OR v_settle THEN
         v_probed := true;
@@ -1793,9 +1821,8 @@ BEGIN
         v_lraw := set_config('pgqueue.lease_check_' || p_queue_id, p_now::text, false);
     END IF;
     -- written only when it changed (most calls change nothing)
-    IF (v_s[1:15] || cardinality(v_long)::bigint || v_long || v_longr)::text
-       IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
-        v_raw := (v_s[1:15] || cardinality(v_long)::bigint || v_long || v_longr)::text;
+    IF v_s::text IS DISTINCT FROM split_part(v_raw, ' ', 1) THEN
+        v_raw := v_s::text;
         v_raw := set_config(v_name, v_raw || ' ' || hashtext(v_raw), false);
     END IF;
     RETURN v_ids;

@@ -7,13 +7,14 @@
 #
 # usage: probe_counts.sh CONNINFO MODE CASE   (run.sh's arguments; the run is 20 + 60 + 10 s)
 #   counts in seconds 5-17 of the run (before the hold) and 35-55 (inside it)
+# FUNCS="f1 f2 ..." (environment): other routines of the binary than the default list below
 set -euo pipefail
 CONN=${1:?conninfo}; MODE=${2:?mode}; CASE=${3:?case}
 BIN=${PG_BIN:-$(pg_config --bindir)/postgres}
-FUNCS="GetSnapshotData XidInMVCCSnapshot HeapTupleSatisfiesVisibility HeapTupleSatisfiesUpdate
+FUNCS=${FUNCS:-"GetSnapshotData XidInMVCCSnapshot HeapTupleSatisfiesVisibility HeapTupleSatisfiesUpdate
        heap_hot_search_buffer heap_page_prune_opt heap_page_prune GlobalVisTestIsRemovableXid
        TransactionIdIsInProgress TransactionIdDidCommit TransactionIdGetCommitLSN
-       SimpleLruReadPage_ReadOnly LWLockAcquire PGSemaphoreLock"
+       SimpleLruReadPage_ReadOnly LWLockAcquire PGSemaphoreLock"}
 EV=()
 for f in $FUNCS; do
   perf probe -q -x "$BIN" "$f" 2>/dev/null || true
