@@ -1434,7 +1434,7 @@ BEGIN
     -- are ripe, that has none (it runs the candidate probe), or whose restart from the bottom
     -- may be due. Every other call (nine in ten at 15 busy sessions) carries the state as it
     -- is, at the cost of this one expression: each expression that a PL/pgSQL call evaluates
-    -- is prepared again in each transaction (about 67 a delete-mode call, with 340 catalog
+    -- is prepared again in each transaction (about 62 a delete-mode call, with 330 catalog
     -- cache lookups), and the ones below, run on every call while an idle session held an xid,
     -- were what issue 12's case b cost delete mode (docs/performance.md, "Case (b): the
     -- set-aside path's expressions"). So a transaction set aside that has ended is seen
@@ -1472,19 +1472,18 @@ BEGIN
                 END LOOP;
             END IF;
             -- The look (at most once a second a session and queue, by p_now, in the setting
-            -- <v_name>_look, on a deciding call; a value that is not a time
-            -- within that second is as good as none, so a session can only make itself look more
-            -- often; every 100 ms cost delete mode a tenth of its rate under case b,
-            -- docs/performance.md): a transaction set aside that holds no
-            -- lock on any relation of pgqueue's schema has written no row of pgqueue.message (every
-            -- write locks the table first and keeps the lock to its end), and every key it writes
-            -- from now on comes from a clock read after it took such a lock (pgqueue._write_clock
-            -- and the lease's clock come after a statement on pgqueue's tables; a key placed more
-            -- than 5 ms below its writer's clock signals the stripe), so after p_now, which was
-            -- read before pg_locks was (pgqueue._idle_xids). Its R rises to p_now less the 5-ms
-            -- margin: when an idle session's transaction (case b) ends, the hints go back over a
-            -- second of deliveries at most, not over all of its hold. A transaction that has ended
-            -- keeps its R.
+            -- <v_name>_look, on a deciding call; a value that is not a time within that second is as
+            -- good as none, so a session can only make itself look more often; every 100 ms cost
+            -- delete mode a tenth of its rate under case b, docs/performance.md): a transaction set
+            -- aside that holds no lock on any relation of pgqueue's schema has written no row of
+            -- pgqueue.message (every write locks the table first and keeps the lock to its end), and
+            -- every key it writes from now on comes from a clock read after it took such a lock
+            -- (pgqueue._write_clock and the lease's clock come after a statement on pgqueue's
+            -- tables; a key placed more than 5 ms below its writer's clock signals the stripe), so
+            -- after p_now, which was read before pg_locks was (pgqueue._idle_xids). Its R rises to
+            -- p_now less the 5-ms margin: when an idle session's transaction (case b) ends, the
+            -- hints go back over a second of deliveries at most, not over all of its hold. A
+            -- transaction that has ended keeps its R.
             IF cardinality(v_long) > 0 THEN
                 v_iraw := current_setting(v_name || '_look', true);
                 v_ilast := CASE WHEN length(v_iraw) BETWEEN 1 AND 18 AND ltrim(v_iraw, '0123456789') = ''
@@ -1548,7 +1547,7 @@ BEGIN
                 v_settle := true;
             ELSIF v_s[6] < pgqueue.now_ms() - 200 THEN  -- set aside what holds them up
                 IF v_xip IS NULL THEN
-                    v_xip := array_remove(coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[], v_mine);
+                    v_xip := coalesce(string_to_array(nullif(split_part(v_snap::text, ':', 3), ''), ','), '{}')::bigint[];
                 END IF;
                 FOREACH v_x IN ARRAY v_xip LOOP
                     IF v_x < v_s[7] AND v_x <> ALL (v_long) THEN
