@@ -4712,7 +4712,8 @@ $$;
 
 -- Serialise the decisions about one message group's turns (pgqueue._message_insert,
 -- pgqueue._message_group_next) until the end of the transaction: lock the row of the group's
--- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use.
+-- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use
+-- (PQ001 if no queue with groups has that id: rows are made for such queues only).
 -- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry).
 --
 -- Returns whether the caller's snapshot sees every earlier decision on the stripe: always true
@@ -4741,6 +4742,14 @@ BEGIN
     SELECT l.xmax INTO v_prev FROM pgqueue.message_group_lock l
      WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
     IF NOT FOUND THEN
+        -- made only for a queue with message groups: a role granted EXECUTE cannot fill the
+        -- table with rows of queues that do not exist (PQ001, nothing written)
+        IF NOT EXISTS (SELECT 1 FROM pgqueue.queue q
+                        WHERE q.id = p_queue_id AND q.group_concurrency IS NOT NULL) THEN
+            RAISE EXCEPTION 'queue % does not exist or has no message groups', p_queue_id
+                USING ERRCODE = 'PQ001',
+                      HINT = 'Only the queues created with p_group_concurrency have message groups.';
+        END IF;
         INSERT INTO pgqueue.message_group_lock (queue_id, stripe) VALUES (p_queue_id, v_stripe)
             ON CONFLICT DO NOTHING;
         SELECT l.xmax INTO v_prev FROM pgqueue.message_group_lock l

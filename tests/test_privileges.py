@@ -157,6 +157,23 @@ def test_groups_and_keys_need_no_more_than_the_recipes(roles: Roles) -> None:
     denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.message_group_lock FOR UPDATE")
 
 
+def test_group_lock_rows_only_for_queues_with_groups(roles: Roles, pg_server: Server, dbname: str) -> None:
+    """A producer may call pgqueue._message_group_lock (the recipes grant it), but it makes the
+    row of a group's stripe only for a queue with message groups: any other queue id is PQ001
+    and writes nothing, so no role can fill pgqueue.message_group_lock with rows of its own."""
+    owner = pg_server.dsn(dbname)
+    run(owner, "SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)")
+    (grouped,), = run(owner, "SELECT id FROM pgqueue.queue WHERE name = 'grouped'")
+    (plain,), = run(owner, "SELECT id FROM pgqueue.queue WHERE name = 'jobs'")
+    p = roles.dsn(roles.producer)
+    for queue_id in (plain, 2147483647, -1):
+        with pytest.raises(psycopg.Error) as raised:
+            run(p, f"SELECT pgqueue._message_group_lock({queue_id}, 'a')")
+        assert raised.value.sqlstate == "PQ001", queue_id
+    assert run(p, f"SELECT pgqueue._message_group_lock({grouped}, 'a')") == [(True,)]
+    assert run(owner, "SELECT queue_id, count(*) FROM pgqueue.message_group_lock GROUP BY 1") == [(grouped, 1)]
+
+
 def test_admin_can_do_everything(roles: Roles) -> None:
     a = roles.dsn(roles.admin)
     run(a, "SELECT pgqueue.queue_create('ops', p_max_attempts => 1)")
