@@ -28,7 +28,7 @@ async def _queries(driver: str) -> Any:
     from pgqueuer import AsyncpgDriver, PsycopgDriver, Queries
 
     if driver == "apg":
-        import asyncpg
+        import asyncpg  # type: ignore[import-untyped]
 
         return Queries(AsyncpgDriver(await asyncpg.connect()))
     import psycopg

@@ -13,7 +13,7 @@ import sys
 
 import psycopg
 
-from cpu_loop import paired_rounds, pinned_session
+from cpu_loop import paired_rounds, pinned_session  # type: ignore[import-not-found]  # run as a script beside cpu_loop.py
 
 
 def main(argv: list[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from cpu_loop import paired_rounds, pinned_session
+from cpu_loop import paired_rounds, pinned_session  # type: ignore[import-not-found]  # run as a script beside cpu_loop.py
 
 
 def main(argv: list[str]) -> None:

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path[:0] = [os.path.join(REPO, "python"), REPO]
@@ -59,9 +59,9 @@ class StandIn:
     def answer(self, call: Call[Any]) -> Any:
         if call.query == _sql.COMPLETE_AND_DEQUEUE:
             self._count(_tokens(call))
-            return self._leased(call.params["limit"]), []
+            return self._leased(cast(int, call.params["limit"])), []
         if call.query == _sql.DEQUEUE:
-            return self._leased(call.params["limit"])
+            return self._leased(cast(int, call.params["limit"]))
         if call.query == _sql.NEXT_DUE:
             return None
         self._count(_tokens(call))  # complete_many
