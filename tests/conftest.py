@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from typing import LiteralString
 from dataclasses import dataclass
 from pathlib import Path
+from typing import LiteralString
 
 import psycopg
 import pytest
