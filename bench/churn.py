@@ -461,7 +461,7 @@ class _Load:
 
     def backlog_now(self) -> int:
         c, p, n = self.counts, self.producers, self.producers + self.consumers
-        return self.backlog + sum(c[:p]) - sum(c[p:n]) - sum(c[n:])
+        return int(self.backlog + sum(c[:p]) - sum(c[p:n]) - sum(c[n:]))
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.dsn, autocommit=True)

@@ -65,12 +65,12 @@ def main(argv: list[str]) -> None:
     sessions = {db: pinned_session(db) for db in dbs}
     body = "DO $$ BEGIN FOR i IN 1..{} LOOP PERFORM " + expression + "; COMMIT; END LOOP; END $$"
     for conn, _ in sessions.values():  # warm the plan caches
-        conn.execute(body.format(300))  # type: ignore[arg-type]
+        conn.execute(body.format(300))
     per_call: dict[str, list[float]] = {db: [] for db in dbs}
     for _ in range(rounds):
         for db, (conn, pid) in sessions.items():
             before = cpu_seconds(pid)
-            conn.execute(body.format(n))  # type: ignore[arg-type]
+            conn.execute(body.format(n))
             per_call[db].append((cpu_seconds(pid) - before) / n * 1e6)
     for db in dbs:
         print(f"{db} median {statistics.median(per_call[db]):.1f} us  all "

@@ -20,8 +20,8 @@ def main(argv: list[str]) -> None:
     sessions = [pinned_session(db) for db in dbs]
     body = "DO $$ BEGIN FOR i IN 1..{} LOOP PERFORM " + expression + "; COMMIT; END LOOP; END $$"
     for conn, _ in sessions:  # warm the plan caches
-        conn.execute(body.format(300))  # type: ignore[arg-type]
-    paired_rounds(sessions, rounds, n, lambda _i, _r, conn: conn.execute(body.format(n)))  # type: ignore[arg-type]
+        conn.execute(body.format(300))
+    paired_rounds(sessions, rounds, n, lambda _i, _r, conn: conn.execute(body.format(n)))
 
 
 if __name__ == "__main__":

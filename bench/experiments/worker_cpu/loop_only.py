@@ -103,7 +103,7 @@ async def run_async(n: int, latency: float) -> tuple[float, int]:
     worker._loop = asyncio.get_running_loop()
     worker._loop_thread = threading.get_ident()
     worker._wake = asyncio.Event()
-    worker._runner = type("Runner", (), {"run": staticmethod(stand_in.run_async)})()  # type: ignore[assignment]
+    worker._runner = type("Runner", (), {"run": staticmethod(stand_in.run_async)})()
     t0 = time.monotonic()
     await worker._do(worker._loop_until_stopped())
     return time.monotonic() - t0, stand_in.completed
