@@ -1963,17 +1963,27 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_stale bigint[];
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
-    RETURN QUERY
-    SELECT s.id, NULL::bytea, p_attempts[array_position(p_ids, s.id)], NULL::bigint, NULL::bytea,
-           NULL::text, NULL::bigint, NULL::bigint, true
-      FROM unnest(pgqueue.message_complete_batch(p_ids, p_attempts)) WITH ORDINALITY AS s(id, n)
-     ORDER BY s.n;
+    -- message_complete_batch returns the stale ids in input order, an id listed twice at each
+    -- of its places or at none (it is completed at most once): the places of those ids are the
+    -- stale acknowledgements, each with the token given at its place (whatever the arrays'
+    -- lower bounds)
+    v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    IF cardinality(v_stale) > 0 THEN
+        RETURN QUERY
+        SELECT s.id, NULL::bytea, s.attempts, NULL::bigint, NULL::bytea,
+               NULL::text, NULL::bigint, NULL::bigint, true
+          FROM unnest(p_ids, p_attempts) WITH ORDINALITY AS s(id, attempts, n)
+         WHERE s.id = ANY (v_stale)
+         ORDER BY s.n;
+    END IF;
 END;
 $$;
 
@@ -2198,6 +2208,7 @@ AS $$
 DECLARE
     v_queue_id integer;
     v_max_size bigint;
+    v_grouped  boolean;
     v_notify   boolean;
     v_locked   boolean;
     v_queue    pgqueue.queue;
@@ -2214,8 +2225,8 @@ BEGIN
     -- statement, then insert only if the queue still exists uncapped in the INSERT's own
     -- snapshot, which is taken after the lock (a queue_drop that got in first leaves no orphan
     -- behind). Other isolation levels read an older snapshot: they go through _queue_admit.
-    SELECT q.id, q.max_size, q.notify, pgqueue._queue_lock(q.id)
-      INTO v_queue_id, v_max_size, v_notify, v_locked
+    SELECT q.id, q.max_size, q.group_concurrency IS NOT NULL, q.notify, pgqueue._queue_lock(q.id)
+      INTO v_queue_id, v_max_size, v_grouped, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name OPERATOR(pg_catalog.=) p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
@@ -2233,7 +2244,14 @@ BEGIN
     IF v_id IS NULL THEN
         IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
             -- a capped queue: a key that is taken returns its message without asking for room
-            -- (a full queue would refuse the retry of an enqueue that went through)
+            -- (a full queue would refuse the retry of an enqueue that went through). A bad group
+            -- or key is refused first, taken or not; a group on a queue without groups looks up
+            -- nothing and is refused as in any other enqueue (pgqueue._message_insert, after
+            -- pgqueue._queue_admit)
+            PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
+            PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
+        END IF;
+        IF p_key IS NOT NULL AND v_max_size IS NOT NULL AND (p_group IS NULL OR v_grouped) THEN
             SELECT coalesce(
                        (SELECT m.id FROM pgqueue.message m
                          WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
@@ -2732,6 +2750,23 @@ DECLARE
     v_group  text;
     v_turned boolean;
 BEGIN
+    -- Bad values are refused before anything waits: the quiesce below holds the queue's producers
+    -- and consumers off while it waits for the work in flight. Whether a queue has groups is
+    -- chosen when it is created; the other checks run again on the row once it is locked.
+    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+    IF NOT FOUND THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
+    PERFORM pgqueue._check_queue_options(
+        coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
+        coalesce(p_retry_base_ms, v_queue.retry_base_ms),
+        coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
+    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
+    IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
+        RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+            USING ERRCODE = '22023',
+                  HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
+    END IF;
     IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
         -- wait for them on the queue's lock stripe before locking the queue row (the other
@@ -2742,27 +2777,19 @@ BEGIN
         -- would otherwise wait for a message of the group to leave (specs/group_producer.spec).
         PERFORM pgqueue._require_read_committed(CASE WHEN p_max_size IS NOT NULL THEN 'queue_alter(p_max_size)'
                                                      ELSE 'queue_alter(p_group_concurrency)' END);
-        SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
-        IF FOUND THEN
-            PERFORM pgqueue._queue_quiesce(v_queue.id);
-        END IF;
+        PERFORM pgqueue._queue_quiesce(v_queue.id);
     END IF;
     SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue FOR UPDATE;
     IF NOT FOUND THEN
-        PERFORM pgqueue._queue_missing(p_queue);
+        PERFORM pgqueue._queue_missing(p_queue);  -- dropped meanwhile
     END IF;
+    -- against the row as it is now: another queue_alter may have changed lock_ms or the retry bounds
     PERFORM pgqueue._check_queue_options(
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
         coalesce(p_retry_base_ms, v_queue.retry_base_ms),
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
-    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
     IF p_rate_limit > 0 THEN
         PERFORM pgqueue._rate_check(v_queue.id, p_queue);
-    END IF;
-    IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
-        RAISE EXCEPTION 'queue "%" has no message groups', p_queue
-            USING ERRCODE = '22023',
-                  HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
     END IF;
     UPDATE pgqueue.queue q
        SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),

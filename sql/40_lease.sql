@@ -134,6 +134,13 @@ SELECT convert_from(content, 'UTF8') AS content, attempts, stale
 SELECT count(*) AS f1_left FROM pgqueue.message WHERE id = :f1;
 SELECT coalesce(convert_from(content, 'UTF8'), '(stale)') AS content, attempts, stale, id = :f1 AS is_f1
   FROM pgqueue.message_complete_and_dequeue(ARRAY[:f1], ARRAY[:f1_token], 'qlease', 5, 0);
+-- Each stale acknowledgement carries the token given at its own place: an id listed twice with
+-- two tokens, and ids in an array whose lower bound is not 1 (f1 is gone: every token is stale).
+SELECT id = :f1 AS is_f1, attempts, stale
+  FROM pgqueue.message_complete_and_dequeue(ARRAY[:f1, :f1], ARRAY[7, 8], 'qlease', 1);
+SELECT id = :f1 AS is_f1, attempts, stale
+  FROM pgqueue.message_complete_and_dequeue(('[5:6]={' || :f1 || ',' || :f1 || '}')::bigint[],
+                                            '{9,10}'::integer[], 'qlease', 1);
 
 SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qlease');
 SELECT pgqueue.queue_drop('qlease');

@@ -73,3 +73,32 @@ def test_a_refusal_aborts_the_callers_transaction(prepared: Conn, query: str) ->
     assert refused.value.sqlstate == "25P02"
     assert prepared.info.transaction_status == TransactionStatus.IDLE
     assert snapshot(prepared) == before
+
+
+#: queue_alter calls whose values are refused, on queue q (no groups) or one that does not exist.
+REFUSED_ALTERS = [
+    pytest.param("SELECT pgqueue.queue_alter('q', p_max_size => -1)", "22023", id="negative max_size"),
+    pytest.param("SELECT pgqueue.queue_alter('q', p_group_concurrency => 3)", "22023", id="groups on a queue without"),
+    pytest.param("SELECT pgqueue.queue_alter('q', p_max_size => 5, p_lock_ms => 0)", "22023", id="lock_ms 0"),
+    pytest.param("SELECT pgqueue.queue_alter('nope', p_max_size => 5)", "PQ001", id="unknown queue"),
+]
+
+
+@pytest.mark.parametrize(("query", "sqlstate"), REFUSED_ALTERS)
+def test_a_refused_queue_alter_does_not_wait_for_the_work_in_flight(
+        prepared: Conn, pg_server: Server, query: str, sqlstate: str) -> None:
+    """A new max_size or group_concurrency waits for the producers and consumers in flight on
+    the queue (and holds new ones off while it waits); a value that is refused is refused
+    first, at once, with its own SQLSTATE, also under REPEATABLE READ (which such a change
+    refuses with PQ009 only once its values are good)."""
+    dbname = prepared.info.dbname
+    with psycopg.connect(pg_server.dsn(dbname)) as producer, \
+            psycopg.connect(pg_server.dsn(dbname), autocommit=True) as alter:
+        producer.execute("SELECT pgqueue.message_create('q', 'in flight')")  # open transaction
+        alter.execute("SET lock_timeout = '2s'")
+        for isolation in ("READ COMMITTED", "REPEATABLE READ"):
+            with pytest.raises(psycopg.Error) as refused, alter.transaction():
+                alter.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+                alter.execute(query)
+            assert refused.value.sqlstate == sqlstate, (isolation, refused.value)
+        producer.rollback()

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(346);
+SELECT plan(349);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -44,6 +44,15 @@ BEGIN
 END
 $$;
 DO $$ BEGIN PERFORM pgqueue.queue_create('grp', p_group_concurrency => 1); END $$;
+-- capped queues holding a message with a key: a taken key is looked up before the queue's room
+DO $$
+BEGIN
+    PERFORM pgqueue.queue_create('capk', p_max_size => 5);
+    PERFORM pgqueue.message_create('capk', 'x', p_key => 'k');
+    PERFORM pgqueue.queue_create('capgrp', p_max_size => 5, p_group_concurrency => 1);
+    PERFORM pgqueue.message_create('capgrp', 'x', p_group => 'g', p_key => 'k');
+END
+$$;
 SELECT lives_ok($$ SELECT pgqueue.queue_create('ackfetch'), pgqueue.message_create('ackfetch', '\x01'::bytea) $$,
                 'a queue with a message to hand out');
 -- What a refused call could leave behind. Its rows cannot stay (throws_ok runs it in a
@@ -329,6 +338,15 @@ SELECT throws_ok($$ SELECT pgqueue.message_create('grp', 'x', p_group => repeat(
                  'the message group must have 1 to 200 characters, got 201', 'message_create: group too long');
 SELECT throws_ok($$ SELECT pgqueue.message_create('q', 'x', p_group => 'g') $$, '22023',
                  'queue "q" has no message groups', 'message_create: a group on a queue without groups');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capk', 'x', p_group => 'g', p_key => 'k') $$, '22023',
+                 'queue "capk" has no message groups',
+                 'message_create: a group on a capped queue without groups, the key taken');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capk', 'x', p_group => '', p_key => 'k') $$, '22023',
+                 'the message group must have 1 to 200 characters, got 0',
+                 'message_create: empty group on a capped queue, the key taken');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capgrp', 'x', p_group => repeat('g', 201), p_key => 'k') $$, '22023',
+                 'the message group must have 1 to 200 characters, got 201',
+                 'message_create: group too long on a capped grouped queue, the key taken');
 SELECT throws_ok($$ SELECT pgqueue.message_create('nope', 'x', p_key => 'k') $$, 'PQ001',
                  'queue "nope" does not exist', 'message_create: unknown queue, with a key');
 SELECT throws_ok($$ SELECT pgqueue.message_create('grp', NULL::bytea, p_group => 'g', p_key => 'k') $$, '22004',

@@ -25,17 +25,27 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_stale bigint[];
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
-    RETURN QUERY
-    SELECT s.id, NULL::bytea, p_attempts[array_position(p_ids, s.id)], NULL::bigint, NULL::bytea,
-           NULL::text, NULL::bigint, NULL::bigint, true
-      FROM unnest(pgqueue.message_complete_batch(p_ids, p_attempts)) WITH ORDINALITY AS s(id, n)
-     ORDER BY s.n;
+    -- message_complete_batch returns the stale ids in input order, an id listed twice at each
+    -- of its places or at none (it is completed at most once): the places of those ids are the
+    -- stale acknowledgements, each with the token given at its place (whatever the arrays'
+    -- lower bounds)
+    v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    IF cardinality(v_stale) > 0 THEN
+        RETURN QUERY
+        SELECT s.id, NULL::bytea, s.attempts, NULL::bigint, NULL::bytea,
+               NULL::text, NULL::bigint, NULL::bigint, true
+          FROM unnest(p_ids, p_attempts) WITH ORDINALITY AS s(id, attempts, n)
+         WHERE s.id = ANY (v_stale)
+         ORDER BY s.n;
+    END IF;
 END;
 $$;
 

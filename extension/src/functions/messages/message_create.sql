@@ -19,6 +19,7 @@ AS $$
 DECLARE
     v_queue_id integer;
     v_max_size bigint;
+    v_grouped  boolean;
     v_notify   boolean;
     v_locked   boolean;
     v_queue    pgqueue.queue;
@@ -35,8 +36,8 @@ BEGIN
     -- statement, then insert only if the queue still exists uncapped in the INSERT's own
     -- snapshot, which is taken after the lock (a queue_drop that got in first leaves no orphan
     -- behind). Other isolation levels read an older snapshot: they go through _queue_admit.
-    SELECT q.id, q.max_size, q.notify, pgqueue._queue_lock(q.id)
-      INTO v_queue_id, v_max_size, v_notify, v_locked
+    SELECT q.id, q.max_size, q.group_concurrency IS NOT NULL, q.notify, pgqueue._queue_lock(q.id)
+      INTO v_queue_id, v_max_size, v_grouped, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name OPERATOR(pg_catalog.=) p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
@@ -54,7 +55,14 @@ BEGIN
     IF v_id IS NULL THEN
         IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
             -- a capped queue: a key that is taken returns its message without asking for room
-            -- (a full queue would refuse the retry of an enqueue that went through)
+            -- (a full queue would refuse the retry of an enqueue that went through). A bad group
+            -- or key is refused first, taken or not; a group on a queue without groups looks up
+            -- nothing and is refused as in any other enqueue (pgqueue._message_insert, after
+            -- pgqueue._queue_admit)
+            PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
+            PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
+        END IF;
+        IF p_key IS NOT NULL AND v_max_size IS NOT NULL AND (p_group IS NULL OR v_grouped) THEN
             SELECT coalesce(
                        (SELECT m.id FROM pgqueue.message m
                          WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
