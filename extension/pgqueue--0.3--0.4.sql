@@ -1873,7 +1873,9 @@ COMMENT ON FUNCTION pgqueue._ack_arrays_check(bigint[], integer[]) IS
 -- p_ids[i] is completed if p_attempts[i] is its current attempts token, exactly as
 -- message_complete(p_ids[i], p_attempts[i]) would: a stale token (the lease ran out and the
 -- message was handed out again, or it is gone) changes nothing for that message and its id comes
--- back in the result, in input order. An id listed twice is completed at most once. The queues'
+-- back in the result, in input order. An id listed twice is completed at most once, and comes
+-- back (at each of its places) only if no place completed it: list each delivery once, or the
+-- newest only (a message's token grows with each delivery). The queues'
 -- lock stripes are taken first, in queue order, then the rows (docs/locking.md). Errors: 22004
 -- (NULL array or element), 22023 (arrays of different lengths or of two dimensions, more than
 -- 10000 ids).
@@ -3204,7 +3206,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint, bigint) IS
-    'Claim up to p_max_messages deliverable messages (id <= p_max_id, created at or after p_from (epoch ms), if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
+    'Claim up to p_max_messages deliverable messages (id <= p_max_id; if p_from (epoch ms) is given, created at or after it and, unless a priority, not placed before it) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
 
 -- Give up this session's hold on a consumer (closing the session does it too).
 CREATE OR REPLACE FUNCTION pgqueue.spark_consumer_close(p_queue text, p_consumer text)
@@ -3239,7 +3241,8 @@ COMMENT ON FUNCTION pgqueue.spark_consumer_close(text, text) IS
 -- The hold is a session-level advisory lock on a random key recorded, with this backend's pid,
 -- in the consumer row (docs/locking.md): a role granted nothing cannot take a key it cannot read
 -- before the holder does, and a lock it takes on an old key holds nothing. PQ005 if another
--- live session holds the consumer.
+-- live session holds the consumer. A rollback of the call's transaction leaves the key locked
+-- until the session ends, on no row: that lock holds nothing (docs/locking.md, rule 6).
 CREATE OR REPLACE FUNCTION pgqueue.spark_consumer_open(p_queue text, p_consumer text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE

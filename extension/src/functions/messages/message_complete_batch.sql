@@ -3,7 +3,9 @@
 -- p_ids[i] is completed if p_attempts[i] is its current attempts token, exactly as
 -- message_complete(p_ids[i], p_attempts[i]) would: a stale token (the lease ran out and the
 -- message was handed out again, or it is gone) changes nothing for that message and its id comes
--- back in the result, in input order. An id listed twice is completed at most once. The queues'
+-- back in the result, in input order. An id listed twice is completed at most once, and comes
+-- back (at each of its places) only if no place completed it: list each delivery once, or the
+-- newest only (a message's token grows with each delivery). The queues'
 -- lock stripes are taken first, in queue order, then the rows (docs/locking.md). Errors: 22004
 -- (NULL array or element), 22023 (arrays of different lengths or of two dimensions, more than
 -- 10000 ids).

@@ -67,4 +67,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint, bigint) IS
-    'Claim up to p_max_messages deliverable messages (id <= p_max_id, created at or after p_from (epoch ms), if given) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
+    'Claim up to p_max_messages deliverable messages (id <= p_max_id; if p_from (epoch ms) is given, created at or after it and, unless a priority, not placed before it) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';

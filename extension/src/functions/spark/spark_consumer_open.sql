@@ -3,7 +3,8 @@
 -- The hold is a session-level advisory lock on a random key recorded, with this backend's pid,
 -- in the consumer row (docs/locking.md): a role granted nothing cannot take a key it cannot read
 -- before the holder does, and a lock it takes on an old key holds nothing. PQ005 if another
--- live session holds the consumer.
+-- live session holds the consumer. A rollback of the call's transaction leaves the key locked
+-- until the session ends, on no row: that lock holds nothing (docs/locking.md, rule 6).
 CREATE FUNCTION pgqueue.spark_consumer_open(p_queue text, p_consumer text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
