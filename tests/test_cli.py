@@ -611,3 +611,105 @@ def test_enqueue_when_and_task(capsys: pytest.CaptureFixture[str], dsn: str) -> 
     status, out, err = run(capsys, "enqueue", "jobs", "x", "--task", "no spaces", "--dsn", dsn)
     assert_one_line_error(status, out, err, "task")
     assert queue.stats().total == 4
+
+
+# -- a third review -----------------------------------------------------------------------
+
+
+def test_json_nested_past_the_recursion_limit_is_one_line(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """`enqueue --json` and `schedule create --json` of JSON nested deeper than Python's recursion
+    limit refuse it in one line, exit 1, as the client refuses such a payload: json.loads' and
+    json.dumps' RecursionError was a traceback."""
+    deep = "[" * 995 + "]" * 995
+    for argv in (["enqueue", "default", deep, "--json"],
+                 ["schedule", "create", "deep", "default", deep, "--json", "--every", "60"]):
+        status, out, err = run(capsys, *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, "PAYLOAD is JSON nested deeper than Python's recursion limit")
+    assert Queue(dsn).stats().total == 0
+    assert run(capsys, "schedule", "list", "--dsn", dsn)[1].strip() == "no schedules"
+    # nesting the client can send is still sent
+    status, out, err = run(capsys, "enqueue", "default", "[" * 50 + "]" * 50, "--json", "--dsn", dsn)
+    assert status == 0, err
+
+
+def test_enqueue_from_standard_input_that_is_not_utf8(dsn: str) -> None:
+    """`enqueue QUEUE -` of bytes that are not UTF-8 is the one-line error of a PAYLOAD that is not
+    UTF-8 text, exit 1, whatever the locale: where standard input decodes strictly
+    (PYTHONIOENCODING=utf-8, en_US.UTF-8) it was a UnicodeDecodeError traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "PYTHONIOENCODING")}
+    for extra in ({"PYTHONIOENCODING": "utf-8"}, {"LC_ALL": "C.UTF-8"}):
+        proc = subprocess.run([str(PGQUEUE), "enqueue", "default", "-", "--dsn", dsn], input=b"ok \xc3\xa9 \xff\xfe",
+                              capture_output=True, timeout=60, env={**env, **extra})
+        err = proc.stderr.decode()
+        assert (proc.returncode, proc.stdout) == (1, b""), err
+        assert err == ("pgqueue: error: PAYLOAD is not valid UTF-8 text (at byte 6 of standard input); send bytes "
+                       "from a program through the client instead\n"), err
+    assert Queue(dsn).stats().total == 0
+    # UTF-8 is read as it is, newlines and all
+    proc = subprocess.run([str(PGQUEUE), "enqueue", "default", "-", "--dsn", dsn], input="caf\u00e9\r\n".encode(),
+                          capture_output=True, timeout=60, env={**env, "PYTHONIOENCODING": "utf-8"})
+    assert proc.returncode == 0, proc.stderr
+    [msg] = Queue(dsn).dequeue(1)
+    assert (msg.id, msg.payload) == (int(proc.stdout), "caf\u00e9\r\n")
+
+
+def test_dequeue_complete_names_the_messages_whose_lease_ran_out(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dequeue --complete` whose output is read slowly: a message whose lease ran out before its
+    complete and that another consumer took is not completed; the command names it on stderr in
+    one line and exits 1 (it said nothing and exited 0). The message whose late complete was
+    accepted (nobody had taken it) is gone."""
+    import io
+
+    queue = Queue(dsn, "slow")
+    queue.create()
+    queue.enqueue_many(["a", "b"])
+    taken: list[int] = []
+
+    class SlowReader(io.StringIO):
+        def write(self, text: str) -> int:
+            if not taken:  # the first line: the reader stalls past the 0.2 s lease, another consumer takes one
+                time.sleep(0.5)
+                with Queue(dsn, "slow") as other:
+                    taken.extend(m.id for m in other.dequeue(1, lock_ms=60000))
+            return super().write(text)
+
+    stdout = SlowReader()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    status = main(["dequeue", "slow", "--limit", "2", "--lock-ms", "200", "--complete", "--dsn", dsn])
+    err = capsys.readouterr().err
+    assert len(taken) == 1
+    assert_one_line_error(status, stdout.getvalue(), err, "1 of 2 message(s) printed but not completed",
+                          "lease lost", "delivered again")
+    assert err.rstrip().endswith(f": {taken[0]}"), err
+    assert [json.loads(line)["payload"] for line in stdout.getvalue().splitlines()] == ["a", "b"]
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (0, 1)  # the other consumer's; the other message completed
+
+
+def test_dequeue_into_a_closed_pipe_gives_back_what_it_did_not_print(dsn: str) -> None:
+    """`dequeue --complete | head -1`: the message printed is completed; the ones whose line could
+    not be written (the reader had gone) are given back, due at once, not completed and not left
+    leased until their lease runs out. The exit status is 1, with nothing on stderr."""
+    queue = Queue(dsn, "big")
+    queue.create()
+    big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
+    ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    proc = subprocess.Popen([str(PGQUEUE), "dequeue", "big", "--limit", "3", "--lock-ms", "600000", "--complete",
+                             "--dsn", dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first = json.loads(proc.stdout.readline())
+        proc.stdout.close()  # `head -1` has its line and goes
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 1, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert err == ""
+    assert first["id"] == ids[0] and first["payload"] == big + "1"
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (2, 0)
+    assert sorted(p.id for p in queue.peek(10)) == ids[1:]

@@ -26,11 +26,13 @@ from werkzeug.datastructures import MultiDict
 
 from conftest import REPO, Server
 from pgqueue import Queue
+from pgqueue.cli import build_parser, main
 from pgqueue.client import list_queues
 from pgqueue.dashboard import Options, start
 from pgqueue.dashboard.app import close, create_app
 from pgqueue.dashboard.payload import MAX_SHOWN, show
-from pgqueue.dashboard.sampler import Sample, depth_series, oldest_series, throughput_series
+from pgqueue.dashboard.sampler import (MAX_INTERVAL, Sample, Sampler, depth_series, oldest_series,
+                                      throughput_series)
 from pgqueue.message import QueueStats
 
 XSS_TEXT = '<script>alert("payload")</script>'
@@ -617,3 +619,23 @@ def test_all_queues_throughput_counts_a_shared_stripe_once() -> None:
     samples = [sample(0.0, 10, 1), sample(2.0, 20, 3)]
     assert throughput_series(samples, None)[1] == {"enqueued": [(2.0, 6.0)]}
     assert throughput_series(samples, "b")[1] == {"enqueued": [(2.0, 5.0)]}  # one queue: its stripe's sum
+
+
+def test_the_sample_interval_is_at_most_a_day(capsys: pytest.CaptureFixture[str]) -> None:
+    """`dashboard --sample-interval` is more than 0 and at most 86400 s (a day; the page refreshes
+    as often): 1e10 was taken and the sampler thread died at once (OverflowError in its wait),
+    the charts left empty. A longer one is bad usage naming the option, exit 2, and a Sampler
+    refuses it too."""
+    def connect() -> psycopg.Connection[Any]:
+        raise AssertionError("not sampled")
+
+    for interval in (86400.001, 1e10, 0.0):
+        with pytest.raises(ValueError, match="sample interval"):
+            Sampler(connect, interval=interval)
+    assert MAX_INTERVAL == 86400 and Sampler(connect, interval=MAX_INTERVAL).interval == 86400
+    for bad in ("86400.001", "1e10", "inf", "0"):
+        # (a DSN that cannot be used: were the value taken, the command would stop there, exit 1)
+        assert main(["dashboard", "--sample-interval", bad, "--dsn", "not a dsn"]) == 2, bad
+        err = capsys.readouterr().err
+        assert "--sample-interval" in err and "up to 86400 (a day)" in err, err
+    assert build_parser().parse_args(["dashboard", "--sample-interval", "86400"]).sample_interval == 86400

@@ -285,3 +285,14 @@ def test_the_fencing_check_sees_a_stale_complete_accepted(dsn: str) -> None:
     queue.create()
     assert fencing(Queue(dsn, "demo_fencing")) is None
     assert fencing(queue) == "fencing: the stalled worker's complete was accepted after another took the message"
+
+
+def test_a_dashboard_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """`demo --dashboard 70000` is bad usage naming the option, exit 2, as `dashboard --port 70000`
+    is (the same check): it was an OverflowError traceback from the port check."""
+    for port in ("70000", "65536", "-1"):
+        status = main(["demo", "--messages", "10", "--no-progress", "--dashboard", port, "--dsn", dsn])
+        out, err = capsys.readouterr()
+        assert status == 2, out + err
+        assert err == (f"pgqueue demo: error: argument --dashboard: expected a port number 0-65535, got '{port}' "
+                       "(see `pgqueue demo --help`)\n"), err

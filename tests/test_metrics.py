@@ -28,7 +28,7 @@ from conftest import Server
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
 from pgqueue.client import all_counters
-from pgqueue.metrics import Family, MetricsServer, QueueMetrics, WorkerMetrics, render
+from pgqueue.metrics import MAX_TIMEOUT, Family, MetricsServer, QueueMetrics, WorkerMetrics, render
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 TESTS = Path(__file__).resolve().parent
@@ -526,3 +526,23 @@ def test_worker_command_metrics_port(dsn: str, tmp_path: Path, handler: str) -> 
     assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="0.25"))] == 0
     assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="1"))] == 2
     queue.close()
+
+
+def test_the_timeout_is_at_most_what_statement_timeout_takes(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """The server's statement_timeout takes at most 2147483647 ms: `metrics --timeout` above
+    2147483.647 s is bad usage naming the option, exit 2 (it was taken, and then every scrape
+    failed to set it: pgqueue_up 0), and QueueMetrics refuses it; the bound itself reads."""
+    for bad in ("2147483.648", "2147484", "1e300", "inf", "nan"):
+        assert main(["metrics", "--once", "--timeout", bad, "--dsn", dsn]) == 2, bad
+        out, err = capsys.readouterr()
+        assert out == "" and "--timeout" in err and "up to 2147483.647" in err, err
+    assert main(["metrics", "--once", "--timeout", "2147483.647", "--dsn", dsn]) == 0
+    assert parse(capsys.readouterr().out)[("pgqueue_up", frozenset())] == 1
+    for timeout in (2147483.648, float("inf")):
+        with pytest.raises(ValueError, match="at most 2147483.647"):
+            QueueMetrics(dsn, timeout=timeout)
+    metrics = QueueMetrics(dsn, timeout=MAX_TIMEOUT, min_interval=0)
+    try:
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1
+    finally:
+        metrics.close()

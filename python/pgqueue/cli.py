@@ -15,6 +15,7 @@ import base64
 import importlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -238,7 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_batch, default=1, metavar="N", help="at most N messages, up to 10000 (default 1)")
     p.add_argument("--lock-ms", type=_lease_or_zero, metavar="MS",
                    help="lease length, up to a year (default: the queue's lock_ms); 0 deletes them on receipt")
-    p.add_argument("--complete", action="store_true", help="complete (delete) them after printing")
+    p.add_argument("--complete", action="store_true",
+                   help="complete (delete) each once it is printed; one whose lease ran out first (a slow "
+                        "reader) is named on stderr, exit 1. If the output closes early (| head), the "
+                        "messages not printed are given back, not completed")
 
     # peek, cancel
     p = command("peek", _cmd_peek, "print a queue's next messages as JSON lines, without taking them")
@@ -268,9 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port to listen on (default 9469; 0 picks a free one)")
     p.add_argument("--min-interval", type=_non_negative_float, default=1.0, metavar="S",
                    help="scrapes closer together than S seconds get the previous reading (default 1)")
-    p.add_argument("--timeout", type=_positive_float, default=5.0, metavar="S",
+    p.add_argument("--timeout", type=_statement_timeout, default=5.0, metavar="S",
                    help="a reading that takes longer than S seconds (a lock on the table, a database that does "
-                        "not answer) is given up: pgqueue_up 0 (default 5; keep it below the scraper's timeout)")
+                        "not answer) is given up: pgqueue_up 0 (default 5, up to 2147483.647; keep it below the "
+                        "scraper's timeout)")
     p.add_argument("--once", action="store_true", help="print the metrics once to stdout and exit")
 
     # dashboard
@@ -285,8 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "carries it")
     p.add_argument("--read-only", action="store_true",
                    help="never change anything (no requeue or purge), whatever the role may do")
-    p.add_argument("--sample-interval", type=_positive_float, default=5.0, metavar="S",
-                   help="seconds between the samples of the counts and charts (default 5; an hour is kept)")
+    p.add_argument("--sample-interval", type=_sample_interval, default=5.0, metavar="S",
+                   help="seconds between the samples of the counts and charts (default 5, up to 86400: a day; "
+                        "an hour is kept)")
 
     # dead
     p = command("dead", None, "list, requeue or purge dead letters")
@@ -447,7 +453,6 @@ _INT_MAX = 2**31 - 1
 _BIGINT_MAX = 2**63 - 1
 _YEAR_MS = 31_536_000_000  # the longest lease, back-off and key window
 _positive_int = _number(int, lambda v: v > 0, "a positive integer")
-_non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
 _id = _int_range(1, _BIGINT_MAX, f"an id (a positive integer up to {_BIGINT_MAX})")
 _batch = _int_range(1, 10000)  # messages or groups one call returns
 _count = _int_range(1, _BIGINT_MAX, f"a positive integer up to {_BIGINT_MAX}")
@@ -463,6 +468,11 @@ _positive_float = _number(float, lambda v: v > 0 and v < float("inf"), "a positi
 _non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 _seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0")
 _port = _number(int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
+# metrics --timeout becomes the server's statement_timeout, an integer of milliseconds
+_statement_timeout = _number(float, lambda v: 0 < v < float("inf") and math.ceil(v * 1000) <= _INT_MAX,
+                             f"seconds > 0, up to {_INT_MAX / 1000} (the server's statement_timeout limit)")
+_DAY_S = 86400  # the longest dashboard --sample-interval (the page refreshes as often: a browser timer)
+_sample_interval = _number(float, lambda v: 0 < v <= _DAY_S, f"seconds > 0, up to {_DAY_S} (a day)")
 _interval = _number(float, lambda v: 0.1 <= v < 1e9, "seconds >= 0.1")
 
 
@@ -690,20 +700,50 @@ def _cmd_uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
+#: How a PAYLOAD that is not UTF-8 text is refused, from the command line or standard input.
+_NOT_UTF8 = "PAYLOAD is not valid UTF-8 text ({where}); send bytes from a program through the client instead"
+
+
+def _read_stdin() -> str:
+    """Read standard input (``enqueue QUEUE -``) as UTF-8 text, whatever the locale's encoding.
+
+    The bytes are read and decoded here, strictly, so that bytes that are not UTF-8 are the
+    same one-line error whether the locale's decoding is strict (``PYTHONIOENCODING=utf-8``,
+    ``en_US.UTF-8``) or escapes them (C.UTF-8), where it raised a UnicodeDecodeError traceback.
+    """
+    stream = sys.stdin
+    if stream is None:  # started with standard input closed
+        raise UserError("PAYLOAD is '-' but there is no standard input to read it from")
+    binary = getattr(stream, "buffer", None)  # None: a text-only stream put in its place
+    try:
+        if binary is None:
+            return stream.read()
+        data: bytes = binary.read()
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(_NOT_UTF8.format(where=f"at byte {exc.start} of standard input")) from exc
+
+
+def _json_payload(text: str) -> object:
+    """Return the value that PAYLOAD's JSON encodes, or refuse it in one line (UserError)."""
+    try:
+        payload = json.loads(text)
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except RecursionError as exc:  # as the client refuses such a payload (UnsupportedPayload)
+        raise UserError("PAYLOAD is JSON nested deeper than Python's recursion limit: the client cannot "
+                        "send it") from exc
+    except ValueError as exc:  # (UnicodeEncodeError is a ValueError: a "\ud800" escape)
+        raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
+    return payload
+
+
 def _cmd_enqueue(args: argparse.Namespace) -> int:
-    text: str = sys.stdin.read() if args.payload == "-" else args.payload
+    text: str = _read_stdin() if args.payload == "-" else args.payload
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:  # bytes the locale could not decode, or a lone surrogate
-        raise UserError(f"PAYLOAD is not valid UTF-8 text (at character {exc.start}); "
-                        "send bytes from a program through the client instead") from exc
-    payload: object = text
-    if args.json:
-        try:
-            payload = json.loads(text)
-            json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        except ValueError as exc:  # (UnicodeEncodeError is a ValueError: a "\ud800" escape)
-            raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
+        raise UserError(_NOT_UTF8.format(where=f"at character {exc.start}")) from exc
+    payload: object = _json_payload(text) if args.json else text
     delay = timedelta(seconds=args.delay) if args.delay else None
     with connect(resolve_dsn(args)) as conn:
         msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, at=args.at, priority=args.priority,
@@ -713,18 +753,37 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def _cmd_dequeue(args: argparse.Namespace) -> int:
+    """Print the messages taken as JSON lines; with --complete, complete each once it is printed.
+
+    A message is completed only after its line was written: one whose lease ran out first (a
+    slow reader of the output) and was taken by another consumer is not, and is named on stderr
+    with exit status 1. When the output closes early (``| head -1``) the messages not printed
+    yet are given back (due at once, as a worker's shutdown gives them back) and the exit status
+    is 1; with ``--lock-ms 0`` they were deleted on receipt (delete mode: at most once).
+    """
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         messages = queue.dequeue(args.limit, lock_ms=args.lock_ms)
-        for msg in messages:
-            print(json.dumps(_message_json(msg)), flush=True)
-            if args.complete and msg.leased:
-                queue.complete(msg)
+        lost: list[Message] = []
+        for i, msg in enumerate(messages):
+            try:
+                print(json.dumps(_message_json(msg)), flush=True)
+            except BrokenPipeError:  # the reader has gone: this one and the rest were not printed
+                for unprinted in messages[i:]:
+                    if unprinted.leased:
+                        queue.defer(unprinted)  # (False: its lease was lost already, nothing to give back)
+                raise
+            if args.complete and msg.leased and not queue.complete(msg):
+                lost.append(msg)
         if not messages:
             print(f"no message ready on queue {args.queue}", file=sys.stderr)
         elif not args.complete and any(m.leased for m in messages):
             print(f"{len(messages)} message(s) leased, not completed: they return to the queue when "
                   "the lease runs out (use --complete or --lock-ms 0 to remove them)", file=sys.stderr)
+    if lost:
+        _error(f"{len(lost)} of {len(messages)} message(s) printed but not completed: lease lost (it ran out "
+               f"and another consumer took them), they will be delivered again: {' '.join(str(m.id) for m in lost)}")
+        return 1
     return 0
 
 
@@ -1006,12 +1065,7 @@ def _cmd_dead_purge(args: argparse.Namespace) -> int:
 def _cmd_schedule_create(args: argparse.Namespace) -> int:
     from pgqueue.schedules import create_schedule
 
-    payload: object = args.payload
-    if args.json:
-        try:
-            payload = json.loads(args.payload)
-        except ValueError as exc:
-            raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
+    payload: object = _json_payload(args.payload) if args.json else args.payload
     with connect(resolve_dsn(args)) as conn:
         create_schedule(conn, args.name, args.queue, payload, every=args.every, cron=args.cron,
                         missed=args.missed, task=args.task)

@@ -681,7 +681,7 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``pgqueue demo`` to its parser (--dsn is added by the CLI)."""
-    from pgqueue.cli import _non_negative_float, _non_negative_int, _positive_int
+    from pgqueue.cli import _non_negative_float, _port, _positive_int
 
     d = DemoOptions()
     parser.add_argument("--messages", "-n", type=_positive_int, default=d.messages, metavar="N",
@@ -698,7 +698,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="random seed, to repeat a run's mix")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar, even on a terminal")
-    parser.add_argument("--dashboard", type=_non_negative_int, nargs="?", const=8080, metavar="PORT",
+    parser.add_argument("--dashboard", type=_port, nargs="?", const=8080, metavar="PORT",
                         help="serve `pgqueue dashboard` on 127.0.0.1:PORT (default 8080) while the demo runs, "
                              "and keep it up after the report until Ctrl-C")
 

@@ -55,6 +55,10 @@ DURATION_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 
 Labels = tuple[tuple[str, str], ...]
 
+_MAX_TIMEOUT_MS = 2**31 - 1  # the server's statement_timeout: an integer of milliseconds
+#: The longest QueueMetrics timeout, in seconds (2147483.647): the longest statement_timeout.
+MAX_TIMEOUT = _MAX_TIMEOUT_MS / 1000
+
 
 @dataclass
 class Family:
@@ -153,12 +157,13 @@ class QueueMetrics:
     ``pgqueue_up 0``: without it a scrape waiting on a lock (``VACUUM FULL`` or ``LOCK TABLE``
     of ``pgqueue.message``) or on a connection attempt nobody answers waited as long as they
     did, and every later scrape queued behind it. Keep it below the scraper's own timeout (10 s in
-    Prometheus by default).
+    Prometheus by default). It is at most :data:`MAX_TIMEOUT` seconds, the longest
+    ``statement_timeout`` the server takes (a longer one would make every scrape fail).
     """
 
     def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if not (0 < timeout < math.inf and math.ceil(timeout * 1000) <= _MAX_TIMEOUT_MS):
+            raise ValueError(f"timeout must be > 0 seconds and at most {MAX_TIMEOUT}, got {timeout}")
         self._dsn = dsn
         self._min_interval = min_interval
         self._timeout = timeout

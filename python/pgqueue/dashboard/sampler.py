@@ -35,6 +35,10 @@ COUNTERS = ("enqueued", "delivered", "completed", "failed", "dead_lettered", "ex
 #: application_name of the dashboard's sessions (left out of the sessions it shows).
 APPLICATION_NAME = "pgqueue-dashboard"
 
+#: The longest interval between samples, in seconds: a day (the page refreshes as often, and a
+#: browser's timer takes at most about 24.8 days; a thread's wait, about 292 years).
+MAX_INTERVAL = 86400.0
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -51,7 +55,8 @@ class Sample:
 
 @dataclass
 class Sampler:
-    """Sample ``connect()``'s database every ``interval`` seconds, keeping ``history`` seconds."""
+    """Sample ``connect()``'s database every ``interval`` seconds (more than 0, at most
+    :data:`MAX_INTERVAL`: a day), keeping ``history`` seconds."""
 
     connect: Callable[[], psycopg.Connection[Any]]
     interval: float = 5.0
@@ -64,6 +69,9 @@ class Sampler:
     _conn: psycopg.Connection[Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        if not 0 < self.interval <= MAX_INTERVAL:  # (else the thread's wait dies: OverflowError)
+            raise ValueError(f"the sample interval must be > 0 seconds and at most {MAX_INTERVAL:g}, "
+                             f"got {self.interval}")
         self.samples = deque(maxlen=int(self.history / self.interval) + 1)
 
     def start(self) -> None:

@@ -1,6 +1,6 @@
 """pgqueue for Apache Spark: a PySpark data source that feeds and drains queues.
 
-Needs the ``spark`` extra (``pip install 'pgqueue[spark]'``: pyspark 4.x and pyarrow; Java 17+);
+Needs the ``spark`` extra (``pip install 'pgqueue-sql[spark]'``: pyspark 4.2+ and pyarrow; Java 17+);
 ``import pgqueue`` alone never imports pyspark. Register the format once per SparkSession::
 
     import pgqueue.spark
@@ -34,7 +34,7 @@ with the list of what that entry point takes. ``checkpointLocation`` is Spark's 
 All entry points:
 
 ``dsn`` (required; alias ``conninfo``)
-    libpq connection string of the database with the extension (0.2 or later). Spark shows
+    libpq connection string of the database with pgqueue 0.4 or later. Spark shows
     option values in query plans (a stream's ``explain()``, the Spark UI) unless they match
     ``spark.redaction.regex`` (by default ``secret|password|token|access.?key``): say a password
     as ``password=...`` (key=value) or ``?password=...`` (URI), which Spark redacts, or keep it in
