@@ -299,6 +299,15 @@ def test_metrics_endpoint(dsn: str) -> None:
     queue.close()
 
 
+def test_the_endpoint_listens_on_an_ipv6_address() -> None:
+    """``--host ::1`` serves over IPv6, as the dashboard does (http.server's default listens on
+    IPv4 only, and refused an IPv6 address: "Address family for hostname not supported")."""
+    with MetricsServer(lambda: "pgqueue_up 1\n", host="::1", port=0) as server:
+        assert server.url == f"http://[::1]:{server.port}/metrics"
+        with urllib.request.urlopen(server.url, timeout=10) as resp:
+            assert resp.read().decode() == "pgqueue_up 1\n"
+
+
 def test_metrics_reuses_a_recent_reading_and_survives_a_lost_database(pg_server: object, dsn: str) -> None:
     metrics = QueueMetrics(dsn, min_interval=60)
     first = metrics.render()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -303,8 +304,8 @@ class WorkerMetrics:
 class MetricsServer:
     """Serve ``render()`` at ``/metrics`` (and ``/``) over HTTP on a background thread.
 
-    ``port`` 0 picks a free port (see :attr:`port`). Use as a context manager, or call
-    :meth:`close`.
+    ``port`` 0 picks a free port (see :attr:`port`); ``host`` may be an IPv6 address (``::1``,
+    ``::``). Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, render: Callable[[], str], *, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -330,7 +331,12 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server API)
                 log.debug("metrics: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        server_class = ThreadingHTTPServer
+        if ":" in host:  # an IPv6 address such as ::1 or :: (http.server listens on IPv4 only)
+            class _Server6(ThreadingHTTPServer):
+                address_family = socket.AF_INET6
+            server_class = _Server6
+        self._server = server_class((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="pgqueue-metrics", daemon=True)
         self._thread.start()
