@@ -131,6 +131,35 @@ async def complete_and_dequeue_in_one_statement(q: Any, conn: Conn) -> None:
         await q.complete_and_dequeue([ma], 0)
 
 
+async def an_older_delivery_beside_the_newest_is_lost(q: Any, conn: Conn) -> None:
+    """Given two deliveries of one message (one whose lease ran out, and the one handed out
+    after it, with the next attempts token), complete_many and complete_and_dequeue complete the
+    newest and report the older one lost, wherever each stands in the list. Before, lost
+    deliveries were matched by id only: the newest was completed and the older not reported.
+    The same delivery listed twice is completed once and not reported lost."""
+    for acknowledge in ("complete_many", "complete_and_dequeue", "newest first"):
+        msg_id = await q.enqueue(acknowledge)
+        [old] = await q.dequeue(1, lock_ms=100)
+        await asyncio.sleep(0.2)  # its lease runs out
+        [new] = await q.dequeue(1, lock_ms=60000)
+        assert (new.id, new.attempts) == (msg_id, old.attempts + 1)
+        if acknowledge == "complete_many":
+            lost = await q.complete_many([old, new])
+        elif acknowledge == "complete_and_dequeue":
+            got, lost = await q.complete_and_dequeue([old, new], 1, lock_ms=60000)
+            assert got == []
+        else:
+            lost = await q.complete_many([new, old])
+        assert lost == [old], acknowledge
+        assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = %s", (msg_id,)).fetchone() == (0,)
+    await q.enqueue_many(["twice", "next"])
+    [twice] = await q.dequeue(1, lock_ms=60000)
+    got, lost = await q.complete_and_dequeue([twice, twice], 1, lock_ms=60000)
+    assert lost == [] and [m.payload for m in got] == ["next"]
+    assert await q.complete_many([got[0], got[0]]) == []
+    assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+
+
 async def missing_queue_errors_carry_the_psycopg_error(q: Any, conn: Conn) -> None:
     """``q`` is a client of a queue that does not exist."""
     calls = (lambda: q.enqueue(1), q.dequeue, q.stats, q.settings, q.dead_letters, q.next_due, q.requeue_dead,

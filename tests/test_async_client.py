@@ -543,6 +543,7 @@ def test_async_tasks_and_reject(dsn: str) -> None:
     scenarios.dequeue_limit_lease_and_delete_on_dequeue,
     scenarios.complete_many_uses_each_messages_own_token,
     scenarios.complete_and_dequeue_in_one_statement,
+    scenarios.an_older_delivery_beside_the_newest_is_lost,
 ], ids=lambda s: s.__name__)
 def test_async_shared_scenario(scenario: scenarios.Scenario, dsn: str, conn: Conn) -> None:
     Queue(conn, "jobs").create()

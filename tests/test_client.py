@@ -285,6 +285,17 @@ def test_next_due(queue: Queue, conn: Conn) -> None:
     assert due is not None and due <= to_datetime(4102444800000)
 
 
+def test_times_past_the_year_9999_read_as_datetime_max(queue: Queue) -> None:
+    """The server takes any bigint due time, as a delay of millions of days; next_due and peek
+    read one past what datetime holds as datetime.max (UTC). Before, both raised OverflowError."""
+    far = queue.enqueue("someday", delay=timedelta(days=3_000_000))
+    farther = queue.enqueue("later still", at=2**60)
+    latest = datetime.max.replace(tzinfo=timezone.utc)
+    assert queue.next_due() == latest
+    assert [(p.id, p.dequeue_at) for p in queue.peek()] == [(far, latest), (farther, latest)]
+    assert to_datetime(-2**60) == datetime.min.replace(tzinfo=timezone.utc)
+
+
 # -- receive -----------------------------------------------------------------------------
 
 
@@ -533,6 +544,49 @@ def test_pool_based_queue(pool: ConnectionPool[Any]) -> None:
     q.close()
     assert not pool.closed
     assert [s.queue for s in list_queues(pool)] == ["default", "pooled"]
+
+
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_threads_sharing_a_queue_receive_and_complete_every_message(source: str, dsn: str, conn: Conn) -> None:
+    """Threads that receive() from one Queue over one connection (its own, or a caller's that
+    two Queues share) settle every message, and the connection is left committed: an enqueue
+    afterwards is visible to another connection. Before, one thread's dequeue transaction
+    interleaved with another's, which nested in it as a savepoint: "transaction commit at the
+    wrong nesting level", and the connection stayed in a transaction nobody committed, so the
+    completions and enqueues sent after it were never committed."""
+    Queue(conn, "jobs").create()
+    ids = Queue(conn, "jobs").enqueue_many(list(range(300)))
+    with ExitStack() as stack:
+        if source == "dsn":
+            shared = stack.enter_context(Queue(dsn, "jobs"))
+            queues = [shared] * 4
+        else:
+            caller = stack.enter_context(psycopg.connect(dsn, autocommit=True))
+            queues = [Queue(caller, "jobs"), Queue(caller, "jobs")] * 2
+        handled: list[int] = []
+        errors_seen: list[BaseException] = []
+
+        def consume(q: Queue) -> None:
+            while True:
+                try:
+                    with q.receive(heartbeat=False) as msg:
+                        if msg is None:
+                            return
+                        handled.append(msg.id)
+                except BaseException as exc:  # surfaced below
+                    errors_seen.append(exc)
+                    return
+
+        threads = [threading.Thread(target=consume, args=(q,)) for q in queues]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors_seen, errors_seen
+        assert sorted(handled) == ids
+        after = queues[0].enqueue("after")
+        seen = conn.execute("SELECT id FROM pgqueue.message").fetchall()
+        assert seen == [(after,)]  # every message completed, and the enqueue after them committed
 
 
 def test_dsn_queue_opens_lazily_and_closes(dsn: str, conn: Conn) -> None:
@@ -802,6 +856,10 @@ def test_complete_many_completes_only_with_each_messages_own_token(queue: Queue,
 
 def test_complete_and_dequeue_acknowledges_and_fetches_in_one_statement(queue: Queue, conn: Conn) -> None:
     scenarios.run(scenarios.complete_and_dequeue_in_one_statement, queue, conn)
+
+
+def test_an_older_delivery_beside_the_newest_is_lost(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.an_older_delivery_beside_the_newest_is_lost, queue, conn)
 
 
 def test_queue_and_schedule_creation_times_are_utc_whatever_the_sessions_time_zone(dsn: str) -> None:

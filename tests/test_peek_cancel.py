@@ -102,6 +102,22 @@ def test_peek_and_cancel(dsn: str) -> None:
     queue.close()
 
 
+def test_ids_given_as_a_generator_are_used(dsn: str) -> None:
+    """cancel, requeue_dead and purge_dead read ids given as a generator once. Before, the type
+    check consumed the generator and an empty list went to the server: nothing was done."""
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=1)
+    ids = queue.enqueue_many(["a", "b", "c", "d"])
+    removed = queue.cancel(i for i in ids[:1])  # type: ignore[arg-type]
+    assert [p.id for p in removed] == ids[:1]
+    for msg in queue.dequeue(3):
+        assert queue.fail(msg, "dead")
+    assert queue.requeue_dead(i for i in ids[1:2]) == 1  # type: ignore[arg-type]
+    assert queue.purge_dead(i for i in ids[2:3]) == 1  # type: ignore[arg-type]
+    assert [d.id for d in queue.dead_letters()] == ids[3:]
+    queue.close()
+
+
 def test_peek_shows_an_expired_lease_first_with_its_error(dsn: str) -> None:
     queue = Queue(dsn, "jobs")
     queue.create(retry_base_ms=0, retry_cap_ms=0)

@@ -387,6 +387,71 @@ def test_conninfo_of_each_kind_of_queue(dsn: str) -> None:
             assert again.info.dbname == dbname
 
 
+def test_a_pool_with_psycopg_connection_kwargs_gives_workers_a_conninfo(dsn: str) -> None:
+    """The usual pool recipe passes psycopg's own connection arguments in ``kwargs``
+    (``autocommit=True``, ``prepare_threshold``, a ``row_factory``): they are not libpq options
+    and stay out of the conninfo, while libpq options such as ``application_name`` are kept.
+    Before, ``Queue.conninfo``, ``Worker(...)`` and ``AsyncWorker(...)`` raised psycopg's
+    ProgrammingError ``invalid connection option "autocommit"``."""
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from pgqueue import AsyncQueue
+
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                              "application_name": "from-the-pool"}
+    queue = make_queue(dsn)
+    queue.enqueue("via the pool's conninfo")
+    results = Results()
+    with ConnectionPool(dsn, kwargs=kwargs, min_size=1, open=True) as pool:
+        pooled = Queue(pool, "jobs")
+        with psycopg.connect(pooled.conninfo) as again:
+            assert again.info.parameter_status("application_name") == "from-the-pool"
+        with running(Worker(pooled, lambda msg: None, on_result=results)):
+            wait_for(lambda: results.count("completed") == 1, what="the message")
+
+    async def build_async_worker() -> None:
+        async with AsyncConnectionPool(dsn, kwargs=kwargs, min_size=1, open=False) as pool:
+            aqueue = AsyncQueue(pool, "jobs")
+            assert "application_name=from-the-pool" in aqueue.conninfo
+            assert "autocommit" not in aqueue.conninfo
+            AsyncWorker(aqueue, _noop)
+
+    asyncio.run(build_async_worker())
+
+
+async def _noop(msg: Message) -> None:
+    pass
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_message_due_after_the_year_9999_does_not_stop_a_worker(kind: str, dsn: str) -> None:
+    """A message due past what datetime holds sits in the queue while the worker idles (each
+    idle round asks the queue's next due time) and handles the others. Before, reading that
+    time raised OverflowError and killed run()."""
+    from datetime import timedelta
+
+    from pgqueue import AsyncQueue
+
+    queue = make_queue(dsn)
+    queue.enqueue("someday", delay=timedelta(days=3_000_000))
+    results = Results()
+
+    async def handler(msg: Message) -> None:
+        pass
+
+    worker: Worker | AsyncWorker = (
+        Worker(queue, lambda msg: None, poll_min=0.05, poll_max=0.1, on_result=results) if kind == "Worker"
+        else AsyncWorker(AsyncQueue(dsn, "jobs"), handler, poll_min=0.05, poll_max=0.1, on_result=results))
+    with running(worker) as thread:
+        time.sleep(0.5)  # idle rounds, each reading the far message's due time
+        now = queue.enqueue("now")
+        wait_for(lambda: results.count("completed") == 1, what="the message due now")
+        assert thread.is_alive()
+    assert [r.message.id for r in results.items] == [now]
+    assert queue.stats().scheduled == 1
+
+
 def test_worker_refuses_bad_options(dsn: str) -> None:
     queue = Queue(dsn)
     with pytest.raises(ValueError):

@@ -131,6 +131,40 @@ def test_run_on_the_main_thread_installs_and_restores_signal_handlers(dsn: str) 
     assert signal.getsignal(signal.SIGINT) is seen
 
 
+def test_signal_handlers_installed_for_a_run_on_another_thread(dsn: str) -> None:
+    """install_signal_handlers() on the main thread, run() on another (the documented use): a
+    SIGTERM stops the worker, run() returns normally, and the handlers stay until the main
+    thread calls restore_signal_handlers(); the first signal after run() returned, before that,
+    puts them back itself and reaches the previous handler. Before, run() raised ValueError
+    "signal only works in main thread" from restoring them on its own thread."""
+    assert threading.current_thread() is threading.main_thread()
+    queue = make_queue(dsn)
+    previous_calls: list[int] = []
+
+    def previous(signum: int, frame: object) -> None:
+        previous_calls.append(signum)
+
+    before = signal.signal(signal.SIGTERM, previous)
+    try:
+        for ending in ("restore_signal_handlers", "a signal after run"):
+            worker = Worker(queue, print)
+            worker.install_signal_handlers()
+            started = Started(worker)
+            time.sleep(0.3)
+            signal.raise_signal(signal.SIGTERM)  # the worker's handler: stop
+            started.thread.join(20)
+            assert not started.thread.is_alive() and not started.errors, started.errors
+            assert previous_calls == [] and signal.getsignal(signal.SIGTERM) is not previous
+            if ending == "restore_signal_handlers":
+                worker.restore_signal_handlers()
+            else:
+                signal.raise_signal(signal.SIGTERM)
+                assert previous_calls == [signal.SIGTERM]
+            assert signal.getsignal(signal.SIGTERM) is previous
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_hung_handler_times_out_its_message_is_failed_and_its_result_ignored(dsn: str) -> None:
     queue = make_queue(dsn, max_attempts=1)
     hung = queue.enqueue({"hang": True})
@@ -196,6 +230,36 @@ def test_a_timeout_per_message_retries_by_the_queue_rules(dsn: str) -> None:
     assert (quick, "completed") in outcomes and (quick, "retried") not in outcomes
     assert sorted(attempts) == sorted([(slow, 1), (slow, 2), (quick, 1)])
     assert queue.stats().total == 0
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_timeout_function_that_raises_fails_that_message_only(kind: str, dsn: str) -> None:
+    """A ``timeout`` function that raises for one message of a batch: that message is failed
+    with its error (its handler never runs), the others are handled, and the worker runs on,
+    alike in both workers. Before, the Worker's run() died of the error, leaving the rest of the
+    batch leased until their leases ran out."""
+    queue = make_queue(dsn, max_attempts=1)
+    ids = queue.enqueue_many(["ok1", "bad", "ok2", "ok3"])
+    handled: list[object] = []
+
+    def limit(msg: Message) -> float:
+        if msg.payload == "bad":
+            raise ZeroDivisionError("no limit for this one")
+        return 5.0
+
+    results = Results()
+    with running(make_worker(kind, dsn, lambda msg: handled.append(msg.payload), concurrency=4,
+                             timeout=limit, on_result=results)):
+        wait_for(lambda: len(results.items) == 4, what="four results")
+        later = queue.enqueue("after")
+        wait_for(lambda: len(results.items) == 5, what="the worker to run on")
+    assert sorted(map(str, handled)) == ["after", "ok1", "ok2", "ok3"]
+    assert {(r.message.id, r.outcome) for r in results.items if r.outcome != "completed"} == {(ids[1], "dead")}
+    [dead] = queue.dead_letters()
+    assert (dead.id, dead.last_error) == (ids[1], "ZeroDivisionError: no limit for this one")
+    stats = queue.stats(exact=True)  # nothing left leased, "after" completed
+    assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 1)
+    assert later in {r.message.id for r in results.items if r.outcome == "completed"}
 
 
 def _worker_backends(dsn: str) -> list[str]:
@@ -321,3 +385,111 @@ def test_a_lock_timeout_on_the_role_is_retried_and_logged_once_for_what_it_is(ki
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warned) == 1 and warned[0].startswith("database call failed: canceling statement due to lock timeout"), warned
     assert any("database connection works again" in r.getMessage() for r in caplog.records)
+
+
+def _wait_for_a_lock_wait(dsn: str) -> None:
+    """Wait until a worker's connection waits on a row lock (its acknowledgement, here)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        wait_for(lambda: conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'pgqueue-worker' AND wait_event_type = 'Lock'").fetchone() == (1,),
+            what="the acknowledgement to wait on the row lock")
+
+
+def test_a_keyboard_interrupt_during_the_acknowledgement_still_acknowledges(dsn: str) -> None:
+    """A Ctrl-C (handle_signals=False: a KeyboardInterrupt) that lands while the acknowledgement
+    of finished handlers is in flight: the call is cancelled, and the shutdown acknowledges the
+    deliveries before run() raises. Before, they had been taken off the list to acknowledge and
+    were put back only on database errors: the shutdown logged "not acknowledged (no database)"
+    and the message stayed leased until its lease ran out."""
+    assert threading.current_thread() is threading.main_thread()
+    queue = make_queue(dsn, lock_ms=60000)
+    msg_id = queue.enqueue("only")
+    blocker = psycopg.connect(dsn)  # holds the message's row lock, so that the acknowledgement waits
+
+    def handler(msg: Message) -> None:
+        blocker.execute("SELECT id FROM pgqueue.message WHERE id = %s FOR UPDATE", (msg.id,))
+
+    def interrupt_then_release() -> None:
+        _wait_for_a_lock_wait(dsn)
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.3)
+        blocker.rollback()
+
+    results = Results()
+    worker = Worker(queue, handler, concurrency=1, handle_signals=False, on_result=results)
+    helper = threading.Thread(target=interrupt_then_release)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            worker.run()
+    finally:
+        helper.join(20)
+        signal.signal(signal.SIGINT, previous)
+        blocker.close()
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [(msg_id, "completed", True)]
+    assert queue.stats(exact=True).total == 0
+
+
+def test_cancelling_an_async_worker_during_the_acknowledgement_still_acknowledges(dsn: str) -> None:
+    """AsyncWorker.run() cancelled (by asyncio.timeout, say) while the acknowledgement of
+    finished handlers is in flight: the shutdown acknowledges them before the cancellation
+    propagates (before, as for the Worker's KeyboardInterrupt, they were left leased)."""
+    import asyncio
+
+    make_queue(dsn, lock_ms=60000)
+    msg_id = Queue(dsn, "jobs").enqueue("only")
+    results = Results()
+
+    async def main() -> None:
+        blocker = await psycopg.AsyncConnection.connect(dsn)
+
+        async def handler(msg: Message) -> None:
+            await blocker.execute("SELECT id FROM pgqueue.message WHERE id = %s FOR UPDATE", (msg.id,))
+
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=1, handle_signals=False,
+                             on_result=results)
+        run = asyncio.create_task(worker.run())
+        await asyncio.to_thread(_wait_for_a_lock_wait, dsn)
+        run.cancel()
+        await asyncio.sleep(0.3)
+        await blocker.rollback()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        await blocker.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [(msg_id, "completed", True)]
+    assert Queue(dsn, "jobs").stats(exact=True).total == 0
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_failures_outcome_follows_max_attempts_changed_under_a_running_worker(
+        kind: str, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A queue_alter of max_attempts after the worker started: each failure is reported (Result,
+    log line, and so the metric pgqueue_worker_messages_total{outcome}) as what the server did
+    with it, dead or retried. Before, the worker labelled it from the max_attempts it read at
+    start: "retried" for a message the server had dead-lettered, and the reverse."""
+    queue = make_queue(dsn, max_attempts=5, retry_base_ms=3600000, retry_cap_ms=3600000)
+    results = Results()
+
+    def handler(msg: Message) -> None:
+        if msg.payload != "started":
+            raise RuntimeError("boom")
+
+    worker = make_worker(kind, dsn, handler, poll_min=0.05, poll_max=0.1, on_result=results)
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), running(worker):
+        queue.enqueue("started")
+        wait_for(lambda: len(results.items) == 1, what="the worker to start (max_attempts 5 read)")
+        queue.alter(max_attempts=1)
+        doomed = queue.enqueue("dies at its first failure now")
+        wait_for(lambda: len(results.items) == 2, what="the first failure")
+        queue.alter(max_attempts=0)  # unlimited
+        kept = queue.enqueue("retried now")
+        wait_for(lambda: len(results.items) == 3, what="the second failure")
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items[1:]] == [
+        (doomed, "dead", True), (kept, "retried", True)]
+    assert [d.id for d in queue.dead_letters()] == [doomed]
+    logged = [r.getMessage() for r in caplog.records if "failed (attempt 1)" in r.getMessage()]
+    assert [line.rsplit("; ", 1)[1] for line in logged] == ["moved to the dead letters", "will be retried"]

@@ -8,6 +8,7 @@ clients cannot drift apart.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
 from psycopg.conninfo import make_conninfo
+from psycopg.pq import Conninfo
 from psycopg.pq.abc import PGconn
 
 from pgqueue import _sql, codec
@@ -250,12 +252,15 @@ def error_text(error: str | BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
-def _ids(ids: Sequence[int] | None) -> list[int] | None:
+def _ids(ids: Iterable[int] | None) -> list[int] | None:
     if ids is None:
         return None
-    if isinstance(ids, (str, bytes)) or not all(_is_int(i) for i in ids):
+    if isinstance(ids, (str, bytes)):
         raise InvalidArgument(f"ids must be a sequence of ints, got {ids!r}")
-    return list(ids)
+    given = list(ids)  # once: a generator is consumed by reading it
+    if not all(_is_int(i) for i in given):
+        raise InvalidArgument(f"ids must be a sequence of ints, got {given!r}")
+    return given
 
 
 def _state(state: bytes | bytearray | memoryview | None) -> bytes | None:
@@ -317,8 +322,16 @@ def conninfo_of(pgconn: PGconn) -> str:
     return make_conninfo("", **params)
 
 
+@functools.cache
+def _libpq_keywords() -> frozenset[str]:
+    """The connection options the linked libpq knows (``host``, ``sslmode``, ...)."""
+    return frozenset(opt.keyword.decode() for opt in Conninfo.get_defaults())
+
+
 def pool_conninfo(conninfo: object, kwargs: object) -> str:
-    """Return a connection string for a pool's ``conninfo`` and ``kwargs`` (the str and int ones).
+    """Return a connection string for a pool's ``conninfo`` and the libpq options among its
+    ``kwargs`` (psycopg's own connection arguments, such as ``autocommit``, ``prepare_threshold``
+    or ``row_factory``, are not connection options: they are left out).
 
     Raises:
         InvalidArgument: ``conninfo`` is not a string or ``kwargs`` not a dict (a function the
@@ -329,7 +342,7 @@ def pool_conninfo(conninfo: object, kwargs: object) -> str:
         raise InvalidArgument("the pool's conninfo is not a string: pass the connection string explicitly")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidArgument("the pool's kwargs is not a dict: pass the connection string explicitly")
-    extra = {k: v for k, v in (kwargs or {}).items() if isinstance(v, (str, int))}
+    extra = {k: v for k, v in (kwargs or {}).items() if k in _libpq_keywords()}
     return make_conninfo(conninfo, **extra)
 
 
@@ -536,17 +549,35 @@ def complete(msg: Message) -> Call[bool]:
     return Call(_sql.COMPLETE, _token(msg), _bool)
 
 
+def _newest(given: list[Message]) -> tuple[list[Message], Callable[[Message], bool]]:
+    """Return the deliveries of ``given`` to acknowledge, one a message: the newest (a message's
+    attempts token grows with each delivery), in the order given; and a test that tells an
+    older delivery of a message given (stale by construction: its lease ran out before the
+    newest was handed out), which is lost without being sent. A delivery listed twice is sent
+    once."""
+    newest: dict[int, int] = {}
+    for m in given:
+        _check_message(m)
+        newest[m.id] = max(newest.get(m.id, m.attempts), m.attempts)
+    send: dict[int, Message] = {}
+    for m in given:
+        if m.attempts == newest[m.id]:
+            send.setdefault(m.id, m)
+    return list(send.values()), lambda m: m.attempts < newest[m.id]
+
+
 def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
     """Return the call that completes leased messages in one statement; its result is the
-    messages whose lease was lost (those changed nothing), in the order given."""
+    messages whose lease was lost (those changed nothing), in the order given: the server's
+    stale tokens, and each delivery of a message older than another one given (never sent)."""
     given = list(msgs)
-    tokens = _token_arrays(given)
+    send, older = _newest(given)
 
     def result(rows: list[Row]) -> list[Message]:
-        stale = set(rows[0][0] or ())
-        return [m for m in given if m.id in stale]
+        stale = set(rows[0][0] or ())  # ids: each is sent once
+        return [m for m in given if older(m) or m.id in stale]
 
-    return Call(_sql.COMPLETE_BATCH, tokens, result)
+    return Call(_sql.COMPLETE_BATCH, _token_arrays(send), result)
 
 
 def complete_and_dequeue(queue: str, msgs: Iterable[Message], limit: int = 1, *,
@@ -557,13 +588,15 @@ def complete_and_dequeue(queue: str, msgs: Iterable[Message], limit: int = 1, *,
     check_int("limit", limit, allow_none=False)
     check_int("lock_ms", lock_ms)
     given = list(msgs)
-    tokens = _token_arrays(given)
+    send, older = _newest(given)
 
     def result(rows: list[Row]) -> tuple[list[Message], list[Message]]:
-        stale = {int(r[0]) for r in rows if r[9]}
-        return [message_from_row(queue, r) for r in rows if not r[9]], [m for m in given if m.id in stale]
+        stale = {int(r[0]) for r in rows if r[9]}  # ids: each is sent once
+        lost = [m for m in given if older(m) or m.id in stale]
+        return [message_from_row(queue, r) for r in rows if not r[9]], lost
 
-    return Call(_sql.COMPLETE_AND_DEQUEUE, {**tokens, "queue": queue, "limit": limit, "lock_ms": lock_ms}, result)
+    return Call(_sql.COMPLETE_AND_DEQUEUE,
+                {**_token_arrays(send), "queue": queue, "limit": limit, "lock_ms": lock_ms}, result)
 
 
 def heartbeat(msg: Message, lock_ms: int | None = None) -> Call[bool]:
@@ -582,6 +615,19 @@ def fail(msg: Message, error: str | BaseException, *, delay: Delay | None = None
          at: When | None = None) -> Call[bool]:
     """Return the call that reports a failed attempt (retry after back-off, or dead-letter)."""
     return Call(_sql.FAIL, {**_token(msg), "error": error_text(error), **schedule(delay, at).params()}, _bool)
+
+
+def fail_reporting(msg: Message, error: str | BaseException) -> Call[tuple[bool, bool]]:
+    """Return the call that fails a delivery as :func:`fail` does (after the queue's back-off);
+    its result is (False if the lease was lost, True if the message went to the dead letters):
+    what the server did with the queue's ``max_attempts`` of the moment, not of an earlier read."""
+
+    def result(rows: list[Row]) -> tuple[bool, bool]:
+        ok, max_attempts = rows[0]
+        return bool(ok), bool(ok) and max_attempts is not None and msg.attempts >= max_attempts
+
+    return Call(_sql.FAIL_REPORTING,
+                {**_token(msg), "error": error_text(error), "queue": msg.queue, **schedule().params()}, result)
 
 
 def reject(msg: Message, error: str | BaseException) -> Call[bool]:

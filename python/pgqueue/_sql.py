@@ -67,6 +67,16 @@ FAIL: Final[LiteralString] = (
     "coalesce(%(dequeue_at)s::bigint, pgqueue.now_ms() + %(delay_ms)s::bigint))"
 )
 
+# FAIL, and the queue's max_attempts as the statement found it: whether the failure moved the
+# message to the dead letters (the workers report it). queue_list() is STABLE: it reads with the
+# statement's snapshot, taken before message_fail reads the queue, so only a queue_alter
+# committed between the two (microseconds) can make them disagree.
+FAIL_REPORTING: Final[LiteralString] = (
+    "SELECT pgqueue.message_fail(%(id)s::bigint, %(attempts)s::integer, %(error)s::text, "
+    "coalesce(%(dequeue_at)s::bigint, pgqueue.now_ms() + %(delay_ms)s::bigint)), "
+    "(SELECT q.max_attempts FROM pgqueue.queue_list() AS q WHERE q.queue = %(queue)s::text)"
+)
+
 REJECT: Final[LiteralString] = (
     "SELECT pgqueue.message_reject(%(id)s::bigint, %(attempts)s::integer, %(error)s::text)")
 

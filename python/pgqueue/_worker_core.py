@@ -249,6 +249,7 @@ class Delivery:
     error: BaseException | None = None
     released: bool = False  # stopped at shutdown: give it back
     handle: Any = None
+    in_doubt: bool = False  # a call settling it was interrupted: committed or not, unknown
 
     @property
     def key(self) -> Key:
@@ -307,7 +308,6 @@ class WorkerCore:
         self._notified = False
         self._in_hand: dict[Key, Delivery] = {}  # by token: two deliveries of one message are two
         self._finished: list[Delivery] = []
-        self._max_attempts: int | None = None
         self._lease_ms = lock_ms or 30000
         self._reconnect = Backoff()
         self._outage = Outage(log, "database connection")  # the loop's: one warning per outage
@@ -443,15 +443,16 @@ class WorkerCore:
         for the queue's lock_ms of the moment, and a lowered one would run out between beats).
         """
         settings = yield _core.settings(self._name)
-        self._max_attempts = settings.max_attempts
         self._lease_ms = self._lock_ms or settings.lock_ms
         return bool(settings.notify)
 
     def _complete_and_fetch(self) -> Step[tuple[int, int | None]]:
         """Complete the finished deliveries whose handler returned and lease messages for the
         slots free after that, in one statement (``message_complete_and_dequeue``). Returns
-        (wanted, got); got is None when there was nothing to complete or no slot to fill. A
-        database error propagates, the deliveries kept to be acknowledged again."""
+        (wanted, got); got is None when there was nothing to complete or no slot to fill. An
+        error propagates (a database error, or a KeyboardInterrupt or cancellation that lands
+        while the call is in flight), the deliveries kept to be acknowledged again (see
+        :meth:`_put_back`)."""
         done, _ = _one_per_message([d for d in self._finished if d.error is None and not d.released])
         want = min(self._concurrency - len(self._in_hand) + len(done), self._batch_size)
         if not done or want <= 0:
@@ -462,8 +463,8 @@ class WorkerCore:
         try:
             messages, lost = yield _core.complete_and_dequeue(self._name, [d.message for d in done], want,
                                                               lock_ms=self._lease_ms)
-        except _DATABASE_ERRORS:
-            self._finished = done + self._finished
+        except BaseException:
+            self._put_back(done, done)
             raise
         for result in self._completed(done, lost):
             self._report(result)
@@ -497,9 +498,19 @@ class WorkerCore:
         sleep = yield from self._until_due(sleep)
         return delay, sleep
 
+    def _put_back(self, unsettled: list[Delivery], in_flight: list[Delivery]) -> None:
+        """Keep deliveries whose settling call failed or was interrupted to settle again: at the
+        next round, or by the shutdown (after a KeyboardInterrupt or a cancellation too: else
+        they would stay leased until their leases ran out). ``in_flight``: those of the call
+        that was under way, which the server may have committed all the same."""
+        for d in in_flight:
+            d.in_doubt = True
+        self._finished = unsettled + self._finished
+
     def _settle(self) -> Step[bool]:
-        """Acknowledge the finished deliveries; True if one went back on the queue. A database
-        error propagates after what was settled is reported, the rest kept to settle again."""
+        """Acknowledge the finished deliveries; True if one went back on the queue. An error
+        propagates after what was settled is reported, the rest kept to settle again (see
+        :meth:`_put_back`)."""
         if not self._finished:
             return False
         batch, self._finished = self._finished, []
@@ -507,20 +518,22 @@ class WorkerCore:
         done = [d for d in batch if d.error is None and not d.released]
         results: list[Result] = []
         error: BaseException | None = None
+        in_flight: list[Delivery] = []
         try:
             while done:  # in turns when a message has two deliveries here (see _one_per_message)
-                batch_done, done = _one_per_message(done)
-                lost = yield _core.complete_many([d.message for d in batch_done])
-                results += self._completed(batch_done, lost)
+                in_flight, done = _one_per_message(done)
+                lost = yield _core.complete_many([d.message for d in in_flight])
+                results += self._completed(in_flight, lost)
             for d in batch:
+                in_flight = [d]
                 if d.released:
                     results.append((yield from self._release(d)))
                     requeued = True
                 elif d.error is not None:
                     results.append((yield from self._fail(d)))
                     requeued = requeued or results[-1].outcome == "retried"
-        except _DATABASE_ERRORS as exc:
-            self._finished = [d for d in batch if self._in_hand.get(d.key) is d] + self._finished
+        except BaseException as exc:
+            self._put_back([d for d in batch if self._in_hand.get(d.key) is d], in_flight)
             error = exc
         for result in results:
             self._report(result)
@@ -537,16 +550,17 @@ class WorkerCore:
             if ok:
                 log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(d.error))
             else:
-                self._lost_log(msg, f"rejected: {_describe(d.error)}")
+                self._lost_log(d, f"rejected: {_describe(d.error)}")
             return Result(msg, "dead", ok, d.error, self._took(d))
-        last = self._max_attempts is not None and msg.attempts >= self._max_attempts
-        ok = yield _core.fail(msg, _describe(d.error))
+        # retried or dead, as the server decided with the queue's max_attempts of the moment (a
+        # queue_alter may have changed it since the worker started)
+        ok, last = yield _core.fail_reporting(msg, _describe(d.error))
         self._let_go(d)
         if ok:
             log.warning("message %d failed (attempt %d): %s; %s", msg.id, msg.attempts, _describe(d.error),
                         "moved to the dead letters" if last else "will be retried")
         else:
-            self._lost_log(msg, f"failed: {_describe(d.error)}")
+            self._lost_log(d, f"failed: {_describe(d.error)}")
         log.debug("message %d: handler traceback", msg.id, exc_info=d.error)
         return Result(msg, "dead" if last else "retried", ok, d.error, self._took(d))
 
@@ -557,7 +571,7 @@ class WorkerCore:
         if ok:
             log.info("message %d given back (its handler had not finished)", d.message.id)
         else:
-            self._lost_log(d.message, "given back")
+            self._lost_log(d, "given back")
         return Result(d.message, "released", ok, None, self._took(d))
 
     def _loop_until_stopped(self) -> Step[None]:
@@ -684,7 +698,7 @@ class WorkerCore:
         for d in done:
             log.debug("message %d completed (attempt %d, %.3f s)", d.message.id, d.message.attempts, self._took(d))
             if d.key in stale:
-                self._lost_log(d.message, "finished")
+                self._lost_log(d, "finished")
             results.append(Result(d.message, "completed", d.key not in stale, None, self._took(d)))
             self._let_go(d)
         return results
@@ -700,8 +714,19 @@ class WorkerCore:
             del self._in_hand[d.key]
 
     @staticmethod
-    def _lost_log(msg: Message, what: str) -> None:
-        """Log an acknowledgement the database refused as stale: the lease had run out."""
+    def _lost_log(d: Delivery, what: str) -> None:
+        """Log an acknowledgement the database refused as stale: the lease had run out, or, sent
+        again after a call that was interrupted or lost its connection (``d.in_doubt``), that
+        call was committed. The Result reports the database's answer (``acknowledged`` False)
+        either way: telling the two apart takes another query, and a call lost after its commit
+        but before its answer is rare (an interruption that lands while the call waits, on a row
+        lock say, cancels it: rolled back, and the acknowledgement sent again is accepted)."""
+        msg = d.message
+        if d.in_doubt:
+            log.warning("message %d: %s (attempt %d), sent again after an interrupted call: refused as "
+                        "stale; the interrupted call was committed, or the lease ran out", msg.id, what,
+                        msg.attempts)
+            return
         log.warning("message %d: %s after its lease ran out (attempt %d); it was delivered again, so "
                     "this changed nothing (raise lock_ms?)", msg.id, what, msg.attempts)
 

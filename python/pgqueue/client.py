@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -55,6 +56,19 @@ ConnectionSource = str | psycopg.Connection[Any] | ConnectionPool[Any]
 logger = logging.getLogger("pgqueue")
 
 
+#: One lock a caller's connection, shared by every Queue over it (see ``_Connector``).
+_CALLER_LOCKS: weakref.WeakKeyDictionary[psycopg.Connection[Any], threading.RLock] = weakref.WeakKeyDictionary()
+_CALLER_LOCKS_GUARD = threading.Lock()
+
+
+def _caller_lock(conn: psycopg.Connection[Any]) -> threading.RLock:
+    with _CALLER_LOCKS_GUARD:
+        lock = _CALLER_LOCKS.get(conn)
+        if lock is None:
+            lock = _CALLER_LOCKS[conn] = threading.RLock()
+        return lock
+
+
 def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     with translating(), conn.cursor(row_factory=tuple_row) as cur:
         rows = cur.execute(call.query, call.params).fetchall()
@@ -64,7 +78,17 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
 
 
 class _Connector:
-    """Run calls over a DSN, a caller's connection or a pool, by the rules of the module docstring."""
+    """Run calls over a DSN, a caller's connection or a pool, by the rules of the module docstring.
+
+    Threads may share it. psycopg serialises the statements on one connection, but not a
+    transaction block: the dequeue of ``receive`` runs in one (:meth:`leasing`), and another
+    thread's statement sent meanwhile would join it, or its own block nest in it as a
+    savepoint and end it at the wrong level, leaving the connection in a transaction that
+    nothing commits. So every use of a shared connection, our own or a caller's (whichever
+    Queues use it), holds that connection's ``_shared_lock``: a statement, or the dequeue's
+    short block, never a ``receive`` block's body. A pool lends each call a connection of its
+    own.
+    """
 
     def __init__(self, source: ConnectionSource) -> None:
         self._dsn: str | None = None
@@ -84,6 +108,7 @@ class _Connector:
                 f"got {type(source).__name__}{hint}"
             )
         self._lock = threading.Lock()
+        self._shared_lock = threading.RLock() if self._conn is None else _caller_lock(self._conn)
         self._own: psycopg.Connection[Any] | None = None
         self._own_heartbeat: psycopg.Connection[Any] | None = None
         self._closed = False
@@ -113,14 +138,13 @@ class _Connector:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """Lend the connection a call runs on."""
-        if self._conn is not None:
-            yield self._conn
-        elif self._pool is not None:
+        """Lend the connection a call runs on (a shared one with its lock held)."""
+        if self._pool is not None:
             with translating(), self._pool.connection() as conn:
                 yield conn
         else:
-            yield self._open("_own")
+            with self._shared_lock:
+                yield self._open("_own") if self._conn is None else self._conn
 
     @contextmanager
     def leasing(self) -> Iterator[psycopg.Connection[Any]]:
@@ -142,12 +166,14 @@ class _Connector:
     def run(self, call: Call[T]) -> T:
         """Execute a call and return its result."""
         if self._conn is not None:
-            return _execute(self._conn, call)
+            with self._shared_lock:
+                return _execute(self._conn, call)
         if self._pool is None:
-            # Our own connection while it is open, without the lock and the context manager
-            # of connection() (a worker's loop makes thousands of calls a second through here).
-            own = self._own
-            return _execute(own if own is not None and not own.closed else self._open("_own"), call)
+            # Our own connection while it is open, without the opening lock and the context
+            # manager of connection() (a worker's loop makes thousands of calls a second here).
+            with self._shared_lock:
+                own = self._own
+                return _execute(own if own is not None and not own.closed else self._open("_own"), call)
         with self.connection() as conn:
             return _execute(conn, call)
 
@@ -216,8 +242,10 @@ class Queue:
 
     Every method raises :class:`pgqueue.errors.PgQueueError` subclasses for database errors
     (``QueueNotFound`` when the queue does not exist, ``ExtensionNotInstalled``,
-    ``ConnectionFailed``, ...). Thread-safe as far as psycopg is: calls on one connection are
-    serialised.
+    ``ConnectionFailed``, ...). Threads may share a Queue: its calls on one connection are
+    serialised, and so are the calls of every Queue over one caller's connection (the dequeue
+    of :meth:`receive` included, with its transaction); a ``receive`` block's body runs
+    unserialised.
     """
 
     def __init__(self, conn: ConnectionSource, name: str = "default") -> None:
@@ -334,10 +362,14 @@ class Queue:
     def complete_many(self, msgs: Iterable[Message]) -> list[Message]:
         """Acknowledge many leased messages in one statement (and one transaction).
 
-        Each is completed only with its own token, as by :meth:`complete`.
+        Each is completed only with its own token, as by :meth:`complete`. Of two deliveries of
+        one message (an older one whose lease ran out, and the one handed out after it) only the
+        newest, with the higher ``attempts``, is sent: the older is lost. A delivery listed twice
+        is completed once.
 
         Returns:
-            The messages whose lease was lost: they changed nothing (empty when all were done).
+            The messages whose lease was lost, in the order given: they changed nothing (empty
+            when all were done).
         """
         return self._connector.run(_core.complete_many(msgs))
 
@@ -347,7 +379,8 @@ class Queue:
         one transaction (``message_complete_and_dequeue``): a consumer in lease mode so pays
         one transaction per message instead of two.
 
-        Each message is completed only with its own token, as by :meth:`complete`; the new
+        Each message is completed only with its own token, as by :meth:`complete` (of two
+        deliveries of one message only the newest is sent, as by :meth:`complete_many`); the new
         messages are taken as by :meth:`dequeue` (``lock_ms`` likewise). The take runs first,
         so a message whose lease ran out before this call may be among the new ones (with a
         new attempts token) while its acknowledgement is lost.

@@ -20,9 +20,21 @@ __all__ = ["Message", "Pending", "QueueCounters", "QueueStats", "QueueSettings",
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+_MAX = datetime.max.replace(tzinfo=timezone.utc)
+_MIN = datetime.min.replace(tzinfo=timezone.utc)
+
+
 def to_datetime(epoch_ms: int) -> datetime:
-    """Return the aware UTC datetime for epoch milliseconds (exact: no float rounding)."""
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
+    """Return the aware UTC datetime for epoch milliseconds (exact: no float rounding).
+
+    A time past what ``datetime`` holds (after the year 9999, before the year 1: the server
+    takes any bigint, as a delay of millions of days) is clamped to ``datetime.max`` or
+    ``datetime.min``, in UTC, so that one such message cannot break the calls that read it.
+    """
+    try:
+        return _EPOCH + timedelta(milliseconds=epoch_ms)
+    except OverflowError:
+        return _MAX if epoch_ms > 0 else _MIN
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,12 +206,14 @@ class Worker(WorkerCore):
         shutdown_grace: seconds that in-flight handlers get to finish after :meth:`stop`;
             messages still in hand after that are given back for immediate redelivery.
         timeout: the longest a handler may run, in seconds, for every message, or a function
-            of the message returning its limit (None: no limit). Past it the message is failed
+            of the message returning its limit (None: no limit; if the function raises, the
+            message is failed with its error and the handler not run). Past it the message is failed
             with a :class:`HandlerTimeout` error and the handler's result is ignored; the
             thread runs on (Python cannot stop it) and a new one takes its place.
         handle_signals: when :meth:`run` is called on the main thread, make SIGINT and SIGTERM
             stop the worker gracefully (a second one stops it at once) while it runs, and
-            restore the previous handlers when it returns.
+            restore the previous handlers when it returns (with :meth:`run` on another
+            thread, see :meth:`install_signal_handlers`).
         dsn: the connection string to use; by default it is taken from ``queue``.
         on_result: called on the thread running :meth:`run` with a :class:`Result` after each
             delivery is settled (for metrics and tests); exceptions from it are logged.
@@ -282,19 +284,28 @@ class Worker(WorkerCore):
         try:
             self._run()
         finally:
-            self._restore_signal_handlers()
+            if threading.current_thread() is threading.main_thread():  # only it may set them
+                self.restore_signal_handlers()
         self._raise_fatal()
 
     def install_signal_handlers(self) -> None:
         """Make SIGINT and SIGTERM stop the worker gracefully; a second signal stops it now.
 
-        Call from the main thread (Python delivers signals there) when :meth:`run` runs on
-        another one; on the main thread :meth:`run` does it itself (unless
-        ``handle_signals=False``). Either way the previous handlers are put back when
-        :meth:`run` returns.
+        Call from the main thread (Python delivers signals there, and only it may set their
+        handlers) when :meth:`run` runs on another one; on the main thread :meth:`run` does it
+        itself (unless ``handle_signals=False``) and puts the previous handlers back when it
+        returns. :meth:`run` on another thread cannot put them back: call
+        :meth:`restore_signal_handlers` from the main thread once it has returned. Until then,
+        the first SIGINT or SIGTERM after :meth:`run` has returned puts them back itself and
+        goes to the previous handler (a KeyboardInterrupt, say), as if the worker's had never
+        been installed.
         """
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._ended.is_set():  # run() has returned: the signal is no longer the worker's
+                self.restore_signal_handlers()
+                signal.raise_signal(signum)
+                return
             # Between two bytecodes of the main thread, maybe inside a lock: act from a thread.
             threading.Thread(target=self._on_signal, args=(signal.Signals(signum),), daemon=True).start()
 
@@ -302,7 +313,11 @@ class Worker(WorkerCore):
         if self._saved_signals is None:
             self._saved_signals = saved
 
-    def _restore_signal_handlers(self) -> None:
+    def restore_signal_handlers(self) -> None:
+        """Put back the SIGINT and SIGTERM handlers that :meth:`install_signal_handlers`
+        replaced (nothing if it did not run, or they are back already). Call it from the main
+        thread: :meth:`run` on the main thread calls it when it returns; on another thread it
+        cannot (see :meth:`install_signal_handlers`)."""
         saved, self._saved_signals = self._saved_signals, None
         for sig, previous in (saved or {}).items():
             signal.signal(sig, previous)
@@ -392,8 +407,13 @@ class Worker(WorkerCore):
         for msg in messages:
             d = Delivery(msg)
             self._hold(d)
+            try:
+                limit = self._limit(msg)
+            except BaseException as exc:  # the timeout function's: the message fails with it, as in AsyncWorker
+                d.error = exc
+                self._finish(d)
+                continue
             d.handle = self._threads.submit(d)
-            limit = self._limit(msg)
             if limit is not None:
                 heapq.heappush(self._deadlines, (d.started + limit, next(self._seq), d))
         if len(self._deadlines) > 2 * self._concurrency + 64:
