@@ -610,8 +610,9 @@ class Queue:
         (and group_concurrency unlimited, or removes the rate_limit).
 
         Raises:
-            QueueNotFound, InvalidQueueName, InvalidArgument; NeedsReadCommitted for a
-            ``max_size`` change in a REPEATABLE READ or SERIALIZABLE transaction.
+            QueueNotFound, InvalidQueueName, InvalidArgument (bad values are refused before
+            anything waits); NeedsReadCommitted for a ``max_size`` or ``group_concurrency``
+            change in a REPEATABLE READ or SERIALIZABLE transaction.
         """
         self._connector.run(_core.alter(
             self._name, lock_ms=lock_ms, max_attempts=max_attempts, retry_base_ms=retry_base_ms,
