@@ -16,8 +16,12 @@ SELECT pgqueue.to_epoch('1970-01-01 00:00:00+00') AS epoch0,
        pgqueue.to_epoch(NULL) IS NULL AS strict_null;
 SELECT count(*) AS round_trip_failures
   FROM (SELECT (1700000000000 + g * 7919) AS ms FROM generate_series(-1000, 1000) g
-        UNION ALL SELECT g FROM generate_series(-1000, 1000) g) s
+        UNION ALL SELECT g FROM generate_series(-1000, 1000) g
+        -- down from the last millisecond of the year 9999
+        UNION ALL SELECT 253402300799999 - g * 7919 FROM generate_series(0, 1000) g) s
  WHERE pgqueue.to_epoch(pgqueue.from_epoch(s.ms)) <> s.ms;
+SELECT pgqueue.from_epoch(253402300799998) AS last_day_of_9999,
+       pgqueue.from_epoch(-1500) AS before_1970;
 BEGIN;
 SELECT pg_sleep(0.01);
 SELECT pgqueue.now_ms() BETWEEN pgqueue.to_epoch(now()) + 10 AND pgqueue.to_epoch(clock_timestamp())
