@@ -174,6 +174,12 @@ def test_error_text() -> None:
     # one line, the same for the client's fail() and the workers (they cut at different lengths before)
     assert _core.error_text(RuntimeError("line one\n   line two")) == "RuntimeError: line one line two"
     assert _core.error_text(KeyError()) == "KeyError"
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise TypeError("not all arguments converted")
+
+    assert _core.error_text(Unprintable()) == "Unprintable: (its message could not be made: __str__ raised)"
     assert len(_core.error_text(ValueError("x" * 100000))) == _core.MAX_ERROR_CHARS
     assert len(_core.error_text("x" * 100000)) == _core.MAX_ERROR_CHARS
 

@@ -137,6 +137,36 @@ def test_completes_successes_and_fails_failures(dsn: str) -> None:
     assert dead.last_error == "ValueError: boom"
 
 
+class _Unprintable(Exception):
+    """An exception whose message cannot be made: its __str__ raises (bad format arguments)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0] % self.args[1:])
+
+
+def test_a_handler_error_whose_str_raises_fails_its_message(dsn: str) -> None:
+    """Any exception a handler raises fails its message, even one whose ``__str__`` raises: the
+    worker stores its type's name and runs on (the sync Worker died of the TypeError, and the
+    message stayed leased)."""
+    queue = make_queue(dsn, retry_base_ms=3600000, retry_cap_ms=3600000)
+
+    def handler(msg: Message) -> None:
+        if msg.payload == "bad":
+            raise _Unprintable("%d of %d", "not a number")
+
+    bad = queue.enqueue("bad")
+    good = queue.enqueue("good")
+    results = Results()
+    with running(Worker(queue, handler, on_result=results)):
+        wait_for(lambda: results.count("retried") == 1 and results.count("completed") == 1, what="both settled")
+    [retried] = [r for r in results.items if r.outcome == "retried"]
+    assert retried.message.id == bad and retried.acknowledged
+    assert [r.message.id for r in results.items if r.outcome == "completed"] == [good]
+    [pending] = queue.peek()
+    assert pending.id == bad and pending.last_error == (
+        "_Unprintable: (its message could not be made: __str__ raised)")
+
+
 def test_a_long_error_is_cut_alike_by_both_workers_and_both_clients(dsn: str) -> None:
     """One error text for last_error on every path: Worker, AsyncWorker, Queue.fail, AsyncQueue.fail."""
     from pgqueue import AsyncQueue

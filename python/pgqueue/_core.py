@@ -240,10 +240,15 @@ def error_text(error: str | BaseException) -> str:
     both workers use it).
 
     A string is kept as it is; an exception becomes ``"TypeName: message"`` on one line (runs
-    of blanks and line breaks made one space). Either is cut to :data:`MAX_ERROR_CHARS`.
+    of blanks and line breaks made one space), or its type's name alone when its message is
+    empty or cannot be made (its ``__str__`` raises). Either is cut to :data:`MAX_ERROR_CHARS`.
     """
     if isinstance(error, BaseException):
-        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        try:
+            message = str(error)
+        except Exception:  # a handler's exception must fail its message, whatever its __str__ does
+            message = "(its message could not be made: __str__ raised)"
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
         text = " ".join(text.split())
     elif isinstance(error, str):
         text = error
