@@ -251,6 +251,31 @@ def test_encoding_follows_the_codec(dsn: str) -> None:
             assert msg.content_type == codec.encode(expected)[1]
 
 
+def test_json_numbers_as_spark_writes_them() -> None:
+    """Decimals are written exactly (a float rounded 12345678901234567.123456789 to
+    1.2345678901234568e+16), a FLOAT as its shortest decimal (0.1, not 0.10000000149011612),
+    boolean map keys as true / false: as Spark's ``to_json`` writes them."""
+    typ = pa.struct([("amount", pa.decimal128(38, 9)), ("small", pa.decimal128(38, 28)), ("whole", pa.decimal128(10, 2)),
+                     ("f", pa.float32()), ("m", pa.map_(pa.bool_(), pa.int32())), ("s", pa.string())])
+    row = {"amount": Decimal("12345678901234567.123456789"), "small": Decimal("0.1000000000000000000000000001"),
+           "whole": Decimal("9.00"), "f": 0.1, "m": [(True, 1), (False, 0)], "s": "a\"b\u00e9"}
+    batch = pa.record_batch({"payload": pa.array([row, None], typ)})
+    chunk = encode_batch(WritePlan("payload", "json_value"), batch.slice(0, 1), partition=0, first_row=0)
+    assert chunk.contents == ['{"amount":12345678901234567.123456789,"small":0.1000000000000000000000000001,'
+                              '"whole":9,"f":0.1,"m":{"true":1,"false":0},"s":"a\\"b\u00e9"}'.encode()]
+    plain = pa.record_batch({"payload": pa.array([[1.5, 2.25]], pa.list_(pa.float32()))})
+    assert encode_batch(WritePlan("payload", "json_value"), plain, partition=0, first_row=0).contents == [b"[1.5,2.25]"]
+
+
+def test_json_text_that_only_python_reads_is_refused() -> None:
+    """NaN, Infinity and -Infinity are not JSON (Python's json.loads takes them; PostgreSQL's json
+    type and other clients do not): a payloadType json column holding them fails its task."""
+    for text in ("NaN", "Infinity", "-Infinity", '{"a": NaN}'):
+        batch = pa.record_batch({"payload": pa.array([text])})
+        with pytest.raises(InvalidArgument, match="is not a JSON value"):
+            encode_batch(WritePlan("payload", "json_text"), batch, partition=0, first_row=0)
+
+
 def test_encoding_errors_name_the_row() -> None:
     batch = pa.record_batch({"payload": pa.array(["a", None], pa.string())})
     with pytest.raises(InvalidArgument, match="is NULL in row 12 of partition 3"):

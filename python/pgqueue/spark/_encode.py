@@ -11,8 +11,9 @@ STRING (payloadType json)              the JSON text, UTF-8   ``application/json
 STRUCT, ARRAY, MAP, numbers, BOOLEAN   compact JSON, UTF-8    ``application/json``
 =====================================  =====================  ================================
 
-Inside JSON, maps become objects (keys as strings), decimals numbers, dates and timestamps ISO
-8601 strings, binary values base64 strings (as Spark's ``to_json`` writes them).
+Inside JSON, maps become objects (keys as strings), decimals numbers written exactly, FLOATs
+their shortest decimal, dates and timestamps ISO 8601 strings, binary values base64 strings (as
+Spark's ``to_json`` writes them).
 
 Only pyarrow is needed (imported where used); nothing here imports pyspark.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -145,8 +147,40 @@ def _pylist(column: Any, what: str, name: str, partition: int, first_row: int) -
     return values
 
 
+class _Number:
+    """A JSON number written as its exact text (a decimal that a float would round)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _decimal(v: Decimal) -> int | _Number:
+    return int(v) if v == v.to_integral_value() else _Number(str(v))
+
+
+def _float32(v: float) -> float:
+    """The shortest decimal that reads back as the same 32-bit float (0.1, not 0.10000000149011612),
+    as Spark's ``to_json`` writes a FLOAT."""
+    if math.isfinite(v):
+        for digits in range(1, 10):
+            shortest = float(f"{v:.{digits}g}")
+            if struct.unpack("f", struct.pack("f", shortest))[0] == v:
+                return shortest
+    return v
+
+
+def _key(k: object) -> str:
+    """A map key as an object key: as Spark's ``to_json`` writes it (true, not True)."""
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return k.text if isinstance(k, _Number) else str(k)
+
+
 def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
-    """Return a function turning a Python value of an Arrow type into a JSON-serialisable one."""
+    """Return a function turning a Python value of an Arrow type into one that :func:`_dumps`
+    writes (decimals become :class:`_Number`: their exact text)."""
     import pyarrow as pa
 
     t = pa.types
@@ -157,12 +191,14 @@ def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
     if t.is_map(arrow_type):
         key_conv = _json_converter(arrow_type.key_type)
         item_conv = _json_converter(arrow_type.item_type)
-        return lambda v: None if v is None else {str(key_conv(k)): item_conv(x) for k, x in v}
+        return lambda v: None if v is None else {_key(key_conv(k)): item_conv(x) for k, x in v}
     if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
         item = _json_converter(arrow_type.value_type)
         return lambda v: None if v is None else [item(x) for x in v]
     if t.is_decimal(arrow_type):
-        return lambda v: None if v is None else (int(v) if v == v.to_integral_value() else float(v))
+        return lambda v: None if v is None else _decimal(v)
+    if t.is_float32(arrow_type):
+        return lambda v: None if v is None else _float32(v)
     if t.is_timestamp(arrow_type) or t.is_date(arrow_type) or t.is_time(arrow_type):
         return lambda v: None if v is None else v.isoformat()
     if t.is_duration(arrow_type):
@@ -173,7 +209,48 @@ def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
 
 
 def _dumps(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except TypeError:
+        if not _holds_number(value):
+            raise
+    out: list[str] = []
+    _write(value, out)
+    return "".join(out).encode("utf-8")
+
+
+def _holds_number(value: object) -> bool:
+    if isinstance(value, _Number):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_number(v) for v in value.values())
+    return isinstance(value, list) and any(_holds_number(v) for v in value)
+
+
+def _write(value: object, out: list[str]) -> None:
+    """Write a value holding :class:`_Number` s as compact JSON (json.dumps cannot write them)."""
+    if isinstance(value, _Number):
+        out.append(value.text)
+    elif isinstance(value, dict):
+        out.append("{")
+        for i, (k, v) in enumerate(value.items()):
+            out.append("," if i else "")
+            out.append(json.dumps(k, ensure_ascii=False))
+            out.append(":")
+            _write(v, out)
+        out.append("}")
+    elif isinstance(value, list):
+        out.append("[")
+        for i, v in enumerate(value):
+            out.append("," if i else "")
+            _write(v, out)
+        out.append("]")
+    else:
+        out.append(json.dumps(value, ensure_ascii=False, allow_nan=False))
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> tuple[list[bytes], str | None]:
@@ -207,7 +284,7 @@ def _json_payloads(plan: WritePlan, values: list[Any], arrow_type: Any, partitio
         contents: list[bytes] = []
         for i, v in enumerate(values):
             try:
-                json.loads(v)
+                json.loads(v, parse_constant=_not_json)  # NaN, Infinity: Python's, not JSON
             except ValueError as exc:
                 raise InvalidArgument(
                     f"payload column {plan.payload_column!r} is not valid JSON in "
