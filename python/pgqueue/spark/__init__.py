@@ -173,7 +173,10 @@ Guarantees
   none is lost: exactly-once end to end into an idempotent or transactional sink (a table keyed
   by ``id``, ``foreachBatch`` keyed by ``batchId``, Delta, ``writeStream.format("pgqueue")``:
   examples/spark_exactly_once.py kills and restarts such a pipeline), at-least-once into any other sink
-  (Spark may run a batch again whose output was written but not committed).
+  (Spark may run a batch again whose output was written but not committed). Spark tells a
+  source of a committed batch only when it plans the next one: the last batch before a stop is
+  deleted when the query starts again from its checkpoint, and handed out again to a new
+  checkpoint under the same consumer or after ``spark_release`` (README, "Spark": known limits).
   A queue with message groups cannot be read as a stream (``spark_claim`` raises 0A000: a claim
   holds its messages until Spark commits the micro-batch, which would break group order and
   limits); consume it with ``message_dequeue`` or the worker.
