@@ -4408,9 +4408,9 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- created: the schedule, the message id and the slot (epoch ms) it stands for.
 --
 -- Exactly once per slot, however many schedulers call it at once: each due schedule row is
--- locked (SKIP LOCKED: a scheduler never waits for another), and its messages and its advanced
--- next_run commit together; a scheduler that finds the row after that commit re-reads it and
--- finds it no longer due. Missed slots (no scheduler ran for a while) follow the schedule's
+-- locked (SKIP LOCKED: a scheduler never waits for another), after its queue's lock stripe, and
+-- its messages and its advanced next_run commit together; a scheduler that finds the row after
+-- that commit re-reads it and finds it no longer due. Missed slots (no scheduler ran for a while) follow the schedule's
 -- policy: 'latest' enqueues one message for all of them, 'all' one per slot (at most p_limit
 -- per call; the rest on the next call). The next slot is then the first after now. A schedule
 -- whose queue is capped and full (PQ003) stops at the slot the cap refused, which stays due for
@@ -4423,7 +4423,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now   bigint := pgqueue.now_ms();
+    v_c     record;
     v_s     record;
+    v_locked boolean;
     v_fired record;
     v_made  integer := 0;
 BEGIN
@@ -4433,14 +4435,23 @@ BEGIN
     IF p_limit < 1 OR p_limit > 100000 THEN
         RAISE EXCEPTION 'p_limit must be between 1 and 100000, got %', p_limit USING ERRCODE = '22023';
     END IF;
-    FOR v_s IN
-        SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
-               s.missed, s.next_run
-          FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
+    FOR v_c IN
+        SELECT s.id, s.queue_id FROM pgqueue.schedule s
          WHERE s.next_run <= v_now
          ORDER BY s.next_run, s.id
-           FOR UPDATE OF s SKIP LOCKED
     LOOP
+        -- the queue's lock stripe before the schedule's row, as every writer takes them
+        -- (docs/locking.md, rule 1): a queue_drop holding the stripe, whose cascade deletes the
+        -- row, never waits for this transaction while it waits for the drop
+        -- (specs/schedule_drop.spec)
+        v_locked := pgqueue._queue_lock(v_c.queue_id);
+        SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
+               s.missed, s.next_run
+          INTO v_s
+          FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
+         WHERE s.id = v_c.id AND s.next_run <= v_now
+           FOR UPDATE OF s SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;  -- another scheduler has it, it is no longer due, or it was dropped
         v_fired := pgqueue._schedule_fire(v_s.queue, v_s.content, v_s.content_type, v_s.every_ms, v_s.cron,
                                           v_s.missed, v_s.next_run, v_now, p_limit - v_made,
                                           v_s.max_size IS NOT NULL);
