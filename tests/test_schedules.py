@@ -180,3 +180,15 @@ def test_producers_run_schedules_admins_create_them(request: pytest.FixtureReque
     denied(p, "SELECT pgqueue.schedule_drop('tick')")
     denied(c, "SELECT * FROM pgqueue.schedule_run()")
     assert run(a, "SELECT pgqueue.schedule_drop('tick')") == [(True,)]
+
+
+def test_a_scheduler_interval_past_what_a_wait_takes_is_refused() -> None:
+    """Scheduler(interval=...) takes more than 0 and at most 1e9 seconds (as `pgqueue scheduler
+    --interval`): an infinite or huge one was accepted and run() died of an OverflowError after
+    its first pass."""
+    from pgqueue.schedules import Scheduler
+
+    for bad in (0, -1, float("inf"), float("nan"), 1e10):
+        with pytest.raises(ValueError, match="interval must be > 0 and at most 1e9 seconds"):
+            Scheduler("dbname=unused", interval=bad, handle_signals=False)
+    Scheduler("dbname=unused", interval=1e9, handle_signals=False)

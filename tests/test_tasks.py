@@ -5,6 +5,7 @@ Reject dead-letter the message at once; Queue.reject; the same with AsyncWorker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import psycopg
 import pytest
 
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, Reject, Tasks, Worker, errors
+from pgqueue._worker_core import is_async_handler
 from pgqueue.worker import Result
 from test_worker import wait_for
 
@@ -189,6 +191,35 @@ def test_decorator_forms_and_handler_checks() -> None:
     with pytest.raises(TypeError, match="must be callable"):
         Tasks(default="send_email")  # type: ignore[arg-type]
     assert tasks.names == ["bare", "by_name", "named"]
+    # a callable without a __name__ needs a name given, and says so (an AttributeError before)
+    with pytest.raises(TypeError, match="has no __name__ to name its task"):
+        tasks.task(functools.partial(other))
+    with pytest.raises(TypeError, match="has no __name__ to name its task"):
+        tasks.task()(functools.partial(other))
+    tasks.task("partial")(functools.partial(other))
+    assert tasks.names == ["bare", "by_name", "named", "partial"]
+
+
+class _AsyncCallable:
+    async def __call__(self, msg: Message) -> None:
+        pass
+
+
+def test_an_object_with_an_async_call_is_an_async_task() -> None:
+    """An object whose ``__call__`` is a coroutine function is an async task, as the workers count
+    it (is_async_handler): a registry does not take it beside plain functions, and AsyncWorker
+    takes a registry of them (before, the registry called it plain: Worker took it and every
+    message failed with an un-awaited coroutine)."""
+    tasks = Tasks()
+    tasks.register("a", _AsyncCallable())
+    assert tasks.is_async and is_async_handler(tasks)
+
+    def plain(msg: Message) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="not both"):
+        tasks.register("b", plain)
+    assert Tasks(default=_AsyncCallable()).is_async
 
 
 TYPED_USE = '''\

@@ -30,7 +30,6 @@ when the queue's ``notify`` is on.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import signal
@@ -50,7 +49,7 @@ from pgqueue._lease import Outage, _first_line
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
-from pgqueue.tasks import Reject, Tasks
+from pgqueue.tasks import Reject, Tasks, is_coroutine_callable
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -172,7 +171,7 @@ def is_async_handler(handler: object) -> bool | None:
             return handler.is_async
         default = handler._default  # no task registered: the default, if any, decides
         return None if default is None else bool(is_async_handler(default))
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+    return is_coroutine_callable(handler)
 
 
 #: What a handler may raise that stops the worker as well (the message is failed first): the

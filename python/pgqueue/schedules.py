@@ -75,15 +75,16 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000) -> list[ScheduledMe
 
 
 class Scheduler:
-    """Run :func:`run_schedules` every ``interval`` seconds until :meth:`stop` (or SIGINT/SIGTERM
-    when :meth:`run` is on the main thread; the previous handlers come back when it returns).
+    """Run :func:`run_schedules` every ``interval`` seconds (more than 0, at most 1e9; else
+    ValueError) until :meth:`stop` (or SIGINT/SIGTERM when :meth:`run` is on the main thread;
+    the previous handlers come back when it returns).
 
     Several schedulers may run against one database: each slot is still enqueued once.
     """
 
     def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be > 0, got {interval}")
+        if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
+            raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {interval}")
         self._dsn = dsn
         self._interval = interval
         self._handle_signals = handle_signals

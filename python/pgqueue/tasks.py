@@ -45,6 +45,21 @@ class UnknownTask(Reject):
     """The message names no task, or one the registry does not have."""
 
 
+def is_coroutine_callable(fn: object) -> bool:
+    """True for a coroutine function, or an object whose ``__call__`` is one: what an
+    :class:`~pgqueue.AsyncWorker` awaits."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+def _own_name(fn: object) -> str:
+    """The name a task decorator gives ``fn`` without a name of its own (TypeError if it has none)."""
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"a {type(fn).__name__} has no __name__ to name its task: give the name, "
+                        "@tasks.task(\"name\")")
+    return name
+
+
 class Tasks:
     """Handlers by task name; calling the registry with a message runs the one it names.
 
@@ -63,7 +78,7 @@ class Tasks:
             raise TypeError(f"the default handler must be callable, got {type(default).__name__}")
         self._handlers: dict[str, TaskHandler] = {}
         self._default = default
-        self._is_async: bool | None = None if default is None else inspect.iscoroutinefunction(default)
+        self._is_async: bool | None = None if default is None else is_coroutine_callable(default)
 
     @property
     def is_async(self) -> bool:
@@ -90,7 +105,7 @@ class Tasks:
         if not callable(handler):
             # refused here, not when the first message of the task fails with "not callable"
             raise TypeError(f"the handler of task {name!r} must be callable, got {type(handler).__name__}")
-        is_async = inspect.iscoroutinefunction(handler)
+        is_async = is_coroutine_callable(handler)
         if self._is_async is not None and is_async != self._is_async:
             raise TypeError("a registry holds plain functions (for Worker) or coroutine functions "
                             "(for AsyncWorker), not both")
@@ -113,11 +128,11 @@ class Tasks:
             ValueError, TypeError: as :meth:`register`.
         """
         if callable(name):  # bare @tasks.task: called with the function itself
-            self.register(name.__name__, name)
+            self.register(_own_name(name), name)
             return name
 
         def decorate(fn: F) -> F:
-            self.register(fn.__name__ if name is None else name, fn)
+            self.register(_own_name(fn) if name is None else name, fn)
             return fn
 
         return decorate
