@@ -583,10 +583,10 @@ def test_stream_offsets_claims_and_acks(dsn: str, conn: Conn) -> None:
     reader = stream_reader(dsn, numPartitions="2")
     try:
         start = reader.initialOffset()
-        assert start == {"consumer": "etl", "seq": 0}
+        assert start == {"consumer": "etl", "seq": 0, "origin": 0}
         assert reader.getDefaultReadLimit() == ReadMaxRows(100_000)
         end = reader.latestOffset(start, ReadMaxRows(4))
-        assert end == {"consumer": "etl", "seq": 1}
+        assert end == {"consumer": "etl", "seq": 1, "origin": 0}
         assert len(reader.partitions(start, end)) == 2
         assert read_batch(reader, start, end) == ids[:4]
         assert read_batch(reader, start, end) == ids[:4], "reading again gives the same rows"
@@ -647,7 +647,7 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
     assert first.latestOffset(start, ReadAllAvailable()) == start, "nothing enqueued since the start"
     new = fill(conn, "q", 2)
     end = first.latestOffset(start, ReadMaxRows(10))
-    assert end == {"consumer": "late", "seq": 1, "from": start["from"]}
+    assert end == {"consumer": "late", "seq": 1, "from": start["from"], "origin": 0}
     assert claimed(first, start, end) == new
     first.commit(end)
     first.stop()
@@ -656,13 +656,13 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
     again = reader("late", "earliest")
     more = fill(conn, "q", 1)
     after = again.latestOffset(end, ReadMaxRows(10))
-    assert after == {"consumer": "late", "seq": 2, "from": start["from"]}
+    assert after == {"consumer": "late", "seq": 2, "from": start["from"], "origin": 0}
     assert claimed(again, end, after) == more
     again.commit(after)
     again.stop()
     # the older messages were left for other consumers
     assert [r[0] for r in conn.execute("SELECT id FROM pgqueue.message ORDER BY id")] == old
-    # a timestamp (ISO 8601 with a zone), and earliest (an offset without "from", as before)
+    # a timestamp (ISO 8601 with a zone), and earliest (an offset without "from")
     when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=30)
     stamp = reader("stamp", when.isoformat())
     s0 = stamp.initialOffset()
@@ -671,9 +671,9 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
     stamp.stop()
     first_ever = reader("all", "earliest")
     e0 = first_ever.initialOffset()
-    assert e0 == {"consumer": "all", "seq": 0}
+    assert e0 == {"consumer": "all", "seq": 0, "origin": 0}
     e1 = first_ever.latestOffset(e0, ReadMaxRows(10))
-    assert e1 == {"consumer": "all", "seq": 1}
+    assert e1 == {"consumer": "all", "seq": 1, "origin": 0}
     assert claimed(first_ever, e0, e1) == old
     first_ever.stop()
 
@@ -691,7 +691,7 @@ def test_one_query_per_consumer(dsn: str, conn: Conn) -> None:
             pgqueue.spark.release(dsn, "q", "etl")
     finally:
         first.stop()
-    assert stream_reader(dsn).initialOffset() == {"consumer": "etl", "seq": 0}
+    assert stream_reader(dsn).initialOffset() == {"consumer": "etl", "seq": 0, "origin": 0}
 
 
 def test_available_now_stops_at_what_exists(dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -732,6 +732,38 @@ def test_data_loss_is_reported(dsn: str, conn: Conn) -> None:
         assert read_batch(lenient, end, end2) == ids
     finally:
         lenient.stop()
+
+
+def test_data_loss_in_the_first_micro_batch_is_reported(dsn: str, conn: Conn) -> None:
+    """A restart replays the checkpoint's first micro-batch from an initial offset that Spark asks
+    for again, computed from the consumer as it is then: claims of that batch acknowledged behind
+    the query's back (another query under the same consumer, with a new checkpoint) put it past
+    them. The batch starts after its origin instead, so the loss is reported (before, the batch
+    ran empty and the query went on); an offset of a checkpoint without an origin is read as
+    before."""
+    fill(conn, "q", 6)
+    crashed = stream_reader(dsn)
+    start = crashed.initialOffset()
+    end = crashed.latestOffset(start, ReadMaxRows(3))  # batch 0: claim 1, then the query dies
+    crashed.stop()
+    other = stream_reader(dsn)  # a new checkpoint, the same consumer: it replays claim 1 and acks it
+    try:
+        o_start = other.initialOffset()
+        o_end = other.latestOffset(o_start, ReadMaxRows(10))
+        assert o_end["seq"] == 1 and len(read_batch(other, o_start, o_end)) == 3
+        other.commit(o_end)
+    finally:
+        other.stop()
+    restarted = stream_reader(dsn)
+    try:
+        again = restarted.initialOffset()  # what Spark asks for to replay batch 0
+        assert again["seq"] == 1 and end["origin"] == 0
+        with pytest.raises(PgQueueError, match="claim.s. 1..1 .* are gone"):
+            restarted.partitions(again, end)
+        # an offset without an origin (a checkpoint of an older version): as before, empty
+        assert restarted.partitions({"consumer": "etl", "seq": 1}, {"consumer": "etl", "seq": 1}) == []
+    finally:
+        restarted.stop()
 
 
 def test_checkpoint_of_another_consumer_or_ahead(dsn: str, conn: Conn) -> None:

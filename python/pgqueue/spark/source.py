@@ -749,11 +749,21 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _key(self) -> dict[str, object]:
         return {"queue": self.opts.queue, "consumer": self.opts.consumer}
 
-    def _offset(self, seq: int, start_ms: int | None) -> dict[str, Any]:
+    def _offset(self, seq: int, start_ms: int | None, origin: int | None) -> dict[str, Any]:
+        """An offset: the consumer's claim ``seq``, the starting position ``from`` and the
+        ``origin``, the claim the checkpoint's first micro-batch starts after (see
+        :meth:`partitions`); the last two are carried from the initial offset on."""
         offset: dict[str, Any] = {"consumer": self.opts.consumer, "seq": int(seq)}
         if start_ms is not None:
             offset["from"] = int(start_ms)
+        if origin is not None:
+            offset["origin"] = int(origin)
         return offset
+
+    @staticmethod
+    def _origin(offset: dict[str, Any]) -> int | None:
+        value = offset.get("origin")  # (an offset of a checkpoint written before 0.4 has none)
+        return None if value is None else int(value)
 
     @staticmethod
     def _from(offset: dict[str, Any]) -> int | None:
@@ -793,11 +803,11 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         acked, _next = self._position()
         start = self.opts.starting_position
         if start == "earliest":
-            return self._offset(acked, None)
+            return self._offset(acked, None, acked)
         if start == "latest":
-            return self._offset(acked, int(_scalar(self._db(), _sql.NOW_MS, {})))
+            return self._offset(acked, int(_scalar(self._db(), _sql.NOW_MS, {})), acked)
         assert isinstance(start, int)
-        return self._offset(acked, start)
+        return self._offset(acked, start, acked)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """At most ``maxMessagesPerBatch`` messages per micro-batch."""
@@ -827,7 +837,7 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pending = _scalar(conn, _sql.PENDING_SEQ, self._key())
         if pending is not None and int(pending) > seq:
             # claims made before a crash that no micro-batch owns yet: deliver them first
-            return self._offset(int(pending), start_ms)
+            return self._offset(int(pending), start_ms, self._origin(start))
         if isinstance(limit, ReadAllAvailable):
             max_rows = None
         elif isinstance(limit, ReadMaxRows):
@@ -835,7 +845,7 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             max_rows = self.opts.max_messages_per_batch
         last = self._claim(max_rows, start_ms)
-        return start if last is None else self._offset(last, start_ms)
+        return start if last is None else self._offset(last, start_ms, self._origin(start))
 
     def _claim(self, max_rows: int | None, start_ms: int | None) -> int | None:
         conn = self._db()
@@ -863,8 +873,18 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return last
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """The claims start < seq <= end, split by id into ``numPartitions`` partitions."""
+        """The claims start < seq <= end, split by id into ``numPartitions`` partitions.
+
+        A restart that replays the checkpoint's first micro-batch gets its start from
+        :meth:`initialOffset` again, computed from the consumer as it is now: if claims of that
+        batch were acknowledged or released behind the query's back since, that start is past
+        them. The batch then starts after its ``origin`` instead (carried in ``end``), so that
+        those claims are found missing (``failOnDataLoss``) rather than the batch run empty.
+        """
         after, up_to = self._seq(start), self._seq(end)
+        origin = self._origin(end)
+        if origin is not None and self._origin(start) == after and after != origin:
+            after = origin  # start is an initial offset computed again, not the one the batch had
         if up_to <= after:
             return []
         with translating():
