@@ -2662,6 +2662,8 @@ COMMENT ON FUNCTION pgqueue.message_dequeue(text, integer, bigint) IS
     'Hand out up to p_limit deliverable messages (expired leases first, then by dequeue_at, id) without waiting on other consumers; p_lock_ms NULL = queue lease, 0 = delete on dequeue';
 
 -- Report a failed attempt: retry after the queue's back-off, or dead-letter after max_attempts.
+-- p_error is stored as the message's last_error (NULL keeps the last one, as message_reject and
+-- the dead-letter path do).
 CREATE OR REPLACE FUNCTION pgqueue.message_fail(
     p_id         bigint,
     p_attempts   integer,
@@ -2700,7 +2702,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = NULL,
                dequeue_at   = v_at,
-               last_error   = p_error,
+               last_error   = coalesce(p_error, m.last_error),
                -- a message with its group's turn keeps it: the group waits for its retry (in the
                -- same UPDATE, so that the trigger message_placed_low sees the new turn key)
                turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END,

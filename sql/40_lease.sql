@@ -142,5 +142,15 @@ SELECT id = :f1 AS is_f1, attempts, stale
   FROM pgqueue.message_complete_and_dequeue(('[5:6]={' || :f1 || ',' || :f1 || '}')::bigint[],
                                             '{9,10}'::integer[], 'qlease', 1);
 
+-- A failure without an error text keeps the last one, on a retry as when it dead-letters.
+SELECT pgqueue.queue_create('qfail', p_max_attempts => 3);
+SELECT pgqueue.message_create('qfail', 'x') AS failing \gset
+SELECT pgqueue.message_fail(id, attempts, 'first error', 0) FROM pgqueue.message_dequeue('qfail');
+SELECT pgqueue.message_fail(id, attempts, NULL, 0) FROM pgqueue.message_dequeue('qfail');
+SELECT last_error FROM pgqueue.message WHERE id = :failing;
+SELECT pgqueue.message_fail(id, attempts, NULL) FROM pgqueue.message_dequeue('qfail');
+SELECT last_error, attempts FROM pgqueue.dead_letter WHERE id = :failing;
+SELECT pgqueue.queue_drop('qfail');
+
 SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats('qlease');
 SELECT pgqueue.queue_drop('qlease');

@@ -1,4 +1,6 @@
 -- Report a failed attempt: retry after the queue's back-off, or dead-letter after max_attempts.
+-- p_error is stored as the message's last_error (NULL keeps the last one, as message_reject and
+-- the dead-letter path do).
 CREATE FUNCTION pgqueue.message_fail(
     p_id         bigint,
     p_attempts   integer,
@@ -37,7 +39,7 @@ BEGIN
         UPDATE pgqueue.message m
            SET locked_until = NULL,
                dequeue_at   = v_at,
-               last_error   = p_error,
+               last_error   = coalesce(p_error, m.last_error),
                -- a message with its group's turn keeps it: the group waits for its retry (in the
                -- same UPDATE, so that the trigger message_placed_low sees the new turn key)
                turn_at      = CASE WHEN m.turn_at IS NOT NULL THEN pgqueue._turn_key(v_at, true) END,
