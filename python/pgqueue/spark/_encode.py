@@ -209,22 +209,30 @@ def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
 
 
 def _dumps(value: object) -> bytes:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except TypeError:
-        if not _holds_number(value):
-            raise
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _dumps_exact(value: object) -> bytes:
+    """:func:`_dumps` for a value that may hold :class:`_Number` s (json.dumps cannot write them)."""
     out: list[str] = []
     _write(value, out)
     return "".join(out).encode("utf-8")
 
 
-def _holds_number(value: object) -> bool:
-    if isinstance(value, _Number):
+def _holds_decimal(arrow_type: Any) -> bool:
+    """Whether values of an Arrow type may hold a decimal (a :class:`_Number` once converted)."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_decimal(arrow_type):
         return True
-    if isinstance(value, dict):
-        return any(_holds_number(v) for v in value.values())
-    return isinstance(value, list) and any(_holds_number(v) for v in value)
+    if t.is_struct(arrow_type):
+        return any(_holds_decimal(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    if t.is_map(arrow_type):
+        return _holds_decimal(arrow_type.key_type) or _holds_decimal(arrow_type.item_type)
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
+        return _holds_decimal(arrow_type.value_type)
+    return False
 
 
 def _write(value: object, out: list[str]) -> None:
@@ -293,10 +301,11 @@ def _json_payloads(plan: WritePlan, values: list[Any], arrow_type: Any, partitio
             contents.append(v.encode("utf-8"))
         return contents, codec.JSON
     conv = _json_converter(arrow_type)
+    dumps = _dumps_exact if _holds_decimal(arrow_type) else _dumps
     contents = []
     for i, v in enumerate(values):
         try:
-            contents.append(_dumps(conv(v)))
+            contents.append(dumps(conv(v)))
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(
                 f"payload column {plan.payload_column!r} cannot be written as JSON in "

@@ -61,18 +61,18 @@ BEGIN
             -- pgqueue._queue_admit)
             PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
             PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
-        END IF;
-        IF p_key IS NOT NULL AND v_max_size IS NOT NULL AND (p_group IS NULL OR v_grouped) THEN
-            SELECT coalesce(
-                       (SELECT m.id FROM pgqueue.message m
-                         WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
-                       (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
-                         WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
-                           AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
-              INTO v_id;
-            IF v_id IS NOT NULL THEN
-                v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
-                RETURN v_id;
+            IF p_group IS NULL OR v_grouped THEN
+                SELECT coalesce(
+                           (SELECT m.id FROM pgqueue.message m
+                             WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
+                           (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
+                             WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
+                               AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
+                  INTO v_id;
+                IF v_id IS NOT NULL THEN
+                    v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
+                    RETURN v_id;
+                END IF;
             END IF;
         END IF;
         -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
