@@ -708,8 +708,8 @@ COMMENT ON FUNCTION pgqueue.now_ms() IS
 --
 -- Exact for every time a timestamptz holds: whole days and the milliseconds left over, added as
 -- intervals (integers of days and microseconds) to the epoch. 0.1-0.3 divided by 1000.0 and
--- went through to_timestamp's double precision, which is 30 us coarse by the year 9999: 24% of
--- the times after about 2242 came back a millisecond early through to_epoch.
+-- went through to_timestamp's double precision, which is 30 us coarse by the year 9999: 375 of
+-- the 1,001 times near its end that sql/20_create.sql round-trips came back a millisecond early.
 CREATE OR REPLACE FUNCTION pgqueue.from_epoch(p_ms bigint)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
