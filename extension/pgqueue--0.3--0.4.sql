@@ -2044,6 +2044,9 @@ DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_count bigint;
 BEGIN
+    IF array_ndims(p_ids) > 1 THEN
+        RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     DELETE FROM pgqueue.dead_letter d
      WHERE d.queue_id = v_queue.id
@@ -2073,6 +2076,9 @@ DECLARE
     v_clock bigint;
     v_turn  bigint;
 BEGIN
+    IF array_ndims(p_ids) > 1 THEN
+        RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
                     WHERE d.queue_id = v_queue.id AND (p_ids IS NULL OR d.id = ANY (p_ids))
@@ -3930,6 +3936,9 @@ BEGIN
     IF p_ids IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_ids'::text);
     END IF;
+    IF array_ndims(p_ids) > 1 THEN
+        RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_now := pgqueue.now_ms();
     WITH d AS (
@@ -4412,12 +4421,16 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- Exactly once per slot, however many schedulers call it at once: each due schedule row is
 -- locked (SKIP LOCKED: a scheduler never waits for another), after its queue's lock stripe, and
 -- its messages and its advanced next_run commit together; a scheduler that finds the row after
--- that commit re-reads it and finds it no longer due. Missed slots (no scheduler ran for a while) follow the schedule's
--- policy: 'latest' enqueues one message for all of them, 'all' one per slot (at most p_limit
--- per call; the rest on the next call). The next slot is then the first after now. A schedule
--- whose queue is capped and full (PQ003) stops at the slot the cap refused, which stays due for
--- a later call to enqueue once there is room; the other schedules are not held up
--- (pgqueue._schedule_fire).
+-- that commit re-reads it and finds it no longer due. Missed slots (no scheduler ran for a
+-- while) follow the schedule's policy: 'latest' enqueues one message for all of them, 'all' one
+-- per slot. The next slot is then the first after now. At most p_limit messages a call, shared
+-- fairly: the due schedules are visited in (next_run, id) order, each given an equal share of
+-- the room left (ceil(room / schedules left to visit)), so a schedule catching up on a long
+-- 'all' backlog takes no more than its share while the others fire on time; room the others
+-- leave goes back to it in a further pass, and what is left beyond p_limit waits for the next
+-- call. A schedule whose queue is capped and full (PQ003) stops at the slot the cap refused,
+-- which stays due for a later call to enqueue once there is room; the other schedules are not
+-- held up (pgqueue._schedule_fire).
 CREATE FUNCTION pgqueue.schedule_run(p_limit integer DEFAULT 1000)
 RETURNS TABLE (schedule text, message_id bigint, slot bigint)
 LANGUAGE plpgsql VOLATILE
@@ -4430,6 +4443,9 @@ DECLARE
     v_locked boolean;
     v_fired record;
     v_made  integer := 0;
+    v_left  integer;   -- due schedules not yet visited in this pass
+    v_share integer;
+    v_more  boolean;   -- a schedule stopped at its share with slots still due
 BEGIN
     IF p_limit IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_limit'::text);
@@ -4437,30 +4453,40 @@ BEGIN
     IF p_limit < 1 OR p_limit > 100000 THEN
         RAISE EXCEPTION 'p_limit must be between 1 and 100000, got %', p_limit USING ERRCODE = '22023';
     END IF;
-    FOR v_c IN
-        SELECT s.id, s.queue_id FROM pgqueue.schedule s
-         WHERE s.next_run <= v_now
-         ORDER BY s.next_run, s.id
-    LOOP
-        -- the queue's lock stripe before the schedule's row, as every writer takes them
-        -- (docs/locking.md, rule 1): a queue_drop holding the stripe, whose cascade deletes the
-        -- row, never waits for this transaction while it waits for the drop
-        -- (specs/schedule_drop.spec)
-        v_locked := pgqueue._queue_lock(v_c.queue_id);
-        SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
-               s.missed, s.next_run
-          INTO v_s
-          FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
-         WHERE s.id = v_c.id AND s.next_run <= v_now
-           FOR UPDATE OF s SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;  -- another scheduler has it, it is no longer due, or it was dropped
-        v_fired := pgqueue._schedule_fire(v_s.queue, v_s.content, v_s.content_type, v_s.every_ms, v_s.cron,
-                                          v_s.missed, v_s.next_run, v_now, p_limit - v_made,
-                                          v_s.max_size IS NOT NULL);
-        RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
-        v_made := v_made + cardinality(v_fired.o_ids);
-        UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
-        EXIT WHEN v_made >= p_limit;
+    LOOP  -- passes: a further one only for the schedules that stopped at their share
+        SELECT count(*) INTO v_left FROM pgqueue.schedule s WHERE s.next_run <= v_now;
+        v_more := false;
+        FOR v_c IN
+            SELECT s.id, s.queue_id FROM pgqueue.schedule s
+             WHERE s.next_run <= v_now
+             ORDER BY s.next_run, s.id
+        LOOP
+            -- an equal share of the room left (at least 1); the count may be behind a schedule
+            -- committed since
+            v_share := ceil((p_limit - v_made)::numeric / greatest(v_left, 1));
+            v_left := v_left - 1;
+            -- the queue's lock stripe before the schedule's row, as every writer takes them
+            -- (docs/locking.md, rule 1): a queue_drop holding the stripe, whose cascade deletes
+            -- the row, never waits for this transaction while it waits for the drop
+            -- (specs/schedule_drop.spec)
+            v_locked := pgqueue._queue_lock(v_c.queue_id);
+            SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
+                   s.missed, s.next_run
+              INTO v_s
+              FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
+             WHERE s.id = v_c.id AND s.next_run <= v_now
+               FOR UPDATE OF s SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;  -- another scheduler has it, it is no longer due, or it was dropped
+            v_fired := pgqueue._schedule_fire(v_s.queue, v_s.content, v_s.content_type, v_s.every_ms, v_s.cron,
+                                              v_s.missed, v_s.next_run, v_now, v_share,
+                                              v_s.max_size IS NOT NULL);
+            RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
+            v_made := v_made + cardinality(v_fired.o_ids);
+            UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
+            v_more := v_more OR (cardinality(v_fired.o_ids) = v_share AND v_fired.o_next <= v_now);
+            EXIT WHEN v_made >= p_limit;
+        END LOOP;
+        EXIT WHEN NOT v_more OR v_made >= p_limit;
     END LOOP;
 END;
 $$;

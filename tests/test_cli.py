@@ -247,6 +247,9 @@ def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], dsn: str, tmp_p
         (["worker", dsn, "default", "worker_handlers:missing"], ("has no",), 1),
         (["worker", dsn, "default", "worker_handlers:not_callable"], ("not callable",), 1),
         (["worker", dsn, "nope", "worker_handlers:obey"], ('queue "nope" does not exist',), 1),
+        # a DSN argument and --dsn: refused before connecting, not one of them silently dropped
+        (["worker", dsn, "nope", "worker_handlers:obey", "--dsn", dsn], ("given twice",), 2),
+        (["--dsn", "host=elsewhere", "worker", dsn, "nope", "worker_handlers:obey"], ("given twice",), 2),
     ]
     for argv, words, code in cases:
         status, out, err = run(capsys, *argv)

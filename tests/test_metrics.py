@@ -358,8 +358,12 @@ def test_metrics_command_timeout(capsys: pytest.CaptureFixture[str], dsn: str, c
         took = time.monotonic() - started
     finally:
         conn.execute("ROLLBACK")
-    s = parse(capsys.readouterr().out)
-    assert status == 0 and s[("pgqueue_up", frozenset())] == 0
+    out, err = capsys.readouterr()
+    s = parse(out)
+    # the metrics are printed all the same (pgqueue_up 0), and the exit status says it failed
+    assert status == 1 and s[("pgqueue_up", frozenset())] == 0
+    assert "cannot read the database (pgqueue_up 0)" in err and "statement timeout" in err, err
+    assert len(err.splitlines()) == 1, err
     assert 1 <= took < 4, took
     for bad in ("0", "-1", "x"):
         assert main(["metrics", "--once", "--timeout", bad, "--dsn", dsn]) == 2

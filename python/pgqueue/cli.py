@@ -1,8 +1,8 @@
 """The ``pgqueue`` command line.
 
 Run ``pgqueue --help`` for the commands. Every command but ``demo`` needs a database: give
-``--dsn`` or set ``PGQUEUE_DSN`` (``worker`` also takes it as its first argument); without
-either, libpq's own defaults apply, as for psql (``PGHOST``, ``PGDATABASE``, ``PGSERVICE``...). A user
+``--dsn`` or set ``PGQUEUE_DSN`` (``worker`` also takes it as its first argument, then without
+``--dsn``); without either, libpq's own defaults apply, as for psql (``PGHOST``, ``PGDATABASE``, ``PGSERVICE``...). A user
 mistake (a bad connection string, an unknown queue, a missing extension, a bad argument) is
 reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for bad usage.
 """
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("worker", _cmd_worker, "run a handler on a queue's messages until SIGINT/SIGTERM")
     p.usage = "pgqueue worker [DSN] QUEUE MODULE:FUNCTION [options]"
     p.add_argument("target", nargs="+", metavar="[DSN] QUEUE MODULE:FUNCTION",
-                   help="the database (default: --dsn or $PGQUEUE_DSN), the queue, and the handler: "
+                   help="the database (default: --dsn or $PGQUEUE_DSN; not both), the queue, and the handler: "
                         "a function taking a pgqueue.Message, imported from MODULE (the current "
                         "directory is on the import path); an `async def` one runs on asyncio")
     p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
@@ -935,7 +935,16 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     metrics = QueueMetrics(dsn, min_interval=args.min_interval, timeout=args.timeout)
     try:
         if args.once:
-            sys.stdout.write(metrics.render())
+            logger = logging.getLogger("pgqueue.metrics")
+            level = logger.level
+            logger.setLevel(logging.ERROR)  # its warning is the error below
+            try:
+                sys.stdout.write(metrics.render())
+            finally:
+                logger.setLevel(level)
+            if metrics.error is not None:  # printed all the same (pgqueue_up 0), for a textfile collector
+                sys.stdout.flush()
+                raise UserError(f"cannot read the database (pgqueue_up 0): {metrics.error}")
             return 0
         try:
             server = MetricsServer(metrics.render, host=args.host, port=args.port)
@@ -1206,6 +1215,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     if len(args.target) == 3:
         dsn, queue_name, spec = args.target
+        if getattr(args, "dsn", None) is not None:
+            raise UsageError("pgqueue worker: error: the database given twice (a DSN argument and "
+                             "--dsn): give one")
     elif len(args.target) == 2:
         queue_name, spec = args.target
         dsn = resolve_dsn(args)

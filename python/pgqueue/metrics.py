@@ -171,6 +171,12 @@ class QueueMetrics:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._cached: tuple[float, str] | None = None
+        self._error: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """Why the last reading failed (it reported ``pgqueue_up 0``), or None if it read the database."""
+        return self._error
 
     def render(self) -> str:
         """Return the metrics text, reading the database unless the last read is recent."""
@@ -198,8 +204,10 @@ class QueueMetrics:
                 counters = None
             families = queue_families(stats, counters)
             up.add(1)
+            self._error = None
         except (PgQueueError, psycopg.Error, OSError) as exc:
-            log.warning("metrics: cannot read the database: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
+            self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning("metrics: cannot read the database: %s", self._error)
             self.close()
             up.add(0)
         took.add(time.monotonic() - started)

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(349);
+SELECT plan(352);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -110,6 +110,13 @@ SELECT throws_ok($$ SELECT pgqueue.message_complete_batch(ARRAY[1::bigint, 2], A
                  'p_ids has 2 element(s) but p_attempts has 1', 'message_complete_batch: lengths differ');
 SELECT throws_ok($$ SELECT pgqueue.message_complete_batch('{{1,2},{3,4}}'::bigint[], '{{1,1},{1,1}}'::integer[]) $$, '22023',
                  'message ids and attempts tokens must be one-dimensional arrays', 'message_complete_batch: two dimensions');
+-- the other functions taking ids refuse two dimensions too (they flattened them before)
+SELECT throws_ok($$ SELECT * FROM pgqueue.message_cancel('default', '{{1,2},{3,4}}'::bigint[]) $$, '22023',
+                 'p_ids must be a one-dimensional array', 'message_cancel: two dimensions');
+SELECT throws_ok($$ SELECT pgqueue.dead_letter_requeue('default', '{{1,2},{3,4}}'::bigint[]) $$, '22023',
+                 'p_ids must be a one-dimensional array', 'dead_letter_requeue: two dimensions');
+SELECT throws_ok($$ SELECT pgqueue.dead_letter_purge('default', '{{1,2},{3,4}}'::bigint[]) $$, '22023',
+                 'p_ids must be a one-dimensional array', 'dead_letter_purge: two dimensions');
 -- acknowledge-and-fetch: the errors of message_dequeue and of message_complete_batch, and nothing
 -- done (the message handed out by the failed call is still ready)
 SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue(NULL, ARRAY[1]) $$, '22004',

@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(51);
+SELECT plan(55);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -63,6 +63,19 @@ SELECT is((SELECT next_run - (SELECT max(slot) FROM ran WHERE schedule = 'tick')
 SELECT is((SELECT array_agg(name ORDER BY name) FROM pgqueue.schedule_list()), ARRAY['nightly', 'once', 'tick'], 'list: by name');
 SELECT is((SELECT row(queue, cron, content_type, missed)::text FROM pgqueue.schedule_list() WHERE name = 'nightly'),
           row('s', '0 3 * * *', 'application/json', 'latest')::text, 'list: the settings');
+
+-- p_limit shared fairly: a schedule an hour behind with 'all' (3,600 slots, the oldest next_run)
+-- takes its share of a call, not the whole of it, and the room the others leave in a further pass
+SELECT ok(pgqueue.schedule_create('backlog', 's', 'b', p_every_ms => 1000, p_missed => 'all',
+                                  p_start_at => pgqueue.now_ms() - 3600000) > 0, 'a schedule an hour behind');
+SELECT ok(pgqueue.schedule_create('punctual', 's', 'p', p_every_ms => 60000,
+                                  p_start_at => pgqueue.now_ms() - 150000) > 0, 'a schedule due now');
+CREATE TEMP TABLE shared AS SELECT * FROM pgqueue.schedule_run(10);
+SELECT is((SELECT array_agg(schedule || ' ' || n ORDER BY schedule)
+             FROM (SELECT schedule, count(*) AS n FROM shared GROUP BY schedule) c),
+          ARRAY['backlog 9', 'punctual 1'], 'limit 10: the schedule due now fires, the backlog has the rest');
+SELECT is((SELECT count(*) FROM pgqueue.schedule_run(10) WHERE schedule = 'backlog'), 10::bigint,
+          'the next call: the backlog alone, the whole limit');
 
 -- drop; a dropped queue takes its schedules along
 SELECT is(pgqueue.schedule_drop('once'), true, 'drop');

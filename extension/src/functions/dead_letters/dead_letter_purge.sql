@@ -11,6 +11,9 @@ DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
     v_count bigint;
 BEGIN
+    IF array_ndims(p_ids) > 1 THEN
+        RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     DELETE FROM pgqueue.dead_letter d
      WHERE d.queue_id = v_queue.id

@@ -14,6 +14,9 @@ DECLARE
     v_clock bigint;
     v_turn  bigint;
 BEGIN
+    IF array_ndims(p_ids) > 1 THEN
+        RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
                     WHERE d.queue_id = v_queue.id AND (p_ids IS NULL OR d.id = ANY (p_ids))

@@ -22,6 +22,9 @@ BEGIN
     IF p_ids IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_ids'::text);
     END IF;
+    IF array_ndims(p_ids) > 1 THEN
+        RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_now := pgqueue.now_ms();
     WITH d AS (
