@@ -56,21 +56,25 @@ $(FULL): $(SRC) $(EXTENSION).control
 	  echo '-- pgqueue $(EXTVERSION), built from extension/src by make: edit the sources, not this file.'; \
 	  for f in $(SRC); do echo; echo "-- $$f"; cat $$f; done; } > $@
 
-$(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/begin.sql extension/src/plain/end.sql $(EXTENSION).control
+$(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/end.sql $(EXTENSION).control
 	@mkdir -p $(dir $@)
-	{ cat extension/src/plain/begin.sql; \
+	{ cat extension/src/plain/guard.sql extension/src/plain/begin.sql; \
 	  for f in $(SRC_PLAIN); do echo; echo "-- $$f"; cat $$f; done; \
 	  sed 's/@VERSION@/$(EXTVERSION)/' extension/src/plain/end.sql; } > $@
 
 # A released script, plain: a full script (pgqueue--X.sql) gets the schema and the version
-# record around it, an upgrade delta (pgqueue--A--B.sql) the schema check before it (releases
-# before 0.4 had none) and the version update after it.
-$(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql extension/src/plain/begin.sql extension/src/plain/end.sql
+# record around it, an upgrade delta (pgqueue--A--B.sql) the schema check (releases before 0.4
+# had none) and the check that the database holds A before it and the version update after it;
+# each starts with the guard against a psql run outside one transaction.
+PLAIN_PARTS = extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/step.sql extension/src/plain/end.sql
+$(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql $(PLAIN_PARTS) extension/src/schema.sql
 	@mkdir -p $(dir $@)
 	@v='$*'; case "$$v" in \
-	  *--*) { cat extension/src/schema.sql; sed $(EXTENSION_ONLY) $<; \
+	  *--*) { cat extension/src/plain/guard.sql extension/src/schema.sql; \
+	          sed "s/@FROM@/$${v%%--*}/g; s/@TO@/$${v##*--}/g" extension/src/plain/step.sql; \
+	          sed $(EXTENSION_ONLY) $<; \
 	          echo "UPDATE pgqueue.install SET version = '$${v##*--}', upgraded_at = pg_catalog.now();"; } ;; \
-	  *)    { cat extension/src/plain/begin.sql; sed $(EXTENSION_ONLY) $<; \
+	  *)    { cat extension/src/plain/guard.sql extension/src/plain/begin.sql; sed $(EXTENSION_ONLY) $<; \
 	          sed "s/@VERSION@/$$v/" extension/src/plain/end.sql; } ;; \
 	esac > $@
 

@@ -1,12 +1,13 @@
--- pgqueue privilege recipes: run as the extension's owner (or a superuser) with psql, naming the
--- roles that should produce, consume and administer:
+-- pgqueue privilege recipes: run as the extension's owner (a plain install: the owner of schema
+-- pgqueue), or a superuser, with psql, naming the roles that should produce, consume and administer:
 --
 --   psql -d mydb -v producer=app_writer -v consumer=app_worker -v admin=queue_ops -f docs/grants.sql
 --
 -- The roles must exist (CREATE ROLE ... NOLOGIN, then GRANT them to login roles). pgqueue's
 -- functions are SECURITY INVOKER, so these table and column privileges are what decides who
 -- may do what; without them PUBLIC can call the functions but every call fails with 42501.
--- Run it again after ALTER EXTENSION pgqueue UPDATE: a new version may add tables.
+-- Run it again after every upgrade (ALTER EXTENSION pgqueue UPDATE, pgqueue install, a plain
+-- install's step scripts): a new version may add tables, sequences and functions.
 -- See docs/security.md for what each role can and cannot do.
 
 \set ON_ERROR_STOP on

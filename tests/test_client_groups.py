@@ -124,3 +124,65 @@ def test_a_raised_group_concurrency_keeps_the_groups_order(dsn: str) -> None:
         c.execute("SELECT pgqueue.queue_alter('ord', p_group_concurrency => 2)")
         c.execute("SELECT pgqueue.message_create('ord', 'a4', p_group => 'A')")
         assert c.execute(taken).fetchall() == [("a2",)]  # the room goes to the first waiting, not a4
+
+
+def test_a_dead_letter_by_fail_or_by_lease_expiry_hands_its_groups_turn_on(dsn: str) -> None:
+    """docs/guarantees.md, "Dead letters": a message dead-lettered at max_attempts by
+    message_fail, or by its lease running out, leaves its group and passes the turn to the next
+    message of the same group (sql/90_groups.sql shows it for message_reject only)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('gdl', p_group_concurrency => 1, p_max_attempts => 1)")
+        c.execute("SELECT pgqueue.message_create_batch('gdl', ARRAY['a1','a2','a3']::bytea[], "
+                  "p_groups => ARRAY['A','A','A'])")
+
+        def take(lock_ms: int) -> list[tuple[str, int]]:
+            rows = c.execute("SELECT convert_from(content, 'UTF8'), attempts FROM pgqueue.message_dequeue('gdl', 10, %s)",
+                             (lock_ms,)).fetchall()
+            return [(r[0], r[1]) for r in rows]
+
+        assert take(60000) == [("a1", 1)]
+        assert c.execute("SELECT pgqueue.message_fail(m.id, m.attempts, 'boom') FROM pgqueue.message m "
+                         "WHERE m.content = 'a1'").fetchone() == (True,)
+        assert take(60000) == [("a2", 1)], "a1's dead letter (message_fail at max_attempts) did not hand the turn on"
+        c.execute("UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1 WHERE content = 'a2'")
+        # the call that dead-letters a2 hands out a3, which a2's dead letter gave the turn
+        assert take(60000) == [("a3", 1)], "a2's dead letter (lease expiry at max_attempts) did not hand the turn on"
+        dead = c.execute("SELECT convert_from(content, 'UTF8'), last_error FROM pgqueue.dead_letter ORDER BY id").fetchall()
+        assert dead == [("a1", "boom"), ("a2", "lease expired")]
+
+
+def test_a_keyed_batch_on_a_capped_queue_asks_room_for_all_its_rows(dsn: str) -> None:
+    """docs/guarantees.md, "Idempotent enqueue": message_create_batch with p_keys asks for room for
+    all its rows, taken keys included; refused (PQ003), it inserts nothing."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('capb', p_max_size => 3)")
+        first = c.execute("SELECT pgqueue.message_create('capb', 'x', p_key => 'k1')").fetchone()
+        c.execute("SELECT pgqueue.message_create('capb', 'y')")  # room for one more
+        with pytest.raises(psycopg.Error) as full:
+            c.execute("SELECT pgqueue.message_create_batch('capb', ARRAY['x2','z']::bytea[], p_keys => ARRAY['k1','k2'])")
+        assert full.value.sqlstate == "PQ003"
+        assert c.execute("SELECT count(*), count(*) FILTER (WHERE idem_key = 'k2') FROM pgqueue.message").fetchone() == (2, 0)
+        # a batch of one row with the taken key fits: its id back, nothing inserted
+        assert c.execute("SELECT * FROM pgqueue.message_create_batch('capb', ARRAY['x3']::bytea[], "
+                         "p_keys => ARRAY['k1'])").fetchall() == [first]
+        assert c.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (2,)
+
+
+def test_ended_key_windows_are_deleted_two_per_window_written(dsn: str) -> None:
+    """docs/guarantees.md, "Idempotent enqueue": windows that have ended are deleted as new ones
+    are written, two per window written; an ended window no longer holds its key."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('kwc', p_key_window_ms => 3600000)")
+        c.execute("SELECT pgqueue.message_create_batch('kwc', ARRAY['1','2','3','4']::bytea[], "
+                  "p_keys => ARRAY['w1','w2','w3','w4'])")
+        assert c.execute("SELECT count(*) FROM pgqueue.message_dequeue('kwc', 10, 0)").fetchone() == (4,)
+        windows = "SELECT count(*) FILTER (WHERE until <= pgqueue.now_ms()), count(*) FROM pgqueue.message_key"
+        assert c.execute(windows).fetchone() == (0, 4)
+        c.execute("UPDATE pgqueue.message_key SET until = 0")  # the four windows end
+        for key, left in (("w5", (2, 3)), ("w6", (0, 2)), ("w7", (0, 3))):
+            c.execute("SELECT pgqueue.message_create('kwc', 'x', p_key => %s)", (key,))
+            assert c.execute("SELECT count(*) FROM pgqueue.message_dequeue('kwc', 10, 0)").fetchone() == (1,)
+            assert c.execute(windows).fetchone() == left, key
+        # the ended windows held their keys no longer: w1 is a new message
+        c.execute("SELECT pgqueue.message_create('kwc', 'again', p_key => 'w1')")
+        assert c.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (1,)

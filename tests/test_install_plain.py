@@ -62,10 +62,11 @@ class Owner:
     def connect(self, dbname: str) -> Conn:
         return psycopg.connect(self.dsn(dbname), autocommit=True)
 
-    def psql(self, dbname: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def psql(self, dbname: str, *args: str, stop_on_error: bool = True) -> subprocess.CompletedProcess[str]:
         env = self.server.libpq_env()
         env["PGUSER"] = self.name
-        return subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbname, *args],
+        stop = ["-v", "ON_ERROR_STOP=1"] if stop_on_error else []
+        return subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", *stop, "-d", dbname, *args],
                               env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -256,6 +257,58 @@ def test_upgrade_a_plain_install_of_release_0_1_with_messages_in_flight(owner: O
     ok(pgqueue("install", "--plain", "--dsn", owner.dsn(fresh)))
     assert catalog(owner.dsn(db)) == catalog(owner.dsn(fresh))
     assert "already installed" in ok(pgqueue("install", "--dsn", owner.dsn(db)))
+
+
+def test_a_plain_script_run_by_psql_without_its_options_makes_nothing(owner: Owner) -> None:
+    """psql without -1 and without ON_ERROR_STOP: the refusal to run outside one transaction
+    (PQ008) does not stop psql, so the script first makes its session read-only, and every
+    statement after that fails: no schema, no half-applied step, no version recorded (before, the
+    full script installed unpinned and unchecked, and a wrong step recorded the new version over a
+    half-applied schema, both with exit status 0)."""
+    fresh = owner.database()
+    owner.psql(fresh, "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"), stop_on_error=False)
+    with owner.connect(fresh) as conn:
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+    old = owner.database()
+    install_plain_release(owner, old, "0.1")
+    before = catalog(owner.dsn(old))
+    for step in ("0.1--0.2", f"0.3--{CURRENT}"):  # the right step and a wrong one
+        proc = owner.psql(old, "-f", str(PLAIN_DIR / f"pgqueue--{step}.sql"), stop_on_error=False)
+        assert "pgqueue installs in one transaction only" in proc.stderr, proc.stderr
+        assert "read-only transaction" in proc.stderr, proc.stderr
+        with owner.connect(old) as conn:
+            assert holds(conn) == (None, "0.1"), step
+        assert catalog(owner.dsn(old)) == before, step
+
+
+def test_a_step_script_for_another_version_is_refused_with_pq010(owner: Owner) -> None:
+    """Each plain step checks first that the database holds the version it upgrades from: a step
+    skipped, run twice, or run on an extension install is refused (PQ010) before it changes
+    anything, not halfway through on whichever object it met first."""
+    def run_step(dbname: str, step: str) -> psycopg.Error:
+        with owner.connect(dbname) as conn:
+            with pytest.raises(psycopg.Error) as info, conn.transaction():
+                conn.execute((PLAIN_DIR / f"pgqueue--{step}.sql").read_bytes())
+            return info.value
+
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    before = catalog(owner.dsn(db))
+    err = run_step(db, f"0.3--{CURRENT}")  # 0.2 and 0.3 skipped
+    assert err.sqlstate == "PQ010", err
+    assert f"pgqueue--0.3--{CURRENT}.sql upgrades pgqueue 0.3, but this database holds 0.1" in str(err)
+    assert catalog(owner.dsn(db)) == before
+    proc = owner.psql(db, "-1", "-f", str(PLAIN_DIR / "pgqueue--0.1--0.2.sql"))
+    assert proc.returncode == 0, proc.stderr
+    err = run_step(db, "0.1--0.2")  # twice
+    assert err.sqlstate == "PQ010" and "this database holds 0.2" in str(err), err
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, "0.2")
+    ext = owner.database()
+    ok(pgqueue("install", "--extension", "--dsn", owner.dsn(ext)))
+    err = run_step(ext, f"0.3--{CURRENT}")
+    assert err.sqlstate == "PQ010", err
+    assert "ALTER EXTENSION pgqueue UPDATE" in (err.diag.message_hint or ""), err
 
 
 # --------------------------------------------------------------------------------------------
@@ -677,3 +730,85 @@ def test_the_packaged_scripts_are_the_ones_pgqueue_install_reads() -> None:
     assert [f"{a}--{b}" for a, b in plain_steps("0.1")] == ["0.1--0.2", "0.2--0.3", f"0.3--{CURRENT}"]
     assert plain_steps(CURRENT) == []
 
+
+
+# --------------------------------------------------------------------------------------------
+# Two installs at once; the GRANT recipes after an upgrade
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["plain", "extension"])
+def test_two_installs_at_once_the_second_says_already_installed(owner: Owner, mode: str) -> None:
+    """Two `pgqueue install` runs on a database without pgqueue (two deploys starting at once):
+    both see no schema; the one whose CREATE SCHEMA (or CREATE EXTENSION) commits second got the
+    catalog's 23505 (duplicate key value violates unique constraint "pg_namespace_nspname_index").
+    It must look again and say that pgqueue is already installed."""
+    import threading
+
+    from pgqueue import installer
+
+    db = owner.database()
+    first = owner.connect(db)
+    first.autocommit = False
+    if mode == "plain":
+        first.execute(installer.plain_script().encode())
+    else:
+        first.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(CURRENT)))
+    outcome: list[object] = []
+    with owner.connect(db) as second:
+        pid = second.info.backend_pid
+
+        def run() -> None:
+            try:
+                outcome.append(installer.install(second, mode, report=lambda _: None))  # type: ignore[arg-type]
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        with owner.connect(db) as watch:  # the second waits for the first's uncommitted catalog row
+            for _ in range(600):
+                if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                       (pid,)) or not thread.is_alive():
+                    break
+                thread.join(0.05)
+        first.commit()
+        first.close()
+        thread.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
+    assert "already installed" in outcome[0] and mode.replace("plain", "plain SQL") in outcome[0], outcome
+    with owner.connect(db) as conn:
+        assert holds(conn) == ((CURRENT, None) if mode == "extension" else (None, CURRENT))
+
+
+def test_an_upgrade_says_to_run_the_grant_recipes_again_and_they_work_on_a_plain_install(owner: Owner) -> None:
+    """An upgrade may add tables, sequences and functions, which the roles made with
+    docs/grants.sql have no rights on: every producer, consumer and admin call failed with 42501
+    after `pgqueue install` upgraded a plain install, and nothing said so. The upgrade says to run
+    the recipes again; run by the plain install's owner (no superuser), they work."""
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    out = ok(pgqueue("install", "--dsn", owner.dsn(db)))
+    assert f"upgraded from 0.1 to {CURRENT}" in out
+    assert "docs/grants.sql" in out, out
+    assert "docs/grants.sql" not in ok(pgqueue("install", "--dsn", owner.dsn(db)))  # nothing upgraded, nothing to say
+    roles = {kind: _make_role(owner.server, kind) for kind in ("producer", "consumer", "admin")}
+    try:
+        admin_execute(owner.server, sql.SQL("GRANT {} TO {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, roles.values())), sql.Identifier(owner.name)))
+        proc = owner.psql(db, *itertools.chain.from_iterable(("-v", f"{k}={v}") for k, v in roles.items()),
+                          "-f", str(REPO / "docs" / "grants.sql"))
+        assert proc.returncode == 0, proc.stderr
+        with owner.connect(db) as conn:
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["admin"])))
+            conn.execute("SELECT pgqueue.queue_create('jobs')")
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["producer"])))
+            msg_id = one(conn, "SELECT pgqueue.message_create('jobs', 'x')")
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["consumer"])))
+            assert one(conn, "SELECT id FROM pgqueue.message_dequeue('jobs', 1)") == msg_id
+    finally:
+        for db_name in owner.databases:
+            drop_database(owner.server, db_name)
+        owner.databases.clear()
+        for role in roles.values():
+            admin_execute(owner.server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

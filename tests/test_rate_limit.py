@@ -113,3 +113,37 @@ def test_a_changed_rate_starts_afresh(conn: psycopg.Connection[Any]) -> None:
     assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('rc2', 10, 0)").fetchone() == (1,)
     row = conn.execute("SELECT pgqueue.queue_next_due('rc2') - pgqueue.now_ms()").fetchone()
     assert row is not None and int(row[0]) <= 1000  # type: ignore[call-overload]
+
+
+def test_a_rolled_back_dequeue_used_its_slots(conn: psycopg.Connection[Any]) -> None:
+    """docs/guarantees.md, "Rate limit": slots are taken with nextval, which a rollback does not
+    undo. At 1 message a second (catch-up: one slot), a dequeue that rolls back took the one slot
+    that was due: a dequeue right after it, within the same second, gets nothing, though the
+    message is back. Only a try whose two calls fall within one second of the server's clock is
+    conclusive (the next slot is due at the next second)."""
+    conn.execute("SELECT pgqueue.queue_create('rb', p_rate_limit => 1)")
+    conn.execute("SELECT pgqueue.message_create_batch('rb', ARRAY['a', 'b', 'c']::bytea[])")
+
+    def now() -> int:
+        row = conn.execute("SELECT pgqueue.now_ms()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def count() -> int:
+        row = conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('rb', 10, 0)").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for _ in range(5):
+        time.sleep((1000 - now() % 1000 + 20) / 1000)  # just after a slot became due
+        t0 = now()
+        with conn.transaction():
+            assert count() == 1, "premise: the slot that is due hands out one message"
+            raise psycopg.Rollback()
+        again = count()
+        if now() // 1000 == t0 // 1000:
+            assert again == 0, "the rolled-back dequeue gave its slot back"
+            row = conn.execute("SELECT count(*) FROM pgqueue.message").fetchone()
+            assert row == (3,)  # while the messages it took are back
+            return
+    raise AssertionError("no try ran within one second")

@@ -427,6 +427,7 @@ def raised_in_source() -> set[str]:
 RAISED_BY_POSTGRES = {
     "22008": "SELECT pgqueue.from_epoch(9223372036854775807)",
     "0A000": "SELECT pgqueue.to_epoch('infinity')",
+    "22003": "SELECT * FROM pgqueue.message_dequeue('default', 1, '99999999999999999999')",
 }
 # every listed code of the core API, raised the way the table says
 TRIGGERS = {

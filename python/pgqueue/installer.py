@@ -233,14 +233,29 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
             "run `pgqueue install` again")
     if mode is None:
         mode = "extension" if state.available else "plain"
-    if mode == "extension":
-        return _install_extension(conn, state, target, report)
-    script = plain_script(target)
-    with conn.transaction():
-        conn.execute(script.encode())
+    try:
+        if mode == "extension":
+            return _install_extension(conn, state, target, report)
+        script = plain_script(target)
+        with conn.transaction():
+            conn.execute(script.encode())
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema, psycopg.errors.DuplicateObject):
+        # Another `pgqueue install` (two deploys at once) saw no pgqueue either and its CREATE
+        # SCHEMA or CREATE EXTENSION committed first: ours failed on the catalog's unique index
+        # (23505) and was rolled back, nothing made. Look again: already installed, or the
+        # refusal that fits what the other one made. Only when the schema is there now, so this
+        # cannot go round again.
+        if read_state(conn).schema_owner is None:
+            raise
+        return install(conn, mode, report)
     summary = f"pgqueue {target} installed (plain SQL) in database {state.database}"
     report(summary)
     return summary
+
+
+#: Said after an upgrade: the roles that docs/grants.sql made have no rights on what it added.
+_GRANTS_AGAIN = ("run the GRANT recipes (docs/grants.sql) again for your roles: the new version's tables, sequences "
+                 "and functions have no grants yet, and calls that need them fail with 42501 until then")
 
 
 def _install_extension(conn: psycopg.Connection[Any], state: InstallState, target: str,
@@ -263,6 +278,7 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
         summary = f"pgqueue {target} installed (extension) in database {state.database}"
     else:
         summary = f"pgqueue extension upgraded from {version} to {target} in database {state.database}"
+        report(_GRANTS_AGAIN)
     report(summary)
     return summary
 
@@ -302,6 +318,8 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
                     f"instead of {step_to}: rolled back")
         report(f"applied pgqueue--{step_from}--{step_to}.sql (plain SQL) to database {state.database}")
     summary = f"pgqueue (plain SQL) upgraded from {start} to {current} in database {state.database}"
+    if current != start:
+        report(_GRANTS_AGAIN)
     report(summary)
     return summary
 

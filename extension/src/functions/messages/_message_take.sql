@@ -554,6 +554,12 @@ BEGIN
         FOREACH v_dead IN ARRAY v_dead_ids LOOP
             PERFORM pgqueue._dead_letter(v_dead, 'lease expired', p_now);
         END LOOP;
+        IF p_turns THEN
+            -- a dead letter hands its group's turn on (pgqueue._message_left) at the clock,
+            -- above this call's bound: the repeated probe takes it too, as it takes a ready
+            -- message of another group (a row that is not yet visible stays unseen either way)
+            v_due := pgqueue._turn_key(p_now, true);
+        END IF;
         v_need := p_limit - cardinality(v_ids);
         EXIT WHEN v_need = 0;
     END LOOP;
