@@ -144,6 +144,18 @@ BEGIN
                                     AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
                                     AND d.refobjid = v_ext AND d.deptype = 'e')
                 ELSE o.owner <> v_owner END;
+    -- CREATE EXTENSION (which has made its pg_extension row by now) over a plain install: its
+    -- objects are "not the extension's", but they are pgqueue, so say what they are
+    IF v_foreign IS NOT NULL AND v_ext IS NOT NULL
+       AND pg_catalog.to_regclass('pgqueue.install') IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                        WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                          AND d.objid = pg_catalog.to_regclass('pgqueue.install')
+                          AND d.refobjid = v_ext AND d.deptype = 'e') THEN
+        RAISE EXCEPTION 'schema pgqueue holds a plain install of pgqueue (no extension files): CREATE EXTENSION does not take it over'
+            USING ERRCODE = 'PQ008',
+                  HINT = 'Upgrade it with pgqueue install, or uninstall it (pgqueue uninstall) before CREATE EXTENSION pgqueue.';
+    END IF;
     IF v_foreign IS NOT NULL THEN
         RAISE EXCEPTION 'schema pgqueue holds objects pgqueue did not create: %', pg_catalog.left(v_foreign, 500)
             USING ERRCODE = 'PQ008',

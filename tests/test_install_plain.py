@@ -398,6 +398,12 @@ def test_never_both_installs_in_one_database(owner: Owner) -> None:
     with owner.connect(plain_db) as conn:
         assert holds(conn) == (None, CURRENT)
         assert one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgqueue'") == 0
+        # CREATE EXTENSION by hand says what is there (it named every object as someone else's)
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("CREATE EXTENSION pgqueue")
+        assert info.value.sqlstate == "PQ008"
+        assert str(info.value).startswith("schema pgqueue holds a plain install of pgqueue"), info.value
+        assert holds(conn) == (None, CURRENT)
     # psql -f of the plain script into the extension's database fails too, changing nothing
     proc = owner.psql(ext_db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"))
     assert proc.returncode != 0 and "already exists" in proc.stderr
