@@ -186,3 +186,39 @@ def test_ended_key_windows_are_deleted_two_per_window_written(dsn: str) -> None:
         # the ended windows held their keys no longer: w1 is a new message
         c.execute("SELECT pgqueue.message_create('kwc', 'again', p_key => 'w1')")
         assert c.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (1,)
+
+
+def test_order_within_a_group_the_turn_holder_priority_and_a_scheduled_turn(dsn: str) -> None:
+    """docs/guarantees.md, "Order within a group": a message added later with an earlier
+    dequeue_at waits behind the message holding the turn; when the turn passes on, the group's
+    waiting messages go by (dequeue_at, id), so a priority message first; a turn handed to a
+    scheduled message waits until it is due (and holds the group while it waits)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('ordp', p_group_concurrency => 1)")
+
+        def create(content: str, group: str, dequeue_at: str = "NULL") -> None:
+            c.execute(f"SELECT pgqueue.message_create('ordp', %s::bytea, {dequeue_at}, p_group => %s)",
+                      (content.encode(), group))
+
+        def take() -> list[str]:
+            """Lease what is deliverable, then complete it (which hands each group's turn on)."""
+            rows = c.execute("SELECT id, attempts, convert_from(content, 'UTF8') "
+                             "FROM pgqueue.message_dequeue('ordp', 10, 60000)").fetchall()
+            for msg_id, attempts, _ in rows:
+                assert c.execute("SELECT pgqueue.message_complete(%s, %s)", (msg_id, attempts)).fetchone() == (True,)
+            return sorted(r[2] for r in rows)
+
+        create("a1", "A")  # holds A's turn
+        create("a2", "A", "pgqueue.now_ms() - 60000")  # added later, due earlier
+        create("a3", "A")
+        create("a4", "A", "pgqueue.priority_dequeue_at(5)")  # a priority, added last
+        create("b1", "B")
+        create("b2", "B", "pgqueue.now_ms() + 3000")  # scheduled
+        create("b3", "B", "pgqueue.now_ms() - 60000")  # due long ago, but behind b2's turn once b2 has it
+        assert take() == ["a1", "b1"]
+        assert take() == ["a4", "b3"]  # A: the priority first; B: b3 is due before b2
+        assert take() == ["a2"]  # B's turn is b2's now, not due yet
+        assert take() == ["a3"]
+        assert take() == []
+        c.execute("SELECT pg_sleep(3.1)")
+        assert take() == ["b2"]
