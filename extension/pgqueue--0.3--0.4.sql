@@ -594,7 +594,9 @@ COMMENT ON FUNCTION pgqueue._counted_dead(integer, bigint, bigint) IS
 -- no scan) and counting costs the hot paths one nextval a message (a batch of n at most
 -- 31 + n / 32, pgqueue._counted_n), no row version. How exact:
 --   * a counted call that rolls back stays counted (nextval is not transactional);
---   * after a crash a counter may be ahead by up to 32 (sequences log ahead), and so on a standby;
+--   * after a crash a counter may be ahead (sequences log 32 values ahead, and so on a standby):
+--     failed, dead_lettered and expired by up to 32; enqueued, delivered and completed by up to
+--     32 + 32 * 32 = 1,056, since their batches count on a second sequence that steps by 32;
 --   * shared is true when another queue counts on the same stripe (more than 64 queues, or
 --     queues that existed before the upgrade to 0.4 with ids equal mod 64): then each of them
 --     shows the sum of both.
@@ -5232,8 +5234,9 @@ COMMENT ON FUNCTION pgqueue.queue_next_due(text) IS
     'Epoch ms at which the next message of the queue becomes deliverable (scheduled, lease expiry, the next turn of a grouped queue, the next slot of a rate limit); NULL if the queue is empty';
 
 -- The message groups of a queue with the most messages waiting (issue 14): per group, the
--- messages waiting (ready or scheduled, its turn or behind it) and those in flight (leased),
--- the p_limit groups with the most waiting first (ties by key). Counts every grouped message of
+-- messages waiting (ready or scheduled, its turn or behind it) and those in flight (leased:
+-- a lease that ran out counts here until a dequeue takes it again, since it keeps its group's
+-- turn, where queue_stats counts it as ready), the p_limit groups with the most waiting first (ties by key). Counts every grouped message of
 -- the queue (message_group_wait_idx and message_group_turn_idx), like queue_stats_exact: a
 -- monitoring call, not for every poll. No rows for a queue without groups. Errors: PQ001, 42602,
 -- 22004 (NULL queue or limit), 22023 (p_limit outside 1-10000).
@@ -5270,7 +5273,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_group_stats(text, integer) IS
-    'The p_limit message groups of a queue with the most messages waiting: group key, waiting (ready or scheduled), in flight (leased)';
+    'The p_limit message groups of a queue with the most messages waiting: group key, waiting (ready or scheduled), in flight (leased, an expired lease too: it keeps the group''s turn)';
 
 -- A message that becomes deliverable more than 5 ms below the clock (the margin the session
 -- hints keep below it, pgqueue._message_take), or a lease that runs out more than 5 ms below

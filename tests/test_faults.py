@@ -598,3 +598,41 @@ def test_after_an_outage_longer_than_the_lease_the_worker_does_not_run_its_own_m
     assert in_hand > 0  # premise: handlers were running when the server went away
     assert Counter(i for i, _ in ledger.started).most_common(1)[0][1] == 1, ledger.started
     assert all(r.acknowledged for r in ledger.results), ledger.results
+
+
+def loop_backends(conn: Conn) -> list[int]:
+    """The pids of the workers' loop connections in this database (not LISTEN, not heartbeats)."""
+    return [r[0] for r in conn.execute(
+        "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = 'pgqueue-worker' "
+        "AND datname = current_database() AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%%' "
+        "AND strpos(query, 'message_heartbeat') = 0")]
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_graceful_stop_acknowledges_over_a_new_connection_when_the_loops_died_while_idle(
+        dsn: str, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The loop's connection dies while it is idle (terminated, as a server restart or an idle
+    timeout does) and the worker is stopped while a handler runs. The handler finishes within the
+    grace and the database is there: the stop acknowledges the message over a new connection. It
+    used to try the dead connection once, log "not acknowledged (no database)" and leave the
+    message leased, to be run a second time once its lease ran out."""
+    queue = make_queue(dsn, lock_ms=HOUR)  # no heartbeat connection: a beat every 20 minutes
+    ledger = Ledger()
+    started = Started(ledger.worker(kind, dsn, 1.5, concurrency=1, shutdown_grace=10.0))
+    try:
+        queue.enqueue("long")
+        wait_for(lambda: ledger.started, what="the handler")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # concurrency 1 and its slot taken: the loop makes no call until the handler returns
+            pids = loop_backends(conn)
+            assert len(pids) == 1, pids
+            assert one(conn, "SELECT pg_terminate_backend(%s, 10000)", (pids[0],)) is True
+        took = stop_and_time(started)
+    finally:
+        started.stop()
+    assert not started.errors, started.errors
+    assert took < 8.0, took
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ledger.check(conn, 1)
+    assert [(r.outcome, r.acknowledged) for r in ledger.results] == [("completed", True)]
+    assert not any("not acknowledged" in w for w in warnings_of(caplog.records)), warnings_of(caplog.records)

@@ -559,3 +559,27 @@ def test_the_timeout_is_at_most_what_statement_timeout_takes(capsys: pytest.Capt
         assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1
     finally:
         metrics.close()
+
+
+def test_a_queue_created_again_under_its_name_is_told_apart(dsn: str) -> None:
+    """A queue dropped and created again under the same name starts its counters at zero, but a
+    scrape that comes after the new counters have passed the old values shows them going up,
+    which rate() and increase() read as growth, not as a reset: the page says when each queue
+    was created (queue_list's created_at), so that the change can be seen."""
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    queue.enqueue_many(["a", "b"])
+    metrics = QueueMetrics(dsn, min_interval=0)
+    before = parse(metrics.render())
+    created = before[("pgqueue_queue_created_timestamp_seconds", q("jobs"))]
+    assert abs(created - time.time()) < 60
+    assert before[("pgqueue_messages_enqueued_total", q("jobs"))] == 2
+    time.sleep(0.01)
+    queue.drop()
+    queue.create()
+    queue.enqueue_many(["c", "d", "e"])
+    after = parse(metrics.render())
+    assert after[("pgqueue_messages_enqueued_total", q("jobs"))] == 3  # above 2: no reset to see
+    assert after[("pgqueue_queue_created_timestamp_seconds", q("jobs"))] > created
+    metrics.close()
+    queue.close()

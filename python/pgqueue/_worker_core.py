@@ -648,11 +648,20 @@ class WorkerCore:
 
     def _settle_quietly(self) -> Step[None]:
         """Settle during shutdown: a database error is logged, never raised (what cannot be
-        acknowledged returns when its lease runs out)."""
-        try:
-            yield from self._settle()
-        except _DATABASE_ERRORS as exc:
-            log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
+        acknowledged returns when its lease runs out). A lost connection is tried again once at
+        once, on a new connection (the heartbeats' rule): the loop's connection may have died
+        while idle (a terminated backend, a restart that is over) with the database there, and a
+        finished handler's message must not be left to run again when its lease runs out. Not
+        after the stop's watchdog gave up a call: that database does not answer."""
+        for last in (False, True):
+            try:
+                yield from self._settle()
+                return
+            except _DATABASE_ERRORS as exc:
+                if last or self._gave_up or not is_connection_error(exc):
+                    log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
+                    return
+                log.info("acknowledging during shutdown: %s; trying again on a new connection", _first_line(exc))
 
     def _run_steps(self) -> Step[None]:
         """The worker's life once started: the loop, then the shutdown (also when the loop raises:

@@ -9,6 +9,9 @@ Queue metrics (:class:`QueueMetrics`), per queue:
   block sample of the table above);
 - ``pgqueue_queue_oldest_ready_age_seconds{queue}``: how long the ready message that has waited
   longest has waited, an expired lease since it ran out (0 when none is ready);
+- ``pgqueue_queue_created_timestamp_seconds{queue}``: when the queue was created (``queue_list``),
+  which changes when a queue is dropped and created again under its name: its counters started
+  again at zero, which a scrape may not see as a decrease;
 - the counters of ``pgqueue.queue_counters``: ``pgqueue_messages_enqueued_total``,
   ``pgqueue_messages_delivered_total``, ``pgqueue_messages_completed_total``,
   ``pgqueue_messages_failed_total``, ``pgqueue_messages_dead_lettered_total`` and
@@ -38,9 +41,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue.client import all_counters, all_stats
+from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.errors import PgQueueError
-from pgqueue.message import QueueCounters, QueueStats
+from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
 
 __all__ = ["CONTENT_TYPE", "MetricsServer", "QueueMetrics", "WorkerMetrics", "render"]
@@ -118,8 +121,10 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None) -> list[Family]:
-    """Return the queue metrics for what ``queue_stats`` and ``queue_counters`` returned."""
+def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None,
+                   settings: Sequence[QueueSettings] | None = None) -> list[Family]:
+    """Return the queue metrics for what ``queue_stats``, ``queue_counters`` and ``queue_list``
+    returned."""
     messages = Family("pgqueue_queue_messages", "gauge",
                       "Messages of the queue by state (queue_stats: exact up to 10,000, else estimated from a "
                       "block sample; ready includes expired leases)")
@@ -131,6 +136,15 @@ def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters
             messages.add(getattr(s, state), (("queue", s.queue), ("state", state)))
         age.add((s.oldest_ready_age_ms or 0) / 1000.0, (("queue", s.queue),))
     families = [messages, age]
+    if settings is not None:
+        # A queue dropped and created again under its name starts its counters at zero; a scrape
+        # that comes after they passed the old values sees them go up, not a reset. This changes.
+        created = Family("pgqueue_queue_created_timestamp_seconds", "gauge",
+                         "When the queue was created (Unix time): a change means it was dropped and created "
+                         "again, its counters started again at zero")
+        for t in settings:
+            created.add(t.created_at.timestamp(), (("queue", t.queue),))
+        families.append(created)
     if counters is not None:
         for attr, name, text in _COUNTERS:
             f = Family(name, "counter", text + " (counted with sequences: a rolled-back call stays counted)")
@@ -196,13 +210,14 @@ class QueueMetrics:
         try:
             conn = self._connection()
             stats = all_stats(conn)
+            settings = list_queues(conn)
             try:
                 counters: list[QueueCounters] | None = all_counters(conn)
             except PgQueueError as exc:
                 if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
                     raise
                 counters = None
-            families = queue_families(stats, counters)
+            families = queue_families(stats, counters, settings)
             up.add(1)
             self._error = None
         except (PgQueueError, psycopg.Error, OSError) as exc:

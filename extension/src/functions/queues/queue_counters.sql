@@ -5,7 +5,9 @@
 -- no scan) and counting costs the hot paths one nextval a message (a batch of n at most
 -- 31 + n / 32, pgqueue._counted_n), no row version. How exact:
 --   * a counted call that rolls back stays counted (nextval is not transactional);
---   * after a crash a counter may be ahead by up to 32 (sequences log ahead), and so on a standby;
+--   * after a crash a counter may be ahead (sequences log 32 values ahead, and so on a standby):
+--     failed, dead_lettered and expired by up to 32; enqueued, delivered and completed by up to
+--     32 + 32 * 32 = 1,056, since their batches count on a second sequence that steps by 32;
 --   * shared is true when another queue counts on the same stripe (more than 64 queues, or
 --     queues that existed before the upgrade to 0.4 with ids equal mod 64): then each of them
 --     shows the sum of both.
