@@ -723,20 +723,23 @@ class WorkerCore:
 
     @staticmethod
     def _lost_log(d: Delivery, what: str) -> None:
-        """Log an acknowledgement the database refused as stale: the lease had run out, or, sent
-        again after a call that was interrupted or lost its connection (``d.in_doubt``), that
-        call was committed. The Result reports the database's answer (``acknowledged`` False)
+        """Log an acknowledgement the database refused as stale: the lease had run out (or the
+        message had left the queue: cancelled, purged, its queue dropped), or, sent again after
+        a call that was interrupted or lost its connection (``d.in_doubt``), that call was
+        committed. The Result reports the database's answer (``acknowledged`` False)
         either way: telling the two apart takes another query, and a call lost after its commit
         but before its answer is rare (an interruption that lands while the call waits, on a row
         lock say, cancels it: rolled back, and the acknowledgement sent again is accepted)."""
         msg = d.message
         if d.in_doubt:
             log.warning("message %d: %s (attempt %d), sent again after an interrupted call: refused as "
-                        "stale; the interrupted call was committed, or the lease ran out", msg.id, what,
+                        "stale; the interrupted call was committed, the lease ran out, or the message is "
+                        "no longer on the queue (cancelled, purged, its queue dropped)", msg.id, what,
                         msg.attempts)
             return
-        log.warning("message %d: %s after its lease ran out (attempt %d); it was delivered again, so "
-                    "this changed nothing (raise lock_ms?)", msg.id, what, msg.attempts)
+        log.warning("message %d: %s after its lease ran out (attempt %d), or after it left the queue "
+                    "(cancelled, purged, its queue dropped); this changed nothing (if the lease ran out: "
+                    "it was delivered again; raise lock_ms?)", msg.id, what, msg.attempts)
 
     @staticmethod
     def _took(d: Delivery) -> float:
