@@ -222,3 +222,16 @@ def test_order_within_a_group_the_turn_holder_priority_and_a_scheduled_turn(dsn:
         assert take() == []
         c.execute("SELECT pg_sleep(3.1)")
         assert take() == ["b2"]
+
+
+def test_a_message_deleted_with_plain_sql_frees_its_key(dsn: str) -> None:
+    """docs/guarantees.md, "Idempotent enqueue": the key window is kept by pgqueue's functions, not
+    by a trigger, so a message deleted with plain SQL frees its key at once."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('kdel', p_key_window_ms => 3600000)")
+        first = c.execute("SELECT pgqueue.message_create('kdel', 'x', p_key => 'k')").fetchone()
+        assert c.execute("SELECT pgqueue.message_create('kdel', 'x', p_key => 'k')").fetchone() == first
+        c.execute("DELETE FROM pgqueue.message WHERE idem_key = 'k'")
+        again = c.execute("SELECT pgqueue.message_create('kdel', 'y', p_key => 'k')").fetchone()
+        assert again is not None and first is not None and again != first
+        assert c.execute("SELECT count(*) FROM pgqueue.message_key").fetchone() == (0,)

@@ -147,3 +147,29 @@ def test_a_rolled_back_dequeue_used_its_slots(conn: psycopg.Connection[Any]) -> 
             assert row == (3,)  # while the messages it took are back
             return
     raise AssertionError("no try ran within one second")
+
+
+def test_a_lease_taken_again_after_it_ran_out_takes_a_slot(conn: psycopg.Connection[Any]) -> None:
+    """docs/guarantees.md, "Rate limit": each message handed out takes a slot, one re-leased after
+    its lease ran out too. At 1 a second (catch-up: one slot), the call in the next second hands
+    out the expired lease (expired leases first) and nothing more, though another message is
+    ready. Only a try whose second call falls within one second of the server's clock counts."""
+    conn.execute("SELECT pgqueue.queue_create('rl', p_rate_limit => 1)")
+    conn.execute("SELECT pgqueue.message_create_batch('rl', ARRAY['a', 'b', 'c', 'd', 'e', 'f']::bytea[])")
+
+    def now() -> int:
+        row = conn.execute("SELECT pgqueue.now_ms()").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for _ in range(3):
+        time.sleep((1000 - now() % 1000 + 20) / 1000)  # just after a slot became due
+        first = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('rl', 10, 100)").fetchall()
+        assert len(first) == 1, "premise: the slot that is due hands out one message"
+        time.sleep((1000 - now() % 1000 + 20) / 1000)  # its lease has run out; the next slot is due
+        t0 = now()
+        got = conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('rl', 10, 60000)").fetchall()
+        if now() // 1000 == t0 // 1000:
+            assert got == [(first[0][0], first[0][1] + 1)], "the re-lease took no slot: more was handed out"
+            return
+    raise AssertionError("no try ran within one second")
