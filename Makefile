@@ -65,15 +65,17 @@ $(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/guard.sql extension/src/plain/be
 # A released script, plain: a full script (pgqueue--X.sql) gets the schema and the version
 # record around it, an upgrade delta (pgqueue--A--B.sql) the schema check (releases before 0.4
 # had none) and the check that the database holds A before it and the version update after it;
-# each starts with the guard against a psql run outside one transaction.
-PLAIN_PARTS = extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/step.sql extension/src/plain/end.sql
+# each starts with the guard against a psql run outside one transaction (plain/guard.sql), whose
+# marker the version record needs.
+PLAIN_PARTS = extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/step.sql \
+              extension/src/plain/step_end.sql extension/src/plain/end.sql
 $(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql $(PLAIN_PARTS) extension/src/schema.sql
 	@mkdir -p $(dir $@)
 	@v='$*'; case "$$v" in \
 	  *--*) { cat extension/src/plain/guard.sql extension/src/schema.sql; \
 	          sed "s/@FROM@/$${v%%--*}/g; s/@TO@/$${v##*--}/g" extension/src/plain/step.sql; \
 	          sed $(EXTENSION_ONLY) $<; \
-	          echo "UPDATE pgqueue.install SET version = '$${v##*--}', upgraded_at = pg_catalog.now();"; } ;; \
+	          sed "s/@FROM@/$${v%%--*}/g; s/@TO@/$${v##*--}/g" extension/src/plain/step_end.sql; } ;; \
 	  *)    { cat extension/src/plain/guard.sql extension/src/plain/begin.sql; sed $(EXTENSION_ONLY) $<; \
 	          sed "s/@VERSION@/$$v/" extension/src/plain/end.sql; } ;; \
 	esac > $@

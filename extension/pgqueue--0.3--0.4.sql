@@ -4444,13 +4444,16 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- that commit re-reads it and finds it no longer due. Missed slots (no scheduler ran for a
 -- while) follow the schedule's policy: 'latest' enqueues one message for all of them, 'all' one
 -- per slot. The next slot is then the first after now. At most p_limit messages a call, shared
--- fairly: the due schedules are visited in (next_run, id) order, each given an equal share of
--- the room left (ceil(room / schedules left to visit)), so a schedule catching up on a long
--- 'all' backlog takes no more than its share while the others fire on time; room the others
--- leave goes back to it in a further pass, and what is left beyond p_limit waits for the next
--- call. A schedule whose queue is capped and full (PQ003) stops at the slot the cap refused,
--- which stays due for a later call to enqueue once there is room; the other schedules are not
--- held up (pgqueue._schedule_fire).
+-- fairly: the due schedules are visited in random order (so that when more are due than
+-- p_limit, each gets its turn over the calls rather than the oldest ones every time), each
+-- given an equal share of the room left (ceil(room / schedules left to visit)), so a schedule
+-- catching up on a long 'all' backlog takes no more than its share while the others fire on
+-- time; the room the others leave goes, in further passes, to the schedules that stopped at
+-- their share with slots still due (only those are visited again), and what is left beyond
+-- p_limit waits for the next call. A schedule whose queue is capped and full (PQ003) stops at
+-- the slot the cap refused, which stays due for a later call to enqueue once there is room;
+-- the other schedules are not held up (pgqueue._schedule_fire), and it is not visited again in
+-- the same call.
 CREATE FUNCTION pgqueue.schedule_run(p_limit integer DEFAULT 1000)
 RETURNS TABLE (schedule text, message_id bigint, slot bigint)
 LANGUAGE plpgsql VOLATILE
@@ -4465,7 +4468,8 @@ DECLARE
     v_made  integer := 0;
     v_left  integer;   -- due schedules not yet visited in this pass
     v_share integer;
-    v_more  boolean;   -- a schedule stopped at its share with slots still due
+    v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
+    v_more  integer[];  -- the schedules that stopped at their share with slots still due
 BEGIN
     IF p_limit IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_limit'::text);
@@ -4474,12 +4478,16 @@ BEGIN
         RAISE EXCEPTION 'p_limit must be between 1 and 100000, got %', p_limit USING ERRCODE = '22023';
     END IF;
     LOOP  -- passes: a further one only for the schedules that stopped at their share
-        SELECT count(*) INTO v_left FROM pgqueue.schedule s WHERE s.next_run <= v_now;
-        v_more := false;
+        IF v_again IS NULL THEN
+            SELECT count(*) INTO v_left FROM pgqueue.schedule s WHERE s.next_run <= v_now;
+        ELSE
+            v_left := cardinality(v_again);
+        END IF;
+        v_more := '{}';
         FOR v_c IN
             SELECT s.id, s.queue_id FROM pgqueue.schedule s
-             WHERE s.next_run <= v_now
-             ORDER BY s.next_run, s.id
+             WHERE s.next_run <= v_now AND (v_again IS NULL OR s.id = ANY (v_again))
+             ORDER BY CASE WHEN v_again IS NULL THEN random() END, s.next_run, s.id
         LOOP
             -- an equal share of the room left (at least 1); the count may be behind a schedule
             -- committed since
@@ -4503,10 +4511,13 @@ BEGIN
             RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
             v_made := v_made + cardinality(v_fired.o_ids);
             UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
-            v_more := v_more OR (cardinality(v_fired.o_ids) = v_share AND v_fired.o_next <= v_now);
+            IF cardinality(v_fired.o_ids) = v_share AND v_fired.o_next <= v_now THEN
+                v_more := v_more || v_s.id;
+            END IF;
             EXIT WHEN v_made >= p_limit;
         END LOOP;
-        EXIT WHEN NOT v_more OR v_made >= p_limit;
+        EXIT WHEN cardinality(v_more) = 0 OR v_made >= p_limit;
+        v_again := v_more;
     END LOOP;
 END;
 $$;

@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(55);
+SELECT plan(58);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -76,6 +76,31 @@ SELECT is((SELECT array_agg(schedule || ' ' || n ORDER BY schedule)
           ARRAY['backlog 9', 'punctual 1'], 'limit 10: the schedule due now fires, the backlog has the rest');
 SELECT is((SELECT count(*) FROM pgqueue.schedule_run(10) WHERE schedule = 'backlog'), 10::bigint,
           'the next call: the backlog alone, the whole limit');
+
+-- more schedules behind than p_limit: the oldest do not take every call (each call visits the
+-- due schedules in random order; B missing 20 calls in a row: (1/3)^20)
+SELECT pgqueue.schedule_drop('backlog'); SELECT pgqueue.schedule_drop('punctual');
+SELECT pgqueue.schedule_create('behind_a', 's', 'a', p_every_ms => 1000, p_missed => 'all', p_start_at => pgqueue.now_ms() - 3600000);
+SELECT pgqueue.schedule_create('behind_c', 's', 'c', p_every_ms => 1000, p_missed => 'all', p_start_at => pgqueue.now_ms() - 3600000);
+SELECT pgqueue.schedule_create('due_b', 's', 'b', p_every_ms => 3600000, p_start_at => pgqueue.now_ms() - 1000);
+CREATE TEMP TABLE starve (schedule text);
+DO $$ BEGIN FOR i IN 1 .. 20 LOOP INSERT INTO starve SELECT r.schedule FROM pgqueue.schedule_run(2) r; END LOOP; END $$;
+SELECT is((SELECT count(*) FROM starve WHERE schedule = 'due_b'), 1::bigint, 'p_limit 2, two schedules an hour behind: the third fires too');
+SELECT pgqueue.schedule_drop('behind_a'); SELECT pgqueue.schedule_drop('behind_c'); SELECT pgqueue.schedule_drop('due_b');
+-- schedules stuck at a full capped queue are visited once a call, not once a pass (each visit
+-- is a subtransaction that fails and takes an xid)
+SELECT pgqueue.queue_create('full_' || i, p_max_size => 1) FROM generate_series(1, 20) i;
+SELECT pgqueue.message_create('full_' || i, 'x') FROM generate_series(1, 20) i;
+SELECT pgqueue.schedule_create('stuck_' || i, 'full_' || i, 'x', p_every_ms => 1000, p_missed => 'all',
+                               p_start_at => pgqueue.now_ms() - 10000) FROM generate_series(1, 20) i;
+SELECT pgqueue.schedule_create('long', 's', 'l', p_every_ms => 1000, p_missed => 'all', p_start_at => pgqueue.now_ms() - 36000000);
+CREATE TEMP TABLE xids AS SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS before;
+SELECT is((SELECT count(*) FROM pgqueue.schedule_run(1000) r WHERE r.schedule = 'long'), 1000::bigint,
+          '20 schedules stuck at full queues: the backlog gets the whole limit');
+SELECT cmp_ok(pg_snapshot_xmax(pg_current_snapshot())::text::bigint - (SELECT before FROM xids), '<', 100::bigint,
+              'and the call took an xid for each stuck schedule about once (not once a pass)');
+SELECT pgqueue.queue_drop('full_' || i) FROM generate_series(1, 20) i;
+SELECT pgqueue.schedule_drop('long');
 
 -- drop; a dropped queue takes its schedules along
 SELECT is(pgqueue.schedule_drop('once'), true, 'drop');

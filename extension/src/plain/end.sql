@@ -8,4 +8,15 @@ CREATE TABLE pgqueue.install (
     CONSTRAINT install_pkey PRIMARY KEY (version)
 );
 COMMENT ON TABLE pgqueue.install IS 'pgqueue plain install: the installed version (one row)';
-INSERT INTO pgqueue.install (version) VALUES ('@VERSION@');
+-- recorded only inside the script's transaction (the marker of plain/guard.sql): a script run
+-- statement by statement leaves no version, so pgqueue install refuses the half-made schema
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('pgqueue.plain_script', true) IS NULL
+       OR pg_catalog.current_setting('pgqueue.plain_script', true) OPERATOR(pg_catalog.<>) 'on' THEN
+        RAISE EXCEPTION 'pgqueue installs in one transaction only: @VERSION@ is not recorded'
+            USING ERRCODE = 'PQ008';
+    END IF;
+    INSERT INTO pgqueue.install (version) VALUES ('@VERSION@');
+END;
+$$;

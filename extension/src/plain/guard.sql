@@ -1,16 +1,24 @@
--- Plain scripts only (an install or an upgrade step), first: outside a transaction block (psql
--- without -1) each statement would commit on its own, and the checks that refuse that (PQ008)
--- stop only a psql run with ON_ERROR_STOP; without it psql prints the error and runs the rest,
--- statement by statement, without the pinned search_path and past every other check. So there,
--- and only there, this session is first made read-only (default_transaction_read_only, not
--- LOCAL, which would not outlive this statement): every statement after this one then fails with
--- 25006 and nothing is made or recorded, whatever psql's options. Reconnect to run the script
--- again. (SET LOCAL does nothing outside a transaction block: that is the test.)
+-- Plain scripts only (an install or an upgrade step), first. They must run in one transaction
+-- (psql -1, or pgqueue install): the search_path pin below and every check after it are LOCAL
+-- to a transaction. Outside one, each statement would commit on its own, and psql without
+-- ON_ERROR_STOP goes on after an error: so the refusal here (PQ008) is not all. The marker set
+-- here, pgqueue.plain_script, lives only as long as the transaction, and the statement that
+-- records the version (plain/end.sql, plain/step_end.sql) refuses without it: a script run
+-- statement by statement never records a version, so pgqueue install and the version checks
+-- see it as the damaged install it is, never as installed. (A marker of its own rather than the
+-- search_path, which a role's settings may hold already; and no session-wide setting, which a
+-- transaction-mode pooler would leave on a server connection that other clients then use.)
 SET LOCAL search_path = pg_catalog, pg_temp;
+SET LOCAL pgqueue.plain_script = 'on';
 DO $$
 BEGIN
-    IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) 'pg_catalog, pg_temp' THEN
-        PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+    IF pg_catalog.current_setting('pgqueue.plain_script', true) IS NULL
+       OR pg_catalog.current_setting('pgqueue.plain_script', true) OPERATOR(pg_catalog.<>) 'on' THEN
+        RAISE EXCEPTION 'pgqueue installs in one transaction only'
+            USING ERRCODE = 'PQ008',
+                  HINT = 'Run the script with psql -1 -v ON_ERROR_STOP=1, or use pgqueue install. Without '
+                         'ON_ERROR_STOP psql goes on after this error; what it makes then is never recorded '
+                         'as installed.';
     END IF;
 END;
 $$;
