@@ -551,3 +551,49 @@ def test_exactly_once_example_across_a_driver_kill(spark: Any, dsn: str, owner_d
     outcome = spark_exactly_once.demonstrate(dsn, items=6000, batch=1000, admin_dsn=owner_dsn, timeout=400)
     assert 0 < outcome.out_at_kill < outcome.items, f"premise: killed part-way ({outcome})"
     assert outcome.ok, outcome
+
+
+def test_job_mode_publication_whose_reply_is_lost_is_not_reported_failed(spark: Any, dsn: str, conn: Conn) -> None:
+    """The connection breaks after the server committed spark_publish, before its reply arrives
+    (a network cut, a proxy or pooler restart): the DataFrame is in the queue, so the job must
+    not fail (a failed job promises nothing was published, and the user's retry would enqueue
+    everything twice). The driver publishes again under the same key to learn the outcome."""
+    from pgqueue.errors import ConnectionFailed
+    from pgqueue.spark import _sql, source
+
+    class LostReplyWriter(source.PgQueueWriter):
+        def commit(self, messages: Any) -> None:
+            real, lost = source._scalar, []
+
+            def lossy(c: Any, query: Any, params: Any) -> Any:
+                result = real(c, query, params)
+                if query is _sql.PUBLISH and not lost:
+                    lost.append(result)
+                    c.close()
+                    raise ConnectionFailed("consuming input failed: server closed the connection unexpectedly")
+                return result
+
+            source._scalar = lossy
+            try:
+                super().commit(messages)
+            finally:
+                source._scalar = real
+
+    class LostReplySource(source.PgQueueDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pgqueue_lost_reply"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            base = super().writer(schema, overwrite)
+            lossy = LostReplyWriter(base.opts, base.plan)
+            lossy.write_id = base.write_id
+            return lossy
+
+    spark.dataSource.register(LostReplySource)
+    conn.execute("SELECT pgqueue.queue_create('jobs')")
+    write(work_items(spark, 2000, 2), dsn, "jobs", fmt="pgqueue_lost_reply", payloadType="json", commitMode="job")
+    got = queue_payloads(conn, "jobs")
+    assert len(got) == 2000 and len(set(got)) == 2000
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_publish_log") == 1
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0

@@ -70,7 +70,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pgqueue.errors import InvalidArgument, PgQueueError, translate, translating
+from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translate, translating
 from pgqueue.spark import _sql
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, Options, parse, passwords
@@ -376,21 +376,47 @@ class PgQueueWriter(DataSourceArrowWriter):
         if len(done) != len(messages):
             self._discard()
             raise PgQueueError("a write task reported no result: refusing to publish part of the DataFrame")
+        params: dict[str, object] = {
+            "publish_key": self.write_id, "queue": self.opts.queue, "write_id": self.write_id,
+            "partitions": [m.partition for m in done], "attempts": [m.attempt for m in done],
+            "counts": [m.rows for m in done],
+        }
+        try:
+            published = self._publish(params)
+        except ConnectionFailed as exc:
+            # The connection broke during spark_publish: the server may have committed the
+            # publication before its reply was lost, or rolled it back. Publishing again under
+            # the same key (this write's own) tells which: NULL if it is published already,
+            # else it publishes now. Failing the job instead would claim that nothing was
+            # published, and a user's retry would enqueue the whole DataFrame twice.
+            try:
+                published = self._publish(params)
+            except PgQueueError as again:
+                exc.add_note(f"pgqueue: whether write {self.write_id} was published is unknown: publishing "
+                             f"it again failed too ({again}); look for publish key {self.write_id} in "
+                             "pgqueue.spark_publish_log before writing the DataFrame again")
+                raise exc from None
+            if published is None:
+                logger.warning("pgqueue: the connection broke after write %s was published into queue %s; "
+                               "it is published once", self.write_id, self.opts.queue)
+                return
+        logger.info("pgqueue: published %s message(s) into queue %s (write %s)",
+                    published, self.opts.queue, self.write_id)
+
+    def _publish(self, params: dict[str, object]) -> Any:
+        """spark_publish in its own connection; on an error other than a lost connection the
+        staging rows are discarded (after a lost connection the outcome is unknown: they stay)."""
         with _connect(self.opts.dsn, autocommit=True) as conn:
             try:
-                published = _scalar(conn, _sql.PUBLISH, {
-                    "publish_key": self.write_id, "queue": self.opts.queue, "write_id": self.write_id,
-                    "partitions": [m.partition for m in done], "attempts": [m.attempt for m in done],
-                    "counts": [m.rows for m in done],
-                })
+                return _scalar(conn, _sql.PUBLISH, params)
+            except ConnectionFailed:
+                raise
             except BaseException as exc:
                 try:
                     _scalar(conn, _sql.DISCARD, {"write_id": self.write_id})
                 except PgQueueError as err:  # keep the publish error; note why staging stays
                     exc.add_note(f"pgqueue: could not discard the staging rows of write {self.write_id}: {err}")
                 raise
-        logger.info("pgqueue: published %s message(s) into queue %s (write %s)",
-                    published, self.opts.queue, self.write_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Job mode: delete the write's staging rows. Task mode: report what stays enqueued."""
