@@ -2,8 +2,8 @@
 
 Run ``pgqueue --help`` for the commands. Every command but ``demo`` needs a database: give
 ``--dsn`` or set ``PGQUEUE_DSN`` (``worker`` also takes it as its first argument, then without
-``--dsn``); without either, libpq's own defaults apply, as for psql (``PGHOST``, ``PGDATABASE``, ``PGSERVICE``...). A user
-mistake (a bad connection string, an unknown queue, a missing extension, a bad argument) is
+``--dsn``); without either, libpq's own defaults apply, as for psql (``PGHOST``,
+``PGDATABASE``, ``PGSERVICE``...). A user mistake (a bad connection string, an unknown queue, a missing extension, a bad argument) is
 reported as one line on stderr with a non-zero exit status: 1 for errors, 2 for bad usage.
 """
 

@@ -1,9 +1,9 @@
 -- The message groups of a queue with the most messages waiting (issue 14): per group, the
 -- messages waiting (ready or scheduled, its turn or behind it) and those in flight (leased:
 -- a lease that ran out counts here until a dequeue takes it again, since it keeps its group's
--- turn, where queue_stats counts it as ready), the p_limit groups with the most waiting first (ties by key). Counts every grouped message of
--- the queue (message_group_wait_idx and message_group_turn_idx), like queue_stats_exact: a
--- monitoring call, not for every poll. No rows for a queue without groups. Errors: PQ001, 42602,
+-- turn, where queue_stats counts it as ready), the p_limit groups with the most waiting first
+-- (ties by key). Counts every grouped message of the queue (message_group_wait_idx and
+-- message_group_turn_idx), like queue_stats_exact: a monitoring call, not for every poll. No rows for a queue without groups. Errors: PQ001, 42602,
 -- 22004 (NULL queue or limit), 22023 (p_limit outside 1-10000).
 CREATE FUNCTION pgqueue.queue_group_stats(p_queue text, p_limit integer DEFAULT 10)
 RETURNS TABLE (group_key text, waiting bigint, in_flight bigint)

@@ -29,7 +29,7 @@ DECLARE
     v_locked boolean;
     v_fired record;
     v_made  integer := 0;
-    v_left  integer;   -- due schedules not yet visited in this pass
+    v_i     integer;   -- schedules visited in this pass
     v_share integer;
     v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
     v_more  integer[];  -- the schedules that stopped at their share with slots still due
@@ -41,21 +41,16 @@ BEGIN
         RAISE EXCEPTION 'p_limit must be between 1 and 100000, got %', p_limit USING ERRCODE = '22023';
     END IF;
     LOOP  -- passes: a further one only for the schedules that stopped at their share
-        IF v_again IS NULL THEN
-            SELECT count(*) INTO v_left FROM pgqueue.schedule s WHERE s.next_run <= v_now;
-        ELSE
-            v_left := cardinality(v_again);
-        END IF;
         v_more := '{}';
+        v_i := 0;
         FOR v_c IN
-            SELECT s.id, s.queue_id FROM pgqueue.schedule s
+            SELECT s.id, s.queue_id, count(*) OVER () AS n FROM pgqueue.schedule s
              WHERE s.next_run <= v_now AND (v_again IS NULL OR s.id = ANY (v_again))
              ORDER BY CASE WHEN v_again IS NULL THEN random() END, s.next_run, s.id
         LOOP
-            -- an equal share of the room left (at least 1); the count may be behind a schedule
-            -- committed since
-            v_share := ceil((p_limit - v_made)::numeric / greatest(v_left, 1));
-            v_left := v_left - 1;
+            -- an equal share of the room left among the schedules left to visit (at least 1)
+            v_share := ceil((p_limit - v_made)::numeric / (v_c.n - v_i));
+            v_i := v_i + 1;
             -- the queue's lock stripe before the schedule's row, as every writer takes them
             -- (docs/locking.md, rule 1): a queue_drop holding the stripe, whose cascade deletes
             -- the row, never waits for this transaction while it waits for the drop
