@@ -103,9 +103,17 @@ def throughput(server: db.Server, dbname: str, *, seconds: float, python: str | 
             "--dequeue", str(opts["dequeue"]), "--dequeue-batch", str(opts["dequeue_batch"]),
             "--enqueue", str(opts["enqueue"]), "--enqueue-batch", str(opts["enqueue_batch"]),
             "--driver", str(opts["driver"])]
+    return _run_json(argv, server.dsn(dbname), seconds * 3 + 120, opts, "jobs", "no job was handled")
+
+
+def _run_json(argv: list[str], dsn: str, timeout: float, opts: dict[str, Any], needs: str,
+              nothing: str) -> dict[str, Any]:
+    """Run bench/pgqueuer_run.py (argv) and return its last JSON line, ok when it reported no
+    error and a true ``needs``; a run that failed, timed out or did nothing returns ok False,
+    the error (``nothing`` when it did nothing) and no rate."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=_env(server.dsn(dbname)),
-                              timeout=seconds * 3 + 120, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=_env(dsn),
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": "timed out", "rate": None, **opts}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -113,11 +121,26 @@ def throughput(server: db.Server, dbname: str, *, seconds: float, python: str | 
         tail = " | ".join((proc.stderr.strip() or "no output").splitlines()[-3:])
         return {"ok": False, "error": tail, "rate": None, **opts}
     out: dict[str, Any] = json.loads(lines[-1])
-    out["ok"] = not out.get("errors") and bool(out.get("jobs"))
+    out["ok"] = not out.get("errors") and bool(out.get(needs))
     if not out["ok"]:
-        out["error"] = "; ".join(out.get("errors") or ["no job was handled"])
+        out["error"] = "; ".join(out.get("errors") or [nothing])
         out["rate"] = None
     return out
+
+
+def drain(server: db.Server, dbname: str, *, messages: int, processes: int = 1, python: str | None = None,
+          **settings: Any) -> dict[str, Any]:
+    """Run PgQueuer's drain strategy once (bench/pgqueuer_run.py --drain): ``messages`` jobs enqueued,
+    then drained by its consumers with no producer beside them, the shape of the worker section's
+    `pgqueue worker` run; the rate is taken as that run's is (jobs gone between 90% and 10% of the
+    backlog left, from the rows left), its consumers in ``processes`` processes of DEFAULTS' 5 each.
+    ``settings`` override DEFAULTS' dequeue, dequeue_batch, driver.
+    A run that fails returns ok False and the error, and no rate."""
+    opts = {k: v for k, v in {**DEFAULTS, **settings}.items() if k in ("dequeue", "dequeue_batch", "driver")}
+    argv = [python or PYTHON, "-m", "bench.pgqueuer_run", "--drain", str(messages), "--processes", str(processes),
+            "--dequeue", str(opts["dequeue"]), "--dequeue-batch", str(opts["dequeue_batch"]),
+            "--driver", str(opts["driver"])]
+    return _run_json(argv, server.dsn(dbname), max(60.0, messages / 200) * 2 + 120, opts, "rate", "not drained")
 
 
 def own_tool(server: db.Server, dbname: str, *, seconds: float, tool: Path,

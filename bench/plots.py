@@ -106,7 +106,8 @@ def worker(wk: dict[str, Any], path: Path) -> Path | None:
     keys = list(wk["labels"])
     colors = {"worker": "#d62728", "worker_async": "#8c564b", "lease_cycle:pgqueue": "#ff7f0e", "lease_ack_fetch:pgqueue": "#ff9896",
               "lease_ack_fetch_batch:pgqueue": "#ff9896", "dequeue:pgqueue": "#ffbb78",
-              "lease_cycle:pgmq": "#1f77b4", "lease_cycle_batch:pgmq": "#aec7e8", "pgqueuer": "#e377c2"}
+              "lease_cycle:pgmq": "#1f77b4", "lease_cycle_batch:pgmq": "#aec7e8", "pgqueuer": "#e377c2",
+              "pgqueuer_drain": "#f7b6d2"}
     fig, ax = plt.subplots(figsize=(11, 0.9 * len(keys) + 1.6))
     ys = list(range(len(keys)))[::-1]
     for y, key in zip(ys, keys):

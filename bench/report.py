@@ -80,23 +80,40 @@ WORKER_TARGETS = [
     ("worker vs the SQL lease cycle (dequeue + message_complete) at as many pgbench clients", "worker",
      "lease_cycle:pgqueue", 0.7),
     ("worker vs PgQueuer's throughput mode on the same server", "worker", "pgqueuer", 1.5),
-    ("worker vs message_complete_and_dequeue at as many pgbench clients (the statement it runs)", "worker",
-     "lease_ack_fetch:pgqueue", None),
+    # issue 13's bound is against PgQueuer's documented throughput mode (above); its drain mode, the
+    # worker's own shape, is reported beside it
+    ("worker vs PgQueuer's drain mode on the same server (like for like: a backlog of the same size drained, "
+     "no producer beside it, the rate from the rows left between 90% and 10%)", "worker", "pgqueuer_drain", None),
+    ("worker vs message_complete_and_dequeue at as many pgbench clients (the statement it runs, one message a "
+     "call)", "worker", "lease_ack_fetch:pgqueue", None),
+    ("worker vs message_complete_and_dequeue of a batch of its concurrency at as many pgbench clients (the "
+     "statement it runs, as it runs it: what the worker's own overhead costs)", "worker",
+     "lease_ack_fetch_batch:pgqueue", None),
     ("worker vs PgQueuer's own tools/benchmark.py (--pgqueuer-tool)", "worker", "pgqueuer_tool", None),
-    ("lease mode as the worker runs it, end to end (the worker) vs pgmq read + delete at as many pgbench clients",
-     "worker", "lease_cycle:pgmq", 2.0),
+    # issue 13's bound is against pgmq's read + delete one message a call (the issue's own table): the
+    # worker batches its acknowledgements, which is the point of the bound; the same against pgmq
+    # batched as the worker batches (read n, delete those n: pgmq's own batch API) is reported beside
+    # each, so that nobody reads the bound as a lead over pgmq used in batches
+    ("lease mode as the worker runs it, end to end (the worker) vs pgmq read + delete at as many pgbench clients "
+     "(pgmq one message a call, the worker a batch of its concurrency)", "worker", "lease_cycle:pgmq", 2.0),
+    ("lease mode as the worker runs it, end to end (the worker) vs pgmq read + delete in batches of as many at "
+     "as many pgbench clients", "worker", "lease_cycle_batch:pgmq", None),
     ("lease mode as the worker runs it, at the SQL level (message_complete_and_dequeue of a batch of its "
-     "concurrency, pgbench) vs pgmq read + delete", "lease_ack_fetch_batch:pgqueue", "lease_cycle:pgmq", 2.0),
+     "concurrency, pgbench) vs pgmq read + delete (pgmq one message a call)", "lease_ack_fetch_batch:pgqueue",
+     "lease_cycle:pgmq", 2.0),
+    ("lease mode as the worker runs it, at the SQL level (message_complete_and_dequeue of a batch of its "
+     "concurrency, pgbench) vs pgmq read + delete in batches of as many (read n, delete n)",
+     "lease_ack_fetch_batch:pgqueue", "lease_cycle_batch:pgmq", None),
     ("the same end to end with an async def no-op handler (the worker's asyncio tasks, no handler threads) vs "
-     "pgmq read + delete", "worker_async", "lease_cycle:pgmq", 2.0),
+     "pgmq read + delete (pgmq one message a call)", "worker_async", "lease_cycle:pgmq", 2.0),
+    ("the same end to end with an async def no-op handler (the worker's asyncio tasks, no handler threads) vs "
+     "pgmq read + delete in batches of as many", "worker_async", "lease_cycle_batch:pgmq", None),
     ("lease mode as the worker runs it, end to end (the worker) vs pgqueue's delete-mode dequeue at as many "
      "pgbench clients", "worker", "dequeue:pgqueue", 1.0),
     ("the same end to end with an async def no-op handler vs pgqueue's delete-mode dequeue", "worker_async",
      "dequeue:pgqueue", 1.0),
     ("the same at the SQL level vs pgqueue's delete-mode dequeue", "lease_ack_fetch_batch:pgqueue",
      "dequeue:pgqueue", 1.0),
-    ("the same at the SQL level vs pgmq read + delete in batches of as many (read n, delete n)",
-     "lease_ack_fetch_batch:pgqueue", "lease_cycle_batch:pgmq", None),
 ]
 
 
@@ -110,7 +127,11 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
             tag = "durable" if pass_name == "durable" else "synchronous_commit off"
             for tgt, desc, a, b, bound in OPS_TARGETS:
                 if a not in ops["labels"] or b not in ops["labels"]:
-                    continue  # a peer the server lacks (the section says so)
+                    missing = [k.split(":")[1] for k in (a, b) if k not in ops["labels"]]
+                    if any(d in (ops.get("unavailable") or {}) for d in missing):  # a peer the server lacks
+                        rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", "n/a", f"≥ {bound}×",
+                                     "not available on this server"))
+                    continue
                 r = _ratio(med.get(a), med.get(b))
                 rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", _fmt(r, 2) + "×", f"≥ {bound}×",
                              _verdict(r, bound)))
@@ -223,7 +244,8 @@ def _worker_rows(wk: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
     med = wk["median"]
     for desc, a, b, bound in WORKER_TARGETS:
         if b not in wk["labels"]:
-            if b == "pgqueuer_tool" or (b != "pgqueuer" and "unavailable" not in wk):
+            if b == "pgqueuer_tool" or (b != "pgqueuer" and "unavailable" not in wk) or (
+                    b == "pgqueuer_drain" and wk.get("pgqueuer", {}).get("available")):
                 continue  # run only when asked for, or a results file older than the row
             rows.append(("i13", desc, "n/a", f"≥ {bound}×" if bound else "(reported)",
                          "not available on this server" if bound else ""))
@@ -275,15 +297,19 @@ def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
                     rows.append(("H", f"{what}: the same against its twin", _fmt(r["twin_min_ratio"], 2) + "×",
                                  "(control)", ""))
                 continue
+            # the backlog ran out during the hold or in the 5 s after it: the consumers waited for the
+            # producers, so the rates there are the producers', and the rate bounds are not graded
+            dry = r.get("held_backlog_min", 1) <= 0
+            dry_verdict = "n/a (the backlog ran out: the producers' rate)"
             rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s while held vs before",
-                         _fmt(ratio, 2) + "×", "≥ 0.9×", _verdict(ratio, 0.9)))
+                         _fmt(ratio, 2) + "×", "≥ 0.9×", dry_verdict if dry else _verdict(ratio, 0.9)))
             if r.get("twin_min_ratio") is not None:
                 twin = r["twin_min_ratio"]
                 rows.append(("H", f"{what}: the same against its twin (the same load beside it, not held back)",
-                             _fmt(twin, 2) + "×", "≥ 0.9×", _verdict(twin, 0.9)))
+                             _fmt(twin, 2) + "×", "≥ 0.9×", dry_verdict if dry else _verdict(twin, 0.9)))
             rec = r.get("recovery_s")
             rows.append(("H", f"{what}: back to ≥ 0.9× after the hold", "not within the run" if rec is None
-                         else f"{rec} s", "≤ 5 s",
+                         else f"{rec} s", "≤ 5 s", dry_verdict if dry else
                          "MISS (not within the run)" if rec is None else _verdict(rec, 5, at_least=False)))
             growth = _held_growth_ratio(r)
             rows.append(("H", f"{what}: table + index growth during the hold vs the messages produced",
@@ -569,8 +595,14 @@ def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
       "PgQueuer's throughput mode on the same server: its documented benchmark setup (producers and consumers "
       "together for a fixed time, jobs handled per second; 5 consumers fetching batches of 10, one producer "
       "enqueuing batches of 10, asyncpg), driven through its public API by bench/peers.py, its schema "
-      f"installed by `python -m pgqueuer install`, {wk['pgqueuer_seconds']} s a run from its first job handled "
-      "(with `--pgqueuer-tool "
+      f"installed by `python -m pgqueuer install`, {wk['pgqueuer_seconds']} s a run from its first job handled"
+      + (f"; and PgQueuer's drain mode, the like-for-like run: {wk['messages']:,} jobs enqueued first, then "
+         f"drained by {wk['processes']} processes of its 5 consumers (batches of 10) with no producer beside "
+         "them, the rate taken as the worker's is (rows left in its queue table every 0.25 s, 90% to 10%)"
+         if "pgqueuer_drain" in wk["labels"] else "")
+      + (f"; event loop: {', '.join(loops)} (PgQueuer's own benchmark program and CLI run on uvloop)"
+         if (loops := sorted({str(r["loop"]) for r in wk["runs"] if r.get("loop")})) else "")
+      + " (with `--pgqueuer-tool "
       "PATH`, also PgQueuer's own tools/benchmark.py as it is, from a checkout of its repository). Median of "
       f"{wk['repeats']} round(s), order rotated. Reproduce: `.venv/bin/python -m bench --only worker` "
       "(`--profile quick` for shorter runs).")

@@ -19,7 +19,9 @@ processes: the SQL-level lease cycle (``pgqueue_lease_cycle.sql``: dequeue with 
 ``worker_concurrency`` messages completed and as many leased in one call, the worker's shape with a
 no-op handler), the delete-mode dequeue, pgmq's read + delete (one message, and batches of
 ``worker_concurrency``) when the server has pgmq, and PgQueuer's own throughput setup (bench/peers.py)
-on the same server; with ``--pgqueuer-tool``, also PgQueuer's own benchmark program as it is.
+on the same server, and its drain strategy on a backlog of the worker's size (the like-for-like run:
+a backlog drained with no producer beside it, the rate taken the same way); with
+``--pgqueuer-tool``, also PgQueuer's own benchmark program as it is.
 Medians over rounds; the report takes the ratios within the run.
 """
 
@@ -39,6 +41,7 @@ from typing import Any
 import psycopg
 
 from bench import db, ops, peers
+from bench.rates import drain_rate
 from bench.config import Profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,19 +72,6 @@ def _fill(conn: psycopg.Connection[Any], n: int) -> None:
 def _count(conn: psycopg.Connection[Any], table: str) -> int:
     row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # our constant table names
     return int(row[0]) if row else -1
-
-
-def drain_rate(samples: list[tuple[float, int]], n: int) -> tuple[float | None, str]:
-    """Messages per second from (seconds since launch, messages left) samples; and how it was taken."""
-    hi = next((i for i, s in enumerate(samples) if s[1] <= 0.9 * n), None)
-    lo = next((i for i, s in enumerate(samples) if s[1] <= 0.1 * n), None)
-    if hi is not None and lo is not None and lo - hi >= 4:  # at least a second between them
-        (t_hi, n_hi), (t_lo, n_lo) = samples[hi], samples[lo]
-        return (n_hi - n_lo) / (t_lo - t_hi), "90% to 10% of the backlog left"
-    end = next((s for s in samples if s[1] == 0), None)
-    if end and end[0] > 0:
-        return n / end[0], "whole drain from launch (backlog too small to leave start-up out)"
-    return None, "not drained"
 
 
 def run_worker(server: db.Server, dbname: str, *, processes: int, concurrency: int, messages: int,
@@ -167,10 +157,15 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
         out["labels"]["pgqueuer"] = (f"PgQueuer {installed.version} throughput mode ({peers.DEFAULTS['dequeue']} "
                                      f"consumers × batch {peers.DEFAULTS['dequeue_batch']}, 1 producer × batch "
                                      f"{peers.DEFAULTS['enqueue_batch']}, asyncpg)")
+        # the like-for-like run: PgQueuer's drain strategy on a backlog of the worker's size, no producer
+        out["labels"]["pgqueuer_drain"] = (f"PgQueuer {installed.version} drain mode ({clients} processes × "
+                                           f"{peers.DEFAULTS['dequeue']} consumers × batch "
+                                           f"{peers.DEFAULTS['dequeue_batch']}, a backlog of "
+                                           f"{profile.worker_messages:,}, asyncpg)")
     except peers.Unavailable as exc:
         out["pgqueuer"] = {"available": False, "reason": str(exc)}
         log(f"  worker: PgQueuer not available: {exc}")
-    keys = [*HANDLERS, *SQL_KEYS] + (["pgqueuer"] if out["pgqueuer"]["available"] else [])
+    keys = [*HANDLERS, *SQL_KEYS] + (["pgqueuer", "pgqueuer_drain"] if out["pgqueuer"]["available"] else [])
     if out["pgqueuer"]["available"] and peers.TOOL:
         keys.append("pgqueuer_tool")
         out["labels"]["pgqueuer_tool"] = (f"PgQueuer's own {peers.TOOL.parent.name}/{peers.TOOL.name} (throughput "
@@ -204,6 +199,10 @@ def run_worker_section(server: db.Server, profile: Profile, log: Callable[[str],
                                    messages=profile.worker_messages, timeout=timeout, key=key)
                 elif key == "pgqueuer":
                     r = peers.throughput(server, pgq_db, seconds=profile.pgqueuer_seconds)
+                    r["key"] = key
+                    r["msgs_per_s"] = r.get("rate")
+                elif key == "pgqueuer_drain":
+                    r = peers.drain(server, pgq_db, messages=profile.worker_messages, processes=clients)
                     r["key"] = key
                     r["msgs_per_s"] = r.get("rate")
                 elif key == "pgqueuer_tool" and peers.TOOL:

@@ -40,6 +40,11 @@ GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queu
 -- ... and run the schedules (schedule_run, `pgqueue scheduler`): read them and advance next_run;
 -- creating and dropping schedules is the administrator's.
 GRANT SELECT, UPDATE (next_run) ON pgqueue.schedule TO :"producer";
+-- A plain install (`pgqueue install`) records its version in pgqueue.install, which the client,
+-- the worker and the command line read at start (pgqueue.check_server): every role reads it.
+SELECT format('GRANT SELECT ON pgqueue.install TO %I', r)
+  FROM unnest(ARRAY[:'producer', :'consumer', :'admin']) r
+ WHERE pg_catalog.to_regclass('pgqueue.install') IS NOT NULL \gexec
 
 -- Consumer: dequeue, complete (also acknowledge-and-fetch), heartbeat, defer, fail (which may
 -- dead-letter), stats, and message_peek (SELECT) and message_cancel (DELETE); producers can do
@@ -85,6 +90,8 @@ GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.mes
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"monitor";
 SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'monitor')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_[a-z0-9]+_[0-9]+$' \gexec
+SELECT format('GRANT SELECT ON pgqueue.install TO %I', :'monitor')
+ WHERE pg_catalog.to_regclass('pgqueue.install') IS NOT NULL \gexec
 \endif
 
 -------------------------------------------------------------------------------
@@ -110,4 +117,6 @@ GRANT SELECT, INSERT, DELETE ON pgqueue.spark_claim, pgqueue.spark_staging, pgqu
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'spark')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"spark";
+SELECT format('GRANT SELECT ON pgqueue.install TO %I', :'spark')
+ WHERE pg_catalog.to_regclass('pgqueue.install') IS NOT NULL \gexec
 \endif

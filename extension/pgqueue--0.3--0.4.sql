@@ -91,7 +91,18 @@ BEGIN
                         pg_catalog.pg_get_userbyid(coalesce(v_extown, v_me))
             USING ERRCODE = 'PQ008',
                   HINT = 'pgqueue never installs into a schema someone else made: drop that schema '
-                         '(after checking what it holds) or install as its owner.';
+                         '(after checking what it holds) or install as its owner. Restoring a dump? '
+                         'Restore as that role: pg_restore --role=<owner>.';
+    END IF;
+    -- An update creates objects owned by the role that runs it: run by another role (a
+    -- superuser, say), the new tables, sequences and functions, SECURITY DEFINER ones included,
+    -- would be that role's, and docs/grants.sql, run by the owner, could not grant them. (At
+    -- CREATE EXTENSION the extension's owner is the role that runs it.)
+    IF v_ext IS NOT NULL AND v_extown <> v_me THEN
+        RAISE EXCEPTION 'pgqueue is updated by its owner %, not by %',
+                        pg_catalog.pg_get_userbyid(v_extown), current_user
+            USING ERRCODE = 'PQ008',
+                  HINT = 'SET ROLE to that role first, or use pgqueue install, which does.';
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
                 WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner) THEN
@@ -162,6 +173,44 @@ BEGIN
                   HINT = 'Someone else put them there: find out who before anything runs them, then '
                          'drop them (or the schema) and retry.';
     END IF;
+END;
+$$;
+
+-- Take every table of pgqueue before anything is altered, the queues first, then the messages:
+-- the statements below alter pgqueue.queue_size, pgqueue.message and pgqueue.queue one after the
+-- other, each in ACCESS EXCLUSIVE mode, while a producer or consumer may hold one of them and
+-- wait for the next: a deadlock that failed the update (and some workers' calls) whenever
+-- workers were running. Each try waits at most 100 ms (well under deadlock_timeout, so a worker
+-- waiting for it is never the deadlock check's victim), then lets go and tries again; once it
+-- holds them all, the workers wait for the update and go on after it. (pgqueue install does the
+-- same before it runs ALTER EXTENSION, for the frozen steps from 0.1 and 0.2 too.)
+DO $$
+DECLARE
+    v_timeout  text := pg_catalog.current_setting('lock_timeout');
+    v_lock     text;
+    v_deadline timestamptz := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '2 minutes';
+BEGIN
+    SELECT pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE',
+                             pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', '
+                                                   ORDER BY c.relname OPERATOR(pg_catalog.<>) 'queue',
+                                                            c.relname OPERATOR(pg_catalog.<>) 'message',
+                                                            c.relname))
+      INTO v_lock
+      FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = 'pgqueue'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p');
+    WHILE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) v_deadline LOOP
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '100ms', true);
+            EXECUTE v_lock;
+            PERFORM pg_catalog.set_config('lock_timeout', v_timeout, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_catalog.pg_sleep(0.01 + pg_catalog.random() * 0.04);
+        END;
+    END LOOP;
+    RAISE EXCEPTION 'pgqueue''s tables stayed busy for two minutes: the update gave up'
+        USING ERRCODE = 'lock_not_available',
+              HINT = 'A transaction holds them (see pg_locks): end it, or stop the workers, and retry.';
 END;
 $$;
 
@@ -2214,7 +2263,9 @@ BEGIN
                               AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL)
            AND EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
-                          AND q.group_concurrency OPERATOR(pg_catalog.=) 1);
+                          AND q.group_concurrency OPERATOR(pg_catalog.=) 1)
+           -- without the lock under READ COMMITTED only (pgqueue._message_left)
+           AND pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
         IF NOT FOUND THEN
             PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
         END IF;
@@ -2590,7 +2641,9 @@ BEGIN
                                     LIMIT 1)
                        AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
                                         WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
-                                          AND t.turn_at IS NOT NULL);
+                                          AND t.turn_at IS NOT NULL)
+                       -- without the lock under READ COMMITTED only (pgqueue._message_left)
+                       AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
                         v_turned := pgqueue._message_group_next(v_queue_id, v_group_key, v_groups);
                     END IF;
@@ -4832,9 +4885,13 @@ $$;
 -- previous locker (its xmax, read as the lock is taken; locks serialise, so the last locker
 -- ended after every earlier one) is not visible to it, i.e. a producer may have added a message
 -- that this transaction cannot see, or a consumer may have removed one it still sees. A caller
--- that then finds nothing to give the turn to raises 40001 instead of leaving a message waiting
--- with no turn. (A previous locker that was one of this transaction's own subtransactions, or a
--- multixact, counts as not visible: at worst a 40001 more.)
+-- then raises 40001 before it decides anything: a producer would give a turn the room for which
+-- is taken already, or leave its message waiting with no turn; a hand-off would pass a message
+-- it cannot see (specs/rr_group_producer.spec, specs/rr_group_order.spec). (A previous locker
+-- that is one of this transaction's own subtransactions, a savepoint released or still open,
+-- counts as visible: its decisions are the transaction's own. One rolled back counts as not
+-- visible, since its lock hides the locker before it: a 40001 more, for a transaction that
+-- rolled back to a savepoint after a grouped call and makes another on the same stripe.)
 --
 -- SECURITY DEFINER because locking the row needs UPDATE on the table, which no other role has:
 -- nobody can hold a group's lock outside pgqueue's functions. EXECUTE is revoked from PUBLIC and
@@ -4870,13 +4927,20 @@ BEGIN
                       HINT = 'Another transaction made it after this one''s snapshot: retry the transaction.';
         END IF;
     END IF;
-    IF v_prev::text = '0' OR current_setting('transaction_isolation') = 'read committed' THEN
+    -- READ UNCOMMITTED runs as READ COMMITTED
+    IF v_prev::text = '0' OR current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
         RETURN true;
     END IF;
-    -- the previous locker's full transaction id (it is recent: within 2^31 of this one's)
-    v_cur := pg_current_xact_id()::text::bigint;
+    -- the previous locker's full transaction id: recent, within 2^30 after this transaction's
+    -- (a subtransaction of it, or a transaction that began after it) or 2^31 before it, so the one
+    -- with its 32 bits in the 2^32 ids up to 2^30 after this transaction's
+    v_cur := pg_current_xact_id()::text::bigint + 1073741824;
     v_cur := v_cur - ((v_cur - v_prev::text::bigint) % 4294967296 + 4294967296) % 4294967296;
+    -- this transaction, one of its subtransactions (a savepoint released or still open: while
+    -- this one holds the lock, no other transaction that locked the row can be in progress), or
+    -- a transaction its snapshot sees
     RETURN v_cur::text::xid8 = pg_current_xact_id()
+        OR pg_xact_status(v_cur::text::xid8) = 'in progress'
         OR pg_visible_in_snapshot(v_cur::text::xid8, pg_current_snapshot());
 END;
 $$;
@@ -4955,6 +5019,14 @@ DECLARE
     v_locked boolean;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
+    IF NOT v_locked THEN
+        -- REPEATABLE READ: a message of the group added after this snapshot would be left waiting
+        -- with no turn, or passed by a later one that this snapshot sees
+        -- (pgqueue._message_group_lock; specs/rr_group_order.spec)
+        RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
+            USING ERRCODE = '40001',
+                  HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
+    END IF;
     UPDATE pgqueue.message m
        SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
      WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -4989,13 +5061,6 @@ BEGIN
             RETURN true;
         END IF;
     END LOOP;
-    IF NOT v_locked THEN
-        -- REPEATABLE READ: a message of the group added after this snapshot would be left waiting
-        -- with no turn (pgqueue._message_group_lock)
-        RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
-            USING ERRCODE = '40001',
-                  HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
-    END IF;
     RETURN false;
 END;
 $$;
@@ -5074,14 +5139,18 @@ BEGIN
             v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
         ELSE
             v_held := pgqueue._message_group_lock(p_queue.id, p_group);
-            IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
-                v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
-            ELSIF NOT v_held THEN
-                -- REPEATABLE READ: the message taking the room may have left after this snapshot,
-                -- and this one would wait with no turn (pgqueue._message_group_lock)
+            IF NOT v_held THEN
+                -- REPEATABLE READ: a decision on the group's turns committed after this snapshot
+                -- may be missed either way: the message taking the room may have left (this one
+                -- would wait with no turn), or another producer's message may have taken the
+                -- room this snapshot still sees free (this one would get a turn too: two in flight
+                -- with a limit of one, specs/rr_group_producer.spec) (pgqueue._message_group_lock)
                 RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
                     USING ERRCODE = '40001',
                           HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
+            END IF;
+            IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
+                v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
             END IF;
         END IF;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
@@ -5181,7 +5250,12 @@ BEGIN
                         LIMIT 1)
            AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
                             WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                              AND t.turn_at IS NOT NULL);
+                              AND t.turn_at IS NOT NULL)
+           -- Under REPEATABLE READ or SERIALIZABLE the snapshot may miss a message a producer
+           -- added to the group after it (with an earlier dequeue_at than the one this would
+           -- choose): the decision is taken under the group's lock instead, which raises 40001
+           -- when the lock shows a decision the snapshot cannot see (specs/rr_group_order.spec)
+           AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
         IF FOUND THEN
             RETURN true;
         END IF;

@@ -116,6 +116,9 @@ def _check_peers(results: dict[str, Any], text: str) -> None:
     if wk["pgqueuer"]["available"]:
         assert wk["median"]["pgqueuer"] > 0
         assert "worker vs PgQueuer's throughput mode on the same server" in text
+        # the like-for-like run: PgQueuer's drain mode on a backlog of the worker's size, as many processes
+        assert wk["median"]["pgqueuer_drain"] > 0 and "worker vs PgQueuer's drain mode" in text
+        assert all(r["processes"] == wk["processes"] for r in wk["runs"] if r["key"] == "pgqueuer_drain")
     else:
         assert f"PgQueuer: not available on this server: {wk['pgqueuer']['reason']}" in text
     assert "worker vs the SQL lease cycle" in text
@@ -254,6 +257,84 @@ def test_held_backlog_flags_a_run_that_ran_dry(monkeypatch: pytest.MonkeyPatch) 
 
     assert "the backlog ran out" in rendered(0)
     assert "the backlog ran out" not in rendered(7)
+
+
+def test_pgqueuer_runs_on_uvloop_when_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PgQueuer's own benchmark program (tools/benchmark.py) and CLI run on uvloop, which PgQueuer
+    pulls in: the suite's runner of its throughput and drain modes does the same when it can."""
+    import asyncio
+    import types
+
+    from bench import pgqueuer_run
+
+    calls: list[str] = []
+    fake = types.ModuleType("uvloop")
+
+    def run(coro: Any) -> Any:
+        calls.append("uvloop")
+        return asyncio.run(coro)
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "uvloop", fake)
+
+    async def job() -> dict[str, Any]:
+        return {"jobs": 1}
+
+    assert pgqueuer_run._run_loop(job()) == ({"jobs": 1}, "uvloop") and calls == ["uvloop"]
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not importable: asyncio's own loop
+    assert pgqueuer_run._run_loop(job()) == ({"jobs": 1}, "asyncio")
+
+
+def test_worker_bounds_report_the_like_for_like_rows_beside_the_graded_ones() -> None:
+    """Issue 13 grades the worker against pgmq's read + delete one message a call and against
+    PgQueuer's throughput mode (the issue's own definitions). The worker takes its concurrency's
+    worth of messages a call and drains a backlog: pgmq driven the same way (read n, delete n) and
+    PgQueuer's drain mode are reported beside each graded row, so a bound met against single calls
+    is never read as a lead over the peer used in batches."""
+    from bench import report
+
+    med = {"worker": 6000.0, "worker_async": 5600.0, "lease_cycle:pgqueue": 2200.0,
+           "lease_ack_fetch:pgqueue": 2600.0, "lease_ack_fetch_batch:pgqueue": 9000.0, "dequeue:pgqueue": 4300.0,
+           "lease_cycle:pgmq": 2100.0, "lease_cycle_batch:pgmq": 7200.0, "pgqueuer": 2500.0,
+           "pgqueuer_drain": 5000.0}
+    wk = {"median": med, "labels": {k: k for k in med}, "processes": 4, "unavailable": {},
+          "pgqueuer": {"available": True}}
+    rows = {what: (measured, bound, verdict) for _, what, measured, bound, verdict in report._worker_rows(wk)}
+    single = [v for what, v in rows.items() if "pgmq one message a call" in what]
+    assert [v[:2] for v in single] == [("2.86×", "≥ 2.0×"), ("4.29×", "≥ 2.0×"), ("2.67×", "≥ 2.0×")]
+    batched = [v for what, v in rows.items() if "pgmq read + delete in batches of as many" in what]
+    assert [v[:2] for v in batched] == [("0.83×", "(reported)"), ("1.25×", "(reported)"), ("0.78×", "(reported)")]
+    drain = [v for what, v in rows.items() if "PgQueuer's drain mode" in what]
+    assert drain == [("1.20×", "(reported)", "")]
+    assert rows["worker vs PgQueuer's throughput mode on the same server (4 processes)"][:2] == ("2.40×", "≥ 1.5×")
+
+
+def test_ops_bound_of_an_absent_peer_is_listed_not_dropped() -> None:
+    """A peer the server lacks leaves its bounds in the summary as not available, not out of it."""
+    from bench import report
+    from bench.ops import SPECS
+
+    keys = [k for k in SPECS if not k.endswith(":pgmq")]
+    ops = {"clients": 4, "labels": {k: k for k in keys}, "unavailable": {"pgmq": "extension \"pgmq\" is not available"},
+           "passes": {"durable": {"median": {k: 100.0 for k in keys}}}}
+    rows = [r for r in report.summary_rows({"ops": ops}) if "pgmq" in r[1]]
+    assert len(rows) == 3 and all(r[2] == "n/a" and r[4] == "not available on this server" for r in rows)
+
+
+def test_held_bounds_not_graded_when_the_backlog_ran_out() -> None:
+    """A held case whose backlog ran out measured the producers' rate: its rate bounds say so
+    instead of PASS."""
+    from bench import report
+
+    run = {"ok": True, "held_min_ratio": 0.97, "held_smooth": 5, "recovery_s": 0, "held_growth_bytes": 0,
+           "held_produced": 10, "bytes_per_message": 100.0, "held_backlog_min": 0}
+    held = {"designs": {"pgqueue_delete": {"label": "pgqueue (delete mode)", "runs": {"a": run}}}}
+    verdicts = {what: verdict for _, what, _, _, verdict in report._held_rows(held)}
+    rate_rows = [v for what, v in verdicts.items() if "growth" not in what]
+    assert rate_rows and all("backlog ran out" in v for v in rate_rows)
+    run["held_backlog_min"] = 5
+    verdicts = {what: verdict for _, what, _, _, verdict in report._held_rows(held)}
+    assert all(v == "PASS" for v in verdicts.values())
 
 
 def test_broken_consumer_is_reported_as_failure(tmp_path: Path, pg_server: Server) -> None:

@@ -235,3 +235,25 @@ def test_a_message_deleted_with_plain_sql_frees_its_key(dsn: str) -> None:
         again = c.execute("SELECT pgqueue.message_create('kdel', 'y', p_key => 'k')").fetchone()
         assert again is not None and first is not None and again != first
         assert c.execute("SELECT count(*) FROM pgqueue.message_key").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE READ", "SERIALIZABLE", "READ UNCOMMITTED"])
+def test_grouped_calls_in_savepoints_of_one_transaction_do_not_fail_each_other(dsn: str, level: str) -> None:
+    """A transaction's own decisions on a group's turns are visible to it, also when a savepoint
+    made them (a nested `conn.transaction()`, Django's atomic()): under REPEATABLE READ the second
+    grouped call after a released savepoint raised 40001 at every retry, since the lock row's
+    last locker was the savepoint's own xid, which the snapshot cannot see. READ UNCOMMITTED runs
+    as READ COMMITTED and takes the same path."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('sp', p_group_concurrency => 2, p_lock_ms => 60000)")
+        conn.execute("SELECT pgqueue.message_create('sp', 'a', p_group => 'g')")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+        with conn.transaction():  # a savepoint: the outer transaction began at the SET
+            conn.execute("SELECT pgqueue.message_create('sp', 'b', p_group => 'g')")
+        with conn.transaction():
+            conn.execute("SELECT pgqueue.message_create('sp', 'c', p_group => 'g')")
+        with conn.transaction():
+            got = conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('sp', 2)").fetchall()
+        assert sorted(r[0] for r in got) == ["a", "b"]  # two in flight, c waits for a turn
+        conn.commit()

@@ -318,6 +318,31 @@ def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
     assert other.get("/").status_code == 200
 
 
+def test_the_login_page_shows_nothing_of_the_database(pg_server: Server, make_app: Any) -> None:
+    """Before the token is given, the page tells nothing the sampler learned: its error names
+    the server, the database and the role (and whatever else the database said)."""
+    app = make_app(dsn=pg_server.dsn("pq_no_such_database_xyz"), token="s3cret-token", wait=1.0)
+    sampler = app.extensions["pgqueue"]["sampler"]
+    assert sampler.tick() is None and "pq_no_such_database_xyz" in (sampler.error or "")
+    client = app.test_client()
+    for path in ("/", "/queues/default", "/api/queues"):
+        response = client.get(path)
+        assert response.status_code == 401
+        assert "pq_no_such_database_xyz" not in response.get_data(as_text=True), path
+    response = client.post("/login", data={"token": "wrong"})
+    assert response.status_code == 401 and "pq_no_such_database_xyz" not in response.get_data(as_text=True)
+    # nor the answer to a DNS-rebinding page (Host evil.example), which that page can read
+    response = client.get("/", headers={"Host": "evil.example:8080"})
+    assert response.status_code == 400 and "pq_no_such_database_xyz" not in response.get_data(as_text=True)
+    open_app = make_app(dsn=pg_server.dsn("pq_no_such_database_xyz"), wait=1.0)  # no token
+    open_app.extensions["pgqueue"]["sampler"].tick()
+    response = open_app.test_client().get("/", headers={"Host": "evil.example:8080"})
+    assert response.status_code == 400 and "pq_no_such_database_xyz" not in response.get_data(as_text=True)
+    # once in, it says why the charts are empty
+    response = client.get("/?token=s3cret-token", follow_redirects=True)
+    assert "pq_no_such_database_xyz" in response.get_data(as_text=True)
+
+
 def test_processes_sharing_a_secret_key_share_the_session(make_app: Any) -> None:
     """gunicorn -w 2: a login at one process holds at the other only with a shared key."""
     first, second = (make_app(token="s3cret-token", secret_key=b"k" * 32) for _ in range(2))
@@ -405,6 +430,33 @@ def test_leases_and_worker_sessions(conn: psycopg.Connection[Any], dsn: str, mak
         sessions = re.search(r'<table class="grid" id="sessions">(.*?)</table>', page, re.S)
         assert sessions and f'<td class="num">{worker.info.backend_pid}</td>' in sessions.group(1)
         assert "pgqueue-worker" in sessions.group(1) and "LISTEN default" in sessions.group(1)
+
+
+def test_a_role_that_may_not_read_payloads_sees_none_in_the_sessions(pg_server: Server, roles: dict[str, str],
+                                                                    make_app: Any) -> None:
+    """A monitoring role often has pg_monitor (pg_read_all_stats): pg_stat_activity then shows it
+    every session's last query, with the payload a client wrote as a literal (psql, client-side
+    parameter binding). The sessions table of a role that may not read contents shows the
+    statement without its literals."""
+    for kind in ("monitor", "admin"):
+        with psycopg.connect(roles[kind]) as role:
+            name = role.execute("SELECT current_user").fetchone()
+        assert name is not None
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("GRANT pg_read_all_stats TO {}").format(sql.Identifier(name[0])))
+    with psycopg.connect(roles["producer"], autocommit=True, application_name="psql") as producer:
+        producer.execute(b"SELECT pgqueue.message_create('default', convert_to('card 4111-1111-1111-1111', 'UTF8'))")
+        producer.execute(b"SELECT pgqueue.message_create('default', $x$card 5500-0000-0000-0004$x$::bytea)")
+        app = make_app(dsn=roles["monitor"])
+        for path in ("/", "/queues/default"):
+            page = app.test_client().get(path).get_data(as_text=True)
+            sessions = re.search(r'<table class="grid" id="sessions">(.*?)</table>', page, re.S)
+            assert sessions and f'<td class="num">{producer.info.backend_pid}</td>' in sessions.group(1), path
+            assert "pgqueue.message_create" in sessions.group(1)
+            assert "card" not in sessions.group(1) and "5500" not in sessions.group(1), sessions.group(1)
+        # a role that may read the payloads sees the statement whole
+        page = make_app(dsn=roles["admin"]).test_client().get("/").get_data(as_text=True)
+        assert "5500-0000-0000-0004" in page
 
 
 def test_spark_consumers_and_their_claims(conn: psycopg.Connection[Any], dsn: str, make_app: Any) -> None:

@@ -301,3 +301,44 @@ def test_dump_and_restore_of_a_plain_install_by_its_owner(pg_server: Server, tmp
         drop_database(pg_server, source)
         drop_database(pg_server, target)
         admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_superusers_restore_of_an_extension_the_database_owner_installed(pg_server: Server, tmp_path: Path) -> None:
+    """The database's owner (no superuser) installed the extension, as README's "Install" says; a
+    superuser dumps and restores the database (a move to another server, pg_dumpall). pg_dump
+    writes `CREATE SCHEMA pgqueue; ALTER SCHEMA pgqueue OWNER TO <owner>` and then `CREATE
+    EXTENSION`, which runs as the restoring superuser: the schema check refuses a schema owned
+    by another role than the extension's (PQ008), and nothing of pgqueue is restored. Restoring
+    as the owner (`pg_restore --role=<owner>`) works: the refusal must say so."""
+    role = f"pq_restore_{os.getpid()}"
+    source, target = f"{role}_src", f"{role}_dst"
+    admin_execute(pg_server,
+                  sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)),
+                  sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(sql.Identifier(source), sql.Identifier(role)))
+    try:
+        with psycopg.connect(pg_server.dsn(source, user=role), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pgqueue")
+            conn.execute("SELECT pgqueue.message_create('default', 'kept')")
+        env = pg_server.libpq_env()
+        dump = tmp_path / "owned.dump"
+        run([str(BIN / "pg_dump"), "-Fc", "-f", str(dump), "-d", source], env)
+        admin_execute(pg_server, sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+            sql.Identifier(target), sql.Identifier(role)))
+        proc = subprocess.run([str(BIN / "pg_restore"), "--exit-on-error", "--single-transaction", "-d", target, str(dump)],
+                              env=env, capture_output=True, text=True, check=False, timeout=300)
+        assert proc.returncode != 0, proc.stdout
+        assert "schema pgqueue is owned by role" in proc.stderr, proc.stderr
+        assert "pg_restore --role=<owner>" in proc.stderr, proc.stderr  # says how to restore it
+        # ... and that way works: the whole database, the owner's extension and its message
+        drop_database(pg_server, target)
+        admin_execute(pg_server, sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+            sql.Identifier(target), sql.Identifier(role)))
+        run([str(BIN / "pg_restore"), "--exit-on-error", "--single-transaction", f"--role={role}", "-d", target,
+             str(dump)], env)
+        with psycopg.connect(pg_server.dsn(target), autocommit=True) as r:
+            assert one(r, "SELECT count(*) FROM pgqueue.message") == 1
+            assert one(r, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pgqueue'") == role
+    finally:
+        drop_database(pg_server, source)
+        drop_database(pg_server, target)
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

@@ -9,10 +9,13 @@ every state pgqueue must not install into is refused in one line with a non-zero
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +29,7 @@ from conftest import REPO, Server, admin_execute, drop_database
 from helpers import pg_bindir, snapshot
 
 from pgqueue import Queue
-from pgqueue.installer import sql_version
+from pgqueue.installer import install, sql_version
 
 PLAIN_DIR = REPO / "python" / "pgqueue" / "sql"
 CURRENT = sql_version()
@@ -793,6 +796,26 @@ def test_two_installs_at_once_the_second_says_already_installed(owner: Owner, mo
         assert holds(conn) == ((CURRENT, None) if mode == "extension" else (None, CURRENT))
 
 
+@contextlib.contextmanager
+def _recipe_roles(owner: Owner, db: str, kinds: tuple[str, ...]) -> Iterator[dict[str, str]]:
+    """Roles of the given kinds, granted to the owner, with docs/grants.sql run for them by the
+    owner in db; the owner's databases and the roles are dropped afterwards."""
+    roles = {kind: _make_role(owner.server, kind) for kind in kinds}
+    try:
+        admin_execute(owner.server, sql.SQL("GRANT {} TO {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, roles.values())), sql.Identifier(owner.name)))
+        proc = owner.psql(db, *itertools.chain.from_iterable(("-v", f"{k}={v}") for k, v in roles.items()),
+                          "-f", str(REPO / "docs" / "grants.sql"))
+        assert proc.returncode == 0, proc.stderr
+        yield roles
+    finally:
+        for db_name in owner.databases:
+            drop_database(owner.server, db_name)
+        owner.databases.clear()
+        for role in roles.values():
+            admin_execute(owner.server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
 def test_an_upgrade_says_to_run_the_grant_recipes_again_and_they_work_on_a_plain_install(owner: Owner) -> None:
     """An upgrade may add tables, sequences and functions, which the roles made with
     docs/grants.sql have no rights on: every producer, consumer and admin call failed with 42501
@@ -804,23 +827,71 @@ def test_an_upgrade_says_to_run_the_grant_recipes_again_and_they_work_on_a_plain
     assert f"upgraded from 0.1 to {CURRENT}" in out
     assert "docs/grants.sql" in out, out
     assert "docs/grants.sql" not in ok(pgqueue("install", "--dsn", owner.dsn(db)))  # nothing upgraded, nothing to say
-    roles = {kind: _make_role(owner.server, kind) for kind in ("producer", "consumer", "admin")}
-    try:
-        admin_execute(owner.server, sql.SQL("GRANT {} TO {}").format(
-            sql.SQL(", ").join(map(sql.Identifier, roles.values())), sql.Identifier(owner.name)))
-        proc = owner.psql(db, *itertools.chain.from_iterable(("-v", f"{k}={v}") for k, v in roles.items()),
-                          "-f", str(REPO / "docs" / "grants.sql"))
+    with _recipe_roles(owner, db, ("producer", "consumer", "admin")) as roles, owner.connect(db) as conn:
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["admin"])))
+        conn.execute("SELECT pgqueue.queue_create('jobs')")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["producer"])))
+        msg_id = one(conn, "SELECT pgqueue.message_create('jobs', 'x')")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["consumer"])))
+        assert one(conn, "SELECT id FROM pgqueue.message_dequeue('jobs', 1)") == msg_id
+
+
+def _busy(dsn: str, stop: threading.Event, errors: list[str], producer: bool) -> None:
+    """A producer or a consumer of queue 'busy', with the API every release has."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            try:
+                if producer:
+                    conn.execute("SELECT pgqueue.message_create('busy', 'x')")
+                else:
+                    for lease in conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('busy', 5)").fetchall():
+                        conn.execute("SELECT pgqueue.message_complete(%s, %s)", lease)
+            except psycopg.Error as exc:
+                errors.append(f"{exc.sqlstate} {exc.diag.message_primary}")
+
+
+@pytest.mark.parametrize("start", ["0.1", "0.3"])
+def test_upgrade_a_busy_plain_install_without_a_deadlock(owner: Owner, start: str) -> None:
+    """`pgqueue install` upgrades a plain install while producers and consumers keep calling it:
+    no step fails on a deadlock with them, and none of their calls is failed as its victim (each
+    step altered pgqueue.queue_size, pgqueue.message and pgqueue.queue in turn while a worker held
+    one and waited for another: the step's transaction or a worker's call got 40P01)."""
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    for a, b in [("0.1", "0.2"), ("0.2", "0.3")][:["0.1", "0.2", "0.3"].index(start)]:
+        proc = owner.psql(db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{a}--{b}.sql"))
         assert proc.returncode == 0, proc.stderr
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, start)
+        conn.execute("SELECT pgqueue.queue_create('busy', p_max_size => 1000, p_lock_ms => 600000)")
+    stop = threading.Event()
+    errors: list[str] = []
+    workers = [threading.Thread(target=_busy, args=(owner.dsn(db), stop, errors, producer))
+               for producer in (True, True, False, False)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(0.5)
         with owner.connect(db) as conn:
-            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["admin"])))
-            conn.execute("SELECT pgqueue.queue_create('jobs')")
-            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["producer"])))
-            msg_id = one(conn, "SELECT pgqueue.message_create('jobs', 'x')")
-            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles["consumer"])))
-            assert one(conn, "SELECT id FROM pgqueue.message_dequeue('jobs', 1)") == msg_id
+            install(conn, "plain", report=lambda _: None)
+            assert holds(conn) == (None, CURRENT)
+        time.sleep(0.3)
     finally:
-        for db_name in owner.databases:
-            drop_database(owner.server, db_name)
-        owner.databases.clear()
-        for role in roles.values():
-            admin_execute(owner.server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        stop.set()
+        for w in workers:
+            w.join(timeout=60)
+    assert [e for e in errors if e.startswith("40P01")] == [], errors
+
+
+def test_every_recipes_role_starts_the_clients_on_a_plain_install(owner: Owner) -> None:
+    """The client, the worker and the command line check the installed version at start
+    (pgqueue.check_server), which on a plain install reads pgqueue.install: docs/grants.sql gave
+    it to administrators only, and `pgqueue stats`, `pgqueue metrics` and `pgqueue worker` failed
+    with 42501 for producers, consumers, monitors and Spark roles."""
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    with _recipe_roles(owner, db, ("producer", "consumer", "admin", "monitor", "spark")) as roles:
+        for kind, role in roles.items():
+            dsn = owner.server.dsn(db, user=role)
+            assert "default" in ok(pgqueue("stats", "--dsn", dsn)), kind
+            assert "pgqueue_up 1" in ok(pgqueue("metrics", "--once", "--dsn", dsn)), kind

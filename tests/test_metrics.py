@@ -583,3 +583,17 @@ def test_a_queue_created_again_under_its_name_is_told_apart(dsn: str) -> None:
     assert after[("pgqueue_queue_created_timestamp_seconds", q("jobs"))] > created
     metrics.close()
     queue.close()
+
+
+@pytest.mark.parametrize("uri", ["postgresql://mallory:TopSecret1@[::1/db",
+                                 "postgresql://mallory:Top%zzSecret2@localhost/db"])
+def test_a_malformed_connection_string_is_not_logged_with_its_password(uri: str,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """libpq quotes the URI it cannot parse, password included: the scrape's error and its log
+    line say why without it."""
+    metrics = QueueMetrics(uri)
+    with caplog.at_level("WARNING", logger="pgqueue.metrics"):
+        text = metrics.render()
+    assert "pgqueue_up 0" in text
+    assert metrics.error is not None and "invalid connection string" in metrics.error
+    assert "Secret" not in metrics.error and "Secret" not in caplog.text and "Secret" not in text

@@ -675,3 +675,65 @@ def test_a_plain_script_outside_one_transaction_is_refused_before_it_makes_anyth
     assert "pgqueue installs in one transaction only" in proc.stderr
     with psycopg.connect(bare_dsn, autocommit=True) as conn:
         assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+
+
+# -- a connection string's password is never echoed --------------------------------------------
+
+#: URIs libpq cannot parse; it quotes the whole URI (or the token) in its error, password included.
+MALFORMED_URIS = [
+    "postgresql://mallory:TopSecret1@[::1/db",  # unterminated IPv6 address
+    "postgresql://mallory:TopSecret2@[]/db",  # empty IPv6 address
+    "postgresql://mallory:TopSecret3@[::1]x/db",  # a character after the address
+    "postgresql://mallory:Top%zzSecret4@localhost/db",  # a bad percent-encoding in the password
+    'postgresql://mallory:Top"Secret5@[]/db',  # a quote in the password, then an empty address
+    "postgresql://mallory:Top Secret6@localhost/db",  # a space in the password
+    "postgresql://mallory@localhost/db?password=Top Secret7",  # ... in a query parameter
+    "postgresql://mallory:TopSecret8%00x@localhost/db",  # %00 in the password
+    "host=localhost password=Top Secret9 dbname=db",  # key/value: a word without its "="
+]
+
+
+@pytest.mark.parametrize("uri", MALFORMED_URIS)
+def test_a_malformed_connection_string_is_reported_without_its_password(capsys: pytest.CaptureFixture[str],
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        uri: str) -> None:
+    """A typo in $PGQUEUE_DSN (a worker under systemd, a CI job) must not put the password in the
+    logs: the CLI says the connection string is invalid, and why, without quoting it."""
+    from pgqueue.cli import main
+
+    monkeypatch.setenv("PGQUEUE_DSN", uri)
+    for argv in (["stats"], ["stats", "--dsn", uri], ["--version"], ["worker", uri, "default", "os:getcwd"],
+                 ["metrics", "--once"]):
+        main(argv)
+        out, err = capsys.readouterr()
+        assert "Secret" not in out + err, (argv, out, err)
+        assert "invalid connection string" in err or "not connected (invalid connection string" in out, (argv, out,
+                                                                                                        err)
+    # ... nor the library's own errors (what a program's log gets from a Worker or a Queue)
+    from pgqueue.errors import translate
+
+    with pytest.raises(psycopg.ProgrammingError) as raised:
+        psycopg.connect(uri)
+    assert "Secret" not in str(translate(raised.value)), str(translate(raised.value))
+
+
+# -- what the CLI prints cannot drive the operator's terminal -----------------------------------
+
+
+def test_listings_print_no_terminal_control_sequences(capsys: pytest.CaptureFixture[str], conn: Conn,
+                                                      dsn: str) -> None:
+    """Payloads come from producers and errors from handlers (often quoting their input): printed
+    raw by `pgqueue dead list`, an escape sequence in one drives the terminal of whoever lists
+    them (OSC 52 writes the clipboard, OSC 0 the title, CSI 8m hides what follows; U+202E turns
+    the rest of the line around)."""
+    from pgqueue import Queue
+    from pgqueue.cli import main
+
+    queue = Queue(conn, "default")
+    queue.enqueue("\x1b]52;c;ZWNobyBoaQ==\x07\x1b[8m")
+    (m,) = queue.dequeue()
+    conn.execute("SELECT pgqueue.message_reject(%s, %s, %s)", (m.id, m.attempts, "bad \x1b]0;pwned\x07 \u202e"))
+    assert main(["dead", "list", "default", "--dsn", dsn]) == 0
+    out, _ = capsys.readouterr()
+    assert not any(c in out for c in ("\x1b", "\x07", "\u202e")), repr(out)
+    assert "\\x1b]52;c;" in out and "\\u202e" in out  # shown escaped, not dropped

@@ -4,9 +4,13 @@ message, dead letter and setting is still there and still works."""
 
 from __future__ import annotations
 
+import collections
+import os
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,6 +18,8 @@ from psycopg import sql
 
 from catalog import catalog
 from conftest import REPO, Server, admin_execute
+
+from pgqueue.installer import install
 
 CONTROL = (REPO / "pgqueue.control").read_text()
 DEFAULT_VERSION = re.search(r"^default_version\s*=\s*'([^']+)'", CONTROL, re.M).group(1)  # type: ignore[union-attr]
@@ -213,3 +219,151 @@ def test_versions_are_consistent() -> None:
     assert (REPO / "extension" / f"pgqueue--{versions[0]}.sql").exists()
     for older, newer in zip(versions, versions[1:]):
         assert (REPO / "extension" / f"pgqueue--{older}--{newer}.sql").exists(), (older, newer)
+
+
+# -- upgrading a busy database, and as another role than the extension's owner -----------------
+
+def _busy(dsn: str, stop: threading.Event, errors: collections.Counter[tuple[str | None, str]],
+          done: collections.Counter[str], producer: bool) -> None:
+    """A producer or a consumer of queue 'busy' that calls only the API every release has."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            try:
+                if producer:
+                    conn.execute("SELECT pgqueue.message_create('busy', 'x')")
+                    done["created"] += 1
+                else:
+                    for lease in conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('busy', 5)").fetchall():
+                        conn.execute("SELECT pgqueue.message_complete(%s, %s)", lease)
+                        done["completed"] += 1
+            except psycopg.errors.QueryCanceled:
+                raise
+            except psycopg.Error as exc:
+                errors[(exc.sqlstate, (exc.diag.message_primary or "")[:120])] += 1
+
+
+def _update_while_busy(dsn: str, old_version: str, update: Callable[[psycopg.Connection[Any]], None]) -> None:
+    """Install old_version, run update while 2 producers and 2 consumers of a capped queue keep
+    calling: nobody gets a deadlock (40P01), and the workers go on after the update."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
+        conn.execute("SELECT pgqueue.queue_create('busy', p_max_size => 1000, p_lock_ms => 600000)")
+    stop = threading.Event()
+    errors: collections.Counter[tuple[str | None, str]] = collections.Counter()
+    done: collections.Counter[str] = collections.Counter()
+    workers = [threading.Thread(target=_busy, args=(dsn, stop, errors, done, producer))
+               for producer in (True, True, False, False)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(0.5)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            update(conn)
+            assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (DEFAULT_VERSION,)
+        before = done.copy()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=60)
+    assert [k for k in errors if k[0] == "40P01"] == [], errors
+    assert done["created"] > before["created"] and done["completed"] > before["completed"], "the workers go on after it"
+
+
+@pytest.mark.skipif(not EARLIER, reason="only one released version so far")
+@pytest.mark.parametrize("old_version", EARLIER)
+def test_pgqueue_install_updates_a_busy_database_without_a_deadlock(pg_server: Server, empty_db: str,
+                                                                    old_version: str) -> None:
+    """`pgqueue install` upgrades a database while producers and consumers keep calling it: the
+    update waits for them and they wait for it, and neither is chosen as a deadlock victim. (The
+    update scripts alter pgqueue.queue_size, pgqueue.message and pgqueue.queue one after another,
+    each in ACCESS EXCLUSIVE mode, while a producer or consumer holds pgqueue.queue and waits for
+    one of the others: ALTER EXTENSION UPDATE failed with 40P01 every time, after the deadlock
+    detector had also failed some of the workers' calls.)"""
+    _update_while_busy(pg_server.dsn(empty_db), old_version,
+                       lambda conn: install(conn, "extension", report=lambda _: None))
+
+
+@pytest.fixture
+def owned_db(pg_server: Server) -> Iterator[tuple[str, str]]:
+    """A role without superuser and an empty database it owns. Its name needs quoting (capitals),
+    as many roles' do: `pgqueue install` quoted the owner's name twice when it set its role."""
+    role = f"pq_UpOwner_{os.getpid()}"
+    db = f"upowned_{os.getpid()}"
+    admin_execute(pg_server,
+                  sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)),
+                  sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)),
+                  sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)),
+                  sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(sql.Identifier(db), sql.Identifier(role)))
+    try:
+        yield role, db
+    finally:
+        admin_execute(pg_server,
+                      sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)),
+                      sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+#: Objects of schema pgqueue whose owner is not the extension's owner.
+NOT_THE_OWNERS = """
+    SELECT pg_describe_object(o.classid, o.objid, 0), o.owner::regrole::text
+      FROM (SELECT 'pg_class'::regclass AS classid, c.oid AS objid, c.relowner AS owner
+              FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace
+            UNION ALL
+            SELECT 'pg_proc'::regclass, p.oid, p.proowner FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace) o,
+           pg_extension e
+     WHERE e.extname = 'pgqueue' AND o.owner <> e.extowner
+     ORDER BY 1"""
+
+
+@pytest.mark.skipif(not EARLIER, reason="only one released version so far")
+@pytest.mark.parametrize("old_version", EARLIER)
+def test_pgqueue_install_run_by_a_superuser_updates_as_the_extensions_owner(pg_server: Server,
+                                                                           owned_db: tuple[str, str],
+                                                                           old_version: str) -> None:
+    """The database's owner (no superuser) installed the extension; a superuser (a DBA, a deploy
+    job) runs `pgqueue install` to upgrade it. Every object stays the owner's, as after a fresh
+    install: before, everything the update made (843 relations, 60 functions, the four SECURITY
+    DEFINER ones among them, which then ran as the superuser) was the superuser's, and the owner's
+    run of docs/grants.sql stopped at `permission denied for table message_key`."""
+    role, db = owned_db
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (True,)
+        install(conn, "extension", report=lambda _: None)
+        assert conn.execute("SELECT extversion, pg_get_userbyid(extowner) FROM pg_extension WHERE extname = 'pgqueue'"
+                            ).fetchone() == (DEFAULT_VERSION, role)
+        wrong = conn.execute(NOT_THE_OWNERS).fetchall()
+        assert wrong == [], f"{len(wrong)} objects not the owner's, e.g. {wrong[:3]}"
+        assert conn.execute("SELECT current_user").fetchone() != (role,), "the session's role is back"
+
+
+@pytest.mark.skipif(not EARLIER, reason="only one released version so far")
+@pytest.mark.parametrize("old_version", EARLIER[-1:])
+def test_alter_extension_update_by_a_superuser_leaves_nothing_to_the_superuser(pg_server: Server,
+                                                                             owned_db: tuple[str, str],
+                                                                             old_version: str) -> None:
+    """README's `ALTER EXTENSION pgqueue UPDATE`, run by a superuser on an extension that the
+    database's owner installed: either refused before it changes anything, or every object stays
+    the owner's. Now it succeeds and leaves the new objects the superuser's."""
+    role, db = owned_db
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+        try:
+            conn.execute("ALTER EXTENSION pgqueue UPDATE")
+        except psycopg.Error as exc:
+            assert exc.sqlstate == "PQ008", exc
+            assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (old_version,)
+        assert conn.execute(NOT_THE_OWNERS).fetchall() == []
+
+
+@pytest.mark.skipif(not EARLIER, reason="only one released version so far")
+@pytest.mark.parametrize("old_version", EARLIER[-1:])
+def test_alter_extension_update_of_a_busy_database_without_a_deadlock(pg_server: Server, empty_db: str,
+                                                                      old_version: str) -> None:
+    """README's `ALTER EXTENSION pgqueue UPDATE` from the last release while producers and
+    consumers keep calling: no deadlock, neither for the update nor for the workers (the update
+    script takes every table first)."""
+    _update_while_busy(pg_server.dsn(empty_db), old_version,
+                       lambda conn: conn.execute("ALTER EXTENSION pgqueue UPDATE").close())

@@ -48,7 +48,18 @@ BEGIN
                         pg_catalog.pg_get_userbyid(coalesce(v_extown, v_me))
             USING ERRCODE = 'PQ008',
                   HINT = 'pgqueue never installs into a schema someone else made: drop that schema '
-                         '(after checking what it holds) or install as its owner.';
+                         '(after checking what it holds) or install as its owner. Restoring a dump? '
+                         'Restore as that role: pg_restore --role=<owner>.';
+    END IF;
+    -- An update creates objects owned by the role that runs it: run by another role (a
+    -- superuser, say), the new tables, sequences and functions, SECURITY DEFINER ones included,
+    -- would be that role's, and docs/grants.sql, run by the owner, could not grant them. (At
+    -- CREATE EXTENSION the extension's owner is the role that runs it.)
+    IF v_ext IS NOT NULL AND v_extown <> v_me THEN
+        RAISE EXCEPTION 'pgqueue is updated by its owner %, not by %',
+                        pg_catalog.pg_get_userbyid(v_extown), current_user
+            USING ERRCODE = 'PQ008',
+                  HINT = 'SET ROLE to that role first, or use pgqueue install, which does.';
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
                 WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner) THEN

@@ -37,6 +37,7 @@ from pgqueue.errors import (
     PgQueueError,
     QueueExists,
     QueueNotFound,
+    conninfo_error,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 
@@ -132,7 +133,7 @@ def describe_error(exc: BaseException) -> str | None:
     if isinstance(exc, psycopg.OperationalError):
         return f"cannot connect to the database: {_one_line(str(exc))}"
     if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
-        return f"invalid connection string: {_one_line(str(exc))}"
+        return f"invalid connection string: {conninfo_error(exc)}"
     if isinstance(exc, psycopg.Error):
         diag = exc.diag
         text = diag.message_primary or str(exc)
@@ -508,7 +509,7 @@ def connect(dsn: str, *, check: bool = True) -> Iterator[psycopg.Connection[Any]
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.ProgrammingError as exc:
-        raise UserError(f"invalid connection string: {_one_line(str(exc))}{hint}") from exc
+        raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
         raise UserError(f"cannot connect to the database: {_one_line(str(exc))}{hint}") from exc
     with conn:
@@ -525,6 +526,9 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
             installed = server_pgqueue(conn)
+    except psycopg.ProgrammingError as exc:
+        print(f"database: not connected (invalid connection string: {conninfo_error(exc, dsn)})", file=out)
+        return 0
     except (psycopg.Error, PgQueueError) as exc:
         print(f"database: not connected ({_one_line(str(exc)) or type(exc).__name__})", file=out)
         return 0
@@ -566,7 +570,20 @@ def _cell(value: object) -> str:
         return "yes" if value else "no"
     if isinstance(value, datetime):  # every time in UTC, and said so (cron schedules are UTC)
         return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return str(value)
+    return printable(str(value))
+
+
+def printable(text: str) -> str:
+    """Return text with every character that is not printable escaped (``\\x1b``, ``\\u202e``).
+
+    Payloads come from producers and errors from handlers: an escape sequence printed raw drives
+    the terminal of whoever reads the table (OSC 52 writes the clipboard, CSI 8m hides what
+    follows), a bidirectional override turns the rest of the line around.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
 
 
 def format_ms(ms: int | None) -> str:

@@ -29,6 +29,7 @@ PgQueueError             anything else          any other database error
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -193,6 +194,33 @@ _MISSING_OBJECT = frozenset({"3F000", "42883", "42P01"})
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03"})
 
 
+#: libpq's conninfo errors that quote what may hold the password, and the part they quote: a
+#: whole URI, a token with a bad percent-encoding or a %00 in it, a query parameter, a word
+#: without its "=", a value with spaces.
+_QUOTING = (re.compile(r'( in URI(?: \(expected ":" or "/"\))?: ).*$'),
+            re.compile(r'(internal parser routine: ).*$'),
+            re.compile(r'(percent-encoded token: ).*$'),
+            re.compile(r'(in percent-encoded value: ).*$'),
+            re.compile(r'(URI query parameter: ).*$'),
+            re.compile(r'( after ).*( in connection info string)'),
+            re.compile(r'(unexpected spaces found in ).*(, use percent-encoded spaces)'))
+
+
+def conninfo_error(exc: BaseException, dsn: str | None = None) -> str:
+    """Return why a connection string could not be parsed, on one line, without quoting it.
+
+    libpq quotes what it could not parse: a URI whole (``postgresql://user:password@[::1/db``,
+    ``...@[]/db``, ``...@[::1]x/db``), a token with a bad percent-encoding, a query parameter,
+    a word without its ``=``; any of them may hold the password, and this text goes to logs.
+    """
+    text = " ".join(str(exc).split())
+    if dsn:
+        text = text.replace(f'"{dsn}"', "(the connection string)")
+    for pattern in _QUOTING:
+        text = pattern.sub(lambda m: m.group(1) + "(not shown)" + (m.group(2) if m.re.groups > 1 else ""), text)
+    return text
+
+
 def translate(exc: psycopg.Error) -> PgQueueError:
     """Return the pgqueue exception for a psycopg error (the caller raises it ``from exc``).
 
@@ -208,6 +236,8 @@ def translate(exc: psycopg.Error) -> PgQueueError:
     # a server error has a primary message; a client-side one (failed connection) only text,
     # which may span lines: keep it on one line
     message = diag.message_primary or " ".join(str(exc).split()) or type(exc).__name__
+    if sqlstate is None and isinstance(exc, psycopg.ProgrammingError):  # a DSN that does not parse, say
+        message = conninfo_error(exc)
     hint = diag.message_hint
     if sqlstate in _MISSING_OBJECT and "pgqueue" in message:
         if sqlstate == "3F000":

@@ -24,12 +24,14 @@ learnt by running them in a savepoint that is rolled back (see :func:`uninstall`
 
 from __future__ import annotations
 
+import random
 import re
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Final, Literal, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -258,6 +260,76 @@ _GRANTS_AGAIN = ("run the GRANT recipes (docs/grants.sql) again for your roles: 
                  "and functions have no grants yet, and calls that need them fail with 42501 until then")
 
 
+#: The extension's owner and whether this session's role is it or may become it (SET ROLE).
+_EXTENSION_OWNER: Final[LiteralString] = (
+    "SELECT pg_catalog.pg_get_userbyid(e.extowner), e.extowner = r.oid, "
+    "pg_catalog.pg_has_role(r.oid, e.extowner, 'MEMBER') "
+    "FROM pg_catalog.pg_extension e, pg_catalog.pg_roles r "
+    "WHERE e.extname = 'pgqueue' AND r.rolname = current_user")
+
+#: pgqueue's tables, in the order its functions first touch them (the queue row, then its messages).
+_UPGRADE_TABLES: Final[LiteralString] = (
+    "SELECT c.relname::text FROM pg_catalog.pg_class c "
+    "WHERE c.relnamespace = 'pgqueue'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p') "
+    "AND c.relname <> 'install' "
+    "ORDER BY c.relname <> 'queue', c.relname <> 'message', c.relname")
+
+#: How long one try to take the upgrade's locks may wait: well under deadlock_timeout (1 s by
+#: default), so that a worker whose call waits for us is never the one the deadlock check fails.
+_LOCK_TRY_MS = 100
+#: How long the tries go on before the upgrade is given up.
+_LOCK_TRIES_S = 120.0
+
+
+def _as_extension_owner(conn: psycopg.Connection[Any]) -> bool:
+    """Run the rest of the caller's transaction as the extension's owner (SET LOCAL ROLE) when
+    this session's role is another one that may become it, a superuser say: objects that an
+    update script creates belong to the role that runs it, so an update run by a superuser left
+    every new table, sequence and function (SECURITY DEFINER ones too) the superuser's.
+
+    Returns:
+        Whether the transaction now runs as the owner (False: ALTER EXTENSION will refuse).
+    """
+    row = conn.execute(_EXTENSION_OWNER).fetchone()
+    if row is None or not (row[1] or row[2]):
+        return False
+    if not row[1]:
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(str(row[0]))))
+    return True
+
+
+def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
+    """Take every pgqueue table in ACCESS EXCLUSIVE mode before an upgrade step runs, in the
+    caller's transaction. The step scripts alter pgqueue.queue_size, pgqueue.message and
+    pgqueue.queue one after the other, while a producer or consumer holds one of them and waits
+    for the next: a deadlock, which failed the upgrade (and some of the workers' calls) whenever
+    workers were running. Each try waits at most _LOCK_TRY_MS for a lock, then lets go of what it
+    took (a savepoint) and tries again; once it holds them all, the workers wait for the upgrade
+    and go on after it."""
+    tables = [str(r[0]) for r in conn.execute(_UPGRADE_TABLES)]
+    if not tables:
+        return
+    lock = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+        sql.SQL(", ").join(sql.Identifier("pgqueue", t) for t in tables))
+    row = conn.execute("SELECT pg_catalog.current_setting('lock_timeout')").fetchone()
+    assert row is not None
+    deadline = time.monotonic() + _LOCK_TRIES_S
+    while True:
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{_LOCK_TRY_MS}ms")))
+                conn.execute(lock)
+                # the step itself waits as the session would have (the locks it needs are held now)
+                conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (row[0],))
+            return
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if time.monotonic() > deadline:
+                raise InstallError(
+                    f"the upgrade could not lock pgqueue's tables within {_LOCK_TRIES_S:.0f} s: a transaction "
+                    "holds them (see pg_locks); end it, or stop the workers, and run `pgqueue install` again") from None
+            time.sleep(random.uniform(0.01, 0.05))
+
+
 def _install_extension(conn: psycopg.Connection[Any], state: InstallState, target: str,
                        report: Callable[[str], None]) -> str:
     version = state.extension
@@ -272,8 +344,13 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             f"the server has no pgqueue {target} extension files (pg_available_extension_versions): install them "
             "with `make install` in the pgqueue repository, or use `pgqueue install --plain` on a database "
             "without the extension")
-    statement = _sql.UPDATE_EXTENSION if version is not None else _sql.CREATE_EXTENSION
-    conn.execute(sql.SQL(statement).format(version=sql.Literal(target)))
+    if version is None:
+        conn.execute(sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
+    else:
+        with conn.transaction():
+            if _as_extension_owner(conn):  # else ALTER EXTENSION says "must be owner" itself
+                _lock_for_upgrade(conn)
+            conn.execute(sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
     if version is None:
         summary = f"pgqueue {target} installed (extension) in database {state.database}"
     else:
@@ -310,6 +387,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
             if current == target or _newer(current, target):
                 break
             step_from, step_to = plain_steps(current, target)[0]
+            _lock_for_upgrade(conn)
             conn.execute(_read(f"pgqueue--{step_from}--{step_to}.sql").encode())
             after = read_state(conn).plain
             if after != step_to:

@@ -42,7 +42,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.client import all_counters, all_stats, list_queues
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import PgQueueError, conninfo_error
 from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
 
@@ -221,7 +221,11 @@ class QueueMetrics:
             up.add(1)
             self._error = None
         except (PgQueueError, psycopg.Error, OSError) as exc:
-            self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
+                # the DSN does not parse: libpq's message may quote it, password included
+                self._error = f"invalid connection string: {conninfo_error(exc, self._dsn)}"
+            else:
+                self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning("metrics: cannot read the database: %s", self._error)
             self.close()
             up.add(0)

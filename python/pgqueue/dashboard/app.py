@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
-from flask import Flask, Response, abort, jsonify, redirect, render_template, request, session, url_for
+from flask import Flask, Response, abort, g, jsonify, redirect, render_template, request, session, url_for
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -126,6 +127,17 @@ def _done(args: Any) -> str | None:
     return text.format(n=int(n)) if text is not None and n.isdigit() and len(n) < 19 else None
 
 
+#: Where a statement's first literal starts: a quote ('...', E'...', U&'...', B'...') or a dollar
+#: quote ($$ or $tag$), not a parameter ($1).
+_LITERAL = re.compile(r"'|\$(?=[A-Za-z_\x80-\U0010ffff$])")
+
+
+def _without_literals(query: str) -> str:
+    """Return a statement up to its first literal (which may be a payload), "…" for the rest."""
+    found = _LITERAL.search(query)
+    return query if found is None else query[:found.start()] + "…"
+
+
 def _is_loopback_host(host: str) -> bool:
     """True for localhost or a loopback address, bare (``::1``, ``127.0.0.1``), bracketed
     (``[::1]``) or with a port (``[::1]:8080``, ``127.0.0.1:8080``, ``localhost:8080``)."""
@@ -202,6 +214,10 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             if request.endpoint == "login" and request.method == "POST":
                 return None
             return Response(render_template("login.html", failed=given is not None), 401)
+        # past the Host check and the token: pages may tell what the database said (the sampler's
+        # error names the server, the database and the role); the login page, and the refusal
+        # of a foreign Host name (which a DNS-rebinding page can read), tell nothing
+        g.trusted = True
         if request.method == "POST":
             given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
             expected = session.get("csrf")
@@ -231,7 +247,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.context_processor
     def globals_() -> dict[str, Any]:
         return {"csrf_token": csrf_token, "fmt_age": format_ms, "fmt_time": _fmt_time, "version": __version__,
-                "options": options, "sample_error": sampler.error}
+                "options": options, "sample_error": sampler.error if g.get("trusted") else None}
 
     @app.errorhandler(PgQueueError)
     def database_error(exc: PgQueueError) -> tuple[str, int]:
@@ -393,6 +409,10 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         for r in rows:
             query = r[9] or ""
             listens = query[len('LISTEN "pgqueue.'):-1] if query.startswith('LISTEN "pgqueue.') else None
+            if not p.read_content:
+                # pg_read_all_stats (pg_monitor) shows other roles' statements whole: a payload a
+                # client wrote as a literal too, which this role may not read
+                query = _without_literals(query)
             if queue is not None and listens is not None and listens != queue:
                 continue
             sessions.append({"pid": r[0], "application": r[1], "user": r[2], "client": r[3] or "local socket",

@@ -10,9 +10,13 @@
 -- previous locker (its xmax, read as the lock is taken; locks serialise, so the last locker
 -- ended after every earlier one) is not visible to it, i.e. a producer may have added a message
 -- that this transaction cannot see, or a consumer may have removed one it still sees. A caller
--- that then finds nothing to give the turn to raises 40001 instead of leaving a message waiting
--- with no turn. (A previous locker that was one of this transaction's own subtransactions, or a
--- multixact, counts as not visible: at worst a 40001 more.)
+-- then raises 40001 before it decides anything: a producer would give a turn the room for which
+-- is taken already, or leave its message waiting with no turn; a hand-off would pass a message
+-- it cannot see (specs/rr_group_producer.spec, specs/rr_group_order.spec). (A previous locker
+-- that is one of this transaction's own subtransactions, a savepoint released or still open,
+-- counts as visible: its decisions are the transaction's own. One rolled back counts as not
+-- visible, since its lock hides the locker before it: a 40001 more, for a transaction that
+-- rolled back to a savepoint after a grouped call and makes another on the same stripe.)
 --
 -- SECURITY DEFINER because locking the row needs UPDATE on the table, which no other role has:
 -- nobody can hold a group's lock outside pgqueue's functions. EXECUTE is revoked from PUBLIC and
@@ -48,13 +52,20 @@ BEGIN
                       HINT = 'Another transaction made it after this one''s snapshot: retry the transaction.';
         END IF;
     END IF;
-    IF v_prev::text = '0' OR current_setting('transaction_isolation') = 'read committed' THEN
+    -- READ UNCOMMITTED runs as READ COMMITTED
+    IF v_prev::text = '0' OR current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
         RETURN true;
     END IF;
-    -- the previous locker's full transaction id (it is recent: within 2^31 of this one's)
-    v_cur := pg_current_xact_id()::text::bigint;
+    -- the previous locker's full transaction id: recent, within 2^30 after this transaction's
+    -- (a subtransaction of it, or a transaction that began after it) or 2^31 before it, so the one
+    -- with its 32 bits in the 2^32 ids up to 2^30 after this transaction's
+    v_cur := pg_current_xact_id()::text::bigint + 1073741824;
     v_cur := v_cur - ((v_cur - v_prev::text::bigint) % 4294967296 + 4294967296) % 4294967296;
+    -- this transaction, one of its subtransactions (a savepoint released or still open: while
+    -- this one holds the lock, no other transaction that locked the row can be in progress), or
+    -- a transaction its snapshot sees
     RETURN v_cur::text::xid8 = pg_current_xact_id()
+        OR pg_xact_status(v_cur::text::xid8) = 'in progress'
         OR pg_visible_in_snapshot(v_cur::text::xid8, pg_current_snapshot());
 END;
 $$;

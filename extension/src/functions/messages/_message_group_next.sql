@@ -23,6 +23,14 @@ DECLARE
     v_locked boolean;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
+    IF NOT v_locked THEN
+        -- REPEATABLE READ: a message of the group added after this snapshot would be left waiting
+        -- with no turn, or passed by a later one that this snapshot sees
+        -- (pgqueue._message_group_lock; specs/rr_group_order.spec)
+        RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
+            USING ERRCODE = '40001',
+                  HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
+    END IF;
     UPDATE pgqueue.message m
        SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
      WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -57,13 +65,6 @@ BEGIN
             RETURN true;
         END IF;
     END LOOP;
-    IF NOT v_locked THEN
-        -- REPEATABLE READ: a message of the group added after this snapshot would be left waiting
-        -- with no turn (pgqueue._message_group_lock)
-        RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
-            USING ERRCODE = '40001',
-                  HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
-    END IF;
     RETURN false;
 END;
 $$;

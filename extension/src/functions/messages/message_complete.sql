@@ -44,7 +44,9 @@ BEGIN
                               AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL)
            AND EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
-                          AND q.group_concurrency OPERATOR(pg_catalog.=) 1);
+                          AND q.group_concurrency OPERATOR(pg_catalog.=) 1)
+           -- without the lock under READ COMMITTED only (pgqueue._message_left)
+           AND pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
         IF NOT FOUND THEN
             PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
         END IF;

@@ -130,7 +130,9 @@ BEGIN
                                     LIMIT 1)
                        AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
                                         WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
-                                          AND t.turn_at IS NOT NULL);
+                                          AND t.turn_at IS NOT NULL)
+                       -- without the lock under READ COMMITTED only (pgqueue._message_left)
+                       AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
                         v_turned := pgqueue._message_group_next(v_queue_id, v_group_key, v_groups);
                     END IF;
