@@ -268,4 +268,9 @@ def translating() -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        error = translate(exc)
+        if error.message != " ".join(str(exc).split()) and exc.sqlstate is None:
+            # a connection string's password left out of the message (conninfo_error): the
+            # cause, which a traceback prints, would show it
+            raise error from None
+        raise error from exc

@@ -164,11 +164,11 @@ def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...
     try:
         return psycopg.connect(dsn, autocommit=autocommit, row_factory=tuple_row)
     except psycopg.Error as exc:
-        error = translate(exc)
+        error = translate(exc)  # which leaves out what libpq quotes of a connection string it cannot parse
         text = str(error)
         for secret in passwords(dsn):
             text = text.replace(secret, "********")
-        if text == str(error):
+        if not any(secret in str(exc) for secret in passwords(dsn)):
             raise error from exc
         # Spark prints the whole chain of a task's or the driver's exception: drop the cause
         raise type(error)(text, sqlstate=error.sqlstate, hint=error.hint) from None
