@@ -41,9 +41,10 @@ GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queu
 -- creating and dropping schedules is the administrator's.
 GRANT SELECT, UPDATE (next_run) ON pgqueue.schedule TO :"producer";
 -- A plain install (`pgqueue install`) records its version in pgqueue.install, which the client,
--- the worker and the command line read at start (pgqueue.check_server): every role reads it.
+-- the worker and the command line read at start (pgqueue.check_server): every role reads it
+-- (administrators through their grant on every table, below).
 SELECT format('GRANT SELECT ON pgqueue.install TO %I', r)
-  FROM unnest(ARRAY[:'producer', :'consumer', :'admin']) r
+  FROM unnest(ARRAY[:'producer', :'consumer']) r
  WHERE pg_catalog.to_regclass('pgqueue.install') IS NOT NULL \gexec
 
 -- Consumer: dequeue, complete (also acknowledge-and-fetch), heartbeat, defer, fail (which may

@@ -2265,7 +2265,8 @@ BEGIN
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
                           AND q.group_concurrency OPERATOR(pg_catalog.=) 1)
            -- without the lock under READ COMMITTED only (pgqueue._message_left)
-           AND pg_catalog.current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
+           AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
+           AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable';
         IF NOT FOUND THEN
             PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
         END IF;
