@@ -213,10 +213,17 @@ class _Pgq(_Design):
     def setup(self, conn: psycopg.Connection[Any], backlog: int) -> None:
         conn.execute("SELECT pgq.create_queue('churn')")
         conn.execute("SELECT pgq.register_consumer('churn', 'bench')")
-        conn.execute("SELECT count(pgq.insert_event('churn', 'm', convert_from(convert_to(lpad(g::text, 20, '0') "
-                     "|| ' ', 'UTF8') || %s::bytea, 'UTF8'))) FROM generate_series(0, %s - 1) g", [PAD, backlog])
-        conn.execute("SELECT pgq.force_tick('churn')")
-        conn.execute("SELECT pgq.ticker('churn')")
+        # The backlog in ticks of the queue's ticker_max_count, as pgqd's ticker cuts a stream of
+        # events: one tick after the whole backlog made it one batch, which the consumer took
+        # at once and then ran one tick behind the producers (a run measured them, not it).
+        row = conn.execute("SELECT queue_ticker_max_count FROM pgq.queue WHERE queue_name = 'churn'").fetchone()
+        step = max(1, int(row[0])) if row else 500
+        for first in range(0, backlog, step):
+            conn.execute("SELECT count(pgq.insert_event('churn', 'm', convert_from(convert_to(lpad(g::text, 20, '0') "
+                         "|| ' ', 'UTF8') || %s::bytea, 'UTF8'))) FROM generate_series(%s::bigint, %s::bigint) g",
+                         [PAD, first, min(first + step, backlog) - 1])
+            conn.execute("SELECT pgq.force_tick('churn')")
+            conn.execute("SELECT pgq.ticker('churn')")
         # the events live in the parent's child tables (rotated): VACUUM of the parent alone would
         # leave them without statistics until autovacuum comes round, and get_batch_events' plan
         # with them, so the whole (fresh, small) database is vacuumed and analyzed

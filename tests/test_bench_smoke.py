@@ -391,3 +391,33 @@ def test_spark_section_is_the_render_of_its_results() -> None:
     for r in data["stream"]["results"]:
         assert f"| {r['rows']:,} | {r['partitions']} | {r['mode']} | {r['seconds']:.2f} |" in text
     assert text.strip() in (REPO / "docs" / "benchmarks.md").read_text()
+
+
+def test_pgq_backlog_comes_in_ticker_sized_batches(pg_server: Server) -> None:
+    """The held section's PgQ design enqueues its backlog in ticks of the queue's
+    ticker_max_count, so its consumer reads batches of that size (one tick after the whole
+    backlog made one batch of all of it, and the held rows measured PgQ's producers)."""
+    import psycopg
+
+    from bench.churn import Unavailable, _Pgq
+    from conftest import admin_execute, drop_database
+
+    admin_execute(pg_server, "CREATE DATABASE bench_pgq_batches")
+    try:
+        with psycopg.connect(pg_server.dsn("bench_pgq_batches"), autocommit=True) as conn:
+            design = _Pgq()
+            try:
+                design.prepare(conn)
+            except Unavailable as exc:  # the suite runs a peer only where the server has it
+                pytest.skip(str(exc))
+            design.setup(conn, 1200)
+            step = conn.execute("SELECT queue_ticker_max_count FROM pgq.queue WHERE queue_name = 'churn'").fetchone()
+            assert step is not None and 0 < step[0] < 1200
+            sizes, tokens = [], []
+            while (got := design.consume_many(conn)) is not None:
+                sizes.append(len(got))
+                tokens.extend(got)
+            assert sorted(tokens) == list(range(1200))  # every event once, in batches no larger than a tick
+            assert max(sizes) == step[0] and len(sizes) == -(-1200 // step[0])
+    finally:
+        drop_database(pg_server, "bench_pgq_batches")

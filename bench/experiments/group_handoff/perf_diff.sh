@@ -11,6 +11,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/../.." && pwd)
+# shellcheck source=../perf_lib.sh
+. "$here/../perf_lib.sh"
 clients=${1:-4}
 db=group_handoff_perf
 out=$(mktemp -d)
@@ -21,29 +23,7 @@ psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create(
 export PGOPTIONS="-c synchronous_commit=off"
 for q in plain grouped; do
   psql -q -X -d $db -v queue=$q -f "$here/topup.sql" >/dev/null
-  ( sleep 2; perf record -a -o "$out/$q.data" -- sleep 6 >/dev/null 2>&1 ) &
-  tps=$(pgbench -n -M prepared -c "$clients" -j 2 -T 10 -D queue=$q -f "$bench/pgbench/${SCRIPT:-pgqueue_dequeue}.sql" $db 2>/dev/null \
-        | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-  wait
-  echo "$q: $tps transactions/s"
-  echo "$tps" > "$out/$q.tps"
-  perf report -i "$out/$q.data" --no-children --sort symbol --stdio -n 2>/dev/null \
-    | grep -v '^#' | grep '%' | awk '{print $2, $4}' > "$out/$q.n"
+  perf_run "$out" $q $db "$bench/pgbench/${SCRIPT:-pgqueue_dequeue}.sql" -c "$clients" -j 2 -D queue=$q
 done
-python3 - "$out" <<'PY'
-import sys
-out = sys.argv[1]
-per = {}
-for q in ("plain", "grouped"):
-    tx = float(open(f"{out}/{q}.tps").read()) * 6 / 1000
-    total = 0
-    for line in open(f"{out}/{q}.n"):
-        n, sym = line.split(None, 1)
-        per.setdefault(sym.strip(), {})[q] = per.get(sym.strip(), {}).get(q, 0) + int(n) / tx
-        total += int(n)
-    print(f"{q}: {total / tx:.0f} samples per 1,000 transactions")
-print("plain  grouped  difference  function (samples per 1,000 transactions)")
-for sym, v in sorted(per.items(), key=lambda kv: kv[1].get("plain", 0) - kv[1].get("grouped", 0))[:25]:
-    print(f"{v.get('plain', 0):6.1f} {v.get('grouped', 0):8.1f} {v.get('grouped', 0) - v.get('plain', 0):11.1f}  {sym}")
-PY
+perf_table "$out" plain grouped
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db"
