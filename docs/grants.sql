@@ -37,9 +37,14 @@ GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
--- ... and run the schedules (schedule_run, `pgqueue scheduler`): read them and advance next_run;
--- creating and dropping schedules is the administrator's.
-GRANT SELECT, UPDATE (next_run) ON pgqueue.schedule TO :"producer";
+-- ... and run the schedules (schedule_run, `pgqueue scheduler`; it runs as the extension's owner
+-- and enqueues only the slots that are due) and read them (schedule_list); creating and dropping
+-- schedules is the administrator's. Not UPDATE: with it plain SQL could move any schedule's
+-- next_run (stop every schedule) or lock their rows (REVOKE: earlier versions of this recipe
+-- granted UPDATE (next_run), which schedule_run needed before it ran as the owner).
+REVOKE UPDATE ON pgqueue.schedule FROM :"producer";
+GRANT SELECT ON pgqueue.schedule TO :"producer";
+GRANT EXECUTE ON FUNCTION pgqueue.schedule_run(integer) TO :"producer";
 -- A plain install (`pgqueue install`) records its version in pgqueue.install, which the client,
 -- the worker and the command line read at start (pgqueue.check_server): every role reads it
 -- (administrators through their grant on every table, below).
@@ -77,7 +82,8 @@ REVOKE TRIGGER, REFERENCES ON ALL TABLES IN SCHEMA pgqueue FROM :"admin";
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
-                          pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text) TO :"admin";
+                          pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
+                          pgqueue.schedule_run(integer) TO :"admin";
 
 -------------------------------------------------------------------------------
 -- Monitoring, optional: add -v monitor=ROLE (pgqueue metrics, pgqueue stats, a read-only

@@ -4508,9 +4508,16 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- the slot the cap refused, which stays due for a later call to enqueue once there is room;
 -- the other schedules are not held up (pgqueue._schedule_fire), and it is not visited again in
 -- the same call.
+--
+-- SECURITY DEFINER, EXECUTE granted by docs/grants.sql (producers, administrators), not PUBLIC:
+-- a scheduler locks and advances the schedules' rows, which needs UPDATE on next_run, and with
+-- that right plain SQL could set any schedule's next_run to any time (stop every schedule) or
+-- hold their rows locked; here a caller can only enqueue the slots that are due, as the
+-- schedules say. The messages are created as the extension's owner (the schedules are the
+-- administrators', queues and contents included).
 CREATE FUNCTION pgqueue.schedule_run(p_limit integer DEFAULT 1000)
 RETURNS TABLE (schedule text, message_id bigint, slot bigint)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -4570,6 +4577,8 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+REVOKE ALL ON FUNCTION pgqueue.schedule_run(integer) FROM PUBLIC;
 
 COMMENT ON FUNCTION pgqueue.schedule_run(integer) IS
     'Enqueue the due slots of every schedule, each slot once however many schedulers run (row locks, SKIP LOCKED); returns schedule, message id and slot of each message created';

@@ -21,7 +21,7 @@ from pgqueue import Queue, errors
 from pgqueue.cli import main
 from pgqueue.message import ScheduledMessage
 from pgqueue.schedules import create_schedule, drop_schedule, list_schedules, run_schedules
-from test_privileges import Roles, denied, run
+from test_privileges import Roles, apply_recipes, denied, run
 from test_privileges import roles as roles_fixture  # noqa: F401  (a fixture, used by name)
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
@@ -176,9 +176,34 @@ def test_producers_run_schedules_admins_create_them(request: pytest.FixtureReque
     assert run(a, "SELECT pgqueue.schedule_create('tick', 'jobs', 'x', 60000, p_start_at => pgqueue.now_ms()) > 0") \
         == [(True,)]
     assert run(p, "SELECT count(*) FROM pgqueue.schedule_run()") == [(1,)]
+    assert run(c, "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('jobs', 10, 0)") == [("x",)]
+    assert run(p, "SELECT name FROM pgqueue.schedule_list()") == [("tick",)]
     denied(p, "SELECT pgqueue.schedule_create('mine', 'jobs', 'x', 60000)")
     denied(p, "SELECT pgqueue.schedule_drop('tick')")
     denied(c, "SELECT * FROM pgqueue.schedule_run()")
+    denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.schedule_run()")
+    assert run(a, "SELECT pgqueue.schedule_drop('tick')") == [(True,)]
+
+
+def test_producers_cannot_stop_or_hold_the_schedules(request: pytest.FixtureRequest) -> None:
+    """schedule_run runs as the extension's owner, so the producers' recipe grants no UPDATE on
+    pgqueue.schedule: with it (as before), plain SQL stopped every schedule by moving next_run to
+    the end of time, or held their rows locked so that every scheduler skipped them. Re-running
+    the recipe takes back an UPDATE an earlier version of it gave."""
+    roles: Roles = request.getfixturevalue("roles_fixture")
+    server, dbname = request.getfixturevalue("pg_server"), request.getfixturevalue("dbname")
+    a, p = roles.dsn(roles.admin), roles.dsn(roles.producer)
+    assert run(a, "SELECT pgqueue.schedule_create('tick', 'jobs', 'x', 60000, p_start_at => pgqueue.now_ms()) > 0") \
+        == [(True,)]
+    # an earlier recipe's grant, given by the owner
+    run(server.dsn(dbname), f'GRANT UPDATE (next_run) ON pgqueue.schedule TO "{roles.producer}"')
+    assert len(run(p, "SELECT id FROM pgqueue.schedule FOR UPDATE")) == 1
+    apply_recipes(server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+    denied(p, "UPDATE pgqueue.schedule SET next_run = 9223372036854775807")
+    denied(p, "SELECT id FROM pgqueue.schedule FOR UPDATE")
+    denied(p, "SELECT id FROM pgqueue.schedule FOR SHARE")
+    # what schedule_run itself locks is released with the caller's transaction, as before
+    assert run(p, "SELECT count(*) FROM pgqueue.schedule_run()") == [(1,)]
     assert run(a, "SELECT pgqueue.schedule_drop('tick')") == [(True,)]
 
 

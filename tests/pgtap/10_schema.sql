@@ -234,12 +234,13 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     'pgqueue.to_epoch(timestamp with time zone)'],
               'the functions with a SQL-standard body (no SET clause, so the planner can inline them)');
 -- SECURITY DEFINER only where a privilege must not be given to the callers (docs/security.md),
--- and none of those callable by PUBLIC: holding their locks would stall a queue.
+-- and none of those callable by PUBLIC: holding their locks would stall a queue (or the schedules).
 SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef $$,
               ARRAY['pgqueue._queue_pin(integer)', 'pgqueue._queue_quiesce(integer)',
-                    'pgqueue._queue_reserve(integer,bigint)', 'pgqueue._message_group_lock(integer,text)'],
-              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce, _queue_reserve and _message_group_lock');
+                    'pgqueue._queue_reserve(integer,bigint)', 'pgqueue._message_group_lock(integer,text)',
+                    'pgqueue.schedule_run(integer)'],
+              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce, _queue_reserve, _message_group_lock and schedule_run');
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef
                       AND has_function_privilege('public', p.oid, 'EXECUTE') $$,
