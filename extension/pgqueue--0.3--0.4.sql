@@ -5389,3 +5389,79 @@ CREATE TRIGGER message_placed_low_update
     AFTER UPDATE OF dequeue_at, locked_until ON pgqueue.message
     FOR EACH ROW WHEN (NEW.write_mark IS NOT DISTINCT FROM OLD.write_mark)
     EXECUTE FUNCTION pgqueue._message_placed_low();
+
+-- Spark's claim readers: an unknown queue is PQ001 (0.3 returned nothing)
+
+-- The open claims of a consumer with p_after_seq < seq <= p_up_to_seq, by seq. An unknown queue
+-- is an error (PQ001, checked once, before the scan: a one-time filter); an unknown consumer of a
+-- known queue has no claims.
+CREATE OR REPLACE FUNCTION pgqueue.spark_claims(p_queue text, p_consumer text, p_after_seq bigint, p_up_to_seq bigint)
+RETURNS TABLE (seq bigint, n integer, min_id bigint, max_id bigint, claimed_at bigint)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT k.seq, k.n, k.min_id, k.max_id, k.claimed_at
+      FROM pgqueue.spark_claim k
+     WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
+       AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
+       AND (pgqueue._queue_get(p_queue)).id IS NOT NULL
+     ORDER BY k.seq;
+END;
+
+COMMENT ON FUNCTION pgqueue.spark_claims(text, text, bigint, bigint) IS
+    'Open claims of a Spark consumer with p_after_seq < seq <= p_up_to_seq: sequence number, message count and id range when claimed, claim time (epoch ms)';
+
+-- The highest sequence number of a consumer's claims not acknowledged yet, NULL if none (an
+-- unknown consumer of a known queue has none); an unknown queue is an error (PQ001, checked
+-- once, before the scan: a one-time filter).
+CREATE OR REPLACE FUNCTION pgqueue.spark_pending_seq(p_queue text, p_consumer text)
+RETURNS bigint
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT max(k.seq) FROM pgqueue.spark_claim k
+     WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
+       AND (pgqueue._queue_get(p_queue)).id IS NOT NULL;
+END;
+
+COMMENT ON FUNCTION pgqueue.spark_pending_seq(text, text) IS
+    'Highest sequence number among the Spark consumer''s claims that are not acknowledged yet; NULL if there is none';
+
+-- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id.
+-- An unknown queue is an error (PQ001); an unknown consumer of a known queue has no claims.
+CREATE OR REPLACE FUNCTION pgqueue.spark_claimed(
+    p_queue     text,
+    p_consumer  text,
+    p_after_seq bigint,
+    p_up_to_seq bigint,
+    p_min_id    bigint DEFAULT NULL,
+    p_max_id    bigint DEFAULT NULL)
+RETURNS TABLE (id bigint, claim_seq bigint, content bytea, content_type text, attempts integer,
+               dequeue_at bigint, created_at bigint, state bytea, last_error text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);  -- raises PQ001 for an unknown queue
+    v_claim record;
+BEGIN
+    -- one bounded range scan of message_claim_idx per claim
+    FOR v_claim IN
+        SELECT k.id, k.seq FROM pgqueue.spark_claim k
+         WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
+           AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
+         ORDER BY k.seq
+    LOOP
+        RETURN QUERY
+        SELECT m.id, v_claim.seq, m.content, m.content_type, m.attempts, m.dequeue_at,
+               m.created_at, m.state, m.last_error
+          FROM pgqueue.message m
+         WHERE m.claim_id = v_claim.id
+           AND m.id >= coalesce(p_min_id, -9223372036854775808)
+           AND m.id <= coalesce(p_max_id, 9223372036854775807)
+         ORDER BY m.id;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_claimed(text, text, bigint, bigint, bigint, bigint) IS
+    'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing';

@@ -1,4 +1,5 @@
 -- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id.
+-- An unknown queue is an error (PQ001); an unknown consumer of a known queue has no claims.
 CREATE FUNCTION pgqueue.spark_claimed(
     p_queue     text,
     p_consumer  text,
@@ -13,6 +14,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);  -- raises PQ001 for an unknown queue
     v_claim record;
 BEGIN
     -- one bounded range scan of message_claim_idx per claim
