@@ -4,13 +4,21 @@
 --   psql -d mydb -v producer=app_writer -v consumer=app_worker -v admin=queue_ops -f docs/grants.sql
 --
 -- The roles must exist (CREATE ROLE ... NOLOGIN, then GRANT them to login roles). pgqueue's
--- functions are SECURITY INVOKER, so these table and column privileges are what decides who
--- may do what; without them PUBLIC can call the functions but every call fails with 42501.
+-- functions are SECURITY INVOKER but for five SECURITY DEFINER ones (docs/security.md), so
+-- these table and column privileges are what decides who may do what; without them PUBLIC can
+-- call the other functions but every call fails with 42501.
 -- Run it again after every upgrade (ALTER EXTENSION pgqueue UPDATE, pgqueue install, a plain
 -- install's step scripts): a new version may add tables, sequences and functions.
 -- See docs/security.md for what each role can and cannot do.
 
 \set ON_ERROR_STOP on
+
+-- The SECURITY DEFINER functions run as the owner: only the roles below may call them. The
+-- install revokes them from PUBLIC; a dump of a plain install restored without its privileges
+-- (pg_restore -x, pg_dump -x) gives them back to PUBLIC, so the recipe takes them back too.
+REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
+                       pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
+                       pgqueue.schedule_run(integer) FROM PUBLIC;
 
 -- Producer: enqueue (message_create, message_create_batch), read settings and stats.
 -- It can see message ids, queues and times but not contents, and cannot dequeue, complete or

@@ -292,3 +292,28 @@ def test_the_admin_recipe_cannot_plant_triggers(roles: Roles, pg_server: Server,
     denied(a, "CREATE TRIGGER planted AFTER INSERT ON pgqueue.message "
               "FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()")
     assert run(a, "SELECT pgqueue.queue_drop('capped')") == [(True,)]
+
+
+def test_the_recipe_takes_the_definer_functions_back_from_public(roles: Roles, pg_server: Server,
+                                                                  dbname: str) -> None:
+    """A dump of a plain install restored without its privileges (pg_restore -x) leaves the
+    SECURITY DEFINER functions executable by PUBLIC, as PostgreSQL makes every new function: a
+    role granted nothing could then fire the schedules or hold a queue's admission row as the
+    owner. The recipe revokes them from PUBLIC whatever ran before it (review of session 41)."""
+    definer = ("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace "
+               "AND p.prosecdef AND has_function_privilege('public', p.oid, 'EXECUTE') ORDER BY 1")
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute("SELECT pgqueue.schedule_create('tick', 'jobs', 'x', 60000, p_start_at => pgqueue.now_ms())")
+        for (name,) in owner.execute("SELECT p.oid::regprocedure::text FROM pg_proc p "
+                                     "WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef").fetchall():
+            owner.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {} TO PUBLIC").format(sql.SQL(name)))
+        assert len(owner.execute(definer).fetchall()) == 5  # as after a restore without privileges
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute(sql.SQL("GRANT USAGE ON SCHEMA pgqueue TO {}").format(sql.Identifier(roles.nobody)))
+    assert run(roles.dsn(roles.nobody), "SELECT count(*) FROM pgqueue.schedule_run()") == [(1,)]
+    apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        assert owner.execute(definer).fetchall() == []
+    denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.schedule_run()")
+    denied(roles.dsn(roles.consumer), "SELECT * FROM pgqueue.schedule_run()")
+    assert run(roles.dsn(roles.producer), "SELECT count(*) FROM pgqueue.schedule_run()") == [(0,)]  # fired already

@@ -127,6 +127,38 @@ def test_a_full_capped_queue_holds_up_its_own_schedule_only(dsn: str) -> None:
         queue.close()
 
 
+def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) -> None:
+    """A producer's open transaction that enqueued into a capped queue holds the queue's admission
+    row. schedule_run waited for it while holding the rows of the schedules it had fired, so every
+    other scheduler skipped those and every schedule stalled until the producer ended (review of
+    session 41). Now the capped queue's slot waits (100 ms at most for the row), the others fire,
+    and the caller's lock_timeout is its own again afterwards."""
+    capped, other = Queue(dsn, "capped"), Queue(dsn, "free")
+    capped.create(max_size=100)
+    other.create()
+    ten_minutes_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
+    create_schedule(dsn, "to_capped", "capped", "c", every=60, missed="latest", start_at=ten_minutes_ago)
+    create_schedule(dsn, "to_free", "free", "o", every=60, missed="latest", start_at=ten_minutes_ago)
+    with psycopg.connect(dsn) as producer:  # a transaction left open after an enqueue
+        producer.execute("SELECT pgqueue.message_create('capped', 'held')")
+        with psycopg.connect(dsn) as scheduler:
+            scheduler.execute("SET lock_timeout = '7s'")
+            started = time.monotonic()
+            fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
+            assert time.monotonic() - started < 5
+            assert fired == [("to_free",)]
+            assert scheduler.execute("SHOW lock_timeout").fetchone() == ("7s",)
+            scheduler.commit()
+            assert other.stats().ready == 1
+            due = {e.name: e.next_run for e in list_schedules(dsn)}
+            assert due["to_capped"] <= datetime.now(timezone.utc)  # its slot is still due
+        producer.commit()
+    assert [m.schedule for m in run_schedules(dsn)] == ["to_capped"]
+    assert capped.stats().ready == 2
+    for queue in (capped, other):
+        queue.close()
+
+
 def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     Queue(dsn, "jobs").create()
     assert main(["schedule", "create", "ping", "jobs", '{"p": 1}', "--json", "--every", "1", "--dsn", dsn]) == 0
@@ -185,11 +217,12 @@ def test_producers_run_schedules_admins_create_them(request: pytest.FixtureReque
     assert run(a, "SELECT pgqueue.schedule_drop('tick')") == [(True,)]
 
 
-def test_producers_cannot_stop_or_hold_the_schedules(request: pytest.FixtureRequest) -> None:
+def test_producers_cannot_move_or_lock_the_schedules_by_sql(request: pytest.FixtureRequest) -> None:
     """schedule_run runs as the extension's owner, so the producers' recipe grants no UPDATE on
     pgqueue.schedule: with it (as before), plain SQL stopped every schedule by moving next_run to
-    the end of time, or held their rows locked so that every scheduler skipped them. Re-running
-    the recipe takes back an UPDATE an earlier version of it gave."""
+    the end of time, or locked their rows without firing them so that every scheduler skipped
+    them. Re-running the recipe takes back an UPDATE an earlier version of it gave. (A transaction
+    that calls schedule_run still holds the schedules it fired until it ends: docs/security.md.)"""
     roles: Roles = request.getfixturevalue("roles_fixture")
     server, dbname = request.getfixturevalue("pg_server"), request.getfixturevalue("dbname")
     a, p = roles.dsn(roles.admin), roles.dsn(roles.producer)

@@ -3,8 +3,13 @@
 -- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
 -- (p_capped) each message is created in a subtransaction of its own, and the first that the cap
 -- refuses (PQ003) ends the call: that slot is the next one, due still, for a later call to
--- enqueue once there is room. (Uncapped queues take no subtransaction: never more than 64 of
--- them in a transaction for the schedules that need none.)
+-- enqueue once there is room. So does one that waits more than 100 ms for a lock
+-- (lock_not_available): the queue's admission row, which a producer's open transaction holds
+-- until it ends. The caller holds the rows of the schedules it fired before this one meanwhile,
+-- and every other scheduler skips them, so a wait here would stall every schedule, not only this
+-- queue's (the caller's own lock_timeout is back in force after each message). (Uncapped queues
+-- take no subtransaction: never more than 64 of them in a transaction for the schedules that
+-- need none.)
 CREATE FUNCTION pgqueue._schedule_fire(
     p_queue        text,
     p_content      bytea,
@@ -28,6 +33,8 @@ DECLARE
     v_id   bigint;
     v_w    bigint := 60000;
     v_last bigint;
+    v_lt   text;     -- the caller's lock_timeout, while a capped queue's admission waits 100 ms at most
+    v_full boolean;
 BEGIN
     o_ids := '{}';
     o_slots := '{}';
@@ -54,11 +61,16 @@ BEGIN
             CONTINUE;
         END IF;
         IF p_capped THEN
+            v_lt := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '100ms', true);
+            v_full := false;
             BEGIN
                 v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
-            EXCEPTION WHEN SQLSTATE 'PQ003' THEN
-                EXIT;  -- full: this slot and the ones after it wait
+            EXCEPTION WHEN SQLSTATE 'PQ003' OR lock_not_available THEN
+                v_full := true;  -- full, or its admission is held: this slot and the ones after it wait
             END;
+            PERFORM set_config('lock_timeout', v_lt, true);
+            EXIT WHEN v_full;
         ELSE
             v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
         END IF;
