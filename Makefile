@@ -52,13 +52,15 @@ all: $(FULL) $(PLAIN)
 
 $(FULL): $(SRC) $(EXTENSION).control
 	@mkdir -p $(dir $@)
-	{ printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
+	@echo "building $@ from extension/src"
+	@{ printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
 	  echo '-- pgqueue $(EXTVERSION), built from extension/src by make: edit the sources, not this file.'; \
 	  for f in $(SRC); do echo; echo "-- $$f"; cat $$f; done; } > $@
 
 $(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/end.sql $(EXTENSION).control
 	@mkdir -p $(dir $@)
-	{ cat extension/src/plain/guard.sql extension/src/plain/begin.sql; \
+	@echo "building $@ from extension/src"
+	@{ cat extension/src/plain/guard.sql extension/src/plain/begin.sql; \
 	  for f in $(SRC_PLAIN); do echo; echo "-- $$f"; cat $$f; done; \
 	  sed 's/@VERSION@/$(EXTVERSION)/' extension/src/plain/end.sql; } > $@
 

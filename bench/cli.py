@@ -15,11 +15,14 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +159,44 @@ def main(argv: list[str] | None = None) -> int:
     load_start = db.loadavg()
     _log(f"profile {profile_name}, sections {' '.join(sections)}, load average {load_start:.2f}")
     results: dict[str, Any] = {"errors": {}}
+    restore_signals = _stop_on_signals()
+    try:
+        return _run(args, argv, sections, profile, profile_name, settings, results, started, load_start, out,
+                    json_out)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the server has been stopped on the way out
+        _log("interrupted: no report written")
+        if profile_name == "smoke" and not args.out:
+            shutil.rmtree(out.parent, ignore_errors=True)
+        return 130
+    finally:
+        restore_signals()
+
+
+def _stop_on_signals() -> Callable[[], None]:
+    """SIGTERM and SIGHUP stop the suite as Ctrl-C does (KeyboardInterrupt on the main thread),
+    so that the suite's own server is stopped on the way out: by default they ended the process
+    and left the server running. The client processes the suite forks keep the default action.
+    Returns what puts the previous handlers back."""
+    main_pid = os.getpid()
+
+    def handle(signum: int, frame: object) -> None:
+        if os.getpid() != main_pid:  # a forked client: die as before
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    return restore
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None, sections: list[str], profile: config.Profile,
+         profile_name: str, settings: dict[str, str], results: dict[str, Any], started: float,
+         load_start: float, out: Path, json_out: Path) -> int:
     with db.server(args.dsn, settings) as srv:
         srv.build_template()
         meta_settings = srv.settings(config.REPORTED_SETTINGS)

@@ -105,6 +105,27 @@ def test_ctrl_c_in_the_middle_stops_cleanly_and_leaves_nothing_behind() -> None:
     _assert_cleaned_up(out)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_kill_or_a_closed_terminal_stops_cleanly_as_ctrl_c_does(sig: signal.Signals) -> None:
+    """SIGTERM (`kill`, `timeout`) or SIGHUP (a closed terminal) to the demo alone, not its
+    group: it ended the process at once and left the throwaway server running, orphaned (a new
+    user's first hour, session 41). Now they stop the demo as Ctrl-C does."""
+    proc = _start_in_own_group("demo", "--messages", "4000", "--rate", "400", "--no-progress")
+    try:
+        head = _read_until(proc, "process them", timeout=90)
+        time.sleep(2.0)  # producers and workers busy
+        proc.send_signal(sig)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = head + rest
+    assert proc.returncode == 130, out + err
+    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
+    assert "Traceback" not in err, err
+    _assert_cleaned_up(out)
+
+
 def test_ctrl_c_while_the_server_starts_is_an_interrupt_not_an_error() -> None:
     """Ctrl-C during initdb kills initdb too: the demo must report the Ctrl-C (exit 130), not
     "initdb failed", and leave nothing in the temporary directory."""

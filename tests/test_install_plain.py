@@ -279,6 +279,10 @@ def test_a_plain_script_run_by_psql_without_its_options_records_no_version(owner
         assert holds(conn) == (None, None)
         assert one(conn, "SELECT to_regclass('public.after_the_script') IS NOT NULL")
     refused(pgqueue("install", "--dsn", owner.dsn(fresh)), "a half-applied install")
+    # what is left goes with uninstall, which says so in one clause (it printed "pgqueue (no
+    # version recorded) (plain SQL) uninstalled")
+    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(fresh)))
+    assert f"pgqueue (no version recorded, plain SQL) uninstalled from database {fresh}" in out, out
     old = owner.database()
     install_plain_release(owner, old, "0.1")
     admin_execute(pg_server, sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path = pg_catalog, pg_temp").format(

@@ -420,3 +420,22 @@ def test_two_finished_deliveries_of_one_message_are_acknowledged_in_turn_each_wi
     assert [(r.message.attempts, r.message.id, r.acknowledged) for r in results.items] == [
         (1, 7, False), (1, 8, True), (2, 7, True)]
     assert core.in_flight == 0
+
+
+def test_the_start_log_names_the_server_libpq_reaches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's start log read the host from the conninfo alone and said "localhost" for a
+    worker that PGHOST and PGPORT sent to another socket (a new user's first hour, session 41)."""
+    from pgqueue._worker_core import _where
+
+    for name in ("PGHOST", "PGPORT", "PGDATABASE", "PGUSER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PGHOST", "/tmp/sock")
+    monkeypatch.setenv("PGPORT", "55432")
+    assert _where("dbname=app") == ("app", "/tmp/sock:55432")
+    assert _where("host=db.example.com port=6432 dbname=x") == ("x", "db.example.com:6432")
+    assert _where("postgresql://u@h2/d3") == ("d3", "h2:55432")
+    monkeypatch.delenv("PGHOST")
+    monkeypatch.delenv("PGPORT")
+    assert _where("dbname=app") == ("app", "the default socket")
+    monkeypatch.setenv("PGDATABASE", "fromenv")
+    assert _where("") == ("fromenv", "the default socket")

@@ -196,6 +196,17 @@ def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | No
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
 
 
+def _where(dsn: str) -> tuple[str, str]:
+    """The database and the server a conninfo reaches, for the start log: what the conninfo
+    says, else libpq's environment (PGDATABASE, PGHOST, PGPORT), else libpq's defaults."""
+    given = conninfo_to_dict(dsn)
+    dbname = str(given.get("dbname") or os.environ.get("PGDATABASE") or given.get("user")
+                 or os.environ.get("PGUSER") or "?")
+    host = str(given.get("host") or given.get("hostaddr") or os.environ.get("PGHOST") or "the default socket")
+    port = given.get("port") or os.environ.get("PGPORT")
+    return dbname, f"{host}:{port}" if port else host
+
+
 #: Seconds a connection attempt of a worker may take (libpq's connect_timeout), unless the
 #: conninfo sets one: a stop is never kept waiting long by a server that does not answer.
 _CONNECT_TIMEOUT = 10
@@ -426,10 +437,9 @@ class WorkerCore:
             log.info("queue %r has notify off: polling only, no LISTEN (for instant wake-ups turn it on "
                      "with `pgqueue queue alter %s --notify`, then restart the worker: a running worker "
                      "does not start listening)", self._name, self._name)
-        where = conninfo_to_dict(self._dsn)
+        dbname, server = _where(self._dsn)
         log.info("worker started: queue %r in database %s on %s, concurrency %d (%s), lease %d ms",
-                 self._name, where.get("dbname", "?"), where.get("host", "localhost"), self._concurrency,
-                 how, self._lease_ms)
+                 self._name, dbname, server, self._concurrency, how, self._lease_ms)
 
     # -- the steps: each yields the calls it needs run ------------------------------------------
 

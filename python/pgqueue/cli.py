@@ -1002,7 +1002,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     try:
         from pgqueue.dashboard import Options, serve
     except ImportError as exc:
-        raise UserError(f"the dashboard needs Flask ({exc}): pip install 'pgqueue-sql[dashboard]'") from exc
+        raise UserError(f"the dashboard needs Flask ({exc}), the pgqueue-sql[dashboard] extra: pip install 'flask>=3.0,<4' "
+                        "(from a clone of pgqueue: pip install './python[dashboard]')") from exc
     from pgqueue.dashboard.app import _is_loopback_host
 
     dsn = resolve_dsn(args)

@@ -323,20 +323,26 @@ class _Interrupted(KeyboardInterrupt):
 
 
 class _Sigint:
-    """Remember a Ctrl-C (SIGINT) on the main thread, which raises KeyboardInterrupt as usual.
+    """Remember a Ctrl-C (SIGINT) on the main thread, which raises KeyboardInterrupt as usual;
+    SIGTERM and SIGHUP do the same, so that `kill`, `timeout` or a closed terminal stop the demo
+    as Ctrl-C does, its throwaway server included (by default they ended the process at once and
+    left the server running).
 
     Ctrl-C on a terminal also reaches the throwaway server and its initdb (they run in the
     demo's process group), and the error their end causes (initdb killed, a connection
     terminated) can reach the main thread first: the demo then reports the Ctrl-C all the same.
     """
 
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
     def __init__(self) -> None:
         self.seen = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Sigint:
         if threading.current_thread() is threading.main_thread():  # signal handlers live there
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: object) -> None:
@@ -344,8 +350,8 @@ class _Sigint:
         raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def _drop(queue: Queue, throwaway: bool, out: TextIO) -> None:
@@ -372,7 +378,8 @@ def dashboard(dsn: str, port: int | None, out: TextIO) -> Iterator[None]:
     try:
         from pgqueue.dashboard import Options, start
     except ImportError as exc:
-        raise UserError(f"--dashboard needs Flask ({exc}): pip install 'pgqueue-sql[dashboard]'") from exc
+        raise UserError(f"--dashboard needs Flask ({exc}), the pgqueue-sql[dashboard] extra: pip install 'flask>=3.0,<4' "
+                        "(from a clone of pgqueue: pip install './python[dashboard]')") from exc
     try:
         server = start(Options(dsn=dsn, sample_interval=1.0), port=port)
     except OSError as exc:

@@ -1,6 +1,6 @@
 """The throwaway PostgreSQL server that ``pgqueue demo`` runs on when it is given no database.
 
-It needs the ``embedded`` extra (``pip install 'pgqueue-sql[embedded]'``: ``testing.postgresql``)
+It needs the ``embedded`` extra (``pip install './python[embedded]'`` from a clone: ``testing.postgresql``)
 and PostgreSQL's server programs (``initdb``, ``postgres``) on the machine; the package works
 without both. The repository's test suite, benchmarks and examples start their servers with it
 too, so that there is one way to do it.
@@ -72,7 +72,8 @@ def check_available() -> None:
         import testing.postgresql  # noqa: F401
     except ImportError as exc:
         raise EmbeddedUnavailable(
-            "the throwaway server needs the embedded extra: pip install 'pgqueue-sql[embedded]'"
+            "the throwaway server needs the pgqueue-sql[embedded] extra: pip install 'testing.postgresql>=1.3,<2' "
+            "(from a clone of pgqueue: pip install './python[embedded]')"
         ) from exc
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         raise EmbeddedUnavailable("running as root needs setpriv (util-linux) to start PostgreSQL")

@@ -630,4 +630,5 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
             kept = ""
         except psycopg.errors.DependentObjectsStillExist:
             kept = _kept([o.description for o in others])
-    return f"pgqueue {version or '(no version recorded)'} (plain SQL) uninstalled from database {state.database}{kept}"
+    what = f"pgqueue {version} (plain SQL)" if version else "pgqueue (no version recorded, plain SQL)"
+    return f"{what} uninstalled from database {state.database}{kept}"
