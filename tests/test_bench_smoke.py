@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +425,48 @@ def test_pgq_backlog_comes_in_ticker_sized_batches(pg_server: Server) -> None:
             assert max(sizes) == step[0] and len(sizes) == -(-1200 // step[0])
     finally:
         drop_database(pg_server, "bench_pgq_batches")
+
+
+def test_sigterm_stops_the_suite_and_its_server() -> None:
+    """SIGTERM (`kill`, `timeout`) ended `python -m bench` at once and left the suite's own
+    server running, orphaned (a new user's first hour, session 41): now it stops as Ctrl-C does,
+    its server with it, and says that no report was written."""
+    # the suite's server runs as the postgres user when the tests run as root: a directory it
+    # may enter (pytest's tmp_path is private to root)
+    tmp_path = Path(tempfile.mkdtemp(prefix="bench-sigterm-"))
+    tmp_path.chmod(0o1777)
+    try:
+        _sigterm_the_suite(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _sigterm_the_suite(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "--smoke", "--only", "held"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    head = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the server is up and the section runs
+            head.append(line)
+            if "section held" in line:
+                break
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rest = "".join(head) + rest
+    assert proc.returncode == 130, rest
+    assert "interrupted: no report written" in rest
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(tmp_path).encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+        except OSError:  # the process ended meanwhile
+            pass
+    assert left == [], f"processes still running from {tmp_path}: {left}"
+    assert not any(p.name.startswith("pgqueue-bench-smoke-") for p in tmp_path.iterdir())
