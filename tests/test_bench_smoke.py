@@ -461,12 +461,13 @@ def _sigterm_the_suite(tmp_path: Path) -> None:
     rest = "".join(head) + rest
     assert proc.returncode == 130, rest
     assert "interrupted: no report written" in rest
+    time.sleep(2)  # the forked clients notice the server is gone
     left = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if str(tmp_path).encode() in cmdline.read_bytes():
-                left.append(cmdline.parent.name)
-        except OSError:  # the process ended meanwhile
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:  # the server (its directory) and the suite's forked clients (their environment)
+            if str(tmp_path).encode() in (proc_dir / "cmdline").read_bytes() + (proc_dir / "environ").read_bytes():
+                left.append(proc_dir.name)
+        except OSError:  # the process ended meanwhile, or is not ours to read
             pass
     assert left == [], f"processes still running from {tmp_path}: {left}"
     assert not any(p.name.startswith("pgqueue-bench-smoke-") for p in tmp_path.iterdir())
