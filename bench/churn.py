@@ -701,7 +701,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
             result.update(_held_analysis(deq_s, holder_state, window, threshold=0.9, smooth=smooth))
             result.update(_held_growth(samples, enq_s, holder_state))
             result.update(_held_buffers(samples, holder_state))
-            result.update(_held_backlog(samples, holder_state))
+            result.update(_held_backlog(samples, holder_state, backlog))
             if twin and twin_check:
                 twin_deq, twin_enq = twin.per_second(seconds)
                 result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq, twin_check=twin_check.as_dict())
@@ -814,14 +814,28 @@ def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str
             "held_growth_window": [first["t"], last["t"]]}
 
 
-def _held_backlog(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:
+#: A backlog under this share of the run's starting one counts as run out (held_backlog_dry)
+DRY_SHARE = 0.02
+
+
+def _held_backlog(samples: list[dict[str, Any]], hold: dict[str, Any], backlog: int) -> dict[str, Any]:
     """The lowest backlog from the start of the hold to 5 s after it (the once-a-second monitor's
-    count: produced less finished). Where it reached zero the consumers were waiting for the
-    producers, and the rate measured theirs: the run's backlog was too small for its length."""
+    count: produced less finished), and whether it ran out: reached zero, or fell under
+    DRY_SHARE of the run's starting backlog. Then the consumers were waiting for the producers,
+    and the rate measured theirs: the run's backlog was too small for its length, or (PgQ, whose
+    one consumer reads batches of a tick's events) the consumer drew the backlog down faster than
+    the producers fill it and then ran a tick or two behind them."""
     if "start" not in hold or "end" not in hold:
         return {}
     seen = [s["backlog"] for s in samples if hold["start"] <= s["t"] <= hold["end"] + 5]
-    return {"held_backlog_min": min(seen)} if seen else {}
+    if not seen:
+        return {}
+    return {"held_backlog_min": min(seen), "held_backlog_dry": min(seen) <= DRY_SHARE * backlog}
+
+
+def held_dry(r: dict[str, Any]) -> bool:
+    """Whether a held run's backlog ran out (older runs' JSON has only the minimum: zero)."""
+    return bool(r.get("held_backlog_dry", r.get("held_backlog_min", 1) <= 0))
 
 
 def _held_buffers(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:
@@ -885,5 +899,5 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
                 f"{r.get('held_produced', 0):,} messages produced"
                 + (f"; against its twin: slowest {r.get('twin_min_ratio') or 0:.2f}x, mean "
                    f"{r.get('twin_mean_ratio') or 0:.2f}x, recovery {r.get('twin_recovery_s')} s" if twin else "")
-                + ("; THE BACKLOG RAN OUT (a larger backlog is needed)" if r.get("held_backlog_min", 1) <= 0 else ""))
+                + ("; THE BACKLOG RAN OUT (the producers' rate)" if held_dry(r) else ""))
     return out

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import plots
+from bench import churn, plots
 from bench.config import SECTIONS
 
 TARGET_SHAPES = ["future", "leased", "dead", "other_queue", "ready"]
@@ -299,7 +299,7 @@ def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
                 continue
             # the backlog ran out during the hold or in the 5 s after it: the consumers waited for the
             # producers, so the rates there are the producers', and the rate bounds are not graded
-            dry = r.get("held_backlog_min", 1) <= 0
+            dry = churn.held_dry(r)
             dry_verdict = "n/a (the backlog ran out: the producers' rate)"
             rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s while held vs before",
                          _fmt(ratio, 2) + "×", "≥ 0.9×", dry_verdict if dry else _verdict(ratio, 0.9)))
@@ -847,8 +847,8 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
               f"| {_fmt(_held_growth_ratio(r), 2)}× "
               f"| {_fmt(r.get('held_blocks_before'))}, {_fmt(r.get('held_blocks_peak'))} "
               f"| {r['check']['summary']}"
-              + ("; the backlog ran out during the hold or in the 5 s after it: the rate is the producers'"
-                 if r.get("held_backlog_min", 1) <= 0 else "") + " |")
+              + ("; the backlog ran out (under 2% of its start) during the hold or in the 5 s after it: the "
+                 "rate is the producers'" if churn.held_dry(r) else "") + " |")
         w("")
         if held.get("twin"):
             w("Against the twin (the same design and load at the same time in a second database of the "

@@ -37,6 +37,13 @@ if [ "${PGQUEUE_WITH_BROWSER:-1}" = "1" ]; then
     [ -x /usr/bin/chromium ] || need_apt+=(chromium)
     [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 fi
+# the benchmark suite's peer PgQ, Debian's package for Debian's server (tests/test_bench_smoke.py
+# runs it beside pgqueue; PGQUEUE_WITH_BENCH=0 skips it, and those tests then report it missing)
+if [ "${PGQUEUE_WITH_BENCH:-1}" = "1" ] \
+   && { [ -z "$pg_config" ] || [ "$("$pg_config" --sharedir)" = /usr/share/postgresql/15 ]; } \
+   && [ ! -f /usr/share/postgresql/15/extension/pgq.control ]; then
+    need_apt+=(postgresql-15-pgq3)
+fi
 if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ] && ! command -v java >/dev/null; then
     need_apt+=(openjdk-17-jre-headless)
 fi

@@ -240,10 +240,13 @@ def test_held_backlog_flags_a_run_that_ran_dry(monkeypatch: pytest.MonkeyPatch) 
     hold = {"start": 10.0, "end": 20.0}
     samples = [{"t": float(t), "backlog": b} for t, b in
                [(5, 900), (10, 500), (15, 200), (20, 100), (25, 50), (26, 0), (40, 0)]]
-    assert _held_backlog(samples, hold) == {"held_backlog_min": 50}
+    assert _held_backlog(samples, hold, 1000) == {"held_backlog_min": 50, "held_backlog_dry": False}
+    # under 2% of the starting backlog: a consumer that caught up with its producers (PgQ's, a
+    # tick or two behind them) waits for them as much as one that found nothing
+    assert _held_backlog(samples, hold, 5000) == {"held_backlog_min": 50, "held_backlog_dry": True}
     samples[4]["backlog"] = 0
-    assert _held_backlog(samples, hold) == {"held_backlog_min": 0}
-    assert _held_backlog(samples, {"start": 10.0}) == {}
+    assert _held_backlog(samples, hold, 1000) == {"held_backlog_min": 0, "held_backlog_dry": True}
+    assert _held_backlog(samples, {"start": 10.0}, 1000) == {}
 
     monkeypatch.setattr(report.plots, "held_snapshots", lambda *args, **kwargs: None)
 
