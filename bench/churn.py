@@ -617,8 +617,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
 
     def holder() -> None:
         assert hold is not None
-        time.sleep(max(0.0, t0 + hold[0] - time.perf_counter()))
-        if stop.is_set():
+        if stop.wait(max(0.0, t0 + hold[0] - time.perf_counter())):
             return
         if hold_case == "0":  # the control: the same seconds, nothing held
             holder_state["start"] = time.perf_counter() - t0
@@ -652,13 +651,17 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
         aux += design.background(server.dsn(twin_dbname, sync_off=True), stop, errors)
     if hold:
         aux.append(threading.Thread(target=holder))
-    for ld in loads:
-        ld.start()
-    for t in aux:
-        t.start()
-    end = t0 + seconds
-    while time.perf_counter() < end and not stop.is_set():
-        time.sleep(min(1.0, max(0.0, end - time.perf_counter())))
+    try:
+        for ld in loads:
+            ld.start()
+        for t in aux:
+            t.start()
+        end = t0 + seconds
+        while time.perf_counter() < end and not stop.is_set():
+            time.sleep(min(1.0, max(0.0, end - time.perf_counter())))
+    except BaseException:  # Ctrl-C, SIGTERM (bench.cli): the threads end at once, not at the run's planned end
+        stop.set()
+        raise
     stop.set()
     for ld in loads:
         ld.finish()
@@ -834,8 +837,12 @@ def _held_backlog(samples: list[dict[str, Any]], hold: dict[str, Any], backlog: 
 
 
 def held_dry(r: dict[str, Any]) -> bool:
-    """Whether a held run's backlog ran out (older runs' JSON has only the minimum: zero)."""
-    return bool(r.get("held_backlog_dry", r.get("held_backlog_min", 1) <= 0))
+    """Whether a held run's backlog ran out (older runs' JSON has the minimum and the run's
+    starting backlog, not the flag)."""
+    if "held_backlog_dry" in r:
+        return bool(r["held_backlog_dry"])
+    low = r.get("held_backlog_min", 1)
+    return bool(low <= 0 or low <= DRY_SHARE * r.get("backlog", 0))
 
 
 def _held_buffers(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:

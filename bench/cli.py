@@ -186,7 +186,9 @@ def _stop_on_signals() -> Callable[[], None]:
             return
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # a signal that is ignored (nohup: SIGHUP) stays so
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
 
     def restore() -> None:
         for sig, old in previous.items():

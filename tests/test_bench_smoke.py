@@ -474,3 +474,27 @@ def _sigterm_the_suite(tmp_path: Path) -> None:
             pass
     assert left == [], f"processes still running from {tmp_path}: {left}"
     assert not any(p.name.startswith("pgqueue-bench-smoke-") for p in tmp_path.iterdir())
+
+
+def test_nohup_keeps_sighup_ignored_and_old_runs_render_their_dry_backlog() -> None:
+    """(Review of session 41.) Under nohup SIGHUP is ignored: the suite's handler for SIGTERM
+    and SIGHUP took that over, and closing the terminal stopped a run meant to outlive it. And a
+    run saved before the 2% rule renders with it (its JSON has the minimum and the backlog)."""
+    from bench.churn import held_dry
+    from bench.cli import _stop_on_signals
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        restore = _stop_on_signals()
+        try:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+        finally:
+            restore()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert held_dry({"backlog": 200_000, "held_backlog_min": 250})
+    assert not held_dry({"backlog": 200_000, "held_backlog_min": 25_000})
+    assert held_dry({"held_backlog_min": 0}) and not held_dry({"held_backlog_min": 5})
+    assert not held_dry({"backlog": 1_000, "held_backlog_min": 50, "held_backlog_dry": False})

@@ -126,6 +126,21 @@ def test_kill_or_a_closed_terminal_stops_cleanly_as_ctrl_c_does(sig: signal.Sign
     _assert_cleaned_up(out)
 
 
+def test_nohup_keeps_sighup_ignored() -> None:
+    """Under nohup SIGHUP is ignored: the demo's handler took that over, and closing the
+    terminal stopped a demo meant to outlive it (review of session 41)."""
+    from pgqueue.demo import _Sigint
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _Sigint():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_ctrl_c_while_the_server_starts_is_an_interrupt_not_an_error() -> None:
     """Ctrl-C during initdb kills initdb too: the demo must report the Ctrl-C (exit 130), not
     "initdb failed", and leave nothing in the temporary directory."""

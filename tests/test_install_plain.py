@@ -674,7 +674,7 @@ def test_uninstall_of_a_damaged_or_newer_record(owner: Owner, damage: str) -> No
             conn.execute("UPDATE pgqueue.install SET version = '0.0'")
         before = schema_contents(conn)
     if damage == "newer":
-        refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "99.0", "newer", "pip install -U")
+        refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "99.0", "newer", "pip install ./python in a clone")
         with owner.connect(db) as conn:
             assert holds(conn) == (None, "99.0")
             assert schema_contents(conn) == before

@@ -58,7 +58,8 @@ def test_older_and_newer_databases_are_refused_with_what_to_upgrade(pg_server: S
         conn.execute("UPDATE pgqueue.install SET version = %s", [newer])
         with pytest.raises(VersionMismatch, match=f"has pgqueue {newer} \\(plain\\), newer than this client") as exc:
             check_server(conn)
-        assert f"pip install 'pgqueue-sql=={newer}.*'" in str(exc.value)
+        assert f"to {newer}: pip install ./python in a clone of pgqueue at release {newer}" in str(exc.value)
+        assert "pgqueue-sql is not on PyPI" in str(exc.value)
 
 
 def test_an_older_extension_is_told_to_update(bare_dsn: str) -> None:

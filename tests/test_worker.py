@@ -800,3 +800,29 @@ def test_the_readmes_workers_examples_pass_a_users_mypy_strict(tmp_path: Path) -
         proc = subprocess.run([str(mypy), "--strict", "--no-incremental", f"use{n}.py"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == 0, block + proc.stdout + proc.stderr
+
+
+def test_the_start_log_names_what_the_connection_reached(dsn: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A worker reached through a service file (or PGHOSTADDR, or one host of several) logged
+    "database ? on the default socket": the start log now names the database, host and port the
+    start-up check's connection reached (review of session 41)."""
+    import logging
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(dsn)
+    service = tmp_path / "pg_service.conf"
+    service.write_text("[pgq_worker_test]\n" + "".join(f"{k}={v}\n" for k, v in given.items()))
+    monkeypatch.setenv("PGSERVICEFILE", str(service))
+    for name in ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE"):
+        monkeypatch.delenv(name, raising=False)
+    Queue(dsn, "jobs").create()
+    worker = Worker(Queue("service=pgq_worker_test", "jobs"), lambda message: None)
+    with psycopg.connect(dsn) as conn:
+        host, port, dbname = conn.info.host, conn.info.port, conn.info.dbname
+    caplog.set_level(logging.INFO, logger="pgqueue")
+    assert worker._check_server()
+    worker._started_log(True, "threads")
+    assert f"in database {dbname} on {host}:{port}," in caplog.text, caplog.text

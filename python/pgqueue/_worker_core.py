@@ -197,8 +197,9 @@ def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | No
 
 
 def _where(dsn: str) -> tuple[str, str]:
-    """The database and the server a conninfo reaches, for the start log: what the conninfo
-    says, else libpq's environment (PGDATABASE, PGHOST, PGPORT), else libpq's defaults."""
+    """The database and the server a conninfo names, for the start log when the start-up check
+    recorded none (it records what the connection reached): what the conninfo says, else libpq's
+    environment (PGDATABASE, PGHOST, PGPORT), else libpq's defaults."""
     given = conninfo_to_dict(dsn)
     dbname = str(given.get("dbname") or os.environ.get("PGDATABASE") or given.get("user")
                  or os.environ.get("PGUSER") or "?")
@@ -312,6 +313,7 @@ class WorkerCore:
         self._stop_by: float | None = None  # monotonic end of the shutdown grace, once stopped
         self._call_since: float | None = None  # monotonic start of the loop's call in flight
         self._checking: Any = None  # the start-up check's connection while it runs
+        self._reached: tuple[str, str] | None = None  # the database and server the check reached
         self._gave_up = False  # the watchdog shut the call in flight down
         self._watchdog: threading.Thread | None = None
         self._ended = threading.Event()  # run() is over (the worker's _run sets it)
@@ -418,6 +420,9 @@ class WorkerCore:
                     self._watch_stop()  # stop() came before run(): no watchdog was started then
                 try:
                     check_server(conn)
+                    # for the start log: what libpq reached (a service file, PGHOSTADDR, one host
+                    # of several), which the conninfo alone does not say
+                    self._reached = (conn.info.dbname, f"{conn.info.host}:{conn.info.port}")
                 finally:
                     self._call_since = None
                     self._checking = None
@@ -437,7 +442,7 @@ class WorkerCore:
             log.info("queue %r has notify off: polling only, no LISTEN (for instant wake-ups turn it on "
                      "with `pgqueue queue alter %s --notify`, then restart the worker: a running worker "
                      "does not start listening)", self._name, self._name)
-        dbname, server = _where(self._dsn)
+        dbname, server = self._reached or _where(self._dsn)
         log.info("worker started: queue %r in database %s on %s, concurrency %d (%s), lease %d ms",
                  self._name, dbname, server, self._concurrency, how, self._lease_ms)
 

@@ -98,8 +98,8 @@ def version_mismatch(installed: ServerPgQueue) -> VersionMismatch | None:
             f"the database has pgqueue {installed.version} ({installed.kind}), older than this "
             f"client ({client} needs {want}): {hint}", hint=hint)
     if theirs > ours:
-        hint = (f"upgrade the client to {theirs[0]}.{theirs[1]}: "
-                f"pip install '{DISTRIBUTION}=={theirs[0]}.{theirs[1]}.*'")
+        hint = (f"upgrade the client ({DISTRIBUTION}) to {theirs[0]}.{theirs[1]}: pip install ./python "
+                f"in a clone of pgqueue at release {theirs[0]}.{theirs[1]} ({DISTRIBUTION} is not on PyPI)")
         return VersionMismatch(
             f"the database has pgqueue {installed.version} ({installed.kind}), newer than this "
             f"client ({client} works with {want}): {hint}", hint=hint)

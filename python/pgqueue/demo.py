@@ -342,6 +342,8 @@ class _Sigint:
     def __enter__(self) -> _Sigint:
         if threading.current_thread() is threading.main_thread():  # signal handlers live there
             for sig in self.SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:  # nohup, or `cmd &` in a script: stays so
+                    continue
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

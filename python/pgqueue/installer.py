@@ -182,7 +182,7 @@ def _downgrade(state: InstallState, kind: str, version: str) -> InstallError:
     return InstallError(
         f"database {state.database} has pgqueue {version} ({kind}), newer than this client "
         f"({DISTRIBUTION} {__version__} installs {sql_version()}): refusing to downgrade; upgrade the client "
-        f"(pip install -U '{DISTRIBUTION}')")
+        f"(pip install ./python in a clone of pgqueue at that release: {DISTRIBUTION} is not on PyPI)")
 
 
 def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
@@ -594,7 +594,8 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
             raise InstallError(
                 f"database {state.database} has pgqueue {version} (plain SQL), newer than this client ({DISTRIBUTION} "
                 f"{__version__} knows the objects of {sql_version()} and older): refusing to uninstall what it cannot "
-                f"tell from your own objects in schema pgqueue; upgrade the client (pip install -U '{DISTRIBUTION}')")
+                f"tell from your own objects in schema pgqueue; upgrade the client (pip install ./python in a "
+                f"clone of pgqueue at that release: {DISTRIBUTION} is not on PyPI)")
         conn.execute(_sql.QUIET)
         reference = _reference(conn, state.database, version)
         objects = _schema_objects(conn)

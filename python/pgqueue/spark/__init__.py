@@ -1,6 +1,6 @@
 """pgqueue for Apache Spark: a PySpark data source that feeds and drains queues.
 
-Needs the ``spark`` extra (``pip install 'pgqueue-sql[spark]'``: pyspark 4.2+ and pyarrow; Java 17+);
+Needs the ``spark`` extra (``pip install './python[spark]'`` from a clone: pyspark 4.2+ and pyarrow; Java 17+);
 ``import pgqueue`` alone never imports pyspark. Register the format once per SparkSession::
 
     import pgqueue.spark
