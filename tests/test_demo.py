@@ -70,8 +70,11 @@ def _start_in_own_group(*args: str, tmpdir: str | None = None) -> subprocess.Pop
     """Start `pgqueue ...` in a process group of its own, as a shell starts a foreground job:
     Ctrl-C on a terminal is SIGINT to every process of that group (os.killpg below)."""
     env = _demo_env() if tmpdir is None else {**_demo_env(), "TMPDIR": tmpdir}
+    # SIGHUP at its default, as in a terminal's job: under nohup (a CI runner started so) the
+    # child would inherit it ignored, which the demo rightly leaves so
     return subprocess.Popen([str(PGQUEUE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+                            text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
 
 def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
