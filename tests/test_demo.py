@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,19 +90,25 @@ def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str
     return "".join(lines)
 
 
-def test_ctrl_c_in_the_middle_stops_cleanly_and_leaves_nothing_behind() -> None:
-    """Ctrl-C also reaches the throwaway server (same process group), which shuts down at once:
-    the demo must still stop its threads, say so, exit 130, and leave no server or directory."""
+def _interrupt_in_the_middle(
+        interrupt: Callable[[subprocess.Popen[str]], None]) -> tuple[subprocess.Popen[str], str, str]:
+    """Run the demo, interrupt it while producers and workers are busy; its output and errors."""
     proc = _start_in_own_group("demo", "--messages", "4000", "--rate", "400", "--no-progress")
     try:
         head = _read_until(proc, "process them", timeout=90)
         time.sleep(2.0)  # producers and workers busy
-        os.killpg(proc.pid, signal.SIGINT)
+        interrupt(proc)
         rest, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    out = head + rest
+    return proc, head + rest, err
+
+
+def test_ctrl_c_in_the_middle_stops_cleanly_and_leaves_nothing_behind() -> None:
+    """Ctrl-C also reaches the throwaway server (same process group), which shuts down at once:
+    the demo must still stop its threads, say so, exit 130, and leave no server or directory."""
+    proc, out, err = _interrupt_in_the_middle(lambda proc: os.killpg(proc.pid, signal.SIGINT))
     assert proc.returncode == 130, out + err
     assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
     assert "error" not in err and "Traceback" not in err, err
@@ -113,16 +120,7 @@ def test_kill_or_a_closed_terminal_stops_cleanly_as_ctrl_c_does(sig: signal.Sign
     """SIGTERM (`kill`, `timeout`) or SIGHUP (a closed terminal) to the demo alone, not its
     group: it ended the process at once and left the throwaway server running, orphaned (a new
     user's first hour, session 41). Now they stop the demo as Ctrl-C does."""
-    proc = _start_in_own_group("demo", "--messages", "4000", "--rate", "400", "--no-progress")
-    try:
-        head = _read_until(proc, "process them", timeout=90)
-        time.sleep(2.0)  # producers and workers busy
-        proc.send_signal(sig)
-        rest, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = head + rest
+    proc, out, err = _interrupt_in_the_middle(lambda proc: proc.send_signal(sig))
     assert proc.returncode == 130, out + err
     assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
     assert "Traceback" not in err, err
