@@ -2314,7 +2314,7 @@ BEGIN
     IF p_content IS NULL THEN
         RAISE EXCEPTION 'message content must not be NULL'
             USING ERRCODE = '22004',
-                  HINT = 'Send an empty bytea for an empty message.';
+                  HINT = 'Send an empty value (an empty bytea or text) for an empty message; JSON''s null is ''null''::jsonb, not SQL NULL.';
     END IF;
     -- Fast path (uncapped queue, READ COMMITTED): find the queue and take its lock stripe in one
     -- statement, then insert only if the queue still exists uncapped in the INSERT's own
@@ -2337,14 +2337,22 @@ BEGIN
         RETURNING id INTO v_id;
     END IF;
     IF v_id IS NULL THEN
-        IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
-            -- a capped queue: a key that is taken returns its message without asking for room
-            -- (a full queue would refuse the retry of an enqueue that went through). A bad group
-            -- or key is refused first, taken or not; a group on a queue without groups looks up
-            -- nothing and is refused as in any other enqueue (pgqueue._message_insert, after
-            -- pgqueue._queue_admit)
+        IF p_group IS NOT NULL OR p_key IS NOT NULL THEN
+            -- A bad group or key, and a group on a queue without groups, are refused before the
+            -- queue's room is asked for (pgqueue._queue_admit): a full capped queue would answer
+            -- PQ003 to a call that can never succeed. (pgqueue._message_insert checks again under
+            -- the queue's lock; an unknown queue, v_grouped NULL, is PQ001 from _queue_admit.)
             PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
             PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
+            IF p_group IS NOT NULL AND v_grouped IS FALSE THEN
+                RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+                    USING ERRCODE = '22023',
+                          HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+            END IF;
+        END IF;
+        IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
+            -- a capped queue: a key that is taken returns its message without asking for room
+            -- (a full queue would refuse the retry of an enqueue that went through)
             IF p_group IS NULL OR v_grouped THEN
                 SELECT coalesce(
                            (SELECT m.id FROM pgqueue.message m
@@ -2436,6 +2444,21 @@ BEGIN
     IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
         RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
             USING ERRCODE = '22023';
+    END IF;
+    -- A bad group or key, and a group on a queue without groups, are refused before the queue's
+    -- room is asked for: a full capped queue would answer PQ003 to a call that can never succeed
+    -- (pgqueue._message_insert checks again under the queue's lock; an unknown queue is PQ001
+    -- from pgqueue._queue_admit)
+    IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
+        PERFORM pgqueue._check_message_key(u.g, 'message group'::text) FROM unnest(p_groups) AS u(g);
+        PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text) FROM unnest(p_keys) AS u(k);
+        IF cardinality(array_remove(p_groups, NULL)) > 0 THEN
+            IF EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.name = p_queue AND q.group_concurrency IS NULL) THEN
+                RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+                    USING ERRCODE = '22023',
+                          HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+            END IF;
+        END IF;
     END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_n);
     IF v_n = 0 THEN

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(352);
+SELECT plan(361);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -51,6 +51,11 @@ BEGIN
     PERFORM pgqueue.message_create('capk', 'x', p_key => 'k');
     PERFORM pgqueue.queue_create('capgrp', p_max_size => 5, p_group_concurrency => 1);
     PERFORM pgqueue.message_create('capgrp', 'x', p_group => 'g', p_key => 'k');
+    -- ... and full ones: a bad group or key is refused as such, not as a full queue (PQ003)
+    PERFORM pgqueue.queue_create('capfull', p_max_size => 1);
+    PERFORM pgqueue.message_create('capfull', 'x', p_key => 'k');
+    PERFORM pgqueue.queue_create('capgfull', p_max_size => 1, p_group_concurrency => 1);
+    PERFORM pgqueue.message_create('capgfull', 'x', p_group => 'g', p_key => 'k');
 END
 $$;
 SELECT lives_ok($$ SELECT pgqueue.queue_create('ackfetch'), pgqueue.message_create('ackfetch', '\x01'::bytea) $$,
@@ -354,6 +359,30 @@ SELECT throws_ok($$ SELECT pgqueue.message_create('capk', 'x', p_group => '', p_
 SELECT throws_ok($$ SELECT pgqueue.message_create('capgrp', 'x', p_group => repeat('g', 201), p_key => 'k') $$, '22023',
                  'the message group must have 1 to 200 characters, got 201',
                  'message_create: group too long on a capped grouped queue, the key taken');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capfull', 'x', p_group => 'g') $$, '22023',
+                 'queue "capfull" has no message groups', 'message_create: a group on a full capped queue without groups');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capfull', 'x', p_group => 'g', p_key => 'k2') $$, '22023',
+                 'queue "capfull" has no message groups',
+                 'message_create: a group and a new key on a full capped queue without groups');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capfull', 'x', p_group => '') $$, '22023',
+                 'the message group must have 1 to 200 characters, got 0', 'message_create: empty group on a full capped queue');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capgfull', 'x', p_group => '') $$, '22023',
+                 'the message group must have 1 to 200 characters, got 0',
+                 'message_create: empty group on a full capped grouped queue');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('capfull', ARRAY['x']::bytea[], p_keys => ARRAY['']) $$, '22023',
+                 'the idempotency key must have 1 to 200 characters, got 0',
+                 'message_create_batch: an empty key on a full capped queue');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('capfull', ARRAY['x', 'y']::bytea[], p_groups => ARRAY[NULL, 'g']) $$,
+                 '22023', 'queue "capfull" has no message groups',
+                 'message_create_batch: a group on a full capped queue without groups');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('capgfull', ARRAY['x']::bytea[], p_groups => ARRAY[''], p_keys => ARRAY['k']) $$,
+                 '22023', 'the message group must have 1 to 200 characters, got 0',
+                 'message_create_batch: an empty group on a full capped grouped queue, the key taken');
+SELECT throws_ok($$ SELECT pgqueue.message_create('capfull', 'x', p_key => 'k2') $$, 'PQ003',
+                 'queue "capfull" is full (max_size 1): 1 more message(s) refused',
+                 'message_create: a good new key on a full capped queue is refused for room');
+SELECT is((SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
+            WHERE q.name IN ('capfull', 'capgfull')), 2::bigint, 'the refused calls on full capped queues inserted nothing');
 SELECT throws_ok($$ SELECT pgqueue.message_create('nope', 'x', p_key => 'k') $$, 'PQ001',
                  'queue "nope" does not exist', 'message_create: unknown queue, with a key');
 SELECT throws_ok($$ SELECT pgqueue.message_create('grp', NULL::bytea, p_group => 'g', p_key => 'k') $$, '22004',

@@ -41,6 +41,21 @@ BEGIN
         RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
             USING ERRCODE = '22023';
     END IF;
+    -- A bad group or key, and a group on a queue without groups, are refused before the queue's
+    -- room is asked for: a full capped queue would answer PQ003 to a call that can never succeed
+    -- (pgqueue._message_insert checks again under the queue's lock; an unknown queue is PQ001
+    -- from pgqueue._queue_admit)
+    IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
+        PERFORM pgqueue._check_message_key(u.g, 'message group'::text) FROM unnest(p_groups) AS u(g);
+        PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text) FROM unnest(p_keys) AS u(k);
+        IF cardinality(array_remove(p_groups, NULL)) > 0 THEN
+            IF EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.name = p_queue AND q.group_concurrency IS NULL) THEN
+                RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+                    USING ERRCODE = '22023',
+                          HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+            END IF;
+        END IF;
+    END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_n);
     IF v_n = 0 THEN
         RETURN;
