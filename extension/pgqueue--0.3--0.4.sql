@@ -5500,3 +5500,7 @@ $$;
 
 COMMENT ON FUNCTION pgqueue.spark_claimed(text, text, bigint, bigint, bigint, bigint) IS
     'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing';
+
+-- spark_publish_log: the Python driver now deletes a job-mode write's row (session 42)
+COMMENT ON TABLE pgqueue.spark_publish_log IS
+    'pgqueue: the publications of spark_publish by publish key, so that each happens once; a job-mode write''s row is deleted once its driver knows the outcome, a stream keeps its last micro-batch''s';

@@ -5,15 +5,17 @@ attempts, the stream reader's offsets across a driver crash, AvailableNow, data 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import pickle
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pyarrow as pa
 import pytest
+from psycopg import sql
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import (
@@ -31,8 +33,8 @@ from pyspark.sql.types import (
 
 import pgqueue.spark
 from pgqueue import Queue, codec
-from pgqueue.errors import InvalidArgument, PgQueueError
-from pgqueue.spark import _encode, source
+from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError
+from pgqueue.spark import _encode, _sql, source
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, parse
 from pgqueue.spark.source import (
@@ -46,7 +48,7 @@ from pgqueue.spark.source import (
     split_range,
     write_plan,
 )
-from spark_helpers import role_fixtures
+from spark_helpers import SparkRole, role_fixtures
 
 Conn = psycopg.Connection[Any]
 
@@ -452,7 +454,10 @@ def test_job_mode_publishes_winning_attempts_once(dsn: str, conn: Conn, as_task:
     driver.commit([won1, won0])
     assert payloads(conn) == ["p0-0", "p0-1", "p0-2", "p1-0"]
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
-    driver.commit([won1, won0])  # a replayed commit publishes nothing more
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_publish_log") == 0, "the publication is forgotten"
+    # a replayed commit (Spark commits a job once) publishes nothing more: its staging is gone
+    with pytest.raises(PgQueueError, match="staged 0 row"):
+        driver.commit([won1, won0])
     assert len(payloads(conn)) == 4
     # a failed job: abort discards the staging, nothing is published
     other = writer(dsn, commitMode="job")
@@ -476,6 +481,123 @@ def test_job_mode_publish_failure_discards_staging(dsn: str, conn: Conn, as_task
         w.commit([msg])
     assert payloads(conn) == []
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+
+
+def lossy_publish(monkeypatch: pytest.MonkeyPatch, *, lose: int, run_lost: bool = True,
+                  after: Callable[[Any], None] | None = None) -> list[Any]:
+    """Make the writer's spark_publish calls run on the server but lose the reply of the first
+    `lose` of them (the connection breaks after the commit; with run_lost False, before the server
+    ran them: they answer "not run"); `after(conn)` runs after each call whose reply arrives.
+    Returns what the server answered to each call, in order."""
+    real, answers = source._scalar, []
+
+    def scalar(c: Any, query: Any, params: dict[str, object]) -> Any:
+        if query is _sql.PUBLISH and not run_lost and len(answers) < lose:
+            answers.append("not run")
+            c.close()
+            raise ConnectionFailed("server closed the connection unexpectedly")
+        result = real(c, query, params)
+        if query is not _sql.PUBLISH:
+            return result
+        answers.append(result)
+        if len(answers) <= lose:
+            c.close()
+            raise ConnectionFailed("consuming input failed: server closed the connection unexpectedly")
+        if after is not None:
+            after(c)
+        return result
+
+    monkeypatch.setattr(source, "_scalar", scalar)
+    return answers
+
+
+def publish_keys(conn: Conn) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT publish_key FROM pgqueue.spark_publish_log ORDER BY 1")]
+
+
+def test_job_mode_forgets_its_publication_once_the_outcome_is_known(
+        dsn: str, conn: Conn, role: SparkRole, as_task: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """spark_publish_log keeps a job-mode write's key only while commit() may publish it again
+    (after a lost connection): once spark_publish has answered, the row goes (else the log grew by
+    a row per DataFrame write), but for a retry that published (the first attempt may still be
+    running); a failure to delete it leaves it and a warning, not a failed job; an unknown
+    outcome leaves it for the user to look up."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    caplog.set_level(logging.INFO, logger="pgqueue.spark")
+
+    def job(*values: str) -> tuple[PgQueueWriter, PgQueueCommit]:
+        w = writer(dsn, commitMode="job")
+        as_task(0, 1)
+        return w, w.write(batches(list(values), 5))
+
+    # (a) published: no row of the write stays
+    w, msg = job("a")
+    w.commit([msg])
+    assert payloads(conn) == ["a"]
+    assert publish_keys(conn) == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "the Spark role may delete its row"
+    # (b) the reply of the publish is lost after its commit: the retry answers NULL (published
+    # before, under the row the first attempt left), then that row goes; enqueued once
+    w, msg = job("b0", "b1")
+    with monkeypatch.context() as m:
+        answers = lossy_publish(m, lose=1)
+        w.commit([msg])
+    assert answers == [2, None], "premise: the first attempt published, the retry found its key"
+    assert payloads(conn) == ["a", "b0", "b1"]
+    assert publish_keys(conn) == []
+    assert f"the connection broke after write {w.write_id} was published" in caplog.text
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    # (b') the connection breaks before the first attempt ran: the retry publishes, and keeps its
+    # row (a first attempt still running on the server must find the key taken)
+    w, msg = job("b2")
+    with monkeypatch.context() as m:
+        answers = lossy_publish(m, lose=1, run_lost=False)
+        w.commit([msg])
+    assert answers == ["not run", 1]
+    assert payloads(conn) == ["a", "b0", "b1", "b2"]
+    assert publish_keys(conn) == [w.write_id]
+    conn.execute("DELETE FROM pgqueue.spark_publish_log")
+    # (c) the delete fails (no DELETE right; the connection breaks): the job succeeds, the row
+    # stays, a warning names the key
+    conn.execute(sql.SQL("REVOKE DELETE ON pgqueue.spark_publish_log FROM {}").format(sql.Identifier(role.name)))
+    try:
+        w, msg = job("c")
+        caplog.clear()
+        w.commit([msg])
+    finally:
+        conn.execute(sql.SQL("GRANT DELETE ON pgqueue.spark_publish_log TO {}").format(sql.Identifier(role.name)))
+    assert payloads(conn) == ["a", "b0", "b1", "b2", "c"]
+    assert publish_keys(conn) == [w.write_id]
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and f"publish key {w.write_id} is no longer needed" in warned[0].getMessage()
+    assert "permission denied" in warned[0].getMessage()
+    conn.execute("DELETE FROM pgqueue.spark_publish_log")
+
+    def cut(c: Any) -> None:  # the server ends the publish's connection once it has answered
+        assert one(conn, "SELECT pg_terminate_backend(%s, 10000)", (c.info.backend_pid,))
+
+    w, msg = job("c2")
+    caplog.clear()
+    with monkeypatch.context() as m:
+        answers = lossy_publish(m, lose=0, after=cut)
+        w.commit([msg])
+    assert answers == [1]
+    assert payloads(conn) == ["a", "b0", "b1", "b2", "c", "c2"]
+    assert publish_keys(conn) == [w.write_id]
+    assert f"publish key {w.write_id} is no longer needed" in caplog.text
+    conn.execute("DELETE FROM pgqueue.spark_publish_log")
+    # (d) both attempts lose their reply (the first committed): the outcome is unknown to the
+    # driver, so the job fails and the row stays, where the error's note says to look
+    w, msg = job("d")
+    with monkeypatch.context() as m:
+        answers = lossy_publish(m, lose=2)
+        with pytest.raises(ConnectionFailed) as failed:
+            w.commit([msg])
+    assert answers == [1, None]
+    assert f"look for publish key {w.write_id} in pgqueue.spark_publish_log" in "".join(failed.value.__notes__)
+    assert publish_keys(conn) == [w.write_id]
+    assert payloads(conn) == ["a", "b0", "b1", "b2", "c", "c2", "d"], "published once"
 
 
 def test_groups_and_keys_in_task_and_job_mode(dsn: str, conn: Conn, as_task: Any) -> None:

@@ -25,12 +25,15 @@ def test_the_spark_role_runs_the_data_source_sql_and_nothing_more(owner_dsn: str
     owner, s = owner_dsn, dsn
     run(owner, "SELECT pgqueue.queue_create('jobs', p_max_attempts => 1)")
     assert run(s, "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user") == [(role.name, False)]
-    # task mode, job mode / writeStream (stage, publish, prune the log), snapshots, claims, acks
+    # task mode, job mode / writeStream (stage, publish, forget or prune the log), snapshots, claims, acks
     assert run(s, "SELECT count(*) FROM pgqueue.message_create_batch('jobs', ARRAY['a','b','c']::bytea[])") == [(3,)]
     run(s, "SELECT pgqueue.spark_stage('00000000-0000-0000-0000-000000000001', 0, 1, 0, ARRAY['d']::bytea[])")
     assert run(s, "SELECT pgqueue.spark_publish('stream:q:0', 'jobs', '00000000-0000-0000-0000-000000000001', "
                   "ARRAY[0], ARRAY[1::bigint], ARRAY[1::bigint])") == [(1,)]
     run(s, "DELETE FROM pgqueue.spark_publish_log WHERE starts_with(publish_key, 'stream:q:')")
+    key = "00000000-0000-0000-0000-000000000003"  # a job-mode write publishes under its write id
+    assert run(s, f"SELECT pgqueue.spark_publish('{key}', 'jobs', '{key}', '{{}}', '{{}}', '{{}}')") == [(0,)]
+    assert run(s, f"DELETE FROM pgqueue.spark_publish_log WHERE publish_key = '{key}' RETURNING 1") == [(1,)]
     run(s, "SELECT pgqueue.spark_stage('00000000-0000-0000-0000-000000000002', 0, 1, 0, ARRAY['e']::bytea[])")
     run(s, "SELECT pgqueue.spark_discard('00000000-0000-0000-0000-000000000002')")
     assert run(s, "SELECT count(*) FROM pgqueue.spark_snapshot('jobs', 0, 1000, true)") == [(4,)]

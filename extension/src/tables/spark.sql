@@ -75,4 +75,4 @@ CREATE TABLE pgqueue.spark_publish_log (
 );
 
 COMMENT ON TABLE pgqueue.spark_publish_log IS
-    'pgqueue: one row per spark_publish that moved staged rows into a queue, keyed by its publish key';
+    'pgqueue: the publications of spark_publish by publish key, so that each happens once; a job-mode write''s row is deleted once its driver knows the outcome, a stream keeps its last micro-batch''s';

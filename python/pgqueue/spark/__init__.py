@@ -86,7 +86,12 @@ processing, so the sink only appends.
     ``task``: each partition is enqueued in one transaction (``message_create_batch`` in chunks),
     visible as soon as its task ends. ``job``: each task attempt stages its rows
     (``spark_stage``); the driver publishes the winning attempts in one transaction
-    (``spark_publish``) when the job commits, and discards the staging when it aborts.
+    (``spark_publish``) when the job commits, and discards the staging when it aborts. The
+    publication's row of ``pgqueue.spark_publish_log`` (key: the write's id) only lets a publish
+    retried after a lost connection find it done: the driver deletes it once it knows the
+    outcome (a failed delete logs a warning, the job succeeds), and leaves it when the outcome
+    is unknown (the job fails, its error names the key) or when the retry is what published
+    (the first attempt may still be running on the server: the row makes it publish nothing).
     ``writeStream`` stages each micro-batch the same way and publishes it under the key
     ``stream:<query id>:<batch id>`` (``commitMode=task`` is refused there).
 ``batchSize`` (default 5000)
@@ -161,6 +166,7 @@ Guarantees
   enqueued.
 * ``df.write``, ``commitMode=job``: the whole DataFrame appears atomically and exactly once,
   whatever Spark retries; a failed job, a NULL payload or a bad column type publishes nothing.
+  A write whose outcome the driver knows leaves no row in the publish log.
 * ``writeStream``: each micro-batch is published exactly once: a failed task, a failed batch
   and a query restarted from its checkpoint after a crash (even one between the publication
   and Spark's commit log) publish nothing twice. The publish log keeps one row per query (its

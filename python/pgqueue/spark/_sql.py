@@ -41,6 +41,12 @@ PRUNE_STREAM_LOG: Final[LiteralString] = (
     "AND l.publish_key <> %(keep)s::text"
 )
 
+#: Forget the publication of a job-mode write (its key is its write id) once its driver knows the
+#: outcome: the row only lets a publish retried after a lost connection find that it is done.
+FORGET_PUBLISH: Final[LiteralString] = (
+    "DELETE FROM pgqueue.spark_publish_log l WHERE l.publish_key = %(publish_key)s::text"
+)
+
 DISCARD: Final[LiteralString] = "SELECT pgqueue.spark_discard(%(write_id)s::uuid)"
 
 #: Raises PQ001 / 42602 for a queue that is not there.

@@ -369,7 +369,11 @@ class PgQueueWriter(DataSourceArrowWriter):
         return PgQueueCommit(partition, attempt, rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Job mode: publish the winning attempts in one transaction (once); task mode: nothing."""
+        """Job mode: publish the winning attempts in one transaction (once); task mode: nothing.
+
+        The publication's row of pgqueue.spark_publish_log (key: the write id) is deleted once
+        spark_publish has answered (:meth:`_forget`); it stays only when the outcome is unknown.
+        """
         if self.opts.commit_mode != "job":
             return
         done = [m for m in messages if isinstance(m, PgQueueCommit)]
@@ -388,9 +392,12 @@ class PgQueueWriter(DataSourceArrowWriter):
             # publication before its reply was lost, or rolled it back. Publishing again under
             # the same key (this write's own) tells which: NULL if it is published already,
             # else it publishes now. Failing the job instead would claim that nothing was
-            # published, and a user's retry would enqueue the whole DataFrame twice.
+            # published, and a user's retry would enqueue the whole DataFrame twice. (The first
+            # attempt's log row is what the retry finds. A retry that publishes keeps its own row:
+            # the first attempt's transaction may still run on the server, and the row is what
+            # makes it publish nothing when it gets to its own insert into the log.)
             try:
-                published = self._publish(params)
+                published = self._publish(params, first=False)
             except PgQueueError as again:
                 exc.add_note(f"pgqueue: whether write {self.write_id} was published is unknown: publishing "
                              f"it again failed too ({again}); look for publish key {self.write_id} in "
@@ -403,12 +410,20 @@ class PgQueueWriter(DataSourceArrowWriter):
         logger.info("pgqueue: published %s message(s) into queue %s (write %s)",
                     published, self.opts.queue, self.write_id)
 
-    def _publish(self, params: dict[str, object]) -> Any:
-        """spark_publish in its own connection; on an error other than a lost connection the
-        staging rows are discarded (after a lost connection the outcome is unknown: they stay)."""
+    def _publish(self, params: dict[str, object], *, first: bool = True) -> Any:
+        """spark_publish in its own connection, then (the outcome known) :meth:`_forget` its key:
+        after the first attempt, or after a retry that found it published (NULL: the first
+        attempt committed, so nothing else can publish under the key); a retry that published
+        keeps the row (see :meth:`commit`).
+
+        On an error other than a lost connection the staging rows are discarded (nothing was
+        published, nothing logged). After a lost connection the outcome is unknown: the staging
+        rows stay, and so does the key's log row if the publication committed, for a retry (or
+        the user) to find it.
+        """
         with _connect(self.opts.dsn, autocommit=True) as conn:
             try:
-                return _scalar(conn, _sql.PUBLISH, params)
+                published = _scalar(conn, _sql.PUBLISH, params)
             except ConnectionFailed:
                 raise
             except BaseException as exc:
@@ -417,6 +432,26 @@ class PgQueueWriter(DataSourceArrowWriter):
                 except PgQueueError as err:  # keep the publish error; note why staging stays
                     exc.add_note(f"pgqueue: could not discard the staging rows of write {self.write_id}: {err}")
                 raise
+            if first or published is None:
+                self._forget(conn)
+            return published
+
+    def _forget(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Delete this write's row of spark_publish_log (its key is the write id, used by no other write).
+
+        spark_publish has answered (a count: published now; NULL: published by an attempt whose
+        reply was lost), so nothing will publish under this key again: the row only served a
+        retry after a lost connection, and kept, the log would grow by a row per job-mode write.
+        A failure here (a lost connection, no DELETE right) must not fail a job whose DataFrame
+        is in the queue: it leaves the one row, and a warning.
+        """
+        try:
+            with translating():
+                conn.execute(_sql.FORGET_PUBLISH, {"publish_key": self.write_id})
+        except Exception as exc:
+            logger.warning("pgqueue: write %s is published into queue %s, but deleting its row of "
+                           "pgqueue.spark_publish_log failed (%s): the row of publish key %s is no longer "
+                           "needed and may be deleted", self.write_id, self.opts.queue, exc, self.write_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Job mode: delete the write's staging rows. Task mode: report what stays enqueued."""
