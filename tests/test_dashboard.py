@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 import urllib.error
@@ -28,7 +30,7 @@ from conftest import REPO, Server
 from pgqueue import Queue
 from pgqueue.cli import build_parser, main
 from pgqueue.client import list_queues
-from pgqueue.dashboard import Options, start
+from pgqueue.dashboard import Options, serve, start
 from pgqueue.dashboard.app import close, create_app
 from pgqueue.dashboard.payload import MAX_SHOWN, show
 from pgqueue.dashboard.sampler import (MAX_INTERVAL, Sample, Sampler, depth_series, oldest_series,
@@ -56,11 +58,21 @@ def make_app(dsn: str) -> Iterator[Any]:
         close(app)
 
 
+def _default_signals() -> None:
+    """In the child: SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's job or a
+    service manager's unit (a test run under nohup, or as `cmd &` from a script, has SIGHUP or
+    SIGINT ignored, which the child would inherit and rightly keep so)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @contextmanager
 def pgqueue_command(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """Run ``python -m pgqueue ARGS`` with its output piped; kill it if the test leaves it running."""
+    """Run ``python -m pgqueue ARGS`` with its output piped, in a session of its own with the
+    default signal dispositions; kill it if the test leaves it running."""
     proc = subprocess.Popen([sys.executable, "-m", "pgqueue", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_signals)
     try:
         yield proc
     finally:
@@ -553,17 +565,85 @@ def test_a_real_server_on_a_thread(conn: psycopg.Connection[Any], dsn: str) -> N
         server.stop()
 
 
-def test_the_command_serves_until_interrupted(dsn: str) -> None:
-    with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", "--token", "a-long-token") as proc:
-        assert proc.stdout is not None
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+def test_the_command_serves_until_interrupted(dsn: str, sig: signal.Signals) -> None:
+    """Ctrl-C, or SIGTERM from a service manager (systemd, Kubernetes), stops it the same way:
+    exit 0 (SIGTERM ended it at once with 143, a failed stop), one line saying so, the port
+    and the database sessions closed."""
+    with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", "--token", "a-long-token",
+                         "--sample-interval", "0.2") as proc:
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
-        found = re.search(r"at (http://127\.0\.0\.1:\d+/\?token=a-long-token) ", line)
+        found = re.search(r"at (http://127\.0\.0\.1:(\d+)/\?token=a-long-token) ", line)
         assert found, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())  # keeps the session
         with browser.open(found.group(1), timeout=10) as response:
             assert response.status == 200 and b"Queues" in response.read()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            def sessions() -> int:
+                row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                   "AND pid <> pg_backend_pid()").fetchone()
+                return int(row[0]) if row else 0
+
+            assert sessions() > 0  # the pool's, the sampler's
+            proc.send_signal(sig)
+            assert proc.wait(timeout=20) == 0, proc.stderr.read()
+            err = proc.stderr.read()
+            assert "Traceback" not in err and err.splitlines()[-1:] == [f"dashboard stopped on {sig.name}"], err
+            deadline = time.monotonic() + 5  # a closed connection's backend ends a moment later
+            while sessions() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sessions() == 0
+        with pytest.raises(ConnectionRefusedError):  # nothing listens there any more
+            socket.create_connection(("127.0.0.1", int(found.group(2))), timeout=5).close()
+
+
+def test_serve_stops_on_a_signal_and_leaves_an_ignored_one_ignored(dsn: str) -> None:
+    """serve() on the main thread: SIGINT or SIGTERM stops it and it returns the signal; one
+    ignored when it started (SIGINT in `cmd &` from a script, a SIGTERM its parent ignored)
+    stays ignored, as the demo keeps SIGHUP under nohup, and the handlers it replaced are back
+    when it returns."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    late: list[int] = []  # a SIGINT that came too late for it: the test fails, not the test run
+
+    def sigint(signum: int, frame: object) -> None:
+        late.append(signum)
+
+    sigint_before = signal.signal(signal.SIGINT, sigint)
+    urls: list[str] = []
+    served: list[int] = []
+
+    def send() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # ignored: it goes on serving
+            time.sleep(0.3)
+            with urllib.request.urlopen(urls[0] + "api/queues", timeout=10) as response:
+                served.append(response.status)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=send)
+
+    def ready(url: str) -> None:
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is not sigint
+        urls.append(url)
+        sender.start()
+
+    try:
+        assert serve(Options(dsn=dsn), port=0, ready=ready) is signal.SIGINT
+        assert served == [200]  # still serving after the ignored SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is sigint and not late
+    finally:
+        if sender.is_alive():
+            sender.join()
+        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, sigint_before)
+    port = re.search(r":(\d+)/", urls[0])
+    assert port, urls
+    with pytest.raises(ConnectionRefusedError):  # its socket is closed
+        socket.create_connection(("127.0.0.1", int(port.group(1))), timeout=5).close()
 
 
 def test_the_command_refuses_a_database_without_pgqueue(bare_dsn: str) -> None:

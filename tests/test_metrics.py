@@ -454,18 +454,76 @@ def scrape(url: str, deadline: float) -> dict[tuple[str, frozenset[tuple[str, st
             time.sleep(0.1)
 
 
-def test_metrics_command_serves_until_interrupted(dsn: str) -> None:
+def _default_signals() -> None:
+    """In the child: SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's job or a
+    service manager's unit (a test run under nohup, or as `cmd &` from a script, has SIGHUP or
+    SIGINT ignored, which the child would inherit and rightly keep so)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+def test_metrics_command_serves_until_interrupted(dsn: str, sig: signal.Signals) -> None:
+    """Ctrl-C, or SIGTERM from a service manager (systemd, Kubernetes), stops it the same way:
+    exit 0 (SIGTERM ended it at once with 143, a failed stop), one line saying so, the port
+    closed."""
     port = free_port()
     proc = subprocess.Popen([str(PGQUEUE), "metrics", "--port", str(port), "--dsn", dsn],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_default_signals)
     try:
         s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
         assert s[("pgqueue_up", frozenset())] == 1
-    finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=10)
-    assert proc.returncode == 0 and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)
     assert f"127.0.0.1:{port}/metrics" in out
+    assert err.splitlines()[-1:] == [f"metrics stopped on {sig.name}"], err
+    with pytest.raises(ConnectionRefusedError):  # nothing listens there any more
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    with socket.socket() as again:  # and the port can be listened on again (as the server does it)
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))
+        again.listen()
+
+
+def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:
+    """`pgqueue metrics` started with a signal ignored (SIGINT in `cmd &` from a script, a
+    SIGTERM its parent ignored) leaves it ignored, as the demo keeps SIGHUP under nohup, and
+    puts the handlers it replaced back when it stops (the dashboard's serve():
+    test_dashboard.py)."""
+    from pgqueue.cli import _wait_for_a_stop_signal
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    late: list[int] = []  # a SIGINT that came too late for it: the test fails, not the test run
+
+    def sigint(signum: int, frame: object) -> None:
+        late.append(signum)
+
+    sigint_before = signal.signal(signal.SIGINT, sigint)
+
+    def send() -> None:
+        deadline = time.monotonic() + 10
+        while signal.getsignal(signal.SIGINT) is sigint and time.monotonic() < deadline:
+            time.sleep(0.01)  # until its handlers are in
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: it goes on waiting
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        assert _wait_for_a_stop_signal() is signal.SIGINT
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is sigint and not late
+    finally:
+        sender.join()
+        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, sigint_before)
 
 
 # -- a worker's own metrics ------------------------------------------------------------------

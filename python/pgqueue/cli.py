@@ -17,7 +17,9 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -265,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "queue created with --group-concurrency)")
 
     # metrics
-    p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue: counts by state, oldest "
-                "ready age, counters")
+    p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue (counts by state, oldest "
+                "ready age, counters) until SIGINT/SIGTERM")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=9469, metavar="N",
@@ -280,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="print the metrics once to stdout and exit")
 
     # dashboard
-    p = command("dashboard", _cmd_dashboard, "serve a web dashboard of the queues: counts, charts, messages, "
-                "leases, dead letters (needs the dashboard extra)")
+    p = command("dashboard", _cmd_dashboard, "serve a web dashboard of the queues (counts, charts, messages, "
+                "leases, dead letters) until SIGINT/SIGTERM; needs the dashboard extra")
     p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8080, metavar="N",
@@ -969,15 +971,37 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
         print(f"pgqueue metrics at {server.url} (Ctrl-C to stop)", flush=True)
         try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+            stopped_by = _wait_for_a_stop_signal()
         finally:
             server.close()
+        print(f"metrics stopped on {stopped_by.name}", file=sys.stderr)
         return 0
     finally:
         metrics.close()
+
+
+def _wait_for_a_stop_signal() -> signal.Signals:
+    """Wait on the main thread for SIGINT (Ctrl-C) or SIGTERM (a service manager's stop) and
+    return it: both stop a serving command the same way, as they stop `pgqueue worker`. A
+    signal ignored when the command started (SIGINT in `cmd &` from a script, a SIGTERM its
+    parent ignored) stays ignored, as the demo keeps SIGHUP under nohup; the previous handlers
+    are back on return, so a second signal while the command stops acts at once."""
+    got: list[signal.Signals] = []
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        got.append(signal.Signals(signum))
+        stop.set()
+
+    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+             if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)
+    return got[0]
 
 
 def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:
@@ -1022,11 +1046,12 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"pgqueue dashboard at {url} (Ctrl-C to stop)", flush=True)
 
     try:
-        serve(options, host=args.host, port=args.port, ready=ready)
+        stopped_by = serve(options, host=args.host, port=args.port, ready=ready)  # on SIGINT or SIGTERM
     except OSError as exc:
         raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # a second signal while it stopped
+        stopped_by = None
+    print(f"dashboard stopped{f' on {stopped_by.name}' if stopped_by else ''}", file=sys.stderr)
     return 0
 
 

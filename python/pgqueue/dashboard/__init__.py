@@ -8,17 +8,20 @@ requeue and purge, each after a confirmation page.
 
 It is a Flask application (the ``dashboard`` extra) whose templates, stylesheet and chart script
 ship in the package: no CDN, no build step. :func:`serve` runs it on Werkzeug's threaded server,
-on 127.0.0.1 unless told otherwise; :func:`pgqueue.dashboard.app.create_app` returns the WSGI
-application for any other server. What it may change is decided twice: ``read_only`` turns every
-change off, and the database role it connects as must hold the privileges each action needs
-(a role with SELECT only gives a read-only dashboard; docs/grants.sql).
+on 127.0.0.1 unless told otherwise, until Ctrl-C or SIGTERM (``pgqueue dashboard``);
+:func:`pgqueue.dashboard.app.create_app` returns the WSGI application for any other server.
+What it may change is decided twice: ``read_only`` turns every change off, and the database
+role it connects as must hold the privileges each action needs (a role with SELECT only gives
+a read-only dashboard; docs/grants.sql).
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
@@ -70,14 +73,46 @@ def start(options: Options, *, host: str = "127.0.0.1", port: int = 8080) -> Ser
 
 
 def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
-          ready: Callable[[str], None] | None = None) -> None:
-    """Serve the dashboard until Ctrl-C (KeyboardInterrupt) or SIGTERM; ``ready`` gets the URL."""
+          ready: Callable[[str], None] | None = None, handle_signals: bool = True) -> signal.Signals | None:
+    """Serve the dashboard until Ctrl-C or SIGTERM, then close the socket, stop the sampler and
+    close the pool, and return; ``ready`` gets the URL.
+
+    Called on the main thread (unless ``handle_signals=False``), SIGINT and SIGTERM stop it the
+    same way and it returns the one that did; a second signal while it stops raises
+    KeyboardInterrupt at once. A signal ignored when it starts (SIGINT in ``cmd &`` from a
+    script, a SIGTERM its parent ignored) stays ignored, and the previous handlers are back when
+    it returns. Otherwise a KeyboardInterrupt on the main thread stops it the same way and it
+    returns None.
+    """
     app = create_app(options)
-    wsgi = make_server(host, port, app, threaded=True)
-    if ready is not None:
-        ready(_url(host, wsgi.server_port, options.token))
     try:
-        wsgi.serve_forever()
-    finally:
-        wsgi.server_close()
+        wsgi = make_server(host, port, app, threaded=True)
+    except BaseException:  # (the port is taken: Werkzeug prints why and raises SystemExit)
         close(app)
+        raise
+    stopped_by: list[signal.Signals] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stopped_by:
+            raise KeyboardInterrupt
+        stopped_by.append(signal.Signals(signum))
+        # shutdown() waits for serve_forever() to return: not from the main thread, which runs it
+        threading.Thread(target=wsgi.shutdown, name="pgqueue-dashboard-stop", daemon=True).start()
+
+    saved: dict[signal.Signals, Any] = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup, `cmd &` in a script: stays so
+                saved[sig] = signal.signal(sig, on_signal)
+    try:
+        if ready is not None:
+            ready(_url(host, wsgi.server_port, options.token))
+        wsgi.serve_forever()  # (Werkzeug's returns on a KeyboardInterrupt)
+    finally:
+        try:
+            wsgi.server_close()
+            close(app)
+        finally:
+            for sig, previous in saved.items():
+                signal.signal(sig, previous)
+    return stopped_by[0] if stopped_by else None
