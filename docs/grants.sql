@@ -94,14 +94,15 @@ GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queu
                           pgqueue.schedule_run(integer) TO :"admin";
 
 -------------------------------------------------------------------------------
--- Monitoring, optional: add -v monitor=ROLE (pgqueue metrics, pgqueue stats, a read-only
--- dashboard). Reads queue_stats, queue_counters and queue_list: the queues, the message columns
--- the counts need (never contents) and the counters' values (SELECT on a sequence reads it,
--- it cannot advance it). It can change nothing.
+-- Monitoring, optional: add -v monitor=ROLE (pgqueue metrics, pgqueue stats with --groups, a
+-- read-only dashboard). Reads queue_stats, queue_counters, queue_list and queue_group_stats: the
+-- queues, the message columns the counts need (the group keys too, never contents or
+-- idempotency keys) and the counters' values (SELECT on a sequence reads it, it cannot advance
+-- it). It can change nothing.
 \if :{?monitor}
 GRANT USAGE ON SCHEMA pgqueue TO :"monitor";
 GRANT SELECT ON pgqueue.queue TO :"monitor";
-GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at) ON pgqueue.message TO :"monitor";
+GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at, group_key, turn_at) ON pgqueue.message TO :"monitor";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"monitor";
 SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'monitor')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_[a-z0-9]+_[0-9]+$' \gexec

@@ -191,13 +191,18 @@ def test_a_monitoring_role_reads_counters_and_stats_only(dsn: str, conn: Conn) -
                               input=part, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
         conn.execute("SELECT pgqueue.message_create('default', 'x'::bytea)")
+        conn.execute("SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)")
+        conn.execute("SELECT pgqueue.message_create('grouped', 'x'::bytea, p_group => 'g', p_key => 'k')")
         with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user=mon), autocommit=True) as m:
             assert one(m, "SELECT enqueued FROM pgqueue.queue_counters('default')") == 1
             assert one(m, "SELECT ready FROM pgqueue.queue_stats('default')") == 1
+            # `pgqueue stats QUEUE --groups`
+            assert m.execute("SELECT * FROM pgqueue.queue_group_stats('grouped')").fetchall() == [("g", 1, 0)]
             for denied in ("SELECT nextval('pgqueue.counter_enqueued_1')",
                            "SELECT * FROM pgqueue.message_dequeue('default')",
                            "SELECT pgqueue.message_create('default', 'y'::bytea)",
-                           "SELECT content FROM pgqueue.message"):
+                           "SELECT content FROM pgqueue.message",
+                           "SELECT idem_key FROM pgqueue.message"):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     m.execute(denied)
     finally:
