@@ -28,7 +28,7 @@ from conftest import Server
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
 from pgqueue.client import all_counters
-from pgqueue.metrics import MAX_TIMEOUT, Family, MetricsServer, QueueMetrics, WorkerMetrics, render
+from pgqueue.metrics import CUT_AFTER, MAX_TIMEOUT, Family, MetricsServer, QueueMetrics, WorkerMetrics, render
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 TESTS = Path(__file__).resolve().parent
@@ -402,6 +402,94 @@ def test_the_readme_alerts_use_metrics_that_are_served(dsn: str) -> None:
     assert named <= served, named - served
 
 
+class StallingProxy:
+    """A TCP proxy to the test server that can stop passing bytes on, in both directions, while
+    keeping its connections open: a network path that drops packets, a stalled proxy or a hung
+    host, where the server's statement_timeout never reaches the client."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._stalled = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _upstream(self) -> socket.socket:
+        if self._server.host.startswith("/"):
+            up = socket.socket(socket.AF_UNIX)
+            up.connect(f"{self._server.host}/.s.PGSQL.{self._server.port}")
+            return up
+        return socket.create_connection((self._server.host, self._server.port))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            up = self._upstream()
+            for a, b in ((client, up), (up, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                while self._stalled.is_set():
+                    time.sleep(0.01)
+                data = src.recv(65536)
+                if not data:
+                    break
+                while self._stalled.is_set():  # (bytes read just before the stall are held too)
+                    time.sleep(0.01)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stall(self) -> None:
+        self._stalled.set()
+
+    def resume(self) -> None:
+        self._stalled.clear()
+
+    def close(self) -> None:
+        self._listener.close()
+        self._stalled.clear()
+
+
+def test_a_scrape_cuts_a_connection_the_server_stopped_answering_on(pg_server: Server, dsn: str) -> None:
+    """A database that stops answering on the open connection (no statement_timeout error ever
+    arrives) is given up CUT_AFTER seconds after the timeout with pgqueue_up 0; the next reading
+    connects again. (It waited until the path came back, and every scrape queued behind it.)"""
+    proxy = StallingProxy(pg_server)
+    metrics = QueueMetrics(psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port)),
+                           min_interval=0, timeout=1)
+    try:
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1
+        proxy.stall()
+        pages: list[str] = []
+        started = time.monotonic()
+        thread = threading.Thread(target=lambda: pages.append(metrics.render()), daemon=True)
+        thread.start()
+        thread.join(timeout=8)
+        took = time.monotonic() - started
+        assert pages, "the scrape still waits on a server that does not answer"
+        assert took < 1 + CUT_AFTER + 2, took
+        assert parse(pages[0])[("pgqueue_up", frozenset())] == 0
+        assert metrics.error is not None
+        proxy.resume()
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1  # a new connection
+    finally:
+        proxy.resume()
+        metrics.close()
+        proxy.close()
+
+
 def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     assert main(["metrics", "--once", "--dsn", dsn]) == 0
     s = parse(capsys.readouterr().out)
@@ -494,6 +582,35 @@ def test_metrics_command_serves_until_interrupted(dsn: str, sig: signal.Signals)
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
         again.listen()
+
+
+def test_the_command_starts_while_the_database_is_down(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """A database that cannot be reached when `pgqueue metrics` starts (down, failing over) is
+    what pgqueue_up 0 is for: the endpoint starts and serves it, and --once prints it with exit 1
+    (both exited 1 at once without a page, so a restarted exporter crash-looped). A connection
+    string that does not parse still fails fast."""
+    down = "host=127.0.0.1 port=1"
+    assert main(["metrics", "--once", "--timeout", "2", "--dsn", down]) == 1
+    captured = capsys.readouterr()
+    assert parse(captured.out)[("pgqueue_up", frozenset())] == 0
+    assert "pgqueue_up 0" in captured.err
+    port = free_port()
+    proc = subprocess.Popen([str(PGQUEUE), "metrics", "--port", str(port), "--timeout", "2", "--dsn", down],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_default_signals)
+    try:
+        s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
+        assert s[("pgqueue_up", frozenset())] == 0
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "serving pgqueue_up 0 until it answers" in err.splitlines()[0], err
+    assert main(["metrics", "--once", "--dsn", "dbname='unterminated"]) == 1
+    assert capsys.readouterr().out == ""
 
 
 def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:

@@ -277,8 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scrapes closer together than S seconds get the previous reading (default 1)")
     p.add_argument("--timeout", type=_statement_timeout, default=5.0, metavar="S",
                    help="a reading that takes longer than S seconds (a lock on the table, a database that does "
-                        "not answer) is given up: pgqueue_up 0 (default 5, up to 2147483.647; keep it below the "
-                        "scraper's timeout)")
+                        "not answer: its connection is cut 1 s later) is given up: pgqueue_up 0 (default 5, up "
+                        "to 2147483.647; keep it a second below the scraper's timeout)")
     p.add_argument("--once", action="store_true", help="print the metrics once to stdout and exit")
 
     # dashboard
@@ -501,7 +501,7 @@ NO_DSN_HINT = (f"no --dsn or ${DSN_ENV} given, so libpq's defaults were used (PG
 
 
 @contextmanager
-def connect(dsn: str, *, check: bool = True) -> Iterator[psycopg.Connection[Any]]:
+def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Iterator[psycopg.Connection[Any]]:
     """Open an autocommit connection, reporting a bad DSN or an unreachable server clearly.
 
     With ``check`` (the default) the database's pgqueue must match this client's version
@@ -509,7 +509,7 @@ def connect(dsn: str, *, check: bool = True) -> Iterator[psycopg.Connection[Any]
     """
     hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
     except psycopg.ProgrammingError as exc:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
@@ -949,8 +949,18 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     from pgqueue.metrics import MetricsServer, QueueMetrics
 
     dsn = resolve_dsn(args)
-    with connect(dsn):
-        pass  # fail fast: unreachable database, pgqueue missing or of another version
+    # Fail fast on what waiting will not mend: a DSN that does not parse, pgqueue missing or of
+    # another version. A database that cannot be reached now (down, failing over) is what
+    # pgqueue_up 0 is for: the endpoint serves it until the database answers, and --once prints
+    # it (exit 1), as for a reading that fails later.
+    try:
+        with connect(dsn, connect_timeout=max(2, math.ceil(args.timeout))):
+            pass
+    except UserError as exc:
+        if not isinstance(exc.__cause__, psycopg.OperationalError):
+            raise
+        if not args.once:
+            print(f"pgqueue metrics: {exc}: serving pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
     metrics = QueueMetrics(dsn, min_interval=args.min_interval, timeout=args.timeout)
     try:
         if args.once:

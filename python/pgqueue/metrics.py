@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -171,9 +173,13 @@ class QueueMetrics:
     connection attempt's ``connect_timeout`` unless the DSN sets one) and reports
     ``pgqueue_up 0``: without it a scrape waiting on a lock (``VACUUM FULL`` or ``LOCK TABLE``
     of ``pgqueue.message``) or on a connection attempt nobody answers waited as long as they
-    did, and every later scrape queued behind it. Keep it below the scraper's own timeout (10 s in
-    Prometheus by default). It is at most :data:`MAX_TIMEOUT` seconds, the longest
-    ``statement_timeout`` the server takes (a longer one would make every scrape fail).
+    did, and every later scrape queued behind it. A server that stops answering on the open
+    connection (a network path that drops packets, a stalled proxy, a hung host) never sends the
+    statement_timeout's error: :data:`CUT_AFTER` seconds after the timeout the reading shuts the
+    connection's socket down itself (the next reading opens a new connection). Keep ``timeout``
+    below the scraper's own (10 s in Prometheus by default) less that second. It is at most
+    :data:`MAX_TIMEOUT` seconds, the longest ``statement_timeout`` the server takes (a longer one
+    would make every scrape fail).
     """
 
     def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
@@ -207,16 +213,18 @@ class QueueMetrics:
         up = Family("pgqueue_up", "gauge", "1 if this scrape read the database, else 0")
         took = Family("pgqueue_scrape_duration_seconds", "gauge", "How long reading the database took")
         families: list[Family] = []
+        deadline = started + self._timeout + CUT_AFTER
         try:
-            conn = self._connection()
-            stats = all_stats(conn)
-            settings = list_queues(conn)
-            try:
-                counters: list[QueueCounters] | None = all_counters(conn)
-            except PgQueueError as exc:
-                if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
-                    raise
-                counters = None
+            conn = self._connection(deadline)
+            with _cut_at(conn, deadline):
+                stats = all_stats(conn)
+                settings = list_queues(conn)
+                try:
+                    counters: list[QueueCounters] | None = all_counters(conn)
+                except PgQueueError as exc:
+                    if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
+                        raise
+                    counters = None
             families = queue_families(stats, counters, settings)
             up.add(1)
             self._error = None
@@ -232,15 +240,16 @@ class QueueMetrics:
         took.add(time.monotonic() - started)
         return [up, took, *families]
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _connection(self, deadline: float) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
             extra: dict[str, Any] = {}
             if "connect_timeout" not in conninfo_to_dict(self._dsn):
                 extra["connect_timeout"] = max(2, math.ceil(self._timeout))  # libpq: whole seconds, at least 2
             conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
             try:
-                conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
-                             (f"{math.ceil(self._timeout * 1000)}ms",))
+                with _cut_at(conn, deadline):
+                    conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
+                                 (f"{math.ceil(self._timeout * 1000)}ms",))
             except BaseException:
                 conn.close()
                 raise
@@ -252,6 +261,43 @@ class QueueMetrics:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+#: Seconds past a reading's timeout after which it shuts its connection's socket down (a server
+#: that answers sends the statement_timeout's error by then).
+CUT_AFTER = 1.0
+
+
+@contextmanager
+def _cut_at(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
+    """Shut ``conn``'s socket down if the block still runs at ``deadline`` (time.monotonic()):
+    a read blocked on a server that stopped answering then fails at once with a lost
+    connection, which the reading reports as ``pgqueue_up 0``. Never after the block ended."""
+    lock = threading.Lock()
+    ended = False
+
+    def cut() -> None:
+        with lock:
+            if ended:
+                return
+            try:
+                # a duplicate of the descriptor: shutdown() acts on the connection both share,
+                # close() on the duplicate only (libpq still owns and closes its own)
+                with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, psycopg.Error):
+                pass
+            log.warning("metrics: the database did not answer within the timeout: connection cut")
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            ended = True
+        timer.cancel()
 
 
 # -- worker metrics -------------------------------------------------------------------------
