@@ -602,7 +602,7 @@ def test_the_command_starts_while_the_database_is_down(capsys: pytest.CaptureFix
         s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
         assert s[("pgqueue_up", frozenset())] == 0
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=10)
+        _, err = proc.communicate(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
