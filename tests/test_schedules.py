@@ -6,6 +6,8 @@ and a `pgqueue scheduler` process stopped by SIGTERM."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -13,14 +15,17 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from conftest import admin_execute, drop_database
 from pgqueue import Queue, errors
 from pgqueue.cli import main
 from pgqueue.message import ScheduledMessage
-from pgqueue.schedules import create_schedule, drop_schedule, list_schedules, run_schedules
+from pgqueue.schedules import Scheduler, create_schedule, drop_schedule, list_schedules, run_schedules
 from test_privileges import Roles, apply_recipes, denied, run
 from test_privileges import roles as roles_fixture  # noqa: F401  (a fixture, used by name)
 
@@ -250,3 +255,33 @@ def test_a_scheduler_interval_past_what_a_wait_takes_is_refused() -> None:
         with pytest.raises(ValueError, match="interval must be > 0 and at most 1e9 seconds"):
             Scheduler("dbname=unused", interval=bad, handle_signals=False)
     Scheduler("dbname=unused", interval=1e9, handle_signals=False)
+
+
+def test_a_scheduler_logs_an_outage_once_and_its_end(pg_server: Any, template_db: str,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """While the database cannot be reached, `pgqueue scheduler` retries every interval and says
+    so once (a warning a second filled the log), then one line when the schedules run again."""
+    name = f"sched_outage_{os.getpid()}"
+    caplog.set_level(logging.DEBUG, logger="pgqueue.scheduler")
+    scheduler = Scheduler(pg_server.dsn(name, connect_timeout="2"), interval=0.1, handle_signals=False)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while sum("failed again" in r.getMessage() for r in caplog.records) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        admin_execute(pg_server, sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(  # the database is back
+            sql.Identifier(name), sql.Identifier(template_db)))
+        deadline = time.monotonic() + 10
+        while "works again" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        scheduler.stop()
+        thread.join(timeout=10)
+        drop_database(pg_server, name)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "running the schedules failed" in warnings[0], warnings
+    assert sum("failed again" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG) >= 3
+    tries = sum(r.getMessage().startswith("running the schedules failed") for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if "works again" in r.getMessage()] == [
+        f"running the schedules works again (after {tries} failed tries)"]

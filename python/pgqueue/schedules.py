@@ -96,7 +96,9 @@ class Scheduler:
         self._stop.set()
 
     def run(self) -> None:
-        """Run the schedules until stopped; database errors are logged and retried."""
+        """Run the schedules until stopped; database errors are retried every ``interval``,
+        logged as a warning once (again when the error changes) and with one line when the
+        schedules run again."""
         saved: dict[signal.Signals, Any] = {}
         if self._handle_signals and threading.current_thread() is threading.main_thread():
 
@@ -104,13 +106,24 @@ class Scheduler:
                 self._stop.set()
 
             saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        failed = 0  # tries in a row that failed: an outage is logged once, and its end
+        last_error = ""
         try:
             while not self._stop.is_set():
                 try:
                     done = run_schedules(self._dsn)
                 except PgQueueError as exc:
-                    log.warning("running the schedules failed: %s; retrying", exc)
+                    failed += 1
+                    error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    if failed == 1 or error != last_error:
+                        log.warning("running the schedules failed: %s; retrying every %gs", error, self._interval)
+                    else:
+                        log.debug("running the schedules failed again (%d tries): %s", failed, error)
+                    last_error = error
                 else:
+                    if failed:
+                        log.info("running the schedules works again (after %d failed tries)", failed)
+                        failed, last_error = 0, ""
                     self.enqueued += len(done)
                     for m in done:
                         log.info("schedule %s: message %d for %s", m.schedule, m.message_id, m.slot.isoformat())
