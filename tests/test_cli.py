@@ -183,6 +183,14 @@ def test_dead_letters_list_requeue_purge(capsys: pytest.CaptureFixture[str], dsn
     assert lines[0].split()[:3] == ["id", "attempts", "dead"]
     assert {int(line.split()[0]) for line in lines[2:]} == set(dead)
     assert "bad {'n': 0}" in out
+    assert "there are more" not in out
+    status, out, _ = run(capsys, "dead", "list", "jobs", "--limit", "2", "--dsn", dsn)  # cut short: said so
+    assert status == 0
+    assert [int(line.split()[0]) for line in out.splitlines()[2:4]] == dead[:2]
+    assert out.splitlines()[-1].startswith("(the oldest 2 shown: there are more")
+    assert len(out.splitlines()) == 5
+    status, out, _ = run(capsys, "dead", "list", "jobs", "--limit", "3", "--dsn", dsn)
+    assert "there are more" not in out
 
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(dead[0]), "--dsn", dsn)
     assert status == 0 and "requeued 1" in out
@@ -511,6 +519,7 @@ def test_integers_out_of_the_servers_range_are_usage_errors(capsys: pytest.Captu
         (["cancel", "default", "0"], "ID"),
         (["stats", "default", "--groups", huge], "--groups"),
         (["dead", "list", "default", "--limit", beyond_bigint], "--limit"),
+        (["dead", "list", "default", "--limit", "10001"], "--limit"),
         (["dead", "requeue", "default", "--id", beyond_bigint], "--id"),
         (["dead", "purge", "default", "--id", "-3"], "--id"),
         (["enqueue", "default", "x", "--priority", str(2**31)], "--priority"),

@@ -302,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     dead = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
     p = command("list", _cmd_dead_list, "list a queue's dead letters", dead)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--limit", type=_count, default=100, metavar="N", help="at most N (default 100)")
+    p.add_argument("--limit", type=_batch, default=100, metavar="N",
+                   help="at most N, up to 10000 (default 100); a last line says when there are more")
     p = command("requeue", _cmd_dead_requeue, "put dead letters back on their queue", dead)
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--id", type=_id, action="append", dest="ids", metavar="ID",
@@ -1067,9 +1068,12 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 def _cmd_dead_list(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
-        letters = Queue(conn, args.queue).dead_letters(args.limit)
+        letters = Queue(conn, args.queue).dead_letters(args.limit + 1)  # one more: are there more?
     if letters:
-        print(dead_table(letters))
+        print(dead_table(letters[:args.limit]))
+        if len(letters) > args.limit:
+            print(f"(the oldest {args.limit} shown: there are more; --limit up to 10000, or "
+                  f"`pgqueue stats {args.queue}` for the count)")
     else:
         print(f"no dead letters on queue {args.queue}")
     return 0
