@@ -242,6 +242,20 @@ def test_stats_json_watch_prints_one_array_per_line(dsn: str) -> None:
     assert all(json.loads(line)[0]["queue"] == "default" for line in lines)
 
 
+@pytest.mark.parametrize("how", [["--json"], []], ids=["json", "table"])
+def test_stats_watch_stops_on_sigterm_as_on_ctrl_c(dsn: str, how: list[str]) -> None:
+    """A service manager's stop (SIGTERM) ends `pgqueue stats --watch` as Ctrl-C does: exit 0
+    (it was 143, a failed stop)."""
+    proc = subprocess.Popen([str(PGQUEUE), "stats", *how, "--watch", "0.2", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_default_signals)
+    assert proc.stdout is not None
+    assert any("default" in proc.stdout.readline() for _ in range(4))  # a reading is out
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)
+
+
 # -- pgqueue metrics -------------------------------------------------------------------------
 
 SAMPLE = re.compile(r'^([a-z_]+)(?:\{([^}]*)\})? (\S+)$')

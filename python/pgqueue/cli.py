@@ -859,6 +859,31 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    if not args.watch:
+        return _stats(args)
+    with _sigterm_interrupts():
+        return _stats(args)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a service manager's stop) ends the block as Ctrl-C does (a KeyboardInterrupt,
+    which a --watch loop takes as its end: exit 0), unless SIGTERM was ignored when it began."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stats(args: argparse.Namespace) -> int:
     if args.groups is not None:
         if args.queue is None:
             raise UsageError("pgqueue stats: error: --groups needs a QUEUE")
