@@ -2337,14 +2337,22 @@ BEGIN
         RETURNING id INTO v_id;
     END IF;
     IF v_id IS NULL THEN
-        IF p_group IS NOT NULL OR p_key IS NOT NULL THEN
+        IF v_queue_id IS NOT NULL AND (p_group IS NOT NULL OR p_key IS NOT NULL) THEN
             -- A bad group or key, and a group on a queue without groups, are refused before the
             -- queue's room is asked for (pgqueue._queue_admit): a full capped queue would answer
             -- PQ003 to a call that can never succeed. (pgqueue._message_insert checks again under
-            -- the queue's lock; an unknown queue, v_grouped NULL, is PQ001 from _queue_admit.)
-            PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
-            PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
-            IF p_group IS NOT NULL AND v_grouped IS FALSE THEN
+            -- the queue's lock; an unknown queue is PQ001 from _queue_admit, whatever its group or
+            -- key.) The rule is _check_message_key's, called only to raise (a call costs more
+            -- than the test).
+            IF p_group OPERATOR(pg_catalog.=) ''::pg_catalog.text
+               OR pg_catalog.length(p_group) OPERATOR(pg_catalog.>) 200 THEN
+                PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
+            END IF;
+            IF p_key OPERATOR(pg_catalog.=) ''::pg_catalog.text
+               OR pg_catalog.length(p_key) OPERATOR(pg_catalog.>) 200 THEN
+                PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
+            END IF;
+            IF p_group IS NOT NULL AND NOT v_grouped THEN
                 RAISE EXCEPTION 'queue "%" has no message groups', p_queue
                     USING ERRCODE = '22023',
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
@@ -2421,6 +2429,7 @@ DECLARE
     v_now   bigint := pgqueue.to_epoch(now());
     v_clock bigint;
     v_n     integer := cardinality(p_contents);
+    v_grouped boolean;
 BEGIN
     IF p_contents IS NULL THEN
         RAISE EXCEPTION 'p_contents must not be NULL'
@@ -2448,12 +2457,16 @@ BEGIN
     -- A bad group or key, and a group on a queue without groups, are refused before the queue's
     -- room is asked for: a full capped queue would answer PQ003 to a call that can never succeed
     -- (pgqueue._message_insert checks again under the queue's lock; an unknown queue is PQ001
-    -- from pgqueue._queue_admit)
+    -- from pgqueue._queue_admit, whatever its groups and keys). The rule is
+    -- _check_message_key's, called for the bad values only (a call an element cost more).
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
-        PERFORM pgqueue._check_message_key(u.g, 'message group'::text) FROM unnest(p_groups) AS u(g);
-        PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text) FROM unnest(p_keys) AS u(k);
-        IF cardinality(array_remove(p_groups, NULL)) > 0 THEN
-            IF EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.name = p_queue AND q.group_concurrency IS NULL) THEN
+        SELECT q.group_concurrency IS NOT NULL INTO v_grouped FROM pgqueue.queue q WHERE q.name = p_queue;
+        IF FOUND THEN
+            PERFORM pgqueue._check_message_key(u.g, 'message group'::text)
+               FROM unnest(p_groups) AS u(g) WHERE u.g = '' OR length(u.g) > 200;
+            PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text)
+               FROM unnest(p_keys) AS u(k) WHERE u.k = '' OR length(u.k) > 200;
+            IF NOT v_grouped AND cardinality(array_remove(p_groups, NULL)) > 0 THEN
                 RAISE EXCEPTION 'queue "%" has no message groups', p_queue
                     USING ERRCODE = '22023',
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(361);
+SELECT plan(363);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -383,6 +383,10 @@ SELECT throws_ok($$ SELECT pgqueue.message_create('capfull', 'x', p_key => 'k2')
                  'message_create: a good new key on a full capped queue is refused for room');
 SELECT is((SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
             WHERE q.name IN ('capfull', 'capgfull')), 2::bigint, 'the refused calls on full capped queues inserted nothing');
+SELECT throws_ok($$ SELECT pgqueue.message_create('nope', 'x', p_group => '', p_key => '') $$, 'PQ001',
+                 'queue "nope" does not exist', 'message_create: unknown queue, with a bad group and key');
+SELECT throws_ok($$ SELECT pgqueue.message_create_batch('nope', ARRAY['x']::bytea[], p_groups => ARRAY[''], p_keys => ARRAY['']) $$,
+                 'PQ001', 'queue "nope" does not exist', 'message_create_batch: unknown queue, with a bad group and key');
 SELECT throws_ok($$ SELECT pgqueue.message_create('nope', 'x', p_key => 'k') $$, 'PQ001',
                  'queue "nope" does not exist', 'message_create: unknown queue, with a key');
 SELECT throws_ok($$ SELECT pgqueue.message_create('grp', NULL::bytea, p_group => 'g', p_key => 'k') $$, '22004',

@@ -53,14 +53,22 @@ BEGIN
         RETURNING id INTO v_id;
     END IF;
     IF v_id IS NULL THEN
-        IF p_group IS NOT NULL OR p_key IS NOT NULL THEN
+        IF v_queue_id IS NOT NULL AND (p_group IS NOT NULL OR p_key IS NOT NULL) THEN
             -- A bad group or key, and a group on a queue without groups, are refused before the
             -- queue's room is asked for (pgqueue._queue_admit): a full capped queue would answer
             -- PQ003 to a call that can never succeed. (pgqueue._message_insert checks again under
-            -- the queue's lock; an unknown queue, v_grouped NULL, is PQ001 from _queue_admit.)
-            PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
-            PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
-            IF p_group IS NOT NULL AND v_grouped IS FALSE THEN
+            -- the queue's lock; an unknown queue is PQ001 from _queue_admit, whatever its group or
+            -- key.) The rule is _check_message_key's, called only to raise (a call costs more
+            -- than the test).
+            IF p_group OPERATOR(pg_catalog.=) ''::pg_catalog.text
+               OR pg_catalog.length(p_group) OPERATOR(pg_catalog.>) 200 THEN
+                PERFORM pgqueue._check_message_key(p_group, 'message group'::pg_catalog.text);
+            END IF;
+            IF p_key OPERATOR(pg_catalog.=) ''::pg_catalog.text
+               OR pg_catalog.length(p_key) OPERATOR(pg_catalog.>) 200 THEN
+                PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::pg_catalog.text);
+            END IF;
+            IF p_group IS NOT NULL AND NOT v_grouped THEN
                 RAISE EXCEPTION 'queue "%" has no message groups', p_queue
                     USING ERRCODE = '22023',
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';

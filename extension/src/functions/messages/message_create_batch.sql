@@ -17,6 +17,7 @@ DECLARE
     v_now   bigint := pgqueue.to_epoch(now());
     v_clock bigint;
     v_n     integer := cardinality(p_contents);
+    v_grouped boolean;
 BEGIN
     IF p_contents IS NULL THEN
         RAISE EXCEPTION 'p_contents must not be NULL'
@@ -44,12 +45,16 @@ BEGIN
     -- A bad group or key, and a group on a queue without groups, are refused before the queue's
     -- room is asked for: a full capped queue would answer PQ003 to a call that can never succeed
     -- (pgqueue._message_insert checks again under the queue's lock; an unknown queue is PQ001
-    -- from pgqueue._queue_admit)
+    -- from pgqueue._queue_admit, whatever its groups and keys). The rule is
+    -- _check_message_key's, called for the bad values only (a call an element cost more).
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
-        PERFORM pgqueue._check_message_key(u.g, 'message group'::text) FROM unnest(p_groups) AS u(g);
-        PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text) FROM unnest(p_keys) AS u(k);
-        IF cardinality(array_remove(p_groups, NULL)) > 0 THEN
-            IF EXISTS (SELECT 1 FROM pgqueue.queue q WHERE q.name = p_queue AND q.group_concurrency IS NULL) THEN
+        SELECT q.group_concurrency IS NOT NULL INTO v_grouped FROM pgqueue.queue q WHERE q.name = p_queue;
+        IF FOUND THEN
+            PERFORM pgqueue._check_message_key(u.g, 'message group'::text)
+               FROM unnest(p_groups) AS u(g) WHERE u.g = '' OR length(u.g) > 200;
+            PERFORM pgqueue._check_message_key(u.k, 'idempotency key'::text)
+               FROM unnest(p_keys) AS u(k) WHERE u.k = '' OR length(u.k) > 200;
+            IF NOT v_grouped AND cardinality(array_remove(p_groups, NULL)) > 0 THEN
                 RAISE EXCEPTION 'queue "%" has no message groups', p_queue
                     USING ERRCODE = '22023',
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
