@@ -598,6 +598,20 @@ def test_metrics_command_serves_until_interrupted(dsn: str, sig: signal.Signals)
         again.listen()
 
 
+def test_each_new_connection_checks_pgqueues_version(dsn: str, conn: Conn) -> None:
+    """A reading over a new connection checks pgqueue's version first, as the command does at
+    start: a database reached later with another version of pgqueue (restored, upgraded, out of
+    reach at start) reports pgqueue_up 0 with the reason, not a reading of whatever its tables
+    say (here they would still answer)."""
+    conn.execute("UPDATE pg_extension SET extversion = '0.3' WHERE extname = 'pgqueue'")  # as if 0.3
+    metrics = QueueMetrics(dsn, min_interval=0)
+    try:
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 0
+        assert metrics.error is not None and "0.3" in metrics.error, metrics.error
+    finally:
+        metrics.close()
+
+
 def test_the_command_starts_while_the_database_is_down(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     """A database that cannot be reached when `pgqueue metrics` starts (down, failing over) is
     what pgqueue_up 0 is for: the endpoint starts and serves it, and --once prints it with exit 1

@@ -972,21 +972,28 @@ def _stats_json(conn: psycopg.Connection[Any], collect: Callable[[], list[QueueS
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
-    from pgqueue.metrics import MetricsServer, QueueMetrics
+    from pgqueue.metrics import CUT_AFTER, MetricsServer, QueueMetrics, _cut_at
 
     dsn = resolve_dsn(args)
     # Fail fast on what waiting will not mend: a DSN that does not parse, pgqueue missing or of
     # another version. A database that cannot be reached now (down, failing over) is what
     # pgqueue_up 0 is for: the endpoint serves it until the database answers, and --once prints
     # it (exit 1), as for a reading that fails later.
+    # (The check runs under the reading's own deadline: a server that stops answering after the
+    # login is out of reach too. A database found without pgqueue or with another version later
+    # is a reading that fails: pgqueue_up 0, the reason logged.)
     try:
-        with connect(dsn, connect_timeout=max(2, math.ceil(args.timeout))):
-            pass
-    except UserError as exc:
-        if not isinstance(exc.__cause__, psycopg.OperationalError):
-            raise
+        with connect(dsn, check=False, connect_timeout=max(2, math.ceil(args.timeout))) as conn, \
+                _cut_at(conn, time.monotonic() + args.timeout + CUT_AFTER):
+            conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
+                         (f"{math.ceil(args.timeout * 1000)}ms",))
+            check_server(conn)
+    except (UserError, ConnectionFailed, psycopg.OperationalError) as exc:
+        if isinstance(exc, UserError) and not isinstance(exc.__cause__, psycopg.OperationalError):
+            raise  # a DSN that does not parse
         if not args.once:
-            print(f"pgqueue metrics: {exc}: serving pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
+            print(f"pgqueue metrics: cannot reach the database now ({_one_line(str(exc))}): serving "
+                  "pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
     metrics = QueueMetrics(dsn, min_interval=args.min_interval, timeout=args.timeout)
     try:
         if args.once:
@@ -1001,43 +1008,59 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
                 raise UserError(f"cannot read the database (pgqueue_up 0): {metrics.error}")
             return 0
-        try:
-            server = MetricsServer(metrics.render, host=args.host, port=args.port)
-        except OSError as exc:
-            raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
-        print(f"pgqueue metrics at {server.url} (Ctrl-C to stop)", flush=True)
-        try:
-            stopped_by = _wait_for_a_stop_signal()
-        finally:
-            server.close()
+        with _StopSignals() as stop:  # before it serves: a SIGTERM once it answers stops it cleanly
+            try:
+                server = MetricsServer(metrics.render, host=args.host, port=args.port)
+            except OSError as exc:
+                raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+            print(f"pgqueue metrics at {server.url} (Ctrl-C to stop)", flush=True)
+            try:
+                stopped_by = stop.wait()
+            finally:
+                server.close()
         print(f"metrics stopped on {stopped_by.name}", file=sys.stderr)
         return 0
     finally:
         metrics.close()
 
 
-def _wait_for_a_stop_signal() -> signal.Signals:
-    """Wait on the main thread for SIGINT (Ctrl-C) or SIGTERM (a service manager's stop) and
-    return it: both stop a serving command the same way, as they stop `pgqueue worker`. A
-    signal ignored when the command started (SIGINT in `cmd &` from a script, a SIGTERM its
-    parent ignored) stays ignored, as the demo keeps SIGHUP under nohup; the previous handlers
-    are back on return, so a second signal while the command stops acts at once."""
-    got: list[signal.Signals] = []
-    stop = threading.Event()
+class _StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM (a service manager's stop) for a serving command, on the main
+    thread: from the block's start each is noted instead of ending the process, and
+    :meth:`wait` returns the first. Both stop the command the same way, as they stop `pgqueue
+    worker`. A signal ignored when the command started (SIGINT in `cmd &` from a script, a
+    SIGTERM its parent ignored) stays ignored, as the demo keeps SIGHUP under nohup; the previous
+    handlers are back when the block ends, so a second signal while the command stops acts at
+    once."""
 
-    def on_signal(signum: int, frame: object) -> None:
-        got.append(signal.Signals(signum))
-        stop.set()
+    def __init__(self) -> None:
+        self._got: list[signal.Signals] = []
+        self._stop = threading.Event()
+        self._saved: dict[signal.Signals, Any] = {}
 
-    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-             if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        while not stop.wait(3600):
-            pass
-    finally:
-        for sig, previous in saved.items():
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self._got.append(signal.Signals(signum))
+        self._stop.set()
+
+    def __enter__(self) -> _StopSignals:
+        self._saved = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+                       if signal.getsignal(sig) is not signal.SIG_IGN}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._saved.items():
             signal.signal(sig, previous)
-    return got[0]
+
+    def wait(self) -> signal.Signals:
+        while not self._stop.wait(3600):
+            pass
+        return self._got[0]
+
+
+def _wait_for_a_stop_signal() -> signal.Signals:
+    """Wait for SIGINT or SIGTERM and return it (:class:`_StopSignals` around the wait only)."""
+    with _StopSignals() as stop:
+        return stop.wait()
 
 
 def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:

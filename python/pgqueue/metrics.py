@@ -44,6 +44,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.client import all_counters, all_stats, list_queues
+from pgqueue.compat import check_server
 from pgqueue.errors import PgQueueError, conninfo_error
 from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
@@ -250,6 +251,9 @@ class QueueMetrics:
                 with _cut_at(conn, deadline):
                     conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
                                  (f"{math.ceil(self._timeout * 1000)}ms",))
+                    # each new connection: the database may have changed (restored, upgraded)
+                    # since the last one, or been out of reach when the command started
+                    check_server(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -272,22 +276,30 @@ CUT_AFTER = 1.0
 def _cut_at(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
     """Shut ``conn``'s socket down if the block still runs at ``deadline`` (time.monotonic()):
     a read blocked on a server that stopped answering then fails at once with a lost
-    connection, which the reading reports as ``pgqueue_up 0``. Never after the block ended."""
+    connection, which the reading reports as ``pgqueue_up 0``. Never after the block ended;
+    a connection cut while the block ended anyway (its last answer came in time) is closed, so
+    that the next reading connects again.
+
+    The socket is a duplicate of libpq's descriptor, taken here, by the thread that owns the
+    connection: shutdown() acts on the connection both share, and the duplicate stays that
+    connection's even if libpq closes its own descriptor meanwhile (its number may then name
+    another socket of the process)."""
+    sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
     lock = threading.Lock()
     ended = False
+    fired = False
 
     def cut() -> None:
+        nonlocal fired
         with lock:
             if ended:
                 return
+            fired = True
             try:
-                # a duplicate of the descriptor: shutdown() acts on the connection both share,
-                # close() on the duplicate only (libpq still owns and closes its own)
-                with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except (OSError, psycopg.Error):
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # (the connection ended already)
                 pass
-            log.warning("metrics: the database did not answer within the timeout: connection cut")
+        log.warning("metrics: the database did not answer within the timeout: connection cut")
 
     timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
     timer.daemon = True
@@ -298,6 +310,9 @@ def _cut_at(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
         with lock:
             ended = True
         timer.cancel()
+        sock.close()  # the duplicate only: libpq still owns and closes its own
+        if fired:
+            conn.close()
 
 
 # -- worker metrics -------------------------------------------------------------------------

@@ -166,7 +166,8 @@ Guarantees
   enqueued.
 * ``df.write``, ``commitMode=job``: the whole DataFrame appears atomically and exactly once,
   whatever Spark retries; a failed job, a NULL payload or a bad column type publishes nothing.
-  A write whose outcome the driver knows leaves no row in the publish log.
+  A write whose outcome the driver knows leaves no row in the publish log, but for one whose
+  publish a retry after a lost connection made (the first attempt may still be running).
 * ``writeStream``: each micro-batch is published exactly once: a failed task, a failed batch
   and a query restarted from its checkpoint after a crash (even one between the publication
   and Spark's commit log) publish nothing twice. The publish log keeps one row per query (its

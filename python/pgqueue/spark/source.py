@@ -372,7 +372,8 @@ class PgQueueWriter(DataSourceArrowWriter):
         """Job mode: publish the winning attempts in one transaction (once); task mode: nothing.
 
         The publication's row of pgqueue.spark_publish_log (key: the write id) is deleted once
-        spark_publish has answered (:meth:`_forget`); it stays only when the outcome is unknown.
+        spark_publish has answered (:meth:`_forget`); it stays when the outcome is unknown, and
+        when a retry after a lost connection is what published (see :meth:`_publish`).
         """
         if self.opts.commit_mode != "job":
             return
