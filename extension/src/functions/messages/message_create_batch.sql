@@ -46,7 +46,7 @@ BEGIN
     -- room is asked for: a full capped queue would answer PQ003 to a call that can never succeed
     -- (pgqueue._message_insert checks again under the queue's lock; an unknown queue is PQ001
     -- from pgqueue._queue_admit, whatever its groups and keys). The rule is
-    -- _check_message_key's, called for the bad values only (a call an element cost more).
+    -- _check_message_key's, called for the bad values only (not a call for every element).
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
         SELECT q.group_concurrency IS NOT NULL INTO v_grouped FROM pgqueue.queue q WHERE q.name = p_queue;
         IF FOUND THEN
