@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,48 @@ class Server:
         env = dict(os.environ)
         env.update(PGHOST=self.host, PGPORT=str(self.port), PGUSER=self.user)
         return env
+
+
+class Relay:
+    """A TCP relay to the test server on 127.0.0.1, ``port``: a test that needs to act on the
+    bytes between a client and the server (hold them back, interrupt on one) overrides
+    :meth:`passing`, which sees each chunk before it is passed on."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((self._server.host, self._server.port))
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def passing(self, data: bytes, answers: bool) -> None:
+        """Called with each chunk before it goes on (``answers``: it comes from the server)."""
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                self.passing(data, answers)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._listener.close()
 
 
 @pytest.fixture(scope="session")

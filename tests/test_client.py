@@ -23,7 +23,7 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from conftest import Server, create_database, drop_database
+from conftest import Relay, Server, create_database, drop_database
 import client_scenarios as scenarios
 from pgqueue import _sql
 from pgqueue import DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
@@ -349,7 +349,7 @@ def test_receive_gives_the_message_back_when_interrupted(queue: Queue) -> None:
     assert msg is not None and again.id == msg.id and again.attempts == 2
 
 
-class InterruptingLink:
+class InterruptingLink(Relay):
     """A TCP relay to the server that, once armed, sends this process a SIGINT (Ctrl-C) when an
     answer of the server holding ``trigger`` passes, and holds that answer back ``hold`` seconds:
     a Ctrl-C that lands while the answer is on its way."""
@@ -357,42 +357,15 @@ class InterruptingLink:
     def __init__(self, server: Server, trigger: bytes, hold: float = 0.3) -> None:
         self.armed = False
         self.fired = False
-        self._server = server
         self._trigger = trigger
         self._hold = hold
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(server)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection((self._server.host, self._server.port))
-            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if answers and self.armed and self._trigger in data:
-                    self.armed, self.fired = False, True
-                    os.kill(os.getpid(), signal.SIGINT)
-                    time.sleep(self._hold)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._listener.close()
+    def passing(self, data: bytes, answers: bool) -> None:
+        if answers and self.armed and self._trigger in data:
+            self.armed, self.fired = False, True
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(self._hold)
 
 
 @pytest.mark.parametrize("source", ["dsn", "autocommit-connection", "autocommit-pool"])
@@ -826,8 +799,6 @@ class socket_port:
     """A local TCP port that nothing listens on, for the life of the block."""
 
     def __enter__(self) -> int:
-        import socket
-
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
         return int(self._sock.getsockname()[1])

@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from conftest import Server
+from conftest import Relay, Server
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
 from pgqueue.client import all_counters
@@ -416,54 +416,18 @@ def test_the_readme_alerts_use_metrics_that_are_served(dsn: str) -> None:
     assert named <= served, named - served
 
 
-class StallingProxy:
+class StallingProxy(Relay):
     """A TCP proxy to the test server that can stop passing bytes on, in both directions, while
     keeping its connections open: a network path that drops packets, a stalled proxy or a hung
     host, where the server's statement_timeout never reaches the client."""
 
     def __init__(self, server: Server) -> None:
-        self._server = server
         self._stalled = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(server)
 
-    def _upstream(self) -> socket.socket:
-        if self._server.host.startswith("/"):
-            up = socket.socket(socket.AF_UNIX)
-            up.connect(f"{self._server.host}/.s.PGSQL.{self._server.port}")
-            return up
-        return socket.create_connection((self._server.host, self._server.port))
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            up = self._upstream()
-            for a, b in ((client, up), (up, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                while self._stalled.is_set():
-                    time.sleep(0.01)
-                data = src.recv(65536)
-                if not data:
-                    break
-                while self._stalled.is_set():  # (bytes read just before the stall are held too)
-                    time.sleep(0.01)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def passing(self, data: bytes, answers: bool) -> None:
+        while self._stalled.is_set():  # held, and the bytes behind it wait unread
+            time.sleep(0.01)
 
     def stall(self) -> None:
         self._stalled.set()
@@ -472,7 +436,7 @@ class StallingProxy:
         self._stalled.clear()
 
     def close(self) -> None:
-        self._listener.close()
+        super().close()
         self._stalled.clear()
 
 
@@ -646,7 +610,7 @@ def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:
     SIGTERM its parent ignored) leaves it ignored, as the demo keeps SIGHUP under nohup, and
     puts the handlers it replaced back when it stops (the dashboard's serve():
     test_dashboard.py)."""
-    from pgqueue.cli import _wait_for_a_stop_signal
+    from pgqueue.cli import _StopSignals
 
     before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     late: list[int] = []  # a SIGINT that came too late for it: the test fails, not the test run
@@ -667,7 +631,8 @@ def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:
     sender = threading.Thread(target=send)
     sender.start()
     try:
-        assert _wait_for_a_stop_signal() is signal.SIGINT
+        with _StopSignals() as stop:
+            assert stop.wait() is signal.SIGINT
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is sigint and not late
     finally:

@@ -972,29 +972,30 @@ def _stats_json(conn: psycopg.Connection[Any], collect: Callable[[], list[QueueS
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
-    from pgqueue.metrics import CUT_AFTER, MetricsServer, QueueMetrics, _cut_at
+    from pgqueue.metrics import MetricsServer, QueueMetrics
 
     dsn = resolve_dsn(args)
     # Fail fast on what waiting will not mend: a DSN that does not parse, pgqueue missing or of
     # another version. A database that cannot be reached now (down, failing over) is what
     # pgqueue_up 0 is for: the endpoint serves it until the database answers, and --once prints
     # it (exit 1), as for a reading that fails later.
-    # (The check runs under the reading's own deadline: a server that stops answering after the
-    # login is out of reach too. A database found without pgqueue or with another version later
-    # is a reading that fails: pgqueue_up 0, the reason logged.)
-    try:
-        with connect(dsn, check=False, connect_timeout=max(2, math.ceil(args.timeout))) as conn, \
-                _cut_at(conn, time.monotonic() + args.timeout + CUT_AFTER):
-            conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
-                         (f"{math.ceil(args.timeout * 1000)}ms",))
-            check_server(conn)
-    except (UserError, ConnectionFailed, psycopg.OperationalError) as exc:
-        if isinstance(exc, UserError) and not isinstance(exc.__cause__, psycopg.OperationalError):
-            raise  # a DSN that does not parse
-        if not args.once:
-            print(f"pgqueue metrics: cannot reach the database now ({_one_line(str(exc))}): serving "
-                  "pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
+    # (The check is the reading's own connection, opened now under its deadline: a server that
+    # stops answering after the login is out of reach too. A database found without pgqueue or
+    # with another version later is a reading that fails: pgqueue_up 0, the reason logged.)
+    hint = "" if dsn else f" ({NO_DSN_HINT})"
     metrics = QueueMetrics(dsn, min_interval=args.min_interval, timeout=args.timeout)
+    try:
+        metrics.connect()
+    except psycopg.ProgrammingError as exc:
+        metrics.close()
+        raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
+    except (psycopg.OperationalError, ConnectionFailed) as exc:
+        if not args.once:
+            print(f"pgqueue metrics: cannot reach the database now ({_one_line(str(exc))}){hint}: serving "
+                  "pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
+    except BaseException:
+        metrics.close()
+        raise
     try:
         if args.once:
             logger = logging.getLogger("pgqueue.metrics")
@@ -1056,11 +1057,6 @@ class _StopSignals:
             pass
         return self._got[0]
 
-
-def _wait_for_a_stop_signal() -> signal.Signals:
-    """Wait for SIGINT or SIGTERM and return it (:class:`_StopSignals` around the wait only)."""
-    with _StopSignals() as stop:
-        return stop.wait()
 
 
 def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:

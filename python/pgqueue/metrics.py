@@ -241,6 +241,14 @@ class QueueMetrics:
         took.add(time.monotonic() - started)
         return [up, took, *families]
 
+    def connect(self) -> None:
+        """Open the reading connection now, as a reading would (its timeouts, pgqueue's version
+        checked), and keep it for the next reading; raise what that raises (psycopg errors as
+        they are, a database without pgqueue or with another version as
+        :class:`~pgqueue.errors.ExtensionNotInstalled` / ``VersionMismatch``)."""
+        with self._lock:
+            self._connection(time.monotonic() + self._timeout + CUT_AFTER)
+
     def _connection(self, deadline: float) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
             extra: dict[str, Any] = {}
