@@ -646,6 +646,27 @@ def test_serve_stops_on_a_signal_and_leaves_an_ignored_one_ignored(dsn: str) -> 
         socket.create_connection(("127.0.0.1", int(port.group(1))), timeout=5).close()
 
 
+def test_a_port_in_use_is_one_line_of_ours_and_start_raises_oserror(dsn: str) -> None:
+    """`pgqueue dashboard --port <in use>`: the CLI's one line, exit 1 (Werkzeug's bind printed
+    two lines of its own and exited the process: start() too, from a library caller's thread)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "pgqueue", "dashboard", "--dsn", dsn, "--port", str(port)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout + proc.stderr
+        assert proc.stderr == f"pgqueue: error: cannot listen on 127.0.0.1:{port}: Address already in use\n", proc.stderr
+        with pytest.raises(OSError, match="in use"):
+            start(Options(dsn=dsn), port=port)
+    server = start(Options(dsn=dsn), port=0)  # and a port of its own still works
+    try:
+        with urllib.request.urlopen(server.url, timeout=10) as page:
+            assert page.status == 200
+    finally:
+        server.stop()
+
+
 def test_the_command_refuses_a_database_without_pgqueue(bare_dsn: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "pgqueue", "dashboard", "--dsn", bare_dsn, "--port", "0"],
                           capture_output=True, text=True, timeout=60, check=False)

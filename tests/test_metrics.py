@@ -338,6 +338,45 @@ def test_metrics_reuses_a_recent_reading_and_survives_a_lost_database(pg_server:
     assert s[("pgqueue_up", frozenset())] == 0
 
 
+def test_close_waits_for_a_reading_in_progress(dsn: str, conn: Conn) -> None:
+    """close() from another thread (the exporter stopping) while a reading waits on the
+    database: the reading finishes with the data (pgqueue_up 1), then the connection closes.
+    close() used to close it under the running query: that page said pgqueue_up 0."""
+    metrics = QueueMetrics(dsn, min_interval=0)
+    metrics.connect()
+    pages: list[str] = []
+    closed = threading.Event()
+    conn.execute("BEGIN")
+    conn.execute("LOCK TABLE pgqueue.message IN ACCESS EXCLUSIVE MODE")
+    try:
+        reader = threading.Thread(target=lambda: pages.append(metrics.render()), daemon=True)
+        reader.start()
+        wait_for_lock_wait(conn, "pgqueue-metrics")
+        closer = threading.Thread(target=lambda: (metrics.close(), closed.set()), daemon=True)
+        closer.start()
+        time.sleep(0.3)
+        assert not closed.is_set(), "close() did not wait for the reading"
+    finally:
+        conn.execute("ROLLBACK")
+    reader.join(timeout=10)
+    assert closed.wait(10)
+    assert pages and parse(pages[0])[("pgqueue_up", frozenset())] == 1, pages
+    assert metrics._conn is None  # closed after the reading
+
+
+def wait_for_lock_wait(conn: Conn, application_name: str) -> None:
+    """Until a session of that application_name waits on a lock (autocommit look-ups)."""
+    with psycopg.connect(conn.info.dsn, autocommit=True) as look:
+        for _ in range(200):
+            row = look.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity "
+                               "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                               (application_name,)).fetchone()
+            if row and row[0] == 1:
+                return
+            time.sleep(0.025)
+    raise AssertionError(f"no {application_name} session waited on a lock")
+
+
 def test_a_scrape_gives_up_after_its_timeout(dsn: str, conn: Conn) -> None:
     """A reading that waits on a lock (VACUUM FULL, LOCK TABLE of pgqueue.message) ends after
     QueueMetrics' timeout (5 s) with pgqueue_up 0, within Prometheus' own 10 s: it used to wait

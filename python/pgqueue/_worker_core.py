@@ -620,7 +620,11 @@ class WorkerCore:
                     raise  # the queue was dropped, or a bug: stop with it
                 wait = self._reconnect.next()
                 self._recovering = True
-                self._outage.failed(f"{_failure(exc)}: {_first_line(exc)}", f"reconnecting in {wait:g}s")
+                # once stopping, the loop ends here: nothing to reconnect (a call the stop's
+                # watchdog gave up was announced by it)
+                if not self._gave_up:
+                    self._outage.failed(f"{_failure(exc)}: {_first_line(exc)}",
+                                        "stopping" if self._stopping else f"reconnecting in {wait:g}s")
                 retry_at = next_poll = time.monotonic() + wait
             free = self._concurrency - len(self._in_hand)
             yield Wait(max(0.0, next_poll - time.monotonic()) if free > 0 else 1.0)

@@ -236,7 +236,7 @@ class QueueMetrics:
             else:
                 self._error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning("metrics: cannot read the database: %s", self._error)
-            self.close()
+            self._close()
             up.add(0)
         took.add(time.monotonic() - started)
         return [up, took, *families]
@@ -269,7 +269,12 @@ class QueueMetrics:
         return self._conn
 
     def close(self) -> None:
-        """Close the connection (the next scrape opens a new one)."""
+        """Close the connection (the next scrape opens a new one). A reading in progress on
+        another thread ends first (within its timeout, plus :data:`CUT_AFTER`)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()

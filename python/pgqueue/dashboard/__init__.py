@@ -18,12 +18,13 @@ a read-only dashboard; docs/grants.sql).
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, get_sockaddr, make_server, select_address_family
 
 from pgqueue.dashboard.app import Options, close, create_app
 
@@ -53,6 +54,20 @@ class Server:
         close(self.wsgi.app)  # type: ignore[arg-type]
 
 
+def _listen(host: str, port: int, app: Any, **kwargs: Any) -> BaseWSGIServer:
+    """Werkzeug's threaded server on a socket bound here: a port in use (or any other failure to
+    listen) raises OSError, where Werkzeug's own bind prints two lines and exits the process."""
+    family = select_address_family(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Werkzeug's own bind does
+        sock.bind(get_sockaddr(host, port, family))
+        sock.listen(128)
+        return make_server(host, port, app, threaded=True, fd=sock.fileno(), **kwargs)  # (a duplicate of sock)
+    finally:
+        sock.close()
+
+
 def _url(host: str, port: int, token: str | None) -> str:
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):
@@ -64,12 +79,17 @@ def start(options: Options, *, host: str = "127.0.0.1", port: int = 8080) -> Ser
     """Serve the dashboard on a daemon thread and return at once; ``port=0`` picks a free port.
 
     The returned :class:`Server` has the URL to open (with the token, if one is required).
+    A port it cannot listen on (in use, say) raises OSError.
     """
     app = create_app(options)
-    wsgi = make_server(host, port, app, threaded=True, request_handler=_QuietHandler)
+    try:
+        wsgi = _listen(host, port, app, request_handler=_QuietHandler)
+    except BaseException:  # (the port is taken: OSError)
+        close(app)
+        raise
     thread = threading.Thread(target=wsgi.serve_forever, name="pgqueue-dashboard", daemon=True)
     thread.start()
-    return Server(_url(host, wsgi.server_port, options.token), wsgi, thread)
+    return Server(_url(host, wsgi.port, options.token), wsgi, thread)
 
 
 def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
@@ -86,8 +106,8 @@ def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
     """
     app = create_app(options)
     try:
-        wsgi = make_server(host, port, app, threaded=True)
-    except BaseException:  # (the port is taken: Werkzeug prints why and raises SystemExit)
+        wsgi = _listen(host, port, app)
+    except BaseException:  # (the port is taken: OSError)
         close(app)
         raise
     stopped_by: list[signal.Signals] = []
@@ -106,7 +126,7 @@ def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
                 saved[sig] = signal.signal(sig, on_signal)
     try:
         if ready is not None:
-            ready(_url(host, wsgi.server_port, options.token))
+            ready(_url(host, wsgi.port, options.token))
         wsgi.serve_forever()  # (Werkzeug's returns on a KeyboardInterrupt)
     finally:
         try:
