@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg_pool import ConnectionPool
 
 from conftest import admin_execute, drop_database
 from pgqueue import Queue, errors
@@ -130,6 +131,65 @@ def test_a_full_capped_queue_holds_up_its_own_schedule_only(dsn: str) -> None:
     assert {e.name: e.next_run for e in list_schedules(dsn)}["to_full"] == done[0].slot + timedelta(minutes=1)
     for queue in (full, other):
         queue.close()
+
+
+def test_a_schedule_held_by_its_full_queue_is_said_once(dsn: str, caplog: pytest.LogCaptureFixture,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A schedule that its full capped queue holds back is a NOTICE (SQLSTATE PQ003) naming it:
+    run_schedules(on_held=) gets its text, whatever the connection source; `pgqueue schedule run`
+    prints it as a warning; `pgqueue scheduler` logs it once while it lasts and one line when
+    the schedule fires again. It used to give no signal at all: the slot just stayed due."""
+    full = Queue(dsn, "capped")
+    full.create(max_size=1)
+    full.enqueue("filler")
+    create_schedule(dsn, "to_full", "capped", "f", every=1, missed="latest",
+                    start_at=datetime.now(timezone.utc) - timedelta(minutes=1))
+    expected = ('schedule "to_full" is held: its queue "capped" is full (max_size 1) '
+                "or a producer's open transaction holds its admission")
+    for source in (dsn, "connection", "pool"):
+        held: list[str] = []
+        if source == "connection":
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                assert run_schedules(conn, on_held=held.append) == []
+                assert run_schedules(conn) == []  # the hook is gone with the call
+        elif source == "pool":
+            with ConnectionPool(dsn, min_size=1, open=True) as pool:
+                assert run_schedules(pool, on_held=held.append) == []
+        else:
+            assert run_schedules(source, on_held=held.append) == []
+        assert held == [expected], (source, held)
+    Queue(dsn, "free").create()  # a schedule stopped by the run's limit is not held
+    create_schedule(dsn, "backlog", "free", "b", every=1, missed="all",
+                    start_at=datetime.now(timezone.utc) - timedelta(minutes=1))
+    held = []
+    while not (done := run_schedules(dsn, 1, on_held=held.append)):  # (to_full may come first)
+        pass
+    assert [m.schedule for m in done] == ["backlog"] and set(held) <= {expected}, held
+    drop_schedule(dsn, "backlog")
+    assert main(["schedule", "run", "--dsn", dsn]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"pgqueue: warning: {expected}; its slots wait until there is room\n"
+                                 "enqueued 0 message(s)\n"), err
+
+    caplog.set_level(logging.INFO, logger="pgqueue.scheduler")
+    scheduler = Scheduler(dsn, interval=0.05, handle_signals=False)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.6)  # about ten runs, all held
+        assert scheduler.enqueued == 0
+        full.dequeue(1, lock_ms=0)  # room: the next run fires it
+        deadline = time.monotonic() + 10
+        while "no longer held" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        scheduler.stop()
+        thread.join(timeout=10)
+    lines = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
+    assert lines == [f"{expected}; its slots wait until there is room (logged once while it lasts)",
+                     "schedule to_full is no longer held: it enqueues again"], lines
+    assert [r.levelno for r in caplog.records if "held" in r.getMessage()] == [logging.WARNING, logging.INFO]
+    full.close()
 
 
 def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) -> None:

@@ -1216,10 +1216,13 @@ def _cmd_schedule_drop(args: argparse.Namespace) -> int:
 def _cmd_schedule_run(args: argparse.Namespace) -> int:
     from pgqueue.schedules import run_schedules
 
+    held: list[str] = []
     with connect(resolve_dsn(args)) as conn:
-        done = run_schedules(conn)
+        done = run_schedules(conn, on_held=held.append)
     for m in done:
         print(json.dumps({"schedule": m.schedule, "message_id": m.message_id, "slot": m.slot.isoformat()}))
+    for notice in held:
+        print(f"{PROG}: warning: {notice}; its slots wait until there is room", file=sys.stderr)
     print(f"enqueued {len(done)} message(s)", file=sys.stderr)
     return 0
 

@@ -18,15 +18,20 @@ enqueues one message for all of them, ``all`` one per slot. Example::
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
 
 from pgqueue import _core
 from pgqueue._core import Delay, When
 from pgqueue.client import ConnectionSource, _run_once
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import PgQueueError, translating
 from pgqueue.message import ScheduledMessage, ScheduleEntry
 
 __all__ = ["Scheduler", "create_schedule", "drop_schedule", "list_schedules", "run_schedules"]
@@ -69,9 +74,53 @@ def list_schedules(conn: ConnectionSource) -> list[ScheduleEntry]:
     return _run_once(conn, _core.schedule_list())
 
 
-def run_schedules(conn: ConnectionSource, limit: int = 1000) -> list[ScheduledMessage]:
-    """Enqueue the due slots of every schedule (each once, whoever else runs them); return them."""
-    return _run_once(conn, _core.schedule_run(limit))
+def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
+                  on_held: Callable[[str], None] | None = None) -> list[ScheduledMessage]:
+    """Enqueue the due slots of every schedule (each once, whoever else runs them); return them.
+
+    Parameters:
+        conn: a connection string (opened and closed here), a connection or a pool.
+        limit: at most this many messages (1 to 100000).
+        on_held: called with the text of each notice of a schedule held back by its capped
+            queue (full, or its admission held by a producer's open transaction): SQLSTATE
+            PQ003, ``schedule "NAME" is held: its queue "QUEUE" is full ...``. Its slot stays
+            due for a later run.
+    """
+    if on_held is None:
+        return _run_once(conn, _core.schedule_run(limit))
+    hook = on_held
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.sqlstate == "PQ003" and diag.message_primary:
+            hook(diag.message_primary)
+
+    if isinstance(conn, str):
+        with translating():
+            own = psycopg.connect(conn, autocommit=True)
+        try:
+            own.add_notice_handler(on_notice)
+            return _run_once(own, _core.schedule_run(limit))
+        finally:
+            own.close()
+    if isinstance(conn, ConnectionPool):
+        with conn.connection() as lent:
+            return run_schedules(lent, limit, on_held=on_held)
+    if not isinstance(conn, psycopg.Connection):
+        return _run_once(conn, _core.schedule_run(limit))  # (its TypeError)
+    conn.add_notice_handler(on_notice)
+    try:
+        return _run_once(conn, _core.schedule_run(limit))
+    finally:
+        conn.remove_notice_handler(on_notice)
+
+
+_HELD = re.compile(r'^schedule "(.*)" is held: ')
+
+
+def _held_name(notice: str) -> str:
+    """The schedule's name in a held notice (the whole text if it is not of that form)."""
+    found = _HELD.match(notice)
+    return found.group(1) if found else notice
 
 
 class Scheduler:
@@ -108,10 +157,12 @@ class Scheduler:
             saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failed = 0  # tries in a row that failed: an outage is logged once, and its end
         last_error = ""
+        held: dict[str, str] = {}  # the schedules a full capped queue holds back: name -> notice
         try:
             while not self._stop.is_set():
+                notices: list[str] = []
                 try:
-                    done = run_schedules(self._dsn)
+                    done = run_schedules(self._dsn, on_held=notices.append)
                 except PgQueueError as exc:
                     failed += 1
                     error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -127,7 +178,23 @@ class Scheduler:
                     self.enqueued += len(done)
                     for m in done:
                         log.info("schedule %s: message %d for %s", m.schedule, m.message_id, m.slot.isoformat())
+                    held = self._note_held(held, notices, {m.schedule for m in done})
                 self._stop.wait(self._interval)
         finally:
             for sig, previous in saved.items():
                 signal.signal(sig, previous)
+
+    @staticmethod
+    def _note_held(held: dict[str, str], notices: list[str], fired: set[str]) -> dict[str, str]:
+        """Log a schedule held back by its full capped queue once (one warning when it is first
+        held, again if the notice changes) and once when it fires again; return who is held now."""
+        now: dict[str, str] = {}
+        for notice in notices:
+            name = _held_name(notice)
+            now[name] = notice
+            if held.get(name) != notice:
+                log.warning("%s; its slots wait until there is room (logged once while it lasts)", notice)
+        for name in held.keys() - now.keys():
+            if name in fired:
+                log.info("schedule %s is no longer held: it enqueues again", name)
+        return now

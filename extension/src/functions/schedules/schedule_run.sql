@@ -15,8 +15,8 @@
 -- their share with slots still due (only those are visited again), and what is left beyond
 -- p_limit waits for the next call. A schedule whose queue is capped and full (PQ003) stops at
 -- the slot the cap refused, which stays due for a later call to enqueue once there is room;
--- the other schedules are not held up (pgqueue._schedule_fire), and it is not visited again in
--- the same call.
+-- the other schedules are not held up (pgqueue._schedule_fire), it is not visited again in
+-- the same call, and a NOTICE with SQLSTATE PQ003 names it (the `pgqueue scheduler` logs it).
 --
 -- SECURITY DEFINER, EXECUTE granted by docs/grants.sql (producers, administrators), not PUBLIC:
 -- a scheduler locks and advances the schedules' rows, which needs UPDATE on next_run, and with
@@ -76,6 +76,14 @@ BEGIN
             RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
             v_made := v_made + cardinality(v_fired.o_ids);
             UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
+            IF v_fired.o_next <= v_now AND cardinality(v_fired.o_ids) < v_share THEN
+                -- held by its capped queue, not by p_limit: say so (a NOTICE, for the caller only)
+                RAISE NOTICE 'schedule "%" is held: its queue "%" is full (max_size %) or a producer''s open transaction holds its admission',
+                    v_s.name, v_s.queue, v_s.max_size
+                    USING ERRCODE = 'PQ003',
+                          DETAIL = format('Its slot %s (epoch ms) stays due and is enqueued by a later run once the queue has room.',
+                                          v_fired.o_next);
+            END IF;
             IF cardinality(v_fired.o_ids) = v_share AND v_fired.o_next <= v_now THEN
                 v_more := v_more || v_s.id;
             END IF;
