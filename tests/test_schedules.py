@@ -179,9 +179,7 @@ def test_a_schedule_held_by_its_full_queue_is_said_once(dsn: str, caplog: pytest
         time.sleep(0.6)  # about ten runs, all held
         assert scheduler.enqueued == 0
         full.dequeue(1, lock_ms=0)  # room: the next run fires it
-        deadline = time.monotonic() + 10
-        while "no longer held" not in caplog.text and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_log(caplog, "no longer held")
     finally:
         scheduler.stop()
         thread.join(timeout=10)
@@ -317,6 +315,13 @@ def test_a_scheduler_interval_past_what_a_wait_takes_is_refused() -> None:
     Scheduler("dbname=unused", interval=1e9, handle_signals=False)
 
 
+def wait_for_log(caplog: pytest.LogCaptureFixture, text: str, timeout: float = 10.0) -> None:
+    """Until a captured log line has ``text`` (at most ``timeout`` s; the caller's asserts tell)."""
+    deadline = time.monotonic() + timeout
+    while text not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_scheduler_logs_an_outage_once_and_its_end(pg_server: Any, template_db: str,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """While the database cannot be reached, `pgqueue scheduler` retries every interval and says
@@ -332,9 +337,7 @@ def test_a_scheduler_logs_an_outage_once_and_its_end(pg_server: Any, template_db
             time.sleep(0.05)
         admin_execute(pg_server, sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(  # the database is back
             sql.Identifier(name), sql.Identifier(template_db)))
-        deadline = time.monotonic() + 10
-        while "works again" not in caplog.text and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_log(caplog, "works again")
     finally:
         scheduler.stop()
         thread.join(timeout=10)
