@@ -45,6 +45,10 @@ GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer) TO :"producer";
+-- queue_next_due reads a rate-limited queue's rate sequence (SELECT reads it, it cannot take slots);
+-- the Python client calls it to tell an unknown queue from an empty answer
+SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'producer')
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_rate_[0-9]+$' \gexec
 -- ... and run the schedules (schedule_run, `pgqueue scheduler`; it runs as the extension's owner
 -- and enqueues only the slots that are due) and read them (schedule_list); creating and dropping
 -- schedules is the administrator's. Not UPDATE: with it plain SQL could move any schedule's
@@ -105,7 +109,7 @@ GRANT SELECT ON pgqueue.queue TO :"monitor";
 GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at, group_key, turn_at) ON pgqueue.message TO :"monitor";
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"monitor";
 SELECT format('GRANT SELECT ON SEQUENCE %s TO %I', c.oid::regclass, :'monitor')
-  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^counter_[a-z0-9]+_[0-9]+$' \gexec
+  FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(counter_[a-z0-9]+|queue_rate)_[0-9]+$' \gexec
 SELECT format('GRANT SELECT ON pgqueue.install TO %I', :'monitor')
  WHERE pg_catalog.to_regclass('pgqueue.install') IS NOT NULL \gexec
 \endif

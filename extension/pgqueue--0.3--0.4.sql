@@ -2478,6 +2478,10 @@ BEGIN
         RETURN;
     END IF;
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
+        -- the groups' locks first, in the stripes' order (no deadlock between two batches)
+        IF v_queue.group_concurrency IS NOT NULL AND p_groups IS NOT NULL THEN
+            PERFORM pgqueue._message_group_locks(v_queue.id, p_groups);
+        END IF;
         -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
         RETURN QUERY
         -- (a message due now goes in with dequeue_at NULL: its turn's key is the clock's
@@ -2902,6 +2906,9 @@ BEGIN
             USING ERRCODE = '22023',
                   HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
     END IF;
+    IF p_rate_limit > 0 THEN
+        PERFORM pgqueue._rate_check(v_queue.id, p_queue);  -- again below, on the locked row
+    END IF;
     IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
         -- wait for them on the queue's lock stripe before locking the queue row (the other
@@ -3308,11 +3315,7 @@ BEGIN
     END IF;
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
-    IF v_queue.group_concurrency IS NOT NULL THEN
-        RAISE EXCEPTION 'queue "%" has message groups, which Spark streams do not read yet', p_queue
-            USING ERRCODE = '0A000',
-                  HINT = 'A claim takes messages by (dequeue_at, id) and holds them until Spark commits the micro-batch, which would break group order and limits: consume a grouped queue with message_dequeue (or the Python worker).';
-    END IF;
+    PERFORM pgqueue._spark_refuse_groups(v_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
     IF p_from IS NULL THEN
@@ -3383,9 +3386,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_queue    pgqueue.queue := pgqueue._queue_enter(p_queue);
-    v_consumer pgqueue.spark_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+    v_consumer pgqueue.spark_consumer;
     v_key      bigint;
 BEGIN
+    PERFORM pgqueue._spark_refuse_groups(v_queue);  -- before the consumer's row is made
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
     IF v_consumer.holder_pid = pg_backend_pid()
        AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
         RETURN v_consumer.acked_seq;  -- this session holds it already
@@ -3551,6 +3556,14 @@ BEGIN
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
                                     WHERE s.write_id = p_write_id
                                       AND (s.group_key IS NOT NULL OR s.idem_key IS NOT NULL))) THEN
+        IF v_queue.group_concurrency IS NOT NULL THEN
+            -- the groups' locks first, in the stripes' order (no deadlock between two writes)
+            PERFORM pgqueue._message_group_locks(v_queue.id, array_agg(s.group_key))
+               FROM unnest(p_partitions, p_attempts) AS w(p, a)
+               JOIN pgqueue.spark_staging s
+                 ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+              WHERE s.group_key IS NOT NULL;
+        END IF;
         v_clock := pgqueue._write_clock();
         FOR v_row IN
             SELECT s.content, s.content_type, s.group_key, s.idem_key,
@@ -5525,3 +5538,54 @@ COMMENT ON FUNCTION pgqueue.spark_claimed(text, text, bigint, bigint, bigint, bi
 -- spark_publish_log: the Python driver now deletes a job-mode write's row (session 42)
 COMMENT ON TABLE pgqueue.spark_publish_log IS
     'pgqueue: the publications of spark_publish by publish key, so that each happens once; a job-mode write''s row is deleted once its driver knows the outcome, a stream keeps its last micro-batch''s';
+
+-- new in 0.4 (session 43): a batch's group locks in the stripes' order
+-- Lock the stripes of a batch's message groups (pgqueue._message_group_lock), one a stripe, in
+-- the stripes' order, before the batch inserts its messages (message_create_batch,
+-- spark_publish). Taken message by message in the batch's order, two batches sharing two
+-- stripes in opposite orders deadlocked (40P01). Under REPEATABLE READ each lock answers as
+-- pgqueue._message_insert's would: 40001 if the snapshot may miss an earlier decision on the
+-- stripe (pgqueue._message_insert then finds its stripe locked by this transaction already).
+CREATE FUNCTION pgqueue._message_group_locks(p_queue_id integer, p_groups text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_group text;
+BEGIN
+    FOR v_group IN SELECT DISTINCT ON (hashtext(u.g) & 255) u.g FROM unnest(p_groups) AS u(g)
+                    WHERE u.g IS NOT NULL ORDER BY hashtext(u.g) & 255 LOOP
+        IF NOT pgqueue._message_group_lock(p_queue_id, v_group) THEN
+            RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', v_group
+                USING ERRCODE = '40001',
+                      HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
+        END IF;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_group_locks(integer, text[]) IS
+    'pgqueue internal: lock the stripes of a batch''s message groups in the stripes'' order (no deadlock between batches); 40001 under REPEATABLE READ as _message_group_lock says';
+
+-- new in 0.4 (session 43): the Spark stream's refusal of a grouped queue, asked by spark_consumer_open too
+-- Refuse a queue with message groups to the Spark streaming consumer (0A000): a claim takes
+-- messages by (dequeue_at, id) and holds them until Spark commits the micro-batch, which would
+-- break group order and limits. spark_consumer_open asks first, so a refused stream leaves no
+-- consumer row behind; spark_claim asks again (a plain SQL caller may skip the open).
+CREATE FUNCTION pgqueue._spark_refuse_groups(p_queue pgqueue.queue)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_queue.group_concurrency IS NOT NULL THEN
+        RAISE EXCEPTION 'queue "%" has message groups, which Spark streams do not read yet', p_queue.name
+            USING ERRCODE = '0A000',
+                  HINT = 'A claim takes messages by (dequeue_at, id) and holds them until Spark commits the micro-batch, which would break group order and limits: consume a grouped queue with message_dequeue (or the Python worker).';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._spark_refuse_groups(pgqueue.queue) IS
+    'pgqueue internal: 0A000 for a queue with message groups, which Spark streams do not read';

@@ -163,6 +163,25 @@ def test_async_receive_completes_fails_and_releases(dsn: str, conn: Conn) -> Non
     run(main)
 
 
+def test_async_receive_settles_on_a_new_connection_when_its_own_was_lost_meanwhile(dsn: str, conn: Conn) -> None:
+    """As tests/test_client.py's test of the same name: the queue's own connection terminated
+    while the block runs; the completion runs once more on a new connection."""
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.enqueue("work")
+            async with q.receive() as msg:
+                assert msg is not None
+                terminated = conn.execute(
+                    "SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND backend_type = 'client backend' AND query <> '' "
+                    "AND strpos(query, 'message_heartbeat') = 0").fetchall()
+                assert terminated == [(True,)], terminated
+        assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+
+    run(main)
+
+
 def test_cancelled_receive_gives_the_message_back(dsn: str) -> None:
     async def main() -> None:
         async with AsyncQueue(dsn) as q:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -308,6 +308,30 @@ def test_receive_completes_on_success(queue: Queue) -> None:
     assert queue.stats().total == 0
     with queue.receive() as empty:
         assert empty is None
+
+
+@pytest.mark.parametrize("outcome", ["complete", "fail"])
+def test_receive_settles_on_a_new_connection_when_its_own_was_lost_meanwhile(
+        queue: Queue, conn: Conn, outcome: str) -> None:
+    """The queue's own connection is terminated while the block runs (a server restart, an idle
+    timeout): the block's end settles the message on a new connection. It raised
+    ConnectionFailed (a completion) or left only a note (a failure), and the message stayed
+    leased, to run again once its lease ran out (a review of the worker under failures,
+    session 43)."""
+    queue.enqueue("work")
+    with pytest.raises(ZeroDivisionError) if outcome == "fail" else nullcontext():
+        with queue.receive() as msg:
+            assert msg is not None
+            terminated = conn.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' AND query <> '' "  # (the heartbeats': none yet)
+                "AND strpos(query, 'message_heartbeat') = 0").fetchall()
+            assert terminated == [(True,)], terminated
+            if outcome == "fail":
+                1 / 0  # noqa: B018
+    row = conn.execute("SELECT count(*), max(last_error), bool_or(locked_until IS NOT NULL) FROM pgqueue.message").fetchone()
+    assert row == ((0, None, None) if outcome == "complete" else (1, "ZeroDivisionError: division by zero", False)), row
 
 
 def test_receive_fails_on_exception_and_reraises(queue: Queue, conn: Conn) -> None:
@@ -778,6 +802,10 @@ def test_read_committed_refusals_and_serialization_failures_have_classes(dsn: st
             Queue(tx, "rr").enqueue(1)
         assert stale.value.sqlstate == "40001"
         tx.rollback()
+    # (40P01 was a bare PgQueueError: nothing marked it as a transaction to retry)
+    with psycopg.connect(dsn) as c, pytest.raises(errors.DeadlockDetected) as deadlock, errors.translating():
+        c.execute("DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$")
+    assert deadlock.value.sqlstate == "40P01"
     with psycopg.connect(dsn) as c, pytest.raises(errors.UnsafeSchema) as unsafe, errors.translating():
         c.execute("DO $$ BEGIN RAISE EXCEPTION 'unsafe' USING ERRCODE = 'PQ008'; END $$")
     assert unsafe.value.sqlstate == "PQ008"

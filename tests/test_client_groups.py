@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import psycopg
 import pytest
@@ -257,3 +258,34 @@ def test_grouped_calls_in_savepoints_of_one_transaction_do_not_fail_each_other(d
             got = conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('sp', 2)").fetchall()
         assert sorted(r[0] for r in got) == ["a", "b"]  # two in flight, c waits for a turn
         conn.commit()
+
+
+def test_batches_of_many_groups_in_opposite_orders_do_not_deadlock(dsn: str) -> None:
+    """Two producers enqueue batches over the same groups, one in the reverse order of the other.
+    A batch locked its groups' stripes message by message, in its own order: two such batches
+    deadlocked (40P01; Spark task-mode writes with groupColumn hit it, a review of the Spark
+    source, session 43). It locks them first, in the stripes' order."""
+    Queue(dsn, "grouped").create(group_concurrency=1)
+    groups = [f"g{i}" for i in range(64)]
+    errors_seen: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def produce(order: list[str]) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for _ in range(20):
+                    barrier.wait(10)
+                    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('grouped', "
+                                 "array_fill('x'::bytea, ARRAY[%s]), p_groups => %s)", (len(order), order))
+        except BaseException as exc:  # surfaced below
+            errors_seen.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=produce, args=(order,)) for order in (groups, groups[::-1])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not [e for e in errors_seen if not isinstance(e, threading.BrokenBarrierError)], errors_seen
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (2 * 20 * 64,)

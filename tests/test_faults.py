@@ -59,6 +59,7 @@ import soak
 from helpers import pg_bindir, snapshot
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.embedded import EmbeddedPostgres
+from pgqueue.schedules import Scheduler
 from pgqueue.worker import Result, Worker
 from test_worker import Started, make_queue, running, wait_for
 
@@ -362,14 +363,19 @@ class Ledger:
         self.returned: list[tuple[int, int]] = []
         self.results: list[Result] = []
 
-    def worker(self, kind: str, dsn: str, seconds: float, **options: Any) -> Worker | AsyncWorker:
-        """A worker of this kind on queue "jobs" whose handler records, sleeps, records."""
+    def worker(self, kind: str, dsn: str, seconds: float | Callable[[Message], float],
+               **options: Any) -> Worker | AsyncWorker:
+        """A worker of this kind on queue "jobs" whose handler records, sleeps (``seconds``, or
+        what it says for the message), records."""
         handler = self.handler(kind, seconds)
         if kind == "Worker":
             return Worker(Queue(dsn, "jobs"), handler, on_result=self.on_result, **options)
         return AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=self.on_result, **options)
 
-    def handler(self, kind: str, seconds: float) -> Callable[[Message], Any]:
+    def handler(self, kind: str, seconds: float | Callable[[Message], float]) -> Callable[[Message], Any]:
+        def sleep_for(msg: Message) -> float:
+            return seconds(msg) if callable(seconds) else seconds
+
         def begin(msg: Message) -> None:
             with self.lock:
                 self.started.append((msg.id, msg.attempts))
@@ -381,13 +387,13 @@ class Ledger:
         if kind == "Worker":
             def handle(msg: Message) -> None:
                 begin(msg)
-                time.sleep(seconds)
+                time.sleep(sleep_for(msg))
                 end(msg)
             return handle
 
         async def handle_async(msg: Message) -> None:
             begin(msg)
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(sleep_for(msg))
             end(msg)
         return handle_async
 
@@ -405,7 +411,12 @@ class Ledger:
         assert one(conn, "SELECT count(*) FROM pgqueue.dead_letter") == 0
         assert len({i for i, _ in started}) == n
         acked = [(r.message.id, r.message.attempts) for r in results if r.outcome == "completed" and r.acknowledged]
-        assert set(acked) <= returned and len(acked) == len(set(acked)) == n
+        # a delivery the worker held when its message was leased to it again took the new token
+        # over (the worker's _adopt): acknowledged with it, its handler started and returned with
+        # an earlier one, and no handler started with the new one
+        adopted = {(i, a) for i, a in acked if (i, a) not in returned and (i, a) not in started
+                   and any(j == i and b < a for j, b in returned)}
+        assert set(acked) - adopted <= returned and len(acked) == len(set(acked)) == n
         unacknowledged = {(r.message.id, r.message.attempts) for r in results if not r.acknowledged}
         for msg_id, count in Counter(i for i, _ in started).items():
             if count > 1:
@@ -546,6 +557,38 @@ def test_stop_returns_in_bounded_time_when_the_database_hangs(durable: DurableSe
     assert not any("reconnecting" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
+def test_a_scheduler_stops_in_bounded_time_when_the_database_hangs(durable: DurableServer,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """`pgqueue scheduler` stopped (SIGTERM: Scheduler.stop) while its run waits on a server
+    that does not answer: the run is given up 2 s later and run() returns, without a retry
+    warning on the way out. It waited for as long as the server hung, and its connections had
+    no connect_timeout (a review of the worker under failures, session 43)."""
+    dsn = make_conninfo(durable.new_database("sched_hang"), connect_timeout="2")
+    caplog.set_level(logging.INFO, logger="pgqueue.scheduler")
+    scheduler = Scheduler(dsn, interval=0.05, handle_signals=False)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            wait_for(lambda: one(conn, "SELECT count(*) FROM pg_catalog.pg_stat_activity "
+                                       "WHERE application_name = 'pgqueue-scheduler'") == 1,
+                     what="the scheduler's one connection")
+        with Frozen(durable):
+            time.sleep(0.5)  # it runs every 50 ms: a run waits now
+            t0 = time.monotonic()
+            scheduler.stop()
+            thread.join(15)
+            took = time.monotonic() - t0
+            assert not thread.is_alive(), "run() did not return while the database hung"
+    finally:
+        scheduler.stop()
+        thread.join(15)
+    assert 1.5 <= took < 6.0, took
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("has not answered the run in flight" in m for m in messages), messages
+    assert not any("running the schedules failed" in m for m in messages), messages
+
+
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
 def test_stop_returns_in_bounded_time_when_the_start_up_check_hangs(dsn: str, kind: str,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
@@ -601,6 +644,79 @@ def test_after_an_outage_longer_than_the_lease_the_worker_does_not_run_its_own_m
     assert in_hand > 0  # premise: handlers were running when the server went away
     assert Counter(i for i, _ in ledger.started).most_common(1)[0][1] == 1, ledger.started
     assert all(r.acknowledged for r in ledger.results), ledger.results
+
+
+class StoppedBackends:
+    """Server backends stopped with SIGSTOP (a stall of one connection: its calls hang, the
+    others' go on) until resume() or the block's end."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = list(pids)
+        for pid in self.pids:
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self, pid: int) -> None:
+        if pid in self.pids:
+            self.pids.remove(pid)
+            os.kill(pid, signal.SIGCONT)
+
+    def __enter__(self) -> StoppedBackends:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pid in list(self.pids):
+            self.resume(pid)
+
+
+def heartbeat_backends(conn: Conn) -> list[int]:
+    """The pids of the workers' heartbeat connections in this database (after their first beat)."""
+    return [r[0] for r in conn.execute(
+        "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = 'pgqueue-worker' "
+        "AND datname = current_database() AND strpos(query, 'message_heartbeat') > 0")]
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_message_leased_again_after_a_stall_is_not_run_again_by_the_worker_holding_it(
+        dsn: str, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A stall that raises no error (the database or the worker's process paused, a network that
+    holds packets) longer than the lease: nobody else takes the worker's messages, but its own
+    next dequeue does (expired leases first). It used to run them again: a finished one whose
+    acknowledgement waited in the same statement (the take runs first, so the acknowledgement was
+    stale), and a running one beside itself. Now the delivery in hand takes the new lease over:
+    each handler runs once and its acknowledgement, with the new token, is accepted. The stall
+    here is the worker's backends stopped (SIGSTOP), the loop's resumed before the heartbeats'."""
+    queue = make_queue(dsn, lock_ms=1500)
+    ledger = Ledger()
+    seconds = {"finishes in the stall": 1.0, "runs through the stall": 7.0}
+
+    def handler_seconds(msg: Message) -> float:
+        return seconds[msg.payload]  # type: ignore[index]
+
+    worker = ledger.worker(kind, dsn, handler_seconds, concurrency=2, poll_min=0.05, poll_max=0.05)
+    with running(worker), psycopg.connect(dsn, autocommit=True) as conn:
+        # the running case: the loop polls for the free slot, the heartbeats renew the lease
+        queue.enqueue("runs through the stall")
+        wait_for(lambda: len(ledger.started) == 1 and heartbeat_backends(conn), what="a handler and a beat")
+        loop, beats = loop_backends(conn), heartbeat_backends(conn)
+        assert len(loop) == 1 and len(beats) == 1, (loop, beats)
+        with StoppedBackends(loop + beats) as stopped:
+            time.sleep(2.5)  # the lease (1.5 s) runs out: nothing renews it
+            stopped.resume(loop[0])  # the loop's poll takes the expired lease (attempt 2)
+            wait_for(lambda: "leased again" in caplog.text or len(ledger.started) > 1, what="the take")
+        # the finished case: its acknowledgement waits while its lease runs out
+        queue.enqueue("finishes in the stall")
+        wait_for(lambda: len(ledger.started) == 2, what="the second handler")
+        loop = loop_backends(conn)
+        with StoppedBackends(loop):
+            wait_for(lambda: len(ledger.returned) == 1, what="the short handler")
+            time.sleep(2.5)  # its lease runs out (the heartbeats renew running handlers only)
+        wait_for(lambda: len(ledger.results) == 2, timeout=20, what="both acknowledgements")
+        ledger.check(conn, 2)
+    assert [i for i, _ in ledger.started] == sorted({i for i, _ in ledger.started}), ledger.started  # each ran once
+    assert sorted((r.outcome, r.acknowledged, r.message.attempts) for r in ledger.results) == [
+        ("completed", True, 2), ("completed", True, 2)], ledger.results
+    leased_again = [w for w in warnings_of(caplog.records) if "leased again" in w]
+    assert len(leased_again) == 2, warnings_of(caplog.records)
 
 
 def loop_backends(conn: Conn) -> list[int]:

@@ -193,12 +193,17 @@ def test_a_monitoring_role_reads_counters_and_stats_only(dsn: str, conn: Conn) -
         conn.execute("SELECT pgqueue.message_create('default', 'x'::bytea)")
         conn.execute("SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)")
         conn.execute("SELECT pgqueue.message_create('grouped', 'x'::bytea, p_group => 'g', p_key => 'k')")
+        conn.execute("SELECT pgqueue.queue_create('limited', p_rate_limit => 100)")
+        conn.execute("SELECT pgqueue.message_create('limited', 'x'::bytea)")
         with psycopg.connect(psycopg.conninfo.make_conninfo(dsn, user=mon), autocommit=True) as m:
             assert one(m, "SELECT enqueued FROM pgqueue.queue_counters('default')") == 1
             assert one(m, "SELECT ready FROM pgqueue.queue_stats('default')") == 1
             # `pgqueue stats QUEUE --groups`
             assert m.execute("SELECT * FROM pgqueue.queue_group_stats('grouped')").fetchall() == [("g", 1, 0)]
+            # a rate-limited queue's next due time reads its rate sequence (42501 before)
+            assert one(m, "SELECT pgqueue.queue_next_due('limited') IS NOT NULL") is True
             for denied in ("SELECT nextval('pgqueue.counter_enqueued_1')",
+                           "SELECT nextval('pgqueue.queue_rate_0')",
                            "SELECT * FROM pgqueue.message_dequeue('default')",
                            "SELECT pgqueue.message_create('default', 'y'::bytea)",
                            "SELECT content FROM pgqueue.message",

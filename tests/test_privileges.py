@@ -39,6 +39,7 @@ def roles(pg_server: Server, dbname: str) -> Iterator[Roles]:
         with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
             owner.execute("SELECT pgqueue.queue_create('jobs', p_max_attempts => 1)")
             owner.execute("SELECT pgqueue.queue_create('capped', p_max_size => 2)")
+            owner.execute("SELECT pgqueue.queue_create('limited', p_rate_limit => 100)")
         yield Roles(**names, dsn=lambda role: pg_server.dsn(dbname, user=role))
     finally:
         with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
@@ -83,6 +84,11 @@ def test_producer_can_enqueue_and_read_stats_only(roles: Roles) -> None:
     assert run(p, "SELECT count(*) FROM pgqueue.message_create_batch('jobs', ARRAY['b','c']::bytea[])") == [(2,)]
     assert run(p, "SELECT ready FROM pgqueue.queue_stats('jobs')") == [(3,)]
     assert run(p, "SELECT pgqueue.queue_next_due('jobs') IS NOT NULL") == [(True,)]
+    # a rate-limited queue's next due time reads its rate sequence (42501 before the recipe
+    # granted SELECT on it); the Python client's check of a queue name is that call
+    assert run(p, "SELECT pgqueue.message_create('limited', 'a') > 0") == [(True,)]
+    assert run(p, "SELECT pgqueue.queue_next_due('limited') IS NOT NULL") == [(True,)]
+    denied(p, "SELECT nextval('pgqueue.queue_rate_0')")  # reads it, cannot take slots
     # max_size accounting works for a producer and still refuses past the cap
     run(p, "SELECT pgqueue.message_create_batch('capped', ARRAY['1','2']::bytea[])")
     with pytest.raises(psycopg.Error) as full:

@@ -295,6 +295,20 @@ def test_encoding_errors_name_the_row() -> None:
     neg = pa.record_batch({"payload": pa.array(["a"]), "d": pa.array([-1.0])})
     with pytest.raises(InvalidArgument, match="finite, >= 0"):
         encode_batch(WritePlan("payload", "text", delay_column="d", delay_kind="seconds"), neg, partition=0, first_row=0)
+    # a due time before 1970 was written as it was: pgqueue read it as a priority above any
+    # priorityColumn can give (a review of the Spark source, session 43)
+    early = pa.record_batch({"payload": pa.array(["a", "b"]),
+                             "at": pa.array([dt.datetime(2030, 1, 1), dt.datetime(1, 1, 1)], pa.timestamp("us", "UTC")),
+                             "ms": pa.array([0, -1], pa.int64())})
+    with pytest.raises(InvalidArgument, match=r"'at' is before 1970 \(-62135596800000 epoch ms\) in row 2"):
+        encode_batch(WritePlan("payload", "text", dequeue_at_column="at", dequeue_at_kind="timestamp"), early,
+                     partition=0, first_row=0)
+    with pytest.raises(InvalidArgument, match=r"'ms' is before 1970 \(-1 epoch ms\) in row 2"):
+        encode_batch(WritePlan("payload", "text", dequeue_at_column="ms", dequeue_at_kind="epoch_ms"), early,
+                     partition=0, first_row=0)
+    deep = pa.record_batch({"payload": pa.array(["[" * 5000 + "]" * 5000])})
+    with pytest.raises(InvalidArgument, match="in row 1 of partition 0 is JSON nested too deeply"):
+        encode_batch(WritePlan("payload", "json_text"), deep, partition=0, first_row=0)
 
 
 def test_group_and_key_columns() -> None:

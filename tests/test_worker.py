@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -701,6 +701,59 @@ def test_a_handler_returning_a_coroutine_fails_its_message_and_says_to_use_the_a
     # an object whose __call__ is a coroutine function is refused up front, like a coroutine function
     with pytest.raises(TypeError, match="AsyncWorker"):
         Worker(queue, _AsyncCall())
+
+
+def _generator(msg: Message) -> Iterator[None]:
+    raise AssertionError("never run")
+    yield
+
+
+async def _async_generator(msg: Message) -> AsyncIterator[None]:
+    raise AssertionError("never run")
+    yield
+
+
+class _GeneratorCall:
+    def __call__(self, msg: Message) -> Iterator[None]:
+        raise AssertionError("never run")
+        yield
+
+
+def test_generator_handlers_are_refused_and_a_returned_generator_fails_its_message(dsn: str,
+                                                                                  tmp_path: Path) -> None:
+    """A handler with `yield` runs none of its body when called: every message was completed
+    unhandled, silently (`pgqueue worker` sent an `async def` with `yield` to the threaded
+    Worker). Both workers, a Tasks registry and the CLI refuse one; a plain handler that returns a
+    generator has its message failed, not completed (a review of the worker under failures,
+    session 43)."""
+    from pgqueue import AsyncQueue, Tasks
+
+    queue = make_queue(dsn, max_attempts=1)
+    for handler in (_generator, _async_generator, _GeneratorCall()):
+        with pytest.raises(TypeError, match="generator function"):
+            Worker(queue, handler)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="generator function"):
+            AsyncWorker(AsyncQueue(dsn, "jobs"), handler)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="generator function"):
+            Tasks().register("t", handler)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="generator function"):
+            Tasks(default=handler)  # type: ignore[arg-type]
+    module = tmp_path / "gen_handlers.py"
+    module.write_text("async def handle(msg):\n    yield\n")
+    proc = subprocess.run([str(PGQUEUE), "worker", "--dsn", dsn, "jobs", "gen_handlers:handle"],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1 and "is a generator function" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    msg_id = queue.enqueue("x")
+    results = Results()
+    with running(Worker(queue, lambda msg: (x for x in [msg]), on_result=results)):
+        wait_for(lambda: results.items, what="the result")
+    [result] = results.items
+    assert (result.message.id, result.outcome) == (msg_id, "dead")
+    [dead] = queue.dead_letters()
+    assert dead.last_error is not None and dead.last_error.startswith("TypeError: the handler returned a generator")
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])

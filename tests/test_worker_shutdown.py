@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytest
 
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.errors import QueueNotFound
-from pgqueue.worker import HandlerTimeout, Worker
+from pgqueue.worker import HandlerTimeout, Result, Worker
 from test_worker import Results, Started, make_queue, running, wait_for
 from worker_handlers import marks
 
@@ -232,19 +233,38 @@ def test_a_timeout_per_message_retries_by_the_queue_rules(dsn: str) -> None:
     assert queue.stats().total == 0
 
 
+#: What a timeout function does for the bad message, and the error its message is failed with.
+BAD_LIMITS = [
+    pytest.param("raise", "ZeroDivisionError: no limit for this one", id="raises"),
+    # (the Worker's run() died of these, after the check of the start, with the rest of the
+    # batch leased: a review of the worker under failures, session 43)
+    pytest.param(timedelta(seconds=30), "TypeError: the timeout function returned a timedelta: expected "
+                 "seconds (a number > 0) or None", id="a timedelta"),
+    pytest.param("5", "TypeError: the timeout function returned a str: expected seconds (a number > 0) or None",
+                 id="a string"),
+    pytest.param(0, "ValueError: the timeout function returned 0: expected seconds > 0 or None", id="zero"),
+    pytest.param(float("nan"), "ValueError: the timeout function returned nan: expected seconds > 0 or None",
+                 id="nan"),
+]
+
+
+@pytest.mark.parametrize(("bad", "error"), BAD_LIMITS)
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
-def test_a_timeout_function_that_raises_fails_that_message_only(kind: str, dsn: str) -> None:
-    """A ``timeout`` function that raises for one message of a batch: that message is failed
-    with its error (its handler never runs), the others are handled, and the worker runs on,
-    alike in both workers. Before, the Worker's run() died of the error, leaving the rest of the
-    batch leased until their leases ran out."""
+def test_a_timeout_function_that_raises_fails_that_message_only(kind: str, dsn: str, bad: object, error: str) -> None:
+    """A ``timeout`` function that raises (or answers something that is not seconds > 0) for
+    one message of a batch: that message is failed with its error (its handler never runs),
+    the others are handled, and the worker runs on, alike in both workers. Before, the
+    Worker's run() died of the error, leaving the rest of the batch leased until their leases
+    ran out."""
     queue = make_queue(dsn, max_attempts=1)
     ids = queue.enqueue_many(["ok1", "bad", "ok2", "ok3"])
     handled: list[object] = []
 
-    def limit(msg: Message) -> float:
+    def limit(msg: Message) -> Any:
         if msg.payload == "bad":
-            raise ZeroDivisionError("no limit for this one")
+            if bad == "raise":
+                raise ZeroDivisionError("no limit for this one")
+            return bad
         return 5.0
 
     results = Results()
@@ -256,10 +276,43 @@ def test_a_timeout_function_that_raises_fails_that_message_only(kind: str, dsn: 
     assert sorted(map(str, handled)) == ["after", "ok1", "ok2", "ok3"]
     assert {(r.message.id, r.outcome) for r in results.items if r.outcome != "completed"} == {(ids[1], "dead")}
     [dead] = queue.dead_letters()
-    assert (dead.id, dead.last_error) == (ids[1], "ZeroDivisionError: no limit for this one")
+    assert (dead.id, dead.last_error) == (ids[1], error)
     stats = queue.stats(exact=True)  # nothing left leased, "after" completed
     assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 1)
     assert later in {r.message.id for r in results.items if r.outcome == "completed"}
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_worker_stopped_while_it_settles_fetches_nothing_more(kind: str, dsn: str) -> None:
+    """stop() while the worker acknowledges (here from on_result, as a signal's thread may land
+    then): it fetches nothing more and starts no other handler. It went on to the round's fetch
+    and started the next message's handler, to give it back at the end of the grace (a review
+    of the worker under failures, session 43)."""
+    queue = make_queue(dsn, max_attempts=1)
+    first, second = queue.enqueue_many(["fails", "work"])
+    handled: list[object] = []
+    worker: Worker | AsyncWorker | None = None
+    results = Results()
+
+    def on_result(result: Result) -> None:
+        results(result)
+        assert worker is not None
+        worker.stop()  # during the failure's settling
+
+    def handler(msg: Message) -> None:
+        handled.append(msg.payload)
+        if msg.payload == "fails":
+            raise RuntimeError("fails")
+
+    worker = make_worker(kind, dsn, handler, concurrency=1, on_result=on_result, shutdown_grace=2.0)
+    started = Started(worker)
+    started.thread.join(15)
+    assert not started.thread.is_alive() and not started.errors, started.errors
+    assert handled == ["fails"]
+    assert [(r.message.id, r.outcome) for r in results.items] == [(first, "dead")]
+    stats = queue.stats(exact=True)
+    assert (stats.ready, stats.leased, stats.dead) == (1, 0, 1)  # "work" untouched
+    assert [m.id for m in queue.peek(10)] == [second]
 
 
 def _worker_backends(dsn: str) -> list[str]:

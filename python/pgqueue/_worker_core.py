@@ -226,8 +226,8 @@ def _worker_conninfo(dsn: str) -> str:
 
 
 #: A delivery's token, (id, attempts): what the worker keys the deliveries in hand by. A message
-#: whose lease ran out while its handler ran can be dequeued again by the same worker: the new
-#: delivery has the next attempts count, so both are held (and counted) apart.
+#: whose lease ran out while the worker held it and that its own fetch leases again is taken over
+#: by the delivery in hand (WorkerCore._adopt), which is keyed anew.
 Key = tuple[int, int]
 
 
@@ -333,8 +333,7 @@ class WorkerCore:
 
     @property
     def in_flight(self) -> int:
-        """How many deliveries the worker holds right now (handlers running or to be acknowledged;
-        a message dequeued again after its lease ran out under a running handler counts twice)."""
+        """How many deliveries the worker holds right now (handlers running or to be acknowledged)."""
         return len(self._in_hand)
 
     def stop(self, *, now: bool = False) -> None:
@@ -480,16 +479,37 @@ class WorkerCore:
         except BaseException:
             self._put_back(done, done)
             raise
+        # the take runs first: a finished delivery whose lease had run out may be among the
+        # messages taken, and then its acknowledgement was refused; it is acknowledged with the
+        # new token next (see _adopt)
+        back = {m.id for m in messages}
+        stale = {_key(m) for m in lost}
+        again = [d for d in done if d.key in stale and d.message.id in back]
+        if again:
+            done = [d for d in done if d not in again]
+            self._finished = again + self._finished
         for result in self._completed(done, lost):
             self._report(result)
-        self._start(messages)
+        self._take_in(messages)
         return want, len(messages)
 
     def _fetch(self, want: int) -> Step[int]:
         """Lease up to ``want`` messages and start their handlers."""
         messages = yield _core.dequeue(self._name, want, lock_ms=self._lease_ms)
-        self._start(messages)
+        self._take_in(messages)
         return len(messages)
+
+    def _take_in(self, messages: list[Message]) -> None:
+        """Start the handlers of newly leased messages, or, if the worker was stopped while the
+        call that leased them ran, give them back unstarted (the shutdown settles them)."""
+        if not self._stopping:
+            self._start(messages)
+            return
+        for msg in self._adopt(messages):
+            d = Delivery(msg)
+            d.released = True
+            self._hold(d)
+            self._finish(d)
 
     def _until_due(self, sleep: float) -> Step[float]:
         """Shorten ``sleep`` to end when the queue's next scheduled message is due."""
@@ -603,12 +623,13 @@ class WorkerCore:
             try:
                 if self._recovering:
                     yield from self._recover()
-                if self._notified or time.monotonic() >= next_poll:
+                # (no fetch once stopping: a stop that came during the settling below, say)
+                if not self._stopping and (self._notified or time.monotonic() >= next_poll):
                     want, got = yield from self._complete_and_fetch()
                 if (yield from self._settle()):
                     next_poll = 0.0  # a retry may be due soon: look again
                 free = self._concurrency - len(self._in_hand)
-                if got is None and free > 0 and (self._notified or time.monotonic() >= next_poll):
+                if got is None and free > 0 and not self._stopping and (self._notified or time.monotonic() >= next_poll):
                     self._notified = False
                     want = min(free, self._batch_size)
                     got = yield from self._fetch(want)
@@ -696,8 +717,18 @@ class WorkerCore:
     # -- bookkeeping ----------------------------------------------------------------------------
 
     def _limit(self, msg: Message) -> float | None:
-        """The handler's time limit for a message (None: no limit)."""
-        return self._timeout(msg) if callable(self._timeout) else self._timeout
+        """The handler's time limit for a message (None: no limit). A timeout function's answer
+        that is not a number of seconds > 0 (a timedelta, a string, 0, NaN) raises TypeError or
+        ValueError: the message fails with it, and the worker goes on."""
+        limit: object = self._timeout(msg) if callable(self._timeout) else self._timeout
+        if limit is None:
+            return None
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            raise TypeError(f"the timeout function returned a {type(limit).__name__}: expected seconds "
+                            "(a number > 0) or None")
+        if not limit > 0:
+            raise ValueError(f"the timeout function returned {limit!r}: expected seconds > 0 or None")
+        return float(limit)
 
     def _finish(self, d: Delivery) -> None:
         """A handler is over (returned, raised, timed out or stopped): settle its message next.
@@ -733,6 +764,29 @@ class WorkerCore:
     def _hold(self, d: Delivery) -> None:
         """Take a new delivery in hand (a worker's _start)."""
         self._in_hand[d.key] = d
+
+    def _adopt(self, messages: list[Message]) -> list[Message]:
+        """Of newly leased messages, return those to run. A message this worker already holds (its
+        handler still running, or finished and not yet acknowledged) came back because its lease
+        ran out while the database or this process stalled (heartbeats and acknowledgements
+        could not get through), and nobody else took it: the delivery in hand takes the new
+        lease (token) over, so its handler is not run a second time beside or after the first,
+        and its acknowledgement, with the new token, is accepted."""
+        held = {d.message.id: d for d in self._in_hand.values() if not d.released}
+        fresh = []
+        for msg in messages:
+            d = held.get(msg.id)
+            if d is None or d.message.attempts >= msg.attempts:
+                fresh.append(msg)
+                continue
+            log.warning("message %d: leased again (attempt %d) while this worker held it (attempt %d, its "
+                        "handler %s): the lease had run out while the database or this process stalled; "
+                        "the delivery in hand takes the new lease, the handler is not run again",
+                        msg.id, msg.attempts, d.message.attempts, "running" if d.finished is None else "finished")
+            self._let_go(d)
+            d.message, d.in_doubt = msg, False
+            self._in_hand[d.key] = d
+        return fresh
 
     def _let_go(self, d: Delivery) -> None:
         """A delivery is settled: it leaves the worker's hands (another delivery of its message,

@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
-from pgqueue.errors import PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["AsyncQueue", "list_queues", "all_stats", "all_counters", "AsyncConnectionSource"]
@@ -362,19 +362,27 @@ class AsyncQueue:
     async def _settle(self, msg: Message, exc: BaseException | None) -> None:
         action = _core.outcome(exc)
         if action == "complete":
-            if not await self.complete(msg):
+            if not await self._settle_call(_core.complete(msg)):
                 logger.warning("message %s on queue %s could not be completed: its lease was lost",
                                msg.id, msg.queue)
             return
         assert exc is not None
         try:
-            if action == "fail":
-                await self.fail(msg, exc)
-            else:
-                await self.defer(msg)
+            await self._settle_call(_core.fail(msg, exc) if action == "fail" else _core.defer(msg))
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
+
+    async def _settle_call(self, call: Call[bool]) -> bool:
+        """Run the call that settles a ``receive`` block's message, once more on a new
+        connection if its own was lost (see :meth:`pgqueue.Queue._settle_call`)."""
+        try:
+            return await self._connector.run(call)
+        except ConnectionFailed:
+            if self._connector._conn is not None:  # a caller's connection is not replaced
+                raise
+            logger.info("settling a message: the connection was lost; trying once more on a new one")
+            return await self._connector.run(call)
 
     async def reject(self, msg: Message, error: str | BaseException) -> bool:
         """Move a leased message to the dead letters now (see :meth:`pgqueue.Queue.reject`)."""

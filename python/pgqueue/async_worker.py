@@ -60,6 +60,7 @@ from pgqueue._worker_core import (
 from pgqueue.async_client import AsyncQueue, _AsyncConnector
 from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
+from pgqueue.tasks import refuse_generator, returned_generator
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
 
@@ -102,6 +103,7 @@ class AsyncWorker(WorkerCore):
         timeout: Timeout | None = None,
         handle_signals: bool = True,
     ) -> None:
+        refuse_generator(handler, "the handler")
         if is_async_handler(handler) is False:
             raise TypeError("the handler is not a coroutine function: AsyncWorker awaits "
                             "`async def` handlers; use pgqueue.Worker for plain functions")
@@ -233,7 +235,7 @@ class AsyncWorker(WorkerCore):
 
     def _start(self, messages: list[Message]) -> None:
         """Start a task for the handler of each newly leased message."""
-        for msg in messages:
+        for msg in self._adopt(messages):
             d = Delivery(msg)
             self._hold(d)
             d.handle = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
@@ -248,6 +250,7 @@ class AsyncWorker(WorkerCore):
         (None if nothing), but a CancelledError, which :meth:`_handle` tells apart."""
         try:
             result = self._handler(msg)
+            returned_generator(result)  # (TypeError: the message fails)
             if inspect.isawaitable(result):  # a coroutine function, or a Tasks registry's task
                 await result
         except asyncio.CancelledError:

@@ -42,6 +42,7 @@ from pgqueue.errors import (
     conninfo_error,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
+from pgqueue.tasks import is_generator_callable
 
 __all__ = ["main"]
 
@@ -1310,6 +1311,9 @@ def load_handler(spec: str) -> Callable[[Message], object]:
             raise UserError(f"module {module_name!r} has no {attr!r}") from None
     if not callable(target):
         raise UserError(f"{spec} is not callable")
+    if is_generator_callable(target):
+        raise UserError(f"{spec} is a generator function (it has `yield`): calling it runs none of its body, "
+                        "so every message would be completed without being handled")
     handler: Callable[[Message], object] = target
     return handler
 

@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import Heartbeats, interval
-from pgqueue.errors import PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["Queue", "list_queues", "all_stats", "all_counters", "ConnectionSource"]
@@ -221,6 +221,11 @@ class _Connector:
             self._open("_own_heartbeat")  # connect now: a failure shows at the block's start
             # Each beat takes the connection again: opened anew after a loss (see pgqueue._lease).
             yield lambda call: _execute(self._open("_own_heartbeat"), call)
+
+    def replaces_lost(self) -> bool:
+        """Whether a call after a lost connection runs on a new one (our own, or a pool's; never
+        a caller's connection)."""
+        return self._conn is None
 
     def close(self) -> None:
         """Close the connections this connector opened (never the caller's)."""
@@ -518,19 +523,29 @@ class Queue:
     def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
         action = action or _core.outcome(exc)
         if action == "complete":
-            if not self.complete(msg):
+            if not self._settle_call(_core.complete(msg)):
                 logger.warning("message %s on queue %s could not be completed: its lease was lost",
                                msg.id, msg.queue)
             return
         assert exc is not None
         try:
-            if action == "fail":
-                self.fail(msg, exc)
-            else:
-                self.defer(msg)
+            self._settle_call(_core.fail(msg, exc) if action == "fail" else _core.defer(msg))
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
+
+    def _settle_call(self, call: Call[bool]) -> bool:
+        """Run the call that settles a ``receive`` block's message. If its connection was lost
+        (our own or a pool's, gone while the block ran: a server restart, an idle timeout), run it
+        once more on a new one: the token makes that safe (a first call that committed after all
+        makes the second stale: False). A caller's connection is not replaced."""
+        try:
+            return self._connector.run(call)
+        except ConnectionFailed:
+            if not self._connector.replaces_lost():
+                raise
+            logger.info("settling a message: the connection was lost; trying once more on a new one")
+            return self._connector.run(call)
 
     def reject(self, msg: Message, error: str | BaseException) -> bool:
         """Move a leased message to the dead letters now, whatever ``max_attempts`` says: for a

@@ -18,6 +18,7 @@ UnsafeSchema             PQ008                  install/upgrade into a schema pg
 NeedsReadCommitted       PQ009                  queue_create/_drop, a max_size change, a new key
                                                 (key window) outside READ COMMITTED
 SerializationFailure     40001                  a REPEATABLE READ / SERIALIZABLE snapshot is too old
+DeadlockDetected         40P01                  the server broke a deadlock by ending this transaction
 InvalidQueueName         42602                  the name breaks the queue-name rule
 InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
@@ -47,6 +48,7 @@ __all__ = [
     "UnsafeSchema",
     "NeedsReadCommitted",
     "SerializationFailure",
+    "DeadlockDetected",
     "InvalidQueueName",
     "InvalidArgument",
     "UnsupportedPayload",
@@ -136,6 +138,14 @@ class SerializationFailure(PgQueueError):
     snapshot was taken (40001); roll back and retry the whole transaction."""
 
 
+class DeadlockDetected(PgQueueError):
+    """The server ended this transaction to break a deadlock with another one (40P01): roll back
+    and retry it. pgqueue's own calls take their locks in one order (docs/locking.md); what is
+    left is between a transaction's own statements and another's, such as two transactions
+    that each enqueue into several groups or keyed messages one call at a time, in different
+    orders."""
+
+
 class InvalidQueueName(PgQueueError):
     """The queue name breaks the rule: 1-48 of ``A-Za-z0-9_.-``, not starting with ``.`` or ``-`` (42602)."""
 
@@ -180,6 +190,7 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "PQ008": UnsafeSchema,
     "PQ009": NeedsReadCommitted,
     "40001": SerializationFailure,
+    "40P01": DeadlockDetected,
     "42602": InvalidQueueName,
     "22023": InvalidArgument,
     "22004": InvalidArgument,

@@ -21,15 +21,18 @@ import logging
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from pgqueue import _core
 from pgqueue._core import Delay, When
+from pgqueue._worker_core import _shut_down
 from pgqueue.client import ConnectionSource, _run_once
 from pgqueue.errors import PgQueueError, translating
 from pgqueue.message import ScheduledMessage, ScheduleEntry
@@ -116,6 +119,9 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
 
 _HELD = re.compile(r'^schedule "(.*)" is held: ')
 
+#: Seconds after :meth:`Scheduler.stop` at which a run the database has not answered is given up.
+STUCK_RUN = 2.0
+
 
 def _held_name(notice: str) -> str:
     """The schedule's name in a held notice (the whole text if it is not of that form)."""
@@ -129,20 +135,43 @@ class Scheduler:
     the previous handlers come back when it returns).
 
     Several schedulers may run against one database: each slot is still enqueued once.
+    It keeps one connection (``application_name`` pgqueue-scheduler, ``connect_timeout`` 10 s
+    unless the DSN sets them), opened again after a failed run.
     """
 
     def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True) -> None:
         if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
             raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {interval}")
-        self._dsn = dsn
+        given = conninfo_to_dict(dsn)
+        extra: dict[str, Any] = {}
+        if "application_name" not in given:
+            extra["application_name"] = "pgqueue-scheduler"
+        if "connect_timeout" not in given:
+            extra["connect_timeout"] = 10
+        self._dsn = make_conninfo(dsn, **extra) if extra else dsn
         self._interval = interval
         self._handle_signals = handle_signals
         self._stop = threading.Event()
+        self._calling: psycopg.Connection[Any] | None = None  # the connection of the run in flight
+        self._watchdog: threading.Thread | None = None
         self.enqueued = 0
 
     def stop(self) -> None:
-        """Stop after the run in progress (thread-safe)."""
+        """Stop after the run in progress (thread-safe). A run the database does not answer
+        (a server or network that hangs) is given up :data:`STUCK_RUN` seconds later."""
         self._stop.set()
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._give_up_stuck_run, name="pgqueue-scheduler-stop",
+                                              daemon=True)
+            self._watchdog.start()
+
+    def _give_up_stuck_run(self) -> None:
+        time.sleep(STUCK_RUN)
+        conn = self._calling
+        if conn is not None:
+            log.warning("stopping: the database has not answered the run in flight for %g s; giving it up",
+                        STUCK_RUN)
+            _shut_down(conn)
 
     def run(self) -> None:
         """Run the schedules until stopped; database errors are retried every ``interval``,
@@ -152,18 +181,31 @@ class Scheduler:
         if self._handle_signals and threading.current_thread() is threading.main_thread():
 
             def on_signal(signum: int, frame: FrameType | None) -> None:
-                self._stop.set()
+                self.stop()
 
             saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failed = 0  # tries in a row that failed: an outage is logged once, and its end
         last_error = ""
         held: dict[str, str] = {}  # the schedules a full capped queue holds back: name -> notice
+        conn: psycopg.Connection[Any] | None = None
         try:
             while not self._stop.is_set():
                 notices: list[str] = []
                 try:
-                    done = run_schedules(self._dsn, on_held=notices.append)
+                    if conn is None:
+                        with translating():
+                            conn = psycopg.connect(self._dsn, autocommit=True)
+                    self._calling = conn
+                    try:
+                        done = run_schedules(conn, on_held=notices.append)
+                    finally:
+                        self._calling = None
                 except PgQueueError as exc:
+                    if conn is not None:
+                        conn.close()  # a new one for the next run (the server may have restarted)
+                        conn = None
+                    if self._stop.is_set():
+                        break  # (a run given up by the stop: nothing to retry)
                     failed += 1
                     error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     if failed == 1 or error != last_error:
@@ -181,6 +223,8 @@ class Scheduler:
                     held = self._note_held(held, notices, {m.schedule for m in done})
                 self._stop.wait(self._interval)
         finally:
+            if conn is not None:
+                conn.close()
             for sig, previous in saved.items():
                 signal.signal(sig, previous)
 

@@ -51,6 +51,33 @@ def is_coroutine_callable(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
+def is_generator_callable(fn: object) -> bool:
+    """True for a generator or async generator function, or an object whose ``__call__`` is one:
+    calling it runs none of its body (it returns a generator), so as a handler it would complete
+    every message without doing anything."""
+    return any(test(f) for test in (inspect.isgeneratorfunction, inspect.isasyncgenfunction)
+               for f in (fn, getattr(fn, "__call__", None)))
+
+
+def refuse_generator(fn: object, what: str) -> None:
+    """Raise TypeError if ``fn`` is a generator function (see :func:`is_generator_callable`)."""
+    if is_generator_callable(fn):
+        raise TypeError(f"{what} is a generator function (it has `yield`): calling it runs none of its "
+                        "body, so every message would be completed without being handled")
+
+
+def returned_generator(result: object) -> None:
+    """Raise TypeError (closing it) if a handler returned a generator or an async generator:
+    none of its body ran, so its message must not be completed."""
+    if inspect.isgenerator(result) or inspect.isasyncgen(result):
+        close = getattr(result, "close" if inspect.isgenerator(result) else "aclose")
+        closing = close()
+        if inspect.isawaitable(closing):
+            getattr(closing, "close", lambda: None)()  # an async generator never started: nothing to run
+        raise TypeError(f"the handler returned a {type(result).__name__}: none of its body ran "
+                        "(a generator function is not a handler)")
+
+
 def _own_name(fn: object) -> str:
     """The name a task decorator gives ``fn`` without a name of its own (TypeError if it has none)."""
     name = getattr(fn, "__name__", None)
@@ -76,6 +103,7 @@ class Tasks:
     def __init__(self, default: TaskHandler | None = None) -> None:
         if default is not None and not callable(default):
             raise TypeError(f"the default handler must be callable, got {type(default).__name__}")
+        refuse_generator(default, "the default handler")
         self._handlers: dict[str, TaskHandler] = {}
         self._default = default
         self._is_async: bool | None = None if default is None else is_coroutine_callable(default)
@@ -95,8 +123,8 @@ class Tasks:
 
         Raises:
             ValueError: the name is not 1 to 200 of ``A-Z a-z 0-9 _ . : -``, or is taken.
-            TypeError: the handler is not callable, or is a coroutine function among plain
-                ones, or the reverse.
+            TypeError: the handler is not callable, is a generator function, or is a
+                coroutine function among plain ones, or the reverse.
         """
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise ValueError(f"invalid task name {name!r}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
@@ -105,6 +133,7 @@ class Tasks:
         if not callable(handler):
             # refused here, not when the first message of the task fails with "not callable"
             raise TypeError(f"the handler of task {name!r} must be callable, got {type(handler).__name__}")
+        refuse_generator(handler, f"the handler of task {name!r}")
         is_async = is_coroutine_callable(handler)
         if self._is_async is not None and is_async != self._is_async:
             raise TypeError("a registry holds plain functions (for Worker) or coroutine functions "

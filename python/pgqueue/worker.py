@@ -80,6 +80,7 @@ from pgqueue._worker_core import (
 from pgqueue.client import Queue, _Connector
 from pgqueue.errors import ConnectionFailed
 from pgqueue.message import Message
+from pgqueue.tasks import refuse_generator, returned_generator
 
 __all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"]
 
@@ -170,7 +171,8 @@ class _HandlerThreads:
 def _not_awaitable(result: object) -> None:
     """Raise TypeError if a handler returned an awaitable (a plain function wrapping a coroutine
     function, say): nothing awaits it here, so what it was to do has not been done. A coroutine
-    is closed first (no "never awaited" warning)."""
+    is closed first (no "never awaited" warning). So does a generator (none of its body ran)."""
+    returned_generator(result)
     if inspect.isawaitable(result):
         close = getattr(result, "close", None)
         if callable(close):
@@ -236,6 +238,7 @@ class Worker(WorkerCore):
         timeout: Timeout | None = None,
         handle_signals: bool = True,
     ) -> None:
+        refuse_generator(handler, "the handler")
         if is_async_handler(handler):
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
                             "on threads; use pgqueue.AsyncWorker for coroutines")
@@ -404,7 +407,7 @@ class Worker(WorkerCore):
     def _start(self, messages: list[Message]) -> None:
         """Hand the handler of each newly leased message to the handler threads."""
         assert self._threads is not None
-        for msg in messages:
+        for msg in self._adopt(messages):
             d = Delivery(msg)
             self._hold(d)
             try:

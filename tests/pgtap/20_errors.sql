@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(363);
+SELECT plan(365);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -434,6 +434,12 @@ SELECT throws_ok($$ SELECT * FROM pgqueue.queue_group_stats('grp', 10001) $$, '2
 SELECT throws_ok($$ SELECT pgqueue.spark_claim('grp', 'etl', 10) $$, '0A000',
                  'queue "grp" has message groups, which Spark streams do not read yet',
                  'spark_claim: a queue with message groups');
+-- the stream's open is refused first, before it makes the consumer's row (it left one per name tried)
+SELECT throws_ok($$ SELECT pgqueue.spark_consumer_open('grp', 'etl') $$, '0A000',
+                 'queue "grp" has message groups, which Spark streams do not read yet',
+                 'spark_consumer_open: a queue with message groups');
+SELECT is((SELECT count(*) FROM pgqueue.spark_consumer), 0::bigint,
+          'spark_consumer_open refused on a grouped queue: no consumer row');
 
 -- and none of it changed anything
 SELECT bag_eq($$ SELECT tab, r FROM state_now $$, $$ SELECT tab, r FROM state_before $$,

@@ -61,7 +61,8 @@ processing, so the sink only appends.
     (``application/json``). ``json`` with a STRING column takes it as JSON text (checked, stored
     as ``application/json``): ``to_json(struct(*)) AS payload`` is the fastest way to JSON.
 ``dequeueAtColumn``
-    TIMESTAMP (or TIMESTAMP_NTZ, taken as UTC) or integer epoch milliseconds: deliver then.
+    TIMESTAMP (or TIMESTAMP_NTZ, taken as UTC) or integer epoch milliseconds: deliver then
+    (a time before 1970 fails its task, naming the row: pgqueue reads it as a priority).
 ``delayColumn``
     seconds (a number) or a day-time INTERVAL: deliver that long after the enqueue (task mode:
     the server's clock at the insert; job mode: at the publication).

@@ -286,6 +286,17 @@ def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> t
     return contents, content_type
 
 
+def _not_before_1970(column: str, ms: int, partition: int, row: int) -> int:
+    """A due time of the dequeueAtColumn, in epoch ms: one before 1970 would be a priority
+    (pgqueue keys priorities below every real time), so it is refused, naming the row."""
+    if ms < 0:
+        raise InvalidArgument(
+            f"due-time column {column!r} is before 1970 ({ms} epoch ms) in {_where(partition, row)}: "
+            "pgqueue reads a time before 1970 as a priority; give NULL for now, or use priorityColumn"
+        )
+    return ms
+
+
 def _json_payloads(plan: WritePlan, values: list[Any], arrow_type: Any, partition: int,
                    first_row: int) -> tuple[list[bytes], str]:
     if plan.payload_kind == "json_text":
@@ -297,6 +308,11 @@ def _json_payloads(plan: WritePlan, values: list[Any], arrow_type: Any, partitio
                 raise InvalidArgument(
                     f"payload column {plan.payload_column!r} is not valid JSON in "
                     f"{_where(partition, first_row + i)}: {exc}"
+                ) from None
+            except RecursionError:
+                raise InvalidArgument(
+                    f"payload column {plan.payload_column!r} in {_where(partition, first_row + i)} is JSON "
+                    "nested too deeply to be checked (Python's parser stops near 1000 levels)"
                 ) from None
             contents.append(v.encode("utf-8"))
         return contents, codec.JSON
@@ -346,12 +362,12 @@ def _schedule(plan: WritePlan, batch: Any, partition: int, first_row: int
             for i, us in enumerate(micros):
                 if us is not None:
                     claim(i, plan.dequeue_at_column)
-                    ats[i] = us // 1000
+                    ats[i] = _not_before_1970(plan.dequeue_at_column, us // 1000, partition, first_row + i)
         else:
             for i, ms in enumerate(_int_values(col)):
                 if ms is not None:
                     claim(i, plan.dequeue_at_column)
-                    ats[i] = ms
+                    ats[i] = _not_before_1970(plan.dequeue_at_column, ms, partition, first_row + i)
     if plan.delay_column is not None:
         col = batch.column(plan.delay_column)
         if plan.delay_kind == "interval":

@@ -66,6 +66,10 @@ BEGIN
         RETURN;
     END IF;
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
+        -- the groups' locks first, in the stripes' order (no deadlock between two batches)
+        IF v_queue.group_concurrency IS NOT NULL AND p_groups IS NOT NULL THEN
+            PERFORM pgqueue._message_group_locks(v_queue.id, p_groups);
+        END IF;
         -- one at a time (pgqueue._message_insert), still in this one statement: all or nothing
         RETURN QUERY
         -- (a message due now goes in with dequeue_at NULL: its turn's key is the clock's

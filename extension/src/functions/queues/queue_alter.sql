@@ -36,6 +36,9 @@ BEGIN
             USING ERRCODE = '22023',
                   HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
     END IF;
+    IF p_rate_limit > 0 THEN
+        PERFORM pgqueue._rate_check(v_queue.id, p_queue);  -- again below, on the locked row
+    END IF;
     IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
         -- A new cap must count every message, including those of producers still in flight:
         -- wait for them on the queue's lock stripe before locking the queue row (the other

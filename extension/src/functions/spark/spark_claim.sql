@@ -36,11 +36,7 @@ BEGIN
     END IF;
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
-    IF v_queue.group_concurrency IS NOT NULL THEN
-        RAISE EXCEPTION 'queue "%" has message groups, which Spark streams do not read yet', p_queue
-            USING ERRCODE = '0A000',
-                  HINT = 'A claim takes messages by (dequeue_at, id) and holds them until Spark commits the micro-batch, which would break group order and limits: consume a grouped queue with message_dequeue (or the Python worker).';
-    END IF;
+    PERFORM pgqueue._spark_refuse_groups(v_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
 
     IF p_from IS NULL THEN

@@ -12,9 +12,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_queue    pgqueue.queue := pgqueue._queue_enter(p_queue);
-    v_consumer pgqueue.spark_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+    v_consumer pgqueue.spark_consumer;
     v_key      bigint;
 BEGIN
+    PERFORM pgqueue._spark_refuse_groups(v_queue);  -- before the consumer's row is made
+    v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
     IF v_consumer.holder_pid = pg_backend_pid()
        AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
         RETURN v_consumer.acked_seq;  -- this session holds it already

@@ -92,6 +92,14 @@ BEGIN
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
                                     WHERE s.write_id = p_write_id
                                       AND (s.group_key IS NOT NULL OR s.idem_key IS NOT NULL))) THEN
+        IF v_queue.group_concurrency IS NOT NULL THEN
+            -- the groups' locks first, in the stripes' order (no deadlock between two writes)
+            PERFORM pgqueue._message_group_locks(v_queue.id, array_agg(s.group_key))
+               FROM unnest(p_partitions, p_attempts) AS w(p, a)
+               JOIN pgqueue.spark_staging s
+                 ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+              WHERE s.group_key IS NOT NULL;
+        END IF;
         v_clock := pgqueue._write_clock();
         FOR v_row IN
             SELECT s.content, s.content_type, s.group_key, s.idem_key,
