@@ -3,20 +3,23 @@ subprocesses, and its error reports: one line on stderr, a non-zero status, no t
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from conftest import Server
 from pgqueue import Queue
-from pgqueue.cli import format_table, main
+from pgqueue.cli import build_parser, format_table, main
 from pgqueue.client import list_queues
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
@@ -350,6 +353,72 @@ def test_the_installed_command_reports_errors_in_one_line(dsn: str) -> None:
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_the_connect_timeout_given_is_kept(tmp_path: Path) -> None:
+    """A server that accepts the connection and never answers: the commands give up after the
+    connect_timeout of the DSN or of $PGCONNECT_TIMEOUT (psql's), not after their own 10 s,
+    which overrode both (a review of the CLI, session 43)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        dsn = f"host=127.0.0.1 port={port} user=x dbname=x sslmode=disable"
+        for extra, env in ((" connect_timeout=2", {}), ("", {"PGCONNECT_TIMEOUT": "2"})):
+            started = time.monotonic()
+            proc = subprocess.run([str(PGQUEUE), "stats", "--dsn", dsn + extra], capture_output=True, text=True,
+                                  timeout=60, check=False, env={**os.environ, **env})
+            took = time.monotonic() - started
+            assert proc.returncode == 1 and "timeout expired" in proc.stderr, proc.stderr
+            assert took < 7, (extra, env, took)
+
+
+def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn: str) -> None:
+    """`pgqueue dequeue --complete > file` on a full disk (/dev/full): one line, exit 1, and the
+    messages not written are given back, as when the reader of a pipe goes; the write error was
+    a traceback and the messages stayed leased until their lease ran out. An enqueue whose id
+    cannot be written says so too."""
+    queue = Queue(dsn, "full_out")
+    queue.create(lock_ms=600_000)
+    queue.enqueue_many(["a", "b", "c"])
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([str(PGQUEUE), "dequeue", "full_out", "--limit", "3", "--complete", "--dsn", dsn],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+        assert (proc.returncode, proc.stderr) == (1, "pgqueue: error: cannot write the output: No space left on device\n")
+        stats = queue.stats(exact=True)
+        assert (stats.ready, stats.leased) == (3, 0), stats
+        proc = subprocess.run([str(PGQUEUE), "enqueue", "full_out", "d", "--dsn", dsn],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+        assert (proc.returncode, proc.stderr) == (1, "pgqueue: error: cannot write the output: No space left on device\n")
+    queue.close()
+
+
+def test_payloads_that_are_not_json_print_as_base64(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """Lines of `peek` / `dequeue` are JSON: a JSON payload with NaN or a number beyond a double
+    (from another client) printed as NaN / Infinity, which strict parsers refuse; it is base64."""
+    Queue(dsn, "odd").create()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for text in ('{"a": NaN}', "1e999"):
+            conn.execute("SELECT pgqueue.message_create('odd', convert_to(%s, 'UTF8'), NULL, 'application/json')", (text,))
+    status, out, _ = run(capsys, "peek", "odd", "--dsn", dsn)
+    assert status == 0
+    lines = [json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in {line}")) for line in out.splitlines()]
+    assert [base64.b64decode(rec["payload_base64"]) for rec in lines] == [b'{"a": NaN}', b"1e999"]
+
+
+def test_listen_options_take_an_address_and_the_worker_a_bounded_concurrency(capsys: pytest.CaptureFixture[str],
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty --host listened on every address and printed an empty URL; --concurrency had no
+    bound (50000 threads: a traceback). Both are usage errors now, exit 2. An empty
+    $PGQUEUE_DASHBOARD_TOKEN is no token, as an empty $PGQUEUE_DSN is no DSN."""
+    for argv in (["dashboard", "--host", ""], ["metrics", "--host", " "],
+                 ["worker", "q", "m:f", "--metrics-port", "0", "--metrics-host", ""],
+                 ["worker", "q", "m:f", "--concurrency", "10001"]):
+        assert main(argv) == 2, argv
+        assert "argument" in capsys.readouterr().err
+    assert build_parser().parse_args(["worker", "q", "m:f", "-c", "10000"]).concurrency == 10000
+    monkeypatch.setenv("PGQUEUE_DASHBOARD_TOKEN", "")
+    assert build_parser().parse_args(["dashboard"]).token is None
+
+
 def test_stats_watch_refreshes_until_interrupted(dsn: str) -> None:
     proc = subprocess.Popen([str(PGQUEUE), "stats", "--watch", "0.2", "--dsn", dsn],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -468,7 +537,8 @@ def test_dead_requeue_with_a_delay_or_a_time(capsys: pytest.CaptureFixture[str],
     before = datetime.now(timezone.utc)
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(first), "--delay", "3600", "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due in 3600 s")
-    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(second), "--at", "2031-02-03T04:05:06Z",
+    # (printed in UTC, as README says of every time: a time with another offset was printed as given)
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(second), "--at", "2031-02-03T09:05:06+05:00",
                          "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due at 2031-02-03T04:05:06+00:00")
     due = sorted(p.dequeue_at for p in queue.peek(10) if p.dequeue_at is not None)
@@ -692,7 +762,7 @@ def test_dequeue_complete_names_the_messages_whose_lease_ran_out(capsys: pytest.
     err = capsys.readouterr().err
     assert len(taken) == 1
     assert_one_line_error(status, stdout.getvalue(), err, "1 of 2 message(s) printed but not completed",
-                          "lease lost", "delivered again")
+                          "lease lost", "another consumer holds or has handled them")
     assert err.rstrip().endswith(f": {taken[0]}"), err
     assert [json.loads(line)["payload"] for line in stdout.getvalue().splitlines()] == ["a", "b"]
     stats = queue.stats()

@@ -343,6 +343,20 @@ def test_metrics_reuses_a_recent_reading_and_survives_a_lost_database(pg_server:
     assert s[("pgqueue_up", frozenset())] == 0
 
 
+def test_a_reading_after_its_kept_connection_was_lost_reads_on_a_new_one(dsn: str, conn: Conn) -> None:
+    """The connection kept between scrapes is gone (a server restart, a failover, an idle
+    timeout): the next scrape reads on a new one, pgqueue_up 1. It reported pgqueue_up 0 once
+    after every restart, firing an alert on a database that was up (a review of the CLI,
+    session 43). A connection that cannot be made is still pgqueue_up 0."""
+    metrics = QueueMetrics(dsn, min_interval=0)
+    assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1
+    assert conn.execute("SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_catalog.pg_stat_activity "
+                        "WHERE application_name = 'pgqueue-metrics'").fetchone() == (1,)
+    assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1
+    assert metrics.error is None
+    metrics.close()
+
+
 def test_close_waits_for_a_reading_in_progress(dsn: str, conn: Conn) -> None:
     """close() from another thread (the exporter stopping) while a reading waits on the
     database: the reading finishes with the data (pgqueue_up 1), then the connection closes.

@@ -277,6 +277,14 @@ def test_producers_run_schedules_admins_create_them(request: pytest.FixtureReque
     denied(p, "SELECT pgqueue.schedule_drop('tick')")
     denied(c, "SELECT * FROM pgqueue.schedule_run()")
     denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.schedule_run()")
+    # `pgqueue scheduler` as a role that may not run them: one line, exit 1 (it retried every
+    # second for ever and exited 0 on SIGTERM: a review of the CLI, session 43)
+    proc = subprocess.run([str(PGQUEUE), "scheduler", "--interval", "0.1", "--dsn", c],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("pgqueue: error: permission denied for function schedule_run"), \
+        proc.stderr
+    assert "Traceback" not in proc.stderr
     assert run(a, "SELECT pgqueue.schedule_drop('tick')") == [(True,)]
 
 

@@ -215,12 +215,12 @@ _CONNECT_TIMEOUT = 10
 
 def _worker_conninfo(dsn: str) -> str:
     """Add application_name=pgqueue-worker and connect_timeout=10 to a conninfo that does not
-    set them."""
+    set them (nor $PGCONNECT_TIMEOUT the timeout)."""
     given = conninfo_to_dict(dsn)
     extra: dict[str, Any] = {}
     if "application_name" not in given:
         extra["application_name"] = "pgqueue-worker"
-    if "connect_timeout" not in given:
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
         extra["connect_timeout"] = _CONNECT_TIMEOUT
     return make_conninfo(dsn, **extra) if extra else dsn
 

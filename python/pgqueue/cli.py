@@ -15,6 +15,7 @@ import base64
 import importlib
 import json
 import logging
+import errno
 import math
 import os
 import signal
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import is_async_handler
@@ -54,6 +56,14 @@ MAKE_INSTALL_HINT = ("install the extension files into the server with `make ins
 
 class UserError(Exception):
     """A mistake the user can fix: reported as one line, exit status 1."""
+
+
+class _OutputFailed(Exception):
+    """Standard output could not be written (a full disk, ``> /dev/full``): one line, exit 1."""
+
+
+#: What a write to standard output fails with when the output, not the program, is at fault.
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
 
 
 class UsageError(Exception):
@@ -88,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.version:
-            return _print_version(args, sys.stdout)
-        if not hasattr(args, "run"):
+            status = _print_version(args, sys.stdout)
+        elif not hasattr(args, "run"):
             parser.print_help(sys.stderr)
             return 2
-        run: Callable[[argparse.Namespace], int] = args.run
-        return run(args)
+        else:
+            run: Callable[[argparse.Namespace], int] = args.run
+            status = run(args)
+        sys.stdout.flush()  # here, not at exit: a write that fails is reported (below)
+        return status
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UsageError as exc:
@@ -105,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `pgqueue dead list jobs | head`: the reader has gone
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
+        return 1
+    except (_OutputFailed, OSError) as exc:  # `> /dev/full`, a disk that filled up
+        cause = exc.__cause__ if isinstance(exc, _OutputFailed) else exc
+        if not isinstance(cause, OSError) or cause.errno not in _OUTPUT_ERRNOS:
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
+        _error(f"cannot write the output: {cause.strerror}")
         return 1
     except Exception as exc:
         message = describe_error(exc)
@@ -270,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     # metrics
     p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue (counts by state, oldest "
                 "ready age, counters) until SIGINT/SIGTERM")
-    p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+    p.add_argument("--host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=9469, metavar="N",
                    help="port to listen on (default 9469; 0 picks a free one)")
@@ -285,11 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     # dashboard
     p = command("dashboard", _cmd_dashboard, "serve a web dashboard of the queues (counts, charts, messages, "
                 "leases, dead letters) until SIGINT/SIGTERM; needs the dashboard extra")
-    p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+    p.add_argument("--host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8080, metavar="N",
                    help="port to listen on (default 8080; 0 picks a free one)")
-    p.add_argument("--token", default=os.environ.get("PGQUEUE_DASHBOARD_TOKEN"), metavar="TOKEN",
+    p.add_argument("--token", default=os.environ.get("PGQUEUE_DASHBOARD_TOKEN") or None, metavar="TOKEN",
                    help="require this access token (default: $PGQUEUE_DASHBOARD_TOKEN; none). The printed URL "
                         "carries it")
     p.add_argument("--read-only", action="store_true",
@@ -368,8 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the database (default: --dsn or $PGQUEUE_DSN; not both), the queue, and the handler: "
                         "a function taking a pgqueue.Message, imported from MODULE (the current "
                         "directory is on the import path); an `async def` one runs on asyncio")
-    p.add_argument("--concurrency", "-c", type=_positive_int, default=4, metavar="N",
-                   help="handlers running at once (default 4)")
+    p.add_argument("--concurrency", "-c", type=_batch, default=4, metavar="N",
+                   help="handlers running at once, up to 10000 (default 4)")
     p.add_argument("--batch-size", type=_batch, metavar="N",
                    help="most messages fetched at once, up to 10000 (default: the free slots)")
     p.add_argument("--lock-ms", type=_lease, metavar="MS", help="lease length, up to a year (default: the queue's)")
@@ -383,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=_port, metavar="N",
                    help="serve the worker's Prometheus metrics (handled, failed, handler durations, in "
                         "flight) on this port (0 picks a free one; default: none)")
-    p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
+    p.add_argument("--metrics-host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address of the worker's metrics (default 127.0.0.1)")
     p.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
     p.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
@@ -458,6 +479,14 @@ _INT_MAX = 2**31 - 1
 _BIGINT_MAX = 2**63 - 1
 _YEAR_MS = 31_536_000_000  # the longest lease, back-off and key window
 _positive_int = _number(int, lambda v: v > 0, "a positive integer")
+
+
+def _address(text: str) -> str:
+    """An address to listen on: not empty (an empty one listened on every address, printed as
+    nothing: pass 0.0.0.0 or :: for every address)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected an address (0.0.0.0 or :: for every address), got ''")
+    return text
 _id = _int_range(1, _BIGINT_MAX, f"an id (a positive integer up to {_BIGINT_MAX})")
 _batch = _int_range(1, 10000)  # messages or groups one call returns
 _count = _int_range(1, _BIGINT_MAX, f"a positive integer up to {_BIGINT_MAX}")
@@ -502,6 +531,18 @@ NO_DSN_HINT = (f"no --dsn or ${DSN_ENV} given, so libpq's defaults were used (PG
                "PGDATABASE, PGUSER, PGSERVICE...); pass --dsn DSN or set one of them")
 
 
+def _connect_timeout(dsn: str, default: int) -> dict[str, Any]:
+    """``connect_timeout=default`` unless the DSN or $PGCONNECT_TIMEOUT sets one (a keyword
+    argument would override both)."""
+    if os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:  # (the connection attempt reports it)
+        given = {}
+    return {} if "connect_timeout" in given else {"connect_timeout": default}
+
+
 @contextmanager
 def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Iterator[psycopg.Connection[Any]]:
     """Open an autocommit connection, reporting a bad DSN or an unreachable server clearly.
@@ -511,7 +552,7 @@ def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Itera
     """
     hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+        conn = psycopg.connect(dsn, autocommit=True, **_connect_timeout(dsn, connect_timeout))
     except psycopg.ProgrammingError as exc:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
@@ -527,7 +568,7 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{PROG} {__version__} ({DISTRIBUTION})", file=out)
     dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""  # "": libpq's PG* defaults
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+        with psycopg.connect(dsn, autocommit=True, **_connect_timeout(dsn, 3)) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
             installed = server_pgqueue(conn)
     except psycopg.ProgrammingError as exc:
@@ -610,8 +651,8 @@ def _payload_json(payload: object, content: bytes) -> dict[str, object]:
     if isinstance(payload, (bytes, bytearray, memoryview)):
         return {"payload_base64": base64.b64encode(bytes(payload)).decode("ascii")}
     try:
-        json.dumps(payload)
-    except (TypeError, ValueError):
+        json.dumps(payload, allow_nan=False)  # NaN, Infinity (from another client): not JSON
+    except (TypeError, ValueError, RecursionError):
         return {"payload_base64": base64.b64encode(content).decode("ascii")}
     return {"payload": payload}
 
@@ -789,11 +830,13 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
         for i, msg in enumerate(messages):
             try:
                 print(json.dumps(_message_json(msg)), flush=True)
-            except BrokenPipeError:  # the reader has gone: this one and the rest were not printed
-                for unprinted in messages[i:]:
+            except OSError as exc:  # the reader has gone, or the output cannot take it (a full disk):
+                for unprinted in messages[i:]:  # this one and the rest were not printed
                     if unprinted.leased:
                         queue.defer(unprinted)  # (False: its lease was lost already, nothing to give back)
-                raise
+                if isinstance(exc, BrokenPipeError):
+                    raise
+                raise _OutputFailed(str(exc)) from exc
             if args.complete and msg.leased and not queue.complete(msg):
                 lost.append(msg)
         if not messages:
@@ -803,7 +846,7 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
                   "the lease runs out (use --complete or --lock-ms 0 to remove them)", file=sys.stderr)
     if lost:
         _error(f"{len(lost)} of {len(messages)} message(s) printed but not completed: lease lost (it ran out "
-               f"and another consumer took them), they will be delivered again: {' '.join(str(m.id) for m in lost)}")
+               f"and another consumer holds or has handled them): {' '.join(str(m.id) for m in lost)}")
         return 1
     return 0
 
@@ -1155,7 +1198,7 @@ def _cmd_dead_requeue(args: argparse.Namespace) -> int:
             n = _dead_by_id(conn, args.queue, args.ids, requeue, "requeued")
         else:
             n = requeue()
-    due = (f", due at {args.at.isoformat()}" if args.at else f", due in {args.delay:g} s" if args.delay else "")
+    due = (f", due at {args.at.astimezone(timezone.utc).isoformat()}" if args.at else f", due in {args.delay:g} s" if args.delay else "")
     print(f"requeued {n} dead letter(s) on queue {args.queue}{due}")
     return 0
 

@@ -45,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.compat import check_server
-from pgqueue.errors import PgQueueError, conninfo_error
+from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error
 from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
 
@@ -191,6 +191,7 @@ class QueueMetrics:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._reused: bool | None = None  # whether the reading under way uses a kept connection
         self._cached: tuple[float, str] | None = None
         self._error: str | None = None
 
@@ -216,16 +217,15 @@ class QueueMetrics:
         families: list[Family] = []
         deadline = started + self._timeout + CUT_AFTER
         try:
-            conn = self._connection(deadline)
-            with _cut_at(conn, deadline):
-                stats = all_stats(conn)
-                settings = list_queues(conn)
-                try:
-                    counters: list[QueueCounters] | None = all_counters(conn)
-                except PgQueueError as exc:
-                    if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
-                        raise
-                    counters = None
+            try:
+                stats, settings, counters = self._read(deadline)
+            except ConnectionFailed:
+                # the connection kept from the last reading was lost meanwhile (a restart of the
+                # server, a failover, an idle timeout): one more try on a new one, in the time left
+                if self._reused is False or time.monotonic() >= deadline:
+                    raise
+                self._close()
+                stats, settings, counters = self._read(deadline)
             families = queue_families(stats, counters, settings)
             up.add(1)
             self._error = None
@@ -240,6 +240,20 @@ class QueueMetrics:
             up.add(0)
         took.add(time.monotonic() - started)
         return [up, took, *families]
+
+    def _read(self, deadline: float) -> tuple[list[QueueStats], list[QueueSettings], list[QueueCounters] | None]:
+        self._reused = self._conn is not None and not self._conn.closed
+        conn = self._connection(deadline)
+        with _cut_at(conn, deadline):
+            stats = all_stats(conn)
+            settings = list_queues(conn)
+            try:
+                counters: list[QueueCounters] | None = all_counters(conn)
+            except PgQueueError as exc:
+                if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
+                    raise
+                counters = None
+        return stats, settings, counters
 
     def connect(self) -> None:
         """Open the reading connection now, as a reading would (its timeouts, pgqueue's version

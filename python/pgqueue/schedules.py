@@ -18,6 +18,7 @@ enqueues one message for all of them, ``all`` one per slot. Example::
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import threading
@@ -146,7 +147,7 @@ class Scheduler:
         extra: dict[str, Any] = {}
         if "application_name" not in given:
             extra["application_name"] = "pgqueue-scheduler"
-        if "connect_timeout" not in given:
+        if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
             extra["connect_timeout"] = 10
         self._dsn = make_conninfo(dsn, **extra) if extra else dsn
         self._interval = interval
@@ -176,7 +177,7 @@ class Scheduler:
     def run(self) -> None:
         """Run the schedules until stopped; database errors are retried every ``interval``,
         logged as a warning once (again when the error changes) and with one line when the
-        schedules run again."""
+        schedules run again, but a role's missing privilege (42501), which it raises."""
         saved: dict[signal.Signals, Any] = {}
         if self._handle_signals and threading.current_thread() is threading.main_thread():
 
@@ -206,6 +207,8 @@ class Scheduler:
                         conn = None
                     if self._stop.is_set():
                         break  # (a run given up by the stop: nothing to retry)
+                    if exc.sqlstate == "42501":
+                        raise  # a role without EXECUTE on schedule_run (docs/grants.sql): no retry mends it
                     failed += 1
                     error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     if failed == 1 or error != last_error:
