@@ -1994,12 +1994,14 @@ BEGIN
            AND m.claim_id IS NULL
         RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
                   m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
+    -- (the hand-offs in the order of their groups' stripes, as a batch of producers takes
+    -- them, pgqueue._message_group_locks: not in opposite orders, which deadlocked)
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
-           array_agg(d.id) FILTER (WHERE d.left_),
-           array_agg(d.queue_id) FILTER (WHERE d.left_),
-           array_agg(d.group_key) FILTER (WHERE d.left_),
-           array_agg(d.turn_at) FILTER (WHERE d.left_),
-           array_agg(d.idem_key) FILTER (WHERE d.left_)
+           array_agg(d.id ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.queue_id ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.group_key ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.turn_at ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.idem_key ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
       FROM d;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
@@ -2478,7 +2480,8 @@ BEGIN
         RETURN;
     END IF;
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
-        -- the groups' locks first, in the stripes' order (no deadlock between two batches)
+        -- the groups' locks first, in the stripes' order (no deadlock between two batches;
+        -- READ COMMITTED)
         IF v_queue.group_concurrency IS NOT NULL AND p_groups IS NOT NULL THEN
             PERFORM pgqueue._message_group_locks(v_queue.id, p_groups);
         END IF;
@@ -3557,7 +3560,8 @@ BEGIN
                                     WHERE s.write_id = p_write_id
                                       AND (s.group_key IS NOT NULL OR s.idem_key IS NOT NULL))) THEN
         IF v_queue.group_concurrency IS NOT NULL THEN
-            -- the groups' locks first, in the stripes' order (no deadlock between two writes)
+            -- the groups' locks first, in the stripes' order (no deadlock between two writes;
+            -- READ COMMITTED)
             PERFORM pgqueue._message_group_locks(v_queue.id, array_agg(s.group_key))
                FROM unnest(p_partitions, p_attempts) AS w(p, a)
                JOIN pgqueue.spark_staging s
@@ -5543,9 +5547,13 @@ COMMENT ON TABLE pgqueue.spark_publish_log IS
 -- Lock the stripes of a batch's message groups (pgqueue._message_group_lock), one a stripe, in
 -- the stripes' order, before the batch inserts its messages (message_create_batch,
 -- spark_publish). Taken message by message in the batch's order, two batches sharing two
--- stripes in opposite orders deadlocked (40P01). Under REPEATABLE READ each lock answers as
--- pgqueue._message_insert's would: 40001 if the snapshot may miss an earlier decision on the
--- stripe (pgqueue._message_insert then finds its stripe locked by this transaction already).
+-- stripes in opposite orders deadlocked (40P01); so did a producer's batch and a consumer's
+-- (message_complete_batch hands turns on in the stripes' order too). A message whose key is
+-- live inserts nothing, but its group's stripe is locked all the same (the batch holds it until
+-- it ends). READ COMMITTED only: under REPEATABLE READ each lock also answers whether the
+-- snapshot may miss an earlier decision on the stripe, which only pgqueue._message_insert can
+-- act on (it raises 40001 for a message it would insert, and returns a live key's id first),
+-- so there the locks are taken message by message, as before.
 CREATE FUNCTION pgqueue._message_group_locks(p_queue_id integer, p_groups text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -5553,20 +5561,20 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_group text;
+    v_held  boolean;
 BEGIN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+        RETURN;
+    END IF;
     FOR v_group IN SELECT DISTINCT ON (hashtext(u.g) & 255) u.g FROM unnest(p_groups) AS u(g)
                     WHERE u.g IS NOT NULL ORDER BY hashtext(u.g) & 255 LOOP
-        IF NOT pgqueue._message_group_lock(p_queue_id, v_group) THEN
-            RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', v_group
-                USING ERRCODE = '40001',
-                      HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
-        END IF;
+        v_held := pgqueue._message_group_lock(p_queue_id, v_group);  -- (true under READ COMMITTED)
     END LOOP;
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue._message_group_locks(integer, text[]) IS
-    'pgqueue internal: lock the stripes of a batch''s message groups in the stripes'' order (no deadlock between batches); 40001 under REPEATABLE READ as _message_group_lock says';
+    'pgqueue internal: lock the stripes of a batch''s message groups in the stripes'' order (no deadlock between batches); READ COMMITTED only';
 
 -- new in 0.4 (session 43): the Spark stream's refusal of a grouped queue, asked by spark_consumer_open too
 -- Refuse a queue with message groups to the Spark streaming consumer (0A000): a claim takes

@@ -391,6 +391,17 @@ def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn
     queue.close()
 
 
+def test_a_command_started_with_its_output_closed_does_its_work_and_exits_0(dsn: str) -> None:
+    """`pgqueue enqueue ... >&-` (cron jobs, daemons): Python has no sys.stdout then; the flush
+    added for the full-disk case failed with a traceback and exit 1 after the enqueue was done,
+    so a retrying caller enqueued twice (a review of the session's changes, session 43)."""
+    Queue(dsn, "closed_out").create()
+    proc = subprocess.run(["bash", "-c", f'"{PGQUEUE}" enqueue closed_out hi --dsn "$0" >&-', dsn],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert Queue(dsn, "closed_out").stats().ready == 1
+
+
 def test_payloads_that_are_not_json_print_as_base64(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     """Lines of `peek` / `dequeue` are JSON: a JSON payload with NaN or a number beyond a double
     (from another client) printed as NaN / Infinity, which strict parsers refuse; it is base64."""

@@ -310,6 +310,23 @@ def test_receive_completes_on_success(queue: Queue) -> None:
         assert empty is None
 
 
+def test_receive_on_a_pool_settles_after_every_pooled_connection_was_lost(dsn: str, conn: Conn) -> None:
+    """A restart ends every pooled connection while the block runs: the settling call's retry
+    went to the pool's next connection, dead too (ConnectionFailed, the message left leased);
+    the pool checks its connections first now (a review of the session's changes, session 43)."""
+    with ConnectionPool(dsn, min_size=3, max_size=3, open=True) as pool:
+        pool.wait()
+        queue = Queue(pool, "pooled")
+        queue.create()
+        queue.enqueue("work")
+        with queue.receive(heartbeat=False) as msg:
+            assert msg is not None
+            conn.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                         "AND backend_type = 'client backend'")
+    assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+
+
 @pytest.mark.parametrize("outcome", ["complete", "fail"])
 def test_receive_settles_on_a_new_connection_when_its_own_was_lost_meanwhile(
         queue: Queue, conn: Conn, outcome: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import psycopg
 import pytest
@@ -289,3 +290,69 @@ def test_batches_of_many_groups_in_opposite_orders_do_not_deadlock(dsn: str) -> 
     assert not [e for e in errors_seen if not isinstance(e, threading.BrokenBarrierError)], errors_seen
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (2 * 20 * 64,)
+
+
+@pytest.mark.parametrize("consumer_first", ["lower stripe", "higher stripe"])
+def test_a_producers_batch_and_a_consumers_batch_take_group_locks_in_one_order(dsn: str, consumer_first: str) -> None:
+    """A producer's batch over groups a and b (a on the lower stripe), and a consumer's
+    message_complete_batch handing the turns of both on, both waiting on group a's lock (held by
+    a third transaction that enqueued into a): when it ends, the two could take the stripes in
+    opposite orders and deadlock (40P01; a review of the session's changes, session 43). The
+    hand-offs go in stripe order too, whatever the order of the ids and of the rows deleted."""
+    Queue(dsn, "gq").create(group_concurrency=1)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        a, b = (r[0] for r in admin.execute(
+            "SELECT g FROM unnest(ARRAY['alpha', 'beta', 'gamma', 'delta']) g "
+            "ORDER BY hashtext(g) & 255 LIMIT 2").fetchall())
+        # the consumer's rows: its first id (and the first row) of the higher or the lower stripe
+        for group in ((b, a) if consumer_first == "higher stripe" else (a, b)):
+            admin.execute("SELECT pgqueue.message_create('gq', 'first', p_group => %s)", (group,))
+        leased = admin.execute("SELECT d.id, d.attempts FROM pgqueue.message_dequeue('gq', 2) d ORDER BY d.id").fetchall()
+        results: dict[str, str] = {}
+
+        def call(name: str, statement: str, params: tuple[object, ...]) -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                try:
+                    conn.execute(statement, params)  # type: ignore[arg-type]
+                    results[name] = "ok"
+                except psycopg.Error as exc:
+                    results[name] = type(exc).__name__
+
+        def waiting(n: int) -> None:
+            for _ in range(500):
+                if admin.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() "
+                                 "AND wait_event_type = 'Lock'").fetchone() == (n,):
+                    return
+                time.sleep(0.02)
+            raise AssertionError(f"not {n} waiting")
+
+        with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into group a
+            holder.execute("SELECT pgqueue.message_create('gq', 'held', p_group => %s)", (a,))
+            producer = threading.Thread(target=call, args=(
+                "producer", "SELECT pgqueue.message_create_batch('gq', ARRAY['p1', 'p2']::bytea[], p_groups => %s)",
+                ([a, b],)))
+            producer.start()
+            waiting(1)
+            consumer = threading.Thread(target=call, args=(
+                "consumer", "SELECT pgqueue.message_complete_batch(%s::bigint[], %s::integer[])",
+                ([i for i, _ in leased], [t for _, t in leased])))
+            consumer.start()
+            waiting(2)
+        producer.join(20)
+        consumer.join(20)
+    assert results == {"producer": "ok", "consumer": "ok"}, results
+
+
+def test_a_keyed_batch_under_repeatable_read_returns_a_live_keys_id_as_a_single_create_does(dsn: str) -> None:
+    """Under REPEATABLE READ a batch whose message's key is live returns that message's id, as
+    message_create does, even when its group changed after the snapshot: the batch's up-front
+    group locks (READ COMMITTED only) would have raised 40001 first."""
+    Queue(dsn, "g").create(group_concurrency=1)
+    with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as tx:
+        first = admin.execute("SELECT pgqueue.message_create('g', 'a', p_group => 'x', p_key => 'k1')").fetchone()
+        tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        tx.execute("SELECT 1")  # the snapshot
+        admin.execute("SELECT pgqueue.message_create('g', 'b', p_group => 'x')")  # after it, same group
+        got = tx.execute("SELECT * FROM pgqueue.message_create_batch('g', ARRAY['a']::bytea[], "
+                         "p_groups => ARRAY['x'], p_keys => ARRAY['k1'])").fetchall()
+        assert first is not None and got == [first]

@@ -248,6 +248,21 @@ BAD_LIMITS = [
 ]
 
 
+def test_a_timeout_function_may_answer_any_real_number() -> None:
+    """Decimal, Fraction, numpy's scalars (numbers.Real) are seconds too: the check of the
+    answer refused all but int and float (a review of the session's changes, session 43)."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from pgqueue._worker_core import WorkerCore
+
+    for answer, seconds in ((Decimal("1.5"), 1.5), (Fraction(3, 2), 1.5), (2, 2.0), (None, None)):
+        core = WorkerCore("jobs", "dbname=unused", print, concurrency=1, batch_size=None, lock_ms=None,
+                          listen=False, poll_min=0.05, poll_max=1.0, shutdown_grace=1.0, on_result=None,
+                          timeout=lambda msg, a=answer: a, handle_signals=False)  # type: ignore[misc]
+        assert core._limit(None) == seconds  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("bad", "error"), BAD_LIMITS)
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
 def test_a_timeout_function_that_raises_fails_that_message_only(kind: str, dsn: str, bad: object, error: str) -> None:

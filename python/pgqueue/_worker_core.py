@@ -31,6 +31,7 @@ when the queue's ``notify`` is on.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import signal
 import socket
@@ -38,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
 import psycopg
@@ -723,12 +725,13 @@ class WorkerCore:
         limit: object = self._timeout(msg) if callable(self._timeout) else self._timeout
         if limit is None:
             return None
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        if isinstance(limit, bool) or not isinstance(limit, (numbers.Real, Decimal)):  # (numpy's too)
             raise TypeError(f"the timeout function returned a {type(limit).__name__}: expected seconds "
                             "(a number > 0) or None")
-        if not limit > 0:
+        seconds = float(limit)
+        if not seconds > 0:
             raise ValueError(f"the timeout function returned {limit!r}: expected seconds > 0 or None")
-        return float(limit)
+        return seconds
 
     def _finish(self, d: Delivery) -> None:
         """A handler is over (returned, raised, timed out or stopped): settle its message next.

@@ -382,6 +382,8 @@ class AsyncQueue:
             if self._connector._conn is not None:  # a caller's connection is not replaced
                 raise
             logger.info("settling a message: the connection was lost; trying once more on a new one")
+            if self._connector._pool is not None:
+                await self._connector._pool.check()  # its other connections died too (a restart)
             return await self._connector.run(call)
 
     async def reject(self, msg: Message, error: str | BaseException) -> bool:

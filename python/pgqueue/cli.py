@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             run: Callable[[argparse.Namespace], int] = args.run
             status = run(args)
-        sys.stdout.flush()  # here, not at exit: a write that fails is reported (below)
+        if sys.stdout is not None:  # (None: started with its descriptor closed, `>&-`)
+            sys.stdout.flush()  # here, not at exit: a write that fails is reported (below)
         return status
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -531,7 +532,7 @@ NO_DSN_HINT = (f"no --dsn or ${DSN_ENV} given, so libpq's defaults were used (PG
                "PGDATABASE, PGUSER, PGSERVICE...); pass --dsn DSN or set one of them")
 
 
-def _connect_timeout(dsn: str, default: int) -> dict[str, Any]:
+def connect_timeout_kwargs(dsn: str, default: int) -> dict[str, Any]:
     """``connect_timeout=default`` unless the DSN or $PGCONNECT_TIMEOUT sets one (a keyword
     argument would override both)."""
     if os.environ.get("PGCONNECT_TIMEOUT"):
@@ -552,7 +553,7 @@ def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Itera
     """
     hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
-        conn = psycopg.connect(dsn, autocommit=True, **_connect_timeout(dsn, connect_timeout))
+        conn = psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, connect_timeout))
     except psycopg.ProgrammingError as exc:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
@@ -568,7 +569,7 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{PROG} {__version__} ({DISTRIBUTION})", file=out)
     dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""  # "": libpq's PG* defaults
     try:
-        with psycopg.connect(dsn, autocommit=True, **_connect_timeout(dsn, 3)) as conn:
+        with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3)) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
             installed = server_pgqueue(conn)
     except psycopg.ProgrammingError as exc:

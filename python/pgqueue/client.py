@@ -227,6 +227,13 @@ class _Connector:
         a caller's connection)."""
         return self._conn is None
 
+    def drop_lost(self) -> None:
+        """After a lost connection: make the pool drop its other dead connections too (a server
+        restart ends them all; the pool would lend the next of them). Our own is opened again
+        by the next call anyway."""
+        if self._pool is not None:
+            self._pool.check()
+
     def close(self) -> None:
         """Close the connections this connector opened (never the caller's)."""
         with self._lock:
@@ -545,6 +552,7 @@ class Queue:
             if not self._connector.replaces_lost():
                 raise
             logger.info("settling a message: the connection was lost; trying once more on a new one")
+            self._connector.drop_lost()
             return self._connector.run(call)
 
     def reject(self, msg: Message, error: str | BaseException) -> bool:

@@ -140,10 +140,9 @@ class SerializationFailure(PgQueueError):
 
 class DeadlockDetected(PgQueueError):
     """The server ended this transaction to break a deadlock with another one (40P01): roll back
-    and retry it. pgqueue's own calls take their locks in one order (docs/locking.md); what is
-    left is between a transaction's own statements and another's, such as two transactions
-    that each enqueue into several groups or keyed messages one call at a time, in different
-    orders."""
+    and retry it. Batches take their groups' locks in one order (READ COMMITTED); what is left:
+    transactions that enqueue grouped messages in several calls each, grouped batches under
+    REPEATABLE READ, and batches sharing idempotency keys in different orders."""
 
 
 class InvalidQueueName(PgQueueError):

@@ -222,8 +222,8 @@ class QueueMetrics:
             except ConnectionFailed:
                 # the connection kept from the last reading was lost meanwhile (a restart of the
                 # server, a failover, an idle timeout): one more try on a new one, in the time left
-                if self._reused is False or time.monotonic() >= deadline:
-                    raise
+                if self._reused is False or time.monotonic() + self._connect_timeout() > deadline:
+                    raise  # (a new connection might not be made before the deadline)
                 self._close()
                 stats, settings, counters = self._read(deadline)
             families = queue_families(stats, counters, settings)
@@ -240,6 +240,18 @@ class QueueMetrics:
             up.add(0)
         took.add(time.monotonic() - started)
         return [up, took, *families]
+
+    def _connect_timeout(self) -> int:
+        """The connect_timeout of the reading's connections (unless the DSN sets one): the
+        reading's timeout in whole seconds, at least 2 (libpq's least). Not $PGCONNECT_TIMEOUT:
+        a reading must end within its timeout."""
+        given = conninfo_to_dict(self._dsn).get("connect_timeout")
+        if given is not None:
+            try:
+                return max(2, int(str(given)))
+            except ValueError:
+                pass
+        return max(2, math.ceil(self._timeout))
 
     def _read(self, deadline: float) -> tuple[list[QueueStats], list[QueueSettings], list[QueueCounters] | None]:
         self._reused = self._conn is not None and not self._conn.closed
@@ -267,7 +279,7 @@ class QueueMetrics:
         if self._conn is None or self._conn.closed:
             extra: dict[str, Any] = {}
             if "connect_timeout" not in conninfo_to_dict(self._dsn):
-                extra["connect_timeout"] = max(2, math.ceil(self._timeout))  # libpq: whole seconds, at least 2
+                extra["connect_timeout"] = self._connect_timeout()
             conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
             try:
                 with _cut_at(conn, deadline):

@@ -22,7 +22,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from pgqueue._core import dead_letter_from_row, pending_from_row
 from pgqueue._version import __version__
-from pgqueue.cli import format_ms
+from pgqueue.cli import connect_timeout_kwargs, format_ms
 from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
 from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
@@ -174,7 +174,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True}, name="pgqueue-dashboard")
     pool.open(wait=False)
-    sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, connect_timeout=10),
+    sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10)),
                       interval=options.sample_interval, history=options.history)
     if start_sampler:
         sampler.start()

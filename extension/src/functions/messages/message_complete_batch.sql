@@ -40,12 +40,14 @@ BEGIN
            AND m.claim_id IS NULL
         RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
                   m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
+    -- (the hand-offs in the order of their groups' stripes, as a batch of producers takes
+    -- them, pgqueue._message_group_locks: not in opposite orders, which deadlocked)
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
-           array_agg(d.id) FILTER (WHERE d.left_),
-           array_agg(d.queue_id) FILTER (WHERE d.left_),
-           array_agg(d.group_key) FILTER (WHERE d.left_),
-           array_agg(d.turn_at) FILTER (WHERE d.left_),
-           array_agg(d.idem_key) FILTER (WHERE d.left_)
+           array_agg(d.id ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.queue_id ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.group_key ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.turn_at ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
+           array_agg(d.idem_key ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
       FROM d;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)

@@ -66,7 +66,8 @@ BEGIN
         RETURN;
     END IF;
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
-        -- the groups' locks first, in the stripes' order (no deadlock between two batches)
+        -- the groups' locks first, in the stripes' order (no deadlock between two batches;
+        -- READ COMMITTED)
         IF v_queue.group_concurrency IS NOT NULL AND p_groups IS NOT NULL THEN
             PERFORM pgqueue._message_group_locks(v_queue.id, p_groups);
         END IF;

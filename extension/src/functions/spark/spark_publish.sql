@@ -93,7 +93,8 @@ BEGIN
                                     WHERE s.write_id = p_write_id
                                       AND (s.group_key IS NOT NULL OR s.idem_key IS NOT NULL))) THEN
         IF v_queue.group_concurrency IS NOT NULL THEN
-            -- the groups' locks first, in the stripes' order (no deadlock between two writes)
+            -- the groups' locks first, in the stripes' order (no deadlock between two writes;
+            -- READ COMMITTED)
             PERFORM pgqueue._message_group_locks(v_queue.id, array_agg(s.group_key))
                FROM unnest(p_partitions, p_attempts) AS w(p, a)
                JOIN pgqueue.spark_staging s
