@@ -1994,16 +1994,23 @@ BEGIN
            AND m.claim_id IS NULL
         RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
                   m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
-    -- (the hand-offs in the order of their groups' stripes, as a batch of producers takes
-    -- them, pgqueue._message_group_locks: not in opposite orders, which deadlocked)
     SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
-           array_agg(d.id ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
-           array_agg(d.queue_id ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
-           array_agg(d.group_key ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
-           array_agg(d.turn_at ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_),
-           array_agg(d.idem_key ORDER BY hashtext(d.group_key) & 255, d.id) FILTER (WHERE d.left_)
+           array_agg(d.id) FILTER (WHERE d.left_),
+           array_agg(d.queue_id) FILTER (WHERE d.left_),
+           array_agg(d.group_key) FILTER (WHERE d.left_),
+           array_agg(d.turn_at) FILTER (WHERE d.left_),
+           array_agg(d.idem_key) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
       FROM d;
+    IF cardinality(v_left) > 1 THEN
+        -- the hand-offs in the order of their groups' stripes, as a batch of producers takes
+        -- them (pgqueue._message_group_locks): in opposite orders the two deadlocked
+        SELECT array_agg(u.i ORDER BY hashtext(u.g) & 255, u.i), array_agg(u.q ORDER BY hashtext(u.g) & 255, u.i),
+               array_agg(u.g ORDER BY hashtext(u.g) & 255, u.i), array_agg(u.t ORDER BY hashtext(u.g) & 255, u.i),
+               array_agg(u.k ORDER BY hashtext(u.g) & 255, u.i)
+          INTO v_left, v_lq, v_lg, v_lt, v_lk
+          FROM unnest(v_left, v_lq, v_lg, v_lt, v_lk) AS u(i, q, g, t, k);
+    END IF;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
         v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
