@@ -215,13 +215,13 @@ def _where(dsn: str) -> tuple[str, str]:
 _CONNECT_TIMEOUT = 10
 
 
-def _worker_conninfo(dsn: str) -> str:
-    """Add application_name=pgqueue-worker and connect_timeout=10 to a conninfo that does not
+def _worker_conninfo(dsn: str, application_name: str = "pgqueue-worker") -> str:
+    """Add application_name (pgqueue-worker) and connect_timeout=10 to a conninfo that does not
     set them (nor $PGCONNECT_TIMEOUT the timeout)."""
     given = conninfo_to_dict(dsn)
     extra: dict[str, Any] = {}
     if "application_name" not in given:
-        extra["application_name"] = "pgqueue-worker"
+        extra["application_name"] = application_name
     if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
         extra["connect_timeout"] = _CONNECT_TIMEOUT
     return make_conninfo(dsn, **extra) if extra else dsn
@@ -775,6 +775,8 @@ class WorkerCore:
         could not get through), and nobody else took it: the delivery in hand takes the new
         lease (token) over, so its handler is not run a second time beside or after the first,
         and its acknowledgement, with the new token, is accepted."""
+        if not self._in_hand:
+            return messages
         held = {d.message.id: d for d in self._in_hand.values() if not d.released}
         fresh = []
         for msg in messages:

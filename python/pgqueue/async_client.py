@@ -179,6 +179,15 @@ class _AsyncConnector:
 
             yield on_own
 
+    def replaces_lost(self) -> bool:
+        """Whether a call after a lost connection runs on a new one (see the sync connector's)."""
+        return self._conn is None
+
+    async def drop_lost(self) -> None:
+        """After a lost connection: make the pool drop its other dead connections too."""
+        if self._pool is not None:
+            await self._pool.check()
+
     def conninfo(self) -> str:
         """Return a connection string that reaches the same database (for extra connections)."""
         if self._dsn is not None:
@@ -379,11 +388,10 @@ class AsyncQueue:
         try:
             return await self._connector.run(call)
         except ConnectionFailed:
-            if self._connector._conn is not None:  # a caller's connection is not replaced
+            if not self._connector.replaces_lost():
                 raise
             logger.info("settling a message: the connection was lost; trying once more on a new one")
-            if self._connector._pool is not None:
-                await self._connector._pool.check()  # its other connections died too (a restart)
+            await self._connector.drop_lost()
             return await self._connector.run(call)
 
     async def reject(self, msg: Message, error: str | BaseException) -> bool:

@@ -18,7 +18,6 @@ enqueues one message for all of them, ``all`` one per slot. Example::
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import threading
@@ -28,12 +27,11 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from pgqueue import _core
 from pgqueue._core import Delay, When
-from pgqueue._worker_core import _shut_down
+from pgqueue._worker_core import _shut_down, _worker_conninfo
 from pgqueue.client import ConnectionSource, _run_once
 from pgqueue.errors import PgQueueError, translating
 from pgqueue.message import ScheduledMessage, ScheduleEntry
@@ -143,13 +141,7 @@ class Scheduler:
     def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True) -> None:
         if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
             raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {interval}")
-        given = conninfo_to_dict(dsn)
-        extra: dict[str, Any] = {}
-        if "application_name" not in given:
-            extra["application_name"] = "pgqueue-scheduler"
-        if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
-            extra["connect_timeout"] = 10
-        self._dsn = make_conninfo(dsn, **extra) if extra else dsn
+        self._dsn = _worker_conninfo(dsn, "pgqueue-scheduler")
         self._interval = interval
         self._handle_signals = handle_signals
         self._stop = threading.Event()
