@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -515,7 +516,8 @@ def start_worker_process(dsn: str, queue: str, *options: str) -> subprocess.Pope
     )
 
 
-def test_sigterm_finishes_or_gives_back_and_exits_0(dsn: str, tmp_path: Path) -> None:
+def test_sigterm_finishes_or_gives_back_and_exits_0(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # the worker's local time 5:30 h off UTC: its log stays in UTC
     queue = make_queue(dsn, lock_ms=60000)
     mark = str(tmp_path / "marks")
     quick = queue.enqueue({"mark": mark, "sleep": 1.0})
@@ -532,6 +534,12 @@ def test_sigterm_finishes_or_gives_back_and_exits_0(dsn: str, tmp_path: Path) ->
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert "SIGTERM" in err
+    # every log line stamped in UTC with the zone written out (local time without a zone before)
+    lines = [line for line in err.splitlines() if " pgqueue[" in line]
+    assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pgqueue\[\d+\] [A-Z]+ ", line)
+                         for line in lines), err
+    stamp = datetime.strptime(lines[-1][:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    assert abs((datetime.now(timezone.utc) - stamp).total_seconds()) < 120, lines[-1]
     # the quick one finished within the grace period and was completed; the stuck one is back
     stats = queue.stats()
     assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (1, 0, 0, 0)

@@ -1272,14 +1272,24 @@ def _cmd_schedule_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_to_stderr(level: int) -> None:
+    """The long-running commands' log lines on stderr, stamped in UTC with the zone written out
+    (2026-11-30T17:40:01.123Z), so that lines from hosts in different zones sort and compare."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ pgqueue[%(process)d] %(levelname)s %(message)s",
+                                  datefmt="%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=[handler])
+
+
 def _cmd_scheduler(args: argparse.Namespace) -> int:
     from pgqueue.schedules import Scheduler
 
     dsn = resolve_dsn(args)
     with connect(dsn):
         pass  # fail fast: unreachable database, pgqueue missing or of another version
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s pgqueue[%(process)d] %(levelname)s %(message)s")
+    _log_to_stderr(logging.INFO)
     scheduler = Scheduler(dsn, interval=args.interval)
     scheduler.run()
     print(f"scheduler stopped: enqueued {scheduler.enqueued} message(s)", file=sys.stderr)
@@ -1377,8 +1387,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         raise UsageError("pgqueue worker: error: expected [DSN] QUEUE MODULE:FUNCTION "
                          "(see `pgqueue worker --help`)")
     handler = load_handler(spec)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s pgqueue[%(process)d] %(levelname)s %(message)s")
+    _log_to_stderr(logging.WARNING)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.getLogger("pgqueue").setLevel(level)
     with connect(dsn) as conn:
