@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from conftest import Server
 from pgqueue import Queue
@@ -331,6 +332,27 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
 def pgqueue(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
     return subprocess.run([str(PGQUEUE), *argv], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_version_of_a_database_whose_pgqueue_the_role_cannot_read(pg_server: Server, bare_dsn: str) -> None:
+    """Connected, but the role may not read the plain install's version record: `--version`
+    said "not connected (permission denied ...)" of a connection that worked."""
+    role = f"pq_cli_version_{os.getpid()}"
+    with psycopg.connect(bare_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("CREATE SCHEMA pgqueue")
+        admin.execute("CREATE TABLE pgqueue.install (version text)")
+        admin.execute("INSERT INTO pgqueue.install VALUES ('0.4')")
+    try:
+        proc = pgqueue("--version", "--dsn", make_conninfo(bare_dsn, user=role))
+        assert proc.returncode == 0, proc.stderr
+        database = proc.stdout.splitlines()[1]
+        assert database.startswith("database: connected to database "), proc.stdout
+        assert "version not readable (permission denied for schema pgqueue" in database, proc.stdout
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {conninfo_to_dict(bare_dsn)['dbname']} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 def test_the_installed_command(dsn: str) -> None:

@@ -568,6 +568,7 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
     """Print the client's version, then the database's when one is reachable; return 0."""
     print(f"{PROG} {__version__} ({DISTRIBUTION})", file=out)
     dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""  # "": libpq's PG* defaults
+    where = ""
     try:
         with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3)) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
@@ -576,7 +577,11 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
         print(f"database: not connected (invalid connection string: {conninfo_error(exc, dsn)})", file=out)
         return 0
     except (psycopg.Error, PgQueueError) as exc:
-        print(f"database: not connected ({_one_line(str(exc)) or type(exc).__name__})", file=out)
+        reason = _one_line(str(exc)) or type(exc).__name__
+        if where:  # connected: the version could not be read (e.g. a role without the grants)
+            print(f"database: connected to {where}, pgqueue's version not readable ({reason})", file=out)
+        else:
+            print(f"database: not connected ({reason})", file=out)
         return 0
     if installed is None:
         print(f"database: pgqueue not installed in {where}", file=out)
