@@ -4375,7 +4375,7 @@ $$;
 
 -- Create a periodic message: p_content (with p_content_type) is enqueued on p_queue at every slot
 -- of p_every_ms (an interval of at least 1 s, slots counted from p_start_at, default now) or of
--- p_cron (five fields, UTC; the first slot is the first match after p_start_at). p_missed says
+-- p_cron (five fields, UTC; the first slot is the first match at or after p_start_at). p_missed says
 -- what a scheduler that was down for several slots enqueues: 'latest' one message for them
 -- all (default), 'all' one per slot. Returns the schedule's id.
 -- Raises 22004 (NULL name, queue or content), 22023 (neither or both of p_every_ms and p_cron,
@@ -4580,6 +4580,8 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- the slot the cap refused, which stays due for a later call to enqueue once there is room;
 -- the other schedules are not held up (pgqueue._schedule_fire), it is not visited again in
 -- the same call, and a NOTICE with SQLSTATE PQ003 names it (the `pgqueue scheduler` logs it).
+-- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
+-- later call, the others fire.
 --
 -- SECURITY DEFINER, EXECUTE granted by docs/grants.sql (producers, administrators), not PUBLIC:
 -- a scheduler locks and advances the schedules' rows, which needs UPDATE on next_run, and with
@@ -4603,6 +4605,8 @@ DECLARE
     v_share integer;
     v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
     v_more  integer[];  -- the schedules that stopped at their share with slots still due
+    v_busy  integer[] := '{}';  -- the queues whose lock stripe a drop or an alter holds
+    v_lt    text;       -- the caller's lock_timeout, while a queue's stripe waits 100 ms at most
 BEGIN
     IF p_limit IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_limit'::text);
@@ -4625,7 +4629,20 @@ BEGIN
             -- (docs/locking.md, rule 1): a queue_drop holding the stripe, whose cascade deletes
             -- the row, never waits for this transaction while it waits for the drop
             -- (specs/schedule_drop.spec)
-            v_locked := pgqueue._queue_lock(v_c.queue_id);
+            -- A queue_drop or a max_size / group_concurrency change (pgqueue._queue_quiesce)
+            -- waiting for the queue's work in flight queues this lock behind it: wait 100 ms at
+            -- most, then leave the schedule due for a later run (and its queue's other schedules
+            -- for this run) so that the other schedules fire (the subtransaction takes no xid)
+            CONTINUE WHEN v_c.queue_id = ANY (v_busy);
+            v_lt := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '100ms', true);
+            BEGIN
+                v_locked := pgqueue._queue_lock(v_c.queue_id);
+            EXCEPTION WHEN lock_not_available THEN
+                v_busy := v_busy || v_c.queue_id;
+            END;
+            PERFORM set_config('lock_timeout', v_lt, true);
+            CONTINUE WHEN v_c.queue_id = ANY (v_busy);
             SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
                    s.missed, s.next_run
               INTO v_s

@@ -222,6 +222,51 @@ def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) 
         queue.close()
 
 
+def test_a_queue_being_altered_holds_up_its_own_schedules_only(dsn: str) -> None:
+    """A queue_alter that changes max_size waits for the queue's transactions in flight, and
+    schedule_run's take of the queue's lock stripe queued behind it: the run stalled there with
+    the rows of the schedules it had fired, and every scheduler after it, until the producer
+    ended (a review of the schedules, session 44). Now the queue's schedules wait 100 ms at most
+    and stay due; the others fire."""
+    busy, other = Queue(dsn, "busy"), Queue(dsn, "calm")
+    busy.create()
+    other.create()
+    ten_minutes_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
+    for name, queue in (("to_busy", "busy"), ("to_busy_too", "busy"), ("to_calm", "calm")):
+        create_schedule(dsn, name, queue, "x", every=60, missed="latest", start_at=ten_minutes_ago)
+    # (the producer's connection ends first, also when an assert fails: the alter then ends)
+    with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as producer:
+        producer.execute("SELECT pgqueue.message_create('busy', 'in flight')")  # left open
+        alter = threading.Thread(target=lambda: admin.execute(
+            "SELECT pgqueue.queue_alter('busy', p_max_size => 1000)"), daemon=True)
+        alter.start()
+        with psycopg.connect(dsn) as watch:
+            deadline = time.monotonic() + 10
+            while not watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                    "AND query LIKE '%queue_alter%'").fetchone() == (1,):
+                assert time.monotonic() < deadline, "queue_alter never waited for the producer"
+                time.sleep(0.05)
+            watch.rollback()
+        with psycopg.connect(dsn) as scheduler:
+            scheduler.execute("SET lock_timeout = '7s'")
+            started = time.monotonic()
+            fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
+            assert time.monotonic() - started < 3
+            assert fired == [("to_calm",)]
+            assert scheduler.execute("SHOW lock_timeout").fetchone() == ("7s",)
+            scheduler.commit()
+        assert other.stats().ready == 1
+        due = {e.name: e.next_run for e in list_schedules(dsn)}
+        assert due["to_busy"] <= datetime.now(timezone.utc) and due["to_busy_too"] <= datetime.now(timezone.utc)
+        producer.commit()
+        alter.join(10)
+        assert not alter.is_alive()
+    assert sorted(m.schedule for m in run_schedules(dsn)) == ["to_busy", "to_busy_too"]
+    assert busy.stats().ready == 3
+    for queue in (busy, other):
+        queue.close()
+
+
 def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     Queue(dsn, "jobs").create()
     assert main(["schedule", "create", "ping", "jobs", '{"p": 1}', "--json", "--every", "1", "--dsn", dsn]) == 0

@@ -54,8 +54,9 @@ def create_schedule(conn: ConnectionSource, name: str, queue: str, payload: obje
         every: an interval (``timedelta`` or seconds, at least 1 s); slots count from ``start_at``.
         cron: a five-field cron expression in UTC (``"*/15 * * * *"``); give ``every`` or ``cron``.
         missed: ``"latest"`` (one message for all missed slots) or ``"all"`` (one per slot).
-        start_at: the first slot (interval) or the time after which the first match is taken
-            (cron); default now.
+        start_at: the first slot (interval) or the time from which the first match is taken
+            (cron: a match at ``start_at`` itself counts); default now. Slots before now are
+            missed ones (``missed`` says what the first run enqueues).
         task: the task the messages name (see :class:`pgqueue.Tasks`).
 
     Raises:

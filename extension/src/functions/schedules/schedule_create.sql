@@ -1,6 +1,6 @@
 -- Create a periodic message: p_content (with p_content_type) is enqueued on p_queue at every slot
 -- of p_every_ms (an interval of at least 1 s, slots counted from p_start_at, default now) or of
--- p_cron (five fields, UTC; the first slot is the first match after p_start_at). p_missed says
+-- p_cron (five fields, UTC; the first slot is the first match at or after p_start_at). p_missed says
 -- what a scheduler that was down for several slots enqueues: 'latest' one message for them
 -- all (default), 'all' one per slot. Returns the schedule's id.
 -- Raises 22004 (NULL name, queue or content), 22023 (neither or both of p_every_ms and p_cron,

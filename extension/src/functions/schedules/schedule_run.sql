@@ -17,6 +17,8 @@
 -- the slot the cap refused, which stays due for a later call to enqueue once there is room;
 -- the other schedules are not held up (pgqueue._schedule_fire), it is not visited again in
 -- the same call, and a NOTICE with SQLSTATE PQ003 names it (the `pgqueue scheduler` logs it).
+-- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
+-- later call, the others fire.
 --
 -- SECURITY DEFINER, EXECUTE granted by docs/grants.sql (producers, administrators), not PUBLIC:
 -- a scheduler locks and advances the schedules' rows, which needs UPDATE on next_run, and with
@@ -40,6 +42,8 @@ DECLARE
     v_share integer;
     v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
     v_more  integer[];  -- the schedules that stopped at their share with slots still due
+    v_busy  integer[] := '{}';  -- the queues whose lock stripe a drop or an alter holds
+    v_lt    text;       -- the caller's lock_timeout, while a queue's stripe waits 100 ms at most
 BEGIN
     IF p_limit IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_limit'::text);
@@ -62,7 +66,20 @@ BEGIN
             -- (docs/locking.md, rule 1): a queue_drop holding the stripe, whose cascade deletes
             -- the row, never waits for this transaction while it waits for the drop
             -- (specs/schedule_drop.spec)
-            v_locked := pgqueue._queue_lock(v_c.queue_id);
+            -- A queue_drop or a max_size / group_concurrency change (pgqueue._queue_quiesce)
+            -- waiting for the queue's work in flight queues this lock behind it: wait 100 ms at
+            -- most, then leave the schedule due for a later run (and its queue's other schedules
+            -- for this run) so that the other schedules fire (the subtransaction takes no xid)
+            CONTINUE WHEN v_c.queue_id = ANY (v_busy);
+            v_lt := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '100ms', true);
+            BEGIN
+                v_locked := pgqueue._queue_lock(v_c.queue_id);
+            EXCEPTION WHEN lock_not_available THEN
+                v_busy := v_busy || v_c.queue_id;
+            END;
+            PERFORM set_config('lock_timeout', v_lt, true);
+            CONTINUE WHEN v_c.queue_id = ANY (v_busy);
             SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
                    s.missed, s.next_run
               INTO v_s
