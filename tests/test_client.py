@@ -905,3 +905,137 @@ def test_the_readmes_python_example_passes_a_users_mypy_strict(tmp_path: Path) -
     proc = subprocess.run([str(mypy), "--strict", "--no-incremental", "use.py"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- a review of the client as users program against it (session 44) ----------------------
+
+
+def test_error_texts_postgresql_cannot_hold_are_stored_escaped(dsn: str) -> None:
+    """A lone surrogate (os.fsdecode of a file name that is not UTF-8) or a NUL in a handler's
+    exception: psycopg could not send the text (UnicodeEncodeError, not a PgQueueError), so
+    receive() raised that instead of the block's exception and left the message leased, and the
+    worker died with its messages leased. Now they are stored as Python escapes."""
+    queue = Queue(dsn, "default")
+    queue.enqueue("a")
+    [msg] = queue.dequeue(1)
+    assert queue.fail(msg, ValueError("cannot import " + os.fsdecode(b"caf\xe9.csv") + " \x00 end"), delay=60)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT last_error FROM pgqueue.message").fetchone()
+    assert row == ("ValueError: cannot import caf\\udce9.csv \\x00 end",)
+    queue.enqueue("b")
+    with pytest.raises(ValueError, match="caf"):
+        with queue.receive() as got:
+            assert got is not None
+            raise ValueError(os.fsdecode(b"caf\xe9"))
+    stats = queue.stats()
+    assert (stats.leased, stats.scheduled) == (0, 2)  # failed, to be retried: not left leased
+    queue.close()
+
+
+def test_reject_in_a_receive_block_dead_letters_at_once(dsn: str) -> None:
+    from pgqueue import Reject
+
+    queue = Queue(dsn, "default")
+    queue.enqueue("malformed")
+    with pytest.raises(Reject):
+        with queue.receive() as msg:
+            assert msg is not None
+            raise Reject("not an order")
+    [dead] = queue.dead_letters()
+    assert (dead.attempts, dead.last_error) == (1, "Reject: not an order")
+    assert queue.stats().scheduled == 0  # not a retry
+    queue.close()
+
+
+def test_a_heartbeat_connection_that_cannot_be_opened_gives_the_message_back(dsn: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block never ran: the message was failed with the connection error (a dead letter at
+    max_attempts 1); now it is given back as it was."""
+    from contextlib import contextmanager
+
+    from pgqueue import client
+
+    @contextmanager
+    def refused(self: Any) -> Iterator[None]:
+        raise errors.ConnectionFailed("connection failed: too many connections for role")
+        yield  # pragma: no cover
+
+    Queue(dsn, "once").create(max_attempts=1)
+    queue = Queue(dsn, "once")
+    queue.enqueue("x")
+    monkeypatch.setattr(client._Connector, "heartbeat_runner", refused)
+    ran = False
+    with pytest.raises(errors.ConnectionFailed):
+        with queue.receive():
+            ran = True
+    assert not ran
+    stats = queue.stats()
+    assert (stats.ready, stats.leased, stats.dead) == (1, 0, 0)
+    queue.close()
+
+
+def test_an_idle_session_timeout_is_a_lost_connection_the_settling_survives(pg_server: Server, dbname: str) -> None:
+    """57P05 (idle_session_timeout) ends the session as pg_terminate_backend does: the block's
+    message is completed on a new connection instead of the block raising and the message
+    being delivered again."""
+    queue = Queue(pg_server.dsn(dbname, options="-c idle_session_timeout=1000"), "default")
+    queue.enqueue("x")
+    with queue.receive() as msg:
+        assert msg is not None
+        time.sleep(1.5)  # the queue's own connection idles past the timeout meanwhile
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (0, 0)
+    assert queue.counters().completed == 1
+    queue.close()
+
+
+def test_a_time_before_1970_is_refused_not_made_a_priority(dsn: str) -> None:
+    queue = Queue(dsn, "default")
+    for call in (lambda: queue.enqueue("x", at=datetime(1900, 1, 1, tzinfo=timezone.utc)),
+                 lambda: queue.enqueue("x", at=-5)):
+        with pytest.raises(errors.InvalidArgument, match="1970"):
+            call()
+    assert queue.stats().ready == 0
+    queue.enqueue("x", at=0)  # the epoch itself is a time
+    queue.close()
+
+
+def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server: Server, template_db: str) -> None:
+    name = f"latin1_{os.getpid()}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+    try:
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pgqueue")
+        queue = Queue(pg_server.dsn(name), "default")
+        with pytest.raises(errors.InvalidArgument) as raised:
+            queue.enqueue("x", key="clé-€")
+        assert raised.value.sqlstate == "22P05"
+        queue.enqueue("x", key="clé")
+        assert queue.stats().ready == 1
+        # a handler's error the encoding cannot hold fails its message, in ASCII escapes (the
+        # worker died with the message leased; receive() left it leased)
+        from pgqueue import Worker
+
+        def handle(msg: Message) -> None:
+            raise ValueError("Zoë 😀")
+
+        worker = Worker(queue, handle)
+        runner = threading.Thread(target=worker.run, daemon=True)
+        runner.start()
+        with pytest.raises(ValueError):
+            with queue.receive():
+                raise ValueError("€")
+        deadline = time.monotonic() + 10
+        while queue.counters().failed < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker.stop()
+        runner.join(10)
+        assert not runner.is_alive()
+        with psycopg.connect(pg_server.dsn(name)) as conn:
+            errors_stored = {r[0] for r in conn.execute("SELECT last_error FROM pgqueue.message")}
+        assert errors_stored and errors_stored <= {"ValueError: Zo\\xeb \\U0001f600", "ValueError: \\u20ac"}, errors_stored
+        assert queue.stats().leased == 0
+        queue.close()
+    finally:
+        drop_database(pg_server, name)

@@ -292,6 +292,26 @@ def test_batches_of_many_groups_in_opposite_orders_do_not_deadlock(dsn: str) -> 
         assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (2 * 20 * 64,)
 
 
+def _call_noting(dsn: str, results: dict[str, str], name: str, statement: str, params: tuple[object, ...]) -> None:
+    """Run one autocommit statement; note "ok" or the psycopg error's class name under ``name``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute(statement, params)  # type: ignore[arg-type]
+            results[name] = "ok"
+        except psycopg.Error as exc:
+            results[name] = type(exc).__name__
+
+
+def _wait_for_lock_waiters(admin: psycopg.Connection[tuple[object, ...]], n: int) -> None:
+    """Until ``n`` sessions of the database wait on a lock (10 s at most, else fail)."""
+    for _ in range(500):
+        if admin.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() "
+                         "AND wait_event_type = 'Lock'").fetchone() == (n,):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not {n} waiting")
+
+
 @pytest.mark.parametrize("consumer_first", ["lower stripe", "higher stripe"])
 def test_a_producers_batch_and_a_consumers_batch_take_group_locks_in_one_order(dsn: str, consumer_first: str) -> None:
     """A producer's batch over groups a and b (a on the lower stripe), and a consumer's
@@ -311,20 +331,10 @@ def test_a_producers_batch_and_a_consumers_batch_take_group_locks_in_one_order(d
         results: dict[str, str] = {}
 
         def call(name: str, statement: str, params: tuple[object, ...]) -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                try:
-                    conn.execute(statement, params)  # type: ignore[arg-type]
-                    results[name] = "ok"
-                except psycopg.Error as exc:
-                    results[name] = type(exc).__name__
+            _call_noting(dsn, results, name, statement, params)
 
         def waiting(n: int) -> None:
-            for _ in range(500):
-                if admin.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() "
-                                 "AND wait_event_type = 'Lock'").fetchone() == (n,):
-                    return
-                time.sleep(0.02)
-            raise AssertionError(f"not {n} waiting")
+            _wait_for_lock_waiters(admin, n)
 
         with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into group a
             holder.execute("SELECT pgqueue.message_create('gq', 'held', p_group => %s)", (a,))
@@ -341,6 +351,60 @@ def test_a_producers_batch_and_a_consumers_batch_take_group_locks_in_one_order(d
         producer.join(20)
         consumer.join(20)
     assert results == {"producer": "ok", "consumer": "ok"}, results
+
+
+@pytest.mark.parametrize("call", ["message_cancel", "message_dequeue"])
+def test_single_calls_that_hand_turns_on_take_group_locks_in_stripe_order(dsn: str, call: str) -> None:
+    """A producer's batch over groups lo and hi (lo on the lower stripe, hi the lower key), and a
+    single call handing the turns of both on, both waiting on lo's lock (held by a transaction
+    that enqueued into lo): message_cancel handed turns on in the order of the ids (hi first
+    here), a lease-mode message_dequeue of several in the order of the group keys (hi first),
+    and each deadlocked with the batch (40P01; a review of the message life cycle, session 44).
+    Now every call takes the groups' locks in stripe order."""
+    Queue(dsn, "gq").create(group_concurrency=2)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        stripes = dict(admin.execute("SELECT g, hashtext(g) & 255 FROM unnest(ARRAY['alpha', 'beta', 'gamma', "
+                                     "'delta', 'epsilon', 'zeta', 'eta', 'theta']) g").fetchall())
+        lo, hi = next((x, y) for x in stripes for y in stripes if stripes[x] < stripes[y] and x > y)
+        for group in (hi, lo, hi, lo):  # ids: hi's first
+            admin.execute("SELECT pgqueue.message_create('gq', 'm', p_group => %s)", (group,))
+        first = [r[0] for r in admin.execute("SELECT id FROM pgqueue.message ORDER BY id LIMIT 2")]
+        leased: list[tuple[int, int]] = []
+        if call == "message_dequeue":  # a consumer holds the first of each; the second of each has a turn
+            leased = admin.execute("SELECT d.id, d.attempts FROM pgqueue.message_dequeue('gq', 2) d").fetchall()
+            assert sorted(i for i, _ in leased) == first
+        results: dict[str, str] = {}
+
+        def run_call(name: str, statement: str, params: tuple[object, ...]) -> None:
+            _call_noting(dsn, results, name, statement, params)
+
+        def waiting(n: int) -> None:
+            _wait_for_lock_waiters(admin, n)
+
+        threads = []
+        with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into lo
+            holder.execute("SELECT pgqueue.message_create('gq', 'held', p_group => %s)", (lo,))
+            if call == "message_dequeue":  # the consumer's acknowledgement waits too (lo first)
+                threads.append(threading.Thread(target=run_call, args=(
+                    "acknowledgement", "SELECT pgqueue.message_complete_batch(%s::bigint[], %s::integer[])",
+                    ([i for i, _ in leased], [t for _, t in leased]))))
+            else:
+                threads.append(threading.Thread(target=run_call, args=(
+                    "producer", "SELECT pgqueue.message_create_batch('gq', ARRAY['p1', 'p2']::bytea[], p_groups => %s)",
+                    ([lo, hi],))))
+            threads[0].start()
+            waiting(1)
+            if call == "message_dequeue":
+                threads.append(threading.Thread(target=run_call, args=(
+                    "call", "SELECT count(*) FROM pgqueue.message_dequeue('gq', 2, 60000)", ())))
+            else:
+                threads.append(threading.Thread(target=run_call, args=(
+                    "call", "SELECT count(*) FROM pgqueue.message_cancel('gq', %s::bigint[])", (first,))))
+            threads[1].start()
+            waiting(2)
+        for thread in threads:
+            thread.join(20)
+    assert set(results.values()) == {"ok"} and len(results) == 2, results
 
 
 def test_a_keyed_batch_under_repeatable_read_returns_a_live_keys_id_as_a_single_create_does(dsn: str) -> None:

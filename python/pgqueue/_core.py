@@ -22,6 +22,7 @@ from psycopg.pq.abc import PGconn
 
 from pgqueue import _sql, codec
 from pgqueue.errors import InvalidArgument, QueueNotFound
+from pgqueue.tasks import Reject
 from pgqueue.message import (
     DeadLetter,
     GroupStats,
@@ -208,7 +209,11 @@ def schedule(delay: Delay | None = None, at: When | None = None, priority: int |
     if delay is not None:
         return Schedule(delay_ms=delay_to_ms(delay))
     if at is not None:
-        return Schedule(dequeue_at=to_epoch_ms(at))
+        dequeue_at = to_epoch_ms(at)
+        if dequeue_at < 0:  # below the epoch a dequeue_at is a priority, above every real one
+            raise InvalidArgument(f"at must be from 1970-01-01 UTC on (epoch ms >= 0), got {at!r}; "
+                                  "an earlier time would jump every priority (use priority= for that)")
+        return Schedule(dequeue_at=dequeue_at)
     if priority is not None:
         return Schedule(dequeue_at=priority_to_dequeue_at(priority))
     return Schedule()
@@ -242,6 +247,8 @@ def error_text(error: str | BaseException) -> str:
     A string is kept as it is; an exception becomes ``"TypeName: message"`` on one line (runs
     of blanks and line breaks made one space), or its type's name alone when its message is
     empty or cannot be made (its ``__str__`` raises). Either is cut to :data:`MAX_ERROR_CHARS`.
+    What PostgreSQL text cannot hold is written as Python escapes: a lone surrogate (as
+    ``os.fsdecode`` makes of a file name that is not UTF-8) as ``\\udce9``, NUL as ``\\x00``.
     """
     if isinstance(error, BaseException):
         try:
@@ -254,7 +261,21 @@ def error_text(error: str | BaseException) -> str:
         text = error
     else:
         raise InvalidArgument(f"error must be a str or an exception, got {error!r}")
-    return text[:MAX_ERROR_CHARS]
+    text = text[:MAX_ERROR_CHARS]
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode(errors="backslashreplace").decode()
+    return text
+
+
+def ascii_text(text: str) -> str:
+    """Return ``text`` with what ASCII lacks written as Python escapes: the error text of a
+    ``fail`` or ``reject`` sent again when the connection's client encoding (a LATIN1
+    database's, say) could not hold it (InvalidArgument with SQLSTATE 22P05)."""
+    return text.encode("ascii", "backslashreplace").decode()
 
 
 def _ids(ids: Iterable[int] | None) -> list[int] | None:
@@ -302,18 +323,21 @@ def heartbeat_interval(lease_ms: int) -> float:
     return max(lease_ms / 3000, MIN_HEARTBEAT_INTERVAL)
 
 
-Outcome = Literal["complete", "fail", "release"]
+Outcome = Literal["complete", "fail", "reject", "release"]
 
 
 def outcome(exc: BaseException | None) -> Outcome:
     """Return what ``receive`` does with its message when the block ends.
 
-    ``complete`` when the block succeeded; ``fail`` (retry with back-off or dead-letter) when
-    it raised an ``Exception``; ``release`` (defer to now, another consumer may take it at
-    once) when it was interrupted: KeyboardInterrupt, SystemExit, asyncio cancellation.
+    ``complete`` when the block succeeded; ``reject`` (to the dead letters now) when it raised
+    :class:`pgqueue.Reject`; ``fail`` (retry with back-off or dead-letter) when it raised
+    another ``Exception``; ``release`` (defer to now, another consumer may take it at once)
+    when it was interrupted: KeyboardInterrupt, SystemExit, asyncio cancellation.
     """
     if exc is None:
         return "complete"
+    if isinstance(exc, Reject):
+        return "reject"
     return "fail" if isinstance(exc, Exception) else "release"
 
 

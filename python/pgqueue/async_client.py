@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
-from pgqueue.errors import ConnectionFailed, PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["AsyncQueue", "list_queues", "all_stats", "all_counters", "AsyncConnectionSource"]
@@ -310,8 +310,9 @@ class AsyncQueue:
         """Dequeue one message for the ``async with`` block and settle it when the block ends.
 
         Completes it when the block returns, fails it when the block raises an ``Exception``
-        (which propagates), gives it back for immediate redelivery when the block is
-        cancelled or interrupted. A cancellation while the message is being dequeued (an
+        (which propagates; :class:`pgqueue.Reject` dead-letters it now), gives it back for
+        immediate redelivery when the block is cancelled or interrupted, or when the
+        heartbeats' connection cannot be opened (the block does not run). A cancellation while the message is being dequeued (an
         ``asyncio.timeout`` around the ``async with``) gives back the message the server had
         leased already, if any, and the block does not run. While the block runs, an asyncio
         task extends the lease every third of it on a separate connection (see
@@ -334,9 +335,9 @@ class AsyncQueue:
                         beats = AsyncHeartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
                                                 name=f"pgqueue-heartbeat-{msg.id}")
                         stack.push_async_callback(beats.stop)
-            except BaseException as exc:
+            except BaseException as exc:  # the block has not run: the message goes back as it was
                 await stack.aclose()
-                await self._settle(msg, exc)
+                await self._settle(msg, exc, "release")
                 raise
             try:
                 yield msg
@@ -368,8 +369,8 @@ class AsyncQueue:
                 await self._settle(lease.message, cancelled)
             raise
 
-    async def _settle(self, msg: Message, exc: BaseException | None) -> None:
-        action = _core.outcome(exc)
+    async def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
+        action = action or _core.outcome(exc)
         if action == "complete":
             if not await self._settle_call(_core.complete(msg)):
                 logger.warning("message %s on queue %s could not be completed: its lease was lost",
@@ -377,7 +378,14 @@ class AsyncQueue:
             return
         assert exc is not None
         try:
-            await self._settle_call(_core.fail(msg, exc) if action == "fail" else _core.defer(msg))
+            try:
+                await self._settle_call(_core.fail(msg, exc) if action == "fail"
+                                   else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
+            except InvalidArgument as err:  # a text the client encoding cannot hold: in ASCII
+                if err.sqlstate != "22P05" or action not in ("fail", "reject"):
+                    raise
+                text = _core.ascii_text(_core.error_text(exc))
+                await self._settle_call(_core.fail(msg, text) if action == "fail" else _core.reject(msg, text))
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)

@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import Heartbeats, interval
-from pgqueue.errors import ConnectionFailed, PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["Queue", "list_queues", "all_stats", "all_counters", "ConnectionSource"]
@@ -451,10 +451,12 @@ class Queue:
 
         ``with queue.receive() as msg:`` gives None if no message is due. Otherwise, when the
         block returns the message is completed; when it raises an ``Exception`` the message is
-        failed with it (retry after back-off, or dead letter) and the exception propagates;
-        when it is interrupted (KeyboardInterrupt, SystemExit) the message is given back for
-        immediate redelivery. If settling itself fails, the block's exception still
-        propagates, with a note. An interruption that lands while the dequeue is being answered
+        failed with it (retry after back-off, or dead letter; :class:`pgqueue.Reject`: dead
+        letter now) and the exception propagates; when it is interrupted (KeyboardInterrupt,
+        SystemExit) the message is given back for immediate redelivery, as it is when the
+        heartbeats' connection cannot be opened (the block does not run; the error
+        propagates). If settling itself fails, the block's exception still propagates, with
+        a note. An interruption that lands while the dequeue is being answered
         leaves the message ready too: on an autocommit connection the dequeue runs in a
         transaction of its own (BEGIN and COMMIT, two more round trips), committed only once
         its answer is read; inside a caller's transaction the lease is undone with it.
@@ -488,9 +490,9 @@ class Queue:
                         beats = Heartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
                                            name=f"pgqueue-heartbeat-{msg.id}")
                         stack.callback(beats.stop)
-            except BaseException as exc:
+            except BaseException as exc:  # the block has not run: the message goes back as it was
                 stack.close()
-                self._settle(msg, exc)
+                self._settle(msg, exc, "release")
                 raise
             try:
                 yield msg
@@ -536,7 +538,14 @@ class Queue:
             return
         assert exc is not None
         try:
-            self._settle_call(_core.fail(msg, exc) if action == "fail" else _core.defer(msg))
+            try:
+                self._settle_call(_core.fail(msg, exc) if action == "fail"
+                                   else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
+            except InvalidArgument as err:  # a text the client encoding cannot hold: in ASCII
+                if err.sqlstate != "22P05" or action not in ("fail", "reject"):
+                    raise
+                text = _core.ascii_text(_core.error_text(exc))
+                self._settle_call(_core.fail(msg, text) if action == "fail" else _core.reject(msg, text))
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)

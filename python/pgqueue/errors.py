@@ -200,8 +200,9 @@ _MISSING_OBJECT = frozenset({"3F000", "42883", "42P01"})
 
 
 #: The server ended the session: admin shutdown or pg_terminate_backend (57P01), crash
-#: shutdown (57P02), cannot connect now (57P03).
-_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03"})
+#: shutdown (57P02), cannot connect now (57P03), idle_session_timeout (57P05),
+#: idle_in_transaction_session_timeout (25P03).
+_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})
 
 
 #: libpq's conninfo errors that quote what may hold the password, and the part they quote: a
@@ -273,10 +274,15 @@ def translating() -> Iterator[None]:
     too, since it only catches what the block raises.
 
     Raises:
-        PgQueueError: (a subclass of it) for every psycopg error raised in the block.
+        PgQueueError: (a subclass of it) for every psycopg error raised in the block;
+            InvalidArgument (SQLSTATE 22P05, as the server's untranslatable_character) for a
+            text the connection's client encoding cannot hold (psycopg's UnicodeEncodeError).
     """
     try:
         yield
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"a text the connection's client encoding ({exc.encoding}) cannot hold: "
+                              f"{exc.reason} at position {exc.start}", sqlstate="22P05") from exc
     except psycopg.Error as exc:
         error = translate(exc)
         if error.message != " ".join(str(exc).split()) and exc.sqlstate is None:

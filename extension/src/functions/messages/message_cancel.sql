@@ -33,8 +33,11 @@ BEGIN
            AND (m.locked_until IS NULL OR m.locked_until <= v_now)
         RETURNING m AS r)
     SELECT coalesce(array_agg(d.r ORDER BY (d.r).id), '{}') INTO v_rows FROM d;
-    -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left)
-    FOREACH v_row IN ARRAY v_rows LOOP
+    -- keys to keep for the queue's window, turns to pass on (pgqueue._message_left), in the
+    -- order of the groups' lock stripes, as every call that hands turns on takes the groups'
+    -- locks (pgqueue._message_group_locks): in the order of the ids, a cancel deadlocked
+    -- with a batch of producers
+    FOR v_row IN SELECT * FROM unnest(v_rows) AS r ORDER BY hashtext(r.group_key) & 255, r.id LOOP
         IF v_row.idem_key IS NOT NULL OR (v_row.group_key IS NOT NULL AND v_row.turn_at IS NOT NULL) THEN
             v_left := pgqueue._message_left(v_queue.id, v_row.id, v_row.group_key, v_row.turn_at,
                                             v_row.idem_key);

@@ -72,7 +72,8 @@ BEGIN
     -- the next turn if the group has room (pgqueue._message_group_next): in delete mode
     -- pgqueue._message_left does, as the message leaves the queue; in lease mode, with more
     -- than one in flight per group (or no limit), the loop below does, in the order of the
-    -- groups' keys, so that two consumers lock the groups in one order; with one in flight per
+    -- groups' lock stripes, so that two calls lock the groups in one order (as batches of
+    -- producers and acknowledgements do: pgqueue._message_group_locks); with one in flight per
     -- group the turn passes on when the message leaves (pgqueue._message_left). While there
     -- is room under p_limit and a round handed something out, another round takes the turns
     -- just handed on, so a call hands out several messages of one group when the group's limit
@@ -143,10 +144,12 @@ BEGIN
             ELSE
                 -- the rows are locked by the take: what leaves is read before the DELETE
                 IF v_groups IS NOT NULL OR v_window > 0 THEN
-                    SELECT array_agg(m.id ORDER BY m.group_key, m.id),
-                           array_agg(m.group_key ORDER BY m.group_key, m.id),
-                           array_agg(m.turn_at ORDER BY m.group_key, m.id),
-                           array_agg(m.idem_key ORDER BY m.group_key, m.id)
+                    -- (in the order of their groups' stripes, as every call that hands turns
+                    -- on takes the groups' locks: pgqueue._message_group_locks)
+                    SELECT array_agg(m.id ORDER BY hashtext(m.group_key) & 255, m.group_key, m.id),
+                           array_agg(m.group_key ORDER BY hashtext(m.group_key) & 255, m.group_key, m.id),
+                           array_agg(m.turn_at ORDER BY hashtext(m.group_key) & 255, m.group_key, m.id),
+                           array_agg(m.idem_key ORDER BY hashtext(m.group_key) & 255, m.group_key, m.id)
                       INTO v_left, v_left_groups, v_left_turns, v_left_keys
                       FROM pgqueue.message m
                      WHERE m.id = ANY (v_ids)
@@ -210,7 +213,8 @@ BEGIN
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);
             END IF;
             IF cardinality(v_turns) > 0 THEN
-                FOR v_group IN SELECT DISTINCT g.g FROM unnest(v_turns) AS g(g) ORDER BY 1 LOOP
+                FOR v_group IN SELECT g.g FROM unnest(v_turns) AS g(g) GROUP BY g.g
+                                ORDER BY hashtext(g.g) & 255, g.g LOOP
                     v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
                 END LOOP;
                 v_turns := NULL;
