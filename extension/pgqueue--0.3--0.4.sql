@@ -3826,10 +3826,11 @@ COMMENT ON FUNCTION pgqueue.spark_staging_purge(bigint) IS
 -- Count a queue's messages by state, cheaply enough to be called every second beside full load:
 -- each count is exact up to 10,000 (a count that stops there, through the index its state has);
 -- a larger one is estimated from a block sample of the table (TABLESAMPLE SYSTEM of 2,048 pages,
--- 16 MB, or the whole table if it is smaller), one sample for all the queues that need it (a
+-- 16 MB, at least 1% of the table, or the whole table if it is smaller; the fewer pages a
+-- queue's messages fill, the larger the error: README), one sample for all the queues that need it (a
 -- sample each cost a scrape of ten large queues ten times as much). pgqueue.queue_stats_exact
 -- counts everything.
--- Counting a million messages exactly takes 0.1 s of a core (docs/benchmarks.md, target 9).
+-- Counting a million messages exactly takes 0.25-1 s of a core (more for wider rows: README).
 --
 -- oldest_ready_age_ms is how long the ready message that has waited longest has waited, not
 -- the next one's: a message waits from greatest(dequeue_at, created_at) (a prioritised or
@@ -3972,7 +3973,7 @@ COMMENT ON FUNCTION pgqueue.queue_stats(text) IS
     'Per queue: ready (incl. expired leases), scheduled, leased and dead counts (exact up to 10,000 each, estimated from a sample above: see queue_stats_exact), and how long the ready message that has waited longest has waited (ms; expired leases since they ran out)';
 
 -- Count a queue's messages by state, all of them: what queue_stats returns, with no estimate.
--- It reads every live message of the queue (0.1 s of a core for a million), so it is for
+-- It reads every live message of the queue (0.25-1 s of a core for a million), so it is for
 -- checks and tests, not for a monitor that polls. oldest_ready_age_ms as in queue_stats: how
 -- long the ready message that has waited longest has waited, from greatest(dequeue_at,
 -- created_at), or an expired lease from when it ran out; here over every ready message.

@@ -468,6 +468,33 @@ def test_stats_watch_refreshes_until_interrupted(dsn: str) -> None:
     assert sum(line.startswith("default ") for line in seen) >= 2
 
 
+@pytest.mark.parametrize("form", [[], ["--json"], ["grouped", "--groups", "3"], ["grouped", "--groups", "3", "--json"]])
+def test_stats_watch_outlives_a_lost_connection(dsn: str, form: list[str]) -> None:
+    """A server restart or a failover ended `pgqueue stats --watch` with an error (exit 1): it
+    now says so once, reconnects, says so, and goes on (a review of operations, session 44)."""
+    Queue(dsn, "grouped").create(group_concurrency=1)
+    Queue(dsn, "grouped").enqueue("x", group="g")
+    proc = subprocess.Popen([str(PGQUEUE), "stats", *form, "--watch", "0.2", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()
+        assert first, proc.stderr.read() if proc.stderr else ""
+        with psycopg.connect(dsn, autocommit=True) as admin:  # the watch's backend ended, as by a restart
+            ended = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
+            assert ended == (1,)
+        lines = [proc.stdout.readline() for _ in range(12)]  # it goes on
+        assert all(lines), lines
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "connected again" in err, err
+    assert err.count("trying again every 0.2 s") == 1, err
+
+
 @pytest.mark.parametrize("handler", ["obey", "async_obey", "tasks_plain", "tasks_async"])
 def test_worker_command_processes_messages(dsn: str, tmp_path: Path, handler: str) -> None:
     queue = Queue(dsn, "jobs")

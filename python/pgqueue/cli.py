@@ -938,50 +938,111 @@ def _stats(args: argparse.Namespace) -> int:
         if args.queue is None:
             raise UsageError("pgqueue stats: error: --groups needs a QUEUE")
         return _group_stats(args)
-    with connect(resolve_dsn(args)) as conn:
+    dsn = resolve_dsn(args)
+    with connect(dsn) as conn:
+        kept = _KeptConnection(dsn, conn)
 
         def collect() -> list[QueueStats]:
             # (an empty QUEUE is a name, which the server refuses, not "every queue")
-            return [Queue(conn, args.queue).stats()] if args.queue is not None else list(all_stats(conn))
+            now = kept.get()
+            return [Queue(now, args.queue).stats()] if args.queue is not None else list(all_stats(now))
 
-        if args.json:
-            return _stats_json(conn, collect, args.queue, args.watch, sys.stdout)
-        if not args.watch:
-            print(stats_table(collect()))
-            return 0
-        return _watch(lambda: stats_table(collect()), args.watch, sys.stdout)
+        try:
+            if args.json:
+                return _stats_json(kept, collect, args.queue, args.watch, sys.stdout)
+            if not args.watch:
+                print(stats_table(collect()))
+                return 0
+            return _watch(lambda: stats_table(collect()), args.watch, sys.stdout)
+        finally:
+            kept.close()
+
+
+class _KeptConnection:
+    """The connection of a ``--watch``: opened again, pgqueue's version checked, after a loss
+    (a server restart, a failover), so that a watch outlives it (see :func:`_rounds`)."""
+
+    def __init__(self, dsn: str, conn: psycopg.Connection[Any]) -> None:
+        self._dsn = dsn
+        self._conn = conn
+        self._own: psycopg.Connection[Any] | None = None  # a connection opened here, closed here
+
+    def get(self) -> psycopg.Connection[Any]:
+        if self._own is not None and not self._own.closed:
+            return self._own
+        if self._own is None and not self._conn.closed:
+            return self._conn
+        self.close()
+        conn = psycopg.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10))
+        try:
+            check_server(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._own = conn
+        return conn
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None
+
+
+def _rounds(every: float | None, round_: Callable[[], None]) -> int:
+    """Run ``round_`` once, or every ``every`` seconds until Ctrl-C (exit 0). In a watch, a
+    connection lost (or not made again) is one line on stderr, and one more when the readings
+    go on: the watch tries again each round."""
+    lost = False
+    try:
+        while True:
+            try:
+                round_()
+                if lost:
+                    print(f"{PROG}: connected again", file=sys.stderr, flush=True)
+                    lost = False
+            except (ConnectionFailed, psycopg.OperationalError) as exc:
+                if not every:
+                    raise
+                if not lost:
+                    _error(f"{_one_line(str(exc)) or type(exc).__name__}; trying again every {every:g} s")
+                    lost = True
+            if not every:
+                return 0
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return 0
 
 
 def _group_stats(args: argparse.Namespace) -> int:
     """``pgqueue stats QUEUE --groups N``: the queue's busiest message groups, once or --watch."""
-    with connect(resolve_dsn(args)) as conn:
-        queue = Queue(conn, args.queue)
-        if queue.settings().group_concurrency is None:
+    dsn = resolve_dsn(args)
+    with connect(dsn) as conn:
+        kept = _KeptConnection(dsn, conn)
+        if Queue(conn, args.queue).settings().group_concurrency is None:
             # group_stats is empty for such a queue: say why rather than print a table that stays empty
             raise UserError(f'queue "{args.queue}" has no message groups (they are chosen at creation: '
                             "`pgqueue queue create NAME --group-concurrency N`)")
 
         def table() -> str:
-            groups = queue.group_stats(args.groups)
+            groups = Queue(kept.get(), args.queue).group_stats(args.groups)
             if not groups:
                 return f"no message group of queue {args.queue} has messages waiting or in flight"
             return format_table(["group", "waiting", "in flight"], [(g.group, g.waiting, g.in_flight) for g in groups])
 
-        if args.json:
-            try:
-                while True:
-                    print(json.dumps([{"group": g.group, "waiting": g.waiting, "in_flight": g.in_flight}
-                                      for g in queue.group_stats(args.groups)]), flush=True)
-                    if not args.watch:
-                        return 0
-                    time.sleep(args.watch)
-            except KeyboardInterrupt:
-                return 0
-        if args.watch:
-            return _watch(table, args.watch, sys.stdout)
-        text = table()
-        print(text, file=sys.stdout if text.startswith("group") else sys.stderr)
-        return 0
+        def json_line() -> None:
+            print(json.dumps([{"group": g.group, "waiting": g.waiting, "in_flight": g.in_flight}
+                              for g in Queue(kept.get(), args.queue).group_stats(args.groups)]), flush=True)
+
+        try:
+            if args.json:
+                return _rounds(args.watch, json_line)
+            if args.watch:
+                return _watch(table, args.watch, sys.stdout)
+            text = table()
+            print(text, file=sys.stdout if text.startswith("group") else sys.stderr)
+            return 0
+        finally:
+            kept.close()
 
 
 def stats_json(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | None) -> list[dict[str, object]]:
@@ -999,9 +1060,10 @@ def stats_json(stats: Sequence[QueueStats], counters: Sequence[QueueCounters] | 
     return out
 
 
-def _stats_json(conn: psycopg.Connection[Any], collect: Callable[[], list[QueueStats]], queue: str | None,
+def _stats_json(kept: _KeptConnection, collect: Callable[[], list[QueueStats]], queue: str | None,
                 every: float | None, out: TextIO) -> int:
     def counters() -> list[QueueCounters] | None:
+        conn = kept.get()
         try:
             with conn.transaction():
                 return [Queue(conn, queue).counters()] if queue else all_counters(conn)
@@ -1010,15 +1072,11 @@ def _stats_json(conn: psycopg.Connection[Any], collect: Callable[[], list[QueueS
                 raise
             return None
 
-    try:
-        while True:
-            out.write(json.dumps(stats_json(collect(), counters())) + "\n")
-            out.flush()
-            if not every:
-                return 0
-            time.sleep(every)
-    except KeyboardInterrupt:
-        return 0
+    def line() -> None:
+        out.write(json.dumps(stats_json(collect(), counters())) + "\n")
+        out.flush()
+
+    return _rounds(every, line)
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
@@ -1111,20 +1169,19 @@ class _StopSignals:
 
 def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:
     tty = out.isatty()
-    try:
-        while True:
-            table = render()
-            stamp = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")  # UTC, as every time printed
-            header = f"pgqueue stats at {stamp} (every {every:g} s, Ctrl-C to stop)"
-            if tty:
-                out.write("\x1b[H\x1b[2J")
-            out.write(f"{header}\n{table}\n")
-            if not tty:
-                out.write("\n")
-            out.flush()
-            time.sleep(every)
-    except KeyboardInterrupt:
-        return 0
+
+    def show() -> None:
+        table = render()
+        stamp = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")  # UTC, as every time printed
+        header = f"pgqueue stats at {stamp} (every {every:g} s, Ctrl-C to stop)"
+        if tty:
+            out.write("\x1b[H\x1b[2J")
+        out.write(f"{header}\n{table}\n")
+        if not tty:
+            out.write("\n")
+        out.flush()
+
+    return _rounds(every, show)
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:

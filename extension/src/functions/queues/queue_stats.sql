@@ -1,10 +1,11 @@
 -- Count a queue's messages by state, cheaply enough to be called every second beside full load:
 -- each count is exact up to 10,000 (a count that stops there, through the index its state has);
 -- a larger one is estimated from a block sample of the table (TABLESAMPLE SYSTEM of 2,048 pages,
--- 16 MB, or the whole table if it is smaller), one sample for all the queues that need it (a
+-- 16 MB, at least 1% of the table, or the whole table if it is smaller; the fewer pages a
+-- queue's messages fill, the larger the error: README), one sample for all the queues that need it (a
 -- sample each cost a scrape of ten large queues ten times as much). pgqueue.queue_stats_exact
 -- counts everything.
--- Counting a million messages exactly takes 0.1 s of a core (docs/benchmarks.md, target 9).
+-- Counting a million messages exactly takes 0.25-1 s of a core (more for wider rows: README).
 --
 -- oldest_ready_age_ms is how long the ready message that has waited longest has waited, not
 -- the next one's: a message waits from greatest(dequeue_at, created_at) (a prioritised or

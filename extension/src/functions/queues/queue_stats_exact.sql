@@ -1,5 +1,5 @@
 -- Count a queue's messages by state, all of them: what queue_stats returns, with no estimate.
--- It reads every live message of the queue (0.1 s of a core for a million), so it is for
+-- It reads every live message of the queue (0.25-1 s of a core for a million), so it is for
 -- checks and tests, not for a monitor that polls. oldest_ready_age_ms as in queue_stats: how
 -- long the ready message that has waited longest has waited, from greatest(dequeue_at,
 -- created_at), or an expired lease from when it ran out; here over every ready message.
