@@ -1982,6 +1982,9 @@ DECLARE
     v_lg      text[];
     v_lt      bigint[];
     v_lk      text[];
+    v_dq      integer;   -- the queue of the turns left by message_complete_and_dequeue's dequeue ...
+    v_dg      text[];    -- ... their groups
+    v_dc      integer;   -- ... and its group_concurrency
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
@@ -2002,6 +2005,20 @@ BEGIN
            array_agg(d.idem_key) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
       FROM d;
+    -- the turns of the leases message_complete_and_dequeue's dequeue handed out, which it left
+    -- to be handed on here with the acknowledgements' (pgqueue.defer_turns; see there): in the
+    -- same run, in stripe order (an id of NULL marks them)
+    v_dq := nullif(current_setting('pgqueue.deferred_queue', true), '')::integer;
+    IF v_dq IS NOT NULL THEN
+        v_dg := ARRAY(SELECT DISTINCT g.g FROM unnest(current_setting('pgqueue.deferred_turns')::text[]) AS g(g));
+        PERFORM set_config('pgqueue.deferred_queue', '', true), set_config('pgqueue.deferred_turns', '', true);
+        SELECT q.group_concurrency INTO v_dc FROM pgqueue.queue q WHERE q.id = v_dq;
+        v_left := coalesce(v_left, '{}') || array_fill(NULL::bigint, ARRAY[cardinality(v_dg)]);
+        v_lq := coalesce(v_lq, '{}') || array_fill(v_dq, ARRAY[cardinality(v_dg)]);
+        v_lg := coalesce(v_lg, '{}') || v_dg;
+        v_lt := coalesce(v_lt, '{}') || array_fill(NULL::bigint, ARRAY[cardinality(v_dg)]);
+        v_lk := coalesce(v_lk, '{}') || array_fill(NULL::text, ARRAY[cardinality(v_dg)]);
+    END IF;
     IF cardinality(v_left) > 1 THEN
         -- the hand-offs in the order of their groups' stripes, as a batch of producers takes
         -- them (pgqueue._message_group_locks): in opposite orders the two deadlocked
@@ -2013,7 +2030,11 @@ BEGIN
     END IF;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
+        IF v_left[i] IS NULL THEN
+            v_counted := pgqueue._message_group_next(v_dq, v_lg[i], v_dc);
+        ELSE
+            v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
+        END IF;
     END LOOP;
     -- completed (queue_counters): one nextval a message, or by queue for more than 32
     IF cardinality(v_done) > 32 THEN
@@ -2035,7 +2056,9 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- p_queue exactly as message_dequeue(p_queue, p_limit, p_lock_ms) does, and complete the caller's
 -- finished messages p_ids, each with its attempts token p_attempts, exactly as
 -- message_complete_batch(p_ids, p_attempts) does. A worker in lease mode so pays one
--- transaction per message instead of two.
+-- transaction per message instead of two. (On a queue whose group_concurrency is not 1 the
+-- turns its leases hand on are handed on with the acknowledgements', after them: this call
+-- does not take the messages those turns go to, where message_dequeue may in a further round.)
 --
 -- Rows: the messages handed out (stale = false), then one row per acknowledgement whose token
 -- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
@@ -2060,12 +2083,22 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_stale bigint[];
+    v_set   text;
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
+    -- On a queue whose group_concurrency is not 1 a lease hands its group's next message a
+    -- turn, which takes the group's lock; the acknowledgements hand turns on too. Taken in two
+    -- runs (the dequeue's, then the acknowledgements'), each in stripe order, two such calls
+    -- deadlocked (40P01). So the dequeue leaves its leases' turns (pgqueue.defer_turns, a
+    -- transaction-local setting) to message_complete_batch, which hands them on with the
+    -- acknowledgements', in one run in stripe order, after its DELETE. The take still runs
+    -- first (its session hints need the take to assign this transaction's xid).
+    v_set := set_config('pgqueue.defer_turns', 'on', true);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
+    v_set := set_config('pgqueue.defer_turns', '', true);
     -- message_complete_batch returns the stale ids in input order, an id listed twice at each
     -- of its places or at none (it is completed at most once): the places of those ids are the
     -- stale acknowledgements, each with the token given at its place (whatever the arrays'
@@ -2775,6 +2808,15 @@ BEGIN
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);
             END IF;
             IF cardinality(v_turns) > 0 THEN
+                IF current_setting('pgqueue.defer_turns', true) = 'on' THEN
+                    -- message_complete_and_dequeue's: its message_complete_batch hands these on
+                    -- with the acknowledgements' hand-offs, all of the groups' locks taken in one
+                    -- run, in stripe order (see there); no further round
+                    PERFORM set_config('pgqueue.deferred_queue', v_queue_id::text, true),
+                            set_config('pgqueue.deferred_turns', v_turns::text, true);
+                    v_turns := NULL;
+                    EXIT;
+                END IF;
                 FOR v_group IN SELECT g.g FROM unnest(v_turns) AS g(g) GROUP BY g.g
                                 ORDER BY hashtext(g.g) & 255, g.g LOOP
                     v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);

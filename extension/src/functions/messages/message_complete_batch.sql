@@ -28,6 +28,9 @@ DECLARE
     v_lg      text[];
     v_lt      bigint[];
     v_lk      text[];
+    v_dq      integer;   -- the queue of the turns left by message_complete_and_dequeue's dequeue ...
+    v_dg      text[];    -- ... their groups
+    v_dc      integer;   -- ... and its group_concurrency
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
@@ -48,6 +51,20 @@ BEGIN
            array_agg(d.idem_key) FILTER (WHERE d.left_)
       INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
       FROM d;
+    -- the turns of the leases message_complete_and_dequeue's dequeue handed out, which it left
+    -- to be handed on here with the acknowledgements' (pgqueue.defer_turns; see there): in the
+    -- same run, in stripe order (an id of NULL marks them)
+    v_dq := nullif(current_setting('pgqueue.deferred_queue', true), '')::integer;
+    IF v_dq IS NOT NULL THEN
+        v_dg := ARRAY(SELECT DISTINCT g.g FROM unnest(current_setting('pgqueue.deferred_turns')::text[]) AS g(g));
+        PERFORM set_config('pgqueue.deferred_queue', '', true), set_config('pgqueue.deferred_turns', '', true);
+        SELECT q.group_concurrency INTO v_dc FROM pgqueue.queue q WHERE q.id = v_dq;
+        v_left := coalesce(v_left, '{}') || array_fill(NULL::bigint, ARRAY[cardinality(v_dg)]);
+        v_lq := coalesce(v_lq, '{}') || array_fill(v_dq, ARRAY[cardinality(v_dg)]);
+        v_lg := coalesce(v_lg, '{}') || v_dg;
+        v_lt := coalesce(v_lt, '{}') || array_fill(NULL::bigint, ARRAY[cardinality(v_dg)]);
+        v_lk := coalesce(v_lk, '{}') || array_fill(NULL::text, ARRAY[cardinality(v_dg)]);
+    END IF;
     IF cardinality(v_left) > 1 THEN
         -- the hand-offs in the order of their groups' stripes, as a batch of producers takes
         -- them (pgqueue._message_group_locks): in opposite orders the two deadlocked
@@ -59,7 +76,11 @@ BEGIN
     END IF;
     -- keys to keep for their queue's window, turns to pass on (pgqueue._message_left)
     FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-        v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
+        IF v_left[i] IS NULL THEN
+            v_counted := pgqueue._message_group_next(v_dq, v_lg[i], v_dc);
+        ELSE
+            v_counted := pgqueue._message_left(v_lq[i], v_left[i], v_lg[i], v_lt[i], v_lk[i]);
+        END IF;
     END LOOP;
     -- completed (queue_counters): one nextval a message, or by queue for more than 32
     IF cardinality(v_done) > 32 THEN

@@ -213,6 +213,15 @@ BEGIN
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);
             END IF;
             IF cardinality(v_turns) > 0 THEN
+                IF current_setting('pgqueue.defer_turns', true) = 'on' THEN
+                    -- message_complete_and_dequeue's: its message_complete_batch hands these on
+                    -- with the acknowledgements' hand-offs, all of the groups' locks taken in one
+                    -- run, in stripe order (see there); no further round
+                    PERFORM set_config('pgqueue.deferred_queue', v_queue_id::text, true),
+                            set_config('pgqueue.deferred_turns', v_turns::text, true);
+                    v_turns := NULL;
+                    EXIT;
+                END IF;
                 FOR v_group IN SELECT g.g FROM unnest(v_turns) AS g(g) GROUP BY g.g
                                 ORDER BY hashtext(g.g) & 255, g.g LOOP
                     v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
