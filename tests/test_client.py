@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -1000,17 +1000,31 @@ def test_a_time_before_1970_is_refused_not_made_a_priority(dsn: str) -> None:
     queue.close()
 
 
-def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server: Server, template_db: str) -> None:
-    name = f"latin1_{os.getpid()}"
+@contextmanager
+def _database_in(pg_server: Server, encoding: str) -> Iterator[str]:
+    """A database of that encoding (C locale) with pgqueue, dropped after the block."""
+    name = f"enc_{encoding.lower()}_{os.getpid()}"
     with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+        admin.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
     try:
         with psycopg.connect(pg_server.dsn(name), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pgqueue")
+        yield name
+    finally:
+        drop_database(pg_server, name)
+
+
+def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server: Server, template_db: str) -> None:
+    with _database_in(pg_server, "LATIN1") as name:
         queue = Queue(pg_server.dsn(name), "default")
         with pytest.raises(errors.InvalidArgument) as raised:
-            queue.enqueue("x", key="clé-€")
+            queue.enqueue("x", key="clé-€")  # the server's refusal (pgqueue's connection is UTF8)
         assert raised.value.sqlstate == "22P05"
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as latin1:  # a caller's, in LATIN1
+            assert latin1.info.encoding == "iso8859-1"
+            with pytest.raises(errors.InvalidArgument) as raised:
+                Queue(latin1, "default").enqueue("x", key="clé-€")  # psycopg cannot send it
+            assert raised.value.sqlstate == "22P05"
         queue.enqueue("x", key="clé")
         assert queue.stats().ready == 1
         # a handler's error the encoding cannot hold fails its message, in ASCII escapes (the
@@ -1037,5 +1051,17 @@ def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server
         assert errors_stored and errors_stored <= {"ValueError: Zo\\xeb \\U0001f600", "ValueError: \\u20ac"}, errors_stored
         assert queue.stats().leased == 0
         queue.close()
-    finally:
-        drop_database(pg_server, name)
+
+
+def test_a_sql_ascii_database_gives_texts_back_as_str(pg_server: Server, template_db: str) -> None:
+    """initdb under the C locale makes SQL_ASCII databases, where psycopg returns text columns
+    as bytes: a dequeue failed (TypeError) after its lease was committed, stranding the message,
+    and stats named the queue "b'q'". pgqueue's own connections now ask for UTF8."""
+    with _database_in(pg_server, "SQL_ASCII") as name:
+        queue = Queue(pg_server.dsn(name), "default")
+        queue.enqueue("café", key="clé")
+        [msg] = queue.dequeue(1)
+        assert (msg.payload, msg.content_type) == ("café", "text/plain; charset=utf-8")
+        assert queue.complete(msg)
+        assert queue.stats().queue == "default"
+        queue.close()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import Conninfo
 from psycopg.pq.abc import PGconn
 
@@ -339,6 +339,19 @@ def outcome(exc: BaseException | None) -> Outcome:
     if isinstance(exc, Reject):
         return "reject"
     return "fail" if isinstance(exc, Exception) else "release"
+
+
+def utf8(conninfo: str) -> dict[str, Any]:
+    """The ``client_encoding`` of a connection pgqueue opens itself: UTF8, unless the connection
+    string sets one. pgqueue's texts are Python's str: on a SQL_ASCII database (initdb under the
+    C locale makes them) psycopg otherwise returned them as bytes (a dequeue failed after its
+    lease was committed), and on a LATIN1 one it could not send what Latin-1 lacks; with UTF8
+    the server converts, and refuses what the database cannot hold (22P05)."""
+    try:
+        given = conninfo_to_dict(conninfo)
+    except Exception:  # psycopg's connect reports a connection string that does not parse
+        return {}
+    return {} if "client_encoding" in given else {"client_encoding": "UTF8"}
 
 
 def conninfo_of(pgconn: PGconn) -> str:

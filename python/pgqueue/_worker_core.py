@@ -414,7 +414,7 @@ class WorkerCore:
         stopped answering does not hold run() up); run() then returns without starting. Raises
         what check_server raises otherwise."""
         try:
-            with translating(), psycopg.connect(self._dsn, autocommit=True) as conn:
+            with translating(), psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
                 self._checking = conn
                 self._call_since = time.monotonic()
                 if self._stopping:

@@ -96,7 +96,7 @@ class _AsyncConnector:
             if conn is None or conn.closed:
                 assert self._dsn is not None
                 with translating():
-                    conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+                    conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
                 if self._closed:
                     # close() ran while we connected (it does not wait for the lock): it could
                     # not see this connection, which would stay open with nothing to close it
@@ -158,7 +158,7 @@ class _AsyncConnector:
             async def side() -> psycopg.AsyncConnection[Any]:
                 if not sides or sides[-1].closed:
                     with translating():
-                        sides.append(await psycopg.AsyncConnection.connect(conninfo, autocommit=True))
+                        sides.append(await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
                 return sides[-1]
 
             async def on_side(call: Call[bool]) -> bool:

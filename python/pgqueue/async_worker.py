@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from pgqueue import _core
 from pgqueue._lease import AsyncHeartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
@@ -292,7 +293,7 @@ class AsyncWorker(WorkerCore):
         outage = Outage(log, "LISTEN connection")
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
                     await conn.execute(listen_statement(self._name))
                     self._notify()  # something may have arrived while we were connecting
                     backoff = 0.5

@@ -31,6 +31,7 @@ from typing import Any, NoReturn, TextIO, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from pgqueue._core import utf8
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import is_async_handler
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
@@ -553,7 +554,7 @@ def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Itera
     """
     hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
-        conn = psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, connect_timeout))
+        conn = psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, connect_timeout), **utf8(dsn))
     except psycopg.ProgrammingError as exc:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
@@ -973,7 +974,7 @@ class _KeptConnection:
         if self._own is None and not self._conn.closed:
             return self._conn
         self.close()
-        conn = psycopg.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10))
+        conn = psycopg.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10), **utf8(self._dsn))
         try:
             check_server(conn)
         except BaseException:

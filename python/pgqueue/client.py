@@ -132,7 +132,7 @@ class _Connector:
             if conn is None or conn.closed:
                 assert self._dsn is not None
                 with translating():
-                    conn = psycopg.connect(self._dsn, autocommit=True)
+                    conn = psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
                 setattr(self, attr, conn)
             return conn
 
@@ -208,7 +208,7 @@ class _Connector:
             def side() -> psycopg.Connection[Any]:
                 if not sides or sides[-1].closed:
                     with translating():
-                        sides.append(psycopg.connect(conninfo, autocommit=True))
+                        sides.append(psycopg.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
                 return sides[-1]
 
             try:

@@ -193,6 +193,7 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "42602": InvalidQueueName,
     "22023": InvalidArgument,
     "22004": InvalidArgument,
+    "22P05": InvalidArgument,  # a text the database's encoding cannot hold (a LATIN1 database)
 }
 
 # undefined schema / function / table: the extension is missing if the message names pgqueue
@@ -275,8 +276,9 @@ def translating() -> Iterator[None]:
 
     Raises:
         PgQueueError: (a subclass of it) for every psycopg error raised in the block;
-            InvalidArgument (SQLSTATE 22P05, as the server's untranslatable_character) for a
-            text the connection's client encoding cannot hold (psycopg's UnicodeEncodeError).
+            InvalidArgument (SQLSTATE 22P05, the server's untranslatable_character, which
+            maps to it too) for a text the connection's client encoding cannot hold (psycopg's
+            UnicodeEncodeError, on a connection of the caller's in that encoding).
     """
     try:
         yield

@@ -43,6 +43,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from pgqueue import _core
 from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error
@@ -280,7 +281,8 @@ class QueueMetrics:
             extra: dict[str, Any] = {}
             if "connect_timeout" not in conninfo_to_dict(self._dsn):
                 extra["connect_timeout"] = self._connect_timeout()
-            conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
+            conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra,
+                                   **_core.utf8(self._dsn))
             try:
                 with _cut_at(conn, deadline):
                     conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",

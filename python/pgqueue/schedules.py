@@ -99,7 +99,7 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
 
     if isinstance(conn, str):
         with translating():
-            own = psycopg.connect(conn, autocommit=True)
+            own = psycopg.connect(conn, autocommit=True, **_core.utf8(conn))
         try:
             own.add_notice_handler(on_notice)
             return _run_once(own, _core.schedule_run(limit))
@@ -188,7 +188,7 @@ class Scheduler:
                 try:
                     if conn is None:
                         with translating():
-                            conn = psycopg.connect(self._dsn, autocommit=True)
+                            conn = psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
                     self._calling = conn
                     try:
                         done = run_schedules(conn, on_held=notices.append)

@@ -452,7 +452,7 @@ class Worker(WorkerCore):
         outage = Outage(log, "LISTEN connection")
         while not self._listen_stop.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True) as conn:
+                with psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
                     conn.execute(listen_statement(self._name))
                     self._events.put(_NOTIFIED)  # something may have arrived while we were connecting
                     backoff = 0.5
