@@ -839,3 +839,29 @@ def test_async_receive_cancelled_while_its_dequeue_answers_gives_the_message_bac
             await link.close()
 
     run(main)
+
+
+def test_a_cancellation_while_receive_completes_waits_for_the_completion(dsn: str) -> None:
+    """An asyncio.timeout around `async with q.receive()` that ran out while the message was
+    being completed (the complete waiting on a row lock) cancelled the statement: the finished
+    message stayed leased, to be delivered again (a dead letter at max_attempts 1, a review of
+    the client, session 44). Now the settling ends first (up to CANCEL_WAIT), then the
+    cancellation goes on."""
+    Queue(dsn, "once").create(max_attempts=1)
+
+    async def main() -> None:
+        async with AsyncQueue(dsn, "once") as q:
+            await q.enqueue("work")
+            with psycopg.connect(dsn) as blocker:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        async with q.receive(lock_ms=60000, heartbeat=False) as msg:
+                            assert msg is not None
+                            # another session holds the row: the complete waits for it
+                            blocker.execute("SELECT 1 FROM pgqueue.message WHERE id = %s FOR UPDATE", (msg.id,))
+                            asyncio.get_running_loop().call_later(1.0, blocker.rollback)
+                stats = await q.stats()
+                assert (stats.ready, stats.leased, stats.dead) == (0, 0, 0)
+                assert (await q.counters()).completed == 1
+
+    run(main)

@@ -312,7 +312,9 @@ class AsyncQueue:
         Completes it when the block returns, fails it when the block raises an ``Exception``
         (which propagates; :class:`pgqueue.Reject` dead-letters it now), gives it back for
         immediate redelivery when the block is cancelled or interrupted, or when the
-        heartbeats' connection cannot be opened (the block does not run). A cancellation while the message is being dequeued (an
+        heartbeats' connection cannot be opened (the block does not run). A cancellation that
+        lands while the message is being settled waits for the settling (up to
+        :data:`CANCEL_WAIT` seconds), then goes on. A cancellation while the message is being dequeued (an
         ``asyncio.timeout`` around the ``async with``) gives back the message the server had
         leased already, if any, and the block does not run. While the block runs, an asyncio
         task extends the lease every third of it on a separate connection (see
@@ -337,15 +339,33 @@ class AsyncQueue:
                         stack.push_async_callback(beats.stop)
             except BaseException as exc:  # the block has not run: the message goes back as it was
                 await stack.aclose()
-                await self._settle(msg, exc, "release")
+                await self._settle_shielded(msg, exc, "release")
                 raise
             try:
                 yield msg
             except BaseException as exc:
                 await stack.aclose()
-                await self._settle(msg, exc)
+                await self._settle_shielded(msg, exc)
                 raise
-        await self._settle(msg, None)
+        await self._settle_shielded(msg, None)
+
+    async def _settle_shielded(self, msg: Message, exc: BaseException | None,
+                               action: _core.Outcome | None = None) -> None:
+        """Settle as :meth:`_settle` does, in a task a cancellation does not reach: cancelled
+        meanwhile (an ``asyncio.timeout`` around the ``async with``), the settling is awaited
+        for at most :data:`CANCEL_WAIT` seconds more, then the cancellation goes on. Cancelled
+        with it, the statement would be cancelled and a finished message left leased, to be
+        delivered again (a dead letter at ``max_attempts``)."""
+        settling = asyncio.ensure_future(self._settle(msg, exc, action))
+        try:
+            await asyncio.shield(settling)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.wait_for(settling, CANCEL_WAIT)
+            except Exception:  # noqa: BLE001 (it failed, as a settling can, or did not end in time)
+                logger.warning("message %s on queue %s: the settling of a cancelled receive() did not finish",
+                               msg.id, msg.queue)
+            raise
 
     async def _take(self, call: Call[_core.Lease | None]) -> _core.Lease | None:
         """Run the dequeue of ``receive`` so that a cancellation cannot strand the message it leased.
