@@ -792,3 +792,93 @@ def test_the_sample_interval_is_at_most_a_day(capsys: pytest.CaptureFixture[str]
         err = capsys.readouterr().err
         assert "--sample-interval" in err and "up to 86400 (a day)" in err, err
     assert build_parser().parse_args(["dashboard", "--sample-interval", "86400"]).sample_interval == 86400
+
+
+# -- a security review of the dashboard (session 44) ---------------------------------------
+
+
+def test_a_payload_whose_charset_raises_unicode_error_is_a_hex_dump(conn: psycopg.Connection[Any],
+                                                                     make_app: Any) -> None:
+    """utf-16 without a BOM, idna, punycode raise UnicodeError (not UnicodeDecodeError): one such
+    message made its queue's page, and then its dead letters' page, a 500."""
+    for charset, data in (("utf-16", b"\x68\x00\x69\x00\x0a\x00"), ("utf-32", b"\x68\x00\x69\x00"),
+                          ("idna", b"\xff\xfe"), ("punycode", b"\xff\xfe"), ("undefined", b"hi")):
+        shown = show(data, f"text/plain; charset={charset}")
+        assert shown.kind == "hex" and f"not {charset} text" in shown.note, (charset, shown)
+    client = make_app().test_client()
+    conn.execute("SELECT pgqueue.message_create('default', '\\x680069000a00'::bytea, NULL, 'text/plain; charset=utf-16')")
+    assert client.get("/queues/default").status_code == 200
+    dead_letter(conn, "default", b"\x68\x00", "text/plain; charset=utf-16")
+    assert client.get("/queues/default/dead").status_code == 200
+
+
+def test_without_a_token_beyond_loopback_it_answers_to_ip_addresses_only(dsn: str, make_app: Any) -> None:
+    """`pgqueue dashboard --host 0.0.0.0` without --token turned the Host check off, so a
+    DNS-rebinding page the operator visited could read the page's CSRF token and purge."""
+    client = make_app(loopback_only=False, ip_hosts_only=True).test_client()
+    assert client.get("/", headers={"Host": "rebind.attacker.example:8080"}).status_code == 400
+    for host in ("10.1.2.3:8080", "[2001:db8::1]:8080", "127.0.0.1", "localhost:8080"):
+        assert client.get("/", headers={"Host": host}).status_code == 200, host
+    import http.client
+
+    with pgqueue_command("dashboard", "--dsn", dsn, "--host", "0.0.0.0", "--port", "0") as proc:
+        assert proc.stdout is not None
+        found = re.search(r"http://[^:/]+:(\d+)/", proc.stdout.readline())
+        assert found, "no URL"
+        for host, status in (("rebind.attacker.example", 400), ("127.0.0.1", 200)):
+            web = http.client.HTTPConnection("127.0.0.1", int(found.group(1)), timeout=10)
+            web.request("GET", "/", headers={"Host": f"{host}:{found.group(1)}"})
+            assert web.getresponse().status == status, host
+            web.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert "IP addresses only" in err, err
+
+
+def test_a_session_ends_when_the_token_changes(make_app: Any) -> None:
+    """A login session kept working after the token was rotated (processes sharing a secret_key)."""
+    old = make_app(token="old-token-1", secret_key=b"k" * 32)
+    client = old.test_client()
+    assert client.post("/login", data={"token": "old-token-1"}).status_code == 302
+    cookie = client.get_cookie("pgqueue_dashboard")
+    assert cookie is not None and client.get("/").status_code == 200
+    rotated = make_app(token="new-token-2", secret_key=b"k" * 32).test_client()
+    rotated.set_cookie("pgqueue_dashboard", cookie.value)
+    assert rotated.get("/").status_code == 401
+
+
+def test_purge_all_confirms_the_exact_count_it_acts_on(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """Above 10,000 the confirmation page showed queue_stats's estimate while "all" acted on
+    every dead letter: it now counts exactly what it acts on; the dead page says "about"."""
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'default'").fetchone()
+    assert qid is not None
+    conn.execute("INSERT INTO pgqueue.dead_letter (id, queue_id, dequeue_at, attempts, created_at, dead_at, content) "
+                 "SELECT 1000000 + i, %s, 0, 1, 0, i, 'x' FROM generate_series(1, 12345) i", (qid[0],))
+    client = make_app().test_client()
+    assert "about " in client.get("/queues/default/dead").get_data(as_text=True)
+    page = client.post("/queues/default/dead/purge", data={"all": "1", "csrf_token": csrf(client)})
+    assert page.status_code == 200
+    assert "All 12345 dead letters of queue default" in page.get_data(as_text=True)
+
+
+def test_the_commands_request_log_hides_the_token_and_cookies_are_per_port(dsn: str) -> None:
+    """`pgqueue dashboard` logged every `GET /?token=...` with the token on stderr; two
+    dashboards on one host shared the cookie name, so each logged the other out."""
+    with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", "--token", "s3cretTOKEN123456") as proc:
+        assert proc.stdout is not None
+        found = re.search(r"(http://127\.0\.0\.1:(\d+)/)\?token=", proc.stdout.readline())
+        assert found, "no URL"
+        import http.client
+
+        for _ in range(2):  # each use of the URL is a line of the log
+            web = http.client.HTTPConnection("127.0.0.1", int(found.group(2)), timeout=10)
+            web.request("GET", "/?token=s3cretTOKEN123456")
+            answer = web.getresponse()
+            assert answer.status == 302  # logged in, the token taken out of the URL
+            cookies = answer.headers.get_all("Set-Cookie") or []
+            web.close()
+            assert any(c.startswith(f"pgqueue_dashboard_{found.group(2)}=") for c in cookies), cookies
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert "GET /?token=(hidden)" in err, err
+    assert "s3cretTOKEN123456" not in err

@@ -1200,10 +1200,11 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         raise UserError("the access token must have at least 8 characters")
     loopback = _is_loopback_host(args.host)
     if not loopback and args.token is None:
-        print(f"{PROG}: warning: listening on {args.host} without --token: anyone who can reach it sees the queues",
-              file=sys.stderr)
+        print(f"{PROG}: warning: listening on {args.host} without --token: anyone who can reach it sees the queues "
+              "and acts on them; it answers to IP addresses only, not to names (DNS rebinding)", file=sys.stderr)
     options = Options(dsn=dsn, token=args.token, read_only=args.read_only,
-                      sample_interval=args.sample_interval, loopback_only=loopback)
+                      sample_interval=args.sample_interval, loopback_only=loopback,
+                      ip_hosts_only=not loopback and args.token is None)
 
     def ready(url: str) -> None:
         print(f"pgqueue dashboard at {url} (Ctrl-C to stop)", flush=True)

@@ -17,6 +17,7 @@ a read-only dashboard; docs/grants.sql).
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import threading
@@ -29,6 +30,22 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, get_sockaddr, m
 from pgqueue.dashboard.app import Options, close, create_app
 
 __all__ = ["Options", "Server", "create_app", "serve", "start"]
+
+
+class _RedactingHandler(WSGIRequestHandler):
+    """Werkzeug's request log with the access token of a ``?token=`` URL left out."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        path, line = self.path, self.requestline  # (Werkzeug logs the path, else the line)
+        self.path = _TOKEN_IN_QUERY.sub(r"\1(hidden)", path)
+        self.requestline = _TOKEN_IN_QUERY.sub(r"\1(hidden)", line)
+        try:
+            super().log_request(code, size)
+        finally:
+            self.path, self.requestline = path, line
+
+
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -52,6 +69,12 @@ class Server:
         self.thread.join(timeout=10)
         self.wsgi.server_close()
         close(self.wsgi.app)  # type: ignore[arg-type]
+
+
+def _cookie_of_port(app: Any, port: int) -> None:
+    """Name the session cookie after the port: browsers keep cookies by host, not by port, so
+    two dashboards on one host (production and staging through tunnels) logged each other out."""
+    app.config["SESSION_COOKIE_NAME"] = f"pgqueue_dashboard_{port}"
 
 
 def _listen(host: str, port: int, app: Any, **kwargs: Any) -> BaseWSGIServer:
@@ -87,6 +110,7 @@ def start(options: Options, *, host: str = "127.0.0.1", port: int = 8080) -> Ser
     except BaseException:  # (the port is taken: OSError)
         close(app)
         raise
+    _cookie_of_port(app, wsgi.port)
     thread = threading.Thread(target=wsgi.serve_forever, name="pgqueue-dashboard", daemon=True)
     thread.start()
     return Server(_url(host, wsgi.port, options.token), wsgi, thread)
@@ -106,10 +130,11 @@ def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
     """
     app = create_app(options)
     try:
-        wsgi = _listen(host, port, app)
+        wsgi = _listen(host, port, app, request_handler=_RedactingHandler)
     except BaseException:  # (the port is taken: OSError)
         close(app)
         raise
+    _cookie_of_port(app, wsgi.port)
     stopped_by: list[signal.Signals] = []
 
     def on_signal(signum: int, frame: object) -> None:

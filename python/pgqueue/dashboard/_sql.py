@@ -112,8 +112,8 @@ DEAD_LETTERS_SHOWN: Final[LiteralString] = (
 # by the newest dead_at it saw (NULL: none), not on letters that died after it was shown.
 # Purge takes the bound itself (dead_letter_purge's p_before, dead_at < bound + 1); requeue
 # takes ids, so the ids of the letters dead by then are read in the same statement.
-DEAD_NEWEST: Final[LiteralString] = (
-    "SELECT max(d.dead_at) FROM pgqueue.dead_letters AS d WHERE d.queue = %(queue)s::text")
+DEAD_NEWEST: Final[LiteralString] = (  # and how many there are: the confirmation's exact count
+    "SELECT max(d.dead_at), count(*) FROM pgqueue.dead_letters AS d WHERE d.queue = %(queue)s::text")
 DEAD_REQUEUE_UPTO: Final[LiteralString] = (
     "SELECT pgqueue.dead_letter_requeue(%(queue)s::text, ARRAY(SELECT d.id FROM pgqueue.dead_letters AS d "
     "WHERE d.queue = %(queue)s::text AND d.dead_at <= %(upto)s::bigint ORDER BY d.id))"

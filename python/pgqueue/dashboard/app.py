@@ -49,6 +49,9 @@ class Options:
     sample_interval: float = 5.0  # seconds between samples of the charts
     history: float = 3600.0  # seconds of samples kept
     loopback_only: bool = True  # refuse Host names other than localhost / loopback addresses
+    # refuse Host names other than IP addresses and localhost (a DNS-rebinding page's name):
+    # `pgqueue dashboard` sets it when it listens beyond loopback without a token
+    ip_hosts_only: bool = False
     wait: float = 10.0  # seconds a page waits for a database connection before it says so
     # signs the session cookie (login, CSRF token); None: random, for this process only. Several
     # processes serving one dashboard (gunicorn -w N) must share one.
@@ -152,6 +155,20 @@ def _is_loopback_host(host: str) -> bool:
     return False
 
 
+def _is_ip_host(host: str) -> bool:
+    """True for an IP address or localhost, bare, bracketed or with a port (not a DNS name)."""
+    for name in (host, host.rsplit(":", 1)[0]):
+        name = name.strip("[]")
+        if name == "localhost":
+            return True
+        try:
+            ipaddress.ip_address(name)
+            return True
+        except ValueError:
+            continue
+    return False
+
+
 def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     """Return the dashboard's Flask application for ``options``.
 
@@ -202,12 +219,16 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if options.loopback_only and not _is_loopback_host(request.host):
             abort(400, "this dashboard answers to localhost and loopback addresses only "
                        "(it was started without --host naming another address)")
+        if options.ip_hosts_only and not _is_ip_host(request.host):
+            abort(400, "this dashboard answers to IP addresses only: it runs without an access "
+                       "token, so a name (which a DNS-rebinding page can take) is refused "
+                       "(start it with --token to reach it by name)")
         if request.endpoint == "static":
             return None
         if options.token is not None and not _authorised():
             given = request.args.get("token")
             if given is not None and hmac.compare_digest(given.encode(), options.token.encode()):
-                session["auth"] = True
+                session["auth"] = _token_mark()
                 values: dict[str, Any] = {k: v for k, v in request.args.items() if k != "token"}
                 values.update(request.view_args or {})
                 return redirect(url_for(request.endpoint or "index", **values))
@@ -225,9 +246,17 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
         return None
 
+    def _token_mark() -> str:
+        # what a login keeps in the session: a digest of the token it gave, so that a session
+        # made with a token stops working when the token changes (a shared secret_key)
+        assert options.token is not None
+        return hmac.new(app.secret_key if isinstance(app.secret_key, bytes) else str(app.secret_key).encode(),
+                        options.token.encode(), "sha256").hexdigest()
+
     def _authorised() -> bool:
         assert options.token is not None
-        if session.get("auth") is True:
+        mark = session.get("auth")
+        if isinstance(mark, str) and hmac.compare_digest(mark, _token_mark()):
             return True
         header = request.headers.get("Authorization", "")
         return header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), options.token.encode())
@@ -287,7 +316,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     def login() -> BaseResponse:
         given = request.form.get("token", "")
         if options.token is not None and hmac.compare_digest(given.encode(), options.token.encode()):
-            session["auth"] = True
+            session["auth"] = _token_mark()
             return redirect(url_for("index"))
         return Response(render_template("login.html", failed=True), 401)
 
@@ -369,8 +398,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 with pool.connection() as conn:
                     row = conn.execute(_sql.DEAD_NEWEST, {"queue": name}).fetchone()
                 upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
+                counted = 0 if row is None else int(row[1])  # exactly what "all" acts on
             return render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
-                                   every=every, upto=upto, dead=queue.stats().dead if p.read_stats else None)
+                                   every=every, upto=upto, dead=counted if every else None)
         if every:
             try:
                 upto = int(request.form.get("upto", ""))

@@ -51,7 +51,8 @@ def hex_dump(data: bytes) -> str:
 def _decode(data: bytes, charset: str, cut: bool) -> tuple[str, int]:
     """Decode ``data``; if it is the start of a longer payload (``cut``), the whole characters
     in it. Return the text and how many bytes of ``data`` it is. Raises LookupError for an
-    unknown charset (or one that is no text encoding), UnicodeDecodeError for bad bytes."""
+    unknown charset (or one that is no text encoding), UnicodeError (a ValueError: not only
+    UnicodeDecodeError, as utf-16 without a BOM or idna raise) for bad bytes."""
     if not getattr(codecs.lookup(charset), "_is_text_encoding", True):  # base64, zlib: as bytes.decode does
         raise LookupError(f"{charset!r} is not a text encoding")
     decoder = codecs.getincrementaldecoder(charset)("strict")
@@ -72,7 +73,7 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
     if kind == "application/json" or kind.endswith("+json") or kind.startswith("text/"):
         try:
             text, n = _decode(data, charset, cut)
-        except (LookupError, UnicodeDecodeError) as exc:
+        except (LookupError, ValueError) as exc:  # (UnicodeError: utf-16 without a BOM, idna, ...)
             note = f"not {charset} text ({type(exc).__name__}): shown as hex"
         else:
             if kind.startswith("text/"):
