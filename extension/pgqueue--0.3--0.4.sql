@@ -2057,8 +2057,9 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- finished messages p_ids, each with its attempts token p_attempts, exactly as
 -- message_complete_batch(p_ids, p_attempts) does. A worker in lease mode so pays one
 -- transaction per message instead of two. (On a queue whose group_concurrency is not 1 the
--- turns its leases hand on are handed on with the acknowledgements', after them: this call
--- does not take the messages those turns go to, where message_dequeue may in a further round.)
+-- turns its leases hand on are handed on with the acknowledgements', after them; while it has
+-- handed out fewer than p_limit, further takes after the acknowledgements take the messages
+-- those turns went to, as message_dequeue's own further rounds would: see below.)
 --
 -- Rows: the messages handed out (stale = false), then one row per acknowledgement whose token
 -- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
@@ -2082,8 +2083,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_stale bigint[];
-    v_set   text;
+    v_stale    bigint[];
+    v_set      text;
+    v_n        integer;
+    v_more     integer;
+    v_queue_id integer;
+    v_groups   integer;
+    v_held     text[];   -- the groups whose locks the acknowledgements' run takes
+    v_turns    text[];
+    v_group    text;
+    v_turned   boolean;
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     -- On a queue whose group_concurrency is not 1 a lease hands its group's next message a
@@ -2098,12 +2107,43 @@ BEGIN
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
-    v_set := set_config('pgqueue.defer_turns', '', true);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_n < p_limit THEN
+        -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
+        -- (the leases' and the acknowledgements') may go to messages a further take hands out.
+        -- The groups whose locks that run takes are these (read before the DELETE).
+        SELECT q.id, q.group_concurrency INTO v_queue_id, v_groups FROM pgqueue.queue q WHERE q.name = p_queue;
+        IF v_groups IS NOT NULL AND v_groups <> 1 THEN
+            v_held := coalesce(nullif(current_setting('pgqueue.deferred_turns', true), '')::text[], '{}')
+                      || ARRAY(SELECT m.group_key FROM pgqueue.message m
+                                WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue_id AND m.group_key IS NOT NULL);
+        END IF;
+    END IF;
     -- message_complete_batch returns the stale ids in input order, an id listed twice at each
     -- of its places or at none (it is completed at most once): the places of those ids are the
     -- stale acknowledgements, each with the token given at its place (whatever the arrays'
     -- lower bounds)
     v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    -- Further takes, one round each (pgqueue.defer_turns is still on): their leases' turns are
+    -- handed on here for the groups whose locks are held already, so that this call waits for
+    -- no lock after that run (no second run to deadlock in); another group's lease hands its
+    -- turn on when it leaves instead (it has one in flight: the group is not left without a turn).
+    WHILE v_held IS NOT NULL AND v_n < p_limit LOOP
+        RETURN QUERY
+        SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
+               d.locked_until, false
+          FROM pgqueue.message_dequeue(p_queue, p_limit - v_n, p_lock_ms) AS d;
+        GET DIAGNOSTICS v_more = ROW_COUNT;
+        EXIT WHEN v_more = 0;
+        v_n := v_n + v_more;
+        v_turns := nullif(current_setting('pgqueue.deferred_turns', true), '')::text[];
+        PERFORM set_config('pgqueue.deferred_queue', '', true), set_config('pgqueue.deferred_turns', '', true);
+        FOR v_group IN SELECT g.g FROM unnest(v_turns) AS g(g) WHERE g.g = ANY (v_held) GROUP BY g.g
+                        ORDER BY hashtext(g.g) & 255, g.g LOOP
+            v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
+        END LOOP;
+    END LOOP;
+    v_set := set_config('pgqueue.defer_turns', '', true);
     IF cardinality(v_stale) > 0 THEN
         RETURN QUERY
         SELECT s.id, NULL::bytea, s.attempts, NULL::bigint, NULL::bytea,
@@ -4685,7 +4725,9 @@ BEGIN
             -- for this run) so that the other schedules fire (the subtransaction takes no xid)
             CONTINUE WHEN v_c.queue_id = ANY (v_busy);
             v_lt := current_setting('lock_timeout');
-            PERFORM set_config('lock_timeout', '100ms', true);
+            IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
+                PERFORM set_config('lock_timeout', '100ms', true);
+            END IF;
             BEGIN
                 v_locked := pgqueue._queue_lock(v_c.queue_id);
             EXCEPTION WHEN lock_not_available THEN

@@ -922,6 +922,10 @@ def test_error_texts_postgresql_cannot_hold_are_stored_escaped(dsn: str) -> None
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT last_error FROM pgqueue.message").fetchone()
     assert row == ("ValueError: cannot import caf\\udce9.csv \\x00 end",)
+    from pgqueue._core import MAX_ERROR_CHARS, ascii_text, error_text
+
+    assert len(error_text("\udce9" * 9000)) == len(error_text("\x00" * 9000)) == MAX_ERROR_CHARS  # cut after
+    assert len(ascii_text("😀" * 9000)) == MAX_ERROR_CHARS
     queue.enqueue("b")
     with pytest.raises(ValueError, match="caf"):
         with queue.receive() as got:

@@ -261,21 +261,20 @@ def error_text(error: str | BaseException) -> str:
         text = error
     else:
         raise InvalidArgument(f"error must be a str or an exception, got {error!r}")
-    text = text[:MAX_ERROR_CHARS]
     if "\x00" in text:
         text = text.replace("\x00", "\\x00")
     try:
         text.encode()
     except UnicodeEncodeError:
         text = text.encode(errors="backslashreplace").decode()
-    return text
+    return text[:MAX_ERROR_CHARS]
 
 
 def ascii_text(text: str) -> str:
     """Return ``text`` with what ASCII lacks written as Python escapes: the error text of a
     ``fail`` or ``reject`` sent again when the connection's client encoding (a LATIN1
     database's, say) could not hold it (InvalidArgument with SQLSTATE 22P05)."""
-    return text.encode("ascii", "backslashreplace").decode()
+    return text.encode("ascii", "backslashreplace").decode()[:MAX_ERROR_CHARS]
 
 
 def _ids(ids: Iterable[int] | None) -> list[int] | None:

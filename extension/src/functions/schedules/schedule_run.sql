@@ -72,7 +72,9 @@ BEGIN
             -- for this run) so that the other schedules fire (the subtransaction takes no xid)
             CONTINUE WHEN v_c.queue_id = ANY (v_busy);
             v_lt := current_setting('lock_timeout');
-            PERFORM set_config('lock_timeout', '100ms', true);
+            IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
+                PERFORM set_config('lock_timeout', '100ms', true);
+            END IF;
             BEGIN
                 v_locked := pgqueue._queue_lock(v_c.queue_id);
             EXCEPTION WHEN lock_not_available THEN
