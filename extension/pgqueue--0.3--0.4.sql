@@ -646,6 +646,8 @@ COMMENT ON FUNCTION pgqueue._counted_dead(integer, bigint, bigint) IS
 --   * after a crash a counter may be ahead (sequences log 32 values ahead, and so on a standby):
 --     failed, dead_lettered and expired by up to 32; enqueued, delivered and completed by up to
 --     32 + 32 * 32 = 1,056, since their batches count on a second sequence that steps by 32;
+--     or behind a value read before the crash, by what transactions that had not committed
+--     counted (a sequence's WAL is flushed by the next commit, which the crash came before);
 --   * shared is true when another queue counts on the same stripe (more than 64 queues, or
 --     queues that existed before the upgrade to 0.4 with ids equal mod 64): then each of them
 --     shows the sum of both.

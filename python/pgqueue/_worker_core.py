@@ -827,7 +827,8 @@ class WorkerCore:
             return
         log.warning("message %d: %s after its lease ran out (attempt %d), or after it left the queue "
                     "(cancelled, purged, its queue dropped); this changed nothing (if the lease ran out: "
-                    "it was delivered again; raise lock_ms?)", msg.id, what, msg.attempts)
+                    "it is delivered again, or dead-lettered if that was its last attempt; raise "
+                    "lock_ms?)", msg.id, what, msg.attempts)
 
     @staticmethod
     def _took(d: Delivery) -> float:
