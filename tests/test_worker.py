@@ -548,6 +548,37 @@ def test_sigterm_finishes_or_gives_back_and_exits_0(dsn: str, tmp_path: Path, mo
     assert quick != stuck
 
 
+@pytest.mark.parametrize("handler", ["obey", "async_obey"])
+def test_a_signal_repeated_as_the_worker_stops_still_exits_0(dsn: str, tmp_path: Path, handler: str) -> None:
+    """A supervisor repeating its SIGTERM (or Ctrl-C pressed again) once the worker had stopped
+    ended `pgqueue worker` with the signal's status (143, 130) instead of 0: the default
+    handlers were back while the process exited (a chaos review, session 44)."""
+    queue = make_queue(dsn, lock_ms=5000)
+    for attempt in range(3):
+        queue.enqueue_many([{"mark": str(tmp_path / "marks"), "sleep": 0.15} for _ in range(20)])
+        proc = subprocess.Popen([str(PGQUEUE), "worker", dsn, "jobs", f"worker_handlers:{handler}", "-c", "2",
+                                 "--no-listen"], cwd=TESTS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            assert proc.stdout is not None
+            seen = []
+            for line in proc.stdout:
+                seen.append(line)
+                if "worker started" in line:
+                    time.sleep(0.3)  # handlers running
+                    proc.send_signal(signal.SIGTERM)
+                elif "worker stopped" in line:
+                    proc.send_signal(signal.SIGTERM if attempt != 1 else signal.SIGINT)  # again
+            proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out = "".join(seen)
+        assert "worker stopped" in out and "Traceback" not in out, out
+        assert proc.returncode == 0, (attempt, proc.returncode, out[-500:])
+
+
 def test_sigkill_loses_nothing_the_message_is_redelivered_and_completed_once(dsn: str, tmp_path: Path) -> None:
     queue = make_queue(dsn, lock_ms=1000)
     mark = str(tmp_path / "marks")

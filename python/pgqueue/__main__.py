@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from pgqueue.cli import main
+from pgqueue.cli import console
 
-raise SystemExit(main())
+console()

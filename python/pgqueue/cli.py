@@ -83,6 +83,23 @@ class _Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------------------
 
 
+#: True when the process is the `pgqueue` command (:func:`console`), not a caller of :func:`main`
+_CONSOLE = False
+
+
+def console() -> NoReturn:
+    """The `pgqueue` command (and ``python -m pgqueue``): :func:`main`, then the exit. Once
+    main has returned, the exit status is decided: a SIGINT or SIGTERM that comes while the
+    process exits (Python resets its own handlers to the default ones as it finalizes) is
+    ignored, not reported as the status (130, 143)."""
+    global _CONSOLE
+    _CONSOLE = True
+    status = main()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``pgqueue`` command line with ``argv`` (default: ``sys.argv[1:]``).
 
@@ -1347,6 +1364,24 @@ def _log_to_stderr(level: int) -> None:
     logging.basicConfig(level=level, handlers=[handler])
 
 
+def _ignore_signals_past_the_run() -> None:
+    """In the `pgqueue` command: the SIGINT and SIGTERM handlers that the worker's run replaces
+    while it runs, and puts back when it has stopped (every message settled or given back; a
+    signal during its last steps is passed to them too), ignore the signal: the worker has
+    stopped, and the exit status stays 0 (the default handlers reported a supervisor's repeated
+    stop, or Ctrl-C pressed again, as 143 or 130). :func:`console` ignores them at the OS level
+    for the rest of the exit. A signal ignored when the command started stays ignored."""
+    if not _CONSOLE or threading.current_thread() is not threading.main_thread():
+        return
+
+    def after_the_run(signum: int, frame: object) -> None:
+        pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, after_the_run)
+
+
 def _cmd_scheduler(args: argparse.Namespace) -> int:
     from pgqueue.schedules import Scheduler
 
@@ -1480,11 +1515,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             async_worker = AsyncWorker(AsyncQueue(dsn, queue_name), cast(Any, handler), **options)  # (checked above)
             if metrics is not None:
                 metrics.in_flight = lambda: async_worker.in_flight
+            _ignore_signals_past_the_run()
             asyncio.run(async_worker.run())
         else:
             worker = Worker(Queue(dsn, queue_name), handler, **options)
             if metrics is not None:
                 metrics.in_flight = lambda: worker.in_flight
+            _ignore_signals_past_the_run()
             worker.run()  # graceful on SIGINT/SIGTERM
     finally:
         if server is not None:
