@@ -496,3 +496,61 @@ def test_complete_and_dequeue_hands_out_as_many_as_dequeue_on_few_groups(dsn: st
         assert len(rows) == want and not any(r[2] for r in rows), rows
         leased = conn.execute("SELECT count(*) FROM pgqueue.message WHERE locked_until IS NOT NULL").fetchone()
         assert leased == (want,)
+
+
+def test_a_stale_acknowledgement_does_not_count_its_groups_lock_as_held(dsn: str) -> None:
+    """message_complete_and_dequeue's further takes hand turns on only for groups whose locks
+    its acknowledgements' run took: a stale acknowledgement (nothing deleted, no lock taken)
+    counted, so a further take locked its group after the run, and deadlocked with a batch
+    waiting in the other order (a review of the session's changes). Groups: lo on the lower
+    stripe, hi on the higher."""
+    Queue(dsn, "dl").create(group_concurrency=0, lock_ms=600000)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        stripes = dict(admin.execute("SELECT g, hashtext(g) & 255 FROM unnest(ARRAY['alpha', 'beta', 'gamma', "
+                                     "'delta', 'epsilon', 'zeta', 'eta', 'theta']) g").fetchall())
+        lo, hi = sorted(stripes, key=lambda g: stripes[g])[:1] + sorted(stripes, key=lambda g: stripes[g])[-1:]
+
+        def leased(group: str) -> tuple[int, int]:
+            admin.execute("SELECT pgqueue.message_create('dl', 'x', p_group => %s)", (group,))
+            row = admin.execute("SELECT id, attempts FROM pgqueue.message_dequeue('dl', 1)").fetchone()
+            assert row is not None
+            return row[0], row[1]
+
+        stale_one, b_lo, mine, b_hi = leased(lo), leased(lo), leased(hi), leased(hi)
+        results: dict[str, str] = {}
+        with psycopg.connect(dsn) as producer:  # holds hi's lock
+            producer.execute("SELECT pgqueue.message_create('dl', 'p', p_group => %s)", (hi,))
+            a = threading.Thread(target=_call_noting, args=(
+                dsn, results, "complete_and_dequeue",
+                "SELECT count(*) FROM pgqueue.message_complete_and_dequeue(%s::bigint[], %s::integer[], 'dl', 4)",
+                ([mine[0], stale_one[0]], [mine[1], 99])))
+            a.start()
+            _wait_for_lock_waiters(admin, 1)
+            admin.execute("SELECT pgqueue.message_create('dl', 'turn', p_group => %s)", (lo,))  # lo gets a turn
+            b = threading.Thread(target=_call_noting, args=(
+                dsn, results, "batch", "SELECT pgqueue.message_complete_batch(%s::bigint[], %s::integer[])",
+                ([b_lo[0], b_hi[0]], [b_lo[1], b_hi[1]])))
+            b.start()
+            _wait_for_lock_waiters(admin, 2)
+        a.join(20)
+        b.join(20)
+    assert results == {"complete_and_dequeue": "ok", "batch": "ok"}, results
+
+
+def test_complete_and_dequeue_never_hands_a_message_out_twice(dsn: str) -> None:
+    """A further take is a dequeue of its own: with a lease shorter than the call, it handed a
+    lease of the first take out again (ids 1, 1, 2, 1) or dead-lettered it at max_attempts (a
+    review of the session's changes). Further takes stop once a lease of the call may have run out."""
+    Queue(dsn, "short").create(group_concurrency=0, max_attempts=1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.message_create_batch('short', array_fill('x'::bytea, ARRAY[6]), "
+                     "p_groups => array_fill('g'::text, ARRAY[6]))")
+        for _ in range(20):
+            rows = conn.execute("SELECT id FROM pgqueue.message_complete_and_dequeue('{}', '{}', 'short', 4, 1)").fetchall()
+            ids = [r[0] for r in rows]
+            assert len(ids) == len(set(ids)), ids
+            dead = conn.execute("SELECT count(*) FROM pgqueue.dead_letter WHERE id = ANY (%s)", (ids,)).fetchone()
+            assert dead == (0,), ids
+            conn.execute("SELECT pgqueue.dead_letter_purge('short')")
+            conn.execute("SELECT pgqueue.message_create_batch('short', array_fill('x'::bytea, ARRAY[4]), "
+                         "p_groups => array_fill('g'::text, ARRAY[4]))")

@@ -36,6 +36,10 @@ DECLARE
     v_queue_id integer;
     v_groups   integer;
     v_held     text[];   -- the groups whose locks the acknowledgements' run takes
+    v_acked    bigint[]; -- the acknowledgements of a grouped message of p_queue ...
+    v_acked_g  text[];   -- ... and their groups
+    v_start    bigint := pgqueue.now_ms();  -- before any lease this call hands out
+    v_lock     bigint;
     v_turns    text[];
     v_group    text;
     v_turned   boolean;
@@ -58,11 +62,12 @@ BEGIN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
         -- (the leases' and the acknowledgements') may go to messages a further take hands out.
         -- The groups whose locks that run takes are these (read before the DELETE).
-        SELECT q.id, q.group_concurrency INTO v_queue_id, v_groups FROM pgqueue.queue q WHERE q.name = p_queue;
+        SELECT q.id, q.group_concurrency, coalesce(p_lock_ms, q.lock_ms) INTO v_queue_id, v_groups, v_lock
+          FROM pgqueue.queue q WHERE q.name = p_queue;
         IF v_groups IS NOT NULL AND v_groups <> 1 THEN
-            v_held := coalesce(nullif(current_setting('pgqueue.deferred_turns', true), '')::text[], '{}')
-                      || ARRAY(SELECT m.group_key FROM pgqueue.message m
-                                WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue_id AND m.group_key IS NOT NULL);
+            v_held := coalesce(nullif(current_setting('pgqueue.deferred_turns', true), '')::text[], '{}');
+            SELECT array_agg(m.id), array_agg(m.group_key) INTO v_acked, v_acked_g FROM pgqueue.message m
+             WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue_id AND m.group_key IS NOT NULL;
         END IF;
     END IF;
     -- message_complete_batch returns the stale ids in input order, an id listed twice at each
@@ -70,11 +75,18 @@ BEGIN
     -- stale acknowledgements, each with the token given at its place (whatever the arrays'
     -- lower bounds)
     v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    -- the acknowledged messages' groups: only those of the ones completed (a stale one's group
+    -- lock was not taken)
+    IF v_held IS NOT NULL THEN
+        v_held := v_held || ARRAY(SELECT a.g FROM unnest(v_acked, v_acked_g) AS a(i, g) WHERE a.i <> ALL (v_stale));
+    END IF;
     -- Further takes, one round each (pgqueue.defer_turns is still on): their leases' turns are
     -- handed on here for the groups whose locks are held already, so that this call waits for
     -- no lock after that run (no second run to deadlock in); another group's lease hands its
     -- turn on when it leaves instead (it has one in flight: the group is not left without a turn).
-    WHILE v_held IS NOT NULL AND v_n < p_limit LOOP
+    -- Only while no lease this call handed out can have run out (a further take, a call of its
+    -- own, would hand it out again or dead-letter it: message_dequeue's rounds skip their ids).
+    WHILE v_held IS NOT NULL AND v_n < p_limit AND (v_lock = 0 OR pgqueue.now_ms() < v_start + v_lock) LOOP
         RETURN QUERY
         SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
                d.locked_until, false
