@@ -67,10 +67,11 @@ BEGIN
     END IF;
     IF cardinality(v_left) > 1 THEN
         -- the hand-offs in the order of their groups' stripes, as a batch of producers takes
-        -- them (pgqueue._message_group_locks): in opposite orders the two deadlocked
-        SELECT array_agg(u.i ORDER BY hashtext(u.g) & 255, u.i), array_agg(u.q ORDER BY hashtext(u.g) & 255, u.i),
-               array_agg(u.g ORDER BY hashtext(u.g) & 255, u.i), array_agg(u.t ORDER BY hashtext(u.g) & 255, u.i),
-               array_agg(u.k ORDER BY hashtext(u.g) & 255, u.i)
+        -- them (pgqueue._message_group_locks): in opposite orders the two deadlocked; then by
+        -- queue, for acknowledgements of several queues whose groups share a stripe number
+        SELECT array_agg(u.i ORDER BY hashtext(u.g) & 255, u.q, u.i), array_agg(u.q ORDER BY hashtext(u.g) & 255, u.q, u.i),
+               array_agg(u.g ORDER BY hashtext(u.g) & 255, u.q, u.i), array_agg(u.t ORDER BY hashtext(u.g) & 255, u.q, u.i),
+               array_agg(u.k ORDER BY hashtext(u.g) & 255, u.q, u.i)
           INTO v_left, v_lq, v_lg, v_lt, v_lk
           FROM unnest(v_left, v_lq, v_lg, v_lt, v_lk) AS u(i, q, g, t, k);
     END IF;
