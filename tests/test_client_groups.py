@@ -422,6 +422,14 @@ def test_a_keyed_batch_under_repeatable_read_returns_a_live_keys_id_as_a_single_
         assert first is not None and got == [first]
 
 
+def _run_all(threads: list[threading.Thread]) -> None:
+    """Start the threads, then wait for each (30 s at most)."""
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+
 @pytest.mark.parametrize("concurrency", [2, 0])
 def test_complete_and_dequeue_calls_racing_on_few_groups_do_not_deadlock(dsn: str, concurrency: int) -> None:
     """Four consumers acknowledging and fetching in one call (the worker's call) on a queue of
@@ -457,11 +465,7 @@ def test_complete_and_dequeue_calls_racing_on_few_groups_do_not_deadlock(dsn: st
                     others.append(exc)
                     return
 
-    threads = [threading.Thread(target=consumer) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    _run_all([threading.Thread(target=consumer) for _ in range(4)])
     assert not others, others
     assert seen["calls"] > 100 and seen["deadlocks"] == 0, seen
     with psycopg.connect(dsn) as conn:  # no group over its limit, none left without a turn
@@ -588,10 +592,6 @@ def test_acknowledging_one_queue_while_taking_from_another_does_not_deadlock(dsn
                     others.append(exc)
                     return
 
-    threads = [threading.Thread(target=consumer, args=pair) for pair in [("x1", "x2"), ("x2", "x1")] * 2]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    _run_all([threading.Thread(target=consumer, args=pair) for pair in [("x1", "x2"), ("x2", "x1")] * 2])
     assert not others, others
     assert seen["calls"] > 100 and seen["deadlocks"] == 0, seen
