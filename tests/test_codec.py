@@ -141,7 +141,9 @@ def test_at_accepts_aware_naive_and_epoch_ms() -> None:
     assert _core.dequeue_at_for(at=aware.replace(tzinfo=None)) == ms  # naive = UTC
     assert _core.dequeue_at_for(at=aware.astimezone(timezone(timedelta(hours=5)))) == ms
     assert _core.dequeue_at_for(at=ms) == ms
-    assert _core.dequeue_at_for(at=datetime(1969, 12, 31, 23, 59, 59, 999500)) == -1  # floor, like to_epoch
+    assert _core.to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 999500)) == -1  # floor, like to_epoch
+    with pytest.raises(errors.InvalidArgument, match="1970"):  # a time, not a priority
+        _core.dequeue_at_for(at=datetime(1969, 12, 31, 23, 59, 59, 999500))
     with pytest.raises(errors.InvalidArgument):
         _core.dequeue_at_for(at=1.5)  # type: ignore[arg-type]
 

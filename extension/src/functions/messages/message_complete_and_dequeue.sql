@@ -84,9 +84,10 @@ BEGIN
     -- handed on here for the groups whose locks are held already, so that this call waits for
     -- no lock after that run (no second run to deadlock in); another group's lease hands its
     -- turn on when it leaves instead (it has one in flight: the group is not left without a turn).
-    -- Only while no lease this call handed out can have run out (a further take, a call of its
-    -- own, would hand it out again or dead-letter it: message_dequeue's rounds skip their ids).
-    WHILE v_held IS NOT NULL AND v_n < p_limit AND (v_lock = 0 OR pgqueue.now_ms() < v_start + v_lock) LOOP
+    -- Only while no lease this call handed out can have run out by the time the take reads its
+    -- clock (100 ms to spare): a further take, a call of its own, would hand it out again or
+    -- dead-letter it (message_dequeue's own rounds skip their ids).
+    WHILE v_held IS NOT NULL AND v_n < p_limit AND (v_lock = 0 OR pgqueue.now_ms() + 100 < v_start + v_lock) LOOP
         RETURN QUERY
         SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
                d.locked_until, false
