@@ -12,7 +12,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
@@ -66,12 +66,16 @@ class Call(Generic[T]):
             ``_sql.CHECK_QUEUE`` for this queue before ``result``, so that an unknown or
             invalid queue name raises the extension's own error instead of giving an empty
             answer.
+        untranslatable: if set, the call the client runs instead when this one's text cannot
+            be held in the connection's or the database's encoding (InvalidArgument with
+            SQLSTATE 22P05): a failure's error text in ASCII escapes (:func:`_error_in_ascii_too`).
     """
 
     query: LiteralString
     params: Mapping[str, object]
     result: Callable[[list[Row]], T]
     probe_queue: str | None = None
+    untranslatable: Call[T] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +279,12 @@ def ascii_text(text: str) -> str:
     ``fail`` or ``reject`` sent again when the connection's client encoding (a LATIN1
     database's, say) could not hold it (InvalidArgument with SQLSTATE 22P05)."""
     return text.encode("ascii", "backslashreplace").decode()[:MAX_ERROR_CHARS]
+
+
+def _error_in_ascii_too(call: Call[T]) -> Call[T]:
+    """``call`` (whose ``error`` parameter is a failure's text) with the same call, that text
+    in ASCII escapes, to run instead when the encoding cannot hold the text (``untranslatable``)."""
+    return replace(call, untranslatable=replace(call, params={**call.params, "error": ascii_text(str(call.params["error"]))}))
 
 
 def _ids(ids: Iterable[int] | None) -> list[int] | None:
@@ -655,7 +665,8 @@ def defer(msg: Message, *, delay: Delay | None = None, at: When | None = None,
 def fail(msg: Message, error: str | BaseException, *, delay: Delay | None = None,
          at: When | None = None) -> Call[bool]:
     """Return the call that reports a failed attempt (retry after back-off, or dead-letter)."""
-    return Call(_sql.FAIL, {**_token(msg), "error": error_text(error), **schedule(delay, at).params()}, _bool)
+    return _error_in_ascii_too(Call(_sql.FAIL, {**_token(msg), "error": error_text(error), **schedule(delay, at).params()},
+                                    _bool))
 
 
 def fail_reporting(msg: Message, error: str | BaseException) -> Call[tuple[bool, bool]]:
@@ -667,13 +678,14 @@ def fail_reporting(msg: Message, error: str | BaseException) -> Call[tuple[bool,
         ok, max_attempts = rows[0]
         return bool(ok), bool(ok) and max_attempts is not None and msg.attempts >= max_attempts
 
-    return Call(_sql.FAIL_REPORTING,
-                {**_token(msg), "error": error_text(error), "queue": msg.queue, **schedule().params()}, result)
+    return _error_in_ascii_too(Call(_sql.FAIL_REPORTING,
+                                    {**_token(msg), "error": error_text(error), "queue": msg.queue, **schedule().params()},
+                                    result))
 
 
 def reject(msg: Message, error: str | BaseException) -> Call[bool]:
     """Return the call that dead-letters a leased message now; False if the lease was lost."""
-    return Call(_sql.REJECT, {**_token(msg), "error": error_text(error)}, _bool)
+    return _error_in_ascii_too(Call(_sql.REJECT, {**_token(msg), "error": error_text(error)}, _bool))
 
 
 def next_due(queue: str) -> Call[datetime | None]:

@@ -49,7 +49,7 @@ from pgqueue import _core
 from pgqueue._core import Call, error_text
 from pgqueue._lease import Outage, _first_line
 from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message
 from pgqueue.tasks import Reject, Tasks, is_coroutine_callable
 
@@ -581,12 +581,7 @@ class WorkerCore:
         assert d.error is not None
         msg = d.message
         if isinstance(d.error, Reject):  # no retry can fix it: dead-letter it now
-            try:
-                ok = yield _core.reject(msg, _describe(d.error))
-            except InvalidArgument as exc:  # a text the client encoding cannot hold: in ASCII
-                if exc.sqlstate != "22P05":
-                    raise
-                ok = yield _core.reject(msg, _core.ascii_text(_describe(d.error)))
+            ok = yield _core.reject(msg, _describe(d.error))
             self._let_go(d)
             if ok:
                 log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(d.error))
@@ -595,12 +590,7 @@ class WorkerCore:
             return Result(msg, "dead", ok, d.error, self._took(d))
         # retried or dead, as the server decided with the queue's max_attempts of the moment (a
         # queue_alter may have changed it since the worker started)
-        try:
-            ok, last = yield _core.fail_reporting(msg, _describe(d.error))
-        except InvalidArgument as exc:  # a text the client encoding cannot hold: in ASCII
-            if exc.sqlstate != "22P05":
-                raise
-            ok, last = yield _core.fail_reporting(msg, _core.ascii_text(_describe(d.error)))
+        ok, last = yield _core.fail_reporting(msg, _describe(d.error))
         self._let_go(d)
         if ok:
             log.warning("message %d failed (attempt %d): %s; %s", msg.id, msg.attempts, _describe(d.error),

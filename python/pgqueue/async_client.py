@@ -53,12 +53,17 @@ logger = logging.getLogger("pgqueue")
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
-    with translating():
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(call.query, call.params)
-            rows = await cur.fetchall()
-            if not rows and call.probe_queue is not None:
-                await cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
+    try:
+        with translating():
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(call.query, call.params)
+                rows = await cur.fetchall()
+                if not rows and call.probe_queue is not None:
+                    await cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
+    except InvalidArgument as exc:  # a text the encoding cannot hold: the call's ASCII twin, if any
+        if exc.sqlstate != "22P05" or call.untranslatable is None:
+            raise
+        return await _execute(conn, call.untranslatable)
     return call.result(rows)
 
 
@@ -398,14 +403,8 @@ class AsyncQueue:
             return
         assert exc is not None
         try:
-            try:
-                await self._settle_call(_core.fail(msg, exc) if action == "fail"
-                                   else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
-            except InvalidArgument as err:  # a text the client encoding cannot hold: in ASCII
-                if err.sqlstate != "22P05" or action not in ("fail", "reject"):
-                    raise
-                text = _core.ascii_text(_core.error_text(exc))
-                await self._settle_call(_core.fail(msg, text) if action == "fail" else _core.reject(msg, text))
+            await self._settle_call(_core.fail(msg, exc) if action == "fail"
+                                    else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)

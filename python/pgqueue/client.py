@@ -70,10 +70,15 @@ def _caller_lock(conn: psycopg.Connection[Any]) -> threading.RLock:
 
 
 def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
-    with translating(), conn.cursor(row_factory=tuple_row) as cur:
-        rows = cur.execute(call.query, call.params).fetchall()
-        if not rows and call.probe_queue is not None:
-            cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
+    try:
+        with translating(), conn.cursor(row_factory=tuple_row) as cur:
+            rows = cur.execute(call.query, call.params).fetchall()
+            if not rows and call.probe_queue is not None:
+                cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
+    except InvalidArgument as exc:  # a text the encoding cannot hold: the call's ASCII twin, if any
+        if exc.sqlstate != "22P05" or call.untranslatable is None:
+            raise
+        return _execute(conn, call.untranslatable)
     return call.result(rows)
 
 
@@ -538,14 +543,8 @@ class Queue:
             return
         assert exc is not None
         try:
-            try:
-                self._settle_call(_core.fail(msg, exc) if action == "fail"
-                                   else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
-            except InvalidArgument as err:  # a text the client encoding cannot hold: in ASCII
-                if err.sqlstate != "22P05" or action not in ("fail", "reject"):
-                    raise
-                text = _core.ascii_text(_core.error_text(exc))
-                self._settle_call(_core.fail(msg, text) if action == "fail" else _core.reject(msg, text))
+            self._settle_call(_core.fail(msg, exc) if action == "fail"
+                              else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
