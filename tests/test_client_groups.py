@@ -407,6 +407,64 @@ def test_single_calls_that_hand_turns_on_take_group_locks_in_stripe_order(dsn: s
     assert set(results.values()) == {"ok"} and len(results) == 2, results
 
 
+@pytest.mark.parametrize("lock_ms", [60000, 0])
+def test_a_further_round_of_a_dequeue_takes_no_lock_below_one_it_took(dsn: str, lock_ms: int) -> None:
+    """A message_dequeue of several messages on a queue of group concurrency 2 takes another
+    round for the turns its first round handed on, and took the second round's group locks
+    after the first's, whatever their stripes: round 1 locks hi's stripe, round 2 lo's (lower),
+    while a producer that enqueued into lo waits for hi: 40P01 (docs/locking.md listed it). Now
+    a further round locks no stripe below one it locked: lease mode leaves lo's turn to be
+    handed on when its message leaves; delete mode gives lo's message back and ends the call."""
+    Queue(dsn, "gq").create(group_concurrency=2)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        stripes = dict(admin.execute("SELECT g, hashtext(g) & 255 FROM unnest(ARRAY['alpha', 'beta', 'gamma', "
+                                     "'delta', 'epsilon', 'zeta', 'eta', 'theta']) g").fetchall())
+        lo, hi = sorted(stripes, key=lambda g: stripes[g])[:1] + sorted(stripes, key=lambda g: stripes[g])[-1:]
+        for body in ("h1", "h2"):  # h1 has the turn, h2 waits behind it
+            admin.execute("SELECT pgqueue.message_create('gq', %s, p_group => %s)", (body, hi))
+        results: dict[str, str] = {}
+        got: list[str] = []
+
+        def dequeue() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                try:
+                    got.extend(r[0] for r in conn.execute(
+                        "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('gq', 3, %s)", (lock_ms,)))
+                    results["dequeue"] = "ok"
+                except psycopg.Error as exc:
+                    results["dequeue"] = type(exc).__name__
+
+        def producer() -> None:  # enqueues into lo (its lock), then into hi
+            with psycopg.connect(dsn) as conn:
+                try:
+                    conn.execute("SELECT pgqueue.message_create('gq', 'p-lo', p_group => %s)", (lo,))
+                    conn.execute("SELECT pgqueue.message_create('gq', 'p-hi', p_group => %s)", (hi,))
+                    conn.commit()
+                    results["producer"] = "ok"
+                except psycopg.Error as exc:
+                    results["producer"] = type(exc).__name__
+
+        threads = [threading.Thread(target=dequeue), threading.Thread(target=producer)]
+        with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into hi
+            holder.execute("SELECT pgqueue.message_create('gq', 'held', p_group => %s)", (hi,))
+            threads[0].start()  # round 1 takes h1 and waits for hi's lock to hand h2 the turn
+            _wait_for_lock_waiters(admin, 1)
+            admin.execute("SELECT pgqueue.message_create('gq', 'l1', p_group => %s)", (lo,))  # lo's turn
+            threads[1].start()  # holds lo's lock, waits for hi's
+            _wait_for_lock_waiters(admin, 2)
+        for thread in threads:
+            thread.join(20)
+        assert results == {"dequeue": "ok", "producer": "ok"}, results
+        left = dict(admin.execute("SELECT convert_from(content, 'UTF8'), turn_at IS NOT NULL "
+                                  "FROM pgqueue.message").fetchall())
+    if lock_ms:  # round 2 took h2 and l1; lo's turn is handed on when l1 leaves
+        assert sorted(got) == ["h1", "h2", "l1"], got
+        assert left == {"h1": True, "h2": True, "held": False, "l1": True, "p-hi": False, "p-lo": False}, left
+    else:  # l1 given back, with its turn; h2 left and handed hi's turn on
+        assert got == ["h1", "h2"], got
+        assert left == {"held": True, "l1": True, "p-hi": False, "p-lo": False}, left
+
+
 def test_a_keyed_batch_under_repeatable_read_returns_a_live_keys_id_as_a_single_create_does(dsn: str) -> None:
     """Under REPEATABLE READ a batch whose message's key is live returns that message's id, as
     message_create does, even when its group changed after the snapshot: the batch's up-front

@@ -43,6 +43,10 @@ DECLARE
     v_turn_at      bigint;
     v_idem_key     text;
     v_lease_check  text;
+    v_stripe       integer;   -- a further round takes no group lock on a stripe below v_top, the
+    v_top          integer;   -- highest this call may have locked, unless it holds that one
+    v_stripes      integer[]; -- (v_stripes): such a lock taken out of order could deadlock
+    v_back         bigint[];  -- delete mode: what a further round gives back for that
 BEGIN
     SELECT q.id, coalesce(p_lock_ms, q.lock_ms), q.max_attempts,
            pgqueue._queue_lock(q.id), q.group_concurrency, q.rate_limit, q.key_window_ms
@@ -77,12 +81,33 @@ BEGIN
     -- group the turn passes on when the message leaves (pgqueue._message_left). While there
     -- is room under p_limit and a round handed something out, another round takes the turns
     -- just handed on, so a call hands out several messages of one group when the group's limit
-    -- allows. (Each expression of this function is prepared anew in each transaction: the
-    -- single-message path runs as few as it can.)
+    -- allows. A further round takes the groups' locks in stripe order too, but only on stripes
+    -- at or above the highest an earlier round may have locked (v_top) or that it holds
+    -- (v_stripes): a lock on a lower stripe, taken after a higher one, could deadlock with a call
+    -- that takes the two in order. In lease mode such a group's turn is handed on when its
+    -- message leaves instead (it has one in flight); in delete mode the message leaves now, so it
+    -- is given back (not deleted: locked until this transaction ends, then due as before, its
+    -- turn kept) and the call ends there. (Each expression of this function is prepared anew in
+    -- each transaction: the single-message path runs as few as it can.)
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
                                        v_groups IS NOT NULL, v_all);
         EXIT WHEN cardinality(v_ids) = 0;
+        IF v_all IS NOT NULL THEN  -- a further round (a queue with groups)
+            IF v_lock_ms = 0 THEN
+                v_back := ARRAY(SELECT m.id FROM pgqueue.message m
+                                 WHERE m.id = ANY (v_ids) AND m.group_key IS NOT NULL
+                                   AND m.turn_at IS NOT NULL
+                                   AND hashtext(m.group_key) & 255 < v_top
+                                   AND hashtext(m.group_key) & 255 <> ALL (coalesce(v_stripes, '{}')));
+                IF cardinality(v_back) > 0 THEN
+                    v_all := v_all || v_back;
+                    v_ids := ARRAY(SELECT u.i FROM unnest(v_ids) WITH ORDINALITY AS u(i, n)
+                                    WHERE u.i <> ALL (v_back) ORDER BY u.n);
+                    EXIT WHEN cardinality(v_ids) = 0;
+                END IF;
+            END IF;
+        END IF;
         v_n := v_n + cardinality(v_ids);
         -- The statements below count (pgqueue.queue_counters) each message handed out as
         -- delivered (more than 32 at once: _counted_n), and as expired if its lease had run out,
@@ -102,7 +127,7 @@ BEGIN
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
-            ELSIF cardinality(v_ids) = 1 THEN
+            ELSIF cardinality(v_ids) = 1 AND v_limit = 1 THEN  -- (no further round)
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -168,6 +193,14 @@ BEGIN
                 FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
                     v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
                                                       v_left_turns[i], v_left_keys[i]);
+                    IF v_left_groups[i] IS NOT NULL AND v_left_turns[i] IS NOT NULL THEN
+                        -- (with one in flight per group the hand-off may take no lock: not held)
+                        v_stripe := hashtext(v_left_groups[i]) & 255;
+                        v_top := greatest(v_top, v_stripe);
+                        IF v_groups <> 1 THEN
+                            v_stripes := v_stripes || v_stripe;
+                        END IF;
+                    END IF;
                 END LOOP;
                 v_left := NULL;
             END IF;
@@ -222,14 +255,18 @@ BEGIN
                     v_turns := NULL;
                     EXIT;
                 END IF;
-                FOR v_group IN SELECT g.g FROM unnest(v_turns) AS g(g) GROUP BY g.g
-                                ORDER BY hashtext(g.g) & 255, g.g LOOP
-                    v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
+                FOR v_group, v_stripe IN SELECT g.g, hashtext(g.g) & 255 FROM unnest(v_turns) AS g(g)
+                                          GROUP BY g.g ORDER BY 2, g.g LOOP
+                    IF v_top IS NULL OR v_stripe >= v_top OR v_stripe = ANY (v_stripes) THEN
+                        v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
+                        v_top := greatest(v_top, v_stripe);
+                        v_stripes := v_stripes || v_stripe;
+                    END IF;
                 END LOOP;
                 v_turns := NULL;
             END IF;
         END IF;
-        EXIT WHEN v_groups IS NULL OR v_n >= v_limit;
+        EXIT WHEN v_groups IS NULL OR v_n >= v_limit OR cardinality(v_back) > 0;
         v_now := pgqueue.now_ms();
         v_all := v_all || v_ids;  -- a lease handed out above may have run out already
     END LOOP;
