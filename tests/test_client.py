@@ -444,6 +444,57 @@ def test_receive_interrupted_while_its_dequeue_answers_gives_the_message_back(
     link.close()
 
 
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_receive_interrupted_while_it_completes_still_completes_the_message(source: str, dsn: str) -> None:
+    """A Ctrl-C that lands while the block's message is being completed (here: its DELETE waits
+    for a row lock another session holds): psycopg cancels the statement, and the message whose
+    block had finished stayed leased until its lease ran out, to be handled again (a review,
+    session 44). The complete now runs once more, then the interruption goes on."""
+    with ExitStack() as stack:
+        src: Any = dsn if source == "dsn" else stack.enter_context(psycopg.connect(dsn, autocommit=True))
+        q = stack.enter_context(Queue(src, "jobs"))
+        q.create()
+        q.enqueue("finished")
+        errors_seen: list[BaseException] = []
+
+        def block_then_interrupt(msg_id: int, locked: threading.Event) -> None:
+            try:
+                with psycopg.connect(dsn) as blocker, psycopg.connect(dsn, autocommit=True) as watch:
+                    blocker.execute("SELECT 1 FROM pgqueue.message WHERE id = %s FOR UPDATE", (msg_id,))
+                    locked.set()
+                    for _ in range(500):  # until the complete waits for the row (each look a transaction
+                        # of its own: pg_stat_activity is read once a transaction)
+                        if watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                         "AND query LIKE '%%message_complete%%'").fetchone() == (1,):
+                            break
+                        time.sleep(0.02)
+                    else:
+                        raise AssertionError("the complete never waited")
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.3)
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                errors_seen.append(exc)
+                locked.set()
+
+        thread = None
+        interrupted = False
+        try:
+            with q.receive(lock_ms=60_000, heartbeat=False) as msg:
+                assert msg is not None
+                locked = threading.Event()
+                thread = threading.Thread(target=block_then_interrupt, args=(msg.id, locked))
+                thread.start()
+                locked.wait(10)
+        except KeyboardInterrupt:
+            interrupted = True
+        assert thread is not None
+        thread.join(10)
+        assert not errors_seen, errors_seen
+        assert interrupted
+        stats = Queue(dsn, "jobs").stats()
+        assert (stats.ready, stats.leased, stats.dead) == (0, 0, 0)
+
+
 def test_receive_refuses_lock_ms_zero(queue: Queue) -> None:
     queue.enqueue("work")
     with pytest.raises(errors.InvalidArgument):

@@ -227,6 +227,11 @@ class _Connector:
             # Each beat takes the connection again: opened anew after a loss (see pgqueue._lease).
             yield lambda call: _execute(self._open("_own_heartbeat"), call)
 
+    def retries_settling(self) -> bool:
+        """Whether a settling call interrupted on its way can run again: on our own connection, a
+        pool's, or a caller's in autocommit mode (never inside a caller's transaction)."""
+        return self._conn is None or self._conn.autocommit
+
     def replaces_lost(self) -> bool:
         """Whether a call after a lost connection runs on a new one (our own, or a pool's; never
         a caller's connection)."""
@@ -550,6 +555,28 @@ class Queue:
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
 
     def _settle_call(self, call: Call[bool]) -> bool:
+        """Run the call that settles a ``receive`` block's message, as :meth:`_settle_once` does.
+
+        A KeyboardInterrupt (or another interruption) that lands while the server answers makes
+        psycopg cancel the statement: the settling may not have happened, and a message whose
+        block had finished would stay leased until its lease ran out, to be delivered again (an
+        attempt spent). So the call runs once more, then the interruption goes on (a second one
+        ends the retry). The token makes that safe: a first call that committed after all makes
+        the second stale. Not on a caller's connection in transaction mode: the cancelled
+        statement aborted the caller's transaction, which is the caller's to end (the lease it
+        took is undone with it, or was committed before the block and runs out)."""
+        try:
+            return self._settle_once(call)
+        except BaseException as exc:
+            if isinstance(exc, Exception) or not self._connector.retries_settling():
+                raise
+            try:
+                self._settle_once(call)
+            except Exception as err:  # noqa: BLE001 (the interruption goes on; this is noted)
+                logger.warning("settling a message after an interruption failed: %s", err)
+            raise
+
+    def _settle_once(self, call: Call[bool]) -> bool:
         """Run the call that settles a ``receive`` block's message. If its connection was lost
         (our own or a pool's, gone while the block ran: a server restart, an idle timeout), run it
         once more on a new one: the token makes that safe (a first call that committed after all
