@@ -6,6 +6,7 @@ importable on its own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ from pgqueue.spark.source import (
     PgQueueCommit,
     PgQueueDataSource,
     PgQueueStreamCommit,
+    PgQueueStreamReader,
     PgQueueStreamWriter,
     PgQueueWriter,
 )
@@ -119,3 +121,39 @@ class SpySource(PgQueueDataSource):
     def writer(self, schema: Any, overwrite: bool) -> PgQueueWriter:
         self._note(f"writer(overwrite={overwrite})")
         return super().writer(schema, overwrite)
+
+
+#: The format name of the stream source whose partition reads lose their connection.
+FLAKY_READ = "pgqueue_flaky_read"
+
+
+class FlakyReadStreamReader(PgQueueStreamReader):
+    """The stream reader whose partition read, after its 3rd or its 6th row, terminates the
+    backends reading claims (its own: run it with one partition) when flaky_plan has a row
+    'read@3' or 'read@6' (taken out), noting in flaky_kills how many it ended."""
+
+    def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+        for i, row in enumerate(super().read(partition)):
+            yield row
+            if i in (2, 5) and _planned(self.opts.dsn, f"read@{i + 1}"):
+                with psycopg.connect(self.opts.dsn, autocommit=True) as conn:
+                    killed = conn.execute(
+                        "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM pg_stat_activity a "
+                        "WHERE a.usename = current_user AND a.pid <> pg_backend_pid() "
+                        "AND a.query LIKE '%%pgqueue_spark_claimed%%' AND a.state LIKE 'idle in transaction%%'"
+                    ).fetchone()
+                    conn.execute("CREATE TABLE IF NOT EXISTS flaky_kills (n bigint)")
+                    conn.execute("INSERT INTO flaky_kills VALUES (%s)", (killed[0] if killed else 0,))
+
+
+class FlakyReadSource(PgQueueDataSource):
+    """The pgqueue source with a FlakyReadStreamReader, under the format name pgqueue_flaky_read."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FLAKY_READ
+
+    def streamReader(self, schema: Any) -> PgQueueStreamReader:  # noqa: N802
+        base = super().streamReader(schema)
+        assert isinstance(base, PgQueueStreamReader)
+        return FlakyReadStreamReader(base.opts)

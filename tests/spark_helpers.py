@@ -148,3 +148,41 @@ def role_fixtures(tag: str) -> tuple[Any, Any, Any, Any]:
             yield c
 
     return role, dsn, owner_dsn, conn
+
+
+def one(conn: Any, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Any:
+    """The first column of the first row of a query (which must return one)."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def fill(conn: Any, queue: str, n: int) -> list[int]:
+    """Create the queue if need be and enqueue n messages m0 .. m<n-1>; their ids."""
+    conn.execute("SELECT pgqueue.queue_create(%s, p_if_not_exists => true)", (queue,))
+    return [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch(%s, %s)",
+                                       (queue, [f"m{i}".encode() for i in range(n)])).fetchall()]
+
+
+def stream_reader(dsn: str, **options: str) -> Any:
+    """A stream reader of queue q for consumer etl, as the driver worker makes it."""
+    from pgqueue.spark.source import PgQueueDataSource, PgQueueStreamReader
+
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "consumer": "etl", **options})
+    reader = ds.streamReader(ds.schema())
+    assert isinstance(reader, PgQueueStreamReader)
+    return reader
+
+
+def read_batch(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
+    """Plan on the driver, read on 'executors' (fresh unpickled readers)."""
+    import pickle
+
+    from pgqueue.spark.source import ClaimRange
+
+    out = []
+    for p in reader.partitions(start, end):
+        assert isinstance(p, ClaimRange)
+        executor = pickle.loads(pickle.dumps(reader))
+        out += [row[0] for row in executor.read(pickle.loads(pickle.dumps(p)))]
+    return sorted(out)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue, codec
-from spark_helpers import build_session, require_spark, role_fixtures, spark_environment
+from spark_helpers import build_session, one, require_spark, role_fixtures, spark_environment
 
 pytestmark = pytest.mark.spark
 
@@ -42,11 +42,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 role, dsn, owner_dsn, conn = role_fixtures("jvm")
-
-def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def queue_payloads(conn: Conn, queue: str) -> list[str]:

@@ -38,7 +38,6 @@ from pgqueue.spark import _encode, _sql, source
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, parse
 from pgqueue.spark.source import (
-    ClaimRange,
     IdRange,
     PgQueueBatchReader,
     PgQueueCommit,
@@ -48,23 +47,12 @@ from pgqueue.spark.source import (
     split_range,
     write_plan,
 )
-from spark_helpers import SparkRole, role_fixtures
+from spark_helpers import SparkRole, fill, one, read_batch, role_fixtures, stream_reader
 
 Conn = psycopg.Connection[Any]
 
 
 role, dsn, owner_dsn, conn = role_fixtures("classes")
-
-def one(conn: Conn, query: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
-def fill(conn: Conn, queue: str, n: int) -> list[int]:
-    conn.execute("SELECT pgqueue.queue_create(%s, p_if_not_exists => true)", (queue,))
-    return [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch(%s, %s)",
-                                       (queue, [f"m{i}".encode() for i in range(n)])).fetchall()]
 
 
 # ---------------------------------------------------------------------------------------
@@ -695,23 +683,6 @@ def test_batch_reader_partitions_and_reads(dsn: str, conn: Conn) -> None:
 # ---------------------------------------------------------------------------------------
 # The stream reader, as the driver worker and the executors call it
 # ---------------------------------------------------------------------------------------
-
-
-def stream_reader(dsn: str, **options: str) -> PgQueueStreamReader:
-    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "consumer": "etl", **options})
-    reader = ds.streamReader(ds.schema())
-    assert isinstance(reader, PgQueueStreamReader)
-    return reader
-
-
-def read_batch(reader: PgQueueStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[int]:
-    """Plan on the driver, read on 'executors' (fresh unpickled readers)."""
-    out = []
-    for p in reader.partitions(start, end):
-        assert isinstance(p, ClaimRange)
-        executor = pickle.loads(pickle.dumps(reader))
-        out += [row[0] for row in executor.read(pickle.loads(pickle.dumps(p)))]
-    return sorted(out)
 
 
 def test_stream_offsets_claims_and_acks(dsn: str, conn: Conn) -> None:

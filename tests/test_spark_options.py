@@ -67,6 +67,7 @@ IGNORED: list[tuple[Entry, str, str]] = [
     ("df.write", "fetchSize", "10"),
     ("df.write", "startingPosition", "latest"),
     ("df.write", "checkpointLocation", "/tmp/ck"),
+    ("df.write", "reconnectTimeout", "60"),  # df.write does not reconnect (a task's retry is Spark's)
     ("df.writeStream", "includeDead", "true"),
     ("df.writeStream", "numPartitions", "4"),
     ("df.writeStream", "maxMessagesPerTrigger", "10"),
@@ -90,7 +91,7 @@ def test_the_refusal_names_the_option_the_entry_point_and_what_it_takes() -> Non
     assert str(refused.value) == (
         "option(s) consumer do not apply to spark.read (they would be ignored); spark.read of the pgqueue "
         "data source takes: dsn, conninfo, queue, path, payloadType, numPartitions, minPartitions, fetchSize, "
-        "includeDead, filterPushdown")
+        "includeDead, filterPushdown, reconnectTimeout")
     with pytest.raises(InvalidArgument, match=r"^unknown option\(s\) numPartitons for df.write; df.write of the "
                        "pgqueue data source takes: dsn, "):
         parse({"dsn": "x", "path": "jobs", "numPartitons": "2"}, "df.write")
@@ -139,3 +140,11 @@ def test_every_documented_option_is_taken_where_it_is_documented() -> None:
     sink = parse({"dsn": "x", "path": "jobs", "checkpointLocation": "/tmp/ck", "commitMode": "job",
                   "payloadType": "json", "batchSize": "100", **columns}, "df.writeStream")
     assert (sink.queue, sink.group_column) == ("jobs", "g")
+    # reconnectTimeout: seconds, 0 (no reconnect) to a day; the reads and writeStream take it
+    assert parse({"dsn": "x", "path": "jobs"}, "spark.readStream").reconnect_timeout == 300
+    for entry in ("spark.read", "spark.readStream", "df.writeStream"):
+        assert parse({"dsn": "x", "path": "jobs", "reconnectTimeout": "0"}, entry).reconnect_timeout == 0
+        assert parse({"dsn": "x", "path": "jobs", "ReconnectTimeout": "86400"}, entry).reconnect_timeout == 86400
+    for bad in ("-1", "86401", "1.5", "soon"):
+        with pytest.raises(InvalidArgument, match="option reconnectTimeout must be"):
+            parse({"dsn": "x", "path": "jobs", "reconnectTimeout": bad}, "spark.readStream")

@@ -19,22 +19,11 @@ from psycopg import sql
 
 from conftest import Server, admin_execute, create_database, drop_database
 from helpers import PlanCapture, index_names, pg_bindir, plan_violations, snapshot, sqlstate_of
+from spark_helpers import fill, one
 
 Conn = psycopg.Connection[Any]
 CLAIMED_UNTIL = 253402300799999
 BIN = pg_bindir()
-
-
-def one(conn: Conn, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
-def fill(conn: Conn, queue: str, n: int) -> list[int]:
-    conn.execute("SELECT pgqueue.queue_create(%s, p_if_not_exists => true)", (queue,))
-    return [r[0] for r in conn.execute("SELECT pgqueue.message_create_batch(%s, %s)",
-                                       (queue, [f"m{i}".encode() for i in range(n)])).fetchall()]
 
 
 def claimed_ids(conn: Conn, queue: str, consumer: str, after: int, up_to: int) -> list[int]:

@@ -144,6 +144,20 @@ Streaming reads only:
     fail a micro-batch whose claims are gone (released by an administrator, or acknowledged by
     another query with the same consumer) instead of going on without them.
 
+``spark.read``, ``spark.readStream`` and ``writeStream`` (not ``df.write``):
+
+``reconnectTimeout`` (default 300; 0 to 86400)
+    seconds to keep reconnecting after a lost connection (a server restart or failover, a
+    terminated backend, a broken network) before the call fails with ``ConnectionFailed``
+    ("... could not be restored within reconnectTimeout=N s"); 0 fails at the first loss (as
+    before 0.4). Retries wait 0.1 s, doubling up to 30 s, as the worker's; a warning is logged
+    (logger ``pgqueue.spark``) when an outage starts, one INFO line when the call works again.
+    What reconnects: every driver call of a stream read (the consumer is opened again on the new
+    session), the read of a micro-batch's partition (it goes on after the last row it yielded),
+    a snapshot partition until its first row, and the publication of a ``writeStream``
+    micro-batch. A connection that cannot be opened at the query's start fails at once. See
+    "Guarantees" for what a micro-batch in flight gets.
+
 Rows read have the schema of :func:`pgqueue.spark.source.schema_for` (fixed: a different one
 given with ``.schema(...)`` is refused, as the Kafka source does; ``select()`` the columns
 instead): ``id, queue, status,
@@ -189,7 +203,25 @@ Guarantees
   holds its messages until Spark commits the micro-batch, which would break group order and
   limits); consume it with ``message_dequeue`` or the worker.
   ``trigger(availableNow=True)`` claims only messages that exist when the query starts and stops
-  when they are done. A consumer that will never come back is released with
+  when they are done.
+* Lost connections (``reconnectTimeout``): a stream read rides out a server restart or a
+  terminated backend and the guarantees above stay as they are. A driver call in flight runs
+  again on a new connection, after opening the consumer again there: ``spark_ack`` is idempotent,
+  and claims the lost attempt made (a ``spark_claim`` whose answer was lost included) are open
+  claims the new attempt hands out as its offset (that micro-batch is smaller; no message is
+  claimed twice or skipped). A partition read in flight goes on after the last row it yielded
+  (claimed messages do not change until the batch is committed): Spark sees every row once, no
+  task or micro-batch is retried. The lost session may still hold the consumer until the server
+  notices the broken connection: the query waits for it within ``reconnectTimeout``; a consumer
+  opened by another session meanwhile fails the query with PQ005. After ``reconnectTimeout`` the
+  query fails with ``ConnectionFailed`` and the in-flight micro-batch's claims stay: a restart
+  from the checkpoint replays that micro-batch with the same messages, as after any failure.
+  A ``writeStream`` publication whose connection broke publishes again under the same key:
+  once. ``spark.read`` retries a partition that has not yielded a row yet; after that its task
+  fails and Spark runs it again (a whole new read). ``df.write`` does not reconnect: a task that
+  loses its connection rolls back and fails, and Spark's task retry writes the partition again
+  (``commitMode=task``: a loss while its COMMIT was answered may enqueue it twice, at-least-once
+  as documented above; ``commitMode=job``: once); a job-mode publish retries once (above). A consumer that will never come back is released with
   :func:`release` (its messages become deliverable again).
 """
 

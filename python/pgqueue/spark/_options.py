@@ -47,11 +47,11 @@ _WRITE = ("payloadColumn", "payloadType", "dequeueAtColumn", "delayColumn", "pri
 #: ``job`` (what it always does; ``task`` is refused there) and Spark's own checkpointLocation,
 #: which Spark passes to a stream writer along with ours.
 ACCEPTS: Mapping[Entry, tuple[str, ...]] = {
-    "spark.read": (*_EVERYWHERE, *_READ, "includeDead", "filterPushdown"),
+    "spark.read": (*_EVERYWHERE, *_READ, "includeDead", "filterPushdown", "reconnectTimeout"),
     "spark.readStream": (*_EVERYWHERE, *_READ, "consumer", "maxMessagesPerBatch", "maxMessagesPerTrigger",
-                         "startingPosition", "failOnDataLoss"),
+                         "startingPosition", "failOnDataLoss", "reconnectTimeout"),
     "df.write": (*_EVERYWHERE, *_WRITE),
-    "df.writeStream": (*_EVERYWHERE, *_WRITE, "checkpointLocation"),
+    "df.writeStream": (*_EVERYWHERE, *_WRITE, "checkpointLocation", "reconnectTimeout"),
 }
 
 #: Every option some entry point takes: its name in lower case (as Spark passes it) -> as documented.
@@ -87,6 +87,8 @@ class Options:
     filter_pushdown: bool = False
     #: ``earliest``, ``latest`` or epoch milliseconds (a timestamp)
     starting_position: str | int = "earliest"
+    #: seconds to keep reconnecting after a lost connection (0: fail at the first loss)
+    reconnect_timeout: int = 300
 
 
 def option(options: Mapping[str, str], name: str) -> str | None:
@@ -272,4 +274,5 @@ def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
         fetch_size=_int(options, "fetchSize", 5_000, 1, 1_000_000),
         filter_pushdown=_bool(options, "filterPushdown", False),
         starting_position=_starting_position(options),
+        reconnect_timeout=_int(options, "reconnectTimeout", 300, 0, 86_400),
     )

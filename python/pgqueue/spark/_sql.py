@@ -47,6 +47,11 @@ FORGET_PUBLISH: Final[LiteralString] = (
     "DELETE FROM pgqueue.spark_publish_log l WHERE l.publish_key = %(publish_key)s::text"
 )
 
+#: Whether a publish key is in the log (published).
+PUBLISHED: Final[LiteralString] = (
+    "SELECT EXISTS (SELECT FROM pgqueue.spark_publish_log l WHERE l.publish_key = %(publish_key)s::text)"
+)
+
 DISCARD: Final[LiteralString] = "SELECT pgqueue.spark_discard(%(write_id)s::uuid)"
 
 #: Raises PQ001 / 42602 for a queue that is not there.
@@ -107,6 +112,17 @@ CLAIMED: Final[LiteralString] = (
     "m.state, m.last_error "
     "FROM pgqueue.spark_claimed(%(queue)s::text, %(consumer)s::text, %(after_seq)s::bigint, "
     "%(up_to_seq)s::bigint, %(min_id)s::bigint, %(max_id)s::bigint) AS m"
+)
+
+#: CLAIMED resumed after a lost connection: the rows after (last_seq, last_id) in CLAIMED's order
+#: (by claim, then id), with after_seq = last_seq - 1.
+CLAIMED_AFTER: Final[LiteralString] = (
+    CLAIMED + " WHERE m.claim_seq > %(last_seq)s::bigint OR m.id > %(last_id)s::bigint"
+)
+
+#: Whether a backend (this query's session before a lost connection) is still there.
+BACKEND_ALIVE: Final[LiteralString] = (
+    "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a WHERE a.pid = %(pid)s::integer)"
 )
 
 ACK: Final[LiteralString] = "SELECT pgqueue.spark_ack(%(queue)s::text, %(consumer)s::text, %(up_to_seq)s::bigint)"

@@ -12,17 +12,24 @@ See :mod:`pgqueue.spark` for the options and the guarantees. Which process runs 
   session lock) for the whole query.
 
 No live connection is ever pickled (``__getstate__`` drops it).
+
+Lost connections (option ``reconnectTimeout``, see :class:`_Reconnect`): the stream reader's
+driver calls, the reads of its micro-batches, a snapshot partition that has yielded nothing yet,
+and the stream writer's publication reconnect with a doubling backoff (0.1 s .. 30 s) for up to
+``reconnectTimeout`` seconds, then fail. Each of them is safe to run again from its start on a
+new connection (see where they call :meth:`_Reconnect.failed`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -70,7 +77,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translate, translating
+from pgqueue._lease import Outage, _first_line
+from pgqueue._worker_core import Backoff
+from pgqueue.errors import (
+    ConnectionFailed,
+    ConsumerInUse,
+    InvalidArgument,
+    PgQueueError,
+    StagedRowsMissing,
+    translate,
+    translating,
+)
 from pgqueue.spark import _sql
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, Options, parse, passwords
@@ -178,6 +195,59 @@ def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: Any, params: dict[
     with translating():
         row = conn.execute(query, params).fetchone()
     return None if row is None else row[0]
+
+
+_T = TypeVar("_T")
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether an error means the connection was lost or refused (the server restarting, a
+    terminated backend, a broken network), rather than a refusal of the call itself."""
+    if isinstance(exc, ConnectionFailed):
+        return True
+    return isinstance(exc, psycopg.Error) and isinstance(translate(exc), ConnectionFailed)
+
+
+class _Reconnect:
+    """The retries of one call after lost connections, as the pgqueue worker does them: waits of
+    0.1 s doubling up to 30 s, a warning when the outage starts, retries at DEBUG and one INFO
+    line when the call works again; after ``reconnectTimeout`` seconds (from the first loss)
+    :meth:`failed` raises instead. The caller runs the whole call again on a new connection, so
+    it must be one that is safe to repeat (each caller says why it is)."""
+
+    def __init__(self, opts: Options, what: str) -> None:
+        self._timeout = opts.reconnect_timeout
+        self._what = what
+        self._backoff = Backoff()
+        self._outage = Outage(logger, f"pgqueue: {what}")
+        self._deadline: float | None = None
+        self._tries = 0
+
+    def failed(self, exc: BaseException) -> None:
+        """After a lost connection: wait before the next try; raise when the time is up."""
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self._timeout
+        self._tries += 1
+        if self._timeout <= 0:
+            raise exc  # reconnectTimeout=0: fail at the first loss
+        wait = min(self._backoff.next(), self._deadline - now)
+        if wait <= 0:
+            raise ConnectionFailed(
+                f"pgqueue: {self._what}: the connection to the database was lost and could not be restored "
+                f"within reconnectTimeout={self._timeout} s ({self._tries} attempt(s)); last error: "
+                f"{_first_line(exc)}",
+                sqlstate=getattr(exc, "sqlstate", None),
+            ) from exc
+        self._outage.failed(f"pgqueue: {self._what}: database connection lost: {_first_line(exc)}",
+                            f"reconnecting in {wait:.3g}s (for up to {self._timeout} s)")
+        time.sleep(wait)
+
+    def worked(self) -> None:
+        """The call worked (again): end the outage, if there was one, with one log line."""
+        self._outage.worked()
+        self._deadline, self._tries = None, 0
+        self._backoff.reset()
 
 
 # ---------------------------------------------------------------------------------------
@@ -552,12 +622,51 @@ class PgQueueStreamWriter(DataSourceStreamArrowWriter):
             raise PgQueueError(f"the write tasks of micro-batch {batchId} report other queries or batches: "
                                f"{sorted({(m.query_id, m.batch_id) for m in done})}")
         (query_id,) = query_ids
-        write_id = stream_write_id(query_id, batchId)
-        key = stream_publish_key(query_id, batchId)
+        retry = _Reconnect(self.opts, f"publication of micro-batch {batchId} into queue {self.opts.queue!r}")
+        lost_once = False
+        while True:
+            try:
+                published = self._publish(query_id, batchId, done)
+            except StagedRowsMissing:
+                # after a loss: the lost attempt may have committed between this attempt's look at
+                # the log and its count of the staging rows (which that publication deleted)
+                if not (lost_once and self._published(stream_publish_key(query_id, batchId))):
+                    raise
+                published = None
+            except Exception as exc:
+                if not _lost(exc):
+                    raise
+                lost_once = True
+                # The publication may have committed before its reply was lost, or not, or still
+                # be running on the lost session: publishing again under the same key publishes
+                # it once in every case (spark_publish returns NULL for a key taken, and waits
+                # for a running publication of the key to end first); discard and prune are
+                # idempotent. The tasks' staging rows are there until a publication takes them.
+                retry.failed(exc)
+                continue
+            retry.worked()
+            break
+        if published is False:
+            return
+        if published is None:
+            logger.info("pgqueue: micro-batch %s of query %s was published before; skipped", batchId, query_id)
+        else:
+            logger.info("pgqueue: published %s message(s) of micro-batch %s into queue %s",
+                        published, batchId, self.opts.queue)
+
+    def _published(self, key: str) -> bool:
+        with _connect(self.opts.dsn, autocommit=True) as conn:
+            return bool(_scalar(conn, _sql.PUBLISHED, {"publish_key": key}))
+
+    def _publish(self, query_id: str, batch_id: int, done: list[PgQueueStreamCommit]) -> Any:
+        """Publish the micro-batch: the count, None if its key was published before, False if it
+        has no rows (its staging is discarded)."""
+        write_id = stream_write_id(query_id, batch_id)
+        key = stream_publish_key(query_id, batch_id)
         with _connect(self.opts.dsn, autocommit=True) as conn:
             if sum(m.rows for m in done) == 0:  # nothing to publish, nothing to remember
                 _scalar(conn, _sql.DISCARD, {"write_id": write_id})
-                return
+                return False
             published = _scalar(conn, _sql.PUBLISH, {
                 "publish_key": key, "queue": self.opts.queue, "write_id": write_id,
                 "partitions": [m.partition for m in done], "attempts": [m.attempt for m in done],
@@ -567,11 +676,7 @@ class PgQueueStreamWriter(DataSourceStreamArrowWriter):
             # batch N only after batch N - 1: the keys of the earlier batches are never needed again
             with translating():
                 conn.execute(_sql.PRUNE_STREAM_LOG, {"prefix": f"stream:{query_id}:", "keep": key})
-        if published is None:
-            logger.info("pgqueue: micro-batch %s of query %s was published before; skipped", batchId, query_id)
-        else:
-            logger.info("pgqueue: published %s message(s) of micro-batch %s into queue %s",
-                        published, batchId, self.opts.queue)
+        return published
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Delete what the micro-batch's tasks staged (a re-run stages it again)."""
@@ -750,15 +855,31 @@ def _read_snapshot(p: IdRange, where: dict[str, Any]) -> Iterator[tuple[Any, ...
     for name in _sql.SNAPSHOT_WHERE:  # fixed clauses, in a fixed order; only the values vary
         if name in where:
             query += _sql.SNAPSHOT_WHERE[name]
-    with _connect(opts.dsn, autocommit=False) as conn, translating():
-        with conn.cursor(name="pgqueue_spark_snapshot") as cur:
-            cur.itersize = opts.fetch_size
-            cur.execute(query, {"queue": opts.queue, "min_id": p.min_id, "max_id": p.max_id,
-                                "include_dead": opts.include_dead, **where})
-            for (mid, status, content, ctype, attempts, dequeue_at, created_at, locked_until,
-                 last_error, dead_at, state) in cur:
-                yield _message_row(opts, mid, status, content, ctype, attempts, dequeue_at, created_at,
-                                   locked_until, last_error, dead_at, state, None)
+    # A lost connection before the first row is retried (the read starts again, at a later
+    # time); after it, the task fails and Spark runs it again: a partition is one read at one
+    # time (resuming could show a message that was dead-lettered meanwhile twice).
+    retry = _Reconnect(opts, f"snapshot read of queue {opts.queue!r} (ids {p.min_id}..{p.max_id})")
+    started = False
+    while True:
+        try:
+            with _connect(opts.dsn, autocommit=False) as conn, translating():
+                with conn.cursor(name="pgqueue_spark_snapshot") as cur:
+                    cur.itersize = opts.fetch_size
+                    cur.execute(query, {"queue": opts.queue, "min_id": p.min_id, "max_id": p.max_id,
+                                        "include_dead": opts.include_dead, **where})
+                    for (mid, status, content, ctype, attempts, dequeue_at, created_at, locked_until,
+                         last_error, dead_at, state) in cur:
+                        if not started:
+                            started = True
+                            retry.worked()
+                        yield _message_row(opts, mid, status, content, ctype, attempts, dequeue_at, created_at,
+                                           locked_until, last_error, dead_at, state, None)
+            retry.worked()
+            return
+        except Exception as exc:
+            if started or not _lost(exc):
+                raise
+            retry.failed(exc)
 
 
 @dataclass(frozen=True)
@@ -788,6 +909,12 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._target: int | None = None
         self._available_now = False
+        #: whether this reader has held the consumer once: only then is a lost connection retried
+        #: (a query that cannot connect at its start fails at once, a wrong dsn say)
+        self._opened = False
+        #: the backend of the connection (``_pid``), and of the one lost before it (``_lost_pid``)
+        self._pid: int | None = None
+        self._lost_pid: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -797,16 +924,71 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the driver connection ------------------------------------------------------------
 
     def _db(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """The driver's connection; opening it takes the consumer's session lock (PQ005 if held)."""
+        """The driver's connection; opening it takes the consumer's session lock (PQ005 if held).
+
+        After a lost connection the consumer is opened again on the new session. The lost
+        session may still be there, holding the consumer (a server that has not noticed a broken
+        network yet): that PQ005 is a lost connection still, retried until the server ends it.
+        A PQ005 while the lost session is gone means another query opened the consumer during
+        the outage: that fails the query, as it would fail at its start.
+        """
         if self._conn is None or self._conn.closed:
             conn = _connect(self.opts.dsn, autocommit=True)
             try:
                 _scalar(conn, _sql.CONSUMER_OPEN, self._key())
+            except ConsumerInUse as exc:
+                try:
+                    lost = self._lost_pid
+                    if lost is not None and _scalar(conn, _sql.BACKEND_ALIVE, {"pid": lost}):
+                        raise ConnectionFailed(
+                            f"consumer {self.opts.consumer!r} of queue {self.opts.queue!r} is still held by this "
+                            f"query's lost session (backend {lost}), which the server has not ended yet"
+                        ) from exc
+                    if lost is not None:
+                        exc.add_note("pgqueue: the query lost its connection to the database, and another "
+                                     "session opened the consumer before the query got it back")
+                    raise
+                finally:
+                    conn.close()
             except BaseException:
                 conn.close()
                 raise
-            self._conn = conn
+            self._conn, self._pid, self._lost_pid, self._opened = conn, conn.info.backend_pid, None, True
         return self._conn
+
+    def _retry(self, what: str, call: Callable[[], _T]) -> _T:
+        """Run a driver call; after a lost connection, run it again from its start on a new one.
+
+        Every driver call is safe to run again: each reads the consumer's state from the server
+        first, and what it changes is idempotent. spark_ack up to a claim acknowledged already
+        does nothing; a spark_claim that committed before its reply was lost is an open claim
+        the next latestOffset finds (spark_pending_seq) and hands out as its offset, as after a
+        driver crash, and a claim still running on the lost session is below the claims taken
+        after it, so inside the next offset's range. Nothing is claimed twice or left behind.
+        """
+        retry: _Reconnect | None = None
+        while True:
+            try:
+                result = call()
+            except Exception as exc:
+                if not (self._opened and _lost(exc)):
+                    raise
+                self._drop()
+                if retry is None:
+                    retry = _Reconnect(self.opts, f"stream reader of consumer {self.opts.consumer!r} on queue "
+                                                  f"{self.opts.queue!r} ({what})")
+                retry.failed(exc)
+                continue
+            if retry is not None:
+                retry.worked()
+            return result
+
+    def _drop(self) -> None:
+        """Let a lost connection go (the server ends its session, which gives up the consumer)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._lost_pid = self._pid
+            conn.close()
 
     def _key(self) -> dict[str, object]:
         return {"queue": self.opts.queue, "consumer": self.opts.consumer}
@@ -862,6 +1044,9 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Spark asks for it only when the checkpoint has no offset yet: a new query. There the
         starting position becomes epoch ms (``latest``: the server's clock now).
         """
+        return self._retry("initialOffset", self._initial_offset)
+
+    def _initial_offset(self) -> dict[str, Any]:
         acked, _next = self._position()
         start = self.opts.starting_position
         if start == "earliest":
@@ -878,11 +1063,20 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Record the largest message id now: an AvailableNow run claims nothing newer."""
         self._available_now = True
-        target = _scalar(self._db(), _sql.MAX_MESSAGE_ID, {"queue": self.opts.queue})
+        target = self._retry("prepareForTriggerAvailableNow",
+                             lambda: _scalar(self._db(), _sql.MAX_MESSAGE_ID, {"queue": self.opts.queue}))
         self._target = 0 if target is None else int(target)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """Acknowledge up to ``start`` (committed), re-use open claims, else claim new messages."""
+        """Acknowledge up to ``start`` (committed), re-use open claims, else claim new messages.
+
+        A lost connection runs it again (see :meth:`_retry`): the claims the lost attempt made
+        are open claims then, which the new attempt hands out (a smaller micro-batch, the rest
+        in the next one).
+        """
+        return self._retry("latestOffset", lambda: self._latest_offset(start, limit))
+
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         seq = self._seq(start)
         start_ms = self._from(start)
         conn = self._db()
@@ -943,6 +1137,9 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         them. The batch then starts after its ``origin`` instead (carried in ``end``), so that
         those claims are found missing (``failOnDataLoss``) rather than the batch run empty.
         """
+        return self._retry("partitions", lambda: self._partitions(start, end))
+
+    def _partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         after, up_to = self._seq(start), self._seq(end)
         origin = self._origin(end)
         if origin is not None and self._origin(start) == after and after != origin:
@@ -975,26 +1172,69 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark processed everything up to ``end``: delete those messages."""
-        self._ack(self._seq(end))
+        seq = self._seq(end)
+        self._retry("commit", lambda: self._ack(seq))
 
     def stop(self) -> None:
-        """Close the connection, which gives up the consumer's session lock."""
+        """Give up the consumer's session lock and close the connection.
+
+        The lock is given up with spark_consumer_close before the connection closes: the server
+        ends a closed session a moment later, and a query started at once (a restart) would find
+        the consumer still held (PQ005) meanwhile.
+        """
         if self._conn is not None:
             conn, self._conn = self._conn, None
-            conn.close()
+            try:
+                _scalar(conn, _sql.CONSUMER_CLOSE, self._key())
+            except PgQueueError as exc:  # a lost connection: its session ends, which lets go too
+                logger.debug("pgqueue: closing consumer %r failed (%s); closing its connection", self.opts.consumer,
+                             exc)
+            finally:
+                conn.close()
 
 
 def _read_claimed(p: ClaimRange) -> Iterator[tuple[Any, ...]]:
+    """The partition's claimed messages, by claim then id; after a lost connection the read goes on
+    from the row after the last one yielded, on a new connection.
+
+    Claimed messages stay as they are until Spark commits the micro-batch (no one else takes or
+    changes them), so the rows read after the loss are those the lost read would have sent: the
+    task yields every row of the partition once, as without the loss (Spark never sees it).
+    """
     opts = p.opts
-    with _connect(opts.dsn, autocommit=False) as conn, translating():
-        with conn.cursor(name="pgqueue_spark_claimed") as cur:
-            cur.itersize = opts.fetch_size
-            cur.execute(_sql.CLAIMED, {"queue": opts.queue, "consumer": opts.consumer,
-                                       "after_seq": p.after_seq, "up_to_seq": p.up_to_seq,
-                                       "min_id": p.min_id, "max_id": p.max_id})
-            for mid, seq, content, ctype, attempts, dequeue_at, created_at, state, last_error in cur:
-                yield _message_row(opts, mid, "claimed", content, ctype, attempts, dequeue_at, created_at,
-                                   None, last_error, None, state, seq)
+    retry = _Reconnect(opts, f"read of claims {p.after_seq + 1}..{p.up_to_seq} of consumer {opts.consumer!r} "
+                             f"on queue {opts.queue!r} (ids {p.min_id}..{p.max_id})")
+    last: tuple[int, int] | None = None  # (claim_seq, id) of the last row yielded
+    ordered = True  # the rows came by (claim_seq, id), so "after last" is all that is left
+    params: dict[str, object] = {"queue": opts.queue, "consumer": opts.consumer, "after_seq": p.after_seq,
+                                 "up_to_seq": p.up_to_seq, "min_id": p.min_id, "max_id": p.max_id}
+    while True:
+        try:
+            with _connect(opts.dsn, autocommit=False) as conn, translating():
+                with conn.cursor(name="pgqueue_spark_claimed") as cur:
+                    cur.itersize = opts.fetch_size
+                    if last is None:
+                        cur.execute(_sql.CLAIMED, params)
+                    else:
+                        cur.execute(_sql.CLAIMED_AFTER, {**params, "after_seq": last[0] - 1,
+                                                         "last_seq": last[0], "last_id": last[1]})
+                    fresh = True
+                    for mid, seq, content, ctype, attempts, dequeue_at, created_at, state, last_error in cur:
+                        if fresh:  # (a row, not just a connection: a link that breaks before any is no progress)
+                            fresh = False
+                            retry.worked()
+                        key = (int(seq), int(mid))
+                        if last is not None and key <= last:
+                            ordered = False
+                        last = key if last is None else max(last, key)
+                        yield _message_row(opts, mid, "claimed", content, ctype, attempts, dequeue_at,
+                                           created_at, None, last_error, None, state, seq)
+            retry.worked()
+            return
+        except Exception as exc:
+            if not (ordered and _lost(exc)):
+                raise
+            retry.failed(exc)
 
 
 # ---------------------------------------------------------------------------------------
