@@ -2062,7 +2062,8 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- transaction per message instead of two. (On a queue whose group_concurrency is not 1 the
 -- turns its leases hand on are handed on with the acknowledgements', after them; while it has
 -- handed out fewer than p_limit, further takes after the acknowledgements take the messages
--- those turns went to, as message_dequeue's own further rounds would: see below.)
+-- those turns went to, as message_dequeue's own further rounds would: see below; in lease mode
+-- only.)
 --
 -- Rows: the messages handed out (stale = false), then one row per acknowledgement whose token
 -- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
@@ -2121,7 +2122,9 @@ BEGIN
         -- The groups whose locks that run takes are these (read before the DELETE).
         SELECT q.id, q.group_concurrency, coalesce(p_lock_ms, q.lock_ms) INTO v_queue_id, v_groups, v_lock
           FROM pgqueue.queue q WHERE q.name = p_queue;
-        IF v_groups IS NOT NULL AND v_groups <> 1 THEN
+        -- (not in delete mode: a further take would hand out again a message the first gave
+        -- back, which this transaction holds, and lock its group out of stripe order)
+        IF v_groups IS NOT NULL AND v_groups <> 1 AND v_lock <> 0 THEN
             v_held := coalesce(nullif(current_setting('pgqueue.deferred_turns', true), '')::text[], '{}');
             SELECT array_agg(m.id), array_agg(m.group_key) INTO v_acked, v_acked_g FROM pgqueue.message m
              WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue_id AND m.group_key IS NOT NULL;
@@ -2733,12 +2736,13 @@ BEGIN
     -- is room under p_limit and a round handed something out, another round takes the turns
     -- just handed on, so a call hands out several messages of one group when the group's limit
     -- allows. A further round takes the groups' locks in stripe order too, but only on stripes
-    -- at or above the highest an earlier round may have locked (v_top) or that it holds
-    -- (v_stripes): a lock on a lower stripe, taken after a higher one, could deadlock with a call
-    -- that takes the two in order. In lease mode such a group's turn is handed on when its
-    -- message leaves instead (it has one in flight); in delete mode the message leaves now, so it
-    -- is given back (not deleted: locked until this transaction ends, then due as before, its
-    -- turn kept) and the call ends there. (Each expression of this function is prepared anew in
+    -- at or above the highest an earlier round locked (v_top) or that it holds (v_stripes): a
+    -- lock on a lower stripe, taken after a higher one, could deadlock with a call that takes
+    -- the two in order. In lease mode such a group's turn is handed on when its message leaves
+    -- instead (it has one in flight); in delete mode the message leaves now, and its hand-off
+    -- may need the lock, so it is given back (not deleted: row-locked by this transaction, due
+    -- as before with its turn kept, to other sessions once the transaction ends; a later call of
+    -- this transaction hands it out first) and the call ends there. (Each expression of this function is prepared anew in
     -- each transaction: the single-message path runs as few as it can.)
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
@@ -2778,7 +2782,7 @@ BEGIN
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
-            ELSIF cardinality(v_ids) = 1 AND v_limit = 1 THEN  -- (no further round)
+            ELSIF cardinality(v_ids) = 1 THEN
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -2812,10 +2816,16 @@ BEGIN
                        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
                         v_turned := pgqueue._message_group_next(v_queue_id, v_group_key, v_groups);
+                        v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
+                        v_top := greatest(v_top, v_stripe);
+                        v_stripes := v_stripes || v_stripe;
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-                    v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
-                                                      v_turn_at, v_idem_key);
+                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key) THEN
+                        v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
+                        v_top := greatest(v_top, v_stripe);
+                        v_stripes := v_stripes || v_stripe;
+                    END IF;
                 END IF;
             ELSE
                 -- the rows are locked by the take: what leaves is read before the DELETE
@@ -2842,15 +2852,13 @@ BEGIN
                               m.content_type, m.created_at, NULL::bigint AS locked_until)
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
                 FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-                    v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
-                                                      v_left_turns[i], v_left_keys[i]);
-                    IF v_left_groups[i] IS NOT NULL AND v_left_turns[i] IS NOT NULL THEN
-                        -- (with one in flight per group the hand-off may take no lock: not held)
+                    -- (true when it took the group's lock: with one in flight per group the
+                    -- hand-off takes none when the group has a message waiting)
+                    IF pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
+                                             v_left_turns[i], v_left_keys[i]) THEN
                         v_stripe := hashtext(v_left_groups[i]) & 255;
                         v_top := greatest(v_top, v_stripe);
-                        IF v_groups <> 1 THEN
-                            v_stripes := v_stripes || v_stripe;
-                        END IF;
+                        v_stripes := v_stripes || v_stripe;
                     END IF;
                 END LOOP;
                 v_left := NULL;
@@ -5437,7 +5445,8 @@ COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, 
 -- developed): a trigger's presence alone cost every delete-mode dequeue 10 us of about 155 of
 -- server time (its WHEN clause prepared at every statement, the deleted row fetched again for
 -- it), whether it fired or not (docs/performance.md). A row deleted with plain SQL is not
--- handed on (docs/guarantees.md).
+-- handed on (docs/guarantees.md). Returns whether it took the group's lock (a multi-round
+-- message_dequeue keeps its later locks in stripe order with it: see there).
 --
 -- With one in flight per group (group concurrency 1, the ordered case) the message leaving is the
 -- group's only one with the turn, and the common hand-off is done here by one UPDATE, without the
@@ -5509,19 +5518,20 @@ BEGIN
            -- when the lock shows a decision the snapshot cannot see (specs/rr_group_order.spec)
            AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
         IF FOUND THEN
-            RETURN true;
+            RETURN false;  -- (no lock taken)
         END IF;
         -- nothing handed on: _message_group_next looks again, under the group's lock
     END IF;
     IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
         v_turned := pgqueue._message_group_next(p_queue_id, p_group, v_concurrency);
+        RETURN true;
     END IF;
-    RETURN true;
+    RETURN false;
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text) IS
-    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn';
+    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn; true if it took the group''s lock';
 
 -- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With
 -- message groups, the next turn; with a rate limit, not before its next slot is due.

@@ -407,14 +407,18 @@ def test_single_calls_that_hand_turns_on_take_group_locks_in_stripe_order(dsn: s
     assert set(results.values()) == {"ok"} and len(results) == 2, results
 
 
-@pytest.mark.parametrize("lock_ms", [60000, 0])
-def test_a_further_round_of_a_dequeue_takes_no_lock_below_one_it_took(dsn: str, lock_ms: int) -> None:
+@pytest.mark.parametrize("call", ["lease", "delete", "complete_and_dequeue delete"])
+def test_a_further_round_of_a_dequeue_takes_no_lock_below_one_it_took(dsn: str, call: str) -> None:
     """A message_dequeue of several messages on a queue of group concurrency 2 takes another
     round for the turns its first round handed on, and took the second round's group locks
     after the first's, whatever their stripes: round 1 locks hi's stripe, round 2 lo's (lower),
     while a producer that enqueued into lo waits for hi: 40P01 (docs/locking.md listed it). Now
     a further round locks no stripe below one it locked: lease mode leaves lo's turn to be
-    handed on when its message leaves; delete mode gives lo's message back and ends the call."""
+    handed on when its message leaves; delete mode gives lo's message back and ends the call.
+    message_complete_and_dequeue in delete mode then took the message given back in a further
+    take of its own (this transaction's row lock does not make it skip it), and deadlocked the
+    same way (a review of the change): it takes no further take in delete mode."""
+    lock_ms = 60000 if call == "lease" else 0
     Queue(dsn, "gq").create(group_concurrency=2)
     with psycopg.connect(dsn, autocommit=True) as admin:
         stripes = dict(admin.execute("SELECT g, hashtext(g) & 255 FROM unnest(ARRAY['alpha', 'beta', 'gamma', "
@@ -428,8 +432,11 @@ def test_a_further_round_of_a_dequeue_takes_no_lock_below_one_it_took(dsn: str, 
         def dequeue() -> None:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 try:
-                    got.extend(r[0] for r in conn.execute(
-                        "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('gq', 3, %s)", (lock_ms,)))
+                    statement = ("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('gq', 3, %s)"
+                                 if call != "complete_and_dequeue delete" else
+                                 "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_complete_and_dequeue("
+                                 "'{}', '{}', 'gq', 3, %s)")
+                    got.extend(r[0] for r in conn.execute(statement, (lock_ms,)))
                     results["dequeue"] = "ok"
                 except psycopg.Error as exc:
                     results["dequeue"] = type(exc).__name__
@@ -463,6 +470,21 @@ def test_a_further_round_of_a_dequeue_takes_no_lock_below_one_it_took(dsn: str, 
     else:  # l1 given back, with its turn; h2 left and handed hi's turn on
         assert got == ["h1", "h2"], got
         assert left == {"held": True, "l1": True, "p-hi": False, "p-lo": False}, left
+
+
+def test_a_delete_mode_dequeue_of_one_in_flight_per_group_hands_out_its_limit(dsn: str) -> None:
+    """With one in flight per group a delete-mode hand-off takes no group lock while the group
+    has a message waiting: further rounds give nothing back then. The first version of the
+    rule above counted every hand-off as a lock and handed out 3 a call where 10 were due (two
+    groups; a review of the change)."""
+    Queue(dsn, "two").create(group_concurrency=1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.message_create_batch('two', array_fill('x'::bytea, ARRAY[80]), "
+                     "p_groups => (SELECT array_agg(CASE WHEN i % 2 = 0 THEN 'alpha' ELSE 'eta' END) "
+                     "FROM generate_series(1, 80) i))")
+        sizes = [len(conn.execute("SELECT id FROM pgqueue.message_dequeue('two', 10, 0)").fetchall())
+                 for _ in range(8)]
+    assert sizes == [10] * 8, sizes
 
 
 def test_a_keyed_batch_under_repeatable_read_returns_a_live_keys_id_as_a_single_create_does(dsn: str) -> None:

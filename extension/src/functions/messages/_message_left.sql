@@ -11,7 +11,8 @@
 -- developed): a trigger's presence alone cost every delete-mode dequeue 10 us of about 155 of
 -- server time (its WHEN clause prepared at every statement, the deleted row fetched again for
 -- it), whether it fired or not (docs/performance.md). A row deleted with plain SQL is not
--- handed on (docs/guarantees.md).
+-- handed on (docs/guarantees.md). Returns whether it took the group's lock (a multi-round
+-- message_dequeue keeps its later locks in stripe order with it: see there).
 --
 -- With one in flight per group (group concurrency 1, the ordered case) the message leaving is the
 -- group's only one with the turn, and the common hand-off is done here by one UPDATE, without the
@@ -83,16 +84,17 @@ BEGIN
            -- when the lock shows a decision the snapshot cannot see (specs/rr_group_order.spec)
            AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
         IF FOUND THEN
-            RETURN true;
+            RETURN false;  -- (no lock taken)
         END IF;
         -- nothing handed on: _message_group_next looks again, under the group's lock
     END IF;
     IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency IS NOT NULL THEN
         v_turned := pgqueue._message_group_next(p_queue_id, p_group, v_concurrency);
+        RETURN true;
     END IF;
-    RETURN true;
+    RETURN false;
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text) IS
-    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn';
+    'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn; true if it took the group''s lock';

@@ -82,12 +82,13 @@ BEGIN
     -- is room under p_limit and a round handed something out, another round takes the turns
     -- just handed on, so a call hands out several messages of one group when the group's limit
     -- allows. A further round takes the groups' locks in stripe order too, but only on stripes
-    -- at or above the highest an earlier round may have locked (v_top) or that it holds
-    -- (v_stripes): a lock on a lower stripe, taken after a higher one, could deadlock with a call
-    -- that takes the two in order. In lease mode such a group's turn is handed on when its
-    -- message leaves instead (it has one in flight); in delete mode the message leaves now, so it
-    -- is given back (not deleted: locked until this transaction ends, then due as before, its
-    -- turn kept) and the call ends there. (Each expression of this function is prepared anew in
+    -- at or above the highest an earlier round locked (v_top) or that it holds (v_stripes): a
+    -- lock on a lower stripe, taken after a higher one, could deadlock with a call that takes
+    -- the two in order. In lease mode such a group's turn is handed on when its message leaves
+    -- instead (it has one in flight); in delete mode the message leaves now, and its hand-off
+    -- may need the lock, so it is given back (not deleted: row-locked by this transaction, due
+    -- as before with its turn kept, to other sessions once the transaction ends; a later call of
+    -- this transaction hands it out first) and the call ends there. (Each expression of this function is prepared anew in
     -- each transaction: the single-message path runs as few as it can.)
     LOOP
         v_ids := pgqueue._message_take(v_queue_id, v_limit - v_n, v_now, v_max_attempts, NULL,
@@ -127,7 +128,7 @@ BEGIN
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
                           m.content_type, m.created_at, NULL::bigint;
-            ELSIF cardinality(v_ids) = 1 AND v_limit = 1 THEN  -- (no further round)
+            ELSIF cardinality(v_ids) = 1 THEN
                 DELETE FROM pgqueue.message m WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -161,10 +162,16 @@ BEGIN
                        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
                         v_turned := pgqueue._message_group_next(v_queue_id, v_group_key, v_groups);
+                        v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
+                        v_top := greatest(v_top, v_stripe);
+                        v_stripes := v_stripes || v_stripe;
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-                    v_turned := pgqueue._message_left(v_queue_id, v_ids[1], v_group_key,
-                                                      v_turn_at, v_idem_key);
+                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key) THEN
+                        v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
+                        v_top := greatest(v_top, v_stripe);
+                        v_stripes := v_stripes || v_stripe;
+                    END IF;
                 END IF;
             ELSE
                 -- the rows are locked by the take: what leaves is read before the DELETE
@@ -191,15 +198,13 @@ BEGIN
                               m.content_type, m.created_at, NULL::bigint AS locked_until)
                 SELECT * FROM d ORDER BY array_position(v_ids, d.id);
                 FOR i IN 1 .. coalesce(cardinality(v_left), 0) LOOP
-                    v_turned := pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
-                                                      v_left_turns[i], v_left_keys[i]);
-                    IF v_left_groups[i] IS NOT NULL AND v_left_turns[i] IS NOT NULL THEN
-                        -- (with one in flight per group the hand-off may take no lock: not held)
+                    -- (true when it took the group's lock: with one in flight per group the
+                    -- hand-off takes none when the group has a message waiting)
+                    IF pgqueue._message_left(v_queue_id, v_left[i], v_left_groups[i],
+                                             v_left_turns[i], v_left_keys[i]) THEN
                         v_stripe := hashtext(v_left_groups[i]) & 255;
                         v_top := greatest(v_top, v_stripe);
-                        IF v_groups <> 1 THEN
-                            v_stripes := v_stripes || v_stripe;
-                        END IF;
+                        v_stripes := v_stripes || v_stripe;
                     END IF;
                 END LOOP;
                 v_left := NULL;
