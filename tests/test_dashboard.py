@@ -882,3 +882,254 @@ def test_the_commands_request_log_hides_the_token_and_cookies_are_per_port(dsn: 
         _, err = proc.communicate(timeout=20)
     assert "GET /?token=(hidden)" in err, err
     assert "s3cretTOKEN123456" not in err
+
+
+def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
+    """Nothing limited wrong access tokens: a script could try tokens as fast as the server
+    answered. After FAILED_LOGIN_LIMIT wrong ones within the window a client (an IPv4 address, an
+    IPv6 /64) gets 429 with Retry-After for FAILED_LOGIN_LOCKOUT seconds, even with the right
+    token; other clients and logged-in sessions are not slowed."""
+    from pgqueue.dashboard.app import FAILED_LOGIN_LIMIT, FAILED_LOGIN_LOCKOUT, FAILED_LOGIN_WINDOW
+
+    app = make_app(token="s3cret-token")
+    now = [1000.0]
+    app.extensions["pgqueue"]["failed_logins"].clock = lambda: now[0]
+
+    def client(address: str) -> FlaskClient:
+        c = app.test_client()
+        c.environ_base["REMOTE_ADDR"] = address
+        return c
+
+    def attempt(c: FlaskClient, token: str, how: int) -> Any:  # the three ways a token is given
+        if how == 0:
+            return c.get(f"/queues/default?token={token}")
+        if how == 1:
+            return c.post("/login", data={"token": token})
+        return c.get("/api/queues", headers={"Authorization": f"Bearer {token}"})
+
+    earlier = client("203.0.113.7")  # logged in before the attack, from the same address
+    assert earlier.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    attacker = client("203.0.113.7")
+    assert attacker.get("/").status_code == 401  # no token given: not an attempt
+    for i in range(FAILED_LOGIN_LIMIT):
+        assert attempt(attacker, f"guess-{i}", i % 3).status_code == 401, i
+    for how in range(3):
+        for token in ("guess-x", "s3cret-token"):  # the right one too: it is not even compared
+            response = attempt(attacker, token, how)
+            assert response.status_code == 429, (how, token)
+            assert int(response.headers["Retry-After"]) == FAILED_LOGIN_LOCKOUT
+            assert "set-cookie" not in response.headers or "auth" not in str(response.headers)
+    assert "Too many wrong access tokens" in attacker.get("/?token=x").get_data(as_text=True)
+    assert "Too many wrong access tokens" in attempt(attacker, "x", 2).get_json()["error"]
+    assert earlier.get("/").status_code == 200  # a session is not an attempt
+    assert client("198.51.100.1").post("/login", data={"token": "s3cret-token"}).status_code == 302
+    # an IPv6 client is its /64: another address of the same /64 is locked out too
+    for i in range(FAILED_LOGIN_LIMIT):
+        assert attempt(client(f"2001:db8::{i + 1:x}"), "guess", 1).status_code == 401
+    assert attempt(client("2001:db8::ffff"), "s3cret-token", 1).status_code == 429
+    assert attempt(client("2001:db8:0:1::1"), "s3cret-token", 1).status_code == 302
+    # the lockout ends
+    now[0] += FAILED_LOGIN_LOCKOUT - 10
+    assert int(attempt(attacker, "s3cret-token", 1).headers["Retry-After"]) == 10
+    now[0] += 10
+    assert attempt(attacker, "s3cret-token", 1).status_code == 302
+    # failures further apart than the window do not add up; a right token forgets them
+    other = client("192.0.2.1")
+    for _ in range(FAILED_LOGIN_LIMIT - 1):
+        assert attempt(other, "guess", 0).status_code == 401
+    now[0] += FAILED_LOGIN_WINDOW
+    for _ in range(FAILED_LOGIN_LIMIT - 1):
+        assert attempt(other, "guess", 0).status_code == 401
+    assert attempt(other, "s3cret-token", 2).status_code == 200
+    for _ in range(FAILED_LOGIN_LIMIT - 1):
+        assert attempt(other, "guess", 0).status_code == 401
+
+
+def test_failed_logins_take_bounded_memory() -> None:
+    """Many addresses each failing once do not grow the table past its capacity: those whose
+    window is over are forgotten, a locked-out one is kept, and while the table is full of live
+    ones all other clients count as one, so that more addresses do not buy more tries."""
+    from pgqueue.dashboard.app import FAILED_LOGIN_CLIENTS, FailedLogins, client_key
+
+    now = [0.0]
+    limiter = FailedLogins(limit=3, window=60, lockout=600, capacity=100, clock=lambda: now[0])
+    for _ in range(3):
+        limiter.failed("locked")
+    for i in range(50):
+        limiter.failed(f"10.0.0.{i}")
+    assert len(limiter) == 51 and limiter.retry_after("locked") == 600
+    now[0] += 100  # the 50 are over (window 60 s); the lockout is not
+    for i in range(99):
+        limiter.failed(f"10.1.0.{i}")
+    assert len(limiter) == 100 and limiter.retry_after("locked") == 500
+    for i in range(100_000):  # a full table: the others count as one client
+        assert limiter.retry_after(f"10.2.{i // 256}.{i % 256}") == (None if i < 3 else 600), i
+        limiter.failed(f"10.2.{i // 256}.{i % 256}")
+        assert len(limiter) == 100
+    assert limiter.retry_after("locked") == 500 and limiter.retry_after("10.1.0.5") is None
+    now[0] += 600  # every lockout is over
+    assert limiter.retry_after("locked") is None and limiter.retry_after("10.9.9.9") is None
+    limiter.failed("10.9.9.9")
+    assert len(limiter) <= 100 and limiter.retry_after("10.9.9.9") is None
+    default = FailedLogins()
+    for i in range(3 * FAILED_LOGIN_CLIENTS):
+        default.failed(client_key(f"2001:db8:{i:x}::1"))
+    assert len(default) == FAILED_LOGIN_CLIENTS
+    assert client_key("::ffff:192.0.2.1") == "192.0.2.1" and client_key("2001:db8::1") == "2001:db8::/64"
+
+
+def test_logout_ends_the_session(make_app: Any) -> None:
+    """There was no logout, and the session cookie is signed, not stored: a copy of it worked for
+    as long as the token and the key did. POST /logout (with the CSRF token, as every change)
+    deletes the cookie and ends the session in the process: the old cookie no longer works."""
+    app = make_app(token="s3cret-token")
+    client = app.test_client()
+    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    page = client.get("/").get_data(as_text=True)
+    assert 'id="logout"' in page and 'action="/logout"' in page
+    cookie = client.get_cookie("pgqueue_dashboard")
+    assert cookie is not None
+    assert client.post("/logout").status_code == 400  # no CSRF token: refused, still logged in
+    assert client.post("/logout", data={"csrf_token": "x" * 43}).status_code == 400
+    assert client.get("/").status_code == 200
+    response = client.post("/logout", data={"csrf_token": csrf(client)})
+    assert response.status_code == 303 and response.headers["Location"].endswith("/?signed_out=1")
+    assert client.get_cookie("pgqueue_dashboard") is None  # the browser's copy is deleted
+    response = client.get("/?signed_out=1")
+    assert response.status_code == 401 and "Signed out" in response.get_data(as_text=True)
+    replay = app.test_client()  # a copy of the old cookie is refused too
+    replay.set_cookie("pgqueue_dashboard", cookie.value)
+    assert replay.get("/").status_code == 401 and replay.get("/api/queues").status_code == 401
+    # a new login is a new session, which holds
+    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert client.get("/").status_code == 200
+    second = client.get_cookie("pgqueue_dashboard")
+    assert second is not None and second.value != cookie.value
+    # no logout to offer without a token, and a logout there changes nothing
+    open_client = make_app().test_client()
+    assert 'id="logout"' not in open_client.get("/").get_data(as_text=True)
+    response = open_client.post("/logout", data={"csrf_token": csrf(open_client)})
+    assert response.status_code == 303 and open_client.get("/").status_code == 200
+
+
+def test_ended_sessions_take_bounded_memory() -> None:
+    """A process remembers at most `capacity` ended sessions, each until it would have expired
+    anyway; past that it ends every session logged in until then, rather than forget one."""
+    from pgqueue.dashboard.app import Sessions
+
+    now = [1000.0]
+    sessions = Sessions(lifetime=100, capacity=3, clock=lambda: now[0])
+    assert sessions.valid("a", 990) and not sessions.valid("a", 900)  # older than its lifetime
+    for sid in "abc":
+        sessions.end(sid, 990)
+    assert not sessions.valid("a", 990) and sessions.valid("d", 990) and len(sessions) == 3
+    now[0] = 1095  # a, b and c expire at 1090: forgotten when the table is full
+    sessions.end("d", 1000)
+    assert len(sessions) == 1 and not sessions.valid("d", 1000) and sessions.valid("e", 1000)
+    for sid in "efg":
+        sessions.end(sid, 1095)
+    assert len(sessions) == 0  # full of live ones: every session so far ends
+    assert not sessions.valid("x", 1094) and not sessions.valid("x", 1095)
+    now[0] = 1096
+    assert sessions.valid("y", 1096)
+
+
+def insert_dead_letters(conn: psycopg.Connection[Any], queue: str, n: int) -> list[int]:
+    """Insert n dead letters whose order (dead_at, id) is not the order of their ids, with ties
+    on dead_at; return their ids in that order (the dead-letter page's)."""
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = %s", (queue,)).fetchone()
+    assert qid is not None
+    rows = [(7_000_000 + i, 1_700_000_000_000 + (i * 37) % 11) for i in range(n)]
+    conn.execute("INSERT INTO pgqueue.dead_letter (id, queue_id, dequeue_at, attempts, created_at, dead_at, content, "
+                 "content_type) SELECT u.id, %s, 0, 3, 0, u.dead_at, convert_to('letter ' || u.id, 'UTF8'), "
+                 "'text/plain' FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, dead_at)",
+                 (qid[0], [r[0] for r in rows], [r[1] for r in rows]))
+    return [i for i, _ in sorted(rows, key=lambda r: (r[1], r[0]))]
+
+
+def test_dead_letters_page_by_keyset_in_the_api(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """Only the first 100 dead letters could be seen: GET /api/queues/<q>/dead pages through them
+    all, oldest first, by keyset ((dead_at, id) of the last letter seen, not an OFFSET: a page
+    stays where it was when letters before it go)."""
+    order = insert_dead_letters(conn, "default", 250)
+    client = make_app().test_client()
+    pages, cursor = [], None
+    while True:
+        data = client.get("/api/queues/default/dead" + (f"?after={cursor}" if cursor else "")).get_json()
+        pages.append([d["id"] for d in data["dead_letters"]])
+        assert data["queue"] == "default" and (data["previous"] is None) == (cursor is None)
+        cursor = data["next"]
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [100, 100, 50]
+    assert sum(pages, []) == order
+    first = client.get("/api/queues/default/dead?limit=100").get_json()
+    letter = first["dead_letters"][0]
+    assert letter["payload"] == {"kind": "text", "text": f"letter {order[0]}", "shown_bytes": 14,
+                                 "truncated": False, "note": ""}
+    assert (letter["attempts"], letter["content_type"], letter["size"]) == (3, "text/plain", 14)
+    assert letter["dead_at"].startswith("2023-11-14T22:13:20")
+    second = client.get(f"/api/queues/default/dead?after={first['next']}").get_json()
+    back = client.get(f"/api/queues/default/dead?before={second['previous']}").get_json()
+    assert [d["id"] for d in back["dead_letters"]] == pages[0] and back["previous"] is None
+    assert back["next"] == first["next"]
+    small = client.get("/api/queues/default/dead?limit=7").get_json()
+    assert [d["id"] for d in small["dead_letters"]] == order[:7]
+    # keyset: purging letters of the first page does not move the second
+    Queue(conn, "default").purge_dead(order[:30])
+    again = client.get(f"/api/queues/default/dead?after={first['next']}").get_json()
+    assert [d["id"] for d in again["dead_letters"]] == pages[1]
+    # a page before which nothing is left is the first
+    Queue(conn, "default").purge_dead(order[30:100])
+    gone = client.get(f"/api/queues/default/dead?before={second['previous']}").get_json()
+    assert [d["id"] for d in gone["dead_letters"]] == order[100:200] and gone["previous"] is None
+    for bad in ("limit=0", "limit=101", "limit=x", "after=12", "after=1-x", "before=9" * 30 + "-1",
+                "after=99999999999999999999-1"):
+        response = client.get(f"/api/queues/default/dead?{bad}")
+        assert response.status_code == 400 and response.is_json, bad
+    response = client.get("/api/queues/no_such_queue/dead")
+    assert response.status_code == 404 and "no_such_queue" in response.get_json()["error"]
+
+
+def test_dead_letters_page_by_keyset_in_the_page(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """The dead-letter page links to the next and previous 100; an action on a later page comes
+    back to that page."""
+    order = insert_dead_letters(conn, "default", 230)
+    client = make_app().test_client()
+
+    def shown(page: str) -> list[int]:
+        return [int(i) for i in re.findall(r'<tr id="dead-(\d+)">', page)]
+
+    def link(page: str, which: str) -> str | None:
+        found = re.search(rf'id="{which}-page" href="([^"]+)"', page)
+        return None if found is None else found.group(1).replace("&amp;", "&")
+
+    page = client.get("/queues/default/dead").get_data(as_text=True)
+    assert shown(page) == order[:100] and link(page, "previous") is None and link(page, "first") is None
+    next_link = link(page, "next")
+    assert next_link is not None
+    page2 = client.get(next_link).get_data(as_text=True)
+    assert shown(page2) == order[100:200] and link(page2, "first") == "/queues/default/dead"
+    next_link = link(page2, "next")
+    assert next_link is not None
+    page3 = client.get(next_link).get_data(as_text=True)
+    assert shown(page3) == order[200:] and link(page3, "next") is None
+    previous = link(page3, "previous")
+    assert previous is not None and shown(client.get(previous).get_data(as_text=True)) == order[100:200]
+    # requeue one letter of the third page: the confirmation and the redirect keep the page
+    after = next_link.split("after=", 1)[1]
+    assert f'name="after" value="{after}"' in page3
+    token = csrf(client)
+    confirm = client.post("/queues/default/dead/requeue", data={"id": order[205], "after": after,
+                                                                "csrf_token": token}).get_data(as_text=True)
+    assert f'name="after" value="{after}"' in confirm and f"dead?after={after}" in confirm  # (Cancel)
+    response = client.post("/queues/default/dead/requeue", data=hidden_fields(confirm))
+    assert response.status_code == 303
+    assert f"after={after}" in response.headers["Location"] and "done=requeued" in response.headers["Location"]
+    page3 = client.get(response.headers["Location"]).get_data(as_text=True)
+    assert "requeued 1 dead letter(s)" in page3 and shown(page3) == order[200:205] + order[206:]
+    assert client.get("/queues/default/dead?after=nonsense").status_code == 400
+    # past the last letter: nothing, and the way back
+    Queue(conn, "default").purge_dead(order[200:])
+    empty = client.get(next_link).get_data(as_text=True)
+    assert "No dead letters past this point" in empty and link(empty, "first") == "/queues/default/dead"

@@ -147,6 +147,33 @@ def test_read_only_mode_refuses_a_requeue(browser: WebDriver, serve: Any, conn: 
     assert Queue(conn, "default").stats().dead == 1
 
 
+def test_sign_out_through_the_ui(browser: WebDriver, serve: Any) -> None:
+    url = serve(token="a-long-token-1")  # (the URL carries the token: the browser logs in)
+    browser.get(url)
+    wait_for(browser, lambda b: b.find_elements(By.ID, "logout"))
+    assert browser.title.startswith("Queues")
+    browser.find_element(By.ID, "logout").click()
+    assert wait_for(browser, lambda b: b.find_element(By.ID, "signed-out")).text == "Signed out."
+    browser.get(url.split("?", 1)[0])  # the session is over: the login form again
+    assert "needs its access token" in browser.find_element(By.TAG_NAME, "h1").text
+    assert not browser.find_elements(By.ID, "logout")
+
+
+def test_page_through_dead_letters(browser: WebDriver, serve: Any, conn: psycopg.Connection[Any]) -> None:
+    ids = [dead_letter(conn, "default") for _ in range(130)]
+    browser.get(serve() + "queues/default/dead")
+
+    def shown(b: WebDriver) -> list[int]:
+        return [int(str(r.get_attribute("id"))[5:]) for r in b.find_elements(By.CSS_SELECTOR, "#dead tbody tr")]
+
+    assert shown(browser) == ids[:100] and not browser.find_elements(By.ID, "previous-page")
+    browser.find_element(By.ID, "next-page").click()
+    wait_for(browser, lambda b: shown(b) == ids[100:])
+    assert not browser.find_elements(By.ID, "next-page")
+    browser.find_element(By.ID, "previous-page").click()
+    wait_for(browser, lambda b: shown(b) == ids[:100])
+
+
 def test_browser_tools_are_debians() -> None:
     """Selenium is told where the driver is: it must not look for (or fetch) one of its own."""
     assert shutil.which("chromedriver") == CHROMEDRIVER

@@ -3,8 +3,9 @@
 Queues with their counts and settings; depth and throughput over the last hour, sampled by the
 dashboard itself (:mod:`pgqueue.dashboard.sampler`); the oldest ready message's age; the next
 ready and scheduled messages with their payloads (JSON pretty-printed, text, or a hex dump);
-the messages under a live lease and the database sessions of workers; dead letters to browse,
-requeue and purge, each after a confirmation page.
+the messages under a live lease and the database sessions of workers; dead letters to browse
+(100 a page, keyset-paged), requeue and purge, each after a confirmation page. With an access
+token: a login session that a logout ends, and wrong tokens rate-limited per client.
 
 It is a Flask application (the ``dashboard`` extra) whose templates, stylesheet and chart script
 ship in the package: no CDN, no build step. :func:`serve` runs it on Werkzeug's threaded server,

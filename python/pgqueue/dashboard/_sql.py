@@ -107,6 +107,27 @@ DEAD_LETTERS_SHOWN: Final[LiteralString] = (
     "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
     "WHERE d.queue = %(queue)s::text ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
 )
+# The dead-letter page's further pages: keyset paging in the same order, (dead_at, id) (the
+# order of the index dead_letter_queue_idx), from the last letter a page showed, not an OFFSET:
+# a page does not shift when letters before it are requeued or purged, and the letters before the
+# cursor are filtered out at the scan, not sorted and skipped (the view joins the queue by name,
+# so PostgreSQL still sorts the queue's letters past the cursor, as it sorts all of them for the
+# first page: a page costs what the first page did, at most). AFTER: the page after the
+# letter (dead_at, id) = (%(dead_at)s, %(id)s); BEFORE: the page before it, newest first (the
+# caller turns it round). Separate statements, not one with "cursor IS NULL OR", so that the
+# cursor stays a plain condition on the scan of pgqueue.dead_letter in any plan.
+DEAD_LETTERS_SHOWN_AFTER: Final[LiteralString] = (
+    "SELECT d.id, d.queue, substring(d.content FROM 1 FOR %(shown)s::integer), d.content_type, NULL::bytea, "
+    "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
+    "WHERE d.queue = %(queue)s::text AND (d.dead_at, d.id) > (%(dead_at)s::bigint, %(id)s::bigint) "
+    "ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
+)
+DEAD_LETTERS_SHOWN_BEFORE: Final[LiteralString] = (
+    "SELECT d.id, d.queue, substring(d.content FROM 1 FOR %(shown)s::integer), d.content_type, NULL::bytea, "
+    "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
+    "WHERE d.queue = %(queue)s::text AND (d.dead_at, d.id) < (%(dead_at)s::bigint, %(id)s::bigint) "
+    "ORDER BY d.dead_at DESC, d.id DESC LIMIT %(limit)s::bigint"
+)
 
 # "Requeue all" / "Purge all" act on the dead letters the confirmation page counted: those dead
 # by the newest dead_at it saw (NULL: none), not on letters that died after it was shown.

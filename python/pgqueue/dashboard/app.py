@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import math
 import re
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,6 +35,18 @@ from pgqueue.message import DeadLetter, Pending, to_datetime
 
 #: Dead letters and peeked messages listed on a page.
 PAGE_LIMIT = 100
+#: Wrong access tokens one client (an IPv4 address, an IPv6 /64) may give within
+#: FAILED_LOGIN_WINDOW seconds of its first; past them its attempts are refused (429, with
+#: Retry-After, the token not even compared) for FAILED_LOGIN_LOCKOUT seconds.
+FAILED_LOGIN_LIMIT = 10
+FAILED_LOGIN_WINDOW = 300.0
+FAILED_LOGIN_LOCKOUT = 900.0
+#: Clients whose wrong tokens are counted one by one (a few hundred kB at most); while that many
+#: are, the wrong tokens of all others are counted together, as of one client.
+FAILED_LOGIN_CLIENTS = 4096
+#: Sessions ended by a logout that a process remembers (until they would have expired anyway);
+#: past it, the process ends every session logged in until then (everyone logs in again).
+MAX_REVOKED_SESSIONS = 10000
 #: The form field and header that carry the CSRF token.
 CSRF_FIELD = "csrf_token"
 #: What the dead-letter page says after an action: the redirect names the action and a count
@@ -92,6 +107,153 @@ class Privileges:
         return out
 
 
+@dataclass
+class _Failures:
+    since: float  # the first wrong token of the window
+    last: float  # the latest
+    count: int = 0
+    locked_until: float | None = None
+
+    def over(self, now: float, window: float) -> bool:
+        """Whether nothing is left to count: the window is over, or the lockout."""
+        return now >= self.locked_until if self.locked_until is not None else now - self.since >= window
+
+
+class FailedLogins:
+    """Wrong access tokens counted per client, in bounded memory.
+
+    A client that gives ``limit`` wrong tokens within ``window`` seconds of its first one is
+    refused every further attempt for ``lockout`` seconds (:meth:`retry_after` says how long
+    still); a right token forgets its failures. At most ``capacity`` clients are counted one by
+    one (a client is forgotten when its window or lockout is over): while that many are counted,
+    every other client's wrong tokens are counted together, as one client, so that many
+    addresses do not buy many more tries (an attack from that many addresses locks out new
+    clients' logins for a while, not the sessions logged in). Thread-safe (Werkzeug's threaded
+    server); ``clock`` gives monotonic seconds.
+    """
+
+    def __init__(self, limit: int = FAILED_LOGIN_LIMIT, window: float = FAILED_LOGIN_WINDOW,
+                 lockout: float = FAILED_LOGIN_LOCKOUT, capacity: int = FAILED_LOGIN_CLIENTS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.window, self.lockout, self.capacity, self.clock = limit, window, lockout, capacity, clock
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[str, _Failures] = OrderedDict()  # least recently failing first
+        self._others: _Failures | None = None  # the clients not counted one by one
+        self._swept = -math.inf
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def retry_after(self, client: str) -> int | None:
+        """Whole seconds until ``client`` may try a token again; None: it may now."""
+        now = self.clock()
+        with self._lock:
+            entry = self._clients.get(client, self._others)
+            if entry is None or entry.locked_until is None:
+                return None
+            if entry.over(now, self.window):
+                if entry is self._others:
+                    self._others = None
+                else:
+                    del self._clients[client]
+                return None
+            return max(1, math.ceil(entry.locked_until - now))
+
+    def failed(self, client: str) -> None:
+        """Count a wrong token of ``client``."""
+        now = self.clock()
+        with self._lock:
+            entry = self._clients.pop(client, None)
+            if entry is None and len(self._clients) >= self.capacity:
+                self._sweep(now)
+            if entry is None and len(self._clients) >= self.capacity:
+                if self._others is None or self._others.over(now, self.window):
+                    self._others = _Failures(since=now, last=now)
+                self._count(self._others, now)
+                return
+            if entry is None or entry.over(now, self.window):
+                entry = _Failures(since=now, last=now)
+            self._count(entry, now)
+            self._clients[client] = entry  # the most recent, last
+            # the least recently failing first: forget those with nothing left to count
+            keep = max(self.window, self.lockout)
+            while self._clients and now - next(iter(self._clients.values())).last >= keep:
+                self._clients.popitem(last=False)
+
+    def _count(self, entry: _Failures, now: float) -> None:
+        entry.count += 1
+        entry.last = now
+        if entry.count >= self.limit and entry.locked_until is None:
+            entry.locked_until = now + self.lockout
+
+    def _sweep(self, now: float) -> None:
+        # every client with nothing left to count, at most once a second (a full table of live
+        # clients would otherwise be read through at every new client's wrong token)
+        if now - self._swept < 1.0:
+            return
+        self._swept = now
+        for key in [k for k, e in self._clients.items() if e.over(now, self.window)]:
+            del self._clients[key]
+
+    def succeeded(self, client: str) -> None:
+        """Forget the wrong tokens of ``client``, which has given the right one."""
+        with self._lock:
+            self._clients.pop(client, None)
+
+
+def client_key(address: str | None) -> str:
+    """Whom wrong tokens are counted for: an IPv4 address (an IPv4-mapped IPv6 one as IPv4), an
+    IPv6 address's /64 (one host commonly has a /64 to take addresses from), anything else as is."""
+    try:
+        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
+    except ValueError:
+        return address or "unknown"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class Sessions:
+    """The login sessions this process has ended (logout), in bounded memory.
+
+    The session cookie is signed, not stored: without this a logout only made the browser forget
+    its copy, and a copy kept elsewhere worked on. A login gives the session a random id and its
+    time; :meth:`end` remembers the id until the session would have expired anyway (``lifetime``
+    seconds after its login), and :meth:`valid` refuses it. Past ``capacity`` ended sessions
+    still remembered, every session logged in until then ends (nothing ended is let back in).
+    Each process has its own: processes sharing a secret_key do not learn of another's logouts.
+    """
+
+    def __init__(self, lifetime: float, capacity: int = MAX_REVOKED_SESSIONS,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.lifetime, self.capacity, self.clock = lifetime, capacity, clock
+        self._lock = threading.Lock()
+        self._ended: dict[str, float] = {}  # session id: when it expires anyway
+        self._ended_before = -math.inf  # sessions logged in at or before this have ended
+
+    def __len__(self) -> int:
+        return len(self._ended)
+
+    def valid(self, sid: str, since: float) -> bool:
+        """Whether the session ``sid`` logged in at ``since`` still holds."""
+        now = self.clock()
+        with self._lock:
+            return since > self._ended_before and now - since < self.lifetime and sid not in self._ended
+
+    def end(self, sid: str, since: float) -> None:
+        """End the session ``sid`` logged in at ``since`` (a logout)."""
+        now = self.clock()
+        with self._lock:
+            self._ended[sid] = since + self.lifetime
+            if len(self._ended) > self.capacity:
+                self._ended = {s: t for s, t in self._ended.items() if t > now}
+                if len(self._ended) > self.capacity:
+                    self._ended_before = now
+                    self._ended.clear()
+
+
 def _fmt_time(value: datetime | int | None) -> str:
     if value is None:
         return "-"
@@ -112,16 +274,81 @@ def peek_shown(conn: psycopg.Connection[Any], queue: str, limit: int) -> list[tu
     return out
 
 
-def dead_letters_shown(conn: psycopg.Connection[Any], queue: str, limit: int) -> list[tuple[DeadLetter, Shown]]:
-    """Return up to ``limit`` dead letters as ``Queue.dead_letters`` would, each with how the page
-    shows its payload; only the first MAX_SHOWN bytes of each content are read (as
-    :func:`peek_shown`)."""
-    rows = conn.execute(_sql.DEAD_LETTERS_SHOWN, {"queue": queue, "limit": limit, "shown": MAX_SHOWN}).fetchall()
+#: Where a page of dead letters starts or ends: the (dead_at, id) of a letter, as
+#: ``<dead_at>-<id>`` (epoch milliseconds, then the id) in ``?after=`` and ``?before=``.
+Cursor = tuple[int, int]
+_CURSOR = re.compile(r"(-?[0-9]{1,19})-([0-9]{1,19})")
+_BIGINT = range(-(2**63), 2**63)
+
+
+def parse_cursor(text: str) -> Cursor | None:
+    """The (dead_at, id) of ``<dead_at>-<id>``; None if it is not one."""
+    found = _CURSOR.fullmatch(text)
+    if found is None:
+        return None
+    dead_at, ident = int(found.group(1)), int(found.group(2))
+    return (dead_at, ident) if dead_at in _BIGINT and ident in _BIGINT else None
+
+
+def format_cursor(cursor: Cursor) -> str:
+    """``<dead_at>-<id>``, as :func:`parse_cursor` reads it."""
+    return f"{cursor[0]}-{cursor[1]}"
+
+
+@dataclass(frozen=True)
+class DeadPage:
+    """A page of a queue's dead letters, oldest first, and where the next and previous start."""
+
+    letters: list[tuple[DeadLetter, Shown]]
+    next: str | None  # ``?after=`` of the next page; None: this page is the last
+    previous: str | None  # ``?before=`` of the previous page; None: this page is the first
+
+
+def _dead_rows(conn: psycopg.Connection[Any], queue: str, limit: int, after: Cursor | None,
+               before: Cursor | None) -> list[tuple[DeadLetter, Shown, Cursor]]:
+    params: dict[str, Any] = {"queue": queue, "limit": limit, "shown": MAX_SHOWN}
+    query = _sql.DEAD_LETTERS_SHOWN
+    if after is not None:
+        query = _sql.DEAD_LETTERS_SHOWN_AFTER
+        params.update(dead_at=after[0], id=after[1])
+    elif before is not None:
+        query = _sql.DEAD_LETTERS_SHOWN_BEFORE
+        params.update(dead_at=before[0], id=before[1])
     out = []
-    for row in rows:
+    for row in conn.execute(query, params).fetchall():
         d = dead_letter_from_row(row)
-        out.append((d, show(d.content, d.content_type, int(row[9]))))
+        out.append((d, show(d.content, d.content_type, int(row[9])), (int(row[8]), int(row[0]))))
+    if after is None and before is not None:
+        out.reverse()  # (read newest first)
     return out
+
+
+def dead_letters_shown(conn: psycopg.Connection[Any], queue: str, limit: int, *, after: Cursor | None = None,
+                       before: Cursor | None = None) -> list[tuple[DeadLetter, Shown]]:
+    """Return up to ``limit`` dead letters as ``Queue.dead_letters`` would (oldest first: by
+    dead_at, then id), each with how the page shows its payload; only the first MAX_SHOWN bytes
+    of each content are read (as :func:`peek_shown`). ``after``: those after the letter with that
+    (dead_at, id); ``before``: the last ``limit`` before it."""
+    return [(d, shown) for d, shown, _ in _dead_rows(conn, queue, limit, after, before)]
+
+
+def dead_letter_page(conn: psycopg.Connection[Any], queue: str, limit: int, *, after: Cursor | None = None,
+                     before: Cursor | None = None) -> DeadPage:
+    """A page of up to ``limit`` dead letters (as :func:`dead_letters_shown`), by keyset paging:
+    the page after ``after``, the page before ``before``, or the first; a page before which
+    nothing is left (requeued or purged since) is the first."""
+    rows = _dead_rows(conn, queue, limit + 1, after, before)
+    if after is None and before is not None:
+        if not rows:  # nothing before it any more: the first page
+            return dead_letter_page(conn, queue, limit)
+        more_before, more_after = len(rows) > limit, True
+        rows = rows[-limit:]
+    else:
+        more_before, more_after = after is not None, len(rows) > limit
+        rows = rows[:limit]
+    return DeadPage([(d, shown) for d, shown, _ in rows],
+                    format_cursor(rows[-1][2]) if more_after and rows else None,
+                    format_cursor(rows[0][2]) if more_before and rows else None)
 
 
 def _done(args: Any) -> str | None:
@@ -195,7 +422,10 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                       interval=options.sample_interval, history=options.history)
     if start_sampler:
         sampler.start()
-    app.extensions["pgqueue"] = {"pool": pool, "sampler": sampler, "options": options}
+    failed_logins = FailedLogins()
+    sessions = Sessions(app.permanent_session_lifetime.total_seconds())
+    app.extensions["pgqueue"] = {"pool": pool, "sampler": sampler, "options": options,
+                                 "failed_logins": failed_logins, "sessions": sessions}
 
     def privileges() -> Privileges:
         with pool.connection() as conn:
@@ -225,16 +455,31 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                        "(start it with --token to reach it by name)")
         if request.endpoint == "static":
             return None
-        if options.token is not None and not _authorised():
+        if options.token is not None and not _logged_in():
+            client = client_key(request.remote_addr)
             given = request.args.get("token")
-            if given is not None and hmac.compare_digest(given.encode(), options.token.encode()):
-                session["auth"] = _token_mark()
+            header = request.headers.get("Authorization", "")
+            bearer = header[7:] if header.startswith("Bearer ") else None
+            login_post = request.endpoint == "login" and request.method == "POST"
+            if given is not None or bearer is not None or login_post:
+                wait = failed_logins.retry_after(client)
+                if wait is not None:  # too many wrong tokens: this one is not even compared
+                    return _too_many(wait)
+            if bearer is not None and _is_token(bearer):
+                failed_logins.succeeded(client)
+            elif given is not None and _is_token(given):
+                failed_logins.succeeded(client)
+                _log_in()
                 values: dict[str, Any] = {k: v for k, v in request.args.items() if k != "token"}
                 values.update(request.view_args or {})
                 return redirect(url_for(request.endpoint or "index", **values))
-            if request.endpoint == "login" and request.method == "POST":
-                return None
-            return Response(render_template("login.html", failed=given is not None), 401)
+            else:
+                if given is not None or bearer is not None:
+                    failed_logins.failed(client)
+                if login_post:
+                    return None  # (the login view compares and counts)
+                return Response(render_template("login.html", failed=given is not None or bearer is not None,
+                                                signed_out=request.args.get("signed_out") == "1"), 401)
         # past the Host check and the token: pages may tell what the database said (the sampler's
         # error names the server, the database and the role); the login page, and the refusal
         # of a foreign Host name (which a DNS-rebinding page can read), tell nothing
@@ -246,6 +491,30 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
         return None
 
+    def _too_many(wait: int) -> BaseResponse:
+        message = (f"Too many wrong access tokens from this address: try again in {wait} s "
+                   f"({failed_logins.limit} within {failed_logins.window:g} s lock it out for "
+                   f"{failed_logins.lockout:g} s)")
+        response: BaseResponse
+        if request.path.startswith("/api/"):
+            response = jsonify(error=message)
+            response.status_code = 429
+        else:
+            response = Response(render_template("login.html", locked=message), 429)
+        response.headers["Retry-After"] = str(wait)
+        return response
+
+    def _is_token(given: str) -> bool:
+        assert options.token is not None
+        return hmac.compare_digest(given.encode(), options.token.encode())
+
+    def _log_in() -> None:
+        # a new session: its own id and login time, which a logout ends (Sessions)
+        session.clear()
+        session["auth"] = _token_mark()
+        session["sid"] = secrets.token_urlsafe(16)
+        session["since"] = time.time()
+
     def _token_mark() -> str:
         # what a login keeps in the session: a digest of the token it gave, so that a session
         # made with a token stops working when the token changes (a shared secret_key)
@@ -253,13 +522,18 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         return hmac.new(app.secret_key if isinstance(app.secret_key, bytes) else str(app.secret_key).encode(),
                         options.token.encode(), "sha256").hexdigest()
 
-    def _authorised() -> bool:
+    def _logged_in() -> bool:
+        """Whether the session cookie holds a login: with the token of now, not ended by a logout,
+        nor older than the session lifetime (31 days)."""
         assert options.token is not None
-        mark = session.get("auth")
-        if isinstance(mark, str) and hmac.compare_digest(mark, _token_mark()):
+        mark, sid, since = session.get("auth"), session.get("sid"), session.get("since")
+        if (isinstance(mark, str) and hmac.compare_digest(mark, _token_mark()) and isinstance(sid, str)
+                and isinstance(since, (int, float)) and sessions.valid(sid, float(since))):
             return True
-        header = request.headers.get("Authorization", "")
-        return header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), options.token.encode())
+        if "auth" in session:  # what does not hold any more goes from the cookie
+            for key in ("auth", "sid", "since"):
+                session.pop(key, None)
+        return False
 
     @app.after_request
     def headers(response: BaseResponse) -> BaseResponse:
@@ -276,20 +550,25 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.context_processor
     def globals_() -> dict[str, Any]:
         return {"csrf_token": csrf_token, "fmt_age": format_ms, "fmt_time": _fmt_time, "version": __version__,
-                "options": options, "sample_error": sampler.error if g.get("trusted") else None}
+                "options": options, "sample_error": sampler.error if g.get("trusted") else None,
+                "signed_in": bool(g.get("trusted")) and options.token is not None and "sid" in session}
 
     @app.errorhandler(PgQueueError)
-    def database_error(exc: PgQueueError) -> tuple[str, int]:
+    def database_error(exc: PgQueueError) -> tuple[str | Response, int]:
         if isinstance(exc, QueueNotFound):
-            return render_template("error.html", title="No such queue", message=exc.message), 404
-        if exc.sqlstate == "42501":
-            return render_template("error.html", title="Permission denied", message=exc.message,
-                                   detail=f"The dashboard connects as role {_role()}, which the database does "
-                                          "not allow this. Connect it as a role that may (docs/grants.sql)."), 403
-        return render_template("error.html", title="Database error", message=exc.message, detail=exc.hint), 500
+            title, detail, status = "No such queue", None, 404
+        elif exc.sqlstate == "42501":
+            title, status = "Permission denied", 403
+            detail = (f"The dashboard connects as role {_role()}, which the database does "
+                      "not allow this. Connect it as a role that may (docs/grants.sql).")
+        else:
+            title, detail, status = "Database error", exc.hint, 500
+        if request.path.startswith("/api/"):
+            return jsonify(error=exc.message, detail=detail), status
+        return render_template("error.html", title=title, message=exc.message, detail=detail), status
 
     @app.errorhandler(psycopg.Error)
-    def psycopg_error(exc: psycopg.Error) -> tuple[str, int]:
+    def psycopg_error(exc: psycopg.Error) -> tuple[str | Response, int]:
         return database_error(translate(exc))
 
     @app.errorhandler(PoolTimeout)
@@ -315,10 +594,23 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.route("/login", methods=["POST"])
     def login() -> BaseResponse:
         given = request.form.get("token", "")
-        if options.token is not None and hmac.compare_digest(given.encode(), options.token.encode()):
-            session["auth"] = _token_mark()
+        client = client_key(request.remote_addr)
+        if options.token is not None and _is_token(given):
+            failed_logins.succeeded(client)
+            _log_in()
             return redirect(url_for("index"))
+        if options.token is not None:
+            failed_logins.failed(client)
         return Response(render_template("login.html", failed=True), 401)
+
+    @app.route("/logout", methods=["POST"])
+    def logout() -> BaseResponse:
+        # (a POST with the session's CSRF token, checked by guard; without a login, guard answers 401)
+        sid, since = session.get("sid"), session.get("since")
+        if isinstance(sid, str) and isinstance(since, (int, float)):
+            sessions.end(sid, float(since))  # a copy of the cookie kept elsewhere stops working too
+        session.clear()  # and the browser's is deleted
+        return redirect(url_for("index", signed_out=1) if options.token is not None else url_for("index"), 303)
 
     @app.route("/")
     def index() -> str:
@@ -363,11 +655,13 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if not p.read_dead:
             raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
                                sqlstate="42501")
+        after, before = _page_args(request.args)
         with pool.connection() as conn:
-            letters = dead_letters_shown(conn, name, PAGE_LIMIT)
+            page = dead_letter_page(conn, name, PAGE_LIMIT, after=after, before=before)
         stats = queue.stats() if p.read_stats else None
-        return render_template("dead.html", p=p, writable=writable(p), name=name, letters=letters, stats=stats,
-                               done=_done(request.args))
+        return render_template("dead.html", p=p, writable=writable(p), name=name, letters=page.letters, page=page,
+                               stats=stats, done=_done(request.args), here=_page_values(after, before),
+                               paged=after is not None or page.previous is not None, page_limit=PAGE_LIMIT)
 
     @app.route("/queues/<name>/dead/<action>", methods=["POST"])
     def dead_action(name: str, action: str) -> BaseResponse | tuple[str, int] | str:
@@ -388,6 +682,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if not every and not ids:
             abort(400, "choose dead letters (or all of them) first")
         queue = Queue(pool, name)
+        here = _page_values(*_page_args(request.form))  # the page of dead letters to go back to
         if request.form.get("confirm") != "yes":
             upto = None
             if every:  # the newest death this page sees bounds what the confirmation acts on
@@ -400,7 +695,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
                 counted = 0 if row is None else int(row[1])  # exactly what "all" acts on
             return render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
-                                   every=every, upto=upto, dead=counted if every else None)
+                                   every=every, upto=upto, dead=counted if every else None, here=here)
         if every:
             try:
                 upto = int(request.form.get("upto", ""))
@@ -417,8 +712,25 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             n = queue.requeue_dead(ids)
         else:
             n = queue.purge_dead(ids)
-        return redirect(url_for("dead_page", name=name, done="requeued" if action == "requeue" else "purged", n=n),
-                        303)
+        values: dict[str, Any] = {"name": name, "done": "requeued" if action == "requeue" else "purged", "n": n,
+                                  **here}
+        return redirect(url_for("dead_page", **values), 303)
+
+    def _page_args(args: Any) -> tuple[Cursor | None, Cursor | None]:
+        """The ``after`` and ``before`` of a request (400 if either is not a cursor)."""
+        out: list[Cursor | None] = []
+        for key in ("after", "before"):
+            text = args.get(key)
+            cursor = None if text is None or text == "" else parse_cursor(text)
+            if text and cursor is None:
+                abort(400, f"{key} is a dead letter's <dead_at>-<id>, as the page's links give it")
+            out.append(cursor)
+        return out[0], out[1]
+
+    def _page_values(after: Cursor | None, before: Cursor | None) -> dict[str, Any]:
+        if after is not None:
+            return {"after": format_cursor(after)}
+        return {} if before is None else {"before": format_cursor(before)}
 
     def _workers(p: Privileges, queue: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
         leased: list[dict[str, Any]] = []
@@ -477,6 +789,28 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                                 "dead": s.dead, "oldest_ready_age_ms": s.oldest_ready_age_ms,
                                 "oldest_ready_age": format_ms(s.oldest_ready_age_ms)} for s in stats],
                        sampler_error=sampler.error)
+
+    @app.route("/api/queues/<name>/dead")
+    def api_dead(name: str) -> Response:
+        """A page of a queue's dead letters, oldest first (``?limit=`` up to 100, ``?after=`` the
+        ``next`` of the page before, ``?before=`` the ``previous`` of the page after)."""
+        p = privileges()
+        Queue(pool, name).settings()  # 404 for an unknown queue
+        if not p.read_dead:
+            raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
+                               sqlstate="42501")
+        text = request.args.get("limit", str(PAGE_LIMIT))
+        if not (text.isdigit() and len(text) <= 3 and 1 <= int(text) <= PAGE_LIMIT):
+            abort(400, f"limit is a number of dead letters from 1 to {PAGE_LIMIT}")
+        after, before = _page_args(request.args)
+        with pool.connection() as conn:
+            page = dead_letter_page(conn, name, int(text), after=after, before=before)
+        return jsonify(queue=name, dead_letters=[
+            {"id": d.id, "dead_at": d.dead_at.isoformat(), "created_at": d.created_at.isoformat(),
+             "attempts": d.attempts, "last_error": d.last_error, "content_type": d.content_type,
+             "size": shown.size, "payload": {"kind": shown.kind, "text": shown.text, "shown_bytes": shown.shown_bytes,
+                                             "truncated": shown.truncated, "note": shown.note}}
+            for d, shown in page.letters], next=page.next, previous=page.previous)
 
     @app.route("/api/history")
     def api_history() -> Response:
