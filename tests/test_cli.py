@@ -298,7 +298,7 @@ def test_without_a_dsn_libpq_defaults_apply(capsys: pytest.CaptureFixture[str], 
     monkeypatch.delenv("PGSERVICE")
     monkeypatch.setenv("PGHOST", "127.0.0.1")
     monkeypatch.setenv("PGPORT", "1")
-    for argv in (["stats"], ["worker", "default", "worker_handlers:obey"]):
+    for argv in (["stats"], ["worker", "default", "worker_handlers:obey", "--startup-timeout", "0"]):
         status, out, err = run(capsys, *argv)
         assert_one_line_error(status, out, err, "cannot connect", "PGQUEUE_DSN", "PGHOST")
 

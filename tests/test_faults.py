@@ -61,7 +61,7 @@ from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.embedded import EmbeddedPostgres
 from pgqueue.schedules import Scheduler
 from pgqueue.worker import Result, Worker
-from test_worker import Started, make_queue, running, wait_for
+from test_worker import Started, make_queue, running, stop_and_time, wait_for
 
 Conn = psycopg.Connection[Any]
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
@@ -515,18 +515,6 @@ def test_frozen_thaws_what_it_stopped_when_a_listed_process_is_gone() -> None:
         os.kill(live.pid, signal.SIGCONT)
         live.kill()
         live.wait()
-
-
-def stop_and_time(started: Started) -> float:
-    """Stop a started worker from its own side (the event loop's thread for an AsyncWorker) and
-    return how long its run() took to return (at most 15 s: check that it did)."""
-    t0 = time.monotonic()
-    if started.loop is None:
-        started.worker.stop()
-    else:
-        started.loop.call_soon_threadsafe(started.worker.stop)
-    started.thread.join(15)
-    return time.monotonic() - t0
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])

@@ -104,6 +104,18 @@ class Results:
         return self.outcomes()[outcome]
 
 
+def stop_and_time(started: Started) -> float:
+    """Stop a started worker from its own side (the event loop's thread for an AsyncWorker) and
+    return how long its run() took to return (at most 15 s: check that it did)."""
+    t0 = time.monotonic()
+    if started.loop is None:
+        started.worker.stop()
+    else:
+        started.loop.call_soon_threadsafe(started.worker.stop)
+    started.thread.join(15)
+    return time.monotonic() - t0
+
+
 def make_queue(dsn: str, name: str = "jobs", **options: Any) -> Queue:
     queue = Queue(dsn, name)
     queue.create(**{"notify": True, **options})

@@ -48,9 +48,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgqueue import _core
 from pgqueue._core import Call, error_text
 from pgqueue._lease import Outage, _first_line
+from pgqueue.client import _execute
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
-from pgqueue.message import Message
+from pgqueue.message import Message, QueueSettings
 from pgqueue.tasks import Reject, Tasks, is_coroutine_callable
 
 log = logging.getLogger("pgqueue.worker")
@@ -97,9 +98,11 @@ _STUCK_CALL = 2.0
 
 
 def is_connection_error(exc: BaseException) -> bool:
-    """Tell whether a database error means the connection is lost or refused (then wait and
-    try again) rather than a refusal of the call (a dropped queue: stop with it)."""
-    return isinstance(exc, _CONNECTION_ERRORS) or isinstance(exc.__cause__, psycopg.OperationalError)
+    """Tell whether a database error means the connection is lost or refused, or the server
+    read-only (a standby after a failover: :func:`is_read_only`), then wait and try again on a
+    new connection, rather than a refusal of the call (a dropped queue: stop with it)."""
+    return (isinstance(exc, _CONNECTION_ERRORS) or isinstance(exc.__cause__, psycopg.OperationalError)
+            or is_read_only(exc))
 
 
 def _shut_down(conn: Any) -> None:
@@ -117,10 +120,203 @@ def _shut_down(conn: Any) -> None:
 
 
 def _failure(exc: BaseException) -> str:
-    """Say what a retried error is: a lost connection, or a call the server refused for now (a
-    lock or statement timeout, a cancel, a serialization failure)."""
+    """Say what a retried error is: a lost connection, a read-only server, or a call the server
+    refused for now (a lock or statement timeout, a cancel, a serialization failure)."""
+    if is_read_only(exc):
+        return "the database is read-only"
     lost = isinstance(exc, ConnectionFailed) or (isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None)
     return "database connection lost" if lost else "database call failed"
+
+
+#: SQLSTATE read_only_sql_transaction: a write on a hot standby (a failover has left the worker
+#: on the old primary, now a standby) or with default_transaction_read_only on.
+READ_ONLY = "25006"
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Tell whether a database error is a write refused by a read-only server or session (25006):
+    an outage for a worker (wait, and try again on a new connection), not a refusal of the call."""
+    for e in (exc, exc.__cause__):
+        if e is not None and getattr(e, "sqlstate", None) == READ_ONLY:
+            return True
+    return False
+
+
+#: What a server that is there but cannot take the worker yet answers a connection with (its
+#: FATAL's text: libpq does not pass the SQLSTATE of a refused connection on): starting up, in
+#: recovery or shutting down (57P03), no connection slot free (53300), shut down or terminated
+#: by an administrator (57P01, 57P02), out of processes or memory, an authentication that timed out.
+_COMING = ("the database system is starting up", "the database system is shutting down",
+           "the database system is in recovery mode", "the database system is not yet accepting connections",
+           "the database system is not accepting connections", "consistent recovery state has not been yet reached",
+           "too many clients", "too many connections", "remaining connection slots are reserved",
+           "terminating connection due to",  # administrator command, a conflict with recovery...
+           "could not fork new process", "out of memory", "canceling authentication due to timeout")
+
+#: What libpq says, without a server's FATAL, about a connection no retry mends: a password it
+#: has not got or that the server refused, a certificate, a server that is not PostgreSQL.
+_REFUSED = ("fe_sendauth", "password", "authentication", "certificate", "channel binding",
+            "does not support ssl", "invalid response to ssl negotiation", "server does not support",
+            "unsupported", "require_auth")
+
+#: SQLSTATEs of an error (during the start-up check) that mean the server cannot serve yet: every
+#: 08 (connection exception) and these: too many connections, the server ending the session.
+_OUTAGE_SQLSTATES = frozenset({"53300", "53000", "57P01", "57P02", "57P03", "57P05", READ_ONLY})
+
+
+def retry_at_start(exc: BaseException) -> bool:
+    """Tell whether an error met while starting (connecting, checking the database) is one the
+    server's coming back mends: wait and try again. Else (authentication refused, no such database
+    or role, a bad connection string, pgqueue missing or of another version, a missing privilege)
+    the start fails at once.
+
+    A connection refused, a socket that is not there, a timeout, a host name that does not resolve
+    (yet: a container not started), a connection that broke: retried. A server that refuses the
+    login is retried only when it says it cannot take the connection yet (starting up, recovering,
+    shutting down, out of connection slots); any other refusal is final.
+    """
+    if is_read_only(exc):
+        return True
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate.startswith("08") or sqlstate in _OUTAGE_SQLSTATES
+    if not (isinstance(exc, ConnectionFailed) or isinstance(exc, psycopg.OperationalError)
+            or isinstance(exc.__cause__, psycopg.OperationalError)):
+        return False  # a bad connection string (ProgrammingError), pgqueue missing or mismatched
+    text = " ".join(str(exc).split()).lower()
+    if "fatal:" in text:  # the server answered, and refused the login
+        return any(words in text for words in _COMING)
+    return not any(words in text for words in _REFUSED)
+
+
+class Stopped(Exception):
+    """The start was given up: the worker (or scheduler) was stopped while it connected or waited."""
+
+
+class StoppedConnecting(ConnectionFailed):
+    """The loop's connection attempt (after a loss) was given up for a stop: the loop ends, as
+    after a lost connection, without announcing an outage."""
+
+    def __init__(self) -> None:
+        super().__init__("stopped while connecting to the database")
+
+
+def connect_unless_stopped(dsn: str, stop: threading.Event) -> psycopg.Connection[Any]:
+    """Open an autocommit connection, or raise :class:`Stopped` as soon as ``stop`` is set.
+
+    libpq's connection attempt cannot be interrupted (it takes up to connect_timeout against a
+    server that does not answer): it runs on a thread of its own, abandoned if the stop comes first
+    (it then closes the connection it gets, if any). Raises a :class:`PgQueueError` otherwise."""
+    done = threading.Event()
+    lock = threading.Lock()
+    got: list[psycopg.Connection[Any] | BaseException] = []
+    abandoned = False
+
+    def attempt() -> None:
+        result: psycopg.Connection[Any] | BaseException
+        try:
+            with translating():
+                result = psycopg.connect(dsn, autocommit=True, **_core.utf8(dsn))
+        except BaseException as exc:  # (handed to the waiting thread)
+            result = exc
+        with lock:
+            late = abandoned
+            if not late:
+                got.append(result)
+        if late and isinstance(result, psycopg.Connection):
+            result.close()
+        done.set()
+
+    if stop.is_set():
+        raise Stopped()
+    threading.Thread(target=attempt, name="pgqueue-connect", daemon=True).start()
+    while not done.wait(0.02) and not stop.is_set():
+        pass
+    with lock:
+        if not got:  # stopped first
+            abandoned = True
+            raise Stopped()
+    result = got[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def require_writable(conn: psycopg.Connection[Any]) -> None:
+    """Raise a :class:`PgQueueError` with SQLSTATE 25006 if the connection cannot write: a hot
+    standby (in recovery), or a session read-only by default (default_transaction_read_only)."""
+    with translating():
+        row = conn.execute("SELECT pg_catalog.pg_is_in_recovery(), "
+                           "pg_catalog.current_setting('transaction_read_only')::boolean").fetchone()
+    assert row is not None
+    if row[0]:
+        raise PgQueueError("the database is read-only (a hot standby: the server is in recovery)",
+                           sqlstate=READ_ONLY)
+    if row[1]:
+        raise PgQueueError("the database is read-only (default_transaction_read_only is on for this session)",
+                           sqlstate=READ_ONLY)
+
+
+def check_startup_timeout(startup_timeout: float | None) -> None:
+    """Raise ValueError for a start-up timeout that is not None (wait forever) nor >= 0 seconds."""
+    if startup_timeout is not None and not 0 <= startup_timeout <= 1e9:
+        raise ValueError(f"startup_timeout must be None (wait forever) or 0 to 1e9 seconds, got {startup_timeout}")
+
+
+def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None], *, stop: threading.Event,
+                      timeout: float | None, outage: Outage) -> psycopg.Connection[Any]:
+    """Connect, check that the database can be used (``check``, then that it takes writes) and
+    return the connection (the caller closes it), trying again while the server cannot be reached
+    or is read-only (see :func:`retry_at_start`): after :class:`Backoff`'s waits (0.1 s doubling
+    to 30 s), with one warning when it starts failing (``outage``: its end is the caller's to
+    log) and the retries at DEBUG.
+
+    Raises :class:`Stopped` as soon as ``stop`` is set (during a connection attempt or a wait);
+    what no retry mends at once; and, once ``timeout`` seconds (None: no limit) have passed,
+    the last error (``timeout`` 0: the first one, without a retry or a warning).
+    """
+    backoff = Backoff()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            conn = connect_unless_stopped(dsn, stop)
+            try:
+                check(conn)
+                require_writable(conn)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+        except _DATABASE_ERRORS as exc:
+            if stop.is_set():
+                raise Stopped() from exc
+            if not retry_at_start(exc):
+                raise
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                if not timeout:
+                    raise
+                raise _gave_up(exc, timeout) from exc
+            wait = backoff.next()
+            outage.failed(_start_failure(exc), f"trying again in {wait:g}s")
+        if stop.wait(wait if left is None else min(wait, left)):
+            raise Stopped()
+
+
+def _start_failure(exc: BaseException) -> str:
+    """The warning's text for a start that will be tried again."""
+    text = _first_line(exc)
+    if not is_read_only(exc):
+        return f"the database cannot be reached yet: {text}"
+    return text if text.startswith("the database is read-only") else f"the database is read-only: {text}"
+
+
+def _gave_up(exc: BaseException, timeout: float) -> PgQueueError:
+    """The error a start that ran out of time raises: the last one, saying so."""
+    cls = type(exc) if isinstance(exc, PgQueueError) else ConnectionFailed
+    message = exc.message if isinstance(exc, PgQueueError) else _first_line(exc)
+    return cls(f"{message} (still failing after {timeout:g} s of retries: gave up)",
+               sqlstate=getattr(exc, "sqlstate", None), hint=getattr(exc, "hint", None))
 
 
 class Backoff:
@@ -290,7 +486,9 @@ class WorkerCore:
         on_result: Callable[[Result], None] | None,
         timeout: Timeout | None,
         handle_signals: bool,
+        startup_timeout: float | None = None,
     ) -> None:
+        check_startup_timeout(startup_timeout)
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
                       poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
         self._name = name
@@ -306,16 +504,19 @@ class WorkerCore:
         self._on_result = on_result
         self._timeout = timeout
         self._handle_signals = handle_signals
+        self._startup_timeout = startup_timeout
 
         self._started = False
         self._start_lock = threading.Lock()
         self._signalled = False
         self._stopping = False
+        self._stop_event = threading.Event()  # set with _stopping: ends the start-up wait at once
         self._aborting = False
         self._stop_by: float | None = None  # monotonic end of the shutdown grace, once stopped
         self._call_since: float | None = None  # monotonic start of the loop's call in flight
         self._checking: Any = None  # the start-up check's connection while it runs
         self._reached: tuple[str, str] | None = None  # the database and server the check reached
+        self._settings: QueueSettings | None = None  # the queue's, as the check read them
         self._gave_up = False  # the watchdog shut the call in flight down
         self._watchdog: threading.Thread | None = None
         self._ended = threading.Event()  # run() is over (the worker's _run sets it)
@@ -347,6 +548,7 @@ class WorkerCore:
             now: skip (what is left of) the grace period: give back at once what is in hand.
         """
         self._stopping = True
+        self._stop_event.set()
         self._aborting = self._aborting or now
         by = time.monotonic() + (0.0 if now else self._shutdown_grace)
         self._stop_by = by if self._stop_by is None else min(self._stop_by, by)
@@ -407,32 +609,51 @@ class WorkerCore:
         self.stop(now=again)
 
     def _check_server(self) -> bool:
-        """Check the database's pgqueue version, once: reconnections reach the same database.
+        """Wait for the database, then check its pgqueue version, once: reconnections reach the
+        same database.
 
-        Returns False when the worker was stopped and the check given up (stop()'s watchdog
-        covers it as it covers the loop's calls: a server that accepted the connection and then
-        stopped answering does not hold run() up); run() then returns without starting. Raises
-        what check_server raises otherwise."""
+        A server that cannot be reached yet (refused, no socket, a timeout, starting up, out of
+        connection slots...) or is read-only (a hot standby) is tried again after the
+        :class:`Backoff`'s waits, logged once (the loop's outage: one warning, one line when it
+        connects), for ``startup_timeout`` seconds (None: until it works or the worker is
+        stopped). Returns False when the worker was stopped meanwhile: at once while it connects
+        or waits; a check the server accepted and then does not answer is given up by stop()'s
+        watchdog as it gives up the loop's calls. run() then returns without starting. Raises what
+        no retry mends (authentication, no such database, pgqueue missing or of another version)
+        at once, and the last error once ``startup_timeout`` has passed."""
+
+        def check(conn: psycopg.Connection[Any]) -> None:
+            self._checking = conn
+            self._call_since = time.monotonic()
+            if self._stopping:
+                self._watch_stop()  # stop() came before run(): no watchdog was started then
+            try:
+                check_server(conn)
+                # the queue's settings (_configure): an unknown queue ends the start here, before
+                # anything is logged
+                self._settings = _execute(conn, _core.settings(self._name))
+                # for the start log: what libpq reached (a service file, PGHOSTADDR, one host
+                # of several), which the conninfo alone does not say
+                self._reached = (conn.info.dbname, f"{conn.info.host}:{conn.info.port}")
+            finally:
+                self._call_since = None
+                self._checking = None
+
         try:
-            with translating(), psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
-                self._checking = conn
-                self._call_since = time.monotonic()
-                if self._stopping:
-                    self._watch_stop()  # stop() came before run(): no watchdog was started then
-                try:
-                    check_server(conn)
-                    # for the start log: what libpq reached (a service file, PGHOSTADDR, one host
-                    # of several), which the conninfo alone does not say
-                    self._reached = (conn.info.dbname, f"{conn.info.host}:{conn.info.port}")
-                finally:
-                    self._call_since = None
-                    self._checking = None
-        except BaseException as exc:
+            conn = wait_for_database(self._dsn, check, stop=self._stop_event, timeout=self._startup_timeout,
+                                     outage=self._outage)
+        except Stopped:
             self._ended.set()  # run() ends here, and the stop watchdog (if any) with it
-            if isinstance(exc, PgQueueError) and self._stopping and self._gave_up:
+            if self._gave_up:
                 log.warning("stopped before the start-up check of the database was answered: not started")
-                return False
+            else:
+                log.info("stopped while waiting for the database: not started")
+            return False
+        except BaseException:
+            self._ended.set()
             raise
+        conn.close()
+        self._outage.worked()  # "database connection works again", after a wait
         return True
 
     def _started_log(self, settings_notify: bool, how: str) -> None:
@@ -457,7 +678,9 @@ class WorkerCore:
         changed later takes effect when the worker restarts (passing None instead would lease
         for the queue's lock_ms of the moment, and a lowered one would run out between beats).
         """
-        settings = yield _core.settings(self._name)
+        settings = self._settings  # read by the start-up check
+        if settings is None:
+            settings = yield _core.settings(self._name)
         self._lease_ms = self._lock_ms or settings.lock_ms
         return bool(settings.notify)
 
@@ -645,7 +868,7 @@ class WorkerCore:
                 self._recovering = True
                 # once stopping, the loop ends here: nothing to reconnect (a call the stop's
                 # watchdog gave up was announced by it)
-                if not self._gave_up:
+                if not self._gave_up and not isinstance(exc, StoppedConnecting):
                     self._outage.failed(f"{_failure(exc)}: {_first_line(exc)}",
                                         "stopping" if self._stopping else f"reconnecting in {wait:g}s")
                 retry_at = next_poll = time.monotonic() + wait

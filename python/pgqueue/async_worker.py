@@ -26,8 +26,10 @@ SystemExit (``sys.exit()`` in a handler) also stops the worker at once, the othe
 given back, and :meth:`AsyncWorker.run` raises it when the worker has shut down.
 
 Connections: one to fetch and acknowledge and one to renew leases, each opened again at its
-first call after a loss (the loop's after the core's doubling ``Backoff``, 0.1 s to 30 s), and
-one LISTEN connection when the queue's ``notify`` is on.
+first call after a loss or a write refused by a read-only server (the loop's after the core's
+doubling ``Backoff``, 0.1 s to 30 s), and one LISTEN connection when the queue's ``notify`` is
+on. At start, a database that cannot be reached yet (or is read-only) is waited for as
+:class:`pgqueue.Worker` does.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from pgqueue import _core
+from pgqueue._core import Call
 from pgqueue._lease import AsyncHeartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
@@ -53,13 +56,15 @@ from pgqueue._worker_core import (
     HandlerTimeout,
     Result,
     Step,
+    StoppedConnecting,
     Timeout,
     Wait,
     WorkerCore,
     is_async_handler,
+    is_read_only,
 )
 from pgqueue.async_client import AsyncQueue, _AsyncConnector
-from pgqueue.errors import ConnectionFailed
+from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.message import Message
 from pgqueue.tasks import refuse_generator, returned_generator
 
@@ -72,6 +77,20 @@ T = TypeVar("T")
 #: A coroutine function taking a message; its result is ignored, an exception fails the message.
 AsyncHandler = Callable[[Message], Awaitable[object]]
 
+
+
+async def _drop_if_read_only(runner: _AsyncConnector, call: Call[T]) -> T:
+    """Run a call on the runner's connection; if the server refused it as read-only (a standby
+    after a failover), close that connection first: the next call opens a new one (see
+    pgqueue.worker)."""
+    try:
+        return await runner.run(call)
+    except (psycopg.Error, PgQueueError) as exc:
+        if is_read_only(exc):
+            own = runner._own
+            if own is not None:
+                await own.close()
+        raise
 
 
 class AsyncWorker(WorkerCore):
@@ -103,6 +122,7 @@ class AsyncWorker(WorkerCore):
         on_result: Callable[[Result], None] | None = None,
         timeout: Timeout | None = None,
         handle_signals: bool = True,
+        startup_timeout: float | None = None,
     ) -> None:
         refuse_generator(handler, "the handler")
         if is_async_handler(handler) is False:
@@ -113,7 +133,7 @@ class AsyncWorker(WorkerCore):
         super().__init__(queue.name, queue.conninfo if dsn is None else dsn, handler, concurrency=concurrency,
                          batch_size=batch_size, lock_ms=lock_ms, listen=listen, poll_min=poll_min,
                          poll_max=poll_max, shutdown_grace=shutdown_grace, on_result=on_result,
-                         timeout=timeout, handle_signals=handle_signals)
+                         timeout=timeout, handle_signals=handle_signals, startup_timeout=startup_timeout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._wake: asyncio.Event | None = None
@@ -122,6 +142,8 @@ class AsyncWorker(WorkerCore):
     async def run(self) -> None:
         """Process messages until :meth:`stop` (or SIGINT/SIGTERM), then shut down gracefully.
 
+        A database that cannot be reached yet, or is read-only, is waited for as
+        :meth:`pgqueue.Worker.run` does (``startup_timeout``; :meth:`stop` ends the wait at once).
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up; later
         connection losses are logged and retried. Raises a handler's KeyboardInterrupt or
         SystemExit once the worker has shut down.
@@ -180,7 +202,8 @@ class AsyncWorker(WorkerCore):
                     else:
                         self._call_since = time.monotonic()  # for the stop's watchdog
                         try:
-                            result = await self._runner.run(todo)
+                            await self._connect_loop()
+                            result = await _drop_if_read_only(self._runner, todo)
                         finally:
                             self._call_since = None
                 except BaseException as exc:
@@ -190,16 +213,42 @@ class AsyncWorker(WorkerCore):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
+    async def _connect_loop(self) -> None:
+        """Open the loop's connection if it has none (after a loss), giving the attempt up at once
+        on stop() (StoppedConnecting), as pgqueue.Worker does; once stopping, the shutdown's calls
+        connect as before (bounded by connect_timeout)."""
+        runner = self._runner
+        assert runner is not None
+        own = runner._own
+        if self._stopping or (own is not None and not own.closed):
+            return
+        opening = asyncio.ensure_future(runner._open("_own"))
+        while not opening.done():
+            if self._stopping:
+                opening.cancel()
+                await asyncio.wait({opening})
+                if not opening.cancelled() and opening.exception() is None:
+                    return  # connected meanwhile: it is the loop's now
+                raise StoppedConnecting()
+            await asyncio.wait({opening}, timeout=0.02)
+        opening.result()  # (its error: a refused connection)
+
     async def _run(self) -> None:
-        if not await asyncio.to_thread(self._check_server):
-            return  # stopped before the server answered the check
+        try:
+            # (a thread: the start-up check's connection is a blocking one, as in Worker)
+            if not await asyncio.to_thread(self._check_server):
+                return  # stopped before the database could be used
+        except asyncio.CancelledError:
+            self.stop(now=True)  # the start-up wait on its thread ends too
+            raise
         # One connection for the loop's calls and one for the heartbeats, each opened again at
         # its first call after a loss (the loop's after the Backoff's wait).
         self._runner = _AsyncConnector(self._dsn)
         beats_runner = _AsyncConnector(self._dsn)
 
         async def beat(msg: Message) -> bool:
-            return await beats_runner.run(self._beat(msg))
+            renewed: bool = await _drop_if_read_only(beats_runner, self._beat(msg))
+            return renewed
 
         try:
             self._started_log(await self._do(self._configure()), "asyncio tasks")

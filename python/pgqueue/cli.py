@@ -385,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "SIGINT/SIGTERM (several may run: each slot is enqueued once)")
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S",
                    help="seconds between runs (default 1)")
+    _startup_timeout_option(p)
 
     # queue management
     p = command("queue", None, "create, alter, drop or list queues")
@@ -425,9 +426,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "flight) on this port (0 picks a free one; default: none)")
     p.add_argument("--metrics-host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address of the worker's metrics (default 127.0.0.1)")
+    _startup_timeout_option(p)
     p.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
     p.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
     return parser
+
+
+def _startup_timeout_option(p: argparse.ArgumentParser) -> None:
+    """`worker` and `scheduler`: how long to wait at start for a database not reachable yet."""
+    p.add_argument("--startup-timeout", type=_number(float, lambda v: 0 <= v <= 1e9, "seconds >= 0, up to 1e9"),
+                   metavar="S", help="seconds to wait at start for a database that cannot be reached yet or "
+                   "is read-only, retrying with a backoff up to 30 s (default: until it can be used; 0: "
+                   "no wait). A refused login, a missing database or pgqueue ends the start at once")
 
 
 def _queue_options(p: argparse.ArgumentParser, *, create: bool) -> None:
@@ -1382,15 +1392,39 @@ def _ignore_signals_past_the_run() -> None:
             signal.signal(sig, after_the_run)
 
 
+def _check_dsn(dsn: str) -> None:
+    """`worker` and `scheduler`: a connection string that does not parse is one line, exit 1,
+    before anything waits for the database."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}") from exc
+
+
+@contextmanager
+def _start_failures(dsn: str) -> Iterator[None]:
+    """`worker` and `scheduler`: a start that failed to connect (a refused login, a database that
+    does not exist, or --startup-timeout run out) is reported as `connect` reports it: one line,
+    with what to do when no DSN was given. (They wait for a server that cannot be reached yet;
+    after the start, connection failures are retried, never raised.)"""
+    try:
+        yield
+    except ConnectionFailed as exc:
+        hint = "" if dsn else f" ({NO_DSN_HINT})"
+        raise UserError(f"cannot connect to the database: {_one_line(exc.message)}{hint}") from exc
+
+
 def _cmd_scheduler(args: argparse.Namespace) -> int:
     from pgqueue.schedules import Scheduler
 
     dsn = resolve_dsn(args)
-    with connect(dsn):
-        pass  # fail fast: unreachable database, pgqueue missing or of another version
+    _check_dsn(dsn)
     _log_to_stderr(logging.INFO)
-    scheduler = Scheduler(dsn, interval=args.interval)
-    scheduler.run()
+    # waits for a database not reachable yet (or read-only); fails at once on what no wait mends:
+    # a refused login, pgqueue missing or of another version
+    scheduler = Scheduler(dsn, interval=args.interval, startup_timeout=args.startup_timeout)
+    with _start_failures(dsn):
+        scheduler.run()
     print(f"scheduler stopped: enqueued {scheduler.enqueued} message(s)", file=sys.stderr)
     return 0
 
@@ -1486,15 +1520,17 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         raise UsageError("pgqueue worker: error: expected [DSN] QUEUE MODULE:FUNCTION "
                          "(see `pgqueue worker --help`)")
     handler = load_handler(spec)
+    _check_dsn(dsn)
     _log_to_stderr(logging.WARNING)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.getLogger("pgqueue").setLevel(level)
-    with connect(dsn) as conn:
-        Queue(conn, queue_name).settings()  # fail fast: unknown queue, missing extension
+    # The worker's run() waits for a database that cannot be reached yet (or is read-only), and
+    # raises at once, before it logs anything, what no wait mends: a refused login, an unknown
+    # queue, pgqueue missing or of another version (one line each, exit 1).
     options: dict[str, Any] = dict(
         concurrency=args.concurrency, batch_size=args.batch_size, lock_ms=args.lock_ms, listen=args.listen,
         poll_max=args.poll_max, poll_min=min(0.05, args.poll_max), shutdown_grace=args.shutdown_grace,
-        dsn=dsn, timeout=args.timeout)
+        dsn=dsn, timeout=args.timeout, startup_timeout=args.startup_timeout)
     metrics = server = None
     if args.metrics_port is not None:
         from pgqueue.metrics import MetricsServer, WorkerMetrics
@@ -1516,13 +1552,15 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             if metrics is not None:
                 metrics.in_flight = lambda: async_worker.in_flight
             _ignore_signals_past_the_run()
-            asyncio.run(async_worker.run())
+            with _start_failures(dsn):
+                asyncio.run(async_worker.run())
         else:
             worker = Worker(Queue(dsn, queue_name), handler, **options)
             if metrics is not None:
                 metrics.in_flight = lambda: worker.in_flight
             _ignore_signals_past_the_run()
-            worker.run()  # graceful on SIGINT/SIGTERM
+            with _start_failures(dsn):
+                worker.run()  # graceful on SIGINT/SIGTERM
     finally:
         if server is not None:
             server.close()

@@ -31,8 +31,17 @@ from psycopg_pool import ConnectionPool
 
 from pgqueue import _core
 from pgqueue._core import Delay, When
-from pgqueue._worker_core import _shut_down, _worker_conninfo
+from pgqueue._lease import Outage
+from pgqueue._worker_core import (
+    Stopped,
+    _shut_down,
+    _worker_conninfo,
+    check_startup_timeout,
+    connect_unless_stopped,
+    wait_for_database,
+)
 from pgqueue.client import ConnectionSource, _run_once
+from pgqueue.compat import check_server
 from pgqueue.errors import PgQueueError, translating
 from pgqueue.message import ScheduledMessage, ScheduleEntry
 
@@ -123,6 +132,11 @@ _HELD = re.compile(r'^schedule "(.*)" is held: ')
 STUCK_RUN = 2.0
 
 
+def _check(conn: psycopg.Connection[Any]) -> None:
+    """The scheduler's start-up check: the database's pgqueue is this client's version."""
+    check_server(conn)
+
+
 def _held_name(notice: str) -> str:
     """The schedule's name in a held notice (the whole text if it is not of that form)."""
     found = _HELD.match(notice)
@@ -137,11 +151,21 @@ class Scheduler:
     Several schedulers may run against one database: each slot is still enqueued once.
     It keeps one connection (``application_name`` pgqueue-scheduler, ``connect_timeout`` 10 s
     unless the DSN sets them), opened again after a failed run.
+
+    At start :meth:`run` waits for a database that cannot be reached yet or is read-only (a
+    server starting up, a failover) as the worker does: tried again after 0.1 s, doubling up to
+    30 s, one warning when it starts and one line when it connects, for ``startup_timeout``
+    seconds (None, the default: until it works or the scheduler is stopped; 0: no wait). What no
+    retry mends (authentication refused, no such database, pgqueue missing or of another
+    version) is raised at once.
     """
 
-    def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True) -> None:
+    def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True,
+                 startup_timeout: float | None = None) -> None:
         if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
             raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {interval}")
+        check_startup_timeout(startup_timeout)
+        self._startup_timeout = startup_timeout
         self._dsn = _worker_conninfo(dsn, "pgqueue-scheduler")
         self._interval = interval
         self._handle_signals = handle_signals
@@ -151,8 +175,9 @@ class Scheduler:
         self.enqueued = 0
 
     def stop(self) -> None:
-        """Stop after the run in progress (thread-safe). A run the database does not answer
-        (a server or network that hangs) is given up :data:`STUCK_RUN` seconds later."""
+        """Stop after the run in progress (thread-safe); a connection attempt or a wait for the
+        database ends at once. A run the database does not answer (a server or network that
+        hangs) is given up :data:`STUCK_RUN` seconds later."""
         self._stop.set()
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._give_up_stuck_run, name="pgqueue-scheduler-stop",
@@ -168,9 +193,11 @@ class Scheduler:
             _shut_down(conn)
 
     def run(self) -> None:
-        """Run the schedules until stopped; database errors are retried every ``interval``,
-        logged as a warning once (again when the error changes) and with one line when the
-        schedules run again, but a role's missing privilege (42501), which it raises."""
+        """Wait for the database (see the class docstring), then run the schedules until
+        stopped; database errors are retried every ``interval``, logged as a warning once (again
+        when the error changes) and with one line when the schedules run again, but a role's
+        missing privilege (42501), which it raises. Returns without running anything when
+        stopped while it waits for the database at start."""
         saved: dict[signal.Signals, Any] = {}
         if self._handle_signals and threading.current_thread() is threading.main_thread():
 
@@ -183,12 +210,22 @@ class Scheduler:
         held: dict[str, str] = {}  # the schedules a full capped queue holds back: name -> notice
         conn: psycopg.Connection[Any] | None = None
         try:
+            outage = Outage(log, "database connection")
+            try:
+                conn = wait_for_database(self._dsn, _check, stop=self._stop, timeout=self._startup_timeout,
+                                         outage=outage)
+            except Stopped:
+                log.info("stopped while waiting for the database: not started")
+                return
+            outage.worked()
             while not self._stop.is_set():
                 notices: list[str] = []
                 try:
                     if conn is None:
-                        with translating():
-                            conn = psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
+                        try:
+                            conn = connect_unless_stopped(self._dsn, self._stop)
+                        except Stopped:
+                            break
                     self._calling = conn
                     try:
                         done = run_schedules(conn, on_held=notices.append)

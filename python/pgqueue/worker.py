@@ -37,7 +37,11 @@ running when the shutdown grace ends: its message is given back, its thread left
 daemon: it does not keep the process alive).
 
 Connections: a lost connection is tried again after 0.1 s, doubling up to 30 s while the
-database stays away (the core's ``Backoff``); the loop's next call then opens a new one.
+database stays away (the core's ``Backoff``); the loop's next call then opens a new one. A
+write refused by a read-only server (25006: a hot standby after a failover) is an outage too:
+the connection is closed and the next call, after the same waits, opens a new one. At start,
+a database that cannot be reached yet (or is read-only) is waited for the same way (see
+:meth:`Worker.run`); what no retry mends ends the start at once.
 
 Delivery is at least once: a worker that dies (even by SIGKILL) loses nothing, because the
 messages it held come back when their leases run out. The attempts counter fences every
@@ -71,14 +75,18 @@ from pgqueue._worker_core import (
     HandlerTimeout,
     Outcome,
     Result,
+    Stopped,
+    StoppedConnecting,
     Timeout,
     WorkerCore,
+    connect_unless_stopped,
     drive,
     is_async_handler,
+    is_read_only,
     log,
 )
 from pgqueue.client import Queue, _Connector
-from pgqueue.errors import ConnectionFailed
+from pgqueue.errors import PgQueueError
 from pgqueue.message import Message
 from pgqueue.tasks import refuse_generator, returned_generator
 
@@ -168,6 +176,20 @@ class _HandlerThreads:
             self._returned.put((job, error))
 
 
+def _drop_if_read_only(runner: _Connector, call: _core.Call[Any]) -> Any:
+    """Run a call on the runner's connection; if the server refused it as read-only (a standby
+    after a failover), close that connection first: the next call opens a new one, which may
+    reach the new primary (a DNS name or address moved over to it, ``target_session_attrs``)."""
+    try:
+        return runner.run(call)
+    except (psycopg.Error, PgQueueError) as exc:
+        if is_read_only(exc):
+            own = runner._own
+            if own is not None:
+                own.close()
+        raise
+
+
 def _not_awaitable(result: object) -> None:
     """Raise TypeError if a handler returned an awaitable (a plain function wrapping a coroutine
     function, say): nothing awaits it here, so what it was to do has not been done. A coroutine
@@ -219,6 +241,11 @@ class Worker(WorkerCore):
         dsn: the connection string to use; by default it is taken from ``queue``.
         on_result: called on the thread running :meth:`run` with a :class:`Result` after each
             delivery is settled (for metrics and tests); exceptions from it are logged.
+        startup_timeout: how long :meth:`run` waits at start for a database that cannot be
+            reached yet or is read-only (a server starting up, a failover), in seconds: None
+            (the default) waits until it can be used or the worker is stopped, 0 does not wait
+            (the first failure is raised). What no retry mends (authentication refused, no such
+            database, pgqueue missing or of another version) is raised at once either way.
     """
 
     def __init__(
@@ -237,6 +264,7 @@ class Worker(WorkerCore):
         on_result: Callable[[Result], None] | None = None,
         timeout: Timeout | None = None,
         handle_signals: bool = True,
+        startup_timeout: float | None = None,
     ) -> None:
         refuse_generator(handler, "the handler")
         if is_async_handler(handler):
@@ -245,7 +273,7 @@ class Worker(WorkerCore):
         super().__init__(queue.name, queue.conninfo if dsn is None else dsn, handler, concurrency=concurrency,
                          batch_size=batch_size, lock_ms=lock_ms, listen=listen, poll_min=poll_min,
                          poll_max=poll_max, shutdown_grace=shutdown_grace, on_result=on_result,
-                         timeout=timeout, handle_signals=handle_signals)
+                         timeout=timeout, handle_signals=handle_signals, startup_timeout=startup_timeout)
         self._saved_signals: dict[signal.Signals, Any] | None = None
         self._events: stdqueue.SimpleQueue[object] = stdqueue.SimpleQueue()  # handlers' returns, wake-ups
         self._loop_thread: int | None = None
@@ -267,9 +295,16 @@ class Worker(WorkerCore):
         raised by a handler stops the worker the same way (its own message failed) and is raised
         here once the worker has shut down.
 
+        A database that cannot be reached yet, or is read-only (a hot standby), is waited for:
+        tried again after 0.1 s, doubling up to 30 s, with one warning when it starts and one
+        line when it connects, until it works, :meth:`stop` (or SIGINT/SIGTERM) ends the wait
+        at once (run() then returns without starting), or ``startup_timeout`` passes.
+
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
-        (``ConnectionFailed``, ``QueueNotFound``, ...); later connection losses are logged
-        and retried. Raises RuntimeError when called where an event loop runs already.
+        (``ConnectionFailed`` for an authentication refused or a database that does not exist,
+        ``ExtensionNotInstalled``, ``VersionMismatch``, ``QueueNotFound``, ...); later
+        connection losses (and a server turned read-only) are logged and retried. Raises
+        RuntimeError when called where an event loop runs already.
         """
         try:
             asyncio.get_running_loop()
@@ -337,9 +372,27 @@ class Worker(WorkerCore):
         assert self._runner is not None
         self._call_since = time.monotonic()  # for the stop's watchdog
         try:
-            return self._runner.run(call)
+            self._connect_loop()
+            return _drop_if_read_only(self._runner, call)
         finally:
             self._call_since = None
+
+    def _connect_loop(self) -> None:
+        """Open the loop's connection if it has none (after a loss), giving the attempt up at once
+        on stop() (StoppedConnecting): libpq's attempt takes up to connect_timeout against a
+        server that does not answer. Once stopping, the shutdown's calls connect as before
+        (bounded by connect_timeout): what finished is acknowledged over a new connection."""
+        runner = self._runner
+        assert runner is not None
+        own = runner._own
+        if self._stopping or (own is not None and not own.closed):
+            return
+        try:
+            conn = connect_unless_stopped(self._dsn, self._stop_event)
+        except Stopped:
+            raise StoppedConnecting() from None
+        with runner._lock:
+            runner._own = conn
 
     def _loop_connection(self) -> Any:
         return None if self._runner is None else self._runner._own
@@ -356,7 +409,7 @@ class Worker(WorkerCore):
             self._started_log(drive(self._configure(), self._call, self._wait), "threads")
 
             def beat(msg: Message) -> bool:
-                return bool(beats_runner.run(self._beat(msg)))
+                return bool(_drop_if_read_only(beats_runner, self._beat(msg)))
 
             beats = Heartbeats(self._held, beat, interval(self._lease_ms), still_held=self._still_held)
             listener = None
@@ -452,7 +505,8 @@ class Worker(WorkerCore):
         outage = Outage(log, "LISTEN connection")
         while not self._listen_stop.is_set():
             try:
-                with psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
+                # (given up at once when the worker stops: run() does not wait for connect_timeout)
+                with connect_unless_stopped(self._dsn, self._listen_stop) as conn:
                     conn.execute(listen_statement(self._name))
                     self._events.put(_NOTIFIED)  # something may have arrived while we were connecting
                     backoff = 0.5
@@ -460,7 +514,9 @@ class Worker(WorkerCore):
                     while not self._listen_stop.is_set():
                         for _ in conn.notifies(timeout=0.5):
                             self._events.put(_NOTIFIED)
-            except (psycopg.Error, ConnectionFailed) as exc:
+            except Stopped:
+                return
+            except (psycopg.Error, PgQueueError) as exc:
                 outage.failed(f"LISTEN connection failed: {_first_line(exc)}",
                               f"polling until it is back (retry in {backoff:g}s)")
                 self._listen_stop.wait(backoff)
