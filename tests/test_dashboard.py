@@ -933,16 +933,56 @@ def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
     assert int(attempt(attacker, "s3cret-token", 1).headers["Retry-After"]) == 10
     now[0] += 10
     assert attempt(attacker, "s3cret-token", 1).status_code == 302
-    # failures further apart than the window do not add up; a right token forgets them
+    # failures further apart than the window do not add up; a right token does not forget them:
+    # a script that knows the token, behind the same address (a NAT, a proxy), polling with it
+    # wiped an attacker's count at every poll (a review: 180 wrong tokens compared without a 429)
     other = client("192.0.2.1")
     for _ in range(FAILED_LOGIN_LIMIT - 1):
         assert attempt(other, "guess", 0).status_code == 401
     now[0] += FAILED_LOGIN_WINDOW
     for _ in range(FAILED_LOGIN_LIMIT - 1):
         assert attempt(other, "guess", 0).status_code == 401
-    assert attempt(other, "s3cret-token", 2).status_code == 200
-    for _ in range(FAILED_LOGIN_LIMIT - 1):
-        assert attempt(other, "guess", 0).status_code == 401
+    for how in range(3):  # (each from a client of its own: a login's session is not an attempt)
+        assert attempt(client("192.0.2.1"), "s3cret-token", how).status_code in (200, 302)
+    assert attempt(other, "guess", 0).status_code == 401
+    assert attempt(other, "guess", 0).status_code == 429
+
+
+def test_login_bodies_sent_after_the_check_are_counted_before_they_are_compared(dsn: str) -> None:
+    """The limit was checked before a POST /login's body was read, and the login view compared
+    and counted without checking again: a client that sent the headers of many requests first
+    and their bodies later had every token compared, the right one accepted while locked out (a
+    review: 40 compared against a limit of 10). The view checks and counts once it has the body,
+    in one step."""
+    from pgqueue.dashboard.app import FAILED_LOGIN_LIMIT
+
+    server = start(Options(dsn=dsn, token="s3cret-token"), port=0)
+    port = server.wsgi.port
+
+    def headers(length: int) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall((f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                      f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {length}\r\n"
+                      "Connection: close\r\n\r\n").encode())
+        return sock
+
+    def status(sock: socket.socket, body: bytes) -> int:
+        sock.sendall(body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        sock.close()
+        return int(data.split(b" ", 2)[1])
+
+    try:
+        bodies = [b"token=wrong%03d" % i for i in range(4 * FAILED_LOGIN_LIMIT)] + [b"token=s3cret-token"]
+        socks = [headers(len(b)) for b in bodies]
+        time.sleep(1.0)  # every request is past the check that runs before the body is read
+        statuses = [status(sock, body) for sock, body in zip(socks, bodies)]
+    finally:
+        server.stop()
+    assert statuses[:-1].count(401) == FAILED_LOGIN_LIMIT, statuses
+    assert statuses[-1] == 429, statuses
 
 
 def test_failed_logins_take_bounded_memory() -> None:
@@ -1083,10 +1123,12 @@ def test_dead_letters_page_by_keyset_in_the_api(conn: psycopg.Connection[Any], m
     Queue(conn, "default").purge_dead(order[30:100])
     gone = client.get(f"/api/queues/default/dead?before={second['previous']}").get_json()
     assert [d["id"] for d in gone["dead_letters"]] == order[100:200] and gone["previous"] is None
+    # (superscript digits are digits to str.isdigit() but not to int(): a 500, a review found)
     for bad in ("limit=0", "limit=101", "limit=x", "after=12", "after=1-x", "before=9" * 30 + "-1",
-                "after=99999999999999999999-1"):
+                "after=99999999999999999999-1", "limit=\u00b2", "limit=\u00b9\u2070"):
         response = client.get(f"/api/queues/default/dead?{bad}")
         assert response.status_code == 400 and response.is_json, bad
+    assert client.get("/queues/default/dead?done=requeued&n=\u00b2").status_code == 200  # (no notice)
     response = client.get("/api/queues/no_such_queue/dead")
     assert response.status_code == 404 and "no_such_queue" in response.get_json()["error"]
 

@@ -128,15 +128,19 @@ class FailedLogins:
     one (a client is forgotten when its window or lockout is over): while that many are counted,
     every other client's wrong tokens are counted together, as one client, so that many
     addresses do not buy many more tries (an attack from that many addresses locks out new
-    clients' logins for a while, not the sessions logged in). Thread-safe (Werkzeug's threaded
-    server); ``clock`` gives monotonic seconds.
+    clients' logins for as long as it goes on, not the sessions logged in). A token is counted
+    before it is compared (:meth:`attempt`, one check-and-count under the lock, so that
+    concurrent attempts cannot pass the limit) and a right one is taken back
+    (:meth:`succeeded`): the wrong ones before it stay counted, so a client that knows the
+    token (a script behind the same address) does not wipe an attacker's count. Thread-safe
+    (Werkzeug's threaded server); ``clock`` gives monotonic seconds.
     """
 
     def __init__(self, limit: int = FAILED_LOGIN_LIMIT, window: float = FAILED_LOGIN_WINDOW,
                  lockout: float = FAILED_LOGIN_LOCKOUT, capacity: int = FAILED_LOGIN_CLIENTS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit, self.window, self.lockout, self.capacity, self.clock = limit, window, lockout, capacity, clock
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._clients: OrderedDict[str, _Failures] = OrderedDict()  # least recently failing first
         self._others: _Failures | None = None  # the clients not counted one by one
         self._swept = -math.inf
@@ -158,6 +162,16 @@ class FailedLogins:
                     del self._clients[client]
                 return None
             return max(1, math.ceil(entry.locked_until - now))
+
+    def attempt(self, client: str) -> int | None:
+        """Before a token of ``client`` is compared: whole seconds until it may try again (the
+        token is not compared), or None: it may, and this attempt is counted as a wrong one (in
+        the same step as the check), which :meth:`succeeded` takes back if the token was right."""
+        with self._lock:
+            wait = self.retry_after(client)
+            if wait is None:
+                self.failed(client)
+            return wait
 
     def failed(self, client: str) -> None:
         """Count a wrong token of ``client``."""
@@ -196,9 +210,15 @@ class FailedLogins:
             del self._clients[key]
 
     def succeeded(self, client: str) -> None:
-        """Forget the wrong tokens of ``client``, which has given the right one."""
+        """Take back the attempt of ``client`` (:meth:`attempt`) whose token was right; its wrong
+        ones stay counted until their window ends."""
         with self._lock:
-            self._clients.pop(client, None)
+            entry = self._clients.get(client, self._others)
+            if entry is None:
+                return
+            entry.count = max(0, entry.count - 1)
+            if entry.locked_until is not None and entry.count < self.limit:
+                entry.locked_until = None  # (the lock this attempt set)
 
 
 def client_key(address: str | None) -> str:
@@ -354,7 +374,7 @@ def dead_letter_page(conn: psycopg.Connection[Any], queue: str, limit: int, *, a
 def _done(args: Any) -> str | None:
     """The notice of ``?done=<action>&n=<count>`` (None for anything else)."""
     text, n = DONE.get(args.get("done", "")), args.get("n", "")
-    return text.format(n=int(n)) if text is not None and n.isdigit() and len(n) < 19 else None
+    return text.format(n=int(n)) if text is not None and n.isascii() and n.isdigit() and len(n) < 19 else None
 
 
 #: Where a statement's first literal starts: a quote ('...', E'...', U&'...', B'...') or a dollar
@@ -461,9 +481,13 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             header = request.headers.get("Authorization", "")
             bearer = header[7:] if header.startswith("Bearer ") else None
             login_post = request.endpoint == "login" and request.method == "POST"
-            if given is not None or bearer is not None or login_post:
-                wait = failed_logins.retry_after(client)
+            if given is not None or bearer is not None:
+                wait = failed_logins.attempt(client)  # (counted as wrong until found right)
                 if wait is not None:  # too many wrong tokens: this one is not even compared
+                    return _too_many(wait)
+            elif login_post:  # (the login view counts its token, once the form is read)
+                wait = failed_logins.retry_after(client)
+                if wait is not None:
                     return _too_many(wait)
             if bearer is not None and _is_token(bearer):
                 failed_logins.succeeded(client)
@@ -474,8 +498,6 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 values.update(request.view_args or {})
                 return redirect(url_for(request.endpoint or "index", **values))
             else:
-                if given is not None or bearer is not None:
-                    failed_logins.failed(client)
                 if login_post:
                     return None  # (the login view compares and counts)
                 return Response(render_template("login.html", failed=given is not None or bearer is not None,
@@ -595,12 +617,16 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     def login() -> BaseResponse:
         given = request.form.get("token", "")
         client = client_key(request.remote_addr)
-        if options.token is not None and _is_token(given):
-            failed_logins.succeeded(client)
-            _log_in()
-            return redirect(url_for("index"))
         if options.token is not None:
-            failed_logins.failed(client)
+            # checked again and counted now that the form is read: guard's check ran before
+            # the body came, and many connections could have sent theirs meanwhile
+            wait = failed_logins.attempt(client)
+            if wait is not None:
+                return _too_many(wait)
+            if _is_token(given):
+                failed_logins.succeeded(client)
+                _log_in()
+                return redirect(url_for("index"))
         return Response(render_template("login.html", failed=True), 401)
 
     @app.route("/logout", methods=["POST"])
@@ -800,7 +826,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
                                sqlstate="42501")
         text = request.args.get("limit", str(PAGE_LIMIT))
-        if not (text.isdigit() and len(text) <= 3 and 1 <= int(text) <= PAGE_LIMIT):
+        if not (text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= PAGE_LIMIT):
             abort(400, f"limit is a number of dead letters from 1 to {PAGE_LIMIT}")
         after, before = _page_args(request.args)
         with pool.connection() as conn:
