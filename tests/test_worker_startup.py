@@ -22,6 +22,13 @@ not answer held stop() for connect_timeout (10 s). The cases of
 test_what_no_wait_mends_ends_the_start_at_once for the workers are the guard of the other side:
 they passed before and must still pass (the library Scheduler's failed before: it retried a
 refused login, a missing database or pgqueue forever).
+
+Section 6 came with a review, each test failing before its fix: option values libpq refuses
+before connecting and logins refused in another language were retried for good; the timeout was
+no bound (a silent server took connect_timeout per attempt, for ever with connect_timeout=0, and a
+check the database did not answer was not given up); stop() did not give up the Scheduler's
+check, nor the worker's read-only check; a stopped attempt with connect_timeout=0 kept its
+thread; a long wait said nothing after its first warning; the commands waited for good.
 """
 
 from __future__ import annotations
@@ -73,7 +80,7 @@ class Door:
         self.port = free_port()
         self.dsn = make_conninfo(server.dsn(dbname), host="127.0.0.1", port=str(self.port))
         self.mode = "shut"
-        self.fatals: list[tuple[str, str]] = []
+        self.fatals: list[tuple[str, ...]] = []  # (SQLSTATE, message[, severity as the server words it])
         self.accepted = 0
         self._listener: socket.socket | None = None
         self._held: list[socket.socket] = []
@@ -123,8 +130,9 @@ class Door:
                 threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
 
     @staticmethod
-    def _refuse(client: socket.socket, sqlstate: str, message: str) -> None:
-        """Answer a connection's start-up as a server refusing the login with a FATAL error."""
+    def _refuse(client: socket.socket, sqlstate: str, message: str, severity: str = "FATAL") -> None:
+        """Answer a connection's start-up as a server refusing the login with a FATAL error
+        (``severity``: its localized word, as a server whose lc_messages is not English sends it)."""
         with client:
             try:
                 while True:
@@ -134,7 +142,7 @@ class Door:
                         continue
                     _read(client, length - 8)  # the StartupMessage's parameters
                     break
-                fields = (b"SFATAL\0VFATAL\0C" + sqlstate.encode() + b"\0M" + message.encode() + b"\0\0")
+                fields = (b"S" + severity.encode() + b"\0VFATAL\0C" + sqlstate.encode() + b"\0M" + message.encode() + b"\0\0")
                 client.sendall(b"E" + struct.pack("!I", len(fields) + 4) + fields)
             except OSError:
                 pass
@@ -579,7 +587,9 @@ def test_the_commands_end_at_once_on_what_no_wait_mends(pg_server: Server, dbnam
     door.open()
     for dsn, words in ((door.dsn, "password authentication failed"),
                        (pg_server.dsn(f"{dbname}_missing"), "does not exist"),
-                       ("host=127.0.0.1 nonsense", "invalid connection string")):
+                       ("host=127.0.0.1 nonsense", "invalid connection string"),
+                       # an option value libpq refuses before connecting (it was retried for good)
+                       (make_conninfo(door.dsn, sslmode="requir"), 'invalid sslmode value: "requir"')):
         if command == "worker":
             argv = ["worker", dsn, "jobs", "worker_handlers:obey"]
         else:
@@ -636,3 +646,223 @@ def test_which_start_up_errors_are_waited_out() -> None:
     ]
     assert [e for e in waited if not retry_at_start(e)] == []
     assert [e for e in final if retry_at_start(e)] == []
+
+
+# -- 6. after the review: option values, other languages, the timeout's bound, stops, leftovers --
+
+
+def _run_until_ended(runner: Scheduler | Worker | AsyncWorker, seconds: float) -> tuple[list[BaseException], float]:
+    """Run a worker or scheduler on a thread for at most ``seconds`` (then stop it: the test has
+    failed); return what it raised and how long it ran."""
+    caught: list[BaseException] = []
+    thread = threading.Thread(target=_catch, args=(runner, caught), daemon=True)
+    t0 = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    took = time.monotonic() - t0
+    if thread.is_alive():
+        runner.stop()
+        thread.join(15)
+        caught.append(AssertionError(f"still running after {seconds} s"))
+    return caught, took
+
+
+def _runner(kind: str, dsn: str, **options: Any) -> Scheduler | Worker | AsyncWorker:
+    if kind == "Scheduler":
+        return Scheduler(dsn, interval=0.1, handle_signals=False, **options)
+    return Handled().worker(kind, dsn, handle_signals=False, **options)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker", "Scheduler"])
+def test_an_option_value_libpq_refuses_ends_the_start_at_once(door: Door, kind: str,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """libpq refuses these values before it connects ("connection is bad: invalid sslmode value"):
+    no wait mends them. They were retried for good (the text named no refusal it knew)."""
+    caplog.set_level(logging.INFO, logger="pgqueue")
+    for option, value, words in (("sslmode", "requir", "invalid sslmode value"),
+                                 ("target_session_attrs", "primery", "invalid target_session_attrs value"),
+                                 ("port", "5x", 'invalid integer value "5x" for connection option "port"'),
+                                 ("load_balance_hosts", "foo", "invalid load_balance_hosts value")):
+        caught, took = _run_until_ended(_runner(kind, make_conninfo(door.dsn, **{option: value})), 5)
+        assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), (option, caught)
+        assert words in str(caught[0]), (option, caught[0])
+        assert took < 3, (option, took)
+    assert not warnings_of(caplog), warnings_of(caplog)
+
+
+#: A server refusing the login in other languages (lc_messages): the severity word is translated.
+LOCALIZED = [
+    ("ВАЖНО", "28P01", 'пользователь "postgres" не прошёл проверку подлинности (по паролю)'),  # ru
+    ("FATALT", "28P01", 'Lösenordsautentisering misslyckades för användare "postgres"'),  # sv
+    ("FATALE", "3D000", 'il database "q" non esiste'),  # it
+    ("치명적오류", "3D000", '"q" 데이터베이스 없음'),  # ko
+    ("致命错误", "57P03", "数据库系统启动中"),  # zh_CN: starting up, which cannot be told in Chinese
+]
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker", "Scheduler"])
+def test_a_login_refused_in_another_language_ends_the_start_at_once(dsn: str, door: Door, kind: str) -> None:
+    """The server's answer is told from libpq's format ("failed: <severity>:  <text>"), whatever
+    its language: it ends the start (only the English texts of a server that cannot take the
+    connection yet are waited out). It was retried: here the retry reached the server and the
+    start went on as if nothing had been refused; for real, for good."""
+    make_queue(dsn)
+    door.open()
+    for severity, sqlstate, message in LOCALIZED:
+        door.fatals = [(sqlstate, message, severity)]
+        caught, took = _run_until_ended(_runner(kind, door.dsn), 5)
+        assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), (severity, caught)
+        assert message in str(caught[0]), (severity, caught[0])
+        assert took < 3, (severity, took)
+
+
+def test_which_connection_failures_libpq_tells_are_final() -> None:
+    """The rule on libpq's raw text (the translated error's whitespace is collapsed)."""
+    from pgqueue._worker_core import retry_at_start
+
+    def raw(text: str) -> psycopg.OperationalError:
+        return psycopg.OperationalError(f"connection failed: connection to server at \"db\", port 5432 failed: {text}")
+
+    final = [raw(f"{severity}:  {message}") for severity, _, message in LOCALIZED]
+    final += [raw('FATAL:  password authentication failed for user "app"'),
+              psycopg.OperationalError('connection is bad: invalid sslmode value: "requir"'),
+              psycopg.OperationalError('connection is bad: invalid integer value "5x" for connection option "port"'),
+              ConnectionFailed('connection is bad: invalid target_session_attrs value: "primery"')]
+    waited = [raw("FATAL:  the database system is starting up"),
+              raw("FATAL:  sorry, too many clients already"),
+              psycopg.OperationalError('connection is bad: connection to server on socket "/tmp/.s.PGSQL.5432" '
+                                       "failed: No such file or directory"),
+              raw("Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?")]
+    assert [e for e in final if retry_at_start(e)] == []
+    assert [e for e in waited if not retry_at_start(e)] == []
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker", "Scheduler"])
+def test_startup_timeout_bounds_a_server_that_does_not_answer(door: Door, kind: str) -> None:
+    """A server that accepts and never answers: the start ends at startup_timeout (each attempt's
+    connect_timeout is capped to the time left, the attempt given up at the deadline), even with
+    connect_timeout=0, and says how long it waited. It took connect_timeout (10 s), or for ever."""
+    door.open("silent")
+    for dsn in (door.dsn, make_conninfo(door.dsn, connect_timeout="0")):
+        caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 8)
+        assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), caught
+        assert 1.9 <= took < 3.5, (dsn, took)
+        assert "gave up" in str(caught[0]) and "still failing after 2." in str(caught[0]), caught[0]
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker", "Scheduler"])
+def test_startup_timeout_bounds_a_check_the_database_does_not_answer(dsn: str, kind: str) -> None:
+    """The start-up check waits on a lock (a DDL in flight holds pg_extension): it is given up at
+    startup_timeout (its connection shut down). It waited for the lock, past the timeout."""
+    make_queue(dsn)
+    with psycopg.connect(dsn) as locker:
+        locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+        caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 8)
+        locker.rollback()
+    assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), caught
+    assert "no answer" in str(caught[0]) and "gave up" in str(caught[0]), caught[0]
+    assert 1.9 <= took < 3.5, took
+
+
+def test_scheduler_stop_gives_up_a_start_up_check_the_database_does_not_answer(dsn: str) -> None:
+    """stop() ends a start-up check that waits on a lock STUCK_RUN seconds later, as it ends a
+    run: the check is the scheduler's call in flight. It waited for the lock."""
+    from pgqueue.schedules import STUCK_RUN
+
+    with psycopg.connect(dsn) as locker:
+        locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+        scheduler = Scheduler(dsn, interval=0.1, handle_signals=False)
+        caught: list[BaseException] = []
+        thread = threading.Thread(target=_catch, args=(scheduler, caught), daemon=True)
+        thread.start()
+        time.sleep(1)
+        t0 = time.monotonic()
+        scheduler.stop()
+        thread.join(STUCK_RUN + 3)
+        took = time.monotonic() - t0
+        alive = thread.is_alive()
+        locker.rollback()
+    thread.join(15)
+    assert not alive, took
+    assert not caught, caught
+    assert took < STUCK_RUN + 1.5, took
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_worker_stop_gives_up_a_writability_check_the_database_does_not_answer(
+        dsn: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read-only check runs inside the start-up check the stop's watchdog guards: a server
+    that does not answer it is given up _STUCK_CALL seconds after the grace. It ran outside: stop()
+    waited for the answer (here, an hour)."""
+    import pgqueue._worker_core as core
+
+    def hangs(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_catalog.pg_sleep(3600)")
+
+    monkeypatch.setattr(core, "require_writable", hangs)
+    make_queue(dsn)
+    started = Started(Handled().worker(kind, dsn, shutdown_grace=0.2))
+    try:
+        time.sleep(1)
+        assert started.thread.is_alive(), started.errors
+        took = stop_and_time(started)
+    finally:
+        admin_execute_terminate(dsn)  # (the backend sleeps on: its client is gone)
+        started.thread.join(15)
+    assert took < 0.2 + core._STUCK_CALL + 1.5, took
+
+
+def admin_execute_terminate(dsn: str) -> None:
+    """End the test's hung backends (the test failed)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3600)%' "
+                  "AND pid <> pg_backend_pid()")
+
+
+def test_a_stopped_connection_attempt_leaves_no_thread_behind(door: Door, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With connect_timeout=0 (no limit) and a server that never answers, the attempt a stop
+    abandoned kept its thread and socket for good; its connect_timeout is capped now
+    (_ATTEMPT_CAP, shortened here), so it ends."""
+    import pgqueue._worker_core as core
+
+    monkeypatch.setattr(core, "_ATTEMPT_CAP", 2, raising=False)
+    door.open("silent")
+    before = set(threading.enumerate())
+    started = Started(Handled().worker("Worker", make_conninfo(door.dsn, connect_timeout="0")))
+    wait_for(lambda: door.accepted >= 1, what="the connection attempt")
+    assert stop_and_time(started) < 1
+    attempts = [t for t in threading.enumerate() if t not in before and t.name == "pgqueue-connect"]
+    assert attempts, "no attempt in flight"
+    for t in attempts:
+        t.join(5)
+    assert not [t for t in attempts if t.is_alive()]
+
+
+def test_a_long_wait_repeats_its_warning_with_the_time_waited(door: Door, monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """One warning, then the retries at DEBUG: a misconfigured worker sat silent for good. Now the
+    warning comes again every _REPEAT_WARNING seconds (60, shortened here) with the time waited."""
+    import pgqueue._worker_core as core
+
+    caplog.set_level(logging.INFO, logger="pgqueue")
+    monkeypatch.setattr(core, "_REPEAT_WARNING", 0.5, raising=False)
+    started = Started(Handled().worker("Worker", door.dsn))
+    try:
+        wait_for(lambda: len(messages_of(caplog, "still waiting for the database after")) >= 2, timeout=10,
+                 what="the warning repeated")
+    finally:
+        stop_and_time(started)
+    repeated = [r for r in caplog.records if "still waiting for the database after" in r.getMessage()]
+    assert all(r.levelno == logging.WARNING for r in repeated)
+    assert "Connection refused" in repeated[0].getMessage()
+
+
+def test_the_commands_wait_at_most_300_s_by_default() -> None:
+    """`pgqueue worker` and `pgqueue scheduler` end a start that cannot connect after 300 s by
+    default (the library's Worker and Scheduler wait until stopped). They waited for good."""
+    from pgqueue.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["worker", "jobs", "worker_handlers:obey"]).startup_timeout == 300
+    assert parser.parse_args(["scheduler"]).startup_timeout == 300
+    assert parser.parse_args(["scheduler", "--startup-timeout", "0"]).startup_timeout == 0

@@ -31,8 +31,10 @@ when the queue's ``notify`` is on.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import os
+import re
 import signal
 import socket
 import threading
@@ -164,26 +166,70 @@ _REFUSED = ("fe_sendauth", "password", "authentication", "certificate", "channel
 _OUTAGE_SQLSTATES = frozenset({"53300", "53000", "57P01", "57P02", "57P03", "57P05", READ_ONLY})
 
 
+#: libpq's text for an error the server answered a connection attempt with: ``failed: `` then the
+#: severity, a colon, *two* spaces (libpq's own format, whatever the language: the severity word
+#: itself is translated on a server whose lc_messages is not English) and the server's message.
+_SERVER_ANSWER = re.compile(r"failed: ([^\s:][^:\n]{0,40}):  ([^\n]*)")
+
+#: Where connect_unless_stopped records its verdict on a failed attempt (from libpq's raw text,
+#: which the translated error no longer has: its whitespace is collapsed).
+_VERDICT = "_pgqueue_retry_at_start"
+
+
+def _connect_verdict(raw: str) -> bool | None:
+    """Judge a failed connection attempt by libpq's raw error text: False when no retry mends it,
+    True when one does, None when the text rules of :func:`retry_at_start` decide.
+
+    A server that answered (an ErrorResponse, in any language: :data:`_SERVER_ANSWER`) refused the
+    login: retried only when every answer is one of :data:`_COMING` (their English text: a server
+    whose messages are in another language has every refusal final, even "starting up"). An
+    option value libpq refuses before it connects (``connection is bad: invalid sslmode value``,
+    ``invalid integer value "5x" for connection option "port"``) is final."""
+    answers = [m.group(2).lower() for m in _SERVER_ANSWER.finditer(raw)]
+    if answers:
+        return all(any(words in answer for words in _COMING) for answer in answers)
+    if _client_side(raw):
+        return False
+    return None
+
+
+def _client_side(text: str) -> bool:
+    """libpq refused the connection string's values before connecting: psycopg says "connection
+    is bad" (PQconnectStart failed) with no server named ("connection to server ... failed")."""
+    return text.startswith("connection is bad: ") and "connection to server" not in text
+
+
 def retry_at_start(exc: BaseException) -> bool:
     """Tell whether an error met while starting (connecting, checking the database) is one the
     server's coming back mends: wait and try again. Else (authentication refused, no such database
-    or role, a bad connection string, pgqueue missing or of another version, a missing privilege)
-    the start fails at once.
+    or role, a bad connection string or option value, pgqueue missing or of another version, a
+    missing privilege) the start fails at once.
 
     A connection refused, a socket that is not there, a timeout, a host name that does not resolve
     (yet: a container not started), a connection that broke: retried. A server that refuses the
-    login is retried only when it says it cannot take the connection yet (starting up, recovering,
-    shutting down, out of connection slots); any other refusal is final.
+    login is retried only when it says, in English, that it cannot take the connection yet
+    (starting up, recovering, shutting down, out of connection slots); any other refusal, and
+    every refusal of a server whose messages are in another language, is final.
     """
     if is_read_only(exc):
         return True
+    verdict = getattr(exc, _VERDICT, None)
+    if verdict is not None:
+        return bool(verdict)
     sqlstate = getattr(exc, "sqlstate", None)
     if sqlstate is not None:
         return sqlstate.startswith("08") or sqlstate in _OUTAGE_SQLSTATES
     if not (isinstance(exc, ConnectionFailed) or isinstance(exc, psycopg.OperationalError)
             or isinstance(exc.__cause__, psycopg.OperationalError)):
         return False  # a bad connection string (ProgrammingError), pgqueue missing or mismatched
+    for raw in (exc, exc.__cause__):
+        if isinstance(raw, psycopg.Error):
+            verdict = _connect_verdict(str(raw))
+            if verdict is not None:
+                return verdict
     text = " ".join(str(exc).split()).lower()
+    if _client_side(text):
+        return False
     if "fatal:" in text:  # the server answered, and refused the login
         return any(words in text for words in _COMING)
     return not any(words in text for words in _REFUSED)
@@ -201,23 +247,66 @@ class StoppedConnecting(ConnectionFailed):
         super().__init__("stopped while connecting to the database")
 
 
-def connect_unless_stopped(dsn: str, stop: threading.Event) -> psycopg.Connection[Any]:
-    """Open an autocommit connection, or raise :class:`Stopped` as soon as ``stop`` is set.
+#: The connect_timeout of an attempt connect_unless_stopped makes when the conninfo sets none (0,
+#: or a negative one: libpq's "wait forever"): an attempt abandoned for a stop ends by then, its
+#: thread and socket with it.
+_ATTEMPT_CAP = 30
+
+
+def _attempt_timeout(dsn: str, deadline: float | None) -> int | None:
+    """The connect_timeout of one attempt: the conninfo's (or $PGCONNECT_TIMEOUT's), :data:`_ATTEMPT_CAP`
+    for none, at most the seconds left until ``deadline`` (at least 2: libpq's minimum). None
+    leaves a value psycopg refuses to psycopg (it reports it)."""
+    try:
+        given = conninfo_to_dict(dsn).get("connect_timeout", os.environ.get("PGCONNECT_TIMEOUT"))
+        seconds = int(str(given).strip()) if given is not None and str(given).strip() else 0
+    except (ValueError, psycopg.Error):  # (psycopg.connect reports it)
+        return None
+    if seconds <= 0:
+        seconds = _ATTEMPT_CAP
+    if deadline is not None:
+        seconds = min(seconds, max(2, math.ceil(deadline - time.monotonic())))
+    return seconds
+
+
+class OutOfTime(ConnectionFailed):
+    """A connection attempt given up at the start-up deadline (``startup_timeout``)."""
+
+    def __init__(self, what: str = "connection timeout expired") -> None:
+        super().__init__(what)
+
+
+def connect_unless_stopped(dsn: str, stop: threading.Event, deadline: float | None = None) -> psycopg.Connection[Any]:
+    """Open an autocommit connection, or raise :class:`Stopped` as soon as ``stop`` is set
+    (:class:`OutOfTime` at ``deadline``, a ``time.monotonic()``, if given).
 
     libpq's connection attempt cannot be interrupted (it takes up to connect_timeout against a
     server that does not answer): it runs on a thread of its own, abandoned if the stop comes first
-    (it then closes the connection it gets, if any). Raises a :class:`PgQueueError` otherwise."""
+    (it then closes the connection it gets, if any); its connect_timeout is capped
+    (:func:`_attempt_timeout`), so that thread always ends. Raises a :class:`PgQueueError`
+    otherwise, marked with libpq's verdict for :func:`retry_at_start` (:func:`_connect_verdict`)."""
     done = threading.Event()
     lock = threading.Lock()
     got: list[psycopg.Connection[Any] | BaseException] = []
     abandoned = False
+    options: dict[str, Any] = dict(_core.utf8(dsn))
+    seconds = _attempt_timeout(dsn, deadline)
+    if seconds is not None:
+        options["connect_timeout"] = seconds
 
     def attempt() -> None:
         result: psycopg.Connection[Any] | BaseException
+        verdict: bool | None = None
         try:
-            with translating():
-                result = psycopg.connect(dsn, autocommit=True, **_core.utf8(dsn))
+            try:
+                result = psycopg.connect(dsn, autocommit=True, **options)
+            except psycopg.Error as raw:
+                verdict = _connect_verdict(str(raw))  # (libpq's text, before its translation)
+                with translating():
+                    raise
         except BaseException as exc:  # (handed to the waiting thread)
+            if verdict is not None:
+                setattr(exc, _VERDICT, verdict)
             result = exc
         with lock:
             late = abandoned
@@ -231,11 +320,14 @@ def connect_unless_stopped(dsn: str, stop: threading.Event) -> psycopg.Connectio
         raise Stopped()
     threading.Thread(target=attempt, name="pgqueue-connect", daemon=True).start()
     while not done.wait(0.02) and not stop.is_set():
-        pass
+        if deadline is not None and time.monotonic() >= deadline:
+            break
     with lock:
-        if not got:  # stopped first
+        if not got:  # stopped (or out of time) first
             abandoned = True
-            raise Stopped()
+            if stop.is_set():
+                raise Stopped()
+            raise OutOfTime()
     result = got[0]
     if isinstance(result, BaseException):
         raise result
@@ -263,44 +355,87 @@ def check_startup_timeout(startup_timeout: float | None) -> None:
         raise ValueError(f"startup_timeout must be None (wait forever) or 0 to 1e9 seconds, got {startup_timeout}")
 
 
+#: While the start waits, its warning is repeated (with the time waited) this often, in seconds.
+_REPEAT_WARNING = 60.0
+
+
 def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None], *, stop: threading.Event,
                       timeout: float | None, outage: Outage) -> psycopg.Connection[Any]:
-    """Connect, check that the database can be used (``check``, then that it takes writes) and
-    return the connection (the caller closes it), trying again while the server cannot be reached
-    or is read-only (see :func:`retry_at_start`): after :class:`Backoff`'s waits (0.1 s doubling
-    to 30 s), with one warning when it starts failing (``outage``: its end is the caller's to
-    log) and the retries at DEBUG.
+    """Connect, check that the database can be used (``check``, which must also check that it
+    takes writes: :func:`require_writable`) and return the connection (the caller closes it),
+    trying again while the server cannot be reached or is read-only (see :func:`retry_at_start`):
+    after :class:`Backoff`'s waits (0.1 s doubling to 30 s), with one warning when it starts
+    failing (``outage``: its end is the caller's to log), the retries at DEBUG and the warning
+    repeated every :data:`_REPEAT_WARNING` seconds with the time waited.
 
     Raises :class:`Stopped` as soon as ``stop`` is set (during a connection attempt or a wait);
-    what no retry mends at once; and, once ``timeout`` seconds (None: no limit) have passed,
-    the last error (``timeout`` 0: the first one, without a retry or a warning).
+    what no retry mends at once; and, once ``timeout`` seconds (None: no limit) have passed, the
+    last error, saying how long it waited (``timeout`` 0: the first one, without a retry or a
+    warning). ``timeout`` bounds everything: a connection attempt is given up at the deadline
+    (its connect_timeout capped to the time left), and so is a check the database does not
+    answer (its connection shut down).
     """
     backoff = Backoff()
-    deadline = None if timeout is None else time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
+    bound = deadline if timeout else None  # (0: one attempt, as long as its connect_timeout)
+    warned: float | None = None
     while True:
         try:
-            conn = connect_unless_stopped(dsn, stop)
-            try:
-                check(conn)
-                require_writable(conn)
-            except BaseException:
-                conn.close()
-                raise
+            conn = connect_unless_stopped(dsn, stop, bound)
+            _checked(conn, check, bound)
             return conn
         except _DATABASE_ERRORS as exc:
             if stop.is_set():
                 raise Stopped() from exc
             if not retry_at_start(exc):
                 raise
-            left = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            left = None if deadline is None else deadline - now
             if left is not None and left <= 0:
                 if not timeout:
                     raise
-                raise _gave_up(exc, timeout) from exc
+                raise _gave_up(exc, now - started) from exc
             wait = backoff.next()
-            outage.failed(_start_failure(exc), f"trying again in {wait:g}s")
+            then = f"trying again in {wait:g}s"
+            outage.failed(_start_failure(exc), then)
+            if warned is None:
+                warned = now
+            elif now - warned >= _REPEAT_WARNING:
+                warned = now
+                outage._log.warning("still waiting for the database after %.0f s: %s; %s", now - started,
+                                    _start_failure(exc), then)
         if stop.wait(wait if left is None else min(wait, left)):
             raise Stopped()
+
+
+def _checked(conn: psycopg.Connection[Any], check: Callable[[psycopg.Connection[Any]], None],
+             deadline: float | None) -> None:
+    """Run the start-up check on a new connection (closed if it fails), giving it up at
+    ``deadline``: its connection is shut down, and :class:`OutOfTime` raised."""
+    fired = threading.Event()
+
+    def give_up() -> None:
+        fired.set()
+        _shut_down(conn)
+
+    timer = None
+    if deadline is not None:
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), give_up)
+        timer.daemon = True
+        timer.start()
+    try:
+        check(conn)
+        if fired.is_set():
+            raise OutOfTime("the start-up check of the database got no answer in time")
+    except BaseException as exc:
+        conn.close()
+        if fired.is_set() and not isinstance(exc, OutOfTime):
+            raise OutOfTime("the start-up check of the database got no answer in time") from exc
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def _start_failure(exc: BaseException) -> str:
@@ -311,11 +446,11 @@ def _start_failure(exc: BaseException) -> str:
     return text if text.startswith("the database is read-only") else f"the database is read-only: {text}"
 
 
-def _gave_up(exc: BaseException, timeout: float) -> PgQueueError:
-    """The error a start that ran out of time raises: the last one, saying so."""
-    cls = type(exc) if isinstance(exc, PgQueueError) else ConnectionFailed
+def _gave_up(exc: BaseException, waited: float) -> PgQueueError:
+    """The error a start that ran out of time raises: the last one, saying how long it waited."""
+    cls = type(exc) if isinstance(exc, PgQueueError) and not isinstance(exc, OutOfTime) else ConnectionFailed
     message = exc.message if isinstance(exc, PgQueueError) else _first_line(exc)
-    return cls(f"{message} (still failing after {timeout:g} s of retries: gave up)",
+    return cls(f"{message} (still failing after {waited:.1f} s of retries: gave up)",
                sqlstate=getattr(exc, "sqlstate", None), hint=getattr(exc, "hint", None))
 
 
@@ -629,6 +764,7 @@ class WorkerCore:
                 self._watch_stop()  # stop() came before run(): no watchdog was started then
             try:
                 check_server(conn)
+                require_writable(conn)  # (a read-only server is waited for; under the stop's watchdog)
                 # the queue's settings (_configure): an unknown queue ends the start here, before
                 # anything is logged
                 self._settings = _execute(conn, _core.settings(self._name))

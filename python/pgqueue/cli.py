@@ -432,12 +432,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: `worker` and `scheduler`: the default --startup-timeout, in seconds (the library's default is
+#: None, wait until stopped): a misconfigured deployment ends, exit 1, rather than waiting for good.
+STARTUP_TIMEOUT = 300.0
+
+
 def _startup_timeout_option(p: argparse.ArgumentParser) -> None:
     """`worker` and `scheduler`: how long to wait at start for a database not reachable yet."""
     p.add_argument("--startup-timeout", type=_number(float, lambda v: 0 <= v <= 1e9, "seconds >= 0, up to 1e9"),
-                   metavar="S", help="seconds to wait at start for a database that cannot be reached yet or "
-                   "is read-only, retrying with a backoff up to 30 s (default: until it can be used; 0: "
-                   "no wait). A refused login, a missing database or pgqueue ends the start at once")
+                   default=STARTUP_TIMEOUT, metavar="S",
+                   help="seconds to wait at start for a database that cannot be reached yet or is read-only, "
+                   f"retrying with a backoff up to 30 s and warning again every minute (default {STARTUP_TIMEOUT:g}; "
+                   "0: one attempt, no wait), then exit 1. A refused login, a missing database or pgqueue, "
+                   "a bad connection option end the start at once")
 
 
 def _queue_options(p: argparse.ArgumentParser, *, create: bool) -> None:

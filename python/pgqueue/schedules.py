@@ -38,6 +38,7 @@ from pgqueue._worker_core import (
     _worker_conninfo,
     check_startup_timeout,
     connect_unless_stopped,
+    require_writable,
     wait_for_database,
 )
 from pgqueue.client import ConnectionSource, _run_once
@@ -132,11 +133,6 @@ _HELD = re.compile(r'^schedule "(.*)" is held: ')
 STUCK_RUN = 2.0
 
 
-def _check(conn: psycopg.Connection[Any]) -> None:
-    """The scheduler's start-up check: the database's pgqueue is this client's version."""
-    check_server(conn)
-
-
 def _held_name(notice: str) -> str:
     """The schedule's name in a held notice (the whole text if it is not of that form)."""
     found = _HELD.match(notice)
@@ -154,10 +150,12 @@ class Scheduler:
 
     At start :meth:`run` waits for a database that cannot be reached yet or is read-only (a
     server starting up, a failover) as the worker does: tried again after 0.1 s, doubling up to
-    30 s, one warning when it starts and one line when it connects, for ``startup_timeout``
-    seconds (None, the default: until it works or the scheduler is stopped; 0: no wait). What no
-    retry mends (authentication refused, no such database, pgqueue missing or of another
-    version) is raised at once.
+    30 s, one warning when it starts (repeated every 60 s) and one line when it connects, for
+    ``startup_timeout`` seconds (None, the default: until it works or the scheduler is stopped;
+    0: no wait; a bound, a server or a check that does not answer included). What no retry mends
+    (authentication refused, no such database, an option value libpq refuses, pgqueue missing or
+    of another version) is raised at once. :meth:`stop` gives up a start-up check the database
+    does not answer :data:`STUCK_RUN` seconds later, as it gives up a run.
     """
 
     def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True,
@@ -192,6 +190,18 @@ class Scheduler:
                         STUCK_RUN)
             _shut_down(conn)
 
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The start-up check: the database's pgqueue is this client's version, and it takes
+        writes; a check the database does not answer is the stop's to give up, as a run is."""
+        self._calling = conn
+        try:
+            if self._stop.is_set():
+                raise Stopped()  # (the watchdog may have looked before this check began)
+            check_server(conn)
+            require_writable(conn)
+        finally:
+            self._calling = None
+
     def run(self) -> None:
         """Wait for the database (see the class docstring), then run the schedules until
         stopped; database errors are retried every ``interval``, logged as a warning once (again
@@ -212,7 +222,7 @@ class Scheduler:
         try:
             outage = Outage(log, "database connection")
             try:
-                conn = wait_for_database(self._dsn, _check, stop=self._stop, timeout=self._startup_timeout,
+                conn = wait_for_database(self._dsn, self._check, stop=self._stop, timeout=self._startup_timeout,
                                          outage=outage)
             except Stopped:
                 log.info("stopped while waiting for the database: not started")

@@ -244,8 +244,11 @@ class Worker(WorkerCore):
         startup_timeout: how long :meth:`run` waits at start for a database that cannot be
             reached yet or is read-only (a server starting up, a failover), in seconds: None
             (the default) waits until it can be used or the worker is stopped, 0 does not wait
-            (the first failure is raised). What no retry mends (authentication refused, no such
-            database, pgqueue missing or of another version) is raised at once either way.
+            (the first failure is raised). A bound: each connection attempt's connect_timeout is
+            cut to the time left, and a start-up check the database does not answer is given up
+            at the deadline. What no retry mends (authentication refused, in any language, no such
+            database, an option value libpq refuses, pgqueue missing or of another version) is
+            raised at once either way.
     """
 
     def __init__(
@@ -296,8 +299,8 @@ class Worker(WorkerCore):
         here once the worker has shut down.
 
         A database that cannot be reached yet, or is read-only (a hot standby), is waited for:
-        tried again after 0.1 s, doubling up to 30 s, with one warning when it starts and one
-        line when it connects, until it works, :meth:`stop` (or SIGINT/SIGTERM) ends the wait
+        tried again after 0.1 s, doubling up to 30 s, with one warning when it starts (repeated
+        every 60 s with the time waited) and one line when it connects, until it works, :meth:`stop` (or SIGINT/SIGTERM) ends the wait
         at once (run() then returns without starting), or ``startup_timeout`` passes.
 
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
