@@ -4629,7 +4629,8 @@ COMMENT ON FUNCTION pgqueue.schedule_list() IS
 -- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
 -- (p_capped) each message is created in a subtransaction of its own, and the first that the cap
 -- refuses (PQ003) ends the call: that slot is the next one, due still, for a later call to
--- enqueue once there is room. So does one that waits more than 100 ms for a lock
+-- enqueue once there is room. So does one that waits more than 100 ms (or the caller's shorter
+-- lock_timeout) for a lock
 -- (lock_not_available): the queue's admission row, which a producer's open transaction holds
 -- until it ends. The caller holds the rows of the schedules it fired before this one meanwhile,
 -- and every other scheduler skips them, so a wait here would stall every schedule, not only this
@@ -4688,7 +4689,9 @@ BEGIN
         END IF;
         IF p_capped THEN
             v_lt := current_setting('lock_timeout');
-            PERFORM set_config('lock_timeout', '100ms', true);
+            IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
+                PERFORM set_config('lock_timeout', '100ms', true);
+            END IF;
             v_full := false;
             BEGIN
                 v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);

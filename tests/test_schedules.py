@@ -194,8 +194,9 @@ def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) 
     """A producer's open transaction that enqueued into a capped queue holds the queue's admission
     row. schedule_run waited for it while holding the rows of the schedules it had fired, so every
     other scheduler skipped those and every schedule stalled until the producer ended (review of
-    session 41). Now the capped queue's slot waits (100 ms at most for the row), the others fire,
-    and the caller's lock_timeout is its own again afterwards."""
+    session 41). Now the capped queue's slot waits (100 ms at most for the row, or the caller's
+    shorter lock_timeout), the others fire, and the caller's lock_timeout is its own again
+    afterwards."""
     capped, other = Queue(dsn, "capped"), Queue(dsn, "free")
     capped.create(max_size=100)
     other.create()
@@ -205,6 +206,16 @@ def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) 
     with psycopg.connect(dsn) as producer:  # a transaction left open after an enqueue
         producer.execute("SELECT pgqueue.message_create('capped', 'held')")
         with psycopg.connect(dsn) as scheduler:
+            # a caller's lock_timeout shorter than 100 ms is kept: its best of five runs takes
+            # well under 100 ms (each waited 100 ms for the row when it was replaced)
+            scheduler.execute("SET lock_timeout = '20ms'")
+            took = []
+            for _ in range(5):
+                started = time.monotonic()
+                assert scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall() == [("to_free",)]
+                took.append(time.monotonic() - started)
+                scheduler.rollback()
+            assert min(took) < 0.08, took
             scheduler.execute("SET lock_timeout = '7s'")
             started = time.monotonic()
             fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
