@@ -423,6 +423,7 @@ def test_async_fail_to_dead_letters_then_requeue_and_purge(dsn: str) -> None:
             dead = await q.dead_letters()
             assert [d.attempts for d in dead] == [1, 1, 1] and dead[0].last_error == "KeyError: {'n': 0}"
             assert isinstance(dead[0].dead_at, datetime)
+            assert await q.dead_letters(2, after=dead[0]) == dead[1:]  # the next page
             assert await q.requeue_dead([dead[0].id], delay=60) == 1
             assert (await q.stats()).scheduled == 1
             assert await q.purge_dead(before=dead[0].dead_at) == 0  # none died before the first

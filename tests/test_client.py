@@ -802,6 +802,33 @@ def test_dead_letters_requeue_and_purge(queue: Queue, conn: Conn) -> None:
     assert queue.purge_dead() == 0
 
 
+def test_dead_letters_page_by_keyset(queue: Queue, conn: Conn) -> None:
+    """dead_letters(after=...) starts after the letter given, by (dead_at, id): pages cover every
+    letter once, in order, also when letters die within the same millisecond, and a page does
+    not shift when letters before it are requeued or purged."""
+    queue.alter(max_attempts=1)
+    queue.enqueue_many([f"m{i}" for i in range(7)])
+    for m in queue.dequeue(7):
+        queue.fail(m, "x")
+    # the same dead_at for some (ties are broken by id)
+    conn.execute("UPDATE pgqueue.dead_letter SET dead_at = 1000 WHERE id IN "
+                 "(SELECT id FROM pgqueue.dead_letter ORDER BY id LIMIT 4)")
+    everything = queue.dead_letters()
+    assert [d.payload for d in everything] == [f"m{i}" for i in range(7)]
+    pages, after = [], None
+    while page := queue.dead_letters(3, after=after):
+        pages.append([d.payload for d in page])
+        after = page[-1]
+    assert pages == [["m0", "m1", "m2"], ["m3", "m4", "m5"], ["m6"]]
+    assert queue.purge_dead([everything[0].id, everything[3].id]) == 2  # before and at the cursor
+    assert [d.payload for d in queue.dead_letters(3, after=everything[3])] == ["m4", "m5", "m6"]
+    assert queue.dead_letters(3, after=everything[-1]) == []
+    with pytest.raises(errors.InvalidArgument, match="after must be a DeadLetter"):
+        queue.dead_letters(3, after=everything[0].id)  # type: ignore[arg-type]
+    with pytest.raises(errors.QueueNotFound):
+        Queue(conn, "no_such_queue").dead_letters(3, after=everything[1])
+
+
 # -- errors ------------------------------------------------------------------------------
 
 

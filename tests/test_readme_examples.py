@@ -295,6 +295,10 @@ def _dead_letters(rows: Rows, run: Run) -> None:
     assert [(r[1], r[2], r[3]) for r in rows] == [("emails", 1, "malformed")]
 
 
+def _dead_letters_page(rows: Rows, run: Run) -> None:
+    assert [(r[1], r[2]) for r in rows] == [(1, "malformed")]
+
+
 def _schedule_list(rows: Rows, run: Run) -> None:
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
         ("nightly", "reports", "0 3 * * *", None, "latest"), ("ping", "ops", None, 60000, "all")]
@@ -337,7 +341,8 @@ EXPECT: dict[str, Callable[[Rows, Run], None]] = {
     "message_cancel('emails', ARRAY[42, 43])": _cancel,
     "p_key => 'order-42:paid'": _keyed_twice,
     "p_groups => ARRAY['t1', 't2']": _batch_in_order(2),
-    "FROM pgqueue.dead_letters": _dead_letters,
+    "SELECT id, queue, attempts, last_error, dead_time FROM pgqueue.dead_letters": _dead_letters,
+    "(dead_at, id) > (0, 0)": _dead_letters_page,
     "dead_letter_requeue('emails')": _returns(1),
     "dead_letter_purge('emails',": _returns(0),
     "FROM pgqueue.schedule_list()": _schedule_list,

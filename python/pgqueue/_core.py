@@ -796,14 +796,20 @@ def counters(queue: str) -> Call[QueueCounters]:
     return Call(_sql.QUEUE_COUNTERS, {"queue": queue}, result)
 
 
-def dead_letters(queue: str, limit: int = 100) -> Call[list[DeadLetter]]:
-    """Return the call that lists a queue's dead letters, oldest death first."""
+def dead_letters(queue: str, limit: int = 100, after: DeadLetter | None = None) -> Call[list[DeadLetter]]:
+    """Return the call that lists a queue's dead letters, oldest death first (after the letter
+    ``after``, by its (dead_at, id), when given: the next page)."""
     check_int("limit", limit, allow_none=False)
     if limit < 0:
         raise InvalidArgument(f"limit must be >= 0, got {limit}")
+    if after is not None and not isinstance(after, DeadLetter):
+        raise InvalidArgument(f"after must be a DeadLetter (the last of the page before), got {after!r}")
+    if after is None:
+        return Call(_sql.DEAD_LETTERS, {"queue": queue, "limit": limit},
+                    lambda rows: [dead_letter_from_row(r) for r in rows], probe_queue=queue)
     return Call(
-        _sql.DEAD_LETTERS,
-        {"queue": queue, "limit": limit},
+        _sql.DEAD_LETTERS_AFTER,
+        {"queue": queue, "limit": limit, "dead_at": to_epoch_ms(after.dead_at), "id": after.id},
         lambda rows: [dead_letter_from_row(r) for r in rows],
         probe_queue=queue,
     )

@@ -168,10 +168,24 @@ ALL_COUNTERS: Final[LiteralString] = (
     "FROM pgqueue.queue_counters() AS c ORDER BY c.queue"
 )
 
+# A page of a queue's dead letters, oldest death first: the queue's id looked up once (an
+# InitPlan) so that the scan walks dead_letter_queue_idx in (dead_at, id) order and stops at the
+# page's end; a filter on the view's name column sorted all of the queue's letters first (78 ms
+# at 200,000 letters against 0.14 ms). DEAD_LETTERS_AFTER: the page after the letter
+# (dead_at, id) = (%(dead_at)s, %(id)s), keyset paging (no OFFSET: a page does not shift when
+# letters before it are requeued or purged).
 DEAD_LETTERS: Final[LiteralString] = (
     "SELECT d.id, d.queue, d.content, d.content_type, d.state, d.attempts, d.last_error, "
     "d.created_at, d.dead_at FROM pgqueue.dead_letters AS d "
-    "WHERE d.queue = %(queue)s::text ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
+    "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) "
+    "ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
+)
+DEAD_LETTERS_AFTER: Final[LiteralString] = (
+    "SELECT d.id, d.queue, d.content, d.content_type, d.state, d.attempts, d.last_error, "
+    "d.created_at, d.dead_at FROM pgqueue.dead_letters AS d "
+    "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) "
+    "AND (d.dead_at, d.id) > (%(dead_at)s::bigint, %(id)s::bigint) "
+    "ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
 )
 
 DEAD_REQUEUE: Final[LiteralString] = (

@@ -483,10 +483,10 @@ class AsyncQueue:
         """Return what happened on the queue since it was created (see :meth:`pgqueue.Queue.counters`)."""
         return await self._connector.run(_core.counters(self._name))
 
-    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        """Return up to ``limit`` dead letters of the queue, oldest death first (see
-        :meth:`pgqueue.Queue.dead_letters`)."""
-        return await self._connector.run(_core.dead_letters(self._name, limit))
+    async def dead_letters(self, limit: int = 100, *, after: DeadLetter | None = None) -> list[DeadLetter]:
+        """Return up to ``limit`` dead letters of the queue, oldest death first, after the
+        letter ``after`` when given (see :meth:`pgqueue.Queue.dead_letters`)."""
+        return await self._connector.run(_core.dead_letters(self._name, limit, after))
 
     async def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
                            at: When | None = None) -> int:

@@ -725,13 +725,21 @@ class Queue:
         """
         return self._connector.run(_core.counters(self._name))
 
-    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+    def dead_letters(self, limit: int = 100, *, after: DeadLetter | None = None) -> list[DeadLetter]:
         """Return up to ``limit`` dead letters of the queue, oldest death first.
 
+        Each page is an index walk that stops at its end, however many letters the queue has.
+
+        Parameters:
+            limit: the most to return (>= 0).
+            after: the last letter of the page before: this page starts after it, by (dead_at,
+                id) (keyset paging: a page does not shift when letters before it are requeued
+                or purged).
+
         Raises:
-            QueueNotFound, InvalidQueueName.
+            QueueNotFound, InvalidQueueName, InvalidArgument.
         """
-        return self._connector.run(_core.dead_letters(self._name, limit))
+        return self._connector.run(_core.dead_letters(self._name, limit, after))
 
     def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
                      at: When | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Final, LiteralString
 # What the role may do, in one row. Each privilege is the one the extension's functions need
 # (they are SECURITY INVOKER, docs/grants.sql): queue_stats reads a few columns of
 # pgqueue.message; message_peek also its content; the dead_letters view is granted on its own;
+# the dead-letter page also looks the queue's id up in pgqueue.queue (an index walk, below);
 # requeue and purge delete from pgqueue.dead_letter (requeue also inserts messages). A read-only
 # transaction (default_transaction_read_only, a standby) can change nothing.
 PRIVILEGES: Final[LiteralString] = (
@@ -23,7 +24,8 @@ PRIVILEGES: Final[LiteralString] = (
     "pg_catalog.has_column_privilege('pgqueue.message', 'locked_until', 'SELECT') "
     "  AND pg_catalog.has_column_privilege('pgqueue.dead_letter', 'queue_id', 'SELECT'), "
     "pg_catalog.has_column_privilege('pgqueue.message', 'content', 'SELECT'), "
-    "pg_catalog.has_table_privilege('pgqueue.dead_letters', 'SELECT'), "
+    "pg_catalog.has_table_privilege('pgqueue.dead_letters', 'SELECT') "
+    "  AND pg_catalog.has_table_privilege('pgqueue.queue', 'SELECT'), "
     "pg_catalog.has_table_privilege('pgqueue.dead_letter', 'DELETE') "
     "  AND pg_catalog.has_table_privilege('pgqueue.message', 'INSERT'), "
     "pg_catalog.has_table_privilege('pgqueue.dead_letter', 'DELETE'), "
@@ -105,27 +107,27 @@ PEEK_SHOWN: Final[LiteralString] = (
 DEAD_LETTERS_SHOWN: Final[LiteralString] = (
     "SELECT d.id, d.queue, substring(d.content FROM 1 FOR %(shown)s::integer), d.content_type, NULL::bytea, "
     "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
-    "WHERE d.queue = %(queue)s::text ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
+    "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
 )
 # The dead-letter page's further pages: keyset paging in the same order, (dead_at, id) (the
 # order of the index dead_letter_queue_idx), from the last letter a page showed, not an OFFSET:
-# a page does not shift when letters before it are requeued or purged, and the letters before the
-# cursor are filtered out at the scan, not sorted and skipped (the view joins the queue by name,
-# so PostgreSQL still sorts the queue's letters past the cursor, as it sorts all of them for the
-# first page: a page costs what the first page did, at most). AFTER: the page after the
+# a page does not shift when letters before it are requeued or purged. Every page, the first
+# too, names the queue by its id, looked up once (an InitPlan), so that the scan walks
+# dead_letter_queue_idx from the cursor and stops at the page's end (filtered on the view's name
+# column, PostgreSQL sorted all of the queue's letters past the cursor). AFTER: the page after the
 # letter (dead_at, id) = (%(dead_at)s, %(id)s); BEFORE: the page before it, newest first (the
 # caller turns it round). Separate statements, not one with "cursor IS NULL OR", so that the
 # cursor stays a plain condition on the scan of pgqueue.dead_letter in any plan.
 DEAD_LETTERS_SHOWN_AFTER: Final[LiteralString] = (
     "SELECT d.id, d.queue, substring(d.content FROM 1 FOR %(shown)s::integer), d.content_type, NULL::bytea, "
     "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
-    "WHERE d.queue = %(queue)s::text AND (d.dead_at, d.id) > (%(dead_at)s::bigint, %(id)s::bigint) "
+    "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) AND (d.dead_at, d.id) > (%(dead_at)s::bigint, %(id)s::bigint) "
     "ORDER BY d.dead_at, d.id LIMIT %(limit)s::bigint"
 )
 DEAD_LETTERS_SHOWN_BEFORE: Final[LiteralString] = (
     "SELECT d.id, d.queue, substring(d.content FROM 1 FOR %(shown)s::integer), d.content_type, NULL::bytea, "
     "d.attempts, d.last_error, d.created_at, d.dead_at, octet_length(d.content) FROM pgqueue.dead_letters AS d "
-    "WHERE d.queue = %(queue)s::text AND (d.dead_at, d.id) < (%(dead_at)s::bigint, %(id)s::bigint) "
+    "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) AND (d.dead_at, d.id) < (%(dead_at)s::bigint, %(id)s::bigint) "
     "ORDER BY d.dead_at DESC, d.id DESC LIMIT %(limit)s::bigint"
 )
 
@@ -134,10 +136,10 @@ DEAD_LETTERS_SHOWN_BEFORE: Final[LiteralString] = (
 # Purge takes the bound itself (dead_letter_purge's p_before, dead_at < bound + 1); requeue
 # takes ids, so the ids of the letters dead by then are read in the same statement.
 DEAD_NEWEST: Final[LiteralString] = (  # and how many there are: the confirmation's exact count
-    "SELECT max(d.dead_at), count(*) FROM pgqueue.dead_letters AS d WHERE d.queue = %(queue)s::text")
+    "SELECT max(d.dead_at), count(*) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text)")
 DEAD_REQUEUE_UPTO: Final[LiteralString] = (
     "SELECT pgqueue.dead_letter_requeue(%(queue)s::text, ARRAY(SELECT d.id FROM pgqueue.dead_letters AS d "
-    "WHERE d.queue = %(queue)s::text AND d.dead_at <= %(upto)s::bigint ORDER BY d.id))"
+    "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) AND d.dead_at <= %(upto)s::bigint ORDER BY d.id))"
 )
 
 # The counter stripe (id & 63, pgqueue._count_seq) of each queue: the queues that share one

@@ -97,7 +97,7 @@ class Privileges:
         if not self.read_content:
             out.append("peek at payloads (SELECT on pgqueue.message.content)")
         if not self.read_dead:
-            out.append("browse dead letters (SELECT on pgqueue.dead_letters)")
+            out.append("browse dead letters (SELECT on pgqueue.dead_letters and pgqueue.queue)")
         if not self.requeue:
             out.append("requeue dead letters (DELETE on pgqueue.dead_letter, INSERT on pgqueue.message)")
         if not self.purge:
@@ -679,7 +679,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         queue = Queue(pool, name)
         queue.settings()  # 404 for an unknown queue
         if not p.read_dead:
-            raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
+            raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                sqlstate="42501")
         after, before = _page_args(request.args)
         with pool.connection() as conn:
@@ -713,7 +713,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             upto = None
             if every:  # the newest death this page sees bounds what the confirmation acts on
                 if not p.read_dead:
-                    raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
+                    raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                        sqlstate="42501")
                 queue.settings()  # 404 for an unknown queue
                 with pool.connection() as conn:
@@ -823,7 +823,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         p = privileges()
         Queue(pool, name).settings()  # 404 for an unknown queue
         if not p.read_dead:
-            raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters",
+            raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                sqlstate="42501")
         text = request.args.get("limit", str(PAGE_LIMIT))
         if not (text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= PAGE_LIMIT):
