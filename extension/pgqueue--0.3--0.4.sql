@@ -3683,6 +3683,21 @@ BEGIN
         RETURN NULL;
     END IF;
 
+    v_count := (SELECT coalesce(sum(u.c), 0) FROM unnest(p_counts) AS u(c));
+
+    -- a concurrent publish of the same key waits here and then finds it taken
+    INSERT INTO pgqueue.spark_publish_log (publish_key, write_id, queue_id, n, published_at)
+    VALUES (p_publish_key, p_write_id, v_queue.id, v_count, v_clock)
+    ON CONFLICT (publish_key) DO NOTHING;
+    IF NOT FOUND THEN
+        DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
+        RETURN NULL;
+    END IF;
+    -- The staged rows are counted only now that this call's row of the log is in: an earlier
+    -- publication of the key (a first attempt whose reply was lost, still running when its
+    -- retry came) either committed before that insert, which then found its row, or never
+    -- will. Counted before it, a publication committing in between had deleted them (PQ007
+    -- where the answer is NULL: specs/spark_publish_retry.spec).
     SELECT w.p AS partition, w.a AS attempt, w.c AS expected,
            (SELECT count(*) FROM pgqueue.spark_staging s
              WHERE s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a) AS staged
@@ -3696,16 +3711,6 @@ BEGIN
                         v_bad.partition, v_bad.attempt, p_write_id, v_bad.staged, v_bad.expected
             USING ERRCODE = 'PQ007',
                   HINT = 'The staging rows were deleted or never committed: run the write again.';
-    END IF;
-    v_count := (SELECT coalesce(sum(u.c), 0) FROM unnest(p_counts) AS u(c));
-
-    -- a concurrent publish of the same key waits here and then finds it taken
-    INSERT INTO pgqueue.spark_publish_log (publish_key, write_id, queue_id, n, published_at)
-    VALUES (p_publish_key, p_write_id, v_queue.id, v_count, v_clock)
-    ON CONFLICT (publish_key) DO NOTHING;
-    IF NOT FOUND THEN
-        DELETE FROM pgqueue.spark_staging s WHERE s.write_id = p_write_id;
-        RETURN NULL;
     END IF;
 
     v_queue := pgqueue._queue_admit(p_queue, v_count);
