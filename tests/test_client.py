@@ -829,6 +829,29 @@ def test_dead_letters_page_by_keyset(queue: Queue, conn: Conn) -> None:
         Queue(conn, "no_such_queue").dead_letters(3, after=everything[1])
 
 
+@pytest.mark.parametrize("stored", ["past_year_9999", "before_year_1"])
+def test_dead_letters_page_by_the_stored_time_when_dead_at_is_clamped(queue: Queue, conn: Conn, stored: str) -> None:
+    """A dead_at outside datetime's range (an administrator's UPDATE, a restore, a wrong clock)
+    comes back clamped to datetime.max / min; a cursor made from the clamped value read the same
+    page again forever (past the year 9999) or skipped letters (before the year 1), a review
+    found. The cursor is the stored time (DeadLetter.dead_at_ms)."""
+    queue.alter(max_attempts=1)
+    queue.enqueue_many([f"m{i}" for i in range(5)])
+    for m in queue.dequeue(5):
+        queue.fail(m, "x")
+    base = 253402300800000 if stored == "past_year_9999" else -62135596800001 - 1000
+    conn.execute("UPDATE pgqueue.dead_letter SET dead_at = %s + id", (base,))
+    pages, after = [], None
+    while page := queue.dead_letters(2, after=after):
+        assert len(pages) < 5, pages
+        pages.append([d.payload for d in page])
+        after = page[-1]
+    assert pages == [["m0", "m1"], ["m2", "m3"], ["m4"]]
+    assert {d.dead_at for d in queue.dead_letters()} == {datetime.max.replace(tzinfo=timezone.utc)
+                                                        if stored == "past_year_9999"
+                                                        else datetime.min.replace(tzinfo=timezone.utc)}
+
+
 # -- errors ------------------------------------------------------------------------------
 
 

@@ -504,6 +504,7 @@ def dead_letter_from_row(row: Row) -> DeadLetter:
         last_error=row[6],
         created_at=to_datetime(int(row[7])),
         dead_at=to_datetime(int(row[8])),
+        dead_at_ms=int(row[8]),
     )
 
 
@@ -809,7 +810,10 @@ def dead_letters(queue: str, limit: int = 100, after: DeadLetter | None = None) 
                     lambda rows: [dead_letter_from_row(r) for r in rows], probe_queue=queue)
     return Call(
         _sql.DEAD_LETTERS_AFTER,
-        {"queue": queue, "limit": limit, "dead_at": to_epoch_ms(after.dead_at), "id": after.id},
+        # (the stored time: dead_at is clamped for a time outside datetime's range, and a
+        # cursor made from it would repeat or skip letters)
+        {"queue": queue, "limit": limit, "id": after.id,
+         "dead_at": to_epoch_ms(after.dead_at) if after.dead_at_ms is None else after.dead_at_ms},
         lambda rows: [dead_letter_from_row(r) for r in rows],
         probe_queue=queue,
     )

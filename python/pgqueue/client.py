@@ -729,12 +729,15 @@ class Queue:
         """Return up to ``limit`` dead letters of the queue, oldest death first.
 
         Each page is an index walk that stops at its end, however many letters the queue has.
+        Needs SELECT on ``pgqueue.dead_letters`` and on ``pgqueue.queue`` (the queue's id is
+        looked up there; every recipe of docs/grants.sql grants the latter).
 
         Parameters:
             limit: the most to return (>= 0).
             after: the last letter of the page before: this page starts after it, by (dead_at,
-                id) (keyset paging: a page does not shift when letters before it are requeued
-                or purged).
+                id) as stored (keyset paging: a page does not shift when letters before it are
+                requeued or purged; a letter that dies while you page comes after the cursor
+                unless its transaction commits after the cursor passed its dead_at).
 
         Raises:
             QueueNotFound, InvalidQueueName, InvalidArgument.

@@ -8,7 +8,7 @@ message's ``dequeue_at`` is not a time: it is None and ``priority`` says the pri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from pgqueue.codec import task_of
@@ -242,7 +242,10 @@ class DeadLetter:
         attempts: deliveries it had.
         last_error: the error reported by the last ``fail`` (or ``"lease expired"``), or None.
         created_at: when it was enqueued (aware UTC datetime).
-        dead_at: when it died (aware UTC datetime).
+        dead_at: when it died (aware UTC datetime; clamped to ``datetime.min`` / ``max`` for a
+            stored time outside their range, as :func:`to_datetime` does).
+        dead_at_ms: when it died as stored, epoch milliseconds (exact; None for a letter not
+            read from the server): the page cursor of ``dead_letters(after=...)``.
     """
 
     id: int
@@ -255,6 +258,7 @@ class DeadLetter:
     last_error: str | None
     created_at: datetime
     dead_at: datetime
+    dead_at_ms: int | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
