@@ -3089,6 +3089,16 @@ BEGIN
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
     IF p_rate_limit > 0 THEN
         PERFORM pgqueue._rate_check(v_queue.id, p_queue);
+        BEGIN
+            -- the unique index queue_rate_stripe_key refuses a second rate-limited queue of
+            -- the stripe whatever this snapshot saw: one committed since, or one a concurrent
+            -- call sets (waited for)
+            UPDATE pgqueue.queue q SET rate_limit = p_rate_limit WHERE q.id = v_queue.id;
+        EXCEPTION WHEN unique_violation THEN
+            RAISE EXCEPTION 'queue "%" cannot have a rate limit: another queue has one on the same stripe (id & 63 = %)', p_queue, v_queue.id & 63
+                USING ERRCODE = '22023',
+                      HINT = 'Rate-limit at most one queue of each stripe of 64; drop the other''s limit or recreate the queue.';
+        END;
     END IF;
     UPDATE pgqueue.queue q
        SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),
@@ -3105,6 +3115,9 @@ BEGIN
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
+    END IF;
+    IF p_rate_limit > 0 THEN  -- a rate set starts afresh (not slots taken at an earlier limit)
+        PERFORM pgqueue._rate_reset(v_queue.id, p_rate_limit);
     END IF;
     IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
         -- a new limit: each group with messages waiting and no turn gets one where the limit now
@@ -3142,7 +3155,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id integer;
+    v_id         integer;
+    v_constraint text;
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -3192,14 +3206,22 @@ BEGIN
             PERFORM setval(pgqueue._size_exact_seq(v_id), 1, false);
         END IF;
     END IF;
+    v_id := coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass));
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
                                    max_size, notify, group_concurrency, key_window_ms, rate_limit)
-        VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
+        VALUES (v_id, p_queue, p_lock_ms,
                 nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
-                p_notify, p_group_concurrency, p_key_window_ms, nullif(p_rate_limit, 0))
-        RETURNING id INTO v_id;
+                p_notify, p_group_concurrency, p_key_window_ms, nullif(p_rate_limit, 0));
     EXCEPTION WHEN unique_violation THEN
+        GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+        IF v_constraint = 'queue_rate_stripe_key'
+           AND NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
+            PERFORM pgqueue._rate_check(v_id, p_queue);  -- raises, naming the other queue
+            RAISE EXCEPTION 'queue "%" cannot have a rate limit: another queue has one on the same stripe (id & 63 = %)', p_queue, v_id & 63
+                USING ERRCODE = '22023',
+                      HINT = 'Rate-limit at most one queue of each stripe of 64; drop the other''s limit or recreate the queue.';
+        END IF;
         IF p_if_not_exists THEN
             RETURN;
         END IF;
@@ -3208,7 +3230,7 @@ BEGIN
                   HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
     END;
     IF p_rate_limit > 0 THEN
-        PERFORM pgqueue._rate_check(v_id, p_queue);
+        PERFORM pgqueue._rate_reset(v_id, p_rate_limit);  -- (not a dropped queue's slots)
     END IF;
 END;
 $$;
@@ -4944,7 +4966,8 @@ COMMENT ON TABLE pgqueue.message_group_lock IS
     'pgqueue internal: rows locked to serialise the turns of a queue''s message groups (pgqueue._message_group_lock)';
 
 -- Rate limits (issue 14): 64 sequences, pgqueue.queue_rate_<id & 63>, one per rate-limited queue
--- (queue_create and queue_alter refuse two rate-limited queues on one stripe). The value is the
+-- (two rate-limited queues on one stripe are refused, 22023: the unique index
+-- queue_rate_stripe_key). The value is the
 -- last slot handed out: slot s is due at s / rate_limit seconds since the epoch, so a queue hands
 -- out a message only for a slot that is due (pgqueue._rate_room), and every message handed out
 -- takes the next slot (pgqueue._rate_take). A sequence leaves no dead tuples, unlike a row that
@@ -5067,9 +5090,12 @@ COMMENT ON FUNCTION pgqueue._rate_seq(integer) IS
 -- the slots that are due and not taken, read from the queue's rate sequence without changing it
 -- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
 -- for a while may catch up by at most a twentieth of a second's slots (one at least). A last
--- slot more than a minute ahead of the clock was taken at another rate (queue_alter of the rate,
--- or a dropped queue's on the same stripe): slots depend on the rate, so it counts as none
--- (racing consumers run the sequence ahead by a fraction of a second each, never a minute).
+-- slot more than 10^9 slots ahead of the clock was taken at another rate (by a consumer that
+-- read the rate before queue_alter changed it; queue_create and queue_alter start the slots
+-- afresh, pgqueue._rate_reset): slots depend on the rate, so it counts as none. Two rates'
+-- slots are at least the seconds since the epoch apart (1.7 * 10^9), while consumers that race
+-- run the sequence ahead by at most a call's p_limit (10,000) each, however long they were held
+-- up (a minute's slots, the bound before session 46, forgave that debt at low rates).
 CREATE FUNCTION pgqueue._rate_room(p_queue_id integer, p_rate integer, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -5079,7 +5105,7 @@ DECLARE
     v_slot bigint := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
     v_last bigint := pg_sequence_last_value(pgqueue._rate_seq(p_queue_id));
 BEGIN
-    IF v_last > v_slot + 60::bigint * p_rate THEN
+    IF v_last > v_slot + 1000000000 THEN
         v_last := NULL;  -- taken at another rate
     END IF;
     RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));
@@ -5094,7 +5120,7 @@ COMMENT ON FUNCTION pgqueue._rate_room(integer, integer, integer) IS
 -- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
 -- due slots take more slots than were due; the sequence then runs ahead of the clock and the
 -- next calls wait until it is due, so over time no more than p_rate a second are handed out. A
--- last slot more than a minute ahead was taken at another rate (pgqueue._rate_room): setval too.
+-- last slot more than 10^9 slots ahead was taken at another rate (pgqueue._rate_room): setval too.
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -5102,13 +5128,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_seq   regclass := pgqueue._rate_seq(p_queue_id);
+    v_slot  bigint;
     v_floor bigint;
     v_last  bigint;
 BEGIN
     IF p_n > 0 THEN
-        v_floor := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1);
+        v_slot := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
+        v_floor := v_slot - greatest(p_rate / 20, 1);
         v_last := pg_sequence_last_value(v_seq);
-        IF v_last IS NULL OR v_last < v_floor OR v_last > v_floor + 61::bigint * p_rate THEN
+        IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 1000000000 THEN
             PERFORM setval(v_seq, v_floor + p_n);
         ELSE
             PERFORM nextval(v_seq) FROM generate_series(1, p_n);
@@ -5570,11 +5598,11 @@ BEGIN
               ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
     IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN
-        -- the next slot (pgqueue._rate_room); one more than a minute ahead was taken at another
-        -- rate and counts as none
-        v_due := greatest(v_due, (SELECT CASE WHEN n.due <= pgqueue.now_ms() + 60000 THEN n.due END
-                                    FROM (SELECT ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
-                                                      * 1000 / v_queue.rate_limit)::bigint AS due) n));
+        -- the next slot (pgqueue._rate_room); a last slot more than 10^9 slots ahead was taken
+        -- at another rate and counts as none
+        v_due := greatest(v_due, (SELECT CASE WHEN n.last <= floor(pgqueue.now_ms()::numeric * v_queue.rate_limit / 1000) + 1000000000
+                                              THEN ceil((n.last + 1)::numeric * 1000 / v_queue.rate_limit)::bigint END
+                                    FROM (SELECT pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) AS last) n));
     END IF;
     RETURN v_due;
 END;
@@ -5799,3 +5827,31 @@ SELECT d.id, q.name AS queue, d.content, d.content_type, d.state, d.attempts, d.
 
 COMMENT ON VIEW pgqueue.dead_letters IS
     'pgqueue dead letters: queue, content, attempts, last error and when (dead_at epoch ms, dead_time); filter on queue_id for an index walk';
+
+-- new in 0.4 (session 46): one rate-limited queue per rate sequence, enforced by an index (a check of the caller's snapshot let concurrent or old-snapshot callers put two on one stripe)
+-- At most one rate-limited queue per rate sequence (pgqueue.queue_rate_<id & 63>): two sharing
+-- one would read each other's slots, and neither limit would hold. An index, not a check in
+-- queue_create / queue_alter, so that it holds for concurrent callers and old snapshots alike
+-- (they raise 22023 for it).
+CREATE UNIQUE INDEX queue_rate_stripe_key ON pgqueue.queue ((id & 63)) WHERE rate_limit IS NOT NULL;
+
+-- new in 0.4 (session 46): a rate set by queue_create / queue_alter starts afresh
+-- Start a rate-limited queue's slots afresh (queue_create and queue_alter, when they set a rate):
+-- its sequence's last slot at the catch-up allowance's start, as after a while idle, so that
+-- the queue neither inherits slots taken ahead of the clock (by a dropped queue of the same
+-- stripe, or by itself at an earlier limit) nor waits for them. After the row is written: the
+-- unique index queue_rate_stripe_key has then made the stripe this queue's (setval is not
+-- rolled back; a rolled-back call only gave its own queue a fresh start).
+CREATE FUNCTION pgqueue._rate_reset(p_queue_id integer, p_rate integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM setval(pgqueue._rate_seq(p_queue_id),
+                   floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1));
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._rate_reset(integer, integer) IS
+    'pgqueue internal: start a rate-limited queue''s slots afresh (its catch-up allowance due now)';

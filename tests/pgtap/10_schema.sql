@@ -4,7 +4,7 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(46);
+SELECT plan(47);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
@@ -32,7 +32,8 @@ SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                     'spark_consumer_queue_name_key', 'spark_publish_log_pkey', 'spark_staging_pkey',
                     'schedule_pkey', 'schedule_name_key', 'schedule_next_run_idx', 'schedule_queue_idx',
                     'message_turn_idx', 'message_group_wait_idx', 'message_group_turn_idx', 'message_idem_key_idx',
-                    'message_key_pkey', 'message_key_until_idx', 'message_group_lock_pkey'],
+                    'message_key_pkey', 'message_key_until_idx', 'message_group_lock_pkey',
+                    'queue_rate_stripe_key'],
               'the indexes of schema pgqueue');
 SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text FROM pg_constraint
                   WHERE connamespace = 'pgqueue'::regnamespace $$,
@@ -88,6 +89,9 @@ SELECT is((SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i
           'message_turn_idx is partial: WHERE turn_at IS NOT NULL AND locked_until IS NULL');
 SELECT has_index('pgqueue', 'dead_letter', 'dead_letter_queue_idx', ARRAY['queue_id', 'dead_at', 'id'],
                  'dead_letter_queue_idx on (queue_id, dead_at, id)');
+SELECT is(pg_get_indexdef('pgqueue.queue_rate_stripe_key'::regclass),
+          'CREATE UNIQUE INDEX queue_rate_stripe_key ON pgqueue.queue USING btree (((id & 63))) WHERE (rate_limit IS NOT NULL)',
+          'queue_rate_stripe_key: one rate-limited queue per rate sequence (id & 63)');
 
 -- the extension
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'pgqueue'), false, 'pgqueue is not relocatable');

@@ -34,3 +34,9 @@ COMMENT ON COLUMN pgqueue.queue.rate_limit IS
     'at most this many messages handed out a second by message_dequeue, all consumers together (NULL: no limit)';
 COMMENT ON COLUMN pgqueue.queue.key_window_ms IS
     'how long (ms) an idempotency key stays taken after its message was completed or delivered (0: only while it is live)';
+
+-- At most one rate-limited queue per rate sequence (pgqueue.queue_rate_<id & 63>): two sharing
+-- one would read each other's slots, and neither limit would hold. An index, not a check in
+-- queue_create / queue_alter, so that it holds for concurrent callers and old snapshots alike
+-- (they raise 22023 for it).
+CREATE UNIQUE INDEX queue_rate_stripe_key ON pgqueue.queue ((id & 63)) WHERE rate_limit IS NOT NULL;

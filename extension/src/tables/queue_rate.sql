@@ -1,5 +1,6 @@
 -- Rate limits (issue 14): 64 sequences, pgqueue.queue_rate_<id & 63>, one per rate-limited queue
--- (queue_create and queue_alter refuse two rate-limited queues on one stripe). The value is the
+-- (two rate-limited queues on one stripe are refused, 22023: the unique index
+-- queue_rate_stripe_key). The value is the
 -- last slot handed out: slot s is due at s / rate_limit seconds since the epoch, so a queue hands
 -- out a message only for a slot that is due (pgqueue._rate_room), and every message handed out
 -- takes the next slot (pgqueue._rate_take). A sequence leaves no dead tuples, unlike a row that

@@ -2,9 +2,12 @@
 -- the slots that are due and not taken, read from the queue's rate sequence without changing it
 -- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
 -- for a while may catch up by at most a twentieth of a second's slots (one at least). A last
--- slot more than a minute ahead of the clock was taken at another rate (queue_alter of the rate,
--- or a dropped queue's on the same stripe): slots depend on the rate, so it counts as none
--- (racing consumers run the sequence ahead by a fraction of a second each, never a minute).
+-- slot more than 10^9 slots ahead of the clock was taken at another rate (by a consumer that
+-- read the rate before queue_alter changed it; queue_create and queue_alter start the slots
+-- afresh, pgqueue._rate_reset): slots depend on the rate, so it counts as none. Two rates'
+-- slots are at least the seconds since the epoch apart (1.7 * 10^9), while consumers that race
+-- run the sequence ahead by at most a call's p_limit (10,000) each, however long they were held
+-- up (a minute's slots, the bound before session 46, forgave that debt at low rates).
 CREATE FUNCTION pgqueue._rate_room(p_queue_id integer, p_rate integer, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -14,7 +17,7 @@ DECLARE
     v_slot bigint := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
     v_last bigint := pg_sequence_last_value(pgqueue._rate_seq(p_queue_id));
 BEGIN
-    IF v_last > v_slot + 60::bigint * p_rate THEN
+    IF v_last > v_slot + 1000000000 THEN
         v_last := NULL;  -- taken at another rate
     END IF;
     RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));

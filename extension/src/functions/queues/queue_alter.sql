@@ -62,6 +62,16 @@ BEGIN
         coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
     IF p_rate_limit > 0 THEN
         PERFORM pgqueue._rate_check(v_queue.id, p_queue);
+        BEGIN
+            -- the unique index queue_rate_stripe_key refuses a second rate-limited queue of
+            -- the stripe whatever this snapshot saw: one committed since, or one a concurrent
+            -- call sets (waited for)
+            UPDATE pgqueue.queue q SET rate_limit = p_rate_limit WHERE q.id = v_queue.id;
+        EXCEPTION WHEN unique_violation THEN
+            RAISE EXCEPTION 'queue "%" cannot have a rate limit: another queue has one on the same stripe (id & 63 = %)', p_queue, v_queue.id & 63
+                USING ERRCODE = '22023',
+                      HINT = 'Rate-limit at most one queue of each stripe of 64; drop the other''s limit or recreate the queue.';
+        END;
     END IF;
     UPDATE pgqueue.queue q
        SET lock_ms       = coalesce(p_lock_ms, q.lock_ms),
@@ -78,6 +88,9 @@ BEGIN
      WHERE q.id = v_queue.id;
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
+    END IF;
+    IF p_rate_limit > 0 THEN  -- a rate set starts afresh (not slots taken at an earlier limit)
+        PERFORM pgqueue._rate_reset(v_queue.id, p_rate_limit);
     END IF;
     IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
         -- a new limit: each group with messages waiting and no turn gets one where the limit now

@@ -16,7 +16,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id integer;
+    v_id         integer;
+    v_constraint text;
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -66,14 +67,22 @@ BEGIN
             PERFORM setval(pgqueue._size_exact_seq(v_id), 1, false);
         END IF;
     END IF;
+    v_id := coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass));
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
                                    max_size, notify, group_concurrency, key_window_ms, rate_limit)
-        VALUES (coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass)), p_queue, p_lock_ms,
+        VALUES (v_id, p_queue, p_lock_ms,
                 nullif(p_max_attempts, 0), p_retry_base_ms, p_retry_cap_ms, nullif(p_max_size, 0),
-                p_notify, p_group_concurrency, p_key_window_ms, nullif(p_rate_limit, 0))
-        RETURNING id INTO v_id;
+                p_notify, p_group_concurrency, p_key_window_ms, nullif(p_rate_limit, 0));
     EXCEPTION WHEN unique_violation THEN
+        GET STACKED DIAGNOSTICS v_constraint = CONSTRAINT_NAME;
+        IF v_constraint = 'queue_rate_stripe_key'
+           AND NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
+            PERFORM pgqueue._rate_check(v_id, p_queue);  -- raises, naming the other queue
+            RAISE EXCEPTION 'queue "%" cannot have a rate limit: another queue has one on the same stripe (id & 63 = %)', p_queue, v_id & 63
+                USING ERRCODE = '22023',
+                      HINT = 'Rate-limit at most one queue of each stripe of 64; drop the other''s limit or recreate the queue.';
+        END IF;
         IF p_if_not_exists THEN
             RETURN;
         END IF;
@@ -82,7 +91,7 @@ BEGIN
                   HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
     END;
     IF p_rate_limit > 0 THEN
-        PERFORM pgqueue._rate_check(v_id, p_queue);
+        PERFORM pgqueue._rate_reset(v_id, p_rate_limit);  -- (not a dropped queue's slots)
     END IF;
 END;
 $$;

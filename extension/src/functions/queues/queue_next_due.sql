@@ -27,11 +27,11 @@ BEGIN
               ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
     IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN
-        -- the next slot (pgqueue._rate_room); one more than a minute ahead was taken at another
-        -- rate and counts as none
-        v_due := greatest(v_due, (SELECT CASE WHEN n.due <= pgqueue.now_ms() + 60000 THEN n.due END
-                                    FROM (SELECT ceil((pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) + 1)::numeric
-                                                      * 1000 / v_queue.rate_limit)::bigint AS due) n));
+        -- the next slot (pgqueue._rate_room); a last slot more than 10^9 slots ahead was taken
+        -- at another rate and counts as none
+        v_due := greatest(v_due, (SELECT CASE WHEN n.last <= floor(pgqueue.now_ms()::numeric * v_queue.rate_limit / 1000) + 1000000000
+                                              THEN ceil((n.last + 1)::numeric * 1000 / v_queue.rate_limit)::bigint END
+                                    FROM (SELECT pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) AS last) n));
     END IF;
     RETURN v_due;
 END;
