@@ -3116,7 +3116,9 @@ BEGIN
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
     END IF;
-    IF p_rate_limit > 0 THEN  -- a rate set starts afresh (not slots taken at an earlier limit)
+    IF p_rate_limit > 0 AND p_rate_limit IS DISTINCT FROM v_queue.rate_limit THEN
+        -- a new rate starts afresh (not slots taken at an earlier limit); the same rate set
+        -- again keeps its slots (and what consumers took ahead of the clock stays to wait out)
         PERFORM pgqueue._rate_reset(v_queue.id, p_rate_limit);
     END IF;
     IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
@@ -5090,12 +5092,16 @@ COMMENT ON FUNCTION pgqueue._rate_seq(integer) IS
 -- the slots that are due and not taken, read from the queue's rate sequence without changing it
 -- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
 -- for a while may catch up by at most a twentieth of a second's slots (one at least). A last
--- slot more than 10^9 slots ahead of the clock was taken at another rate (by a consumer that
--- read the rate before queue_alter changed it; queue_create and queue_alter start the slots
--- afresh, pgqueue._rate_reset): slots depend on the rate, so it counts as none. Two rates'
--- slots are at least the seconds since the epoch apart (1.7 * 10^9), while consumers that race
--- run the sequence ahead by at most a call's p_limit (10,000) each, however long they were held
--- up (a minute's slots, the bound before session 46, forgave that debt at low rates).
+-- slot more than a minute's slots and 100,000 more ahead of the clock was taken at another
+-- rate (by a consumer that read the rate before queue_alter changed it; queue_create and
+-- queue_alter start a new rate's slots afresh, pgqueue._rate_reset): slots depend on the rate,
+-- so it counts as none. Consumers that race run the sequence ahead by a call's p_limit each,
+-- however long they were held up: the 100,000 keeps such a debt (up to 100,000 messages past
+-- the minute's), which a minute alone forgave at low rates (session 46); a stale rate's last
+-- slot starts at least the seconds since the epoch (1.7 * 10^9) ahead and stays ignored until
+-- the queue has been idle long enough at the new rate r for it to fall within the bound, then
+-- holds the queue at most a minute and 100,000 / r s (a rate kept with the slots would end
+-- that: not built).
 CREATE FUNCTION pgqueue._rate_room(p_queue_id integer, p_rate integer, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -5105,7 +5111,7 @@ DECLARE
     v_slot bigint := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
     v_last bigint := pg_sequence_last_value(pgqueue._rate_seq(p_queue_id));
 BEGIN
-    IF v_last > v_slot + 1000000000 THEN
+    IF v_last > v_slot + 60::bigint * p_rate + 100000 THEN
         v_last := NULL;  -- taken at another rate
     END IF;
     RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));
@@ -5120,7 +5126,8 @@ COMMENT ON FUNCTION pgqueue._rate_room(integer, integer, integer) IS
 -- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
 -- due slots take more slots than were due; the sequence then runs ahead of the clock and the
 -- next calls wait until it is due, so over time no more than p_rate a second are handed out. A
--- last slot more than 10^9 slots ahead was taken at another rate (pgqueue._rate_room): setval too.
+-- last slot more than a minute's slots and 100,000 more ahead was taken at another rate
+-- (pgqueue._rate_room): setval too.
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -5136,7 +5143,7 @@ BEGIN
         v_slot := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
         v_floor := v_slot - greatest(p_rate / 20, 1);
         v_last := pg_sequence_last_value(v_seq);
-        IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 1000000000 THEN
+        IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 60::bigint * p_rate + 100000 THEN
             PERFORM setval(v_seq, v_floor + p_n);
         ELSE
             PERFORM nextval(v_seq) FROM generate_series(1, p_n);
@@ -5598,9 +5605,10 @@ BEGIN
               ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
     IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN
-        -- the next slot (pgqueue._rate_room); a last slot more than 10^9 slots ahead was taken
-        -- at another rate and counts as none
-        v_due := greatest(v_due, (SELECT CASE WHEN n.last <= floor(pgqueue.now_ms()::numeric * v_queue.rate_limit / 1000) + 1000000000
+        -- the next slot (pgqueue._rate_room); a last slot more than a minute's slots and 100,000
+        -- more ahead was taken at another rate and counts as none
+        v_due := greatest(v_due, (SELECT CASE WHEN n.last <= floor(pgqueue.now_ms()::numeric * v_queue.rate_limit / 1000)
+                                                              + 60::bigint * v_queue.rate_limit + 100000
                                               THEN ceil((n.last + 1)::numeric * 1000 / v_queue.rate_limit)::bigint END
                                     FROM (SELECT pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) AS last) n));
     END IF;

@@ -3,7 +3,8 @@
 -- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
 -- due slots take more slots than were due; the sequence then runs ahead of the clock and the
 -- next calls wait until it is due, so over time no more than p_rate a second are handed out. A
--- last slot more than 10^9 slots ahead was taken at another rate (pgqueue._rate_room): setval too.
+-- last slot more than a minute's slots and 100,000 more ahead was taken at another rate
+-- (pgqueue._rate_room): setval too.
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -19,7 +20,7 @@ BEGIN
         v_slot := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
         v_floor := v_slot - greatest(p_rate / 20, 1);
         v_last := pg_sequence_last_value(v_seq);
-        IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 1000000000 THEN
+        IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 60::bigint * p_rate + 100000 THEN
             PERFORM setval(v_seq, v_floor + p_n);
         ELSE
             PERFORM nextval(v_seq) FROM generate_series(1, p_n);

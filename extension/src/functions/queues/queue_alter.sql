@@ -89,7 +89,9 @@ BEGIN
     IF p_max_size IS NOT NULL THEN
         DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_queue.id;
     END IF;
-    IF p_rate_limit > 0 THEN  -- a rate set starts afresh (not slots taken at an earlier limit)
+    IF p_rate_limit > 0 AND p_rate_limit IS DISTINCT FROM v_queue.rate_limit THEN
+        -- a new rate starts afresh (not slots taken at an earlier limit); the same rate set
+        -- again keeps its slots (and what consumers took ahead of the clock stays to wait out)
         PERFORM pgqueue._rate_reset(v_queue.id, p_rate_limit);
     END IF;
     IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN

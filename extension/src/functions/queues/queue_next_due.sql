@@ -27,9 +27,10 @@ BEGIN
               ORDER BY m.locked_until, m.id LIMIT 1));
     END IF;
     IF v_queue.rate_limit IS NOT NULL AND v_due IS NOT NULL THEN
-        -- the next slot (pgqueue._rate_room); a last slot more than 10^9 slots ahead was taken
-        -- at another rate and counts as none
-        v_due := greatest(v_due, (SELECT CASE WHEN n.last <= floor(pgqueue.now_ms()::numeric * v_queue.rate_limit / 1000) + 1000000000
+        -- the next slot (pgqueue._rate_room); a last slot more than a minute's slots and 100,000
+        -- more ahead was taken at another rate and counts as none
+        v_due := greatest(v_due, (SELECT CASE WHEN n.last <= floor(pgqueue.now_ms()::numeric * v_queue.rate_limit / 1000)
+                                                              + 60::bigint * v_queue.rate_limit + 100000
                                               THEN ceil((n.last + 1)::numeric * 1000 / v_queue.rate_limit)::bigint END
                                     FROM (SELECT pg_sequence_last_value(pgqueue._rate_seq(v_queue.id)) AS last) n));
     END IF;
