@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,3 +234,28 @@ def plan_violations(statements: Sequence[Statement], message_indexes: set[str], 
         if idx not in used:
             problems.append(f"no index scan using {idx} in any statement")
     return problems
+
+
+def default_signals(*ignored: signal.Signals) -> None:
+    """In the child: SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's job or a
+    service manager's unit (a test run under nohup, or as `cmd &` from a script, has SIGHUP or
+    SIGINT ignored, which the child would inherit and rightly keep so), but the ``ignored`` ones
+    (``preexec_fn=lambda: default_signals(signal.SIGHUP)``: as under nohup)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+
+
+@contextmanager
+def command(argv: Sequence[str], *, cwd: Path | None = None,
+            ignored: Sequence[signal.Signals] = ()) -> Iterator[subprocess.Popen[str]]:
+    """Run ``argv`` with its output piped, in a session of its own with SIGINT, SIGTERM and
+    SIGHUP at their defaults but the ``ignored`` ones (:func:`default_signals`); kill it if the
+    test leaves it running."""
+    proc = subprocess.Popen(list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: default_signals(*ignored))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

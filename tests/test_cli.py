@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from conftest import Server
 from pgqueue import Queue
 from pgqueue.cli import build_parser, format_table, main
 from pgqueue.client import list_queues
+from helpers import command as spawn
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 TESTS = Path(__file__).resolve().parent
@@ -493,6 +496,56 @@ def test_stats_watch_outlives_a_lost_connection(dsn: str, form: list[str]) -> No
     assert "Traceback" not in err
     assert "connected again" in err, err
     assert err.count("trying again every 0.2 s") == 1, err
+
+
+@contextmanager
+def scheduler_command(capsys: pytest.CaptureFixture[str], dsn: str,
+                      *ignored: signal.Signals) -> Iterator[tuple[subprocess.Popen[str], Queue]]:
+    """A schedule that enqueues on queue jobs every second, and `pgqueue scheduler` running it in
+    a session of its own with SIGINT, SIGTERM and SIGHUP at their defaults but the ``ignored``
+    ones (as nohup, or `cmd &` from a script, leave them), once it has enqueued its first slot;
+    killed if the test leaves it running."""
+    queue = Queue(dsn, "jobs")
+    queue.create()
+    assert run(capsys, "schedule", "create", "ping", "jobs", "x", "--every", "1", "--dsn", dsn)[0] == 0
+    try:
+        with spawn([str(PGQUEUE), "scheduler", "--interval", "0.2", "--dsn", dsn], ignored=ignored) as proc:
+            deadline = time.monotonic() + 15
+            while queue.stats().ready == 0:  # its first run: its signal handlers are in
+                assert time.monotonic() < deadline and proc.poll() is None, "the scheduler enqueued nothing"
+                time.sleep(0.05)
+            yield proc, queue
+    finally:
+        queue.close()
+
+
+def test_scheduler_command_stops_on_sighup_as_on_sigterm(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """A closed terminal or ssh session (SIGHUP) stops `pgqueue scheduler` as SIGTERM does: exit
+    0 with its "stopped" line (SIGHUP ended it at once with 129, no line)."""
+    with scheduler_command(capsys, dsn) as (proc, queue):
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=15)
+        n = queue.stats().ready
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and err.splitlines()[-1:] == [f"scheduler stopped: enqueued {n} message(s)"], err
+
+
+@pytest.mark.parametrize("ignored", [signal.SIGHUP, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_stop_signal_ignored_when_the_scheduler_started_stays_ignored(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                                         ignored: signal.Signals) -> None:
+    """`pgqueue scheduler` started with SIGHUP ignored (nohup) or SIGINT ignored (`cmd &` from a
+    script) goes on enqueuing when it comes and still stops on SIGTERM (SIGINT stopped it)."""
+    with scheduler_command(capsys, dsn, ignored) as (proc, queue):
+        proc.send_signal(ignored)
+        first = queue.stats().ready
+        deadline = time.monotonic() + 15
+        while queue.stats().ready == first:  # the next slot, a second later
+            assert time.monotonic() < deadline and proc.poll() is None, "the scheduler stopped enqueuing"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("scheduler stopped: enqueued "), err
 
 
 @pytest.mark.parametrize("handler", ["obey", "async_obey", "tasks_plain", "tasks_async"])

@@ -36,6 +36,7 @@ from pgqueue.dashboard.payload import MAX_SHOWN, show
 from pgqueue.dashboard.sampler import (MAX_INTERVAL, Sample, Sampler, depth_series, oldest_series,
                                       throughput_series)
 from pgqueue.message import QueueStats
+from helpers import command
 
 XSS_TEXT = '<script>alert("payload")</script>'
 XSS_TYPE = 'text/plain; x="><img src=x onerror=alert(1)>'
@@ -58,27 +59,13 @@ def make_app(dsn: str) -> Iterator[Any]:
         close(app)
 
 
-def _default_signals() -> None:
-    """In the child: SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's job or a
-    service manager's unit (a test run under nohup, or as `cmd &` from a script, has SIGHUP or
-    SIGINT ignored, which the child would inherit and rightly keep so)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 @contextmanager
-def pgqueue_command(*args: str) -> Iterator[subprocess.Popen[str]]:
+def pgqueue_command(*args: str, ignored: tuple[signal.Signals, ...] = ()) -> Iterator[subprocess.Popen[str]]:
     """Run ``python -m pgqueue ARGS`` with its output piped, in a session of its own with the
-    default signal dispositions; kill it if the test leaves it running."""
-    proc = subprocess.Popen([sys.executable, "-m", "pgqueue", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_default_signals)
-    try:
+    default signal dispositions but the ``ignored`` ones (as nohup leaves SIGHUP); kill it if
+    the test leaves it running."""
+    with command([sys.executable, "-m", "pgqueue", *args], ignored=ignored) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def csrf(client: FlaskClient, path: str = "/") -> str:
@@ -565,11 +552,12 @@ def test_a_real_server_on_a_thread(conn: psycopg.Connection[Any], dsn: str) -> N
         server.stop()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
 def test_the_command_serves_until_interrupted(dsn: str, sig: signal.Signals) -> None:
-    """Ctrl-C, or SIGTERM from a service manager (systemd, Kubernetes), stops it the same way:
-    exit 0 (SIGTERM ended it at once with 143, a failed stop), one line saying so, the port
-    and the database sessions closed."""
+    """Ctrl-C, SIGTERM from a service manager (systemd, Kubernetes), or SIGHUP from a closed
+    terminal or ssh session, stops it the same way: exit 0 (SIGTERM ended it at once with 143,
+    a failed stop; SIGHUP with 129), one line saying so, the port and the database sessions
+    closed."""
     with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", "--token", "a-long-token",
                          "--sample-interval", "0.2") as proc:
         assert proc.stdout is not None and proc.stderr is not None
@@ -596,6 +584,25 @@ def test_the_command_serves_until_interrupted(dsn: str, sig: signal.Signals) -> 
             assert sessions() == 0
         with pytest.raises(ConnectionRefusedError):  # nothing listens there any more
             socket.create_connection(("127.0.0.1", int(found.group(2))), timeout=5).close()
+
+
+def test_the_command_started_under_nohup_outlives_a_hangup(dsn: str) -> None:
+    """`pgqueue dashboard` started with SIGHUP ignored (nohup) goes on serving after a SIGHUP,
+    and still stops on SIGTERM."""
+    with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", ignored=(signal.SIGHUP,)) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        found = re.search(r"at (http://127\.0\.0\.1:\d+/) ", line)
+        assert found, line + (proc.stderr.read() if proc.poll() is not None else "")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert proc.poll() is None
+        with urllib.request.urlopen(found.group(1) + "api/queues", timeout=10) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read()
+        err = proc.stderr.read()
+        assert "Traceback" not in err and err.splitlines()[-1:] == ["dashboard stopped on SIGTERM"], err
 
 
 def test_serve_stops_on_a_signal_and_leaves_an_ignored_one_ignored(dsn: str) -> None:

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 from conftest import Relay, Server
+from helpers import command
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
 from pgqueue.client import all_counters
@@ -251,13 +252,11 @@ def test_stats_json_watch_prints_one_array_per_line(dsn: str) -> None:
 def test_stats_watch_stops_on_sigterm_as_on_ctrl_c(dsn: str, how: list[str]) -> None:
     """A service manager's stop (SIGTERM) ends `pgqueue stats --watch` as Ctrl-C does: exit 0
     (it was 143, a failed stop)."""
-    proc = subprocess.Popen([str(PGQUEUE), "stats", *how, "--watch", "0.2", "--dsn", dsn],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_signals)
-    assert proc.stdout is not None
-    assert any("default" in proc.stdout.readline() for _ in range(4))  # a reading is out
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=10)
+    with command([str(PGQUEUE), "stats", *how, "--watch", "0.2", "--dsn", dsn]) as proc:
+        assert proc.stdout is not None
+        assert any("default" in proc.stdout.readline() for _ in range(4))  # a reading is out
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)
 
 
@@ -583,32 +582,17 @@ def scrape(url: str, deadline: float) -> dict[tuple[str, frozenset[tuple[str, st
             time.sleep(0.1)
 
 
-def _default_signals() -> None:
-    """In the child: SIGINT, SIGTERM and SIGHUP at their defaults, as in a terminal's job or a
-    service manager's unit (a test run under nohup, or as `cmd &` from a script, has SIGHUP or
-    SIGINT ignored, which the child would inherit and rightly keep so)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
 def test_metrics_command_serves_until_interrupted(dsn: str, sig: signal.Signals) -> None:
-    """Ctrl-C, or SIGTERM from a service manager (systemd, Kubernetes), stops it the same way:
-    exit 0 (SIGTERM ended it at once with 143, a failed stop), one line saying so, the port
-    closed."""
+    """Ctrl-C, SIGTERM from a service manager (systemd, Kubernetes), or SIGHUP from a closed
+    terminal or ssh session, stops it the same way: exit 0 (SIGTERM ended it at once with 143, a
+    failed stop; SIGHUP with 129), one line saying so, the port closed."""
     port = free_port()
-    proc = subprocess.Popen([str(PGQUEUE), "metrics", "--port", str(port), "--dsn", dsn],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_signals)
-    try:
+    with command([str(PGQUEUE), "metrics", "--port", str(port), "--dsn", dsn]) as proc:
         s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
         assert s[("pgqueue_up", frozenset())] == 1
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)
     assert f"127.0.0.1:{port}/metrics" in out
     assert err.splitlines()[-1:] == [f"metrics stopped on {sig.name}"], err
@@ -618,6 +602,36 @@ def test_metrics_command_serves_until_interrupted(dsn: str, sig: signal.Signals)
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
         again.listen()
+
+
+def test_the_stop_line_lost_with_the_terminal_still_exits_0(dsn: str) -> None:
+    """Stopped by a closed terminal, a command's stderr is that terminal and its last line cannot
+    be written: it stopped as asked, so exit 0 (it printed "cannot write the output" to nowhere
+    and exited 1, a review). A pipe whose reader has gone stands in for the terminal here."""
+    port = free_port()
+    with command([str(PGQUEUE), "metrics", "--port", str(port), "--dsn", dsn]) as proc:
+        assert scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)[("pgqueue_up", frozenset())] == 1
+        assert proc.stderr is not None
+        proc.stderr.close()  # the terminal is gone
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_the_command_started_under_nohup_outlives_a_hangup(dsn: str) -> None:
+    """`pgqueue metrics` started with SIGHUP ignored (nohup) goes on serving after a SIGHUP, and
+    still stops on SIGTERM."""
+    port = free_port()
+    with command([str(PGQUEUE), "metrics", "--port", str(port), "--dsn", dsn], ignored=[signal.SIGHUP]) as proc:
+        url = f"http://127.0.0.1:{port}/metrics"
+        assert scrape(url, time.monotonic() + 15)[("pgqueue_up", frozenset())] == 1
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert proc.poll() is None
+        assert scrape(url, time.monotonic() + 5)[("pgqueue_up", frozenset())] == 1
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)
+    assert err.splitlines()[-1:] == ["metrics stopped on SIGTERM"], err
 
 
 def test_each_new_connection_checks_pgqueues_version(dsn: str, conn: Conn) -> None:
@@ -645,18 +659,11 @@ def test_the_command_starts_while_the_database_is_down(capsys: pytest.CaptureFix
     assert parse(captured.out)[("pgqueue_up", frozenset())] == 0
     assert "pgqueue_up 0" in captured.err
     port = free_port()
-    proc = subprocess.Popen([str(PGQUEUE), "metrics", "--port", str(port), "--timeout", "2", "--dsn", down],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_signals)
-    try:
+    with command([str(PGQUEUE), "metrics", "--port", str(port), "--timeout", "2", "--dsn", down]) as proc:
         s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
         assert s[("pgqueue_up", frozenset())] == 0
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err
     assert "serving pgqueue_up 0 until it answers" in err.splitlines()[0], err
     assert main(["metrics", "--once", "--dsn", "dbname='unterminated"]) == 1

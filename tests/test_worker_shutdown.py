@@ -1,6 +1,8 @@
 """The worker's shutdown and handler timeouts against a real server: the README's worker
 example, run as a process and sent SIGTERM and SIGINT, leaves nothing leased and exits 0;
-run() restores the signal handlers it replaced; a hung handler's message is failed with a
+`pgqueue worker` sent SIGHUP (a closed terminal) stops as on SIGTERM, and one started with
+SIGHUP or SIGINT ignored (nohup, `cmd &` from a script) keeps it ignored; run() stops on
+SIGHUP too and restores the signal handlers it replaced; a hung handler's message is failed with a
 clear last_error, its late result ignored, its slot given to a new thread; no LISTEN
 connection on a queue whose notify is off; reconnection waits that double while the database
 is away and start over once it is back, and a dropped queue that stops the worker with
@@ -8,14 +10,17 @@ QueueNotFound (both for Worker and AsyncWorker)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,10 +32,13 @@ import pytest
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.errors import QueueNotFound
 from pgqueue.worker import HandlerTimeout, Result, Worker
+from helpers import command
+from test_metrics import PGQUEUE
 from test_worker import Results, Started, make_queue, running, wait_for
 from worker_handlers import marks
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
 
 # What the README's send_email stands for: note the start, sleep as the payload says.
 SEND_EMAIL = '''
@@ -106,6 +114,61 @@ def test_readme_worker_gives_back_at_once_on_a_second_sigint(dsn: str, tmp_path:
     assert sorted((m.id, m.attempts) for m in again) == [(i, 2) for i in sorted(ids)]
 
 
+@contextmanager
+def worker_command(dsn: str, queue: str, handler: str, *ignored: signal.Signals) -> Iterator[subprocess.Popen[str]]:
+    """Run `pgqueue worker DSN QUEUE worker_handlers:HANDLER` from the tests directory, in a
+    session of its own with SIGINT, SIGTERM and SIGHUP at their defaults but the ``ignored``
+    ones (as nohup, or `cmd &` from a script, leave them); kill it if the test leaves it running."""
+    with command([str(PGQUEUE), "worker", dsn, queue, f"worker_handlers:{handler}"], cwd=TESTS,
+                 ignored=ignored) as proc:
+        yield proc
+
+
+@pytest.mark.parametrize("handler", ["obey", "async_obey"])
+def test_the_worker_command_stops_on_sighup_as_on_sigterm(dsn: str, tmp_path: Path, handler: str) -> None:
+    """A closed terminal or ssh session (SIGHUP) stops `pgqueue worker` as SIGTERM does: the
+    handler in flight finishes, its message is completed, exit 0 (SIGHUP ended it at once with
+    129, the message left leased until its lease ran out). The terminal's second SIGHUP does
+    not make it give the message back at once, as a second SIGTERM does (a review)."""
+    queue = make_queue(dsn, "emails", lock_ms=60000)
+    mark = tmp_path / "marks"
+    queue.enqueue({"mark": str(mark), "sleep": 1.5})
+    with worker_command(dsn, "emails", handler) as proc:
+        wait_for(lambda: len(marks(mark)) == 1, timeout=15, what="the handler to start")
+        assert queue.stats().leased == 1
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.001)
+        proc.send_signal(signal.SIGHUP)  # a closed terminal often sends two (the shell's, the kernel's)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and "SIGHUP: stopping" in err, err
+    assert "given back" not in err, err  # a second SIGHUP does not hurry the stop (it gave the message back)
+    stats = queue.stats()  # completed, not left leased nor given back
+    assert (stats.total, stats.dead) == (0, 0) and len(marks(mark)) == 1
+
+
+@pytest.mark.parametrize("handler", ["obey", "async_obey"])
+@pytest.mark.parametrize("ignored", [signal.SIGHUP, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_stop_signal_ignored_when_the_worker_started_stays_ignored(dsn: str, tmp_path: Path,
+                                                                      ignored: signal.Signals, handler: str) -> None:
+    """`pgqueue worker` started with SIGHUP ignored (nohup) or SIGINT ignored (`cmd &` from a
+    script) goes on working when it comes and still stops on SIGTERM (SIGINT stopped it)."""
+    queue = make_queue(dsn, "emails")
+    mark = tmp_path / "marks"
+    with worker_command(dsn, "emails", handler, ignored) as proc:
+        first = queue.enqueue({"mark": str(mark)})
+        wait_for(lambda: queue.stats().total == 0, timeout=15, what="the first message")
+        proc.send_signal(ignored)
+        second = queue.enqueue({"mark": str(mark), "sleep": 0.5})
+        wait_for(lambda: queue.stats().total == 0, timeout=15, what="the second message")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and "SIGTERM: stopping" in err and f"{ignored.name}:" not in err, err
+    assert [i for i, _ in marks(mark)] == [first, second]
+
+
 def test_run_on_the_main_thread_installs_and_restores_signal_handlers(dsn: str) -> None:
     assert threading.current_thread() is threading.main_thread()
     queue = make_queue(dsn)
@@ -130,6 +193,67 @@ def test_run_on_the_main_thread_installs_and_restores_signal_handlers(dsn: str) 
     seen = signal.getsignal(signal.SIGINT)
     worker.run()
     assert signal.getsignal(signal.SIGINT) is seen
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_run_on_the_main_thread_stops_on_sighup_and_keeps_an_ignored_signal_ignored(kind: str, dsn: str) -> None:
+    """run() on the main thread (a library user's worker): SIGHUP at its default action (it would
+    end the process) stops it gracefully as SIGTERM does, the message in flight completed, and
+    the default is back when it returns; a signal ignored when it started (SIGINT here, as in
+    `cmd &` from a script) stays ignored. An application's own SIGHUP handler (a reload) stays
+    its own: the SIGHUP reaches it and the worker goes on until stopped."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGHUP)}
+    queue = make_queue(dsn)
+    try:
+        for own_sighup in (False, True):
+            queue.enqueue("x")
+            got: list[int] = []
+
+            def reload(signum: int, frame: object) -> None:
+                got.append(signum)
+
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGHUP, reload if own_sighup else signal.SIG_DFL)
+            during: list[object] = []
+
+            def handler(msg: Message) -> None:
+                during.append(signal.getsignal(signal.SIGINT))
+                if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # not taken: it would end pytest
+                    during.append("SIGHUP left at its default")
+                    return
+                os.kill(os.getpid(), signal.SIGHUP)
+                time.sleep(0.3)  # in flight when the signal comes: it finishes, its message is completed
+
+            worker = make_worker(kind, dsn, handler)
+            stopped_by_hand = threading.Event()
+
+            def fallback_stop(w: Worker | AsyncWorker = worker) -> None:
+                stopped_by_hand.set()
+                w.stop()
+
+            fallback = threading.Timer(1.5 if own_sighup else 10, fallback_stop)
+            fallback.start()
+            started = time.monotonic()
+            try:
+                if isinstance(worker, Worker):
+                    worker.run()
+                else:
+                    asyncio.run(worker.run())
+            finally:
+                fallback.cancel()
+            assert during == [signal.SIG_IGN]
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert queue.stats().total == 0
+            if own_sighup:
+                assert got == [signal.SIGHUP] and stopped_by_hand.is_set(), (got, stopped_by_hand.is_set())
+                assert signal.getsignal(signal.SIGHUP) is reload
+            else:
+                assert not stopped_by_hand.is_set() and time.monotonic() - started < 5
+                assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    finally:
+        queue.close()
+        for sig, handling in saved.items():
+            signal.signal(sig, handling)
 
 
 def test_signal_handlers_installed_for_a_run_on_another_thread(dsn: str) -> None:

@@ -93,10 +93,28 @@ _RECONNECT_MAX = 30.0
 _CONNECTION_ERRORS = (psycopg.OperationalError, ConnectionFailed)
 #: Any database error.
 _DATABASE_ERRORS = (psycopg.Error, PgQueueError)
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that stop a worker or a scheduler gracefully (and the `pgqueue` commands that
+#: serve): Ctrl-C, a service manager's stop, a closed terminal or ssh session (Windows has no SIGHUP).
+_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 #: After the shutdown grace, how long the loop's database call may still run before the worker
 #: gives it up (a server that hangs, a network that drops every packet): run() must return.
 _STUCK_CALL = 2.0
+
+
+def stopped_already(signum: int, frame: object) -> None:
+    """The `pgqueue` command's handler of a stop signal outside a run (cli: the worker has
+    stopped, the exit status stays 0); a run replaces it, as it replaces the default action."""
+
+
+def stop_signals() -> list[signal.Signals]:
+    """The stop signals (:data:`_SIGNALS`) to handle: those not ignored now. One ignored when
+    the program started stays ignored: SIGHUP under nohup, SIGINT in `cmd &` from a script, a
+    SIGTERM its parent ignored. SIGHUP only while it has the default action (it would end the
+    process) or the command's :func:`stopped_already`: an application's own SIGHUP handler (a
+    reload, say) stays its own."""
+    hup = getattr(signal, "SIGHUP", None)
+    return [sig for sig in _SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN
+            and (sig != hup or signal.getsignal(sig) in (signal.SIG_DFL, stopped_already))]
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -735,6 +753,12 @@ class WorkerCore:
             self._started = True
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        # A SIGHUP never hurries the stop: a closed terminal often sends two (the shell's, then
+        # the kernel's hang-up) and systemd's SendSIGHUP follows its SIGTERM with one; only a
+        # SIGINT or SIGTERM after the first signal gives back what is in hand at once.
+        if self._signalled and sig == getattr(signal, "SIGHUP", None):
+            log.info("%s again: in-flight handlers still finish (SIGINT or SIGTERM stops at once)", sig.name)
+            return
         again, self._signalled = self._signalled, True
         if again:
             log.warning("%s again: giving back the messages in hand now", sig.name)

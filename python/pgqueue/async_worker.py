@@ -9,10 +9,11 @@ raises fails its message (retry after the queue's back-off, dead letter after
 ``max_attempts``). An idle worker wakes through LISTEN when the queue's ``notify`` is on and
 otherwise polls, never sleeping past the next due message.
 
-Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM when :meth:`AsyncWorker.run` runs on the
-main thread's loop (the previous handlers come back when it returns; a second signal stops at
-once), stops fetching, lets running handlers finish within ``shutdown_grace``, then cancels the
-rest and gives their messages back at once (a defer: due now, attempts kept).
+Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM/SIGHUP when :meth:`AsyncWorker.run` runs
+on the main thread's loop (one ignored when it starts stays ignored; the previous handlers come
+back when it returns; a second signal stops at once), stops fetching, lets running handlers
+finish within ``shutdown_grace``, then cancels the rest and gives their messages back at once
+(a defer: due now, attempts kept).
 
 Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` its task is
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
@@ -51,7 +52,6 @@ from pgqueue._lease import AsyncHeartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
     _RECONNECT_MAX,
-    _SIGNALS,
     Delivery,
     HandlerTimeout,
     Result,
@@ -62,6 +62,7 @@ from pgqueue._worker_core import (
     WorkerCore,
     is_async_handler,
     is_read_only,
+    stop_signals,
 )
 from pgqueue.async_client import AsyncQueue, _AsyncConnector
 from pgqueue.errors import ConnectionFailed, PgQueueError
@@ -140,7 +141,7 @@ class AsyncWorker(WorkerCore):
         self._runner: _AsyncConnector | None = None
 
     async def run(self) -> None:
-        """Process messages until :meth:`stop` (or SIGINT/SIGTERM), then shut down gracefully.
+        """Process messages until :meth:`stop` (or SIGINT/SIGTERM/SIGHUP), then shut down gracefully.
 
         A database that cannot be reached yet, or is read-only, is waited for as
         :meth:`pgqueue.Worker.run` does (``startup_timeout``; :meth:`stop` ends the wait at once).
@@ -172,13 +173,13 @@ class AsyncWorker(WorkerCore):
             pass
 
     def _install_signal_handlers(self) -> Callable[[], None]:
-        """Route SIGINT/SIGTERM to stop() on the main thread's loop; return what undoes it
-        (the previous handlers come back)."""
+        """Route SIGINT/SIGTERM/SIGHUP to stop() on the main thread's loop, but one ignored
+        now (:func:`stop_signals`); return what undoes it (the previous handlers come back)."""
         if not self._handle_signals or threading.current_thread() is not threading.main_thread():
             return lambda: None
         loop = asyncio.get_running_loop()
-        saved = {sig: signal.getsignal(sig) for sig in _SIGNALS}
-        for sig in _SIGNALS:
+        saved = {sig: signal.getsignal(sig) for sig in stop_signals()}
+        for sig in saved:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
         def restore() -> None:

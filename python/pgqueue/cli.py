@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue._core import utf8
 from pgqueue._version import DISTRIBUTION, __version__
-from pgqueue._worker_core import is_async_handler
+from pgqueue._worker_core import _SIGNALS, is_async_handler, stop_signals, stopped_already
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
@@ -89,13 +89,13 @@ _CONSOLE = False
 
 def console() -> NoReturn:
     """The `pgqueue` command (and ``python -m pgqueue``): :func:`main`, then the exit. Once
-    main has returned, the exit status is decided: a SIGINT or SIGTERM that comes while the
-    process exits (Python resets its own handlers to the default ones as it finalizes) is
-    ignored, not reported as the status (130, 143)."""
+    main has returned, the exit status is decided: a SIGINT, SIGTERM or SIGHUP that comes while
+    the process exits (Python resets its own handlers to the default ones as it finalizes) is
+    ignored, not reported as the status (130, 143, 129)."""
     global _CONSOLE
     _CONSOLE = True
     status = main()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(status)
 
@@ -208,6 +208,18 @@ def _error(message: str, *, prefix: bool = True) -> None:
     print(f"{PROG}: error: {message}" if prefix else message, file=sys.stderr)
 
 
+def _stopped(line: str) -> None:
+    """A serving command's last line, on stderr, best effort: stopped by a closed terminal
+    (SIGHUP), stderr is that terminal and the write fails (EIO); the command stopped as asked,
+    so it still exits 0 (stderr then goes to /dev/null, so that the exit-time flush cannot fail
+    again)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())
+
+
 # ---------------------------------------------------------------------------------------
 # The parser
 # ---------------------------------------------------------------------------------------
@@ -309,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # metrics
     p = command("metrics", _cmd_metrics, "serve Prometheus metrics of every queue (counts by state, oldest "
-                "ready age, counters) until SIGINT/SIGTERM")
+                "ready age, counters) until SIGINT/SIGTERM/SIGHUP")
     p.add_argument("--host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=9469, metavar="N",
@@ -324,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # dashboard
     p = command("dashboard", _cmd_dashboard, "serve a web dashboard of the queues (counts, charts, messages, "
-                "leases, dead letters) until SIGINT/SIGTERM; needs the dashboard extra")
+                "leases, dead letters) until SIGINT/SIGTERM/SIGHUP; needs the dashboard extra")
     p.add_argument("--host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8080, metavar="N",
@@ -382,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME")
     command("run", _cmd_schedule_run, "enqueue the due slots once and print them", sched)
     p = command("scheduler", _cmd_scheduler, "enqueue the schedules' due slots every --interval seconds until "
-                "SIGINT/SIGTERM (several may run: each slot is enqueued once)")
+                "SIGINT/SIGTERM/SIGHUP (several may run: each slot is enqueued once)")
     p.add_argument("--interval", type=_interval, default=1.0, metavar="S",
                    help="seconds between runs (default 1)")
     _startup_timeout_option(p)
@@ -403,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("list", _cmd_queue_list, "list queues and their settings", manage)
 
     # worker
-    p = command("worker", _cmd_worker, "run a handler on a queue's messages until SIGINT/SIGTERM")
+    p = command("worker", _cmd_worker, "run a handler on a queue's messages until SIGINT/SIGTERM/SIGHUP")
     p.usage = "pgqueue worker [DSN] QUEUE MODULE:FUNCTION [options]"
     p.add_argument("target", nargs="+", metavar="[DSN] QUEUE MODULE:FUNCTION",
                    help="the database (default: --dsn or $PGQUEUE_DSN; not both), the queue, and the handler: "
@@ -418,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-max", type=_positive_float, default=5.0, metavar="S",
                    help="longest sleep between polls of an empty queue (default 5)")
     p.add_argument("--shutdown-grace", type=_non_negative_float, default=10.0, metavar="S",
-                   help="seconds in-flight handlers get to finish on SIGTERM (default 10)")
+                   help="seconds in-flight handlers get to finish on SIGTERM or SIGHUP (default 10)")
     p.add_argument("--timeout", type=_positive_float, metavar="S",
                    help="fail a message whose handler runs longer than S seconds (default: no limit)")
     p.add_argument("--metrics-port", type=_port, metavar="N",
@@ -1162,22 +1174,27 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
                 stopped_by = stop.wait()
             finally:
                 server.close()
-        print(f"metrics stopped on {stopped_by.name}", file=sys.stderr)
+        _stopped(f"metrics stopped on {stopped_by.name}")
         return 0
     finally:
         metrics.close()
 
 
 class _StopSignals:
-    """SIGINT (Ctrl-C) and SIGTERM (a service manager's stop) for a serving command, on the main
-    thread: from the block's start each is noted instead of ending the process, and
-    :meth:`wait` returns the first. Both stop the command the same way, as they stop `pgqueue
-    worker`. A signal ignored when the command started (SIGINT in `cmd &` from a script, a
-    SIGTERM its parent ignored) stays ignored, as the demo keeps SIGHUP under nohup; the previous
-    handlers are back when the block ends, so a second signal while the command stops acts at
-    once."""
+    """SIGINT (Ctrl-C), SIGTERM (a service manager's stop) and SIGHUP (a closed terminal or ssh
+    session) for a serving command, on the main thread: from the block's start each is noted
+    instead of ending the process, and :meth:`wait` returns the first. All three stop the
+    command the same way, as they stop `pgqueue worker`. A signal ignored when the command
+    started (SIGHUP under nohup, SIGINT in `cmd &` from a script, a SIGTERM its parent ignored)
+    stays ignored; the previous handlers are back when the block ends, so a second signal while
+    the command stops acts at once.
 
-    def __init__(self) -> None:
+    With ``interrupt``, each signal also raises KeyboardInterrupt, as Ctrl-C does, for a block
+    that a KeyboardInterrupt ends (the dashboard's serve()); :attr:`first` is then the signal
+    that ended it (None: a KeyboardInterrupt of another kind)."""
+
+    def __init__(self, *, interrupt: bool = False) -> None:
+        self._interrupt = interrupt
         self._got: list[signal.Signals] = []
         self._stop = threading.Event()
         self._saved: dict[signal.Signals, Any] = {}
@@ -1185,10 +1202,11 @@ class _StopSignals:
     def _on_signal(self, signum: int, frame: object) -> None:
         self._got.append(signal.Signals(signum))
         self._stop.set()
+        if self._interrupt:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> _StopSignals:
-        self._saved = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-                       if signal.getsignal(sig) is not signal.SIG_IGN}
+        self._saved = {sig: signal.signal(sig, self._on_signal) for sig in stop_signals()}
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1199,6 +1217,11 @@ class _StopSignals:
         while not self._stop.wait(3600):
             pass
         return self._got[0]
+
+    @property
+    def first(self) -> signal.Signals | None:
+        """The first signal that came (None: none came)."""
+        return self._got[0] if self._got else None
 
 
 
@@ -1243,13 +1266,17 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"pgqueue dashboard at {url} (Ctrl-C to stop)", flush=True)
 
-    try:
-        stopped_by = serve(options, host=args.host, port=args.port, ready=ready)  # on SIGINT or SIGTERM
-    except OSError as exc:
-        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
-    except KeyboardInterrupt:  # a second signal while it stopped
-        stopped_by = None
-    print(f"dashboard stopped{f' on {stopped_by.name}' if stopped_by else ''}", file=sys.stderr)
+    # serve() stops on a KeyboardInterrupt, which the first stop signal raises (SIGHUP included,
+    # which its own handlers leave out); a second one while it stops ends that at once
+    with _StopSignals(interrupt=True) as stop:
+        try:
+            serve(options, host=args.host, port=args.port, ready=ready, handle_signals=False)
+        except OSError as exc:
+            raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
+        except KeyboardInterrupt:  # a signal before it served, or a second one while it stopped
+            pass
+    stopped_by = stop.first
+    _stopped(f"dashboard stopped{f' on {stopped_by.name}' if stopped_by else ''}")
     return 0
 
 
@@ -1382,21 +1409,17 @@ def _log_to_stderr(level: int) -> None:
 
 
 def _ignore_signals_past_the_run() -> None:
-    """In the `pgqueue` command: the SIGINT and SIGTERM handlers that the worker's run replaces
-    while it runs, and puts back when it has stopped (every message settled or given back; a
+    """In the `pgqueue` command: the SIGINT, SIGTERM and SIGHUP handlers that the worker's run
+    replaces while it runs, and puts back when it has stopped (every message settled or given back; a
     signal during its last steps is passed to them too), ignore the signal: the worker has
     stopped, and the exit status stays 0 (the default handlers reported a supervisor's repeated
     stop, or Ctrl-C pressed again, as 143 or 130). :func:`console` ignores them at the OS level
-    for the rest of the exit. A signal ignored when the command started stays ignored."""
+    for the rest of the exit. A signal ignored when the command started stays ignored (and the
+    run leaves it so)."""
     if not _CONSOLE or threading.current_thread() is not threading.main_thread():
         return
-
-    def after_the_run(signum: int, frame: object) -> None:
-        pass
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, after_the_run)
+    for sig in stop_signals():
+        signal.signal(sig, stopped_already)
 
 
 def _check_dsn(dsn: str) -> None:
@@ -1430,9 +1453,10 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
     # waits for a database not reachable yet (or read-only); fails at once on what no wait mends:
     # a refused login, pgqueue missing or of another version
     scheduler = Scheduler(dsn, interval=args.interval, startup_timeout=args.startup_timeout)
+    _ignore_signals_past_the_run()
     with _start_failures(dsn):
         scheduler.run()
-    print(f"scheduler stopped: enqueued {scheduler.enqueued} message(s)", file=sys.stderr)
+    _stopped(f"scheduler stopped: enqueued {scheduler.enqueued} message(s)")
     return 0
 
 
@@ -1567,7 +1591,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                 metrics.in_flight = lambda: worker.in_flight
             _ignore_signals_past_the_run()
             with _start_failures(dsn):
-                worker.run()  # graceful on SIGINT/SIGTERM
+                worker.run()  # graceful on SIGINT/SIGTERM/SIGHUP
     finally:
         if server is not None:
             server.close()

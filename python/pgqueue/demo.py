@@ -46,6 +46,7 @@ from typing import Any, TextIO
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from pgqueue._worker_core import _SIGNALS
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
 from pgqueue.errors import ConnectionFailed
@@ -333,7 +334,7 @@ class _Sigint:
     terminated) can reach the main thread first: the demo then reports the Ctrl-C all the same.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    SIGNALS = _SIGNALS  # SIGINT, SIGTERM and SIGHUP where there is one (not on Windows)
 
     def __init__(self) -> None:
         self.seen = False

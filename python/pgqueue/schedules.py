@@ -39,6 +39,7 @@ from pgqueue._worker_core import (
     check_startup_timeout,
     connect_unless_stopped,
     require_writable,
+    stop_signals,
     wait_for_database,
 )
 from pgqueue.client import ConnectionSource, _run_once
@@ -141,8 +142,9 @@ def _held_name(notice: str) -> str:
 
 class Scheduler:
     """Run :func:`run_schedules` every ``interval`` seconds (more than 0, at most 1e9; else
-    ValueError) until :meth:`stop` (or SIGINT/SIGTERM when :meth:`run` is on the main thread;
-    the previous handlers come back when it returns).
+    ValueError) until :meth:`stop` (or SIGINT/SIGTERM/SIGHUP when :meth:`run` is on the main
+    thread; one ignored when it starts, as SIGHUP under nohup, stays ignored; the previous
+    handlers come back when it returns).
 
     Several schedulers may run against one database: each slot is still enqueued once.
     It keeps one connection (``application_name`` pgqueue-scheduler, ``connect_timeout`` 10 s
@@ -214,7 +216,7 @@ class Scheduler:
             def on_signal(signum: int, frame: FrameType | None) -> None:
                 self.stop()
 
-            saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            saved = {sig: signal.signal(sig, on_signal) for sig in stop_signals()}
         failed = 0  # tries in a row that failed: an outage is logged once, and its end
         last_error = ""
         held: dict[str, str] = {}  # the schedules a full capped queue holds back: name -> notice

@@ -21,11 +21,13 @@ message is enqueued (the queue needs ``notify`` on). Without notifications the w
 backing off from ``poll_min`` to ``poll_max`` while the queue is empty; when messages are
 scheduled it sleeps until the next one is due, never longer.
 
-Shutdown: :meth:`Worker.run` called on the main thread makes SIGINT and SIGTERM stop it
-gracefully (fetch no more, let in-flight handlers finish within ``shutdown_grace``, give the
+Shutdown: :meth:`Worker.run` called on the main thread makes SIGINT, SIGTERM and SIGHUP stop
+it gracefully (fetch no more, let in-flight handlers finish within ``shutdown_grace``, give the
 rest back at once with a defer, return normally) and puts the previous signal handlers back
-when it returns. A second signal gives back what is still in hand at once. :meth:`Worker.stop`
-does the same from any thread. A database that does not answer does not keep it: a call still
+when it returns; a signal ignored when it starts (SIGHUP under nohup, SIGINT in `cmd &` from a
+script) stays ignored, and so does an application's own SIGHUP handler (SIGHUP is taken only
+while it has the default action). A second signal gives back what is still in hand at once.
+:meth:`Worker.stop` does the same from any thread. A database that does not answer does not keep it: a call still
 waiting 2 s after the grace is given up (the core's stop watchdog shuts its socket down).
 
 Handler timeouts: a handler still running after ``timeout`` seconds has its message failed
@@ -84,6 +86,7 @@ from pgqueue._worker_core import (
     is_async_handler,
     is_read_only,
     log,
+    stop_signals,
 )
 from pgqueue.client import Queue, _Connector
 from pgqueue.errors import PgQueueError
@@ -234,10 +237,10 @@ class Worker(WorkerCore):
             message is failed with its error and the handler not run). Past it the message is failed
             with a :class:`HandlerTimeout` error and the handler's result is ignored; the
             thread runs on (Python cannot stop it) and a new one takes its place.
-        handle_signals: when :meth:`run` is called on the main thread, make SIGINT and SIGTERM
-            stop the worker gracefully (a second one stops it at once) while it runs, and
-            restore the previous handlers when it returns (with :meth:`run` on another
-            thread, see :meth:`install_signal_handlers`).
+        handle_signals: when :meth:`run` is called on the main thread, make SIGINT, SIGTERM
+            and SIGHUP stop the worker gracefully (a second one stops it at once) while it
+            runs, unless ignored when it starts, and restore the previous handlers when it
+            returns (with :meth:`run` on another thread, see :meth:`install_signal_handlers`).
         dsn: the connection string to use; by default it is taken from ``queue``.
         on_result: called on the thread running :meth:`run` with a :class:`Result` after each
             delivery is settled (for metrics and tests); exceptions from it are logged.
@@ -291,16 +294,17 @@ class Worker(WorkerCore):
         """Process messages until :meth:`stop` is called, then shut down gracefully.
 
         Runs the worker's loop in the calling thread. On the main thread (and unless
-        ``handle_signals=False``) SIGINT and SIGTERM stop it gracefully while it runs: it then
-        returns normally, and the previous signal handlers are back. If the loop is interrupted
-        by an exception (a KeyboardInterrupt with ``handle_signals=False``, a bug), the messages
-        in hand are given back at once before it propagates. A KeyboardInterrupt or SystemExit
+        ``handle_signals=False``) SIGINT, SIGTERM and SIGHUP stop it gracefully while it runs
+        (one ignored when it starts stays ignored): it then returns normally, and the previous
+        signal handlers are back. If the loop is interrupted by an exception (a KeyboardInterrupt
+        with ``handle_signals=False``, a bug), the messages in hand are given back at once before
+        it propagates. A KeyboardInterrupt or SystemExit
         raised by a handler stops the worker the same way (its own message failed) and is raised
         here once the worker has shut down.
 
         A database that cannot be reached yet, or is read-only (a hot standby), is waited for:
         tried again after 0.1 s, doubling up to 30 s, with one warning when it starts (repeated
-        every 60 s with the time waited) and one line when it connects, until it works, :meth:`stop` (or SIGINT/SIGTERM) ends the wait
+        every 60 s with the time waited) and one line when it connects, until it works, :meth:`stop` (or SIGINT/SIGTERM/SIGHUP) ends the wait
         at once (run() then returns without starting), or ``startup_timeout`` passes.
 
         Raises a :mod:`pgqueue.errors` class when the queue cannot be used at start-up
@@ -330,14 +334,16 @@ class Worker(WorkerCore):
         self._raise_fatal()
 
     def install_signal_handlers(self) -> None:
-        """Make SIGINT and SIGTERM stop the worker gracefully; a second signal stops it now.
+        """Make SIGINT, SIGTERM and SIGHUP stop the worker gracefully; a second signal stops
+        it now. One ignored now (SIGHUP under nohup, SIGINT in `cmd &` from a script) stays
+        ignored.
 
         Call from the main thread (Python delivers signals there, and only it may set their
         handlers) when :meth:`run` runs on another one; on the main thread :meth:`run` does it
         itself (unless ``handle_signals=False``) and puts the previous handlers back when it
         returns. :meth:`run` on another thread cannot put them back: call
         :meth:`restore_signal_handlers` from the main thread once it has returned. Until then,
-        the first SIGINT or SIGTERM after :meth:`run` has returned puts them back itself and
+        the first of these signals after :meth:`run` has returned puts them back itself and
         goes to the previous handler (a KeyboardInterrupt, say), as if the worker's had never
         been installed.
         """
@@ -350,13 +356,13 @@ class Worker(WorkerCore):
             # Between two bytecodes of the main thread, maybe inside a lock: act from a thread.
             threading.Thread(target=self._on_signal, args=(signal.Signals(signum),), daemon=True).start()
 
-        saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        saved = {sig: signal.signal(sig, on_signal) for sig in stop_signals()}
         if self._saved_signals is None:
             self._saved_signals = saved
 
     def restore_signal_handlers(self) -> None:
-        """Put back the SIGINT and SIGTERM handlers that :meth:`install_signal_handlers`
-        replaced (nothing if it did not run, or they are back already). Call it from the main
+        """Put back the signal handlers that :meth:`install_signal_handlers` replaced
+        (nothing if it did not run, or they are back already). Call it from the main
         thread: :meth:`run` on the main thread calls it when it returns; on another thread it
         cannot (see :meth:`install_signal_handlers`)."""
         saved, self._saved_signals = self._saved_signals, None
