@@ -11,7 +11,7 @@ otherwise polls, never sleeping past the next due message.
 
 Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM/SIGHUP when :meth:`AsyncWorker.run` runs
 on the main thread's loop (one ignored when it starts stays ignored; the previous handlers come
-back when it returns; a second signal stops at once), stops fetching, lets running handlers
+back when it returns; a second SIGINT or SIGTERM stops at once), stops fetching, lets running handlers
 finish within ``shutdown_grace``, then cancels the rest and gives their messages back at once
 (a defer: due now, attempts kept).
 

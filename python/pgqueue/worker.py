@@ -26,7 +26,8 @@ it gracefully (fetch no more, let in-flight handlers finish within ``shutdown_gr
 rest back at once with a defer, return normally) and puts the previous signal handlers back
 when it returns; a signal ignored when it starts (SIGHUP under nohup, SIGINT in `cmd &` from a
 script) stays ignored, and so does an application's own SIGHUP handler (SIGHUP is taken only
-while it has the default action). A second signal gives back what is still in hand at once.
+while it has the default action). A second SIGINT or SIGTERM gives back what is still in hand at once
+(a second SIGHUP does not: a closed terminal often sends two).
 :meth:`Worker.stop` does the same from any thread. A database that does not answer does not keep it: a call still
 waiting 2 s after the grace is given up (the core's stop watchdog shuts its socket down).
 
@@ -238,7 +239,7 @@ class Worker(WorkerCore):
             with a :class:`HandlerTimeout` error and the handler's result is ignored; the
             thread runs on (Python cannot stop it) and a new one takes its place.
         handle_signals: when :meth:`run` is called on the main thread, make SIGINT, SIGTERM
-            and SIGHUP stop the worker gracefully (a second one stops it at once) while it
+            and SIGHUP stop the worker gracefully (a second SIGINT or SIGTERM stops it at once) while it
             runs, unless ignored when it starts, and restore the previous handlers when it
             returns (with :meth:`run` on another thread, see :meth:`install_signal_handlers`).
         dsn: the connection string to use; by default it is taken from ``queue``.
@@ -334,7 +335,7 @@ class Worker(WorkerCore):
         self._raise_fatal()
 
     def install_signal_handlers(self) -> None:
-        """Make SIGINT, SIGTERM and SIGHUP stop the worker gracefully; a second signal stops
+        """Make SIGINT, SIGTERM and SIGHUP stop the worker gracefully; a second SIGINT or SIGTERM stops
         it now. One ignored now (SIGHUP under nohup, SIGINT in `cmd &` from a script) stays
         ignored.
 
