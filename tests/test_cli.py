@@ -194,7 +194,7 @@ def test_dead_letters_list_requeue_purge(capsys: pytest.CaptureFixture[str], dsn
     status, out, _ = run(capsys, "dead", "list", "jobs", "--limit", "2", "--dsn", dsn)  # cut short: said so
     assert status == 0
     assert [int(line.split()[0]) for line in out.splitlines()[2:4]] == dead[:2]
-    assert out.splitlines()[-1].startswith("(the oldest 2 shown: there are more")
+    assert out.splitlines()[-1].startswith("(the oldest 2 shown: there are more; --all for every one")
     assert len(out.splitlines()) == 5
     status, out, _ = run(capsys, "dead", "list", "jobs", "--limit", "3", "--dsn", dsn)
     assert "there are more" not in out
@@ -211,6 +211,52 @@ def test_dead_letters_list_requeue_purge(capsys: pytest.CaptureFixture[str], dsn
     assert status == 0 and "purged 1" in out
     status, out, _ = run(capsys, "dead", "list", "jobs", "--dsn", dsn)
     assert status == 0 and "no dead letters" in out
+
+
+def test_dead_list_all_pages_through_every_letter_and_json_lines(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import pgqueue.cli
+
+    monkeypatch.setattr(pgqueue.cli, "DEAD_PAGE", 2)  # 5 letters: pages of 2, 2, 1
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=1)
+    queue.enqueue_many([{"n": i} for i in range(4)] + [b"\x00\xff"])
+    for msg, width in zip(queue.dequeue(5), [30, 5, 10, 2, 20], strict=True):
+        queue.fail(msg, "x" * width)  # the first page's last error is the widest
+    dead = [d.id for d in queue.dead_letters()]
+    assert len(dead) == 5
+
+    status, out, err = run(capsys, "dead", "list", "jobs", "--all", "--dsn", dsn)
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["id", "attempts", "dead"] and lines[1].startswith("--")
+    assert [int(line.split()[0]) for line in lines[2:]] == dead  # the header once, every letter in order
+    assert "there are more" not in out
+    # the columns stay put from page to page (a later page may only widen them)
+    starts = {line.index("<2 bytes>" if "<2 bytes>" in line else '{"n"') for line in lines[2:]}
+    assert len(starts) == 1, out
+
+    status, out, err = run(capsys, "dead", "list", "jobs", "--all", "--json", "--dsn", dsn)
+    assert status == 0 and err == ""
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["id"] for r in records] == dead
+    assert [r.get("payload") for r in records[:4]] == [{"n": i} for i in range(4)]
+    assert base64.b64decode(records[4]["payload_base64"]) == b"\x00\xff"
+    assert all(r["queue"] == "jobs" and r["attempts"] == 1 and datetime.fromisoformat(r["dead_at"]).tzinfo
+               for r in records)
+    assert [r["last_error"] for r in records] == [d.last_error for d in queue.dead_letters()]
+
+    status, out, err = run(capsys, "dead", "list", "jobs", "--limit", "2", "--json", "--dsn", dsn)
+    assert status == 0
+    assert [json.loads(line)["id"] for line in out.splitlines()] == dead[:2]  # stdout stays JSON lines
+    assert "there are more" in err and "--all" in err
+
+    status, out, err = run(capsys, "dead", "list", "jobs", "--all", "--limit", "2", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "--all", code=2)
+
+    assert run(capsys, "dead", "purge", "jobs", "--all", "--dsn", dsn)[0] == 0
+    status, out, err = run(capsys, "dead", "list", "jobs", "--all", "--json", "--dsn", dsn)
+    assert status == 0 and out == "" and "no dead letters" in err
 
 
 def test_an_error_report_says_its_hint_once() -> None:

@@ -355,8 +355,13 @@ def build_parser() -> argparse.ArgumentParser:
     dead = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
     p = command("list", _cmd_dead_list, "list a queue's dead letters", dead)
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--limit", type=_batch, default=100, metavar="N",
-                   help="at most N, up to 10000 (default 100); a last line says when there are more")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--limit", type=_batch, default=100, metavar="N",
+                       help="at most N, up to 10000 (default 100); a last line says when there are more")
+    which.add_argument("--all", action="store_true",
+                       help="every one, read in pages of 1000 (an index walk each: no matter how many)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per letter and line (payload, or payload_base64 if not JSON)")
     p = command("requeue", _cmd_dead_requeue, "put dead letters back on their queue", dead)
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--id", type=_id, action="append", dest="ids", metavar="ID",
@@ -645,12 +650,15 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Return rows as an aligned text table: numbers right-aligned, text left-aligned."""
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+                 min_widths: Sequence[int] | None = None) -> str:
+    """Return rows as an aligned text table: numbers right-aligned, text left-aligned; each
+    column at least as wide as ``min_widths`` says, if given."""
     cells = [[_cell(v) for v in row] for row in rows]
     numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) and bool(rows)
                for i in range(len(headers))]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    widths = [max([len(h), min_widths[i] if min_widths else 0] + [len(r[i]) for r in cells])
+              for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
         parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
@@ -739,11 +747,24 @@ def settings_table(queues: Sequence[QueueSettings]) -> str:
                          "max_size", "notify", "groups", "key_window_ms", "rate_limit", "created"], rows)
 
 
+_DEAD_HEADERS = ("id", "attempts", "dead since", "last error", "payload")
+
+
+def _dead_rows(letters: Sequence[DeadLetter]) -> list[tuple[object, ...]]:
+    return [(d.id, d.attempts, d.dead_at, _preview(d.last_error or "", 50), _preview(d.payload)) for d in letters]
+
+
 def dead_table(letters: Sequence[DeadLetter]) -> str:
     """Return dead letters as an aligned table."""
-    rows = [(d.id, d.attempts, d.dead_at, _preview(d.last_error or "", 50),
-             _preview(d.payload)) for d in letters]
-    return format_table(["id", "attempts", "dead since", "last error", "payload"], rows)
+    return format_table(_DEAD_HEADERS, _dead_rows(letters))
+
+
+def _dead_lines(letters: Sequence[DeadLetter],
+                widths: Sequence[int] | None) -> tuple[list[str], list[str], list[int]]:
+    """One page of ``dead list --all``'s table: its header lines, its rows, and the widths used
+    (at least ``widths``, the pages' before, so that the columns stay put from page to page)."""
+    lines = format_table(_DEAD_HEADERS, _dead_rows(letters), widths).split("\n")
+    return lines[:2], lines[2:], [len(c) for c in lines[1].split("  ")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -1280,16 +1301,59 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+#: dead list --all reads the letters in pages of this many (keyset pages: each an index walk)
+DEAD_PAGE = 1000
+
+
+def _dead_json(letter: DeadLetter) -> dict[str, object]:
+    record: dict[str, object] = {"id": letter.id, "queue": letter.queue, "attempts": letter.attempts,
+                                 "content_type": letter.content_type}
+    record.update(_payload_json(letter.payload, letter.content))
+    if letter.state is not None:
+        record["state_base64"] = base64.b64encode(letter.state).decode("ascii")
+    record["last_error"] = letter.last_error
+    record["created_at"] = letter.created_at.isoformat()
+    record["dead_at"] = letter.dead_at.isoformat()
+    return record
+
+
 def _cmd_dead_list(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
-        letters = Queue(conn, args.queue).dead_letters(args.limit + 1)  # one more: are there more?
-    if letters:
-        print(dead_table(letters[:args.limit]))
-        if len(letters) > args.limit:
-            print(f"(the oldest {args.limit} shown: there are more; --limit up to 10000, or "
-                  f"`pgqueue stats {args.queue}` for the count)")
-    else:
-        print(f"no dead letters on queue {args.queue}")
+        queue = Queue(conn, args.queue)
+        if not args.all:
+            letters = queue.dead_letters(args.limit + 1)  # one more: are there more?
+            shown = letters[:args.limit]
+            if args.json:
+                for letter in shown:
+                    print(json.dumps(_dead_json(letter)), flush=True)
+            elif shown:
+                print(dead_table(shown))
+            if len(letters) > args.limit:
+                print(f"(the oldest {args.limit} shown: there are more; --all for every one, or "
+                      f"`pgqueue stats {args.queue}` for the count)", file=sys.stderr if args.json else sys.stdout)
+            count = len(shown)
+        else:
+            # Page by page, each printed before the next is read (a queue's letters need not fit
+            # in memory); the table keeps its columns' widths from page to page, widening a
+            # column only when a page needs it. Each page is its own statement: a letter
+            # requeued or purged meanwhile is not shown again, one that dies meanwhile is shown
+            # if it sorts after the page in hand.
+            count, widths, after = 0, None, None
+            while True:
+                page = queue.dead_letters(DEAD_PAGE, after=after)
+                if args.json:
+                    for letter in page:
+                        print(json.dumps(_dead_json(letter)))
+                elif page:
+                    header, rows, widths = _dead_lines(page, widths)
+                    print("\n".join(rows if count else header + rows))
+                sys.stdout.flush()
+                count += len(page)
+                if len(page) < DEAD_PAGE:
+                    break
+                after = page[-1]
+    if not count:
+        print(f"no dead letters on queue {args.queue}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
