@@ -44,7 +44,7 @@ REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION      = consumers complete_expiry heartbeat_expiry defer_complete drop_dequeue drop_deadlock backpressure batch_dequeue notify \
                  rr_orphans rr_backpressure capped_mixed alter_deadlock complete_batch_expiry hint_pitfalls group_hint_pitfalls \
                  group_order group_producer idempotent_create rr_key_window rr_queue_create rr_lease_token \
-                 schedule_drop rr_group_producer rr_group_order spark_publish_retry
+                 schedule_drop rr_group_producer rr_group_order spark_publish_retry dead_requeue_purge
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 EXTRA_CLEAN    = build $(PLAIN)
 
@@ -57,21 +57,35 @@ $(FULL): $(SRC) $(EXTENSION).control
 	  echo '-- pgqueue $(EXTVERSION), built from extension/src by make: edit the sources, not this file.'; \
 	  for f in $(SRC); do echo; echo "-- $$f"; cat $$f; done; } > $@
 
-$(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/end.sql $(EXTENSION).control
+# Every plain script is one statement: plain/open.sql and plain/close.sql wrap it in a DO block
+# that EXECUTEs the rest, so that it commits whole or not at all however it is run (psql without
+# -1 or ON_ERROR_STOP ran it statement by statement). The SQL inside must not hold the DO's
+# quote tags ($(PLAIN_TAGS)); make refuses to build it if it does.
+PLAIN_WRAP = extension/src/plain/open.sql extension/src/plain/close.sql
+PLAIN_TAGS = $$pgqueue_script$$ or $$pgqueue_plain$$
+define plain_wrap
+	@if grep -q -e '$$pgqueue_script\$$' -e '$$pgqueue_plain\$$' $@.body; then \
+	  echo "$@: the SQL holds a quote tag of plain/open.sql" >&2; rm -f $@.body; exit 1; fi
+	@cat extension/src/plain/open.sql $@.body extension/src/plain/close.sql > $@
+	@rm -f $@.body
+endef
+
+$(PLAIN_FULL): $(SRC_PLAIN) extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/end.sql $(PLAIN_WRAP) $(EXTENSION).control
 	@mkdir -p $(dir $@)
 	@echo "building $@ from extension/src"
 	@{ cat extension/src/plain/guard.sql extension/src/plain/begin.sql; \
 	  for f in $(SRC_PLAIN); do echo; echo "-- $$f"; cat $$f; done; \
-	  sed 's/@VERSION@/$(EXTVERSION)/' extension/src/plain/end.sql; } > $@
+	  sed 's/@VERSION@/$(EXTVERSION)/' extension/src/plain/end.sql; } > $@.body
+	$(plain_wrap)
 
 # A released script, plain: a full script (pgqueue--X.sql) gets the schema and the version
 # record around it, an upgrade delta (pgqueue--A--B.sql) the schema check (releases before 0.4
 # had none) and the check that the database holds A before it and the version update after it;
-# each starts with the guard against a psql run outside one transaction (plain/guard.sql), whose
-# marker the version record needs.
+# each starts with the guard (plain/guard.sql: the search_path pin, and the marker the version
+# record needs), and each is wrapped in one DO block like the full script.
 PLAIN_PARTS = extension/src/plain/guard.sql extension/src/plain/begin.sql extension/src/plain/step.sql \
               extension/src/plain/step_end.sql extension/src/plain/end.sql
-$(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql $(PLAIN_PARTS) extension/src/schema.sql
+$(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql $(PLAIN_PARTS) $(PLAIN_WRAP) extension/src/schema.sql
 	@mkdir -p $(dir $@)
 	@v='$*'; case "$$v" in \
 	  *--*) { cat extension/src/plain/guard.sql extension/src/schema.sql; \
@@ -80,7 +94,8 @@ $(PLAIN_DIR)/$(EXTENSION)--%.sql: extension/$(EXTENSION)--%.sql $(PLAIN_PARTS) e
 	          sed "s/@FROM@/$${v%%--*}/g; s/@TO@/$${v##*--}/g" extension/src/plain/step_end.sql; } ;; \
 	  *)    { cat extension/src/plain/guard.sql extension/src/plain/begin.sql; sed $(EXTENSION_ONLY) $<; \
 	          sed "s/@VERSION@/$$v/" extension/src/plain/end.sql; } ;; \
-	esac > $@
+	esac > $@.body
+	$(plain_wrap)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

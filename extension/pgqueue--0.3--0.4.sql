@@ -83,7 +83,9 @@ BEGIN
     SELECT e.oid, e.extowner INTO v_ext, v_extown
       FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue';
     IF v_ns IS NULL THEN
-        RAISE EXCEPTION 'schema pgqueue does not exist' USING ERRCODE = 'PQ008';
+        RAISE EXCEPTION 'schema pgqueue does not exist' USING ERRCODE = 'PQ008',
+            HINT = 'A plain upgrade step upgrades an installed pgqueue: install it first (pgqueue install, or the '
+                   'full plain script).';
     END IF;
     IF v_owner <> coalesce(v_extown, v_me) THEN
         RAISE EXCEPTION 'schema pgqueue is owned by role %, not by %, who installs pgqueue',
@@ -2218,10 +2220,16 @@ BEGIN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
+    -- The letters locked first, in the order of their ids, as dead_letter_requeue locks them: a
+    -- DELETE alone took them in the order it read them (as they died), and a requeue and a
+    -- purge of one queue at once deadlocked (specs/dead_requeue_purge.spec).
     DELETE FROM pgqueue.dead_letter d
-     WHERE d.queue_id = v_queue.id
-       AND (p_ids IS NULL OR d.id = ANY (p_ids))
-       AND (p_before IS NULL OR d.dead_at < p_before);
+     WHERE d.id = ANY (ARRAY(SELECT x.id FROM pgqueue.dead_letter x
+                              WHERE x.queue_id = v_queue.id
+                                AND (p_ids IS NULL OR x.id = ANY (p_ids))
+                                AND (p_before IS NULL OR x.dead_at < p_before)
+                              ORDER BY x.id
+                                FOR UPDATE));
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;
@@ -3191,9 +3199,11 @@ BEGIN
     -- zero, and its max_size exactness mark cleared (a REPEATABLE READ producer of a dropped queue
     -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
     -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
-    -- the next id: counters and mark shared.
-    IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue)
-       AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+    -- the next id: counters and mark shared. Also when the name is taken: a queue_drop of it may
+    -- be about to commit, and then this queue is made (the INSERT below waits for the drop); it
+    -- took the next id, on whatever stripe that was, another queue's among them (a review). What
+    -- the search changes is a stripe no queue uses, which is harmless when the name stays taken.
+    IF (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
             CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
@@ -4466,7 +4476,8 @@ DECLARE
     v_out   integer[] := '{}';
 BEGIN
     FOREACH v_part IN ARRAY string_to_array(p_field, ',') LOOP
-        v_m := regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
+        -- (no backslash in a pattern: the body is parsed with the caller's standard_conforming_strings)
+        v_m := regexp_match(v_part, '^([*]|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
         IF v_m IS NULL THEN
             RETURN NULL;
         END IF;
@@ -4499,7 +4510,8 @@ LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_f      text[] := regexp_split_to_array(regexp_replace(p_cron, '^\s+|\s+$', '', 'g'), '\s+');
+    -- (no backslash in a pattern: the body is parsed with the caller's standard_conforming_strings)
+    v_f      text[] := regexp_split_to_array(regexp_replace(p_cron, '^[[:space:]]+|[[:space:]]+$', '', 'g'), '[[:space:]]+');
     v_min    integer[];
     v_hour   integer[];
     v_dom    integer[];

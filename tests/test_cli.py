@@ -404,6 +404,25 @@ def test_version_of_a_database_whose_pgqueue_the_role_cannot_read(pg_server: Ser
             admin.execute(f"DROP ROLE IF EXISTS {role}")
 
 
+def test_version_of_an_extension_in_a_schema_the_role_may_not_use(pg_server: Server, bare_dsn: str) -> None:
+    """The extension's version is readable by anyone (pg_extension): `--version` said "version
+    not readable (permission denied for schema pgqueue)" for a role without USAGE on the schema
+    (to_regclass looked into it, a review)."""
+    role = f"pq_cli_extversion_{os.getpid()}"
+    with psycopg.connect(bare_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("CREATE EXTENSION pgqueue")
+    try:
+        proc = pgqueue("--version", "--dsn", make_conninfo(bare_dsn, user=role))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[1].startswith("database: pgqueue "), proc.stdout
+        assert "(extension) in database" in proc.stdout, proc.stdout
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {conninfo_to_dict(bare_dsn)['dbname']} WITH (FORCE)")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
+
+
 def test_the_installed_command(dsn: str) -> None:
     proc = pgqueue("enqueue", "default", "from a process", "--dsn", dsn)
     assert proc.returncode == 0, proc.stderr

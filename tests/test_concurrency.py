@@ -311,3 +311,46 @@ def test_concurrent_producers_and_consumers(dsn: str, conn: psycopg.Connection[A
     assert all(ok for s in seen[3:] for _, _, ok in s.completed)
     assert queue_is_empty(conn, "q")
     assert_busy(seen)
+
+
+def test_a_queue_recreated_while_its_drop_commits_gets_a_stripe_of_its_own(dsn: str) -> None:
+    """queue_create of a name whose queue_drop has not committed yet: it waits for the drop and
+    then makes the queue. It skipped the search for a free stripe because the name was still
+    taken, and took the next id on whatever stripe that was: here a rate-limited queue's, so
+    the new queue shared its counters, its lock stripe, and could not be rate-limited (a
+    review). It searches always now."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('stripe_a', p_rate_limit => 100)")
+        conn.execute("SELECT pgqueue.message_create('stripe_a', 'x'::bytea)")
+        conn.execute("SELECT pgqueue.queue_create('stripe_r')")
+        a_id = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'stripe_a'").fetchone()[0]  # type: ignore[index]
+        last = conn.execute("SELECT last_value FROM pgqueue.queue_id_seq").fetchone()[0]  # type: ignore[index]
+        nxt = last + 1 + ((a_id - (last + 1)) % 64)  # the next id on stripe_a's stripe
+        conn.execute("SELECT setval('pgqueue.queue_id_seq', %s)", [nxt - 1])
+        with psycopg.connect(dsn) as dropper:
+            dropper.execute("SELECT pgqueue.queue_drop('stripe_r')")  # not committed yet
+            created: list[BaseException | None] = []
+
+            def create() -> None:
+                try:
+                    with psycopg.connect(dsn, autocommit=True) as c:
+                        c.execute("SELECT pgqueue.queue_create('stripe_r', p_rate_limit => 5)")
+                    created.append(None)
+                except BaseException as exc:  # noqa: BLE001 (reported below)
+                    created.append(exc)
+
+            t = threading.Thread(target=create)
+            t.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not conn.execute(
+                    "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%queue_create(''stripe_r''%')").fetchone()[0]:  # type: ignore[index]
+                time.sleep(0.02)
+            dropper.commit()
+            t.join(30)
+        assert created == [None], created
+        r_id = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'stripe_r'").fetchone()[0]  # type: ignore[index]
+        assert r_id & 63 != a_id & 63
+        rows = conn.execute("SELECT queue, enqueued, shared FROM pgqueue.queue_counters() "
+                            "WHERE queue IN ('stripe_a', 'stripe_r') ORDER BY queue").fetchall()
+        assert rows == [("stripe_a", 1, False), ("stripe_r", 0, False)]

@@ -204,6 +204,39 @@ def test_psql_f_of_the_generated_script_by_the_non_superuser_owner(owner: Owner)
     assert "already installed" in out and "plain" in out
 
 
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_installs_where_transactions_default_to_another_isolation_level(owner: Owner, pg_server: Server,
+                                                                        isolation: str) -> None:
+    """README says producers and consumers work under REPEATABLE READ and SERIALIZABLE, so a
+    database that defaults to one is a setup pgqueue supports: every way to install works there
+    (the default queue was made by queue_create, which refused: "queue_create needs READ
+    COMMITTED", a review), and the default queue is what queue_create would have made."""
+    dbs = {how: owner.database() for how in ("plain", "extension", "psql")}
+    for db in dbs.values():
+        admin_execute(pg_server, sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = {}").format(
+            sql.Identifier(db), sql.Literal(isolation)))
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(dbs["plain"])))
+    ok(pgqueue("install", "--extension", "--dsn", owner.dsn(dbs["extension"])))
+    proc = owner.psql(dbs["psql"], "-1", "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"))
+    assert proc.returncode == 0, proc.stderr
+    reference = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(reference)))
+    with owner.connect(reference) as conn:
+        conn.execute("DELETE FROM pgqueue.queue")
+        conn.execute("SELECT setval('pgqueue.queue_id_seq', 1, false)")
+        conn.execute("SELECT pgqueue.queue_create('default')")  # at READ COMMITTED
+        want = conn.execute("SELECT to_jsonb(q) - 'created_at' FROM pgqueue.queue q").fetchall()
+    for how, db in dbs.items():
+        with owner.connect(db) as conn:
+            assert one(conn, "SHOW transaction_isolation") == isolation
+            assert conn.execute("SELECT to_jsonb(q) - 'created_at' FROM pgqueue.queue q").fetchall() == want, how
+            counters = conn.execute("SELECT enqueued, delivered, completed FROM pgqueue.queue_counters()").fetchall()
+            assert counters == [(0, 0, 0)], how
+        with owner.connect(db) as conn, conn.transaction():  # and it works at that level
+            conn.execute("SELECT pgqueue.message_create('default', 'x'::bytea)")
+        assert len(Queue(owner.dsn(db), "default").dequeue(1)) == 1, how
+
+
 def test_default_is_the_extension_when_the_server_has_its_files(owner: Owner) -> None:
     db = owner.database()
     out = ok(pgqueue("install", "--dsn", owner.dsn(db)))
@@ -262,36 +295,66 @@ def test_upgrade_a_plain_install_of_release_0_1_with_messages_in_flight(owner: O
     assert "already installed" in ok(pgqueue("install", "--dsn", owner.dsn(db)))
 
 
-def test_a_plain_script_run_by_psql_without_its_options_records_no_version(owner: Owner, pg_server: Server) -> None:
-    """psql without -1 and without ON_ERROR_STOP: the refusal to run outside one transaction
-    (PQ008) does not stop psql, which runs the rest statement by statement; the version is
-    recorded only inside the script's transaction, so such a run never leaves a database that
-    says it holds a version it does not (before, a wrong step recorded the new version over a
-    half-applied schema, exit status 0). Also when the role's search_path is already the one the
-    scripts pin, which the old check took for a transaction."""
+def test_a_plain_script_run_by_psql_without_its_options_is_one_statement(owner: Owner, pg_server: Server) -> None:
+    """Every plain script is one DO block, so psql without -1 and without ON_ERROR_STOP runs it
+    whole or not at all. Before, the refusal to run outside one transaction (PQ008) did not stop
+    psql, which ran the rest statement by statement: a step applied in full while the database
+    still said it held the version before, and neither pgqueue install nor uninstall could go on
+    from there (a review). Also when the role's search_path is already the one the scripts pin."""
     fresh = owner.database()
     # and the session is left as it was (a setting for the whole session would stay on a server
     # connection that a transaction-mode pooler hands to other clients): it can write after it
     proc = owner.psql(fresh, "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"),
-                      "-c", "CREATE TABLE public.after_the_script ()", stop_on_error=False)
-    assert "pgqueue installs in one transaction only" in proc.stderr, proc.stderr
+                      "-c", "CREATE TABLE public.after_the_script ()", "-c", "SHOW search_path",
+                      stop_on_error=False)
+    assert proc.returncode == 0 and "ERROR" not in proc.stderr, proc.stderr
+    assert "public" in proc.stdout, proc.stdout  # the pin ended with the script's statement
     with owner.connect(fresh) as conn:
-        assert holds(conn) == (None, None)
+        assert holds(conn) == (None, CURRENT)
         assert one(conn, "SELECT to_regclass('public.after_the_script') IS NOT NULL")
-    refused(pgqueue("install", "--dsn", owner.dsn(fresh)), "a half-applied install")
-    # what is left goes with uninstall, which says so in one clause (it printed "pgqueue (no
-    # version recorded) (plain SQL) uninstalled")
-    out = ok(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(fresh)))
-    assert f"pgqueue (no version recorded, plain SQL) uninstalled from database {fresh}" in out, out
+        use_queue(conn)
+    assert "already installed" in ok(pgqueue("install", "--dsn", owner.dsn(fresh)))
+
     old = owner.database()
     install_plain_release(owner, old, "0.1")
     admin_execute(pg_server, sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path = pg_catalog, pg_temp").format(
         sql.Identifier(owner.name), sql.Identifier(old)))
-    for step in (f"0.3--{CURRENT}", "0.1--0.2"):  # a wrong step, and the right one
-        proc = owner.psql(old, "-f", str(PLAIN_DIR / f"pgqueue--{step}.sql"), stop_on_error=False)
-        assert "pgqueue installs in one transaction only" in proc.stderr, proc.stderr
-        with owner.connect(old) as conn:
-            assert holds(conn) == (None, "0.1"), step
+    before = catalog(owner.dsn(old))
+    proc = owner.psql(old, "-f", str(PLAIN_DIR / f"pgqueue--0.3--{CURRENT}.sql"), stop_on_error=False)  # a wrong step
+    assert "PQ010" in proc.stderr or "this database holds 0.1" in proc.stderr, proc.stderr
+    assert catalog(owner.dsn(old)) == before
+    proc = owner.psql(old, "-f", str(PLAIN_DIR / "pgqueue--0.1--0.2.sql"), stop_on_error=False)  # the right one
+    assert proc.returncode == 0 and "ERROR" not in proc.stderr, proc.stderr
+    with owner.connect(old) as conn:
+        assert holds(conn) == (None, "0.2")
+    ok(pgqueue("install", "--dsn", owner.dsn(old)))  # and on from there
+    with owner.connect(old) as conn:
+        assert holds(conn) == (None, CURRENT)
+
+
+def test_a_plain_script_that_fails_near_its_end_leaves_nothing_without_psql_s_options(
+        owner: Owner, pg_server: Server) -> None:
+    """A script that fails at its last statements (here an event trigger refuses the version
+    record's table) leaves nothing behind, run by psql without -1 or ON_ERROR_STOP: the error
+    is the one raised inside, with its SQLSTATE, message and hint, not a context quoting the
+    whole script."""
+    db = owner.database()
+    refuse = ("CREATE FUNCTION public.refuse_install() RETURNS event_trigger LANGUAGE plpgsql AS $$ "
+              "BEGIN IF EXISTS (SELECT FROM pg_event_trigger_ddl_commands() "
+              "WHERE object_identity = 'pgqueue.install') THEN "
+              "RAISE EXCEPTION 'no install table here' USING ERRCODE = 'P0099', HINT = 'a test'; END IF; END $$; "
+              "CREATE EVENT TRIGGER refuse_install ON ddl_command_end WHEN TAG IN ('CREATE TABLE') "
+              "EXECUTE FUNCTION public.refuse_install()")
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:
+        admin.execute(refuse)
+    proc = owner.psql(db, "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"), stop_on_error=False)
+    assert "ERROR:  no install table here" in proc.stderr and "HINT:  a test" in proc.stderr, proc.stderr
+    assert len(proc.stderr) < 2000, proc.stderr
+    with owner.connect(db) as conn:
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:
+        admin.execute("DROP EVENT TRIGGER refuse_install")
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
 
 
 def test_a_step_script_for_another_version_is_refused_with_pq010(owner: Owner) -> None:
@@ -322,6 +385,9 @@ def test_a_step_script_for_another_version_is_refused_with_pq010(owner: Owner) -
     err = run_step(ext, f"0.3--{CURRENT}")
     assert err.sqlstate == "PQ010", err
     assert "ALTER EXTENSION pgqueue UPDATE" in (err.diag.message_hint or ""), err
+    err = run_step(owner.database(), f"0.3--{CURRENT}")  # no pgqueue at all: the schema check says so first
+    assert err.sqlstate == "PQ008" and "schema pgqueue does not exist" in str(err), err
+    assert "install it first" in (err.diag.message_hint or ""), err
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,6 +488,32 @@ def test_never_both_installs_in_one_database(owner: Owner) -> None:
     assert proc.returncode != 0 and "already exists" in proc.stderr
     with owner.connect(ext_db) as conn:
         assert holds(conn) == (CURRENT, None)
+
+
+def test_install_as_an_application_role_on_an_up_to_date_plain_install_says_already_installed(
+        owner: Owner, other_role: str) -> None:
+    """An idempotent deploy step that runs `pgqueue install` as the application's role: on a
+    plain install at the client's version that the role may read, "already installed", exit 0,
+    as on an extension (it was refused, exit 1, with advice to drop the schema: a review). Not
+    when the role may not read the record, nor on an older version, nor when reading it would
+    run the owner's code (row security)."""
+    db = owner.database()
+    ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+    dsn = owner.server.dsn(db, user=other_role)
+    refused(pgqueue("install", "--dsn", dsn), f"owned by role {owner.name}")  # may not read it
+    with owner.connect(db) as conn:
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pgqueue TO {0}; GRANT SELECT ON pgqueue.install TO {0}").format(
+            sql.Identifier(other_role)))
+    out = ok(pgqueue("install", "--dsn", dsn))
+    assert f"pgqueue {CURRENT} (plain SQL, owned by role {owner.name}) is already installed" in out, out
+    with owner.connect(db) as conn:
+        conn.execute("ALTER TABLE pgqueue.install ENABLE ROW LEVEL SECURITY")
+    refused(pgqueue("install", "--dsn", dsn), f"owned by role {owner.name}")
+    with owner.connect(db) as conn:
+        conn.execute("ALTER TABLE pgqueue.install DISABLE ROW LEVEL SECURITY")
+        conn.execute("UPDATE pgqueue.install SET version = '0.3'")
+    line = refused(pgqueue("install", "--dsn", dsn), f"owned by role {owner.name}", "it holds pgqueue 0.3")
+    assert "drop" not in line, line
 
 
 def test_refuses_a_schema_pgqueue_made_by_another_role(owner: Owner, other_role: str, pg_server: Server) -> None:
@@ -798,6 +890,59 @@ def test_two_installs_at_once_the_second_says_already_installed(owner: Owner, mo
     assert "already installed" in outcome[0] and mode.replace("plain", "plain SQL") in outcome[0], outcome
     with owner.connect(db) as conn:
         assert holds(conn) == ((CURRENT, None) if mode == "extension" else (None, CURRENT))
+
+
+@pytest.mark.parametrize("first_to", ["0.3", CURRENT])
+def test_two_upgrades_at_once_each_says_what_it_did(owner: Owner, first_to: str) -> None:
+    """Two `pgqueue install` runs upgrading one plain install of 0.1: the second waits for the
+    first's lock on pgqueue.install, then applies only the steps left. It said "upgraded from
+    0.1" whatever it applied, and told to run the grant recipes again after applying nothing (a
+    review)."""
+    import threading
+
+    from pgqueue import installer
+
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    first = owner.connect(db)
+    first.autocommit = False
+    first.execute("LOCK TABLE pgqueue.install IN SHARE ROW EXCLUSIVE MODE")  # as an upgrade step begins
+    outcome: list[object] = []
+    lines: list[str] = []
+    with owner.connect(db) as second:
+        pid = second.info.backend_pid
+
+        def run() -> None:
+            try:
+                outcome.append(installer.install(second, "plain", report=lines.append))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        with owner.connect(db) as watch:
+            for _ in range(600):
+                if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                       (pid,)) or not thread.is_alive():
+                    break
+                thread.join(0.05)
+        for step in installer.plain_steps("0.1", first_to):  # the second has read 0.1 and waits
+            first.execute((PLAIN_DIR / f"pgqueue--{step[0]}--{step[1]}.sql").read_bytes())
+        first.commit()
+        first.close()
+        thread.join(120)
+    assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
+    summary = outcome[0]
+    if first_to == CURRENT:
+        assert summary.startswith(f"pgqueue {CURRENT} (plain SQL) is already installed"), summary
+        assert "another pgqueue install upgraded it from 0.1 meanwhile" in summary, summary
+        assert not any("GRANT" in line for line in lines), lines
+    else:
+        assert f"upgraded from 0.3 to {CURRENT}" in summary, summary
+        assert "another pgqueue install took it from 0.1 to 0.3" in summary, summary
+        assert any("GRANT" in line for line in lines), lines
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
 
 
 @contextlib.contextmanager

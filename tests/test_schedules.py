@@ -441,3 +441,15 @@ def test_a_scheduler_logs_an_outage_once_and_its_end(pg_server: Any, template_db
     tries = sum(r.getMessage().startswith("running the schedules failed") for r in caplog.records)
     assert [r.getMessage() for r in caplog.records if "works again" in r.getMessage()] == [
         f"running the schedules works again (after {tries} failed tries)"]
+
+
+def test_cron_schedules_under_standard_conforming_strings_off(dsn: str) -> None:
+    """A cron expression is parsed by PL/pgSQL bodies read with the caller's
+    standard_conforming_strings: with it off, a backslash in a pattern ('\\s+') became an escape,
+    and every cron schedule failed with "expected 5 fields" (a review)."""
+    with psycopg.connect(dsn, autocommit=True, options="-c standard_conforming_strings=off") as conn:
+        assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("off",)
+        row = conn.execute("SELECT pgqueue._cron_next('  */5  * * * * ', 0)").fetchone()
+        assert row == (300000,)
+        conn.execute("SELECT pgqueue.schedule_create('scs_off', 'default', 'x'::bytea, p_cron => '*/5 * * * *')")
+        assert [s.name for s in list_schedules(conn) if s.cron == "*/5 * * * *"] == ["scs_off"]

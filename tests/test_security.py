@@ -654,11 +654,14 @@ def hijacks(pg_server: Server, dbname: str) -> list[tuple[str, str]]:
         return [(str(w), str(b)) for w, b in conn.execute("SELECT DISTINCT what, by_role FROM public.hijack_log ORDER BY 1")]
 
 
-def test_a_plain_install_binds_nothing_another_role_planted_in_public(pg_server: Server, role: str) -> None:
+@pytest.mark.parametrize("options", [("-v", "ON_ERROR_STOP=1", "-1"), ()], ids=["psql -1", "no options"])
+def test_a_plain_install_binds_nothing_another_role_planted_in_public(pg_server: Server, role: str,
+                                                                     options: tuple[str, ...]) -> None:
     """Review defect (0.4, security review): the plain install ran with the installer's
     search_path, so operators a role with CREATE on public planted ran as the installer (a
     superuser here) during the install, and stayed bound in now_ms, to_epoch and from_epoch for
-    everyone who called them. The script pins search_path for its transaction."""
+    everyone who called them. The script pins search_path for its transaction, which is one
+    statement (a DO block) however psql runs it: without -1 the pin did not hold before."""
     import subprocess
 
     from helpers import pg_bindir
@@ -673,10 +676,10 @@ def test_a_plain_install_binds_nothing_another_role_planted_in_public(pg_server:
             assert one(conn, "SELECT count(*) FROM public.hijack_log") == 1
             conn.execute("TRUNCATE public.hijack_log")
         script = REPO / "python" / "pgqueue" / "sql" / f"pgqueue--{sql_version()}.sql"
-        proc = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", db,
+        proc = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", *options, "-d", db,
                                "-f", str(script)], env=pg_server.libpq_env(), capture_output=True, text=True,
                               check=False)
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == 0 and "ERROR" not in proc.stderr, proc.stderr
         assert hijacks(pg_server, db) == []
     finally:
         drop_database(pg_server, db)
@@ -706,22 +709,34 @@ def test_a_plain_upgrade_binds_nothing_another_role_planted_in_public(pg_server:
         drop_database(pg_server, db)
 
 
-def test_a_plain_script_outside_one_transaction_is_refused_before_it_makes_anything(bare_dsn: str,
-                                                                                    pg_server: Server) -> None:
-    """Its search_path pin is SET LOCAL: without a transaction it would not hold, so the
-    script refuses (PQ008) before it creates the schema."""
+def test_plain_steps_run_by_psql_without_its_options_bind_nothing_planted(pg_server: Server, role: str) -> None:
+    """A review's case: the step scripts run by psql without -1 or ON_ERROR_STOP. The guard's
+    refusal did not stop psql, which ran the step statement by statement, unpinned: the new
+    now_ms bound a planted `* (float8, integer)`, and the version stayed the one before. Each
+    step is one statement now: pinned, and recorded."""
     import subprocess
 
     from helpers import pg_bindir
     from pgqueue.installer import sql_version
 
-    script = REPO / "python" / "pgqueue" / "sql" / f"pgqueue--{sql_version()}.sql"
-    proc = subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", bare_dsn,
-                           "-f", str(script)], env=pg_server.libpq_env(), capture_output=True, text=True, check=False)
-    assert proc.returncode != 0
-    assert "pgqueue installs in one transaction only" in proc.stderr
-    with psycopg.connect(bare_dsn, autocommit=True) as conn:
-        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+    sql_dir = REPO / "python" / "pgqueue" / "sql"
+    db = create_database(pg_server, "template0", prefix="plainhostile")
+    try:
+        def psql(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([str(pg_bindir() / "psql"), "-X", "-q", *args, "-d", db],
+                                  env=pg_server.libpq_env(), capture_output=True, text=True, check=False)
+
+        proc = psql("-v", "ON_ERROR_STOP=1", "-1", "-f", str(sql_dir / "pgqueue--0.1.sql"))
+        assert proc.returncode == 0, proc.stderr
+        plant_cast_beating_operators(pg_server, db, role)
+        for step in ("0.1--0.2", "0.2--0.3", f"0.3--{sql_version()}"):
+            proc = psql("-f", str(sql_dir / f"pgqueue--{step}.sql"))
+            assert proc.returncode == 0 and "ERROR" not in proc.stderr, (step, proc.stderr)
+        with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+            assert one(conn, "SELECT version FROM pgqueue.install") == sql_version()
+        assert hijacks(pg_server, db) == []
+    finally:
+        drop_database(pg_server, db)
 
 
 # -- a connection string's password is never echoed --------------------------------------------

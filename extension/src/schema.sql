@@ -40,7 +40,9 @@ BEGIN
     SELECT e.oid, e.extowner INTO v_ext, v_extown
       FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue';
     IF v_ns IS NULL THEN
-        RAISE EXCEPTION 'schema pgqueue does not exist' USING ERRCODE = 'PQ008';
+        RAISE EXCEPTION 'schema pgqueue does not exist' USING ERRCODE = 'PQ008',
+            HINT = 'A plain upgrade step upgrades an installed pgqueue: install it first (pgqueue install, or the '
+                   'full plain script).';
     END IF;
     IF v_owner <> coalesce(v_extown, v_me) THEN
         RAISE EXCEPTION 'schema pgqueue is owned by role %, not by %, who installs pgqueue',

@@ -219,9 +219,12 @@ def unlisten_statement(queue: str) -> sql.Composed:
 
 # The version of pgqueue in the database: an extension records it in pg_extension, a plain
 # (non-extension) install in its table pgqueue.install, read only when that table exists.
+# (From the catalogs, as INSTALL_STATE: to_regclass fails on a schema the role has no USAGE on,
+# and the extension's version is readable by anyone.)
 SERVER_VERSION: Final[LiteralString] = (
     "SELECT (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue'), "
-    "pg_catalog.to_regclass('pgqueue.install') IS NOT NULL"
+    "EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'pgqueue' AND c.relname = 'install' AND c.relkind = 'r')"
 )
 
 PLAIN_INSTALL_VERSIONS: Final[LiteralString] = "SELECT version FROM pgqueue.install"
@@ -243,6 +246,16 @@ INSTALL_STATE: Final[LiteralString] = (
     "EXISTS (SELECT FROM pg_catalog.pg_available_extension_versions v "
     "WHERE v.name = 'pgqueue' AND v.version = %(version)s::text), "
     "current_user::text, pg_catalog.current_database()::text"
+)
+
+# Whether pgqueue.install (of a schema another role owns) can be read without running anything
+# of that role's: a plain table, no row security, its version column of type text.
+INSTALL_TABLE_PLAIN: Final[LiteralString] = (
+    "SELECT EXISTS (SELECT FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'version' AND NOT a.attisdropped "
+    "WHERE n.nspname = 'pgqueue' AND c.relname = 'install' AND c.relkind = 'r' "
+    "AND NOT c.relrowsecurity AND a.atttypid = 'pg_catalog.text'::pg_catalog.regtype)"
 )
 
 # The plain install's recorded versions (one row; read only when pgqueue.install exists).

@@ -173,6 +173,23 @@ def read_state(conn: psycopg.Connection[Any]) -> InstallState:
     )
 
 
+def _others_plain_version(conn: psycopg.Connection[Any]) -> str | None:
+    """The version a plain install owned by another role records, if this role may read it and
+    reading it runs nothing of that role's: pgqueue.install a plain table (not a view) with a
+    text column version and no row security, whose policies would run as this role. None
+    otherwise."""
+    safe = conn.execute(_sql.INSTALL_TABLE_PLAIN).fetchone()
+    if not (safe and safe[0]):
+        return None
+    try:
+        with conn.transaction():
+            versions = [str(r[0]) for r in conn.execute(_sql.INSTALL_VERSIONS) if r[0] is not None]
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+    versions = [v for v in versions if major_minor(v) is not None]
+    return max(versions, key=lambda v: major_minor(v) or (-1, -1)) if versions else None
+
+
 def _newer(version: str, than: str) -> bool:
     ours, theirs = major_minor(than), major_minor(version)
     return theirs is not None and ours is not None and theirs > ours
@@ -215,11 +232,17 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
                 "with `pgqueue uninstall --yes` first")
         return _install_extension(conn, state, target, report)
     if state.schema_owner not in (None, state.user):
+        installed = _others_plain_version(conn) if state.has_record else None
+        if installed == target:  # an idempotent deploy step run as an application's role
+            summary = (f"pgqueue {installed} (plain SQL, owned by role {state.schema_owner}) is already installed "
+                       f"in database {state.database}")
+            report(summary)
+            return summary
         raise InstallError(
             f"schema pgqueue in database {state.database} is owned by role {state.schema_owner}, not by "
             f"{state.user} who installs pgqueue: pgqueue never installs into or upgrades a schema someone else "
-            f"made; connect as {state.schema_owner} if that is pgqueue's owner, else check what the schema holds "
-            "and drop it")
+            f"made; connect as {state.schema_owner} if that is pgqueue's owner"
+            + (f" (it holds pgqueue {installed})" if installed else ""))
     if state.has_record:
         if mode == "extension":
             raise InstallError(
@@ -376,6 +399,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
         raise _downgrade(state, "plain SQL", start)
     plain_steps(start, target)  # refuse before changing anything when no path exists
     current = start
+    applied: list[str] = []  # the versions this run's steps started from (another run may apply some)
     while True:
         with conn.transaction():
             conn.execute(_sql.INSTALL_LOCK)
@@ -394,10 +418,16 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
                 raise InstallError(
                     f"the upgrade step pgqueue--{step_from}--{step_to}.sql left version {after!r} in pgqueue.install "
                     f"instead of {step_to}: rolled back")
+        applied.append(step_from)
         report(f"applied pgqueue--{step_from}--{step_to}.sql (plain SQL) to database {state.database}")
-    summary = f"pgqueue (plain SQL) upgraded from {start} to {current} in database {state.database}"
-    if current != start:
-        report(_GRANTS_AGAIN)
+    if not applied:  # another `pgqueue install` ran every step while this one waited
+        summary = (f"pgqueue {current} (plain SQL) is already installed in database {state.database} "
+                   f"(another pgqueue install upgraded it from {start} meanwhile)")
+        report(summary)
+        return summary
+    others = "" if applied[0] == start else f"; another pgqueue install took it from {start} to {applied[0]}"
+    summary = f"pgqueue (plain SQL) upgraded from {applied[0]} to {current} in database {state.database}{others}"
+    report(_GRANTS_AGAIN)
     report(summary)
     return summary
 

@@ -8,8 +8,9 @@ CREATE TABLE pgqueue.install (
     CONSTRAINT install_pkey PRIMARY KEY (version)
 );
 COMMENT ON TABLE pgqueue.install IS 'pgqueue plain install: the installed version (one row)';
--- recorded only inside the script's transaction (the marker of plain/guard.sql): a script run
--- statement by statement leaves no version, so pgqueue install refuses the half-made schema
+-- recorded only inside the script's transaction (the marker of plain/guard.sql): the script's
+-- SQL run statement by statement, out of its DO block, leaves no version, so pgqueue install
+-- refuses the half-made schema
 DO $$
 BEGIN
     IF pg_catalog.current_setting('pgqueue.plain_script', true) IS NULL

@@ -15,10 +15,16 @@ BEGIN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
+    -- The letters locked first, in the order of their ids, as dead_letter_requeue locks them: a
+    -- DELETE alone took them in the order it read them (as they died), and a requeue and a
+    -- purge of one queue at once deadlocked (specs/dead_requeue_purge.spec).
     DELETE FROM pgqueue.dead_letter d
-     WHERE d.queue_id = v_queue.id
-       AND (p_ids IS NULL OR d.id = ANY (p_ids))
-       AND (p_before IS NULL OR d.dead_at < p_before);
+     WHERE d.id = ANY (ARRAY(SELECT x.id FROM pgqueue.dead_letter x
+                              WHERE x.queue_id = v_queue.id
+                                AND (p_ids IS NULL OR x.id = ANY (p_ids))
+                                AND (p_before IS NULL OR x.dead_at < p_before)
+                              ORDER BY x.id
+                                FOR UPDATE));
     GET DIAGNOSTICS v_count = ROW_COUNT;
     RETURN v_count;
 END;

@@ -50,9 +50,11 @@ BEGIN
     -- zero, and its max_size exactness mark cleared (a REPEATABLE READ producer of a dropped queue
     -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
     -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
-    -- the next id: counters and mark shared.
-    IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue)
-       AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+    -- the next id: counters and mark shared. Also when the name is taken: a queue_drop of it may
+    -- be about to commit, and then this queue is made (the INSERT below waits for the drop); it
+    -- took the next id, on whatever stripe that was, another queue's among them (a review). What
+    -- the search changes is a stripe no queue uses, which is harmless when the name stays taken.
+    IF (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
             CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);

@@ -14,7 +14,8 @@ DECLARE
     v_out   integer[] := '{}';
 BEGIN
     FOREACH v_part IN ARRAY string_to_array(p_field, ',') LOOP
-        v_m := regexp_match(v_part, '^(\*|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
+        -- (no backslash in a pattern: the body is parsed with the caller's standard_conforming_strings)
+        v_m := regexp_match(v_part, '^([*]|([0-9]{1,2})(-([0-9]{1,2}))?)(/([0-9]{1,2}))?$');
         IF v_m IS NULL THEN
             RETURN NULL;
         END IF;

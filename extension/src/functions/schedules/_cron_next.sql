@@ -10,7 +10,8 @@ LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_f      text[] := regexp_split_to_array(regexp_replace(p_cron, '^\s+|\s+$', '', 'g'), '\s+');
+    -- (no backslash in a pattern: the body is parsed with the caller's standard_conforming_strings)
+    v_f      text[] := regexp_split_to_array(regexp_replace(p_cron, '^[[:space:]]+|[[:space:]]+$', '', 'g'), '[[:space:]]+');
     v_min    integer[];
     v_hour   integer[];
     v_dom    integer[];
