@@ -354,3 +354,18 @@ def test_a_queue_recreated_while_its_drop_commits_gets_a_stripe_of_its_own(dsn: 
         rows = conn.execute("SELECT queue, enqueued, shared FROM pgqueue.queue_counters() "
                             "WHERE queue IN ('stripe_a', 'stripe_r') ORDER BY queue").fetchall()
         assert rows == [("stripe_a", 1, False), ("stripe_r", 0, False)]
+
+
+def test_creating_a_queue_that_exists_uses_no_id(dsn: str) -> None:
+    """queue_create(p_if_not_exists) of a name taken uses no queue id: an application that
+    makes sure of its queue at every start (or every request) does not use the ids up, nor
+    touch any stripe's counters. (Refused with PQ002, it uses one, as before.)"""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('ids_kept')")
+        before = conn.execute("SELECT last_value FROM pgqueue.queue_id_seq").fetchone()
+        for _ in range(3):
+            conn.execute("SELECT pgqueue.queue_create('ids_kept', p_if_not_exists => true)")
+        assert conn.execute("SELECT last_value FROM pgqueue.queue_id_seq").fetchone() == before
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("SELECT pgqueue.queue_create('ids_kept')")
+        assert info.value.sqlstate == "PQ002"

@@ -18,6 +18,7 @@ AS $$
 DECLARE
     v_id         integer;
     v_constraint text;
+    v_taken      boolean;
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -44,17 +45,26 @@ BEGIN
         END IF;
         PERFORM pgqueue._require_read_committed('queue_create');
     END IF;
+    -- The name taken by a queue that no drop is deleting: nothing to make, no id used (its row
+    -- locked FOR KEY SHARE to the end of the transaction, so no drop deletes it meanwhile). A row
+    -- a drop has locked is skipped: the drop may commit, and then the INSERT below makes the
+    -- queue once it has waited for the drop, on a stripe of its own from the search below
+    -- (without it, the next id's, another queue's among them: a review). Without p_if_not_exists
+    -- the INSERT below refuses a taken name (PQ002).
+    PERFORM FROM pgqueue.queue q WHERE q.name = p_queue FOR KEY SHARE SKIP LOCKED;
+    v_taken := FOUND;
+    IF v_taken AND p_if_not_exists THEN
+        RETURN;
+    END IF;
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
     -- the stripe taken (a concurrent queue_create waits) and checked again; its counters set to
     -- zero, and its max_size exactness mark cleared (a REPEATABLE READ producer of a dropped queue
     -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
     -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
-    -- the next id: counters and mark shared. Also when the name is taken: a queue_drop of it may
-    -- be about to commit, and then this queue is made (the INSERT below waits for the drop); it
-    -- took the next id, on whatever stripe that was, another queue's among them (a review). What
-    -- the search changes is a stripe no queue uses, which is harmless when the name stays taken.
-    IF (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+    -- the next id: counters and mark shared. (What the search changes is a stripe no queue uses:
+    -- harmless when a drop above rolls back and the name stays taken.)
+    IF NOT v_taken AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
             CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
