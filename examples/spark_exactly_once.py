@@ -95,10 +95,14 @@ class Outcome:
     left_on_input: int
 
     @property
+    def killed_part_way(self) -> bool:
+        """The kill came with some results published and some not: else nothing was shown."""
+        return 0 < self.out_at_kill < self.items
+
+    @property
     def ok(self) -> bool:
         """Killed part-way, and afterwards every order in eo_out exactly once, eo_in empty."""
-        return 0 < self.out_at_kill < self.items and self.out == self.distinct_orders == self.items \
-            and self.left_on_input == 0
+        return self.killed_part_way and self.out == self.distinct_orders == self.items and self.left_on_input == 0
 
 
 def _start(dsn: str, checkpoint: str, batch: int) -> subprocess.Popen[bytes]:
@@ -140,7 +144,12 @@ def demonstrate(dsn: str, *, items: int, batch: int, admin_dsn: str | None = Non
         outcome = Outcome(items, out_at_kill, int(out), int(distinct), _count(conn, IN))
     print(f"after the restart: {outcome.out} results for {outcome.distinct_orders} distinct orders "
           f"({items} enqueued), {outcome.left_on_input} left on {IN}")
-    print("OK: exactly once across the crash" if outcome.ok else "MISMATCH")
+    if outcome.ok:
+        print("OK: exactly once across the crash")
+    elif not outcome.killed_part_way and outcome.out == outcome.distinct_orders == items:
+        print("NOT SHOWN: the kill came once every result was published (use more --items or a smaller --batch)")
+    else:
+        print("MISMATCH")
     return outcome
 
 
@@ -153,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=20_000, help="orders to enqueue (default 20000)")
     parser.add_argument("--batch", type=int, default=2_000, help="messages per micro-batch (default 2000)")
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
+    if args.command == "demo" and args.items < 2 * args.batch:
+        # the driver is killed once the first micro-batch's results are in: with fewer than two
+        # batches of orders, every result is in by then, and the crash shows nothing
+        parser.error(f"--items must be at least twice --batch ({args.batch}): the driver is killed after the "
+                     "first micro-batch, which must not be the last")
     if args.command == "run":
         if not (args.dsn and args.checkpoint):
             parser.error("run needs --dsn and --checkpoint")

@@ -866,3 +866,53 @@ def test_a_cancellation_while_receive_completes_waits_for_the_completion(dsn: st
                 assert (await q.counters()).completed == 1
 
     run(main)
+
+
+async def _every_text_read_async(queue: AsyncQueue, source: Any) -> None:
+    """Every call of an AsyncQueue that reads texts back, on a SQL_ASCII database over a caller's
+    async connection or pool: str each time, not bytes (see test_client's SQL_ASCII test)."""
+    from pgqueue.async_client import all_counters
+
+    await queue.create(group_concurrency=1, max_attempts=1)
+    await queue.enqueue("café", key="clé", group="grüppe", task="send")
+    [group] = await queue.group_stats()
+    assert group.group == "grüppe"
+    [msg] = await queue.dequeue(1)  # TypeError after the lease was committed
+    assert (msg.queue, msg.payload, msg.content_type, msg.task) == (
+        "sqlascii_q", "café", "text/plain; charset=utf-8; task=send", "send")
+    assert await queue.fail(msg, "Zoë failed")
+    [dead] = await queue.dead_letters()
+    assert (dead.payload, dead.last_error) == ("café", "Zoë failed")
+    assert await queue.requeue_dead() == 1
+    [pending] = await queue.peek()
+    assert (pending.payload, pending.last_error) == ("café", "Zoë failed")
+    async with queue.receive() as got:
+        assert got is not None and got.payload == "café"
+    await queue.enqueue({"to": "a@example.com"})
+    [msg] = await queue.dequeue(1)
+    assert msg.payload == {"to": "a@example.com"}
+    assert await queue.complete(msg)
+    assert (await queue.stats()).queue == (await queue.counters()).queue == (await queue.settings()).queue == "sqlascii_q"
+    assert "sqlascii_q" in [s.queue for s in await list_queues(source)]
+    assert "sqlascii_q" in [s.queue for s in await all_stats(source)]
+    assert "sqlascii_q" in [c.queue for c in await all_counters(source)]
+    await queue.drop()
+
+
+def test_a_callers_async_connection_and_pool_on_a_sql_ascii_database_give_texts_back_as_str(
+        pg_server: Server, template_db: str) -> None:
+    from test_client import _database_in
+
+    async def main(dsn: str) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            assert conn.info.encoding == "ascii"
+            await _every_text_read_async(AsyncQueue(conn, "sqlascii_q"), conn)
+            assert conn.info.encoding == "ascii"  # left as it was
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:  # in the caller's transaction
+            await _every_text_read_async(AsyncQueue(conn, "sqlascii_q"), conn)
+            await conn.commit()
+        async with AsyncConnectionPool(dsn, min_size=1, open=False) as pool:
+            await _every_text_read_async(AsyncQueue(pool, "sqlascii_q"), pool)
+
+    with _database_in(pg_server, "SQL_ASCII") as name:
+        run(lambda: main(pg_server.dsn(name)))

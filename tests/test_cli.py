@@ -272,6 +272,19 @@ def test_an_error_report_says_its_hint_once() -> None:
     assert full == 'queue "q" is full (Back off and retry later.)'
 
 
+def test_a_cancelled_statement_is_not_called_a_failed_connection() -> None:
+    """psycopg's QueryCanceled (57014: a statement_timeout, a cancel) is an OperationalError,
+    which the command line took for a connection that failed: "cannot connect to the database:
+    canceling statement due to statement timeout"."""
+    from pgqueue.cli import describe_error
+
+    cancelled = describe_error(psycopg.errors.QueryCanceled("canceling statement due to statement timeout"))
+    assert cancelled is not None and not cancelled.startswith("cannot connect"), cancelled
+    assert "statement timeout" in cancelled
+    refused = describe_error(psycopg.OperationalError("connection refused"))
+    assert refused is not None and refused.startswith("cannot connect to the database"), refused
+
+
 def test_install(capsys: pytest.CaptureFixture[str], bare_dsn: str) -> None:
     status, out, err = run(capsys, "stats", "--dsn", bare_dsn)
     assert_one_line_error(status, out, err, "not installed", "pgqueue install")

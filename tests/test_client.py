@@ -213,6 +213,20 @@ def test_priority_delay_and_at_map_onto_dequeue_at(queue: Queue, conn: Conn) -> 
         queue.enqueue("x", priority=-1)
 
 
+def test_a_delay_or_time_beyond_a_bigint_is_an_invalid_argument(queue: Queue, conn: Conn) -> None:
+    """They were a plain PgQueueError 22003 (bigint out of range) from the server."""
+    for kwargs in ({"delay": 1e16}, {"at": 2**63}, {"delay": 10**17}):
+        with pytest.raises(errors.InvalidArgument, match="bigint"):
+            queue.enqueue("x", **kwargs)  # refused before anything is sent
+    with pytest.raises(errors.InvalidArgument, match="bigint"):
+        queue.purge_dead(before=-(2**63) - 1)
+    # a bigint delay whose time (the server's now + it) is past the bigint range: the server's 22003
+    with pytest.raises(errors.InvalidArgument) as raised:
+        queue.enqueue("x", delay=(2**63 - 10**6) / 1000)
+    assert raised.value.sqlstate == "22003"
+    assert queue.enqueue("x", at=2**63 - 1) and queue.stats().scheduled == 1
+
+
 # -- consuming ---------------------------------------------------------------------------
 
 
@@ -1170,3 +1184,69 @@ def test_a_sql_ascii_database_gives_texts_back_as_str(pg_server: Server, templat
         assert queue.complete(msg)
         assert queue.stats().queue == "default"
         queue.close()
+
+
+def _every_text_read(queue: Queue, source: Any) -> None:
+    """Every call that reads texts back, over ``queue`` (a caller's connection or pool on a
+    SQL_ASCII database): each must give str, not bytes (psycopg's default there)."""
+    from pgqueue.client import all_counters
+    from pgqueue.compat import check_server, server_pgqueue
+    from pgqueue.schedules import create_schedule, drop_schedule, list_schedules, run_schedules
+
+    if isinstance(source, psycopg.Connection):
+        installed = check_server(source)  # it read b'0.4': VersionMismatch
+        assert isinstance(installed.version, str) and server_pgqueue(source) == installed
+    queue.create(group_concurrency=1, max_attempts=1)
+    queue.enqueue("café", key="clé", group="grüppe", task="send")
+    [group] = queue.group_stats()
+    assert group.group == "grüppe"
+    [msg] = queue.dequeue(1)
+    assert (msg.queue, msg.payload, msg.content_type, msg.task) == (
+        "sqlascii_q", "café", "text/plain; charset=utf-8; task=send", "send")
+    assert queue.fail(msg, "Zoë failed")
+    [dead] = queue.dead_letters()
+    assert (dead.payload, dead.content_type, dead.last_error) == ("café", "text/plain; charset=utf-8; task=send",
+                                                                 "Zoë failed")
+    assert queue.requeue_dead() == 1
+    [pending] = queue.peek()
+    assert (pending.payload, pending.last_error) == ("café", "Zoë failed")
+    with queue.receive() as got:
+        assert got is not None and got.payload == "café"
+    queue.enqueue({"to": "a@example.com"})
+    [msg] = queue.dequeue(1)
+    assert msg.payload == {"to": "a@example.com"}
+    assert queue.complete(msg)
+    assert queue.stats().queue == queue.counters().queue == queue.settings().queue == "sqlascii_q"
+    assert "sqlascii_q" in [s.queue for s in list_queues(source)]
+    assert "sqlascii_q" in [s.queue for s in all_stats(source)]
+    assert "sqlascii_q" in [c.queue for c in all_counters(source)]
+    create_schedule(source, "nächtlich", "sqlascii_q", {"n": "ü"}, cron="0 3 * * *")
+    [entry] = [e for e in list_schedules(source) if e.queue == "sqlascii_q"]
+    assert (entry.name, entry.cron, entry.missed, entry.payload, entry.content_type) == (
+        "nächtlich", "0 3 * * *", "latest", {"n": "ü"}, "application/json")
+    run_schedules(source)
+    assert drop_schedule(source, "nächtlich")
+    queue.drop()
+
+
+def test_a_callers_connection_and_pool_on_a_sql_ascii_database_give_texts_back_as_str(
+        pg_server: Server, template_db: str) -> None:
+    """A caller's own connection or pool on a SQL_ASCII database keeps its client encoding
+    (pgqueue does not SET it), where psycopg returns text columns as bytes: check_server read
+    b'0.4' (a version mismatch), a dequeue raised TypeError after its lease was committed (the
+    message stranded, an attempt spent), stats named the queue "b'default'". pgqueue's cursors
+    now load texts as UTF-8 on such a connection."""
+    with _database_in(pg_server, "SQL_ASCII") as name:
+        dsn = pg_server.dsn(name)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.info.encoding == "ascii"
+            _every_text_read(Queue(conn, "sqlascii_q"), conn)
+            assert conn.info.encoding == "ascii"  # left as it was
+            assert conn.execute("SELECT 'x'::text").fetchone() == (b"x",)  # the caller's own cursors too
+        with psycopg.connect(dsn) as conn:  # in the caller's transaction
+            _every_text_read(Queue(conn, "sqlascii_q"), conn)
+            conn.commit()
+        with ConnectionPool(dsn, min_size=1, open=True) as pool:
+            _every_text_read(Queue(pool, "sqlascii_q"), pool)
+            with pool.connection() as conn:
+                assert conn.info.encoding == "ascii"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
+import psycopg
 import pytest
 
 from pgqueue import _core, codec, errors
@@ -197,3 +199,68 @@ def test_heartbeat_interval_is_a_third_of_the_lease() -> None:
     assert _core.heartbeat_interval(30000) == pytest.approx(10.0)
     assert _core.heartbeat_interval(300) == pytest.approx(0.1)
     assert _core.heartbeat_interval(1) == _core.MIN_HEARTBEAT_INTERVAL
+
+
+def test_messages_pending_dead_letters_and_schedules_are_hashable_whatever_the_payload() -> None:
+    """A dict or list payload made hash() raise TypeError (the dataclass hash included it): a
+    message could not go in a set of those in flight. The hash leaves payload out; equality
+    still compares it."""
+    from pgqueue.message import DeadLetter, Message, Pending, ScheduleEntry, to_datetime
+
+    at = to_datetime(1_700_000_000_000)
+    for payload in ({"to": "a@example.com"}, [1, [2]], "text", b"raw", None):
+        content, content_type = codec.encode(payload)
+        msg = Message(1, "q", payload, 1, None, at, at, at, content, content_type)
+        twin = Message(1, "q", codec.decode(content, content_type), 1, None, at, at, at, content, content_type)
+        assert msg == twin and hash(msg) == hash(twin) and len({msg, twin}) == 1
+        assert msg != Message(2, "q", payload, 1, None, at, at, at, content, content_type)
+        assert msg != Message(1, "q", "another", 1, None, at, at, at, content, content_type)  # payload compared
+        pending = Pending(1, "q", payload, content, content_type, 1, None, at, None, at, None, None)
+        dead = DeadLetter(1, "q", payload, content, content_type, None, 1, "boom", at, at, dead_at_ms=1)
+        entry = ScheduleEntry("s", "q", 1000, None, payload, content_type, "latest", at, at)
+        assert {pending: 1, dead: 2, entry: 3}[dead] == 2
+        assert hash(pending) == hash(Pending(1, "q", payload, content, content_type, 1, None, at, None, at, None, None))
+        assert dead == DeadLetter(1, "q", payload, content, content_type, None, 1, "boom", at, at)  # dead_at_ms aside
+        assert hash(dead) == hash(DeadLetter(1, "q", payload, content, content_type, None, 1, "boom", at, at))
+
+
+def test_a_delay_or_time_beyond_a_bigint_is_an_invalid_argument() -> None:
+    """delay=1e16 s or at=2**63 ms went to the server, which refused them with 22003 (a plain
+    PgQueueError): they are InvalidArgument before anything is sent, and 22003 maps to it."""
+    top = 2**63 - 1
+    assert _core.to_epoch_ms(top) == top and _core.to_epoch_ms(-(2**63)) == -(2**63)
+    assert _core.delay_to_ms(9.2e15) == 9_200_000_000_000_000_000
+    for at in (2**63, -(2**63) - 1, 10**30):
+        with pytest.raises(errors.InvalidArgument, match="bigint range"):
+            _core.to_epoch_ms(at)
+        with pytest.raises(errors.InvalidArgument, match="bigint range"):
+            _core.purge_dead("q", before=at)
+    with pytest.raises(errors.InvalidArgument, match="bigint range"):
+        _core.schedule(at=2**63)
+    for delay in (1e16, 9.3e15, 10**17, 1e306, 10**309):  # (the last two: OverflowError before)
+        with pytest.raises(errors.InvalidArgument, match="at most 9223372036854775807 ms"):
+            _core.schedule(delay=delay)
+        with pytest.raises(errors.InvalidArgument, match="at most"):
+            _core.schedule_create("s", "q", 1, every=delay)
+    for delay in (math.inf, -math.inf, math.nan, -(10**309)):
+        with pytest.raises(errors.InvalidArgument, match="finite and >= 0"):
+            _core.schedule(delay=delay)
+    exc = psycopg.errors.NumericValueOutOfRange("bigint out of range")
+    translated = errors.translate(exc)
+    assert isinstance(translated, errors.InvalidArgument) and isinstance(translated, ValueError)
+
+
+def test_the_raw_payloads_are_bytes_bytearray_and_memoryview_as_readme_says() -> None:
+    """README said any bytes-like payload comes back as bytes; encode takes those three only
+    (an array.array is not JSON-serialisable: UnsupportedPayload)."""
+    import array
+    from pathlib import Path
+
+    for raw in (b"ab", bytearray(b"ab"), memoryview(b"ab")):
+        assert codec.encode(raw) == (b"ab", None)
+    with pytest.raises(errors.UnsupportedPayload):
+        codec.encode(array.array("B", b"ab"))
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "any bytes-like" not in readme
+    assert ("`bytes`, `bytearray` and `memoryview` as `bytes` with no content type (another bytes-like object, "
+            "an `array.array` say, is refused") in readme

@@ -1182,3 +1182,26 @@ def test_dead_letters_page_by_keyset_in_the_page(conn: psycopg.Connection[Any], 
     Queue(conn, "default").purge_dead(order[200:])
     empty = client.get(next_link).get_data(as_text=True)
     assert "No dead letters past this point" in empty and link(empty, "first") == "/queues/default/dead"
+
+
+def test_pages_of_a_sql_ascii_database(pg_server: Server, template_db: str, make_app: Any) -> None:
+    """The dashboard's connections ask for client_encoding UTF8, as pgqueue's others do: on a
+    SQL_ASCII database (initdb under the C locale) psycopg read its texts as bytes, and the
+    queue page and the dead-letter pages failed with 500 (a review), the role read b'...'."""
+    from test_client import _database_in
+
+    with _database_in(pg_server, "SQL_ASCII") as name:
+        dsn = pg_server.dsn(name)
+        queue = Queue(dsn, "dq")
+        queue.create(max_attempts=1)
+        queue.enqueue("grüße")
+        queue.enqueue({"n": 1})
+        msg = queue.dequeue(1)[0]
+        queue.fail(msg, "kaputt: ü")
+        client = make_app(dsn=dsn).test_client()
+        for path in ("/", "/queues/dq", "/api/queues/dq/dead", "/api/queues"):
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.get_data(as_text=True)[-500:])
+            assert "b'" not in response.get_data(as_text=True), path
+        dead = client.get("/api/queues/dq/dead").get_json()["dead_letters"]
+        assert [d["last_error"] for d in dead] == ["kaputt: ü"]

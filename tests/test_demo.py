@@ -333,3 +333,42 @@ def test_a_dashboard_port_out_of_range_is_a_usage_error(capsys: pytest.CaptureFi
         assert status == 2, out + err
         assert err == (f"pgqueue demo: error: argument --dashboard: expected a port number 0-65535, got '{port}' "
                        "(see `pgqueue demo --help`)\n"), err
+
+
+# -- the embedded server (pgqueue.embedded) -------------------------------------------------
+
+
+def test_embedded_settings_with_spaces_and_a_dsn_for_any_database_name() -> None:
+    """A setting's value with a space was split into two server arguments (testing.postgresql
+    splits its postgres_args on whitespace): the server did not start. dsn() did not quote its
+    values: a database named "my app" could not be reached."""
+    import psycopg
+    from pgqueue.embedded import EmbeddedPostgres
+
+    with EmbeddedPostgres(settings={"log_line_prefix": "%m [%p] ", "application_name": "it's me"}) as pg:
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            assert conn.execute("SHOW log_line_prefix").fetchone() == ("%m [%p] ",)
+            conn.execute('CREATE DATABASE "my app"')
+        with psycopg.connect(pg.dsn(dbname="my app")) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("my app",)
+        assert psycopg.conninfo.conninfo_to_dict(pg.dsn("o'brien", user="me")) == {
+            "host": "127.0.0.1", "port": str(pg.port), "user": "me", "dbname": "o'brien"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged user is looked up only as root")
+def test_a_missing_unprivileged_user_is_embedded_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root with no `postgres` account (or a mistyped PGQUEUE_EMBEDDED_USER), the start
+    raised a bare KeyError from pwd.getpwnam, and `pgqueue demo` printed a traceback."""
+    from pgqueue.embedded import EmbeddedPostgres, EmbeddedUnavailable, check_available
+
+    monkeypatch.setenv("PGQUEUE_EMBEDDED_USER", "no_such_user_47")
+    for attempt in (check_available, lambda: EmbeddedPostgres().start()):
+        with pytest.raises(EmbeddedUnavailable) as raised:
+            attempt()
+        assert "'no_such_user_47'" in str(raised.value) and "PGQUEUE_EMBEDDED_USER" in str(raised.value)
+    proc = subprocess.run([str(PGQUEUE), "demo", "--messages", "10"], check=False, capture_output=True, text=True,
+                          timeout=60, env={**_demo_env(), "PGQUEUE_EMBEDDED_USER": "no_such_user_47"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert "no user 'no_such_user_47'" in line and "PGQUEUE_EMBEDDED_USER" in line and "--dsn" in line, line
+    assert "Starting a throwaway" not in proc.stdout

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from catalog import QUERIES, catalog
 from conftest import REPO, Server, admin_execute, drop_database
@@ -332,6 +333,25 @@ def test_a_plain_script_run_by_psql_without_its_options_is_one_statement(owner: 
         assert holds(conn) == (None, CURRENT)
 
 
+def test_the_sql_inside_a_plain_script_run_statement_by_statement_records_no_version(
+        owner: Owner, tmp_path: Any) -> None:
+    """The SQL inside a plain script's DO block, copied out and run by psql statement by
+    statement (no -1, no ON_ERROR_STOP): its search_path pin does not hold, so the guard refuses
+    (PQ008), psql runs on, and the version record refuses too: such a run never leaves a
+    database that says it holds a version, and `pgqueue install` refuses it as half-applied."""
+    text = (PLAIN_DIR / f"pgqueue--{CURRENT}.sql").read_text()
+    body = text.split("EXECUTE $pgqueue_script$\n", 1)[1].rsplit("\n$pgqueue_script$;", 1)[0]
+    inner = tmp_path / "inner.sql"
+    inner.write_text(body)
+    db = owner.database()
+    proc = owner.psql(db, "-f", str(inner), "-c", "CREATE TABLE public.after_the_script ()", stop_on_error=False)
+    assert "pgqueue installs in one transaction only" in proc.stderr, proc.stderr[-2000:]
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, None)
+        assert one(conn, "SELECT to_regclass('public.after_the_script') IS NOT NULL")  # the session as it was
+    refused(pgqueue("install", "--dsn", owner.dsn(db)), "a half-applied install")
+
+
 def test_a_plain_script_that_fails_near_its_end_leaves_nothing_without_psql_s_options(
         owner: Owner, pg_server: Server) -> None:
     """A script that fails at its last statements (here an event trigger refuses the version
@@ -355,6 +375,25 @@ def test_a_plain_script_that_fails_near_its_end_leaves_nothing_without_psql_s_op
     with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:
         admin.execute("DROP EVENT TRIGGER refuse_install")
     ok(pgqueue("install", "--plain", "--dsn", owner.dsn(db)))
+
+
+def test_a_statement_timeout_bounds_a_plain_script_as_one_statement(owner: Owner) -> None:
+    """A plain script is one statement: a role's statement_timeout, meant for one statement of
+    it, bounds all of it. `pgqueue install` sets none for its scripts (its lock waits have
+    lock_timeout); psql with one set ends in 57014, nothing made, the error a line or two, not
+    the whole script quoted in its context (a review: 358,842 bytes)."""
+    db = owner.database()
+    slow = make_conninfo(owner.dsn(db), options="-c statement_timeout=50")
+    ok(pgqueue("install", "--plain", "--dsn", slow))
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+    other = owner.database()
+    proc = owner.psql(make_conninfo(owner.dsn(other), options="-c statement_timeout=50"),
+                      "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"), stop_on_error=False)
+    assert "canceling statement due to statement timeout" in proc.stderr, proc.stderr
+    assert len(proc.stderr) < 2000, proc.stderr[:3000]
+    with owner.connect(other) as conn:
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
 
 
 def test_a_step_script_for_another_version_is_refused_with_pq010(owner: Owner) -> None:
@@ -506,6 +545,7 @@ def test_install_as_an_application_role_on_an_up_to_date_plain_install_says_alre
             sql.Identifier(other_role)))
     out = ok(pgqueue("install", "--dsn", dsn))
     assert f"pgqueue {CURRENT} (plain SQL, owned by role {owner.name}) is already installed" in out, out
+    refused(pgqueue("install", "--extension", "--dsn", dsn), f"owned by role {owner.name}")  # not what it holds
     with owner.connect(db) as conn:
         conn.execute("ALTER TABLE pgqueue.install ENABLE ROW LEVEL SECURITY")
     refused(pgqueue("install", "--dsn", dsn), f"owned by role {owner.name}")

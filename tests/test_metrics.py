@@ -531,6 +531,20 @@ def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> N
     assert s[("pgqueue_queue_messages", q("default", state="ready"))] == 0
 
 
+@pytest.mark.parametrize("option", ["port=5x", "sslmode=requir"])
+def test_metrics_ends_at_once_on_an_option_value_libpq_refuses(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                               option: str) -> None:
+    """A typo no wait mends: `pgqueue metrics` ends at once (exit 1, one line), as the worker,
+    the scheduler and the dashboard do; it served pgqueue_up 0 "until it answers", for ever
+    (a review)."""
+    started = time.monotonic()
+    status = main(["metrics", "--port", "0", "--dsn", f"{dsn} {option}"])
+    out, err = capsys.readouterr()
+    assert status == 1 and time.monotonic() - started < 10, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "cannot connect to the database" in err, err
+    assert option.split("=")[1] in err, err
+
+
 def test_a_role_that_may_not_read_the_counters_gets_the_gauges(
         capsys: pytest.CaptureFixture[str], pg_server: Server, dbname: str, dsn: str) -> None:
     """docs/grants.sql's monitor recipe without its GRANT on the counters: queue_counters raises

@@ -548,6 +548,27 @@ def test_exactly_once_example_across_a_driver_kill(spark: Any, dsn: str, owner_d
     assert outcome.ok, outcome
 
 
+def test_exactly_once_example_refuses_a_run_that_cannot_show_a_crash(capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --items under two --batch, every result is published before the kill lands (the
+    first micro-batch is the whole input): the example said MISMATCH (exit 1) of a run where
+    exactly-once held (a review). It refuses such a run; a kill after everything was published
+    says that nothing was shown, not MISMATCH."""
+    from spark_helpers import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import spark_exactly_once
+
+    with pytest.raises(SystemExit) as exited:
+        spark_exactly_once.main(["--items", "1000"])
+    assert exited.value.code == 2
+    assert "--items must be at least twice --batch" in capsys.readouterr().err
+    after_all = spark_exactly_once.Outcome(items=10, out_at_kill=10, out=10, distinct_orders=10, left_on_input=0)
+    assert not after_all.killed_part_way and not after_all.ok
+    part_way = spark_exactly_once.Outcome(items=10, out_at_kill=4, out=10, distinct_orders=10, left_on_input=0)
+    assert part_way.ok
+
+
 def test_job_mode_publication_whose_reply_is_lost_is_not_reported_failed(spark: Any, dsn: str, conn: Conn) -> None:
     """The connection breaks after the server committed spark_publish, before its reply arrives
     (a network cut, a proxy or pooler restart): the DataFrame is in the queue, so the job must

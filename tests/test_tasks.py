@@ -259,3 +259,19 @@ def test_a_users_mypy_checks_handlers(tmp_path: Path) -> None:
     assert 'Revealed type is "def (msg: pgqueue.message.Message)"' in proc.stdout, proc.stdout
     assert 'Revealed type is "def (msg: pgqueue.message.Message) -> typing.Coroutine[Any, Any, int]"' \
         in proc.stdout, proc.stdout
+
+
+def test_the_module_docstring_quotes_the_unknown_task_error_as_it_is() -> None:
+    """It showed ``no task "x"``; the error says ``no task 'x'``."""
+    import pgqueue.tasks
+    from pgqueue.codec import with_task
+    from pgqueue.message import to_datetime
+
+    tasks = Tasks()
+    tasks.task("send_email")(lambda msg: None)
+    at = to_datetime(0)
+    msg = Message(1, "q", {}, 1, None, at, at, at, b"{}", with_task("application/json", "x"))
+    with pytest.raises(pgqueue.tasks.UnknownTask) as raised:
+        tasks.handler_for(msg)
+    stored = f"{type(raised.value).__name__}: {raised.value}"
+    assert stored in " ".join((pgqueue.tasks.__doc__ or "").split()), stored

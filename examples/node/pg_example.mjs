@@ -1,6 +1,7 @@
 // pgqueue from Node.js with the `pg` driver (node-postgres).
 //
 //   cd examples/node && npm install
+//   psql "$DATABASE_URL" -c "SELECT pgqueue.queue_create('emails')"   # once (or: pgqueue queue create emails)
 //   DATABASE_URL=postgresql://user@localhost/app node pg_example.mjs produce emails
 //   DATABASE_URL=postgresql://user@localhost/app node pg_example.mjs consume emails
 //

@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
+from psycopg.abc import Buffer
+from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import Conninfo
 from psycopg.pq.abc import PGconn
@@ -46,6 +48,9 @@ Delay = timedelta | float | int
 #: A point in time: an aware ``datetime`` (naive ones are taken as UTC) or epoch milliseconds.
 When = datetime | int
 
+#: The range of a bigint, the SQL type of every time and delay in milliseconds.
+MIN_BIGINT = -(2**63)
+MAX_BIGINT = 2**63 - 1
 #: The largest priority, as ``pgqueue.priority_dequeue_at(integer)`` accepts.
 MAX_PRIORITY = 2**31 - 1
 #: The most characters of an error text stored in ``last_error``.
@@ -155,17 +160,27 @@ def delay_to_ms(delay: Delay) -> int:
         delay: a ``timedelta`` or a number of seconds, not negative.
 
     Raises:
-        InvalidArgument: a negative, infinite or NaN delay, or one of another type.
+        InvalidArgument: a negative, infinite or NaN delay, one of more milliseconds than a
+            bigint holds (2**63 - 1, some 292 million years; PostgreSQL refused it with 22003),
+            or one of another type. (A delay whose time, the server's now plus it, is past
+            the bigint range is the server's 22003, InvalidArgument too.)
     """
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        seconds = float(delay)
+        try:
+            seconds = float(delay)
+        except OverflowError:  # an int beyond a float (10**309)
+            seconds = math.inf if delay > 0 else -math.inf
     else:
         raise InvalidArgument(f"delay must be a timedelta or a number of seconds, got {delay!r}")
-    if not math.isfinite(seconds) or seconds < 0:
+    if not (math.isfinite(seconds) or isinstance(delay, int)) or seconds < 0:
         raise InvalidArgument(f"delay must be finite and >= 0, got {delay!r}")
-    return round(seconds * 1000)
+    # (compared before the product, which may be inf: round() raised OverflowError)
+    ms = round(seconds * 1000) if seconds <= MAX_BIGINT / 1000 else None
+    if ms is None or ms > MAX_BIGINT:
+        raise InvalidArgument(f"delay must be at most {MAX_BIGINT} ms (a bigint: some 292 million years), got {delay!r}")
+    return ms
 
 
 def to_epoch_ms(at: When) -> int:
@@ -175,13 +190,18 @@ def to_epoch_ms(at: When) -> int:
         at: an aware ``datetime``; a naive one is taken as UTC; an int is epoch ms already.
 
     Raises:
-        InvalidArgument: ``at`` is of another type.
+        InvalidArgument: ``at`` is of another type, or epoch milliseconds outside the bigint
+            range (-2**63 to 2**63 - 1; PostgreSQL refused them with 22003).
     """
     if isinstance(at, datetime):
         if at.tzinfo is None:
             at = at.replace(tzinfo=timezone.utc)
         return (at - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
     if _is_int(at):
+        assert isinstance(at, int)
+        if not MIN_BIGINT <= at <= MAX_BIGINT:
+            raise InvalidArgument(f"at must be epoch milliseconds in the bigint range ({MIN_BIGINT} to {MAX_BIGINT}), "
+                                  f"got {at!r}")
         return at
     raise InvalidArgument(f"at must be a datetime or epoch milliseconds (int), got {at!r}")
 
@@ -361,6 +381,31 @@ def utf8(conninfo: str) -> dict[str, Any]:
     except Exception:  # psycopg's connect reports a connection string that does not parse
         return {}
     return {} if "client_encoding" in given else {"client_encoding": "UTF8"}
+
+
+class _Utf8TextLoader(Loader):
+    """Load a text value as UTF-8 (psycopg returns bytes on a SQL_ASCII connection); a byte
+    that is not UTF-8 (a client in another encoding wrote it: SQL_ASCII takes any byte) as a
+    Python escape, ``\\xe9``, so that reading it cannot fail after a lease was committed."""
+
+    def load(self, data: Buffer) -> str:
+        return bytes(data).decode("utf-8", "backslashreplace")
+
+
+#: The types psycopg loads as str, by OID (a name would be looked up at every call): text,
+#: varchar, bpchar, name, "char", and ``0``, a type it has no loader for, such as an enum.
+_TEXT_TYPES: tuple[int, ...] = (25, 1043, 1042, 19, 18, 0)
+
+
+def utf8_texts(encoding: str, adapters: AdaptersMap) -> None:
+    """Have a cursor of a connection in ``encoding`` (``conn.info.encoding``) load texts as
+    ``str``: on a SQL_ASCII connection (a caller's, which pgqueue does not reconfigure) psycopg
+    returns them as bytes, and a dequeue failed after its lease was committed, a version check
+    read b'0.4', stats named a queue "b'q'". Texts are decoded as UTF-8, which pgqueue writes
+    (:class:`_Utf8TextLoader`). Other encodings are left to psycopg."""
+    if encoding == "ascii":
+        for name in _TEXT_TYPES:
+            adapters.register_loader(name, _Utf8TextLoader)
 
 
 def conninfo_of(pgconn: PGconn) -> str:

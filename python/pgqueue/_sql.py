@@ -249,13 +249,14 @@ INSTALL_STATE: Final[LiteralString] = (
 )
 
 # Whether pgqueue.install (of a schema another role owns) can be read without running anything
-# of that role's: a plain table, no row security, its version column of type text.
+# of that role's: a plain table, no row security, no child tables (whose rows a read of it
+# reads, a foreign table's through its wrapper), its version column of type text.
 INSTALL_TABLE_PLAIN: Final[LiteralString] = (
     "SELECT EXISTS (SELECT FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
     "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = 'version' AND NOT a.attisdropped "
     "WHERE n.nspname = 'pgqueue' AND c.relname = 'install' AND c.relkind = 'r' "
-    "AND NOT c.relrowsecurity AND a.atttypid = 'pg_catalog.text'::pg_catalog.regtype)"
+    "AND NOT c.relrowsecurity AND NOT c.relhassubclass AND a.atttypid = 'pg_catalog.text'::pg_catalog.regtype)"
 )
 
 # The plain install's recorded versions (one row; read only when pgqueue.install exists).

@@ -56,6 +56,7 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     try:
         with translating():
             async with conn.cursor(row_factory=tuple_row) as cur:
+                _core.utf8_texts(conn.info.encoding, cur.adapters)
                 await cur.execute(call.query, call.params)
                 rows = await cur.fetchall()
                 if not rows and call.probe_queue is not None:

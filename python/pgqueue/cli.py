@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue._core import utf8
 from pgqueue._version import DISTRIBUTION, __version__
-from pgqueue._worker_core import _SIGNALS, is_async_handler, stop_signals, stopped_already
+from pgqueue._worker_core import _SIGNALS, _client_side, is_async_handler, stop_signals, stopped_already
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
@@ -173,7 +173,7 @@ def describe_error(exc: BaseException) -> str | None:
     if isinstance(exc, PgQueueError):  # (VersionMismatch says its hint in its message already)
         hint = f" ({_one_line(_cli_hint(exc.hint))})" if exc.hint and exc.hint not in exc.message else ""
         return f"{_one_line(exc.message)}{hint}"
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate != "57014":  # (a statement cancelled: below)
         return f"cannot connect to the database: {_one_line(str(exc))}"
     if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
         return f"invalid connection string: {conninfo_error(exc)}"
@@ -241,9 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
 
     def command(name: str, run: Callable[[argparse.Namespace], int] | None, help: str,
-                parent: Any = commands) -> argparse.ArgumentParser:
+                parent: Any = commands, options: argparse.ArgumentParser = common) -> argparse.ArgumentParser:
         """Add a command; one without ``run`` is a group whose actions are its subcommands."""
-        p: argparse.ArgumentParser = parent.add_parser(name, parents=[common], help=help, description=help)
+        p: argparse.ArgumentParser = parent.add_parser(name, parents=[options], help=help, description=help)
         p.set_defaults(run=run or _usage_of(p))
         return p
 
@@ -253,9 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bench_args", nargs=argparse.REMAINDER, metavar="...",
                    help="options of the benchmark suite, e.g. --smoke or --profile quick")
 
-    # demo
+    # demo (its --dsn has no libpq fallback: without one it runs on a throwaway server)
+    demo_options = argparse.ArgumentParser(add_help=False)
+    demo_options.add_argument("--dsn", default=argparse.SUPPRESS, metavar="DSN",
+                              help=f"the database, as a libpq connection string or URI (default: ${DSN_ENV}, "
+                                   "else a throwaway server; libpq's PG* variables are not used)")
     p = command("demo", _cmd_demo, "run producers and workers on a realistic mix of messages and "
-                "report (on a throwaway server unless --dsn or $PGQUEUE_DSN is given)")
+                "report (on a throwaway server unless --dsn or $PGQUEUE_DSN is given)", options=demo_options)
     from pgqueue.demo import add_arguments as add_demo_arguments
 
     add_demo_arguments(p)
@@ -622,7 +626,7 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
     dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""  # "": libpq's PG* defaults
     where = ""
     try:
-        with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3)) as conn:
+        with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3), **utf8(dsn)) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
             installed = server_pgqueue(conn)
     except psycopg.ProgrammingError as exc:
@@ -1151,7 +1155,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     from pgqueue.metrics import MetricsServer, QueueMetrics
 
     dsn = resolve_dsn(args)
-    # Fail fast on what waiting will not mend: a DSN that does not parse, pgqueue missing or of
+    # Fail fast on what waiting will not mend: a DSN that does not parse or holds an option value
+    # libpq refuses (port=5x: it waited with pgqueue_up 0 for ever, a review), pgqueue missing or of
     # another version. A database that cannot be reached now (down, failing over) is what
     # pgqueue_up 0 is for: the endpoint serves it until the database answers, and --once prints
     # it (exit 1), as for a reading that fails later.
@@ -1166,6 +1171,9 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         metrics.close()
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except (psycopg.OperationalError, ConnectionFailed) as exc:
+        if _client_side(str(exc)):  # an option value libpq refuses (port=5x, sslmode=requir): no wait mends it
+            metrics.close()
+            raise UserError(f"cannot connect to the database: {_one_line(str(exc))}{hint}") from exc
         if not args.once:
             print(f"pgqueue metrics: cannot reach the database now ({_one_line(str(exc))}){hint}: serving "
                   "pgqueue_up 0 until it answers", file=sys.stderr, flush=True)

@@ -72,6 +72,7 @@ def _caller_lock(conn: psycopg.Connection[Any]) -> threading.RLock:
 def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     try:
         with translating(), conn.cursor(row_factory=tuple_row) as cur:
+            _core.utf8_texts(conn.info.encoding, cur.adapters)
             rows = cur.execute(call.query, call.params).fetchall()
             if not rows and call.probe_queue is not None:
                 cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})

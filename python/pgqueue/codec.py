@@ -64,8 +64,10 @@ def encode(payload: object) -> tuple[bytes, str | None]:
     """Encode a payload into message content and its content type.
 
     Parameters:
-        payload: bytes-like (stored raw), ``str`` (UTF-8 text) or any JSON-serialisable value
-            (``None`` included: it is stored as the JSON ``null``).
+        payload: ``bytes``, ``bytearray`` or ``memoryview`` (stored raw; another bytes-like
+            object, an ``array.array`` say, is not JSON-serialisable: UnsupportedPayload), ``str``
+            (UTF-8 text) or any JSON-serialisable value (``None`` included: it is stored as the
+            JSON ``null``).
 
     Returns:
         ``(content, content_type)``; ``content_type`` is None for raw bytes.

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import tuple_row
 
-from pgqueue import _sql
+from pgqueue import _core, _sql
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue.errors import INSTALL_HINT, ExtensionNotInstalled, VersionMismatch, translating
 
@@ -46,15 +47,16 @@ def server_pgqueue(conn: psycopg.Connection[Any]) -> ServerPgQueue | None:
     Raises:
         PgQueueError: (a subclass of it) when the queries fail, e.g. ConnectionFailed.
     """
-    with translating():
-        row = conn.execute(_sql.SERVER_VERSION).fetchone()
+    with translating(), conn.cursor(row_factory=tuple_row) as cur:
+        _core.utf8_texts(conn.info.encoding, cur.adapters)  # a caller's SQL_ASCII connection: str, not bytes
+        row = cur.execute(_sql.SERVER_VERSION).fetchone()
         assert row is not None
         extversion, has_install_table = row
         if extversion is not None:
             return ServerPgQueue(str(extversion), "extension")
         if not has_install_table:
             return None
-        versions = [str(r[0]) for r in conn.execute(_sql.PLAIN_INSTALL_VERSIONS) if r[0] is not None]
+        versions = [str(r[0]) for r in cur.execute(_sql.PLAIN_INSTALL_VERSIONS).fetchall() if r[0] is not None]
     if not versions:
         return None
     # one row per applied release or a single row: either way the highest is what is installed

@@ -7,7 +7,8 @@ too, so that there is one way to do it.
 
 Wraps ``testing.postgresql`` so that it also works when run as root: PostgreSQL refuses to
 run as root, so the data directory is handed to an unprivileged user (``postgres`` unless
-``PGQUEUE_EMBEDDED_USER`` names another) and ``initdb``/``postgres`` are started through
+``PGQUEUE_EMBEDDED_USER`` names another; :class:`EmbeddedUnavailable` when there is no such
+user) and ``initdb``/``postgres`` are started through
 ``setpriv``, which drops privileges and then execs, so the server's pid is the child's pid.
 
 ``initdb`` and the server run in a session (and process group) of their own: a Ctrl-C on the
@@ -27,11 +28,14 @@ import time
 from types import TracebackType
 from typing import Any
 
+from psycopg.conninfo import make_conninfo
+
 __all__ = ["FAST_SETTINGS", "EmbeddedPostgres", "EmbeddedUnavailable", "check_available"]
 
 
 class EmbeddedUnavailable(RuntimeError):
-    """The throwaway server cannot be started here: the extra or setpriv is missing."""
+    """The throwaway server cannot be started here: the extra or setpriv is missing, or (as
+    root) the unprivileged user to run it as does not exist."""
 
 
 #: Server settings for a fast throwaway cluster: durability off, it is thrown away anyway.
@@ -58,8 +62,23 @@ def _drop_privileges(user: str | None, argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
 
 
+def _account(user: str) -> pwd.struct_passwd:
+    """Return the account of the user the server is to run as (as root).
+
+    Raises:
+        EmbeddedUnavailable: there is no such user (no ``postgres`` account, or a mistyped
+            ``PGQUEUE_EMBEDDED_USER``).
+    """
+    try:
+        return pwd.getpwnam(user)
+    except KeyError:
+        raise EmbeddedUnavailable(
+            f"running as root needs an unprivileged user to run PostgreSQL as, and there is no user {user!r} "
+            "here: create it, or name another with PGQUEUE_EMBEDDED_USER") from None
+
+
 def _chown_tree(path: str, user: str) -> None:
-    entry = pwd.getpwnam(user)
+    entry = _account(user)
     for root, _dirs, files in os.walk(path):
         os.chown(root, entry.pw_uid, entry.pw_gid)
         for name in files:
@@ -67,7 +86,8 @@ def _chown_tree(path: str, user: str) -> None:
 
 
 def check_available() -> None:
-    """Raise EmbeddedUnavailable, saying what to install, if no server can be started here."""
+    """Raise EmbeddedUnavailable, saying what is missing, if no server can be started here: the
+    extra, or as root setpriv or the unprivileged user (``postgres`` or ``PGQUEUE_EMBEDDED_USER``)."""
     try:
         import testing.postgresql  # noqa: F401
     except ImportError as exc:
@@ -77,6 +97,9 @@ def check_available() -> None:
         ) from exc
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         raise EmbeddedUnavailable("running as root needs setpriv (util-linux) to start PostgreSQL")
+    user = _unprivileged_user()
+    if user is not None:
+        _account(user)
 
 
 def _kill_session(proc: subprocess.Popen[str]) -> None:
@@ -103,6 +126,9 @@ def _make_server_class() -> Any:
 
     class _Server(tp.Postgresql):  # type: ignore[misc]
         run_as: str | None = None
+        #: The server's ``-c name=value`` options, each an argv item of its own (a value may
+        #: hold spaces: testing.postgresql splits its ``postgres_args`` on whitespace).
+        server_settings: tuple[str, ...] = ()
         child_process: subprocess.Popen[bytes] | None
 
         def initialize_database(self) -> None:
@@ -131,7 +157,7 @@ def _make_server_class() -> Any:
 
         def get_server_commandline(self) -> list[str]:
             argv: list[str] = super().get_server_commandline()
-            return _drop_privileges(self.run_as, argv)
+            return _drop_privileges(self.run_as, [*argv, *self.server_settings])
 
         def start(self) -> None:
             # testing.common.database.Database.start, with the server in a session of its own
@@ -164,8 +190,11 @@ class EmbeddedPostgres:
         with EmbeddedPostgres() as pg:
             psycopg.connect(pg.dsn())
 
+    ``settings`` are the server's settings (``-c name=value``; a value may hold spaces), over
+    :data:`FAST_SETTINGS`.
+
     Raises EmbeddedUnavailable when it cannot be started here (the embedded extra or setpriv is
-    missing), RuntimeError when the server fails to start (the reason is in the message).
+    missing, or, as root, the user to run it as: ``postgres`` or ``PGQUEUE_EMBEDDED_USER``), RuntimeError when the server fails to start (the reason is in the message).
     """
 
     def __init__(self, *, settings: dict[str, str] | None = None, boot_timeout: float = 60.0) -> None:
@@ -180,9 +209,9 @@ class EmbeddedPostgres:
             return self
         cls = _make_server_class()
         cls.run_as = _unprivileged_user()
-        args = " ".join(f"-c {k}={v}" for k, v in self._settings.items())
+        cls.server_settings = tuple(arg for k, v in self._settings.items() for arg in ("-c", f"{k}={v}"))
         server = cls(
-            postgres_args=f"-h 127.0.0.1 -F -c logging_collector=off {args}",
+            postgres_args="-h 127.0.0.1 -F -c logging_collector=off",
             boot_timeout=self._boot_timeout,
             auto_start=0,  # started below, so that an interrupted start is cleaned up too
         )
@@ -220,8 +249,9 @@ class EmbeddedPostgres:
         return self._server.run_as  # type: ignore[no-any-return]
 
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
-        """Return a libpq connection string for a database of this server."""
-        return f"host=127.0.0.1 port={self.port} user={user} dbname={dbname}"
+        """Return a libpq connection string for a database of this server (its values quoted
+        as libpq needs: a database name may hold spaces or quotes)."""
+        return make_conninfo("", host="127.0.0.1", port=self.port, user=user, dbname=dbname)
 
     def stop(self) -> None:
         """Stop the server and delete its directory."""

@@ -20,7 +20,8 @@ NeedsReadCommitted       PQ009                  queue_create/_drop, a max_size c
 SerializationFailure     40001                  a REPEATABLE READ / SERIALIZABLE snapshot is too old
 DeadlockDetected         40P01                  the server broke a deadlock by ending this transaction
 InvalidQueueName         42602                  the name breaks the queue-name rule
-InvalidArgument          22023, 22004           a bad or NULL argument (also raised client-side)
+InvalidArgument          22023, 22004,          a bad or NULL argument (also raised client-side), one
+                         22003, 22P05           beyond its SQL type, a text the encoding cannot hold
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
 ConnectionFailed         08xxx, 57P01-03, none  the server cannot be reached or the link broke
@@ -150,7 +151,8 @@ class InvalidQueueName(PgQueueError):
 
 
 class InvalidArgument(PgQueueError, ValueError):
-    """An argument is out of range, of the wrong kind or NULL (22023, 22004, or client-side).
+    """An argument is out of range, of the wrong kind or NULL (22023, 22004, 22003: beyond its SQL
+    type; 22P05: a text the encoding cannot hold; or client-side).
 
     It is also a ``ValueError``, so ``except ValueError`` catches it.
     """
@@ -194,6 +196,7 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "22023": InvalidArgument,
     "22004": InvalidArgument,
     "22P05": InvalidArgument,  # a text the database's encoding cannot hold (a LATIN1 database)
+    "22003": InvalidArgument,  # an argument beyond its SQL type (a bigint time or delay, an integer limit)
 }
 
 # undefined schema / function / table: the extension is missing if the message names pgqueue

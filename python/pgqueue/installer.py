@@ -232,7 +232,7 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
                 "with `pgqueue uninstall --yes` first")
         return _install_extension(conn, state, target, report)
     if state.schema_owner not in (None, state.user):
-        installed = _others_plain_version(conn) if state.has_record else None
+        installed = _others_plain_version(conn) if state.has_record and mode != "extension" else None
         if installed == target:  # an idempotent deploy step run as an application's role
             summary = (f"pgqueue {installed} (plain SQL, owned by role {state.schema_owner}) is already installed "
                        f"in database {state.database}")
@@ -263,7 +263,7 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
             return _install_extension(conn, state, target, report)
         script = plain_script(target)
         with conn.transaction():
-            conn.execute(script.encode())
+            _run_script(conn, script)
     except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema, psycopg.errors.DuplicateObject):
         # Another `pgqueue install` (two deploys at once) saw no pgqueue either and its CREATE
         # SCHEMA or CREATE EXTENSION committed first: ours failed on the catalog's unique index
@@ -319,6 +319,14 @@ def _as_extension_owner(conn: psycopg.Connection[Any]) -> bool:
     if not row[1]:
         conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(str(row[0]))))
     return True
+
+
+def _run_script(conn: psycopg.Connection[Any], script: str) -> None:
+    """Run a plain script in the caller's transaction, with no statement_timeout: the script is
+    one statement (a DO block), so a role's statement_timeout, meant for one statement of it,
+    would bound the whole install or upgrade step (lock waits are bounded by lock_timeout)."""
+    conn.execute("SET LOCAL statement_timeout = 0")
+    conn.execute(script.encode())
 
 
 def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
@@ -399,7 +407,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
         raise _downgrade(state, "plain SQL", start)
     plain_steps(start, target)  # refuse before changing anything when no path exists
     current = start
-    applied: list[str] = []  # the versions this run's steps started from (another run may apply some)
+    applied: list[tuple[str, str]] = []  # this run's steps (another run may apply some in between)
     while True:
         with conn.transaction():
             conn.execute(_sql.INSTALL_LOCK)
@@ -408,25 +416,36 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
             if recorded is None:
                 raise InstallError(f"the version record pgqueue.install in database {state.database} became empty")
             current = recorded
-            if current == target or _newer(current, target):
+            if _newer(current, target):  # another run, of a newer client, took it past this one
+                raise _downgrade(state, "plain SQL", current)
+            if current == target:
                 break
             step_from, step_to = plain_steps(current, target)[0]
             _lock_for_upgrade(conn)
-            conn.execute(_read(f"pgqueue--{step_from}--{step_to}.sql").encode())
+            _run_script(conn, _read(f"pgqueue--{step_from}--{step_to}.sql"))
             after = read_state(conn).plain
             if after != step_to:
                 raise InstallError(
                     f"the upgrade step pgqueue--{step_from}--{step_to}.sql left version {after!r} in pgqueue.install "
                     f"instead of {step_to}: rolled back")
-        applied.append(step_from)
+        applied.append((step_from, step_to))
         report(f"applied pgqueue--{step_from}--{step_to}.sql (plain SQL) to database {state.database}")
     if not applied:  # another `pgqueue install` ran every step while this one waited
         summary = (f"pgqueue {current} (plain SQL) is already installed in database {state.database} "
                    f"(another pgqueue install upgraded it from {start} meanwhile)")
         report(summary)
         return summary
-    others = "" if applied[0] == start else f"; another pgqueue install took it from {start} to {applied[0]}"
-    summary = f"pgqueue (plain SQL) upgraded from {applied[0]} to {current} in database {state.database}{others}"
+    # this run's steps, in runs of consecutive ones; what lies between them another run applied
+    mine: list[list[str]] = []
+    for step_from, step_to in applied:
+        if mine and mine[-1][-1] == step_from:
+            mine[-1].append(step_to)
+        else:
+            mine.append([step_from, step_to])
+    ours = ", ".join(f"from {run[0]} to {run[-1]}" for run in mine)
+    others = [(a[-1], b[0]) for a, b in zip([[start]] + mine, mine + [[current]]) if a[-1] != b[0]]
+    theirs = "".join(f"; another pgqueue install took it from {a} to {b}" for a, b in others)
+    summary = f"pgqueue (plain SQL) upgraded {ours} in database {state.database}{theirs}"
     report(_GRANTS_AGAIN)
     report(summary)
     return summary

@@ -4,6 +4,13 @@ Times that the extension keeps as BIGINT epoch milliseconds (``dequeue_at``, ``c
 ``locked_until``, ``dead_at``) are aware UTC datetimes here, exact to the millisecond, like
 ``QueueSettings.created_at``; :func:`to_datetime` converts epoch milliseconds. A priority
 message's ``dequeue_at`` is not a time: it is None and ``priority`` says the priority.
+
+Every value is a frozen dataclass: two are equal when all their fields are (``payload``
+included; ``DeadLetter.dead_at_ms`` aside), and each is hashable, whatever its payload (a dict,
+a list): the hash of a :class:`Message`, :class:`Pending`, :class:`DeadLetter` or
+:class:`ScheduleEntry` leaves ``payload`` out (equal values still hash alike: for the first
+three it is decoded from ``content`` and ``content_type``, which count; a schedule's name tells
+it apart), so a message can go in a set or be a dict's key.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ class Message:
 
     id: int
     queue: str
-    payload: object
+    payload: object = field(hash=False)
     attempts: int
     state: bytes | None
     dequeue_at: datetime | None
@@ -107,7 +114,7 @@ class Pending:
 
     id: int
     queue: str
-    payload: object
+    payload: object = field(hash=False)
     content: bytes
     content_type: str | None
     attempts: int
@@ -250,7 +257,7 @@ class DeadLetter:
 
     id: int
     queue: str
-    payload: object
+    payload: object = field(hash=False)
     content: bytes
     content_type: str | None
     state: bytes | None
@@ -281,7 +288,7 @@ class ScheduleEntry:
     queue: str
     every_ms: int | None
     cron: str | None
-    payload: object
+    payload: object = field(hash=False)
     content_type: str | None
     missed: str
     next_run: datetime

@@ -1,6 +1,7 @@
 $pgqueue_script$;
-EXCEPTION WHEN OTHERS THEN
-    -- the error as it came, without the context of the EXECUTE (which quotes the whole script)
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- the error as it came, without the context of the EXECUTE (which quotes the whole script;
+    -- query_canceled, which OTHERS leaves out, too: a statement_timeout or a Ctrl-C)
     GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_text = MESSAGE_TEXT,
                             v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
     IF v_detail OPERATOR(pg_catalog.<>) '' AND v_hint OPERATOR(pg_catalog.<>) '' THEN

@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
-from pgqueue._core import dead_letter_from_row, pending_from_row
+from pgqueue._core import dead_letter_from_row, pending_from_row, utf8
 from pgqueue._version import __version__
 from pgqueue.cli import connect_timeout_kwargs, format_ms
 from pgqueue.client import Queue, all_stats, list_queues
@@ -434,7 +434,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         TEMPLATES_AUTO_RELOAD=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # series in the order they are made
-    conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME)
+    # (client_encoding UTF8 unless the DSN sets one: on a SQL_ASCII database the pages read
+    # texts as bytes and the queue and dead-letter pages failed, as pgqueue's own connections did)
+    conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME, **utf8(options.dsn))
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True}, name="pgqueue-dashboard")
     pool.open(wait=False)

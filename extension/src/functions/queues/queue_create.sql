@@ -45,14 +45,14 @@ BEGIN
         END IF;
         PERFORM pgqueue._require_read_committed('queue_create');
     END IF;
-    -- The name taken by a queue that no drop is deleting: nothing to make, no id used (its row
-    -- locked FOR KEY SHARE to the end of the transaction, so no drop deletes it meanwhile). A row
-    -- a drop has locked is skipped: the drop may commit, and then the INSERT below makes the
-    -- queue once it has waited for the drop, on a stripe of its own from the search below
-    -- (without it, the next id's, another queue's among them: a review). Without p_if_not_exists
-    -- the INSERT below refuses a taken name (PQ002).
-    PERFORM FROM pgqueue.queue q WHERE q.name = p_queue FOR KEY SHARE SKIP LOCKED;
-    v_taken := FOUND;
+    -- The name taken by a queue row that no transaction has locked or is deleting (xmax 0):
+    -- nothing to make, and no id used. Any other row, a drop's among them, goes on to the search
+    -- below: the drop may commit, and then the INSERT makes the queue once it has waited for the
+    -- drop, on a stripe of its own (it took the next id, another queue's stripe among them: a
+    -- review). A read, not a lock: a lock on the row before the stripe deadlocked with a drop or
+    -- a max_size change in the same caller's transaction (docs/locking.md, rule 1). Without
+    -- p_if_not_exists the INSERT refuses a taken name (PQ002).
+    SELECT q.xmax OPERATOR(pg_catalog.=) '0'::xid INTO v_taken FROM pgqueue.queue q WHERE q.name = p_queue;
     IF v_taken AND p_if_not_exists THEN
         RETURN;
     END IF;
@@ -64,7 +64,7 @@ BEGIN
     -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
     -- the next id: counters and mark shared. (What the search changes is a stripe no queue uses:
     -- harmless when a drop above rolls back and the name stays taken.)
-    IF NOT v_taken AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+    IF v_taken IS NOT TRUE AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
             CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
