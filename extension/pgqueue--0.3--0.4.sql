@@ -3194,14 +3194,22 @@ BEGIN
         END IF;
         PERFORM pgqueue._require_read_committed('queue_create');
     END IF;
-    -- The name taken by a queue row that no transaction has locked or is deleting (xmax 0):
-    -- nothing to make, and no id used. Any other row, a drop's among them, goes on to the search
-    -- below: the drop may commit, and then the INSERT makes the queue once it has waited for the
-    -- drop, on a stripe of its own (it took the next id, another queue's stripe among them: a
-    -- review). A read, not a lock: a lock on the row before the stripe deadlocked with a drop or
-    -- a max_size change in the same caller's transaction (docs/locking.md, rule 1). Without
-    -- p_if_not_exists the INSERT refuses a taken name (PQ002).
-    SELECT q.xmax OPERATOR(pg_catalog.=) '0'::xid INTO v_taken FROM pgqueue.queue q WHERE q.name = p_queue;
+    -- Is the name taken? Its row is locked FOR KEY SHARE, which waits for a queue_drop deleting
+    -- it (or an alter holding it) to end, before any stripe is taken: a drop that commits leaves
+    -- no row, and the search below gives the new queue a stripe of its own (it took the next id,
+    -- another queue's stripe among them: a review). The lock goes at once with its
+    -- subtransaction: held to the end of the caller's transaction, it deadlocked with a drop or
+    -- a max_size change there (docs/locking.md, rule 1). A taken name: nothing to make, no id
+    -- used. (Without UPDATE on pgqueue.queue, which the lock needs: not known, the search runs.
+    -- Without p_if_not_exists the INSERT refuses a taken name: PQ002.)
+    BEGIN
+        PERFORM FROM pgqueue.queue q WHERE q.name = p_queue FOR KEY SHARE;
+        v_taken := FOUND;
+        RAISE SQLSTATE 'PQ999';  -- (private: rolls the subtransaction, and its lock, back)
+    EXCEPTION
+        WHEN SQLSTATE 'PQ999' THEN NULL;
+        WHEN insufficient_privilege THEN v_taken := NULL;
+    END;
     IF v_taken AND p_if_not_exists THEN
         RETURN;
     END IF;

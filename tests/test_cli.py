@@ -272,7 +272,7 @@ def test_an_error_report_says_its_hint_once() -> None:
     assert full == 'queue "q" is full (Back off and retry later.)'
 
 
-def test_a_cancelled_statement_is_not_called_a_failed_connection() -> None:
+def test_a_statement_the_server_refused_is_not_called_a_failed_connection() -> None:
     """psycopg's QueryCanceled (57014: a statement_timeout, a cancel) is an OperationalError,
     which the command line took for a connection that failed: "cannot connect to the database:
     canceling statement due to statement timeout"."""
@@ -281,6 +281,11 @@ def test_a_cancelled_statement_is_not_called_a_failed_connection() -> None:
     cancelled = describe_error(psycopg.errors.QueryCanceled("canceling statement due to statement timeout"))
     assert cancelled is not None and not cancelled.startswith("cannot connect"), cancelled
     assert "statement timeout" in cancelled
+    for answer in (psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+                   psycopg.errors.DeadlockDetected("deadlock detected"),
+                   psycopg.errors.SerializationFailure("could not serialize access")):
+        said = describe_error(answer)
+        assert said is not None and not said.startswith("cannot connect"), said
     refused = describe_error(psycopg.OperationalError("connection refused"))
     assert refused is not None and refused.startswith("cannot connect to the database"), refused
 

@@ -362,6 +362,10 @@ def test_creating_a_queue_that_exists_uses_no_id(dsn: str) -> None:
     touch any stripe's counters. (Refused with PQ002, it uses one, as before.)"""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pgqueue.queue_create('ids_kept')")
+        # (an alter leaves its transaction's id in the row's xmax: a first fix that told a taken
+        # name by xmax 0 used an id at every call after it, a review found)
+        conn.execute("SELECT pgqueue.queue_alter('ids_kept', p_lock_ms => 31000)")
+        assert conn.execute("SELECT xmax <> '0'::xid FROM pgqueue.queue WHERE name = 'ids_kept'").fetchone() == (True,)
         before = conn.execute("SELECT last_value FROM pgqueue.queue_id_seq").fetchone()
         for _ in range(3):
             conn.execute("SELECT pgqueue.queue_create('ids_kept', p_if_not_exists => true)")
@@ -369,6 +373,37 @@ def test_creating_a_queue_that_exists_uses_no_id(dsn: str) -> None:
         with pytest.raises(psycopg.Error) as info:
             conn.execute("SELECT pgqueue.queue_create('ids_kept')")
         assert info.value.sqlstate == "PQ002"
+
+
+def test_making_sure_of_a_queue_waits_for_an_alter_in_flight_without_a_stripe(dsn: str) -> None:
+    """queue_create(p_if_not_exists) of a queue an open transaction alters waits for that
+    transaction before it takes any stripe: it took the last free stripe, then waited on the
+    row, and the altering transaction's next queue_create, waiting for that stripe, deadlocked
+    (a review)."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        taken = admin.execute("SELECT count(DISTINCT id & 63) FROM pgqueue.queue").fetchone()[0]  # type: ignore[index]
+        for i in range(63 - taken):  # one free stripe left
+            admin.execute("SELECT pgqueue.queue_create(%s)", [f"fill_{i}"])
+        admin.execute("SELECT pgqueue.queue_create('altered')")
+    with psycopg.connect(dsn) as alterer:
+        alterer.execute("SELECT pgqueue.queue_alter('altered', p_lock_ms => 1000)")
+        outcome: list[BaseException | None] = []
+
+        def ensure() -> None:
+            try:
+                with psycopg.connect(dsn, autocommit=True) as c:
+                    c.execute("SELECT pgqueue.queue_create('altered', p_if_not_exists => true)")
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                outcome.append(exc)
+
+        t = threading.Thread(target=ensure)
+        t.start()
+        time.sleep(0.5)  # (it waits for the alter's row lock, holding nothing)
+        alterer.execute("SELECT pgqueue.queue_create('fresh_after_alter')")  # the free stripe is there
+        alterer.commit()
+        t.join(30)
+    assert outcome == [None], outcome
 
 
 @pytest.mark.parametrize("other", ["SELECT pgqueue.queue_drop('ensured')",

@@ -387,6 +387,10 @@ def test_a_statement_timeout_bounds_a_plain_script_as_one_statement(owner: Owner
     ok(pgqueue("install", "--plain", "--dsn", slow))
     with owner.connect(db) as conn:
         assert holds(conn) == (None, CURRENT)
+    ext = owner.database()  # CREATE EXTENSION runs a script as one statement too
+    ok(pgqueue("install", "--extension", "--dsn", make_conninfo(owner.dsn(ext), options="-c statement_timeout=50")))
+    with owner.connect(ext) as conn:
+        assert holds(conn) == (CURRENT, None)
     other = owner.database()
     proc = owner.psql(make_conninfo(owner.dsn(other), options="-c statement_timeout=50"),
                       "-f", str(PLAIN_DIR / f"pgqueue--{CURRENT}.sql"), stop_on_error=False)

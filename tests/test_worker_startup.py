@@ -617,6 +617,9 @@ def test_which_start_up_errors_are_waited_out() -> None:
         failed("timeout expired"),
         ConnectionFailed('connection failed: could not translate host name "db" to address: Name or service '
                          "not known"),
+        # libpq's own words for a host it resolves (one a service file names): not a bad value
+        ConnectionFailed('connection is bad: could not translate host name "db" to address: Name or service '
+                         "not known"),
         failed("server closed the connection unexpectedly"),
         failed("FATAL: the database system is starting up"),
         failed("FATAL: the database system is not yet accepting connections DETAIL: Consistent recovery state "
@@ -640,6 +643,8 @@ def test_which_start_up_errors_are_waited_out() -> None:
         failed('FATAL: permission denied for database "app"'),
         failed('FATAL: role "app" is not permitted to log in'),
         PgQueueError('invalid connection string: missing "=" after "nonsense" in connection info string'),
+        ConnectionFailed('connection is bad: invalid integer value "5x" for connection option "port"'),
+        ConnectionFailed('connection is bad: invalid sslmode value: "requir"'),
         ExtensionNotInstalled("pgqueue is not installed in this database"),
         QueueNotFound('queue "nope" does not exist', sqlstate="PQ001"),
         PgQueueError("permission denied for schema pgqueue", sqlstate="42501"),

@@ -213,8 +213,11 @@ def _connect_verdict(raw: str) -> bool | None:
 
 def _client_side(text: str) -> bool:
     """libpq refused the connection string's values before connecting: psycopg says "connection
-    is bad" (PQconnectStart failed) with no server named ("connection to server ... failed")."""
-    return text.startswith("connection is bad: ") and "connection to server" not in text
+    is bad" (PQconnectStart failed) with no server named ("connection to server ... failed").
+    A host name libpq could not resolve (a host of a service file: psycopg resolves the ones it
+    is given itself) is not: it may resolve once its container is up."""
+    return (text.startswith("connection is bad: ") and "connection to server" not in text
+            and "could not translate host name" not in text)
 
 
 def retry_at_start(exc: BaseException) -> bool:

@@ -173,7 +173,9 @@ def describe_error(exc: BaseException) -> str | None:
     if isinstance(exc, PgQueueError):  # (VersionMismatch says its hint in its message already)
         hint = f" ({_one_line(_cli_hint(exc.hint))})" if exc.hint and exc.hint not in exc.message else ""
         return f"{_one_line(exc.message)}{hint}"
-    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate != "57014":  # (a statement cancelled: below)
+    if isinstance(exc, psycopg.OperationalError) and (exc.sqlstate or "08").startswith("08"):
+        # (psycopg files a cancel, a lock timeout, a deadlock, a serialization failure under
+        # OperationalError too: those are the server's answers to a statement, worded below)
         return f"cannot connect to the database: {_one_line(str(exc))}"
     if isinstance(exc, psycopg.ProgrammingError) and exc.sqlstate is None:
         return f"invalid connection string: {conninfo_error(exc)}"

@@ -321,11 +321,17 @@ def _as_extension_owner(conn: psycopg.Connection[Any]) -> bool:
     return True
 
 
-def _run_script(conn: psycopg.Connection[Any], script: str) -> None:
-    """Run a plain script in the caller's transaction, with no statement_timeout: the script is
-    one statement (a DO block), so a role's statement_timeout, meant for one statement of it,
-    would bound the whole install or upgrade step (lock waits are bounded by lock_timeout)."""
+def _no_statement_timeout(conn: psycopg.Connection[Any]) -> None:
+    """No statement_timeout for the rest of the caller's transaction: a script (a plain one, a
+    DO block; or the extension's, run by CREATE / ALTER EXTENSION) is one statement, so a role's
+    statement_timeout, meant for one statement of it, would bound the whole install or upgrade
+    step (lock waits are bounded by lock_timeout)."""
     conn.execute("SET LOCAL statement_timeout = 0")
+
+
+def _run_script(conn: psycopg.Connection[Any], script: str) -> None:
+    """Run a plain script in the caller's transaction, with no statement_timeout."""
+    _no_statement_timeout(conn)
     conn.execute(script.encode())
 
 
@@ -376,11 +382,14 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             "with `make install` in the pgqueue repository, or use `pgqueue install --plain` on a database "
             "without the extension")
     if version is None:
-        conn.execute(sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
+        with conn.transaction():
+            _no_statement_timeout(conn)  # (the extension's script, too, is one statement)
+            conn.execute(sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
     else:
         with conn.transaction():
             if _as_extension_owner(conn):  # else ALTER EXTENSION says "must be owner" itself
                 _lock_for_upgrade(conn)
+            _no_statement_timeout(conn)
             conn.execute(sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
     if version is None:
         summary = f"pgqueue {target} installed (extension) in database {state.database}"
