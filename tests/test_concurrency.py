@@ -313,6 +313,24 @@ def test_concurrent_producers_and_consumers(dsn: str, conn: psycopg.Connection[A
     assert_busy(seen)
 
 
+def _statement_in_a_thread(dsn: str, statement: str) -> tuple[threading.Thread, list[BaseException | None]]:
+    """Run one statement on a connection of its own in a started thread; the list gets None
+    when it succeeded, else what it raised."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute(statement.encode())
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
 def test_a_queue_recreated_while_its_drop_commits_gets_a_stripe_of_its_own(dsn: str) -> None:
     """queue_create of a name whose queue_drop has not committed yet: it waits for the drop and
     then makes the queue. It skipped the search for a free stripe because the name was still
@@ -329,18 +347,7 @@ def test_a_queue_recreated_while_its_drop_commits_gets_a_stripe_of_its_own(dsn: 
         conn.execute("SELECT setval('pgqueue.queue_id_seq', %s)", [nxt - 1])
         with psycopg.connect(dsn) as dropper:
             dropper.execute("SELECT pgqueue.queue_drop('stripe_r')")  # not committed yet
-            created: list[BaseException | None] = []
-
-            def create() -> None:
-                try:
-                    with psycopg.connect(dsn, autocommit=True) as c:
-                        c.execute("SELECT pgqueue.queue_create('stripe_r', p_rate_limit => 5)")
-                    created.append(None)
-                except BaseException as exc:  # noqa: BLE001 (reported below)
-                    created.append(exc)
-
-            t = threading.Thread(target=create)
-            t.start()
+            t, created = _statement_in_a_thread(dsn, "SELECT pgqueue.queue_create('stripe_r', p_rate_limit => 5)")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not conn.execute(
                     "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
@@ -387,18 +394,7 @@ def test_making_sure_of_a_queue_waits_for_an_alter_in_flight_without_a_stripe(ds
         admin.execute("SELECT pgqueue.queue_create('altered')")
     with psycopg.connect(dsn) as alterer:
         alterer.execute("SELECT pgqueue.queue_alter('altered', p_lock_ms => 1000)")
-        outcome: list[BaseException | None] = []
-
-        def ensure() -> None:
-            try:
-                with psycopg.connect(dsn, autocommit=True) as c:
-                    c.execute("SELECT pgqueue.queue_create('altered', p_if_not_exists => true)")
-                outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 (reported below)
-                outcome.append(exc)
-
-        t = threading.Thread(target=ensure)
-        t.start()
+        t, outcome = _statement_in_a_thread(dsn, "SELECT pgqueue.queue_create('altered', p_if_not_exists => true)")
         time.sleep(0.5)  # (it waits for the alter's row lock, holding nothing)
         alterer.execute("SELECT pgqueue.queue_create('fresh_after_alter')")  # the free stripe is there
         alterer.commit()
