@@ -3194,14 +3194,20 @@ BEGIN
         END IF;
         PERFORM pgqueue._require_read_committed('queue_create');
     END IF;
-    -- Is the name taken? Its row is locked FOR KEY SHARE, which waits for a queue_drop deleting
-    -- it (or an alter holding it) to end, before any stripe is taken: a drop that commits leaves
-    -- no row, and the search below gives the new queue a stripe of its own (it took the next id,
-    -- another queue's stripe among them: a review). The lock goes at once with its
-    -- subtransaction: held to the end of the caller's transaction, it deadlocked with a drop or
-    -- a max_size change there (docs/locking.md, rule 1). A taken name: nothing to make, no id
-    -- used. (Without UPDATE on pgqueue.queue, which the lock needs: not known, the search runs.
-    -- Without p_if_not_exists the INSERT refuses a taken name: PQ002.)
+    -- p_if_not_exists and the name taken in this statement's snapshot: nothing to make (a read
+    -- only: no id, no lock, no xid; roles that may not create queues may call it so, as in a
+    -- READ ONLY transaction). A drop that commits after it is a drop after the call.
+    IF p_if_not_exists AND EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
+        RETURN;
+    END IF;
+    -- Else, is the name taken? Its row is locked FOR KEY SHARE, which waits for a queue_drop
+    -- deleting it (or an alter holding it) to end, before any stripe is taken: a drop that
+    -- commits leaves no row, and the search below gives the new queue a stripe of its own (it
+    -- took the next id, another queue's stripe among them: a review). The lock goes at once
+    -- with its subtransaction: held to the end of the caller's transaction, it deadlocked with
+    -- a drop or a max_size change there (docs/locking.md, rule 1). A taken name: the INSERT
+    -- refuses it (PQ002), no search. (Without UPDATE on pgqueue.queue, which the lock needs:
+    -- not known, the search runs.)
     BEGIN
         PERFORM FROM pgqueue.queue q WHERE q.name = p_queue FOR KEY SHARE;
         v_taken := FOUND;
@@ -3210,7 +3216,7 @@ BEGIN
         WHEN SQLSTATE 'PQ999' THEN NULL;
         WHEN insufficient_privilege THEN v_taken := NULL;
     END;
-    IF v_taken AND p_if_not_exists THEN
+    IF v_taken AND p_if_not_exists THEN  -- (created since the read above)
         RETURN;
     END IF;
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its

@@ -323,3 +323,17 @@ def test_the_recipe_takes_the_definer_functions_back_from_public(roles: Roles, p
     denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.schedule_run()")
     denied(roles.dsn(roles.consumer), "SELECT * FROM pgqueue.schedule_run()")
     assert run(roles.dsn(roles.producer), "SELECT count(*) FROM pgqueue.schedule_run()") == [(0,)]  # fired already
+
+
+def test_producers_and_consumers_make_sure_of_their_queue(roles: Roles) -> None:
+    """queue_create with p_if_not_exists of a queue that exists is a read: a producer or a
+    consumer of docs/grants.sql (which may not create queues) may call it at start, also in a
+    READ ONLY transaction. (A first fix of session 47 locked the row for every call: 42501
+    "permission denied for sequence queue_id_seq" for them, and a READ ONLY transaction refused.)"""
+    run(roles.dsn(roles.admin), "SELECT pgqueue.queue_create('jobs', p_if_not_exists => true)")
+    for role in (roles.producer, roles.consumer):
+        run(roles.dsn(role), "SELECT pgqueue.queue_create('jobs', p_if_not_exists => true)")
+        with psycopg.connect(roles.dsn(role)) as conn:
+            conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute("SELECT pgqueue.queue_create('jobs', p_if_not_exists => true)")
+        denied(roles.dsn(role), "SELECT pgqueue.queue_create('not_theirs', p_if_not_exists => true)")

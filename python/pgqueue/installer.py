@@ -387,9 +387,9 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             conn.execute(sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
     else:
         with conn.transaction():
+            _no_statement_timeout(conn)  # (before the locks' tries, each bounded by lock_timeout)
             if _as_extension_owner(conn):  # else ALTER EXTENSION says "must be owner" itself
                 _lock_for_upgrade(conn)
-            _no_statement_timeout(conn)
             conn.execute(sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
     if version is None:
         summary = f"pgqueue {target} installed (extension) in database {state.database}"
@@ -430,6 +430,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
             if current == target:
                 break
             step_from, step_to = plain_steps(current, target)[0]
+            _no_statement_timeout(conn)
             _lock_for_upgrade(conn)
             _run_script(conn, _read(f"pgqueue--{step_from}--{step_to}.sql"))
             after = read_state(conn).plain
