@@ -1127,7 +1127,7 @@ DECLARE
     v_upper   bigint;
     v_mark    bigint;
     v_found   boolean;
-    v_rc      boolean := current_setting('transaction_isolation') = 'read committed';
+    v_rc      boolean := current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
     v_exact   bigint;
     v_enq     bigint;
     v_bound   bigint;
@@ -1215,7 +1215,8 @@ REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION pgqueue._queue_reserve(integer, bigint) IS
     'pgqueue internal: admit p_count messages into a capped queue or raise PQ003; the only writer of pgqueue.queue_size';
 
--- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop, max_size and group_concurrency
+-- Refuse to run p_what under REPEATABLE READ or SERIALIZABLE (PQ009; READ UNCOMMITTED runs as
+-- READ COMMITTED in PostgreSQL, and is let through as it): queue_drop, max_size and group_concurrency
 -- changes wait for the work in flight and must then see what it committed, queue_create must see
 -- which counter stripes other queues took, and a new idempotency key must see the keys kept for
 -- a queue's window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot
@@ -1226,7 +1227,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
         RAISE EXCEPTION '% needs READ COMMITTED, not %', p_what,
                         upper(current_setting('transaction_isolation'))
             USING ERRCODE = 'PQ009',
@@ -2312,7 +2313,7 @@ BEGIN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
         PERFORM pgqueue._queue_pin(v_queue.id);
     END IF;
     SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.id = v_queue.id;
@@ -2425,7 +2426,7 @@ BEGIN
             USING ERRCODE = '22004',
                   HINT = 'Send an empty value (an empty bytea or text) for an empty message; JSON''s null is ''null''::jsonb, not SQL NULL.';
     END IF;
-    -- Fast path (uncapped queue, READ COMMITTED): find the queue and take its lock stripe in one
+    -- Fast path (uncapped queue, READ COMMITTED, or READ UNCOMMITTED, which runs as it): find the queue and take its lock stripe in one
     -- statement, then insert only if the queue still exists uncapped in the INSERT's own
     -- snapshot, which is taken after the lock (a queue_drop that got in first leaves no orphan
     -- behind). Other isolation levels read an older snapshot: they go through _queue_admit.
@@ -2433,7 +2434,8 @@ BEGIN
       INTO v_queue_id, v_max_size, v_grouped, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name OPERATOR(pg_catalog.=) p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
-       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
                -- keyed at or above this writer's clock: no check by trigger message_placed_low
@@ -3188,7 +3190,7 @@ BEGIN
     -- two queues on one stripe, that queue's counters back to zero and its cap off by what they
     -- counted (specs/rr_queue_create.spec). A queue that already exists in the snapshot with
     -- p_if_not_exists: nothing to create, so nothing to refuse.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
         IF p_if_not_exists AND EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
             RETURN;
         END IF;
@@ -5461,7 +5463,7 @@ BEGIN
             IF FOUND THEN
                 RETURN v_id;
             END IF;
-            IF p_queue.key_window_ms > 0 AND current_setting('transaction_isolation') <> 'read committed' THEN
+            IF p_queue.key_window_ms > 0 AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
                 -- A key kept within the window is a pgqueue.message_key row written when its
                 -- message left. A REPEATABLE READ or SERIALIZABLE snapshot taken before that
                 -- message was created sees neither the message nor the row, and nothing conflicts

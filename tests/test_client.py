@@ -918,6 +918,36 @@ def test_a_database_with_an_older_pgqueue_is_told_apart_from_none(pg_server: Ser
         drop_database(pg_server, name)
 
 
+def test_read_uncommitted_runs_as_read_committed(dsn: str) -> None:
+    """PostgreSQL runs READ UNCOMMITTED as READ COMMITTED: what READ COMMITTED may do, it may (a
+    review found PQ009 for a new key into a queue with key_window_ms, for queue_create, queue_drop
+    and max_size changes, and a 40001 at the first enqueue into a capped queue)."""
+    with psycopg.connect(dsn) as tx:
+        tx.isolation_level = psycopg.IsolationLevel.READ_UNCOMMITTED
+        assert tx.execute("SHOW transaction_isolation").fetchone() == ("read uncommitted",)
+        tx.execute("SELECT pgqueue.queue_create('ru_keyed', p_key_window_ms => 60000)")
+        tx.execute("SELECT pgqueue.queue_create('ru_capped', p_max_size => 2)")
+        tx.commit()
+        first = tx.execute("SELECT pgqueue.message_create('ru_keyed', 'a'::bytea, p_key => 'k')").fetchone()
+        again = tx.execute("SELECT pgqueue.message_create('ru_keyed', 'b'::bytea, p_key => 'k')").fetchone()
+        assert first is not None and first == again
+        tx.execute("SELECT pgqueue.message_create('ru_capped', 'a'::bytea)")
+        tx.execute("SELECT pgqueue.message_create_batch('ru_capped', ARRAY['b']::bytea[])")
+        tx.commit()
+        with pytest.raises(psycopg.Error) as full:
+            tx.execute("SELECT pgqueue.message_create('ru_capped', 'c'::bytea)")
+        assert full.value.sqlstate == "PQ003"
+        tx.rollback()
+        tx.execute("SELECT pgqueue.queue_alter('ru_capped', p_max_size => 3)")
+        tx.execute("SELECT pgqueue.message_create('ru_capped', 'c'::bytea)")
+        tx.commit()
+        stats = tx.execute("SELECT ready FROM pgqueue.queue_stats('ru_capped')").fetchone()
+        assert stats == (3,)
+        tx.execute("SELECT pgqueue.queue_drop('ru_capped')")
+        tx.execute("SELECT pgqueue.queue_drop('ru_keyed')")
+        tx.commit()
+
+
 def test_read_committed_refusals_and_serialization_failures_have_classes(dsn: str) -> None:
     Queue(dsn, "rr").create()
     with psycopg.connect(dsn) as tx:

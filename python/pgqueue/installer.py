@@ -159,9 +159,8 @@ def read_state(conn: psycopg.Connection[Any]) -> InstallState:
     extension, owner, has_record, available, user, database = row
     plain: str | None = None
     if has_record and extension is None and owner == user:
-        versions = [str(r[0]) for r in conn.execute(_sql.INSTALL_VERSIONS) if r[0] is not None]
-        versions = [v for v in versions if major_minor(v) is not None] or versions
-        plain = max(versions, key=lambda v: major_minor(v) or (-1, -1)) if versions else None
+        versions = _recorded_versions(conn)
+        plain = _highest([v for v in versions if major_minor(v) is not None] or versions)
     return InstallState(
         extension=None if extension is None else str(extension),
         schema_owner=None if owner is None else str(owner),
@@ -183,10 +182,19 @@ def _others_plain_version(conn: psycopg.Connection[Any]) -> str | None:
         return None
     try:
         with conn.transaction():
-            versions = [str(r[0]) for r in conn.execute(_sql.INSTALL_VERSIONS) if r[0] is not None]
+            versions = _recorded_versions(conn)
     except psycopg.errors.InsufficientPrivilege:
         return None
-    versions = [v for v in versions if major_minor(v) is not None]
+    return _highest([v for v in versions if major_minor(v) is not None])
+
+
+def _recorded_versions(conn: psycopg.Connection[Any]) -> list[str]:
+    """The versions pgqueue.install records (NULLs left out)."""
+    return [str(r[0]) for r in conn.execute(_sql.INSTALL_VERSIONS) if r[0] is not None]
+
+
+def _highest(versions: list[str]) -> str | None:
+    """The highest of the versions by major.minor (an unparsable one ranks lowest), or None."""
     return max(versions, key=lambda v: major_minor(v) or (-1, -1)) if versions else None
 
 

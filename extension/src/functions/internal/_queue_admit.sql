@@ -16,7 +16,7 @@ BEGIN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
         PERFORM pgqueue._queue_pin(v_queue.id);
     END IF;
     SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.id = v_queue.id;

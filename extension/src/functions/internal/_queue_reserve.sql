@@ -54,7 +54,7 @@ DECLARE
     v_upper   bigint;
     v_mark    bigint;
     v_found   boolean;
-    v_rc      boolean := current_setting('transaction_isolation') = 'read committed';
+    v_rc      boolean := current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
     v_exact   bigint;
     v_enq     bigint;
     v_bound   bigint;

@@ -1,4 +1,5 @@
--- Refuse to run p_what outside READ COMMITTED (PQ009): queue_drop, max_size and group_concurrency
+-- Refuse to run p_what under REPEATABLE READ or SERIALIZABLE (PQ009; READ UNCOMMITTED runs as
+-- READ COMMITTED in PostgreSQL, and is let through as it): queue_drop, max_size and group_concurrency
 -- changes wait for the work in flight and must then see what it committed, queue_create must see
 -- which counter stripes other queues took, and a new idempotency key must see the keys kept for
 -- a queue's window; a REPEATABLE READ or SERIALIZABLE snapshot taken earlier cannot
@@ -9,7 +10,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
         RAISE EXCEPTION '% needs READ COMMITTED, not %', p_what,
                         upper(current_setting('transaction_isolation'))
             USING ERRCODE = 'PQ009',

@@ -52,7 +52,7 @@ BEGIN
             IF FOUND THEN
                 RETURN v_id;
             END IF;
-            IF p_queue.key_window_ms > 0 AND current_setting('transaction_isolation') <> 'read committed' THEN
+            IF p_queue.key_window_ms > 0 AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
                 -- A key kept within the window is a pgqueue.message_key row written when its
                 -- message left. A REPEATABLE READ or SERIALIZABLE snapshot taken before that
                 -- message was created sees neither the message nor the row, and nothing conflicts

@@ -32,7 +32,7 @@ BEGIN
             USING ERRCODE = '22004',
                   HINT = 'Send an empty value (an empty bytea or text) for an empty message; JSON''s null is ''null''::jsonb, not SQL NULL.';
     END IF;
-    -- Fast path (uncapped queue, READ COMMITTED): find the queue and take its lock stripe in one
+    -- Fast path (uncapped queue, READ COMMITTED, or READ UNCOMMITTED, which runs as it): find the queue and take its lock stripe in one
     -- statement, then insert only if the queue still exists uncapped in the INSERT's own
     -- snapshot, which is taken after the lock (a queue_drop that got in first leaves no orphan
     -- behind). Other isolation levels read an older snapshot: they go through _queue_admit.
@@ -40,7 +40,8 @@ BEGIN
       INTO v_queue_id, v_max_size, v_grouped, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name OPERATOR(pg_catalog.=) p_queue;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
-       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable' THEN
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type, write_mark)
         SELECT v_queue_id, coalesce(p_dequeue_at, pgqueue._write_clock()), v_now, p_content, p_content_type,
                -- keyed at or above this writer's clock: no check by trigger message_placed_low

@@ -39,7 +39,7 @@ BEGIN
     -- two queues on one stripe, that queue's counters back to zero and its cap off by what they
     -- counted (specs/rr_queue_create.spec). A queue that already exists in the snapshot with
     -- p_if_not_exists: nothing to create, so nothing to refuse.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
         IF p_if_not_exists AND EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
             RETURN;
         END IF;
