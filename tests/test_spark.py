@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue, codec
-from spark_helpers import build_session, one, require_spark, role_fixtures, spark_environment
+from spark_helpers import build_session, database_in, one, require_spark, role_fixtures, spark_environment
 
 pytestmark = pytest.mark.spark
 
@@ -409,6 +409,43 @@ def test_abandoned_claims_can_be_released(spark: Any, dsn: str, conn: Conn, tmp_
         assert queue.dequeue(10, lock_ms=0) == []
         assert pgqueue.spark.release(dsn, "jobs", "gone") == 50
         assert len(queue.dequeue(100, lock_ms=0)) == 50
+
+
+def test_reads_of_a_sql_ascii_database_give_texts(spark: Any, pg_server: Any, role: Any, tmp_path: Path) -> None:
+    """initdb under the C locale makes SQL_ASCII databases, where psycopg returns text columns as
+    bytes unless the connection asks for UTF8 (as the Python client's do): spark.read with
+    payloadType string failed in decode_payload, binary read status "b'ready'", and a stream
+    claimed and acknowledged rows whose texts were "b'...'"."""
+    import pgqueue.spark
+
+    texts = ["héllo wörld", "naïve €", "plain"]
+    with database_in(pg_server, "SQL_ASCII") as name:
+        role.grant(pg_server, name)
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as owner:
+            owner.execute("SELECT pgqueue.queue_create('qa')")
+            ids = [one(owner, "SELECT pgqueue.message_create('qa', %s::bytea, p_content_type => "
+                       "'text/plain; charset=utf-8')", (t.encode(),)) for t in texts]
+        dsn = pg_server.dsn(name, user=role.name)
+        # a connection string that sets its own client_encoding keeps it; texts are still str
+        for source in (dsn, f"{dsn} client_encoding=SQL_ASCII"):
+            rows = (spark.read.format("pgqueue").option("dsn", source).option("payloadType", "string").load("qa")
+                    .select("id", "queue", "status", "payload", "content_type").orderBy("id").collect())
+            assert [tuple(r) for r in rows] == [(i, "qa", "ready", t, "text/plain; charset=utf-8")
+                                                for i, t in zip(ids, texts, strict=True)]
+            binary = spark.read.format("pgqueue").option("dsn", source).load("qa").orderBy("id").collect()
+            assert [(r["status"], bytes(r["payload"])) for r in binary] == [("ready", t.encode()) for t in texts]
+        delivered: list[tuple[Any, ...]] = []
+        query = (spark.readStream.format("pgqueue").option("dsn", dsn).option("payloadType", "string")
+                 .option("consumer", "etl").load("qa").select("id", "status", "payload", "content_type")
+                 .writeStream.foreachBatch(lambda df, _: delivered.extend(tuple(r) for r in df.collect()))
+                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+        assert sorted(delivered) == [(i, "claimed", t, "text/plain; charset=utf-8")
+                                     for i, t in zip(ids, texts, strict=True)]
+        with psycopg.connect(pg_server.dsn(name), autocommit=True) as owner:
+            assert one(owner, "SELECT count(*) FROM pgqueue.message") == 0, "acknowledged"
+        assert pgqueue.spark.release(dsn, "qa", "etl") == 0  # its connection too
 
 
 # ---------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from pgqueue.errors import InvalidArgument
 from pgqueue.spark import source
-from pgqueue.spark._options import parse
+from pgqueue.spark._options import ACCEPTS, parse
 from pgqueue.spark.source import PgQueueDataSource
 
 if TYPE_CHECKING:
@@ -115,8 +115,6 @@ def test_a_queue_option_must_name_the_queue_of_the_path(entry: Entry) -> None:
 
 
 def test_the_entry_points_are_the_four_of_the_source() -> None:
-    from pgqueue.spark._options import ACCEPTS
-
     assert tuple(ACCEPTS) == ENTRIES
 
 
@@ -148,3 +146,60 @@ def test_every_documented_option_is_taken_where_it_is_documented() -> None:
     for bad in ("-1", "86401", "1.5", "soon"):
         with pytest.raises(InvalidArgument, match="option reconnectTimeout must be"):
             parse({"dsn": "x", "path": "jobs", "reconnectTimeout": bad}, "spark.readStream")
+
+
+#: (entry point, option): every option of every entry point that has a default (all but the
+#: connection string, the queue and Spark's own checkpointLocation). Only a missing option takes
+#: the default.
+EMPTY: list[tuple[Entry, str]] = [
+    (entry, name) for entry in ENTRIES for name in ACCEPTS[entry]
+    if name not in ("dsn", "conninfo", "queue", "path", "checkpointLocation")
+]
+
+
+@pytest.mark.parametrize(("entry", "name"), EMPTY, ids=[f"{e}-{n}" for e, n in EMPTY])
+def test_an_option_given_empty_is_refused_not_taken_as_its_default(entry: Entry, name: str) -> None:
+    """``.option("consumer", os.environ.get("CONSUMER", ""))``: an empty value is refused as a bad
+    value is (InvalidArgument, naming the option and the value), not silently the default: the
+    shared consumer "spark" could take over another pipeline's claims, commitMode became task,
+    startingPosition earliest, a group or key column was dropped."""
+    message = f"option {name} must not be empty, got '' (leave the option out to take its default)"
+    for key in (name, name.lower()):  # Spark passes the names in lower case
+        with pytest.raises(InvalidArgument) as refused:
+            start(entry, {"path": "jobs", key: ""})
+        assert str(refused.value) == message
+        with pytest.raises(InvalidArgument) as refused:
+            parse({"dsn": "x", "path": "jobs", key: ""}, entry)
+        assert str(refused.value) == message
+    if entry in ("spark.read", "spark.readStream"):  # the schema Spark asks of both kinds of read
+        with pytest.raises(InvalidArgument, match=f"^option {name} must not be empty"):
+            PgQueueDataSource({"dsn": "x", "path": "jobs", name.lower(): ""}).schema()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_an_empty_connection_string_or_queue_is_refused_even_beside_its_alias(entry: Entry) -> None:
+    """dsn="" beside conninfo, or queue="" beside the path, took the other before."""
+    for options, name in [({"dsn": "", "conninfo": "dbname=x", "path": "jobs"}, "dsn"),
+                          ({"conninfo": "", "dsn": "dbname=x", "path": "jobs"}, "conninfo"),
+                          ({"dsn": "dbname=x", "queue": "", "path": "jobs"}, "queue"),
+                          ({"dsn": "dbname=x", "path": ""}, "path")]:
+        with pytest.raises(InvalidArgument) as refused:
+            parse(options, entry)
+        assert str(refused.value) == f"option {name} must not be empty, got ''"
+
+
+def test_a_missing_option_still_takes_its_default_and_blanks_stay_refused() -> None:
+    stream = parse({"dsn": "x", "path": "jobs"}, "spark.readStream")
+    assert (stream.consumer, stream.starting_position, stream.max_messages_per_batch) == ("spark", "earliest", 100_000)
+    write = parse({"dsn": "x", "path": "jobs"}, "df.write")
+    assert (write.commit_mode, write.payload_column, write.group_column, write.key_column) == \
+        ("task", "payload", None, None)
+    with pytest.raises(InvalidArgument, match=r"^invalid consumer name '  '"):
+        parse({"dsn": "x", "path": "jobs", "consumer": "  "}, "spark.readStream")
+    with pytest.raises(InvalidArgument, match=r"^option commitMode must be one of task, job, got '  '"):
+        parse({"dsn": "x", "path": "jobs", "commitMode": "  "}, "df.write")
+    # blanks were earliest too
+    with pytest.raises(InvalidArgument, match=r"^option startingPosition must be earliest, latest, .* got '  '"):
+        parse({"dsn": "x", "path": "jobs", "startingPosition": "  "}, "spark.readStream")
+    # Spark's own checkpointLocation is Spark's to check
+    assert parse({"dsn": "x", "path": "jobs", "checkpointLocation": ""}, "df.writeStream").queue == "jobs"

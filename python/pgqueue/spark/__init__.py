@@ -29,7 +29,10 @@ Options (names are case-insensitive; values are strings)
 Each entry point takes the options listed for it here and no others: one it would ignore (say
 ``consumer`` on ``spark.read``, ``numPartitions`` on ``df.write``) is refused like a misspelt one,
 with the list of what that entry point takes. ``checkpointLocation`` is Spark's own, taken by
-``writeStream`` only.
+``writeStream`` only. Only a missing option takes its default: one given as an empty string (an
+unset environment variable, say) is refused (``InvalidArgument``, "option consumer must not be
+empty, got ''"), as a bad value is; an empty ``consumer`` would otherwise consume as the shared
+``spark`` consumer.
 
 All entry points:
 
@@ -39,7 +42,7 @@ All entry points:
     ``spark.redaction.regex`` (by default ``secret|password|token|access.?key``): say a password
     as ``password=...`` (key=value) or ``?password=...`` (URI), which Spark redacts, or keep it in
     a password file or ``PGPASSWORD`` on every node. A URI's ``user:password@``, which Spark
-    would show, is refused (22023). Errors mask a password the connection string quotes.
+    would show, is refused (``InvalidArgument``, before anything connects). Errors mask a password the connection string quotes.
 ``queue`` (or the path of ``load()``/``save()``/``start()``)
     the queue's name; it must exist. Both given must name the same queue (as ``dsn`` and
     ``conninfo`` must be the same string).
@@ -232,6 +235,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from pgqueue import _core
 from pgqueue.errors import translating
 from pgqueue.spark import _sql
 from pgqueue.spark.source import (
@@ -266,6 +270,6 @@ def release(dsn: str, queue: str, consumer: str) -> int:
     They become deliverable again to every consumer. Raises PgQueueError (SQLSTATE PQ005) while
     a query consumes as that consumer, and PQ006 for a consumer that does not exist.
     """
-    with translating(), psycopg.connect(dsn, autocommit=True, row_factory=tuple_row) as conn:
+    with translating(), psycopg.connect(dsn, autocommit=True, row_factory=tuple_row, **_core.utf8(dsn)) as conn:
         row = conn.execute(_sql.RELEASE, {"queue": queue, "consumer": consumer}).fetchone()
     return int(row[0]) if row is not None else 0

@@ -102,10 +102,30 @@ def option(options: Mapping[str, str], name: str) -> str | None:
 
 _get = option
 
+#: Options whose value Spark itself reads and checks (this module takes them only so as not to
+#: refuse them).
+_SPARKS_OWN = frozenset({"checkpointlocation"})
+#: Options without a default (lower case): the connection string and the queue.
+_REQUIRED = frozenset({"dsn", "conninfo", "queue", "path"})
+
+
+def _refuse_empty(options: Mapping[str, str]) -> None:
+    """Refuse an option given as an empty string: only a missing option takes the default.
+
+    An empty value is most often an unset variable (``.option("consumer", os.environ.get(...,
+    ""))``): taking the default then would consume as the shared consumer ``spark``, publish
+    per task instead of per job, start at the earliest message or drop a group column, silently.
+    """
+    for key, value in options.items():
+        name = key.lower()
+        if name in KNOWN and name not in _SPARKS_OWN and value is not None and str(value) == "":
+            advice = "" if name in _REQUIRED else " (leave the option out to take its default)"
+            raise InvalidArgument(f"option {_CANONICAL[name]} must not be empty, got ''{advice}")
+
 
 def _int(options: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
     raw = _get(options, name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     try:
         value = int(str(raw).strip())
@@ -119,17 +139,17 @@ def _int(options: Mapping[str, str], name: str, default: int, low: int, high: in
 def _aliased(options: Mapping[str, str], name: str, alias: str, default: int, high: int) -> int:
     """An integer option >= 1 that also goes by the name Spark's Kafka source gives it."""
     value = _int(options, name, default, 1, high)
-    if option(options, alias) in (None, ""):
+    if option(options, alias) is None:
         return value
     other = _int(options, alias, default, 1, high)
-    if option(options, name) not in (None, "") and other != value:
+    if option(options, name) is not None and other != value:
         raise InvalidArgument(f"options {name} and {alias} are the same setting: give one, got {value} and {other}")
     return other
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = _get(options, name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     text = str(raw).strip().lower()
     if text in ("true", "1", "yes", "on"):
@@ -141,7 +161,7 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
 
 def _choice(options: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
     raw = _get(options, name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     value = str(raw).strip().lower()
     if value not in choices:
@@ -155,9 +175,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def _starting_position(options: Mapping[str, str]) -> str | int:
     """``earliest``, ``latest``, or the epoch milliseconds of a timestamp (ISO 8601 with a zone, or ms)."""
     raw = _get(options, "startingPosition")
-    text = "" if raw is None else str(raw).strip()
-    if text.lower() in ("", "earliest", "latest"):
-        return text.lower() or "earliest"
+    if raw is None:
+        return "earliest"
+    text = str(raw).strip()  # blanks are refused below, as an empty value is by _refuse_empty
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
     if re.fullmatch(r"-?[0-9]{1,19}", text) and -(2**63) <= int(text) < 2**63:
         return int(text)
     try:
@@ -173,8 +195,8 @@ def _starting_position(options: Mapping[str, str]) -> str | int:
 
 
 def _column(options: Mapping[str, str], name: str) -> str | None:
-    raw = _get(options, name)
-    return raw if raw else None
+    """The column an option names; None if the option is not given."""
+    return _get(options, name)
 
 
 def passwords(dsn: str) -> list[str]:
@@ -207,9 +229,9 @@ def _check_names(options: Mapping[str, str], entries: tuple[Entry, ...]) -> None
 def _one_of(options: Mapping[str, str], name: str, alias: str, conflict: str) -> str | None:
     """The value of option ``name`` or ``alias``; both set to different values is an error."""
     value, other = _get(options, name), _get(options, alias)
-    if value and other and value != other:
+    if value is not None and other is not None and value != other:
         raise InvalidArgument(conflict.format(value=value, other=other))
-    return value or other
+    return value if value is not None else other
 
 
 def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
@@ -218,10 +240,12 @@ def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
 
     Raises:
         InvalidArgument: a missing dsn or queue, an unknown option or one that the entry point
-            would ignore, a queue option other than the path, or a value out of range.
+            would ignore, an option given as an empty string (only a missing option takes the
+            default), a queue option other than the path, or a value out of range.
     """
     entries = (entry, *more)
     _check_names(options, entries)
+    _refuse_empty(options)
     reading = entry in ("spark.read", "spark.readStream")
     if any((e in ("spark.read", "spark.readStream")) != reading for e in more):
         raise ValueError(f"parse: {' and '.join(entries)} are not all reads or all writes")
@@ -232,7 +256,7 @@ def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
     if _URI_PASSWORD.match(dsn):
         # Spark shows option values in plans (a stream's explain(), the UI) unless the key or the
         # value matches spark.redaction.regex (by default secret|password|token|access.?key)
-        name = "dsn" if _get(options, "dsn") else "conninfo"
+        name = "dsn" if _get(options, "dsn") is not None else "conninfo"
         raise InvalidArgument(
             f"option {name} has a password in its URI (postgresql://user:PASSWORD@...), which Spark shows "
             "in clear in query plans (explain(), the Spark UI): write it as ?password=... in the URI or "
@@ -247,20 +271,25 @@ def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
         raise InvalidArgument(
             f"invalid queue name {queue!r}: 1 to 48 characters from A-Z a-z 0-9 _ . - not starting with . or -"
         )
-    consumer = _get(options, "consumer") or "spark"
+    consumer = _get(options, "consumer")
+    if consumer is None:
+        consumer = "spark"
     if not _CONSUMER_NAME.match(consumer):
         raise InvalidArgument(
             f"invalid consumer name {consumer!r}: 1 to 100 characters from A-Z a-z 0-9 _ . : - "
             "not starting with . : or -"
         )
     payload_types = READ_PAYLOAD_TYPES if reading else WRITE_PAYLOAD_TYPES
+    payload_column = _column(options, "payloadColumn")
+    if payload_column is None:
+        payload_column = "payload"
     return Options(
         dsn=dsn,
         queue=queue,
         consumer=consumer,
         max_messages_per_batch=_aliased(options, "maxMessagesPerBatch", "maxMessagesPerTrigger", 100_000, 2**31 - 1),
         num_partitions=_aliased(options, "numPartitions", "minPartitions", 1, 10_000),
-        payload_column=_get(options, "payloadColumn") or "payload",
+        payload_column=payload_column,
         payload_type=_choice(options, "payloadType", "binary" if reading else "auto", payload_types),
         dequeue_at_column=_column(options, "dequeueAtColumn"),
         delay_column=_column(options, "delayColumn"),

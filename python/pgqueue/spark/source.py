@@ -77,6 +77,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pgqueue import _core
 from pgqueue._lease import Outage, _first_line
 from pgqueue._worker_core import Backoff
 from pgqueue.errors import (
@@ -177,9 +178,16 @@ def _message_row(opts: Options, mid: int, status: str, content: bytes, ctype: st
 
 
 def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...]]:
-    """Connect; an error that quotes the connection string's password has it masked."""
+    """Connect, in UTF8 unless the connection string sets a client_encoding (texts load as str
+    even then, on a SQL_ASCII one); an error that quotes the connection string's password has it
+    masked.
+
+    On a SQL_ASCII database (initdb under the C locale makes them) psycopg returned text columns
+    as bytes: a read with payloadType string or json failed, binary read status "b'ready'", and a
+    stream claimed and acknowledged rows with such values.
+    """
     try:
-        return psycopg.connect(dsn, autocommit=autocommit, row_factory=tuple_row)
+        conn = psycopg.connect(dsn, autocommit=autocommit, row_factory=tuple_row, **_core.utf8(dsn))
     except psycopg.Error as exc:
         error = translate(exc)  # which leaves out what libpq quotes of a connection string it cannot parse
         text = str(error)
@@ -189,6 +197,8 @@ def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...
             raise error from exc
         # Spark prints the whole chain of a task's or the driver's exception: drop the cause
         raise type(error)(text, sqlstate=error.sqlstate, hint=error.hint) from None
+    _core.utf8_texts(conn.info.encoding, conn.adapters)
+    return conn
 
 
 def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: Any, params: dict[str, object]) -> Any:
