@@ -30,6 +30,7 @@ import psycopg.conninfo
 import pytest
 
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue import worker as worker_module
 from pgqueue.errors import QueueNotFound
 from pgqueue.worker import HandlerTimeout, Result, Worker
 from helpers import command
@@ -654,6 +655,134 @@ def test_cancelling_an_async_worker_during_the_acknowledgement_still_acknowledge
     asyncio.run(asyncio.wait_for(main(), 60))
     assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [(msg_id, "completed", True)]
     assert Queue(dsn, "jobs").stats(exact=True).total == 0
+
+
+def _run_on_a_thread(worker: Worker, timeout: float = 15.0) -> list[BaseException]:
+    """Run a Worker on a thread; return what its run() raised, failing if it has not returned
+    within ``timeout`` seconds."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # checked by the caller
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"run() has not returned after {timeout} s"
+    return errors
+
+
+def test_a_keyboard_interrupt_that_takes_a_handlers_return_away_still_acknowledges_it(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C (handle_signals=False: a KeyboardInterrupt) that lands on the loop after it took
+    a handler's return off its queue and before it recorded it (psycopg delivers a pending SIGINT
+    at the first bytecode after a database call): the return is not lost, the message is
+    acknowledged and run() raises. Before, run() waited forever for a handler that had returned
+    (the event was lost, and the shutdown found the job done and did not give it back)."""
+    queue = make_queue(dsn, lock_ms=60000)
+    msg_id = queue.enqueue("only")
+    results = Results()
+    take = Worker._take
+    interrupted: list[object] = []
+
+    def interrupted_take(self: Worker, event: object) -> None:
+        if event is not worker_module._WAKE and event is not worker_module._NOTIFIED and not interrupted:
+            interrupted.append(event)
+            raise KeyboardInterrupt  # as a SIGINT would, one bytecode after the queue's get() returned
+        take(self, event)
+
+    monkeypatch.setattr(Worker, "_take", interrupted_take)
+    worker = Worker(queue, lambda msg: None, concurrency=1, handle_signals=False, listen=False,
+                    poll_max=0.1, on_result=results)
+    errors = _run_on_a_thread(worker)
+    assert interrupted and [type(e) for e in errors] == [KeyboardInterrupt]
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [(msg_id, "completed", True)]
+    assert queue.stats(exact=True).total == 0
+
+
+def test_a_keyboard_interrupt_while_handlers_start_gives_back_what_is_in_hand(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C (handle_signals=False) that lands in the middle of starting a batch's handlers,
+    just after a job was queued for a thread: run() raises the KeyboardInterrupt after giving back
+    every message of the batch (none left leased, none completed without its handler having
+    returned). Before, the delivery had no handle yet and the shutdown died on it with
+    AttributeError, giving nothing back."""
+    queue = make_queue(dsn, lock_ms=60000)
+    ids = queue.enqueue_many(["a", "b", "c"])
+    returned: list[int] = []
+
+    def handler(msg: Message) -> None:
+        time.sleep(0.3)
+        returned.append(msg.id)
+
+    submit = worker_module._HandlerThreads.submit
+    interrupted: list[bool] = []
+
+    def interrupted_submit(self: Any, job: Any) -> Any:
+        queued = submit(self, job)
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt  # as a SIGINT would, once the job is queued
+        return queued
+
+    monkeypatch.setattr(worker_module._HandlerThreads, "submit", interrupted_submit)
+    results = Results()
+    worker = Worker(queue, handler, concurrency=3, handle_signals=False, listen=False, poll_max=0.1,
+                    on_result=results)
+    errors = _run_on_a_thread(worker)
+    assert interrupted and [type(e) for e in errors] == [KeyboardInterrupt]
+    assert sorted(r.message.id for r in results.items) == sorted(ids)
+    assert all(r.acknowledged and r.outcome in ("completed", "released") for r in results.items), results.items
+    assert {r.message.id for r in results.items if r.outcome == "completed"} <= set(returned)
+    stats = queue.stats(exact=True)
+    assert stats.leased == 0 and stats.total == sum(r.outcome == "released" for r in results.items)
+
+
+@pytest.mark.parametrize("hurried", [False, True])
+def test_an_async_handler_that_swallows_its_cancellation_does_not_hold_the_shutdown(hurried: bool, dsn: str) -> None:
+    """An AsyncWorker's handler still running at the end of the shutdown grace is cancelled; one
+    that swallows the cancellation (or cleans up at length) is given up _GIVE_UP (2) seconds later
+    (at once on another stop(now=True)): its message is given back and run() returns; what the
+    handler does later is ignored. Before, run() waited for it as long as it ran, and a second
+    stop(now=True) did not hurry it."""
+    queue = make_queue(dsn, lock_ms=60000)
+    msg_id = queue.enqueue("stubborn")
+    results = Results()
+    timings: dict[str, float] = {}
+
+    async def main() -> None:
+        cancelled = asyncio.Event()
+
+        async def handler(msg: Message) -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()  # swallowed: it goes on "cleaning up"
+            await asyncio.sleep(30)  # (until asyncio.run cancels it again at its end)
+
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=1, handle_signals=False,
+                             listen=False, poll_max=0.1, shutdown_grace=0.3, on_result=results)
+        run = asyncio.create_task(worker.run())
+        await asyncio.to_thread(wait_for, lambda: worker.in_flight == 1, 10.0, "the handler to start")
+        t0 = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(cancelled.wait(), 10)
+        if hurried:
+            await asyncio.sleep(0.2)
+            t0 = time.monotonic()
+            worker.stop(now=True)
+        await asyncio.wait_for(run, 15)
+        timings["run"] = time.monotonic() - t0
+
+    asyncio.run(main())
+    # the grace (0.3 s), then at most _GIVE_UP (2 s) more; at once after the second stop
+    assert timings["run"] < (1.0 if hurried else 4.0), timings
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [(msg_id, "released", True)]
+    stats = queue.stats(exact=True)
+    assert stats.leased == 0 and stats.total == 1
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])

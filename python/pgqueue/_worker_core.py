@@ -99,6 +99,11 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal
 #: After the shutdown grace, how long the loop's database call may still run before the worker
 #: gives it up (a server that hangs, a network that drops every packet): run() must return.
 _STUCK_CALL = 2.0
+#: At the end of the shutdown grace, how long a handler the worker has stopped waiting for (a
+#: cancelled coroutine) may take to end before its message is given back all the same and its
+#: late end ignored: a handler that swallows the cancellation, or cleans up at length, does not
+#: hold run(). Another stop(now=True) (a second SIGINT or SIGTERM) ends this wait at once.
+_GIVE_UP = 2.0
 
 
 def stopped_already(signum: int, frame: object) -> None:
@@ -668,6 +673,7 @@ class WorkerCore:
         self._stopping = False
         self._stop_event = threading.Event()  # set with _stopping: ends the start-up wait at once
         self._aborting = False
+        self._urged = 0  # how many stop(now=True) calls: one during the shutdown's last wait ends it
         self._stop_by: float | None = None  # monotonic end of the shutdown grace, once stopped
         self._call_since: float | None = None  # monotonic start of the loop's call in flight
         self._checking: Any = None  # the start-up check's connection while it runs
@@ -706,6 +712,8 @@ class WorkerCore:
         self._stopping = True
         self._stop_event.set()
         self._aborting = self._aborting or now
+        if now:
+            self._urged += 1
         by = time.monotonic() + (0.0 if now else self._shutdown_grace)
         self._stop_by = by if self._stop_by is None else min(self._stop_by, by)
         self._watch_stop()
@@ -746,7 +754,8 @@ class WorkerCore:
 
     def _abandon(self, d: Delivery) -> None:
         """At the end of the shutdown grace: stop waiting for a running handler; its message is
-        given back (``d.released``) once the worker has let it go."""
+        given back (``d.released``) once the worker has let it go (a delivery with no handle,
+        whose handler was never started, at once)."""
         raise NotImplementedError
 
     def _claim_run(self, what: str) -> None:
@@ -1065,10 +1074,26 @@ class WorkerCore:
         for d in running:
             if d.finished is None:
                 self._abandon(d)
-        # a cancelled task ends soon; a thread's handler that returned just before its drop: its
-        # return is on its way
+        # A cancelled task ends soon (a thread's delivery is finished by its _abandon). One that
+        # does not (its handler swallows the cancellation, or cleans up at length) is given up
+        # after _GIVE_UP seconds, or at once on another stop(now=True): its message is given back
+        # and whatever the task does later is ignored (_finish finishes a delivery once).
+        urged, until = self._urged, time.monotonic() + _GIVE_UP
         while any(d.finished is None for d in running):
-            yield Wait(0.01)
+            if self._urged != urged or time.monotonic() >= until:
+                for d in running:
+                    if d.finished is None:
+                        log.warning("message %d: its handler has not ended %s after it was stopped; giving "
+                                    "the message back (whatever the handler does later is ignored)",
+                                    d.message.id, f"{_GIVE_UP:g} s" if self._urged == urged else "yet")
+                        d.released = True
+                        self._finish(d)
+                break
+            yield Wait(min(0.05, max(0.0, until - time.monotonic())))
+        # A delivery finished but not queued for settling: its bookkeeping was interrupted (a
+        # KeyboardInterrupt between the two); settle it too rather than leave it leased.
+        queued = {id(d) for d in self._finished}
+        self._finished += [d for d in list(self._in_hand.values()) if d.finished is not None and id(d) not in queued]
         yield from self._settle_quietly()
         for d in list(self._in_hand.values()):
             log.warning("message %d: not acknowledged (no database); it returns when its lease runs out",
@@ -1122,7 +1147,11 @@ class WorkerCore:
     def _finish(self, d: Delivery) -> None:
         """A handler is over (returned, raised, timed out or stopped): settle its message next.
         A handler's KeyboardInterrupt or SystemExit stops the worker too: its message is failed,
-        the others given back at once, and run() raises it when the worker has shut down."""
+        the others given back at once, and run() raises it when the worker has shut down.
+        A delivery finishes once: a later call (a handler ending after the shutdown gave its
+        message back, a return whose event comes after the worker took it) changes nothing."""
+        if d.finished is not None:
+            return
         d.finished = time.monotonic()
         self._finished.append(d)
         if isinstance(d.error, _FATAL) and not d.released:

@@ -13,7 +13,9 @@ Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM/SIGHUP when :meth:`AsyncWo
 on the main thread's loop (one ignored when it starts stays ignored; the previous handlers come
 back when it returns; a second SIGINT or SIGTERM stops at once), stops fetching, lets running handlers
 finish within ``shutdown_grace``, then cancels the rest and gives their messages back at once
-(a defer: due now, attempts kept).
+(a defer: due now, attempts kept). A cancelled handler that has not ended 2 s later (it swallows
+the cancellation, or cleans up at length; at once on another ``stop(now=True)``) is given up: its
+message is given back all the same, and whatever its task does later is ignored.
 
 Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` its task is
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
@@ -36,6 +38,7 @@ on. At start, a database that cannot be reached yet (or is read-only) is waited 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import signal
@@ -139,6 +142,7 @@ class AsyncWorker(WorkerCore):
         self._loop_thread: int | None = None
         self._wake: asyncio.Event | None = None
         self._runner: _AsyncConnector | None = None
+        self._cancelled: set[asyncio.Task[None]] = set()  # handlers' tasks cancelled by the shutdown, till they end
 
     async def run(self) -> None:
         """Process messages until :meth:`stop` (or SIGINT/SIGTERM/SIGHUP), then shut down gracefully.
@@ -289,12 +293,28 @@ class AsyncWorker(WorkerCore):
         for msg in self._adopt(messages):
             d = Delivery(msg)
             self._hold(d)
-            d.handle = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
+            task = asyncio.create_task(self._handle(d), name=f"pgqueue-message-{msg.id}")
+            task.add_done_callback(functools.partial(self._task_ended, d))
+            d.handle = task
+
+    def _task_ended(self, d: Delivery, task: object = None) -> None:
+        """A handler's task is over: its _handle has finished the delivery, unless the task was
+        cancelled before it started (its body never ran): the message is then given back."""
+        if d.finished is None:
+            d.released = True
+            self._finish(d)
 
     def _abandon(self, d: Delivery) -> None:
-        if not d.handle.done():
-            d.released = True  # stopped by the shutdown: its _handle gives the message back
-            d.handle.cancel()
+        task: asyncio.Task[None] | None = d.handle
+        if task is None or task.done():
+            self._task_ended(d)
+            return
+        d.released = True  # stopped by the shutdown: its _handle gives the message back
+        task.cancel()
+        # (kept referenced until it ends: a handler that swallows the cancellation runs on after
+        # the shutdown has given its message back, see _drain)
+        self._cancelled.add(task)
+        task.add_done_callback(self._cancelled.discard)
 
     async def _call(self, msg: Message) -> BaseException | None:
         """Run a coroutine handler (or a Tasks registry's) on a message; return what it raised
@@ -315,27 +335,38 @@ class AsyncWorker(WorkerCore):
         lease would be renewed forever, its slot lost, and the shutdown wait for it)."""
         scope: asyncio.Timeout | None = None
         limit: float | None = None
+        # (the outcome goes to the delivery only at the end, if it is not finished by then: the
+        # shutdown gives up a cancelled handler that does not end soon, see _drain)
+        error: BaseException | None = None
+        released = False
         try:
             limit = self._limit(d.message)
             if limit is None:
-                d.error = await self._call(d.message)
+                error = await self._call(d.message)
             else:
                 async with asyncio.timeout(limit) as scope:
-                    d.error = await self._call(d.message)
+                    error = await self._call(d.message)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if d.released or (task is not None and task.cancelling() > 0):
-                d.released = True  # this task was cancelled: by the shutdown, or from outside the worker
+                released = True  # this task was cancelled: by the shutdown, or from outside the worker
             else:
-                d.error = exc  # the handler's own (it awaited what someone else cancelled): a failure
+                error = exc  # the handler's own (it awaited what someone else cancelled): a failure
         except BaseException as exc:  # the timeout's TimeoutError, or what the timeout function raised
-            d.error = exc
+            error = exc
         finally:
-            if scope is not None and scope.expired() and not d.released:
-                # cancelled at its timeout (if it swallowed the cancellation, its result is ignored)
-                d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
-                log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id, limit)
-            self._finish(d)
+            if d.finished is not None:
+                log.info("message %d: its handler ended %.1f s after the shutdown gave the message back "
+                         "(ignored)", d.message.id, time.monotonic() - d.finished)
+            else:
+                released = released or d.released
+                if scope is not None and scope.expired() and not released:
+                    # cancelled at its timeout (if it swallowed the cancellation, its result is ignored)
+                    error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
+                    log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id,
+                                limit)
+                d.error, d.released = error, released
+                self._finish(d)
 
     async def _listen_loop(self) -> None:
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""

@@ -108,13 +108,18 @@ class _Job:
     delivery: Delivery
     state: str = "queued"  # queued, running, dropped (nobody waits for it) or done
     started: float = 0.0
+    #: What the handler raised (None: it returned), set with ``state`` "done": the loop reads a
+    #: handler's outcome here, so that a return whose event was lost (a KeyboardInterrupt landing
+    #: after the loop took it off the queue, before it recorded it) is not lost with it.
+    error: BaseException | None = None
 
 
 class _HandlerThreads:
     """``size`` daemon threads running plain-function handlers for the worker's loop.
 
-    :meth:`submit` hands a handler over; when it returns, ``(job, what it raised or None)`` is
-    put on ``returned``, the queue the loop waits on. :meth:`drop` stops waiting for a job (a
+    :meth:`submit` hands a handler over; when it returns, what it raised (or None) is recorded
+    on the job (``job.error``, with its state "done") and the job put on ``returned``, the queue
+    the loop waits on. :meth:`drop` stops waiting for a job (a
     timeout, or the end of the shutdown grace): the thread cannot be stopped, it runs on until
     the handler returns, drops the result and exits, and a new thread takes its place so that
     ``size`` handlers can still run. Daemon threads, so that such a thread does not keep the
@@ -136,15 +141,15 @@ class _HandlerThreads:
         self._threads += 1
         threading.Thread(target=self._run, name=f"pgqueue-handler-{next(self._names)}", daemon=True).start()
 
-    def submit(self, delivery: Delivery) -> _Job:
-        """Run the handler on ``delivery.message`` on a thread; its return then goes to ``returned``."""
-        job = _Job(delivery)
+    def submit(self, job: _Job) -> None:
+        """Run the handler on ``job.delivery.message`` on a thread; the job then goes to ``returned``.
+        (The caller makes the job and records it as the delivery's handle first: an interruption
+        between the two then leaves a job :meth:`drop` can still find.)"""
         self._jobs.put(job)
-        return job
 
     def drop(self, job: _Job) -> bool:
         """Stop waiting for a job (on the loop); False if its handler has returned already (its
-        return is then on ``returned`` or on its way)."""
+        outcome is then on the job, and the job on ``returned`` or on its way)."""
         with self._lock:
             if job.state == "done":
                 return False
@@ -173,11 +178,12 @@ class _HandlerThreads:
                 error = exc
             with self._lock:
                 dropped, job.state = job.state == "dropped", "done"
+                job.error = error
             if dropped:
                 log.info("message %d: the abandoned handler returned after %.1f s (result ignored)",
                          job.delivery.message.id, time.monotonic() - job.started)
                 return  # a new thread has taken this one's place
-            self._returned.put((job, error))
+            self._returned.put(job)
 
 
 def _drop_if_read_only(runner: _Connector, call: _core.Call[Any]) -> Any:
@@ -460,26 +466,40 @@ class Worker(WorkerCore):
     def _take(self, event: object) -> None:
         if event is _NOTIFIED:
             self._notified = True
-        elif event is not _WAKE:
-            job, error = cast("tuple[_Job, BaseException | None]", event)  # a handler's return
-            d = job.delivery
-            if d.finished is None:  # not timed out or stopped meanwhile
-                d.error = error
-                self._finish(d)
+        elif isinstance(event, _Job):  # a handler's return
+            self._returned(event)
+
+    def _returned(self, job: _Job) -> None:
+        """Finish the delivery of a job whose handler has returned (``job.state`` "done"), with the
+        outcome recorded on the job; nothing if it is finished already (timed out or given back
+        meanwhile, or its return taken once already: see :meth:`_abandon`)."""
+        d = job.delivery
+        if d.finished is None and d.handle is job:
+            d.error = job.error
+            self._finish(d)
 
     def _start(self, messages: list[Message]) -> None:
-        """Hand the handler of each newly leased message to the handler threads."""
+        """Hand the handler of each newly leased message to the handler threads.
+
+        Every new delivery is taken in hand before any handler starts, and each delivery's job
+        is recorded as its handle before it is queued: a KeyboardInterrupt (Ctrl-C with
+        handle_signals=False) landing anywhere in here leaves each message either in hand with no
+        handle (never started: the shutdown gives it back) or with a job the shutdown can drop or
+        take the outcome of."""
         assert self._threads is not None
-        for msg in self._adopt(messages):
-            d = Delivery(msg)
+        fresh = [Delivery(msg) for msg in self._adopt(messages)]
+        for d in fresh:
             self._hold(d)
+        for d in fresh:
+            msg = d.message
             try:
                 limit = self._limit(msg)
-            except BaseException as exc:  # the timeout function's: the message fails with it, as in AsyncWorker
+            except Exception as exc:  # the timeout function's: the message fails with it, as in AsyncWorker
                 d.error = exc
                 self._finish(d)
                 continue
-            d.handle = self._threads.submit(d)
+            d.handle = job = _Job(d)
+            self._threads.submit(job)
             if limit is not None:
                 heapq.heappush(self._deadlines, (d.started + limit, next(self._seq), d))
         if len(self._deadlines) > 2 * self._concurrency + 64:
@@ -491,9 +511,16 @@ class Worker(WorkerCore):
 
     def _abandon(self, d: Delivery) -> None:
         assert self._threads is not None
-        if self._threads.drop(d.handle):
-            d.released = True  # the thread runs on unwatched; the message is given back
+        job = cast("_Job | None", d.handle)
+        if job is None or self._threads.drop(job):
+            # never handed over (an interruption in _start), or the thread runs on unwatched:
+            # the message is given back
+            d.released = True
             self._finish(d)
+        else:
+            # its handler has returned: its outcome is on the job (settled now, even if the
+            # event of its return was lost to an interruption; the event, if it comes, is ignored)
+            self._returned(job)
 
     def _expire(self) -> None:
         """Fail the deliveries whose handler has run past its timeout (the thread runs on)."""
@@ -501,8 +528,11 @@ class Worker(WorkerCore):
         while self._deadlines and self._deadlines[0][0] <= now:
             deadline, _, d = heapq.heappop(self._deadlines)
             assert self._threads is not None
-            if d.finished is not None or not self._threads.drop(d.handle):
-                continue  # it returned in time: its return is taken or on its way
+            if d.finished is not None:
+                continue
+            if not self._threads.drop(d.handle):
+                self._returned(d.handle)  # it returned in time (its event, on its way, is then ignored)
+                continue
             limit = deadline - d.started
             d.error = HandlerTimeout(f"the handler was still running after {limit:g} s (its result will be ignored)")
             log.warning("message %d: handler timed out after %g s; failing it (its result will be ignored; "
