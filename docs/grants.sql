@@ -70,7 +70,14 @@ SELECT format('GRANT SELECT ON pgqueue.install TO %I', r)
 -- It cannot create, alter or drop queues, nor requeue or purge dead letters.
 GRANT USAGE ON SCHEMA pgqueue TO :"consumer";
 GRANT SELECT ON pgqueue.queue TO :"consumer";
-GRANT SELECT, UPDATE, DELETE ON pgqueue.message TO :"consumer";
+GRANT SELECT, DELETE ON pgqueue.message TO :"consumer";
+-- UPDATE of the columns a lease, heartbeat, defer, fail and a group's hand-off write, not of id
+-- or queue_id: with them plain SQL could move messages onto the ids the sequence hands out next,
+-- and every producer's message_create would fail on them (23505). (REVOKE first: a table-wide
+-- UPDATE from an earlier run of this recipe would cover every column.)
+REVOKE UPDATE ON pgqueue.message FROM :"consumer";
+GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark)
+      ON pgqueue.message TO :"consumer";
 -- dead letters: written when a message fails for the last time, counted by queue_stats
 GRANT SELECT (queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
 -- a completed message's idempotency key is kept for the queue's key_window_ms (pgqueue._message_left)
@@ -125,7 +132,14 @@ SELECT format('GRANT SELECT ON pgqueue.install TO %I', :'monitor')
 \if :{?spark}
 GRANT USAGE ON SCHEMA pgqueue TO :"spark";
 GRANT SELECT ON pgqueue.queue TO :"spark";
-GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message TO :"spark";
+GRANT SELECT, DELETE ON pgqueue.message TO :"spark";
+-- INSERT and UPDATE of the columns its functions write, as for producers and consumers above
+-- (not id nor queue_id: plain SQL could take the ids the sequence hands out next)
+REVOKE INSERT, UPDATE ON pgqueue.message FROM :"spark";
+GRANT INSERT (queue_id, dequeue_at, created_at, content, content_type, group_key, turn_at, idem_key, write_mark)
+      ON pgqueue.message TO :"spark";
+GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark, claim_id)
+      ON pgqueue.message TO :"spark";
 GRANT SELECT, INSERT ON pgqueue.dead_letter TO :"spark";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"spark";
 GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"spark";

@@ -279,6 +279,30 @@ def test_producers_cannot_take_the_ids_of_other_producers_messages(roles: Roles,
     assert run(p, "SELECT pgqueue.message_create('jobs', 'd') > 0") == [(True,)]
 
 
+def test_consumers_cannot_move_messages_onto_other_ids(roles: Roles, pg_server: Server, dbname: str) -> None:
+    """Review defect (0.4, security review): the consumer recipe granted UPDATE on every column
+    of pgqueue.message, so plain SQL could move messages onto the ids message_id_seq hands out
+    next (`UPDATE ... SET id = ...`), and every producer's message_create failed on them (23505).
+    It now grants UPDATE of the columns the consumer's functions write only."""
+    c = roles.dsn(roles.consumer)
+    seed(roles)
+    run(roles.dsn(roles.producer), "SELECT pgqueue.message_create('jobs', 'y')")
+    denied(c, "UPDATE pgqueue.message SET id = id + 1000")
+    denied(c, "UPDATE pgqueue.message SET queue_id = queue_id")
+    denied(c, "UPDATE pgqueue.message SET content = 'forged'")
+    # what the consumer's calls write still works: lease, heartbeat, defer, fail, complete
+    (mid, token), = run(c, "SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1, 60000)")
+    assert run(c, f"SELECT pgqueue.message_heartbeat({mid}, {token}, 60000)") == [(True,)]
+    assert run(c, f"SELECT pgqueue.message_defer({mid}, {token}, 0)") == [(True,)]
+    (mid, token), = run(c, "SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1, 60000)")
+    assert run(c, f"SELECT pgqueue.message_fail({mid}, {token}, 'boom')") == [(True,)]
+    # an earlier run of the recipe (table-wide UPDATE) is narrowed by running it again
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute(sql.SQL("GRANT UPDATE ON pgqueue.message TO {}").format(sql.Identifier(roles.consumer)))
+    apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+    denied(c, "UPDATE pgqueue.message SET id = id + 1000")
+
+
 def test_the_admin_recipe_cannot_plant_triggers(roles: Roles, pg_server: Server, dbname: str) -> None:
     """Review defect (0.4, security review): the admin recipe granted ALL on the tables, TRIGGER
     included, so the admin role could put a trigger on pgqueue.message whose function then ran

@@ -61,6 +61,13 @@ def test_the_spark_role_runs_the_data_source_sql_and_nothing_more(owner_dsn: str
         "DELETE FROM pgqueue.spark_consumer",
         "UPDATE pgqueue.queue SET max_attempts = 5",
         "UPDATE pgqueue.spark_publish_log SET n = 0",
+        # ids the sequence hands out next, taken by plain SQL, fail every producer's enqueue
+        # (23505): not on its INSERT or UPDATE columns (a security review)
+        "INSERT INTO pgqueue.message (id, queue_id, dequeue_at, created_at, content) "
+        "SELECT last_value + 1, 1, 0, 0, 'squat' FROM pgqueue.message_id_seq",
+        "UPDATE pgqueue.message SET id = id + 1000000",
+        "UPDATE pgqueue.message SET queue_id = queue_id",
+        "INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, claim_id) VALUES (1, 0, 0, 'x', 1)",
     ]:
         with pytest.raises(errors.InsufficientPrivilege):
             run(s, statement)
