@@ -1100,7 +1100,7 @@ COMMENT ON FUNCTION pgqueue._size_recount_seq(integer) IS
 -- The recount window: a count reads up to max_size + 1 index entries (and the heap where the
 -- visibility map is not set), so a queue kept at its cap, where producers outrun consumers, used
 -- to count itself at nearly every admission, holding the row lock while it did (about 20 ms an
--- admission with a cap of 100,000). A count that finds the queue full, with 10,000 messages or
+-- admission with a cap of 100,000). A count that finds the queue full (no room for one message), with 10,000 messages or
 -- more, now sets the queue's window, pgqueue.queue_size_recount_<id & 63> (a sequence, because a refusal rolls back
 -- what its transaction wrote): until ten times the count's duration (at most 1 s) after it ended,
 -- an admission that the bound cannot prove fits is refused without counting. So counting takes
@@ -1186,8 +1186,11 @@ BEGIN
         v_took := date_part('epoch', clock_timestamp()) * 1000 - v_t0;
         -- a count that found the queue full (smaller counts are cheap, and a plan or a cold
         -- cache could make one look dear); one that found room sets none: its bound is written
-        -- in the row and rolls back with the admission if its transaction does
-        IF v_bound >= 10000 AND v_bound + p_count > v_max THEN
+        -- in the row and rolls back with the admission if its transaction does. Full means no
+        -- room for one message, whatever p_count: a batch too large for the room left (or a
+        -- producer calling this function with a huge p_count, again and again) would refuse
+        -- the single messages that fit for the whole window (a security review)
+        IF v_bound >= 10000 AND v_bound >= v_max THEN
             PERFORM setval(pgqueue._size_recount_seq(p_queue_id),
                            (ceil(v_t0 + v_took + least(10 * v_took, 1000))::bigint << 20)
                            | ((p_queue_id >> 6) & 1048575));

@@ -279,6 +279,32 @@ def test_producers_cannot_take_the_ids_of_other_producers_messages(roles: Roles,
     assert run(p, "SELECT pgqueue.message_create('jobs', 'd') > 0") == [(True,)]
 
 
+def test_a_producer_cannot_make_a_capped_queue_with_room_look_full(roles: Roles, pg_server: Server,
+                                                                    dbname: str) -> None:
+    """Review defect (0.4, security review): a count of a capped queue of 10,000 messages or more
+    that refused an admission set the queue's recount window whatever the admission's size, so
+    a producer calling pgqueue._queue_reserve (granted to producers) with a huge count, or a
+    batch larger than the room left, made every producer's single message refused (PQ003,
+    without counting) for the window, again and again, while the queue had room. Only a count
+    that finds no room for one message sets it now."""
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute("SELECT pgqueue.queue_create('big', p_max_size => 20000)")
+        owner.execute("SELECT count(*) FROM pgqueue.message_create_batch('big', array_fill('x'::bytea, ARRAY[15000]))")
+        (qid,), = owner.execute("SELECT id FROM pgqueue.queue WHERE name = 'big'").fetchall()
+    p = roles.dsn(roles.producer)
+    # the enqueued counter advanced by hand (USAGE on the counters: they count its enqueues), so
+    # that the queue's bound says "full" and an admission must count
+    run(p, f"SELECT count(nextval(pgqueue._count_seq({qid}, 0))) FROM generate_series(1, 6000)")
+    for _ in range(2):
+        with pytest.raises(psycopg.Error) as refused:
+            run(p, f"SELECT pgqueue._queue_reserve({qid}, 9000000000000000000)")
+        assert refused.value.sqlstate == "PQ003"
+        with pytest.raises(psycopg.Error) as batch:
+            run(p, "SELECT count(*) FROM pgqueue.message_create_batch('big', array_fill('y'::bytea, ARRAY[5001]))")
+        assert batch.value.sqlstate == "PQ003"
+        assert run(p, "SELECT pgqueue.message_create('big', 'fits') > 0") == [(True,)]
+
+
 def test_consumers_cannot_move_messages_onto_other_ids(roles: Roles, pg_server: Server, dbname: str) -> None:
     """Review defect (0.4, security review): the consumer recipe granted UPDATE on every column
     of pgqueue.message, so plain SQL could move messages onto the ids message_id_seq hands out
