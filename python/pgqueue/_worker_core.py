@@ -104,6 +104,8 @@ _STUCK_CALL = 2.0
 #: late end ignored: a handler that swallows the cancellation, or cleans up at length, does not
 #: hold run(). Another stop(now=True) (a second SIGINT or SIGTERM) ends this wait at once.
 _GIVE_UP = 2.0
+#: ... and how long when a stop(now=True) (a second signal) cancelled it.
+_GIVE_UP_URGED = 0.1
 
 
 def stopped_already(signum: int, frame: object) -> None:
@@ -885,9 +887,12 @@ class WorkerCore:
         if again:
             done = [d for d in done if d not in again]
             self._finished = again + self._finished
-        for result in self._completed(done, lost):
-            self._report(result)
+        results = self._completed(done, lost)
+        # the new messages in hand before the callers' on_result runs (a KeyboardInterrupt there
+        # would leave them leased, untracked, until their lease ran out)
         self._take_in(messages)
+        for result in results:
+            self._report(result)
         return want, len(messages)
 
     def _fetch(self, want: int) -> Step[int]:
@@ -1077,8 +1082,10 @@ class WorkerCore:
         # A cancelled task ends soon (a thread's delivery is finished by its _abandon). One that
         # does not (its handler swallows the cancellation, or cleans up at length) is given up
         # after _GIVE_UP seconds, or at once on another stop(now=True): its message is given back
-        # and whatever the task does later is ignored (_finish finishes a delivery once).
-        urged, until = self._urged, time.monotonic() + _GIVE_UP
+        # and whatever the task does later is ignored (_finish finishes a delivery once). When a
+        # stop(now=True) (a second signal) is what ended the grace, it is given up at once too,
+        # after a moment for the tasks that end on their cancellation (a review).
+        urged, until = self._urged, time.monotonic() + (_GIVE_UP if not self._aborting else _GIVE_UP_URGED)
         while any(d.finished is None for d in running):
             if self._urged != urged or time.monotonic() >= until:
                 for d in running:

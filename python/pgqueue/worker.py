@@ -494,7 +494,7 @@ class Worker(WorkerCore):
             msg = d.message
             try:
                 limit = self._limit(msg)
-            except Exception as exc:  # the timeout function's: the message fails with it, as in AsyncWorker
+            except Exception as exc:  # the timeout function's: the message fails with it (a KeyboardInterrupt there: given back)
                 d.error = exc
                 self._finish(d)
                 continue
