@@ -321,7 +321,7 @@ def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], dsn: str, tmp_p
          ("retry",), 1),
         (["queue"], ("give an action",), 2),
         (["frobnicate"], ("invalid choice",), 2),
-        (["worker", dsn, "default", "nocolon"], ("MODULE:FUNCTION",), 1),
+        (["worker", dsn, "default", "nocolon"], ("pgqueue worker: error:", "MODULE:FUNCTION", "pgqueue worker --help"), 2),
         (["worker", dsn, "default", "no_such_module_xyz:f"], ("cannot import",), 1),
         (["worker", dsn, "default", "worker_handlers:missing"], ("has no",), 1),
         (["worker", dsn, "default", "worker_handlers:not_callable"], ("not callable",), 1),
@@ -399,6 +399,37 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
 def pgqueue(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
     return subprocess.run([str(PGQUEUE), *argv], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_exit_status_2_is_a_command_line_that_cannot_run_as_given(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's rule: a command line that cannot be run as given is bad usage, one line naming
+    the command's help, exit 2, before anything is done; a refusal when it runs (the database's,
+    a module that does not import, uninstall without its confirmation) is exit 1. A short
+    dashboard token and a handler that is not MODULE:FUNCTION were exit 1, the token's only once
+    the database had answered; options between the worker's arguments failed pointing at the
+    top-level help."""
+    monkeypatch.delenv("PGQUEUE_DASHBOARD_TOKEN", raising=False)
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"  # checked before connecting: no database needed
+    cases: list[tuple[list[str], tuple[str, ...], int]] = [
+        (["dashboard", "--token", "short", "--dsn", unreachable],
+         ("pgqueue dashboard: error: argument --token", "8 characters", "`pgqueue dashboard --help`"), 2),
+        (["worker", "default", "nocolon", "--dsn", unreachable],
+         ("pgqueue worker: error:", "MODULE:FUNCTION", "`pgqueue worker --help`"), 2),
+        (["worker", "default", "--concurrency", "2", "m:f", "--bogus", "--dsn", unreachable],
+         ("pgqueue worker: error: unrecognized arguments: --bogus", "`pgqueue worker --help`"), 2),
+        (["queue", "create", "q", "extra", "--dsn", unreachable],
+         ("pgqueue queue create: error: unrecognized arguments: extra", "`pgqueue queue create --help`"), 2),
+        (["dead", "purge", "default", "--dsn", unreachable], ("--id", "--all"), 2),
+        (["uninstall", "--dsn", unreachable], ("--yes",), 1),  # a confirmation not given: a refusal
+        # options between the worker's arguments: the handler is its own (here one that does not import)
+        (["worker", "default", "--concurrency", "2", "no_such_module_xyz:f", "--dsn", dsn], ("cannot import",), 1),
+        (["worker", dsn, "--concurrency", "2", "default", "-q", "no_such_module_xyz:f"], ("cannot import",), 1),
+        (["schedule", "create", "s", "default", "x", "--cron", "bad cron", "--dsn", dsn], ("cron",), 1),  # the server's
+    ]
+    for argv, words, code in cases:
+        status, out, err = run(capsys, *argv)
+        assert_one_line_error(status, out, err, *words, code=code)
 
 
 def test_version_of_a_database_whose_pgqueue_the_role_cannot_read(pg_server: Server, bare_dsn: str) -> None:
@@ -929,6 +960,40 @@ def test_enqueue_from_standard_input_that_is_not_utf8(dsn: str) -> None:
     assert proc.returncode == 0, proc.stderr
     [msg] = Queue(dsn).dequeue(1)
     assert (msg.id, msg.payload) == (int(proc.stdout), "caf\u00e9\r\n")
+
+
+def test_tables_in_a_locale_that_cannot_write_every_character(dsn: str) -> None:
+    """In a Latin-1 (or ASCII) locale a name or payload the locale cannot hold was a
+    UnicodeEncodeError traceback: `schedule create` created the schedule, then failed printing
+    it. What the encoding cannot hold is now written as a backslash escape."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "PYTHONIOENCODING", "LC_ALL")}
+    latin1 = {**env, "PYTHONIOENCODING": "latin-1"}
+
+    def pgq(*argv: str, environ: dict[str, str] = latin1) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([str(PGQUEUE), *argv, "--dsn", dsn], capture_output=True, timeout=60, env=environ)
+
+    assert pgq("queue", "create", "qloc").returncode == 0
+    made = pgq("schedule", "create", "snow\u2603", "qloc", "warm \u2603 caf\u00e9", "--every", "3600")
+    assert made.returncode == 0, made.stderr
+    assert b"snow\\u2603" in made.stdout and b"Traceback" not in made.stderr
+    assert pgq("enqueue", "qloc", "na\u00efve \u2603").returncode == 0
+    for argv in (("schedule", "list"), ("peek", "qloc"), ("dead", "list", "qloc")):
+        proc = pgq(*argv)
+        assert proc.returncode == 0 and b"Traceback" not in proc.stderr, (argv, proc.stderr)
+    listed = pgq("schedule", "list").stdout
+    assert b"snow\\u2603" in listed and b"warm \\u2603 caf\xe9" in listed, listed
+    with Queue(dsn, "qloc") as queue:
+        [msg] = queue.dequeue(1)
+        queue.reject(msg, "boom \u2603")
+    dead = pgq("dead", "list", "qloc")
+    assert dead.returncode == 0 and b"Traceback" not in dead.stderr, dead.stderr
+    assert b"na\xefve \\u2603" in dead.stdout and b"boom \\u2603" in dead.stdout, dead.stdout  # the i diaeresis as Latin-1
+    # an error naming what the locale cannot hold is one line too
+    missing = pgq("dead", "list", "no\u2603such", environ={**env, "PYTHONIOENCODING": "ascii:strict"})
+    assert missing.returncode == 1 and b"Traceback" not in missing.stderr, missing.stderr
+    assert b"no\\u2603such" in missing.stderr, missing.stderr
+    # a UTF-8 locale writes them as they are
+    assert "snow\u2603" in pgq("schedule", "list", environ={**env, "PYTHONIOENCODING": "utf-8"}).stdout.decode()
 
 
 def test_dequeue_complete_names_the_messages_whose_lease_ran_out(capsys: pytest.CaptureFixture[str], dsn: str,

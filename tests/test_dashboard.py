@@ -85,6 +85,26 @@ def dead_letter(conn: psycopg.Connection[Any], queue: str, payload: bytes = b"x"
     return int(row[0])
 
 
+def test_pages_after_the_pooled_connections_were_ended(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """After a database restart (or idle_session_timeout, a proxy cutting idle connections) the
+    first page loads answered 500 "Database error: terminating connection due to administrator
+    command", one per pooled connection: the pool handed them out unchecked."""
+    app = make_app()
+    client = app.test_client()
+    assert client.get("/").status_code == 200
+    pool = app.extensions["pgqueue"]["pool"]
+    held = [pool.getconn() for _ in range(3)]  # three connections in the pool
+    for c in held:
+        pool.putconn(c)
+    ended = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                         " WHERE application_name = 'pgqueue-dashboard' AND pid <> pg_backend_pid()").fetchone()
+    assert ended is not None and ended[0] >= 3
+    for _ in range(4):
+        response = client.get("/")
+        assert response.status_code == 200, response.get_data(as_text=True)[:500]
+        assert client.get("/api/queues").status_code == 200
+
+
 def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[Any], make_app: Any) -> None:
     conn.execute("SELECT pgqueue.queue_create('emails', p_max_attempts => 5, p_max_size => 1000, p_notify => true)")
     q = Queue(conn, "emails")
@@ -889,6 +909,38 @@ def test_the_commands_request_log_hides_the_token_and_cookies_are_per_port(dsn: 
         _, err = proc.communicate(timeout=20)
     assert "GET /?token=(hidden)" in err, err
     assert "s3cretTOKEN123456" not in err
+
+
+def test_the_printed_url_logs_in_with_any_token_and_the_log_hides_all_of_it(dsn: str) -> None:
+    """The URL was printed with the token as it is: a token with + / = & # % or a space in it
+    (base64 from `openssl rand -base64`) did not log in from it, each try counting towards the
+    lockout, and with a raw & the log showed the rest of the token."""
+    import http.client
+
+    token = "QQzz+KKww/VVjj==XXuu&YYpp #50%"
+    with pgqueue_command("dashboard", "--dsn", dsn, "--port", "0", "--token", token) as proc:
+        assert proc.stdout is not None
+        found = re.search(r"at http://127\.0\.0\.1:(\d+)(/\S*) \(Ctrl-C", proc.stdout.readline())
+        assert found, "no URL"
+        port, path = int(found.group(1)), found.group(2)
+
+        def get(target: str) -> int:
+            web = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                web.putrequest("GET", target, skip_accept_encoding=True)
+                web.endheaders()
+                return web.getresponse().status
+            finally:
+                web.close()
+
+        assert get(path) == 302  # logged in from the printed URL
+        assert get("/?token=QQzz+KKww/VVjj==XXuu&YYpp") == 401  # the token as it was printed: wrong, and logged
+        assert get("/?x=1&%74oken=QQzz%2BKKww%2FVVjj%3D%3DXXuu%26YYpp%20%2350%25") == 302  # the key percent-encoded
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert err.count("token=(hidden)") == 3, err
+    for part in ("QQzz", "KKww", "VVjj", "XXuu", "YYpp", "%2B", "%26"):
+        assert part not in err.replace("(hidden)", ""), (part, err)
 
 
 def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:

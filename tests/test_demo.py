@@ -309,6 +309,28 @@ def test_a_dashboard_port_in_use_is_one_line_of_ours_before_anything_starts() ->
     assert "throwaway" not in proc.stdout  # refused before a server was started for nothing
 
 
+def test_a_server_that_never_answers_is_given_up_on_as_by_the_other_commands() -> None:
+    """`pgqueue demo --dsn` connected without a connect_timeout: a server (or proxy) that accepts
+    the connection and never answers kept it waiting for ever, where the other commands give up
+    after 10 s by default."""
+    with socket.socket() as silent:  # the kernel completes the handshake; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        dsn = f"host=127.0.0.1 port={silent.getsockname()[1]} user=postgres dbname=postgres"
+        env = {k: v for k, v in os.environ.items() if k != "PGCONNECT_TIMEOUT"}
+        started = time.monotonic()
+        try:
+            proc = subprocess.run([str(PGQUEUE), "demo", "--dsn", dsn, "--messages", "10", "--no-progress"],
+                                  check=False, capture_output=True, text=True, timeout=40, env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the demo was still waiting for the server after 40 s")
+        took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("pgqueue: error: cannot connect to the database: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert 9 <= took < 30, took
+
+
 def test_the_fencing_check_sees_a_stale_complete_accepted(dsn: str) -> None:
     """The demo's fencing line is measured: were the stalled worker's complete accepted (here a
     client that says yes to every complete stands in for a broken fence), the check says so."""

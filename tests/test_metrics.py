@@ -9,11 +9,13 @@ test_dump_restore.py (the catalogs compare the sequences and their values are du
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -329,6 +331,78 @@ def test_the_endpoint_listens_on_an_ipv6_address() -> None:
         assert server.url == f"http://[::1]:{server.port}/metrics"
         with urllib.request.urlopen(server.url, timeout=10) as resp:
             assert resp.read().decode() == "pgqueue_up 1\n"
+
+
+def http_request(port: int, method: str, host: str | None, address: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
+    """One request with the Host header given (None: none at all), as a browser would send it."""
+    conn = http.client.HTTPConnection(address, port, timeout=10)
+    try:
+        conn.putrequest(method, "/metrics", skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def test_head_answers_as_get_does_without_a_body() -> None:
+    """An uptime probe that sends HEAD got 501 Unsupported method and thought the exporter down."""
+    with MetricsServer(lambda: "pgqueue_up 1\n", port=0) as server:
+        status, headers, body = http_request(server.port, "GET", f"127.0.0.1:{server.port}")
+        assert (status, body) == (200, b"pgqueue_up 1\n")
+        head_status, head_headers, head_body = http_request(server.port, "HEAD", f"127.0.0.1:{server.port}")
+        assert (head_status, head_body) == (200, b"")
+        assert head_headers["content-type"] == headers["content-type"]
+        assert head_headers["content-length"] == headers["content-length"] == str(len(body))
+
+
+def test_on_loopback_only_a_local_host_header_is_answered() -> None:
+    """DNS rebinding: a web page at evil.example whose name then resolves to 127.0.0.1 could read
+    the metrics through a browser on this machine. On a loopback address the endpoint answers only
+    a Host header naming this machine; on any other address, whatever the Host."""
+    with MetricsServer(lambda: "pgqueue_up 1\n", port=0) as server:
+        p = server.port
+        for host in ("localhost", f"localhost:{p}", "127.0.0.1", f"127.0.0.1:{p}", "[::1]", f"[::1]:{p}",
+                     f"LOCALHOST:{p}", None):
+            assert http_request(p, "GET", host)[0] == 200, host
+        for host in ("evil.example", f"evil.example:{p}", f"localhost.evil.example:{p}", f"127.0.0.1.nip.io:{p}",
+                     ""):
+            status, _, body = http_request(p, "GET", host)
+            assert status == 421, host
+            assert b"pgqueue_up" not in body
+            assert http_request(p, "HEAD", host)[0] == 421, host
+    with MetricsServer(lambda: "pgqueue_up 1\n", host="0.0.0.0", port=0) as server:
+        assert http_request(server.port, "GET", f"metrics.example:{server.port}")[0] == 200
+    with MetricsServer(lambda: "pgqueue_up 1\n", host="::1", port=0) as server:
+        assert http_request(server.port, "GET", f"[::1]:{server.port}", address="::1")[0] == 200
+        assert http_request(server.port, "GET", "evil.example", address="::1")[0] == 421
+
+
+def test_a_scraper_that_gives_up_leaves_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """A scraper that gives up (its scrape timeout) while a reading waits: the endpoint's write
+    met a broken pipe and http.server printed the whole traceback on stderr for each scrape."""
+    client_gone = threading.Event()
+    rendered = threading.Event()
+
+    def slow() -> str:
+        client_gone.wait(10)
+        time.sleep(0.2)
+        rendered.set()
+        return "x" * 8_000_000
+
+    with MetricsServer(slow, port=0) as server:
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode())
+        time.sleep(0.3)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, as a timeout
+        sock.close()
+        client_gone.set()
+        assert rendered.wait(10)
+        time.sleep(1)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "ConnectionResetError" not in err, err
 
 
 def test_metrics_reuses_a_recent_reading_and_survives_a_lost_database(pg_server: object, dsn: str) -> None:

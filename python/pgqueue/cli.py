@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import base64
 import importlib
+import io
 import json
 import logging
 import errno
@@ -94,10 +95,20 @@ def console() -> NoReturn:
     ignored, not reported as the status (130, 143, 129)."""
     global _CONSOLE
     _CONSOLE = True
+    _escape_what_the_locale_cannot_write()
     status = main()
     for sig in _SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(status)
+
+
+def _escape_what_the_locale_cannot_write() -> None:
+    """Write a character the output's encoding cannot hold (a queue name, a payload or a
+    schedule's in a Latin-1 or ASCII locale) as a backslash escape, ``\\u2603``: it was a
+    UnicodeEncodeError traceback, after `schedule create` had created the schedule."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         if args.version:
             status = _print_version(args, sys.stdout)
         elif not hasattr(args, "run"):
@@ -152,6 +163,21 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a bug, not a user mistake: the traceback is what we need
         _error(message)
         return 1
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse argv. The worker's positional arguments may have options between them (`worker
+    jobs --concurrency 2 app:handle`: argparse takes the positionals of one run only and said
+    "unrecognized arguments", pointing at the top-level help); arguments no command knows are
+    refused naming the command's help."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "run", None) is _cmd_worker:
+        args.target = [*args.target, *(e for e in extra if not e.startswith("-"))]
+        extra = [e for e in extra if e.startswith("-")]
+    if extra:
+        prog = getattr(args, "command_prog", PROG)
+        raise UsageError(f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)")
+    return args
 
 
 def describe_error(exc: BaseException) -> str | None:
@@ -246,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                 parent: Any = commands, options: argparse.ArgumentParser = common) -> argparse.ArgumentParser:
         """Add a command; one without ``run`` is a group whose actions are its subcommands."""
         p: argparse.ArgumentParser = parent.add_parser(name, parents=[options], help=help, description=help)
-        p.set_defaults(run=run or _usage_of(p))
+        p.set_defaults(run=run or _usage_of(p), command_prog=p.prog)
         return p
 
     # bench
@@ -1281,11 +1307,12 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
                         "(from a clone of pgqueue: pip install './python[dashboard]')") from exc
     from pgqueue.dashboard.app import _is_loopback_host
 
+    if args.token is not None and len(args.token) < 8:
+        raise UsageError("pgqueue dashboard: error: argument --token: the access token (or "
+                         "$PGQUEUE_DASHBOARD_TOKEN) must have at least 8 characters (see `pgqueue dashboard --help`)")
     dsn = resolve_dsn(args)
     with connect(dsn):
         pass  # fail fast: unreachable database, pgqueue missing or of another version
-    if args.token is not None and len(args.token) < 8:
-        raise UserError("the access token must have at least 8 characters")
     loopback = _is_loopback_host(args.host)
     if not loopback and args.token is None:
         print(f"{PROG}: warning: listening on {args.host} without --token: anyone who can reach it sees the queues "
@@ -1624,6 +1651,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     else:
         raise UsageError("pgqueue worker: error: expected [DSN] QUEUE MODULE:FUNCTION "
                          "(see `pgqueue worker --help`)")
+    module_name, colon, attr = spec.partition(":")
+    if not (module_name and colon and attr):  # (one that does not import is a failure: exit 1)
+        raise UsageError(f"pgqueue worker: error: the handler must be MODULE:FUNCTION (like myapp.tasks:handle), "
+                         f"got {spec!r} (see `pgqueue worker --help`)")
     handler = load_handler(spec)
     _check_dsn(dsn)
     _log_to_stderr(logging.WARNING)

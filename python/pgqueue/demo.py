@@ -267,9 +267,11 @@ def _disk_full_text(own: str) -> str:
 
 
 def _install_extension(dsn: str, out: TextIO) -> None:
-    from pgqueue.cli import MAKE_INSTALL_HINT, UserError
+    from pgqueue.cli import MAKE_INSTALL_HINT, UserError, connect
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    # (the commands' connect: a 10 s connect_timeout unless the DSN or $PGCONNECT_TIMEOUT sets one,
+    # where a server that accepted the connection and never answered kept the demo waiting for ever)
+    with connect(dsn, check=False) as conn:
         if server_pgqueue(conn) is None:
             try:
                 conn.execute("CREATE EXTENSION pgqueue")

@@ -28,6 +28,7 @@ finished), ``pgqueue_worker_failed_total`` (of those, the ones that raised or ti
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -430,18 +431,57 @@ class WorkerMetrics:
 # -- the HTTP endpoint ----------------------------------------------------------------------
 
 
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port and brackets, lower case."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1] or [::1]:9601
+        return header[1:header.find("]")] if "]" in header else header
+    name, _, port = header.rpartition(":")
+    if name and port.isdigit() and ":" not in name:
+        return name.rstrip(".")
+    return header.rstrip(".")
+
+
 class MetricsServer:
     """Serve ``render()`` at ``/metrics`` (and ``/``) over HTTP on a background thread.
 
     ``port`` 0 picks a free port (see :attr:`port`); ``host`` may be an IPv6 address (``::1``,
-    ``::``). Use as a context manager, or call :meth:`close`.
+    ``::``). Use as a context manager, or call :meth:`close`. GET and HEAD are answered.
+
+    Listening on a loopback address (the default), it answers 421 to a request whose Host header
+    names anything but ``localhost``, ``127.0.0.1``, ``[::1]`` or the address it listens on (with
+    or without a port): a web page cannot read the metrics through a browser on this machine by
+    pointing its own name at 127.0.0.1 (DNS rebinding). Listening on any other address, it answers
+    whatever the Host header.
     """
 
     def __init__(self, render: Callable[[], str], *, host: str = "127.0.0.1", port: int = 0) -> None:
         produce = render
 
         class Handler(BaseHTTPRequestHandler):
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (BrokenPipeError, ConnectionResetError) as e:  # the scraper gave up (its timeout)
+                    log.debug("metrics: the client went away: %s", e)
+
             def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+                self._answer(body_too=True)
+
+            def do_HEAD(self) -> None:  # noqa: N802 (the http.server API)
+                self._answer(body_too=False)
+
+            def _answer(self, *, body_too: bool) -> None:
+                if not self._host_allowed():
+                    self.send_error(421, "this endpoint answers to localhost only")
+                    return
                 if self.path.split("?", 1)[0] not in ("/metrics", "/"):
                     self.send_error(404, "try /metrics")
                     return
@@ -455,7 +495,16 @@ class MetricsServer:
                 self.send_header("Content-Type", CONTENT_TYPE)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if body_too:
+                    self.wfile.write(body)
+
+            def _host_allowed(self) -> bool:
+                """On a loopback address, only a Host header naming this machine: a web page whose
+                name an attacker points at 127.0.0.1 (DNS rebinding) must not read the metrics."""
+                if not loopback:
+                    return True
+                host = self.headers.get("Host")
+                return host is None or _host_name(host) in allowed
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server API)
                 log.debug("metrics: " + format, *args)
@@ -466,6 +515,9 @@ class MetricsServer:
                 address_family = socket.AF_INET6
             server_class = _Server6
         self._server = server_class((host, port), Handler)
+        bound = str(self._server.server_address[0])
+        loopback = _is_loopback(bound)
+        allowed = {"localhost", "127.0.0.1", "::1", bound.lower()}
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="pgqueue-metrics", daemon=True)
         self._thread.start()

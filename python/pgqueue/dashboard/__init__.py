@@ -22,6 +22,7 @@ import re
 import signal
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,19 +35,32 @@ __all__ = ["Options", "Server", "create_app", "serve", "start"]
 
 
 class _RedactingHandler(WSGIRequestHandler):
-    """Werkzeug's request log with the access token of a ``?token=`` URL left out."""
+    """Werkzeug's request log with the access token of a ``?token=`` URL left out, however it is
+    written (percent-encoded, with a raw ``&`` or space in it): every line the handler logs, the
+    request line of a malformed request included, goes through :func:`_hide_token`."""
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        path, line = self.path, self.requestline  # (Werkzeug logs the path, else the line)
-        self.path = _TOKEN_IN_QUERY.sub(r"\1(hidden)", path)
-        self.requestline = _TOKEN_IN_QUERY.sub(r"\1(hidden)", line)
-        try:
-            super().log_request(code, size)
-        finally:
-            self.path, self.requestline = path, line
+    def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002 (Werkzeug's API)
+        super().log(type, "%s", _hide_token(message % args if args else message))
 
 
-_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
+# a query string, and what follows it up to the HTTP version if the request line has more words
+# (a raw space in the token): "GET /?token=ab cd HTTP/1.1"
+_QUERY = re.compile(r"\?(?P<query>[^\s\"']*)(?P<more>[^\n\"']*?(?= HTTP/\d))?")
+
+
+def _hide_token(text: str) -> str:
+    """``text`` with every query string's ``token`` parameter, and all that follows it in the
+    query, replaced by ``token=(hidden)``: a token with a raw ``&`` in it went on as more
+    parameters, which showed the rest of the token."""
+
+    def hide(found: re.Match[str]) -> str:
+        params = found["query"].split("&")
+        for i, param in enumerate(params):
+            if urllib.parse.unquote_plus(param.split("=", 1)[0]) == "token":
+                return "?" + "&".join([*params[:i], "token=(hidden)"])
+        return found[0]
+
+    return _QUERY.sub(hide, text)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -96,7 +110,8 @@ def _url(host: str, port: int, token: str | None) -> str:
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):
         shown = "127.0.0.1"
-    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    # (quoted: a token with + / = & # % or a space in it, base64 say, did not log in from the URL)
+    return f"http://{shown}:{port}/" + (f"?token={urllib.parse.quote(token, safe='')}" if token else "")
 
 
 def start(options: Options, *, host: str = "127.0.0.1", port: int = 8080) -> Server:

@@ -437,8 +437,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # (client_encoding UTF8 unless the DSN sets one: on a SQL_ASCII database the pages read
     # texts as bytes and the queue and dead-letter pages failed, as pgqueue's own connections did)
     conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME, **utf8(options.dsn))
+    # (check: a pooled connection the server ended, by a restart, idle_session_timeout or a
+    # proxy, is replaced before a page uses it, where the next pages answered 500 Database error)
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
-                                               kwargs={"autocommit": True}, name="pgqueue-dashboard")
+                                               kwargs={"autocommit": True}, name="pgqueue-dashboard",
+                                               check=ConnectionPool.check_connection)
     pool.open(wait=False)
     sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10)),
                       interval=options.sample_interval, history=options.history)
