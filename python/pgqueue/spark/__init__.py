@@ -29,10 +29,11 @@ Options (names are case-insensitive; values are strings)
 Each entry point takes the options listed for it here and no others: one it would ignore (say
 ``consumer`` on ``spark.read``, ``numPartitions`` on ``df.write``) is refused like a misspelt one,
 with the list of what that entry point takes. ``checkpointLocation`` is Spark's own, taken by
-``writeStream`` only. Only a missing option takes its default: one given as an empty string (an
-unset environment variable, say) is refused (``InvalidArgument``, "option consumer must not be
-empty, got ''"), as a bad value is; an empty ``consumer`` would otherwise consume as the shared
-``spark`` consumer.
+``writeStream`` only. Only a missing option takes its default: one given as an empty string
+(``os.environ.get("X", "")`` of a variable not set, say) is refused (``InvalidArgument``, "option
+consumer must not be empty, got ''"), as a bad value is; an empty ``consumer`` would otherwise
+consume as the shared ``spark`` consumer. (PySpark drops an option given as None before the
+source sees it: that one takes its default.)
 
 All entry points:
 
