@@ -91,19 +91,6 @@ SELECT format('GRANT USAGE, UPDATE ON SEQUENCE %s TO %I', c.oid::regclass, :'con
 SELECT format('GRANT USAGE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^(queue_lock|counter_[a-z0-9]+)_[0-9]+$' \gexec
 
--- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
-GRANT USAGE ON SCHEMA pgqueue TO :"admin";
--- Not ALL: TRIGGER would let it put a trigger of its own on pgqueue's tables, which then runs as
--- whoever writes them, the extension's owner (a superuser, often) and the upgrade scripts
--- included; REFERENCES a foreign key of its own that holds queue_drop up. (REVOKE: earlier runs
--- of this recipe granted ALL.)
-REVOKE TRIGGER, REFERENCES ON ALL TABLES IN SCHEMA pgqueue FROM :"admin";
-GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
-GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
-GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
-                          pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
-                          pgqueue.schedule_run(integer) TO :"admin";
-
 -------------------------------------------------------------------------------
 -- Monitoring, optional: add -v monitor=ROLE (pgqueue metrics, pgqueue stats with --groups, a
 -- read-only dashboard). Reads queue_stats, queue_counters, queue_list and queue_group_stats: the
@@ -154,3 +141,19 @@ GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queu
 SELECT format('GRANT SELECT ON pgqueue.install TO %I', :'spark')
  WHERE pg_catalog.to_regclass('pgqueue.install') IS NOT NULL \gexec
 \endif
+
+-------------------------------------------------------------------------------
+-- Administrator: everything, including queue_create/alter/drop and dead-letter requeue/purge.
+-- Last, so that a role that is also another's (the recipes above REVOKE table-wide rights on
+-- pgqueue.message before their column grants) keeps everything.
+GRANT USAGE ON SCHEMA pgqueue TO :"admin";
+-- Not ALL: TRIGGER would let it put a trigger of its own on pgqueue's tables, which then runs as
+-- whoever writes them, the extension's owner (a superuser, often) and the upgrade scripts
+-- included; REFERENCES a foreign key of its own that holds queue_drop up. (REVOKE: earlier runs
+-- of this recipe granted ALL.)
+REVOKE TRIGGER, REFERENCES ON ALL TABLES IN SCHEMA pgqueue FROM :"admin";
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA pgqueue TO :"admin";
+GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
+GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
+                          pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
+                          pgqueue.schedule_run(integer) TO :"admin";

@@ -305,6 +305,24 @@ def test_a_producer_cannot_make_a_capped_queue_with_room_look_full(roles: Roles,
         assert run(p, "SELECT pgqueue.message_create('big', 'fits') > 0") == [(True,)]
 
 
+def test_a_role_that_is_admin_and_spark_keeps_the_admins_rights(roles: Roles, pg_server: Server, dbname: str) -> None:
+    """Review defect (0.4): the Spark recipe's REVOKE of table-wide INSERT and UPDATE on
+    pgqueue.message (before its column grants) ran after the admin's GRANT, so a role named as
+    both lost them: dead_letter_requeue failed with 42501. The admin's grants now come last."""
+    proc = subprocess.run(
+        ["psql", "-X", "-q", "-d", dbname, "-f", str(GRANTS), "-v", f"producer={roles.producer}",
+         "-v", f"consumer={roles.consumer}", "-v", f"admin={roles.admin}", "-v", f"spark={roles.admin}"],
+        env=pg_server.libpq_env(), capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    a = roles.dsn(roles.admin)
+    assert run(a, "SELECT has_table_privilege('pgqueue.message', 'INSERT'), "
+                  "has_table_privilege('pgqueue.message', 'UPDATE')") == [(True, True)]
+    mid, token = seed(roles)  # queue jobs: max_attempts 1
+    assert run(roles.dsn(roles.consumer), f"SELECT pgqueue.message_fail({mid}, {token}, 'dead')") == [(True,)]
+    assert run(a, "SELECT pgqueue.dead_letter_requeue('jobs')") == [(1,)]
+
+
 def test_consumers_cannot_move_messages_onto_other_ids(roles: Roles, pg_server: Server, dbname: str) -> None:
     """Review defect (0.4, security review): the consumer recipe granted UPDATE on every column
     of pgqueue.message, so plain SQL could move messages onto the ids message_id_seq hands out
