@@ -1216,6 +1216,41 @@ def test_a_sql_ascii_database_gives_texts_back_as_str(pg_server: Server, templat
         queue.close()
 
 
+def test_a_text_that_is_not_utf8_on_a_sql_ascii_database_jams_no_queue(pg_server: Server, template_db: str) -> None:
+    """A SQL_ASCII database takes any byte, and a server refuses to send a text that is not
+    UTF-8 to a UTF8 client: with pgqueue's own connections asking for UTF8, one content type
+    written in Latin-1 by another client failed every dequeue of its queue ("invalid byte
+    sequence for encoding UTF8", a review). They go back to SQL_ASCII on such a database, and
+    read the byte as an escape, as on a caller's connection."""
+    from pgqueue import AsyncQueue
+    from pgqueue._worker_core import connect_unless_stopped
+
+    with _database_in(pg_server, "SQL_ASCII") as name:
+        dsn = pg_server.dsn(name)
+        with psycopg.connect(dsn, autocommit=True) as raw:  # the database's encoding: SQL_ASCII
+            for _ in range(3):
+                raw.execute(r"SELECT pgqueue.message_create('default', 'x'::bytea, NULL, E'application/x-caf\351')")
+        queue = Queue(dsn, "default")
+        [msg] = queue.dequeue(1)
+        assert msg.content_type == "application/x-caf\\xe9"
+        assert queue.complete(msg)
+        queue.close()
+
+        async def take() -> str | None:
+            async with AsyncQueue(dsn, "default") as aqueue:
+                [got] = await aqueue.dequeue(1)
+                assert await aqueue.complete(got)
+                return got.content_type
+
+        assert asyncio.run(take()) == "application/x-caf\\xe9"
+        conn = connect_unless_stopped(dsn, threading.Event())  # the worker's
+        with conn:
+            assert conn.execute("SELECT content_type FROM pgqueue.message").fetchone() == ("application/x-caf\\xe9",)
+        # a DSN that names its client_encoding keeps it
+        with Queue(dsn + " client_encoding=UTF8", "default") as utf8_queue, pytest.raises(errors.PgQueueError):
+            utf8_queue.dequeue(1)
+
+
 def _every_text_read(queue: Queue, source: Any) -> None:
     """Every call that reads texts back, over ``queue`` (a caller's connection or pool on a
     SQL_ASCII database): each must give str, not bytes (psycopg's default there)."""

@@ -103,6 +103,11 @@ class _AsyncConnector:
                 assert self._dsn is not None
                 with translating():
                     conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
+                    try:
+                        await _core.ascii_fallback_async(conn, self._dsn)
+                    except BaseException:
+                        await conn.close()
+                        raise
                 if self._closed:
                     # close() ran while we connected (it does not wait for the lock): it could
                     # not see this connection, which would stay open with nothing to close it
@@ -165,6 +170,7 @@ class _AsyncConnector:
                 if not sides or sides[-1].closed:
                     with translating():
                         sides.append(await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
+                        await _core.ascii_fallback_async(sides[-1], conninfo)
                 return sides[-1]
 
             async def on_side(call: Call[bool]) -> bool:

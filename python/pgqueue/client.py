@@ -139,6 +139,11 @@ class _Connector:
                 assert self._dsn is not None
                 with translating():
                     conn = psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
+                    try:
+                        _core.ascii_fallback(conn, self._dsn)
+                    except BaseException:
+                        conn.close()
+                        raise
                 setattr(self, attr, conn)
             return conn
 
@@ -215,6 +220,7 @@ class _Connector:
                 if not sides or sides[-1].closed:
                     with translating():
                         sides.append(psycopg.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
+                        _core.ascii_fallback(sides[-1], conninfo)
                 return sides[-1]
 
             try:
