@@ -943,6 +943,24 @@ def test_the_printed_url_logs_in_with_any_token_and_the_log_hides_all_of_it(dsn:
         assert part not in err.replace("(hidden)", ""), (part, err)
 
 
+def test_the_log_hides_a_token_after_quotes_spaces_and_semicolons() -> None:
+    """A review of the redaction: the query's match stopped at a quote (Werkzeug logs %27 and %22
+    decoded), and a raw space before the token put it beyond the part searched."""
+    from pgqueue.dashboard import _hide_token
+
+    for line in ['"GET /?token=Abc\'SECRETpart9 HTTP/1.1" 302 -',
+                 '"HEAD /?token=Abc"SECRETdq HTTP/1.1" 401 -',
+                 '"GET /?q=it\'s&token=SECRETtok123 HTTP/1.1" 302 -',
+                 "code 400, message Bad request syntax ('GET /?q=a b&token=SECRETtok123 HTTP/1.1')",
+                 '"GET /?q=a b&token=SECRET x"y HTTP/1.1" 400 -',
+                 '"GET /?x=1;token=SECRETsemi HTTP/1.1" 401 -']:
+        hidden = _hide_token(line)
+        assert "token=(hidden)" in hidden and "SECRET" not in hidden, (line, hidden)
+    for line in ['"GET /queues?page=2 HTTP/1.1" 200 -', '"GET /?q=a b HTTP/1.1" 400 -',
+                 " * Running on http://127.0.0.1:8080"]:
+        assert _hide_token(line) == line
+
+
 def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
     """Nothing limited wrong access tokens: a script could try tokens as fast as the server
     answered. After FAILED_LOGIN_LIMIT wrong ones within the window a client (an IPv4 address, an

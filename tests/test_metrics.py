@@ -378,6 +378,13 @@ def test_on_loopback_only_a_local_host_header_is_answered() -> None:
     with MetricsServer(lambda: "pgqueue_up 1\n", host="::1", port=0) as server:
         assert http_request(server.port, "GET", f"[::1]:{server.port}", address="::1")[0] == 200
         assert http_request(server.port, "GET", "evil.example", address="::1")[0] == 421
+    # the name or address it was told to listen on, however written (a review: 421 for them)
+    with MetricsServer(lambda: "pgqueue_up 1\n", host="127.1", port=0) as server:
+        assert http_request(server.port, "GET", f"127.1:{server.port}")[0] == 200
+        assert http_request(server.port, "GET", f"127.0.0.1.:{server.port}")[0] == 200
+    with MetricsServer(lambda: "pgqueue_up 1\n", host="0:0:0:0:0:0:0:1", port=0) as server:
+        assert http_request(server.port, "GET", f"[0:0:0:0:0:0:0:1]:{server.port}", address="::1")[0] == 200
+        assert http_request(server.port, "GET", f"[::1]:{server.port}", address="::1")[0] == 200
 
 
 def test_a_scraper_that_gives_up_leaves_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:

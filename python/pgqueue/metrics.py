@@ -440,14 +440,20 @@ def _is_loopback(address: str) -> bool:
 
 
 def _host_name(header: str) -> str:
-    """The name in a Host header, without its port and brackets, lower case."""
+    """The name in a Host header (or a --host value), without its port and brackets, lower case,
+    and an IP address in its canonical form (``0:0:0:0:0:0:0:1`` is ``::1``)."""
     header = header.strip().lower()
     if header.startswith("["):  # [::1] or [::1]:9601
-        return header[1:header.find("]")] if "]" in header else header
-    name, _, port = header.rpartition(":")
-    if name and port.isdigit() and ":" not in name:
-        return name.rstrip(".")
-    return header.rstrip(".")
+        name = header[1:header.find("]")] if "]" in header else header
+    else:
+        name, _, port = header.rpartition(":")
+        if not (name and port.isdigit() and ":" not in name):
+            name = header
+        name = name.rstrip(".")
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
 
 
 class MetricsServer:
@@ -518,7 +524,8 @@ class MetricsServer:
         self._server = server_class((host, port), Handler)
         bound = str(self._server.server_address[0])
         loopback = _is_loopback(bound)
-        allowed = {"localhost", "127.0.0.1", "::1", bound.lower()}
+        # ... and the name or address it was told to listen on, which the operator chose
+        allowed = {"localhost", "127.0.0.1", "::1", _host_name(bound), _host_name(host)}
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="pgqueue-metrics", daemon=True)
         self._thread.start()

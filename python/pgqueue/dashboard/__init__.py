@@ -45,7 +45,7 @@ class _RedactingHandler(WSGIRequestHandler):
 
 # a query string, and what follows it up to the HTTP version if the request line has more words
 # (a raw space in the token): "GET /?token=ab cd HTTP/1.1"
-_QUERY = re.compile(r"\?(?P<query>[^\s\"']*)(?P<more>[^\n\"']*?(?= HTTP/\d))?")
+_QUERY = re.compile(r"\?(?P<query>\S*)(?P<more>[^\n]*?(?= HTTP/\d))?")
 
 
 def _hide_token(text: str) -> str:
@@ -54,7 +54,9 @@ def _hide_token(text: str) -> str:
     parameters, which showed the rest of the token."""
 
     def hide(found: re.Match[str]) -> str:
-        params = found["query"].split("&")
+        # (";" too: a separator some clients use; and the words after a raw space, up to the
+        # HTTP version, with the query: a token after a parameter with a space in it)
+        params = re.split(r"[&;]", found["query"] + (found["more"] or ""))
         for i, param in enumerate(params):
             if urllib.parse.unquote_plus(param.split("=", 1)[0]) == "token":
                 return "?" + "&".join([*params[:i], "token=(hidden)"])
