@@ -1186,11 +1186,13 @@ def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server
         worker = Worker(queue, handle)
         runner = threading.Thread(target=worker.run, daemon=True)
         runner.start()
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="€") as blocked:  # the block's own error, not a settling's
             with queue.receive():
                 raise ValueError("€")
+        assert type(blocked.value) is ValueError
         deadline = time.monotonic() + 10
-        while queue.counters().failed < 2 and time.monotonic() < deadline:
+        while queue.counters().failed < 2:
+            assert time.monotonic() < deadline, queue.counters()
             time.sleep(0.05)
         worker.stop()
         runner.join(10)
