@@ -724,20 +724,37 @@ def test_async_next_due_counts_priorities_and_leases(dsn: str) -> None:
 
 
 
-def test_a_pool_whose_connection_is_a_function_is_refused_for_extra_connections(dsn: str) -> None:
-    """An AsyncQueue's conninfo (the AsyncWorker's own connections) cannot call an async pool's
-    conninfo or kwargs function: it says so rather than connect without, say, the password."""
+def test_a_pool_whose_connection_is_a_function(dsn: str) -> None:
+    """An AsyncQueue's conninfo (the AsyncWorker's own connections) calls a pool's plain conninfo
+    or kwargs function, as Queue's does (before, it refused it: AsyncWorker(AsyncQueue(pool))
+    failed with InvalidArgument); an async one it cannot call from a property: it says so rather
+    than connect without, say, the password."""
+    from pgqueue import AsyncWorker
 
     async def kwargs() -> dict[str, Any]:
         return {}
 
+    async def conninfo() -> str:
+        return dsn
+
+    async def handler(msg: Message) -> None:
+        pass
+
     async def main() -> None:
         async with AsyncConnectionPool(dsn, kwargs=kwargs, min_size=1, open=False) as pool:
-            with pytest.raises(errors.InvalidArgument, match="kwargs is not a dict"):
+            with pytest.raises(errors.InvalidArgument, match="kwargs is an async function"):
                 _ = AsyncQueue(pool).conninfo
-        async with AsyncConnectionPool(lambda: dsn, min_size=1, open=False) as pool:
-            with pytest.raises(errors.InvalidArgument, match="conninfo is not a string"):
+        async with AsyncConnectionPool(conninfo, min_size=1, open=False) as pool:
+            with pytest.raises(errors.InvalidArgument, match="conninfo is an async function.*dsn="):
                 _ = AsyncQueue(pool).conninfo
+        async with AsyncConnectionPool(lambda: conninfo(), min_size=1, open=False) as pool:  # returns a coroutine
+            with pytest.raises(errors.InvalidArgument, match="conninfo is an async function"):
+                _ = AsyncQueue(pool).conninfo
+        async with AsyncConnectionPool(lambda: dsn, kwargs=lambda: {"application_name": "x"}, min_size=1) as pool:
+            queue = AsyncQueue(pool)
+            assert queue.conninfo == psycopg.conninfo.make_conninfo(dsn, application_name="x")
+            assert await queue.next_due() is None
+            AsyncWorker(queue, handler)  # its connections come from queue.conninfo
         async with AsyncConnectionPool(dsn, kwargs={"application_name": "x"}, min_size=1, open=False) as pool:
             assert "application_name=x" in AsyncQueue(pool).conninfo
 
@@ -916,3 +933,141 @@ def test_a_callers_async_connection_and_pool_on_a_sql_ascii_database_give_texts_
 
     with _database_in(pg_server, "SQL_ASCII") as name:
         run(lambda: main(pg_server.dsn(name)))
+
+
+@pytest.mark.parametrize("ending,interruption", [("return", "cancel"), ("raise", "cancel"), ("return", "timeout")])
+def test_a_cancellation_while_receive_stops_its_heartbeats_still_settles_the_message(
+        ending: str, interruption: str, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancellation (an asyncio.timeout, a TaskGroup) that landed while receive() stopped its
+    heartbeat task went out of the block's exit before the settling: a block that had returned
+    left its message leased (an attempt spent; a dead letter at max_attempts 1), one that had
+    raised left it unfailed (about 3% of random short timeouts, a review of the client). Now
+    the message is settled by the block's outcome, then the cancellation goes on."""
+    from pgqueue._lease import AsyncHeartbeats
+
+    original = AsyncHeartbeats.stop
+    stopping: list[asyncio.Event] = []
+
+    async def slow_stop(self: AsyncHeartbeats, timeout: float | None = None) -> None:
+        stopping[0].set()
+        await asyncio.sleep(0.2)  # the cancellation lands meanwhile
+        await original(self, timeout)
+
+    monkeypatch.setattr(AsyncHeartbeats, "stop", slow_stop)
+    Queue(dsn, "once").create(max_attempts=1)
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        async with AsyncQueue(dsn, "once") as q:
+            await q.enqueue("work")
+            deadline: list[asyncio.Timeout] = []
+
+            async def consumer() -> None:
+                async with asyncio.timeout(None) as cm:
+                    deadline.append(cm)
+                    async with q.receive(lock_ms=60000) as msg:
+                        assert msg is not None
+                        if ending == "raise":
+                            raise ValueError("boom")
+
+            task = asyncio.create_task(consumer())
+            await stopping[0].wait()
+            if interruption == "cancel":
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            else:
+                deadline[0].reschedule(asyncio.get_running_loop().time())
+                with pytest.raises(TimeoutError):
+                    await task
+            stats = await q.stats()
+            if ending == "return":
+                assert (stats.ready, stats.leased, stats.dead) == (0, 0, 0)
+                assert (await q.counters()).completed == 1
+            else:
+                assert (stats.ready, stats.leased, stats.dead) == (0, 0, 1)
+                [dead] = await q.dead_letters()
+                assert dead.last_error is not None and "boom" in dead.last_error
+
+    run(main)
+
+
+def test_async_receive_bounds_the_wait_for_a_stuck_heartbeat(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A beat stuck on a dead connection held the end of the block for as long as it hung (the
+    heartbeat task was awaited without a bound); now for CANCEL_WAIT seconds at most."""
+    from pgqueue import async_client
+    from pgqueue._lease import AsyncHeartbeats
+
+    async def stuck(self: AsyncHeartbeats) -> list[Message]:
+        await asyncio.sleep(3600)
+        return []
+
+    monkeypatch.setattr(async_client, "CANCEL_WAIT", 0.3)
+    monkeypatch.setattr(AsyncHeartbeats, "renew", stuck)
+
+    async def main() -> None:
+        async with AsyncQueue(dsn) as q:
+            await q.enqueue("work")
+            started = time.monotonic()
+            async with asyncio.timeout(10):
+                async with q.receive(lock_ms=300) as msg:
+                    assert msg is not None
+                    await asyncio.sleep(0.3)  # a beat is stuck meanwhile
+            assert time.monotonic() - started < 5
+            assert (await q.counters()).completed == 1
+
+    run(main)
+
+
+def test_async_heartbeats_on_an_autocommit_connection_other_tasks_share(dsn: str, conn: Conn) -> None:
+    """Another task's statement in flight on the caller's autocommit connection when receive()
+    chose its heartbeats: the status was ACTIVE, taken for a transaction, and the block went
+    without heartbeats: its lease ran out and another consumer got the message. Now the choice
+    is made from the connection's mode and the status the dequeue's own statement left."""
+    other = Queue(conn)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            q = AsyncQueue(aconn)
+            await q.enqueue("slow")
+            stop = asyncio.Event()
+
+            async def busy() -> None:  # e.g. a producer sharing the connection
+                while not stop.is_set():
+                    await aconn.execute("SELECT pg_sleep(0.05)")
+
+            task = asyncio.create_task(busy())
+            await asyncio.sleep(0.1)
+            try:
+                msg, stolen = await _slow_receive(q, other, heartbeat=True)
+            finally:
+                stop.set()
+                await task
+            assert msg is not None and stolen == []
+
+    run(main)
+    assert other.stats().total == 0
+
+
+def test_async_check_server(dsn: str, bare_dsn: str) -> None:
+    """pgqueue.check_server had no asyncio form: given an AsyncConnection it failed with a bare
+    TypeError deep in psycopg. async_check_server does its checks; check_server names it."""
+    import pgqueue
+    from pgqueue.compat import ServerPgQueue, async_server_pgqueue, server_pgqueue
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            installed = await pgqueue.async_check_server(aconn)
+            assert installed == ServerPgQueue(installed.version, "extension")
+            assert installed.version.split(".")[:2] == pgqueue.__version__.split(".")[:2]
+            assert await async_server_pgqueue(aconn) == installed
+            with pytest.raises(TypeError, match=r"await pgqueue\.async_check_server\(conn\)"):
+                pgqueue.check_server(aconn)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="async_server_pgqueue"):
+                server_pgqueue(aconn)  # type: ignore[arg-type]
+        async with await psycopg.AsyncConnection.connect(bare_dsn) as aconn:
+            assert await async_server_pgqueue(aconn) is None
+            with pytest.raises(errors.ExtensionNotInstalled):
+                await pgqueue.async_check_server(aconn)
+
+    run(main)

@@ -572,6 +572,107 @@ def test_heartbeats_outlive_a_terminated_connection(source: str, dsn: str, conn:
     assert other.stats().total == 0  # and it was completed
 
 
+def test_heartbeats_on_an_autocommit_connection_another_thread_is_using(dsn: str, conn: Conn,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread's statement in flight on the caller's autocommit connection when receive()
+    chose its heartbeats: the status read then was ACTIVE, taken for a transaction, and the
+    block went without heartbeats (its message went to another consumer). Now the choice is
+    made from the connection's mode and its status at the dequeue."""
+    from pgqueue import client
+
+    other = Queue(conn, "default")
+    with psycopg.connect(dsn, autocommit=True) as shared:
+        q = Queue(shared, "default")
+        q.enqueue("slow")
+        stop = threading.Event()
+
+        def busy() -> None:  # the application's own statements on the same connection
+            while not stop.is_set():
+                shared.execute("SELECT pg_sleep(0.05)")
+
+        original = client._Connector.heartbeat_runner
+
+        def runner_while_busy(self: Any, *args: Any) -> Any:
+            deadline = time.monotonic() + 5
+            while shared.info.transaction_status != psycopg.pq.TransactionStatus.ACTIVE:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            return original(self, *args)
+
+        monkeypatch.setattr(client._Connector, "heartbeat_runner", runner_while_busy)
+        thread = threading.Thread(target=busy)
+        thread.start()
+        try:
+            msg, stolen = _slow_receive(q, other, heartbeat=True)
+        finally:
+            stop.set()
+            thread.join()
+    assert msg is not None
+    assert stolen == []  # nobody else got it while the block ran
+    assert other.stats().total == 0  # and it was completed
+
+
+@pytest.mark.parametrize("ending", ["return", "raise"])
+def test_an_interruption_while_the_heartbeats_stop_still_settles_the_message(
+        ending: str, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt that lands while receive() joins its heartbeat thread went out of the
+    block's exit before the settling: a block that had returned left its message leased (an
+    attempt spent; a dead letter at max_attempts 1), one that had raised left it unfailed. Now
+    the message is settled by the block's outcome, then the interruption goes on."""
+    from pgqueue import _lease
+
+    original = _lease.Heartbeats.stop
+
+    def interrupted_stop(self: Any, timeout: float | None = None) -> None:
+        original(self, timeout)
+        raise KeyboardInterrupt
+
+    Queue(dsn, "once").create(max_attempts=1)
+    with Queue(dsn, "once") as queue:
+        queue.enqueue("work")
+        monkeypatch.setattr(_lease.Heartbeats, "stop", interrupted_stop)
+        with pytest.raises(KeyboardInterrupt):
+            with queue.receive(lock_ms=60000) as msg:
+                assert msg is not None
+                if ending == "raise":
+                    raise ValueError("boom")
+        monkeypatch.undo()
+        stats = queue.stats()
+        if ending == "return":
+            assert (stats.ready, stats.leased, stats.dead) == (0, 0, 0)
+            assert queue.counters().completed == 1
+        else:
+            assert (stats.ready, stats.leased, stats.dead) == (0, 0, 1)
+            [dead] = queue.dead_letters()
+            assert dead.last_error is not None and "boom" in dead.last_error
+
+
+def test_receive_bounds_the_wait_for_a_stuck_heartbeat(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A beat stuck on a dead connection held the end of the block for as long as it hung (the
+    heartbeat thread was joined without a bound); now for STOP_WAIT seconds at most."""
+    from pgqueue import _lease, client
+
+    release = threading.Event()
+
+    def stuck(self: Any) -> list[Message]:
+        release.wait(10)
+        return []
+
+    monkeypatch.setattr(client, "STOP_WAIT", 0.3, raising=False)  # (raising: absent before)
+    monkeypatch.setattr(_lease.Heartbeats, "renew", stuck)
+    with Queue(dsn, "default") as queue:
+        queue.enqueue("work")
+        try:
+            started = time.monotonic()
+            with queue.receive(lock_ms=300) as msg:
+                assert msg is not None
+                time.sleep(0.3)  # a beat is stuck meanwhile
+            assert time.monotonic() - started < 5
+        finally:
+            release.set()
+        assert queue.counters().completed == 1
+
+
 def test_without_heartbeats_a_slow_block_loses_its_message(queue: Queue, conn: Conn) -> None:
     other = Queue(conn, "jobs")
     queue.enqueue("slow")
@@ -1105,7 +1206,7 @@ def test_a_heartbeat_connection_that_cannot_be_opened_gives_the_message_back(dsn
     from pgqueue import client
 
     @contextmanager
-    def refused(self: Any) -> Iterator[None]:
+    def refused(self: Any, *args: Any) -> Iterator[None]:
         raise errors.ConnectionFailed("connection failed: too many connections for role")
         yield  # pragma: no cover
 
@@ -1218,39 +1319,35 @@ def test_a_sql_ascii_database_gives_texts_back_as_str(pg_server: Server, templat
         queue.close()
 
 
-def test_a_text_that_is_not_utf8_on_a_sql_ascii_database_jams_no_queue(pg_server: Server, template_db: str) -> None:
-    """A SQL_ASCII database takes any byte, and a server refuses to send a text that is not
-    UTF-8 to a UTF8 client: with pgqueue's own connections asking for UTF8, one content type
-    written in Latin-1 by another client failed every dequeue of its queue ("invalid byte
-    sequence for encoding UTF8", a review). They go back to SQL_ASCII on such a database, and
-    read the byte as an escape, as on a caller's connection."""
+def test_a_text_that_is_not_utf8_on_a_sql_ascii_database_needs_client_encoding_sql_ascii(
+        pg_server: Server, template_db: str) -> None:
+    """A SQL_ASCII database takes any byte, and its server refuses a UTF8 client a text that is
+    not UTF-8: pgqueue's own connections, which ask for UTF8, cannot read such a row (a content
+    type written in Latin-1 by another client), and say so. A DSN that sets client_encoding
+    SQL_ASCII reads it, the byte as an escape (README, "Python"). (Going back to SQL_ASCII by
+    itself was tried and taken out: psycopg then decodes notifications, error texts and SQL it
+    sends as ASCII, a review found.)"""
     from pgqueue import AsyncQueue
-    from pgqueue._worker_core import connect_unless_stopped
 
     with _database_in(pg_server, "SQL_ASCII") as name:
         dsn = pg_server.dsn(name)
         with psycopg.connect(dsn, autocommit=True) as raw:  # the database's encoding: SQL_ASCII
-            for _ in range(3):
+            for _ in range(2):
                 raw.execute(r"SELECT pgqueue.message_create('default', 'x'::bytea, NULL, E'application/x-caf\351')")
-        queue = Queue(dsn, "default")
-        [msg] = queue.dequeue(1)
-        assert msg.content_type == "application/x-caf\\xe9"
-        assert queue.complete(msg)
-        queue.close()
+        with Queue(dsn, "default") as queue, pytest.raises(errors.PgQueueError, match="invalid byte sequence"):
+            queue.dequeue(1)
+        with Queue(dsn + " client_encoding=SQL_ASCII", "default") as queue:
+            [msg] = queue.dequeue(1)
+            assert msg.content_type == "application/x-caf\\xe9"
+            assert queue.complete(msg)
 
         async def take() -> str | None:
-            async with AsyncQueue(dsn, "default") as aqueue:
+            async with AsyncQueue(dsn + " client_encoding=SQL_ASCII", "default") as aqueue:
                 [got] = await aqueue.dequeue(1)
                 assert await aqueue.complete(got)
                 return got.content_type
 
         assert asyncio.run(take()) == "application/x-caf\\xe9"
-        conn = connect_unless_stopped(dsn, threading.Event())  # the worker's
-        with conn:
-            assert conn.execute("SELECT content_type FROM pgqueue.message").fetchone() == ("application/x-caf\\xe9",)
-        # a DSN that names its client_encoding keeps it
-        with Queue(dsn + " client_encoding=UTF8", "default") as utf8_queue, pytest.raises(errors.PgQueueError):
-            utf8_queue.dequeue(1)
 
 
 def _every_text_read(queue: Queue, source: Any) -> None:

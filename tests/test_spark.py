@@ -447,10 +447,11 @@ def test_reads_of_a_sql_ascii_database_give_texts(spark: Any, pg_server: Any, ro
             assert one(owner, "SELECT count(*) FROM pgqueue.message") == 0, "acknowledged"
         assert pgqueue.spark.release(dsn, "qa", "etl") == 0  # its connection too
         # a text that is not UTF-8 (another client's Latin-1; SQL_ASCII takes any byte): a UTF8
-        # connection is refused it by the server, and a stream of the queue stopped at it for
-        # good; the data source's connections go back to SQL_ASCII there and read an escape
+        # connection is refused it by the server; a DSN that sets client_encoding SQL_ASCII reads
+        # it, as an escape (README)
         with psycopg.connect(pg_server.dsn(name), autocommit=True) as owner:
             latin1 = one(owner, r"SELECT pgqueue.message_create('qa', 'x'::bytea, NULL, E'application/x-caf\351')")
+        dsn = f"{dsn} client_encoding=SQL_ASCII"
         rows = spark.read.format("pgqueue").option("dsn", dsn).load("qa").select("id", "content_type").collect()
         assert [tuple(r) for r in rows] == [(latin1, "application/x-caf\\xe9")]
         delivered.clear()

@@ -20,7 +20,7 @@ from pgqueue._version import __version__
 from pgqueue.async_client import AsyncQueue
 from pgqueue.async_worker import AsyncWorker
 from pgqueue.client import Queue
-from pgqueue.compat import check_server
+from pgqueue.compat import async_check_server, check_server
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 from pgqueue.tasks import Reject, Tasks, UnknownTask
 from pgqueue.worker import Worker
@@ -41,6 +41,7 @@ __all__ = [
     "UnknownTask",
     "Worker",
     "__version__",
+    "async_check_server",
     "check_server",
     "errors",
 ]

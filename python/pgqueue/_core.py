@@ -375,47 +375,12 @@ def utf8(conninfo: str) -> dict[str, Any]:
     string sets one. pgqueue's texts are Python's str: on a SQL_ASCII database (initdb under the
     C locale makes them) psycopg otherwise returned them as bytes (a dequeue failed after its
     lease was committed), and on a LATIN1 one it could not send what Latin-1 lacks; with UTF8
-    the server converts, and refuses what the database cannot hold (22P05). On a SQL_ASCII
-    database the connection then goes back to SQL_ASCII (:func:`ascii_fallback`)."""
+    the server converts, and refuses what the database cannot hold (22P05)."""
     try:
         given = conninfo_to_dict(conninfo)
     except Exception:  # psycopg's connect reports a connection string that does not parse
         return {}
     return {} if "client_encoding" in given else {"client_encoding": "UTF8"}
-
-
-#: What :func:`ascii_fallback` runs on a connection of pgqueue's own to a SQL_ASCII database.
-ASCII_FALLBACK: LiteralString = "SET client_encoding TO 'SQL_ASCII'"
-
-
-def needs_ascii_fallback(server_encoding: str | None, conninfo: str) -> bool:
-    """Whether a connection pgqueue opened with :func:`utf8` must go back to SQL_ASCII: its
-    database is SQL_ASCII, which takes any byte, and the server refuses to send a text that is
-    not UTF-8 to a UTF8 client ("invalid byte sequence for encoding UTF8"): one such value
-    (a content type or an error text another client wrote in Latin-1) failed every dequeue of
-    its queue, for ever. In SQL_ASCII the texts come as they are, and :func:`utf8_texts` reads
-    them as UTF-8 (a byte that is not, as an escape)."""
-    return server_encoding == "SQL_ASCII" and bool(utf8(conninfo))
-
-
-def ascii_fallback(conn: Any, conninfo: str) -> None:
-    """After connecting a ``psycopg.Connection`` of pgqueue's own (autocommit) with
-    :func:`utf8`: on a SQL_ASCII database, go back to SQL_ASCII and load its texts as str
-    (:func:`needs_ascii_fallback`)."""
-    if needs_ascii_fallback(conn.info.parameter_status("server_encoding"), conninfo):
-        conn.execute(ASCII_FALLBACK)
-        if not conn.autocommit:
-            conn.commit()
-        utf8_texts(conn.info.encoding, conn.adapters)
-
-
-async def ascii_fallback_async(conn: Any, conninfo: str) -> None:
-    """:func:`ascii_fallback` for a ``psycopg.AsyncConnection``."""
-    if needs_ascii_fallback(conn.info.parameter_status("server_encoding"), conninfo):
-        await conn.execute(ASCII_FALLBACK)
-        if not conn.autocommit:
-            await conn.commit()
-        utf8_texts(conn.info.encoding, conn.adapters)
 
 
 class _Utf8TextLoader(Loader):

@@ -328,11 +328,6 @@ def connect_unless_stopped(dsn: str, stop: threading.Event, deadline: float | No
         try:
             try:
                 result = psycopg.connect(dsn, autocommit=True, **options)
-                try:
-                    _core.ascii_fallback(result, dsn)
-                except BaseException:
-                    result.close()
-                    raise
             except psycopg.Error as raw:
                 verdict = _connect_verdict(str(raw))  # (libpq's text, before its translation)
                 with translating():

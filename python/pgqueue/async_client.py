@@ -18,8 +18,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from types import TracebackType
@@ -52,20 +53,47 @@ CANCEL_WAIT = 5.0
 logger = logging.getLogger("pgqueue")
 
 
-async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
+                   status: list[TransactionStatus] | None = None) -> T:
+    """Run a call on a connection; with ``status``, append the connection's transaction status
+    as its statement left it (read before anything else can run on the connection: another
+    task's statement in flight a moment later shows ACTIVE)."""
     try:
         with translating():
             async with conn.cursor(row_factory=tuple_row) as cur:
                 _core.utf8_texts(conn.info.encoding, cur.adapters)
                 await cur.execute(call.query, call.params)
+                if status is not None:
+                    status.append(conn.info.transaction_status)
                 rows = await cur.fetchall()
                 if not rows and call.probe_queue is not None:
                     await cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
     except InvalidArgument as exc:  # a text the encoding cannot hold: the call's ASCII twin, if any
         if exc.sqlstate != "22P05" or call.untranslatable is None:
             raise
-        return await _execute(conn, call.untranslatable)
+        return await _execute(conn, call.untranslatable, status)
     return call.result(rows)
+
+
+def _plain(value: object, what: str) -> object:
+    """Return a pool's ``conninfo`` or ``kwargs``, called if it is a plain function (as the pool
+    does); an async one cannot be called here (``AsyncQueue.conninfo`` is a property).
+
+    Raises:
+        InvalidArgument: ``value`` is an async function (or returns an awaitable).
+    """
+    if not callable(value):
+        return value
+    refusal = (f"the pool's {what} is an async function, which AsyncQueue.conninfo cannot call: "
+               "pass the connection string explicitly (dsn= for an AsyncWorker)")
+    if inspect.iscoroutinefunction(value):
+        raise InvalidArgument(refusal)
+    result = value()
+    if inspect.isawaitable(result):
+        if isinstance(result, Coroutine):
+            result.close()  # never awaited: no "coroutine was never awaited" warning
+        raise InvalidArgument(refusal)
+    return result
 
 
 class _AsyncConnector:
@@ -103,11 +131,6 @@ class _AsyncConnector:
                 assert self._dsn is not None
                 with translating():
                     conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
-                    try:
-                        await _core.ascii_fallback_async(conn, self._dsn)
-                    except BaseException:
-                        await conn.close()
-                        raise
                 if self._closed:
                     # close() ran while we connected (it does not wait for the lock): it could
                     # not see this connection, which would stay open with nothing to close it
@@ -140,12 +163,31 @@ class _AsyncConnector:
         async with self.connection() as conn:
             return await _execute(conn, call)
 
+    async def run_leasing(self, call: Call[T]) -> tuple[T, bool]:
+        """Execute the dequeue of ``receive``; return its result and whether it ran inside a
+        transaction of the caller's connection (then no heartbeat is needed: see
+        :meth:`heartbeat_runner`).
+
+        Decided from the connection's mode and the status the dequeue's own statement left,
+        not read again later: other tasks may share the caller's connection, and one's
+        statement in flight shows ACTIVE, which on an autocommit connection is no transaction
+        (read so, the block went without heartbeats and lost its lease).
+        """
+        if self._conn is None:
+            return await self.run(call), False
+        status: list[TransactionStatus] = []
+        result = await _execute(self._conn, call, status)
+        in_transaction = not self._conn.autocommit or (
+            bool(status) and status[-1] in (TransactionStatus.INTRANS, TransactionStatus.INERROR))
+        return result, in_transaction
+
     @asynccontextmanager
-    async def heartbeat_runner(self) -> AsyncIterator[Runner | None]:
+    async def heartbeat_runner(self, in_transaction: bool = False) -> AsyncIterator[Runner | None]:
         """Lend a coroutine function that runs a heartbeat on a connection other than the calls'.
 
-        Yields None when the caller's connection is inside a transaction (its row lock keeps
-        the message from other consumers); see ``Queue.receive``.
+        Yields None when the dequeue ran inside a transaction of the caller's connection
+        (``in_transaction``, from :meth:`run_leasing`: its row lock keeps the message from
+        other consumers); see ``Queue.receive``.
         """
         if self._pool is not None:
             pool = self._pool
@@ -157,7 +199,7 @@ class _AsyncConnector:
 
             yield on_pool
         elif self._conn is not None:
-            if self._conn.info.transaction_status != TransactionStatus.IDLE:
+            if in_transaction:
                 yield None
                 return
             # A private connection to the same server for the block's beats, opened again after a
@@ -170,7 +212,6 @@ class _AsyncConnector:
                 if not sides or sides[-1].closed:
                     with translating():
                         sides.append(await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
-                        await _core.ascii_fallback_async(sides[-1], conninfo)
                 return sides[-1]
 
             async def on_side(call: Call[bool]) -> bool:
@@ -207,7 +248,7 @@ class _AsyncConnector:
         if self._conn is not None:
             return _core.conninfo_of(self._conn.pgconn)
         assert self._pool is not None
-        return _core.pool_conninfo(self._pool.conninfo, self._pool.kwargs)
+        return _core.pool_conninfo(_plain(self._pool.conninfo, "conninfo"), _plain(self._pool.kwargs, "kwargs"))
 
     async def close(self) -> None:
         """Close the connections this connector opened (never the caller's)."""
@@ -325,8 +366,10 @@ class AsyncQueue:
         (which propagates; :class:`pgqueue.Reject` dead-letters it now), gives it back for
         immediate redelivery when the block is cancelled or interrupted, or when the
         heartbeats' connection cannot be opened (the block does not run). A cancellation that
-        lands while the message is being settled waits for the settling (up to
-        :data:`CANCEL_WAIT` seconds), then goes on. A cancellation while the message is being dequeued (an
+        lands as the block ends, while its heartbeat task stops (a beat in flight is awaited
+        for at most :data:`CANCEL_WAIT` seconds, cancelled or not) or while the message is
+        being settled, still settles it by the block's outcome (up to :data:`CANCEL_WAIT`
+        seconds), then goes on. A cancellation while the message is being dequeued (an
         ``asyncio.timeout`` around the ``async with``) gives back the message the server had
         leased already, if any, and the block does not run. While the block runs, an asyncio
         task extends the lease every third of it on a separate connection (see
@@ -335,31 +378,64 @@ class AsyncQueue:
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.
         """
-        lease = await self._take(_core.receive(self._name, lock_ms=lock_ms))
+        lease, in_transaction = await self._take(_core.receive(self._name, lock_ms=lock_ms))
         if lease is None:
             yield None
             return
         msg = lease.message
-        async with AsyncExitStack() as stack:
+        stack = AsyncExitStack()
+        try:
+            if heartbeat:
+                runner = await stack.enter_async_context(self._connector.heartbeat_runner(in_transaction))
+                if runner is not None:
+                    hb_call = _core.heartbeat(msg, lock_ms)
+                    beats = AsyncHeartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
+                                            name=f"pgqueue-heartbeat-{msg.id}")
+                    # bounded: a beat stuck on a dead connection does not hold the block's end
+                    stack.push_async_callback(beats.stop, CANCEL_WAIT)
+        except BaseException as exc:  # the block has not run: the message goes back as it was
+            await self._unwind(stack, msg)
+            await self._settle_shielded(msg, exc, "release")
+            raise
+        outcome: BaseException | None = None
+        try:
+            yield msg
+        except BaseException as exc:
+            outcome = exc
+            raise
+        finally:
+            # The heartbeats stop first (a beat after the settling would find the lease gone),
+            # then the message is settled by the block's own outcome, whatever lands meanwhile:
+            # a cancellation while the heartbeats stop (an asyncio.timeout, a TaskGroup) goes on
+            # once the message is settled, rather than leave a finished block's message leased.
+            interrupted = await self._unwind(stack, msg)
+            await self._settle_shielded(msg, outcome)
+            if interrupted is not None and (
+                    outcome is None or (isinstance(interrupted, asyncio.CancelledError)
+                                        and not isinstance(outcome, asyncio.CancelledError))):
+                raise interrupted
+
+    async def _unwind(self, stack: AsyncExitStack, msg: Message) -> BaseException | None:
+        """Close a ``receive`` block's stack (stop its heartbeats, at most :data:`CANCEL_WAIT`
+        seconds, and close their connection) in a task a cancellation does not reach.
+
+        Returns what interrupted it, for the caller to raise once the message is settled: a
+        cancellation that landed meanwhile (the closing is then awaited for at most
+        :data:`CANCEL_WAIT` seconds more), or an error of the closing.
+        """
+        closing = asyncio.ensure_future(stack.aclose())
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError as cancelled:
             try:
-                if heartbeat:
-                    runner = await stack.enter_async_context(self._connector.heartbeat_runner())
-                    if runner is not None:
-                        hb_call = _core.heartbeat(msg, lock_ms)
-                        beats = AsyncHeartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
-                                                name=f"pgqueue-heartbeat-{msg.id}")
-                        stack.push_async_callback(beats.stop)
-            except BaseException as exc:  # the block has not run: the message goes back as it was
-                await stack.aclose()
-                await self._settle_shielded(msg, exc, "release")
-                raise
-            try:
-                yield msg
-            except BaseException as exc:
-                await stack.aclose()
-                await self._settle_shielded(msg, exc)
-                raise
-        await self._settle_shielded(msg, None)
+                await asyncio.wait_for(closing, CANCEL_WAIT)
+            except Exception:  # noqa: BLE001 (it failed, or did not end in time: the settling comes first)
+                logger.warning("message %s on queue %s: the heartbeats of a cancelled receive() did not stop",
+                               msg.id, msg.queue)
+            return cancelled
+        except Exception as exc:  # noqa: BLE001 (raised after the settling)
+            return exc
+        return None
 
     async def _settle_shielded(self, msg: Message, exc: BaseException | None,
                                action: _core.Outcome | None = None) -> None:
@@ -379,8 +455,11 @@ class AsyncQueue:
                                msg.id, msg.queue)
             raise
 
-    async def _take(self, call: Call[_core.Lease | None]) -> _core.Lease | None:
+    async def _take(self, call: Call[_core.Lease | None]) -> tuple[_core.Lease | None, bool]:
         """Run the dequeue of ``receive`` so that a cancellation cannot strand the message it leased.
+
+        Returns the lease, if any, and whether the dequeue ran in the caller's transaction
+        (:meth:`_AsyncConnector.run_leasing`).
 
         Cancelled while it waits, psycopg asks the server to cancel the statement; if the server
         had leased the message already (its answer still on the way), psycopg drops the answer
@@ -389,12 +468,12 @@ class AsyncQueue:
         does not reach: it is awaited, for at most :data:`CANCEL_WAIT` seconds (then cancelled
         as before), the message it took is given back, and the cancellation goes on.
         """
-        statement = asyncio.ensure_future(self._connector.run(call))
+        statement = asyncio.ensure_future(self._connector.run_leasing(call))
         try:
             return await asyncio.shield(statement)
         except asyncio.CancelledError as cancelled:
             try:
-                lease = await asyncio.wait_for(statement, CANCEL_WAIT)
+                lease, _ = await asyncio.wait_for(statement, CANCEL_WAIT)
             except Exception:  # it failed (nothing taken), or did not answer in time (cancelled)
                 raise cancelled from None
             if lease is not None:

@@ -375,7 +375,6 @@ class AsyncWorker(WorkerCore):
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
-                    await _core.ascii_fallback_async(conn, self._dsn)
                     await conn.execute(listen_statement(self._name))
                     self._notify()  # something may have arrived while we were connecting
                     backoff = 0.5

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, TextIO, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue._core import ascii_fallback, utf8
+from pgqueue._core import utf8
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import _SIGNALS, _client_side, is_async_handler, stop_signals, stopped_already
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
@@ -638,11 +638,6 @@ def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Itera
     hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
         conn = psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, connect_timeout), **utf8(dsn))
-        try:
-            ascii_fallback(conn, dsn)
-        except BaseException:
-            conn.close()
-            raise
     except psycopg.ProgrammingError as exc:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
@@ -660,7 +655,6 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
     where = ""
     try:
         with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3), **utf8(dsn)) as conn:
-            ascii_fallback(conn, dsn)
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
             installed = server_pgqueue(conn)
     except psycopg.ProgrammingError as exc:
@@ -1081,7 +1075,6 @@ class _KeptConnection:
         self.close()
         conn = psycopg.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10), **utf8(self._dsn))
         try:
-            ascii_fallback(conn, self._dsn)
             check_server(conn)
         except BaseException:
             conn.close()

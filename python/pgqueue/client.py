@@ -55,6 +55,10 @@ ConnectionSource = str | psycopg.Connection[Any] | ConnectionPool[Any]
 
 logger = logging.getLogger("pgqueue")
 
+#: How long the end of a ``receive`` block waits for its heartbeat thread's beat in flight
+#: (seconds): a beat stuck on a dead connection is left behind (the thread is a daemon).
+STOP_WAIT = 5.0
+
 
 #: One lock a caller's connection, shared by every Queue over it (see ``_Connector``).
 _CALLER_LOCKS: weakref.WeakKeyDictionary[psycopg.Connection[Any], threading.RLock] = weakref.WeakKeyDictionary()
@@ -139,11 +143,6 @@ class _Connector:
                 assert self._dsn is not None
                 with translating():
                     conn = psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
-                    try:
-                        _core.ascii_fallback(conn, self._dsn)
-                    except BaseException:
-                        conn.close()
-                        raise
                 setattr(self, attr, conn)
             return conn
 
@@ -158,21 +157,29 @@ class _Connector:
                 yield self._open("_own") if self._conn is None else self._conn
 
     @contextmanager
-    def leasing(self) -> Iterator[psycopg.Connection[Any]]:
-        """Lend the connection for a dequeue whose leases are committed only after the block returns.
+    def leasing(self) -> Iterator[tuple[psycopg.Connection[Any], bool]]:
+        """Lend the connection for a dequeue whose leases are committed only after the block
+        returns, and whether the dequeue runs inside a transaction of the caller's connection
+        (then no heartbeat is needed: see :meth:`heartbeat_runner`).
 
         On an autocommit connection (our own, or a caller's or a pool's in autocommit mode) the
         block runs in a transaction of its own; otherwise in the connection's transaction: the
         caller's, or the pool's, committed when the connection is given back. Either way what
         the block read is in the caller's hands before the leases can be committed, and an
         exception that interrupts the block rolls them back.
+
+        The caller's transaction is told from the connection's mode and its status before the
+        dequeue, not read again later: a statement another thread has in flight on it shows
+        ACTIVE, which on an autocommit connection is no transaction.
         """
         with self.connection() as conn:
+            in_transaction = self._conn is not None and (not conn.autocommit or conn.info.transaction_status in (
+                TransactionStatus.INTRANS, TransactionStatus.INERROR))
             if conn.autocommit:
                 with translating(), conn.transaction():
-                    yield conn
+                    yield conn, in_transaction
             else:
-                yield conn
+                yield conn, in_transaction
 
     def run(self, call: Call[T]) -> T:
         """Execute a call and return its result."""
@@ -189,13 +196,13 @@ class _Connector:
             return _execute(conn, call)
 
     @contextmanager
-    def heartbeat_runner(self) -> Iterator[Callable[[Call[bool]], bool] | None]:
+    def heartbeat_runner(self, in_transaction: bool = False) -> Iterator[Callable[[Call[bool]], bool] | None]:
         """Lend a function that runs a heartbeat on a connection other than the one of the calls.
 
-        Yields None when no heartbeat is needed: the caller's connection is inside a
-        transaction, whose row lock on the leased message keeps every other consumer away
-        (they skip locked rows) until it ends; a heartbeat from another connection would only
-        wait on that lock.
+        Yields None when no heartbeat is needed: the dequeue ran inside a transaction of the
+        caller's connection (``in_transaction``, from :meth:`leasing`), whose row lock on the
+        leased message keeps every other consumer away (they skip locked rows) until it ends; a
+        heartbeat from another connection would only wait on that lock.
         """
         if self._pool is not None:
             pool = self._pool
@@ -206,7 +213,7 @@ class _Connector:
 
             yield on_pool
         elif self._conn is not None:
-            if self._conn.info.transaction_status != TransactionStatus.IDLE:
+            if in_transaction:
                 yield None
                 return
             # The caller's autocommit connection: a heartbeat on it could land inside a
@@ -220,7 +227,6 @@ class _Connector:
                 if not sides or sides[-1].closed:
                     with translating():
                         sides.append(psycopg.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
-                        _core.ascii_fallback(sides[-1], conninfo)
                 return sides[-1]
 
             try:
@@ -493,34 +499,57 @@ class Queue:
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.
         """
-        lease = self._take(_core.receive(self._name, lock_ms=lock_ms))
+        lease, in_transaction = self._take(_core.receive(self._name, lock_ms=lock_ms))
         if lease is None:
             yield None
             return
         msg = lease.message
-        with ExitStack() as stack:
-            try:
-                if heartbeat:
-                    runner = stack.enter_context(self._connector.heartbeat_runner())
-                    if runner is not None:
-                        hb_call = _core.heartbeat(msg, lock_ms)
-                        beats = Heartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
-                                           name=f"pgqueue-heartbeat-{msg.id}")
-                        stack.callback(beats.stop)
-            except BaseException as exc:  # the block has not run: the message goes back as it was
-                stack.close()
-                self._settle(msg, exc, "release")
-                raise
-            try:
-                yield msg
-            except BaseException as exc:
-                stack.close()
-                self._settle(msg, exc)
-                raise
-        self._settle(msg, None)
+        stack = ExitStack()
+        try:
+            if heartbeat:
+                runner = stack.enter_context(self._connector.heartbeat_runner(in_transaction))
+                if runner is not None:
+                    hb_call = _core.heartbeat(msg, lock_ms)
+                    beats = Heartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
+                                       name=f"pgqueue-heartbeat-{msg.id}")
+                    stack.callback(beats.stop, STOP_WAIT)  # a beat stuck on a dead connection is left behind
+        except BaseException as exc:  # the block has not run: the message goes back as it was
+            self._unwind(stack)
+            self._settle(msg, exc, "release")
+            raise
+        outcome: BaseException | None = None
+        try:
+            yield msg
+        except BaseException as exc:
+            outcome = exc
+            raise
+        finally:
+            # The heartbeats stop first, then the message is settled by the block's own outcome,
+            # whatever lands meanwhile (a KeyboardInterrupt while the heartbeat thread is joined
+            # goes on once the message is settled, rather than leave a finished block's message
+            # leased).
+            interrupted = self._unwind(stack)
+            self._settle(msg, outcome)
+            if interrupted is not None and (
+                    outcome is None or (not isinstance(interrupted, Exception) and isinstance(outcome, Exception))):
+                raise interrupted
 
-    def _take(self, call: Call[_core.Lease | None]) -> _core.Lease | None:
+    @staticmethod
+    def _unwind(stack: ExitStack) -> BaseException | None:
+        """Close a ``receive`` block's stack (stop its heartbeats, close their connection); return
+        what interrupted it (a KeyboardInterrupt, an error of the closing), for the caller to
+        raise once the message is settled."""
+        try:
+            stack.close()
+        except BaseException as exc:  # noqa: BLE001 (raised after the settling)
+            return exc
+        return None
+
+    def _take(self, call: Call[_core.Lease | None]) -> tuple[_core.Lease | None, bool]:
         """Run the dequeue of ``receive`` so that an exception landing meanwhile cannot strand its message.
+
+        Returns the lease, if any, and whether the dequeue ran in the caller's transaction
+        (:meth:`_Connector.leasing`).
 
         A KeyboardInterrupt (or any exception) that lands while the server answers makes psycopg
         cancel the statement and drop the answer; run as its own transaction, the dequeue would
@@ -536,7 +565,7 @@ class Queue:
         """
         lease: _core.Lease | None = None
         try:
-            with self._connector.leasing() as conn:
+            with self._connector.leasing() as (conn, in_transaction):
                 lease = _execute(conn, call)
         except BaseException as exc:
             # An interruption lands on the client; psycopg's cancel request chases a COMMIT the
@@ -544,7 +573,7 @@ class Queue:
             if lease is not None and not isinstance(exc, Exception):
                 self._settle(lease.message, exc, "release")
             raise
-        return lease
+        return lease, in_transaction
 
     def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
         action = action or _core.outcome(exc)

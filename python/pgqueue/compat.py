@@ -2,8 +2,9 @@
 
 The Python package and the SQL share one version: the client 0.4.x works with a database whose
 pgqueue is 0.4 (an extension, or a plain install made by ``pgqueue install``), and with no
-other major.minor. :func:`check_server` says so clearly at start-up instead of letting a
-missing or changed SQL function fail later in the middle of the work.
+other major.minor. :func:`check_server` (:func:`async_check_server` on asyncio) says so clearly
+at start-up instead of letting a missing or changed SQL function fail later in the middle of the
+work.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pgqueue import _core, _sql
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue.errors import INSTALL_HINT, ExtensionNotInstalled, VersionMismatch, translating
 
-__all__ = ["ServerPgQueue", "check_server", "major_minor", "server_pgqueue", "version_mismatch"]
+__all__ = ["ServerPgQueue", "async_check_server", "async_server_pgqueue", "check_server", "major_minor",
+           "server_pgqueue", "version_mismatch"]
 
 
 @dataclass(frozen=True)
@@ -39,43 +41,63 @@ def major_minor(version: str) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def server_pgqueue(conn: psycopg.Connection[Any]) -> ServerPgQueue | None:
-    """Return the pgqueue installed in the connection's database, or None if there is none.
+def _sync_only(conn: object, name: str, instead: str) -> None:
+    """Refuse an async connection, naming the coroutine that takes it (it would fail deep in
+    psycopg otherwise, with an AttributeError or a TypeError that says nothing of this)."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(f"{name}() takes a psycopg.Connection, got an AsyncConnection: use "
+                        f"`await {instead}(conn)`")
 
-    Runs two catalog queries at most (in the caller's transaction, if one is open).
 
-    Raises:
-        PgQueueError: (a subclass of it) when the queries fail, e.g. ConnectionFailed.
-    """
-    with translating(), conn.cursor(row_factory=tuple_row) as cur:
-        _core.utf8_texts(conn.info.encoding, cur.adapters)  # a caller's SQL_ASCII connection: str, not bytes
-        row = cur.execute(_sql.SERVER_VERSION).fetchone()
-        assert row is not None
-        extversion, has_install_table = row
-        if extversion is not None:
-            return ServerPgQueue(str(extversion), "extension")
-        if not has_install_table:
-            return None
-        versions = [str(r[0]) for r in cur.execute(_sql.PLAIN_INSTALL_VERSIONS).fetchall() if r[0] is not None]
+def _installed(row: tuple[Any, ...] | None, plain_versions: list[Any] | None) -> ServerPgQueue | None:
+    """Tell the pgqueue installed from the answers of :data:`_sql.SERVER_VERSION` and, when it
+    found no extension but the plain install's table, :data:`_sql.PLAIN_INSTALL_VERSIONS`."""
+    assert row is not None
+    extversion, _ = row
+    if extversion is not None:
+        return ServerPgQueue(str(extversion), "extension")
+    versions = [str(v) for v in plain_versions or [] if v is not None]
     if not versions:
         return None
     # one row per applied release or a single row: either way the highest is what is installed
     return ServerPgQueue(max(versions, key=lambda v: major_minor(v) or (-1, -1)), "plain")
 
 
-def check_server(conn: psycopg.Connection[Any]) -> ServerPgQueue:
-    """Check that the database's pgqueue has this client's major.minor version; return it.
+def server_pgqueue(conn: psycopg.Connection[Any]) -> ServerPgQueue | None:
+    """Return the pgqueue installed in the connection's database, or None if there is none.
 
-    Call it once after connecting (the worker and the command line do), not before every call.
+    Runs two catalog queries at most (in the caller's transaction, if one is open). For a
+    ``psycopg.AsyncConnection``: :func:`async_server_pgqueue`.
 
     Raises:
-        ExtensionNotInstalled: the database has no pgqueue (neither the extension nor a plain
-            install).
-        VersionMismatch: the database's pgqueue is older or newer (in major.minor) than this
-            client; the message says what to upgrade.
-        PgQueueError: (a subclass of it) when the database cannot be asked.
+        TypeError: ``conn`` is an AsyncConnection.
+        PgQueueError: (a subclass of it) when the queries fail, e.g. ConnectionFailed.
     """
-    installed = server_pgqueue(conn)
+    _sync_only(conn, "server_pgqueue", "pgqueue.compat.async_server_pgqueue")
+    with translating(), conn.cursor(row_factory=tuple_row) as cur:
+        _core.utf8_texts(conn.info.encoding, cur.adapters)  # a caller's SQL_ASCII connection: str, not bytes
+        row = cur.execute(_sql.SERVER_VERSION).fetchone()
+        plain = None
+        if row is not None and row[0] is None and row[1]:
+            plain = [r[0] for r in cur.execute(_sql.PLAIN_INSTALL_VERSIONS).fetchall()]
+    return _installed(row, plain)
+
+
+async def async_server_pgqueue(conn: psycopg.AsyncConnection[Any]) -> ServerPgQueue | None:
+    """:func:`server_pgqueue` for a ``psycopg.AsyncConnection``."""
+    with translating():
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            _core.utf8_texts(conn.info.encoding, cur.adapters)
+            await cur.execute(_sql.SERVER_VERSION)
+            row = await cur.fetchone()
+            plain = None
+            if row is not None and row[0] is None and row[1]:
+                await cur.execute(_sql.PLAIN_INSTALL_VERSIONS)
+                plain = [r[0] for r in await cur.fetchall()]
+    return _installed(row, plain)
+
+
+def _checked(installed: ServerPgQueue | None) -> ServerPgQueue:
     if installed is None:
         raise ExtensionNotInstalled(
             f"pgqueue is not installed in this database: {INSTALL_HINT}", hint=INSTALL_HINT)
@@ -83,6 +105,29 @@ def check_server(conn: psycopg.Connection[Any]) -> ServerPgQueue:
     if mismatch is not None:
         raise mismatch
     return installed
+
+
+def check_server(conn: psycopg.Connection[Any]) -> ServerPgQueue:
+    """Check that the database's pgqueue has this client's major.minor version; return it.
+
+    Call it once after connecting (the worker and the command line do), not before every call.
+    For a ``psycopg.AsyncConnection``: ``await`` :func:`async_check_server`.
+
+    Raises:
+        ExtensionNotInstalled: the database has no pgqueue (neither the extension nor a plain
+            install).
+        VersionMismatch: the database's pgqueue is older or newer (in major.minor) than this
+            client; the message says what to upgrade.
+        PgQueueError: (a subclass of it) when the database cannot be asked.
+        TypeError: ``conn`` is an AsyncConnection.
+    """
+    _sync_only(conn, "check_server", "pgqueue.async_check_server")
+    return _checked(server_pgqueue(conn))
+
+
+async def async_check_server(conn: psycopg.AsyncConnection[Any]) -> ServerPgQueue:
+    """:func:`check_server` for a ``psycopg.AsyncConnection`` (the same checks and errors)."""
+    return _checked(await async_server_pgqueue(conn))
 
 
 def version_mismatch(installed: ServerPgQueue) -> VersionMismatch | None:

@@ -286,7 +286,6 @@ class QueueMetrics:
                                    **_core.utf8(self._dsn))
             try:
                 with _cut_at(conn, deadline):
-                    _core.ascii_fallback(conn, self._dsn)
                     conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
                                  (f"{math.ceil(self._timeout * 1000)}ms",))
                     # each new connection: the database may have changed (restored, upgraded)

@@ -112,7 +112,6 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
         with translating():
             own = psycopg.connect(conn, autocommit=True, **_core.utf8(conn))
         try:
-            _core.ascii_fallback(own, conn)
             own.add_notice_handler(on_notice)
             return _run_once(own, _core.schedule_run(limit))
         finally:

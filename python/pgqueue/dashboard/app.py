@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
-from pgqueue._core import ascii_fallback, dead_letter_from_row, pending_from_row, utf8
+from pgqueue._core import dead_letter_from_row, pending_from_row, utf8
 from pgqueue._version import __version__
 from pgqueue.cli import connect_timeout_kwargs, format_ms
 from pgqueue.client import Queue, all_stats, list_queues
@@ -435,30 +435,15 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # series in the order they are made
     # (client_encoding UTF8 unless the DSN sets one: on a SQL_ASCII database the pages read
-    # texts as bytes and the queue and dead-letter pages failed, as pgqueue's own connections did;
-    # on a SQL_ASCII database each connection goes back to SQL_ASCII and reads texts as UTF-8:
-    # ascii_fallback, given the caller's DSN, which says whether it set a client_encoding)
+    # texts as bytes and the queue and dead-letter pages failed, as pgqueue's own connections did)
     conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME, **utf8(options.dsn))
-
-    def own(conn: psycopg.Connection[Any]) -> None:
-        ascii_fallback(conn, options.dsn)
-
-    def sample_connection() -> psycopg.Connection[Any]:
-        conn = psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
-        try:
-            own(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
     # (check: a pooled connection the server ended, by a restart, idle_session_timeout or a
     # proxy, is replaced before a page uses it, where the next pages answered 500 Database error)
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True}, name="pgqueue-dashboard",
-                                               check=ConnectionPool.check_connection, configure=own)
+                                               check=ConnectionPool.check_connection)
     pool.open(wait=False)
-    sampler = Sampler(sample_connection,
+    sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10)),
                       interval=options.sample_interval, history=options.history)
     if start_sampler:
         sampler.start()

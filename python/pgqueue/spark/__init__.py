@@ -272,6 +272,5 @@ def release(dsn: str, queue: str, consumer: str) -> int:
     a query consumes as that consumer, and PQ006 for a consumer that does not exist.
     """
     with translating(), psycopg.connect(dsn, autocommit=True, row_factory=tuple_row, **_core.utf8(dsn)) as conn:
-        _core.ascii_fallback(conn, dsn)
         row = conn.execute(_sql.RELEASE, {"queue": queue, "consumer": consumer}).fetchone()
     return int(row[0]) if row is not None else 0

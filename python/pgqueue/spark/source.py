@@ -178,8 +178,8 @@ def _message_row(opts: Options, mid: int, status: str, content: bytes, ctype: st
 
 
 def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...]]:
-    """Connect, in UTF8 unless the connection string sets a client_encoding or the database is
-    SQL_ASCII (texts load as str there too); an error that quotes the connection string's password has it
+    """Connect, in UTF8 unless the connection string sets a client_encoding (texts load as str
+    even then, on a SQL_ASCII one); an error that quotes the connection string's password has it
     masked.
 
     On a SQL_ASCII database (initdb under the C locale makes them) psycopg returned text columns
@@ -197,14 +197,6 @@ def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...
             raise error from exc
         # Spark prints the whole chain of a task's or the driver's exception: drop the cause
         raise type(error)(text, sqlstate=error.sqlstate, hint=error.hint) from None
-    try:
-        with translating():
-            # a SQL_ASCII database: back to SQL_ASCII, whose texts come as they are (a UTF8
-            # client is refused any value that is not UTF-8, and one such row jammed a stream)
-            _core.ascii_fallback(conn, dsn)
-    except BaseException:
-        conn.close()
-        raise
     _core.utf8_texts(conn.info.encoding, conn.adapters)
     return conn
 
