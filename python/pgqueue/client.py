@@ -27,7 +27,9 @@ Example::
 from __future__ import annotations
 
 import logging
+import select
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -85,6 +87,33 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
             raise
         return _execute(conn, call.untranslatable)
     return call.result(rows)
+
+
+def _read_what_is_left(conn: psycopg.Connection[Any] | None, timeout: float = 5.0) -> None:
+    """Read the rest of an answer an interruption left unread on ``conn``.
+
+    A KeyboardInterrupt that lands while psycopg waits for an answer makes it cancel the
+    statement and read the answer on; one that lands inside that reading (between two of its
+    polls) leaves the answer unread and the connection busy: every later statement on it failed
+    ("another command is already in progress"), the give-back of a message whose COMMIT answered
+    then included, which stayed leased until its lease ran out (CI, test_client.py). The answer
+    is read here, for up to ``timeout`` seconds; a lost connection is left as it is."""
+    if conn is None or conn.closed:
+        return
+    pgconn = conn.pgconn
+    deadline = time.monotonic() + timeout
+    try:
+        while pgconn.transaction_status == TransactionStatus.ACTIVE:
+            if pgconn.is_busy():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                select.select([pgconn.socket], [], [], min(remaining, 0.1))
+                pgconn.consume_input()
+            elif pgconn.get_result() is None:
+                return
+    except (psycopg.Error, OSError):  # the connection is lost: the next call says so
+        return
 
 
 class _Connector:
@@ -239,6 +268,12 @@ class _Connector:
             self._open("_own_heartbeat")  # connect now: a failure shows at the block's start
             # Each beat takes the connection again: opened anew after a loss (see pgqueue._lease).
             yield lambda call: _execute(self._open("_own_heartbeat"), call)
+
+    def read_what_is_left(self) -> None:
+        """After an interruption: read what it left unread on the shared connection, a caller's or
+        our own (:func:`_read_what_is_left`; a pool drops a busy connection it is given back)."""
+        with self._shared_lock:
+            _read_what_is_left(self._conn if self._conn is not None else self._own)
 
     def retries_settling(self) -> bool:
         """Whether a settling call interrupted on its way can run again: on our own connection, a
@@ -571,6 +606,7 @@ class Queue:
             # An interruption lands on the client; psycopg's cancel request chases a COMMIT the
             # server has in practice finished by then, so the lease is committed: give it back.
             if lease is not None and not isinstance(exc, Exception):
+                self._connector.read_what_is_left()
                 self._settle(lease.message, exc, "release")
             raise
         return lease, in_transaction
@@ -607,6 +643,7 @@ class Queue:
             if isinstance(exc, Exception) or not self._connector.retries_settling():
                 raise
             try:
+                self._connector.read_what_is_left()
                 self._settle_once(call)
             except Exception as err:  # noqa: BLE001 (the interruption goes on; this is noted)
                 logger.warning("settling a message after an interruption failed: %s", err)
