@@ -1071,3 +1071,221 @@ def test_async_check_server(dsn: str, bare_dsn: str) -> None:
                 await pgqueue.async_check_server(aconn)
 
     run(main)
+
+
+def _slow_heartbeat_stop(monkeypatch: pytest.MonkeyPatch, stopping: list[asyncio.Event], pause: float) -> None:
+    """Make AsyncHeartbeats.stop set ``stopping[0]`` and take ``pause`` seconds (a cancellation lands)."""
+    from pgqueue._lease import AsyncHeartbeats
+
+    original = AsyncHeartbeats.stop
+
+    async def slow_stop(self: AsyncHeartbeats, timeout: float | None = None) -> None:
+        stopping[0].set()
+        await asyncio.sleep(pause)
+        await original(self, timeout)
+
+    monkeypatch.setattr(AsyncHeartbeats, "stop", slow_stop)
+
+
+def test_a_cancellation_while_a_failed_heartbeat_setup_unwinds_goes_on(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeats' connection could not be opened (ConnectionFailed) and a cancellation
+    landed as the setup unwound: the cancellation was swallowed (the result of the unwind
+    discarded), the task went on as if never cancelled. Now the message is given back, then
+    the cancellation goes on, the setup's error as its context."""
+    import contextlib
+
+    from pgqueue import async_client
+
+    @contextlib.asynccontextmanager
+    async def refused(self: Any, in_transaction: bool = False) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # a cancellation arrives at this moment
+        raise errors.ConnectionFailed("too many connections")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(async_client._AsyncConnector, "heartbeat_runner", refused)
+    Queue(dsn, "setup").create()
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            q = AsyncQueue(aconn, "setup")
+            await q.enqueue("work")
+            ran: list[str] = []
+
+            async def consumer() -> None:
+                async with q.receive() as msg:
+                    ran.append(f"block ran with {msg}")
+
+            task = asyncio.create_task(consumer())
+            with pytest.raises(asyncio.CancelledError) as caught:
+                await task
+            assert task.cancelled() and ran == []
+            assert isinstance(caught.value.__context__, errors.ConnectionFailed)
+            stats = await q.stats()
+            assert (stats.ready, stats.leased) == (1, 0)
+
+    run(main)
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
+def test_an_interruption_raised_by_the_async_block_is_not_replaced_by_a_cancellation(
+        raised: type[BaseException], dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block that raised KeyboardInterrupt or SystemExit, a cancellation landing while its
+    heartbeats stopped: the async with raised CancelledError instead (the held-back
+    cancellation replaced any outcome that was not itself a cancellation). Now it replaces
+    only an ordinary error; the interruption goes on, as in the sync client."""
+    stopping: list[asyncio.Event] = []
+    _slow_heartbeat_stop(monkeypatch, stopping, 0.2)
+    Queue(dsn, "interrupted").create()
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        async with AsyncQueue(dsn, "interrupted") as q:
+            await q.enqueue("work")
+            got: list[BaseException] = []
+
+            async def consumer() -> None:
+                try:
+                    async with q.receive(lock_ms=60000) as msg:
+                        assert msg is not None
+                        raise raised()
+                except BaseException as exc:  # noqa: BLE001 (an interruption must not leave the loop)
+                    got.append(exc)
+
+            task = asyncio.create_task(consumer())
+            await stopping[0].wait()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert [type(e) for e in got] == [raised]
+            stats = await q.stats()
+            assert (stats.ready, stats.leased) == (1, 0)  # given back
+
+    run(main)
+
+
+def test_a_cancellation_while_receive_stops_its_heartbeats_goes_on_when_the_settling_fails(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block returned, a cancellation landed while the heartbeats stopped, then the
+    complete failed (a lost connection): its error went out of the async with and the
+    cancellation was dropped. Now the cancellation goes on, the settling's error its context."""
+    from pgqueue import async_client
+
+    async def failing(self: AsyncQueue, call: Any) -> bool:
+        raise errors.ConnectionFailed("server closed the connection unexpectedly")
+
+    stopping: list[asyncio.Event] = []
+    _slow_heartbeat_stop(monkeypatch, stopping, 0.2)
+    monkeypatch.setattr(async_client.AsyncQueue, "_settle_call", failing)
+    Queue(dsn, "settle").create()
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        async with AsyncQueue(dsn, "settle") as q:
+            await q.enqueue("work")
+
+            async def consumer() -> None:
+                async with q.receive(lock_ms=60000) as msg:
+                    assert msg is not None
+
+            task = asyncio.create_task(consumer())
+            await stopping[0].wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError) as caught:
+                await task
+            assert task.cancelled()
+            assert isinstance(caught.value.__context__, errors.ConnectionFailed)
+
+    run(main)
+
+
+@pytest.mark.parametrize("during", ["heartbeat stop", "settling"])
+def test_two_cancellations_while_receive_ends_still_settle_the_message(
+        during: str, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two cancellations 0.1 s apart while the heartbeats stopped (or while the message was
+    settled): the second cancelled the wait_for that awaited the first's shielded task, which
+    cancelled the task itself; the settling was skipped (or cancelled), the finished block's
+    message left leased. Now every cancellation is held back until the message is settled,
+    then one goes on."""
+    from pgqueue import async_client
+
+    stopping: list[asyncio.Event] = []
+    if during == "heartbeat stop":
+        _slow_heartbeat_stop(monkeypatch, stopping, 0.5)
+    else:
+        original = async_client.AsyncQueue._settle_call
+
+        async def slow_settle(self: AsyncQueue, call: Any) -> bool:
+            stopping[0].set()
+            await asyncio.sleep(0.5)
+            return await original(self, call)
+
+        monkeypatch.setattr(async_client.AsyncQueue, "_settle_call", slow_settle)
+    Queue(dsn, "twice").create()
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        async with AsyncQueue(dsn, "twice") as q:
+            await q.enqueue("work")
+
+            async def consumer() -> None:
+                async with q.receive(lock_ms=60000) as msg:
+                    assert msg is not None
+
+            task = asyncio.create_task(consumer())
+            await stopping[0].wait()
+            task.cancel()
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            stats = await q.stats()
+            assert (stats.ready, stats.leased) == (0, 0)
+            assert (await q.counters()).completed == 1
+
+    run(main)
+
+
+def test_async_receive_logs_a_heartbeat_stop_failure_after_the_blocks_error(
+        dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The block raised and stopping its heartbeats failed too: that second error was dropped
+    without a word. Now it is logged; the block's error goes on, and fails the message."""
+    from pgqueue._lease import AsyncHeartbeats
+
+    original = AsyncHeartbeats.stop
+
+    async def broken_stop(self: AsyncHeartbeats, timeout: float | None = None) -> None:
+        await original(self, timeout)
+        raise RuntimeError("the heartbeats would not stop")
+
+    monkeypatch.setattr(AsyncHeartbeats, "stop", broken_stop)
+    Queue(dsn, "stopfail").create()
+
+    async def main() -> None:
+        async with AsyncQueue(dsn, "stopfail") as q:
+            await q.enqueue("work")
+            with caplog.at_level("WARNING", logger="pgqueue"), pytest.raises(ValueError, match="boom"):
+                async with q.receive(lock_ms=60000) as msg:
+                    assert msg is not None
+                    raise ValueError("boom")
+            assert "the heartbeats would not stop" in caplog.text
+            stats = await q.stats()
+            assert (stats.ready, stats.leased, stats.scheduled) == (0, 0, 1)  # failed: retried later
+
+    run(main)
+
+
+def test_async_check_server_names_check_server_for_a_sync_connection(dsn: str, conn: Conn) -> None:
+    """async_check_server given a sync Connection failed with psycopg's TypeError (a Connection
+    cannot be awaited in a cursor); now it names check_server."""
+    import pgqueue
+    from pgqueue.compat import async_server_pgqueue
+
+    async def main() -> None:
+        with pytest.raises(TypeError, match=r"pgqueue\.check_server\(conn\)"):
+            await pgqueue.async_check_server(conn)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"server_pgqueue\(conn\)"):
+            await async_server_pgqueue(conn)  # type: ignore[arg-type]
+
+    run(main)

@@ -1439,3 +1439,112 @@ def test_a_callers_connection_and_pool_on_a_sql_ascii_database_give_texts_back_a
             _every_text_read(Queue(pool, "sqlascii_q"), pool)
             with pool.connection() as conn:
                 assert conn.info.encoding == "ascii"
+
+
+def test_a_ctrl_c_while_a_failed_heartbeat_setup_unwinds_goes_on(conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeat thread could not be started (RuntimeError) and a KeyboardInterrupt landed
+    while the heartbeats' connection closed: the RuntimeError went out and the Ctrl-C was
+    lost (the result of the unwind discarded). Now the message is given back, then the
+    KeyboardInterrupt goes on, the setup's error as its context."""
+    from pgqueue import _lease, client
+
+    @contextmanager
+    def runner(self: Any, in_transaction: bool = False) -> Iterator[Any]:
+        try:
+            yield lambda call: True
+        finally:
+            raise KeyboardInterrupt  # Ctrl-C while the side connection closes
+
+    def no_thread(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(client._Connector, "heartbeat_runner", runner)
+    monkeypatch.setattr(_lease.Heartbeats, "__init__", no_thread)
+    q = Queue(conn, "setup")
+    q.create()
+    q.enqueue("work")
+    ran = []
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with q.receive() as msg:
+            ran.append(msg)
+    assert ran == []
+    assert isinstance(caught.value.__context__, RuntimeError)
+    stats = q.stats()
+    assert (stats.ready, stats.leased) == (1, 0)
+
+
+def test_a_ctrl_c_while_receive_stops_its_heartbeats_goes_on_when_the_settling_fails(
+        conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block returned, a KeyboardInterrupt landed while the heartbeat thread was joined,
+    then the complete failed (a lost connection): its error went out of the with and the
+    Ctrl-C was lost. Now the KeyboardInterrupt goes on, the settling's error its context."""
+    from pgqueue import _lease, client
+
+    original = _lease.Heartbeats.stop
+
+    def interrupted_stop(self: _lease.Heartbeats, timeout: float | None = None) -> None:
+        original(self, timeout)
+        raise KeyboardInterrupt
+
+    def failing(self: Queue, call: Any) -> bool:
+        raise errors.ConnectionFailed("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(_lease.Heartbeats, "stop", interrupted_stop)
+    monkeypatch.setattr(client.Queue, "_settle_call", failing)
+    q = Queue(conn, "settle")
+    q.create()
+    q.enqueue("work")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with q.receive() as msg:
+            assert msg is not None
+    assert isinstance(caught.value.__context__, errors.ConnectionFailed)
+
+
+def test_receive_logs_a_heartbeat_stop_failure_after_the_blocks_error(
+        conn: Conn, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The block raised and stopping its heartbeats failed too: that second error was dropped
+    without a word. Now it is logged; the block's error goes on, and fails the message."""
+    from pgqueue import _lease
+
+    original = _lease.Heartbeats.stop
+
+    def broken_stop(self: _lease.Heartbeats, timeout: float | None = None) -> None:
+        original(self, timeout)
+        raise RuntimeError("the heartbeats would not stop")
+
+    monkeypatch.setattr(_lease.Heartbeats, "stop", broken_stop)
+    q = Queue(conn, "stopfail")
+    q.create()
+    q.enqueue("work")
+    with caplog.at_level("WARNING", logger="pgqueue"), pytest.raises(ValueError, match="boom"):
+        with q.receive(lock_ms=60000) as msg:
+            assert msg is not None
+            raise ValueError("boom")
+    assert "the heartbeats would not stop" in caplog.text
+    stats = q.stats()
+    assert (stats.ready, stats.leased, stats.scheduled) == (0, 0, 1)  # failed: retried later
+
+
+def test_a_ctrl_c_raised_by_the_block_goes_on_over_a_heartbeat_stop_failure(
+        conn: Conn, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The block was interrupted (KeyboardInterrupt) and stopping its heartbeats failed: the
+    interruption goes on (the error is logged), the message is given back."""
+    from pgqueue import _lease
+
+    original = _lease.Heartbeats.stop
+
+    def broken_stop(self: _lease.Heartbeats, timeout: float | None = None) -> None:
+        original(self, timeout)
+        raise RuntimeError("the heartbeats would not stop")
+
+    monkeypatch.setattr(_lease.Heartbeats, "stop", broken_stop)
+    q = Queue(conn, "interrupted")
+    q.create()
+    q.enqueue("work")
+    with caplog.at_level("WARNING", logger="pgqueue"), pytest.raises(KeyboardInterrupt):
+        with q.receive(lock_ms=60000) as msg:
+            assert msg is not None
+            raise KeyboardInterrupt
+    assert "the heartbeats would not stop" in caplog.text
+    stats = q.stats()
+    assert (stats.ready, stats.leased) == (1, 0)

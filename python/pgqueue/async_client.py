@@ -34,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
+from pgqueue.client import _going_on
 from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
@@ -51,6 +52,37 @@ Runner = Callable[[Call[bool]], Awaitable[bool]]
 CANCEL_WAIT = 5.0
 
 logger = logging.getLogger("pgqueue")
+
+#: The tasks of receive() that a cancellation does not reach (stopping heartbeats, settling),
+#: held until they end: the event loop keeps only weak references to its tasks.
+_UNREACHED: set[asyncio.Future[Any]] = set()
+
+
+async def _unreached(task: asyncio.Future[Any]) -> asyncio.CancelledError | None:
+    """Await ``task`` so that no cancellation reaches it, and return the cancellation that
+    landed meanwhile, if any, for the caller to raise once it is done.
+
+    Once cancelled, it waits for the task :data:`CANCEL_WAIT` seconds more at most (then
+    cancels it); further cancellations are remembered, not passed on (``asyncio.wait``, unlike
+    ``wait_for``, does not cancel what it waits for when it is cancelled itself).
+    """
+    _UNREACHED.add(task)
+    task.add_done_callback(_UNREACHED.discard)
+    loop = asyncio.get_running_loop()
+    cancelled: asyncio.CancelledError | None = None
+    deadline: float | None = None
+    while not task.done():
+        timeout = None if deadline is None else deadline - loop.time()
+        if timeout is not None and timeout <= 0:
+            task.cancel()  # did not end in time; the caller tells
+            break
+        try:
+            await asyncio.wait({task}, timeout=timeout)
+        except asyncio.CancelledError as exc:
+            if cancelled is None:
+                cancelled = exc
+                deadline = loop.time() + CANCEL_WAIT
+    return cancelled
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
@@ -394,8 +426,9 @@ class AsyncQueue:
                     # bounded: a beat stuck on a dead connection does not hold the block's end
                     stack.push_async_callback(beats.stop, CANCEL_WAIT)
         except BaseException as exc:  # the block has not run: the message goes back as it was
-            await self._unwind(stack, msg)
-            await self._settle_shielded(msg, exc, "release")
+            # a cancellation while the heartbeats' connection closes goes on in place of the
+            # error of the setup, once the message is back
+            await self._end(stack, msg, exc, "release")
             raise
         outcome: BaseException | None = None
         try:
@@ -408,12 +441,29 @@ class AsyncQueue:
             # then the message is settled by the block's own outcome, whatever lands meanwhile:
             # a cancellation while the heartbeats stop (an asyncio.timeout, a TaskGroup) goes on
             # once the message is settled, rather than leave a finished block's message leased.
-            interrupted = await self._unwind(stack, msg)
-            await self._settle_shielded(msg, outcome)
-            if interrupted is not None and (
-                    outcome is None or (isinstance(interrupted, asyncio.CancelledError)
-                                        and not isinstance(outcome, asyncio.CancelledError))):
-                raise interrupted
+            # That cancellation goes on even if the settling fails (its error is then the
+            # cancellation's context), and in place of the block's own error, but not of its
+            # KeyboardInterrupt or SystemExit.
+            await self._end(stack, msg, outcome)
+
+    async def _end(self, stack: AsyncExitStack, msg: Message, outcome: BaseException | None,
+                   action: _core.Outcome | None = None) -> None:
+        """End a ``receive`` block: stop its heartbeats (:meth:`_unwind`), settle its message by
+        ``outcome`` (or ``action``) where no cancellation reaches (:meth:`_settle_shielded`),
+        then raise a cancellation that landed meanwhile, if :func:`_going_on` says it goes on
+        (what was raised is then its context)."""
+        interrupted = await self._unwind(stack, msg)
+        settle_error: BaseException | None = None
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            cancelled = await self._settle_shielded(msg, outcome, action)
+        except BaseException as err:
+            settle_error = err
+            raise
+        finally:
+            going = _going_on(msg, settle_error or outcome, cancelled, interrupted)
+            if going is not None:
+                raise going  # a cancellation goes on; what was raised is its context
 
     async def _unwind(self, stack: AsyncExitStack, msg: Message) -> BaseException | None:
         """Close a ``receive`` block's stack (stop its heartbeats, at most :data:`CANCEL_WAIT`
@@ -424,36 +474,37 @@ class AsyncQueue:
         :data:`CANCEL_WAIT` seconds more), or an error of the closing.
         """
         closing = asyncio.ensure_future(stack.aclose())
-        try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError as cancelled:
-            try:
-                await asyncio.wait_for(closing, CANCEL_WAIT)
-            except Exception:  # noqa: BLE001 (it failed, or did not end in time: the settling comes first)
-                logger.warning("message %s on queue %s: the heartbeats of a cancelled receive() did not stop",
-                               msg.id, msg.queue)
-            return cancelled
-        except Exception as exc:  # noqa: BLE001 (raised after the settling)
-            return exc
-        return None
+        cancelled = await _unreached(closing)
+        error = None if not closing.done() or closing.cancelled() else closing.exception()
+        if cancelled is None:
+            return error  # raised after the settling
+        if error is not None or not closing.done() or closing.cancelled():
+            # it failed, or did not end in time: the settling comes first
+            logger.warning("message %s on queue %s: the heartbeats of a cancelled receive() did not stop: %r",
+                           msg.id, msg.queue, error)
+        return cancelled
 
     async def _settle_shielded(self, msg: Message, exc: BaseException | None,
-                               action: _core.Outcome | None = None) -> None:
+                               action: _core.Outcome | None = None) -> asyncio.CancelledError | None:
         """Settle as :meth:`_settle` does, in a task a cancellation does not reach: cancelled
-        meanwhile (an ``asyncio.timeout`` around the ``async with``), the settling is awaited
-        for at most :data:`CANCEL_WAIT` seconds more, then the cancellation goes on. Cancelled
-        with it, the statement would be cancelled and a finished message left leased, to be
-        delivered again (a dead letter at ``max_attempts``)."""
+        meanwhile (an ``asyncio.timeout`` around the ``async with``), even twice, the settling
+        is awaited for at most :data:`CANCEL_WAIT` seconds more. Cancelled with it, the
+        statement would be cancelled and a finished message left leased, to be delivered again
+        (a dead letter at ``max_attempts``).
+
+        Returns the cancellation, for the caller to raise (an error of the settling is then
+        logged); raises the settling's error if there was none.
+        """
         settling = asyncio.ensure_future(self._settle(msg, exc, action))
-        try:
-            await asyncio.shield(settling)
-        except asyncio.CancelledError:
-            try:
-                await asyncio.wait_for(settling, CANCEL_WAIT)
-            except Exception:  # noqa: BLE001 (it failed, as a settling can, or did not end in time)
-                logger.warning("message %s on queue %s: the settling of a cancelled receive() did not finish",
-                               msg.id, msg.queue)
-            raise
+        cancelled = await _unreached(settling)
+        if cancelled is None:
+            settling.result()
+            return None
+        if not settling.done() or settling.cancelled() or settling.exception() is not None:
+            error = None if not settling.done() or settling.cancelled() else settling.exception()
+            logger.warning("message %s on queue %s: the settling of a cancelled receive() did not finish: %r",
+                           msg.id, msg.queue, error)
+        return cancelled
 
     async def _take(self, call: Call[_core.Lease | None]) -> tuple[_core.Lease | None, bool]:
         """Run the dequeue of ``receive`` so that a cancellation cannot strand the message it leased.

@@ -62,6 +62,30 @@ logger = logging.getLogger("pgqueue")
 STOP_WAIT = 5.0
 
 
+def _going_on(msg: Message, raised: BaseException | None, *landed: BaseException | None) -> BaseException | None:
+    """Tell what a ``receive`` block's exit raises, once its message is settled, instead of
+    what it raises already (``raised``: the settling's error, else the block's outcome; None if
+    the block returned and the message was settled).
+
+    ``landed`` is what interrupted the stopping of the heartbeats or the settling (a
+    KeyboardInterrupt, a SystemExit, a cancellation; an error of the closing). An interruption
+    goes on when nothing is raised or in place of an ordinary error (never in place of another
+    interruption); an error of the closing goes on only when nothing is raised, and is logged
+    when it does not.
+    """
+    errors = [e for e in landed if e is not None]
+    interruptions = [e for e in errors if not isinstance(e, Exception)]
+    first = interruptions[0] if interruptions else errors[0] if errors else None
+    going = None
+    if first is not None and (raised is None or (not isinstance(first, Exception) and isinstance(raised, Exception))):
+        going = first
+    for err in errors:
+        if isinstance(err, Exception) and err is not going:
+            logger.warning("message %s on queue %s: stopping the heartbeats of receive() or closing their connection "
+                           "failed (%r was raised already): %s: %s", msg.id, msg.queue, raised, type(err).__name__, err)
+    return going
+
+
 #: One lock a caller's connection, shared by every Queue over it (see ``_Connector``).
 _CALLER_LOCKS: weakref.WeakKeyDictionary[psycopg.Connection[Any], threading.RLock] = weakref.WeakKeyDictionary()
 _CALLER_LOCKS_GUARD = threading.Lock()
@@ -549,8 +573,9 @@ class Queue:
                                        name=f"pgqueue-heartbeat-{msg.id}")
                     stack.callback(beats.stop, STOP_WAIT)  # a beat stuck on a dead connection is left behind
         except BaseException as exc:  # the block has not run: the message goes back as it was
-            self._unwind(stack)
-            self._settle(msg, exc, "release")
+            # a KeyboardInterrupt while the heartbeats' connection closes goes on in place of
+            # the error of the setup, once the message is back
+            self._end(stack, msg, exc, "release")
             raise
         outcome: BaseException | None = None
         try:
@@ -563,11 +588,26 @@ class Queue:
             # whatever lands meanwhile (a KeyboardInterrupt while the heartbeat thread is joined
             # goes on once the message is settled, rather than leave a finished block's message
             # leased).
-            interrupted = self._unwind(stack)
-            self._settle(msg, outcome)
-            if interrupted is not None and (
-                    outcome is None or (not isinstance(interrupted, Exception) and isinstance(outcome, Exception))):
-                raise interrupted
+            # An interruption that lands meanwhile goes on even if the settling fails (its
+            # error is then the interruption's context).
+            self._end(stack, msg, outcome)
+
+    def _end(self, stack: ExitStack, msg: Message, outcome: BaseException | None,
+             action: _core.Outcome | None = None) -> None:
+        """End a ``receive`` block: stop its heartbeats (:meth:`_unwind`), settle its message by
+        ``outcome`` (or ``action``), then raise an interruption that landed meanwhile, if
+        :func:`_going_on` says it goes on (what was raised is then its context)."""
+        interrupted = self._unwind(stack)
+        settle_error: BaseException | None = None
+        try:
+            self._settle(msg, outcome, action)
+        except BaseException as err:
+            settle_error = err
+            raise
+        finally:
+            going = _going_on(msg, settle_error or outcome, interrupted)
+            if going is not None:
+                raise going  # an interruption goes on; what was raised is its context
 
     @staticmethod
     def _unwind(stack: ExitStack) -> BaseException | None:

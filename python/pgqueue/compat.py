@@ -49,6 +49,14 @@ def _sync_only(conn: object, name: str, instead: str) -> None:
                         f"`await {instead}(conn)`")
 
 
+def _async_only(conn: object, name: str, instead: str) -> None:
+    """Refuse a sync connection, naming the function that takes it (psycopg would fail with a
+    TypeError that says nothing of this)."""
+    if isinstance(conn, psycopg.Connection):
+        raise TypeError(f"{name}() takes a psycopg.AsyncConnection, got a Connection: use "
+                        f"`{instead}(conn)`")
+
+
 def _installed(row: tuple[Any, ...] | None, plain_versions: list[Any] | None) -> ServerPgQueue | None:
     """Tell the pgqueue installed from the answers of :data:`_sql.SERVER_VERSION` and, when it
     found no extension but the plain install's table, :data:`_sql.PLAIN_INSTALL_VERSIONS`."""
@@ -85,6 +93,7 @@ def server_pgqueue(conn: psycopg.Connection[Any]) -> ServerPgQueue | None:
 
 async def async_server_pgqueue(conn: psycopg.AsyncConnection[Any]) -> ServerPgQueue | None:
     """:func:`server_pgqueue` for a ``psycopg.AsyncConnection``."""
+    _async_only(conn, "async_server_pgqueue", "pgqueue.compat.server_pgqueue")
     with translating():
         async with conn.cursor(row_factory=tuple_row) as cur:
             _core.utf8_texts(conn.info.encoding, cur.adapters)
@@ -126,7 +135,12 @@ def check_server(conn: psycopg.Connection[Any]) -> ServerPgQueue:
 
 
 async def async_check_server(conn: psycopg.AsyncConnection[Any]) -> ServerPgQueue:
-    """:func:`check_server` for a ``psycopg.AsyncConnection`` (the same checks and errors)."""
+    """:func:`check_server` for a ``psycopg.AsyncConnection`` (the same checks and errors).
+
+    Raises:
+        TypeError: ``conn`` is a (sync) Connection: use :func:`check_server`.
+    """
+    _async_only(conn, "async_check_server", "pgqueue.check_server")
     return _checked(await async_server_pgqueue(conn))
 
 
