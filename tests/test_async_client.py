@@ -1289,3 +1289,117 @@ def test_async_check_server_names_check_server_for_a_sync_connection(dsn: str, c
             await async_server_pgqueue(conn)  # type: ignore[arg-type]
 
     run(main)
+
+
+def test_a_cancellation_held_back_while_the_heartbeats_stop_bounds_the_settling(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancellation that landed while the heartbeats stopped was held back, and the settling
+    after it was then awaited without a bound: a stuck settling (a dead connection, a lock) held
+    an asyncio.timeout for as long as it took (a review). It gets CANCEL_WAIT at most."""
+    from pgqueue import async_client
+
+    monkeypatch.setattr(async_client, "CANCEL_WAIT", 0.3)
+    stopping: list[asyncio.Event] = []
+    _slow_heartbeat_stop(monkeypatch, stopping, 0.1)
+    original = async_client.AsyncQueue._settle_call
+
+    async def stuck(self: AsyncQueue, call: Any) -> bool:
+        await asyncio.sleep(5)
+        return await original(self, call)
+
+    monkeypatch.setattr(async_client.AsyncQueue, "_settle_call", stuck)
+    Queue(dsn, "bounded").create()
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        async with AsyncQueue(dsn, "bounded") as q:
+            await q.enqueue("work")
+
+            async def consumer() -> None:
+                async with q.receive(lock_ms=60000) as msg:
+                    assert msg is not None
+
+            task = asyncio.create_task(consumer())
+            await stopping[0].wait()
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - started < 2.5  # 0.1 s of stopping + CANCEL_WAIT, not 5 s
+
+    run(main)
+
+
+def test_two_cancellations_while_the_dequeue_answers_give_the_message_back(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server leased the message and its answer was on the way when receive() was cancelled
+    twice: the second cancellation cancelled the wait for the dequeue, and the statement with it,
+    and the message stayed leased until its lease ran out (a review). It is given back."""
+    from pgqueue import async_client
+
+    original = async_client._AsyncConnector.run_leasing
+    answered: list[asyncio.Event] = []
+
+    async def slow(self: Any, call: Any) -> Any:
+        result = await original(self, call)  # the server has leased the message
+        answered[0].set()
+        await asyncio.sleep(0.5)  # its answer on the way
+        return result
+
+    monkeypatch.setattr(async_client._AsyncConnector, "run_leasing", slow)
+    Queue(dsn, "take_twice").create()
+
+    async def main() -> None:
+        answered.append(asyncio.Event())
+        async with AsyncQueue(dsn, "take_twice") as q:
+            await q.enqueue("work")
+
+            async def consumer() -> None:
+                async with q.receive(lock_ms=60000):
+                    pytest.fail("the block never runs: the receive was cancelled")
+
+            task = asyncio.create_task(consumer())
+            await answered[0].wait()
+            task.cancel()
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            stats = await q.stats()
+            assert (stats.ready, stats.leased) == (1, 0)
+
+    run(main)
+
+
+def test_a_cancellation_while_a_generator_around_async_receive_closes_goes_on(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An async generator around receive() closed (aclose: GeneratorExit at its yield) while a
+    cancellation landed as the heartbeats stopped: the cancellation was dropped, as it went on
+    only in place of an ordinary error (a review)."""
+    stopping: list[asyncio.Event] = []
+    _slow_heartbeat_stop(monkeypatch, stopping, 0.2)
+    Queue(dsn, "gen_close").create()
+
+    async def main() -> None:
+        stopping.append(asyncio.Event())
+        async with AsyncQueue(dsn, "gen_close") as q:
+            await q.enqueue("work")
+
+            async def consumer() -> Any:
+                async with q.receive(lock_ms=60000) as msg:
+                    yield msg
+
+            async def closer() -> None:
+                gen = consumer()
+                assert await gen.__anext__() is not None
+                await gen.aclose()
+
+            task = asyncio.create_task(closer())
+            await stopping[0].wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            stats = await q.stats()
+            assert (stats.ready, stats.leased) == (1, 0)  # closed, not finished: given back
+
+    run(main)

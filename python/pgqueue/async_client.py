@@ -58,19 +58,22 @@ logger = logging.getLogger("pgqueue")
 _UNREACHED: set[asyncio.Future[Any]] = set()
 
 
-async def _unreached(task: asyncio.Future[Any]) -> asyncio.CancelledError | None:
+async def _unreached(task: asyncio.Future[Any],
+                     held: asyncio.CancelledError | None = None) -> asyncio.CancelledError | None:
     """Await ``task`` so that no cancellation reaches it, and return the cancellation that
-    landed meanwhile, if any, for the caller to raise once it is done.
+    landed meanwhile (or ``held``, one that landed before), if any, for the caller to raise once
+    it is done.
 
-    Once cancelled, it waits for the task :data:`CANCEL_WAIT` seconds more at most (then
-    cancels it); further cancellations are remembered, not passed on (``asyncio.wait``, unlike
-    ``wait_for``, does not cancel what it waits for when it is cancelled itself).
+    Once cancelled (or given ``held``), it waits for the task :data:`CANCEL_WAIT` seconds more
+    at most (then cancels it); further cancellations are remembered, not passed on
+    (``asyncio.wait``, unlike ``wait_for``, does not cancel what it waits for when it is
+    cancelled itself).
     """
     _UNREACHED.add(task)
     task.add_done_callback(_UNREACHED.discard)
     loop = asyncio.get_running_loop()
-    cancelled: asyncio.CancelledError | None = None
-    deadline: float | None = None
+    cancelled: asyncio.CancelledError | None = held
+    deadline: float | None = None if held is None else loop.time() + CANCEL_WAIT
     while not task.done():
         timeout = None if deadline is None else deadline - loop.time()
         if timeout is not None and timeout <= 0:
@@ -456,7 +459,9 @@ class AsyncQueue:
         settle_error: BaseException | None = None
         cancelled: asyncio.CancelledError | None = None
         try:
-            cancelled = await self._settle_shielded(msg, outcome, action)
+            # a cancellation held back while the heartbeats stopped bounds the settling too
+            held = interrupted if isinstance(interrupted, asyncio.CancelledError) else None
+            cancelled = await self._settle_shielded(msg, outcome, action, held)
         except BaseException as err:
             settle_error = err
             raise
@@ -484,8 +489,8 @@ class AsyncQueue:
                            msg.id, msg.queue, error)
         return cancelled
 
-    async def _settle_shielded(self, msg: Message, exc: BaseException | None,
-                               action: _core.Outcome | None = None) -> asyncio.CancelledError | None:
+    async def _settle_shielded(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None,
+                               held: asyncio.CancelledError | None = None) -> asyncio.CancelledError | None:
         """Settle as :meth:`_settle` does, in a task a cancellation does not reach: cancelled
         meanwhile (an ``asyncio.timeout`` around the ``async with``), even twice, the settling
         is awaited for at most :data:`CANCEL_WAIT` seconds more. Cancelled with it, the
@@ -493,13 +498,14 @@ class AsyncQueue:
         (a dead letter at ``max_attempts``).
 
         Returns the cancellation, for the caller to raise (an error of the settling is then
-        logged); raises the settling's error if there was none.
+        logged); raises the settling's error if there was none, or if the only one is ``held``
+        (one that landed before, while the heartbeats stopped, which bounds the settling too).
         """
         settling = asyncio.ensure_future(self._settle(msg, exc, action))
-        cancelled = await _unreached(settling)
-        if cancelled is None:
-            settling.result()
-            return None
+        cancelled = await _unreached(settling, held)
+        if cancelled is None or (cancelled is held and settling.done() and not settling.cancelled()):
+            settling.result()  # its error, if any, for the caller (a held cancellation goes on with it as context)
+            return cancelled
         if not settling.done() or settling.cancelled() or settling.exception() is not None:
             error = None if not settling.done() or settling.cancelled() else settling.exception()
             logger.warning("message %s on queue %s: the settling of a cancelled receive() did not finish: %r",
@@ -522,14 +528,17 @@ class AsyncQueue:
         statement = asyncio.ensure_future(self._connector.run_leasing(call))
         try:
             return await asyncio.shield(statement)
-        except asyncio.CancelledError as cancelled:
-            try:
-                lease, _ = await asyncio.wait_for(statement, CANCEL_WAIT)
-            except Exception:  # it failed (nothing taken), or did not answer in time (cancelled)
-                raise cancelled from None
+        except asyncio.CancelledError as first:
+            # awaited where further cancellations do not reach it (they cancelled the wait, and
+            # with it the statement), and the message it took given back the same way
+            cancelled = await _unreached(statement, first)
+            assert cancelled is not None
+            if not statement.done() or statement.cancelled() or statement.exception() is not None:
+                raise cancelled from None  # it failed (nothing taken), or did not answer in time
+            lease, _ = statement.result()
             if lease is not None:
-                await self._settle(lease.message, cancelled)
-            raise
+                await self._settle_shielded(lease.message, cancelled, None, cancelled)
+            raise cancelled from None
 
     async def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
         action = action or _core.outcome(exc)

@@ -69,7 +69,8 @@ def _going_on(msg: Message, raised: BaseException | None, *landed: BaseException
 
     ``landed`` is what interrupted the stopping of the heartbeats or the settling (a
     KeyboardInterrupt, a SystemExit, a cancellation; an error of the closing). An interruption
-    goes on when nothing is raised or in place of an ordinary error (never in place of another
+    goes on when nothing is raised or in place of an ordinary error or of the GeneratorExit of a
+    generator closed around the block (never in place of another
     interruption); an error of the closing goes on only when nothing is raised, and is logged
     when it does not.
     """
@@ -77,7 +78,8 @@ def _going_on(msg: Message, raised: BaseException | None, *landed: BaseException
     interruptions = [e for e in errors if not isinstance(e, Exception)]
     first = interruptions[0] if interruptions else errors[0] if errors else None
     going = None
-    if first is not None and (raised is None or (not isinstance(first, Exception) and isinstance(raised, Exception))):
+    if first is not None and (raised is None or (not isinstance(first, Exception)
+                                                 and isinstance(raised, (Exception, GeneratorExit)))):
         going = first
     for err in errors:
         if isinstance(err, Exception) and err is not going:
@@ -600,6 +602,10 @@ class Queue:
         interrupted = self._unwind(stack)
         settle_error: BaseException | None = None
         try:
+            if action == "release" or (outcome is not None and not isinstance(outcome, Exception)):
+                # an interruption may have left an answer unread on the connection the block
+                # used (a statement of its own on the shared connection)
+                self._connector.read_what_is_left()
             self._settle(msg, outcome, action)
         except BaseException as err:
             settle_error = err
