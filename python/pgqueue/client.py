@@ -298,8 +298,13 @@ class _Connector:
     def read_what_is_left(self) -> None:
         """After an interruption: read what it left unread on the shared connection, a caller's or
         our own (:func:`_read_what_is_left`; a pool drops a busy connection it is given back)."""
-        with self._shared_lock:
-            _read_what_is_left(self._conn if self._conn is not None else self._own)
+        conn = self._conn if self._conn is not None else self._own
+        if conn is None:
+            return
+        # psycopg's own lock too: a statement another thread runs on a caller's connection
+        # without pgqueue (the caller's code) holds it while it is busy, and is waited for
+        with self._shared_lock, conn.lock:
+            _read_what_is_left(conn)
 
     def retries_settling(self) -> bool:
         """Whether a settling call interrupted on its way can run again: on our own connection, a
@@ -602,10 +607,6 @@ class Queue:
         interrupted = self._unwind(stack)
         settle_error: BaseException | None = None
         try:
-            if action == "release" or (outcome is not None and not isinstance(outcome, Exception)):
-                # an interruption may have left an answer unread on the connection the block
-                # used (a statement of its own on the shared connection)
-                self._connector.read_what_is_left()
             self._settle(msg, outcome, action)
         except BaseException as err:
             settle_error = err
@@ -652,7 +653,10 @@ class Queue:
             # An interruption lands on the client; psycopg's cancel request chases a COMMIT the
             # server has in practice finished by then, so the lease is committed: give it back.
             if lease is not None and not isinstance(exc, Exception):
-                self._connector.read_what_is_left()
+                try:
+                    self._connector.read_what_is_left()
+                except BaseException:  # noqa: BLE001 (a second Ctrl-C: the message goes back all the same, the first goes on)
+                    pass
                 self._settle(lease.message, exc, "release")
             raise
         return lease, in_transaction
