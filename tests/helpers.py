@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -259,3 +260,21 @@ def command(argv: Sequence[str], *, cwd: Path | None = None,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def database_in(server: Any, encoding: str) -> Iterator[str]:
+    """A database of that encoding (C locale; initdb under the C locale makes SQL_ASCII ones)
+    with pgqueue, dropped after the block (one left by an interrupted run is dropped first)."""
+    from conftest import drop_database
+
+    name = f"enc_{encoding.lower()}_{os.getpid()}"
+    with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+    try:
+        with psycopg.connect(server.dsn(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pgqueue")
+        yield name
+    finally:
+        drop_database(server, name)

@@ -150,26 +150,6 @@ def role_fixtures(tag: str) -> tuple[Any, Any, Any, Any]:
     return role, dsn, owner_dsn, conn
 
 
-@contextmanager
-def database_in(server: Any, encoding: str) -> Iterator[str]:
-    """A database of that encoding (C locale; initdb under the C locale makes SQL_ASCII ones)
-    with pgqueue, dropped after the block."""
-    import psycopg
-
-    from conftest import drop_database
-
-    name = f"spark_{encoding.lower()}_{os.getpid()}"
-    with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
-    try:
-        with psycopg.connect(server.dsn(name), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pgqueue")
-        yield name
-    finally:
-        drop_database(server, name)
-
-
 def one(conn: Any, query: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> Any:
     """The first column of the first row of a query (which must return one)."""
     row = conn.execute(query, params).fetchone()

@@ -918,7 +918,7 @@ async def _every_text_read_async(queue: AsyncQueue, source: Any) -> None:
 
 def test_a_callers_async_connection_and_pool_on_a_sql_ascii_database_give_texts_back_as_str(
         pg_server: Server, template_db: str) -> None:
-    from test_client import _database_in
+    from helpers import database_in
 
     async def main(dsn: str) -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -931,7 +931,7 @@ def test_a_callers_async_connection_and_pool_on_a_sql_ascii_database_give_texts_
         async with AsyncConnectionPool(dsn, min_size=1, open=False) as pool:
             await _every_text_read_async(AsyncQueue(pool, "sqlascii_q"), pool)
 
-    with _database_in(pg_server, "SQL_ASCII") as name:
+    with database_in(pg_server, "SQL_ASCII") as name:
         run(lambda: main(pg_server.dsn(name)))
 
 

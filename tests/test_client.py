@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from conftest import Relay, Server, create_database, drop_database
+from helpers import database_in
 import client_scenarios as scenarios
 from pgqueue import _sql
 from pgqueue import DeadLetter, Message, Queue, QueueSettings, QueueStats, errors
@@ -481,6 +482,32 @@ def test_an_answer_an_interruption_left_unread_is_read_before_the_give_back(sour
         connector.read_what_is_left()
         assert busy.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert busy.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_a_block_whose_own_statement_an_interruption_left_unread_gives_its_message_back(
+        source: str, dsn: str) -> None:
+    """A Ctrl-C inside psycopg's reading on after its cancel of a statement the block runs on
+    the queue's shared connection (a caller's, or the queue's own) leaves the answer unread and
+    the connection busy: the give-back failed ("another command is already in progress") and
+    the message stayed leased until its lease ran out (a review, session 48). What is left is
+    read before the give-back."""
+    with ExitStack() as stack:
+        src: Any = dsn if source == "dsn" else stack.enter_context(psycopg.connect(dsn, autocommit=True))
+        q = stack.enter_context(Queue(src, "jobs"))
+        q.create()
+        q.enqueue("interrupted in its block")
+        with pytest.raises(KeyboardInterrupt):
+            with q.receive(lock_ms=60_000, heartbeat=False) as msg:
+                assert msg is not None
+                shared = src if source != "dsn" else q._connector._own
+                assert shared is not None and not shared.closed
+                shared.pgconn.send_query(b"SELECT pg_sleep(0.2)")  # sent, its answer left unread
+                raise KeyboardInterrupt
+        stats = Queue(dsn, "jobs").stats()
+        assert (stats.ready, stats.leased) == (1, 0)  # given back, not left leased
+        [again] = q.dequeue(1)  # and the shared connection usable again
+        assert again.payload == "interrupted in its block"
 
 
 @pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
@@ -1275,22 +1302,8 @@ def test_a_time_before_1970_is_refused_not_made_a_priority(dsn: str) -> None:
     queue.close()
 
 
-@contextmanager
-def _database_in(pg_server: Server, encoding: str) -> Iterator[str]:
-    """A database of that encoding (C locale) with pgqueue, dropped after the block."""
-    name = f"enc_{encoding.lower()}_{os.getpid()}"
-    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
-    try:
-        with psycopg.connect(pg_server.dsn(name), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pgqueue")
-        yield name
-    finally:
-        drop_database(pg_server, name)
-
-
 def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server: Server, template_db: str) -> None:
-    with _database_in(pg_server, "LATIN1") as name:
+    with database_in(pg_server, "LATIN1") as name:
         queue = Queue(pg_server.dsn(name), "default")
         with pytest.raises(errors.InvalidArgument) as raised:
             queue.enqueue("x", key="clé-€")  # the server's refusal (pgqueue's connection is UTF8)
@@ -1334,7 +1347,7 @@ def test_a_sql_ascii_database_gives_texts_back_as_str(pg_server: Server, templat
     """initdb under the C locale makes SQL_ASCII databases, where psycopg returns text columns
     as bytes: a dequeue failed (TypeError) after its lease was committed, stranding the message,
     and stats named the queue "b'q'". pgqueue's own connections now ask for UTF8."""
-    with _database_in(pg_server, "SQL_ASCII") as name:
+    with database_in(pg_server, "SQL_ASCII") as name:
         queue = Queue(pg_server.dsn(name), "default")
         queue.enqueue("café", key="clé")
         [msg] = queue.dequeue(1)
@@ -1354,7 +1367,7 @@ def test_a_text_that_is_not_utf8_on_a_sql_ascii_database_needs_client_encoding_s
     sends as ASCII, a review found.)"""
     from pgqueue import AsyncQueue
 
-    with _database_in(pg_server, "SQL_ASCII") as name:
+    with database_in(pg_server, "SQL_ASCII") as name:
         dsn = pg_server.dsn(name)
         with psycopg.connect(dsn, autocommit=True) as raw:  # the database's encoding: SQL_ASCII
             for _ in range(2):
@@ -1425,7 +1438,7 @@ def test_a_callers_connection_and_pool_on_a_sql_ascii_database_give_texts_back_a
     b'0.4' (a version mismatch), a dequeue raised TypeError after its lease was committed (the
     message stranded, an attempt spent), stats named the queue "b'default'". pgqueue's cursors
     now load texts as UTF-8 on such a connection."""
-    with _database_in(pg_server, "SQL_ASCII") as name:
+    with database_in(pg_server, "SQL_ASCII") as name:
         dsn = pg_server.dsn(name)
         with psycopg.connect(dsn, autocommit=True) as conn:
             assert conn.info.encoding == "ascii"

@@ -1258,9 +1258,9 @@ def test_pages_of_a_sql_ascii_database(pg_server: Server, template_db: str, make
     """The dashboard's connections ask for client_encoding UTF8, as pgqueue's others do: on a
     SQL_ASCII database (initdb under the C locale) psycopg read its texts as bytes, and the
     queue page and the dead-letter pages failed with 500 (a review), the role read b'...'."""
-    from test_client import _database_in
+    from helpers import database_in
 
-    with _database_in(pg_server, "SQL_ASCII") as name:
+    with database_in(pg_server, "SQL_ASCII") as name:
         dsn = pg_server.dsn(name)
         queue = Queue(dsn, "dq")
         queue.create(max_attempts=1)

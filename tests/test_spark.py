@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from pgqueue import Queue, codec
-from spark_helpers import build_session, database_in, one, require_spark, role_fixtures, spark_environment
+from helpers import database_in
+from spark_helpers import build_session, one, require_spark, role_fixtures, spark_environment
 
 pytestmark = pytest.mark.spark
 

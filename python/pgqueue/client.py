@@ -605,6 +605,17 @@ class Queue:
         ``outcome`` (or ``action``), then raise an interruption that landed meanwhile, if
         :func:`_going_on` says it goes on (what was raised is then its context)."""
         interrupted = self._unwind(stack)
+        if outcome is not None and not isinstance(outcome, (Exception, GeneratorExit)):
+            # The block's own statement on the shared connection may have been interrupted in
+            # the middle of its answer (a Ctrl-C inside psycopg's reading on after its cancel):
+            # the connection is then busy, and the give-back would fail, the message leased
+            # until its lease ran out. Read it off first (under psycopg's lock: never beside a
+            # statement of the caller's other thread). Not for a GeneratorExit: a generator
+            # closed around the block interrupts no statement.
+            try:
+                self._connector.read_what_is_left()
+            except BaseException as exc:  # noqa: BLE001 (a second interruption: the message is settled all the same)
+                interrupted = interrupted or exc
         settle_error: BaseException | None = None
         try:
             self._settle(msg, outcome, action)
@@ -655,7 +666,8 @@ class Queue:
             if lease is not None and not isinstance(exc, Exception):
                 try:
                     self._connector.read_what_is_left()
-                except BaseException:  # noqa: BLE001 (a second Ctrl-C: the message goes back all the same, the first goes on)
+                except BaseException:  # noqa: BLE001 (a second Ctrl-C: the give-back is tried all the same, the first goes on;
+                    # it fails if the answer is still unread, and the message waits for its lease)
                     pass
                 self._settle(lease.message, exc, "release")
             raise
