@@ -333,6 +333,30 @@ def test_a_plain_script_run_by_psql_without_its_options_is_one_statement(owner: 
         assert holds(conn) == (None, CURRENT)
 
 
+@pytest.mark.parametrize("script", [f"pgqueue--{CURRENT}.sql", "pgqueue--0.1.sql + pgqueue--0.1--0.2.sql"])
+def test_a_plain_script_inside_a_callers_transaction_gives_its_search_path_back(owner: Owner, script: str) -> None:
+    """A migration tool runs the script inside its own transaction and goes on in it: the
+    script's pin of the search_path (and its marker) held for the rest of that transaction, so
+    the tool's next unqualified CREATE TABLE went to pg_catalog and failed, and the install with
+    it (a review). The caller's settings are given back when the script ends."""
+    db = owner.database()
+    first, *rest = [PLAIN_DIR / name for name in script.split(" + ")]
+    if rest:
+        install_plain_release(owner, db, "0.1")
+    run = rest[0] if rest else first
+    text = run.read_text()
+    with owner.connect(db) as conn:
+        conn.autocommit = False
+        conn.execute("SET LOCAL search_path = public")
+        conn.execute(text.encode())  # type: ignore[call-overload]
+        assert one(conn, "SHOW search_path") == "public"
+        assert one(conn, "SELECT current_setting('pgqueue.plain_script', true)") in (None, "")
+        conn.execute("CREATE TABLE migrated_next (x int)")  # unqualified: the caller's path
+        assert one(conn, "SELECT 'public.migrated_next'::regclass IS NOT NULL")
+        conn.commit()
+        assert holds(conn) == (None, CURRENT if not rest else "0.2")
+
+
 def test_the_sql_inside_a_plain_script_run_statement_by_statement_records_no_version(
         owner: Owner, tmp_path: Any) -> None:
     """The SQL inside a plain script's DO block, copied out and run by psql statement by

@@ -1,4 +1,6 @@
 $pgqueue_script$;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+    PERFORM pg_catalog.set_config('pgqueue.plain_script', COALESCE(v_mark, ''), true);
 EXCEPTION WHEN OTHERS OR query_canceled THEN
     -- the error as it came, without the context of the EXECUTE (which quotes the whole script;
     -- query_canceled, which OTHERS leaves out, too: a statement_timeout or a Ctrl-C)

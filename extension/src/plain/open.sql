@@ -6,6 +6,11 @@
 -- `psql -v ON_ERROR_STOP=1 -1 -f <this file>`, or let `pgqueue install --dsn ...` do it.
 DO $pgqueue_plain$
 DECLARE  -- (pg_catalog.text: out here the caller's search_path is not pinned yet)
+    -- the caller's settings, given back once the script has run: inside a caller's transaction
+    -- (a migration tool's) the script's SET LOCALs (plain/guard.sql) would otherwise hold for
+    -- the rest of it, and the caller's unqualified names resolve in pg_catalog
+    v_path   pg_catalog.text := pg_catalog.current_setting('search_path');
+    v_mark   pg_catalog.text := pg_catalog.current_setting('pgqueue.plain_script', true);
     v_state  pg_catalog.text;
     v_text   pg_catalog.text;
     v_detail pg_catalog.text;
