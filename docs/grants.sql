@@ -78,7 +78,9 @@ GRANT SELECT, DELETE ON pgqueue.message TO :"consumer";
 REVOKE UPDATE ON pgqueue.message FROM :"consumer";
 GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark)
       ON pgqueue.message TO :"consumer";
--- dead letters: written when a message fails for the last time, counted by queue_stats
+-- dead letters: written when a message fails for the last time, counted by queue_stats (REVOKE
+-- first: 0.3's recipe granted SELECT (id, queue_id))
+REVOKE SELECT ON pgqueue.dead_letter FROM :"consumer";
 GRANT SELECT (queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
 -- a completed message's idempotency key is kept for the queue's key_window_ms (pgqueue._message_left)
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"consumer";

@@ -738,6 +738,32 @@ COMMENT ON COLUMN pgqueue.spark_consumer.holder_pid IS
 COMMENT ON COLUMN pgqueue.spark_consumer.holder_key IS
     'random key of the holder''s session advisory lock, unknown to other roles until it is held (docs/locking.md)';
 
+-- A consumer held now is held on (1885827447, id), which 0.4 no longer looks at: a second
+-- driver would open it as well, and each could acknowledge (delete) the other's claims. So the
+-- update waits for no such hold: it refuses while one exists (the hold of a 0.3 spark_claim in
+-- flight too), naming the sessions to stop.
+DO $$
+DECLARE
+    v_held text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.format('consumer %s (pid %s)', l.objid, l.pid), ', '
+                                 ORDER BY l.objid, l.pid)
+      INTO v_held
+      FROM pg_catalog.pg_locks l
+     WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
+       AND l.classid OPERATOR(pg_catalog.=) 1885827447::pg_catalog.oid
+       AND l.objsubid OPERATOR(pg_catalog.=) 2
+       AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+    IF v_held IS NOT NULL THEN
+        RAISE EXCEPTION 'Spark consumers are held by running queries of pgqueue 0.3 or earlier: %', v_held
+            USING ERRCODE = 'PQ005',
+                  DETAIL = '0.4 records a consumer''s holder anew: updating now would let a second query open a consumer one still holds.',
+                  HINT = 'Stop those Spark queries (or end their sessions: pg_terminate_backend), update, then start them again: they go on from their committed offsets.';
+    END IF;
+END;
+$$;
+
 -------------------------------------------------------------------------------
 -- New functions
 -------------------------------------------------------------------------------
@@ -3315,6 +3341,7 @@ BEGIN
     DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_id;
     DELETE FROM pgqueue.message_key k WHERE k.queue_id = v_id;
     DELETE FROM pgqueue.message_group_lock l WHERE l.queue_id = v_id;
+    DELETE FROM pgqueue.schedule s WHERE s.queue_id = v_id;
     DELETE FROM pgqueue.spark_claim k
      WHERE k.consumer_id IN (SELECT c.id FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id);
     DELETE FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id;
@@ -3323,7 +3350,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_drop(text) IS
-    'Drop a queue with its messages, dead letters and Spark consumers; returns false if it did not exist';
+    'Drop a queue with its messages, dead letters, schedules and Spark consumers; returns false if it did not exist';
 
 -- The consumer row, locked FOR UPDATE; created if missing and p_create, else PQ006.
 -- Call with the queue's lock stripe held (docs/locking.md).
@@ -4472,13 +4499,15 @@ CREATE TABLE pgqueue.schedule (
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT schedule_pkey PRIMARY KEY (id),
     CONSTRAINT schedule_name_key UNIQUE (name),
-    CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id) REFERENCES pgqueue.queue (id) ON DELETE CASCADE,
     CONSTRAINT schedule_kind_check CHECK ((every_ms IS NULL) <> (cron IS NULL)),
     CONSTRAINT schedule_every_check CHECK (every_ms IS NULL OR every_ms >= 1000),
     CONSTRAINT schedule_missed_check CHECK (missed IN ('latest', 'all'))
 );
 ALTER SEQUENCE pgqueue.schedule_id_seq OWNED BY pgqueue.schedule.id;
--- Due schedules by next_run; and the foreign key's lookups when a queue is dropped.
+-- Due schedules by next_run; and a queue's schedules, which queue_drop deletes. (No foreign key to
+-- pgqueue.queue: both are extension configuration tables, whose data a parallel pg_restore (-j)
+-- loads in any order with the key already in place, and the schedules failed to load. The key's
+-- guarantees are kept by schedule_create, which locks the queue's row, and queue_drop.)
 CREATE INDEX schedule_next_run_idx ON pgqueue.schedule (next_run);
 CREATE INDEX schedule_queue_idx ON pgqueue.schedule (queue_id);
 
@@ -4627,6 +4656,10 @@ BEGIN
         PERFORM pgqueue._not_null(p_missed IS NULL, 'p_missed'::text);
     END IF;
     v_queue := pgqueue._queue_get(p_queue);
+    -- the queue's row FOR SHARE until commit, in place of a foreign key (tables/schedule.sql): a
+    -- queue_drop that commits first leaves nothing to lock (PQ001; 40001 under REPEATABLE READ),
+    -- one that comes later waits, then deletes this schedule with the queue
+    PERFORM pgqueue._queue_pin(v_queue.id);
     IF (p_every_ms IS NULL) = (p_cron IS NULL) THEN
         RAISE EXCEPTION 'give one of p_every_ms and p_cron'
             USING ERRCODE = '22023', HINT = 'p_every_ms => 60000 for every minute, or p_cron => ''0 * * * *'' for every hour.';

@@ -345,6 +345,13 @@ def test_consumers_cannot_move_messages_onto_other_ids(roles: Roles, pg_server: 
         owner.execute(sql.SQL("GRANT UPDATE ON pgqueue.message TO {}").format(sql.Identifier(roles.consumer)))
     apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
     denied(c, "UPDATE pgqueue.message SET id = id + 1000")
+    # and 0.3's recipe read of the dead letters' ids (0.4 grants queue_id only) is taken back
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute(sql.SQL("GRANT SELECT (id, queue_id) ON pgqueue.dead_letter TO {}").format(
+            sql.Identifier(roles.consumer)))
+    apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+    denied(c, "SELECT id FROM pgqueue.dead_letter")
+    assert run(c, "SELECT count(queue_id) FROM pgqueue.dead_letter") == [(1,)]
 
 
 def test_the_admin_recipe_cannot_plant_triggers(roles: Roles, pg_server: Server, dbname: str) -> None:

@@ -212,6 +212,36 @@ def test_messages_in_flight_keep_working_after_the_update(pg_server: Server, emp
                                 "ORDER BY id").fetchall() == [("e3",), ("e4",)]
 
 
+@pytest.mark.parametrize("old_version", [v for v in EARLIER if _version_key(v) >= (0, 2)])
+def test_the_update_refuses_while_a_spark_query_of_the_old_version_holds_a_consumer(
+        pg_server: Server, empty_db: str, old_version: str) -> None:
+    """Before 0.4 a Spark query held its consumer with a session advisory lock on (1885827447, id),
+    which 0.4 no longer looks at: updated under such a query, a second driver opened the same
+    consumer too and each could acknowledge (delete) the other's claims (a review). The update
+    refuses (PQ005) while such a hold exists, naming it, changes nothing, and goes through once
+    the query has stopped."""
+    with psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as conn, \
+            psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as driver:
+        conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
+        conn.execute("SELECT pgqueue.queue_create('etl')")
+        conn.execute("SELECT pgqueue.message_create_batch('etl', ARRAY['e1', 'e2']::bytea[])")
+        driver.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
+        consumer = conn.execute("SELECT id FROM pgqueue.spark_consumer").fetchone()
+        assert consumer is not None
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("ALTER EXTENSION pgqueue UPDATE")
+        assert refused.value.sqlstate == "PQ005"
+        assert f"consumer {consumer[0]} (pid {driver.info.backend_pid})" in str(refused.value)
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (old_version,)
+        driver.execute("SELECT pgqueue.spark_consumer_close('etl', 'job')")
+        conn.execute("ALTER EXTENSION pgqueue UPDATE")
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (DEFAULT_VERSION,)
+        conn.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
+        with pytest.raises(psycopg.Error) as in_use:  # one holder at a time, as before the update
+            driver.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
+        assert in_use.value.sqlstate == "PQ005"
+
+
 def test_versions_are_consistent() -> None:
     """The control file's version is reachable: it has an install script or an upgrade path."""
     versions = released_versions()

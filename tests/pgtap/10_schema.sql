@@ -52,7 +52,7 @@ SELECT set_eq($$ SELECT conrelid::regclass::text, conname::text, contype::text F
                         ('pgqueue.spark_publish_log', 'spark_publish_log_pkey', 'p'),
                         ('pgqueue.spark_staging', 'spark_staging_pkey', 'p'),
                         ('pgqueue.schedule', 'schedule_pkey', 'p'), ('pgqueue.schedule', 'schedule_name_key', 'u'),
-                        ('pgqueue.schedule', 'schedule_queue_fkey', 'f'), ('pgqueue.schedule', 'schedule_kind_check', 'c'),
+                        ('pgqueue.schedule', 'schedule_kind_check', 'c'),
                         ('pgqueue.schedule', 'schedule_every_check', 'c'),
                         ('pgqueue.schedule', 'schedule_missed_check', 'c'),
                         ('pgqueue.queue', 'queue_group_concurrency_check', 'c'),

@@ -17,13 +17,15 @@ CREATE TABLE pgqueue.schedule (
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT schedule_pkey PRIMARY KEY (id),
     CONSTRAINT schedule_name_key UNIQUE (name),
-    CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id) REFERENCES pgqueue.queue (id) ON DELETE CASCADE,
     CONSTRAINT schedule_kind_check CHECK ((every_ms IS NULL) <> (cron IS NULL)),
     CONSTRAINT schedule_every_check CHECK (every_ms IS NULL OR every_ms >= 1000),
     CONSTRAINT schedule_missed_check CHECK (missed IN ('latest', 'all'))
 );
 ALTER SEQUENCE pgqueue.schedule_id_seq OWNED BY pgqueue.schedule.id;
--- Due schedules by next_run; and the foreign key's lookups when a queue is dropped.
+-- Due schedules by next_run; and a queue's schedules, which queue_drop deletes. (No foreign key to
+-- pgqueue.queue: both are extension configuration tables, whose data a parallel pg_restore (-j)
+-- loads in any order with the key already in place, and the schedules failed to load. The key's
+-- guarantees are kept by schedule_create, which locks the queue's row, and queue_drop.)
 CREATE INDEX schedule_next_run_idx ON pgqueue.schedule (next_run);
 CREATE INDEX schedule_queue_idx ON pgqueue.schedule (queue_id);
 

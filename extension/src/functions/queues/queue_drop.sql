@@ -34,6 +34,7 @@ BEGIN
     DELETE FROM pgqueue.queue_size s WHERE s.queue_id = v_id;
     DELETE FROM pgqueue.message_key k WHERE k.queue_id = v_id;
     DELETE FROM pgqueue.message_group_lock l WHERE l.queue_id = v_id;
+    DELETE FROM pgqueue.schedule s WHERE s.queue_id = v_id;
     DELETE FROM pgqueue.spark_claim k
      WHERE k.consumer_id IN (SELECT c.id FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id);
     DELETE FROM pgqueue.spark_consumer c WHERE c.queue_id = v_id;
@@ -42,4 +43,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.queue_drop(text) IS
-    'Drop a queue with its messages, dead letters and Spark consumers; returns false if it did not exist';
+    'Drop a queue with its messages, dead letters, schedules and Spark consumers; returns false if it did not exist';

@@ -31,6 +31,10 @@ BEGIN
         PERFORM pgqueue._not_null(p_missed IS NULL, 'p_missed'::text);
     END IF;
     v_queue := pgqueue._queue_get(p_queue);
+    -- the queue's row FOR SHARE until commit, in place of a foreign key (tables/schedule.sql): a
+    -- queue_drop that commits first leaves nothing to lock (PQ001; 40001 under REPEATABLE READ),
+    -- one that comes later waits, then deletes this schedule with the queue
+    PERFORM pgqueue._queue_pin(v_queue.id);
     IF (p_every_ms IS NULL) = (p_cron IS NULL) THEN
         RAISE EXCEPTION 'give one of p_every_ms and p_cron'
             USING ERRCODE = '22023', HINT = 'p_every_ms => 60000 for every minute, or p_cron => ''0 * * * *'' for every hour.';
