@@ -3162,12 +3162,16 @@ BEGIN
     END IF;
     IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
         -- a new limit: each group with messages waiting and no turn gets one where the limit now
-        -- leaves room (else a message enqueued later would take that room ahead of them), in the
-        -- groups' order, as message_dequeue locks them. Turns already given stay: after a lower
-        -- limit, the messages holding one still go out, and the new limit holds from then on.
-        FOR v_group IN SELECT DISTINCT m.group_key FROM pgqueue.message m
+        -- leaves room (else a message enqueued later would take that room ahead of them), the
+        -- group whose first message waiting is due first first (each turn is keyed as it is
+        -- given: this order is the order they go out in; no deadlock, whatever the order, since
+        -- the queue's stripe keeps every other writer of its groups out). Turns already given
+        -- stay: after a lower limit, the messages holding one still go out, and the new limit
+        -- holds from then on.
+        FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
-                        ORDER BY 1 LOOP
+                        GROUP BY m.group_key
+                        ORDER BY min(m.dequeue_at), min(m.id) LOOP
             v_turned := pgqueue._message_group_next(v_queue.id, v_group, p_group_concurrency);
         END LOOP;
     END IF;
@@ -5394,13 +5398,18 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 -- message waiting; the statement below covers that case too. When it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
 -- deleted meanwhile by message_cancel (READ COMMITTED reads the next one; REPEATABLE READ
 -- raises 40001 instead).
+-- The limit is the queue's as this UPDATE reads it, under the group's lock, not p_concurrency
+-- (which the caller read, and which stays only for a queue row this snapshot does not see): a
+-- consumer that waited behind queue_alter's new limit read the old one with its lock stripe,
+-- and handed a group a turn past the new limit (a review).
 CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_concurrency integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_locked boolean;
+    v_locked      boolean;
+    v_concurrency integer;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
     IF NOT v_locked THEN
@@ -5421,20 +5430,24 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
                         WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
                           AND NOT pgqueue._leased(t.locked_until))
-       -- ... and fewer than p_concurrency in flight (0: no limit)
-       AND (p_concurrency = 0
+       -- ... and fewer than the limit in flight (0: no limit)
+       AND ((SELECT coalesce(q.group_concurrency, p_concurrency) FROM pgqueue.queue q WHERE q.id = p_queue_id) = 0
             OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
                                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group
                                          AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
-                                       LIMIT p_concurrency) f) < p_concurrency);
+                                       LIMIT (SELECT coalesce(q.group_concurrency, p_concurrency)
+                                                FROM pgqueue.queue q WHERE q.id = p_queue_id)) f)
+               < (SELECT coalesce(q.group_concurrency, p_concurrency) FROM pgqueue.queue q WHERE q.id = p_queue_id));
     IF FOUND THEN
         RETURN true;
     END IF;
+    SELECT coalesce(q.group_concurrency, p_concurrency) INTO v_concurrency FROM pgqueue.queue q WHERE q.id = p_queue_id;
+    v_concurrency := coalesce(v_concurrency, p_concurrency);
     LOOP
         EXIT WHEN NOT EXISTS (SELECT 1 FROM pgqueue.message w
                                WHERE w.queue_id = p_queue_id AND w.group_key = p_group
                                  AND w.turn_at IS NULL)
-               OR NOT pgqueue._message_group_room(p_queue_id, p_group, p_concurrency);
+               OR NOT pgqueue._message_group_room(p_queue_id, p_group, v_concurrency);
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w

@@ -154,6 +154,17 @@ SELECT turn_at = :l2_turn AS l2_turn_kept, (SELECT turn_at IS NULL FROM pgqueue.
 SELECT pg_temp.got('low', 10) AS nothing;
 SELECT pg_temp.done('low', 'l2'), pg_temp.got('low', 10) AS then_l3;
 
+-- A raised limit gives its room to the groups in the order their first waiting messages came
+-- (z before a before m), not in the order of their keys (a review: a, m, z).
+SELECT pgqueue.queue_create('raise', p_group_concurrency => 1);
+SELECT pgqueue.message_create('raise', convert_to(g || '1', 'UTF8'), p_group => g) > 0 AS created
+  FROM unnest(ARRAY['z', 'a', 'm']) AS g;
+SELECT pgqueue.message_create('raise', convert_to(g || '2', 'UTF8'), p_group => g) > 0 AS created
+  FROM unnest(ARRAY['z', 'a', 'm']) AS g;
+SELECT pg_temp.got('raise', 10) AS firsts;
+SELECT pgqueue.queue_alter('raise', p_group_concurrency => 2);
+SELECT pg_temp.got('raise', 10) AS seconds_oldest_first;
+
 -- A lease that runs out inside a group hands the same message out again (attempts 2), never the next.
 SELECT pgqueue.queue_create('exp', p_group_concurrency => 1);
 SELECT count(*) FROM pgqueue.message_create_batch('exp', ARRAY['e1', 'e2']::bytea[], p_groups => ARRAY['e', 'e']);

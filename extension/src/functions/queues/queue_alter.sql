@@ -96,12 +96,16 @@ BEGIN
     END IF;
     IF p_group_concurrency IS DISTINCT FROM v_queue.group_concurrency AND p_group_concurrency IS NOT NULL THEN
         -- a new limit: each group with messages waiting and no turn gets one where the limit now
-        -- leaves room (else a message enqueued later would take that room ahead of them), in the
-        -- groups' order, as message_dequeue locks them. Turns already given stay: after a lower
-        -- limit, the messages holding one still go out, and the new limit holds from then on.
-        FOR v_group IN SELECT DISTINCT m.group_key FROM pgqueue.message m
+        -- leaves room (else a message enqueued later would take that room ahead of them), the
+        -- group whose first message waiting is due first first (each turn is keyed as it is
+        -- given: this order is the order they go out in; no deadlock, whatever the order, since
+        -- the queue's stripe keeps every other writer of its groups out). Turns already given
+        -- stay: after a lower limit, the messages holding one still go out, and the new limit
+        -- holds from then on.
+        FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
-                        ORDER BY 1 LOOP
+                        GROUP BY m.group_key
+                        ORDER BY min(m.dequeue_at), min(m.id) LOOP
             v_turned := pgqueue._message_group_next(v_queue.id, v_group, p_group_concurrency);
         END LOOP;
     END IF;
