@@ -278,3 +278,15 @@ def database_in(server: Any, encoding: str) -> Iterator[str]:
         yield name
     finally:
         drop_database(server, name)
+
+
+def processes_from(path: str) -> list[str]:
+    """The pids of the running processes whose command line names ``path``."""
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if path.encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+        except OSError:  # the process ended meanwhile
+            pass
+    return left

@@ -935,6 +935,88 @@ def test_a_callers_async_connection_and_pool_on_a_sql_ascii_database_give_texts_
         run(lambda: main(pg_server.dsn(name)))
 
 
+def test_a_callers_dumper_for_lists_does_not_change_the_statements(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The async twin of test_client's: a dumper the caller registered for ``list`` (JSON) made
+    the statements' arrays JSON (enqueue_many: a bare TypeError; cancel, purge_dead,
+    requeue_dead: 42846; a review). Registered here on a copy of psycopg's global adapters,
+    which the test's end puts back, and on a caller's connection."""
+    from psycopg.adapt import AdaptersMap
+    from psycopg.types.json import JsonbDumper
+
+    adapters = AdaptersMap(psycopg.postgres.adapters)
+    monkeypatch.setattr(psycopg.postgres, "adapters", adapters)
+    monkeypatch.setattr(psycopg, "adapters", adapters)
+    psycopg.adapters.register_dumper(list, JsonbDumper)
+
+    async def every_call_with_a_list(q: AsyncQueue) -> None:
+        ids = await q.enqueue_many([b"a", "b", {"c": 3}, None, 5], keys=["k1", None, None, None, None])
+        assert len(ids) == 5
+        assert [p.id for p in await q.cancel([ids[4]])] == [ids[4]]
+        msgs = await q.dequeue(2, lock_ms=60000)
+        assert await q.complete_many(msgs[:1]) == []
+        got, lost = await q.complete_and_dequeue(msgs[1:], 1, lock_ms=60000)
+        assert lost == [] and len(got) == 1
+        assert await q.reject(got[0], "x")
+        assert await q.requeue_dead([got[0].id]) == 1
+        [m] = await q.dequeue(lock_ms=60000)
+        assert await q.reject(m, "y")
+        assert await q.purge_dead([m.id]) == 1
+        assert await q.dequeue(5, lock_ms=0) != []
+
+    async def main() -> None:
+        async with AsyncQueue(dsn, "default") as q:
+            await every_call_with_a_list(q)
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+            await every_call_with_a_list(AsyncQueue(pool, "default"))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as caller:
+            caller.adapters.register_dumper(list, JsonbDumper)
+            await every_call_with_a_list(AsyncQueue(caller, "default"))
+
+    run(main)
+
+
+def test_an_error_text_a_latin1_database_cannot_hold_fails_the_message_in_a_transaction_too(
+        pg_server: Server, template_db: str) -> None:
+    """The async twin of test_client's: under client_encoding UTF8 on a LATIN1 database the
+    server's refusal of an error text (22P05) aborted the transaction, and the ASCII retry of
+    fail / reject failed with 25P02 (a pool's message stayed leased; a caller's transaction
+    could never fail it: a review). The first try now runs in a savepoint there."""
+    from helpers import database_in
+
+    async def main(name: str) -> None:
+        utf8 = pg_server.dsn(name, client_encoding="UTF8")
+        setup = AsyncQueue(pg_server.dsn(name), "default")
+        await setup.enqueue_many(["a", "b", "c"])
+        async with AsyncConnectionPool(utf8, min_size=1, max_size=2, open=False) as pool:
+            q = AsyncQueue(pool, "default")
+            [m] = await q.dequeue(lock_ms=60000)
+            assert await q.fail(m, "ошибка")
+            [m] = await q.dequeue(lock_ms=60000)
+            assert await q.reject(m, ValueError("€"))
+        async with await psycopg.AsyncConnection.connect(utf8, prepare_threshold=0) as tx:  # a caller's transaction
+            q = AsyncQueue(tx, "default")
+            [m] = await q.dequeue(lock_ms=60000)
+            await tx.commit()
+            kept = await q.enqueue("kept")
+            assert await q.fail(m, "ошибка")
+            assert tx.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # left to the caller
+            await tx.commit()
+        assert (await setup.stats()).leased == 0
+        async with await psycopg.AsyncConnection.connect(pg_server.dsn(name)) as conn:
+            cur = await conn.execute("SELECT last_error FROM pgqueue.message WHERE last_error IS NOT NULL "
+                                     "UNION ALL SELECT last_error FROM pgqueue.dead_letter")
+            stored = sorted(r[0] for r in await cur.fetchall())
+            cur = await conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = %s", (kept,))
+            assert await cur.fetchone() == (1,)
+        escaped = "\\u043e\\u0448\\u0438\\u0431\\u043a\\u0430"
+        assert stored == sorted([escaped] * 2 + ["ValueError: \\u20ac"]), stored
+        await setup.close()
+
+    with database_in(pg_server, "LATIN1") as name:
+        run(lambda: main(name))
+
+
 @pytest.mark.parametrize("ending,interruption", [("return", "cancel"), ("raise", "cancel"), ("return", "timeout")])
 def test_a_cancellation_while_receive_stops_its_heartbeats_still_settles_the_message(
         ending: str, interruption: str, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1019,6 +1019,56 @@ def test_dead_letters_page_by_the_stored_time_when_dead_at_is_clamped(queue: Que
                                                         else datetime.min.replace(tzinfo=timezone.utc)}
 
 
+@pytest.fixture
+def lists_as_jsonb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller's global dumper for ``list`` (JSON), as ``psycopg.adapters.register_dumper(list,
+    JsonbDumper)`` registers it: on a copy of psycopg's global adapters that the connections
+    opened in the test take, which the test's end puts back."""
+    from psycopg.adapt import AdaptersMap
+    from psycopg.types.json import JsonbDumper
+
+    adapters = AdaptersMap(psycopg.postgres.adapters)
+    monkeypatch.setattr(psycopg.postgres, "adapters", adapters)
+    monkeypatch.setattr(psycopg, "adapters", adapters)
+    psycopg.adapters.register_dumper(list, JsonbDumper)
+
+
+def _every_call_with_a_list(q: Queue) -> None:
+    ids = q.enqueue_many([b"a", "b", {"c": 3}, None, 5], keys=["k1", None, None, None, None])
+    assert len(ids) == 5
+    assert [p.id for p in q.cancel([ids[4]])] == [ids[4]]
+    msgs = q.dequeue(2, lock_ms=60000)
+    assert q.complete_many(msgs[:1]) == []
+    got, lost = q.complete_and_dequeue(msgs[1:], 1, lock_ms=60000)
+    assert lost == [] and len(got) == 1
+    assert q.reject(got[0], "x")
+    assert q.requeue_dead([got[0].id]) == 1
+    [m] = q.dequeue(lock_ms=60000)
+    assert q.reject(m, "y")
+    assert q.purge_dead([m.id]) == 1
+    assert q.dequeue(5, lock_ms=0) != []
+
+
+def test_a_callers_dumper_for_lists_does_not_change_the_statements(dsn: str, lists_as_jsonb: None) -> None:
+    """A dumper the caller registered for ``list`` (JSON, globally or on the connection) made
+    the arrays of the statements JSON: enqueue_many raised a bare TypeError (bytes are not
+    JSON), cancel, purge_dead and requeue_dead 42846 (cannot cast jsonb to bigint[]; a review).
+    The statements dump their lists with psycopg's own dumpers."""
+    from psycopg.types.json import JsonbDumper
+
+    with psycopg.connect(dsn, autocommit=True) as check:  # the registration is in force
+        with pytest.raises(psycopg.errors.CannotCoerce):
+            check.execute("SELECT %s::bigint[]", ([1],))
+    with Queue(dsn, "default") as q:  # its own connection
+        _every_call_with_a_list(q)
+    with ConnectionPool(dsn, min_size=1, max_size=2, open=True) as pool:
+        _every_call_with_a_list(Queue(pool, "default"))
+    with psycopg.connect(dsn, autocommit=True) as caller:
+        caller.adapters.register_dumper(list, JsonbDumper)  # on the connection only
+        _every_call_with_a_list(Queue(caller, "default"))
+        assert caller.execute("SELECT pg_typeof(%s)::text", ([1],)).fetchone() == ("jsonb",)  # the caller's, untouched
+
+
 # -- errors ------------------------------------------------------------------------------
 
 
@@ -1039,6 +1089,34 @@ def test_errors_map_to_classes_with_the_psycopg_error_as_cause(dsn: str, conn: C
         capped.enqueue(2)
     for q in (missing, bad, capped):
         q.close()
+
+
+def test_a_server_errors_detail_is_kept_and_pickled(dsn: str, conn: Conn) -> None:
+    """translate kept the message and the hint but dropped the server's DETAIL: a full queue
+    refused inside its recount window says when it is counted again there, which was lost (a
+    review). The window is opened by hand, as a count of 10,000 messages or more opens it."""
+    import pickle
+
+    capped = Queue(dsn, "capped")
+    capped.create(max_size=1)
+    capped.enqueue(1)
+    conn.execute(
+        "SELECT setval(pgqueue._size_recount_seq(q.id), "
+        "((floor(date_part('epoch', clock_timestamp()) * 1000) + 900)::bigint << 20) | ((q.id >> 6) & 1048575)) "
+        "FROM pgqueue.queue q WHERE q.name = 'capped'")
+    with pytest.raises(errors.QueueFull) as full:
+        capped.enqueue(2)
+    assert full.value.detail is not None and "counted again in" in full.value.detail, full.value.detail
+    assert full.value.hint is not None and "Back off" in full.value.hint
+    again = pickle.loads(pickle.dumps(full.value))
+    assert type(again) is errors.QueueFull
+    assert (again.message, again.sqlstate, again.hint, again.detail) == (
+        full.value.message, "PQ003", full.value.hint, full.value.detail)
+    with pytest.raises(errors.QueueNotFound) as missing:  # no DETAIL: None
+        Queue(dsn, "missing").enqueue(1)
+    assert missing.value.detail is None
+    assert errors.PgQueueError("client-side").detail is None
+    capped.close()
 
 
 def test_extension_not_installed(pg_server: Server) -> None:
@@ -1341,6 +1419,48 @@ def test_a_text_the_client_encoding_cannot_hold_is_an_invalid_argument(pg_server
         assert errors_stored and errors_stored <= {"ValueError: Zo\\xeb \\U0001f600", "ValueError: \\u20ac"}, errors_stored
         assert queue.stats().leased == 0
         queue.close()
+
+
+def test_an_error_text_a_latin1_database_cannot_hold_fails_the_message_in_a_transaction_too(
+        pg_server: Server, template_db: str) -> None:
+    """Under client_encoding UTF8 on a LATIN1 database the server refuses an error text Latin-1
+    cannot hold (22P05), which aborts the transaction it runs in: the ASCII retry of fail and
+    reject then failed with 25P02, on a pool's connection (the message stayed leased) and on a
+    caller's in a transaction (never failed: redelivered for ever; a review). The first try now
+    runs in a savepoint there; what the transaction did before it is kept."""
+    with database_in(pg_server, "LATIN1") as name:
+        utf8 = pg_server.dsn(name, client_encoding="UTF8")
+        setup = Queue(pg_server.dsn(name), "default")
+        setup.enqueue_many(["a", "b", "c", "d", "e"])
+        # (prepare_threshold=0: every statement prepared, the rollback's too)
+        with ConnectionPool(utf8, min_size=1, max_size=2, open=True, kwargs={"prepare_threshold": 0}) as pool:
+            q = Queue(pool, "default")
+            [m] = q.dequeue(lock_ms=60000)
+            assert q.fail(m, "ошибка")
+            [m] = q.dequeue(lock_ms=60000)
+            assert q.reject(m, ValueError("€"))
+        with psycopg.connect(utf8) as tx:  # a caller's, not autocommit: its transaction
+            q = Queue(tx, "default")
+            [m] = q.dequeue(lock_ms=60000)
+            tx.commit()
+            kept = q.enqueue("kept")  # opens the transaction the fail joins
+            assert q.fail(m, "ошибка")
+            assert tx.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # left to the caller
+            tx.commit()
+        with psycopg.connect(utf8, autocommit=True) as block:  # a caller's transaction block
+            q = Queue(block, "default")
+            [m] = q.dequeue(lock_ms=60000)
+            with block.transaction():
+                assert q.fail(m, "ошибка")
+        assert setup.stats().leased == 0
+        with psycopg.connect(pg_server.dsn(name)) as conn:
+            stored = sorted(r[0] for r in conn.execute(
+                "SELECT last_error FROM pgqueue.message WHERE last_error IS NOT NULL "
+                "UNION ALL SELECT last_error FROM pgqueue.dead_letter"))
+            assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = %s", (kept,)).fetchone() == (1,)
+        escaped = "\\u043e\\u0448\\u0438\\u0431\\u043a\\u0430"
+        assert stored == sorted([escaped] * 3 + ["ValueError: \\u20ac"]), stored
+        setup.close()
 
 
 def test_a_sql_ascii_database_gives_texts_back_as_str(pg_server: Server, template_db: str) -> None:

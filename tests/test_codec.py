@@ -7,6 +7,7 @@ import math
 import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 import pytest
@@ -102,6 +103,20 @@ def test_decode_rejects_malformed_content(content: bytes, content_type: str) -> 
         codec.decode(content, content_type)
 
 
+def test_json_after_a_byte_order_mark_is_parsed_text_keeps_it() -> None:
+    """A UTF-8 byte-order mark before JSON (some Windows tools write one; RFC 8259 lets a parser
+    ignore it) made json.loads fail: the message was handed out as its raw bytes (a review).
+    In text it is the producer's own character, kept."""
+    bom = b"\xef\xbb\xbf"
+    assert codec.decode(bom + b'{"a":1}', "application/json") == {"a": 1}
+    assert codec.decode(bom + b"[1]", "application/cloudevents+json; charset=utf-8") == [1]
+    msg = _core.message_from_row("q", (1, bom + b'{"a":1}', 1, 0, None, "application/json", 0, 10, 0))
+    assert msg.payload == {"a": 1}
+    assert codec.decode(bom + b"hi", "text/plain; charset=utf-8") == "\ufeffhi"
+    with pytest.raises(ValueError):
+        codec.decode(bom + bom + b"{}", "application/json")  # one mark, not any number of them
+
+
 def test_message_with_malformed_content_keeps_its_bytes() -> None:
     row = (1, b"{oops", 1, 0, None, "application/json", 0, 10, 0)
     msg = _core.message_from_row("q", row)
@@ -186,6 +201,30 @@ def test_error_text() -> None:
     assert _core.error_text(Unprintable()) == "Unprintable: (its message could not be made: __str__ raised)"
     assert len(_core.error_text(ValueError("x" * 100000))) == _core.MAX_ERROR_CHARS
     assert len(_core.error_text("x" * 100000)) == _core.MAX_ERROR_CHARS
+
+
+def test_a_fail_runs_in_a_savepoint_only_where_the_server_may_refuse_its_text_in_a_transaction() -> None:
+    """The first try of fail / reject runs in a savepoint (so that its ASCII twin can run after
+    the server's 22P05, which aborts a transaction) only inside a transaction, on a server whose
+    encoding differs from the client's and cannot hold every text; every other call as before."""
+    from types import SimpleNamespace
+
+    from psycopg.pq import TransactionStatus as S
+
+    def info(status: S, server: str = "LATIN1", client: str = "UTF8") -> Any:
+        settings = {"server_encoding": server, "client_encoding": client}
+        return SimpleNamespace(transaction_status=status, parameter_status=settings.get)
+
+    msg = _core.message_from_row("q", (1, b"x", 1, 0, None, None, 0, 10, 0))
+    fail, reject, complete = _core.fail(msg, "é"), _core.reject(msg, "é"), _core.complete(msg)
+    assert _core.twin_needs_savepoint(fail, info(S.IDLE), autocommit=False)  # a pool's: BEGIN comes first
+    assert _core.twin_needs_savepoint(reject, info(S.INTRANS), autocommit=False)
+    assert _core.twin_needs_savepoint(fail, info(S.INTRANS), autocommit=True)  # a caller's block
+    assert not _core.twin_needs_savepoint(complete, info(S.INTRANS), autocommit=False)  # no twin
+    for status in (S.IDLE, S.ACTIVE):  # no block: a SAVEPOINT would be an error
+        assert not _core.twin_needs_savepoint(fail, info(status), autocommit=True)
+    for server, client in (("UTF8", "LATIN1"), ("SQL_ASCII", "UTF8"), ("LATIN1", "LATIN1")):
+        assert not _core.twin_needs_savepoint(fail, info(S.INTRANS, server, client), autocommit=False)
 
 
 def test_outcome_of_a_receive_block() -> None:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from helpers import processes_from
 from pgqueue import Queue
 from pgqueue.cli import main
 from pgqueue.client import list_queues
@@ -57,13 +59,7 @@ def _assert_cleaned_up(out: str) -> None:
     assert found, out
     base_dir = found.group(1)
     assert not os.path.exists(base_dir)
-    left = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if base_dir.encode() in cmdline.read_bytes():
-                left.append(cmdline.parent.name)
-        except OSError:  # the process ended meanwhile
-            pass
+    left = processes_from(base_dir)
     assert left == [], f"processes still running from {base_dir}: {left}"
 
 

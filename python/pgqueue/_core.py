@@ -16,11 +16,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
+from psycopg import ConnectionInfo
 from psycopg.abc import Buffer
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import Conninfo
+from psycopg.pq import Conninfo, TransactionStatus
 from psycopg.pq.abc import PGconn
+from psycopg.types.array import ListBinaryDumper, ListDumper
 
 from pgqueue import _sql, codec
 from pgqueue.errors import InvalidArgument, QueueNotFound
@@ -406,6 +408,44 @@ def utf8_texts(encoding: str, adapters: AdaptersMap) -> None:
     if encoding == "ascii":
         for name in _TEXT_TYPES:
             adapters.register_loader(name, _Utf8TextLoader)
+
+
+def psycopg_arrays(params: Mapping[str, object], adapters: AdaptersMap) -> None:
+    """Have a cursor dump the lists among ``params`` as psycopg's own arrays, whatever dumper
+    the caller registered for ``list`` (``psycopg.adapters.register_dumper(list, JsonbDumper)``,
+    globally or on the connection): the statements cast them (``%(ids)s::bigint[]``) to mean
+    the same whatever adapters, but a list dumped as JSON broke them (``enqueue_many`` raised a
+    bare TypeError, ``cancel`` 42846). Only a call with a list pays the registration."""
+    if any(isinstance(value, list) for value in params.values()):
+        # in psycopg's own order: the text dumper last, the one a %s placeholder takes
+        adapters.register_dumper(list, ListBinaryDumper)
+        adapters.register_dumper(list, ListDumper)
+
+
+#: The server encodings the server never refuses a text for: UTF8 holds every character, and
+#: SQL_ASCII takes the bytes unconverted.
+_HOLD_ANY_TEXT = frozenset({"UTF8", "SQL_ASCII"})
+
+
+def twin_needs_savepoint(call: Call[Any], info: ConnectionInfo, autocommit: bool) -> bool:
+    """Tell whether ``call`` must run in a savepoint so that its ASCII twin (``untranslatable``)
+    can run after it: when it has a twin, runs inside a transaction (a pool's connection, a
+    caller's one outside autocommit or inside a transaction block) and the server may refuse
+    its text. The server converts a text from the client encoding to its own and refuses one
+    its own cannot hold (22P05, a LATIN1 database under client_encoding UTF8), which aborts
+    the transaction: the twin then failed with 25P02, and the message stayed leased (a
+    review). psycopg's own refusal (the client encoding cannot hold it) sends nothing and
+    needs no savepoint. Read from what the connection knows already: no round trip.
+
+    An autocommit connection is in a transaction block when its status says so (INTRANS,
+    INERROR); ACTIVE, another task's statement in flight on a shared one, is taken as none (a
+    SAVEPOINT outside a block is an error)."""
+    if call.untranslatable is None:
+        return False
+    if autocommit and info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        return False
+    server = info.parameter_status("server_encoding")
+    return server not in _HOLD_ANY_TEXT and server != info.parameter_status("client_encoding")
 
 
 def conninfo_of(pgconn: PGconn) -> str:

@@ -479,7 +479,8 @@ def _gave_up(exc: BaseException, waited: float) -> PgQueueError:
     cls = type(exc) if isinstance(exc, PgQueueError) and not isinstance(exc, OutOfTime) else ConnectionFailed
     message = exc.message if isinstance(exc, PgQueueError) else _first_line(exc)
     return cls(f"{message} (still failing after {waited:.1f} s of retries: gave up)",
-               sqlstate=getattr(exc, "sqlstate", None), hint=getattr(exc, "hint", None))
+               sqlstate=getattr(exc, "sqlstate", None), hint=getattr(exc, "hint", None),
+               detail=getattr(exc, "detail", None))
 
 
 class Backoff:

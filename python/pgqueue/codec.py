@@ -16,8 +16,9 @@ A message may name a task (for :class:`pgqueue.Tasks`): ``; task=<name>`` is add
 type (``application/octet-stream`` for raw bytes), e.g. ``application/json; task=send_email``,
 which producers in any language can write too (``pgqueue.message_create_json(..., p_task)``).
 
-Decoding reverses this: JSON (``application/json`` or any ``+json`` type) is parsed, text
-(``text/*``) is decoded with its charset (UTF-8 if none is named), and any other or no content
+Decoding reverses this: JSON (``application/json`` or any ``+json`` type) is parsed (a leading
+byte-order mark, which RFC 8259 lets a parser ignore, left out), text (``text/*``) is decoded
+with its charset (UTF-8 if none is named; a byte-order mark kept), and any other or no content
 type gives the bytes back. JSON turns tuples into lists and non-string keys into strings.
 """
 
@@ -130,6 +131,10 @@ def decode(content: bytes, content_type: str | None) -> object:
         except LookupError as exc:
             raise ValueError(f"unknown charset in content type {content_type!r}") from exc
         if not kind.startswith("text/"):
+            # a byte-order mark before JSON (some Windows tools write one) is not part of the
+            # value, and RFC 8259 lets a parser ignore it: json.loads refused it, and the
+            # message was handed out as its bytes. In text it is the producer's, kept.
+            text = text.removeprefix("\ufeff")
             try:
                 return json.loads(text)
             except RecursionError as exc:  # nested deeper than the interpreter's recursion limit

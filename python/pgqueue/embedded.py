@@ -15,19 +15,27 @@ user) and ``initdb``/``postgres`` are started through
 terminal reaches the caller only, which stops the server and deletes its directory in order
 (:meth:`EmbeddedPostgres.stop`, also when the start itself is interrupted), rather than the
 server shutting down under the caller's last calls.
+
+The server is taken as booted only once it answers on its port from its own data directory:
+``testing.postgresql`` picks a free port, closes it and waits until something answers there, so
+another server that took the port meanwhile counted as ours. A start whose port was taken is
+tried again on another.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from types import TracebackType
 from typing import Any
 
+import psycopg
 from psycopg.conninfo import make_conninfo
 
 __all__ = ["FAST_SETTINGS", "EmbeddedPostgres", "EmbeddedUnavailable", "check_available"]
@@ -102,6 +110,10 @@ def check_available() -> None:
         _account(user)
 
 
+#: How many ports a start tries when the one picked was taken before the server bound it.
+PORT_ATTEMPTS = 5
+
+
 def _kill_session(proc: subprocess.Popen[str]) -> None:
     """Kill every process of the session ``proc`` leads (started with start_new_session) and wait,
     up to 5 s, until none is left."""
@@ -161,23 +173,55 @@ def _make_server_class() -> Any:
 
         def start(self) -> None:
             # testing.common.database.Database.start, with the server in a session of its own
-            # (Popen is called there with no way to ask for one); a failed start stops it there,
-            # an interrupted one in EmbeddedPostgres.start.
+            # (Popen is called there with no way to ask for one), again on another port when
+            # the one picked was taken meanwhile; a failed start stops it there, an interrupted
+            # one in EmbeddedPostgres.start.
             if self.child_process:
                 return
-            self.prestart()
-            with open(os.path.join(self.base_dir, f"{self.name}.log"), "w") as log:
+            for attempt in range(PORT_ATTEMPTS):
+                self.prestart()
+                with open(os.path.join(self.base_dir, f"{self.name}.log"), "w") as log:
+                    try:
+                        self.child_process = subprocess.Popen(self.get_server_commandline(), stdout=log,
+                                                              stderr=log, start_new_session=True)
+                    except Exception as exc:
+                        raise RuntimeError(f"failed to launch {self.name}: {exc!r}") from exc
                 try:
-                    self.child_process = subprocess.Popen(self.get_server_commandline(), stdout=log,
-                                                          stderr=log, start_new_session=True)
+                    self.wait_booting()
+                    self.poststart()
+                    return
                 except Exception as exc:
-                    raise RuntimeError(f"failed to launch {self.name}: {exc!r}") from exc
+                    taken = self._port_taken()
+                    self.stop()
+                    if not taken:
+                        raise
+                    if attempt == PORT_ATTEMPTS - 1:
+                        raise RuntimeError(f"the server could not start: each of the {PORT_ATTEMPTS} ports picked "
+                                           f"was taken by another program before it bound it ({exc})") from exc
+                    self.settings["port"] = None  # prestart picks another
+
+        def is_server_available(self) -> bool:
+            """Tell whether our server answers: its process runs, and the server on its port
+            serves its data directory. testing.postgresql took any answer on the port, and the
+            port it picked free may be taken before our server binds it: another server's
+            answer made the start succeed on it (our server, failing to bind, exited)."""
+            if self.child_process is None or self.child_process.poll() is not None:
+                return False
             try:
-                self.wait_booting()
-                self.poststart()
-            except Exception:
-                self.stop()
-                raise
+                with psycopg.connect(host="127.0.0.1", port=self.settings["port"], user="postgres",
+                                     dbname="template1", connect_timeout=5, autocommit=True) as conn:
+                    row = conn.execute("SHOW data_directory").fetchone()
+            except psycopg.Error:  # not up yet (or another server that refuses us)
+                return False
+            data = os.path.realpath(os.path.join(self.base_dir, "data"))
+            return row is not None and os.path.realpath(str(row[0])) == data
+
+        def _port_taken(self) -> bool:
+            """Tell whether the server failed to start because its port was taken (its log)."""
+            try:
+                return "Address already in use" in self.read_bootlog()
+            except RuntimeError:  # no log
+                return False
 
     return _Server
 
@@ -202,6 +246,8 @@ class EmbeddedPostgres:
         self._settings.update(settings or {})
         self._boot_timeout = boot_timeout
         self._server: Any = None
+        #: The temporary directory, named before it is made (see :meth:`start`).
+        self._dir: str | None = None
 
     def start(self) -> EmbeddedPostgres:
         """Start the server (idempotent) and return self."""
@@ -210,17 +256,33 @@ class EmbeddedPostgres:
         cls = _make_server_class()
         cls.run_as = _unprivileged_user()
         cls.server_settings = tuple(arg for k, v in self._settings.items() for arg in ("-c", f"{k}={v}"))
-        server = cls(
-            postgres_args="-h 127.0.0.1 -F -c logging_collector=off",
-            boot_timeout=self._boot_timeout,
-            auto_start=0,  # started below, so that an interrupted start is cleaned up too
-        )
+        server = None
         try:
+            # The directory is ours, named before it is made: testing.postgresql made it in its
+            # constructor, and a Ctrl-C that landed before it recorded it as its own to delete
+            # left it behind (a review).
+            self._dir = None
+            while self._dir is None:
+                self._dir = os.path.join(tempfile.gettempdir(), f"pgqueue-{secrets.token_hex(6)}")
+                try:
+                    os.mkdir(self._dir, 0o700)
+                except FileExistsError:  # another's: not ours to delete
+                    self._dir = None
+            server = cls(
+                base_dir=self._dir,
+                postgres_args="-h 127.0.0.1 -F -c logging_collector=off",
+                boot_timeout=self._boot_timeout,
+                auto_start=0,  # started below, so that an interrupted start is cleaned up too
+            )
             server.setup()  # initdb
             server.start()
         except BaseException:
             # A Ctrl-C no longer reaches initdb or the server (their own session): stop them.
-            server.stop()
+            try:
+                if server is not None:
+                    server.stop()
+            finally:
+                self._remove_dir(server)
             raise
         self._server = server
         return self
@@ -264,6 +326,15 @@ class EmbeddedPostgres:
                 # already; wait for it and delete the directory all the same, then go on.
                 server.stop()
                 raise
+            finally:
+                self._remove_dir(server)
+
+    def _remove_dir(self, server: Any) -> None:
+        """Delete the temporary directory, unless its server could not be stopped (its process
+        is still there: testing.postgresql leaves the directory to it then too)."""
+        if self._dir is not None and (server is None or server.child_process is None):
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def _require(self) -> None:
         if self._server is None:

@@ -73,21 +73,26 @@ class PgQueueError(Exception):
         sqlstate: the five-character SQLSTATE of the database error, or None for an error
             detected by the client itself or one without a SQLSTATE (a failed connection).
         hint: the server's HINT (what to do about it), or None.
+        detail: the server's DETAIL (more about this occurrence: how long a full queue is
+            refused without counting again, say), or None.
     """
 
     sqlstate: str | None
     hint: str | None
+    detail: str | None
 
-    def __init__(self, message: str, *, sqlstate: str | None = None, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, sqlstate: str | None = None, hint: str | None = None,
+                 detail: str | None = None) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
         self.hint = hint
+        self.detail = detail
 
     @property
     def message(self) -> str:
-        """The error message, one line. A server error's HINT is apart, in :attr:`hint`; the
-        client's own :class:`ExtensionNotInstalled` and :class:`VersionMismatch` say what to do
-        in the message too (and in :attr:`hint`)."""
+        """The error message, one line. A server error's HINT and DETAIL are apart, in
+        :attr:`hint` and :attr:`detail`; the client's own :class:`ExtensionNotInstalled` and
+        :class:`VersionMismatch` say what to do in the message too (and in :attr:`hint`)."""
         return str(self.args[0]) if self.args else ""
 
 
@@ -244,7 +249,8 @@ def translate(exc: psycopg.Error) -> PgQueueError:
 
     Returns:
         An instance of the :class:`PgQueueError` subclass for the error's SQLSTATE (see the
-        module docstring), carrying the server's primary message, SQLSTATE and hint.
+        module docstring), carrying the server's primary message, SQLSTATE, hint and detail
+        (the detail was dropped: a QueueFull's "counted again in N ms" was lost).
     """
     sqlstate = exc.sqlstate
     diag = exc.diag
@@ -254,20 +260,21 @@ def translate(exc: psycopg.Error) -> PgQueueError:
     if sqlstate is None and isinstance(exc, psycopg.ProgrammingError):  # a DSN that does not parse, say
         message = conninfo_error(exc)
     hint = diag.message_hint
+    detail = diag.message_detail
     if sqlstate in _MISSING_OBJECT and "pgqueue" in message:
         if sqlstate == "3F000":
             what = f"pgqueue is not installed in this database ({message})"
         else:  # the schema is there: not the extension, or one older than this client
             what = (f"this database's pgqueue has no such function or table ({message}): it is not "
                     "installed, or older than this client (pgqueue.check_server says which)")
-        return ExtensionNotInstalled(f"{what}: {INSTALL_HINT}", sqlstate=sqlstate, hint=INSTALL_HINT)
+        return ExtensionNotInstalled(f"{what}: {INSTALL_HINT}", sqlstate=sqlstate, hint=INSTALL_HINT, detail=detail)
     if sqlstate is not None and sqlstate in _BY_SQLSTATE:
-        return _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate, hint=hint)
+        return _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate, hint=hint, detail=detail)
     if (sqlstate is not None and (sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST)) or (
         sqlstate is None and isinstance(exc, psycopg.OperationalError)
     ):
-        return ConnectionFailed(message, sqlstate=sqlstate, hint=hint)
-    return PgQueueError(message, sqlstate=sqlstate, hint=hint)
+        return ConnectionFailed(message, sqlstate=sqlstate, hint=hint, detail=detail)
+    return PgQueueError(message, sqlstate=sqlstate, hint=hint, detail=detail)
 
 
 @contextmanager
