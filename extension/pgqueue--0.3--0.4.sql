@@ -741,20 +741,26 @@ COMMENT ON COLUMN pgqueue.spark_consumer.holder_key IS
 -- A consumer held now is held on (1885827447, id), which 0.4 no longer looks at: a second
 -- driver would open it as well, and each could acknowledge (delete) the other's claims. So the
 -- update waits for no such hold: it refuses while one exists (the hold of a 0.3 spark_claim in
--- flight too), naming the sessions to stop.
+-- flight too), naming the sessions to stop. Only a hold that can be a Spark query's counts: on
+-- the id of a consumer, by a role that may write pgqueue.spark_consumer (the lock itself any
+-- role may take, and a role granted nothing would otherwise hold every update up).
 DO $$
 DECLARE
     v_held text;
 BEGIN
-    SELECT pg_catalog.string_agg(pg_catalog.format('consumer %s (pid %s)', l.objid, l.pid), ', '
-                                 ORDER BY l.objid, l.pid)
+    SELECT pg_catalog.string_agg(pg_catalog.format('consumer "%s" of queue "%s" (pid %s)', c.name, q.name, l.pid),
+                                 ', ' ORDER BY c.id, l.pid)
       INTO v_held
       FROM pg_catalog.pg_locks l
+      JOIN pgqueue.spark_consumer c ON c.id::pg_catalog.oid OPERATOR(pg_catalog.=) l.objid
+      JOIN pgqueue.queue q ON q.id OPERATOR(pg_catalog.=) c.queue_id
+      JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
      WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
        AND l.classid OPERATOR(pg_catalog.=) 1885827447::pg_catalog.oid
        AND l.objsubid OPERATOR(pg_catalog.=) 2
        AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+       AND pg_catalog.has_table_privilege(a.usesysid, 'pgqueue.spark_consumer', 'INSERT, UPDATE');
     IF v_held IS NOT NULL THEN
         RAISE EXCEPTION 'Spark consumers are held by running queries of pgqueue 0.3 or earlier: %', v_held
             USING ERRCODE = 'PQ005',

@@ -219,27 +219,42 @@ def test_the_update_refuses_while_a_spark_query_of_the_old_version_holds_a_consu
     which 0.4 no longer looks at: updated under such a query, a second driver opened the same
     consumer too and each could acknowledge (delete) the other's claims (a review). The update
     refuses (PQ005) while such a hold exists, naming it, changes nothing, and goes through once
-    the query has stopped."""
-    with psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as conn, \
-            psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as driver:
-        conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
-        conn.execute("SELECT pgqueue.queue_create('etl')")
-        conn.execute("SELECT pgqueue.message_create_batch('etl', ARRAY['e1', 'e2']::bytea[])")
-        driver.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
-        consumer = conn.execute("SELECT id FROM pgqueue.spark_consumer").fetchone()
-        assert consumer is not None
-        with pytest.raises(psycopg.Error) as refused:
-            conn.execute("ALTER EXTENSION pgqueue UPDATE")
-        assert refused.value.sqlstate == "PQ005"
-        assert f"consumer {consumer[0]} (pid {driver.info.backend_pid})" in str(refused.value)
-        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (old_version,)
-        driver.execute("SELECT pgqueue.spark_consumer_close('etl', 'job')")
-        conn.execute("ALTER EXTENSION pgqueue UPDATE")
-        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (DEFAULT_VERSION,)
-        conn.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
-        with pytest.raises(psycopg.Error) as in_use:  # one holder at a time, as before the update
+    the query has stopped. The same lock taken by a role that could not be a Spark driver (any
+    role may take an advisory lock) holds nothing up (a review of the fix)."""
+    stranger = f"pq_stranger_{os.getpid()}"
+    admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(stranger)),
+                  sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(stranger)))
+    try:
+        with psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as conn, \
+                psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as driver, \
+                psycopg.connect(pg_server.dsn(empty_db, user=stranger), autocommit=True) as other:
+            conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
+            conn.execute("SELECT pgqueue.queue_create('etl')")
+            conn.execute("SELECT pgqueue.message_create_batch('etl', ARRAY['e1', 'e2']::bytea[])")
+            conn.execute("SELECT pgqueue.spark_consumer_open('etl', 'idle'), pgqueue.spark_consumer_close('etl', 'idle')")
             driver.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
-        assert in_use.value.sqlstate == "PQ005"
+            idle = conn.execute("SELECT id FROM pgqueue.spark_consumer WHERE name = 'idle'").fetchone()
+            assert idle is not None
+            # a role granted nothing holds the key of a consumer nobody runs, and of one that does not exist
+            other.execute("SELECT pg_advisory_lock(1885827447, %s), pg_advisory_lock(1885827447, 4242)", idle)
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute("ALTER EXTENSION pgqueue UPDATE")
+            assert refused.value.sqlstate == "PQ005"
+            assert refused.value.diag.message_primary is not None
+            assert refused.value.diag.message_primary.endswith(
+                f'or earlier: consumer "job" of queue "etl" (pid {driver.info.backend_pid})'), str(refused.value)
+            assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'"
+                                ).fetchone() == (old_version,)
+            driver.execute("SELECT pgqueue.spark_consumer_close('etl', 'job')")
+            conn.execute("ALTER EXTENSION pgqueue UPDATE")  # the stranger's locks hold nothing up
+            assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'"
+                                ).fetchone() == (DEFAULT_VERSION,)
+            conn.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
+            with pytest.raises(psycopg.Error) as in_use:  # one holder at a time, as before the update
+                driver.execute("SELECT pgqueue.spark_consumer_open('etl', 'job')")
+            assert in_use.value.sqlstate == "PQ005"
+    finally:
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(stranger)))
 
 
 def test_versions_are_consistent() -> None:
