@@ -20,7 +20,7 @@ from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, Queue
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
-from test_client import socket_port
+from test_client import LEFT_OPEN, bounded, socket_port
 
 Conn = psycopg.Connection[Any]
 
@@ -1483,5 +1483,126 @@ def test_a_cancellation_while_a_generator_around_async_receive_closes_goes_on(
                 await task
             stats = await q.stats()
             assert (stats.ready, stats.leased) == (1, 0)  # closed, not finished: given back
+
+    run(main)
+
+
+@pytest.mark.parametrize("source", ["caller", "own"])
+def test_an_answer_an_interruption_left_unread_is_read_before_the_async_give_back(source: str, dsn: str) -> None:
+    """The async client's reading of what an interruption left unread on its shared connection
+    (a caller's AsyncConnection, or the queue's own), as the sync client's: under psycopg's
+    lock, awaiting the socket (the event loop runs other tasks meanwhile)."""
+    from pgqueue.async_client import _AsyncConnector
+
+    async def main() -> None:
+        if source == "caller":
+            busy = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            connector = _AsyncConnector(busy)
+        else:
+            connector = _AsyncConnector(dsn)
+            busy = await connector._open("_own")  # our own connection, as a call opens it
+        try:
+            busy.pgconn.send_query(b"SELECT pg_sleep(0.3)")  # sent, its answer not read
+            with pytest.raises(psycopg.Error, match="another command is already in progress"):
+                await busy.execute("SELECT 1")
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.02)
+                    ticks += 1
+
+            ticking = asyncio.create_task(ticker())
+            await connector.read_what_is_left()
+            ticking.cancel()
+            assert ticks >= 5  # the event loop was not blocked while the answer came
+            assert busy.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert await (await busy.execute("SELECT 1")).fetchone() == (1,)
+        finally:
+            await busy.close()
+            await connector.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("left", ["statement", "copy-out", "copy-in"])
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, asyncio.CancelledError],
+                         ids=["KeyboardInterrupt", "CancelledError"])
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_an_async_block_whose_own_statement_an_interruption_left_unread_gives_its_message_back(
+        source: str, interruption: type[BaseException], left: str, dsn: str, conn: Conn) -> None:
+    """A cancellation or a Ctrl-C inside psycopg's reading on after its cancel of a statement the
+    block runs on the queue's shared connection (a caller's AsyncConnection, or the queue's own)
+    leaves the answer unread and the connection busy (or a COPY open): the give-back failed
+    ("another command is already in progress") and the message stayed leased until its lease
+    ran out (a review). What is left is read (a COPY OUT drained, a COPY IN aborted) before the
+    give-back, as in the sync client."""
+    conn.execute("CREATE TABLE sink (g int)")
+    Queue(dsn, "jobs").create()
+    Queue(dsn, "jobs").enqueue("interrupted in its block")
+
+    async def main() -> None:
+        caller = await psycopg.AsyncConnection.connect(dsn, autocommit=True) if source != "dsn" else None
+        try:
+            async with AsyncQueue(caller if caller is not None else dsn, "jobs") as q:
+                await q.settings()  # our own connection opened
+                started = time.monotonic()
+                with pytest.raises(interruption):
+                    async with q.receive(lock_ms=60_000, heartbeat=False) as msg:
+                        assert msg is not None
+                        shared = caller if caller is not None else q._connector._own
+                        assert shared is not None and not shared.closed
+                        shared.pgconn.send_query(LEFT_OPEN[left])  # sent, its answer left unread
+                        raise interruption
+                assert time.monotonic() - started < 5
+                stats = Queue(dsn, "jobs").stats()
+                assert (stats.ready, stats.leased) == (1, 0)  # given back, not left leased
+                [again] = await q.dequeue(1)  # and the shared connection usable again
+                assert again.payload == "interrupted in its block"
+                assert shared.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            if caller is not None:
+                await caller.close()
+
+    with bounded(20):
+        run(main)
+    assert conn.execute("SELECT count(*) FROM sink").fetchone() == (0,)  # a COPY IN aborted
+
+
+def test_a_second_cancellation_while_the_async_block_reads_what_is_left_still_settles(dsn: str) -> None:
+    """A cancellation that lands while what the block's interrupted statement left is read off
+    the shared connection is held back, as one that lands while the message is settled: the
+    message is given back, then the cancellation goes on."""
+    Queue(dsn, "jobs").create()
+    Queue(dsn, "jobs").enqueue("cancelled twice")
+
+    async def main() -> None:
+        caller = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            q = AsyncQueue(caller, "jobs")
+            reading = asyncio.Event()
+
+            async def consumer() -> None:
+                async with q.receive(lock_ms=60_000, heartbeat=False) as msg:
+                    assert msg is not None
+                    caller.pgconn.send_query(b"SELECT pg_sleep(0.6)")  # its answer left unread
+                    reading.set()
+                    raise asyncio.CancelledError
+
+            started = time.monotonic()
+            task = asyncio.create_task(consumer())
+            await reading.wait()
+            await asyncio.sleep(0.2)  # the block ended: what is left is being read
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - started >= 0.5  # the answer was awaited
+            stats = Queue(dsn, "jobs").stats()
+            assert (stats.ready, stats.leased) == (1, 0)
+            [again] = await q.dequeue(1)
+            assert again.payload == "cancelled twice"
+        finally:
+            await caller.close()
 
     run(main)

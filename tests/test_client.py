@@ -510,6 +510,127 @@ def test_a_block_whose_own_statement_an_interruption_left_unread_gives_its_messa
         assert again.payload == "interrupted in its block"
 
 
+class Stuck(BaseException):
+    """Raised in the main thread by :func:`bounded` when what it bounds has not ended in time."""
+
+
+@contextmanager
+def bounded(seconds: float) -> Iterator[None]:
+    """Interrupt the main thread with :class:`Stuck` (a simulated SIGUSR1: pytest-timeout has
+    SIGALRM) if the block has not ended after ``seconds``: a loop that spins forever (holding
+    the locks of a connection) then fails the test instead of hanging it."""
+    import _thread
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise Stuck(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    timer = threading.Timer(seconds, _thread.interrupt_main, (signal.SIGUSR1,))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+#: Statements whose answer an interruption leaves unread on a shared connection: an answer still
+#: on its way, a COPY TO STDOUT (the connection in COPY OUT), a COPY FROM STDIN (COPY IN).
+LEFT_OPEN = {
+    "statement": b"SELECT pg_sleep(0.2)",
+    "copy-out": b"COPY (SELECT g FROM generate_series(1, 3) g) TO STDOUT",
+    "copy-in": b"COPY sink FROM STDIN",
+}
+
+
+@pytest.mark.parametrize("left", ["copy-out", "copy-in"])
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_a_block_whose_copy_an_interruption_left_open_gives_its_message_back(source: str, left: str, dsn: str,
+                                                                             conn: Conn) -> None:
+    """A COPY the block ran on the shared connection, left open by a Ctrl-C: the connection is not
+    busy, and each read of a result gave a COPY result again, never the end: the reading before
+    the give-back spun at 100% CPU forever, holding the connection's locks (a review). A COPY
+    OUT is now drained and a COPY IN aborted (the server ends it with pgqueue's error): the
+    message is given back within the reading's bound, and the connection usable again."""
+    conn.execute("CREATE TABLE sink (g int)")
+    with ExitStack() as stack:
+        src: Any = dsn if source == "dsn" else stack.enter_context(psycopg.connect(dsn, autocommit=True))
+        q = stack.enter_context(Queue(src, "jobs"))
+        q.create()
+        q.enqueue("interrupted in its COPY")
+        started = time.monotonic()
+        with bounded(10), pytest.raises(KeyboardInterrupt):
+            with q.receive(lock_ms=60_000, heartbeat=False) as msg:
+                assert msg is not None
+                shared = src if source != "dsn" else q._connector._own
+                assert shared is not None and not shared.closed
+                shared.pgconn.send_query(LEFT_OPEN[left])  # the COPY begun, left open
+                raise KeyboardInterrupt
+        assert time.monotonic() - started < 5
+        stats = Queue(dsn, "jobs").stats()
+        assert (stats.ready, stats.leased) == (1, 0)  # given back, not left leased
+        [again] = q.dequeue(1)  # and the shared connection usable again
+        assert again.payload == "interrupted in its COPY"
+        assert shared.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert shared.execute("SELECT count(*) FROM sink").fetchone() == (0,)  # a COPY IN aborted
+
+
+def _endless_copy_out(conn: Conn) -> None:
+    conn.pgconn.send_query(b"COPY (SELECT generate_series(1, 1000000000)) TO STDOUT")  # rows for minutes
+
+
+def _copy_both(conn: Conn) -> None:
+    pos = conn.pgconn.exec_(b"IDENTIFY_SYSTEM").get_value(0, 2)
+    assert pos is not None
+    conn.pgconn.send_query(b"START_REPLICATION " + pos)  # a walsender's COPY BOTH
+
+
+@pytest.mark.parametrize("state", ["endless copy-out", "copy-both"])
+def test_reading_what_is_left_returns_within_its_bound_on_what_it_cannot_read(state: str, dsn: str) -> None:
+    """A COPY OUT that goes on longer than the bound, and a COPY BOTH (replication, not read
+    here): spun on forever before (a review). The reading now gives up within its ``timeout``,
+    the connection left as it is."""
+    from pgqueue.client import _read_what_is_left
+
+    replication = state == "copy-both"
+    try:
+        busy = psycopg.connect(psycopg.conninfo.make_conninfo(dsn, **({"replication": "true"} if replication else {})),
+                               autocommit=True)
+    except psycopg.OperationalError as exc:  # a server that takes no replication connection
+        pytest.skip(f"no replication connection: {exc}")
+    try:  # (closed, not left by a with: its end would commit, "another command is already in progress")
+        (_copy_both if replication else _endless_copy_out)(busy)
+        deadline = time.monotonic() + 5
+        while busy.pgconn.is_busy():  # the COPY begun
+            assert time.monotonic() < deadline
+            busy.pgconn.consume_input()
+            time.sleep(0.01)
+        started = time.monotonic()
+        with bounded(5):
+            _read_what_is_left(busy, timeout=0.5)
+        assert time.monotonic() - started < 1.5
+        assert busy.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE  # left as it is
+    finally:
+        busy.close()  # (a walsender left open would hold the server's shutdown)
+
+
+def test_reading_what_is_left_leaves_a_pipeline_alone(conn: Conn) -> None:
+    """A connection in pipeline mode (the caller's pipeline, in another thread) shows ACTIVE with
+    its statements' answers on their way: they are the pipeline's to read (before, its wait for
+    them ran out the reading's whole bound, the locks held), and are left to it at once."""
+    from pgqueue.client import _read_what_is_left
+
+    with bounded(10), conn.pipeline():
+        cur = conn.execute("SELECT pg_sleep(0.1), 7")  # sent, its answer on its way
+        time.sleep(0.3)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE
+        started = time.monotonic()
+        _read_what_is_left(conn, timeout=2)
+        assert time.monotonic() - started < 1
+        assert cur.fetchone() == ("", 7)
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
 @pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
 def test_receive_interrupted_while_it_completes_still_completes_the_message(source: str, dsn: str) -> None:
     """A Ctrl-C that lands while the block's message is being completed (here: its DELETE waits

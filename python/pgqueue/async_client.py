@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgqueue import _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
-from pgqueue.client import _going_on
+from pgqueue.client import READABLE, _going_on, _steps_reading_what_is_left
 from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
@@ -120,6 +120,56 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
                 await conn.execute(_sql.RELEASE_SAVEPOINT)
         return await _execute(conn, call.untranslatable, status)
     return call.result(rows)
+
+
+async def _socket_ready(fd: int, wait: str, timeout: float) -> None:
+    """Wait until the socket ``fd`` is readable (:data:`~pgqueue.client.READABLE`) or
+    writable, for up to ``timeout`` seconds, without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def on_ready() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    if wait == READABLE:
+        loop.add_reader(fd, on_ready)
+    else:
+        loop.add_writer(fd, on_ready)
+    try:
+        await asyncio.wait({ready}, timeout=timeout)
+    finally:
+        if wait == READABLE:
+            loop.remove_reader(fd)
+        else:
+            loop.remove_writer(fd)
+
+
+async def _read_what_is_left(conn: psycopg.AsyncConnection[Any] | None, timeout: float = 5.0) -> None:
+    """Read the rest of an answer an interruption left unread on ``conn``, as the sync client's
+    ``_read_what_is_left`` does (the same steps: ``_steps_reading_what_is_left``), for up to
+    ``timeout`` seconds in all, awaiting the socket: the event loop runs on meanwhile.
+
+    A cancellation (or a Ctrl-C) that lands inside psycopg's reading on after its cancel of a
+    statement leaves the answer unread and the connection busy: the give-back of a ``receive``
+    block's message failed ("another command is already in progress"), the message leased
+    until its lease ran out (a review). A lost connection is left as it is."""
+    if conn is None or conn.closed:
+        return
+    pgconn = conn.pgconn
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        for wait in _steps_reading_what_is_left(pgconn):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if wait is None:
+                await asyncio.sleep(0)  # a long COPY OUT drained: the other tasks run too
+            else:
+                await _socket_ready(pgconn.socket, wait, remaining)
+    except (psycopg.Error, OSError):  # the connection is lost: the next call says so
+        return
 
 
 def _plain(value: object, what: str) -> object:
@@ -278,6 +328,21 @@ class _AsyncConnector:
                 return await _execute(await self._open("_own_heartbeat"), call)
 
             yield on_own
+
+    async def read_what_is_left(self) -> None:
+        """After an interruption: read what it left unread on the shared connection, a caller's or
+        our own (:func:`_read_what_is_left`; a pool drops a busy connection it is given back).
+
+        Under psycopg's lock of the connection (an ``asyncio.Lock``): a statement another task
+        runs on it holds it while it is busy, and is waited for. pgqueue has no lock of its own
+        for the statements on a shared async connection: each of its calls is one psycopg
+        statement (the dequeue of ``receive`` too, no transaction block), serialised by that
+        lock."""
+        conn = self._conn if self._conn is not None else self._own
+        if conn is None:
+            return
+        async with conn.lock:
+            await _read_what_is_left(conn)
 
     def replaces_lost(self) -> bool:
         """Whether a call after a lost connection runs on a new one (see the sync connector's)."""
@@ -473,7 +538,13 @@ class AsyncQueue:
         try:
             # a cancellation held back while the heartbeats stopped bounds the settling too
             held = interrupted if isinstance(interrupted, asyncio.CancelledError) else None
-            cancelled = await self._settle_shielded(msg, outcome, action, held)
+            # The block's own statement on the shared connection may have been interrupted in
+            # the middle of its answer (a cancellation or a Ctrl-C inside psycopg's reading on
+            # after its cancel): what is left is read first, in the settling's task (a second
+            # cancellation meanwhile is held back as the settling's). Not for a GeneratorExit:
+            # an async generator closed around the block interrupts no statement.
+            reading = outcome is not None and not isinstance(outcome, (Exception, GeneratorExit))
+            cancelled = await self._settle_shielded(msg, outcome, action, held, reading)
         except BaseException as err:
             settle_error = err
             raise
@@ -502,7 +573,8 @@ class AsyncQueue:
         return cancelled
 
     async def _settle_shielded(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None,
-                               held: asyncio.CancelledError | None = None) -> asyncio.CancelledError | None:
+                               held: asyncio.CancelledError | None = None,
+                               reading: bool = False) -> asyncio.CancelledError | None:
         """Settle as :meth:`_settle` does, in a task a cancellation does not reach: cancelled
         meanwhile (an ``asyncio.timeout`` around the ``async with``), even twice, the settling
         is awaited for at most :data:`CANCEL_WAIT` seconds more. Cancelled with it, the
@@ -512,8 +584,12 @@ class AsyncQueue:
         Returns the cancellation, for the caller to raise (an error of the settling is then
         logged); raises the settling's error if there was none, or if the only one is ``held``
         (one that landed before, while the heartbeats stopped, which bounds the settling too).
+
+        With ``reading``, what an interruption left unread on the shared connection is read
+        first, in the same task (:meth:`_read_then_settle`).
         """
-        settling = asyncio.ensure_future(self._settle(msg, exc, action))
+        settling = asyncio.ensure_future(self._read_then_settle(msg, exc, action) if reading
+                                         else self._settle(msg, exc, action))
         cancelled = await _unreached(settling, held)
         if cancelled is None or (cancelled is held and settling.done() and not settling.cancelled()):
             settling.result()  # its error, if any, for the caller (a held cancellation goes on with it as context)
@@ -523,6 +599,18 @@ class AsyncQueue:
             logger.warning("message %s on queue %s: the settling of a cancelled receive() did not finish: %r",
                            msg.id, msg.queue, error)
         return cancelled
+
+    async def _read_then_settle(self, msg: Message, exc: BaseException | None,
+                                action: _core.Outcome | None = None) -> None:
+        """Read what an interruption left unread on the shared connection
+        (:meth:`_AsyncConnector.read_what_is_left`, at most 5 seconds), then settle as
+        :meth:`_settle` does, whatever the reading met."""
+        try:
+            await self._connector.read_what_is_left()
+        except Exception as err:  # noqa: BLE001 (the settling comes all the same; it says what is wrong)
+            logger.warning("message %s on queue %s: reading what an interruption left on the connection failed: %r",
+                           msg.id, msg.queue, err)
+        await self._settle(msg, exc, action)
 
     async def _take(self, call: Call[_core.Lease | None]) -> tuple[_core.Lease | None, bool]:
         """Run the dequeue of ``receive`` so that a cancellation cannot strand the message it leased.

@@ -38,7 +38,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
+from psycopg.pq.abc import PGconn
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
@@ -127,6 +128,62 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     return call.result(rows)
 
 
+#: What :func:`_steps_reading_what_is_left` waits for: the socket readable, or writable.
+READABLE, WRITABLE = "r", "w"
+
+#: The results of an answer read on until its end (what else comes is a state not read here;
+#: looked up by name: TUPLES_CHUNK, of a chunked stream, is missing from older psycopg releases).
+_ANSWERS = frozenset(getattr(ExecStatus, name) for name in (
+    "COMMAND_OK", "TUPLES_OK", "EMPTY_QUERY", "FATAL_ERROR", "NONFATAL_ERROR", "SINGLE_TUPLE", "TUPLES_CHUNK")
+    if hasattr(ExecStatus, name))
+
+#: The error a COPY FROM STDIN an interruption left open ends with (the server aborts it).
+COPY_IN_ABORTED = b"pgqueue: a COPY FROM STDIN an interruption left open is aborted"
+
+
+def _steps_reading_what_is_left(pgconn: PGconn) -> Iterator[str | None]:
+    """Read the rest of an answer an interruption left unread on ``pgconn``, one pass at a time:
+    yield :data:`READABLE` or :data:`WRITABLE` for the driver to wait for the socket (bounded),
+    None after a pass that did not wait; the driver checks its deadline at every yield (a COPY
+    that never ends, or a wait for an answer that does not come, is given up).
+
+    Ordinary results are read until the answer ends; a COPY OUT is drained (its rows thrown
+    away, then its final result read); a COPY IN is ended with an error (``COPY_IN_ABORTED``:
+    the server aborts the COPY), then read on. A COPY BOTH (replication), a connection in
+    pipeline mode (the caller's pipeline: its results are not ours) or a result of a state not
+    known here are left as they are: the give-back then fails, and the message waits for its
+    lease. Before, a connection left in COPY state (not busy, a COPY result at every read)
+    spun here forever, the locks held (a review)."""
+    if pgconn.pipeline_status != PipelineStatus.OFF:
+        return
+    while pgconn.transaction_status == TransactionStatus.ACTIVE:
+        if pgconn.is_busy():
+            yield READABLE
+            pgconn.consume_input()
+            continue
+        result = pgconn.get_result()
+        if result is None:
+            return
+        if result.status == ExecStatus.COPY_OUT:
+            while True:
+                nbytes, _ = pgconn.get_copy_data(1)
+                if nbytes == -1:  # its end: its final result is read next
+                    break
+                if nbytes == 0:  # no whole row in yet
+                    yield READABLE
+                    pgconn.consume_input()
+                else:
+                    yield None
+        elif result.status == ExecStatus.COPY_IN:
+            while pgconn.put_copy_end(COPY_IN_ABORTED) == 0:  # not queued (non-blocking): room first
+                yield WRITABLE
+            while pgconn.flush() != 0:
+                yield WRITABLE
+        elif result.status not in _ANSWERS:
+            return  # COPY BOTH, or a state not known here
+        yield None
+
+
 def _read_what_is_left(conn: psycopg.Connection[Any] | None, timeout: float = 5.0) -> None:
     """Read the rest of an answer an interruption left unread on ``conn``.
 
@@ -135,21 +192,20 @@ def _read_what_is_left(conn: psycopg.Connection[Any] | None, timeout: float = 5.
     polls) leaves the answer unread and the connection busy: every later statement on it failed
     ("another command is already in progress"), the give-back of a message whose COMMIT answered
     then included, which stayed leased until its lease ran out (CI, test_client.py). The answer
-    is read here, for up to ``timeout`` seconds; a lost connection is left as it is."""
+    is read here (:func:`_steps_reading_what_is_left`), for up to ``timeout`` seconds in all;
+    a lost connection is left as it is."""
     if conn is None or conn.closed:
         return
     pgconn = conn.pgconn
     deadline = time.monotonic() + timeout
     try:
-        while pgconn.transaction_status == TransactionStatus.ACTIVE:
-            if pgconn.is_busy():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                select.select([pgconn.socket], [], [], min(remaining, 0.1))
-                pgconn.consume_input()
-            elif pgconn.get_result() is None:
+        for wait in _steps_reading_what_is_left(pgconn):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return
+            if wait is not None:
+                fds = [pgconn.socket]
+                select.select(fds if wait == READABLE else [], fds if wait == WRITABLE else [], [], min(remaining, 0.1))
     except (psycopg.Error, OSError):  # the connection is lost: the next call says so
         return
 
