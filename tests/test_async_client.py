@@ -981,7 +981,9 @@ def test_an_error_text_a_latin1_database_cannot_hold_fails_the_message_in_a_tran
     """The async twin of test_client's: under client_encoding UTF8 on a LATIN1 database the
     server's refusal of an error text (22P05) aborted the transaction, and the ASCII retry of
     fail / reject failed with 25P02 (a pool's message stayed leased; a caller's transaction
-    could never fail it: a review). The first try now runs in a savepoint there."""
+    could never fail it: a review). The ASCII twin is sent in its place, decided before anything
+    is sent: a savepoint around a first try, on a connection tasks share, rolled back another
+    task's statement run between its statements (a review of that fix)."""
     from helpers import database_in
 
     async def main(name: str) -> None:
@@ -1002,6 +1004,18 @@ def test_an_error_text_a_latin1_database_cannot_hold_fails_the_message_in_a_tran
             assert await q.fail(m, "ошибка")
             assert tx.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS  # left to the caller
             await tx.commit()
+        async with await psycopg.AsyncConnection.connect(utf8, autocommit=True) as shared:  # two tasks on it
+            q = AsyncQueue(shared, "shared")
+            await q.create()
+            await q.enqueue("d")
+            [m] = await q.dequeue(lock_ms=60000)
+            async with shared.transaction():
+                failing = asyncio.create_task(q.fail(m, "ошибка"))
+                await asyncio.sleep(0)
+                another = await q.enqueue("another task's")
+                assert await failing
+            cur = await shared.execute("SELECT count(*) FROM pgqueue.message WHERE id = %s", (another,))
+            assert await cur.fetchone() == (1,)  # it was rolled back with the savepoint
         assert (await setup.stats()).leased == 0
         async with await psycopg.AsyncConnection.connect(pg_server.dsn(name)) as conn:
             cur = await conn.execute("SELECT last_error FROM pgqueue.message WHERE last_error IS NOT NULL "
@@ -1010,7 +1024,7 @@ def test_an_error_text_a_latin1_database_cannot_hold_fails_the_message_in_a_tran
             cur = await conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = %s", (kept,))
             assert await cur.fetchone() == (1,)
         escaped = "\\u043e\\u0448\\u0438\\u0431\\u043a\\u0430"
-        assert stored == sorted([escaped] * 2 + ["ValueError: \\u20ac"]), stored
+        assert stored == sorted([escaped] * 3 + ["ValueError: \\u20ac"]), stored
         await setup.close()
 
     with database_in(pg_server, "LATIN1") as name:

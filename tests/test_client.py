@@ -1547,8 +1547,9 @@ def test_an_error_text_a_latin1_database_cannot_hold_fails_the_message_in_a_tran
     """Under client_encoding UTF8 on a LATIN1 database the server refuses an error text Latin-1
     cannot hold (22P05), which aborts the transaction it runs in: the ASCII retry of fail and
     reject then failed with 25P02, on a pool's connection (the message stayed leased) and on a
-    caller's in a transaction (never failed: redelivered for ever; a review). The first try now
-    runs in a savepoint there; what the transaction did before it is kept."""
+    caller's in a transaction (never failed: redelivered for ever; a review). The ASCII twin is
+    sent in its place there (decided before anything is sent); what the transaction did before
+    it is kept."""
     with database_in(pg_server, "LATIN1") as name:
         utf8 = pg_server.dsn(name, client_encoding="UTF8")
         setup = Queue(pg_server.dsn(name), "default")

@@ -115,6 +115,13 @@ def test_json_after_a_byte_order_mark_is_parsed_text_keeps_it() -> None:
     assert codec.decode(bom + b"hi", "text/plain; charset=utf-8") == "\ufeffhi"
     with pytest.raises(ValueError):
         codec.decode(bom + bom + b"{}", "application/json")  # one mark, not any number of them
+    # and the dashboard and the Spark source read such JSON as the client does (a review)
+    from pgqueue.dashboard.payload import show
+    from pgqueue.spark._encode import decode_payload
+
+    shown = show(bom + b'{"a": 1}', "application/json")
+    assert (shown.kind, shown.note) == ("json", "")
+    assert decode_payload(bom + b'{"a":1}', "application/json", "json") == '{"a":1}'
 
 
 def test_message_with_malformed_content_keeps_its_bytes() -> None:
@@ -203,28 +210,27 @@ def test_error_text() -> None:
     assert len(_core.error_text("x" * 100000)) == _core.MAX_ERROR_CHARS
 
 
-def test_a_fail_runs_in_a_savepoint_only_where_the_server_may_refuse_its_text_in_a_transaction() -> None:
-    """The first try of fail / reject runs in a savepoint (so that its ASCII twin can run after
-    the server's 22P05, which aborts a transaction) only inside a transaction, on a server whose
-    encoding differs from the client's and cannot hold every text; every other call as before."""
+def test_a_fail_sends_its_ascii_twin_where_the_servers_encoding_cannot_hold_its_text() -> None:
+    """fail / reject send their ASCII twin in place of the call, decided before anything is sent,
+    when the server would refuse the error text (22P05, which aborts a transaction the call runs
+    in): its encoding differs from the client's, cannot hold every text, and cannot hold this
+    one (or Python has no codec for it). Before, the first try ran in a savepoint, whose rollback
+    took other tasks' statements on a shared connection with it (a review)."""
     from types import SimpleNamespace
 
-    from psycopg.pq import TransactionStatus as S
-
-    def info(status: S, server: str = "LATIN1", client: str = "UTF8") -> Any:
+    def info(server: str = "LATIN1", client: str = "UTF8") -> Any:
         settings = {"server_encoding": server, "client_encoding": client}
-        return SimpleNamespace(transaction_status=status, parameter_status=settings.get)
+        return SimpleNamespace(parameter_status=settings.get)
 
     msg = _core.message_from_row("q", (1, b"x", 1, 0, None, None, 0, 10, 0))
-    fail, reject, complete = _core.fail(msg, "é"), _core.reject(msg, "é"), _core.complete(msg)
-    assert _core.twin_needs_savepoint(fail, info(S.IDLE), autocommit=False)  # a pool's: BEGIN comes first
-    assert _core.twin_needs_savepoint(reject, info(S.INTRANS), autocommit=False)
-    assert _core.twin_needs_savepoint(fail, info(S.INTRANS), autocommit=True)  # a caller's block
-    assert not _core.twin_needs_savepoint(complete, info(S.INTRANS), autocommit=False)  # no twin
-    for status in (S.IDLE, S.ACTIVE):  # no block: a SAVEPOINT would be an error
-        assert not _core.twin_needs_savepoint(fail, info(status), autocommit=True)
+    cyrillic, accented = _core.fail(msg, "ошибка"), _core.reject(msg, "é")
+    assert _core.server_refuses(cyrillic, info())  # LATIN1 cannot hold it
+    assert not _core.server_refuses(accented, info())  # it can hold this one
+    assert _core.server_refuses(accented, info("WIN1251"))  # no é in Windows Cyrillic
+    assert not _core.server_refuses(cyrillic, info("WIN1251"))
+    assert _core.server_refuses(accented, info("MULE_INTERNAL"))  # no codec in Python: the twin
     for server, client in (("UTF8", "LATIN1"), ("SQL_ASCII", "UTF8"), ("LATIN1", "LATIN1")):
-        assert not _core.twin_needs_savepoint(fail, info(S.INTRANS, server, client), autocommit=False)
+        assert not _core.server_refuses(cyrillic, info(server, client))
 
 
 def test_outcome_of_a_receive_block() -> None:

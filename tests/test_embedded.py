@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgqueue.embedded import PORT_ATTEMPTS, EmbeddedPostgres
 from helpers import processes_from
+from pgqueue.embedded import PORT_ATTEMPTS, EmbeddedPostgres
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +114,21 @@ def test_a_start_interrupted_while_the_server_boots_deletes_its_directory_and_st
     assert processes_from(booted[0]) == []
     with pytest.raises(RuntimeError, match="not running"):
         pg.base_dir
+
+
+def test_a_start_ignores_the_callers_libpq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check that the server answering is ours ran through libpq, which read the caller's
+    PG* environment: with PGSSLMODE=require (set for a cloud database, say) every check failed
+    on the server without SSL, and the start waited out its boot_timeout (a review). It goes
+    through pg8000 now, as testing.postgresql's own check did."""
+    import time
+
+    monkeypatch.setenv("PGSSLMODE", "require")
+    monkeypatch.setenv("PGHOSTADDR", "192.0.2.1")  # TEST-NET-1: nothing answers there
+    started = time.monotonic()
+    with EmbeddedPostgres(boot_timeout=15) as pg:
+        assert time.monotonic() - started < 10
+        monkeypatch.delenv("PGSSLMODE")
+        monkeypatch.delenv("PGHOSTADDR")
+        with psycopg.connect(pg.dsn()) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)

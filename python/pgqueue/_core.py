@@ -16,11 +16,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
+import psycopg
 from psycopg import ConnectionInfo
+from psycopg._encodings import pg2pyenc
 from psycopg.abc import Buffer
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import Conninfo, TransactionStatus
+from psycopg.pq import Conninfo
 from psycopg.pq.abc import PGconn
 from psycopg.types.array import ListBinaryDumper, ListDumper
 
@@ -427,25 +429,30 @@ def psycopg_arrays(params: Mapping[str, object], adapters: AdaptersMap) -> None:
 _HOLD_ANY_TEXT = frozenset({"UTF8", "SQL_ASCII"})
 
 
-def twin_needs_savepoint(call: Call[Any], info: ConnectionInfo, autocommit: bool) -> bool:
-    """Tell whether ``call`` must run in a savepoint so that its ASCII twin (``untranslatable``)
-    can run after it: when it has a twin, runs inside a transaction (a pool's connection, a
-    caller's one outside autocommit or inside a transaction block) and the server may refuse
-    its text. The server converts a text from the client encoding to its own and refuses one
-    its own cannot hold (22P05, a LATIN1 database under client_encoding UTF8), which aborts
-    the transaction: the twin then failed with 25P02, and the message stayed leased (a
-    review). psycopg's own refusal (the client encoding cannot hold it) sends nothing and
-    needs no savepoint. Read from what the connection knows already: no round trip.
-
-    An autocommit connection is in a transaction block when its status says so (INTRANS,
-    INERROR); ACTIVE, another task's statement in flight on a shared one, is taken as none (a
-    SAVEPOINT outside a block is an error)."""
-    if call.untranslatable is None:
-        return False
-    if autocommit and info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
-        return False
+def server_refuses(call: Call[Any], info: ConnectionInfo) -> bool:
+    """Tell whether the server would refuse a text of ``call`` that its encoding cannot hold, so
+    that its ASCII twin (``untranslatable``) is to be sent in its place. The server converts a
+    text from the client encoding to its own and refuses one its own cannot hold (22P05, a LATIN1
+    database under client_encoding UTF8), which aborts a transaction the call runs in (a pool's,
+    a caller's): the twin then failed with 25P02 and the message stayed leased (a review). So
+    the texts are tried here against the server encoding's codec, before anything is sent: no
+    round trip, and no savepoint, which on a connection other tasks share rolled their
+    statements back with it (a review of that fix). A server encoding Python has no codec for
+    gets the twin."""
     server = info.parameter_status("server_encoding")
-    return server not in _HOLD_ANY_TEXT and server != info.parameter_status("client_encoding")
+    if server is None or server in _HOLD_ANY_TEXT or server == info.parameter_status("client_encoding"):
+        return False
+    try:
+        codec = pg2pyenc(server.encode())
+    except psycopg.NotSupportedError:
+        return True
+    for value in call.params.values():
+        if isinstance(value, str):
+            try:
+                value.encode(codec)
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def conninfo_of(pgconn: PGconn) -> str:

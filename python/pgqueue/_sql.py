@@ -80,15 +80,6 @@ FAIL_REPORTING: Final[LiteralString] = (
 REJECT: Final[LiteralString] = (
     "SELECT pgqueue.message_reject(%(id)s::bigint, %(attempts)s::integer, %(error)s::text)")
 
-# The savepoint a FAIL / REJECT runs in inside a transaction when the server may refuse its
-# error text (22P05, which aborts the transaction): its ASCII twin runs after the rollback to
-# it (``_core.twin_needs_savepoint``).
-SAVEPOINT: Final[LiteralString] = "SAVEPOINT pgqueue_untranslatable"
-RELEASE_SAVEPOINT: Final[LiteralString] = "RELEASE SAVEPOINT pgqueue_untranslatable"
-# (sent apart from RELEASE_SAVEPOINT: a connection that prepares every statement,
-# prepare_threshold=0, cannot take two commands in one)
-ROLLBACK_TO_SAVEPOINT: Final[LiteralString] = "ROLLBACK TO SAVEPOINT pgqueue_untranslatable"
-
 SCHEDULE_CREATE: Final[LiteralString] = (
     "SELECT pgqueue.schedule_create(p_name => %(name)s::text, p_queue => %(queue)s::text, "
     "p_content => %(content)s::bytea, p_every_ms => %(every_ms)s::bigint, p_cron => %(cron)s::text, "

@@ -93,31 +93,22 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
     """Run a call on a connection; with ``status``, append the connection's transaction status
     as its statement left it (read before anything else can run on the connection: another
     task's statement in flight a moment later shows ACTIVE)."""
-    # the first try of a call with an ASCII twin, in a transaction the server's refusal of its
-    # text would abort, runs in a savepoint (_core.twin_needs_savepoint)
-    savepoint = call.untranslatable is not None and _core.twin_needs_savepoint(call, conn.info, conn.autocommit)
+    if call.untranslatable is not None and _core.server_refuses(call, conn.info):
+        call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
         with translating():
             async with conn.cursor(row_factory=tuple_row) as cur:
                 _core.utf8_texts(conn.info.encoding, cur.adapters)
                 _core.psycopg_arrays(call.params, cur.adapters)
-                if savepoint:
-                    await cur.execute(_sql.SAVEPOINT)
                 await cur.execute(call.query, call.params)
                 if status is not None:
                     status.append(conn.info.transaction_status)
                 rows = await cur.fetchall()
                 if not rows and call.probe_queue is not None:
                     await cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
-                if savepoint:
-                    await cur.execute(_sql.RELEASE_SAVEPOINT)
     except InvalidArgument as exc:  # a text the encoding cannot hold: the call's ASCII twin, if any
         if exc.sqlstate != "22P05" or call.untranslatable is None:
             raise
-        if savepoint:
-            with translating():
-                await conn.execute(_sql.ROLLBACK_TO_SAVEPOINT)
-                await conn.execute(_sql.RELEASE_SAVEPOINT)
         return await _execute(conn, call.untranslatable, status)
     return call.result(rows)
 

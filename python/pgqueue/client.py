@@ -103,27 +103,18 @@ def _caller_lock(conn: psycopg.Connection[Any]) -> threading.RLock:
 
 
 def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
-    # the first try of a call with an ASCII twin, in a transaction the server's refusal of its
-    # text would abort, runs in a savepoint (_core.twin_needs_savepoint)
-    savepoint = call.untranslatable is not None and _core.twin_needs_savepoint(call, conn.info, conn.autocommit)
+    if call.untranslatable is not None and _core.server_refuses(call, conn.info):
+        call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
         with translating(), conn.cursor(row_factory=tuple_row) as cur:
             _core.utf8_texts(conn.info.encoding, cur.adapters)
             _core.psycopg_arrays(call.params, cur.adapters)
-            if savepoint:
-                cur.execute(_sql.SAVEPOINT)
             rows = cur.execute(call.query, call.params).fetchall()
             if not rows and call.probe_queue is not None:
                 cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
-            if savepoint:
-                cur.execute(_sql.RELEASE_SAVEPOINT)
     except InvalidArgument as exc:  # a text the encoding cannot hold: the call's ASCII twin, if any
         if exc.sqlstate != "22P05" or call.untranslatable is None:
             raise
-        if savepoint:
-            with translating():
-                conn.execute(_sql.ROLLBACK_TO_SAVEPOINT)
-                conn.execute(_sql.RELEASE_SAVEPOINT)
         return _execute(conn, call.untranslatable)
     return call.result(rows)
 

@@ -35,7 +35,6 @@ import time
 from types import TracebackType
 from typing import Any
 
-import psycopg
 from psycopg.conninfo import make_conninfo
 
 __all__ = ["FAST_SETTINGS", "EmbeddedPostgres", "EmbeddedUnavailable", "check_available"]
@@ -207,12 +206,23 @@ def _make_server_class() -> Any:
             answer made the start succeed on it (our server, failing to bind, exited)."""
             if self.child_process is None or self.child_process.poll() is not None:
                 return False
+            # pg8000, as testing.postgresql itself: libpq (psycopg) would read the caller's PG*
+            # environment (PGSSLMODE=require, PGHOSTADDR...), and the start waited out its
+            # boot_timeout for a server that was up (a review)
+            import pg8000  # type: ignore[import-untyped]
             try:
-                with psycopg.connect(host="127.0.0.1", port=self.settings["port"], user="postgres",
-                                     dbname="template1", connect_timeout=5, autocommit=True) as conn:
-                    row = conn.execute("SHOW data_directory").fetchone()
-            except psycopg.Error:  # not up yet (or another server that refuses us)
+                conn = pg8000.connect(host="127.0.0.1", port=self.settings["port"], user="postgres",
+                                      database="template1", timeout=5)
+            except (pg8000.Error, OSError):  # not up yet (or another server that refuses us)
                 return False
+            try:
+                cur = conn.cursor()
+                cur.execute("SHOW data_directory")
+                row = cur.fetchone()
+            except (pg8000.Error, OSError):
+                return False
+            finally:
+                conn.close()
             data = os.path.realpath(os.path.join(self.base_dir, "data"))
             return row is not None and os.path.realpath(str(row[0])) == data
 

@@ -81,7 +81,9 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
             if cut:  # the start of a JSON document does not parse
                 return Shown("text", text, size, n, f"the first {n} bytes of the JSON: shown as text, not parsed")
             try:
-                pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=False)
+                # a byte-order mark before JSON is left out, as pgqueue.codec.decode does
+                pretty = json.dumps(json.loads(text.removeprefix("\ufeff")), indent=2, ensure_ascii=False,
+                                    sort_keys=False)
             except (ValueError, RecursionError):
                 return Shown("text", text, size, n, "not valid JSON: shown as text")
             if len(pretty.encode()) > MAX_SHOWN:  # indented, it would not fit: shown as stored, whole

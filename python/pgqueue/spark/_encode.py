@@ -467,7 +467,7 @@ def decode_payload(content: bytes, content_type: str | None, payload_type: str) 
     if payload_type == "string":
         return text
     if kind == codec.JSON or kind.endswith("+json"):
-        return text
+        return text.removeprefix("\ufeff")  # a byte-order mark is not part of the JSON (pgqueue.codec.decode)
     if kind.startswith("text/"):
         return json.dumps(text, ensure_ascii=False)
     return None
