@@ -231,6 +231,14 @@ def test_a_fail_sends_its_ascii_twin_where_the_servers_encoding_cannot_hold_its_
     assert _core.server_refuses(accented, info("MULE_INTERNAL"))  # no codec in Python: the twin
     for server, client in (("UTF8", "LATIN1"), ("SQL_ASCII", "UTF8"), ("LATIN1", "LATIN1")):
         assert not _core.server_refuses(cyrillic, info(server, client))
+    # where Python's codec takes what PostgreSQL refuses, any text that is not ASCII gets the
+    # twin (a review of the fix: 〜 in EUC_JP, most Hangul in EUC_KR, a WIN1251 client's ° on
+    # KOI8R went through and aborted the transaction, 25P02)
+    wave, hangul, degree = (_core.fail(msg, text) for text in ("10〜20", "똠방각하", "20°"))
+    assert _core.server_refuses(wave, info("EUC_JP"))
+    assert _core.server_refuses(hangul, info("EUC_KR"))
+    assert _core.server_refuses(degree, info("KOI8R", "WIN1251"))
+    assert not _core.server_refuses(_core.fail(msg, "plain ascii"), info("EUC_JP"))
 
 
 def test_outcome_of_a_receive_block() -> None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar
 
-import psycopg
 from psycopg import ConnectionInfo
 from psycopg._encodings import pg2pyenc
 from psycopg.abc import Buffer
@@ -429,29 +428,39 @@ def psycopg_arrays(params: Mapping[str, object], adapters: AdaptersMap) -> None:
 _HOLD_ANY_TEXT = frozenset({"UTF8", "SQL_ASCII"})
 
 
+#: The server encodings whose Python codec refuses exactly what PostgreSQL's conversion from
+#: UTF8 refuses (a review compared them character by character, U+0080 to U+FFFF): the
+#: single-byte ones and EUC_CN. Python's EUC_JP, EUC_KR and EUC_JIS_2004 codecs take characters
+#: PostgreSQL refuses (〜 in EUC_JP, most Hangul syllables in EUC_KR), as do Python's codecs
+#: of a client encoding converted straight to the server's (WIN1251 to KOI8R).
+_CODEC_AGREES = frozenset({
+    *(f"LATIN{n}" for n in range(1, 11)), *(f"WIN{n}" for n in range(1250, 1259)), "WIN866", "WIN874",
+    "KOI8R", "KOI8U", "ISO_8859_5", "ISO_8859_6", "ISO_8859_7", "ISO_8859_8", "EUC_CN"})
+
+
 def server_refuses(call: Call[Any], info: ConnectionInfo) -> bool:
-    """Tell whether the server would refuse a text of ``call`` that its encoding cannot hold, so
+    """Tell whether the server may refuse a text of ``call`` that its encoding cannot hold, so
     that its ASCII twin (``untranslatable``) is to be sent in its place. The server converts a
     text from the client encoding to its own and refuses one its own cannot hold (22P05, a LATIN1
     database under client_encoding UTF8), which aborts a transaction the call runs in (a pool's,
-    a caller's): the twin then failed with 25P02 and the message stayed leased (a review). So
-    the texts are tried here against the server encoding's codec, before anything is sent: no
-    round trip, and no savepoint, which on a connection other tasks share rolled their
-    statements back with it (a review of that fix). A server encoding Python has no codec for
-    gets the twin."""
+    a caller's): the twin then failed with 25P02 and the message stayed leased (a review). So it
+    is decided here, before anything is sent: no round trip, and no savepoint, which on a
+    connection other tasks share rolled their statements back with it (a review of that fix).
+    Under client_encoding UTF8 on a server encoding of :data:`_CODEC_AGREES`, the texts are
+    tried against its Python codec; elsewhere any text that is not ASCII gets the twin."""
     server = info.parameter_status("server_encoding")
-    if server is None or server in _HOLD_ANY_TEXT or server == info.parameter_status("client_encoding"):
+    client = info.parameter_status("client_encoding")
+    if server is None or server in _HOLD_ANY_TEXT or server == client:
         return False
-    try:
-        codec = pg2pyenc(server.encode())
-    except psycopg.NotSupportedError:
-        return True
-    for value in call.params.values():
-        if isinstance(value, str):
-            try:
-                value.encode(codec)
-            except UnicodeEncodeError:
-                return True
+    texts = [value for value in call.params.values() if isinstance(value, str)]
+    if client != "UTF8" or server not in _CODEC_AGREES:
+        return not all(text.isascii() for text in texts)
+    codec = pg2pyenc(server.encode())
+    for text in texts:
+        try:
+            text.encode(codec)
+        except UnicodeEncodeError:
+            return True
     return False
 
 

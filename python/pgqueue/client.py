@@ -113,8 +113,9 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
             if not rows and call.probe_queue is not None:
                 cur.execute(_sql.CHECK_QUEUE, {"queue": call.probe_queue})
     except InvalidArgument as exc:  # a text the encoding cannot hold: the call's ASCII twin, if any
-        if exc.sqlstate != "22P05" or call.untranslatable is None:
-            raise
+        if exc.sqlstate != "22P05" or call.untranslatable is None \
+                or conn.info.transaction_status == TransactionStatus.INERROR:
+            raise  # (in a transaction the refusal aborted, the twin would fail with 25P02: this says why)
         return _execute(conn, call.untranslatable)
     return call.result(rows)
 

@@ -24,6 +24,7 @@ tried again on another.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import secrets
@@ -213,16 +214,17 @@ def _make_server_class() -> Any:
             try:
                 conn = pg8000.connect(host="127.0.0.1", port=self.settings["port"], user="postgres",
                                       database="template1", timeout=5)
-            except (pg8000.Error, OSError):  # not up yet (or another server that refuses us)
+            except Exception:  # noqa: BLE001 (not up yet, or another program that answers otherwise: pg8000 raises KeyError too)
                 return False
             try:
                 cur = conn.cursor()
                 cur.execute("SHOW data_directory")
                 row = cur.fetchone()
-            except (pg8000.Error, OSError):
+            except Exception:  # noqa: BLE001 (as above)
                 return False
             finally:
-                conn.close()
+                with contextlib.suppress(Exception):
+                    conn.close()
             data = os.path.realpath(os.path.join(self.base_dir, "data"))
             return row is not None and os.path.realpath(str(row[0])) == data
 
