@@ -164,6 +164,16 @@ SELECT pgqueue.message_create('raise', convert_to(g || '2', 'UTF8'), p_group => 
 SELECT pg_temp.got('raise', 10) AS firsts;
 SELECT pgqueue.queue_alter('raise', p_group_concurrency => 2);
 SELECT pg_temp.got('raise', 10) AS seconds_oldest_first;
+-- The same when the groups' first waiting messages are due in the same millisecond: the id of
+-- that message decides, not the group's lowest id (b2 came before a2; a_later, due later, has a
+-- lower id than b2: a review).
+SELECT pgqueue.queue_create('tie', p_group_concurrency => 1);
+SELECT pgqueue.message_create('tie', convert_to(c, 'UTF8'), 1000000000000 + d, p_group => g) > 0 AS created
+  FROM (VALUES (1, 'b1', 'b', 0), (2, 'a1', 'a', 0), (3, 'a_later', 'a', 100), (4, 'b2', 'b', 0), (5, 'a2', 'a', 0))
+       AS v(n, c, g, d) ORDER BY n;
+SELECT pg_temp.got('tie', 10) AS firsts;
+SELECT pgqueue.queue_alter('tie', p_group_concurrency => 2);
+SELECT pg_temp.got('tie', 10) AS b2_first;
 
 -- A lease that runs out inside a group hands the same message out again (attempts 2), never the next.
 SELECT pgqueue.queue_create('exp', p_group_concurrency => 1);

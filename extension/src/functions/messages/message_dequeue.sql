@@ -55,6 +55,14 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
+    IF v_groups IS NOT NULL THEN
+        -- A queue with groups: its limit as it is now that the stripe is held (this statement's
+        -- snapshot comes after the lock): a queue_alter of the limit that this call waited
+        -- behind committed after the statement above took its snapshot, and the old limit
+        -- decided the hand-offs (a raised one handed no turn on at a lease, and a message of the
+        -- group enqueued later took the room ahead of older ones: a review).
+        v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
+    END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         IF p_limit IS NULL THEN
             RAISE EXCEPTION 'p_limit must not be NULL' USING ERRCODE = '22004';

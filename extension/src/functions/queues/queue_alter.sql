@@ -105,7 +105,7 @@ BEGIN
         FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
                         GROUP BY m.group_key
-                        ORDER BY min(m.dequeue_at), min(m.id) LOOP
+                        ORDER BY min(ARRAY[m.dequeue_at, m.id]) LOOP
             v_turned := pgqueue._message_group_next(v_queue.id, v_group, p_group_concurrency);
         END LOOP;
     END IF;
