@@ -56,11 +56,13 @@ BEGIN
         PERFORM pgqueue._queue_missing(p_queue);
     END IF;
     IF v_groups IS NOT NULL THEN
-        -- A queue with groups: its limit as it is now that the stripe is held (this statement's
-        -- snapshot comes after the lock): a queue_alter of the limit that this call waited
-        -- behind committed after the statement above took its snapshot, and the old limit
-        -- decided the hand-offs (a raised one handed no turn on at a lease, and a message of the
-        -- group enqueued later took the room ahead of older ones: a review).
+        -- A queue with groups: its limit as it is now that the stripe is held (under READ
+        -- COMMITTED this statement's snapshot comes after the lock): a queue_alter of the limit
+        -- that this call waited behind committed after the statement above took its snapshot,
+        -- and the old limit decided the hand-offs (a raised one handed no turn on at a lease,
+        -- and a message of the group enqueued later took the room ahead of older ones: a
+        -- review). REPEATABLE READ sees its snapshot here; its leases take the groups' locks
+        -- below (40001 after such a change).
         v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
     END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
@@ -219,8 +221,11 @@ BEGIN
             END IF;
         ELSE
             -- the groups whose waiting turn is handed out now (not those of expired leases: they
-            -- were in flight already)
-            IF v_groups > 1 OR v_groups = 0 THEN
+            -- were in flight already); at a limit of 1 too under REPEATABLE READ, whose re-read
+            -- of the limit above sees its snapshot: the hand-off's group lock then raises 40001
+            -- if a queue_alter raised the limit after it (a review)
+            IF v_groups > 1 OR v_groups = 0
+               OR v_groups = 1 AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
                 v_turns := ARRAY(SELECT m.group_key FROM pgqueue.message m
                                   WHERE m.id = ANY (v_ids) AND m.locked_until IS NULL
                                     AND m.group_key IS NOT NULL);
