@@ -84,8 +84,9 @@ REVOKE SELECT ON pgqueue.dead_letter FROM :"consumer";
 GRANT SELECT (queue_id), INSERT ON pgqueue.dead_letter TO :"consumer";
 -- a completed message's idempotency key is kept for the queue's key_window_ms (pgqueue._message_left)
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"consumer";
--- ... and a message handed out or completed hands its group's turn on, under the group's lock
-GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"consumer";
+-- ... and a message handed out or completed hands its group's turn on, under the group's lock;
+-- a REPEATABLE READ lease on a queue with groups pins the queue's row (a limit changed since)
+GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text), pgqueue._queue_pin(integer) TO :"consumer";
 -- ... and rate-limited queues take their slots from the queue's rate sequence (nextval, setval)
 SELECT format('GRANT USAGE, UPDATE ON SEQUENCE %s TO %I', c.oid::regclass, :'consumer')
   FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname ~ '^queue_rate_[0-9]+$' \gexec

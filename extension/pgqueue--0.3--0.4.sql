@@ -2760,7 +2760,7 @@ BEGIN
         -- that this call waited behind committed after the statement above took its snapshot,
         -- and the old limit decided the hand-offs (a raised one handed no turn on at a lease,
         -- and a message of the group enqueued later took the room ahead of older ones: a
-        -- review). REPEATABLE READ sees its snapshot here; its leases take the groups' locks
+        -- review). REPEATABLE READ sees its snapshot here; its leases pin the queue's row
         -- below (40001 after such a change).
         v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
     END IF;
@@ -2920,14 +2920,18 @@ BEGIN
             END IF;
         ELSE
             -- the groups whose waiting turn is handed out now (not those of expired leases: they
-            -- were in flight already); at a limit of 1 too under REPEATABLE READ, whose re-read
-            -- of the limit above sees its snapshot: the hand-off's group lock then raises 40001
-            -- if a queue_alter raised the limit after it (a review)
-            IF v_groups > 1 OR v_groups = 0
-               OR v_groups = 1 AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+            -- were in flight already)
+            IF v_groups > 1 OR v_groups = 0 THEN
                 v_turns := ARRAY(SELECT m.group_key FROM pgqueue.message m
                                   WHERE m.id = ANY (v_ids) AND m.locked_until IS NULL
                                     AND m.group_key IS NOT NULL);
+            ELSIF v_groups = 1 AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+                -- REPEATABLE READ read the limit above in its snapshot: a queue_alter that raised
+                -- it after the snapshot would go unseen, no turn handed on (a review). The queue's
+                -- row FOR SHARE raises 40001 after any change of it since the snapshot. (The
+                -- groups' locks, tried first, raised it after any write on their stripes since:
+                -- false 40001s, waits and deadlocks in normal operation, a review of that.)
+                PERFORM pgqueue._queue_pin(v_queue_id);
             END IF;
             -- The lease runs from a clock read after the take, so after this transaction's xid
             -- was assigned (the rows are locked): see pgqueue._write_clock.

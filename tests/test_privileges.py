@@ -150,6 +150,13 @@ def test_groups_and_keys_need_no_more_than_the_recipes(roles: Roles) -> None:
     for _, msg_id, attempts in got:
         assert run(c, f"SELECT pgqueue.message_complete({msg_id}, {attempts})") == [(True,)]
     assert [r[0] for r in run(c, "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('grp', 10, 0)")] == ["a2"]
+    # a REPEATABLE READ lease pins the queue's row (pgqueue._queue_pin), with the recipe's grants
+    run(p, "SELECT pgqueue.message_create('grp', 'c1', p_group => 'c')")
+    with psycopg.connect(c) as rr:
+        rr.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        assert [r[0] for r in rr.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('grp', 1)")
+                ] == ["c1"]
+        rr.rollback()
     # within the window the completed key still answers with its old id
     assert run(p, "SELECT pgqueue.message_create('grp', 'late', p_key => 'k1')") == [(first,)]
     denied(p, "DELETE FROM pgqueue.message_key")
