@@ -16,8 +16,10 @@ window (15 s): the dequeue rate, and the slowest window against the fastest.
 pgqueue runs the lease cycle (dequeue with a lease, then message_complete: two statements,
 an UPDATE and a DELETE per message); seed 001 runs its message_create / message_dequeue.
 The design "pgqueue_naptime10" is the same pgqueue run with the server's autovacuum_naptime
-lowered to 10 s for its duration (ALTER SYSTEM + pg_reload_conf(), reset afterwards; it needs
-a superuser, as on the suite's own server): the setting docs/performance.md recommends for a
+lowered to 10 s for its duration (ALTER SYSTEM + pg_reload_conf(), set back to what ALTER SYSTEM
+had set before, or reset, afterwards; it needs a superuser, as on the suite's own server, and a
+server whose autovacuum_naptime is not given on its command line, which ALTER SYSTEM cannot
+override): the setting docs/performance.md recommends for a
 busy queue, since dead index entries pile up between two autovacuum visits.
 
 The held-xmin variant opens a REPEATABLE READ transaction, takes its snapshot, and holds it
@@ -349,19 +351,48 @@ EXTRA_HOLD_CASES: dict[str, str] = {
 }
 
 
-def _alter_naptime(conn: psycopg.Connection[Any], value: str | None) -> None:
-    """ALTER SYSTEM SET autovacuum_naptime = value (RESET when None) and reload; after a SET, wait
-    until this session sees the new value (the reload is asynchronous)."""
+def _alter_naptime(conn: psycopg.Connection[Any], value: str | None, *, wait: bool = True) -> None:
+    """ALTER SYSTEM SET autovacuum_naptime = value (RESET when None) and reload; after a SET (with
+    wait), wait until this session sees the new value (the reload is asynchronous). A value given
+    on the server's command line (the suite's own server's ``--set``) outranks ALTER SYSTEM: then
+    nothing is written, and the error says why."""
+    if value is not None and wait:
+        row = conn.execute("SELECT source, setting, unit FROM pg_settings WHERE name = 'autovacuum_naptime'"
+                           ).fetchone()
+        if row and row[0] not in ("default", "configuration file"):
+            raise RuntimeError(f"autovacuum_naptime is {row[1]}{row[2] or ''} from the server's {row[0]}, which "
+                               f"ALTER SYSTEM cannot override: no run with autovacuum_naptime {value} here")
     if value is None:
         conn.execute("ALTER SYSTEM RESET autovacuum_naptime")
     else:
         conn.execute(sql.SQL("ALTER SYSTEM SET autovacuum_naptime = {}").format(sql.Literal(value)))
     conn.execute("SELECT pg_reload_conf()")
     for _ in range(50):
-        if value is None or _naptime(conn) == value:
+        if value is None or not wait or _naptime(conn) == value:
             return
         time.sleep(0.1)
     raise RuntimeError(f"autovacuum_naptime is {_naptime(conn)}, not {value}, after pg_reload_conf()")
+
+
+def _naptime_before(conn: psycopg.Connection[Any]) -> str | None:
+    """What ALTER SYSTEM had set autovacuum_naptime to before a run changes it (postgresql.auto.conf),
+    to be set back afterwards; None when it had set nothing (RESET afterwards). A RESET in every
+    case dropped a user's own ALTER SYSTEM value of a --dsn server.
+
+    Raises RuntimeError, before anything is changed, when that cannot be put back: pg_file_settings
+    is not readable (PostgreSQL 15 lets a role that is no superuser ALTER SYSTEM a setting it was
+    granted, without pg_file_settings: a RESET afterwards dropped the owner's value), or the file's
+    value is one ALTER SYSTEM refuses (an edit by hand: "setting could not be applied")."""
+    try:
+        row = conn.execute("SELECT setting, error FROM pg_file_settings WHERE name = 'autovacuum_naptime' "
+                           "AND sourcefile LIKE '%postgresql.auto.conf' ORDER BY seqno DESC LIMIT 1").fetchone()
+    except psycopg.Error as exc:
+        raise RuntimeError(f"cannot read pg_file_settings ({str(exc).strip()}), so could not put back the "
+                           "server's own autovacuum_naptime after the run: no run with it changed") from exc
+    if row and row[1]:
+        raise RuntimeError(f"postgresql.auto.conf sets autovacuum_naptime to {row[0]!r} ({row[1]}), which ALTER "
+                           "SYSTEM could not put back after the run: no run with it changed")
+    return str(row[0]) if row else None
 
 
 def _naptime(conn: psycopg.Connection[Any]) -> str:
@@ -409,26 +440,29 @@ def run_churn(server: db.Server, design_name: str, *, seconds: int, window: int,
     naptime: str | None = getattr(design, "naptime", None)
     with server.database(f"churn_{design_name}") as dbname, _maybe_twin(server, design, design_name, backlog,
                                                                           twin, twin_sql) as twin_db:
-        with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-            version = design.prepare(conn)
-            bytes_empty = _design_bytes(conn, design) if design.schemas else 0
-            design.setup(conn, backlog)
-            bytes_loaded = _design_bytes(conn, design) if design.schemas else 0
-            main_table = design.hold_table(conn)
-            if hold_case == "a":
-                conn.execute("CREATE TABLE bench_held_other AS SELECT g FROM generate_series(1, 100) g")
-            if naptime:
-                _alter_naptime(conn, naptime)
-            in_effect = _naptime(conn)
-        try:
+        altered, restore = False, None
+        try:  # from the ALTER SYSTEM on, whatever ends the run (an error, Ctrl-C, SIGTERM) puts it back
+            with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+                version = design.prepare(conn)
+                bytes_empty = _design_bytes(conn, design) if design.schemas else 0
+                design.setup(conn, backlog)
+                bytes_loaded = _design_bytes(conn, design) if design.schemas else 0
+                main_table = design.hold_table(conn)
+                if hold_case == "a":
+                    conn.execute("CREATE TABLE bench_held_other AS SELECT g FROM generate_series(1, 100) g")
+                if naptime:
+                    restore = _naptime_before(conn)
+                    altered = True
+                    _alter_naptime(conn, naptime)
+                in_effect = _naptime(conn)
             result = _run(server, dbname, design, design_name, seconds=seconds, window=window,
                           producers=producers, consumers=consumers, backlog=backlog, slack=slack, hold=hold,
                           hold_case=hold_case, main_table=main_table, fault=fault, log=log,
                           twin_dbname=twin_db)
         finally:
-            if naptime:
+            if altered:
                 with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-                    _alter_naptime(conn, None)
+                    _alter_naptime(conn, restore, wait=False)
         result["autovacuum_naptime"] = in_effect
         if version:
             result["version"] = version
@@ -712,7 +746,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
         + ("check OK" if not problems else "FAILURE: " + "; ".join(problems))
-        + ("; THE BACKLOG RAN OUT (a larger backlog is needed)" if result.get("backlog_min", 1) <= 0 else ""))
+        + ("; THE BACKLOG RAN OUT (a larger backlog is needed)" if churn_dry(result) else ""))
     return result
 
 
@@ -841,8 +875,21 @@ def held_dry(r: dict[str, Any]) -> bool:
     starting backlog, not the flag)."""
     if "held_backlog_dry" in r:
         return bool(r["held_backlog_dry"])
-    low = r.get("held_backlog_min", 1)
+    low = r.get("held_backlog_min")
+    if low is None:  # saved before the minimum was recorded: nothing says it ran out
+        return False
     return bool(low <= 0 or low <= DRY_SHARE * r.get("backlog", 0))
+
+
+def churn_dry(r: dict[str, Any]) -> bool:
+    """Whether a churn run (sections churn, held_xmin) ran its backlog out: its lowest backlog, of
+    the once-a-second monitor's, reached zero or fell under DRY_SHARE of the starting one, as
+    held_dry counts (between two samples a backlog of a few messages was gone: seed 001's smoke
+    run sampled 2, 43, 2 of 500 while its consumers finished what the producers made). A run
+    saved without the minimum counts as not run out."""
+    if r.get("backlog_min") is None:
+        return False
+    return bool(r["backlog_min"] <= DRY_SHARE * r.get("backlog", 0))
 
 
 def _held_buffers(samples: list[dict[str, Any]], hold: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,8 @@ def _log(msg: str) -> None:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--smoke", action="store_true",
-                   help="every benchmark for a moment on tiny fixtures (under a minute); report to a temp dir")
+                   help="every benchmark for a moment on tiny fixtures (a few minutes: 4-6, most of it the held "
+                        "section); report to a temp dir")
     p.add_argument("--profile", choices=sorted(config.PROFILES), help="full (default), quick or smoke")
     p.add_argument("--only", nargs="+", choices=config.SECTIONS, metavar="SECTION",
                    help="run only these sections: " + ", ".join(config.SECTIONS))
@@ -53,7 +54,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--churn-designs", nargs="+",
                    choices=["pgqueue", "pgqueue_naptime10", "seed001", "pgqueue_delete"],
                    help="designs of the churn section (default: pgqueue pgqueue_naptime10 seed001; with --dsn "
-                        "pgqueue seed001, since pgqueue_naptime10 changes a server setting for its run)")
+                        "or --set autovacuum_naptime=..., pgqueue seed001, since pgqueue_naptime10 changes that "
+                        "server setting for its run, and a --set of it outranks that: asked for beside one, a "
+                        "usage error)")
     p.add_argument("--held-designs", nargs="+", metavar="DESIGN",
                    choices=["pgqueue_delete", "pgqueue", "seed001", "pgmq_pop", "pgmq_read_delete", "pgq"],
                    help="designs of the held section (default: all of them; a peer the server lacks is "
@@ -138,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         json_out = out.with_suffix(".json")
 
     if args.render:
-        saved: dict[str, Any] = json.loads(Path(args.render).read_text())
+        try:
+            saved: dict[str, Any] = json.loads(Path(args.render).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            print(f"bench: --render {args.render}: cannot read saved results: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(saved, dict) or not isinstance(saved.get("meta"), dict):  # e.g. bench.spark's JSON
+            print(f"bench: --render {args.render}: not the saved results of python -m bench (no \"meta\")",
+                  file=sys.stderr)
+            return 2
         report.render(saved, out)
         _log(f"report written to {out}")
         return 1 if report.failures(saved) else 0
@@ -154,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         k, v = item.split("=", 1)
         settings[k] = v
+    # the server takes a setting's name in any case, with - for _ (-c AUTOVACUUM-NAPTIME=30s)
+    naptime_set = not args.dsn and any(k.strip().lower().replace("-", "_") == "autovacuum_naptime" for k in settings)
+    if naptime_set and "pgqueue_naptime10" in (args.churn_designs or []) and "churn" in (args.only or config.SECTIONS):
+        print("--churn-designs pgqueue_naptime10 sets autovacuum_naptime with ALTER SYSTEM, which --set "
+              "autovacuum_naptime (the server's command line) outranks: leave one of them out", file=sys.stderr)
+        return 2
     sections = args.only or list(config.SECTIONS)
     started = time.time()
     load_start = db.loadavg()
@@ -162,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     restore_signals = _stop_on_signals()
     try:
         return _run(args, argv, sections, profile, profile_name, settings, results, started, load_start, out,
-                    json_out)
+                    json_out, naptime_set)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the server has been stopped on the way out
         _log("interrupted: no report written")
         if profile_name == "smoke" and not args.out:
@@ -198,7 +215,7 @@ def _stop_on_signals() -> Callable[[], None]:
 
 def _run(args: argparse.Namespace, argv: list[str] | None, sections: list[str], profile: config.Profile,
          profile_name: str, settings: dict[str, str], results: dict[str, Any], started: float,
-         load_start: float, out: Path, json_out: Path) -> int:
+         load_start: float, out: Path, json_out: Path, naptime_set: bool = False) -> int:
     with db.server(args.dsn, settings) as srv:
         srv.build_template()
         meta_settings = srv.settings(config.REPORTED_SETTINGS)
@@ -207,8 +224,11 @@ def _run(args: argparse.Namespace, argv: list[str] | None, sections: list[str], 
         for section in sections:
             _log(f"section {section}")
             try:
+                # pgqueue_naptime10 sets autovacuum_naptime with ALTER SYSTEM: not by default on a server
+                # of the user's, nor on the suite's own when --set gave it one (its command line wins)
                 churn_designs = args.churn_designs or (
-                    ["pgqueue", "seed001"] if args.dsn else ["pgqueue", "pgqueue_naptime10", "seed001"])
+                    ["pgqueue", "seed001"] if args.dsn or naptime_set
+                    else ["pgqueue", "pgqueue_naptime10", "seed001"])
                 results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs,
                                                 args.held_designs, args.held_cases,
                                                 args.held_twin or bool(args.held_twin_sql),

@@ -1,6 +1,6 @@
 """The benchmark profiles (how long, how big) and the server configuration.
 
-Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 50 minutes, plus about 10
+Three profiles: ``full`` (the numbers in docs/benchmarks.md, about 50 minutes, plus about 12
 minutes per available design in the held-snapshot section), ``quick`` (the
 same benchmarks shortened, for a noisy or busy machine, about 15 minutes) and ``smoke`` (every
 benchmark for a moment on tiny fixtures, every correctness check still run: 6.0 minutes with

@@ -39,8 +39,16 @@ def _pg_config() -> list[str]:
 def ensure_plain_sql() -> None:
     """Generate pgqueue/sql/*.sql with `make all` in a clone; fail clearly if they cannot be had."""
     if (REPO / "extension" / "src").is_dir() and (REPO / "Makefile").is_file():
-        proc = subprocess.run(["make", "-s", "-C", str(REPO), "all", *_pg_config()],
-                              capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run(["make", "-s", "-C", str(REPO), "all", *_pg_config()],
+                                  capture_output=True, text=True, check=False)
+        except FileNotFoundError:  # no make on the PATH: said plainly (not "server development files")
+            no_make = "`make` was not found on the PATH: building from a clone needs make (not PostgreSQL)"
+            if not list(SQL.glob("pgqueue--*.sql")):
+                raise SystemExit(f"pgqueue: {no_make}, so the plain SQL install scripts (pgqueue/sql/*.sql) "
+                                 "could not be generated from extension/src") from None
+            print(f"pgqueue: {no_make}; building with the plain SQL scripts already in pgqueue/sql", file=sys.stderr)
+            proc = subprocess.CompletedProcess(["make"], 0)
         if proc.returncode != 0:
             print(proc.stdout + proc.stderr, file=sys.stderr)
             if not list(SQL.glob("pgqueue--*.sql")):

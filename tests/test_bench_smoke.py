@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 from conftest import Server
 
@@ -344,6 +345,293 @@ def test_held_bounds_not_graded_when_the_backlog_ran_out() -> None:
     assert all(v == "PASS" for v in verdicts.values())
 
 
+def test_churn_bounds_not_graded_when_the_backlog_ran_out() -> None:
+    """A churn run (targets 6 and 7) whose backlog ran out measured the producers' rate from then
+    on (its log says THE BACKLOG RAN OUT): the report said PASS or MISS on it as on any run; its
+    rate bounds now say why they are not graded, as the held section's do."""
+    from bench import report
+
+    def rows(backlog_min: int) -> dict[str, str]:
+        run = {"ok": True, "seconds": 300, "window": 15, "label": "pgqueue", "min_max_ratio": 0.97,
+               "size_growth": 1.0, "backlog_min": backlog_min}
+        hx = {"ok": True, "recovery_s": 0, "held_min_ratio": 0.9, "backlog_min": backlog_min}
+        seed = {**run, "label": "seed 001"}
+        results = {"churn": {"pgqueue": run, "pgqueue_naptime10": {**run, "label": "naptime"}, "seed001": seed},
+                   "held_xmin": hx}
+        return {what: verdict for _, what, _, _, verdict in report.summary_rows(results)}
+
+    dry = rows(0)
+    rate_rows = [what for what in dry if "slowest" in what or "recovery" in what]
+    assert len(rate_rows) == 5  # pgqueue, the naptime variant, seed 001 (reference), target 7's two
+    assert all("backlog ran out" in dry[what] for what in rate_rows)
+    assert all("backlog ran out" not in v for what, v in dry.items() if "size" in what)
+    fed = rows(500)
+    assert not any("backlog ran out" in v for v in fed.values())
+    assert [fed[what] for what in rate_rows] == ["PASS", "PASS", "", "PASS", "PASS"]
+
+
+def test_churn_bounds_not_graded_when_the_backlog_sampled_a_few_messages() -> None:
+    """The monitor samples the backlog once a second: a run whose consumers finished what the
+    producers made sampled a few messages, not zero (seed 001's smoke run: 2, 43, 2 of 500), and
+    churn_dry (zero only) graded it as any run. It now counts as run out under the held section's
+    share (DRY_SHARE of the starting backlog); a healthy run and an old run's JSON are graded."""
+    from bench import churn, report
+
+    def verdict(**fields: Any) -> str:
+        run = {"ok": True, "seconds": 300, "window": 15, "label": "pgqueue", "min_max_ratio": 0.97,
+               "size_growth": 1.0, **fields}
+        rows = {what: v for _, what, _, _, v in report.summary_rows({"churn": {"pgqueue": run}})}
+        return next(v for what, v in rows.items() if "slowest" in what)
+
+    assert verdict(backlog=500, backlog_min=2) == report.CHURN_DRY
+    assert verdict(backlog=100_000, backlog_min=int(churn.DRY_SHARE * 100_000)) == report.CHURN_DRY
+    assert verdict(backlog=500, backlog_min=400) == "PASS"
+    assert verdict(backlog=100_000, backlog_min=90_000) == "PASS"
+    assert verdict(backlog=500) == "PASS"  # saved before backlog_min was recorded
+    assert verdict() == "PASS"
+
+def test_documented_run_times_and_sections() -> None:
+    """--help said the smoke ran "under a minute" (it takes 4-6: bench/config.py, bench/README.md);
+    the report's Reproduce block gave the full run's time without the held section's, and
+    docs/benchmarks.md's listed the sections of an old suite (no worker, held or groups)."""
+    from bench import report
+    from bench.cli import _parse
+
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        _parse(["--help"])
+    helptext = " ".join(out.getvalue().split())  # argparse wraps lines
+    assert "under a minute" not in helptext and "a few minutes" in helptext
+    lines: list[str] = []
+    report._machine(lines.append, {"meta": {
+        "machine": {"cpu": "?", "nproc": 2, "mem_gb": 1.0, "kernel": "?"}, "settings": {}, "pgbench_version": "?",
+        "python": "?", "extension_version": "?", "git": "?", "reloptions": "?", "load_start": 0.0,
+        "load_end": 0.0, "embedded": True, "command_full": ".venv/bin/python -m bench",
+        "json": "bench/results/benchmarks.json"}})
+    block = "\n".join(lines)
+    assert "held section" in block and " ".join(SECTIONS) in block
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    reproduce = docs.split("### Reproduce", 1)[1].split("```", 2)[1]
+    assert f"# one or more sections: {' '.join(SECTIONS)}\n" in reproduce
+    assert "held section" in reproduce
+
+
+def test_naptime_variant_puts_back_the_servers_own_setting(pg_server: Server) -> None:
+    """The churn design pgqueue_naptime10 lowers autovacuum_naptime with ALTER SYSTEM for its run;
+    afterwards it RESET the setting, which dropped a value the server's owner had set with ALTER
+    SYSTEM (``--dsn ... --churn-designs pgqueue_naptime10``): now that value is set back."""
+    import psycopg
+
+    from bench import churn, db
+
+    def auto_conf(conn: psycopg.Connection[Any]) -> str | None:
+        row = conn.execute("SELECT setting FROM pg_file_settings WHERE name = 'autovacuum_naptime' "
+                           "AND sourcefile LIKE '%postgresql.auto.conf' ORDER BY seqno DESC LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
+    srv = db.Server(pg_server.admin_dsn)
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        before = auto_conf(conn)  # an external PGQUEUE_TEST_DSN server's own, put back below
+        conn.execute("ALTER SYSTEM SET autovacuum_naptime = '30s'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        srv.build_template()
+        r = churn.run_churn(srv, "pgqueue_naptime10", seconds=1, window=1, producers=1, consumers=1, backlog=50,
+                            slack=50, log=lambda msg: None)
+        assert r["ok"] and r["autovacuum_naptime"] == "10s", r["problems"]
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            assert auto_conf(conn) == "30s"
+    finally:
+        srv.drop_template()
+        _put_naptime_back(pg_server, before)
+
+
+def _put_naptime_back(pg_server: Server, before: str | None) -> None:
+    """Give the test server its postgresql.auto.conf value of autovacuum_naptime back."""
+    import psycopg
+
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        if before is None:
+            conn.execute("ALTER SYSTEM RESET autovacuum_naptime")
+        else:
+            conn.execute(sql.SQL("ALTER SYSTEM SET autovacuum_naptime = {}").format(sql.Literal(before)))
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _stub_server_and_sections(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[str]], list[bool]]:
+    """Stub the suite's server and sections: returns the churn designs each run asked for, and a
+    list that gets an entry each time a server was started."""
+    from contextlib import contextmanager
+
+    from bench import cli, db
+
+    designs: list[list[str]] = []
+    started: list[bool] = []
+
+    class Stub:
+        def build_template(self) -> None:
+            pass
+
+        def settings(self, names: list[str]) -> dict[str, str]:
+            return {}
+
+        def message_reloptions(self) -> str:
+            return "(none)"
+
+        def extension_version(self) -> str:
+            return "?"
+
+    @contextmanager
+    def server(dsn: str | None, settings: dict[str, str]) -> Any:
+        started.append(True)
+        yield Stub()
+
+    def run_section(section: str, srv: Any, profile: Any, fault: Any, churn_designs: list[str], *rest: Any) -> Any:
+        designs.append(churn_designs)
+        return {}
+
+    monkeypatch.setattr(db, "server", server)
+    monkeypatch.setattr(cli, "_run_section", run_section)
+    return designs, started
+
+
+def test_set_naptime_leaves_the_naptime_variant_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`--set autovacuum_naptime=...` puts the setting on the suite's own server's command line,
+    which ALTER SYSTEM cannot override: the churn section's default pgqueue_naptime10 then failed
+    after 5 s and took the whole section (pgqueue's finished run too) with it. Now the default
+    leaves that design out, and asked for by name it fails at once, saying why, writing nothing."""
+    from bench import cli
+    from bench.churn import _alter_naptime
+
+    designs, _ = _stub_server_and_sections(monkeypatch)
+    out = str(tmp_path / "benchmarks.md")
+    assert cli.main(["--smoke", "--only", "churn", "--out", out]) == 0
+    assert cli.main(["--smoke", "--only", "churn", "--set", "autovacuum_naptime=30s", "--out", out]) == 0
+    assert designs == [["pgqueue", "pgqueue_naptime10", "seed001"], ["pgqueue", "seed001"]]
+
+    executed: list[str] = []
+
+    class Conn:  # a server whose autovacuum_naptime is on its command line
+        def execute(self, query: Any, params: Any = None) -> Any:
+            executed.append(query if isinstance(query, str) else repr(query))
+            row = ("command line", "30", "s") if "pg_settings" in executed[-1] else ("30s",)
+            return type("Cursor", (), {"fetchone": lambda self: row})()
+
+    with pytest.raises(RuntimeError, match="command line"):
+        _alter_naptime(Conn(), "10s")  # type: ignore[arg-type]
+    assert not any("ALTER SYSTEM" in q for q in executed), executed
+
+
+def test_set_naptime_spelled_otherwise_or_with_the_variant_asked_for(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """The server takes a setting's name in any case and with - for _ (``-c AUTOVACUUM-NAPTIME=30s``):
+    `--set Autovacuum_Naptime=30s` kept pgqueue_naptime10 in the churn section's defaults, where it
+    failed and took the section with it. And `--churn-designs ... pgqueue_naptime10` beside `--set
+    autovacuum_naptime=...` cannot run: a usage error at once, not a section lost after the rest."""
+    from bench import cli
+
+    designs, started = _stub_server_and_sections(monkeypatch)
+    out = str(tmp_path / "benchmarks.md")
+    for setting in (["--set", "Autovacuum_Naptime=30s"], ["--set=autovacuum-naptime=30s"]):
+        assert cli.main(["--smoke", "--only", "churn", *setting, "--out", out]) == 0
+    assert designs == [["pgqueue", "seed001"], ["pgqueue", "seed001"]]
+    started.clear()
+    assert cli.main(["--smoke", "--only", "churn", "--set", "autovacuum_naptime=30s", "--churn-designs",
+                     "pgqueue", "pgqueue_naptime10", "--out", out]) == 2
+    assert not started
+
+
+def test_naptime_variant_refuses_what_it_could_not_put_back(pg_server: Server) -> None:
+    """PostgreSQL 15 lets a role that is no superuser ALTER SYSTEM a setting it was granted, without
+    reading pg_file_settings: the naptime variant then took "nothing set" for the server's own value
+    and RESET it afterwards, dropping the owner's. Now it refuses before changing anything, as it
+    does for a value in postgresql.auto.conf that ALTER SYSTEM could not write back."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from bench import churn
+
+    role = f"bench_napper_{os.getpid()}"
+    ident = sql.Identifier(role)
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'napper'").format(ident))
+        conn.execute(sql.SQL("GRANT ALTER SYSTEM ON PARAMETER autovacuum_naptime TO {}").format(ident))
+    try:
+        with psycopg.connect(make_conninfo(pg_server.admin_dsn, user=role, password="napper", dbname="postgres"),
+                             autocommit=True) as conn:
+            with pytest.raises(RuntimeError, match="pg_file_settings"):
+                churn._naptime_before(conn)
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("REVOKE ALTER SYSTEM ON PARAMETER autovacuum_naptime FROM {}").format(ident))
+            conn.execute(sql.SQL("DROP ROLE {}").format(ident))
+
+    class Conn:  # postgresql.auto.conf edited by hand: a value ALTER SYSTEM refuses
+        def execute(self, query: Any, params: Any = None) -> Any:
+            return type("Cursor", (), {"fetchone": lambda self: ("abc", "setting could not be applied")})()
+
+    with pytest.raises(RuntimeError, match="abc"):
+        churn._naptime_before(Conn())  # type: ignore[arg-type]
+
+
+def test_naptime_variant_puts_back_the_setting_when_interrupted(monkeypatch: pytest.MonkeyPatch,
+                                                                pg_server: Server) -> None:
+    """A Ctrl-C or SIGTERM (KeyboardInterrupt, bench.cli) that landed after the ALTER SYSTEM but
+    before the run's own try (reading the value in effect, closing the set-up connection) left the
+    server at 10 s: nothing put the setting back."""
+    import psycopg
+
+    from bench import churn, db
+
+    def auto_conf() -> str | None:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT setting FROM pg_file_settings WHERE name = 'autovacuum_naptime' AND "
+                               "sourcefile LIKE '%postgresql.auto.conf' ORDER BY seqno DESC LIMIT 1").fetchone()
+            return None if row is None else str(row[0])
+
+    naptime, seen = churn._naptime, []
+
+    def interrupted(conn: Any) -> str:  # the wait after the SET sees 10s; the next reading is interrupted
+        value = naptime(conn)
+        if value == "10s":
+            seen.append(value)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+        return value
+
+    monkeypatch.setattr(churn, "_naptime", interrupted)
+    srv = db.Server(pg_server.admin_dsn)
+    before = auto_conf()
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET autovacuum_naptime = '30s'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        srv.build_template()
+        with pytest.raises(KeyboardInterrupt):
+            churn.run_churn(srv, "pgqueue_naptime10", seconds=1, window=1, producers=1, consumers=1, backlog=50,
+                            slack=50, log=lambda msg: None)
+        assert len(seen) == 2 and auto_conf() == "30s"
+    finally:
+        srv.drop_template()
+        _put_naptime_back(pg_server, before)
+
+
+def test_render_of_json_that_is_not_the_suites_results_is_one_line(tmp_path: Path) -> None:
+    """`--render bench/results/spark.json` (bench.spark's results, the one JSON file in
+    bench/results/ in git) or any JSON without the suite's "meta" ended in a KeyError traceback,
+    exit 1 (the status of a failed benchmark), not the usage error of a file that is not there."""
+    for i, text in enumerate([(REPO / "bench" / "results" / "spark.json").read_text(), "[]", '{"churn": {}}']):
+        path = tmp_path / f"other{i}.json"
+        path.write_text(text)
+        proc = _bench("--render", str(path), "--out", str(tmp_path / "out.md"), timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr, proc.stderr
+    readme = " ".join((REPO / "bench" / "README.md").read_text().split())
+    assert "1 otherwise, 2 for a usage error" in readme  # it said 0 or 1, nothing else
+
 def test_broken_consumer_is_reported_as_failure(tmp_path: Path, pg_server: Server) -> None:
     out = tmp_path / "benchmarks.md"
     proc = _bench("--smoke", "--only", "workflows", "churn", "--inject-fault", "duplicate",
@@ -498,3 +786,14 @@ def test_nohup_keeps_sighup_ignored_and_old_runs_render_their_dry_backlog() -> N
     assert not held_dry({"backlog": 200_000, "held_backlog_min": 25_000})
     assert held_dry({"held_backlog_min": 0}) and not held_dry({"held_backlog_min": 5})
     assert not held_dry({"backlog": 1_000, "held_backlog_min": 50, "held_backlog_dry": False})
+    assert not held_dry({"backlog": 500_000})  # saved before the minimum was recorded: not run out
+
+
+def test_render_of_a_missing_or_broken_file_is_one_line(tmp_path: Path) -> None:
+    """`--render` of saved results that are not there (or not JSON) says so in one line, exit 2."""
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    for path in (tmp_path / "missing.json", broken):
+        proc = _bench("--render", str(path), "--out", str(tmp_path / "out.md"), timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and str(path) in proc.stderr, proc.stderr

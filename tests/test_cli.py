@@ -432,6 +432,27 @@ def test_exit_status_2_is_a_command_line_that_cannot_run_as_given(capsys: pytest
         assert_one_line_error(status, out, err, *words, code=code)
 
 
+def test_every_usage_error_names_the_commands_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's rule names the command's help in every usage error (its example: `dead purge`
+    without --id or --all); three of them, checked by the command rather than by argparse, did
+    not. And a number past the upper bound was refused with a message that named only the lower
+    one ("expected seconds >= 0, got '1e9'")."""
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"  # refused before connecting
+    cases: list[tuple[list[str], tuple[str, ...]]] = [
+        (["dead", "purge", "default", "--dsn", unreachable], ("--id", "--all", "`pgqueue dead purge --help`")),
+        (["stats", "--groups", "3", "--dsn", unreachable], ("--groups", "`pgqueue stats --help`")),
+        (["worker", unreachable, "default", "m:f", "--dsn", unreachable],
+         ("given twice", "`pgqueue worker --help`")),
+        (["enqueue", "default", "x", "--delay", "1e9", "--dsn", unreachable], ("--delay", "below 1e9")),
+        (["dead", "requeue", "default", "--delay", "2e9", "--dsn", unreachable], ("--delay", "below 1e9")),
+        (["stats", "--watch", "1e9", "--dsn", unreachable], ("--watch", "below 1e9")),
+        (["scheduler", "--interval", "1e9", "--dsn", unreachable], ("--interval", "below 1e9")),
+    ]
+    for argv, words in cases:
+        status, out, err = run(capsys, *argv)
+        assert_one_line_error(status, out, err, *words, code=2)
+
+
 def test_version_of_a_database_whose_pgqueue_the_role_cannot_read(pg_server: Server, bare_dsn: str) -> None:
     """Connected, but the role may not read the plain install's version record: `--version`
     said "not connected (permission denied ...)" of a connection that worked."""
@@ -941,6 +962,31 @@ def test_json_nested_past_the_recursion_limit_is_one_line(capsys: pytest.Capture
     assert status == 0, err
 
 
+def test_json_with_nan_or_infinity_is_not_valid_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """NaN and Infinity are not JSON (RFC 8259), though Python's json.loads reads them: `enqueue
+    --json NaN` connected, then failed in the client with "cannot encode a payload of type float:
+    pass bytes, str or a JSON-serialisable value", which a command line cannot do. It is refused
+    as the invalid JSON it is, before connecting."""
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
+    for payload in ("NaN", '{"a": Infinity}', "[-Infinity]"):
+        for argv in (["enqueue", "default", payload, "--json"],
+                     ["schedule", "create", "s", "default", payload, "--json", "--every", "60"]):
+            status, out, err = run(capsys, *argv, "--dsn", unreachable)
+            assert_one_line_error(status, out, err, "PAYLOAD is not valid JSON")
+
+
+def test_json_with_a_number_beyond_a_double_is_not_called_invalid(capsys: pytest.CaptureFixture[str]) -> None:
+    """1e400 is valid JSON, which Python reads as an infinity: the client cannot send it, and
+    says so, rather than that the JSON is not valid (what NaN's refusal said of it too)."""
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
+    for payload in ("1e400", '{"a": [-1e400]}'):
+        status, out, err = run(capsys, "enqueue", "default", payload, "--json", "--dsn", unreachable)
+        assert_one_line_error(status, out, err, "beyond a double's range", "cannot send it")
+        assert "not valid JSON" not in err, err
+    status, out, err = run(capsys, "enqueue", "default", '{"a": NaN}', "--json", "--dsn", unreachable)
+    assert_one_line_error(status, out, err, "PAYLOAD is not valid JSON", "NaN")
+
+
 def test_enqueue_from_standard_input_that_is_not_utf8(dsn: str) -> None:
     """`enqueue QUEUE -` of bytes that are not UTF-8 is the one-line error of a PAYLOAD that is not
     UTF-8 text, exit 1, whatever the locale: where standard input decodes strictly
@@ -1056,3 +1102,26 @@ def test_dequeue_into_a_closed_pipe_gives_back_what_it_did_not_print(dsn: str) -
     stats = queue.stats()
     assert (stats.ready, stats.leased) == (2, 0)
     assert sorted(p.id for p in queue.peek(10)) == ids[1:]
+
+
+def test_bench_reads_and_writes_files_relative_to_where_it_was_called(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pgqueue bench` runs the suite from the repository: the files its options name are the
+    caller's, relative to the caller's directory (`--render smoke/benchmarks.json` was looked for
+    in the repository and failed with a traceback)."""
+    import types
+
+    import pgqueue.cli as cli
+
+    seen: list[list[str]] = []
+    fake = types.ModuleType("bench.cli")
+    fake.main = lambda argv: seen.append(list(argv)) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.cli", fake)
+    monkeypatch.chdir(tmp_path)
+    assert cli._run_bench(["--render", "smoke/benchmarks.json", "--out=report/b.md", "--json", "/abs/r.json",
+                           "--held-twin-sql", "twin.sql", "--pgqueuer-python", "python3", "--smoke",
+                           "--pgqueuer-tool=tools/benchmark.py", "--only", "ops"]) == 0
+    assert seen == [["--render", str(tmp_path / "smoke/benchmarks.json"), f"--out={tmp_path / 'report/b.md'}",
+                     "--json", "/abs/r.json", "--held-twin-sql", str(tmp_path / "twin.sql"),
+                     "--pgqueuer-python", "python3", "--smoke",
+                     f"--pgqueuer-tool={tmp_path / 'tools/benchmark.py'}", "--only", "ops"]]

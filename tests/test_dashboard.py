@@ -26,7 +26,7 @@ from flask.testing import FlaskClient
 from psycopg import sql
 from werkzeug.datastructures import MultiDict
 
-from conftest import REPO, Server
+from conftest import REPO, Relay, Server
 from pgqueue import Queue
 from pgqueue.cli import build_parser, main
 from pgqueue.client import list_queues
@@ -103,6 +103,103 @@ def test_pages_after_the_pooled_connections_were_ended(conn: psycopg.Connection[
         response = client.get("/")
         assert response.status_code == 200, response.get_data(as_text=True)[:500]
         assert client.get("/api/queues").status_code == 200
+
+
+class Severable(Relay):
+    """A TCP relay to the test server that, while ``down``, ends every connection through it at
+    its next bytes, and every new one at its first: a database out of reach for a while."""
+
+    down = False
+
+    def passing(self, data: bytes, answers: bool) -> None:
+        if self.down:
+            raise OSError("the database is down")
+
+
+def test_pages_answer_as_soon_as_the_database_is_back(pg_server: Server, dbname: str, make_app: Any) -> None:
+    """After an outage, the first page once the database answers again loads. The pool's attempts
+    to reconnect backed off (1, 2, 4, 8 ... s, for up to 5 minutes), and a page waits only
+    Options.wait for a connection: after an outage of a minute or two, pages answered 503
+    "Database unreachable" for as long again after the database was back."""
+    relay = Severable(pg_server)
+    try:
+        app = make_app(dsn=psycopg.conninfo.make_conninfo(pg_server.dsn(dbname), host="127.0.0.1",
+                                                          port=str(relay.port)), wait=2.0)
+        client = app.test_client()
+        assert client.get("/").status_code == 200
+        relay.down = True
+        response = client.get("/")
+        assert response.status_code == 503 and "Database unreachable" in response.get_data(as_text=True)
+        # the API answers JSON, as for its other errors (it was the HTML page)
+        response = client.get("/api/queues")
+        assert response.status_code == 503 and "within 2 s" in response.get_json()["error"]
+        time.sleep(20)  # the outage goes on: the pool's attempts were 16 s apart, then 32
+        relay.down = False
+        started = time.monotonic()
+        response = client.get("/")
+        assert response.status_code == 200, (time.monotonic() - started, response.get_data(as_text=True)[-600:])
+        assert client.get("/api/queues").status_code == 200
+    finally:
+        relay.close()
+
+
+class Partition(Relay):
+    """A TCP relay to the test server that, while ``down``, passes nothing on and ends nothing:
+    what passes meanwhile is lost (the connection hangs until :meth:`heal_all`), as in a network
+    partition or a server host gone, where a connection is not refused but never answered."""
+
+    down = False
+
+    def __init__(self, server: Server) -> None:
+        super().__init__(server)
+        self.healed = threading.Event()
+
+    def passing(self, data: bytes, answers: bool) -> None:
+        if self.down:
+            self.healed.wait()
+            raise OSError("lost in the partition")
+
+    def heal_all(self) -> None:
+        self.healed.set()
+        self.close()
+
+
+def test_pages_say_unreachable_when_the_database_stops_answering(pg_server: Server, dbname: str,
+                                                                 make_app: Any) -> None:
+    """A database that stops answering (not refusing: a partition, its host gone): a page says
+    "Database unreachable" after Options.wait, as the README says, and pages load again soon
+    after it answers again. The pool's check of a pooled connection waited for its answer without
+    end (for as long as the kernel kept the connection, many minutes); and the pool's attempts to
+    connect meanwhile, for up to 130 s (psycopg's default connect_timeout), during which the pool
+    did not grow: pages answered 503 for that long after the database was back."""
+    relay = Partition(pg_server)
+    try:
+        app = make_app(dsn=psycopg.conninfo.make_conninfo(pg_server.dsn(dbname), host="127.0.0.1",
+                                                          port=str(relay.port)), wait=3.0)
+        assert app.test_client().get("/").status_code == 200
+        relay.down = True
+        # the pooled connections (one or two), then a new one the pool attempts to make
+        for path in ("/", "/api/queues", "/"):
+            answered: list[tuple[int, float]] = []
+
+            def page(path: str = path) -> None:
+                started = time.monotonic()
+                answered.append((app.test_client().get(path).status_code, time.monotonic() - started))
+
+            thread = threading.Thread(target=page, daemon=True)
+            thread.start()
+            thread.join(30)
+            assert answered and answered[0][0] == 503 and answered[0][1] < 15, (path, answered)
+        relay.down = False
+        deadline = time.monotonic() + 30
+        statuses = []
+        while time.monotonic() < deadline:
+            statuses.append(app.test_client().get("/").status_code)
+            if statuses[-1] == 200:
+                break
+        assert statuses[-1] == 200 and len(statuses) <= 2, statuses
+    finally:
+        relay.heal_all()
 
 
 def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[Any], make_app: Any) -> None:
@@ -239,6 +336,24 @@ def test_user_controlled_text_is_escaped(conn: psycopg.Connection[Any], make_app
     # a queue name in the URL that is not a queue: escaped in the 404 page too
     response = client.get("/queues/%3Cb%3Ebold%3C%2Fb%3E")
     assert response.status_code == 404 and "<b>bold</b>" not in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("name", ["%3Cb%3Ebold", "bad%20name", "%E2%98%83", "x" * 49, "a%00b"])
+def test_a_name_no_queue_can_have_is_no_such_queue(make_app: Any, name: str) -> None:
+    """A URL naming a queue that breaks the name rule (markup, a space, non-ASCII, too long, a
+    NUL) is a 404 "No such queue", on every page and in the JSON, as an unknown name is: it was
+    a 500 "Database error" (the server's 42602, psycopg's refusal of a NUL)."""
+    client = make_app().test_client()
+    for path in (f"/queues/{name}", f"/queues/{name}/dead"):
+        response = client.get(path)
+        page = response.get_data(as_text=True)
+        assert response.status_code == 404 and "No such queue" in page and "Database error" not in page, page
+        assert "<b>bold" not in page
+    response = client.get(f"/api/queues/{name}/dead")
+    assert response.status_code == 404 and "error" in response.get_json()
+    token = csrf(client)
+    response = client.post(f"/queues/{name}/dead/purge", data={"id": "1", "confirm": "yes", "csrf_token": token})
+    assert response.status_code == 404 and "No such queue" in response.get_data(as_text=True)
 
 
 def test_requeue_and_purge_need_csrf_and_a_confirmation(conn: psycopg.Connection[Any], make_app: Any) -> None:
@@ -819,6 +934,25 @@ def test_the_sample_interval_is_at_most_a_day(capsys: pytest.CaptureFixture[str]
         err = capsys.readouterr().err
         assert "--sample-interval" in err and "up to 86400 (a day)" in err, err
     assert build_parser().parse_args(["dashboard", "--sample-interval", "86400"]).sample_interval == 86400
+
+
+def test_an_interval_longer_than_the_history_still_draws_throughput(dsn: str) -> None:
+    """--sample-interval may be up to a day, longer than the hour of samples kept: the sampler
+    kept one sample then, and the throughput chart (the change between two samples) stayed
+    empty for as long as the dashboard ran."""
+    sampler = Sampler(lambda: psycopg.connect(dsn, autocommit=True), interval=7200)
+    try:
+        with Queue(dsn, "default") as queue:
+            assert sampler.tick() is not None
+            queue.enqueue("x")
+            time.sleep(0.01)
+            assert sampler.tick() is not None
+        samples = sampler.snapshot()
+        assert len(samples) == 2
+        source, rates = throughput_series(samples, None)
+        assert source == "counters" and rates["enqueued"] and rates["enqueued"][-1][1] > 0, rates
+    finally:
+        sampler.stop()
 
 
 # -- a security review of the dashboard (session 44) ---------------------------------------

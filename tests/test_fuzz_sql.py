@@ -12,8 +12,11 @@ file. Arguments come from one hand-written strategy per parameter type, refined 
 parameters whose name says more (p_queue, p_id, p_attempts, p_lock_ms, ...): NULLs, extreme
 integers, empty and multi-megabyte payloads, unicode and hostile queue names, arrays with NULLs
 and of two dimensions, and references to live, leased, claimed and dead messages so that the
-calls also act on real rows. A parameter type without a strategy fails
-test_every_parameter_type_has_a_strategy: write one.
+calls also act on real rows. Two calls in three are "clean" (call_strategy): no NULL where one is
+refused, batch arrays of one length, on a queue that exists (one with message groups and one with
+a rate limit among them), so that they get past the argument checks;
+test_every_function_with_random_arguments fails when a function never does. A parameter type
+without a strategy fails test_every_parameter_type_has_a_strategy: write one.
 
 Documented SQLSTATEs (README "Error codes"; PQ005-PQ007 from the 0.2 upgrade script):
 PQ001-PQ007, 22004, 22023, 42602. Anything else fails the test with the function, the arguments
@@ -116,7 +119,9 @@ HOSTILE_NAMES = [
     'a"b', '"q"', "q ", " q", "Q", "ünïcödé", "队列", "🚀", ".dot", "-dash", "default", "DEFAULT", "Default",
     "default ", "pgqueue.message", "pg_catalog", "%s", "%(x)s", "$1", "\\x00", "NULL", "q\n", "q\t",
 ]
-EXISTING_QUEUES = ["default", "q", "capped", "retry", "fz_a", "fz.b-1"]
+#: queues prepare() makes (fz_a and fz.b-1 only by chance): "grouped" has message groups and a
+#: key window, "rated" a rate limit, so that their paths meet random arguments too
+EXISTING_QUEUES = ["default", "q", "capped", "retry", "grouped", "rated", "fz_a", "fz.b-1"]
 valid_names = st.from_regex(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}\Z")
 queue_names = st.one_of(st.sampled_from(EXISTING_QUEUES), st.sampled_from(EXISTING_QUEUES),
                         st.sampled_from(HOSTILE_NAMES), valid_names, any_text, NULL)
@@ -124,6 +129,10 @@ consumer_names = st.one_of(st.sampled_from(["etl", "etl:2", "other", "x" * 100, 
                            st.from_regex(r"\A[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}\Z"), any_text, NULL)
 long_text = st.sampled_from(["", "x" * 100_000, "ü" * 1000])
 texts = st.one_of(any_text, long_text, st.sampled_from(HOSTILE_NAMES), NULL)
+#: group and idempotency keys: a few that repeat (so that groups queue and keys are found taken),
+#: the bounds (1 and 200 characters; 201), and any text
+group_keys = st.one_of(st.sampled_from(["g1", "g2", "g3"]), st.sampled_from(["x" * 200, "ü" * 200, "x" * 201]), texts)
+idem_keys = st.one_of(st.sampled_from(["k1", "k2", "k3"]), st.sampled_from(["x" * 200, "x" * 201]), texts)
 
 
 def _big(n: int) -> bytes:
@@ -204,6 +213,58 @@ BY_NAME: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("p_counts", "bigint[]"): st.one_of(st.lists(st.integers(0, 3), max_size=3), bigint_arrays),
     ("p_up_to_seq", "bigint"): st.one_of(st.integers(0, 5), bigints),
     ("p_after_seq", "bigint"): st.one_of(st.integers(0, 5), bigints),
+    ("p_group", "text"): group_keys,
+    ("p_key", "text"): idem_keys,
+    ("p_groups", "text[]"): arrays(group_keys),
+    ("p_keys", "text[]"): arrays(idem_keys),
+    ("p_group_concurrency", "integer"): st.one_of(st.integers(0, 3), ints),
+    ("p_rate_limit", "integer"): st.one_of(st.sampled_from([0, 1, 1000, 1_000_000, 1_000_001]), ints),
+    ("p_key_window_ms", "bigint"): st.one_of(st.sampled_from([0, 1000, 31_536_000_000, 31_536_000_001]), bigints),
+}
+
+#: The elements of a batch's arrays, NULL-free, for calls whose arrays have one length (see
+#: call_strategy): without them nearly every batch call stops at its argument checks (an array
+#: with a NULL, or of another length than its companions) and what comes after them goes untested.
+ALIGNED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
+    ("p_contents", "bytea[]"): small_payloads,
+    ("p_dequeue_ats", "bigint[]"): st.one_of(times, st.just(None)),
+    ("p_content_types", "text[]"): st.one_of(st.sampled_from(["text/plain", "application/json"]), NULL),
+    ("p_groups", "text[]"): st.one_of(st.sampled_from(["g1", "g2", "g3"]), group_keys, NULL),
+    ("p_keys", "text[]"): st.one_of(st.sampled_from(["k1", "k2", "k3"]), idem_keys, NULL),
+    ("p_delays_ms", "bigint[]"): st.one_of(st.sampled_from([0, 1000, 2**62]), NULL),
+    ("p_ids", "bigint[]"): st.one_of(st.just(Ref("id")), st.integers(1, 500)),
+    ("p_attempts", "integer[]"): st.one_of(st.just(Ref("attempts")), st.integers(0, 3)),
+    ("p_partitions", "integer[]"): st.integers(0, 2),
+    ("p_attempts", "bigint[]"): st.integers(0, 2),
+    ("p_counts", "bigint[]"): st.integers(0, 3),
+}
+#: What a clean call draws for these (a queue that exists, of each kind: replenish() makes them)
+#: and one schedule kind or the other (by n)
+CLEAN_QUEUES = ("q", "grouped", "rated", "capped", "default")
+CLEAN: dict[tuple[str, str], Callable[[int], st.SearchStrategy[Any]]] = {
+    ("p_queue", "text"): lambda n: st.sampled_from(CLEAN_QUEUES),
+    ("p_limit", "integer"): lambda n: st.integers(1, 20),
+    ("p_group", "text"): lambda n: st.sampled_from(["g1", "g2", "g3", None]),
+    ("p_key", "text"): lambda n: st.sampled_from(["k1", "k2", "k3", None]),
+    ("p_every_ms", "bigint"): lambda n: st.sampled_from([1000, 60000, 3_153_600_000_000]) if n % 2 else st.none(),
+    ("p_cron", "text"): lambda n: st.none() if n % 2 else st.sampled_from(["* * * * *", "*/5 1-3 * * 1,7", "0 0 29 2 1"]),
+    ("p_consumer", "text"): lambda n: st.sampled_from(["etl", "etl:2"]),
+    ("p_name", "text"): lambda n: st.from_regex(r"\A[a-z0-9]{1,12}\Z"),
+    ("p_missed", "text"): lambda n: st.sampled_from(["latest", "all"]),
+    ("p_start_at", "bigint"): lambda n: st.one_of(st.none(), st.integers(-3_600_000, 3_600_000).map(lambda o: Ref("now", o))),
+}
+#: a group (p_group, p_groups) only on the queue with groups: elsewhere it is refused (22023)
+GROUP_PARAMETERS = {("p_group", "text"), ("p_groups", "text[]")}
+#: What a clean call passes for a required argument drawn NULL (by name and type, else by type).
+NOT_NULL: dict[tuple[str, str], Any] = {
+    ("p_queue", "text"): "q", ("p_consumer", "text"): "etl", ("p_id", "bigint"): Ref("id"),
+    ("p_attempts", "integer"): Ref("attempts"), ("p_missed", "text"): "latest", ("p_name", "text"): "sched",
+    # queue_create's settings that have a default but refuse NULL
+    ("p_lock_ms", "bigint"): 1000, ("p_retry_base_ms", "bigint"): 0, ("p_retry_cap_ms", "bigint"): 1000,
+    ("p_notify", "boolean"): False, ("p_if_not_exists", "boolean"): False, ("p_key_window_ms", "bigint"): 0,
+    ("", "text"): "x", ("", "bytea"): b"", ("", "integer"): 1, ("", "bigint"): 1, ("", "boolean"): False,
+    ("", "uuid"): "00000000-0000-0000-0000-00000000000a", ("", "timestamp with time zone"): "epoch",
+    ("", "jsonb"): "{}",
 }
 
 
@@ -256,15 +317,40 @@ class Call:
         return f"{self.function.name}({', '.join(f'{n} => {short(v)}' for n, _, v in self.args)}) [target {self.target}]"
 
 
-def call_strategy(function: Function) -> st.SearchStrategy[Call]:
-    """Arguments for one call: each parameter drawn from its strategy, defaulted ones maybe left out."""
+def call_strategy(function: Function, queue: str | None = None) -> st.SearchStrategy[Call]:
+    """Arguments for one call: each parameter drawn from its strategy, defaulted ones maybe left out.
+
+    Two calls in three are "clean": no required argument is NULL and the arrays of a batch have one
+    length, n, and no NULL element, so that the call gets past its argument checks (with
+    random values still in every argument) and reaches the rows, on queue (if given) or one of
+    CLEAN's; test_every_function_with_random_arguments checks that every function does."""
+    clean = st.sampled_from([True, True, False])  # two in three
+    return st.tuples(clean, st.integers(1, 4)).flatmap(lambda t: _call_strategy(function, *t, queue))
+
+
+def _call_strategy(function: Function, clean: bool, n: int, queue: str | None = None) -> st.SearchStrategy[Call]:
     first_default = len(function.args) - function.n_defaults
     parts = []
     for i, (name, type_) in enumerate(function.args):
         strategy = strategy_for(name, type_)
         assert strategy is not None, f"no strategy for {name} {type_} of {function}"
+        if clean:
+            aligned = ALIGNED.get((name, type_))
+            if name == "p_queue" and function.name in ("queue_create", "queue_drop"):
+                strategy = valid_names  # a new queue, mostly (not one the other clean calls aim at)
+            elif name == "p_queue" and type_ == "text" and queue is not None:
+                strategy = st.just(queue)
+            elif (name, type_) in GROUP_PARAMETERS and queue not in (None, "grouped"):
+                strategy = st.none()
+            elif (name, type_) in CLEAN:
+                strategy = CLEAN[name, type_](n)
+            elif aligned is not None:
+                strategy = st.lists(aligned, min_size=n, max_size=n)
+            elif (name, type_) in NOT_NULL or i < first_default:
+                instead = NOT_NULL.get((name, type_), NOT_NULL.get(("", type_)))
+                strategy = strategy.map(lambda v, instead=instead: instead if v is None else v)
         value = strategy.map(lambda v, n=name, t=type_: (n, t, v))
-        if i >= first_default:
+        if i >= first_default and not (clean and (name, type_) in CLEAN):
             parts.append(st.one_of(st.just(None), value))  # None: leave it out, use the default
         else:
             parts.append(value)
@@ -427,6 +513,31 @@ def prepare(conn: Conn) -> None:
         conn.execute("SELECT pgqueue.spark_stage('00000000-0000-0000-0000-00000000000a', 0, 1, 0, ARRAY['s0', 's1']::bytea[])")
 
 
+#: The queues clean calls aim at, as prepare() makes them: the fuzzed calls drop and alter them
+CLEAN_QUEUES_BACK = (
+    "SELECT pgqueue.queue_create('q', p_if_not_exists => true)",
+    "SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1, p_key_window_ms => 60000, "
+    "p_max_attempts => 2, p_if_not_exists => true)",
+    "SELECT pgqueue.queue_create('rated', p_rate_limit => 1000, p_if_not_exists => true)",
+    "SELECT pgqueue.queue_create('capped', p_max_size => 5, p_max_attempts => 1, p_if_not_exists => true)",
+)
+CLEAN_QUEUES_RESET = (
+    "SELECT pgqueue.queue_alter('q', p_max_size => 0)",
+    "SELECT pgqueue.queue_alter('grouped', p_max_size => 0, p_group_concurrency => 1)",
+    "SELECT pgqueue.queue_alter('rated', p_max_size => 0, p_rate_limit => 1000)",
+)
+
+
+def clean_queues_back(conn: Conn) -> None:
+    """The queues of CLEAN_QUEUES as prepare() made them, after a queue_drop or queue_alter."""
+    for step in CLEAN_QUEUES_BACK + CLEAN_QUEUES_RESET:
+        try:
+            with conn.transaction():
+                conn.execute(step)  # type: ignore[arg-type]
+        except psycopg.Error:
+            pass
+
+
 def replenish(conn: Conn) -> None:
     """Keep something of every kind around, so that calls keep meeting real rows.
 
@@ -438,15 +549,20 @@ def replenish(conn: Conn) -> None:
                (SELECT count(*) FROM pgqueue.dead_letter)
           FROM pgqueue.message""").fetchone()
     assert counts is not None
-    steps = ["SELECT pgqueue.queue_create('fz_seed', p_max_attempts => 2, p_if_not_exists => true)"]
+    steps = ["SELECT pgqueue.queue_create('fz_seed', p_max_attempts => 2, p_if_not_exists => true)", *CLEAN_QUEUES_BACK]
     if counts[0] < 5:
         steps += [f"SELECT pgqueue.message_create_batch('{q}', ARRAY['r1', 'r2', 'r3', 'r4', 'r5']::bytea[])"
                   for q in ("fz_seed", "q")]
         steps += [f"SELECT pgqueue.message_create('{q}', 'later', pgqueue.now_ms() + 3600000)" for q in ("fz_seed", "q")]
+        steps += ["SELECT pgqueue.message_create_batch('grouped', ARRAY['g1', 'g1', 'g2', 'g3']::bytea[], "
+                  "p_groups => ARRAY['g1', 'g1', 'g2', NULL])",
+                  "SELECT pgqueue.message_create_batch('rated', ARRAY['r1', 'r2']::bytea[])"]
     if counts[1] < 2:
         for q in ("fz_seed", "q"):
             steps += [f"SELECT pgqueue.message_create_batch('{q}', ARRAY['l1', 'l2']::bytea[], pgqueue.priority_dequeue_at(1000))",
                       f"SELECT * FROM pgqueue.message_dequeue('{q}', 2, 600000)"]
+        steps += ["SELECT pgqueue.message_create('grouped', 'l3', pgqueue.priority_dequeue_at(1000), p_group => 'g3')",
+                  "SELECT * FROM pgqueue.message_dequeue('grouped', 2, 600000)"]
     if counts[2] < 1:
         steps += ["SELECT pgqueue.message_create('fz_seed', 'doomed', pgqueue.priority_dequeue_at(1001))"]
         steps += ["SELECT pgqueue.message_fail(id, attempts, 'fuzz', 0) FROM pgqueue.message_dequeue('fz_seed', 1, 600000)"] * 2
@@ -566,23 +682,49 @@ def test_the_invariant_checks_catch_corruption(conn: Conn) -> None:
         assert any(p.startswith(name) or name in p for p in problems), (name, problems)
 
 
-@settings(FUZZ, max_examples=max(1, int(40 * SCALE)))
-@given(data=st.data())
-def test_every_function_with_random_arguments(fuzz_conn: Conn, data: st.DataObject) -> None:
-    """Each example calls every public function once, in a random order, each in autocommit."""
+def test_every_function_with_random_arguments(fuzz_conn: Conn) -> None:
+    """Each example calls every public function once, in a random order, each in autocommit.
+    Over the examples every function must also succeed sometimes, on a queue with message groups
+    and on a rate-limited one too where it takes a queue: calls that all stop at the argument
+    checks test nothing behind them (message_create_batch, message_complete_batch, spark_stage and
+    schedule_create never got past them, and no queue had groups or a rate limit, until the
+    strategies made clean calls)."""
     conn = fuzz_conn
     functions = public_functions(conn)
-    replenish(conn)
-    bad = []
-    for i in data.draw(st.permutations(range(len(functions))), label="order"):
-        function = functions[i]
-        call = data.draw(call_strategy(function), label=function.name)
-        outcome = run_call(conn, call, savepoint=False)
-        if classify(conn, outcome):
-            bad.append(outcome)
-    assert not bad, "undocumented errors:\n" + report(bad)
-    problems = invariant_problems(conn)
-    assert not problems, problems
+    succeeded: Counter[str] = Counter()
+
+    @settings(FUZZ, max_examples=max(1, int(40 * SCALE)))
+    @given(data=st.data())
+    def example(data: st.DataObject) -> None:
+        replenish(conn)
+        bad = []
+        for i in data.draw(st.permutations(range(len(functions))), label="order"):
+            function = functions[i]
+            call = data.draw(call_strategy(function), label=function.name)
+            outcome = run_call(conn, call, savepoint=False)
+            if classify(conn, outcome):
+                bad.append(outcome)
+            elif outcome.sqlstate is None:
+                succeeded[function.name] += 1
+                if outcome.arg("p_queue") in ("grouped", "rated") and function.name in PRODUCE_CONSUME:
+                    succeeded[f"enqueue or dequeue on {outcome.arg('p_queue')}"] += 1
+                if function.name in ("queue_drop", "queue_alter"):
+                    clean_queues_back(conn)
+        assert not bad, "undocumented errors:\n" + report(bad)
+        problems = invariant_problems(conn)
+        assert not problems, problems
+
+    example()
+    if SCALE < 1:
+        return  # too few examples to expect every function to succeed
+    reached = {f.name for f in functions} | {f"enqueue or dequeue on {q}" for q in ("grouped", "rated")}
+    never = sorted(reached - set(succeeded))
+    assert not never, f"never got past the argument checks: {never}"
+
+
+#: the calls that must also succeed on the queue with groups and on the rate-limited one (test above)
+PRODUCE_CONSUME = frozenset({"message_create", "message_create_batch", "message_create_text", "message_create_json",
+                             "message_dequeue", "message_complete_and_dequeue"})
 
 
 @settings(FUZZ, max_examples=max(1, int(200 * SCALE)))

@@ -557,6 +557,22 @@ def test_never_both_installs_in_one_database(owner: Owner) -> None:
         assert holds(conn) == (CURRENT, None)
 
 
+def test_an_extension_upgrade_by_a_role_that_is_not_its_owner_names_the_owner(owner: Owner,
+                                                                              pg_server: Server) -> None:
+    """An older extension that a superuser created, upgraded by the database's owner: the refusal
+    was ALTER EXTENSION's "must be owner of extension pgqueue" with "connect as the role that is
+    to own pgqueue, with CREATE on the database (its owner, say)", which is the role that was
+    refused. It names the extension's owner, and changes nothing."""
+    db = owner.database()
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pgqueue VERSION '0.3'")
+        superuser = one(conn, "SELECT current_user")
+    line = refused(pgqueue("install", "--dsn", owner.dsn(db)), f"owned by role {superuser}", f"connect as {superuser}")
+    assert "database (its owner, say)" not in line
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+        assert holds(conn) == ("0.3", None)
+
+
 def test_install_as_an_application_role_on_an_up_to_date_plain_install_says_already_installed(
         owner: Owner, other_role: str) -> None:
     """An idempotent deploy step that runs `pgqueue install` as the application's role: on a

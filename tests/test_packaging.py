@@ -269,3 +269,22 @@ def test_wheel_and_sdist_install_into_a_clean_venv(tmp_path: Path, dsn: str, pg_
     # the benchmark suite is in the repository only
     proc = run([pgq, "bench", "--smoke"], cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and "python -m bench" in proc.stderr
+
+
+def test_a_build_from_a_clone_without_make_says_so(tmp_path: Path) -> None:
+    """setup.py runs `make` in a clone: without make on the PATH it says that, not a traceback."""
+    clone = tmp_path / "clone"
+    shutil.copytree(REPO / "python", clone / "python", symlinks=True,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "sql", "dist"))
+    shutil.copytree(REPO / "extension", clone / "extension")
+    shutil.copy(REPO / "Makefile", clone / "Makefile")
+    bindir = tmp_path / "bin"  # a PATH with nothing on it (python is called by its full path)
+    bindir.mkdir()
+    proc = run([sys.executable, "-c",
+                "import runpy, sys; sys.argv = ['setup.py', 'egg_info']; runpy.run_path('setup.py', run_name='__main__')"],
+               cwd=clone / "python", env=clean_env(PATH=str(bindir)))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "`make` was not found on the PATH" in proc.stderr and "could not be generated" in proc.stderr, proc.stderr
+    # and nothing else: it went on to say that PostgreSQL's server development files were
+    # needed, which they are not (the line above says so, and the README)
+    assert "server development files" not in proc.stderr and "PG_CONFIG" not in proc.stderr, proc.stderr

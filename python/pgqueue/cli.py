@@ -585,14 +585,14 @@ _rate = _int_range(0, 1_000_000)
 _every = _number(float, lambda v: 1 <= v <= 3_153_600_000, "seconds from 1 to 3153600000 (100 years)")
 _positive_float = _number(float, lambda v: v > 0 and v < float("inf"), "a positive number")
 _non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
-_seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0")
+_seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0, below 1e9 (31 years)")
 _port = _number(int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
 # metrics --timeout becomes the server's statement_timeout, an integer of milliseconds
 _statement_timeout = _number(float, lambda v: 0 < v < float("inf") and math.ceil(v * 1000) <= _INT_MAX,
                              f"seconds > 0, up to {_INT_MAX / 1000} (the server's statement_timeout limit)")
 _DAY_S = 86400  # the longest dashboard --sample-interval (the page refreshes as often: a browser timer)
 _sample_interval = _number(float, lambda v: 0 < v <= _DAY_S, f"seconds > 0, up to {_DAY_S} (a day)")
-_interval = _number(float, lambda v: 0.1 <= v < 1e9, "seconds >= 0.1")
+_interval = _number(float, lambda v: 0.1 <= v < 1e9, "seconds >= 0.1, below 1e9 (31 years)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -817,6 +817,32 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return _run_bench(list(args.bench_args))
 
 
+#: The suite's options that name a file: relative to the directory `pgqueue bench` runs in.
+_BENCH_PATH_OPTIONS = ("--out", "--json", "--render", "--held-twin-sql", "--pgqueuer-tool", "--pgqueuer-python")
+
+
+def _absolute_bench_paths(bench_args: list[str]) -> list[str]:
+    """Return ``bench_args`` with the files its options name made absolute (the suite runs from
+    the repository; a `--pgqueuer-python` given as a bare command name stays one)."""
+    out: list[str] = []
+    pending: str | None = None
+    for arg in bench_args:
+        if pending is not None:
+            keep_bare = pending == "--pgqueuer-python" and os.sep not in arg
+            out.append(arg if keep_bare or not arg else os.path.abspath(arg))
+            pending = None
+            continue
+        name, eq, value = arg.partition("=")
+        if name in _BENCH_PATH_OPTIONS and eq:
+            keep_bare = name == "--pgqueuer-python" and os.sep not in value
+            out.append(arg if keep_bare or not value else f"{name}={os.path.abspath(value)}")
+        else:
+            out.append(arg)
+            if arg in _BENCH_PATH_OPTIONS:
+                pending = arg
+    return out
+
+
 def _run_bench(bench_args: list[str]) -> int:
     """Run the repository's benchmark suite, which lives beside python/ rather than in the package.
 
@@ -828,6 +854,7 @@ def _run_bench(bench_args: list[str]) -> int:
     else:
         raise UserError("the benchmark suite is not part of the installed package: in a clone of the "
                         "pgqueue repository, run `python -m bench` (or `pgqueue bench` there)")
+    bench_args = _absolute_bench_paths(bench_args)  # (given from the caller's directory, read from the repo's)
     os.chdir(repo)
     sys.path.insert(0, str(repo))
     bench_cli = importlib.import_module("bench.cli")
@@ -895,14 +922,21 @@ def _read_stdin() -> str:
 def _json_payload(text: str) -> object:
     """Return the value that PAYLOAD's JSON encodes, or refuse it in one line (UserError)."""
     try:
-        payload = json.loads(text)
-        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        payload = json.loads(text, parse_constant=_not_json)  # NaN, Infinity: not JSON (RFC 8259)
+        json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except RecursionError as exc:  # as the client refuses such a payload (UnsupportedPayload)
         raise UserError("PAYLOAD is JSON nested deeper than Python's recursion limit: the client cannot "
                         "send it") from exc
     except ValueError as exc:  # (UnicodeEncodeError is a ValueError: a "\ud800" escape)
+        if str(exc).startswith("Out of range float"):  # 1e400: JSON, which Python reads as an infinity
+            raise UserError("PAYLOAD holds a number beyond a double's range (about 1.8e308): the client "
+                            "cannot send it") from exc
         raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
     return payload
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def _cmd_enqueue(args: argparse.Namespace) -> int:
@@ -1036,7 +1070,7 @@ def _sigterm_interrupts() -> Iterator[None]:
 def _stats(args: argparse.Namespace) -> int:
     if args.groups is not None:
         if args.queue is None:
-            raise UsageError("pgqueue stats: error: --groups needs a QUEUE")
+            raise UsageError("pgqueue stats: error: --groups needs a QUEUE (see `pgqueue stats --help`)")
         return _group_stats(args)
     dsn = resolve_dsn(args)
     with connect(dsn) as conn:
@@ -1432,7 +1466,8 @@ def _cmd_dead_requeue(args: argparse.Namespace) -> int:
 
 def _cmd_dead_purge(args: argparse.Namespace) -> int:
     if not args.ids and not args.all:
-        raise UsageError("pgqueue dead purge: error: give --id ID (repeatable) or --all to delete every dead letter")
+        raise UsageError("pgqueue dead purge: error: give --id ID (repeatable) or --all to delete every dead letter "
+                         "(see `pgqueue dead purge --help`)")
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         if args.ids:
@@ -1644,7 +1679,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         dsn, queue_name, spec = args.target
         if getattr(args, "dsn", None) is not None:
             raise UsageError("pgqueue worker: error: the database given twice (a DSN argument and "
-                             "--dsn): give one")
+                             "--dsn): give one (see `pgqueue worker --help`)")
     elif len(args.target) == 2:
         queue_name, spec = args.target
         dsn = resolve_dsn(args)

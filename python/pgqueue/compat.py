@@ -152,7 +152,8 @@ def version_mismatch(installed: ServerPgQueue) -> VersionMismatch | None:
     client = f"{DISTRIBUTION} {__version__}"
     want = f"{ours[0]}.{ours[1]}"
     if theirs is None or theirs < ours:
-        how = ("ALTER EXTENSION pgqueue UPDATE" if installed.kind == "extension"
+        how = ("`pgqueue install`, or ALTER EXTENSION pgqueue UPDATE as the extension's owner (from 0.1 or 0.2 "
+               "with the workers stopped: it can deadlock with them)" if installed.kind == "extension"
                else "`pgqueue install`, which applies the missing upgrade steps")
         hint = f"upgrade the database to pgqueue {want} with {how}"
         return VersionMismatch(

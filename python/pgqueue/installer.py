@@ -312,18 +312,27 @@ _LOCK_TRY_MS = 100
 _LOCK_TRIES_S = 120.0
 
 
-def _as_extension_owner(conn: psycopg.Connection[Any]) -> bool:
+def _as_extension_owner(conn: psycopg.Connection[Any], database: str) -> bool:
     """Run the rest of the caller's transaction as the extension's owner (SET LOCAL ROLE) when
     this session's role is another one that may become it, a superuser say: objects that an
     update script creates belong to the role that runs it, so an update run by a superuser left
     every new table, sequence and function (SECURITY DEFINER ones too) the superuser's.
 
     Returns:
-        Whether the transaction now runs as the owner (False: ALTER EXTENSION will refuse).
+        Whether the transaction now runs as the owner (False: no extension found any more).
+
+    Raises:
+        InstallError: this role is not the owner and may not become it; the message names the
+            owner (ALTER EXTENSION says only "must be owner of extension pgqueue").
     """
     row = conn.execute(_EXTENSION_OWNER).fetchone()
-    if row is None or not (row[1] or row[2]):
+    if row is None:
         return False
+    if not (row[1] or row[2]):
+        raise InstallError(
+            f"the pgqueue extension in database {database} is owned by role {row[0]}: only its owner upgrades it "
+            f"(ALTER EXTENSION); connect as {row[0]}, or as a role that may SET ROLE to it, and run "
+            "`pgqueue install` again")
     if not row[1]:
         conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(str(row[0]))))
     return True
@@ -396,7 +405,7 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
     else:
         with conn.transaction():
             _no_statement_timeout(conn)  # (before the locks' tries, each bounded by lock_timeout)
-            if _as_extension_owner(conn):  # else ALTER EXTENSION says "must be owner" itself
+            if _as_extension_owner(conn, state.database):
                 _lock_for_upgrade(conn)
             conn.execute(sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
     if version is None:

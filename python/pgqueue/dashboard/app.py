@@ -6,8 +6,10 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import math
+import os
 import re
 import secrets
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -30,7 +32,7 @@ from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
 from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
 from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, oldest_series, throughput_series
-from pgqueue.errors import PgQueueError, QueueNotFound, translate
+from pgqueue.errors import InvalidQueueName, PgQueueError, QueueNotFound, translate
 from pgqueue.message import DeadLetter, Pending, to_datetime
 
 #: Dead letters and peeked messages listed on a page.
@@ -416,6 +418,45 @@ def _is_ip_host(host: str) -> bool:
     return False
 
 
+def check_within(seconds: float) -> Callable[[psycopg.Connection[Any]], None]:
+    """Return a pool ``check`` that is ConnectionPool.check_connection answered within ``seconds``:
+    a pooled connection to a server that stopped answering (its host down, a network partition,
+    not a refused connection) waited for the answer until the kernel gave up on it, many minutes,
+    and so did the page. Past ``seconds`` the connection is cut (a shutdown of its socket, which
+    the waiting read sees at once) and closed, and the check fails: the pool replaces it."""
+
+    def check(conn: psycopg.Connection[Any]) -> None:
+        link = socket.socket(fileno=os.dup(conn.pgconn.socket))  # (its own descriptor: never another's)
+        lock = threading.Lock()
+        state = {"done": False, "cut": False}
+
+        def cut() -> None:
+            with lock:
+                if not state["done"]:
+                    state["cut"] = True
+                    try:
+                        link.shutdown(socket.SHUT_RDWR)
+                    except OSError:  # (already ended by the other side)
+                        pass
+
+        timer = threading.Timer(seconds, cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            ConnectionPool.check_connection(conn)
+        finally:
+            with lock:
+                state["done"] = True
+            timer.cancel()
+            link.close()
+            if state["cut"]:
+                conn.close()
+        if state["cut"]:  # (its answer came as it was cut: the connection is gone all the same)
+            raise psycopg.OperationalError(f"the database did not answer within {seconds:g} s")
+
+    return check
+
+
 def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     """Return the dashboard's Flask application for ``options``.
 
@@ -439,9 +480,17 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     conninfo = make_conninfo(options.dsn, application_name=APPLICATION_NAME, **utf8(options.dsn))
     # (check: a pooled connection the server ended, by a restart, idle_session_timeout or a
     # proxy, is replaced before a page uses it, where the next pages answered 500 Database error)
+    # (reconnect_timeout: the pool's attempts to connect again back off, 1, 2, 4 ... s, for as long
+    # as that: with its default of 5 minutes, after an outage of a minute or two the next attempt
+    # was that far off, and pages waiting options.wait answered 503 for as long again after the
+    # database was back. Given up as soon as a page would, the next page tries at once.)
+    # (check_within, connect_timeout: a server that stops answering, rather than refusing, held a
+    # page for minutes, and the pool's connection attempts, past its return, for up to 130 s)
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
-                                               kwargs={"autocommit": True}, name="pgqueue-dashboard",
-                                               check=ConnectionPool.check_connection)
+                                               kwargs={"autocommit": True,
+                                                       **connect_timeout_kwargs(conninfo, math.ceil(options.wait))},
+                                               name="pgqueue-dashboard", check=check_within(options.wait),
+                                               reconnect_timeout=options.wait)
     pool.open(wait=False)
     sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10)),
                       interval=options.sample_interval, history=options.history)
@@ -511,6 +560,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         # error names the server, the database and the role); the login page, and the refusal
         # of a foreign Host name (which a DNS-rebinding page can read), tell nothing
         g.trusted = True
+        name = (request.view_args or {}).get("name")
+        if isinstance(name, str) and "\x00" in name:  # (psycopg refuses it before the server sees it)
+            raise InvalidQueueName(f"invalid queue name {name!r}", sqlstate="42602")
         if request.method == "POST":
             given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
             expected = session.get("csrf")
@@ -582,7 +634,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
 
     @app.errorhandler(PgQueueError)
     def database_error(exc: PgQueueError) -> tuple[str | Response, int]:
-        if isinstance(exc, QueueNotFound):
+        if isinstance(exc, (QueueNotFound, InvalidQueueName)):  # (a name no queue can have: none has it)
             title, detail, status = "No such queue", None, 404
         elif exc.sqlstate == "42501":
             title, status = "Permission denied", 403
@@ -599,10 +651,12 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         return database_error(translate(exc))
 
     @app.errorhandler(PoolTimeout)
-    def unreachable(exc: PoolTimeout) -> tuple[str, int]:
-        return render_template("error.html", title="Database unreachable",
-                               message=f"no connection to the database within {options.wait:g} s: {exc}",
-                               detail="The dashboard keeps trying: reload the page later."), 503
+    def unreachable(exc: PoolTimeout) -> tuple[str | Response, int]:
+        message = f"no connection to the database within {options.wait:g} s: {exc}"
+        detail = "The dashboard keeps trying: reload the page later."
+        if request.path.startswith("/api/"):  # (JSON, as the API's other errors)
+            return jsonify(error=message, detail=detail), 503
+        return render_template("error.html", title="Database unreachable", message=message, detail=detail), 503
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[str, int]:

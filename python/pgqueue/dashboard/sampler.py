@@ -72,7 +72,9 @@ class Sampler:
         if not 0 < self.interval <= MAX_INTERVAL:  # (else the thread's wait dies: OverflowError)
             raise ValueError(f"the sample interval must be > 0 seconds and at most {MAX_INTERVAL:g}, "
                              f"got {self.interval}")
-        self.samples = deque(maxlen=int(self.history / self.interval) + 1)
+        # (two at least: a rate is the change between two samples; an interval longer than the
+        # history kept one, and the throughput chart stayed empty for ever)
+        self.samples = deque(maxlen=max(2, int(self.history / self.interval) + 1))
 
     def start(self) -> None:
         """Sample now, then every ``interval`` seconds on a daemon thread."""
