@@ -5385,10 +5385,15 @@ COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
 -- The lease is tested with pgqueue._leased, which the planner cannot match to the predicates of
 -- message_leased_idx and message_ready_idx: statistics taken while nothing was leased make the
 -- first look empty, and a generic plan then walked the whole queue's leases for the group.
+-- enable_seqscan = off: planned while pgqueue.message is empty after a VACUUM or ANALYZE (0 rows
+-- recorded, about a page now), both probes are a Seq Scan, which the session's generic plan
+-- keeps: a grouped batch then scanned every message it had inserted before each one, O(n^2)
+-- (10,000 messages 25-32 s against 1-2 s; tests/test_group_probes.py).
 CREATE FUNCTION pgqueue._message_group_room(p_queue_id integer, p_group text, p_concurrency integer)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     RETURN NOT EXISTS (SELECT 1 FROM pgqueue.message m
@@ -5510,6 +5515,7 @@ CREATE FUNCTION pgqueue._message_insert(
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- its key look-ups by index, whatever the statistics (_message_group_room)
 AS $$
 DECLARE
     v_at   bigint;

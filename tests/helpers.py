@@ -290,3 +290,17 @@ def processes_from(path: str) -> list[str]:
         except OSError:  # the process ended meanwhile
             pass
     return left
+
+
+def stderr_or_fail(proc: subprocess.Popen[str], timeout: float, ran_on: str) -> str:
+    """The stderr of ``proc`` once it has ended within ``timeout`` s; else kill it and fail the
+    test with ``ran_on`` and what it wrote."""
+    import pytest
+
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"{ran_on}: {err}")
+    return str(err)

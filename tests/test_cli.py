@@ -25,6 +25,7 @@ from pgqueue import Queue
 from pgqueue.cli import build_parser, format_table, main
 from pgqueue.client import list_queues
 from helpers import command as spawn
+from helpers import stderr_or_fail
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 TESTS = Path(__file__).resolve().parent
@@ -1125,3 +1126,17 @@ def test_bench_reads_and_writes_files_relative_to_where_it_was_called(
                      "--json", "/abs/r.json", "--held-twin-sql", str(tmp_path / "twin.sql"),
                      "--pgqueuer-python", "python3", "--smoke",
                      f"--pgqueuer-tool={tmp_path / 'tools/benchmark.py'}", "--only", "ops"]]
+
+
+def test_a_sigterm_just_before_the_schedulers_run_takes_the_signals_stops_it(dsn: str) -> None:
+    """A SIGTERM that reaches `pgqueue scheduler` after the command had set the default action
+    aside and before the scheduler's run put its own handler in place stops it, exit 0 (it was
+    swallowed: the scheduler ran on until SIGKILL)."""
+    code = ("import os, signal\nimport pgqueue.schedules as target\nfrom pgqueue import cli\n"
+            "taken = target.stop_signals\n"
+            "def stop_signals():\n    os.kill(os.getpid(), signal.SIGTERM)\n    return taken()\n"
+            "target.stop_signals = stop_signals\ncli.console()\n")
+    with spawn([sys.executable, "-c", code, "scheduler", "--interval", "0.2", "--dsn", dsn]) as proc:
+        err = stderr_or_fail(proc, 10, "the scheduler ran on after SIGTERM")
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("scheduler stopped: enqueued "), err

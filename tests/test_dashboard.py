@@ -16,7 +16,7 @@ import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -30,7 +30,7 @@ from conftest import REPO, Relay, Server
 from pgqueue import Queue
 from pgqueue.cli import build_parser, main
 from pgqueue.client import list_queues
-from pgqueue.dashboard import Options, serve, start
+from pgqueue.dashboard import Options, _sql, serve, start
 from pgqueue.dashboard.app import close, create_app
 from pgqueue.dashboard.payload import MAX_SHOWN, show
 from pgqueue.dashboard.sampler import (MAX_INTERVAL, Sample, Sampler, depth_series, oldest_series,
@@ -836,7 +836,7 @@ def test_the_demo_shows_the_dashboard_beside_it(dsn: str) -> None:
         with urllib.request.urlopen(url, timeout=10) as response:
             page = response.read().decode()
         row = re.search(rf'<tr data-queue="{queue.group(1)}">(.*?)</tr>', page, re.S)
-        assert row and re.search(r'data-field="dead"><a [^>]*>[1-9]\d*</a>', row.group(1)), page
+        assert row and re.search(r'data-field="dead"[^>]*><a [^>]*>[1-9]\d*</a>', row.group(1)), page
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     with psycopg.connect(dsn) as conn:
@@ -1409,3 +1409,121 @@ def test_pages_of_a_sql_ascii_database(pg_server: Server, template_db: str, make
             assert "b'" not in response.get_data(as_text=True), path
         dead = client.get("/api/queues/dq/dead").get_json()["dead_letters"]
         assert [d["last_error"] for d in dead] == ["kaputt: ü"]
+
+
+def test_a_lock_on_the_messages_answers_database_busy(conn: psycopg.Connection[Any], dsn: str,
+                                                      make_app: Any) -> None:
+    """A lock another session holds on pgqueue.message (LOCK TABLE, VACUUM FULL) held every page
+    and the sampler for as long as it lasted: no statement_timeout; once the pool's 4 connections
+    all waited, other pages answered 503 "no connection". Each statement now gives up after
+    Options.wait: the page says "Database busy" (503), its connection is free for the next, the
+    sampler's pass records its error, and a requeue that waits for the lock changes nothing."""
+    letter = dead_letter(conn, "default")
+    app = make_app(wait=1)
+    client = app.test_client()
+    token = csrf(client, "/queues/default/dead")
+    with psycopg.connect(dsn) as locker:
+        # (the lock ends by itself after 30 s: without a timeout a page waits that long and loads)
+        locker.execute("SET idle_in_transaction_session_timeout = '30s'")
+        locker.execute("LOCK TABLE pgqueue.message IN ACCESS EXCLUSIVE MODE")  # (as VACUUM FULL takes)
+        started = time.monotonic()
+        for path in ("/", "/queues/default", "/queues/default/dead", "/", "/", "/"):  # more than the pool's 4
+            response = client.get(path)
+            page = response.get_data(as_text=True)
+            assert response.status_code == 503 and "Database busy" in page, (path, page[-500:])
+            assert "within 1 s" in page and "lock" in page
+        response = client.get("/api/queues")
+        assert response.status_code == 503 and "lock" in response.get_json()["detail"]
+        sampler = app.extensions["pgqueue"]["sampler"]
+        assert sampler.tick() is None and sampler.error is not None and "timeout" in sampler.error
+        response = client.post("/queues/default/dead/requeue", data={"id": letter, "confirm": "yes",
+                                                                       "csrf_token": token})
+        assert response.status_code == 503 and "nothing was changed" in response.get_data(as_text=True)
+        assert time.monotonic() - started < 25
+        locker.rollback()
+    assert [d.id for d in Queue(conn, "default").dead_letters()] == [letter]
+    assert client.get("/").status_code == 200
+    assert sampler.tick() is not None and sampler.error is None
+
+
+def test_throughput_from_counters_when_the_clock_steps_back() -> None:
+    """The counters' rates divided by the time between samples (wall-clock seconds, the charts'
+    x axis) without the samples' check: a clock stepped back drew negative rates, and two samples
+    of the same second raised ZeroDivisionError, which /api/history answered with 500 for as
+    long as both samples were kept (an hour). Such a pair has no rate, as without counters."""
+    def counters(n: int) -> dict[str, dict[str, int]]:
+        return {"q": {"enqueued": n, "completed": n}}
+
+    stepped = [Sample(100.0, {}, 1, counters(0)), Sample(90.0, {}, 1, counters(10)), Sample(95.0, {}, 1, counters(20))]
+    assert throughput_series(stepped, None) == ("counters", {"enqueued": [(95.0, 2.0)], "completed": [(95.0, 2.0)]})
+    assert throughput_series(stepped, "q")[1]["enqueued"] == [(95.0, 2.0)]
+    same = [Sample(100.0, {}, 1, counters(0)), Sample(100.0, {}, 1, counters(10))]
+    assert throughput_series(same, None) == ("counters", {})
+
+
+def test_history_with_two_samples_of_one_second(make_app: Any) -> None:
+    app = make_app()
+    app.extensions["pgqueue"]["sampler"].samples.extend(
+        [Sample(100.0, {}, 1, {"q": {"enqueued": 0}}), Sample(100.0, {}, 1, {"q": {"enqueued": 5}})])
+    response = app.test_client().get("/api/history")
+    assert response.status_code == 200 and response.get_json()["throughput"] == {}
+
+
+def test_a_post_to_a_page_without_one_is_405(make_app: Any) -> None:
+    """A POST to a GET-only page (or to no page) answered 400 "the form's CSRF token is missing or
+    stale: reload the page", which no token changes: it changes nothing, and says so as 405 / 404.
+    A POST to an action without the token is still refused."""
+    client = make_app().test_client()
+    for path in ("/", "/queues/default", "/api/queues"):
+        assert client.post(path).status_code == 405, path
+    assert client.post("/no/such/page").status_code == 404
+    response = client.post("/queues/default/dead/purge", data={"all": "1"})
+    assert response.status_code == 400 and "CSRF" in response.get_data(as_text=True)
+
+
+def test_the_dead_count_links_to_the_dead_letters(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """The index's dead count carries the dead-letter page's address (data-href), from which
+    the page's script links the count when dead letters come in without a reload."""
+    client = make_app().test_client()
+    page = client.get("/").get_data(as_text=True)
+    assert '<td class="num" data-field="dead" data-href="/queues/default/dead">0</td>' in page
+    dead_letter(conn, "default")
+    page = client.get("/").get_data(as_text=True)
+    assert 'data-href="/queues/default/dead"><a href="/queues/default/dead">1</a></td>' in page
+    script = client.get("/static/dashboard.js").get_data(as_text=True)
+    assert 'getAttribute("data-href")' in script
+
+
+def test_the_count_of_all_has_no_statement_timeout(conn: psycopg.Connection[Any], dsn: str, make_app: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Purge all" / "Requeue all" runs without the pages' statement_timeout, so that many dead
+    letters are dealt with however long that takes; the exact count of its confirmation, which
+    comes first, counted them with it (10 M took seconds, a few tens of millions more than 10 s):
+    "Database busy", and no way to act on them all. It counts as long as that takes too (a count
+    slowed here by pg_sleep), but a lock still ends its wait after the lock_timeout; and every
+    pooled connection has the pages' statement_timeout again after it (set_config's is_local)."""
+    dead_letter(conn, "default")
+    slow = _sql.DEAD_NEWEST.replace("FROM pgqueue.dead_letters AS d", "FROM pgqueue.dead_letters AS d, pg_sleep(1.5)")
+    assert slow != _sql.DEAD_NEWEST
+    monkeypatch.setattr(_sql, "DEAD_NEWEST", slow)
+    app = make_app(wait=1)
+    client = app.test_client()
+    token = csrf(client, "/queues/default/dead")
+    response = client.post("/queues/default/dead/purge", data={"all": "1", "csrf_token": token})
+    page = response.get_data(as_text=True)
+    assert response.status_code == 200 and "All 1 dead letters" in page, page[-500:]
+    assert client.post("/queues/default/dead/purge", data=hidden_fields(page)).status_code == 303
+    assert Queue(conn, "default").stats().dead == 0
+    pool = app.extensions["pgqueue"]["pool"]  # every pooled connection has the pages' bound again
+    with ExitStack() as stack:
+        pooled = [stack.enter_context(pool.connection()) for _ in range(pool.get_stats()["pool_size"])]
+        assert [c.execute("SHOW statement_timeout").fetchone() for c in pooled] == [("1s",)] * len(pooled)
+    monkeypatch.undo()
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SET idle_in_transaction_session_timeout = '30s'")
+        locker.execute("LOCK TABLE pgqueue.dead_letter IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        response = client.post("/queues/default/dead/purge", data={"all": "1", "csrf_token": token})
+        assert response.status_code == 503 and "Database busy" in response.get_data(as_text=True)
+        assert time.monotonic() - started < 25
+        locker.rollback()

@@ -177,3 +177,22 @@ def test_page_through_dead_letters(browser: WebDriver, serve: Any, conn: psycopg
 def test_browser_tools_are_debians() -> None:
     """Selenium is told where the driver is: it must not look for (or fetch) one of its own."""
     assert shutil.which("chromedriver") == CHROMEDRIVER
+
+
+def test_the_dead_count_links_to_dead_letters_that_come_in(browser: WebDriver, serve: Any,
+                                                           conn: psycopg.Connection[Any]) -> None:
+    """A dead count that went from 0 to N by the page's refresh stayed plain text until a reload:
+    only a count the server rendered above 0 was a link. It links (and unlinks at 0) live now."""
+    browser.get_log("browser")  # (what the tests before left there: the browser is the module's)
+    browser.get(serve())
+    link = 'tr[data-queue="default"] [data-field="dead"] a'
+    assert cell(browser, "default", "dead") == "0" and not browser.find_elements(By.CSS_SELECTOR, link)
+    dead_letter(conn, "default")
+    wait_for(browser, lambda b: cell(b, "default", "dead") == "1" and b.find_elements(By.CSS_SELECTOR, link))
+    Queue(conn, "default").purge_dead()
+    wait_for(browser, lambda b: cell(b, "default", "dead") == "0" and not b.find_elements(By.CSS_SELECTOR, link))
+    letter = dead_letter(conn, "default")
+    wait_for(browser, lambda b: cell(b, "default", "dead") == "1" and b.find_elements(By.CSS_SELECTOR, link))
+    browser.find_element(By.CSS_SELECTOR, link).click()
+    wait_for(browser, lambda b: b.find_elements(By.ID, f"dead-{letter}"))
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

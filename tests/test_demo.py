@@ -390,3 +390,38 @@ def test_a_missing_unprivileged_user_is_embedded_unavailable(monkeypatch: pytest
     [line] = proc.stderr.strip().splitlines()
     assert "no user 'no_such_user_47'" in line and "PGQUEUE_EMBEDDED_USER" in line and "--dsn" in line, line
     assert "Starting a throwaway" not in proc.stdout
+
+
+def test_demo_on_a_database_whose_server_has_no_extension_files_installs_the_plain_sql(
+        capsys: pytest.CaptureFixture[str], bare_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pgqueue demo --dsn` on a database without pgqueue whose server has no pgqueue extension
+    files (a managed PostgreSQL, simulated: the catalog lists none, and CREATE EXTENSION fails as
+    it does there) installs pgqueue with the plain SQL, as `pgqueue install` does, says so and
+    runs. It refused, asking for `make install`, which a managed service does not allow."""
+    import dataclasses
+
+    import psycopg
+
+    from pgqueue import installer
+
+    with psycopg.connect(bare_dsn, autocommit=True) as conn:
+        conn.execute("""
+            CREATE FUNCTION no_files() RETURNS event_trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF tg_tag = 'CREATE EXTENSION' THEN
+                    RAISE EXCEPTION 'could not open extension control file "pgqueue.control": No such file or directory'
+                        USING ERRCODE = '58P01';
+                END IF;
+            END $$""")
+        conn.execute("CREATE EVENT TRIGGER no_files ON ddl_command_start EXECUTE FUNCTION no_files()")
+    read_state = installer.read_state
+    monkeypatch.setattr(installer, "read_state",
+                        lambda conn: dataclasses.replace(read_state(conn), available=False))
+    status = main(["demo", "--dsn", bare_dsn, "--messages", "200", "--rate", "0", "--seed", "7",
+                   "--workers", "2", "--concurrency", "4", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert f"pgqueue {installer.sql_version()} installed (plain SQL) in database " in out, out
+    assert "exactly once  OK" in out
+    with psycopg.connect(bare_dsn) as conn:
+        assert conn.execute("SELECT version FROM pgqueue.install").fetchall() == [(installer.sql_version(),)]

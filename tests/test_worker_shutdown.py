@@ -33,7 +33,7 @@ from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue import worker as worker_module
 from pgqueue.errors import QueueNotFound
 from pgqueue.worker import HandlerTimeout, Result, Worker
-from helpers import command
+from helpers import command, stderr_or_fail
 from test_metrics import PGQUEUE
 from test_worker import Results, Started, make_queue, running, wait_for
 from worker_handlers import marks
@@ -814,3 +814,88 @@ def test_a_failures_outcome_follows_max_attempts_changed_under_a_running_worker(
     assert [d.id for d in queue.dead_letters()] == [doomed]
     logged = [r.getMessage() for r in caplog.records if "failed (attempt 1)" in r.getMessage()]
     assert [line.rsplit("; ", 1)[1] for line in logged] == ["moved to the dead letters", "will be retried"]
+
+
+# `pgqueue worker` run with the signal sent at a moment of its start (run as `python -c`):
+# from the run's own module, just before the run takes the signals over (its stop_signals()).
+SIGNAL_BEFORE_THE_RUN = '''
+import os, signal
+import {module} as target
+from pgqueue import cli
+taken = target.stop_signals
+sent = []
+def stop_signals():
+    if not sent:
+        sent.append(os.kill(os.getpid(), signal.{sig}))
+    return taken()
+target.stop_signals = stop_signals
+cli.console()
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
+@pytest.mark.parametrize("handler", ["obey", "async_obey"])
+def test_a_stop_signal_just_before_the_run_takes_the_signals_stops_the_worker(dsn: str, tmp_path: Path,
+                                                                              handler: str, sig: signal.Signals) -> None:
+    """A deploy's SIGTERM (or a closed terminal's SIGHUP) that reaches `pgqueue worker` after
+    the command had set the default action aside and before the worker's run (Worker or
+    AsyncWorker) put its own handler in place stops it, exit 0, nothing left leased. It was
+    swallowed: the worker ran on until the process manager's SIGKILL."""
+    queue = make_queue(dsn, "emails", lock_ms=60000)
+    queue.enqueue({"mark": str(tmp_path / "marks")})
+    module = "pgqueue.async_worker" if handler.startswith("async") else "pgqueue.worker"
+    code = SIGNAL_BEFORE_THE_RUN.format(module=module, sig=sig.name)
+    with command([sys.executable, "-c", code, "worker", dsn, "emails", f"worker_handlers:{handler}"],
+                 cwd=TESTS) as proc:
+        err = stderr_or_fail(proc, 10, f"the worker ran on after {sig.name}")
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "Traceback" not in err and f"{sig.name}: stopping" in err, err
+    assert queue.stats().leased == 0
+
+
+def test_a_stop_signal_while_the_handler_module_imports_ends_the_worker_at_once(dsn: str, tmp_path: Path) -> None:
+    """A SIGTERM while `pgqueue worker` imports the handler's module (an application that takes
+    its time to start) ends it at once, exit 0, one line: it was the default action's 143."""
+    make_queue(dsn, "emails")
+    (tmp_path / "slow_app.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(30)\n"
+        "def handle(msg):\n    pass\n")
+    with command([str(PGQUEUE), "worker", dsn, "emails", "slow_app:handle"], cwd=tmp_path) as proc:
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=40)
+    assert (proc.returncode, err) == (0, "worker stopped on SIGTERM before it started\n")
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_process_the_handlers_module_forks_ends_on_sigterm_as_before(dsn: str, tmp_path: Path) -> None:
+    """A process forked while `pgqueue worker` imports the handler's module (a multiprocessing
+    pool made at import, say) is not the command: a SIGTERM ends it as it did before the command
+    handled the signals from its start. It inherited that handler, which raised there: the child
+    went on as the command (`worker stopped on SIGTERM before it started`, exit 0), or printed a
+    NotStarted traceback in a pool's worker process, instead of ending."""
+    make_queue(dsn, "emails")
+    (tmp_path / "forking_app.py").write_text(
+        "import os, signal, time\n"
+        "r, w = os.pipe()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os.write(w, b'.')\n"  # (running: a signal before its after-fork steps would be lost)
+        "    time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "os.read(r, 1)\n"
+        "os.kill(child, signal.SIGTERM)\n"
+        "_, status = os.waitpid(child, 0)\n"
+        "with open('child_status', 'w') as f:\n"
+        "    f.write(str(os.waitstatus_to_exitcode(status)))\n"
+        "def handle(msg):\n    pass\n")
+    with command([str(PGQUEUE), "worker", dsn, "emails", "forking_app:handle"], cwd=tmp_path) as proc:
+        assert proc.stderr is not None
+        head = [proc.stderr.readline()]
+        while head[-1] and "worker started" not in head[-1]:
+            head.append(proc.stderr.readline())
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+        err = "".join(head) + rest
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert (tmp_path / "child_status").read_text() == str(-signal.SIGTERM), err
+    assert "Traceback" not in err and "before it started" not in err, err

@@ -108,20 +108,60 @@ _GIVE_UP = 2.0
 _GIVE_UP_URGED = 0.1
 
 
-def stopped_already(signum: int, frame: object) -> None:
-    """The `pgqueue` command's handler of a stop signal outside a run (cli: the worker has
-    stopped, the exit status stays 0); a run replaces it, as it replaces the default action."""
+class NotStarted(BaseException):
+    """Raised by :class:`CommandSignals` for a stop signal that came before the command had
+    anything to stop: the command ends at once, exit status 0."""
+
+    def __init__(self, sig: signal.Signals) -> None:
+        super().__init__(sig.name)
+        self.sig = sig
+
+
+class CommandSignals:
+    """The `pgqueue worker` and `pgqueue scheduler` commands' handler of a stop signal from
+    their start to their exit but while a run has its own (a run replaces it, as it replaces the
+    default action, and puts it back when it returns). A signal that comes before the run has
+    taken the signals over is not lost (it was ignored, and the command ran on): until there is
+    something to stop it raises :class:`NotStarted` (the command ends, exit 0); then it goes to
+    ``stop`` (the worker's or scheduler's stop: its run returns without starting, or stops as
+    soon as it runs);
+    once ``over`` (the run has returned, the command ends: exit 0), it is ignored. In a process
+    forked before the run (a multiprocessing pool the handler's module makes at import), which is
+    not the command, the signal does what it did before: the default action (SIGINT: a
+    KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.stop: Callable[[signal.Signals], None] | None = None
+        self.over = False
+        self._pid = os.getpid()
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if os.getpid() != self._pid:  # (it went on as the command: "stopped ... before it started", exit 0)
+            if signum == signal.SIGINT:
+                signal.signal(signum, signal.default_int_handler)
+                raise KeyboardInterrupt
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        if self.over:
+            return
+        sig = signal.Signals(signum)
+        if self.stop is None:
+            self.over = True  # (one NotStarted: a second signal while the command ends is ignored)
+            raise NotStarted(sig)
+        self.stop(sig)
 
 
 def stop_signals() -> list[signal.Signals]:
     """The stop signals (:data:`_SIGNALS`) to handle: those not ignored now. One ignored when
     the program started stays ignored: SIGHUP under nohup, SIGINT in `cmd &` from a script, a
     SIGTERM its parent ignored. SIGHUP only while it has the default action (it would end the
-    process) or the command's :func:`stopped_already`: an application's own SIGHUP handler (a
+    process) or the command's :class:`CommandSignals`: an application's own SIGHUP handler (a
     reload, say) stays its own."""
     hup = getattr(signal, "SIGHUP", None)
     return [sig for sig in _SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN
-            and (sig != hup or signal.getsignal(sig) in (signal.SIG_DFL, stopped_already))]
+            and (sig != hup or signal.getsignal(sig) is signal.SIG_DFL
+                 or isinstance(signal.getsignal(sig), CommandSignals))]
 
 
 def is_connection_error(exc: BaseException) -> bool:

@@ -34,7 +34,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue._core import utf8
 from pgqueue._version import DISTRIBUTION, __version__
-from pgqueue._worker_core import _SIGNALS, _client_side, is_async_handler, stop_signals, stopped_already
+from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
+                                   stop_signals)
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
@@ -52,8 +53,6 @@ __all__ = ["main"]
 
 PROG = "pgqueue"
 DSN_ENV = "PGQUEUE_DSN"
-MAKE_INSTALL_HINT = ("install the extension files into the server with `make install` in the "
-                     "pgqueue repository (scripts/bootstrap.sh does it), then run `pgqueue install` again")
 
 
 class UserError(Exception):
@@ -1544,18 +1543,39 @@ def _log_to_stderr(level: int) -> None:
     logging.basicConfig(level=level, handlers=[handler])
 
 
-def _ignore_signals_past_the_run() -> None:
-    """In the `pgqueue` command: the SIGINT, SIGTERM and SIGHUP handlers that the worker's run
-    replaces while it runs, and puts back when it has stopped (every message settled or given back; a
-    signal during its last steps is passed to them too), ignore the signal: the worker has
-    stopped, and the exit status stays 0 (the default handlers reported a supervisor's repeated
-    stop, or Ctrl-C pressed again, as 143 or 130). :func:`console` ignores them at the OS level
-    for the rest of the exit. A signal ignored when the command started stays ignored (and the
-    run leaves it so)."""
-    if not _CONSOLE or threading.current_thread() is not threading.main_thread():
-        return
-    for sig in stop_signals():
-        signal.signal(sig, stopped_already)
+def _until_stopped(what: str, body: Callable[[CommandSignals], int]) -> int:
+    """`pgqueue worker` and `pgqueue scheduler`: run ``body`` with SIGINT, SIGTERM and SIGHUP
+    handled from the command's start by a :class:`CommandSignals` (in the `pgqueue` command,
+    on the main thread), which ``body`` points at what it starts; the run replaces it while it
+    runs and puts it back when it has stopped. A signal before the run has taken them over
+    stops the command all the same (it was ignored between the command's handlers and the
+    run's: the worker ran on until SIGKILL): before anything is started, at once, exit 0; once
+    the worker or scheduler exists, it is stopped as its run's handler would (the run then
+    returns without starting, or stops as soon as it runs). Once the run has
+    stopped, a signal is ignored: the exit status stays 0 (the default handlers reported a
+    supervisor's repeated stop, or Ctrl-C pressed again, as 143 or 130); :func:`console`
+    ignores them at the OS level for the rest of the exit. A signal ignored when the command
+    started stays ignored, and so does an application's own SIGHUP handler (see
+    :func:`stop_signals`)."""
+    signals = CommandSignals()
+    if _CONSOLE and threading.current_thread() is threading.main_thread():
+        for sig in stop_signals():
+            signal.signal(sig, signals)
+    try:
+        try:
+            return body(signals)
+        finally:
+            signals.over = True
+    except NotStarted as exc:
+        _stopped(f"{what} stopped on {exc.sig.name} before it started")
+        return 0
+
+
+def _stop_from_a_thread(stop: Callable[[], None]) -> Callable[[signal.Signals], None]:
+    """A :class:`CommandSignals` ``stop`` that calls ``stop`` on a thread of its own, as the runs'
+    handlers do: a signal handler runs between two bytecodes of the main thread, maybe inside
+    a lock that ``stop`` takes."""
+    return lambda sig: threading.Thread(target=stop, name="pgqueue-stop", daemon=True).start()
 
 
 def _check_dsn(dsn: str) -> None:
@@ -1581,6 +1601,10 @@ def _start_failures(dsn: str) -> Iterator[None]:
 
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
+    return _until_stopped("scheduler", lambda signals: _scheduler(args, signals))
+
+
+def _scheduler(args: argparse.Namespace, signals: CommandSignals) -> int:
     from pgqueue.schedules import Scheduler
 
     dsn = resolve_dsn(args)
@@ -1589,7 +1613,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
     # waits for a database not reachable yet (or read-only); fails at once on what no wait mends:
     # a refused login, pgqueue missing or of another version
     scheduler = Scheduler(dsn, interval=args.interval, startup_timeout=args.startup_timeout)
-    _ignore_signals_past_the_run()
+    signals.stop = _stop_from_a_thread(scheduler.stop)
     with _start_failures(dsn):
         scheduler.run()
     _stopped(f"scheduler stopped: enqueued {scheduler.enqueued} message(s)")
@@ -1672,7 +1696,23 @@ def load_handler(spec: str) -> Callable[[Message], object]:
     return handler
 
 
+def _stop_worker(worker: WorkerCore) -> Callable[[signal.Signals], None]:
+    """What a stop signal does to the worker before its run has taken the signals over (or
+    once it has put them back): what its run's handler does (a first signal stops it
+    gracefully, a second at once); nothing once the run has ended."""
+
+    def stop(sig: signal.Signals) -> None:
+        if not worker._ended.is_set():  # (on a thread: see _stop_from_a_thread)
+            threading.Thread(target=worker._on_signal, args=(sig,), name="pgqueue-stop", daemon=True).start()
+
+    return stop
+
+
 def _cmd_worker(args: argparse.Namespace) -> int:
+    return _until_stopped("worker", lambda signals: _worker(args, signals))
+
+
+def _worker(args: argparse.Namespace, signals: CommandSignals) -> int:
     from pgqueue.worker import Worker
 
     if len(args.target) == 3:
@@ -1720,16 +1760,16 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             from pgqueue.async_worker import AsyncWorker
 
             async_worker = AsyncWorker(AsyncQueue(dsn, queue_name), cast(Any, handler), **options)  # (checked above)
+            signals.stop = _stop_worker(async_worker)
             if metrics is not None:
                 metrics.in_flight = lambda: async_worker.in_flight
-            _ignore_signals_past_the_run()
             with _start_failures(dsn):
                 asyncio.run(async_worker.run())
         else:
             worker = Worker(Queue(dsn, queue_name), handler, **options)
+            signals.stop = _stop_worker(worker)
             if metrics is not None:
                 metrics.in_flight = lambda: worker.in_flight
-            _ignore_signals_past_the_run()
             with _start_failures(dsn):
                 worker.run()  # graceful on SIGINT/SIGTERM/SIGHUP
     finally:

@@ -267,17 +267,24 @@ def _disk_full_text(own: str) -> str:
 
 
 def _install_extension(dsn: str, out: TextIO) -> None:
-    from pgqueue.cli import MAKE_INSTALL_HINT, UserError, connect
+    """Install pgqueue in a database that has none, as `pgqueue install` does: the extension
+    when the server has its files, else the plain SQL install (a managed PostgreSQL, where no
+    files can be placed: the demo asked for `make install` there), and say so."""
+    from pgqueue import installer
+    from pgqueue.cli import UserError, _one_line, connect
 
     # (the commands' connect: a 10 s connect_timeout unless the DSN or $PGCONNECT_TIMEOUT sets one,
     # where a server that accepted the connection and never answered kept the demo waiting for ever)
     with connect(dsn, check=False) as conn:
         if server_pgqueue(conn) is None:
             try:
-                conn.execute("CREATE EXTENSION pgqueue")
-            except psycopg.errors.UndefinedFile as exc:
-                raise UserError(f"the pgqueue extension is not available on the server: {MAKE_INSTALL_HINT}") from exc
-            print(f"Installed the pgqueue extension in database {conn.info.dbname}.", file=out)
+                installer.install(conn, report=lambda line: print(f"{line}.", file=out))
+            except installer.InstallError as exc:
+                raise UserError(str(exc)) from exc
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise UserError(f"{_one_line(exc.diag.message_primary or str(exc))}: connect as a role with "
+                                "CREATE on the database (its owner, say) for the demo to install pgqueue there, "
+                                "or install it first with `pgqueue install`") from exc
         check_server(conn)
 
 

@@ -13,7 +13,8 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -69,7 +70,9 @@ class Options:
     # refuse Host names other than IP addresses and localhost (a DNS-rebinding page's name):
     # `pgqueue dashboard` sets it when it listens beyond loopback without a token
     ip_hosts_only: bool = False
-    wait: float = 10.0  # seconds a page waits for a database connection before it says so
+    # seconds a page waits for a database connection, and each of its statements for the
+    # database (a lock another session holds: LOCK TABLE, VACUUM FULL), before it says so
+    wait: float = 10.0
     # signs the session cookie (login, CSRF token); None: random, for this process only. Several
     # processes serving one dashboard (gunicorn -w N) must share one.
     secret_key: bytes | None = None
@@ -457,6 +460,26 @@ def check_within(seconds: float) -> Callable[[psycopg.Connection[Any]], None]:
     return check
 
 
+#: The longest statement_timeout and lock_timeout the server takes, in milliseconds.
+_MAX_TIMEOUT_MS = 2**31 - 1
+#: The SQLSTATEs of a statement the server gave up on: statement_timeout, lock_timeout.
+BUSY_SQLSTATES = frozenset({"57014", "55P03"})
+
+
+def bound_statements(seconds: float) -> Callable[[psycopg.Connection[Any]], None]:
+    """Return a pool ``configure`` that gives a new connection a statement_timeout and a
+    lock_timeout of ``seconds`` (as ``pgqueue metrics --timeout`` does): a lock another session
+    held on pgqueue's tables (LOCK TABLE, VACUUM FULL) made every page, and the sampler, wait
+    for as long as it lasted, until the pool had no connection left for any page."""
+    value = f"{min(_MAX_TIMEOUT_MS, max(1, math.ceil(seconds * 1000)))}ms"
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_catalog.set_config('statement_timeout', %(t)s, false), "
+                     "pg_catalog.set_config('lock_timeout', %(t)s, false)", {"t": value})
+
+    return configure
+
+
 def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     """Return the dashboard's Flask application for ``options``.
 
@@ -486,14 +509,26 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # database was back. Given up as soon as a page would, the next page tries at once.)
     # (check_within, connect_timeout: a server that stops answering, rather than refusing, held a
     # page for minutes, and the pool's connection attempts, past its return, for up to 130 s)
+    # (configure: a statement that waits longer than options.wait, on a lock most likely, is
+    # given up, the page answers "Database busy" (503) and its connection is free again)
+    bound = bound_statements(options.wait)
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True,
                                                        **connect_timeout_kwargs(conninfo, math.ceil(options.wait))},
                                                name="pgqueue-dashboard", check=check_within(options.wait),
-                                               reconnect_timeout=options.wait)
+                                               reconnect_timeout=options.wait, configure=bound)
     pool.open(wait=False)
-    sampler = Sampler(lambda: psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10)),
-                      interval=options.sample_interval, history=options.history)
+
+    def sampler_connection() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
+        try:
+            bound(conn)  # (a pass held by a lock ends with its error, and so can the dashboard)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    sampler = Sampler(sampler_connection, interval=options.sample_interval, history=options.history)
     if start_sampler:
         sampler.start()
     failed_logins = FailedLogins()
@@ -563,7 +598,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         name = (request.view_args or {}).get("name")
         if isinstance(name, str) and "\x00" in name:  # (psycopg refuses it before the server sees it)
             raise InvalidQueueName(f"invalid queue name {name!r}", sqlstate="42602")
-        if request.method == "POST":
+        # (a POST to a page that takes none, or to no page, changes nothing: it answers 405 or 404,
+        # not "CSRF token missing", which no token would change)
+        if request.method == "POST" and request.routing_exception is None:
             given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
             expected = session.get("csrf")
             if not isinstance(expected, str) or not hmac.compare_digest(given.encode(), expected.encode()):
@@ -640,6 +677,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             title, status = "Permission denied", 403
             detail = (f"The dashboard connects as role {_role()}, which the database does "
                       "not allow this. Connect it as a role that may (docs/grants.sql).")
+        elif exc.sqlstate in BUSY_SQLSTATES:
+            title, status = "Database busy", 503
+            detail = (f"The database did not run this page's statement within {options.wait:g} s, most likely "
+                      "held by a lock another session has on pgqueue's tables (LOCK TABLE, VACUUM FULL, a long "
+                      "migration); nothing was changed. Reload the page later.")
         else:
             title, detail, status = "Database error", exc.hint, 500
         if request.path.startswith("/api/"):
@@ -775,31 +817,45 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                     raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                        sqlstate="42501")
                 queue.settings()  # 404 for an unknown queue
-                with pool.connection() as conn:
+                # (without the pages' statement_timeout, as the action it confirms: a count of
+                # tens of millions of letters takes longer, and "all" could not be confirmed)
+                with _unbounded() as conn:
                     row = conn.execute(_sql.DEAD_NEWEST, {"queue": name}).fetchone()
                 upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
                 counted = 0 if row is None else int(row[1])  # exactly what "all" acts on
             return render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
                                    every=every, upto=upto, dead=counted if every else None, here=here)
+        newest = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
         if every:
             try:
-                upto = int(request.form.get("upto", ""))
+                newest = int(request.form.get("upto", ""))
             except ValueError:
                 abort(400, "this confirmation does not say which dead letters it counted: "
                            "go back to the dead letters and choose again")
-            if action == "requeue":
-                with pool.connection() as conn:
-                    row = conn.execute(_sql.DEAD_REQUEUE_UPTO, {"queue": name, "upto": upto}).fetchone()
+        # one statement, in a transaction without the statement_timeout of the pages: a purge of
+        # many letters runs to its end; a lock it waits for past lock_timeout changes nothing
+        with _unbounded() as conn:
+            queue = Queue(conn, name)
+            if every and action == "requeue":
+                row = conn.execute(_sql.DEAD_REQUEUE_UPTO, {"queue": name, "upto": newest}).fetchone()
                 n = 0 if row is None else int(row[0])
+            elif every:
+                n = queue.purge_dead(None, before=newest + 1)  # dead_at < upto + 1
+            elif action == "requeue":
+                n = queue.requeue_dead(ids)
             else:
-                n = queue.purge_dead(None, before=upto + 1)  # dead_at < upto + 1
-        elif action == "requeue":
-            n = queue.requeue_dead(ids)
-        else:
-            n = queue.purge_dead(ids)
+                n = queue.purge_dead(ids)
         values: dict[str, Any] = {"name": name, "done": "requeued" if action == "requeue" else "purged", "n": n,
                                   **here}
         return redirect(url_for("dead_page", **values), 303)
+
+    @contextmanager
+    def _unbounded() -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in a transaction without the pages' statement_timeout (set_config's
+        is_local: the commit or rollback restores it); its lock_timeout stays."""
+        with pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_catalog.set_config('statement_timeout', '0', true)")
+            yield conn
 
     def _page_args(args: Any) -> tuple[Cursor | None, Cursor | None]:
         """The ``after`` and ``before`` of a request (400 if either is not a cursor)."""

@@ -201,6 +201,8 @@ def throughput_series(samples: list[Sample], queue: str | None) -> tuple[str, di
             if a.counters is None or b.counters is None:
                 continue  # before an upgrade brought the counters
             dt = b.t - a.t
+            if dt <= 0:  # the wall clock (t) stepped back, or did not move: no rate to draw
+                continue
             names = [queue] if queue is not None else list(b.counters)
             totals: dict[str, float] = {}
             stripes: set[int] = set()  # shared stripes counted (all queues): each once

@@ -24,6 +24,7 @@ CREATE FUNCTION pgqueue._message_insert(
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- its key look-ups by index, whatever the statistics (_message_group_room)
 AS $$
 DECLARE
     v_at   bigint;

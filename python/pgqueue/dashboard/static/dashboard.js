@@ -104,7 +104,17 @@
           if (row.getAttribute("data-queue") !== q.queue) { return; }
           row.querySelectorAll("[data-field]").forEach(function (cell) {
             var f = cell.getAttribute("data-field"), value = String(q[f]);
-            var link = cell.querySelector("a");
+            var link = cell.querySelector("a"), href = cell.getAttribute("data-href");
+            if (href && value !== "0" && !link) {  // dead letters came: link to them, as a reload would
+              link = document.createElement("a");
+              link.setAttribute("href", href);
+              link.textContent = cell.textContent;
+              cell.textContent = "";
+              cell.appendChild(link);
+            } else if (href && value === "0" && link) {  // and none is left: the link goes
+              cell.textContent = link.textContent;
+              link = null;
+            }
             var target = link || cell;
             if (target.textContent !== value) {
               target.textContent = value;
