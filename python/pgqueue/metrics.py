@@ -315,7 +315,7 @@ CUT_AFTER = 1.0
 
 
 @contextmanager
-def _cut_at(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
+def _cut_at(conn: psycopg.Connection[Any], deadline: float, who: str = "metrics") -> Iterator[None]:
     """Shut ``conn``'s socket down if the block still runs at ``deadline`` (time.monotonic()):
     a read blocked on a server that stopped answering then fails at once with a lost
     connection, which the reading reports as ``pgqueue_up 0``. Never after the block ended;
@@ -325,7 +325,8 @@ def _cut_at(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
     The socket is a duplicate of libpq's descriptor, taken here, by the thread that owns the
     connection: shutdown() acts on the connection both share, and the duplicate stays that
     connection's even if libpq closes its own descriptor meanwhile (its number may then name
-    another socket of the process)."""
+    another socket of the process). ``who`` names the reader in the warning a cut logs (the
+    dashboard's pool checks its connections with it too)."""
     sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
     lock = threading.Lock()
     ended = False
@@ -341,7 +342,7 @@ def _cut_at(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:  # (the connection ended already)
                 pass
-        log.warning("metrics: the database did not answer within the timeout: connection cut")
+        log.warning("%s: the database did not answer within the timeout: connection cut", who)
 
     timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
     timer.daemon = True

@@ -6,10 +6,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import math
-import os
 import re
 import secrets
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -35,6 +33,7 @@ from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
 from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, oldest_series, throughput_series
 from pgqueue.errors import InvalidQueueName, PgQueueError, QueueNotFound, translate
 from pgqueue.message import DeadLetter, Pending, to_datetime
+from pgqueue.metrics import _MAX_TIMEOUT_MS, _cut_at
 
 #: Dead letters and peeked messages listed on a page.
 PAGE_LIMIT = 100
@@ -429,39 +428,14 @@ def check_within(seconds: float) -> Callable[[psycopg.Connection[Any]], None]:
     the waiting read sees at once) and closed, and the check fails: the pool replaces it."""
 
     def check(conn: psycopg.Connection[Any]) -> None:
-        link = socket.socket(fileno=os.dup(conn.pgconn.socket))  # (its own descriptor: never another's)
-        lock = threading.Lock()
-        state = {"done": False, "cut": False}
-
-        def cut() -> None:
-            with lock:
-                if not state["done"]:
-                    state["cut"] = True
-                    try:
-                        link.shutdown(socket.SHUT_RDWR)
-                    except OSError:  # (already ended by the other side)
-                        pass
-
-        timer = threading.Timer(seconds, cut)
-        timer.daemon = True
-        timer.start()
-        try:
+        with _cut_at(conn, time.monotonic() + seconds, "dashboard"):  # (the exporter's cut)
             ConnectionPool.check_connection(conn)
-        finally:
-            with lock:
-                state["done"] = True
-            timer.cancel()
-            link.close()
-            if state["cut"]:
-                conn.close()
-        if state["cut"]:  # (its answer came as it was cut: the connection is gone all the same)
+        if conn.closed:  # (cut as its answer came: the connection is gone all the same)
             raise psycopg.OperationalError(f"the database did not answer within {seconds:g} s")
 
     return check
 
 
-#: The longest statement_timeout and lock_timeout the server takes, in milliseconds.
-_MAX_TIMEOUT_MS = 2**31 - 1
 #: The SQLSTATEs of a statement the server gave up on: statement_timeout, lock_timeout.
 BUSY_SQLSTATES = frozenset({"57014", "55P03"})
 
