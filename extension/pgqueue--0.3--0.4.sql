@@ -698,6 +698,7 @@ CREATE OR REPLACE FUNCTION pgqueue._dead_letter(p_id bigint, p_error text, p_now
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue_id integer;
@@ -2007,6 +2008,7 @@ CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts intege
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 -- Custom plans would be made again at every call (the plan cache keeps choosing them for a
 -- join with unnest(p_ids, p_attempts): a custom plan knows the arrays' length): the generic
 -- plans are the same primary-key probes. Measured: 260 -> 40 us a call of one id.
@@ -2025,26 +2027,74 @@ DECLARE
     v_dq      integer;   -- the queue of the turns left by message_complete_and_dequeue's dequeue ...
     v_dg      text[];    -- ... their groups
     v_dc      integer;   -- ... and its group_concurrency
+    v_id      bigint;    -- one message deleted (up to 8 ids): its id, queue, group, turn, key
+    v_q       integer;
+    v_g       text;
+    v_t       bigint;
+    v_k       text;
+    v_oi      integer;   -- p_ids' and p_attempts' lower bounds less 1: the i-th id with the i-th
+    v_oa      integer;   -- token, whatever the bounds (as unnest pairs them)
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
        FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
       ORDER BY q.queue_id;
-    WITH d AS (
-        DELETE FROM pgqueue.message m
-         USING unnest(p_ids, p_attempts) AS u(id, attempts)
-         WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
-           AND m.claim_id IS NULL
-        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
-                  m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
-    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
-           array_agg(d.id) FILTER (WHERE d.left_),
-           array_agg(d.queue_id) FILTER (WHERE d.left_),
-           array_agg(d.group_key) FILTER (WHERE d.left_),
-           array_agg(d.turn_at) FILTER (WHERE d.left_),
-           array_agg(d.idem_key) FILTER (WHERE d.left_)
-      INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
-      FROM d;
+    -- Whatever the statistics, each message is found by a probe of message_pkey by its id. The
+    -- join of one statement with unnest(p_ids, p_attempts), as this was until session 51, could
+    -- be planned the other way round while pgqueue.message was recorded empty (a queue that
+    -- drained, then a VACUUM): the table outside, the ids inside, a walk of the whole of
+    -- message_pkey at every call from then on in the session (its generic plan): 8.7 ms a call
+    -- of one id at 60,000 messages against 0.27 ms (docs/performance.md, "emptied table"). So:
+    -- up to 8 ids (a worker's acknowledgements), one DELETE by id each, as message_complete
+    -- does; more, the rows are locked through a probe by id each (FOR UPDATE in a LATERAL
+    -- subquery, which the planner cannot turn round), then deleted by id (a lock record more in
+    -- the WAL a message). Inside the server (bench/experiments/emptied_table/batch_paths.py),
+    -- against the join: 1 and 4 ids within the machine's noise, 8 ids 14-19% above it (202-210
+    -- against 177 us), 100 ids 0.77-1.06 ms against 0.75, where one DELETE an id took 1.61 ms.
+    -- Both keep message_complete's answer for a message
+    -- changed meanwhile: a DELETE or a lock that waits reads the row again, so a heartbeat of
+    -- the holder (same token) leaves the token good and a new lease (a new token) makes it
+    -- stale (specs/complete_batch_expiry.spec).
+    IF cardinality(p_ids) <= 8 THEN
+        v_done := '{}';
+        v_queues := '{}';
+        v_oi := array_lower(p_ids, 1) - 1;
+        v_oa := array_lower(p_attempts, 1) - 1;
+        FOR i IN 1 .. cardinality(p_ids) LOOP
+            DELETE FROM pgqueue.message m
+             WHERE m.id = p_ids[v_oi + i] AND m.attempts = p_attempts[v_oa + i]
+               AND pgqueue._leased(m.locked_until) AND m.claim_id IS NULL
+            RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_id, v_q, v_g, v_t, v_k;
+            CONTINUE WHEN NOT FOUND;
+            v_done := v_done || v_id;
+            v_queues := v_queues || v_q;
+            IF v_k IS NOT NULL OR (v_g IS NOT NULL AND v_t IS NOT NULL) THEN
+                v_left := coalesce(v_left, '{}') || v_id;
+                v_lq := coalesce(v_lq, '{}') || v_q;
+                v_lg := coalesce(v_lg, '{}') || v_g;
+                v_lt := coalesce(v_lt, '{}') || v_t;
+                v_lk := coalesce(v_lk, '{}') || v_k;
+            END IF;
+        END LOOP;
+    ELSE
+        WITH d AS (
+            DELETE FROM pgqueue.message m
+             WHERE m.id = ANY (ARRAY(SELECT x.id FROM unnest(p_ids, p_attempts) AS u(id, attempts),
+                                     LATERAL (SELECT l.id FROM pgqueue.message l
+                                               WHERE l.id = u.id AND l.attempts = u.attempts
+                                                 AND pgqueue._leased(l.locked_until) AND l.claim_id IS NULL
+                                                 FOR UPDATE) x))
+            RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
+                      m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
+        SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
+               array_agg(d.id) FILTER (WHERE d.left_),
+               array_agg(d.queue_id) FILTER (WHERE d.left_),
+               array_agg(d.group_key) FILTER (WHERE d.left_),
+               array_agg(d.turn_at) FILTER (WHERE d.left_),
+               array_agg(d.idem_key) FILTER (WHERE d.left_)
+          INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
+          FROM d;
+    END IF;
     -- the turns of the leases message_complete_and_dequeue's dequeue handed out, which it left
     -- to be handed on here with the acknowledgements' (pgqueue.defer_turns; see there): in the
     -- same run, in stripe order (an id of NULL marks them)
@@ -2122,6 +2172,7 @@ RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, st
                content_type text, created_at bigint, locked_until bigint, stale boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -2369,6 +2420,14 @@ LANGUAGE plpgsql VOLATILE
 -- No SET search_path clause (its save and restore at every call cost about a tenth of the call):
 -- as in message_create, every name below is schema-qualified or an SQL keyword and every
 -- operator is written OPERATOR(pg_catalog.x) (docs/security.md, tests/test_security.py).
+-- enable_seqscan = off, as on every function that finds messages by id or by queue and group:
+-- planned while pgqueue.message was recorded empty (a queue that drained, then a VACUUM or an
+-- ANALYZE), the DELETE below and the hand-off's probes were Seq Scans, and the session's
+-- generic plan kept them until the next ANALYZE: every acknowledgement then read the whole
+-- table (60,000 messages: 8.6-9.0 ms a lease + complete against 0.7-0.8; docs/performance.md).
+-- The clause costs about 1 us a call (0.7 and 1.3 us in two runs of a call that finds nothing:
+-- bench/experiments/emptied_table/set_cost.py).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_queue_id integer;
@@ -2506,15 +2565,11 @@ BEGIN
         END IF;
         IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
             -- a capped queue: a key that is taken returns its message without asking for room
-            -- (a full queue would refuse the retry of an enqueue that went through)
+            -- (a full queue would refuse the retry of an enqueue that went through). In a
+            -- function of its own, whose SET clauses keep the look-ups index probes whatever
+            -- the statistics: this path alone pays their save and restore.
             IF p_group IS NULL OR v_grouped THEN
-                SELECT coalesce(
-                           (SELECT m.id FROM pgqueue.message m
-                             WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
-                           (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
-                             WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
-                               AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
-                  INTO v_id;
+                v_id := pgqueue._message_key_taken(v_queue_id, p_key);
                 IF v_id IS NOT NULL THEN
                     v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
                     RETURN v_id;
@@ -2670,6 +2725,7 @@ CREATE OR REPLACE FUNCTION pgqueue.message_defer(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
@@ -3011,6 +3067,7 @@ CREATE OR REPLACE FUNCTION pgqueue.message_fail(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_now   bigint := pgqueue.now_ms();
@@ -3063,6 +3120,7 @@ CREATE OR REPLACE FUNCTION pgqueue.message_heartbeat(p_id bigint, p_attempts int
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
@@ -3419,6 +3477,7 @@ CREATE OR REPLACE FUNCTION pgqueue.spark_ack(p_queue text, p_consumer text, p_up
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue    pgqueue.queue;
@@ -3902,6 +3961,7 @@ CREATE OR REPLACE FUNCTION pgqueue.spark_release(p_queue text, p_consumer text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue    pgqueue.queue;
@@ -4328,6 +4388,7 @@ RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, de
                created_at bigint, locked_until bigint, state bytea, last_error text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -4384,6 +4445,7 @@ RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, de
                created_at bigint, locked_until bigint, state bytea, last_error text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -4425,31 +4487,39 @@ COMMENT ON FUNCTION pgqueue.message_peek(text, integer) IS
 -- as UTF-8 bytes exactly as given, with no bytea escape parsing (a string passed as bytea is
 -- read as bytea's text form, so '\x4869' would become 'Hi' and '\\' one backslash).
 -- p_content_type says what the text is (default plain text; 'application/json' for JSON kept
--- byte for byte). A SQL-standard body: bound when created, so no search_path to pin.
+-- byte for byte). p_group and p_key are message_create's: the message group and the idempotency
+-- key, with its errors (22023 for an empty or over-long one, or a group on a queue without
+-- groups). A SQL-standard body: bound when created, so no search_path to pin.
 CREATE FUNCTION pgqueue.message_create_text(
     p_queue        text,
     p_content      text,
     p_dequeue_at   bigint DEFAULT NULL,
-    p_content_type text   DEFAULT 'text/plain; charset=utf-8')
+    p_content_type text   DEFAULT 'text/plain; charset=utf-8',
+    p_group        text   DEFAULT NULL,
+    p_key          text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql VOLATILE
 RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content, 'UTF8'::name), p_dequeue_at,
-                              p_content_type);
+                              p_content_type, p_group, p_key);
 
-COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text) IS
-    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain by default; returns the id';
+COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text, text, text) IS
+    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain by default; p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
 
 -- Enqueue a JSON message; returns its id. The value is stored as its jsonb text in UTF-8 with
 -- content type application/json (jsonb normalises key order and spacing; send the text to
 -- message_create_text with 'application/json' to keep it byte for byte).
 -- p_task names the task that a worker's task registry dispatches the message to: it is kept
 -- in the content type, 'application/json; task=<p_task>', which any producer can also write.
--- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters).
+-- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters). p_group and
+-- p_key are message_create's: the message group and the idempotency key, with its errors
+-- (22023 for an empty or over-long one, or a group on a queue without groups).
 CREATE FUNCTION pgqueue.message_create_json(
     p_queue      text,
     p_content    jsonb,
     p_dequeue_at bigint DEFAULT NULL,
-    p_task       text   DEFAULT NULL)
+    p_task       text   DEFAULT NULL,
+    p_group      text   DEFAULT NULL,
+    p_key        text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -4462,12 +4532,13 @@ BEGIN
     END IF;
     RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
                                   CASE WHEN p_task IS NULL THEN 'application/json'
-                                       ELSE 'application/json; task=' || p_task END);
+                                       ELSE 'application/json; task=' || p_task END,
+                                  p_group, p_key);
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.message_create_json(text, jsonb, bigint, text) IS
-    'Enqueue a JSON message (content type application/json, with task=<p_task> if given); returns the id';
+COMMENT ON FUNCTION pgqueue.message_create_json(text, jsonb, bigint, text, text, text) IS
+    'Enqueue a JSON message (content type application/json, with task=<p_task> if given); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
 
 
 -- #16 worker and client: reject (dead-letter now), for the task registry
@@ -4480,6 +4551,7 @@ CREATE FUNCTION pgqueue.message_reject(p_id bigint, p_attempts integer, p_error 
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
@@ -5435,6 +5507,7 @@ CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_locked boolean;
@@ -5504,6 +5577,19 @@ COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
 -- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written, also
 -- within the same millisecond (sql/90_groups.sql). A message with a dequeue_at of its own
 -- (scheduled, or a priority in the past) has that time's key.
+--
+-- The key's look-ups are index probes whatever the statistics: a session's generic plan made
+-- while pgqueue.message or pgqueue.message_key was recorded empty (a queue that drained, then a
+-- VACUUM or ANALYZE) is kept until the next ANALYZE. enable_seqscan = off keeps both off Seq
+-- Scans. message_key: recorded empty, its two indexes cost the same (one row either way), and
+-- the tie went to message_key_until_idx (queue_id, until) with Index Cond queue_id alone (the
+-- clock in "until > now_ms()" is volatile, never an index condition): a walk of every key the
+-- queue keeps, 10-13 ms a call at 60,000 (0.2-0.5 ms by message_key_pkey). So the key is asked
+-- for in message_key_pkey's order (ORDER BY idem_key, the key given as a range of one value,
+-- which unlike "=" does not make that order trivial): only message_key_pkey gives it, any other
+-- path needs a Sort, and enable_sort = off prices a Sort out. (A deterministic collation, which
+-- a database's default is: ">= x AND <= x" holds of x alone.) pgqueue._message_key_taken is the
+-- same look-up for message_create's capped queues.
 CREATE FUNCTION pgqueue._message_insert(
     p_queue        pgqueue.queue,
     p_content      bytea,
@@ -5516,6 +5602,7 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off  -- its key look-ups by index, whatever the statistics (_message_group_room)
+SET enable_sort = off     -- the look-up in message_key by message_key_pkey (above)
 AS $$
 DECLARE
     v_at   bigint;
@@ -5540,7 +5627,9 @@ BEGIN
             -- a key kept by a message that left within its window, whatever the window is now
             -- (a window changed to 0 applies to the messages that leave after the change)
             SELECT k.id INTO v_id FROM pgqueue.message_key k
-             WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
+             WHERE k.queue_id = p_queue.id AND k.idem_key >= p_key AND k.idem_key <= p_key
+               AND k.until > pgqueue.now_ms()
+             ORDER BY k.idem_key;  -- by message_key_pkey alone (above)
             IF FOUND THEN
                 RETURN v_id;
             END IF;
@@ -5639,6 +5728,7 @@ CREATE FUNCTION pgqueue._message_left(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_window      bigint;
@@ -5701,6 +5791,7 @@ CREATE OR REPLACE FUNCTION pgqueue.queue_next_due(p_queue text DEFAULT 'default'
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
@@ -5853,6 +5944,7 @@ RETURNS TABLE (id bigint, claim_seq bigint, content bytea, content_type text, at
                dequeue_at bigint, created_at bigint, state bytea, last_error text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -5982,3 +6074,34 @@ $$;
 
 COMMENT ON FUNCTION pgqueue._rate_reset(integer, integer) IS
     'pgqueue internal: start a rate-limited queue''s slots afresh (its catch-up allowance due now)';
+
+-- new in 0.4 (session 51): a capped queue's key check, planned with enable_seqscan off (message_create)
+-- The id of the live message with an idempotency key in a queue, else of the message that had the
+-- key within the queue's key_window_ms (pgqueue.message_key), else NULL: message_create's check of
+-- a key on a capped queue before it asks for room (a full queue would refuse the retry of an
+-- enqueue that went through). One statement, one snapshot, as pgqueue._message_insert's two
+-- look-ups; its own function for the SET clauses that message_create does without (its common
+-- path pays no GUC save and restore; this one runs for a key on a capped queue alone): planned
+-- while the tables were recorded empty (a queue that drained, then a VACUUM or ANALYZE), the
+-- look-ups were Seq Scans, which the session's generic plan kept (tests/test_group_probes.py).
+-- enable_seqscan = off, and message_key by message_key_pkey alone: the key asked for in its
+-- order, which only message_key_pkey gives, and enable_sort = off (pgqueue._message_insert).
+CREATE FUNCTION pgqueue._message_key_taken(p_queue_id integer, p_key text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_sort = off
+AS $$
+BEGIN
+    RETURN coalesce((SELECT m.id FROM pgqueue.message m
+                      WHERE m.queue_id = p_queue_id AND m.idem_key = p_key),
+                    (SELECT k.id FROM pgqueue.message_key k  -- kept within its window (pgqueue._message_insert)
+                      WHERE k.queue_id = p_queue_id AND k.idem_key >= p_key AND k.idem_key <= p_key
+                        AND k.until > pgqueue.now_ms()
+                      ORDER BY k.idem_key));
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._message_key_taken(integer, text) IS
+    'pgqueue internal: the id of the live message with this key in the queue, or of the message that had it within key_window_ms; NULL if the key is free';

@@ -195,28 +195,91 @@ def test_the_ordered_hand_off_is_one_statement_in_its_three_places() -> None:
     assert "NOT EXISTS" in statements["_message_left"] and "ORDER BY w.dequeue_at, w.id" in statements["_message_left"]
 
 
-def test_an_enqueue_planned_on_an_emptied_table_still_probes_by_index(conn: psycopg.Connection[Any], dsn: str) -> None:
-    """A queue that drained, then a VACUUM (or an ANALYZE of the empty table): pgqueue.message is
-    recorded with 0 rows and truncated to nothing. Planned then, the room probes of a grouped
-    enqueue and the look-up of an idempotency key were Seq Scans, and the session's generic plan
-    kept them: each message of a batch scanned every message inserted before it (a batch of
-    10,000 ran 25-32 s against 1-2 s, quadratic). Whatever the statistics, they are index probes."""
-    conn.execute("SELECT pgqueue.queue_create('emptied', p_group_concurrency => 1)")
+#: The enqueues whose key look-ups (and room probes) run in the emptied-table test: a grouped
+#: queue (pgqueue._message_insert), and a capped queue with a key window, whose key message_create
+#: checks before it asks for room (pgqueue._message_key_taken), then _message_insert again.
+EMPTIED_ENQUEUES = {
+    "grouped": ("SELECT pgqueue.queue_create('emptied', p_group_concurrency => 1, p_key_window_ms => 3600000)",
+                {"turn_at IS NOT NULL", "message key", "message_key key"}),
+    "capped": ("SELECT pgqueue.queue_create('emptied', p_max_size => 1000000, p_key_window_ms => 3600000)",
+               {"message key", "message_key key", "capped pre-check"}),
+}
+
+
+def _emptied_scan_problems(st: Any) -> list[str]:
+    """The scans of pgqueue.message and pgqueue.message_key in a statement that are not bounded
+    index probes: a Seq Scan, an index scan without an Index Cond (a walk of the whole index),
+    and any scan of message_key_until_idx (every unexpired key of the queue, Index Cond queue_id
+    alone): a key is looked up in message_key_pkey."""
+    problems: list[str] = []
+    where = " ".join(st.text.split())[:160]
+    for node in walk(st.plan):
+        index = node.get("Index Name", "")
+        if node.get("Relation Name") not in ("message", "message_key") and not index.startswith("message"):
+            continue
+        kind = node["Node Type"]
+        if kind == "Seq Scan":
+            problems.append(f"Seq Scan on {node.get('Relation Name')} in: {where}")
+        if kind in ("Index Scan", "Index Only Scan", "Bitmap Index Scan") and "Index Cond" not in node:
+            problems.append(f"{kind} using {index} without an Index Cond in: {where}")
+        if index == "message_key_until_idx":
+            problems.append(f"{kind} using message_key_until_idx (not message_key_pkey) in: {where}")
+    return problems
+
+
+def _key_probes(st: Any) -> set[str]:
+    """Which key look-ups a statement holds, each seen through the index it must probe."""
+    indexes = {node.get("Index Name") for node in walk(st.plan)}
+    text = " ".join(st.text.split())
+    found: set[str] = set()
+    if "turn_at IS NOT NULL" in text:
+        found.add("turn_at IS NOT NULL")
+    if "pgqueue.message m" in text and "idem_key = p_key" in text and "message_idem_key_idx" in indexes:
+        found.add("message key")
+    if "pgqueue.message_key k" in text and "message_key_pkey" in indexes:
+        found.add("message_key key")
+    if "pgqueue.message m" in text and "pgqueue.message_key k" in text:  # both, one snapshot
+        found.add("capped pre-check")
+    return found
+
+
+@pytest.mark.parametrize("kind", list(EMPTIED_ENQUEUES))
+def test_an_enqueue_planned_on_an_emptied_table_still_probes_by_index(conn: psycopg.Connection[Any], dsn: str,
+                                                                      kind: str) -> None:
+    """A queue that drained, then a VACUUM (or an ANALYZE of the empty tables): pgqueue.message
+    and pgqueue.message_key are recorded with 0 rows and truncated to nothing. Planned then, the
+    room probes of a grouped enqueue and the look-ups of an idempotency key were Seq Scans, and
+    the session's generic plan kept them: each message of a batch scanned every message inserted
+    before it (a batch of 10,000 ran 25-32 s against 1-2 s, quadratic). Under enable_seqscan =
+    off the key's look-up in message_key walked message_key_until_idx instead (Index Cond:
+    queue_id alone, a tie of costs on an empty table): every unexpired key of the queue, 10-13 ms
+    a create at 60,000 keys. A capped queue's check of the key before it asks for room (in
+    message_create, which has no SET clause) was a Seq Scan of both. Whatever the statistics,
+    every one is an index probe: an Index Cond, and message_key by message_key_pkey."""
+    create_queue, probes = EMPTIED_ENQUEUES[kind]
+    conn.execute(create_queue)
+    grouped = kind == "grouped"
+    # the queue drains: its messages leave, their keys are kept, then their windows end
     conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('emptied', "
                  "ARRAY(SELECT '\\x00'::bytea FROM generate_series(1, 200)), "
-                 "p_groups => ARRAY(SELECT 'g' || i FROM generate_series(1, 200) i))")
+                 "p_groups => %s, p_keys => ARRAY(SELECT 'old' || i FROM generate_series(1, 200) i))",
+                 ([f"g{i}" for i in range(200)] if grouped else None,))
+    assert len(conn.execute("SELECT * FROM pgqueue.message_dequeue('emptied', 200, 0)").fetchall()) == 200
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_key").fetchone() == (200,)
     conn.execute("DELETE FROM pgqueue.message")
-    conn.execute("VACUUM pgqueue.message")
-    assert conn.execute("SELECT relpages FROM pg_class WHERE oid = 'pgqueue.message'::regclass").fetchone() == (0,)
+    conn.execute("DELETE FROM pgqueue.message_key")
+    conn.execute("VACUUM pgqueue.message, pgqueue.message_key")
+    assert conn.execute("SELECT relpages FROM pg_class WHERE oid IN ('pgqueue.message'::regclass, "
+                        "'pgqueue.message_key'::regclass)").fetchall() == [(0,), (0,)]
     with psycopg.connect(dsn, autocommit=True) as session:
         capture = PlanCapture(session)
         seen: set[str] = set()
+        problems: list[str] = []
         for i in range(8):  # the custom plans, then the generic one the session keeps
             call = capture.run("SELECT pgqueue.message_create('emptied', '\\x00'::bytea, p_group => %s, p_key => %s)",
-                               (f"g{i % 2}", f"k{i}"))
+                               (f"g{i % 2}" if grouped else None, f"k{i}"))
             for st in call.nested:
-                scans = {node["Node Type"] for node in walk(st.plan)
-                         if node.get("Relation Name") in ("message", "message_key")}
-                seen.update(probe for probe in ("turn_at IS NOT NULL", "idem_key = p_key") if probe in st.text)
-                assert "Seq Scan" not in scans, (i, st.text[:200], scans)
-        assert seen == {"turn_at IS NOT NULL", "idem_key = p_key"}, seen  # (the room probes and the key's look-up ran)
+                seen |= _key_probes(st)
+                problems += [f"call {i + 1}: {p}" for p in _emptied_scan_problems(st)]
+        assert not problems, "\n".join(problems)
+        assert seen == probes, seen  # (the room probes and the key's look-ups ran)

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(365);
+SELECT plan(372);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -350,6 +350,21 @@ SELECT throws_ok($$ SELECT pgqueue.message_create('grp', 'x', p_group => repeat(
                  'the message group must have 1 to 200 characters, got 201', 'message_create: group too long');
 SELECT throws_ok($$ SELECT pgqueue.message_create('q', 'x', p_group => 'g') $$, '22023',
                  'queue "q" has no message groups', 'message_create: a group on a queue without groups');
+-- message_create_text and message_create_json pass a bad group or key on: message_create's error
+SELECT throws_ok($$SELECT pgqueue.message_create_text('grp', 'x', p_group => '')$$, '22023',
+                 'the message group must have 1 to 200 characters, got 0', 'text: empty group');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('q', 'x', p_key => repeat('k', 201))$$, '22023',
+                 'the idempotency key must have 1 to 200 characters, got 201', 'text: key over 200 characters');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('q', 'x', p_group => 'a')$$, '22023',
+                 'queue "q" has no message groups', 'text: a group on a queue without groups');
+SELECT throws_ok($$SELECT pgqueue.message_create_json('grp', '{}', p_group => repeat('g', 201))$$, '22023',
+                 'the message group must have 1 to 200 characters, got 201', 'json: group over 200 characters');
+SELECT throws_ok($$SELECT pgqueue.message_create_json('q', '{}', p_key => '')$$, '22023',
+                 'the idempotency key must have 1 to 200 characters, got 0', 'json: empty key');
+SELECT throws_ok($$SELECT pgqueue.message_create_json('q', '{}', p_task => 't', p_group => 'a')$$, '22023',
+                 'queue "q" has no message groups', 'json: a group on a queue without groups');
+SELECT throws_ok($$SELECT pgqueue.message_create_json('nope', '{}', p_group => 'a', p_key => 'k')$$, 'PQ001', NULL,
+                 'json: unknown queue, whatever its group or key');
 SELECT throws_ok($$ SELECT pgqueue.message_create('capk', 'x', p_group => 'g', p_key => 'k') $$, '22023',
                  'queue "capk" has no message groups',
                  'message_create: a group on a capped queue without groups, the key taken');

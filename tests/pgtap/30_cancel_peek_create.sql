@@ -1,7 +1,8 @@
 -- message_cancel, message_peek, message_create_text and message_create_json (issue 16): what
--- each returns and changes, and its errors with their SQLSTATEs.
+-- each returns and changes, and its errors with their SQLSTATEs; the message groups and
+-- idempotency keys of the text and JSON entry points (message_create's: sql/90_groups.sql).
 BEGIN;
-SELECT plan(39);
+SELECT plan(57);
 
 SELECT pgqueue.queue_create('c', p_max_attempts => 3);
 SELECT pgqueue.queue_create('other');
@@ -103,6 +104,60 @@ SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => 'a;b'
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => '')$$, '22023', NULL, 'json: empty task name');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', NULL)$$, '22004', NULL, 'json: NULL content');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('nope', '{}')$$, 'PQ001', NULL, 'json: unknown queue');
+
+-- groups: p_group is message_create's. In a queue of group_concurrency 1 the second message of
+-- a group waits while the first is leased, whichever entry point enqueued it.
+SELECT pgqueue.queue_create('g', p_group_concurrency => 1);
+INSERT INTO m VALUES ('ta1', pgqueue.message_create_text('g', 'a1', p_group => 'a'));
+INSERT INTO m VALUES ('ta2', pgqueue.message_create_text('g', 'a2', NULL, 'text/plain', 'a'));
+INSERT INTO m VALUES ('jb1', pgqueue.message_create_json('g', '{"b": 1}', p_task => 'send_email', p_group => 'b'));
+INSERT INTO m VALUES ('jb2', pgqueue.message_create_json('g', '{"b": 2}', NULL, NULL, 'b'));
+SELECT results_eq($$SELECT x.group_key, x.content_type FROM m JOIN pgqueue.message x USING (id)
+                     WHERE m.name IN ('ta1', 'ta2', 'jb1', 'jb2') ORDER BY m.name$$,
+                  $$VALUES ('b', 'application/json; task=send_email'), ('b', 'application/json'),
+                           ('a', 'text/plain; charset=utf-8'), ('a', 'text/plain')$$,
+                  'groups: text and json store the group, with their content types');
+SELECT results_eq($$SELECT d.id FROM pgqueue.message_dequeue('g', 10, 600000) d ORDER BY d.id$$,
+                  $$SELECT id FROM m WHERE name IN ('ta1', 'jb1') ORDER BY id$$,
+                  'groups: the first of each group is handed out, not the second');
+SELECT is((SELECT count(*) FROM pgqueue.message_dequeue('g', 10, 600000)), 0::bigint,
+          'groups: nothing more while the first of each group is leased');
+SELECT is((SELECT pgqueue.message_complete(id, 1) FROM m WHERE name = 'ta1'), true, 'groups: text: the first completed');
+SELECT results_eq($$SELECT d.id FROM pgqueue.message_dequeue('g', 10, 600000) d$$,
+                  $$SELECT id FROM m WHERE name = 'ta2'$$, 'groups: text: then the second of its group, alone');
+SELECT is((SELECT pgqueue.message_complete(id, 1) FROM m WHERE name = 'jb1'), true, 'groups: json: the first completed');
+SELECT results_eq($$SELECT d.id FROM pgqueue.message_dequeue('g', 10, 600000) d$$,
+                  $$SELECT id FROM m WHERE name = 'jb2'$$, 'groups: json: then the second of its group, alone');
+
+-- keys: p_key is message_create's. A taken key returns the live message's id and inserts
+-- nothing, whichever entry point took it (keys are per queue), and stays taken within the
+-- queue's key window after its message left.
+SELECT pgqueue.queue_create('k', p_key_window_ms => 3600000);
+INSERT INTO m VALUES ('tk', pgqueue.message_create_text('k', 'first', p_key => 'order-1'));
+INSERT INTO m VALUES ('jk', pgqueue.message_create_json('k', '{"n": 1}', NULL, NULL, NULL, 'order-2'));
+SELECT isnt((SELECT id FROM m WHERE name = 'tk'), (SELECT id FROM m WHERE name = 'jk'), 'keys: two keys, two messages');
+SELECT is(pgqueue.message_create_text('k', 'again', p_key => 'order-1'), (SELECT id FROM m WHERE name = 'tk'),
+          'keys: text: a taken key returns the live message''s id');
+SELECT is(pgqueue.message_create_json('k', '{"n": 2}', p_key => 'order-2'), (SELECT id FROM m WHERE name = 'jk'),
+          'keys: json: a taken key returns the live message''s id');
+SELECT is(pgqueue.message_create_json('k', '{"n": 3}', p_key => 'order-1'), (SELECT id FROM m WHERE name = 'tk'),
+          'keys: json: a key taken by message_create_text, the same id');
+SELECT is(pgqueue.message_create('k', 'bytes', p_key => 'order-2'), (SELECT id FROM m WHERE name = 'jk'),
+          'keys: message_create agrees');
+SELECT results_eq($$SELECT x.idem_key, x.content FROM pgqueue.message x
+                     JOIN pgqueue.queue q ON q.id = x.queue_id WHERE q.name = 'k' ORDER BY x.id$$,
+                  $$VALUES ('order-1', 'first'::bytea), ('order-2', '{"n": 1}'::bytea)$$,
+                  'keys: the first messages alone, unchanged');
+SELECT is((SELECT count(*) FROM pgqueue.message_dequeue('k', 10, 0)), 2::bigint, 'keys: both delivered in delete mode');
+SELECT is(pgqueue.message_create_text('k', 'later', p_key => 'order-1'), (SELECT id FROM m WHERE name = 'tk'),
+          'keys: text: within the key window the key is still taken');
+SELECT is(pgqueue.message_create_json('k', '{"n": 4}', p_key => 'order-2'), (SELECT id FROM m WHERE name = 'jk'),
+          'keys: json: within the key window the key is still taken');
+SELECT is((SELECT count(*) FROM pgqueue.message x JOIN pgqueue.queue q ON q.id = x.queue_id WHERE q.name = 'k'),
+          0::bigint, 'keys: nothing inserted within the window');
+SELECT is(pgqueue.message_create_json('g', '{}', p_group => 'c', p_key => 'both'),
+          pgqueue.message_create_text('g', 'x', p_group => 'c', p_key => 'both'),
+          'keys: with a group too, the same id');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -4,6 +4,7 @@ CREATE FUNCTION pgqueue._dead_letter(p_id bigint, p_error text, p_now bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue_id integer;

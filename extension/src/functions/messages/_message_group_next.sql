@@ -23,6 +23,7 @@ CREATE FUNCTION pgqueue._message_group_next(p_queue_id integer, p_group text, p_
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_locked boolean;

@@ -13,6 +13,19 @@
 -- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written, also
 -- within the same millisecond (sql/90_groups.sql). A message with a dequeue_at of its own
 -- (scheduled, or a priority in the past) has that time's key.
+--
+-- The key's look-ups are index probes whatever the statistics: a session's generic plan made
+-- while pgqueue.message or pgqueue.message_key was recorded empty (a queue that drained, then a
+-- VACUUM or ANALYZE) is kept until the next ANALYZE. enable_seqscan = off keeps both off Seq
+-- Scans. message_key: recorded empty, its two indexes cost the same (one row either way), and
+-- the tie went to message_key_until_idx (queue_id, until) with Index Cond queue_id alone (the
+-- clock in "until > now_ms()" is volatile, never an index condition): a walk of every key the
+-- queue keeps, 10-13 ms a call at 60,000 (0.2-0.5 ms by message_key_pkey). So the key is asked
+-- for in message_key_pkey's order (ORDER BY idem_key, the key given as a range of one value,
+-- which unlike "=" does not make that order trivial): only message_key_pkey gives it, any other
+-- path needs a Sort, and enable_sort = off prices a Sort out. (A deterministic collation, which
+-- a database's default is: ">= x AND <= x" holds of x alone.) pgqueue._message_key_taken is the
+-- same look-up for message_create's capped queues.
 CREATE FUNCTION pgqueue._message_insert(
     p_queue        pgqueue.queue,
     p_content      bytea,
@@ -25,6 +38,7 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off  -- its key look-ups by index, whatever the statistics (_message_group_room)
+SET enable_sort = off     -- the look-up in message_key by message_key_pkey (above)
 AS $$
 DECLARE
     v_at   bigint;
@@ -49,7 +63,9 @@ BEGIN
             -- a key kept by a message that left within its window, whatever the window is now
             -- (a window changed to 0 applies to the messages that leave after the change)
             SELECT k.id INTO v_id FROM pgqueue.message_key k
-             WHERE k.queue_id = p_queue.id AND k.idem_key = p_key AND k.until > pgqueue.now_ms();
+             WHERE k.queue_id = p_queue.id AND k.idem_key >= p_key AND k.idem_key <= p_key
+               AND k.until > pgqueue.now_ms()
+             ORDER BY k.idem_key;  -- by message_key_pkey alone (above)
             IF FOUND THEN
                 RETURN v_id;
             END IF;

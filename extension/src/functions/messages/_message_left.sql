@@ -43,6 +43,7 @@ CREATE FUNCTION pgqueue._message_left(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_window      bigint;

@@ -10,6 +10,7 @@ RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, de
                created_at bigint, locked_until bigint, state bytea, last_error text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -5,6 +5,14 @@ LANGUAGE plpgsql VOLATILE
 -- No SET search_path clause (its save and restore at every call cost about a tenth of the call):
 -- as in message_create, every name below is schema-qualified or an SQL keyword and every
 -- operator is written OPERATOR(pg_catalog.x) (docs/security.md, tests/test_security.py).
+-- enable_seqscan = off, as on every function that finds messages by id or by queue and group:
+-- planned while pgqueue.message was recorded empty (a queue that drained, then a VACUUM or an
+-- ANALYZE), the DELETE below and the hand-off's probes were Seq Scans, and the session's
+-- generic plan kept them until the next ANALYZE: every acknowledgement then read the whole
+-- table (60,000 messages: 8.6-9.0 ms a lease + complete against 0.7-0.8; docs/performance.md).
+-- The clause costs about 1 us a call (0.7 and 1.3 us in two runs of a call that finds nothing:
+-- bench/experiments/emptied_table/set_cost.py).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_queue_id integer;

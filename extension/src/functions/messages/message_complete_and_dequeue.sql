@@ -27,6 +27,7 @@ RETURNS TABLE (id bigint, content bytea, attempts integer, dequeue_at bigint, st
                content_type text, created_at bigint, locked_until bigint, stale boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -13,6 +13,7 @@ CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts intege
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 -- Custom plans would be made again at every call (the plan cache keeps choosing them for a
 -- join with unnest(p_ids, p_attempts): a custom plan knows the arrays' length): the generic
 -- plans are the same primary-key probes. Measured: 260 -> 40 us a call of one id.
@@ -31,26 +32,74 @@ DECLARE
     v_dq      integer;   -- the queue of the turns left by message_complete_and_dequeue's dequeue ...
     v_dg      text[];    -- ... their groups
     v_dc      integer;   -- ... and its group_concurrency
+    v_id      bigint;    -- one message deleted (up to 8 ids): its id, queue, group, turn, key
+    v_q       integer;
+    v_g       text;
+    v_t       bigint;
+    v_k       text;
+    v_oi      integer;   -- p_ids' and p_attempts' lower bounds less 1: the i-th id with the i-th
+    v_oa      integer;   -- token, whatever the bounds (as unnest pairs them)
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
        FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
       ORDER BY q.queue_id;
-    WITH d AS (
-        DELETE FROM pgqueue.message m
-         USING unnest(p_ids, p_attempts) AS u(id, attempts)
-         WHERE m.id = u.id AND m.attempts = u.attempts AND pgqueue._leased(m.locked_until)
-           AND m.claim_id IS NULL
-        RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
-                  m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
-    SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
-           array_agg(d.id) FILTER (WHERE d.left_),
-           array_agg(d.queue_id) FILTER (WHERE d.left_),
-           array_agg(d.group_key) FILTER (WHERE d.left_),
-           array_agg(d.turn_at) FILTER (WHERE d.left_),
-           array_agg(d.idem_key) FILTER (WHERE d.left_)
-      INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
-      FROM d;
+    -- Whatever the statistics, each message is found by a probe of message_pkey by its id. The
+    -- join of one statement with unnest(p_ids, p_attempts), as this was until session 51, could
+    -- be planned the other way round while pgqueue.message was recorded empty (a queue that
+    -- drained, then a VACUUM): the table outside, the ids inside, a walk of the whole of
+    -- message_pkey at every call from then on in the session (its generic plan): 8.7 ms a call
+    -- of one id at 60,000 messages against 0.27 ms (docs/performance.md, "emptied table"). So:
+    -- up to 8 ids (a worker's acknowledgements), one DELETE by id each, as message_complete
+    -- does; more, the rows are locked through a probe by id each (FOR UPDATE in a LATERAL
+    -- subquery, which the planner cannot turn round), then deleted by id (a lock record more in
+    -- the WAL a message). Inside the server (bench/experiments/emptied_table/batch_paths.py),
+    -- against the join: 1 and 4 ids within the machine's noise, 8 ids 14-19% above it (202-210
+    -- against 177 us), 100 ids 0.77-1.06 ms against 0.75, where one DELETE an id took 1.61 ms.
+    -- Both keep message_complete's answer for a message
+    -- changed meanwhile: a DELETE or a lock that waits reads the row again, so a heartbeat of
+    -- the holder (same token) leaves the token good and a new lease (a new token) makes it
+    -- stale (specs/complete_batch_expiry.spec).
+    IF cardinality(p_ids) <= 8 THEN
+        v_done := '{}';
+        v_queues := '{}';
+        v_oi := array_lower(p_ids, 1) - 1;
+        v_oa := array_lower(p_attempts, 1) - 1;
+        FOR i IN 1 .. cardinality(p_ids) LOOP
+            DELETE FROM pgqueue.message m
+             WHERE m.id = p_ids[v_oi + i] AND m.attempts = p_attempts[v_oa + i]
+               AND pgqueue._leased(m.locked_until) AND m.claim_id IS NULL
+            RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_id, v_q, v_g, v_t, v_k;
+            CONTINUE WHEN NOT FOUND;
+            v_done := v_done || v_id;
+            v_queues := v_queues || v_q;
+            IF v_k IS NOT NULL OR (v_g IS NOT NULL AND v_t IS NOT NULL) THEN
+                v_left := coalesce(v_left, '{}') || v_id;
+                v_lq := coalesce(v_lq, '{}') || v_q;
+                v_lg := coalesce(v_lg, '{}') || v_g;
+                v_lt := coalesce(v_lt, '{}') || v_t;
+                v_lk := coalesce(v_lk, '{}') || v_k;
+            END IF;
+        END LOOP;
+    ELSE
+        WITH d AS (
+            DELETE FROM pgqueue.message m
+             WHERE m.id = ANY (ARRAY(SELECT x.id FROM unnest(p_ids, p_attempts) AS u(id, attempts),
+                                     LATERAL (SELECT l.id FROM pgqueue.message l
+                                               WHERE l.id = u.id AND l.attempts = u.attempts
+                                                 AND pgqueue._leased(l.locked_until) AND l.claim_id IS NULL
+                                                 FOR UPDATE) x))
+            RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key,
+                      m.idem_key IS NOT NULL OR (m.group_key IS NOT NULL AND m.turn_at IS NOT NULL) AS left_)
+        SELECT coalesce(array_agg(d.id), '{}'), coalesce(array_agg(d.queue_id), '{}'),
+               array_agg(d.id) FILTER (WHERE d.left_),
+               array_agg(d.queue_id) FILTER (WHERE d.left_),
+               array_agg(d.group_key) FILTER (WHERE d.left_),
+               array_agg(d.turn_at) FILTER (WHERE d.left_),
+               array_agg(d.idem_key) FILTER (WHERE d.left_)
+          INTO v_done, v_queues, v_left, v_lq, v_lg, v_lt, v_lk
+          FROM d;
+    END IF;
     -- the turns of the leases message_complete_and_dequeue's dequeue handed out, which it left
     -- to be handed on here with the acknowledgements' (pgqueue.defer_turns; see there): in the
     -- same run, in stripe order (an id of NULL marks them)

@@ -77,15 +77,11 @@ BEGIN
         END IF;
         IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
             -- a capped queue: a key that is taken returns its message without asking for room
-            -- (a full queue would refuse the retry of an enqueue that went through)
+            -- (a full queue would refuse the retry of an enqueue that went through). In a
+            -- function of its own, whose SET clauses keep the look-ups index probes whatever
+            -- the statistics: this path alone pays their save and restore.
             IF p_group IS NULL OR v_grouped THEN
-                SELECT coalesce(
-                           (SELECT m.id FROM pgqueue.message m
-                             WHERE m.queue_id OPERATOR(pg_catalog.=) v_queue_id AND m.idem_key OPERATOR(pg_catalog.=) p_key),
-                           (SELECT k.id FROM pgqueue.message_key k   -- kept within its window (pgqueue._message_insert)
-                             WHERE k.queue_id OPERATOR(pg_catalog.=) v_queue_id AND k.idem_key OPERATOR(pg_catalog.=) p_key
-                               AND k.until OPERATOR(pg_catalog.>) pgqueue.now_ms()))
-                  INTO v_id;
+                v_id := pgqueue._message_key_taken(v_queue_id, p_key);
                 IF v_id IS NOT NULL THEN
                     v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
                     RETURN v_id;

@@ -3,12 +3,16 @@
 -- message_create_text with 'application/json' to keep it byte for byte).
 -- p_task names the task that a worker's task registry dispatches the message to: it is kept
 -- in the content type, 'application/json; task=<p_task>', which any producer can also write.
--- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters).
+-- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters). p_group and
+-- p_key are message_create's: the message group and the idempotency key, with its errors
+-- (22023 for an empty or over-long one, or a group on a queue without groups).
 CREATE FUNCTION pgqueue.message_create_json(
     p_queue      text,
     p_content    jsonb,
     p_dequeue_at bigint DEFAULT NULL,
-    p_task       text   DEFAULT NULL)
+    p_task       text   DEFAULT NULL,
+    p_group      text   DEFAULT NULL,
+    p_key        text   DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -21,9 +25,10 @@ BEGIN
     END IF;
     RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
                                   CASE WHEN p_task IS NULL THEN 'application/json'
-                                       ELSE 'application/json; task=' || p_task END);
+                                       ELSE 'application/json; task=' || p_task END,
+                                  p_group, p_key);
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue.message_create_json(text, jsonb, bigint, text) IS
-    'Enqueue a JSON message (content type application/json, with task=<p_task> if given); returns the id';
+COMMENT ON FUNCTION pgqueue.message_create_json(text, jsonb, bigint, text, text, text) IS
+    'Enqueue a JSON message (content type application/json, with task=<p_task> if given); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';

@@ -7,6 +7,7 @@ CREATE FUNCTION pgqueue.message_defer(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN

@@ -9,6 +9,7 @@ CREATE FUNCTION pgqueue.message_fail(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_now   bigint := pgqueue.now_ms();

@@ -4,6 +4,7 @@ CREATE FUNCTION pgqueue.queue_next_due(p_queue text DEFAULT 'default')
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);

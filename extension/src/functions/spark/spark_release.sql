@@ -7,6 +7,7 @@ CREATE FUNCTION pgqueue.spark_release(p_queue text, p_consumer text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
 AS $$
 DECLARE
     v_queue    pgqueue.queue;

@@ -1,0 +1,135 @@
+-- message_complete_batch's two paths (up to 8 ids: one DELETE by id each; more: the rows locked
+-- through a probe by id each, then deleted): the same answers. Each scenario runs twice, once
+-- with its own ids only (at most 8) and once with 9 ids no message has around them (17 and
+-- more), which come back stale in their places: stale tokens, ids listed twice with the same or
+-- different tokens in either order, arrays whose lower bound is not 1, messages held by a Spark
+-- claim, the turns of a grouped queue handed on, the idempotency keys kept, the completions
+-- counted, and message_complete_and_dequeue's deferred turns.
+BEGIN;
+SELECT plan(30);
+
+-- p_core with 4 unknown ids before it and 5 after it when p_pad
+CREATE FUNCTION pg_temp.pad(p_core bigint[], p_pad boolean) RETURNS bigint[]
+LANGUAGE sql IMMUTABLE
+RETURN CASE WHEN p_pad THEN ARRAY[-1, -2, -3, -4]::bigint[] || p_core || ARRAY[-5, -6, -7, -8, -9]::bigint[]
+            ELSE p_core END;
+CREATE FUNCTION pg_temp.pad_tokens(p_core integer[], p_pad boolean) RETURNS integer[]
+LANGUAGE sql IMMUTABLE
+RETURN CASE WHEN p_pad THEN ARRAY[1, 1, 1, 1] || p_core || ARRAY[1, 1, 1, 1, 1] ELSE p_core END;
+-- the ids of a queue's messages whose content is one of p_names, in the order of p_names
+CREATE FUNCTION pg_temp.ids(p_queue text, p_names text[]) RETURNS bigint[]
+LANGUAGE sql STABLE
+RETURN ARRAY(SELECT m.id FROM unnest(p_names) WITH ORDINALITY AS n(name, i)
+               JOIN pgqueue.message m ON m.content = convert_to(n.name, 'UTF8')
+               JOIN pgqueue.queue q ON q.id = m.queue_id AND q.name = p_queue
+              ORDER BY n.i);
+CREATE FUNCTION pg_temp.left_in(p_queue text) RETURNS text
+LANGUAGE sql STABLE
+RETURN (SELECT string_agg(encode(m.content, 'escape'), ',' ORDER BY m.id)
+          FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = p_queue);
+
+CREATE FUNCTION pg_temp.scenarios(p_pad boolean) RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_path  text := CASE WHEN p_pad THEN ' (more than 8 ids)' ELSE ' (up to 8 ids)' END;
+    v_s     text := CASE WHEN p_pad THEN '_big' ELSE '_small' END;
+    v_q     text;
+    v_ids   bigint[];
+    v_done  bigint;
+    v_got   bigint[];
+    v_seq   bigint;
+    v_count bigint;
+BEGIN
+    -- stale tokens and ids listed twice: a completed once (same token twice), b stale at both
+    -- of its places, c completed at its second place (a stale token first), d at its first
+    v_q := 'cb_p' || v_s;
+    PERFORM pgqueue.queue_create(v_q);
+    PERFORM pgqueue.message_create(v_q, convert_to(n, 'UTF8')) FROM unnest(ARRAY['a', 'b', 'c', 'd', 'e', 'f']) AS n;
+    PERFORM count(*) FROM pgqueue.message_dequeue(v_q, 6, 600000);
+    v_count := (SELECT completed FROM pgqueue.queue_counters(v_q));
+    v_ids := pg_temp.ids(v_q, ARRAY['a', 'b', 'a', 'c', 'c', 'd', 'd', 'b']);
+    v_got := pgqueue.message_complete_batch(pg_temp.pad(v_ids, p_pad),
+                                            pg_temp.pad_tokens(ARRAY[1, 2, 1, 5, 1, 1, 7, 3], p_pad));
+    RETURN NEXT is(v_got, pg_temp.pad(ARRAY[v_ids[2], v_ids[2]], p_pad),
+                   'stale ids in input order, an id stale at each of its places' || v_path);
+    RETURN NEXT is(pg_temp.left_in(v_q), 'b,e,f', 'a, c and d completed, once each; b left' || v_path);
+    RETURN NEXT is((SELECT completed FROM pgqueue.queue_counters(v_q)) - v_count, 3::bigint,
+                   'three completions counted' || v_path);
+    -- arrays whose lower bound is not 1: the i-th id goes with the i-th token
+    v_ids := pg_temp.pad(pg_temp.ids(v_q, ARRAY['e', 'f']), p_pad);
+    v_got := pgqueue.message_complete_batch(('[5:' || 4 + cardinality(v_ids) || ']=' || v_ids::text)::bigint[],
+                                            pg_temp.pad_tokens(ARRAY[1, 1], p_pad));
+    RETURN NEXT is(v_got, pg_temp.pad('{}', p_pad), 'ids from 5 on, tokens from 1 on: none stale' || v_path);
+    RETURN NEXT is(pg_temp.left_in(v_q), 'b', 'ids from 5 on: e and f completed' || v_path);
+    v_ids := pg_temp.ids(v_q, ARRAY['b']);
+    v_got := pgqueue.message_complete_batch(pg_temp.pad(v_ids, p_pad),
+                                            ('[0:' || cardinality(pg_temp.pad(v_ids, p_pad)) - 1 || ']='
+                                             || pg_temp.pad_tokens(ARRAY[1], p_pad)::text)::integer[]);
+    RETURN NEXT is(v_got, pg_temp.pad('{}', p_pad), 'tokens from 0 on: b completed' || v_path);
+
+    -- a message held by a Spark claim is not completed with its token
+    v_q := 'cb_s' || v_s;
+    PERFORM pgqueue.queue_create(v_q);
+    PERFORM pgqueue.message_create(v_q, convert_to(n, 'UTF8')) FROM unnest(ARRAY['s1', 's2']) AS n;
+    PERFORM pgqueue.spark_consumer_open(v_q, 'etl');
+    v_seq := pgqueue.spark_claim(v_q, 'etl', 1);
+    v_ids := pg_temp.ids(v_q, ARRAY['s1']);
+    v_got := pgqueue.message_complete_batch(pg_temp.pad(v_ids, p_pad),
+                                            pg_temp.pad_tokens(ARRAY(SELECT m.attempts FROM pgqueue.message m
+                                                                      WHERE m.id = v_ids[1]), p_pad));
+    RETURN NEXT is(v_got, pg_temp.pad(v_ids, p_pad), 'a claimed message: stale' || v_path);
+    RETURN NEXT is(pg_temp.left_in(v_q), 's1,s2', 'a claimed message stays with its claim' || v_path);
+
+    -- a grouped queue (group_concurrency 1): each completion hands its group's turn on
+    v_q := 'cb_g' || v_s;
+    PERFORM pgqueue.queue_create(v_q, p_group_concurrency => 1);
+    PERFORM pgqueue.message_create(v_q, convert_to(n, 'UTF8'), p_group => left(n, 2))
+       FROM unnest(ARRAY['g1a', 'g2a', 'g3a', 'g1b', 'g2b', 'g3b']) AS n;
+    v_ids := ARRAY(SELECT d.id FROM pgqueue.message_dequeue(v_q, 6, 600000) d ORDER BY d.id);
+    RETURN NEXT is(v_ids, pg_temp.ids(v_q, ARRAY['g1a', 'g2a', 'g3a']), 'one lease a group' || v_path);
+    v_got := pgqueue.message_complete_batch(pg_temp.pad(v_ids, p_pad), pg_temp.pad_tokens(ARRAY[1, 1, 1], p_pad));
+    RETURN NEXT is(v_got, pg_temp.pad('{}', p_pad), 'three groups completed' || v_path);
+    RETURN NEXT is((SELECT string_agg(convert_from(d.content, 'UTF8'), ',' ORDER BY d.id)
+                      FROM pgqueue.message_dequeue(v_q, 6, 600000) d), 'g1b,g2b,g3b',
+                   'each group''s next message has its turn' || v_path);
+
+    -- a queue with idempotency keys: the keys are kept for the window, the stale one's not
+    v_q := 'cb_k' || v_s;
+    PERFORM pgqueue.queue_create(v_q, p_key_window_ms => 600000);
+    PERFORM pgqueue.message_create(v_q, convert_to(n, 'UTF8'), p_key => 'key-' || n)
+       FROM unnest(ARRAY['k1', 'k2', 'k3']) AS n;
+    PERFORM count(*) FROM pgqueue.message_dequeue(v_q, 3, 600000);
+    v_ids := pg_temp.ids(v_q, ARRAY['k1', 'k2', 'k3']);
+    v_got := pgqueue.message_complete_batch(pg_temp.pad(v_ids, p_pad), pg_temp.pad_tokens(ARRAY[1, 9, 1], p_pad));
+    RETURN NEXT is(v_got, pg_temp.pad(ARRAY[v_ids[2]], p_pad), 'keyed: k2''s token stale' || v_path);
+    RETURN NEXT is((SELECT string_agg(k.idem_key || '=' || (k.id = v_ids[array_position(ARRAY['key-k1', 'key-k2', 'key-k3'], k.idem_key)]),
+                                      ',' ORDER BY k.idem_key)
+                      FROM pgqueue.message_key k JOIN pgqueue.queue q ON q.id = k.queue_id AND q.name = v_q),
+                   'key-k1=true,key-k3=true', 'keyed: the completed messages'' keys kept with their ids' || v_path);
+
+    -- acknowledge-and-fetch on a queue of group_concurrency 2: the lease taken first leaves its
+    -- turn to the batch, which hands it on with the acknowledgement's
+    v_q := 'cb_d' || v_s;
+    PERFORM pgqueue.queue_create(v_q, p_group_concurrency => 2);
+    PERFORM pgqueue.message_create(v_q, convert_to(n, 'UTF8'), p_group => 'g') FROM unnest(ARRAY['d1', 'd2', 'd3', 'd4']) AS n;
+    PERFORM count(*) FROM pgqueue.message_dequeue(v_q, 1, 600000);
+    v_ids := pg_temp.ids(v_q, ARRAY['d1']);
+    RETURN NEXT is((SELECT string_agg(coalesce(convert_from(d.content, 'UTF8'), d.id::text) || ':' || d.stale, ',')
+                      FROM pgqueue.message_complete_and_dequeue(pg_temp.pad(v_ids, p_pad),
+                                                                pg_temp.pad_tokens(ARRAY[1], p_pad), v_q, 1, 600000) d),
+                   CASE WHEN p_pad THEN 'd2:false,-1:true,-2:true,-3:true,-4:true,-5:true,-6:true,-7:true,-8:true,-9:true'
+                        ELSE 'd2:false' END,
+                   'acknowledge-and-fetch: d2 handed out, the unknown ids stale' || v_path);
+    RETURN NEXT is((SELECT string_agg(encode(m.content, 'escape') || ':' || (m.turn_at IS NOT NULL) || ':'
+                                      || (m.locked_until IS NOT NULL), ',' ORDER BY m.id)
+                      FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id AND q.name = v_q),
+                   'd2:true:true,d3:true:false,d4:false:false',
+                   'acknowledge-and-fetch: d1 gone, d2 in flight, d3 has the other turn' || v_path);
+END;
+$$;
+
+SELECT * FROM pg_temp.scenarios(false);
+SELECT * FROM pg_temp.scenarios(true);
+
+SELECT * FROM finish();
+ROLLBACK;
