@@ -4050,8 +4050,8 @@ ALTER TABLE pgqueue.spark_staging ADD COLUMN group_key text, ADD COLUMN idem_key
 -- Per row: a due time (epoch ms) or a delay (ms from publication), a message group and an
 -- idempotency key (as message_create_batch's p_groups and p_keys; checked again at publication,
 -- where a group needs a queue with groups). Errors: 22004 (NULL argument or content), 22023
--- (array lengths, negative delay, a group or key that is empty or longer than 200 characters,
--- rows staged already).
+-- (array lengths, negative delay, a row with both a due time and a delay, a group or key that is
+-- empty or longer than 200 characters, rows staged already).
 DROP FUNCTION pgqueue.spark_stage(uuid, integer, bigint, bigint, bytea[], text, bigint[], bigint[]);
 CREATE FUNCTION pgqueue.spark_stage(
     p_write_id     uuid,
@@ -4097,6 +4097,15 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_delays_ms) AS u(d) WHERE u.d < 0) THEN
         RAISE EXCEPTION 'delays must be >= 0 ms'
             USING ERRCODE = '22023';
+    END IF;
+    IF p_dequeue_ats IS NOT NULL AND p_delays_ms IS NOT NULL
+       AND EXISTS (SELECT 1 FROM unnest(p_dequeue_ats, p_delays_ms) AS u(a, d)
+                    WHERE u.a IS NOT NULL AND u.d IS NOT NULL) THEN
+        RAISE EXCEPTION 'row % has both a due time and a delay',
+                        (SELECT min(u.n) FROM unnest(p_dequeue_ats, p_delays_ms) WITH ORDINALITY AS u(a, d, n)
+                          WHERE u.a IS NOT NULL AND u.d IS NOT NULL)
+            USING ERRCODE = '22023',
+                  HINT = 'Give a row a due time (p_dequeue_ats) or a delay (p_delays_ms), not both.';
     END IF;
     IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
         RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
@@ -5584,7 +5593,8 @@ COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
 -- Scans. message_key: recorded empty, its two indexes cost the same (one row either way), and
 -- the tie went to message_key_until_idx (queue_id, until) with Index Cond queue_id alone (the
 -- clock in "until > now_ms()" is volatile, never an index condition): a walk of every key the
--- queue keeps, 10-13 ms a call at 60,000 (0.2-0.5 ms by message_key_pkey). So the key is asked
+-- queue keeps, 7.2-8.3 ms a keyed create at 60,000 against 0.23-0.29 on a new session
+-- (bench/experiments/emptied_table/keyed_create.py, docs/performance.md). So the key is asked
 -- for in message_key_pkey's order (ORDER BY idem_key, the key given as a range of one value,
 -- which unlike "=" does not make that order trivial): only message_key_pkey gives it, any other
 -- path needs a Sort, and enable_sort = off prices a Sort out. (A deterministic collation, which
@@ -6079,8 +6089,9 @@ COMMENT ON FUNCTION pgqueue._rate_reset(integer, integer) IS
 -- The id of the live message with an idempotency key in a queue, else of the message that had the
 -- key within the queue's key_window_ms (pgqueue.message_key), else NULL: message_create's check of
 -- a key on a capped queue before it asks for room (a full queue would refuse the retry of an
--- enqueue that went through). One statement, one snapshot, as pgqueue._message_insert's two
--- look-ups; its own function for the SET clauses that message_create does without (its common
+-- enqueue that went through). Both look-ups in one statement, so in one snapshot (those of
+-- pgqueue._message_insert are two statements); its own function for the SET clauses that
+-- message_create does without (its common
 -- path pays no GUC save and restore; this one runs for a key on a capped queue alone): planned
 -- while the tables were recorded empty (a queue that drained, then a VACUUM or ANALYZE), the
 -- look-ups were Seq Scans, which the session's generic plan kept (tests/test_group_probes.py).

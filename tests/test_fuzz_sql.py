@@ -246,6 +246,7 @@ CLEAN: dict[tuple[str, str], Callable[[int], st.SearchStrategy[Any]]] = {
     ("p_limit", "integer"): lambda n: st.integers(1, 20),
     ("p_group", "text"): lambda n: st.sampled_from(["g1", "g2", "g3", None]),
     ("p_key", "text"): lambda n: st.sampled_from(["k1", "k2", "k3", None]),
+    ("p_task", "text"): lambda n: st.sampled_from(["send_email", "a.b:c-d", None]),
     ("p_every_ms", "bigint"): lambda n: st.sampled_from([1000, 60000, 3_153_600_000_000]) if n % 2 else st.none(),
     ("p_cron", "text"): lambda n: st.none() if n % 2 else st.sampled_from(["* * * * *", "*/5 1-3 * * 1,7", "0 0 29 2 1"]),
     ("p_consumer", "text"): lambda n: st.sampled_from(["etl", "etl:2"]),
@@ -323,9 +324,20 @@ def call_strategy(function: Function, queue: str | None = None) -> st.SearchStra
     Two calls in three are "clean": no required argument is NULL and the arrays of a batch have one
     length, n, and no NULL element, so that the call gets past its argument checks (with
     random values still in every argument) and reaches the rows, on queue (if given) or one of
-    CLEAN's; test_every_function_with_random_arguments checks that every function does."""
+    CLEAN's; test_every_function_with_random_arguments checks that every function does. A clean
+    call without a queue given draws its queue first, so that its group (p_group, p_groups) is
+    drawn only on the queue with groups (elsewhere 22023): drawn apart, a function with a group
+    and a key and a task to get right, message_create_json, went 40 examples without a clean
+    success (a CI run, session 51)."""
     clean = st.sampled_from([True, True, False])  # two in three
-    return st.tuples(clean, st.integers(1, 4)).flatmap(lambda t: _call_strategy(function, *t, queue))
+    takes_queue = function.name not in ("queue_create", "queue_drop") and ("p_queue", "text") in function.args
+
+    def build(t: tuple[bool, int]) -> st.SearchStrategy[Call]:
+        if t[0] and queue is None and takes_queue:
+            return st.sampled_from(CLEAN_QUEUES).flatmap(lambda q: _call_strategy(function, *t, q))
+        return _call_strategy(function, *t, queue)
+
+    return st.tuples(clean, st.integers(1, 4)).flatmap(build)
 
 
 def _call_strategy(function: Function, clean: bool, n: int, queue: str | None = None) -> st.SearchStrategy[Call]:

@@ -252,10 +252,11 @@ def test_an_enqueue_planned_on_an_emptied_table_still_probes_by_index(conn: psyc
     the session's generic plan kept them: each message of a batch scanned every message inserted
     before it (a batch of 10,000 ran 25-32 s against 1-2 s, quadratic). Under enable_seqscan =
     off the key's look-up in message_key walked message_key_until_idx instead (Index Cond:
-    queue_id alone, a tie of costs on an empty table): every unexpired key of the queue, 10-13 ms
-    a create at 60,000 keys. A capped queue's check of the key before it asks for room (in
-    message_create, which has no SET clause) was a Seq Scan of both. Whatever the statistics,
-    every one is an index probe: an Index Cond, and message_key by message_key_pkey."""
+    queue_id alone, a tie of costs on an empty table): every unexpired key of the queue, 7.2-8.3
+    ms a create at 60,000 keys (0.23-0.29 on a new session; keyed_create.py). A capped queue's
+    check of the key before it asks for room (in message_create, which has no SET clause) was a
+    Seq Scan of both. Whatever the statistics, every one is an index probe: an Index Cond, and
+    message_key by message_key_pkey."""
     create_queue, probes = EMPTIED_ENQUEUES[kind]
     conn.execute(create_queue)
     grouped = kind == "grouped"

@@ -573,6 +573,21 @@ def test_an_extension_upgrade_by_a_role_that_is_not_its_owner_names_the_owner(ow
         assert holds(conn) == ("0.3", None)
 
 
+def test_an_uninstall_by_a_role_that_is_not_the_extensions_owner_names_the_owner(owner: Owner,
+                                                                                  pg_server: Server) -> None:
+    """The extension a superuser created, uninstalled by the database's owner: DROP EXTENSION's
+    "must be owner of extension pgqueue" (with a traceback-free exit, but no owner named) became
+    one line naming the owner; nothing is dropped."""
+    db = owner.database()
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pgqueue")
+        superuser = one(conn, "SELECT current_user")
+    refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), f"owned by role {superuser}",
+            f"connect as {superuser}", "only its owner uninstalls it")
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as conn:
+        assert holds(conn) == (CURRENT, None)
+
+
 def test_install_as_an_application_role_on_an_up_to_date_plain_install_says_already_installed(
         owner: Owner, other_role: str) -> None:
     """An idempotent deploy step that runs `pgqueue install` as the application's role: on a

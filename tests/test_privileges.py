@@ -170,6 +170,32 @@ def test_groups_and_keys_need_no_more_than_the_recipes(roles: Roles) -> None:
     denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.message_group_lock FOR UPDATE")
 
 
+def test_a_producer_retries_a_keyed_create_on_a_full_capped_queue(roles: Roles) -> None:
+    """A keyed create on a capped queue looks its key up before it asks for room, in
+    pgqueue._message_key_taken (SECURITY INVOKER, EXECUTE left to PUBLIC): it reads the live
+    messages' keys and pgqueue.message_key with the producer's own privileges. With the recipe's
+    grants alone, the retry of an enqueue that went through returns its id on a full queue, from
+    the live message and, after it was completed, from the key kept for the window (42501 if
+    EXECUTE on the function, SELECT (idem_key) on pgqueue.message or SELECT on message_key were
+    missing; PQ003 if the key were not looked up before the room)."""
+    with psycopg.connect(roles.dsn(roles.admin), autocommit=True) as admin:
+        admin.execute("SELECT pgqueue.queue_create('capkey', p_max_size => 1, p_key_window_ms => 3600000)")
+    p, c = roles.dsn(roles.producer), roles.dsn(roles.consumer)
+    (first,), = run(p, "SELECT pgqueue.message_create('capkey', 'a', p_key => 'k1')")
+    assert run(p, "SELECT pgqueue.message_create('capkey', 'again', p_key => 'k1')") == [(first,)]  # full: live key
+    with pytest.raises(psycopg.Error) as full:
+        run(p, "SELECT pgqueue.message_create('capkey', 'b', p_key => 'k2')")
+    assert full.value.sqlstate == "PQ003"  # a new key still asks for room
+    (msg_id, attempts), = run(c, "SELECT id, attempts FROM pgqueue.message_dequeue('capkey')")
+    assert run(c, f"SELECT pgqueue.message_complete({msg_id}, {attempts})") == [(True,)]
+    (second,), = run(p, "SELECT pgqueue.message_create('capkey', 'b', p_key => 'k2')")  # full again
+    # k1's message left: its key is kept in pgqueue.message_key, found before the room is asked for
+    assert run(p, "SELECT pgqueue.message_create('capkey', 'late', p_key => 'k1')") == [(first,)]
+    assert run(p, "SELECT pgqueue.message_create('capkey', 'again', p_key => 'k2')") == [(second,)]
+    assert run(roles.dsn(roles.admin), "SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q "
+                                       "ON q.id = m.queue_id WHERE q.name = 'capkey'") == [(1,)]
+
+
 def test_group_lock_rows_only_for_queues_with_groups(roles: Roles, pg_server: Server, dbname: str) -> None:
     """A producer may call pgqueue._message_group_lock (the recipes grant it), but it makes the
     row of a group's stripe only for a queue with message groups: any other queue id is PQ001

@@ -384,6 +384,16 @@ def test_groups_and_keys_are_checked(conn: Conn) -> None:
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_publish_log") == 0
 
 
+def test_stage_refuses_a_due_time_and_a_delay_for_one_row(conn: Conn) -> None:
+    """Which of the two would win is nobody's guess (the connector refuses such a row too): 22023,
+    nothing staged; a due time for one row and a delay for another is fine."""
+    w = str(uuid.uuid4())
+    both = "SELECT pgqueue.spark_stage(%s, 0, 0, 0, %s, NULL, %s, %s)"
+    assert sqlstate_of(conn, both, (w, [b"a", b"b"], [None, 5], [1000, 2000])) == "22023"
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+    stage(conn, w, 0, 0, [b"a", b"b"], ats=[None, 5], delays=[1000, None])
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging WHERE write_id = %s", (w,)) == 2
+
 def test_stage_checks_its_arrays(conn: Conn) -> None:
     w = str(uuid.uuid4())
     q = "SELECT pgqueue.spark_stage(%s, 0, 0, 0, %s, %s, %s, %s)"

@@ -493,18 +493,28 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
 
     Raises:
         InstallError: the database holds no pgqueue, objects that are not pgqueue's depend on
-            it, a plain install is newer than this client or its objects cannot be told apart.
-        psycopg.Error: the server refused, e.g. the role does not own the schema.
+            it, a plain install is newer than this client or its objects cannot be told apart,
+            or the role does not own the extension (the message names its owner).
+        psycopg.Error: the server refused otherwise.
     """
     state = read_state(conn)
     if state.extension is not None:
         with conn.transaction():
             try:
-                conn.execute(_sql.DROP_EXTENSION)
+                with conn.transaction():
+                    conn.execute(_sql.DROP_EXTENSION)
             except psycopg.errors.DependentObjectsStillExist as exc:
                 # the server's hint is DROP ... CASCADE, which would drop them silently: name them instead
                 raise _dependents_error(
                     (exc.diag.message_detail or exc.diag.message_primary or str(exc)).splitlines()) from exc
+            except psycopg.errors.InsufficientPrivilege as exc:
+                # DROP EXTENSION says only "must be owner of extension pgqueue": name the owner
+                row = conn.execute(_EXTENSION_OWNER).fetchone()
+                if row is None:
+                    raise
+                raise InstallError(
+                    f"the pgqueue extension in database {state.database} is owned by role {row[0]}: only its owner "
+                    f"uninstalls it (DROP EXTENSION); connect as {row[0]} and run `pgqueue uninstall` again") from exc
             try:
                 with conn.transaction():
                     conn.execute(_sql.DROP_SCHEMA_IF_EMPTY)

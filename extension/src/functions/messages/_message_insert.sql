@@ -20,7 +20,8 @@
 -- Scans. message_key: recorded empty, its two indexes cost the same (one row either way), and
 -- the tie went to message_key_until_idx (queue_id, until) with Index Cond queue_id alone (the
 -- clock in "until > now_ms()" is volatile, never an index condition): a walk of every key the
--- queue keeps, 10-13 ms a call at 60,000 (0.2-0.5 ms by message_key_pkey). So the key is asked
+-- queue keeps, 7.2-8.3 ms a keyed create at 60,000 against 0.23-0.29 on a new session
+-- (bench/experiments/emptied_table/keyed_create.py, docs/performance.md). So the key is asked
 -- for in message_key_pkey's order (ORDER BY idem_key, the key given as a range of one value,
 -- which unlike "=" does not make that order trivial): only message_key_pkey gives it, any other
 -- path needs a Sort, and enable_sort = off prices a Sort out. (A deterministic collation, which

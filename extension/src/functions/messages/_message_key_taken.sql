@@ -1,8 +1,9 @@
 -- The id of the live message with an idempotency key in a queue, else of the message that had the
 -- key within the queue's key_window_ms (pgqueue.message_key), else NULL: message_create's check of
 -- a key on a capped queue before it asks for room (a full queue would refuse the retry of an
--- enqueue that went through). One statement, one snapshot, as pgqueue._message_insert's two
--- look-ups; its own function for the SET clauses that message_create does without (its common
+-- enqueue that went through). Both look-ups in one statement, so in one snapshot (those of
+-- pgqueue._message_insert are two statements); its own function for the SET clauses that
+-- message_create does without (its common
 -- path pays no GUC save and restore; this one runs for a key on a capped queue alone): planned
 -- while the tables were recorded empty (a queue that drained, then a VACUUM or ANALYZE), the
 -- look-ups were Seq Scans, which the session's generic plan kept (tests/test_group_probes.py).

@@ -3,8 +3,8 @@
 -- Per row: a due time (epoch ms) or a delay (ms from publication), a message group and an
 -- idempotency key (as message_create_batch's p_groups and p_keys; checked again at publication,
 -- where a group needs a queue with groups). Errors: 22004 (NULL argument or content), 22023
--- (array lengths, negative delay, a group or key that is empty or longer than 200 characters,
--- rows staged already).
+-- (array lengths, negative delay, a row with both a due time and a delay, a group or key that is
+-- empty or longer than 200 characters, rows staged already).
 CREATE FUNCTION pgqueue.spark_stage(
     p_write_id     uuid,
     p_partition    integer,
@@ -49,6 +49,15 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_delays_ms) AS u(d) WHERE u.d < 0) THEN
         RAISE EXCEPTION 'delays must be >= 0 ms'
             USING ERRCODE = '22023';
+    END IF;
+    IF p_dequeue_ats IS NOT NULL AND p_delays_ms IS NOT NULL
+       AND EXISTS (SELECT 1 FROM unnest(p_dequeue_ats, p_delays_ms) AS u(a, d)
+                    WHERE u.a IS NOT NULL AND u.d IS NOT NULL) THEN
+        RAISE EXCEPTION 'row % has both a due time and a delay',
+                        (SELECT min(u.n) FROM unnest(p_dequeue_ats, p_delays_ms) WITH ORDINALITY AS u(a, d, n)
+                          WHERE u.a IS NOT NULL AND u.d IS NOT NULL)
+            USING ERRCODE = '22023',
+                  HINT = 'Give a row a due time (p_dequeue_ats) or a delay (p_delays_ms), not both.';
     END IF;
     IF cardinality(p_groups) <> v_n OR cardinality(p_keys) <> v_n THEN
         RAISE EXCEPTION 'p_groups and p_keys must have as many elements as p_contents (%)', v_n
