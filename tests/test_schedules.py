@@ -414,13 +414,17 @@ def test_a_scheduler_logs_an_outage_once_and_its_end(pg_server: Any, template_db
     try:
         with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
             def connected() -> bool:
+                # running: its session has run the schedules (its start's check connects too, and
+                # an outage then ends a start refused as this one is, at once: a CI run, session 51)
                 row = admin.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = %s "
-                                    "AND application_name = 'pgqueue-scheduler'", (name,)).fetchone()
+                                    "AND application_name = 'pgqueue-scheduler' AND query LIKE %s",
+                                    (name, "%pgqueue.schedule_run(%")).fetchone()
                 return bool(row and row[0])
 
             deadline = time.monotonic() + 10
             while not connected() and time.monotonic() < deadline:
                 time.sleep(0.05)
+            assert connected(), "the scheduler never ran the schedules"
             # the database goes away: its sessions ended, new ones refused
             admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(ident))
             admin.execute("SELECT pg_catalog.pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
