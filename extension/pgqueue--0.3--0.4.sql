@@ -980,7 +980,7 @@ COMMENT ON FUNCTION pgqueue._queue_quiesce(integer) IS
 -- admission.
 ALTER TABLE pgqueue.queue_size ADD COLUMN mark bigint;
 COMMENT ON COLUMN pgqueue.queue_size.mark IS
-    'the stripe''s enqueued counter when upper was counted (the bound is upper plus what was enqueued since); NULL: upper is the bound, kept by every admission';
+    'the stripe''s enqueued counter when upper was counted (the bound is upper plus what was enqueued since; above the counter: no bound, the next admission counts); NULL: upper is the bound, kept by every admission';
 DELETE FROM pgqueue.queue_size;
 
 -- The stripes' exactness marks for max_size: 64 sequences, pgqueue.queue_size_exact_<id & 63>
@@ -1146,6 +1146,15 @@ COMMENT ON FUNCTION pgqueue._size_recount_seq(integer) IS
 -- "full" bound under a window and refuse the next producers for up to 1 s with room to spare. A queue whose pgqueue.queue_size row is gone (queue_alter of
 -- max_size) is counted at once.
 --
+-- p_count 0 reserves nothing: it waits for the admissions in progress (their producers hold the
+-- row lock to their commit) and returns holding the lock. message_create calls it before it looks
+-- for an idempotency key a second time on a capped queue: a producer of the same key between its
+-- admission and its commit holds room the first look could not see it take, so the full queue
+-- would refuse (PQ003) the call that should return that producer's id (specs/idempotent_create.spec).
+-- A queue without its row gets one that a later admission recounts (mark above the counter),
+-- inserted the way an admission inserts it, so that it waits for a producer inserting it too
+-- (READ COMMITTED; under REPEATABLE READ the second look cannot see a new message anyway).
+--
 -- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size or the sequences:
 -- back-pressure must not depend on a row the producers it limits can write. It reads max_size
 -- itself. EXECUTE is revoked from PUBLIC and granted to producers by docs/grants.sql.
@@ -1169,8 +1178,25 @@ DECLARE
     v_t0      double precision;
     v_took    double precision;
 BEGIN
+    IF p_count = 0 THEN
+        -- the queue's lock stripe first, as every writer takes it (docs/locking.md, rule 1; the
+        -- callers of an admission hold it already): a row made for a queue being dropped would
+        -- outlive it. Under REPEATABLE READ no row is made: this snapshot may predate a drop.
+        PERFORM pgqueue._queue_lock(p_queue_id);
+    END IF;
     SELECT q.name, q.max_size INTO v_name, v_max FROM pgqueue.queue q WHERE q.id = p_queue_id;
-    IF v_max IS NULL OR p_count <= 0 THEN
+    IF v_max IS NULL OR p_count < 0 THEN
+        RETURN;
+    END IF;
+    IF p_count = 0 THEN
+        -- wait for the admissions in progress (see the header)
+        PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
+        IF NOT FOUND AND v_rc THEN
+            INSERT INTO pgqueue.queue_size (queue_id, upper, mark)
+            VALUES (p_queue_id, 0, 9223372036854775807)  -- recounted by the next admission
+                ON CONFLICT (queue_id) DO NOTHING;
+            PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
+        END IF;
         RETURN;
     END IF;
     SELECT s.upper, s.mark INTO v_upper, v_mark FROM pgqueue.queue_size s
@@ -1197,7 +1223,7 @@ BEGIN
     v_enq := coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 0)), 0)
            + coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 6)), 0);
     -- (a counter below the mark, which only a reset of an unused stripe's counters by
-    -- queue_create could cause, is recounted)
+    -- queue_create or a row inserted by a call with p_count 0 could cause, is recounted)
     v_bound := CASE WHEN NOT v_found OR v_enq < v_mark THEN NULL
                     WHEN v_mark IS NULL THEN v_upper
                     ELSE v_upper + (v_enq - v_mark) END;
@@ -1249,7 +1275,7 @@ $$;
 REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint) FROM PUBLIC;
 
 COMMENT ON FUNCTION pgqueue._queue_reserve(integer, bigint) IS
-    'pgqueue internal: admit p_count messages into a capped queue or raise PQ003; the only writer of pgqueue.queue_size';
+    'pgqueue internal: admit p_count messages into a capped queue or raise PQ003 (0: wait for the admissions in progress); the only writer of pgqueue.queue_size';
 
 -- Refuse to run p_what under REPEATABLE READ or SERIALIZABLE (PQ009; READ UNCOMMITTED runs as
 -- READ COMMITTED in PostgreSQL, and is let through as it): queue_drop, max_size and group_concurrency
@@ -2563,22 +2589,34 @@ BEGIN
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
             END IF;
         END IF;
-        IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
+        -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED.
+        -- With a key, no room yet: the queue as read after its lock stripe says whether it is
+        -- capped (a max_size set since the first statement's snapshot counts too).
+        v_queue := pgqueue._queue_admit(p_queue, CASE WHEN p_key IS NULL THEN 1 ELSE 0 END);
+        v_notify := v_queue.notify;
+        IF p_key IS NOT NULL AND v_queue.max_size IS NOT NULL THEN
             -- a capped queue: a key that is taken returns its message without asking for room
             -- (a full queue would refuse the retry of an enqueue that went through). In a
             -- function of its own, whose SET clauses keep the look-ups index probes whatever
             -- the statistics: this path alone pays their save and restore.
-            IF p_group IS NULL OR v_grouped THEN
-                v_id := pgqueue._message_key_taken(v_queue_id, p_key);
+            IF p_group IS NULL OR v_queue.group_concurrency IS NOT NULL THEN
+                v_id := pgqueue._message_key_taken(v_queue.id, p_key);
+                IF v_id IS NULL THEN
+                    -- A producer of the same key between its admission and its commit holds
+                    -- room that a full queue would refuse this call (PQ003) instead of
+                    -- returning that producer's id: wait for the admissions in progress (a
+                    -- count of 0, pgqueue._queue_reserve), then look again, in a new snapshot
+                    -- (specs/idempotent_create.spec).
+                    PERFORM pgqueue._queue_reserve(v_queue.id, 0);
+                    v_id := pgqueue._message_key_taken(v_queue.id, p_key);
+                END IF;
                 IF v_id IS NOT NULL THEN
-                    v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
+                    v_counted := pgqueue._counted(v_queue.id, 0);  -- enqueued, as for any key found taken
                     RETURN v_id;
                 END IF;
             END IF;
+            PERFORM pgqueue._queue_reserve(v_queue.id, 1);  -- the room (pgqueue._queue_admit)
         END IF;
-        -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
-        v_queue := pgqueue._queue_admit(p_queue, 1);
-        v_notify := v_queue.notify;
         IF p_group IS NOT NULL OR p_key IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
             v_id := pgqueue._message_insert(v_queue, p_content, p_dequeue_at, p_content_type, p_group, p_key, v_now);
         ELSE
@@ -4838,14 +4876,14 @@ COMMENT ON FUNCTION pgqueue.schedule_list() IS
 -- Enqueue the due slots of one schedule (pgqueue.schedule_run): from p_next_run, each slot up to
 -- p_now (or, with p_missed 'latest', the last of them only), at most p_limit; returns the ids of
 -- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
--- (p_capped) each message is created in a subtransaction of its own, and the first that the cap
--- refuses (PQ003) ends the call: that slot is the next one, due still, for a later call to
--- enqueue once there is room. So does one that waits more than 100 ms (or the caller's shorter
--- lock_timeout) for a lock
+-- (p_capped) the messages are created in batches, each in a subtransaction of its own (below),
+-- and the first slot that the cap refuses (PQ003) ends the call: that slot is the next one, due
+-- still, for a later call to enqueue once there is room. So does a batch that waits more than
+-- 100 ms (or the caller's shorter lock_timeout) for a lock
 -- (lock_not_available): the queue's admission row, which a producer's open transaction holds
 -- until it ends. The caller holds the rows of the schedules it fired before this one meanwhile,
 -- and every other scheduler skips them, so a wait here would stall every schedule, not only this
--- queue's (the caller's own lock_timeout is back in force after each message). (Uncapped queues
+-- queue's (the caller's own lock_timeout is back in force after each batch). (Uncapped queues
 -- take no subtransaction: never more than 64 of them in a transaction for the schedules that
 -- need none.)
 CREATE FUNCTION pgqueue._schedule_fire(
@@ -4868,12 +4906,21 @@ AS $$
 DECLARE
     v_slot bigint := p_next_run;
     v_next bigint;
-    v_id   bigint;
     v_hi   bigint;
     v_mid  bigint;
     v_last bigint;
     v_lt   text;     -- the caller's lock_timeout, while a capped queue's admission waits 100 ms at most
     v_full boolean;
+    v_held boolean;
+    v_slots bigint[];  -- the slots due, in order
+    v_n    integer;
+    v_i    integer;
+    v_done integer := 0;  -- how many of them have their message
+    v_try  integer;  -- the size of the next batch tried
+    v_k    integer;
+    v_new  bigint[];
+    v_queue pgqueue.queue;
+    v_created bigint := pgqueue.to_epoch(now());  -- created_at, as message_create has it
 BEGIN
     o_ids := '{}';
     o_slots := '{}';
@@ -4896,6 +4943,8 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+    -- the slots to enqueue, at most p_limit
+    v_slots := '{}';
     LOOP
         v_next := CASE WHEN p_cron IS NULL THEN v_slot + p_every_ms ELSE pgqueue._cron_next(p_cron, v_slot) END;
         -- 'latest': skip to the last slot that is due
@@ -4905,28 +4954,71 @@ BEGIN
                            ELSE v_next END;
             CONTINUE;
         END IF;
-        IF p_capped THEN
-            v_lt := current_setting('lock_timeout');
-            IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
-                PERFORM set_config('lock_timeout', '100ms', true);
-            END IF;
-            v_full := false;
-            BEGIN
-                v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
-            EXCEPTION WHEN SQLSTATE 'PQ003' OR lock_not_available THEN
-                v_full := true;  -- full, or its admission is held: this slot and the ones after it wait
-            END;
-            PERFORM set_config('lock_timeout', v_lt, true);
-            EXIT WHEN v_full;
-        ELSE
-            v_id := pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
-        END IF;
-        o_ids := o_ids || v_id;
-        o_slots := o_slots || v_slot;
+        v_slots := v_slots || v_slot;
         v_slot := v_next;
-        EXIT WHEN v_slot > p_now OR cardinality(o_ids) >= p_limit;
+        EXIT WHEN v_slot > p_now OR cardinality(v_slots) >= p_limit;
     END LOOP;
-    o_next := v_slot;
+    v_n := cardinality(v_slots);
+    IF NOT p_capped THEN
+        FOR v_i IN 1 .. v_n LOOP
+            o_ids := o_ids || pgqueue.message_create(p_queue, p_content, NULL::bigint, p_content_type);
+        END LOOP;
+        o_slots := v_slots;
+        o_next := v_slot;
+        RETURN;
+    END IF;
+    -- A capped queue: the slots in batches, each in a subtransaction (all or none: a batch the
+    -- cap refuses leaves nothing; pgqueue._queue_admit asks for the room of all of it). The first slot alone, so that a full queue costs one
+    -- subtransaction (and one xid) as before (tests/pgtap/50_schedule.sql), then the rest at
+    -- once; a refused batch is tried again at half its size, down to one slot. A batch that
+    -- fits leaves less room than its size, so the next one of that size is refused: about
+    -- 2 log2(n) subtransactions a call (36 for 100,000 slots), of which at most log2(n) + 2 are
+    -- kept (those refused roll back), where a subtransaction a slot (until 0.4) kept one a
+    -- message: past 64 kept subtransactions with an xid, a transaction's snapshot data
+    -- overflows, and every snapshot taken on the server while it runs looks transactions up in
+    -- pg_subtrans (tests/test_schedules.py counts the transaction ids that a catch-up takes).
+    v_try := 1;
+    WHILE v_done < v_n LOOP
+        v_k := least(v_try, v_n - v_done);
+        v_lt := current_setting('lock_timeout');
+        IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
+            PERFORM set_config('lock_timeout', '100ms', true);
+        END IF;
+        v_full := false;
+        v_held := false;
+        BEGIN
+            -- what message_create_batch does with v_k copies of the content, without an array
+            -- of them: k copies of a large content past 1 GB in all failed the whole run (54000)
+            -- (and held that much memory below it); one row at a time by _message_insert, as
+            -- into a grouped queue, also when the queue has none
+            v_queue := pgqueue._queue_admit(p_queue, v_k);
+            v_new := ARRAY(SELECT pgqueue._message_insert(v_queue, p_content, NULL::bigint, p_content_type,
+                                                          NULL::text, NULL::text, v_created)
+                             FROM generate_series(1, v_k) AS g(n) ORDER BY g.n);
+            PERFORM pgqueue._counted_n(v_queue.id, 0, v_k);  -- enqueued (queue_counters)
+            IF v_queue.notify THEN
+                PERFORM pg_notify('pgqueue.' || v_queue.name, v_queue.name);
+            END IF;
+        EXCEPTION
+            WHEN SQLSTATE 'PQ003' THEN
+                v_full := true;  -- no room for v_k: fewer may fit
+            WHEN lock_not_available THEN
+                v_held := true;  -- its admission is held: this slot and the ones after it wait
+        END;
+        PERFORM set_config('lock_timeout', v_lt, true);
+        EXIT WHEN v_held OR (v_full AND v_k = 1);  -- the slot the cap refused is the next one
+        IF v_full THEN
+            v_try := v_k / 2;
+        ELSE
+            o_ids := o_ids || v_new;
+            o_slots := o_slots || v_slots[v_done + 1 : v_done + v_k];
+            v_done := v_done + v_k;
+            IF v_done = 1 THEN
+                v_try := v_n - 1;  -- the first slot had room: the rest at once
+            END IF;
+        END IF;
+    END LOOP;
+    o_next := CASE WHEN v_done < v_n THEN v_slots[v_done + 1] ELSE v_slot END;
 END;
 $$;
 
@@ -5495,8 +5587,10 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 -- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
 -- behind the groups already waiting: the round-robin. Called after a message of the group was
--- handed out (message_dequeue) or left the queue (pgqueue._message_left), under the group's
--- lock, so that every such decision sees the ones committed before it. Returns whether a turn
+-- handed out (message_dequeue, message_complete_and_dequeue, message_complete_batch), left the
+-- queue (pgqueue._message_left), was enqueued behind a waiting one into a group with room
+-- (pgqueue._message_insert), or its limit was raised (queue_alter), under the group's lock, so
+-- that every such decision sees the ones committed before it. Returns whether a turn
 -- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
 -- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
 --
@@ -5580,7 +5674,8 @@ COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
 -- DO NOTHING of the later one waits for the earlier one's transaction; if it commits, the later
 -- one reads its id (READ COMMITTED: a new snapshot per statement; REPEATABLE READ raises 40001).
 -- Groups: under the group's lock (pgqueue._message_group_lock) the message gets its group's turn
--- at once if the group has none waiting and room in flight; a message without a group in a
+-- at once if the group has none waiting and room in flight, and no message of the group waits
+-- ahead of it (else that one gets the turn, below); a message without a group in a
 -- grouped queue is a group of its own and always has its turn. The turn's key: a message due now
 -- (p_dequeue_at NULL) has it from the clock in microseconds, read after the xid, as a turn handed
 -- on has (pgqueue._turn_key), so it goes behind every turn handed on before it was written, also
@@ -5619,6 +5714,7 @@ DECLARE
     v_turn bigint;
     v_id   bigint;
     v_held boolean;
+    v_hand boolean := false;  -- the group's turn is an earlier waiting message's (below)
 BEGIN
     PERFORM pgqueue._check_message_key(p_group, 'message group'::text);
     PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::text);
@@ -5670,8 +5766,21 @@ BEGIN
                     USING ERRCODE = '40001',
                           HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
             END IF;
+            v_turn := NULL;  -- (a round of this loop after a key's conflict decides again)
+            v_hand := false;
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN
-                v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
+                -- Room, and a message of the group waiting without a turn ahead of this one by
+                -- (dequeue_at, id): a group can be left below its limit with messages waiting
+                -- (a further round of a dequeue hands no turn on to a group whose lock it would
+                -- take out of stripe order, docs/guarantees.md), and the turn is that message's,
+                -- not this later one's (tests/test_fuzz_groups.py). It gets it once this one is in.
+                IF EXISTS (SELECT 1 FROM pgqueue.message w
+                            WHERE w.queue_id = p_queue.id AND w.group_key = p_group AND w.turn_at IS NULL
+                              AND w.dequeue_at <= v_at) THEN
+                    v_hand := true;
+                ELSE
+                    v_turn := pgqueue._turn_key(v_at, p_dequeue_at IS NULL);
+                END IF;
             END IF;
         END IF;
         INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content, content_type,
@@ -5683,6 +5792,9 @@ BEGIN
         ON CONFLICT (queue_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
+            IF v_hand THEN
+                PERFORM pgqueue._message_group_next(p_queue.id, p_group, p_queue.group_concurrency);
+            END IF;
             RETURN v_id;
         END IF;
         -- another producer's message with this key committed while this one waited: read it

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,16 @@ def snapshot(conn: psycopg.Connection[Any]) -> dict[str, list[Row]]:
         # table names are constants of this module, not input
         out[table] = conn.execute(f"SELECT t.* FROM {table} t ORDER BY t.{key}").fetchall()
     return out
+
+
+def wait_for_lock_waiters(admin: psycopg.Connection[Any], n: int) -> None:
+    """Until ``n`` sessions of the database wait on a lock (10 s at most, else fail)."""
+    for _ in range(500):
+        if admin.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() "
+                         "AND wait_event_type = 'Lock'").fetchone() == (n,):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not {n} waiting")
 
 
 def sqlstate_of(conn: psycopg.Connection[Any], query: str, params: Sequence[Any] | None = None) -> str | None:

@@ -12,6 +12,7 @@ import time
 import psycopg
 import pytest
 
+from helpers import wait_for_lock_waiters
 from pgqueue import AsyncQueue, Queue, errors
 from test_cli import run
 
@@ -302,16 +303,6 @@ def _call_noting(dsn: str, results: dict[str, str], name: str, statement: str, p
             results[name] = type(exc).__name__
 
 
-def _wait_for_lock_waiters(admin: psycopg.Connection[tuple[object, ...]], n: int) -> None:
-    """Until ``n`` sessions of the database wait on a lock (10 s at most, else fail)."""
-    for _ in range(500):
-        if admin.execute("SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() "
-                         "AND wait_event_type = 'Lock'").fetchone() == (n,):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not {n} waiting")
-
-
 @pytest.mark.parametrize("consumer_first", ["lower stripe", "higher stripe"])
 def test_a_producers_batch_and_a_consumers_batch_take_group_locks_in_one_order(dsn: str, consumer_first: str) -> None:
     """A producer's batch over groups a and b (a on the lower stripe), and a consumer's
@@ -334,7 +325,7 @@ def test_a_producers_batch_and_a_consumers_batch_take_group_locks_in_one_order(d
             _call_noting(dsn, results, name, statement, params)
 
         def waiting(n: int) -> None:
-            _wait_for_lock_waiters(admin, n)
+            wait_for_lock_waiters(admin, n)
 
         with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into group a
             holder.execute("SELECT pgqueue.message_create('gq', 'held', p_group => %s)", (a,))
@@ -379,7 +370,7 @@ def test_single_calls_that_hand_turns_on_take_group_locks_in_stripe_order(dsn: s
             _call_noting(dsn, results, name, statement, params)
 
         def waiting(n: int) -> None:
-            _wait_for_lock_waiters(admin, n)
+            wait_for_lock_waiters(admin, n)
 
         threads = []
         with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into lo
@@ -455,10 +446,10 @@ def test_a_further_round_of_a_dequeue_takes_no_lock_below_one_it_took(dsn: str, 
         with psycopg.connect(dsn) as holder:  # an open transaction that enqueued into hi
             holder.execute("SELECT pgqueue.message_create('gq', 'held', p_group => %s)", (hi,))
             threads[0].start()  # round 1 takes h1 and waits for hi's lock to hand h2 the turn
-            _wait_for_lock_waiters(admin, 1)
+            wait_for_lock_waiters(admin, 1)
             admin.execute("SELECT pgqueue.message_create('gq', 'l1', p_group => %s)", (lo,))  # lo's turn
             threads[1].start()  # holds lo's lock, waits for hi's
-            _wait_for_lock_waiters(admin, 2)
+            wait_for_lock_waiters(admin, 2)
         for thread in threads:
             thread.join(20)
         assert results == {"dequeue": "ok", "producer": "ok"}, results
@@ -611,13 +602,13 @@ def test_a_stale_acknowledgement_does_not_count_its_groups_lock_as_held(dsn: str
                 "SELECT count(*) FROM pgqueue.message_complete_and_dequeue(%s::bigint[], %s::integer[], 'dl', 4)",
                 ([mine[0], stale_one[0]], [mine[1], 99])))
             a.start()
-            _wait_for_lock_waiters(admin, 1)
+            wait_for_lock_waiters(admin, 1)
             admin.execute("SELECT pgqueue.message_create('dl', 'turn', p_group => %s)", (lo,))  # lo gets a turn
             b = threading.Thread(target=_call_noting, args=(
                 dsn, results, "batch", "SELECT pgqueue.message_complete_batch(%s::bigint[], %s::integer[])",
                 ([b_lo[0], b_hi[0]], [b_lo[1], b_hi[1]])))
             b.start()
-            _wait_for_lock_waiters(admin, 2)
+            wait_for_lock_waiters(admin, 2)
         a.join(20)
         b.join(20)
     assert results == {"complete_and_dequeue": "ok", "batch": "ok"}, results

@@ -235,6 +235,27 @@ def test_the_check_catches_duplicates_losses_and_leftovers(dsn: str) -> None:
     assert "dead letters (0) are not the poison messages (1)" in text
 
 
+def test_the_check_says_the_database_dead_lettered_a_message_whose_leases_ran_out(dsn: str) -> None:
+    """A slow message whose heartbeats fell behind (a machine with too many workers x handlers:
+    60 workers on 2 cores did it) is dead-lettered by the database when its last lease runs out,
+    and no handler reports it: the check says so, not "completed 0x, dead-lettered 0x" alone."""
+    queue = Queue(dsn, "demo_check")
+    queue.create(max_attempts=1)
+    slow = queue.enqueue("slow")
+    tally = Tally()
+    tally.enqueued(slow, "slow")
+    assert [m.id for m in queue.dequeue(1, lock_ms=1)] == [slow]
+    time.sleep(0.05)
+    assert queue.dequeue(1) == []  # the take's look at expired leases dead-letters it
+    problems = check(queue, tally, Counter(slow=1))
+    assert problems == [
+        f"slow message {slow}: completed 0x, dead-lettered 0x by a worker, but dead-lettered by the "
+        "database after attempt 1 (lease expired): its heartbeats fell behind (too many workers x "
+        "handlers for this machine?)",
+        "the dead letters (1) are not the poison messages (0)",
+    ]
+
+
 def test_the_check_passes_when_all_is_accounted_for(dsn: str) -> None:
     queue = Queue(dsn, "demo_check")
     queue.create(max_attempts=1)

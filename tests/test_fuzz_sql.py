@@ -594,13 +594,14 @@ INVARIANTS = {
     "leased without a token": "SELECT count(*) FROM pgqueue.message WHERE locked_until IS NOT NULL AND attempts < 1",
     "both live and dead": "SELECT count(*) FROM pgqueue.message m JOIN pgqueue.dead_letter d ON d.id = m.id",
     "no default queue": "SELECT count(*) = 0 FROM pgqueue.queue WHERE name = 'default'",
-    # the bound of pgqueue._queue_reserve: upper, plus what the stripe enqueued since mark
+    # the bound of pgqueue._queue_reserve: upper, plus what the stripe enqueued since mark (a
+    # counter below the mark: no bound, the next admission recounts)
     "queue_size below the real count": """
-        SELECT count(*) FROM pgqueue.queue_size s
-         WHERE s.upper + CASE WHEN s.mark IS NULL THEN 0
-                              ELSE coalesce(pg_sequence_last_value(pgqueue._count_seq(s.queue_id, 0)), 0)
-                                   + coalesce(pg_sequence_last_value(pgqueue._count_seq(s.queue_id, 6)), 0)
-                                   - s.mark END
+        SELECT count(*) FROM pgqueue.queue_size s,
+               LATERAL (SELECT coalesce(pg_sequence_last_value(pgqueue._count_seq(s.queue_id, 0)), 0)
+                               + coalesce(pg_sequence_last_value(pgqueue._count_seq(s.queue_id, 6)), 0) AS e) c
+         WHERE (s.mark IS NULL OR c.e >= s.mark)
+           AND s.upper + CASE WHEN s.mark IS NULL THEN 0 ELSE c.e - s.mark END
                < (SELECT count(*) FROM pgqueue.message m WHERE m.queue_id = s.queue_id)""",
 }
 SPARK_INVARIANTS = {

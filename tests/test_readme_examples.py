@@ -540,7 +540,8 @@ def test_grouped_enqueues_in_opposite_orders_deadlock(dsn: str) -> None:
 # "armed": the first handler call stops it with SIGINT, as Ctrl-C would (or, if no handler is
 # called within 10 s, a timer does, and the block's check fails on its empty calls).
 RUNNER = r'''
-import json, os, signal, sys, threading
+import faulthandler, json, os, signal, sys, threading
+faulthandler.dump_traceback_later(40)  # every thread's stack to stderr before the test's timeout
 blocks = json.load(sys.stdin)
 calls = []
 armed = threading.Event()
@@ -559,6 +560,7 @@ def smtp_send(**kwargs): _called("smtp_send", kwargs)
 namespace = {"__name__": "__readme__", "send_email": send_email, "send_email_async": send_email_async,
              "smtp_send": smtp_send}
 for block in blocks:
+    print("starting README line %d" % block["line"], flush=True)
     if block["feed"] is not None:  # a message for the worker to handle
         import pgqueue
         with pgqueue.Queue(block["dsn"], "emails") as q:
@@ -612,8 +614,12 @@ def test_python_examples_run_in_order(dsn: str) -> None:
             "isolated": "async def" in code,
             "feed": {"to": "a@example.com"} if ".run()" in code else None,
         })
-    proc = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(payload), capture_output=True,
-                          text=True, timeout=50, cwd=REPO, check=False)
+    try:
+        proc = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps(payload), capture_output=True,
+                              text=True, timeout=50, cwd=REPO, check=False)
+    except subprocess.TimeoutExpired as exc:  # which block hung, and every thread's stack at 40 s
+        out, err = (x.decode() if isinstance(x, bytes) else x or "" for x in (exc.stdout, exc.stderr))
+        pytest.fail(f"the examples ran past 50 s\nstdout:\n{out}\nstderr:\n{err}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["line"] for r in results] == [b.line for b in blocks], proc.stdout

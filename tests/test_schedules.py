@@ -133,6 +133,60 @@ def test_a_full_capped_queue_holds_up_its_own_schedule_only(dsn: str) -> None:
         queue.close()
 
 
+def test_a_capped_catch_up_keeps_few_subtransactions(dsn: str) -> None:
+    """An 'all' catch-up into a capped queue with room for fewer messages than its slots: it
+    fills the room, the refused slot and those after it stay due, and the call keeps few
+    subtransactions. Each subtransaction kept with an xid takes one from the server's counter;
+    past 64 in one transaction its snapshot data overflows for every session of the server. Up
+    to 0.3 each message was a subtransaction of its own (300 slots: 200 xids, one a message
+    that fitted); the slots now go in batches, halved when refused (pgqueue._schedule_fire)."""
+    capped = Queue(dsn, "capped_catch_up")
+    capped.create(max_size=1000)
+    capped.enqueue_many(["filler"] * 800)
+    start = datetime.now(timezone.utc) - timedelta(seconds=299.5)
+    create_schedule(dsn, "catch_up", "capped_catch_up", "c", every=1, missed="all", start_at=start)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def xid() -> int:
+            row = conn.execute("SELECT txid_current()").fetchone()
+            assert row is not None
+            return int(row[0])
+
+        before = xid()
+        done = run_schedules(conn)
+        taken = xid() - before - 1  # the call's own xids (the second txid_current() takes one)
+    assert len(done) == 200 and capped.stats(exact=True).ready == 1000
+    slots = [m.slot for m in done]
+    assert slots == sorted(slots) and len(set(slots)) == 200
+    assert slots[0] <= start + timedelta(milliseconds=1)
+    # one for the call and one a batch, kept or refused: 300 slots, room for 200, so 1 kept, 299
+    # refused, 149 kept, 149 and 74 refused, 37 kept, 37 and 18 refused, 9 kept, 9 refused, 4
+    # kept, 4, 2 and 1 refused: 16 (up to 0.3: one a message, 201)
+    assert 1 <= taken <= 20, f"the catch-up took {taken} transaction ids"
+    due = {e.name: e.next_run for e in list_schedules(dsn)}
+    assert due["catch_up"] == slots[-1] + timedelta(seconds=1)  # the first refused slot is due
+    assert run_schedules(dsn) == []  # full: nothing, and no error
+    capped.dequeue(50, lock_ms=0)
+    assert len(run_schedules(dsn)) == 50 and capped.stats(exact=True).ready == 1000
+    capped.close()
+
+
+@pytest.mark.slow
+def test_a_capped_catch_up_of_a_large_content_is_not_an_array_of_copies(dsn: str) -> None:
+    """A review's case: the batches of a capped catch-up were arrays of copies of the content
+    (message_create_batch of array_fill): 99 copies of 11 MiB passed the 1-GiB limit of a value
+    and the whole run failed (54000), every run after it too. One row at a time, no copies
+    (about 8 s here: the 100 rows' contents are compressed)."""
+    Queue(dsn, "capped_big").create(max_size=1000)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.schedule_create('big', 'capped_big', convert_to(repeat('x', 11 * 1024 * 1024), "
+                     "'UTF8'), p_every_ms => 1000, p_missed => 'all', p_start_at => pgqueue.now_ms() - 99500)")
+        done = run_schedules(conn)
+        assert len(done) == 100
+        row = conn.execute("SELECT count(*), min(octet_length(content)) FROM pgqueue.message m "
+                           "JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'capped_big'").fetchone()
+    assert row == (100, 11 * 1024 * 1024)
+
+
 def test_a_schedule_held_by_its_full_queue_is_said_once(dsn: str, caplog: pytest.LogCaptureFixture,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """A schedule that its full capped queue holds back is a NOTICE (SQLSTATE PQ003) naming it:

@@ -582,13 +582,22 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str]) -> list[str]
     sent = sum(expected_kinds.values())
     if len(tally.kinds) != sent:
         problems.append(f"{sent - len(tally.kinds):,} messages were never enqueued")
+    poison = {i for i, k in tally.kinds.items() if k == "poison"}
+    dead_letters = {d.id: d for d in queue.dead_letters(limit=max(1000, 2 * len(poison)))}
     for msg_id, kind in tally.kinds.items():
         completed, dead = tally.completed[msg_id], tally.dead[msg_id]
         if kind == "poison":
             if dead != 1 or completed:
                 problems.append(f"poison message {msg_id}: dead-lettered {dead}x, completed {completed}x")
         elif completed != 1 or dead:
-            problems.append(f"{kind} message {msg_id}: completed {completed}x, dead-lettered {dead}x")
+            problem = f"{kind} message {msg_id}: completed {completed}x, dead-lettered {dead}x"
+            letter = dead_letters.get(msg_id)
+            if not completed and not dead and letter is not None:
+                # no handler ended it: the database dead-lettered it when its last lease ran out
+                problem += (f" by a worker, but dead-lettered by the database after attempt {letter.attempts} "
+                            f"({letter.last_error}): its heartbeats fell behind (too many workers x "
+                            "handlers for this machine?)")
+            problems.append(problem)
     for msg_id in (tally.completed.keys() | tally.dead.keys()) - tally.kinds.keys():
         problems.append(f"message {msg_id} was processed but never enqueued")
     # The database must agree: nothing left, and the dead letters are exactly the poison ones.
@@ -596,10 +605,8 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str]) -> list[str]
     if stats.ready or stats.scheduled or stats.leased:
         problems.append(f"left in the queue: {stats.ready} ready, {stats.scheduled} scheduled, "
                         f"{stats.leased} leased")
-    poison = {i for i, k in tally.kinds.items() if k == "poison"}
-    dead_ids = [d.id for d in queue.dead_letters(limit=max(1000, 2 * len(poison)))]
-    if sorted(dead_ids) != sorted(poison):
-        problems.append(f"the dead letters ({len(dead_ids)}) are not the poison messages ({len(poison)})")
+    if dead_letters.keys() != poison:
+        problems.append(f"the dead letters ({len(dead_letters)}) are not the poison messages ({len(poison)})")
     return problems
 
 

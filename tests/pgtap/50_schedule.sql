@@ -88,7 +88,11 @@ DO $$ BEGIN FOR i IN 1 .. 20 LOOP INSERT INTO starve SELECT r.schedule FROM pgqu
 SELECT is((SELECT count(*) FROM starve WHERE schedule = 'due_b'), 1::bigint, 'p_limit 2, two schedules an hour behind: the third fires too');
 SELECT pgqueue.schedule_drop('behind_a'); SELECT pgqueue.schedule_drop('behind_c'); SELECT pgqueue.schedule_drop('due_b');
 -- schedules stuck at a full capped queue are visited once a call, not once a pass (each visit
--- is a subtransaction that fails and takes an xid)
+-- is a subtransaction that fails and takes an xid), and a visit tries the first slot alone (one
+-- subtransaction, not one for each size a refused batch is halved to: with 11 slots due, 4).
+-- Measured in session 52: 42-43 (the call itself 21, counted from another session: 20 for the
+-- stuck schedules and its own; the rest xids the set-up above assigned, which this
+-- transaction's snapshot counts too); 4 a visit took 103
 SELECT pgqueue.queue_create('full_' || i, p_max_size => 1) FROM generate_series(1, 20) i;
 SELECT pgqueue.message_create('full_' || i, 'x') FROM generate_series(1, 20) i;
 SELECT pgqueue.schedule_create('stuck_' || i, 'full_' || i, 'x', p_every_ms => 1000, p_missed => 'all',
@@ -97,7 +101,7 @@ SELECT pgqueue.schedule_create('long', 's', 'l', p_every_ms => 1000, p_missed =>
 CREATE TEMP TABLE xids AS SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS before;
 SELECT is((SELECT count(*) FROM pgqueue.schedule_run(1000) r WHERE r.schedule = 'long'), 1000::bigint,
           '20 schedules stuck at full queues: the backlog gets the whole limit');
-SELECT cmp_ok(pg_snapshot_xmax(pg_current_snapshot())::text::bigint - (SELECT before FROM xids), '<', 100::bigint,
+SELECT cmp_ok(pg_snapshot_xmax(pg_current_snapshot())::text::bigint - (SELECT before FROM xids), '<', 50::bigint,
               'and the call took an xid for each stuck schedule about once (not once a pass)');
 SELECT pgqueue.queue_drop('full_' || i) FROM generate_series(1, 20) i;
 SELECT pgqueue.schedule_drop('long');

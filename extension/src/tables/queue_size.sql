@@ -12,7 +12,7 @@ CREATE TABLE pgqueue.queue_size (
 
 COMMENT ON TABLE pgqueue.queue_size IS 'pgqueue internal: cached upper bound of live messages per capped queue';
 COMMENT ON COLUMN pgqueue.queue_size.mark IS
-    'the stripe''s enqueued counter when upper was counted (the bound is upper plus what was enqueued since); NULL: upper is the bound, kept by every admission';
+    'the stripe''s enqueued counter when upper was counted (the bound is upper plus what was enqueued since; above the counter: no bound, the next admission counts); NULL: upper is the bound, kept by every admission';
 
 -- The stripes' exactness marks for max_size: 64 sequences, pgqueue.queue_size_exact_<id & 63>
 -- (pgqueue._size_exact_seq). A sequence, because the mark must outlive the transaction that sets

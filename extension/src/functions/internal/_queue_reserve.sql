@@ -40,6 +40,15 @@
 -- "full" bound under a window and refuse the next producers for up to 1 s with room to spare. A queue whose pgqueue.queue_size row is gone (queue_alter of
 -- max_size) is counted at once.
 --
+-- p_count 0 reserves nothing: it waits for the admissions in progress (their producers hold the
+-- row lock to their commit) and returns holding the lock. message_create calls it before it looks
+-- for an idempotency key a second time on a capped queue: a producer of the same key between its
+-- admission and its commit holds room the first look could not see it take, so the full queue
+-- would refuse (PQ003) the call that should return that producer's id (specs/idempotent_create.spec).
+-- A queue without its row gets one that a later admission recounts (mark above the counter),
+-- inserted the way an admission inserts it, so that it waits for a producer inserting it too
+-- (READ COMMITTED; under REPEATABLE READ the second look cannot see a new message anyway).
+--
 -- SECURITY DEFINER so that producers need no privilege on pgqueue.queue_size or the sequences:
 -- back-pressure must not depend on a row the producers it limits can write. It reads max_size
 -- itself. EXECUTE is revoked from PUBLIC and granted to producers by docs/grants.sql.
@@ -63,8 +72,25 @@ DECLARE
     v_t0      double precision;
     v_took    double precision;
 BEGIN
+    IF p_count = 0 THEN
+        -- the queue's lock stripe first, as every writer takes it (docs/locking.md, rule 1; the
+        -- callers of an admission hold it already): a row made for a queue being dropped would
+        -- outlive it. Under REPEATABLE READ no row is made: this snapshot may predate a drop.
+        PERFORM pgqueue._queue_lock(p_queue_id);
+    END IF;
     SELECT q.name, q.max_size INTO v_name, v_max FROM pgqueue.queue q WHERE q.id = p_queue_id;
-    IF v_max IS NULL OR p_count <= 0 THEN
+    IF v_max IS NULL OR p_count < 0 THEN
+        RETURN;
+    END IF;
+    IF p_count = 0 THEN
+        -- wait for the admissions in progress (see the header)
+        PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
+        IF NOT FOUND AND v_rc THEN
+            INSERT INTO pgqueue.queue_size (queue_id, upper, mark)
+            VALUES (p_queue_id, 0, 9223372036854775807)  -- recounted by the next admission
+                ON CONFLICT (queue_id) DO NOTHING;
+            PERFORM FROM pgqueue.queue_size s WHERE s.queue_id = p_queue_id FOR UPDATE;
+        END IF;
         RETURN;
     END IF;
     SELECT s.upper, s.mark INTO v_upper, v_mark FROM pgqueue.queue_size s
@@ -91,7 +117,7 @@ BEGIN
     v_enq := coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 0)), 0)
            + coalesce(pg_sequence_last_value(pgqueue._count_seq(p_queue_id, 6)), 0);
     -- (a counter below the mark, which only a reset of an unused stripe's counters by
-    -- queue_create could cause, is recounted)
+    -- queue_create or a row inserted by a call with p_count 0 could cause, is recounted)
     v_bound := CASE WHEN NOT v_found OR v_enq < v_mark THEN NULL
                     WHEN v_mark IS NULL THEN v_upper
                     ELSE v_upper + (v_enq - v_mark) END;
@@ -143,4 +169,4 @@ $$;
 REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint) FROM PUBLIC;
 
 COMMENT ON FUNCTION pgqueue._queue_reserve(integer, bigint) IS
-    'pgqueue internal: admit p_count messages into a capped queue or raise PQ003; the only writer of pgqueue.queue_size';
+    'pgqueue internal: admit p_count messages into a capped queue or raise PQ003 (0: wait for the admissions in progress); the only writer of pgqueue.queue_size';

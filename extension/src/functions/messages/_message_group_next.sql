@@ -2,8 +2,10 @@
 -- its turn and fewer than p_concurrency in flight (0: no limit), its first message waiting behind,
 -- by (dequeue_at, id), gets the turn from now on (pgqueue._turn_key: not before the clock), so
 -- behind the groups already waiting: the round-robin. Called after a message of the group was
--- handed out (message_dequeue) or left the queue (pgqueue._message_left), under the group's
--- lock, so that every such decision sees the ones committed before it. Returns whether a turn
+-- handed out (message_dequeue, message_complete_and_dequeue, message_complete_batch), left the
+-- queue (pgqueue._message_left), was enqueued behind a waiting one into a group with room
+-- (pgqueue._message_insert), or its limit was raised (queue_alter), under the group's lock, so
+-- that every such decision sees the ones committed before it. Returns whether a turn
 -- was given. The turn's key is read after the caller's DELETE or UPDATE assigned its xid, as the
 -- session hints of pgqueue._message_take need (that is why no trigger watches turn_at alone).
 --

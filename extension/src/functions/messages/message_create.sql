@@ -75,22 +75,34 @@ BEGIN
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
             END IF;
         END IF;
-        IF p_key IS NOT NULL AND v_max_size IS NOT NULL THEN
+        -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED.
+        -- With a key, no room yet: the queue as read after its lock stripe says whether it is
+        -- capped (a max_size set since the first statement's snapshot counts too).
+        v_queue := pgqueue._queue_admit(p_queue, CASE WHEN p_key IS NULL THEN 1 ELSE 0 END);
+        v_notify := v_queue.notify;
+        IF p_key IS NOT NULL AND v_queue.max_size IS NOT NULL THEN
             -- a capped queue: a key that is taken returns its message without asking for room
             -- (a full queue would refuse the retry of an enqueue that went through). In a
             -- function of its own, whose SET clauses keep the look-ups index probes whatever
             -- the statistics: this path alone pays their save and restore.
-            IF p_group IS NULL OR v_grouped THEN
-                v_id := pgqueue._message_key_taken(v_queue_id, p_key);
+            IF p_group IS NULL OR v_queue.group_concurrency IS NOT NULL THEN
+                v_id := pgqueue._message_key_taken(v_queue.id, p_key);
+                IF v_id IS NULL THEN
+                    -- A producer of the same key between its admission and its commit holds
+                    -- room that a full queue would refuse this call (PQ003) instead of
+                    -- returning that producer's id: wait for the admissions in progress (a
+                    -- count of 0, pgqueue._queue_reserve), then look again, in a new snapshot
+                    -- (specs/idempotent_create.spec).
+                    PERFORM pgqueue._queue_reserve(v_queue.id, 0);
+                    v_id := pgqueue._message_key_taken(v_queue.id, p_key);
+                END IF;
                 IF v_id IS NOT NULL THEN
-                    v_counted := pgqueue._counted(v_queue_id, 0);  -- enqueued, as for any key found taken
+                    v_counted := pgqueue._counted(v_queue.id, 0);  -- enqueued, as for any key found taken
                     RETURN v_id;
                 END IF;
             END IF;
+            PERFORM pgqueue._queue_reserve(v_queue.id, 1);  -- the room (pgqueue._queue_admit)
         END IF;
-        -- unknown queue (raises), capped queue, a drop/alter got in first, or not READ COMMITTED
-        v_queue := pgqueue._queue_admit(p_queue, 1);
-        v_notify := v_queue.notify;
         IF p_group IS NOT NULL OR p_key IS NOT NULL OR v_queue.group_concurrency IS NOT NULL THEN
             v_id := pgqueue._message_insert(v_queue, p_content, p_dequeue_at, p_content_type, p_group, p_key, v_now);
         ELSE
