@@ -899,3 +899,28 @@ def test_a_process_the_handlers_module_forks_ends_on_sigterm_as_before(dsn: str,
     assert proc.returncode == 0, (proc.returncode, err)
     assert (tmp_path / "child_status").read_text() == str(-signal.SIGTERM), err
     assert "Traceback" not in err and "before it started" not in err, err
+
+
+def test_a_signal_while_run_puts_the_handlers_back_goes_to_the_previous_handler(dsn: str) -> None:
+    """A second SIGTERM that lands while run()'s finally puts the handlers back: that restore has
+    taken the saved handlers and not yet reached SIGTERM's, so the worker's handler, still
+    installed, restored nothing and raised the signal again to itself, and again: a
+    RecursionError out of `pgqueue worker` (a CI run of
+    tests/test_worker.py::test_a_signal_repeated_as_the_worker_stops_still_exits_0, session 52).
+    Here the interrupted restore is set up by hand: the handlers taken, the worker's still in
+    place."""
+    got: list[int] = []
+    original = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        worker = Worker(Queue(dsn, "jobs"), lambda msg: None, handle_signals=False)
+        worker.install_signal_handlers()
+        assert signal.getsignal(signal.SIGTERM) is not previous
+        worker._ended.set()  # run() has returned ...
+        worker._saved_signals = None  # ... and its restore has taken the saved handlers
+        signal.raise_signal(signal.SIGTERM)
+        assert got == [signal.SIGTERM]  # the previous handler had it, once
+        assert signal.getsignal(signal.SIGTERM) is previous
+    finally:
+        signal.signal(signal.SIGTERM, original)
