@@ -910,7 +910,7 @@ def test_a_signal_while_run_puts_the_handlers_back_goes_to_the_previous_handler(
     Here the interrupted restore is set up by hand: the handlers taken, the worker's still in
     place."""
     got: list[int] = []
-    original = signal.getsignal(signal.SIGTERM)
+    originals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
     try:
         previous = signal.getsignal(signal.SIGTERM)
@@ -921,6 +921,8 @@ def test_a_signal_while_run_puts_the_handlers_back_goes_to_the_previous_handler(
         worker._saved_signals = None  # ... and its restore has taken the saved handlers
         signal.raise_signal(signal.SIGTERM)
         assert got == [signal.SIGTERM]  # the previous handler had it, once
-        assert signal.getsignal(signal.SIGTERM) is previous
+        # and every handler the worker took is back (those the interrupted restore had not reached)
+        assert {sig: signal.getsignal(sig) for sig in originals} == {**originals, signal.SIGTERM: previous}
     finally:
-        signal.signal(signal.SIGTERM, original)
+        for sig, handler in originals.items():
+            signal.signal(sig, handler)

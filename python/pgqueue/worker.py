@@ -358,13 +358,16 @@ class Worker(WorkerCore):
         def on_signal(signum: int, frame: FrameType | None) -> None:
             if self._ended.is_set():  # run() has returned: the signal is no longer the worker's
                 self.restore_signal_handlers()
-                if signal.getsignal(signum) is on_signal:
-                    # it came while the main thread was putting the handlers back (run()'s
-                    # finally, which this handler interrupts): that restore took them before this
-                    # one could, and has not reached this signal yet. Raised again here it would
-                    # come back to this handler, and again, to a RecursionError (a CI run of
-                    # tests/test_worker.py, a second SIGTERM as the worker stopped)
-                    signal.signal(signum, saved[signal.Signals(signum)])
+                # It may have come while the main thread was putting the handlers back (run()'s
+                # finally, which this handler interrupts): that restore took them before this one
+                # could, and has not reached this signal yet. Raised again to this handler it would
+                # come back, again and again, to a RecursionError (a CI run of tests/test_worker.py,
+                # a second SIGTERM as the worker stopped). So every one still this handler's is put
+                # back here (also those after it: the previous handler may raise, a
+                # KeyboardInterrupt, and end the interrupted restore's loop).
+                for sig, previous in saved.items():
+                    if signal.getsignal(sig) is on_signal:
+                        signal.signal(sig, previous)
                 signal.raise_signal(signum)
                 return
             # Between two bytecodes of the main thread, maybe inside a lock: act from a thread.
