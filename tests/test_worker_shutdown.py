@@ -926,3 +926,43 @@ def test_a_signal_while_run_puts_the_handlers_back_goes_to_the_previous_handler(
     finally:
         for sig, handler in originals.items():
             signal.signal(sig, handler)
+
+
+def test_async_worker_puts_each_previous_handler_back_without_the_default_between(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AsyncWorker's restore called loop.remove_signal_handler, which sets SIG_DFL (SIGINT:
+    default_int_handler), and only then the previous handler: a second SIGTERM in between ended
+    `pgqueue worker` with 143 instead of going to the command's handler (a review of session 52,
+    the window test_a_signal_repeated_as_the_worker_stops_still_exits_0[async_obey] races). Each
+    signal's disposition now goes straight back to the previous handler."""
+    originals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    real = signal.signal
+    set_to: list[tuple[int, Any]] = []
+
+    def recording(sig: int, handler: Any) -> Any:
+        set_to.append((sig, handler))
+        return real(sig, handler)
+
+    async def handle(msg: Message) -> None:
+        return None
+
+    async def install_and_restore() -> None:
+        before = {sig: signal.getsignal(sig) for sig in originals}  # (asyncio.run's own SIGINT handler)
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handle)
+        restore = worker._install_signal_handlers()
+        taken = [sig for sig in originals if signal.getsignal(sig) is not before[sig]]
+        assert signal.SIGTERM in taken, taken  # (the loop's handlers were in place)
+        monkeypatch.setattr(signal, "signal", recording)
+        try:
+            restore()
+        finally:
+            monkeypatch.setattr(signal, "signal", real)
+        assert set_to == [(sig, before[sig]) for sig in taken], set_to
+        assert {sig: signal.getsignal(sig) for sig in originals} == before
+
+    try:
+        asyncio.run(install_and_restore())
+        assert {sig: signal.getsignal(sig) for sig in originals} == originals
+    finally:
+        for sig, handler in originals.items():
+            real(sig, handler)

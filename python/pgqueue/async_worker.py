@@ -187,9 +187,27 @@ class AsyncWorker(WorkerCore):
             loop.add_signal_handler(sig, self._on_signal, sig)
 
         def restore() -> None:
+            # The previous handler first, then the loop's entry: loop.remove_signal_handler sets
+            # SIG_DFL (SIGINT: default_int_handler) before the previous handler could be put
+            # back, and a signal between the two ended `pgqueue worker` with 143 (SIGINT: a
+            # KeyboardInterrupt in here) instead of going to the command's handler (a review).
+            # asyncio's own loop keeps its entries in _signal_handlers: dropped from there, a
+            # signal that still comes through the loop's wakeup fd finds no entry and is
+            # ignored; another loop (uvloop) is left to its own removal.
+            entries = getattr(loop, "_signal_handlers", None)
+            own = isinstance(loop, asyncio.SelectorEventLoop) and isinstance(entries, dict)
             for sig, previous in saved.items():
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, previous)
+                if own:
+                    signal.signal(sig, previous)
+                    entries.pop(sig, None)  # type: ignore[union-attr]
+                else:
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, previous)
+            if own and not entries:
+                try:  # as loop.remove_signal_handler does when none is left
+                    signal.set_wakeup_fd(-1)
+                except (ValueError, OSError):
+                    pass
 
         return restore
 
