@@ -957,6 +957,10 @@ def test_async_worker_puts_each_previous_handler_back_without_the_default_betwee
             restore()
         finally:
             monkeypatch.setattr(signal, "signal", real)
+        # the loop's entries are gone (loop.close() would reset the signals to SIG_DFL) and so is
+        # its wakeup fd (left on the closed socket, a later signal would write into its number)
+        assert not asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
+        assert signal.set_wakeup_fd(-1) == -1
         assert set_to == [(sig, before[sig]) for sig in taken], set_to
         assert {sig: signal.getsignal(sig) for sig in originals} == before
 
