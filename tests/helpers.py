@@ -64,6 +64,20 @@ def wait_for_lock_waiters(admin: psycopg.Connection[Any], n: int) -> None:
     raise AssertionError(f"not {n} waiting")
 
 
+#: The context PostgreSQL gives a wait for the locker of a newer version of a row: under READ
+#: COMMITTED a FOR UPDATE SKIP LOCKED whose row's updater commits while it looks at the row
+#: locks the row's newer versions too, waiting for their lockers whatever SKIP LOCKED says
+#: (heap_lock_updated_tuple), so two takes can deadlock through the rows alone (docs/locking.md).
+UPDATE_CHAIN_WAIT = "while locking updated version"
+
+
+def deadlock_kind(exc: psycopg.errors.DeadlockDetected) -> str:
+    """Tell a deadlock through PostgreSQL's update-chain wait ("update chain") from one through
+    the locks pgqueue takes in an order of its own ("lock order": its lock stripes, group
+    locks and rows as its statements lock them)."""
+    return "update chain" if UPDATE_CHAIN_WAIT in (exc.diag.context or "") else "lock order"
+
+
 def sqlstate_of(conn: psycopg.Connection[Any], query: str, params: Sequence[Any] | None = None) -> str | None:
     """Run a statement and return the SQLSTATE it failed with, or None if it succeeded."""
     try:
