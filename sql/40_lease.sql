@@ -125,6 +125,40 @@ SELECT pgqueue.message_complete_batch('{}', '{}') AS empty_batch;
 SELECT pgqueue.message_complete_batch(ARRAY[(SELECT min(id) + 1 FROM batch)], ARRAY[2]) AS new_holder_completes;
 DROP TABLE batch;
 
+-- Heartbeats of a batch: each lease with its own token extended; stale tokens (a lease that ran
+-- out and went to another delivery, a message gone or never leased) come back in input order
+-- and change nothing.
+SELECT count(*) AS created FROM pgqueue.message_create_batch('qlease', ARRAY['h1', 'h2', 'h3']::bytea[]);
+CREATE TEMP TABLE beats AS SELECT id, attempts FROM pgqueue.message_dequeue('qlease', 3, 1000);
+-- h2's lease runs out and h2 is handed out again (token 2); h4 is never leased
+UPDATE pgqueue.message SET locked_until = 0 WHERE id = (SELECT min(id) + 1 FROM beats);
+SELECT attempts AS h2_again FROM pgqueue.message_dequeue('qlease', 1, 1000);
+SELECT pgqueue.message_create('qlease', convert_to('h4', 'UTF8')) AS h4 \gset
+SELECT pgqueue.now_ms() AS before_ms \gset
+SELECT pgqueue.message_heartbeat_batch(array_agg(id ORDER BY id) || ARRAY[:h4, -1]::bigint[],
+                                       array_agg(attempts ORDER BY id) || ARRAY[0, 1])
+       = ARRAY[(SELECT min(id) + 1 FROM beats), :h4, -1] AS h2_h4_gone_stale
+  FROM beats;
+-- h1 and h3 extended by the queue's lock_ms (60 s); h2's new lease (1 s) and h4 untouched
+SELECT convert_from(content, 'UTF8') AS content, attempts,
+       locked_until BETWEEN :before_ms + 60000 AND pgqueue.now_ms() + 60000 AS extended_60s,
+       locked_until IS NULL AS ready
+  FROM pgqueue.message WHERE id IN (SELECT id FROM beats) OR id = :h4 ORDER BY id;
+-- an explicit p_lock_ms; an id listed twice with one token is extended once and not stale; with
+-- an old token beside the new one, the old one's place is stale
+SELECT pgqueue.now_ms() AS before_ms \gset
+SELECT pgqueue.message_heartbeat_batch(ARRAY[b.id, b.id, b.id], ARRAY[2, 2, 1], 600000)
+       = ARRAY[b.id] AS old_token_stale
+  FROM (SELECT min(id) + 1 AS id FROM beats) b;
+SELECT locked_until BETWEEN :before_ms + 600000 AND pgqueue.now_ms() + 600000 AS extended_600s, attempts
+  FROM pgqueue.message WHERE id = (SELECT min(id) + 1 FROM beats);
+SELECT pgqueue.message_heartbeat_batch('{}', '{}') AS empty_batch;
+SELECT pgqueue.message_complete_batch(array_agg(id ORDER BY id), array_agg(CASE WHEN id = (SELECT min(id) + 1 FROM beats) THEN 2 ELSE attempts END ORDER BY id)) AS completed_all
+  FROM beats;
+SELECT pgqueue.message_complete(:h4, 0) AS h4_not_leased;
+SELECT count(*) AS h4_dequeued FROM pgqueue.message_dequeue('qlease', 1, 0) WHERE id = :h4;
+DROP TABLE beats;
+
 -- Acknowledge and fetch in one call: the finished message is completed and the next one handed
 -- out; a stale acknowledgement comes back as a row with stale = true (id and the token given).
 SELECT count(*) AS created FROM pgqueue.message_create_batch('qlease', ARRAY['f1', 'f2', 'f3']::bytea[]);

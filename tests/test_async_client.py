@@ -20,7 +20,7 @@ from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, Queue
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
-from test_client import LEFT_OPEN, bounded, socket_port
+from test_client import LEFT_OPEN, bounded, heartbeat_many_renews_each_with_its_own_token, socket_port
 
 Conn = psycopg.Connection[Any]
 
@@ -564,6 +564,7 @@ def test_async_tasks_and_reject(dsn: str) -> None:
     scenarios.complete_many_uses_each_messages_own_token,
     scenarios.complete_and_dequeue_in_one_statement,
     scenarios.an_older_delivery_beside_the_newest_is_lost,
+    heartbeat_many_renews_each_with_its_own_token,
 ], ids=lambda s: s.__name__)
 def test_async_shared_scenario(scenario: scenarios.Scenario, dsn: str, conn: Conn) -> None:
     Queue(conn, "jobs").create()

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
@@ -1373,6 +1374,46 @@ def test_complete_and_dequeue_acknowledges_and_fetches_in_one_statement(queue: Q
 
 def test_an_older_delivery_beside_the_newest_is_lost(queue: Queue, conn: Conn) -> None:
     scenarios.run(scenarios.an_older_delivery_beside_the_newest_is_lost, queue, conn)
+
+
+def leases_left(conn: Conn, ids: list[int]) -> dict[int, int]:
+    """Milliseconds left on the leases of messages, by id."""
+    rows = conn.execute("SELECT id, locked_until - pgqueue.now_ms() FROM pgqueue.message WHERE id = ANY(%s)",
+                        (ids,)).fetchall()
+    return {int(i): int(left) for i, left in rows}
+
+
+async def heartbeat_many_renews_each_with_its_own_token(q: Any, conn: Conn) -> None:
+    """heartbeat_many (both clients, one message_heartbeat_batch statement) extends each lease
+    whose token is current, and returns the rest in the order given: a stale token (the lease
+    ran out and the message went to another delivery), and the older of two deliveries of one
+    message given together (never sent); a delivery listed twice is extended once."""
+    ids = await q.enqueue_many(["a", "b", "c", "d"])
+    a, b, c, d = await q.dequeue(4, lock_ms=1000)
+    for m in (b, d):  # their leases run out and they go to other deliveries (attempts 2)
+        conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (m.id,))
+    b2, d2 = await q.dequeue(2, lock_ms=1000)
+    assert [(m.id, m.attempts) for m in (b2, d2)] == [(b.id, 2), (d.id, 2)]
+    assert await q.heartbeat_many([a, b, c, d, d2, a], 60000) == [b, d]
+    left = leases_left(conn, ids)
+    assert all(left[m.id] > 50000 for m in (a, c, d2))
+    assert left[b.id] <= 1000  # the other delivery's lease was not touched
+    assert await q.heartbeat_many([b2]) == []  # lock_ms None: the queue's (30 s)
+    assert 25000 < leases_left(conn, [b.id])[b.id] <= 30000
+    assert await q.heartbeat_many([]) == []
+    with pytest.raises(errors.InvalidArgument):
+        await q.heartbeat_many([a], 0)  # a lease of 0 ms is refused by the server
+    with pytest.raises(errors.InvalidArgument):
+        await q.heartbeat_many([a], "60000")  # refused before the server
+    with pytest.raises(errors.InvalidArgument):
+        await q.heartbeat_many([a, "not a message"])
+    with pytest.raises(errors.InvalidArgument):  # more than one statement takes
+        await q.heartbeat_many([replace(a, id=a.id + i) for i in range(10001)], 60000)
+    assert all(left > 50000 for left in leases_left(conn, [a.id, c.id]).values())  # the refused calls changed nothing
+
+
+def test_heartbeat_many_renews_each_lease_with_its_own_token(queue: Queue, conn: Conn) -> None:
+    scenarios.run(heartbeat_many_renews_each_with_its_own_token, queue, conn)
 
 
 def test_queue_and_schedule_creation_times_are_utc_whatever_the_sessions_time_zone(dsn: str) -> None:

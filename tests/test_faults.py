@@ -656,6 +656,23 @@ class StoppedBackends:
             self.resume(pid)
 
 
+def stopped_between_beats(conn: Conn, loop: list[int], beats: list[int]) -> StoppedBackends:
+    """Stop the loop's and the heartbeats' backends at a moment the heartbeats' are idle: one
+    stopped inside a beat holds its rows locked (FOR UPDATE), and the loop's take, which skips
+    locked rows, then never takes the expired lease (a beat is a few ms every third of the
+    lease: about one run in 30 stopped inside one, seen once the beat locked its rows for a
+    whole batch). A backend stopped after it reported idle has committed its beat."""
+    for _ in range(100):
+        stopped = StoppedBackends(loop + beats)
+        states = {r[0] for r in conn.execute("SELECT state FROM pg_catalog.pg_stat_activity WHERE pid = ANY (%s)",
+                                             (beats,))}
+        if states == {"idle"}:
+            return stopped
+        stopped.__exit__()
+        time.sleep(0.01)
+    raise AssertionError("the heartbeats' backend was never found idle")
+
+
 def heartbeat_backends(conn: Conn) -> list[int]:
     """The pids of the workers' heartbeat connections in this database (after their first beat)."""
     return [r[0] for r in conn.execute(
@@ -687,7 +704,7 @@ def test_a_message_leased_again_after_a_stall_is_not_run_again_by_the_worker_hol
         wait_for(lambda: len(ledger.started) == 1 and heartbeat_backends(conn), what="a handler and a beat")
         loop, beats = loop_backends(conn), heartbeat_backends(conn)
         assert len(loop) == 1 and len(beats) == 1, (loop, beats)
-        with StoppedBackends(loop + beats) as stopped:
+        with stopped_between_beats(conn, loop, beats) as stopped:
             time.sleep(2.5)  # the lease (1.5 s) runs out: nothing renews it
             stopped.resume(loop[0])  # the loop's poll takes the expired lease (attempt 2)
             wait_for(lambda: "leased again" in caplog.text or len(ledger.started) > 1, what="the take")

@@ -268,6 +268,7 @@ ACKNOWLEDGEMENTS = {
     "complete": "SELECT pgqueue.message_complete(%s::bigint, %s::integer)",
     "complete_batch": "SELECT pgqueue.message_complete_batch(ARRAY[%s]::bigint[], ARRAY[%s]::integer[])",
     "heartbeat": "SELECT pgqueue.message_heartbeat(%s::bigint, %s::integer, 60000)",
+    "heartbeat_batch": "SELECT pgqueue.message_heartbeat_batch(ARRAY[%s]::bigint[], ARRAY[%s]::integer[], 60000)",
     "defer": "SELECT pgqueue.message_defer(%s::bigint, %s::integer, NULL)",
     "fail": "SELECT pgqueue.message_fail(%s::bigint, %s::integer, 'boom')",
     "reject": "SELECT pgqueue.message_reject(%s::bigint, %s::integer, 'bad')",
@@ -334,7 +335,11 @@ def _emptied_table_calls(conn: psycopg.Connection[Any], dsn: str, kind: str) -> 
             if kind == "grouped":  # a second message in the first one's group: its completion hands the turn on
                 conn.execute("SELECT pgqueue.message_create('emptied', '\\x00'::bytea, p_group => %s)", (f"g{i}.0",))
             run("SELECT pgqueue.message_complete(%s, %s)", take())
-            run("SELECT pgqueue.message_heartbeat(%s, %s, 60000)", take())
+            a, a_att = take()
+            run("SELECT pgqueue.message_heartbeat(%s, %s, 60000)", (a, a_att))
+            beats = run("SELECT pgqueue.message_heartbeat_batch(%s::bigint[], %s::integer[], 60000)",
+                        ([a, -1], [a_att, 1]))
+            assert beats.rows == [([-1],)], beats.rows
             run("SELECT pgqueue.message_defer(%s, %s, NULL)", take())
             run("SELECT pgqueue.message_fail(%s, %s, 'boom')", take())
             run("SELECT pgqueue.message_reject(%s, %s, 'bad')", take())  # to the dead letters
@@ -417,7 +422,8 @@ def test_the_consumer_calls_planned_on_an_emptied_table_still_probe_by_index(
                                      f"({node.get('Index Cond', 'no Index Cond')}; Filter {node.get('Filter')}) "
                                      f"in: {text[:150]}")
     assert not problems, "\n".join(sorted(problems))
-    called = {"message_dequeue", "message_complete", "message_heartbeat", "message_defer", "message_fail",
+    called = {"message_dequeue", "message_complete", "message_heartbeat", "message_heartbeat_batch",
+              "message_defer", "message_fail",
               "message_reject", "message_complete_batch", "message_complete_and_dequeue", "message_cancel",
               "queue_next_due", "message_peek"}
     if kind == "plain":

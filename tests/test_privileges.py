@@ -105,6 +105,7 @@ def test_producer_can_enqueue_and_read_stats_only(roles: Roles) -> None:
     msg_id, attempts = seed(roles)
     denied(p, f"SELECT pgqueue.message_complete({msg_id}, {attempts})")
     denied(p, f"SELECT pgqueue.message_heartbeat({msg_id}, {attempts}, 1000)")
+    denied(p, f"SELECT pgqueue.message_heartbeat_batch(ARRAY[{msg_id}]::bigint[], ARRAY[{attempts}], 1000)")
     denied(p, f"SELECT pgqueue.message_defer({msg_id}, {attempts}, NULL)")
     denied(p, f"SELECT pgqueue.message_fail({msg_id}, {attempts}, 'no')")
 
@@ -370,6 +371,7 @@ def test_consumers_cannot_move_messages_onto_other_ids(roles: Roles, pg_server: 
     # what the consumer's calls write still works: lease, heartbeat, defer, fail, complete
     (mid, token), = run(c, "SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1, 60000)")
     assert run(c, f"SELECT pgqueue.message_heartbeat({mid}, {token}, 60000)") == [(True,)]
+    assert run(c, f"SELECT pgqueue.message_heartbeat_batch(ARRAY[{mid}]::bigint[], ARRAY[{token}], 60000)") == [([],)]
     assert run(c, f"SELECT pgqueue.message_defer({mid}, {token}, 0)") == [(True,)]
     (mid, token), = run(c, "SELECT id, attempts FROM pgqueue.message_dequeue('jobs', 1, 60000)")
     assert run(c, f"SELECT pgqueue.message_fail({mid}, {token}, 'boom')") == [(True,)]

@@ -242,6 +242,15 @@ def _heartbeat(rows: Rows, run: Run) -> None:
     assert 59_000 < m["locked_until"] - m["now"] <= 60_000
 
 
+def _heartbeat_batch(rows: Rows, run: Run) -> None:
+    assert scalar(rows) == [] and run.lease is not None and run.second is not None  # both tokens current
+    for mid in (run.lease[0], run.second):
+        m = msg(run, mid)
+        assert 59_000 < m["locked_until"] - m["now"] <= 60_000
+    assert run.one("SELECT pgqueue.message_complete(%s, 1)", run.second) == (True,)  # "43" done with
+    run.second = None
+
+
 def _defer(rows: Rows, run: Run) -> None:
     assert run.lease is not None
     mid = run.lease[0]
@@ -334,6 +343,7 @@ EXPECT: dict[str, Callable[[Rows, Run], None]] = {
     "message_complete_batch(ARRAY[42, 43]": _batch_complete,
     "message_complete_and_dequeue(ARRAY[42]": _complete_and_dequeue,
     "message_heartbeat(42, 1, 60000)": _heartbeat,
+    "message_heartbeat_batch(ARRAY[42, 43]": _heartbeat_batch,
     "message_defer(42, 1,": _defer,
     "message_fail(42, 1, 'SMTP timeout')": _fail,
     "message_reject(42, 1, 'malformed')": _reject,
@@ -354,7 +364,7 @@ EXPECT: dict[str, Callable[[Rows, Run], None]] = {
 
 # the calls that act on "message 42": each needs the message leased, with attempts 1
 LEASE_CALLS = ("message_complete(42,", "message_complete_batch(ARRAY[42", "message_complete_and_dequeue(ARRAY[42",
-               "message_heartbeat(42,", "message_defer(42,", "message_fail(42,", "message_reject(42,")
+               "message_heartbeat(42,", "message_heartbeat_batch(ARRAY[42", "message_defer(42,", "message_fail(42,", "message_reject(42,")
 
 
 def bind(statement: str, run: Run) -> str:

@@ -222,6 +222,10 @@ def scenario(conn: Conn) -> Transcript:
     # the scenario's own SQL must not meet the hostile operators either: OPERATOR(pg_catalog.=)
     t.clock("heartbeat lease", one(conn, "SELECT locked_until FROM pgqueue.message "
                                          "WHERE id OPERATOR(pg_catalog.=) %s::bigint", (urgent,)), 120_000)
+    s("heartbeat batch", "SELECT pgqueue.message_heartbeat_batch(ARRAY[%s, -1]::bigint[], ARRAY[%s, 1]::integer[], 180000)",
+      (urgent, tok_u))
+    t.clock("heartbeat batch lease", one(conn, "SELECT locked_until FROM pgqueue.message "
+                                               "WHERE id OPERATOR(pg_catalog.=) %s::bigint", (urgent,)), 180_000)
     s("complete", "SELECT pgqueue.message_complete(%s, %s)", (urgent, tok_u))
     s("complete stale", "SELECT pgqueue.message_complete(%s, %s)", (urgent, tok_u))
     s("complete batch stale", "SELECT pgqueue.message_complete_batch(ARRAY[%s]::bigint[], ARRAY[%s]::integer[])",
@@ -403,6 +407,7 @@ def test_hostile_objects_change_nothing(pg_server: Server, conn: Conn, hostile_d
     assert steps["complete"] == [(True,)] and steps["complete stale"] == [(False,)]
     assert steps["back-pressure"] == "PQ003"
     assert steps["to_epoch"] == [(1582979696789, -1)]
+    assert steps["heartbeat"] == [(True,)] and steps["heartbeat batch"] == [([-1],)]
     assert steps["spark claim"] == [(1,)] and steps["spark ack"] == [(2,)], "premise: the Spark calls ran"
     assert [c for c, *_ in steps["group lease"]] == ["l1", "l2", "m1"]
     assert steps["group complete"] == steps["group complete last"] == [(True,)]

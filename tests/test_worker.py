@@ -28,6 +28,7 @@ from pgqueue._worker_core import Step
 from pgqueue.worker import Result, Worker
 from worker_handlers import marks
 
+Conn = psycopg.Connection[Any]
 TESTS = Path(__file__).resolve().parent
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 
@@ -846,6 +847,85 @@ def test_the_lease_read_at_start_holds_when_the_queue_lock_ms_is_lowered_meanwhi
         release.set()
     [result] = [r for r in results.items if r.message.id == held]
     assert result.acknowledged
+
+
+def heartbeat_statements(conn: Conn) -> dict[str, int]:
+    """How many times each heartbeat function has run in this database, as the statistics of
+    the sessions that track functions say (a session's counts come in within a second, or when it ends)."""
+    rows = conn.execute("SELECT funcname, calls FROM pg_stat_user_functions "
+                        "WHERE schemaname = 'pgqueue' AND funcname IN ('message_heartbeat', 'message_heartbeat_batch')"
+                        ).fetchall()
+    return {"message_heartbeat": 0, "message_heartbeat_batch": 0, **{str(f): int(n) for f, n in rows}}
+
+
+def locked_until(conn: Conn, ids: list[int]) -> dict[int, int]:
+    rows = conn.execute("SELECT id, locked_until FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchall()
+    return {int(i): int(t) for i, t in rows}
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_heartbeat_round_renews_every_running_handlers_lease_with_one_statement(kind: str, dsn: str,
+                                                                                  conn: Conn) -> None:
+    """20 handlers run past their lease (600 ms: a round every 200 ms): each round of heartbeats
+    is ONE statement (message_heartbeat_batch) for the 20 messages, counted by the server
+    (track_functions in the worker's sessions) and matched against the rounds the worker made;
+    and the 20 leases really move. Before, a round made 20 statements (message_heartbeat)."""
+    from pgqueue import AsyncQueue
+
+    n = 20
+    tracked = make_conninfo(dsn, options="-c track_functions=pl")
+    queue = make_queue(dsn, lock_ms=600)
+    ids = queue.enqueue_many([f"m{i}" for i in range(n)])
+    release = threading.Event()
+    results = Results()
+
+    def handler(msg: Message) -> None:
+        release.wait(20)
+
+    async def async_handler(msg: Message) -> None:
+        deadline = time.monotonic() + 20
+        while not release.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    worker: Worker | AsyncWorker = (
+        Worker(Queue(tracked, "jobs"), handler, concurrency=n, on_result=results) if kind == "Worker"
+        else AsyncWorker(AsyncQueue(tracked, "jobs"), async_handler, concurrency=n, on_result=results))
+    # the rounds: each a list of the sizes of the calls it made (the worker's _held is called once a round)
+    lock = threading.Lock()
+    rounds: list[list[int]] = []
+    held, beat = worker._held, worker._beat
+
+    def counted_held() -> list[Message]:
+        with lock:
+            rounds.append([])
+        return held()
+
+    def counted_beat(msgs: Any) -> Any:
+        with lock:
+            rounds[-1].append(len(msgs) if isinstance(msgs, list) else 1)
+        return beat(msgs)
+
+    worker._held = counted_held  # type: ignore[method-assign]
+    worker._beat = counted_beat  # type: ignore[method-assign]
+    try:
+        with running(worker):
+            wait_for(lambda: worker.in_flight == n, what="the 20 handlers")
+            time.sleep(0.25)  # a round with the 20 in hand
+            before = locked_until(conn, ids)
+            time.sleep(0.8)  # four rounds
+            after = locked_until(conn, ids)
+            release.set()
+            wait_for(lambda: results.count("completed") == n, what="the completions")
+    finally:
+        release.set()
+    assert sorted(after) == sorted(ids) and all(after[i] > before[i] for i in ids), (before, after)
+    with lock:
+        made = [r for r in rounds if r]
+    assert all(len(r) == 1 for r in made), made  # ONE call a round
+    assert made.count([n]) >= 4, made  # of the 20 messages, while the 20 handlers ran
+    # the worker's sessions have ended: their counts come in
+    wait_for(lambda: heartbeat_statements(conn)["message_heartbeat_batch"] >= len(made), what="the statistics")
+    assert heartbeat_statements(conn) == {"message_heartbeat": 0, "message_heartbeat_batch": len(made)}
 
 
 # -- the embedded server the workers' tests and the demo run on ----------------------------

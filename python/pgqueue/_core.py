@@ -58,6 +58,9 @@ MAX_BIGINT = 2**63 - 1
 MAX_PRIORITY = 2**31 - 1
 #: The most characters of an error text stored in ``last_error``.
 MAX_ERROR_CHARS = 8000
+#: The most messages one call of the ``*_batch`` functions takes (``message_heartbeat_batch``,
+#: ``message_complete_batch``), as the most a dequeue hands out.
+MAX_BATCH = 10000
 #: The shortest heartbeat interval in seconds, however short the lease.
 MIN_HEARTBEAT_INTERVAL = 0.005
 
@@ -756,6 +759,23 @@ def heartbeat(msg: Message, lock_ms: int | None = None) -> Call[bool]:
     """Return the call that extends a lease to now + lock_ms (None: the queue's); False if lost."""
     check_int("lock_ms", lock_ms)
     return Call(_sql.HEARTBEAT, {**_token(msg), "lock_ms": lock_ms}, _bool)
+
+
+def heartbeat_batch(msgs: Iterable[Message], lock_ms: int | None = None) -> Call[list[Message]]:
+    """Return the call that extends many leases to now + lock_ms (None: each queue's) in one
+    statement, each with its own token as :func:`heartbeat`; its result is the messages whose
+    lease was lost (those changed nothing), in the order given: the server's stale tokens, and
+    each delivery of a message older than another one given (never sent). At most
+    :data:`MAX_BATCH` messages a call."""
+    check_int("lock_ms", lock_ms)
+    given = list(msgs)
+    send, older = _newest(given)
+
+    def result(rows: list[Row]) -> list[Message]:
+        stale = set(rows[0][0] or ())  # ids: each is sent once
+        return [m for m in given if older(m) or m.id in stale]
+
+    return Call(_sql.HEARTBEAT_BATCH, {**_token_arrays(send), "lock_ms": lock_ms}, result)
 
 
 def defer(msg: Message, *, delay: Delay | None = None, at: When | None = None,

@@ -2,17 +2,27 @@
 :class:`pgqueue.AsyncQueue` (one message held) and both workers (every message in hand).
 
 The rule is here and nowhere else: a beat every third of the lease (:func:`interval`); each
-round renews every held message once, in order; a message whose beat answers False has lost
-its lease (it ran out and the message went to another delivery): it is logged once and never
-beaten again (it is known by its token, id and attempts, so a later delivery of the same id
-is beaten as usual); a beat that fails with a lost connection is tried once more at once (the
-beat's connector opens a new connection: waiting for the next round would spend a third of
-the lease); a beat that raises otherwise, or again, ends the round, is logged (a run of failures
-once: :class:`Outage`), and the next round tries again.
+round renews every held message once, with ONE call for all of them (``beat(messages)``: the
+workers' is ``message_heartbeat_batch``, a call a chunk of at most
+:data:`~pgqueue._core.MAX_BATCH`; ``receive()``, holding one message, calls
+``message_heartbeat``), so that a worker holding hundreds of messages pays one round trip a
+round, not one a message. The messages sent are those held when the round starts that are not
+known lost and still held (none once stopping), checked again before each chunk; of two
+deliveries of one message (a stale one whose handler still runs after its lease ran out, and
+the delivery after it) only the newest token is sent, and the older counts as not renewed. A
+message the call did not renew (its token was stale: the lease ran out and the message went to
+another delivery) and that is still held after the call has lost its lease: it is logged once
+and never beaten again (it is known by its token, id and attempts, so a later delivery of the
+same id is beaten as usual); one settled while the call ran is neither reported nor remembered.
+A call that fails with a lost connection is made once more at once (the beat's connector opens
+a new connection: waiting for the next round would spend a third of the lease); a call that
+raises otherwise, or again, ends the round, is logged (a run of failures once: :class:`Outage`),
+and the next round tries again. A round with nothing to send makes no call (and tells the
+:class:`Outage` nothing).
 
-A round is a generator that does no I/O: it yields each message to renew and is sent whether
-the beat renewed it, psycopg's way of writing a protocol once for blocking and asyncio
-callers. :class:`Heartbeats` drives it from a thread with a blocking beat,
+A round is a generator that does no I/O: it yields each chunk of messages to renew and is sent
+the messages of it that the call did not renew, psycopg's way of writing a protocol once for
+blocking and asyncio callers. :class:`Heartbeats` drives it from a thread with a blocking beat,
 :class:`AsyncHeartbeats` from a task with an awaited one; the two are kept line for line alike.
 """
 
@@ -26,7 +36,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable
 
 import psycopg
 
-from pgqueue._core import heartbeat_interval
+from pgqueue._core import MAX_BATCH, _newest, heartbeat_interval
 from pgqueue.errors import ConnectionFailed, PgQueueError, translate
 from pgqueue.message import Message
 
@@ -58,22 +68,30 @@ def _token(msg: Message) -> Token:
 
 
 def _round(held: Iterable[Message], lost: set[Token],
-           still_held: Callable[[Message], bool]) -> Generator[Message, bool, list[Message]]:
-    """Renew each held message once: yield it, receive whether its beat renewed it.
+           still_held: Callable[[Message], bool]) -> Generator[list[Message], list[Message], list[Message]]:
+    """Renew the held messages with one call a chunk: yield the chunk (distinct ids, the newest
+    token of each, at most ``MAX_BATCH``), receive the messages of it that the call did not renew.
 
-    Returns the messages found lost in this round (added to ``lost``). A message that is no
-    longer held (settled meanwhile) is skipped, and its False answer is no loss.
+    Returns the messages found lost in this round (added to ``lost``): those not renewed, and
+    the older deliveries of a message whose newest was sent. A message that is no longer held
+    after the call (settled meanwhile) is no loss.
     """
+    todo = [m for m in held if _token(m) not in lost and still_held(m)]
+    send, older = _newest(todo)
     newly: list[Message] = []
-    for msg in held:
-        if _token(msg) in lost or not still_held(msg):
+    for start in range(0, len(send), MAX_BATCH):
+        chunk = [m for m in send[start:start + MAX_BATCH] if still_held(m)]
+        if not chunk:
             continue
-        renewed = yield msg
-        if not renewed and still_held(msg):
-            lost.add(_token(msg))
-            newly.append(msg)
-            log.warning("message %d on queue %s: lease lost before it was settled (it will be "
-                        "delivered again; raise lock_ms?)", msg.id, msg.queue)
+        refused = {_token(m) for m in (yield chunk)}
+        sent = {m.id for m in chunk}
+        for msg in todo:
+            if (msg.id in sent and (older(msg) or _token(msg) in refused) and _token(msg) not in lost
+                    and still_held(msg)):
+                lost.add(_token(msg))
+                newly.append(msg)
+                log.warning("message %d on queue %s: lease lost before it was settled (it will be "
+                            "delivered again; raise lock_ms?)", msg.id, msg.queue)
     return newly
 
 
@@ -120,28 +138,31 @@ class Outage:
 
 class Heartbeats:
     """A thread that renews the leases of the messages ``held()`` returns, every ``period``
-    seconds, by calling ``beat(message)`` (True: renewed; False: the lease was lost).
+    seconds, by calling ``beat(messages)`` once a round (once a chunk of ``MAX_BATCH``), which
+    returns those of them whose lease it did not renew (it was lost).
 
     Parameters:
         held: the messages to renew now (called at each round).
-        beat: renews one lease; it may raise :data:`BEAT_ERRORS` (logged, retried next round;
-            a lost connection is retried once at once, so ``beat`` should take its connection
-            anew at each call, opening another after a loss).
+        beat: renews the leases of the messages given (distinct ids) in one call and returns
+            those not renewed (``_core.heartbeat_batch``); it may raise :data:`BEAT_ERRORS`
+            (logged, retried next round; a lost connection is retried once at once, so ``beat``
+            should take its connection anew at each call, opening another after a loss).
         period: seconds between rounds (see :func:`interval`).
         still_held: tells whether a message is still held (default: always), so that one
             settled while its round runs is neither beaten nor reported lost.
         name: the thread's name.
     """
 
-    def __init__(self, held: Callable[[], Iterable[Message]], beat: Callable[[Message], bool], period: float, *,
-                 still_held: Callable[[Message], bool] = _always, name: str = "pgqueue-heartbeat") -> None:
+    def __init__(self, held: Callable[[], Iterable[Message]], beat: Callable[[list[Message]], list[Message]],
+                 period: float, *, still_held: Callable[[Message], bool] = _always,
+                 name: str = "pgqueue-heartbeat") -> None:
         self._held = held
         self._beat = beat
         self._period = period
         self._still_held = still_held
         self._stop = threading.Event()
         self.lost: set[Token] = set()
-        self._beaten = False  # whether the last round made a beat (a call to the database)
+        self._beaten = False  # whether the last round made a call to the database
         self._outage = Outage(log, "heartbeats")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -149,23 +170,23 @@ class Heartbeats:
     def renew(self) -> list[Message]:
         """Run one round now; return the messages found lost in it.
 
-        A beat that fails with a lost connection is made again at once; if that fails too, or a
-        beat fails otherwise, the error ends the round.
+        A call that fails with a lost connection is made again at once; if that fails too, or a
+        call fails otherwise, the error ends the round.
         """
         beats = _round(self._held(), self.lost, lambda m: not self._stop.is_set() and self._still_held(m))
         self._beaten = False
         try:
-            msg = next(beats)
+            chunk = next(beats)
             while True:
                 try:
-                    renewed = self._beat(msg)
+                    refused = self._beat(chunk)
                 except BEAT_ERRORS as exc:
                     if not _connection_lost(exc):
                         raise
                     self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
-                    renewed = self._beat(msg)
+                    refused = self._beat(chunk)
                 self._beaten = True
-                msg = beats.send(renewed)
+                chunk = beats.send(refused)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -180,7 +201,7 @@ class Heartbeats:
                 outage.failed(f"heartbeat failed: {_first_line(exc)}", f"trying again every {self._period:g}s")
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop beating and wait for a beat in flight to finish (at most ``timeout`` seconds:
+        """Stop beating and wait for a call in flight to finish (at most ``timeout`` seconds:
         the thread is a daemon, and a beat stuck on a dead connection is left behind)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
@@ -189,13 +210,13 @@ class Heartbeats:
 
 class AsyncHeartbeats:
     """A task that renews the leases of the messages ``held()`` returns, every ``period``
-    seconds, by awaiting ``beat(message)``: :class:`Heartbeats` on asyncio.
+    seconds, by awaiting ``beat(messages)``: :class:`Heartbeats` on asyncio.
 
     It is stopped by an event, never cancelled, so a beat in flight always finishes and leaves
     its connection usable.
     """
 
-    def __init__(self, held: Callable[[], Iterable[Message]], beat: Callable[[Message], Awaitable[bool]],
+    def __init__(self, held: Callable[[], Iterable[Message]], beat: Callable[[list[Message]], Awaitable[list[Message]]],
                  period: float, *, still_held: Callable[[Message], bool] = _always,
                  name: str = "pgqueue-heartbeat") -> None:
         self._held = held
@@ -204,7 +225,7 @@ class AsyncHeartbeats:
         self._still_held = still_held
         self._stop = asyncio.Event()
         self.lost: set[Token] = set()
-        self._beaten = False  # whether the last round made a beat (a call to the database)
+        self._beaten = False  # whether the last round made a call to the database
         self._outage = Outage(log, "heartbeats")
         self._task = asyncio.create_task(self._loop(), name=name)
 
@@ -213,17 +234,17 @@ class AsyncHeartbeats:
         beats = _round(self._held(), self.lost, lambda m: not self._stop.is_set() and self._still_held(m))
         self._beaten = False
         try:
-            msg = next(beats)
+            chunk = next(beats)
             while True:
                 try:
-                    renewed = await self._beat(msg)
+                    refused = await self._beat(chunk)
                 except BEAT_ERRORS as exc:
                     if not _connection_lost(exc):
                         raise
                     self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
-                    renewed = await self._beat(msg)
+                    refused = await self._beat(chunk)
                 self._beaten = True
-                msg = beats.send(renewed)
+                chunk = beats.send(refused)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 

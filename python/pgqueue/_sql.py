@@ -56,6 +56,10 @@ COMPLETE_AND_DEQUEUE: Final[LiteralString] = (
 HEARTBEAT: Final[LiteralString] = (
     "SELECT pgqueue.message_heartbeat(%(id)s::bigint, %(attempts)s::integer, %(lock_ms)s::bigint)"
 )
+# The ids whose token was stale (those changed nothing), in the order given.
+HEARTBEAT_BATCH: Final[LiteralString] = (
+    "SELECT pgqueue.message_heartbeat_batch(%(ids)s::bigint[], %(attempts)s::integer[], %(lock_ms)s::bigint)"
+)
 
 DEFER: Final[LiteralString] = (
     "SELECT pgqueue.message_defer(%(id)s::bigint, %(attempts)s::integer, "

@@ -1100,8 +1100,9 @@ class WorkerCore:
         another delivery takes it (fencing is by delivery); a fetch first (the take runs first in
         ``message_complete_and_dequeue``) would take these very messages again and run them twice."""
         yield from self._settle()
-        for msg in self._held():
-            yield self._beat(msg)  # False: another delivery has it; the heartbeats report that
+        held = self._held()  # one call for all (a chunk of MAX_BATCH each)
+        for start in range(0, len(held), _core.MAX_BATCH):
+            yield self._beat(held[start:start + _core.MAX_BATCH])  # a lost one: the heartbeats report it
         self._recovering = False
 
     def _drain(self) -> Step[None]:
@@ -1301,9 +1302,10 @@ class WorkerCore:
 
     # -- heartbeats -----------------------------------------------------------------------------
 
-    def _beat(self, msg: Message) -> Call[bool]:
-        """The heartbeat of a held message: renew its lease for the worker's lease length."""
-        return _core.heartbeat(msg, self._lease_ms)
+    def _beat(self, msgs: list[Message]) -> Call[list[Message]]:
+        """The heartbeat of held messages, one statement for all (at most ``MAX_BATCH``): renew
+        their leases for the worker's lease length; its result is those whose lease was lost."""
+        return _core.heartbeat_batch(msgs, self._lease_ms)
 
     def _held(self) -> list[Message]:
         """The messages whose leases the heartbeats renew: those whose handler is running."""

@@ -452,6 +452,11 @@ class AsyncQueue:
         """Extend a lease to now + lock_ms; False if it was lost (see :meth:`pgqueue.Queue.heartbeat`)."""
         return await self._connector.run(_core.heartbeat(msg, lock_ms))
 
+    async def heartbeat_many(self, msgs: Iterable[Message], lock_ms: int | None = None) -> list[Message]:
+        """Extend many leases in one statement; returns those whose lease was lost
+        (see :meth:`pgqueue.Queue.heartbeat_many`)."""
+        return await self._connector.run(_core.heartbeat_batch(msgs, lock_ms))
+
     async def defer(self, msg: Message, *, delay: Delay | None = None, at: When | None = None,
                     state: bytes | None = None) -> bool:
         """Give a leased message back until later (see :meth:`pgqueue.Queue.defer`)."""
@@ -492,8 +497,12 @@ class AsyncQueue:
             if heartbeat:
                 runner = await stack.enter_async_context(self._connector.heartbeat_runner(in_transaction))
                 if runner is not None:
-                    hb_call = _core.heartbeat(msg, lock_ms)
-                    beats = AsyncHeartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
+                    hb_call = _core.heartbeat(msg, lock_ms)  # one message held: message_heartbeat
+
+                    async def beat(held: list[Message]) -> list[Message]:
+                        return [] if await runner(hb_call) else held
+
+                    beats = AsyncHeartbeats(lambda: [msg], beat, interval(lease.lease_ms),
                                             name=f"pgqueue-heartbeat-{msg.id}")
                     # bounded: a beat stuck on a dead connection does not hold the block's end
                     stack.push_async_callback(beats.stop, CANCEL_WAIT)

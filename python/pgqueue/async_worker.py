@@ -3,11 +3,11 @@
 The same logic as :class:`pgqueue.Worker` (:mod:`pgqueue._worker_core`), driven by an event
 loop: :meth:`AsyncWorker.run` is awaited on the caller's loop and the handlers are awaited as
 tasks instead of run on threads. Messages are leased in batches, at most ``concurrency``
-handlers run at once, their leases are renewed every third of the lease while they run, the
-messages whose handlers returned are completed together in one statement, a handler that
-raises fails its message (retry after the queue's back-off, dead letter after
-``max_attempts``). An idle worker wakes through LISTEN when the queue's ``notify`` is on and
-otherwise polls, never sleeping past the next due message.
+handlers run at once, their leases are renewed every third of the lease while they run (one
+statement for all of them, ``message_heartbeat_batch``), the messages whose handlers returned
+are completed together in one statement, a handler that raises fails its message (retry after
+the queue's back-off, dead letter after ``max_attempts``). An idle worker wakes through LISTEN
+when the queue's ``notify`` is on and otherwise polls, never sleeping past the next due message.
 
 Shutdown: :meth:`AsyncWorker.stop`, or SIGINT/SIGTERM/SIGHUP when :meth:`AsyncWorker.run` runs
 on the main thread's loop (one ignored when it starts stays ignored; the previous handlers come
@@ -269,9 +269,8 @@ class AsyncWorker(WorkerCore):
         self._runner = _AsyncConnector(self._dsn)
         beats_runner = _AsyncConnector(self._dsn)
 
-        async def beat(msg: Message) -> bool:
-            renewed: bool = await _drop_if_read_only(beats_runner, self._beat(msg))
-            return renewed
+        async def beat(msgs: list[Message]) -> list[Message]:
+            return await _drop_if_read_only(beats_runner, self._beat(msgs))
 
         try:
             self._started_log(await self._do(self._configure()), "asyncio tasks")

@@ -563,6 +563,23 @@ class Queue:
         """
         return self._connector.run(_core.heartbeat(msg, lock_ms))
 
+    def heartbeat_many(self, msgs: Iterable[Message], lock_ms: int | None = None) -> list[Message]:
+        """Extend many leases to now + ``lock_ms`` (None: each message's queue's ``lock_ms``) in
+        one statement (``message_heartbeat_batch``), at most 10000 messages.
+
+        Each lease is extended only with its own token, as by :meth:`heartbeat`. Of two
+        deliveries of one message only the newest, with the higher ``attempts``, is sent: the
+        older is lost (as by :meth:`complete_many`). A delivery listed twice is extended once.
+
+        Returns:
+            The messages whose lease was lost, in the order given: they changed nothing (empty
+            when all were extended).
+
+        Raises:
+            InvalidArgument (lock_ms out of range, more than 10000 messages).
+        """
+        return self._connector.run(_core.heartbeat_batch(msgs, lock_ms))
+
     def defer(self, msg: Message, *, delay: Delay | None = None, at: When | None = None,
               state: bytes | None = None) -> bool:
         """Give a leased message back until later, keeping its attempts count.
@@ -635,8 +652,12 @@ class Queue:
             if heartbeat:
                 runner = stack.enter_context(self._connector.heartbeat_runner(in_transaction))
                 if runner is not None:
-                    hb_call = _core.heartbeat(msg, lock_ms)
-                    beats = Heartbeats(lambda: [msg], lambda m: runner(hb_call), interval(lease.lease_ms),
+                    hb_call = _core.heartbeat(msg, lock_ms)  # one message held: message_heartbeat
+
+                    def beat(held: list[Message]) -> list[Message]:
+                        return [] if runner(hb_call) else held
+
+                    beats = Heartbeats(lambda: [msg], beat, interval(lease.lease_ms),
                                        name=f"pgqueue-heartbeat-{msg.id}")
                     stack.callback(beats.stop, STOP_WAIT)  # a beat stuck on a dead connection is left behind
         except BaseException as exc:  # the block has not run: the message goes back as it was

@@ -10,7 +10,8 @@ LISTEN have a thread and a connection each.
 The core leases messages in batches, completes each message whose handler returns and fails
 each message whose handler raises (the extension then retries it after the queue's back-off,
 or moves it to the dead letters after ``max_attempts``). While a handler runs, its lease is
-extended with heartbeats. The messages whose handlers have returned by the time the worker
+extended with heartbeats: every third of the lease, one statement renews the leases of all the
+running handlers (``message_heartbeat_batch``, :mod:`pgqueue._lease`). The messages whose handlers have returned by the time the worker
 acknowledges are completed together, each with its own token: in the same statement and
 transaction as the next fetch (``message_complete_and_dequeue``) when a fetch is due, so that a
 busy worker pays one transaction per message, else on their own (``message_complete_batch``).
@@ -434,8 +435,9 @@ class Worker(WorkerCore):
         try:
             self._started_log(drive(self._configure(), self._call, self._wait), "threads")
 
-            def beat(msg: Message) -> bool:
-                return bool(_drop_if_read_only(beats_runner, self._beat(msg)))
+            def beat(msgs: list[Message]) -> list[Message]:
+                lost: list[Message] = _drop_if_read_only(beats_runner, self._beat(msgs))
+                return lost
 
             beats = Heartbeats(self._held, beat, interval(self._lease_ms), still_held=self._still_held)
             listener = None

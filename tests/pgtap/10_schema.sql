@@ -4,7 +4,7 @@
 -- a COMMENT, search_path pinned unless the body is SQL-standard, SECURITY DEFINER only where
 -- docs/security.md says. Adding an object means adding it here.
 BEGIN;
-SELECT plan(48);
+SELECT plan(49);
 
 -- relations: exactly these, nothing left over from an upgrade or added by accident
 SELECT tables_are('pgqueue', ARRAY['queue', 'message', 'dead_letter', 'queue_size', 'spark_claim', 'spark_consumer',
@@ -128,6 +128,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                         ('pgqueue.message_dequeue(text,integer,bigint)', 'v', false),
                         ('pgqueue.message_fail(bigint,integer,text,bigint)', 'v', false),
                         ('pgqueue.message_heartbeat(bigint,integer,bigint)', 'v', false),
+                        ('pgqueue.message_heartbeat_batch(bigint[],integer[],bigint)', 'v', false),
                         ('pgqueue.now_ms()', 'v', false),
                         ('pgqueue.priority_dequeue_at(integer)', 'i', true),
                         ('pgqueue.queue_alter(text,bigint,integer,bigint,bigint,bigint,boolean,integer,bigint,integer)', 'v', false),
@@ -167,6 +168,7 @@ SELECT function_returns('pgqueue', 'message_create_batch', ARRAY['text', 'bytea[
                         'setof bigint', 'message_create_batch returns SETOF bigint');
 SELECT function_returns('pgqueue', 'message_complete', ARRAY['bigint', 'integer'], 'boolean', 'message_complete returns boolean');
 SELECT function_returns('pgqueue', 'message_heartbeat', ARRAY['bigint', 'integer', 'bigint'], 'boolean', 'message_heartbeat returns boolean');
+SELECT function_returns('pgqueue', 'message_heartbeat_batch', ARRAY['bigint[]', 'integer[]', 'bigint'], 'bigint[]', 'message_heartbeat_batch returns the stale ids');
 SELECT function_returns('pgqueue', 'message_defer', ARRAY['bigint', 'integer', 'bigint', 'bytea'], 'boolean', 'message_defer returns boolean');
 SELECT function_returns('pgqueue', 'message_fail', ARRAY['bigint', 'integer', 'text', 'bigint'], 'boolean', 'message_fail returns boolean');
 SELECT function_returns('pgqueue', 'queue_drop', ARRAY['text'], 'boolean', 'queue_drop returns boolean');

@@ -15,7 +15,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(372);
+SELECT plan(381);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -265,6 +265,29 @@ SELECT throws_ok($$ SELECT pgqueue.message_heartbeat((SELECT id FROM lease), (SE
 SELECT throws_ok($$ SELECT pgqueue.message_heartbeat((SELECT id FROM lease), (SELECT attempts FROM lease), 31536000001) $$,
                  '22023', 'lock_ms must be > 0 and at most 31536000000 (a year), got 31536000001',
                  'message_heartbeat: lock_ms over a year');
+-- message_heartbeat_batch: the array checks of message_complete_batch, the lock_ms check of
+-- message_heartbeat, and a refused call extends nothing
+CREATE TEMP TABLE lease_before AS SELECT m.locked_until FROM pgqueue.message m WHERE m.id = (SELECT id FROM lease);
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(NULL, ARRAY[1]) $$, '22004',
+                 'message ids must not be NULL', 'message_heartbeat_batch: NULL ids');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(ARRAY[1::bigint], NULL, 1000) $$, '22004',
+                 'attempts tokens must not be NULL', 'message_heartbeat_batch: NULL tokens');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(ARRAY[(SELECT id FROM lease), NULL], ARRAY[1, 1]) $$, '22004',
+                 'message ids and attempts tokens must not contain NULL', 'message_heartbeat_batch: NULL id element');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(ARRAY[1::bigint, 2], ARRAY[1]) $$, '22023',
+                 'p_ids has 2 element(s) but p_attempts has 1', 'message_heartbeat_batch: lengths differ');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch('{{1,2},{3,4}}'::bigint[], '{{1,1},{1,1}}'::integer[]) $$, '22023',
+                 'message ids and attempts tokens must be one-dimensional arrays', 'message_heartbeat_batch: two dimensions');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(array_fill(1::bigint, ARRAY[10001]), array_fill(1, ARRAY[10001])) $$, '22023',
+                 'at most 10000 messages per call, got 10001', 'message_heartbeat_batch: too many');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(ARRAY[(SELECT id FROM lease)], ARRAY[(SELECT attempts FROM lease)], 0) $$, '22023',
+                 'lock_ms must be > 0 and at most 31536000000 (a year), got 0', 'message_heartbeat_batch: zero lock_ms');
+SELECT throws_ok($$ SELECT pgqueue.message_heartbeat_batch(ARRAY[(SELECT id FROM lease)], ARRAY[(SELECT attempts FROM lease)], 31536000001) $$,
+                 '22023', 'lock_ms must be > 0 and at most 31536000000 (a year), got 31536000001',
+                 'message_heartbeat_batch: lock_ms over a year');
+SELECT is((SELECT m.locked_until FROM pgqueue.message m WHERE m.id = (SELECT id FROM lease)),
+          (SELECT locked_until FROM lease_before),
+          'message_heartbeat_batch: the refused calls left the lease as it was');
 SELECT throws_ok($$ SELECT pgqueue.priority_dequeue_at(-1) $$, '22023',
                  'priority must be >= 0, got -1', 'priority_dequeue_at: negative priority');
 SELECT throws_ok($$ SELECT pgqueue.queue_create('new', p_lock_ms => 0) $$, '22023',
