@@ -970,3 +970,39 @@ def test_async_worker_puts_each_previous_handler_back_without_the_default_betwee
     finally:
         for sig, handler in originals.items():
             real(sig, handler)
+
+
+def test_async_worker_gives_an_applications_loop_handler_back(dsn: str) -> None:
+    """An application that runs an AsyncWorker on its own loop, with its own SIGTERM handler
+    there (loop.add_signal_handler): the worker's run replaced that entry with its own and its
+    restore dropped it, so after the worker stopped a SIGTERM no longer reached the application
+    (a note of session 52). The application's entry is back, and a SIGTERM reaches it."""
+    originals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    got: list[str] = []
+
+    async def handle(msg: Message) -> None:
+        return None
+
+    async def run_beside_the_application() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, got.append, "application")
+        mine = loop._signal_handlers[signal.SIGTERM]  # type: ignore[attr-defined]
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handle)
+        restore = worker._install_signal_handlers()
+        assert loop._signal_handlers[signal.SIGTERM] is not mine  # type: ignore[attr-defined]
+        restore()
+        assert loop._signal_handlers[signal.SIGTERM] is mine  # type: ignore[attr-defined]
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(100):  # the loop runs the handler at its next turn
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        assert got == ["application"]
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        asyncio.run(run_beside_the_application())
+        assert {sig: signal.getsignal(sig) for sig in originals} == originals
+    finally:
+        for sig, handler in originals.items():
+            signal.signal(sig, handler)

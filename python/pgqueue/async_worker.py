@@ -183,6 +183,11 @@ class AsyncWorker(WorkerCore):
             return lambda: None
         loop = asyncio.get_running_loop()
         saved = {sig: signal.getsignal(sig) for sig in stop_signals()}
+        # asyncio's own loop keeps its entries in _signal_handlers: an application's handler
+        # there (loop.add_signal_handler before this run) is put back as it was at the end
+        entries = getattr(loop, "_signal_handlers", None)
+        own = isinstance(loop, asyncio.SelectorEventLoop) and isinstance(entries, dict)
+        prior = {sig: entries.get(sig) for sig in saved} if own else {}  # type: ignore[union-attr]
         for sig in saved:
             loop.add_signal_handler(sig, self._on_signal, sig)
 
@@ -191,15 +196,18 @@ class AsyncWorker(WorkerCore):
             # SIG_DFL (SIGINT: default_int_handler) before the previous handler could be put
             # back, and a signal between the two ended `pgqueue worker` with 143 (SIGINT: a
             # KeyboardInterrupt in here) instead of going to the command's handler (a review).
-            # asyncio's own loop keeps its entries in _signal_handlers: dropped from there, a
-            # signal that still comes through the loop's wakeup fd finds no entry and is
-            # ignored; another loop (uvloop) is left to its own removal.
-            entries = getattr(loop, "_signal_handlers", None)
-            own = isinstance(loop, asyncio.SelectorEventLoop) and isinstance(entries, dict)
+            # On asyncio's own loop the entry is dropped from _signal_handlers (a signal that
+            # still comes through the loop's wakeup fd finds no entry and is ignored), or the
+            # application's entry of before the run put back (its previous handler is then
+            # asyncio's, which wakes the loop); another loop (uvloop) is left to its own removal,
+            # and an application's handler on it is not given back.
             for sig, previous in saved.items():
                 if own:
                     signal.signal(sig, previous)
-                    entries.pop(sig, None)  # type: ignore[union-attr]
+                    if prior.get(sig) is not None:
+                        entries[sig] = prior[sig]  # type: ignore[index]
+                    else:
+                        entries.pop(sig, None)  # type: ignore[union-attr]
                 else:
                     loop.remove_signal_handler(sig)
                     signal.signal(sig, previous)
