@@ -423,6 +423,9 @@ def test_exit_status_2_is_a_command_line_that_cannot_run_as_given(capsys: pytest
          ("pgqueue queue create: error: unrecognized arguments: extra", "`pgqueue queue create --help`"), 2),
         (["dead", "purge", "default", "--dsn", unreachable], ("--id", "--all"), 2),
         (["uninstall", "--dsn", unreachable], ("--yes",), 1),  # a confirmation not given: a refusal
+        # no abbreviation of an option: `--a` ran as --all, `--y` as --yes (a review)
+        (["dead", "purge", "default", "--a", "--dsn", unreachable], ("unrecognized arguments: --a",), 2),
+        (["uninstall", "--y", "--dsn", unreachable], ("unrecognized arguments: --y",), 2),
         # options between the worker's arguments: the handler is its own (here one that does not import)
         (["worker", "default", "--concurrency", "2", "no_such_module_xyz:f", "--dsn", dsn], ("cannot import",), 1),
         (["worker", dsn, "--concurrency", "2", "default", "-q", "no_such_module_xyz:f"], ("cannot import",), 1),
@@ -797,6 +800,9 @@ def test_dead_requeue_with_a_delay_or_a_time(capsys: pytest.CaptureFixture[str],
     # the rest at once, and --delay with --at is a usage error that changes nothing
     status, out, err = run(capsys, "dead", "requeue", "jobs", "--delay", "1", "--at", "2031-01-01", "--dsn", dsn)
     assert status == 2 and "not allowed with" in err and len(queue.dead_letters()) == 1
+    # past the year 9999 in UTC: it requeued, then its print raised OverflowError (a review)
+    status, out, err = run(capsys, "dead", "requeue", "jobs", "--at", "9999-12-31T23:59:59-12:00", "--dsn", dsn)
+    assert status == 2 and "9999-12-31T23:59:59Z" in err and len(queue.dead_letters()) == 1
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs")
     assert [m.payload for m in queue.dequeue(5)] == ["c"]
@@ -936,7 +942,8 @@ def test_enqueue_when_and_task(capsys: pytest.CaptureFixture[str], dsn: str) -> 
     assert [p.content_type for p in queue.peek(10) if p.id == int(out)] == ["application/json; task=send_email"]
     # one of --delay, --at, --priority; a time that is not one; a bad task name
     for argv in (["--delay", "5", "--priority", "1"], ["--at", zulu, "--delay", "0"], ["--at", zulu, "--priority", "0"],
-                 ["--at", "tomorrow"], ["--at", ""], ["--at", "1969-12-31T23:59:59Z"]):
+                 ["--at", "tomorrow"], ["--at", ""], ["--at", "1969-12-31T23:59:59Z"],
+                 ["--at", "9999-12-31T23:59:59-12:00"]):  # (past the year 9999 in UTC: a traceback, a review)
         status, out, err = run(capsys, "enqueue", "jobs", "x", *argv, "--dsn", dsn)
         assert_one_line_error(status, out, err, code=2)
     status, out, err = run(capsys, "enqueue", "jobs", "x", "--task", "no spaces", "--dsn", dsn)
@@ -1126,6 +1133,11 @@ def test_bench_reads_and_writes_files_relative_to_where_it_was_called(
                      "--json", "/abs/r.json", "--held-twin-sql", str(tmp_path / "twin.sql"),
                      "--pgqueuer-python", "python3", "--smoke",
                      f"--pgqueuer-tool={tmp_path / 'tools/benchmark.py'}", "--only", "ops"]]
+    # `pgqueue --dsn X bench`: X is the suite's --dsn (it was dropped: a review)
+    seen.clear()
+    assert main(["--dsn", "host=/tmp/elsewhere", "bench", "--smoke"]) == 0
+    assert main(["--dsn=host=/tmp/b", "bench", "--help"]) == 0
+    assert seen == [["--dsn", "host=/tmp/elsewhere", "--smoke"], ["--dsn", "host=/tmp/b", "--help"]]
 
 
 def test_a_sigterm_just_before_the_schedulers_run_takes_the_signals_stops_it(dsn: str) -> None:
@@ -1140,3 +1152,35 @@ def test_a_sigterm_just_before_the_schedulers_run_takes_the_signals_stops_it(dsn
         err = stderr_or_fail(proc, 10, "the scheduler ran on after SIGTERM")
     assert proc.returncode == 0, (proc.returncode, err)
     assert "Traceback" not in err and err.splitlines()[-1].startswith("scheduler stopped: enqueued "), err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
+def test_a_one_shot_command_stopped_by_a_signal_leaves_nothing_done(dsn: str, sig: signal.Signals) -> None:
+    """`timeout 5 pgqueue enqueue ...` while the table is locked: SIGTERM (or SIGHUP, a closed
+    ssh session) killed the process, and the statement it had sent, waiting for the lock,
+    committed once the lock was free: an enqueue the script saw fail and retried (a review).
+    The command now stops as on Ctrl-C (the statement cancelled), says so, and exits 128 + the
+    signal's number."""
+    from helpers import wait_for_lock_waiters
+
+    queue = Queue(dsn, "stopped")
+    queue.create()
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    with psycopg.connect(dsn) as locker, psycopg.connect(dsn, autocommit=True) as admin:
+        locker.execute("LOCK pgqueue.message IN ACCESS EXCLUSIVE MODE")
+        proc = subprocess.Popen([str(PGQUEUE), "enqueue", "stopped", "after-the-signal", "--dsn", dsn],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            wait_for_lock_waiters(admin, 1)
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        locker.rollback()  # the lock goes: a statement still waiting would commit now
+        wait_for_lock_waiters(admin, 0)
+    assert proc.returncode == 128 + sig, (proc.returncode, out, err)
+    assert f"stopped by {sig.name}: not done" in err and out == "", err
+    time.sleep(0.2)
+    assert queue.peek(10) == [] and queue.stats().ready == 0

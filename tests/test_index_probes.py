@@ -390,7 +390,7 @@ EMPTIED_REACHED = {
     "keyed": ["DELETE FROM pgqueue.message_key"],
 }
 #: ... and every kind: message_complete_batch's two paths (up to 8 ids, more).
-EMPTIED_REACHED_BATCH = ["DELETE FROM pgqueue.message m WHERE m.id = p_ids[", "LATERAL (SELECT l.id FROM pgqueue.message l"]
+EMPTIED_REACHED_BATCH = ["DELETE FROM pgqueue.message m WHERE m.id = v_ids[", "LATERAL (SELECT l.id FROM pgqueue.message l"]
 
 
 @pytest.mark.parametrize("kind", ["plain", "grouped", "keyed"])

@@ -1143,3 +1143,22 @@ def test_every_recipes_role_starts_the_clients_on_a_plain_install(owner: Owner) 
             dsn = owner.server.dsn(db, user=role)
             assert "default" in ok(pgqueue("stats", "--dsn", dsn)), kind
             assert "pgqueue_up 1" in ok(pgqueue("metrics", "--once", "--dsn", dsn)), kind
+
+
+def test_a_package_without_its_upgrade_scripts_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package built without `make` (no scripts), or shipping no step out of a released
+    version: the refusal blamed the database's version record and advised dropping every queue
+    and message (`pgqueue uninstall --yes`, which then failed for the same missing scripts: a
+    review). It names the package; a version no script knows (hand-edited) keeps the old advice."""
+    from pgqueue import installer
+
+    for shipped in (set(), {f"pgqueue--{CURRENT}.sql", "pgqueue--0.1.sql"}):
+        monkeypatch.setattr(installer, "_scripts", lambda shipped=shipped: shipped)
+        with pytest.raises(installer.InstallError) as refused:
+            installer.plain_steps("0.1")
+        assert "lacks the upgrade scripts from pgqueue 0.1" in str(refused.value), refused.value
+        assert "uninstall" not in str(refused.value)
+    monkeypatch.undo()
+    with pytest.raises(installer.InstallError) as refused:
+        installer.plain_steps("0.0")
+    assert "no upgrade path from the recorded pgqueue version 0.0" in str(refused.value)

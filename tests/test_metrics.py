@@ -612,12 +612,14 @@ def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> N
     assert s[("pgqueue_queue_messages", q("default", state="ready"))] == 0
 
 
-@pytest.mark.parametrize("option", ["port=5x", "sslmode=requir"])
+@pytest.mark.parametrize("option", ["port=5x", "sslmode=requir", "dbname=no_such_database_xyz",
+                                    "user=no_such_role_xyz"])
 def test_metrics_ends_at_once_on_an_option_value_libpq_refuses(capsys: pytest.CaptureFixture[str], dsn: str,
                                                                option: str) -> None:
     """A typo no wait mends: `pgqueue metrics` ends at once (exit 1, one line), as the worker,
     the scheduler and the dashboard do; it served pgqueue_up 0 "until it answers", for ever
-    (a review)."""
+    (a review; a database or role that does not exist, which the server refuses: a review of
+    session 53)."""
     started = time.monotonic()
     status = main(["metrics", "--port", "0", "--dsn", f"{dsn} {option}"])
     out, err = capsys.readouterr()

@@ -126,6 +126,17 @@ def plain_steps(start: str, target: str | None = None) -> list[tuple[str, str]]:
                     following.append(nxt)
         frontier = following
     if target not in paths:
+        shipped = _scripts()
+        known = {v for name in shipped if (m := _SCRIPT.match(name)) for v in (m.group("a"), m.group("b")) if v}
+        if not shipped or start in known:
+            # the package's fault, not the database's: its scripts are missing (a build without
+            # `make`), or it ships no step out of a released version (it advised dropping every
+            # queue and message, and `pgqueue uninstall` then failed for the same missing
+            # scripts: a review)
+            raise InstallError(
+                f"this {DISTRIBUTION} {__version__} package lacks the upgrade scripts from pgqueue {start} to "
+                f"{target} (it ships {', '.join(sorted(shipped)) or 'none'}): in a clone of the repository run "
+                "`make` first, or reinstall the package; nothing was changed")
         raise InstallError(
             f"no upgrade path from the recorded pgqueue version {start} to {target} among the steps this "
             f"package ships ({', '.join(sorted(_scripts())) or 'none'}): the version record pgqueue.install "

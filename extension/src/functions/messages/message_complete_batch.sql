@@ -6,7 +6,9 @@
 -- back in the result, in input order. An id listed twice is completed at most once, and comes
 -- back (at each of its places) only if no place completed it: list each delivery once, or the
 -- newest only (a message's token grows with each delivery). The queues'
--- lock stripes are taken first, in queue order, then the rows (docs/locking.md). Errors: 22004
+-- lock stripes are taken first, in queue order, then the rows in id order (docs/locking.md:
+-- message_heartbeat_batch takes them so; in input order, a worker's acknowledgement of [b, a]
+-- and its heartbeats' beat of [a, b] deadlocked). Errors: 22004
 -- (NULL array or element), 22023 (arrays of different lengths or of two dimensions, more than
 -- 10000 ids).
 CREATE FUNCTION pgqueue.message_complete_batch(p_ids bigint[], p_attempts integer[])
@@ -37,8 +39,10 @@ DECLARE
     v_g       text;
     v_t       bigint;
     v_k       text;
-    v_oi      integer;   -- p_ids' and p_attempts' lower bounds less 1: the i-th id with the i-th
-    v_oa      integer;   -- token, whatever the bounds (as unnest pairs them)
+    v_ids     bigint[];  -- p_ids and p_attempts, or both sorted by id when p_ids is not (up to 8 ids)
+    v_att     integer[];
+    v_oi      integer;   -- their lower bounds less 1: the i-th id with the i-th token, whatever
+    v_oa      integer;   -- the bounds (as unnest pairs them)
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
     PERFORM pgqueue._queue_lock(q.queue_id)
@@ -63,11 +67,22 @@ BEGIN
     IF cardinality(p_ids) <= 8 THEN
         v_done := '{}';
         v_queues := '{}';
+        v_ids := p_ids;
+        v_att := p_attempts;
         v_oi := array_lower(p_ids, 1) - 1;
         v_oa := array_lower(p_attempts, 1) - 1;
+        -- the rows in id order: sorted here only if they are not (the Python client sends them so)
+        FOR i IN 2 .. cardinality(p_ids) LOOP
+            CONTINUE WHEN p_ids[v_oi + i] >= p_ids[v_oi + i - 1];
+            SELECT array_agg(u.id ORDER BY u.id, u.n), array_agg(u.a ORDER BY u.id, u.n) INTO v_ids, v_att
+              FROM unnest(p_ids, p_attempts) WITH ORDINALITY AS u(id, a, n);
+            v_oi := 0;
+            v_oa := 0;
+            EXIT;
+        END LOOP;
         FOR i IN 1 .. cardinality(p_ids) LOOP
             DELETE FROM pgqueue.message m
-             WHERE m.id = p_ids[v_oi + i] AND m.attempts = p_attempts[v_oa + i]
+             WHERE m.id = v_ids[v_oi + i] AND m.attempts = v_att[v_oa + i]
                AND pgqueue._leased(m.locked_until) AND m.claim_id IS NULL
             RETURNING m.id, m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_id, v_q, v_g, v_t, v_k;
             CONTINUE WHEN NOT FOUND;
@@ -84,7 +99,8 @@ BEGIN
     ELSE
         WITH d AS (
             DELETE FROM pgqueue.message m
-             WHERE m.id = ANY (ARRAY(SELECT x.id FROM unnest(p_ids, p_attempts) AS u(id, attempts),
+             WHERE m.id = ANY (ARRAY(SELECT x.id FROM (SELECT v.id, v.attempts FROM unnest(p_ids, p_attempts) AS v(id, attempts)
+                                                        ORDER BY v.id) u,  -- the rows in id order (above)
                                      LATERAL (SELECT l.id FROM pgqueue.message l
                                                WHERE l.id = u.id AND l.attempts = u.attempts
                                                  AND pgqueue._leased(l.locked_until) AND l.claim_id IS NULL

@@ -8,8 +8,10 @@
 -- neither place; with two tokens, the place with the old one comes back (list the newest
 -- delivery only: a message's token grows with each delivery). A worker renews every message
 -- it holds with one such call a round, where message_heartbeat is a statement a message. The
--- queues' lock stripes are taken first, in queue order, then the rows, each by a probe of
--- message_pkey by its id (whatever the statistics: message_complete_batch). Errors: 22004
+-- queues' lock stripes are taken first, in queue order, then the rows in id order (as
+-- message_complete_batch takes them: in input order, a worker's beat of [a, b] and its
+-- acknowledgement of [b, a] deadlocked), each by a probe of message_pkey by its id
+-- (whatever the statistics: message_complete_batch). Errors: 22004
 -- (NULL array or element), 22023 (arrays of different lengths or of two dimensions, more than
 -- 10000 ids, p_lock_ms out of range).
 CREATE FUNCTION pgqueue.message_heartbeat_batch(p_ids bigint[], p_attempts integer[], p_lock_ms bigint DEFAULT NULL)
@@ -28,13 +30,14 @@ BEGIN
        FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
       ORDER BY q.queue_id;
     -- each place's row locked through a probe by id (FOR UPDATE in a LATERAL subquery, which
-    -- the planner cannot turn round into a walk of the table), in input order, then the rows
-    -- updated by id. A lock that waits reads the row again: a lease that ran out and was handed
+    -- the planner cannot turn round into a walk of the table), in id order (a subquery with
+    -- ORDER BY is not pulled up: the nested loop runs in its order), then the rows updated by id. A lock that waits reads the row again: a lease that ran out and was handed
     -- out again meanwhile has a new token, and this one is stale (specs/heartbeat_expiry.spec).
     -- A place whose probe locked nothing is stale.
     WITH p AS MATERIALIZED (
         SELECT u.n, u.id, x.id AS held
-          FROM unnest(p_ids, p_attempts) WITH ORDINALITY AS u(id, attempts, n)
+          FROM (SELECT v.id, v.attempts, v.n FROM unnest(p_ids, p_attempts) WITH ORDINALITY AS v(id, attempts, n)
+                 ORDER BY v.id, v.n) u
           LEFT JOIN LATERAL (SELECT l.id FROM pgqueue.message l
                               WHERE l.id = u.id AND l.attempts = u.attempts
                                 AND pgqueue._leased(l.locked_until) AND l.claim_id IS NULL
