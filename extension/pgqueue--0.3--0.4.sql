@@ -4529,9 +4529,18 @@ BEGIN
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_now := pgqueue.now_ms();
+    -- the rows locked in id order first, as the batches of leases lock theirs (docs/locking.md,
+    -- rule 8: an expired lease is both a batch heartbeat's and a cancel's): a DELETE by
+    -- id = ANY planned as a Bitmap Heap Scan locked them in their order in the table, and a
+    -- review made it deadlock with message_heartbeat_batch
     WITH d AS (
         DELETE FROM pgqueue.message m
-         WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue.id AND m.claim_id IS NULL
+         WHERE m.id = ANY (ARRAY(SELECT l.id FROM pgqueue.message l
+                                  WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
+                                    AND (l.locked_until IS NULL OR l.locked_until <= v_now)
+                                  ORDER BY l.id
+                                    FOR UPDATE))
+           AND m.queue_id = v_queue.id AND m.claim_id IS NULL
            AND (m.locked_until IS NULL OR m.locked_until <= v_now)
         RETURNING m AS r)
     SELECT coalesce(array_agg(d.r ORDER BY (d.r).id), '{}') INTO v_rows FROM d;

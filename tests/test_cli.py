@@ -141,7 +141,19 @@ def test_queue_management(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
 
     status, out, err = run(capsys, "queue", "create", "mail", "--dsn", dsn)
     assert_one_line_error(status, out, err, "already exists", "--if-not-exists")
-    assert run(capsys, "queue", "create", "mail", "--if-not-exists", "--dsn", dsn)[0] == 0
+    status, out, err = run(capsys, "queue", "create", "mail", "--if-not-exists", "--dsn", dsn)
+    assert status == 0 and err == "" and "mail" in out
+    # with settings of its own that differ: left as they are, and said so (it said nothing: a review)
+    status, out, err = run(capsys, "queue", "create", "mail", "--if-not-exists", "--max-size", "5",
+                           "--max-attempts", "4", "--lock-ms", "1000", "--dsn", dsn)
+    assert status == 0 and "mail" in out
+    assert err.strip() == ("pgqueue: warning: queue mail exists with other settings, left as they are: "
+                           "lock_ms 5000 (not 1000), max_size 10 (not 5); change them with `pgqueue queue alter`"), err
+    assert Queue(dsn, "mail").settings().max_size == 10
+    status, out, err = run(capsys, "queue", "create", "fresh", "--if-not-exists", "--max-size", "0",
+                           "--max-attempts", "0", "--group-concurrency", "0", "--dsn", dsn)
+    assert status == 0 and err == "", err  # created as asked: nothing differs (0: none)
+    assert run(capsys, "queue", "drop", "fresh", "--dsn", dsn)[0] == 0
 
     status, out, _ = run(capsys, "queue", "alter", "mail", "--no-notify", "--max-attempts", "0", "--dsn", dsn)
     assert status == 0
@@ -735,6 +747,10 @@ def test_command_line_mistakes_found_by_a_review(capsys: pytest.CaptureFixture[s
     first = int(out)
     status, out, _ = run(capsys, "enqueue", "rv", "y", "--group", "g1", "--key", "k1", "--dsn", dsn)
     assert status == 0 and int(out) == first  # the key is taken: the same message
+    # an empty key: the server's hint in the command line's terms (it said "Pass NULL": a review)
+    status, out, err = run(capsys, "enqueue", "rv", "z", "--key", "", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "omit --group / --key for none", code=1)
+    assert "NULL" not in err
     # times in UTC, said so, whatever the local zone
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     time.tzset()
@@ -1154,22 +1170,26 @@ def test_a_sigterm_just_before_the_schedulers_run_takes_the_signals_stops_it(dsn
     assert "Traceback" not in err and err.splitlines()[-1].startswith("scheduler stopped: enqueued "), err
 
 
+@pytest.mark.parametrize("command", [["enqueue", "stopped", "after-the-signal"], ["stats", "--json"]],
+                         ids=lambda argv: argv[0])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda sig: sig.name)
-def test_a_one_shot_command_stopped_by_a_signal_leaves_nothing_done(dsn: str, sig: signal.Signals) -> None:
+def test_a_one_shot_command_stopped_by_a_signal_leaves_nothing_done(dsn: str, sig: signal.Signals,
+                                                                    command: list[str]) -> None:
     """`timeout 5 pgqueue enqueue ...` while the table is locked: SIGTERM (or SIGHUP, a closed
     ssh session) killed the process, and the statement it had sent, waiting for the lock,
     committed once the lock was free: an enqueue the script saw fail and retried (a review).
     The command now stops as on Ctrl-C (the statement cancelled), says so, and exits 128 + the
-    signal's number."""
-    from helpers import wait_for_lock_waiters
+    signal's number. (A one-shot `stats --json` said 0 with no output: a review.)"""
+    from helpers import default_signals, wait_for_lock_waiters
 
     queue = Queue(dsn, "stopped")
     queue.create()
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
     with psycopg.connect(dsn) as locker, psycopg.connect(dsn, autocommit=True) as admin:
         locker.execute("LOCK pgqueue.message IN ACCESS EXCLUSIVE MODE")
-        proc = subprocess.Popen([str(PGQUEUE), "enqueue", "stopped", "after-the-signal", "--dsn", dsn],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen([str(PGQUEUE), *command, "--dsn", dsn],  # (signals at their defaults: not nohup's)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=default_signals)
         try:
             wait_for_lock_waiters(admin, 1)
             proc.send_signal(sig)
@@ -1184,3 +1204,21 @@ def test_a_one_shot_command_stopped_by_a_signal_leaves_nothing_done(dsn: str, si
     assert f"stopped by {sig.name}: not done" in err and out == "", err
     time.sleep(0.2)
     assert queue.peek(10) == [] and queue.stats().ready == 0
+
+
+def test_metrics_takes_only_a_final_refusal_of_the_login_for_a_mistake() -> None:
+    """`pgqueue metrics` ends at once on a login no wait mends, and serves pgqueue_up 0 through
+    any other answer: a pooler whose server is down, a server starting up that answers in
+    another language (the worker's stricter rule made the exporter exit on them: a review)."""
+    from pgqueue.cli import _login_refused_for_good
+
+    final = ['connection failed: ... failed: FATAL:  database "nosuch" does not exist',
+             'connection failed: ... failed: FATAL:  role "nobody" does not exist',
+             'connection failed: ... failed: FATAL:  password authentication failed for user "x"',
+             "connection failed: fe_sendauth: no password supplied"]
+    outage = ["connection failed: ... failed: ERROR:  pgbouncer cannot connect to server",
+              "connection failed: ... failed: FATAL:  das Datenbanksystem startet",
+              "connection failed: ... failed: FATAL:  the database system is starting up",
+              'connection failed: connection to server on socket "/tmp/x/.s.PGSQL.5432" failed: No such file or directory']
+    assert [_login_refused_for_good(t) for t in final] == [True] * 4
+    assert [_login_refused_for_good(t) for t in outage] == [False] * 4

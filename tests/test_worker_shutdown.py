@@ -1006,3 +1006,53 @@ def test_async_worker_gives_an_applications_loop_handler_back(dsn: str) -> None:
     finally:
         for sig, handler in originals.items():
             signal.signal(sig, handler)
+
+
+def test_two_async_workers_on_one_loop_give_the_signals_back_in_any_order(dsn: str) -> None:
+    """Two AsyncWorkers on the application's loop, which has its own SIGTERM handler, stopped in
+    the order they started: the first's restore set SIGTERM to its default while the second
+    still ran (a SIGTERM then killed the process), and the second's put the first's stale entry
+    back (the application never had SIGTERM again). A handler the application adds while a
+    worker runs is left in place (a review)."""
+    originals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    got: list[str] = []
+
+    async def handle(msg: Message) -> None:
+        return None
+
+    async def reach(expected: list[str]) -> None:
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(100):  # the loop runs the handler at its next turn
+            if got == expected:
+                return
+            await asyncio.sleep(0.01)
+        assert got == expected
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        entries = loop._signal_handlers  # type: ignore[attr-defined]
+        loop.add_signal_handler(signal.SIGTERM, got.append, "application")
+        app = entries[signal.SIGTERM]
+        first, second = (AsyncWorker(AsyncQueue(dsn, "jobs"), handle) for _ in range(2))
+        restore_first = first._install_signal_handlers()
+        restore_second = second._install_signal_handlers()
+        theirs = entries[signal.SIGTERM]
+        restore_first()  # the second still runs: SIGTERM is still its
+        assert entries[signal.SIGTERM] is theirs and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        restore_second()
+        assert entries[signal.SIGTERM] is app
+        await reach(["application"])
+        # an application's handler added while a worker runs stays
+        third = AsyncWorker(AsyncQueue(dsn, "jobs"), handle)
+        restore_third = third._install_signal_handlers()
+        loop.add_signal_handler(signal.SIGTERM, got.append, "added during the run")
+        restore_third()
+        await reach(["application", "added during the run"])
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        asyncio.run(scenario())
+        assert {sig: signal.getsignal(sig) for sig in originals} == originals
+    finally:
+        for sig, handler in originals.items():
+            signal.signal(sig, handler)

@@ -97,6 +97,17 @@ async def _drop_if_read_only(runner: _AsyncConnector, call: Call[T]) -> T:
         raise
 
 
+def _ended_run(handle: Any) -> AsyncWorker | None:
+    """The AsyncWorker whose run installed the loop's signal entry ``handle`` (an asyncio
+    Handle) and has given its signals back since, or None (an application's entry, none, or a
+    run still going)."""
+    callback = getattr(handle, "_callback", None)
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, AsyncWorker) and getattr(owner, "_signals_back", False):
+        return owner
+    return None
+
+
 class AsyncWorker(WorkerCore):
     """Process the messages of a queue with a coroutine handler, ``concurrency`` at a time.
 
@@ -190,6 +201,10 @@ class AsyncWorker(WorkerCore):
         prior = {sig: entries.get(sig) for sig in saved} if own else {}  # type: ignore[union-attr]
         for sig in saved:
             loop.add_signal_handler(sig, self._on_signal, sig)
+        mine = {sig: entries.get(sig) for sig in saved} if own else {}  # type: ignore[union-attr]
+        # what this run found, for the restore of a run started after it that ends after it
+        self._signals_found = {sig: (prior.get(sig), saved[sig]) for sig in saved}
+        self._signals_back = False
 
         def restore() -> None:
             # The previous handler first, then the loop's entry: loop.remove_signal_handler sets
@@ -201,11 +216,25 @@ class AsyncWorker(WorkerCore):
             # application's entry of before the run put back (its previous handler is then
             # asyncio's, which wakes the loop); another loop (uvloop) is left to its own removal,
             # and an application's handler on it is not given back.
+            # An entry that is no longer this run's (another AsyncWorker started after it and
+            # still runs, or the application added its own) is left to its owner; an entry found
+            # at the start that belongs to another AsyncWorker's run that has ended since gives
+            # back what that run found (two workers on one loop stopped in the order they
+            # started: the first reset SIGTERM to its default while the second ran, and the
+            # second put the first's stale entry back: a review).
+            self._signals_back = True
             for sig, previous in saved.items():
                 if own:
-                    signal.signal(sig, previous)
-                    if prior.get(sig) is not None:
-                        entries[sig] = prior[sig]  # type: ignore[index]
+                    if entries.get(sig) is not mine[sig]:  # type: ignore[union-attr]
+                        continue
+                    handle, found = prior.get(sig), previous
+                    seen: set[int] = set()
+                    while (ended := _ended_run(handle)) is not None and id(ended) not in seen:
+                        seen.add(id(ended))
+                        handle, found = ended._signals_found[sig]
+                    signal.signal(sig, found)
+                    if handle is not None:
+                        entries[sig] = handle  # type: ignore[index]
                     else:
                         entries.pop(sig, None)  # type: ignore[union-attr]
                 else:

@@ -35,7 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pgqueue._core import utf8
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
-                                   retry_at_start, stop_signals)
+                                   stop_signals)
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
@@ -236,6 +236,8 @@ def _cli_hint(hint: str) -> str:
         return "back off and retry later, or raise its cap with `pgqueue queue alter NAME --max-size N`"
     if "pgqueue.schedule_drop()" in hint:  # schedule create of a name in use
         return "drop it first with `pgqueue schedule drop NAME`, or choose another name"
+    if hint.startswith("Pass NULL for none"):  # an empty or over-long --group or --key
+        return "omit --group / --key for none; hash a longer key"
     return hint
 
 
@@ -1108,18 +1110,29 @@ def _stop_signals_interrupt() -> Iterator[None]:
         yield
         return
     previous: dict[int, Any] = {}
+    done = False
 
     def on_stop(signum: int, frame: object) -> None:
-        raise _Stopped(signum)
+        if not done:  # once the command's work is over, a late signal changes nothing (a review)
+            raise _Stopped(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,):
         if signal.getsignal(sig) is not signal.SIG_IGN:
             previous[sig] = signal.signal(sig, on_stop)
     try:
         yield
+        done = True
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        done = True
+        # blocked while they go back, so that none lands between two of them (it would find
+        # on_stop still in place, or the default action)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(previous)) if previous else None
+        try:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        finally:
+            if blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 @contextmanager
@@ -1217,6 +1230,8 @@ def _rounds(every: float | None, round_: Callable[[], None]) -> int:
                 return 0
             time.sleep(every)
     except KeyboardInterrupt:
+        if not every:  # one reading stopped: not done (SIGTERM/SIGHUP: 143/129; it said 0, a review)
+            raise
         return 0
 
 
@@ -1286,6 +1301,18 @@ def _stats_json(kept: _KeptConnection, collect: Callable[[], list[QueueStats]], 
     return _rounds(every, line)
 
 
+#: What a server (or libpq) says of a login no wait mends: a database or role that does not
+#: exist, a password refused or not given (the server's English texts; another language's are
+#: taken for an outage, as are a pooler's answers).
+_LOGIN_REFUSED = ("does not exist", "password authentication failed", "no password supplied", "fe_sendauth",
+                  "authentication failed", "no pg_hba.conf entry", "not permitted to log in")
+
+
+def _login_refused_for_good(text: str) -> bool:
+    text = " ".join(text.split()).lower()
+    return any(words in text for words in _LOGIN_REFUSED)
+
+
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from pgqueue.metrics import MetricsServer, QueueMetrics
 
@@ -1307,9 +1334,12 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except (psycopg.OperationalError, ConnectionFailed) as exc:
         # an option value libpq refuses (port=5x, sslmode=requir), or a login the server refused
-        # (no such database or role, a password: the worker's rule, retry_at_start): no wait mends
-        # it (it served pgqueue_up 0 for ever, where the worker and the dashboard exit 1: a review)
-        if _client_side(str(exc)) or not retry_at_start(exc):
+        # for good (no such database or role, a password): no wait mends it (it served
+        # pgqueue_up 0 for ever, where the worker and the dashboard exit 1: a review). Any other
+        # answer (a pooler whose server is down, a server starting up in another language) is
+        # an outage: pgqueue_up 0, as before (the worker's stricter rule, retry_at_start, made
+        # the exporter exit on them: a review)
+        if _client_side(str(exc)) or _login_refused_for_good(str(exc)):
             metrics.close()
             raise UserError(f"cannot connect to the database: {_one_line(str(exc))}{hint}") from exc
         if not args.once:
@@ -1712,7 +1742,18 @@ def _cmd_queue_create(args: argparse.Namespace) -> int:
         except QueueExists as exc:
             raise UserError(f"queue {args.queue} already exists (change it with `pgqueue queue alter`, "
                             "or pass --if-not-exists)") from exc
-        print(settings_table([queue.settings()]))
+        settings = queue.settings()
+        print(settings_table([settings]))
+    # --if-not-exists of a queue that exists with other settings: it is left as it is, which
+    # printed its row without a word (a review); say which setting differs
+    unset = {"max_attempts", "max_size", "rate_limit"}  # 0: none
+    differ = [f"{name} {'none' if getattr(settings, name) is None else getattr(settings, name)} (not {value})"
+              for name, value in options.items()
+              if getattr(settings, name) != (None if name in unset and value == 0 else value)
+              and not (name == "notify" and value is False)]  # (no --notify: not a setting asked for)
+    if differ:
+        print(f"pgqueue: warning: queue {args.queue} exists with other settings, left as they are: "
+              f"{', '.join(differ)}; change them with `pgqueue queue alter`", file=sys.stderr)
     return 0
 
 
