@@ -724,10 +724,11 @@ def _newest(given: list[Message]) -> tuple[list[Message], Callable[[Message], bo
     return list(send.values()), lambda m: m.attempts < newest[m.id]
 
 
-def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
-    """Return the call that completes leased messages in one statement; its result is the
-    messages whose lease was lost (those changed nothing), in the order given: the server's
-    stale tokens, and each delivery of a message older than another one given (never sent)."""
+def _many(sql: LiteralString, msgs: Iterable[Message], **params: Any) -> Call[list[Message]]:
+    """The call of a ``*_batch`` function that acts on leased messages by token and returns the
+    stale ids: its result is the messages whose lease was lost (those changed nothing), in the
+    order given: the server's stale tokens, and each delivery of a message older than another
+    one given (never sent)."""
     given = list(msgs)
     send, older = _newest(given)
 
@@ -735,7 +736,13 @@ def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
         stale = set(rows[0][0] or ())  # ids: each is sent once
         return [m for m in given if older(m) or m.id in stale]
 
-    return Call(_sql.COMPLETE_BATCH, _token_arrays(send), result)
+    return Call(sql, {**_token_arrays(send), **params}, result)
+
+
+def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
+    """Return the call that completes leased messages in one statement; its result is the
+    messages whose lease was lost (:func:`_many`)."""
+    return _many(_sql.COMPLETE_BATCH, msgs)
 
 
 def complete_and_dequeue(queue: str, msgs: Iterable[Message], limit: int = 1, *,
@@ -770,14 +777,7 @@ def heartbeat_batch(msgs: Iterable[Message], lock_ms: int | None = None) -> Call
     each delivery of a message older than another one given (never sent). At most
     :data:`MAX_BATCH` messages a call."""
     check_int("lock_ms", lock_ms)
-    given = list(msgs)
-    send, older = _newest(given)
-
-    def result(rows: list[Row]) -> list[Message]:
-        stale = set(rows[0][0] or ())  # ids: each is sent once
-        return [m for m in given if older(m) or m.id in stale]
-
-    return Call(_sql.HEARTBEAT_BATCH, {**_token_arrays(send), "lock_ms": lock_ms}, result)
+    return _many(_sql.HEARTBEAT_BATCH, msgs, lock_ms=lock_ms)
 
 
 def defer(msg: Message, *, delay: Delay | None = None, at: When | None = None,

@@ -850,12 +850,7 @@ def _bench_argv(argv: list[str]) -> list[str] | None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    bench_args = list(args.bench_args)
-    if getattr(args, "dsn", None) and "--dsn" not in bench_args:
-        # `pgqueue --dsn X bench`: the suite's own --dsn (it was dropped: the suite ran on a
-        # private server, a review)
-        bench_args = ["--dsn", args.dsn, *bench_args]
-    return _run_bench(bench_args)
+    return _run_bench(list(args.bench_args))  # (a --dsn before `bench`: _bench_argv, in main)
 
 
 #: The suite's options that name a file: relative to the directory `pgqueue bench` runs in.
@@ -1084,10 +1079,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    if not args.watch:
-        return _stats(args)
-    with _sigterm_interrupts():
-        return _stats(args)
+    # SIGTERM and SIGHUP end a --watch as Ctrl-C does (exit 0: _rounds), through main's
+    # _stop_signals_interrupt, as they stop every one-shot command
+    return _stats(args)
 
 
 class _Stopped(KeyboardInterrupt):
@@ -1133,24 +1127,6 @@ def _stop_signals_interrupt() -> Iterator[None]:
         finally:
             if blocked is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a service manager's stop) ends the block as Ctrl-C does (a KeyboardInterrupt,
-    which a --watch loop takes as its end: exit 0), unless SIGTERM was ignored when it began."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _stats(args: argparse.Namespace) -> int:
