@@ -4,7 +4,10 @@ tests/test_install_plain.py), a restored database with its source.
 
 Every object is rendered with its definition, COMMENT, owner and grants, so two installs agree
 only if their functions, relations, columns, indexes, constraints, triggers, views, types, schema,
-comments and privileges all do. The plain install's own version record (pgqueue.install, its
+comments and privileges all do; and the flags around them: sequence parameters, a trigger's
+enabled state, row security and policies, rules, column collations and storage, the internal
+dependencies (a sequence owned by its column), statistics objects, operators and casts; for two
+extensions also the initial privileges pg_dump starts from (pg_init_privs). The plain install's own version record (pgqueue.install, its
 primary key and row type) is left out: it is the one object an extension has no use for.
 """
 
@@ -54,6 +57,53 @@ QUERIES: dict[str, str] = {
     "schema": """
         SELECT n.nspowner::regrole::text, n.nspacl::text, obj_description(n.oid, 'pg_namespace')
           FROM pg_namespace n WHERE n.nspname = 'pgqueue'""",
+    # what a relation is beyond its name and grants: owner, row security, replica identity, the
+    # index's own flags and each column's collation, storage and statistics target
+    "relation_flags": f"""
+        SELECT c.relname, c.relowner::regrole::text, c.relrowsecurity, c.relforcerowsecurity,
+               c.relreplident, c.relispartition, pg_get_partkeydef(c.oid)
+          FROM pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname {_NOT_INSTALL}""",
+    "column_flags": f"""
+        SELECT c.relname, a.attname, co.collname, a.attstorage, a.attstattarget, a.attcompression
+          FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+          LEFT JOIN pg_collation co ON co.oid = a.attcollation
+         WHERE c.relnamespace = 'pgqueue'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+           AND c.relname {_NOT_INSTALL}""",
+    "sequences": f"""
+        SELECT c.relname, s.seqtypid::regtype::text, s.seqstart, s.seqincrement, s.seqmax, s.seqmin,
+               s.seqcache, s.seqcycle
+          FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+         WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relname {_NOT_INSTALL}""",
+    # a sequence owned by a column (dropped with it), and what else one object needs another for
+    "dependencies": f"""
+        SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
+               pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid), d.deptype
+          FROM pg_depend d JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+         WHERE c.relnamespace = 'pgqueue'::regnamespace AND d.deptype IN ('a', 'i')
+           AND c.relname {_NOT_INSTALL}""",
+    "trigger_flags": """
+        SELECT tgrelid::regclass::text, tgname, tgenabled, tgdeferrable, tginitdeferred
+          FROM pg_trigger WHERE NOT tgisinternal
+           AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace)""",
+    "policies": """
+        SELECT polrelid::regclass::text, polname, polcmd, polpermissive, polroles::regrole[]::text,
+               pg_get_expr(polqual, polrelid), pg_get_expr(polwithcheck, polrelid)
+          FROM pg_policy WHERE polrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace)""",
+    "rules": """
+        SELECT ev_class::regclass::text, rulename, ev_enabled
+          FROM pg_rewrite WHERE rulename <> '_RETURN'
+           AND ev_class IN (SELECT oid FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace)""",
+    "type_owners": """
+        SELECT t.typname, t.typowner::regrole::text
+          FROM pg_type t WHERE t.typnamespace = 'pgqueue'::regnamespace AND t.typname NOT IN ('install', '_install')""",
+    "statistics": """
+        SELECT s.stxname, pg_get_statisticsobjdef(s.oid), s.stxowner::regrole::text
+          FROM pg_statistic_ext s WHERE s.stxnamespace = 'pgqueue'::regnamespace""",
+    "operators_and_casts": """
+        SELECT 'operator', o.oid::regoperator::text FROM pg_operator o WHERE o.oprnamespace = 'pgqueue'::regnamespace
+        UNION ALL
+        SELECT 'cast', format('%s -> %s', c.castsource::regtype, c.casttarget::regtype)
+          FROM pg_cast c JOIN pg_proc p ON p.oid = c.castfunc WHERE p.pronamespace = 'pgqueue'::regnamespace""",
 }
 
 #: What two extension installs must also agree on: what pg_dump keeps, and which objects belong
@@ -68,6 +118,17 @@ EXTENSION_QUERIES: dict[str, str] = {
           FROM pg_depend
          WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
            AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pgqueue')""",
+    # the privileges the extension's script left, which pg_dump takes as the starting point
+    "initial_privileges": """
+        SELECT pg_describe_object(i.classoid, i.objoid, i.objsubid), i.privtype, i.initprivs::text
+          FROM pg_init_privs i
+          JOIN pg_depend d ON d.classid = i.classoid AND d.objid = i.objoid AND d.deptype = 'e'
+         WHERE d.refclassid = 'pg_extension'::regclass
+           AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pgqueue')""",
+    "extension": """
+        SELECT e.extname, e.extversion, e.extrelocatable, e.extnamespace::regnamespace::text,
+               e.extowner::regrole::text
+          FROM pg_extension e WHERE e.extname = 'pgqueue'""",
 }
 
 

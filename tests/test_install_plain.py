@@ -478,6 +478,37 @@ def test_plain_and_extension_installs_have_the_same_catalog(owner: Owner) -> Non
                          "AND relname IN ('install', 'install_pkey')") == 2
 
 
+def test_the_catalog_sees_each_flag_it_compares(owner: Owner) -> None:
+    """A change of each flag the catalog renders shows in the kind that renders it (so that a
+    comparison above could fail on it), and the extension records its initial privileges."""
+    db = owner.database()
+    with owner.connect(db) as conn:
+        conn.execute("CREATE EXTENSION pgqueue")
+        trigger = one(conn, "SELECT tgname FROM pg_trigger WHERE tgrelid = 'pgqueue.message'::regclass "
+                            "AND NOT tgisinternal ORDER BY tgname LIMIT 1")
+        seq = one(conn, "SELECT c.oid::regclass::text FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid "
+                        "JOIN pg_depend d ON d.objid = c.oid AND d.deptype IN ('a', 'i') "
+                        "WHERE c.relnamespace = 'pgqueue'::regnamespace ORDER BY 1 LIMIT 1")
+    changes = {
+        "trigger_flags": f"ALTER TABLE pgqueue.message DISABLE TRIGGER {trigger}",
+        "sequences": f"ALTER SEQUENCE {seq} CACHE 7",
+        "dependencies": f"ALTER SEQUENCE {seq} OWNED BY NONE",
+        "column_flags": "ALTER TABLE pgqueue.message ALTER COLUMN content SET STATISTICS 7",
+        "relation_flags": "ALTER TABLE pgqueue.queue ENABLE ROW LEVEL SECURITY",
+        "policies": "CREATE POLICY everyone ON pgqueue.queue USING (true)",
+        "rules": "CREATE RULE nothing AS ON UPDATE TO pgqueue.message_group_lock DO INSTEAD NOTHING",
+        "statistics": "CREATE STATISTICS pgqueue.both ON queue_id, dequeue_at FROM pgqueue.message",
+    }
+    before = catalog(owner.dsn(db), extension=True)
+    assert before["initial_privileges"], "the extension recorded no initial privileges"
+    for kind, change in changes.items():
+        with owner.connect(db) as conn:
+            conn.execute(change)
+        after = catalog(owner.dsn(db), extension=True)
+        assert after[kind] != before[kind], (kind, change)
+        before = after
+
+
 # --------------------------------------------------------------------------------------------
 # pg_dump / pg_restore
 # --------------------------------------------------------------------------------------------
