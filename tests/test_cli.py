@@ -567,6 +567,20 @@ def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn
     queue.close()
 
 
+def test_help_the_disk_cannot_take_is_one_line_and_not_0() -> None:
+    """`pgqueue --help > /dev/full`: the help printed at exit failed with an "Exception ignored"
+    traceback and exit 120 (0 with PYTHONUNBUFFERED); now one line, exit 1. (Buffered output, as
+    a shell gives it: with PYTHONUNBUFFERED set, Python's own write of argparse's help to
+    /dev/full reports no error.)"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        for argv in (["--help"], ["queue", "--help"]):
+            proc = subprocess.run([str(PGQUEUE), *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=60, check=False, env=env)
+            assert (proc.returncode, proc.stderr) == (
+                1, "pgqueue: error: cannot write the output: No space left on device\n"), (argv, proc.stderr)
+
+
 def test_a_command_started_with_its_output_closed_does_its_work_and_exits_0(dsn: str) -> None:
     """`pgqueue enqueue ... >&-` (cron jobs, daemons): Python has no sys.stdout then; the flush
     added for the full-disk case failed with a traceback and exit 1 after the enqueue was done,

@@ -131,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     parser = build_parser()
     try:
-        args = _parse(parser, argv)
+        try:
+            args = _parse(parser, argv)
+        except SystemExit:  # --help printed (or argparse's usage error, on stderr)
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a help that could not be written is reported (below), not 0
+            raise
         if args.version:
             status = _print_version(args, sys.stdout)
         elif not hasattr(args, "run"):
@@ -242,9 +247,19 @@ def _cli_hint(hint: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    """Return text on one line: lines joined with "; ", runs of blanks made one space."""
+    """Return text on one line: lines joined with "; ", runs of blanks made one space, and
+    psycopg's "connection is bad: " or "connection failed: " dropped before libpq's own
+    "connection to server ... failed" (they say nothing more; before an option value libpq
+    refused, "connection is bad: " is kept)."""
     lines = [" ".join(line.split()) for line in text.splitlines()]
-    return "; ".join(line for line in lines if line)
+    text = "; ".join(line for line in lines if line)
+    for prefix in _REDUNDANT:
+        if text.startswith(prefix + "connection to server"):
+            return text.removeprefix(prefix)
+    return text
+
+
+_REDUNDANT = ("connection is bad: ", "connection failed: ")
 
 
 def _error(message: str, *, prefix: bool = True) -> None:

@@ -255,8 +255,9 @@ def translate(exc: psycopg.Error) -> PgQueueError:
     sqlstate = exc.sqlstate
     diag = exc.diag
     # a server error has a primary message; a client-side one (failed connection) only text,
-    # which may span lines: keep it on one line
-    message = diag.message_primary or " ".join(str(exc).split()) or type(exc).__name__
+    # which may span lines: keep it on one line, its lines joined with "; " as the CLI does
+    message = diag.message_primary or "; ".join(
+        " ".join(line.split()) for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
     if sqlstate is None and isinstance(exc, psycopg.ProgrammingError):  # a DSN that does not parse, say
         message = conninfo_error(exc)
     hint = diag.message_hint
