@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(69);
+SELECT plan(96);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -32,6 +32,28 @@ SELECT throws_ok($$SELECT pgqueue._cron_next('60 * * * *', 0)$$, '22023', NULL, 
 SELECT throws_ok($$SELECT pgqueue._cron_next('* * 0 * *', 0)$$, '22023', NULL, 'day 0');
 SELECT throws_ok($$SELECT pgqueue._cron_next('* * 31 2 *', 0)$$, '22023', NULL, 'February 31st never comes');
 SELECT throws_ok($$SELECT pgqueue._cron_next('*/0 * * * *', 0)$$, '22023', NULL, 'step 0');
+
+-- _cron_slots: the same minutes as a chain of _cron_next calls, from one parse; up to p_upto, at
+-- most p_limit
+SELECT is(pgqueue._cron_slots(expr, pgqueue.to_epoch(after), 9223372036854775807, 40),
+          ARRAY(WITH RECURSIVE chain(n, slot) AS (
+                    SELECT 1, pgqueue._cron_next(expr, pgqueue.to_epoch(after))
+                    UNION ALL SELECT n + 1, pgqueue._cron_next(expr, slot) FROM chain WHERE n < 40)
+                SELECT slot FROM chain ORDER BY n),
+          expr || ' after ' || after || ': 40 slots as 40 calls of _cron_next')
+  FROM cron_case ORDER BY expr, after;
+SELECT is(pgqueue._cron_slots('*/20 * * * *', pgqueue.to_epoch('2026-01-01 10:00+00'), pgqueue.to_epoch('2026-01-01 11:00+00'), 10),
+          ARRAY(SELECT pgqueue.to_epoch(t) FROM unnest('{2026-01-01 10:20+00,2026-01-01 10:40+00,2026-01-01 11:00+00}'::timestamptz[]) t),
+          'slots after p_after, up to and including p_upto');
+SELECT is(pgqueue._cron_slots('*/20 * * * *', pgqueue.to_epoch('2026-01-01 10:00+00'), pgqueue.to_epoch('2026-01-01 11:00+00'), 2),
+          ARRAY(SELECT pgqueue.to_epoch(t) FROM unnest('{2026-01-01 10:20+00,2026-01-01 10:40+00}'::timestamptz[]) t),
+          'at most p_limit');
+SELECT is(pgqueue._cron_slots('0 3 * * *', pgqueue.to_epoch('2026-01-01 10:00+00'), pgqueue.to_epoch('2026-01-02 02:59+00'), 10),
+          '{}'::bigint[], 'none in the range: empty');
+SELECT is(pgqueue._cron_slots('* * * * *', 0, 9223372036854775807, 0), '{}'::bigint[], 'a limit of 0: empty');
+SELECT throws_ok($$SELECT pgqueue._cron_slots('* * 31 2 *', 0, 9223372036854775807, 5)$$, '22023', NULL,
+                 '_cron_slots: an expression that matches no day in 50 years raises');
+SELECT throws_ok($$SELECT pgqueue._cron_slots('* * *', 0, 60000, 5)$$, '22023', NULL, '_cron_slots: three fields');
 
 -- schedule_run: slots from next_run up to now, each once
 SELECT pgqueue.queue_create('s');
@@ -134,6 +156,20 @@ SELECT is(o_next, pgqueue.to_epoch(want_next), 'latest, ' || expr || ': the slot
   FROM late_fired ORDER BY expr;
 SELECT cmp_ok(pg_stat_get_xact_function_calls('pgqueue._cron_next(text, bigint)'::regprocedure), '<', 500::bigint,
               'latest: a bisection, not a walk over the missed slots');
+-- 'all' long behind: the slots from one parse of the expression (a review: a call of _cron_next
+-- a slot, 10,000 slots of '* * * * *' in 5.3 s)
+CREATE TEMP TABLE calls_before AS
+SELECT pg_stat_get_xact_function_calls('pgqueue._cron_next(text, bigint)'::regprocedure) AS n;
+CREATE TEMP TABLE all_fired AS
+SELECT * FROM pgqueue._schedule_fire('late', 'x', NULL, NULL, '* * * * *', 'all', pgqueue.to_epoch('2026-01-01 00:00+00'),
+                                     pgqueue.to_epoch('2026-01-02 00:00+00'), 1000, false);
+SELECT is(cardinality(o_slots), 1000, 'all, a day of minutes behind: 1000 slots (the limit)') FROM all_fired;
+SELECT is(o_slots, ARRAY(SELECT pgqueue.to_epoch('2026-01-01 00:00+00') + i * 60000 FROM generate_series(0, 999) i),
+          'all: each minute in order, from the first one missed') FROM all_fired;
+SELECT is(o_next, pgqueue.to_epoch('2026-01-01 00:00+00') + 1000 * 60000, 'all: the slot after the last one next')
+  FROM all_fired;
+SELECT cmp_ok(pg_stat_get_xact_function_calls('pgqueue._cron_next(text, bigint)'::regprocedure) - (SELECT n FROM calls_before),
+              '<=', 2::bigint, 'all: not a call of _cron_next a slot');
 
 -- errors
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'nope', 'c', 1000)$$, 'PQ001', NULL, 'unknown queue');
