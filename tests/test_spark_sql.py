@@ -186,6 +186,25 @@ def test_a_consumer_in_use_cannot_be_opened_or_released(dsn: str, conn: Conn) ->
     assert one(conn, "SELECT pgqueue.spark_release('q', 'etl')") == 3
 
 
+def test_a_consumer_in_use_is_acknowledged_only_by_its_session(dsn: str, conn: Conn) -> None:
+    """spark_ack from another session while a Spark query holds the consumer is PQ005 and
+    deletes nothing (it deleted the claims of a micro-batch the query had not read yet, and the
+    batch read fewer rows with no error: a review); the holder acknowledges, and anyone may once
+    nobody holds it."""
+    fill(conn, "q", 5)
+    with psycopg.connect(dsn, autocommit=True) as holder:
+        assert one(holder, "SELECT pgqueue.spark_consumer_open('q', 'etl')") == 0
+        assert one(holder, "SELECT pgqueue.spark_claim('q', 'etl', 2)") == 1
+        assert one(holder, "SELECT pgqueue.spark_claim('q', 'etl', 3)") == 2
+        assert sqlstate_of(conn, "SELECT pgqueue.spark_ack('q', 'etl', 2)") == "PQ005"
+        assert sqlstate_of(conn, "SELECT pgqueue.spark_ack('q', 'etl', 1)") == "PQ005"
+        assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE claim_id IS NOT NULL") == 5
+        assert one(holder, "SELECT pgqueue.spark_ack('q', 'etl', 1)") == 2
+        assert one(holder, "SELECT pgqueue.spark_consumer_close('q', 'etl')") is True
+    assert one(conn, "SELECT pgqueue.spark_ack('q', 'etl', 2)") == 3
+    assert one(conn, "SELECT count(*) FROM pgqueue.message") == 0
+
+
 def test_argument_errors(conn: Conn) -> None:
     fill(conn, "q", 1)
     cases = {

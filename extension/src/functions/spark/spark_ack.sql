@@ -1,7 +1,10 @@
 -- Acknowledge a consumer's claims up to p_up_to_seq: delete their messages; returns how many.
 --
 -- Idempotent: claims at or below the acknowledged position are gone already. Errors: 22023 if
--- p_up_to_seq is beyond the consumer's last claim, PQ006 for an unknown consumer.
+-- p_up_to_seq is beyond the consumer's last claim, PQ005 if another session holds the consumer
+-- (a Spark query runs on it: an acknowledgement by hand deleted the claims of a micro-batch it
+-- had not read yet, and the batch read fewer rows with no error; a review), PQ006 for an
+-- unknown consumer.
 CREATE FUNCTION pgqueue.spark_ack(p_queue text, p_consumer text, p_up_to_seq bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -23,6 +26,13 @@ BEGIN
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_enter(p_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, false);
+    -- (the row is locked FOR UPDATE: no spark_consumer_open can slip in meanwhile)
+    IF v_consumer.holder_pid IS DISTINCT FROM pg_backend_pid()
+       AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
+            USING ERRCODE = 'PQ005',
+                  HINT = 'Its Spark query acknowledges what it has processed itself; stop the query first.';
+    END IF;
     IF p_up_to_seq >= v_consumer.next_seq THEN
         RAISE EXCEPTION 'cannot acknowledge claim % of consumer "%": its last claim is %',
                         p_up_to_seq, p_consumer, v_consumer.next_seq - 1
