@@ -103,6 +103,19 @@ def test_decode_rejects_malformed_content(content: bytes, content_type: str) -> 
         codec.decode(content, content_type)
 
 
+@pytest.mark.parametrize("charset", ["nope", "undefined", "UNDEFINED"])
+def test_a_charset_python_cannot_decode_with_is_an_unknown_charset(charset: str) -> None:
+    """``charset=undefined`` (JavaScript's `charset=${enc}` of an unset enc) names Python's
+    "undefined" codec, which is found but decodes nothing: it raised "decoding with 'undefined'
+    codec failed" (a review); now the same ValueError as a charset Python does not know."""
+    for content_type in (f"text/plain; charset={charset}", f"application/json; charset={charset}"):
+        with pytest.raises(ValueError, match=r"^unknown charset in content type") as exc:
+            codec.decode(b'"hi"', content_type)
+        assert str(exc.value) == f"unknown charset in content type {content_type!r}"
+    with pytest.raises(UnicodeDecodeError):  # bytes not in a charset that exists: as they were
+        codec.decode(b"\xff", "text/plain; charset=utf-8")
+
+
 def test_json_after_a_byte_order_mark_is_parsed_text_keeps_it() -> None:
     """A UTF-8 byte-order mark before JSON (some Windows tools write one; RFC 8259 lets a parser
     ignore it) made json.loads fail: the message was handed out as its raw bytes (a review).

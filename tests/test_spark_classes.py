@@ -147,6 +147,45 @@ def test_write_plans() -> None:
             make()
 
 
+def test_json_payloads_holding_a_type_json_cannot_hold_are_refused_on_the_driver() -> None:
+    """A VARIANT (also a GEOMETRY / GEOGRAPHY) inside a struct, array or map was written as Spark's
+    internal {"value", "metadata"} base64 (the top-level VARIANT is refused), and a year-month
+    INTERVAL inside one failed the task with pyarrow's ``KeyError: 21``, naming neither column
+    nor row (a review). The write is refused before any task, naming the column, the field and
+    its type; a day-time INTERVAL inside one is written as its seconds."""
+    from pyspark.sql.types import (
+        ArrayType,
+        CalendarIntervalType,
+        GeometryType,
+        VariantType,
+        YearMonthIntervalType,
+    )
+
+    opts = parse({"dsn": "x", "queue": "q"}, "df.write")
+    cases: list[tuple[Any, str]] = [
+        (StructType([StructField("id", IntegerType()), StructField("v", VariantType())]),
+         r"struct<id:int,v:variant>, which holds variant at payload\.v: .*\(to_json\(payload\) AS payload "
+         r"with payloadType=json"),
+        (ArrayType(VariantType()), r"which holds variant at payload\[\]"),
+        (MapType(StringType(), VariantType()), r"which holds variant at payload\{\}"),
+        (StructType([StructField("ym", YearMonthIntervalType())]),
+         r"which holds interval year to month at payload\.ym: .*\(cast it to an integer \(months\)"),
+        (ArrayType(StructType([StructField("g", GeometryType(0))])), r"which holds geometry\(0\) at payload\[\]\.g"),
+        (MapType(StructType([StructField("c", CalendarIntervalType())]), LongType()),
+         r"which holds interval at payload\{key\}\.c"),
+    ]
+    for payload_type in ("auto", "json"):
+        for data_type, text in cases:
+            with pytest.raises(InvalidArgument, match=r"^payload column 'payload' has type .*" + text):
+                write_plan(parse({"dsn": "x", "queue": "q", "payloadType": payload_type}, "df.write"),
+                           StructType([StructField("payload", data_type)]))
+    seconds = StructType([StructField("payload", ArrayType(StructType([StructField("d", DayTimeIntervalType())])))])
+    assert write_plan(opts, seconds).payload_kind == "json_value"
+    batch = pa.record_batch({"payload": pa.array([[{"d": dt.timedelta(days=1, seconds=1.5)}]],
+                                                  pa.list_(pa.struct([("d", pa.duration("us"))])))})
+    assert encode_batch(write_plan(opts, seconds), batch, partition=0, first_row=0).contents == [b'[{"d":86401.5}]']
+
+
 def test_data_source_checks_before_any_task(dsn: str) -> None:
     ds = PgQueueDataSource({"dsn": dsn, "path": "default"})
     assert ds.schema().fieldNames()[:4] == ["id", "queue", "status", "payload"]
@@ -390,6 +429,19 @@ def test_decode_payload() -> None:
     assert decode_payload(b"hi", codec.TEXT, "json") == '"hi"'
     assert decode_payload(b"hi", None, "json") is None
     assert decode_payload("h\u00e9".encode("latin-1"), "text/plain; charset=latin-1", "string") == "h\u00e9"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain; charset=undefined", "application/json; charset=undefined",
+                                          "text/plain; charset=nope", "text/plain; charset=punycode",
+                                          "text/plain; charset=base64"])
+def test_content_a_charset_cannot_decode_reads_as_null(content_type: str) -> None:
+    """Content that cannot be decoded is NULL for payloadType string and json whatever the reason.
+    ``charset=undefined`` (Python's "undefined" codec: a plain UnicodeError, not a
+    UnicodeDecodeError) failed every read of the queue instead, and a stream replayed the
+    micro-batch holding it forever (a review); so did punycode on bytes it cannot read."""
+    for payload_type in ("string", "json"):
+        assert decode_payload(b"hi-x", content_type, payload_type) is None, (content_type, payload_type)
+    assert decode_payload(b"hi-x", content_type, "binary") == b"hi-x"
 
 
 # ---------------------------------------------------------------------------------------
@@ -690,10 +742,10 @@ def test_stream_offsets_claims_and_acks(dsn: str, conn: Conn) -> None:
     reader = stream_reader(dsn, numPartitions="2")
     try:
         start = reader.initialOffset()
-        assert start == {"consumer": "etl", "seq": 0, "origin": 0}
+        assert start == {"queue": "q", "consumer": "etl", "seq": 0, "origin": 0}
         assert reader.getDefaultReadLimit() == ReadMaxRows(100_000)
         end = reader.latestOffset(start, ReadMaxRows(4))
-        assert end == {"consumer": "etl", "seq": 1, "origin": 0}
+        assert end == {"queue": "q", "consumer": "etl", "seq": 1, "origin": 0}
         assert len(reader.partitions(start, end)) == 2
         assert read_batch(reader, start, end) == ids[:4]
         assert read_batch(reader, start, end) == ids[:4], "reading again gives the same rows"
@@ -754,7 +806,7 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
     assert first.latestOffset(start, ReadAllAvailable()) == start, "nothing enqueued since the start"
     new = fill(conn, "q", 2)
     end = first.latestOffset(start, ReadMaxRows(10))
-    assert end == {"consumer": "late", "seq": 1, "from": start["from"], "origin": 0}
+    assert end == {"queue": "q", "consumer": "late", "seq": 1, "from": start["from"], "origin": 0}
     assert claimed(first, start, end) == new
     first.commit(end)
     first.stop()
@@ -763,7 +815,7 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
     again = reader("late", "earliest")
     more = fill(conn, "q", 1)
     after = again.latestOffset(end, ReadMaxRows(10))
-    assert after == {"consumer": "late", "seq": 2, "from": start["from"], "origin": 0}
+    assert after == {"queue": "q", "consumer": "late", "seq": 2, "from": start["from"], "origin": 0}
     assert claimed(again, end, after) == more
     again.commit(after)
     again.stop()
@@ -778,9 +830,9 @@ def test_starting_position_is_fixed_at_the_first_start(dsn: str, conn: Conn) -> 
     stamp.stop()
     first_ever = reader("all", "earliest")
     e0 = first_ever.initialOffset()
-    assert e0 == {"consumer": "all", "seq": 0, "origin": 0}
+    assert e0 == {"queue": "q", "consumer": "all", "seq": 0, "origin": 0}
     e1 = first_ever.latestOffset(e0, ReadMaxRows(10))
-    assert e1 == {"consumer": "all", "seq": 1, "origin": 0}
+    assert e1 == {"queue": "q", "consumer": "all", "seq": 1, "origin": 0}
     assert claimed(first_ever, e0, e1) == old
     first_ever.stop()
 
@@ -798,7 +850,7 @@ def test_one_query_per_consumer(dsn: str, conn: Conn) -> None:
             pgqueue.spark.release(dsn, "q", "etl")
     finally:
         first.stop()
-    assert stream_reader(dsn).initialOffset() == {"consumer": "etl", "seq": 0, "origin": 0}
+    assert stream_reader(dsn).initialOffset() == {"queue": "q", "consumer": "etl", "seq": 0, "origin": 0}
 
 
 def test_available_now_stops_at_what_exists(dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -883,6 +935,50 @@ def test_checkpoint_of_another_consumer_or_ahead(dsn: str, conn: Conn) -> None:
             reader.latestOffset({"consumer": "etl", "seq": 7}, ReadMaxRows(1))
     finally:
         reader.stop()
+
+
+def test_checkpoint_of_another_queue_is_refused_before_it_acknowledges(dsn: str, conn: Conn) -> None:
+    """Offsets name their queue. Before, a checkpoint restarted against another queue (the default
+    consumer name, spark, is the same on every queue) acknowledged that queue's open claims up to
+    its own sequence number: it deleted messages no one had processed (a review). Now each driver
+    call refuses such an offset, as one of another consumer, before it changes anything; an
+    offset without a queue (a checkpoint written before offsets named it) is still taken."""
+
+    def three_batches(reader: PgQueueStreamReader) -> dict[str, Any]:
+        """Run micro-batches 0..2 of two messages each: claims 1 and 2 acknowledged, 3 open."""
+        offset = reader.initialOffset()
+        for _ in range(3):
+            offset = reader.latestOffset(offset, ReadMaxRows(2))
+        reader.stop()
+        return offset
+
+    def on_other() -> PgQueueStreamReader:
+        return PgQueueStreamReader(parse({"dsn": dsn, "queue": "other", "consumer": "etl"}, "spark.readStream"))
+
+    others = fill(conn, "other", 6)
+    three_batches(on_other())  # queue other: its micro-batch 2 (claim 3) failed, to be replayed
+    fill(conn, "q", 6)
+    end = three_batches(stream_reader(dsn))  # queue q's checkpoint, at claim 3
+    assert end["seq"] == 3
+    # q's checkpoint pointed at queue other by mistake
+    wrong = on_other()
+    try:
+        for call in (lambda: wrong.latestOffset(end, ReadMaxRows(2)), lambda: wrong.partitions(end, end),
+                     lambda: wrong.commit(end)):
+            with pytest.raises(InvalidArgument, match="the checkpoint belongs to queue 'q', but the query "
+                                                      "consumes queue 'other'"):
+                call()
+        assert [r[0] for r in conn.execute(
+            "SELECT m.id FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = 'other' "
+            "ORDER BY m.id")] == others[4:], "claim 3 of queue other was not acknowledged"
+        assert one(conn, "SELECT acked_seq FROM pgqueue.spark_consumers('other')") == 2
+        # an offset of an older checkpoint of queue other, without a queue, is taken as before
+        legacy = {"consumer": "etl", "seq": 2}
+        resumed = wrong.latestOffset(legacy, ReadMaxRows(2))
+        assert (resumed["queue"], resumed["seq"]) == ("other", 3), "its open claim, naming the queue now"
+        assert read_batch(wrong, legacy, resumed) == others[4:]
+    finally:
+        wrong.stop()
 
 
 def test_stream_rows_match_the_schema(dsn: str, conn: Conn) -> None:
@@ -1088,3 +1184,40 @@ def test_status_and_time_filters_are_evaluated_by_the_server(dsn: str, conn: Con
     naive = GreaterThan(("created_at",), dt.datetime(2000, 1, 1))
     huge = GreaterThan(("created_at_ms",), 2**63 - 1)
     assert rows_read(naive, huge) == ([naive, huge], ids), "what it cannot bound stays with Spark"
+
+
+def test_time_filters_at_the_limits_of_a_timestamp_keep_the_rows_spark_keeps(dsn: str, conn: Conn) -> None:
+    """A due time past year 9999 (a saturated delay: 2**63 - 1 ms) reads as the last instant a
+    TIMESTAMP holds, 9999-12-31 23:59:59.999, and passes Spark's ``dequeue_at <=`` or ``=`` that
+    instant; the server compared the raw epoch ms and dropped it (a review). A bound at a limit
+    now leaves that side to Spark; one inside the range still bounds the server's rows."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual
+
+    utc = dt.timezone.utc
+    last_ms = 253402300799999  # 9999-12-31 23:59:59.999
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    far, near, soon = (one(conn, "SELECT pgqueue.message_create('q', 'x'::bytea, p_dequeue_at => %s)", (at,))
+                       for at in (2**63 - 1, last_ms, 1893456000000))
+    last = dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=utc)
+    first = dt.datetime(1, 1, 1, tzinfo=utc)
+
+    def rows_read(*filters: Any) -> tuple[list[Any], list[int], dict[str, Any]]:
+        reader = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true"}))
+        left = list(reader.pushFilters(list(filters)))
+        got = sorted(r[0] for p in reader.partitions() for r in pickle.loads(pickle.dumps(reader)).read(p))
+        return left, got, reader.where
+
+    plain = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q"}))
+    rows = {r[0]: r for p in plain.partitions() for r in plain.read(p)}
+    assert rows[far][6] == rows[near][6] == last, "both show the last instant"
+    for f in (EqualTo(("dequeue_at",), last), LessThanOrEqual(("dequeue_at",), last),
+              LessThan(("dequeue_at",), last + dt.timedelta(microseconds=1))):
+        left, got, where = rows_read(f)
+        assert left == [f] and {far, near} <= set(got), f"{f}: every row Spark keeps is read"
+        assert "dequeue_at_hi" not in where
+    left, got, where = rows_read(GreaterThanOrEqual(("dequeue_at",), last))
+    assert got == [far, near] and where == {"dequeue_at_lo": last_ms}, "a lower bound there still bounds"
+    left, got, where = rows_read(LessThan(("dequeue_at",), last - dt.timedelta(milliseconds=1)))
+    assert got == [soon] and where == {"dequeue_at_hi": last_ms - 1}, "a bound inside the range still bounds"
+    left, got, where = rows_read(GreaterThan(("created_at",), first), LessThanOrEqual(("created_at",), last))
+    assert got == [far, near, soon] and where == {}, "both limits: nothing for the server"

@@ -132,7 +132,7 @@ def test_driver_calls_reconnect_and_reopen_the_consumer(dsn: str, conn: Conn,
         start = reader.initialOffset()
         terminate(conn, driver_pid(reader))
         end = reader.latestOffset(start, ReadMaxRows(3))
-        assert end == {"consumer": "etl", "seq": 1, "origin": 0}
+        assert end == {"queue": "q", "consumer": "etl", "seq": 1, "origin": 0}
         terminate(conn, driver_pid(reader))
         assert read_batch(reader, start, end) == ids[:3]
         active, pid = holder(conn)

@@ -24,6 +24,7 @@ type gives the bytes back. JSON turns tuples into lists and non-string keys into
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 
@@ -126,9 +127,18 @@ def decode(content: bytes, content_type: str | None) -> object:
     """
     kind, params = media_type(content_type)
     if kind == JSON or kind.endswith("+json") or kind.startswith("text/"):
+        charset = params.get("charset", "utf-8")
         try:
-            text = bytes(content).decode(params.get("charset", "utf-8"))
+            text = bytes(content).decode(charset)
         except LookupError as exc:
+            raise ValueError(f"unknown charset in content type {content_type!r}") from exc
+        except UnicodeError as exc:
+            # Python's "undefined" codec is found but decodes nothing (a plain UnicodeError,
+            # "decoding with 'undefined' codec failed"): no charset either, as JavaScript's
+            # `charset=${enc}` writes it for an unset enc. Other UnicodeErrors are bytes that are
+            # not in the charset, raised as they are.
+            if isinstance(exc, UnicodeDecodeError) or codecs.lookup(charset).name != "undefined":
+                raise
             raise ValueError(f"unknown charset in content type {content_type!r}") from exc
         if not kind.startswith("text/"):
             # a byte-order mark before JSON (some Windows tools write one) is not part of the

@@ -64,6 +64,9 @@ processing, so the sink only appends.
     (``text/plain; charset=utf-8``), STRUCT/ARRAY/MAP/numbers/BOOLEAN as JSON
     (``application/json``). ``json`` with a STRING column takes it as JSON text (checked, stored
     as ``application/json``): ``to_json(struct(*)) AS payload`` is the fastest way to JSON.
+    Inside JSON, a day-time INTERVAL is written as its seconds (a number); a VARIANT, a
+    year-month INTERVAL, a GEOMETRY or a GEOGRAPHY is refused before any task, naming the field
+    (``to_json(payload) AS payload`` with ``json`` writes a VARIANT's JSON).
 ``dequeueAtColumn``
     TIMESTAMP (or TIMESTAMP_NTZ, taken as UTC) or integer epoch milliseconds: deliver then
     (a time before 1970 fails its task, naming the row: pgqueue reads it as a priority).
@@ -108,7 +111,9 @@ Reading, batch and streaming:
 
 ``payloadType``: ``binary`` (default), ``string``, ``json``
     the ``payload`` column: the stored bytes; or the content decoded as text (NULL if it is not
-    text); or JSON text (JSON content as is, text as a JSON string, NULL for raw bytes).
+    text); or JSON text (JSON content as is, text as a JSON string, NULL for raw bytes). Content
+    that its charset cannot decode (bytes not in it, or a charset Python cannot decode with:
+    unknown, or ``charset=undefined``) is NULL too, never a failed read.
 ``numPartitions`` (default 1; alias ``minPartitions``, the Kafka source's name)
     Spark partitions per read or micro-batch, by id range.
 ``fetchSize`` (default 5000)
@@ -118,7 +123,9 @@ Batch reads only: ``includeDead`` (default false) adds the dead letters (status 
 ``filterPushdown`` (default false) takes Spark's filters: on ``id`` (``=``, ``<``, ``<=``,
 ``>``, ``>=``, ``IN``) the partitions probe only that id range of the primary key; on
 ``status`` (``=``, ``IN``) and on ``dequeue_at``, ``created_at`` and their ``_ms`` columns
-(comparisons) the server drops the rows that fail them before they are sent. It needs Spark's
+(comparisons) the server drops the rows that fail them before they are sent (an upper
+TIMESTAMP bound at 9999-12-31 23:59:59.999 or a lower one at 0001-01-01 is left to Spark: times
+beyond those limits read as the limit). It needs Spark's
 switch ``spark.sql.python.filterPushdown.enabled=true`` (off by default in 4.3; with it off
 Spark refuses every read of a source that takes filters, hence the option). Other filters
 (payload, state, ...) are evaluated by Spark after the read.
@@ -127,7 +134,9 @@ Streaming reads only:
 
 ``consumer`` (default ``spark``)
     the consumer's name: one running query per (queue, consumer) (PQ005 otherwise); keep it
-    stable across restarts of a query.
+    stable across restarts of a query. The checkpoint's offsets name the queue and the consumer:
+    a restart with another queue or consumer is refused (``InvalidArgument``) before it
+    acknowledges anything (offsets of checkpoints written before they named the queue are taken).
 ``maxMessagesPerBatch`` (default 100000; alias ``maxMessagesPerTrigger``, the Kafka source's name)
     messages per micro-batch (Spark's ``ReadMaxRows`` admission control, through
     ``getDefaultReadLimit``; ``availableNow`` runs as many micro-batches of this size as it takes).

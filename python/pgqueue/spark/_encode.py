@@ -13,7 +13,11 @@ STRUCT, ARRAY, MAP, numbers, BOOLEAN   compact JSON, UTF-8    ``application/json
 
 Inside JSON, maps become objects (keys as strings), decimals numbers written exactly, FLOATs
 their shortest decimal, dates and timestamps ISO 8601 strings, binary values base64 strings (as
-Spark's ``to_json`` writes them).
+Spark's ``to_json`` writes them); times ISO 8601 strings and day-time intervals their seconds (a
+number, as ``delayColumn`` takes one; ``to_json`` writes ``"INTERVAL '1' DAY"``). A VARIANT,
+a year-month or calendar interval, a GEOMETRY or a GEOGRAPHY inside a payload is refused on
+the driver (``source.write_plan``): Arrow carries the first and the last two in their internal
+binary form, and pyarrow cannot read a year-month interval.
 
 Only pyarrow is needed (imported where used); nothing here imports pyspark.
 """
@@ -456,13 +460,19 @@ def decode_payload(content: bytes, content_type: str | None, payload_type: str) 
     ``binary``: the bytes as stored. ``string``: the content decoded as text (with the charset
     of its content type, UTF-8 if none); None if it is not text. ``json``: JSON text: JSON content
     as it is, other text as a JSON string; None for bytes that are not text.
+
+    Content that cannot be decoded is None whatever the reason: bytes not valid in the charset,
+    a charset Python does not know (LookupError), or one it knows but cannot decode with, which
+    raises a plain UnicodeError (``charset=undefined``, what ``charset=${enc}`` gives for an
+    unset ``enc``, or ``punycode`` on other bytes). An exception here would fail the task, and a
+    stream replays a failed micro-batch with the same message forever.
     """
     if payload_type == "binary":
         return bytes(content)
     kind, params = codec.media_type(content_type)
     try:
         text = bytes(content).decode(params.get("charset", "utf-8"))
-    except (LookupError, UnicodeDecodeError):
+    except (LookupError, ValueError):  # UnicodeError and UnicodeDecodeError are ValueErrors
         return None
     if payload_type == "string":
         return text

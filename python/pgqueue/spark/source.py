@@ -61,6 +61,7 @@ from pyspark.sql.types import (
     BinaryType,
     BooleanType,
     ByteType,
+    CalendarIntervalType,
     DataType,
     DayTimeIntervalType,
     DecimalType,
@@ -70,11 +71,15 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     ShortType,
+    SpatialType,
     StringType,
     StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
+    UserDefinedType,
+    VariantType,
+    YearMonthIntervalType,
 )
 
 from pgqueue import _core
@@ -280,13 +285,49 @@ def _type_error(role: str, f: StructField, wanted: str) -> InvalidArgument:
     )
 
 
+#: Types that a JSON payload (a struct, array or map) cannot hold, with what to write instead.
+#: The Arrow batches Spark hands the sink carry a VARIANT, a GEOMETRY and a GEOGRAPHY as structs
+#: of their internal binary form ({"value", "metadata"}, {"srid", "wkb"}), which would be written
+#: as such, and a year-month interval as a type pyarrow cannot read (the task failed with
+#: ``KeyError: 21``, naming neither column nor row). Spark refuses a calendar INTERVAL in a
+#: table's schema itself; it is here so that no path writes one. A day-time interval is written
+#: as its seconds (a number), as ``delayColumn`` reads one.
+_NOT_IN_JSON: tuple[tuple[type[DataType], str], ...] = (
+    (VariantType, "to_json({col}) AS {col} with payloadType=json writes its JSON"),
+    (YearMonthIntervalType, "cast it to an integer (months) or a string first"),
+    (CalendarIntervalType, "cast it to a number or a string first"),
+    (SpatialType, "convert it with st_asbinary (WKB) first"),
+)
+
+
+def _not_in_json(dt: DataType, path: str) -> tuple[str, DataType, str] | None:
+    """The first field inside a JSON payload's type that JSON cannot hold: its path (``payload.a[].b``;
+    ``[]`` an array's element, ``{key}`` / ``{}`` a map's keys / values), its type and what to do."""
+    for bad, instead in _NOT_IN_JSON:
+        if isinstance(dt, bad):
+            return path, dt, instead
+    if isinstance(dt, UserDefinedType):
+        return _not_in_json(dt.sqlType(), path)
+    if isinstance(dt, StructType):
+        for f in dt.fields:
+            found = _not_in_json(f.dataType, f"{path}.{f.name}")
+            if found is not None:
+                return found
+    elif isinstance(dt, ArrayType):
+        return _not_in_json(dt.elementType, f"{path}[]")
+    elif isinstance(dt, MapType):
+        return _not_in_json(dt.keyType, f"{path}{{key}}") or _not_in_json(dt.valueType, f"{path}{{}}")
+    return None
+
+
 def write_plan(opts: Options, schema: StructType) -> WritePlan:
     """Check a DataFrame's schema against the write options and return how to encode its rows.
 
     Raises:
-        InvalidArgument: a missing column, a column of the wrong type, or a column that no option
-            names (every column must be the payload or a schedule column, so nothing is dropped
-            silently).
+        InvalidArgument: a missing column, a column of the wrong type (a struct, array or map
+            payload holding a type JSON cannot hold, a VARIANT say: see :data:`_NOT_IN_JSON`),
+            or a column that no option names (every column must be the payload or a schedule
+            column, so nothing is dropped silently).
     """
     pf = _field(schema, opts.payload_column, "payload")
     dt = pf.dataType
@@ -316,6 +357,16 @@ def write_plan(opts: Options, schema: StructType) -> WritePlan:
             kind = "json_value"
         else:
             raise _type_error("payload", pf, "binary, string, struct, array, map, number or boolean")
+
+    if kind == "json_value":
+        # on the driver, before any task: a task would write the internal form or fail on its first row
+        found = _not_in_json(dt, pf.name)
+        if found is not None:
+            path, inner, instead = found
+            raise InvalidArgument(
+                f"payload column {pf.name!r} has type {dt.simpleString()}, which holds {inner.simpleString()} "
+                f"at {path}: the pgqueue sink cannot write that as JSON ({instead.format(col=pf.name)})"
+            )
 
     used = {pf.name}
     at_kind = delay_kind = None
@@ -776,9 +827,11 @@ class PgQueuePushdownReader(PgQueueBatchReader):
       fail them never reach Spark.
 
     A filter on a TIMESTAMP column is bounded to the millisecond around it and also handed back
-    to Spark, which applies it exactly; the others are exact and taken over. A separate class
-    because Spark refuses every read of a reader with ``pushFilters`` while its switch
-    ``spark.sql.python.filterPushdown.enabled`` is off (the default in 4.3).
+    to Spark, which applies it exactly (a bound at the first or last instant a TIMESTAMP holds
+    is Spark's alone: rows show times beyond them clamped to them); the others are exact and
+    taken over. A separate class because Spark refuses every read of a reader with
+    ``pushFilters`` while its switch ``spark.sql.python.filterPushdown.enabled`` is off (the
+    default in 4.3).
     """
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802
@@ -836,6 +889,14 @@ class PgQueuePushdownReader(PgQueueBatchReader):
             # every millisecond whose instant may pass: [floor, ceil] around the microsecond
             lo = us // 1000 if isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual)) else None
             hi = -(-us // 1000) if isinstance(f, (EqualTo, LessThan, LessThanOrEqual)) else None
+            # Rows show a time past what a TIMESTAMP holds clamped to its first or last instant
+            # (_ts): a message due at 2**63 - 1 ms reads as 9999-12-31 23:59:59.999. A bound at
+            # or beyond a limit would let the server drop rows that Spark's own filter keeps
+            # (dequeue_at <= that instant, or = it): that side is left to Spark.
+            if lo is not None and lo <= _MIN_MS:
+                lo = None
+            if hi is not None and hi >= _MAX_MS:
+                hi = None
             exact = False
         else:
             return False
@@ -906,11 +967,11 @@ class ClaimRange(InputPartition):
 class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Consume a queue with claims as offsets, acknowledged when Spark commits (``spark.readStream``).
 
-    An offset is ``{"consumer": name, "seq": n}``: every claim of the consumer up to sequence
-    number n, with ``"from": ms`` when the query has a starting position (option
-    ``startingPosition``, resolved to epoch ms at the query's first start and carried by every
-    later offset, so a restart from the checkpoint keeps it). See :mod:`pgqueue.spark` for the
-    guarantees.
+    An offset is ``{"queue": q, "consumer": name, "seq": n}``: every claim of the consumer of
+    queue q up to sequence number n, with ``"from": ms`` when the query has a starting position
+    (option ``startingPosition``, resolved to epoch ms at the query's first start and carried by
+    every later offset, so a restart from the checkpoint keeps it). A checkpoint of another queue
+    or consumer is refused (:meth:`_seq`). See :mod:`pgqueue.spark` for the guarantees.
     """
 
     def __init__(self, opts: Options) -> None:
@@ -1006,8 +1067,9 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _offset(self, seq: int, start_ms: int | None, origin: int | None) -> dict[str, Any]:
         """An offset: the consumer's claim ``seq``, the starting position ``from`` and the
         ``origin``, the claim the checkpoint's first micro-batch starts after (see
-        :meth:`partitions`); the last two are carried from the initial offset on."""
-        offset: dict[str, Any] = {"consumer": self.opts.consumer, "seq": int(seq)}
+        :meth:`partitions`); the last two are carried from the initial offset on. The queue and
+        the consumer say whose claims ``seq`` counts (see :meth:`_seq`)."""
+        offset: dict[str, Any] = {"queue": self.opts.queue, "consumer": self.opts.consumer, "seq": int(seq)}
         if start_ms is not None:
             offset["from"] = int(start_ms)
         if origin is not None:
@@ -1026,6 +1088,22 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if value is None else int(value)
 
     def _seq(self, offset: dict[str, Any]) -> int:
+        """The claim sequence number of an offset of this query's checkpoint; an offset of another
+        queue or consumer is refused before anything uses it.
+
+        Sequence numbers count the claims of one consumer of one queue, and the default consumer
+        name (``spark``) is the same on every queue: a checkpoint restarted against another queue
+        acknowledged (deleted) that queue's open claims up to its own number, messages no one
+        had processed. An offset without a queue (written before offsets named it) is taken, as
+        one without an origin is (:meth:`_origin`): a query updated in place keeps running, and
+        its next offset names the queue.
+        """
+        queue = offset.get("queue")
+        if queue is not None and queue != self.opts.queue:
+            raise InvalidArgument(
+                f"the checkpoint belongs to queue {queue!r}, but the query consumes queue {self.opts.queue!r}: "
+                "keep the queue of a query, or start a new checkpoint"
+            )
         if offset.get("consumer") != self.opts.consumer:
             raise InvalidArgument(
                 f"the checkpoint belongs to consumer {offset.get('consumer')!r}, but the query consumes as "
