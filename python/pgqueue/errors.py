@@ -241,6 +241,12 @@ def conninfo_error(exc: BaseException, dsn: str | None = None) -> str:
     return text
 
 
+def _client_text(exc: psycopg.Error) -> str:
+    """A client-side error's text (a failed connection's, which may span lines) on one line:
+    its lines joined with "; " as the command line joins them, runs of blanks made one space."""
+    return "; ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip())
+
+
 def translate(exc: psycopg.Error) -> PgQueueError:
     """Return the pgqueue exception for a psycopg error (the caller raises it ``from exc``).
 
@@ -256,8 +262,7 @@ def translate(exc: psycopg.Error) -> PgQueueError:
     diag = exc.diag
     # a server error has a primary message; a client-side one (failed connection) only text,
     # which may span lines: keep it on one line, its lines joined with "; " as the CLI does
-    message = diag.message_primary or "; ".join(
-        " ".join(line.split()) for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    message = diag.message_primary or _client_text(exc) or type(exc).__name__
     if sqlstate is None and isinstance(exc, psycopg.ProgrammingError):  # a DSN that does not parse, say
         message = conninfo_error(exc)
     hint = diag.message_hint
@@ -298,7 +303,7 @@ def translating() -> Iterator[None]:
                               f"{exc.reason} at position {exc.start}", sqlstate="22P05") from exc
     except psycopg.Error as exc:
         error = translate(exc)
-        if error.message != " ".join(str(exc).split()) and exc.sqlstate is None:
+        if error.message != _client_text(exc) and exc.sqlstate is None:
             # a connection string's password left out of the message (conninfo_error): the
             # cause, which a traceback prints, would show it
             raise error from None
