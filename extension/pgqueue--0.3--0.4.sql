@@ -4515,7 +4515,8 @@ $$;
 -- handled and stays (its consumer settles it); so does one held by a Spark claim. Ids that are
 -- not pending in the queue are skipped: compare what comes back with what was asked. Takes
 -- the queue's lock before the rows, like every other writer (docs/locking.md); a row that a
--- concurrent dequeue is leasing is waited for, then left alone when the lease took it.
+-- concurrent dequeue is leasing is waited for, then left alone when the lease took it (on a
+-- queue with message groups, by attempts a few milliseconds apart: below).
 CREATE FUNCTION pgqueue.message_cancel(p_queue text, p_ids bigint[])
 RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, dequeue_at bigint,
                created_at bigint, locked_until bigint, state bytea, last_error text)
@@ -4531,9 +4532,12 @@ DECLARE
     v_row   pgqueue.message;
     v_left  boolean;
     v_ids   bigint[];
-    v_stripe integer;
     v_group text;
     v_held  boolean;
+    v_rows_step boolean;   -- the attempt is past the groups' locks
+    v_tries integer := 0;
+    v_started timestamptz;
+    v_wait  interval;
 BEGIN
     IF p_ids IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_ids'::text);
@@ -4542,46 +4546,61 @@ BEGIN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
-    v_now := pgqueue.now_ms();
-    -- the rows locked in id order first, as the batches of leases lock theirs (docs/locking.md,
+    -- the rows locked in id order, as the batches of leases lock theirs (docs/locking.md,
     -- rule 8: an expired lease is both a batch heartbeat's and a cancel's): a DELETE by
     -- id = ANY planned as a Bitmap Heap Scan locked them in their order in the table, and a
-    -- review made it deadlock with message_heartbeat_batch. On a queue with groups (READ
-    -- COMMITTED), a message waiting for its group's turn only under its group's lock, as every
-    -- hand-off locks the message it gives the turn to (rule 5): first the others (their turns
-    -- held: ready, scheduled, expired leases), then stripe by stripe in the stripes' order the
-    -- group's lock and the rows of its groups; locked with the rest first, a waiting message
-    -- of one group deadlocked with a batch that held another group's lock and handed the first
-    -- group's turn to it (a review: 151 in 2,000 races with message_complete_batch;
-    -- specs/cancel_group_lock_order.spec). Every group listed has its lock taken here, so that
-    -- the hand-offs below take none out of the stripes' order.
+    -- review made it deadlock with message_heartbeat_batch.
+    --
+    -- On a queue with groups (READ COMMITTED) the listed groups' locks first, in the stripes'
+    -- order, then the rows without waiting for any (NOWAIT); a row locked by another
+    -- transaction gives the locks of the attempt back (a subtransaction) and the attempt is made
+    -- again a little later. A cancel thus never waits for a row while it holds a group's lock,
+    -- nor for a group's lock while it holds a row: a hand-off takes its group's lock and then
+    -- the waiting message it gives the turn to, a consumer the row it takes and then the
+    -- group's lock. Locked with the rest first, a waiting message deadlocked with a batch that
+    -- held another listed group's lock and handed the message's group its turn (a review: 151
+    -- in 2,000 races with message_complete_batch, specs/cancel_group_lock_order.spec); locked
+    -- under its group's lock with a wait, with a take of it once it had its turn, and with a
+    -- second cancel (a review of that fix). The hand-offs below take no lock out of the
+    -- stripes' order: every listed group's is held.
     IF v_queue.group_concurrency IS NULL
        OR current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+        v_now := pgqueue.now_ms();
         v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
                         WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
                           AND (l.locked_until IS NULL OR l.locked_until <= v_now)
                         ORDER BY l.id
                           FOR UPDATE);
     ELSE
-        v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
-                        WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
-                          AND (l.locked_until IS NULL OR l.locked_until <= v_now)
-                          AND (l.group_key IS NULL OR l.turn_at IS NOT NULL)
-                        ORDER BY l.id
-                          FOR UPDATE);
-        FOR v_stripe, v_group IN
-            SELECT DISTINCT ON (hashtext(l.group_key) & 255) hashtext(l.group_key) & 255, l.group_key
-              FROM pgqueue.message l
-             WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.group_key IS NOT NULL
-             ORDER BY hashtext(l.group_key) & 255 LOOP
-            v_held := pgqueue._message_group_lock(v_queue.id, v_group);  -- (true under READ COMMITTED)
-            v_ids := v_ids || ARRAY(SELECT l.id FROM pgqueue.message l
-                                     WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id
-                                       AND l.group_key IS NOT NULL AND hashtext(l.group_key) & 255 = v_stripe
-                                       AND l.id <> ALL (v_ids) AND l.claim_id IS NULL
-                                       AND (l.locked_until IS NULL OR l.locked_until <= v_now)
-                                     ORDER BY l.id
-                                       FOR UPDATE);
+        v_started := clock_timestamp();
+        v_wait := current_setting('lock_timeout')::interval;
+        LOOP
+            v_rows_step := false;
+            BEGIN
+                FOR v_group IN
+                    SELECT DISTINCT ON (hashtext(l.group_key) & 255) l.group_key
+                      FROM pgqueue.message l
+                     WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.group_key IS NOT NULL
+                     ORDER BY hashtext(l.group_key) & 255 LOOP
+                    v_held := pgqueue._message_group_lock(v_queue.id, v_group);  -- (true under READ COMMITTED)
+                END LOOP;
+                v_rows_step := true;
+                v_now := pgqueue.now_ms();
+                v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
+                                WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
+                                  AND (l.locked_until IS NULL OR l.locked_until <= v_now)
+                                ORDER BY l.id
+                                  FOR UPDATE NOWAIT);
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                -- a group's lock that lock_timeout gave up on is the caller's error; a row
+                -- another transaction holds is waited out here, within lock_timeout if set
+                IF NOT v_rows_step OR (v_wait > interval '0' AND clock_timestamp() - v_started >= v_wait) THEN
+                    RAISE;
+                END IF;
+            END;
+            v_tries := v_tries + 1;
+            PERFORM pg_sleep(least(0.05, 0.001 * v_tries));
         END LOOP;
     END IF;
     WITH d AS (
