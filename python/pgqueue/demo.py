@@ -140,8 +140,11 @@ def produce(queue: Queue, jobs: Sequence[dict[str, Any]], start: float, rate: fl
             return
         if rate > 0:
             turn = start + job["n"] / rate
-            if turn > time.monotonic():
-                stop.wait(turn - time.monotonic())
+            # in steps of an hour at most: Event.wait raises OverflowError past threading.TIMEOUT_MAX
+            while not stop.is_set() and turn > time.monotonic():
+                stop.wait(min(turn - time.monotonic(), 3600.0))
+            if stop.is_set():
+                return
         delay = job.get("delay")
         # When the message is due: the clock its end-to-end latency is measured from.
         payload = {**job, "due": time.time() + (delay or 0)}
@@ -170,6 +173,9 @@ class Tally:
     first_enqueue: float | None = None
     last_enqueue: float | None = None
     last_settle: float | None = None
+    #: When the wait for the last messages gave up on them (seconds from the start), else None
+    #: (:data:`GIVE_UP_AFTER_S`).
+    gave_up_after: float | None = None
 
     def enqueued(self, msg_id: int, kind: str) -> None:
         with self.lock:
@@ -209,15 +215,33 @@ class Tally:
 # -----------------------------------------------------------------------------------------
 
 
+#: The connections a :class:`Worker` holds while it runs: its loop's, its heartbeats' and its
+#: LISTEN's (measured: its start-up check's is closed before the loop opens its own).
+WORKER_CONNECTIONS = 3
+#: The dashboard's (--dashboard): its pool's 4, its sampler's and a check's.
+DASHBOARD_CONNECTIONS = 6
+#: Slots the throwaway server has beyond what the demo needs (psql, a worker reconnecting).
+CONNECTION_MARGIN = 20
+
+
+def connections_needed(options: DemoOptions) -> int:
+    """Return how many connections the demo holds at once: each worker's, the producers' pool,
+    its own (creating, checking and dropping the queue) and the dashboard's."""
+    dashboard = DASHBOARD_CONNECTIONS if options.dashboard is not None else 0
+    return options.workers * WORKER_CONNECTIONS + options.producers + 1 + dashboard
+
+
 @contextmanager
-def database(dsn: str | None, out: TextIO) -> Iterator[str]:
-    """Yield the DSN of a database with the extension: ``dsn``, or a throwaway server's."""
+def database(dsn: str | None, out: TextIO, connections: int = 0) -> Iterator[str]:
+    """Yield the DSN of a database with the extension: ``dsn``, or a throwaway server's with
+    room for ``connections`` (its max_connections: `--workers 100` ran out of the 200 it had,
+    and the workers that could not connect were seen only as slow heartbeats, a review)."""
     if dsn is not None:
-        _install_extension(dsn, out)
+        _install_extension(dsn, out, connections)
         yield dsn
         return
     from pgqueue.cli import UserError, _one_line
-    from pgqueue.embedded import EmbeddedPostgres, EmbeddedUnavailable, check_available
+    from pgqueue.embedded import FAST_SETTINGS, EmbeddedPostgres, EmbeddedUnavailable, check_available
 
     own = "or run the demo on your own database with --dsn DSN"
     try:
@@ -226,7 +250,8 @@ def database(dsn: str | None, out: TextIO) -> Iterator[str]:
         raise UserError(f"{exc}; {own}") from exc
     print(f"Starting a throwaway PostgreSQL server in a temporary directory under {tempfile.gettempdir()} "
           "(use --dsn or PGQUEUE_DSN for your own)...", file=out, flush=True)
-    server = EmbeddedPostgres()
+    slots = max(int(FAST_SETTINGS["max_connections"]), connections + CONNECTION_MARGIN)
+    server = EmbeddedPostgres(settings={"max_connections": str(slots)})
     try:
         server.start()
     except RuntimeError as exc:  # no initdb on this machine, or it failed
@@ -243,8 +268,18 @@ def database(dsn: str | None, out: TextIO) -> Iterator[str]:
             raise UserError(_disk_full_text(own)) from exc
         raise
     finally:
-        # On Ctrl-C too: the server is stopped and its directory deleted all the same.
-        print(f"Stopped the throwaway server and deleted {base_dir}.", file=out, flush=True)
+        # On Ctrl-C too: the server is stopped and its directory deleted all the same (a second
+        # Ctrl-C is acted on after that: EmbeddedPostgres.stop). Stopped here again (a no-op
+        # once stopped) in case a signal ended the with's exit before its stop began.
+        try:
+            server.stop()
+        finally:
+            left = server.left
+            if left is None:
+                print(f"Stopped the throwaway server and deleted {base_dir}.", file=out, flush=True)
+            else:
+                print(f"Could not delete the throwaway server's directory: {left} left behind "
+                      f"(rm -rf {base_dir} deletes it).", file=out, flush=True)
 
 
 #: What the throwaway server needs in the temporary directory: the cluster from initdb and its
@@ -266,10 +301,11 @@ def _disk_full_text(own: str) -> str:
             f"{THROWAWAY_DISK_MB} MB there, more for runs of many more messages): set TMPDIR to a directory with more room, {own}")
 
 
-def _install_extension(dsn: str, out: TextIO) -> None:
+def _install_extension(dsn: str, out: TextIO, connections: int = 0) -> None:
     """Install pgqueue in a database that has none, as `pgqueue install` does: the extension
     when the server has its files, else the plain SQL install (a managed PostgreSQL, where no
-    files can be placed: the demo asked for `make install` there), and say so."""
+    files can be placed: the demo asked for `make install` there), and say so; and say when
+    the server has fewer free connections than the demo needs (:func:`_check_connections`)."""
     from pgqueue import installer
     from pgqueue.cli import UserError, _one_line, connect
 
@@ -286,6 +322,27 @@ def _install_extension(dsn: str, out: TextIO) -> None:
                                 "CREATE on the database (its owner, say) for the demo to install pgqueue there, "
                                 "or install it first with `pgqueue install`") from exc
         check_server(conn)
+        _check_connections(conn, connections, out)
+
+
+def _check_connections(conn: psycopg.Connection[Any], needed: int, out: TextIO) -> None:
+    """Say so up front when the server (--dsn: its limit is the user's, not the demo's) has
+    fewer connections free than the demo needs: the workers that cannot connect wait and try
+    again, and the run shows it only as slow progress (the report counts the failures)."""
+    row = conn.execute(
+        "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int, "
+        "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int, "
+        "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)").fetchone()
+    conn.rollback()
+    if row is None:
+        return
+    limit, reserved, used, superuser = row
+    free = limit - used - (0 if superuser else reserved) + 1  # + this connection, closed before the run
+    if needed > free:
+        print(f"Warning: the demo needs about {needed:,} connections to the database ({WORKER_CONNECTIONS} a worker, "
+              f"one a producer, one its own) and the server has {max(free, 0):,} free (max_connections {limit:,}, "
+              f"{used:,} in use): workers that cannot connect wait and retry. Lower --workers, or raise the "
+              "server's max_connections.", file=out, flush=True)
 
 
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
@@ -294,23 +351,28 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     _check_port(options.dashboard)
     jobs = make_jobs(options.messages, random.Random(options.seed))
     # The workers log every failure; the flaky and poison jobs fail on purpose and the
-    # report counts them, so keep the screen for the progress bar. psycopg (and the producers'
-    # pool) warns of each connection lost, as all are at once when Ctrl-C stops the throwaway server.
-    quiet = {name: logging.getLogger(name) for name in ("pgqueue", "psycopg")}
-    levels = {name: logger.level for name, logger in quiet.items()}
-    for logger in quiet.values():
-        logger.setLevel(logging.ERROR)
+    # report counts them, so keep the screen for the progress bar: their warnings go to
+    # `trouble`, which keeps those about the database (connections failing) for the report.
+    # psycopg (and the producers' pool) warns of each connection lost, as all are at once when
+    # Ctrl-C stops the throwaway server.
+    trouble = _Trouble()
+    workers_log, psycopg_log = logging.getLogger("pgqueue"), logging.getLogger("psycopg")
+    saved = workers_log.level, workers_log.propagate, psycopg_log.level
+    workers_log.setLevel(logging.WARNING)
+    workers_log.propagate = False
+    workers_log.addHandler(trouble)
+    psycopg_log.setLevel(logging.ERROR)
     try:
         with _Sigint() as sigint:
             try:
-                with database(options.dsn, out) as dsn, \
+                with database(options.dsn, out, connections_needed(options)) as dsn, \
                         Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue, \
                         dashboard(dsn, options.dashboard, out):
                     queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
                                  retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
                     try:
                         tally, elapsed = run_workload(queue, dsn, jobs, options, out)
-                        status = report(queue, jobs, tally, elapsed, options, out)
+                        status = report(queue, jobs, tally, elapsed, options, out, trouble)
                         if options.dashboard is not None:
                             _linger(out)
                         return status
@@ -324,8 +386,32 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
                 print("Interrupted.", file=out, flush=True)
                 raise KeyboardInterrupt from exc
     finally:
-        for name, logger in quiet.items():
-            logger.setLevel(levels[name])
+        workers_log.removeHandler(trouble)
+        workers_log.setLevel(saved[0])
+        workers_log.propagate = saved[1]
+        psycopg_log.setLevel(saved[2])
+
+
+class _Trouble(logging.Handler):
+    """Keep the workers' warnings about the database (a connection refused or lost: the server
+    out of connection slots, say) for the report, which says how many and the first; drop those
+    about a message (the flaky and poison jobs fail on purpose, and the report counts them).
+    Errors are passed on to the root logger, as they were shown before."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+        self.first: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            logging.getLogger().handle(record)
+        text = record.getMessage()
+        if text.startswith("message ") or record.levelno >= logging.ERROR:
+            return
+        self.count += 1
+        if self.first is None:  # less the worker's note on how it logs the retries
+            self.first = text.splitlines()[0].split(" (until it works again")[0] if text else text
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -464,6 +550,12 @@ class _Threads:
             thread.join()
 
 
+#: How long the wait for the last messages goes on with nothing sent, completed or
+#: dead-lettered (once the producers' schedule is over) before it gives up on them: the slowest
+#: job takes 2.5 s, a retry 0.75 s more. A module constant so that tests can shorten it.
+GIVE_UP_AFTER_S = 60.0
+
+
 def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: DemoOptions,
                  out: TextIO) -> tuple[Tally, float]:
     """Run the producers and workers until every job is done; return the tally and the time taken."""
@@ -490,24 +582,46 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
     start = time.monotonic()
     interrupted = True
     try:
+        # The producers' connections before the workers': on a server short of connection slots
+        # the workers that cannot connect wait and try again (and the report counts it), where
+        # the producers would give up after 30 s.
+        pool.wait(timeout=30.0)
         for i, worker in enumerate(workers):
             worker_threads.start(f"demo-worker-{i}", worker.run)
         for i in range(options.producers):
             share = jobs[i::options.producers]
             producer_threads.start(f"demo-producer-{i}", partial(
                 produce, producer_queue, share, start, options.rate, tally, stop_producing))
-        # Time enough to send every message and for the slowest to finish; whatever is
-        # not done by then counts as lost.
-        deadline = start + (len(jobs) / options.rate if options.rate > 0 else 0.0) + 60.0
-        next_sample = 0.0
+        # Until every message is settled: completed, or dead-lettered by a worker or by the
+        # database itself (a message whose last lease ran out, which no worker reports: the
+        # wait went on to its deadline for those, a review). Given up only after a stretch of
+        # GIVE_UP_AFTER_S with nothing sent or settled once the producers' schedule is over:
+        # a deadline of the schedule + 60 s cut a long --rate 0 run off, its backlog taken
+        # for lost.
+        sending_until = start + (len(jobs) / options.rate if options.rate > 0 else 0.0)
+        next_sample, db_dead = 0.0, 0
+        seen: tuple[int, ...] = ()
+        last_progress = start
         with Progress(len(jobs), out, options.progress) as progress:
-            while tally.settled < len(jobs) and time.monotonic() < deadline:
+            while True:
                 producer_threads.check()
                 worker_threads.check()
                 progress.update(tally)
-                if time.monotonic() >= next_sample:
-                    tally.peak_ready = max(tally.peak_ready, queue.stats().ready)
+                now = time.monotonic()
+                if now >= next_sample:
+                    stats = queue.stats()
+                    tally.peak_ready = max(tally.peak_ready, stats.ready)
+                    db_dead = stats.dead
                     next_sample = time.monotonic() + 0.5
+                with tally.lock:
+                    state = (len(tally.kinds), sum(tally.completed.values()), sum(tally.dead.values()), db_dead)
+                if state[1] + max(state[2], db_dead) >= len(jobs):
+                    break
+                if state != seen:
+                    seen, last_progress = state, now
+                elif now - max(last_progress, sending_until) > GIVE_UP_AFTER_S:
+                    tally.gave_up_after = now - start
+                    break
                 time.sleep(0.1)
             progress.update(tally)
         interrupted = False
@@ -576,15 +690,30 @@ def _ms(seconds: float) -> str:
     return f"{ms:.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
-def check(queue: Queue, tally: Tally, expected_kinds: Counter[str]) -> list[str]:
-    """Return what is wrong: every message completed once, or dead-lettered once if poison."""
+def check(queue: Queue, tally: Tally, expected_kinds: Counter[str], trouble: str | None = None) -> list[str]:
+    """Return what is wrong: every message completed once, or dead-lettered once if poison.
+
+    When the wait gave up (:attr:`Tally.gave_up_after`), the messages with no end yet are one
+    problem, said as such, not each a message lost. ``trouble``: what the workers logged about
+    the database (connections failing), the likelier cause of a lease run out than slow heartbeats.
+    """
     problems = []
     sent = sum(expected_kinds.values())
     if len(tally.kinds) != sent:
         problems.append(f"{sent - len(tally.kinds):,} messages were never enqueued")
     poison = {i for i, k in tally.kinds.items() if k == "poison"}
     dead_letters = {d.id: d for d in queue.dead_letters(limit=max(1000, 2 * len(poison)))}
+    unsettled = {i for i in tally.kinds
+                 if not tally.completed[i] and not tally.dead[i] and i not in dead_letters}
+    stats = queue.stats()
+    if tally.gave_up_after is not None:
+        problems.append(f"stopped waiting after {tally.gave_up_after:,.0f} s with {len(unsettled):,} unsettled "
+                        f"(none sent or settled in the last {GIVE_UP_AFTER_S:g} s; in the queue: {stats.ready} ready, "
+                        f"{stats.scheduled} scheduled, {stats.leased} leased): not counted as lost")
+        poison -= unsettled
     for msg_id, kind in tally.kinds.items():
+        if tally.gave_up_after is not None and msg_id in unsettled:
+            continue
         completed, dead = tally.completed[msg_id], tally.dead[msg_id]
         if kind == "poison":
             if dead != 1 or completed:
@@ -594,15 +723,15 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str]) -> list[str]
             letter = dead_letters.get(msg_id)
             if not completed and not dead and letter is not None:
                 # no handler ended it: the database dead-lettered it when its last lease ran out
+                cause = (f"the workers' connections to the database failed ({trouble})" if trouble
+                         else "too many workers x handlers for this machine?")
                 problem += (f" by a worker, but dead-lettered by the database after attempt {letter.attempts} "
-                            f"({letter.last_error}): its heartbeats fell behind (too many workers x "
-                            "handlers for this machine?)")
+                            f"({letter.last_error}): its heartbeats fell behind ({cause})")
             problems.append(problem)
     for msg_id in (tally.completed.keys() | tally.dead.keys()) - tally.kinds.keys():
         problems.append(f"message {msg_id} was processed but never enqueued")
     # The database must agree: nothing left, and the dead letters are exactly the poison ones.
-    stats = queue.stats()
-    if stats.ready or stats.scheduled or stats.leased:
+    if tally.gave_up_after is None and (stats.ready or stats.scheduled or stats.leased):
         problems.append(f"left in the queue: {stats.ready} ready, {stats.scheduled} scheduled, "
                         f"{stats.leased} leased")
     if dead_letters.keys() != poison:
@@ -635,11 +764,22 @@ def fencing(queue: Queue) -> str | None:
     return None
 
 
+#: The most problems the report lists (it says how many more).
+PROBLEMS_LISTED = 20
+
+
+def _per_second(count: int, seconds: float) -> str:
+    """Return ": N msg/s", or "" when too few messages or too short a time make it meaningless
+    (one message sent read "1,000,000,000 msg/s")."""
+    return f": {count / seconds:,.0f} msg/s" if count >= 2 and seconds >= 0.01 else ""
+
+
 def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: float,
-           options: DemoOptions, out: TextIO) -> int:
+           options: DemoOptions, out: TextIO, trouble: _Trouble | None = None) -> int:
     """Print the summary and the exactly-once check; return the exit status."""
     kinds = Counter(job["kind"] for job in jobs)
-    problems = check(queue, tally, kinds)
+    troubled = f"{trouble.count:,} failures logged" if trouble is not None and trouble.count else None
+    problems = check(queue, tally, kinds, troubled)
     completed = sum(tally.completed.values())
     dead = sum(tally.dead.values())
     all_latencies = [v for values in tally.latency.values() for v in values]
@@ -650,14 +790,14 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
     drained = (tally.last_settle or 0.0) - (tally.last_enqueue or 0.0)
     w = out.write
     w("\nSummary (measured in this run)\n")
-    w(f"  sent          {sent:,} messages in {sending:.1f} s by {options.producers} producers: "
-      f"{sent / max(sending, 1e-9):,.0f} msg/s, one transaction each ({offered})\n")
+    w(f"  sent          {sent:,} messages in {sending:.1f} s by {options.producers} producers"
+      f"{_per_second(sent, sending)}, one transaction each ({offered})\n")
     if options.rate > 0:
         w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency}, the last "
           f"{drained:.1f} s after the last was sent (slow jobs and retries; --rate 0 measures throughput)\n")
     else:
         w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency} in {elapsed:.1f} s "
-          f"from the first send: {(completed + dead) / max(elapsed, 1e-9):,.0f} msg/s (retry back-offs and the "
+          f"from the first send{_per_second(completed + dead, elapsed)} (retry back-offs and the "
           "slow jobs' 2 s included)\n")
     if all_latencies:
         w(f"  latency       p50 {_ms(percentile(all_latencies, 50))}, "
@@ -671,19 +811,41 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
     if durations:
         kept = "heartbeats kept it" if not tally.stale else "see lost leases"
         notes["slow"] = f"handlers ran up to {max(durations):.1f} s on a {LEASE_MS / 1000:g} s lease: {kept}"
+    # Each kind's row counts what was settled of it, "N of M" when not all (it counted what was
+    # sent, and said "dead-lettered" of poison messages that were not, a review).
+    settled, dead_of = Counter[str](), Counter[str]()
+    for msg_id, kind in tally.kinds.items():
+        if tally.completed[msg_id] or tally.dead[msg_id]:
+            settled[kind] += 1
+        if tally.dead[msg_id]:
+            dead_of[kind] += 1
     for kind in MIX:
+        if not kinds[kind]:
+            continue
+        count = f"{settled[kind]:,}" if settled[kind] == kinds[kind] else f"{settled[kind]:,} of {kinds[kind]:,}"
         values = tally.latency.get(kind, [])
         if kind == "poison":
-            w(f"    {kind:<10} {kinds[kind]:>6,}  dead-lettered after {MAX_ATTEMPTS} attempts each\n")
+            note = (f"dead-lettered after {MAX_ATTEMPTS} attempts each" if dead_of[kind] == settled[kind]
+                    else f"{dead_of[kind]:,} dead-lettered after {MAX_ATTEMPTS} attempts each")
+            w(f"    {kind:<10} {count:>6}  {note if dead_of[kind] else 'none dead-lettered'}\n")
         elif values:
             note = f"  {notes[kind]}" if kind in notes else ""
-            w(f"    {kind:<10} {kinds[kind]:>6,}  p50 {_ms(percentile(values, 50)):>9}  "
+            w(f"    {kind:<10} {count:>6}  p50 {_ms(percentile(values, 50)):>9}  "
               f"p99 {_ms(percentile(values, 99)):>9}{note}\n")
+        else:
+            w(f"    {kind:<10} {count:>6}  none completed\n")
     w(f"  retries       {tally.retries:,} (each flaky job once, each poison job "
       f"{MAX_ATTEMPTS - 1} times before it is dead-lettered)\n")
-    w(f"  dead letters  {dead:,}\n")
+    db_dead = queue.stats().dead
+    by_db = f" (the queue holds {db_dead:,}: the database dead-lettered {db_dead - dead:,} itself)" if db_dead > dead else ""
+    w(f"  dead letters  {dead:,}{by_db}\n")
     w(f"  lost leases   {tally.stale:,} acknowledgements refused because the lease had run out "
       "(the message went to another delivery)\n")
+    if trouble is not None and trouble.count:
+        limit = ("the server's max_connections is yours (--dsn): lower --workers or raise it" if options.dsn is not None
+                 else "is the machine out of connections or memory?")
+        w(f"  connections   {trouble.count:,} failures logged by the workers (about {connections_needed(options):,} "
+          f"connections needed: {limit}); the first: {trouble.first}\n")
     fenced = fencing(queue)
     if fenced is not None:
         problems.append(fenced)
@@ -692,8 +854,10 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
           "message: the stalled one's complete was refused, the new holder's accepted\n")
     if problems:
         w(f"  exactly once  FAILED: {len(problems)} problem(s)\n")
-        for problem in problems[:20]:
+        for problem in problems[:PROBLEMS_LISTED]:
             w(f"    - {problem}\n")
+        if len(problems) > PROBLEMS_LISTED:
+            w(f"    - and {len(problems) - PROBLEMS_LISTED:,} more\n")
         return 1
     w(f"  exactly once  OK: {completed:,} completed once each, {dead:,} dead-lettered once each, "
       "none lost, none twice\n")
@@ -705,15 +869,25 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
 # -----------------------------------------------------------------------------------------
 
 
+#: The most messages a run sends, and the lowest rate it takes (besides 0, as fast as possible).
+MAX_MESSAGES = 10_000_000
+MIN_RATE = 0.001
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``pgqueue demo`` to its parser (--dsn is added by the CLI)."""
-    from pgqueue.cli import _non_negative_float, _port, _positive_int
+    from pgqueue.cli import _int_range, _number, _port, _positive_int
 
     d = DemoOptions()
-    parser.add_argument("--messages", "-n", type=_positive_int, default=d.messages, metavar="N",
-                        help=f"how many messages to send (default {d.messages:,})")
-    parser.add_argument("--rate", type=_non_negative_float, default=d.rate, metavar="R",
-                        help=f"messages per second the producers send (default {d.rate:g}; "
+    # Bounded: the jobs are made before the first is sent (10,000,000 take a few GB), and a rate
+    # below the least made the producers' wait overflow (--rate 1e-10: OverflowError).
+    messages = _int_range(1, MAX_MESSAGES, f"a number of messages from 1 to {MAX_MESSAGES:,}")
+    rate = _number(float, lambda v: v == 0 or MIN_RATE <= v < float("inf"),
+                   f"0 (as fast as they can) or a rate of at least {MIN_RATE:g} msg/s")
+    parser.add_argument("--messages", "-n", type=messages, default=d.messages, metavar="N",
+                        help=f"how many messages to send (default {d.messages:,}, at most {MAX_MESSAGES:,})")
+    parser.add_argument("--rate", type=rate, default=d.rate, metavar="R",
+                        help=f"messages per second the producers send (default {d.rate:g}, at least {MIN_RATE:g}; "
                              "0 = as fast as they can, a throughput test)")
     parser.add_argument("--producers", type=_positive_int, default=d.producers, metavar="N",
                         help=f"producer threads (default {d.producers})")

@@ -16,6 +16,15 @@ terminal reaches the caller only, which stops the server and deletes its directo
 (:meth:`EmbeddedPostgres.stop`, also when the start itself is interrupted), rather than the
 server shutting down under the caller's last calls.
 
+Stopping the server and deleting its directory defer SIGINT, SIGTERM and SIGHUP (on the main
+thread) until both are done, then act on the first: a second Ctrl-C while the server shut down,
+or while its directory was deleted, left the directory behind (half-deleted, or whole: the
+server's process was still recorded) (a review).
+
+The server listens on TCP (127.0.0.1) only, with no Unix-domain socket: every use of it connects
+over TCP, and the socket's path (under ``$TMPDIR``) is limited to 107 bytes, so that a long
+``$TMPDIR`` made the start fail ("could not create any Unix-domain sockets").
+
 The server is taken as booted only once it answers on its port from its own data directory:
 ``testing.postgresql`` picks a free port, closes it and waits until something answers there, so
 another server that took the port meanwhile counted as ours. A start whose port was taken is
@@ -32,7 +41,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -54,7 +65,44 @@ FAST_SETTINGS: dict[str, str] = {
     "max_connections": "200",
     "shared_buffers": "256MB",
     "log_min_messages": "warning",
+    # TCP only (see the module's docstring): no socket whose path may be too long
+    "unix_socket_directories": "",
 }
+
+#: The signals whose handlers run while the server is stopped and its directory deleted are
+#: deferred (see :func:`_signals_deferred`): those a terminal, `kill` or `timeout` sends.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Record SIGINT, SIGTERM and SIGHUP for the block instead of acting on them, then act on
+    the first one recorded, as it would have been (its handler, or its default action).
+
+    A handler that raises (KeyboardInterrupt) inside ``server.stop()`` or ``shutil.rmtree``
+    left the server recorded as running, so that the directory was kept, or the directory
+    half-deleted. Handlers are replaced rather than the signals blocked: pthread_sigmask blocks
+    them for the calling thread only, and the kernel hands them to another thread, whose
+    handler flag the main thread acts on all the same. Off the main thread, where handlers
+    cannot be set, the block runs as it is; so do signals ignored, or handled outside Python.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous: dict[int, Any] = {}
+    try:
+        for sig in _STOP_SIGNALS:
+            handler = signal.getsignal(sig)
+            if handler is signal.SIG_IGN or handler is None:
+                continue
+            previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            signal.raise_signal(received[0])  # its handler runs now: KeyboardInterrupt, say
 
 
 def _unprivileged_user() -> str | None:
@@ -108,6 +156,27 @@ def check_available() -> None:
     user = _unprivileged_user()
     if user is not None:
         _account(user)
+        _check_reachable(tempfile.gettempdir(), user)
+
+
+def _check_reachable(directory: str, user: str) -> None:
+    """Raise EmbeddedUnavailable unless ``user`` can enter ``directory``, where the server's
+    directory is made (as root: initdb and the server run as that user).
+
+    A temporary directory of root's own (libpam-tmpdir's /tmp/user/0, mode 700) gave initdb's
+    "could not create directory ...: Permission denied", which did not say why (a review).
+    Asked of the system as that user (``test -x`` through setpriv), so that ACLs count too.
+    """
+    argv = _drop_privileges(user, ["test", "-x", directory])
+    try:
+        reachable = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, check=False, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return  # cannot tell: initdb will say what fails
+    if not reachable:
+        raise EmbeddedUnavailable(
+            f"user {user} (who runs the throwaway server, as root) cannot enter the temporary directory "
+            f"{directory} ($TMPDIR): set TMPDIR to a directory it can reach, such as /tmp")
 
 
 #: How many ports a start tries when the one picked was taken before the server bound it.
@@ -169,6 +238,10 @@ def _make_server_class() -> Any:
 
         def get_server_commandline(self) -> list[str]:
             argv: list[str] = super().get_server_commandline()
+            # less testing.postgresql's `-k <base_dir>/tmp`: no socket (unix_socket_directories)
+            if "-k" in argv:
+                at = argv.index("-k")
+                del argv[at:at + 2]
             return _drop_privileges(self.run_as, [*argv, *self.server_settings])
 
         def start(self) -> None:
@@ -258,8 +331,10 @@ class EmbeddedPostgres:
         self._settings.update(settings or {})
         self._boot_timeout = boot_timeout
         self._server: Any = None
-        #: The temporary directory, named before it is made (see :meth:`start`).
+        #: The temporary directory, named before it is made (see :meth:`start`); None once deleted.
         self._dir: str | None = None
+        #: The server's pid when a stop could not end it (its directory is then kept: :attr:`left`).
+        self._stuck_pid: int | None = None
 
     def start(self) -> EmbeddedPostgres:
         """Start the server (idempotent) and return self."""
@@ -289,12 +364,14 @@ class EmbeddedPostgres:
             server.setup()  # initdb
             server.start()
         except BaseException:
-            # A Ctrl-C no longer reaches initdb or the server (their own session): stop them.
-            try:
-                if server is not None:
-                    server.stop()
-            finally:
-                self._remove_dir(server)
+            # A Ctrl-C no longer reaches initdb or the server (their own session): stop them
+            # (a second one deferred until that is done).
+            with _signals_deferred():
+                try:
+                    if server is not None:
+                        server.stop()
+                finally:
+                    self._remove_dir(server)
             raise
         self._server = server
         return self
@@ -328,24 +405,44 @@ class EmbeddedPostgres:
         return make_conninfo("", host="127.0.0.1", port=self.port, user=user, dbname=dbname)
 
     def stop(self) -> None:
-        """Stop the server and delete its directory."""
-        if self._server is not None:
-            server, self._server = self._server, None
-            try:
-                server.stop()
-            except BaseException:
-                # Interrupted while the server shuts down (a second Ctrl-C): it has its signal
-                # already; wait for it and delete the directory all the same, then go on.
-                server.stop()
-                raise
-            finally:
-                self._remove_dir(server)
+        """Stop the server and delete its directory (idempotent).
+
+        SIGINT, SIGTERM and SIGHUP that arrive meanwhile (a second Ctrl-C) are acted on once
+        both are done (:func:`_signals_deferred`). What could not be done is in :attr:`left`.
+        """
+        with _signals_deferred():
+            if self._server is not None:
+                server, self._server = self._server, None
+                try:
+                    server.stop()
+                finally:
+                    self._remove_dir(server)
+
+    @property
+    def left(self) -> str | None:
+        """What a :meth:`stop` left behind, said for a user (the directory, with why and how
+        much of it), or None when the directory is gone; None before a start too."""
+        if self._dir is None or not os.path.exists(self._dir):
+            return None
+        size, files = 0, 0
+        for root, _dirs, names in os.walk(self._dir):
+            for name in names:
+                with contextlib.suppress(OSError):
+                    size += os.lstat(os.path.join(root, name)).st_size
+                    files += 1
+        why = f" (its server, pid {self._stuck_pid}, did not stop)" if self._stuck_pid is not None else ""
+        return f"{self._dir}{why}: {files:,} files, {size / 1e6:.1f} MB"
 
     def _remove_dir(self, server: Any) -> None:
         """Delete the temporary directory, unless its server could not be stopped (its process
         is still there: testing.postgresql leaves the directory to it then too)."""
-        if self._dir is not None and (server is None or server.child_process is None):
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is None:
+            return
+        if server is not None and server.child_process is not None:
+            self._stuck_pid = server.child_process.pid
+            return
+        shutil.rmtree(self._dir, ignore_errors=True)
+        if not os.path.exists(self._dir):
             self._dir = None
 
     def _require(self) -> None:
