@@ -47,7 +47,7 @@ def main(rounds: int) -> None:
         start.wait()
         time.sleep(random.random() * 0.003)
         try:
-            conn.execute(statement, args).fetchall()  # type: ignore[arg-type]
+            conn.execute(statement, args).fetchall()
             outcomes[(name, "ok")] += 1
         except psycopg.Error as exc:
             outcomes[(name, exc.sqlstate)] += 1
@@ -61,7 +61,7 @@ def main(rounds: int) -> None:
         lease_g0 = make("g0")
         make("g0")
         lease_g3 = make("g3")
-        tokens = dict(setup.execute("SELECT id, attempts FROM pgqueue.message_dequeue('qc2', 3)").fetchall())
+        tokens: dict[int, int] = dict(setup.execute("SELECT id, attempts FROM pgqueue.message_dequeue('qc2', 3)").fetchall())
         ready_g3 = make("g3")
         waiting_g0 = make("g0")
         start = threading.Barrier(2)

@@ -31,6 +31,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -44,11 +45,11 @@ QUEUES = {
 }
 QW = ["qg1", "qg2"]
 lk = threading.Lock()
-calls = collections.Counter()
-dead = collections.Counter()
-pairs = collections.Counter()
-errs = collections.Counter()
-details = []
+calls: collections.Counter[str] = collections.Counter()
+dead: collections.Counter[str] = collections.Counter()
+pairs: collections.Counter[tuple[str, ...]] = collections.Counter()
+errs: collections.Counter[tuple[str, str | None, str]] = collections.Counter()
+details: list[tuple[str, ...]] = []
 NAMES = [
     ("message_cancel_old", "cancel"),
     ("message_cancel", "cancel"),
@@ -123,7 +124,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
 
 
-def callname(q):
+def callname(q: str) -> str:
     for k, v in NAMES:
         if k in q:
             if v == "dequeue" and ", 0)" in q:
@@ -134,7 +135,7 @@ def callname(q):
     return q[:40]
 
 
-def admin(cfg):
+def admin(cfg: Config) -> None:
     c = psycopg.connect(cfg.conninfo("postgres"), autocommit=True)
     c.execute(f"DROP DATABASE IF EXISTS {cfg.db}")
     c.execute(f"CREATE DATABASE {cfg.db}")
@@ -149,7 +150,7 @@ def admin(cfg):
     c.close()
 
 
-def call(conn, name, q, sql, args):
+def call(conn: psycopg.Connection[Any], name: str, q: str, sql: Any, args: Any) -> Any:
     try:
         rows = conn.execute(sql, args).fetchall()
         with lk:
@@ -170,15 +171,15 @@ def call(conn, name, q, sql, args):
         return None
 
 
-def lit(v):
+def lit(v: int | str | None) -> str:
     return "NULL" if v is None else repr(v) if isinstance(v, int) else "'" + v + "'"
 
 
-def worker(cfg, wid):
+def worker(cfg: Config, wid: int) -> None:
     rnd = random.Random(cfg.seed * 100 + wid)
     conn = psycopg.connect(cfg.conninfo(cfg.db), autocommit=True)
     conn.execute("SET deadlock_timeout = '300ms'")
-    leases = []
+    leases: list[Any] = []
     stop = time.time() + cfg.dur
     keyspace = [f"k{i}" for i in range(30)]
     groups = [f"g{i}" for i in range(6)]
@@ -314,7 +315,7 @@ def worker(cfg, wid):
     conn.close()
 
 
-def alterer(cfg):
+def alterer(cfg: Config) -> None:
     conn = psycopg.connect(cfg.conninfo(cfg.db), autocommit=True)
     stop = time.time() + cfg.dur
     rnd = random.Random(cfg.seed)
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     print("deadlocks by victim:", dict(dead))
     print("deadlocks by pair:", dict(pairs))
     print("other errors:", dict(errs))
-    logp = collections.Counter()
+    logp: collections.Counter[Any] = collections.Counter()
     with open(cfg.log, errors="replace") as f:
         f.seek(off0)
         text = f.read()
