@@ -224,3 +224,23 @@ def test_a_temporary_directory_the_server_user_cannot_enter_is_said_plainly(
             f"user postgres (who runs the throwaway server, as root) cannot enter the temporary directory {private} "
             "($TMPDIR): set TMPDIR to a directory it can reach, such as /tmp")
     assert list(private.iterdir()) == []
+
+
+def test_a_server_killed_for_ignoring_its_stop_leaves_no_directory() -> None:
+    """A server that does not answer its stop (here: SIGSTOPped) is SIGKILLed by
+    testing.postgresql after 10 s, which raises and leaves its process set; the directory went
+    with it before the deferred-signal stop, which then kept it and called the dead server
+    stuck (a review)."""
+    import signal
+    import time
+
+    pg = EmbeddedPostgres().start()
+    pid = pg._server.child_process.pid  # type: ignore[union-attr]
+    base_dir = pg.base_dir
+    os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="failed to shutdown"):
+        pg.stop()
+    assert time.monotonic() - started < 20
+    assert not os.path.exists(base_dir)
+    assert pg.left is None

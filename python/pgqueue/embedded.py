@@ -439,8 +439,15 @@ class EmbeddedPostgres:
         if self._dir is None:
             return
         if server is not None and server.child_process is not None:
-            self._stuck_pid = server.child_process.pid
-            return
+            # testing.postgresql SIGKILLs a server that ignores its stop for 10 s, raises at
+            # once, and leaves child_process set: a process that is gone (reaped here within a
+            # few seconds) leaves nothing to keep the directory for
+            try:
+                server.child_process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._stuck_pid = server.child_process.pid
+                return
+            server.child_process = None
         shutil.rmtree(self._dir, ignore_errors=True)
         if not os.path.exists(self._dir):
             self._dir = None

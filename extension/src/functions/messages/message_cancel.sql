@@ -83,12 +83,26 @@ BEGIN
                 EXIT;
             EXCEPTION WHEN lock_not_available THEN
                 -- a group's lock that lock_timeout gave up on is the caller's error; a row
-                -- another transaction holds is waited out here, within lock_timeout if set
+                -- another transaction holds is tried again, within lock_timeout if set
                 IF NOT v_rows_step OR (v_wait > interval '0' AND clock_timestamp() - v_started >= v_wait) THEN
                     RAISE;
                 END IF;
             END;
             v_tries := v_tries + 1;
+            -- at most about half a second of attempts (an xid each): a row held longer (a
+            -- consumer's open transaction that took it, or a lock cycle through the caller's
+            -- other locks, which sleeping hid from the deadlock detector: a review) is waited
+            -- for as on a queue without groups, holding no group's lock, and the hand-offs below
+            -- take theirs after the rows, as before session 54 (the detector sees that wait)
+            IF v_tries >= 25 THEN
+                v_now := pgqueue.now_ms();
+                v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
+                                WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
+                                  AND (l.locked_until IS NULL OR l.locked_until <= v_now)
+                                ORDER BY l.id
+                                  FOR UPDATE);
+                EXIT;
+            END IF;
             PERFORM pg_sleep(least(0.05, 0.001 * v_tries));
         END LOOP;
     END IF;
