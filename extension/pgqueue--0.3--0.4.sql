@@ -4563,15 +4563,8 @@ BEGIN
     -- under its group's lock with a wait, with a take of it once it had its turn, and with a
     -- second cancel (a review of that fix). The hand-offs below take no lock out of the
     -- stripes' order: every listed group's is held.
-    IF v_queue.group_concurrency IS NULL
-       OR current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
-        v_now := pgqueue.now_ms();
-        v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
-                        WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
-                          AND (l.locked_until IS NULL OR l.locked_until <= v_now)
-                        ORDER BY l.id
-                          FOR UPDATE);
-    ELSE
+    IF v_queue.group_concurrency IS NOT NULL
+       AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
         v_started := clock_timestamp();
         v_wait := current_setting('lock_timeout')::interval;
         LOOP
@@ -4605,17 +4598,17 @@ BEGIN
             -- other locks, which sleeping hid from the deadlock detector: a review) is waited
             -- for as on a queue without groups, holding no group's lock, and the hand-offs below
             -- take theirs after the rows, as before session 54 (the detector sees that wait)
-            IF v_tries >= 25 THEN
-                v_now := pgqueue.now_ms();
-                v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
-                                WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
-                                  AND (l.locked_until IS NULL OR l.locked_until <= v_now)
-                                ORDER BY l.id
-                                  FOR UPDATE);
-                EXIT;
-            END IF;
+            EXIT WHEN v_tries >= 25;  -- (v_ids still NULL: below)
             PERFORM pg_sleep(least(0.05, 0.001 * v_tries));
         END LOOP;
+    END IF;
+    IF v_ids IS NULL THEN  -- no groups, REPEATABLE READ, or the attempts above gave up
+        v_now := pgqueue.now_ms();
+        v_ids := ARRAY(SELECT l.id FROM pgqueue.message l
+                        WHERE l.id = ANY (p_ids) AND l.queue_id = v_queue.id AND l.claim_id IS NULL
+                          AND (l.locked_until IS NULL OR l.locked_until <= v_now)
+                        ORDER BY l.id
+                          FOR UPDATE);
     END IF;
     WITH d AS (
         DELETE FROM pgqueue.message m

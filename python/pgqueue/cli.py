@@ -45,6 +45,7 @@ from pgqueue.errors import (
     QueueExists,
     QueueNotFound,
     conninfo_error,
+    one_line,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 from pgqueue.tasks import is_generator_callable
@@ -251,8 +252,7 @@ def _one_line(text: str) -> str:
     psycopg's "connection is bad: " or "connection failed: " dropped before libpq's own
     "connection to server ... failed" (they say nothing more; before an option value libpq
     refused, "connection is bad: " is kept)."""
-    lines = [" ".join(line.split()) for line in text.splitlines()]
-    text = "; ".join(line for line in lines if line)
+    text = one_line(text)
     for prefix in _REDUNDANT:
         if text.startswith(prefix + "connection to server"):
             return text.removeprefix(prefix)

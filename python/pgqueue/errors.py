@@ -241,10 +241,14 @@ def conninfo_error(exc: BaseException, dsn: str | None = None) -> str:
     return text
 
 
+def one_line(text: str) -> str:
+    """Return text on one line: its lines joined with "; ", runs of blanks made one space."""
+    return "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+
+
 def _client_text(exc: psycopg.Error) -> str:
-    """A client-side error's text (a failed connection's, which may span lines) on one line:
-    its lines joined with "; " as the command line joins them, runs of blanks made one space."""
-    return "; ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip())
+    """A client-side error's text (a failed connection's, which may span lines) on one line."""
+    return one_line(str(exc))
 
 
 def translate(exc: psycopg.Error) -> PgQueueError:
