@@ -20,7 +20,8 @@ from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, Queue
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
-from test_client import LEFT_OPEN, bounded, heartbeat_many_renews_each_with_its_own_token, socket_port
+from test_client import (LEFT_OPEN, SLOW_LEASE_MS, bounded, heartbeat_many_renews_each_with_its_own_token,
+                         socket_port)
 
 Conn = psycopg.Connection[Any]
 
@@ -39,8 +40,8 @@ def test_every_method_over_a_dsn(dsn: str, conn: Conn) -> None:
                 await q.create()
             s = await q.settings()
             assert isinstance(s, QueueSettings) and (s.lock_ms, s.max_attempts) == (2000, 2)
-            await q.alter(lock_ms=3000, notify=True)
-            assert (await q.settings()).lock_ms == 3000
+            await q.alter(lock_ms=60000, notify=True)  # (leases the test does not outlast, however slow)
+            assert (await q.settings()).lock_ms == 60000
 
             payloads: list[object] = [b"raw", "text", {"a": [1, None]}, 5, None]
             ids = [await q.enqueue(p) for p in payloads]
@@ -206,10 +207,13 @@ def test_cancelled_receive_gives_the_message_back(dsn: str) -> None:
 
 
 async def _slow_receive(q: AsyncQueue, other: Queue, *, heartbeat: bool) -> tuple[Message | None, list[Message]]:
+    """tests/test_client.py's _slow_receive on an AsyncQueue: a block on a SLOW_LEASE_MS lease that
+    lasts a second past the lease's end (without heartbeats, until the other consumer got the
+    message, 30 s at most); another consumer polls meanwhile."""
     stolen: list[Message] = []
-    async with q.receive(lock_ms=300, heartbeat=heartbeat) as msg:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
+    async with q.receive(lock_ms=SLOW_LEASE_MS, heartbeat=heartbeat) as msg:
+        deadline = time.monotonic() + (SLOW_LEASE_MS / 1000 + 1 if heartbeat else 30)
+        while not stolen and time.monotonic() < deadline:
             stolen += await asyncio.to_thread(other.dequeue, 1, lock_ms=60000)
             await asyncio.sleep(0.1)
     return msg, stolen
@@ -251,10 +255,10 @@ def test_async_heartbeats_outlive_a_terminated_connection(source: str, dsn: str,
                 await q.enqueue("slow")
                 before = await asyncio.to_thread(backends)
                 stolen: list[Message] = []
-                async with q.receive(lock_ms=600) as msg:
+                async with q.receive(lock_ms=SLOW_LEASE_MS) as msg:
                     [beats] = await asyncio.to_thread(lambda: backends() - before)  # the block's beats
                     await asyncio.to_thread(conn.execute, "SELECT pg_terminate_backend(%s)", (beats,))
-                    deadline = time.monotonic() + 1.5
+                    deadline = time.monotonic() + SLOW_LEASE_MS / 1000 + 1  # past the lease's end
                     while time.monotonic() < deadline:
                         stolen += await asyncio.to_thread(other.dequeue, 1, lock_ms=60000)
                         await asyncio.sleep(0.05)
@@ -377,13 +381,14 @@ def test_async_priority_delay_and_at(dsn: str, conn: Conn) -> None:
         async with AsyncQueue(dsn) as q:
             normal = await q.enqueue("normal")
             high = await q.enqueue("high", priority=5)
-            now = server_now(conn)
+            before = server_now(conn)  # (the clock around the call: a loaded machine may take seconds)
             later = await q.enqueue("later", delay=timedelta(seconds=60))
+            after = server_now(conn)
             when = datetime.now(timezone.utc) + timedelta(hours=1)
             at = await q.enqueue("at", at=when)
             due = dict(conn.execute("SELECT id, dequeue_at FROM pgqueue.message").fetchall())
             assert due[high] == -6
-            assert now + 60000 <= due[later] <= now + 61000
+            assert before + 60000 <= due[later] <= after + 60000
             assert abs(due[at] - int(when.timestamp() * 1000)) <= 1
             assert [m.id for m in await q.dequeue(10)] == [high, normal]
             with pytest.raises(errors.InvalidArgument):
@@ -450,13 +455,15 @@ def test_async_receive_back_off_and_lock_ms_zero(dsn: str, conn: Conn) -> None:
         async with AsyncQueue(dsn, "r") as q:
             await q.create(retry_base_ms=10000, retry_cap_ms=10000)
             await q.enqueue("x")
+            before = server_now(conn)  # the failure's back-off counts from a time between these two
             with pytest.raises(RuntimeError):
                 async with q.receive() as msg:
                     assert msg is not None
                     raise RuntimeError("later")
-            now = server_now(conn)
+            after = server_now(conn)
             due = await q.next_due()
-            assert due is not None and now + 4000 <= due.timestamp() * 1000 <= now + 10500
+            # the first retry's back-off: 10 s with jitter in [base/2, base]
+            assert due is not None and to_datetime(before + 5000) <= due <= to_datetime(after + 10000)
             with pytest.raises(errors.InvalidArgument):
                 async with q.receive(lock_ms=0):
                     pass
@@ -477,7 +484,7 @@ def test_async_dsn_queue_opens_lazily_and_closes(dsn: str, conn: Conn) -> None:
         await q.enqueue(1)
         assert backends() == 1
         await q.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while backends() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert backends() == 0
@@ -487,7 +494,7 @@ def test_async_dsn_queue_opens_lazily_and_closes(dsn: str, conn: Conn) -> None:
             await q2.enqueue(2)
             async with q2.receive() as msg:  # the heartbeat connection is a second one
                 assert msg is not None and backends() == 2
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while backends() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert backends() == 0
@@ -677,7 +684,7 @@ def test_async_listen_statement_receives_the_queues_notifications(dsn: str) -> N
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
                 await listener.execute(_sql.listen_statement(q.name))
                 await q.enqueue("wake up")
-                got = [n async for n in listener.notifies(timeout=5, stop_after=1)]
+                got = [n async for n in listener.notifies(timeout=30, stop_after=1)]
         assert [(n.channel, n.payload) for n in got] == [(_sql.channel_name("Loud.Queue-1"), "Loud.Queue-1")]
 
     run(main)
@@ -779,7 +786,7 @@ def test_async_close_while_the_first_call_connects(dsn: str, conn: Conn) -> None
         await q.close()
         with pytest.raises(errors.PgQueueError, match="the queue is closed"):
             await call
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while backends() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert backends() == 0
@@ -873,12 +880,17 @@ def test_a_cancellation_while_receive_completes_waits_for_the_completion(dsn: st
             await q.enqueue("work")
             with psycopg.connect(dsn) as blocker:
                 with pytest.raises(TimeoutError):
-                    async with asyncio.timeout(0.5):
+                    async with asyncio.timeout(None) as deadline:
                         async with q.receive(lock_ms=60000, heartbeat=False) as msg:
                             assert msg is not None
                             # another session holds the row: the complete waits for it
                             blocker.execute("SELECT 1 FROM pgqueue.message WHERE id = %s FOR UPDATE", (msg.id,))
-                            asyncio.get_running_loop().call_later(1.0, blocker.rollback)
+                            # the timeout runs out half a second from here (from the block's start,
+                            # a loaded machine could get there before the dequeue had answered), the
+                            # row is freed half a second later
+                            loop = asyncio.get_running_loop()
+                            deadline.reschedule(loop.time() + 0.5)
+                            loop.call_later(1.0, blocker.rollback)
                 stats = await q.stats()
                 assert (stats.ready, stats.leased, stats.dead) == (0, 0, 0)
                 assert (await q.counters()).completed == 1
@@ -1401,7 +1413,7 @@ def test_a_cancellation_held_back_while_the_heartbeats_stop_bounds_the_settling(
     original = async_client.AsyncQueue._settle_call
 
     async def stuck(self: AsyncQueue, call: Any) -> bool:
-        await asyncio.sleep(5)
+        await asyncio.sleep(30)
         return await original(self, call)
 
     monkeypatch.setattr(async_client.AsyncQueue, "_settle_call", stuck)
@@ -1422,7 +1434,9 @@ def test_a_cancellation_held_back_while_the_heartbeats_stop_bounds_the_settling(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert time.monotonic() - started < 2.5  # 0.1 s of stopping + CANCEL_WAIT, not 5 s
+            # 0.1 s of stopping + CANCEL_WAIT (0.3 s), and time for a loaded machine; not the 5.1 s
+            # of the default CANCEL_WAIT, nor the 30 s of the stuck settling
+            assert time.monotonic() - started < 4.5
 
     run(main)
 
@@ -1517,7 +1531,8 @@ def test_an_answer_an_interruption_left_unread_is_read_before_the_async_give_bac
             connector = _AsyncConnector(dsn)
             busy = await connector._open("_own")  # our own connection, as a call opens it
         try:
-            busy.pgconn.send_query(b"SELECT pg_sleep(0.3)")  # sent, its answer not read
+            # sent, its answer not read (for 2 s: time for the ticks below on a loaded machine too)
+            busy.pgconn.send_query(b"SELECT pg_sleep(2)")
             with pytest.raises(psycopg.Error, match="another command is already in progress"):
                 await busy.execute("SELECT 1")
             ticks = 0

@@ -752,16 +752,24 @@ def _sigterm_the_suite(tmp_path: Path) -> None:
     rest = "".join(head) + rest
     assert proc.returncode == 130, rest
     assert "interrupted: no report written" in rest
-    time.sleep(2)  # the forked clients notice the server is gone
+    # the forked clients notice the server is gone (in a moment; a loaded machine: seconds)
+    deadline = time.monotonic() + 30
+    while (left := _processes_run_from(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], f"processes still running from {tmp_path}: {left}"
+    assert not any(p.name.startswith("pgqueue-bench-smoke-") for p in tmp_path.iterdir())
+
+
+def _processes_run_from(tmp_path: Path) -> list[str]:
+    """The pids of the server (its directory) and the suite's forked clients (their environment)."""
     left = []
     for proc_dir in Path("/proc").glob("[0-9]*"):
-        try:  # the server (its directory) and the suite's forked clients (their environment)
+        try:
             if str(tmp_path).encode() in (proc_dir / "cmdline").read_bytes() + (proc_dir / "environ").read_bytes():
                 left.append(proc_dir.name)
         except OSError:  # the process ended meanwhile, or is not ours to read
             pass
-    assert left == [], f"processes still running from {tmp_path}: {left}"
-    assert not any(p.name.startswith("pgqueue-bench-smoke-") for p in tmp_path.iterdir())
+    return left
 
 
 def test_nohup_keeps_sighup_ignored_and_old_runs_render_their_dry_backlog() -> None:

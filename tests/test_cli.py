@@ -544,7 +544,9 @@ def test_the_connect_timeout_given_is_kept(tmp_path: Path) -> None:
                                   timeout=60, check=False, env={**os.environ, **env})
             took = time.monotonic() - started
             assert proc.returncode == 1 and "timeout expired" in proc.stderr, proc.stderr
-            assert took < 7, (extra, env, took)
+            # the 2 s and the command's start (up to 7 s on a loaded machine); their own 10 s is
+            # more however fast the machine
+            assert took < 9, (extra, env, took)
 
 
 def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn: str) -> None:

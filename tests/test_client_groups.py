@@ -216,14 +216,14 @@ def test_order_within_a_group_the_turn_holder_priority_and_a_scheduled_turn(dsn:
         create("a3", "A")
         create("a4", "A", "pgqueue.priority_dequeue_at(5)")  # a priority, added last
         create("b1", "B")
-        create("b2", "B", "pgqueue.now_ms() + 3000")  # scheduled
+        create("b2", "B", "pgqueue.now_ms() + 6000")  # scheduled (past the takes below, however slow)
         create("b3", "B", "pgqueue.now_ms() - 60000")  # due long ago, but behind b2's turn once b2 has it
         assert take() == ["a1", "b1"]
         assert take() == ["a4", "b3"]  # A: the priority first; B: b3 is due before b2
         assert take() == ["a2"]  # B's turn is b2's now, not due yet
         assert take() == ["a3"]
         assert take() == []
-        c.execute("SELECT pg_sleep(3.1)")
+        c.execute("SELECT pg_sleep(6.1)")
         assert take() == ["b2"]
 
 

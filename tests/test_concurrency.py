@@ -415,10 +415,10 @@ def test_making_sure_of_a_queue_in_a_transaction_holds_up_no_drop_or_alter(dsn: 
         admin.execute("SELECT pgqueue.queue_create('ensured')")
     with psycopg.connect(dsn) as app, psycopg.connect(dsn, autocommit=True) as admin:
         app.execute("SELECT pgqueue.queue_create('ensured', p_if_not_exists => true)")
-        admin.execute("SET lock_timeout = '5s'")
+        admin.execute("SET lock_timeout = '30s'")
         started = time.monotonic()
         admin.execute(other)  # at once: nothing of the app's transaction in the way
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 15  # (a loaded machine's second or two, not a wait for it)
         if "queue_drop" in other:
             with pytest.raises(psycopg.Error) as info:
                 app.execute("SELECT pgqueue.message_create('ensured', 'x'::bytea)")

@@ -163,13 +163,15 @@ def test_beats_keep_leases_past_their_end_and_a_failing_beat_is_retried(kind: st
                                                                          conn: Conn,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     queue.enqueue_many(["a", "b"])
-    held = queue.dequeue(2, lock_ms=300)
+    # a lease that outlasts a loaded machine's start of the driver and its first beats (which renew
+    # it for 60 s; one of 300 ms ran out if they came late), watched until a second past its end
+    held = queue.dequeue(2, lock_ms=3000)
     other = Queue(conn, "jobs")
     with caplog.at_level(logging.WARNING, logger="pgqueue"):
         driver = DRIVERS[kind](dsn, lambda: held, 0.05, 1)  # the first beat raises
         stolen: list[Message] = []
         try:
-            deadline = time.monotonic() + 1.0
+            deadline = time.monotonic() + 4.0
             while time.monotonic() < deadline:
                 stolen += other.dequeue(2, lock_ms=60000)
                 time.sleep(0.05)

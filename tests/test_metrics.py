@@ -441,7 +441,7 @@ def test_close_waits_for_a_reading_in_progress(dsn: str, conn: Conn) -> None:
     """close() from another thread (the exporter stopping) while a reading waits on the
     database: the reading finishes with the data (pgqueue_up 1), then the connection closes.
     close() used to close it under the running query: that page said pgqueue_up 0."""
-    metrics = QueueMetrics(dsn, min_interval=0)
+    metrics = QueueMetrics(dsn, min_interval=0, timeout=60)  # (the reading waits, however slow the machine)
     metrics.connect()
     pages: list[str] = []
     closed = threading.Event()
@@ -724,7 +724,7 @@ def test_the_command_started_under_nohup_outlives_a_hangup(dsn: str) -> None:
         proc.send_signal(signal.SIGHUP)
         time.sleep(0.3)
         assert proc.poll() is None
-        assert scrape(url, time.monotonic() + 5)[("pgqueue_up", frozenset())] == 1
+        assert scrape(url, time.monotonic() + 15)[("pgqueue_up", frozenset())] == 1
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and "Traceback" not in err, (proc.returncode, err)

@@ -40,16 +40,25 @@ def test_two_schedulers_racing_enqueue_each_slot_once(dsn: str) -> None:
     create_schedule(dsn, "tick", "ticks", "t", every=1, missed="all", start_at=start)
     seen: list[list[ScheduledMessage]] = [[], []]
     stop = time.monotonic() + 2.5
+    give_up = stop + 30
     done = threading.Event()
-    # the barrier's action, run once per round before both threads go on, decides for both whether
-    # the race is over: a clock read by each thread could let one leave and the other wait alone
-    barrier = threading.Barrier(2, action=lambda: done.set() if time.monotonic() >= stop else None)
+
+    def over() -> None:
+        # the barrier's action, run once per round before both threads go on, decides for both
+        # whether the race is over: a clock read by each thread could let one leave and the other
+        # wait alone. It lasts 2.5 s and until the 121 slots and two more are in (a loaded machine
+        # may take longer over the catch-up), 32.5 s at most: the asserts below tell.
+        now = time.monotonic()
+        if now >= stop and len(seen[0]) + len(seen[1]) >= 121 + 2 or now >= give_up:
+            done.set()
+
+    barrier = threading.Barrier(2, action=over)
 
     def scheduler(i: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             rnd = 0
             while True:
-                barrier.wait(5)  # both call schedule_run at the same instant, again and again
+                barrier.wait(30)  # both call schedule_run at the same instant, again and again
                 if done.is_set():
                     break
                 # the other thread goes first every other round, 0.1 ms ahead, so that each wins
@@ -64,7 +73,7 @@ def test_two_schedulers_racing_enqueue_each_slot_once(dsn: str) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(60)
     merged = seen[0] + seen[1]
     slots = sorted(m.slot for m in merged)
     assert len(slots) == len(set(slots)), "a slot was enqueued twice"
@@ -230,7 +239,8 @@ def test_a_schedule_held_by_its_full_queue_is_said_once(dsn: str, caplog: pytest
     thread = threading.Thread(target=scheduler.run, daemon=True)
     thread.start()
     try:
-        time.sleep(0.6)  # about ten runs, all held
+        wait_for_log(caplog, "logged once while it lasts")  # its first run (a loaded machine starts late)
+        time.sleep(0.6)  # about ten more runs, all held
         assert scheduler.enqueued == 0
         full.dequeue(1, lock_ms=0)  # room: the next run fires it
         wait_for_log(caplog, "no longer held")
@@ -260,22 +270,24 @@ def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) 
     with psycopg.connect(dsn) as producer:  # a transaction left open after an enqueue
         producer.execute("SELECT pgqueue.message_create('capped', 'held')")
         with psycopg.connect(dsn) as scheduler:
-            # a caller's lock_timeout shorter than 100 ms is kept: its best of five runs takes
-            # well under 100 ms (each waited 100 ms for the row when it was replaced)
+            # a caller's lock_timeout shorter than 100 ms is kept: its best run of up to twenty
+            # (a loaded machine slows some) takes well under 100 ms (each waited 100 ms for the row
+            # when it was replaced)
             scheduler.execute("SET lock_timeout = '20ms'")
-            took = []
-            for _ in range(5):
+            took: list[float] = []
+            while len(took) < 20 and not (took and min(took) < 0.08):
                 started = time.monotonic()
                 assert scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall() == [("to_free",)]
                 took.append(time.monotonic() - started)
                 scheduler.rollback()
             assert min(took) < 0.08, took
-            scheduler.execute("SET lock_timeout = '7s'")
+            # a longer one does not hold the run up either: it waits 100 ms, not the caller's 30 s
+            scheduler.execute("SET lock_timeout = '30s'")
             started = time.monotonic()
             fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
-            assert time.monotonic() - started < 5
+            assert time.monotonic() - started < 15
             assert fired == [("to_free",)]
-            assert scheduler.execute("SHOW lock_timeout").fetchone() == ("7s",)
+            assert scheduler.execute("SHOW lock_timeout").fetchone() == ("30s",)
             scheduler.commit()
             assert other.stats().ready == 1
             due = {e.name: e.next_run for e in list_schedules(dsn)}
@@ -313,22 +325,24 @@ def test_a_queue_being_altered_holds_up_its_own_schedules_only(dsn: str) -> None
                 time.sleep(0.05)
             watch.rollback()
         with psycopg.connect(dsn) as scheduler:
-            # a caller's lock_timeout shorter than 100 ms is kept: its best of five runs takes
-            # well under 100 ms (each waited 100 ms for the stripe when it was replaced)
+            # a caller's lock_timeout shorter than 100 ms is kept: its best run of up to twenty
+            # (a loaded machine slows some) takes well under 100 ms (each waited 100 ms for the
+            # stripe when it was replaced)
             scheduler.execute("SET lock_timeout = '20ms'")
-            took = []
-            for _ in range(5):
+            took: list[float] = []
+            while len(took) < 20 and not (took and min(took) < 0.08):
                 started = time.monotonic()
                 scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
                 took.append(time.monotonic() - started)
                 scheduler.rollback()
             assert min(took) < 0.08, took
-            scheduler.execute("SET lock_timeout = '7s'")
+            # a longer one does not hold the run up either: it waits 100 ms, not the caller's 30 s
+            scheduler.execute("SET lock_timeout = '30s'")
             started = time.monotonic()
             fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
-            assert time.monotonic() - started < 3
+            assert time.monotonic() - started < 15
             assert fired == [("to_calm",)]
-            assert scheduler.execute("SHOW lock_timeout").fetchone() == ("7s",)
+            assert scheduler.execute("SHOW lock_timeout").fetchone() == ("30s",)
             scheduler.commit()
         assert other.stats().ready == 1
         due = {e.name: e.next_run for e in list_schedules(dsn)}
@@ -344,6 +358,7 @@ def test_a_queue_being_altered_holds_up_its_own_schedules_only(dsn: str) -> None
 
 def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     Queue(dsn, "jobs").create()
+    created = time.monotonic()  # the slots, one a second, count from a moment after this
     assert main(["schedule", "create", "ping", "jobs", '{"p": 1}', "--json", "--every", "1", "--dsn", dsn]) == 0
     out, _ = capsys.readouterr()
     assert "ping" in out and "every 1.0 s" in out
@@ -366,17 +381,22 @@ def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture
             assert time.monotonic() < deadline, "the scheduler enqueued nothing"
             time.sleep(0.05)
         first = queue.stats().ready
-        time.sleep(2.2)  # two more slots, one a second
+        # two more slots, one a second: 2.2 s at least, longer if a loaded machine holds it up
+        since = time.monotonic()
+        while time.monotonic() < since + 2.2 or queue.stats().ready < first + 2:
+            assert time.monotonic() < since + 30, "the scheduler enqueued no more"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    took = time.monotonic() - created
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     n = queue.stats().ready
-    assert first + 1 <= n <= first + 3, (first, n)
+    assert first + 2 <= n <= int(took) + 1, (first, n, took)  # no more than one a second since it was created
     queue.close()
     assert f"enqueued {n} message(s)" in err
     assert main(["schedule", "drop", "ping", "--dsn", dsn]) == 0

@@ -233,7 +233,8 @@ def test_another_query_that_took_the_consumer_during_the_outage_fails_the_query(
         t0 = time.monotonic()
         with pytest.raises(ConsumerInUse, match="in use by another session") as exc:
             reader.latestOffset(start, ReadMaxRows(3))
-        assert time.monotonic() - t0 < 5, "no waiting: the lost session is gone"
+        # no waiting (reconnectTimeout is 30 s): the lost session is gone (a loaded machine: seconds)
+        assert time.monotonic() - t0 < 15, "no waiting: the lost session is gone"
         assert "another session opened the consumer" in "\n".join(getattr(exc.value, "__notes__", []))
     finally:
         other.close()
@@ -289,11 +290,12 @@ def test_reconnecting_is_bounded_and_zero_fails_at_once(dsn: str, conn: Conn, cu
             now.latestOffset(start, ReadMaxRows(3))
     finally:
         now.stop()
-    # a query that cannot connect at its start fails at once, whatever reconnectTimeout says
+    # a query that cannot connect at its start fails at once, whatever reconnectTimeout says (30 s;
+    # a loaded machine: seconds)
     t0 = time.monotonic()
     with pytest.raises(ConnectionFailed):
         stream_reader(via(dsn, cutter)).initialOffset()
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 15
 
 
 # ---------------------------------------------------------------------------------------

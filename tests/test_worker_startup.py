@@ -291,14 +291,14 @@ def test_what_no_wait_mends_ends_the_start_at_once(pg_server: Server, dbname: st
             thread = threading.Thread(target=_catch, args=(runner, caught), daemon=True)
             t0 = time.monotonic()
             thread.start()
-            thread.join(5)
+            thread.join(15)
             if thread.is_alive():  # (it waits: a failure, stopped to end the test)
                 runner.stop()
                 thread.join(15)
             took = time.monotonic() - t0
             assert len(caught) == 1 and isinstance(caught[0], error), (what, caught)
             assert words in str(caught[0]), (what, caught[0])
-            assert took < 3, (what, took)
+            assert took < 10, (what, took)  # at once (a loaded machine: seconds), not once stopped
             assert not warnings_of(caplog), (what, warnings_of(caplog))  # no retry announced
     finally:
         drop_database(pg_server, bare)
@@ -330,14 +330,16 @@ def test_a_stop_while_the_start_waits_for_the_database_ends_it_at_once(
     caplog.set_level(logging.INFO, logger="pgqueue")
     if server == "silent":
         door.open("silent")
+    # an attempt a stop did not end would take connect_timeout: 30 s here, far past the bound below
+    dsn = make_conninfo(door.dsn, connect_timeout="30")
     caught: list[BaseException] = []
     started: Started | None = None
     if kind == "Scheduler":
-        scheduler = Scheduler(door.dsn, interval=0.1, handle_signals=False)
+        scheduler = Scheduler(dsn, interval=0.1, handle_signals=False)
         thread = threading.Thread(target=_catch, args=(scheduler, caught), daemon=True)
         thread.start()
     else:
-        started = Started(Handled().worker(kind, door.dsn))
+        started = Started(Handled().worker(kind, dsn))
         thread = started.thread
     try:
         if server == "silent":
@@ -359,7 +361,7 @@ def test_a_stop_while_the_start_waits_for_the_database_ends_it_at_once(
             thread.join(15)
     assert not thread.is_alive()
     assert not caught and not (started and started.errors), (caught, started and started.errors)
-    assert took < 0.8, took
+    assert took < 5, took  # at once (a loaded machine: seconds), not after the attempt
     assert messages_of(caplog, "stopped while waiting for the database: not started"), caplog.text
 
 
@@ -374,6 +376,7 @@ def test_a_stop_while_a_running_worker_reconnects_ends_it_at_once(
     door.open()
     handled = Handled()
     settled: list[Result] = []
+    threads = set(threading.enumerate())
     started = Started(handled.worker(kind, door.dsn, on_result=settled.append))
     try:
         queue.enqueue("first")
@@ -387,11 +390,19 @@ def test_a_stop_while_a_running_worker_reconnects_ends_it_at_once(
         time.sleep(0.3)
         assert started.thread.is_alive() and not started.errors, started.errors
         took = stop_and_time(started)
+        # the Worker's LISTEN thread ends with the stop: run() waits 2 s for it, too short to tell
+        # from a loaded machine's delays, so it is given 3 s more here; its attempt, had the stop
+        # not ended it, would run on until connect_timeout (10 s)
+        listening = [t for t in threading.enumerate() if t not in threads and t.name == "pgqueue-listen"]
+        for t in listening:
+            t.join(3)
     finally:
         if started.thread.is_alive():
             stop_and_time(started)
     assert not started.thread.is_alive() and not started.errors, started.errors
-    assert took < 0.8, took
+    assert not [t for t in listening if t.is_alive()], "the LISTEN thread's attempt outlived the stop"
+    # at once (a loaded machine: seconds), not after the loop's attempt (connect_timeout, 10 s)
+    assert took < 6, took
 
 
 # -- 3. a read-only server (a hot standby after a failover): an outage --------------------------
@@ -547,7 +558,7 @@ def test_the_commands_wait_for_the_database_and_a_sigterm_ends_the_wait_at_once(
     finally:
         proc.kill()
     assert status == 0, proc.lines
-    assert took < 1.0, took
+    assert took < 5.0, took  # at once (a loaded machine's exit: seconds), not when the wait would end
     assert proc.having("stopped while waiting for the database: not started"), proc.lines
 
 
@@ -556,7 +567,8 @@ def test_the_commands_startup_timeout_bounds_the_wait(dsn: str, door: Door, comm
     """--startup-timeout S: the wait ends after S seconds, exit 1 with one line; 0: no wait
     (the first failure, without a retry warning). The option did not exist."""
     make_queue(dsn)
-    for seconds, least, most in (("1.5", 1.4, 5.0), ("0", 0.0, 3.0)):
+    # (most: what a loaded machine may take; without the bound, the default's 300 s)
+    for seconds, least, most in (("1.5", 1.4, 10.0), ("0", 0.0, 8.0)):
         if command == "worker":
             argv = ["worker", door.dsn, "jobs", "worker_handlers:obey", "--startup-timeout", seconds]
         else:
@@ -691,10 +703,10 @@ def test_an_option_value_libpq_refuses_ends_the_start_at_once(door: Door, kind: 
                                  ("target_session_attrs", "primery", "invalid target_session_attrs value"),
                                  ("port", "5x", 'invalid integer value "5x" for connection option "port"'),
                                  ("load_balance_hosts", "foo", "invalid load_balance_hosts value")):
-        caught, took = _run_until_ended(_runner(kind, make_conninfo(door.dsn, **{option: value})), 5)
+        caught, took = _run_until_ended(_runner(kind, make_conninfo(door.dsn, **{option: value})), 15)
         assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), (option, caught)
         assert words in str(caught[0]), (option, caught[0])
-        assert took < 3, (option, took)
+        assert took < 10, (option, took)  # at once (a loaded machine: seconds), not retried
     assert not warnings_of(caplog), warnings_of(caplog)
 
 
@@ -718,10 +730,10 @@ def test_a_login_refused_in_another_language_ends_the_start_at_once(dsn: str, do
     door.open()
     for severity, sqlstate, message in LOCALIZED:
         door.fatals = [(sqlstate, message, severity)]
-        caught, took = _run_until_ended(_runner(kind, door.dsn), 5)
+        caught, took = _run_until_ended(_runner(kind, door.dsn), 15)
         assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), (severity, caught)
         assert message in str(caught[0]), (severity, caught[0])
-        assert took < 3, (severity, took)
+        assert took < 10, (severity, took)  # at once (a loaded machine: seconds), not retried
 
 
 def test_which_connection_failures_libpq_tells_are_final() -> None:
@@ -752,9 +764,9 @@ def test_startup_timeout_bounds_a_server_that_does_not_answer(door: Door, kind: 
     connect_timeout=0, and says how long it waited. It took connect_timeout (10 s), or for ever."""
     door.open("silent")
     for dsn in (door.dsn, make_conninfo(door.dsn, connect_timeout="0")):
-        caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 8)
+        caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 15)
         assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), caught
-        assert 1.9 <= took < 3.5, (dsn, took)
+        assert 1.9 <= took < 8, (dsn, took)  # 2 s (a loaded machine: seconds more), not connect_timeout's 10
         assert "gave up" in str(caught[0]) and "still failing after 2." in str(caught[0]), caught[0]
 
 
@@ -765,11 +777,11 @@ def test_startup_timeout_bounds_a_check_the_database_does_not_answer(dsn: str, k
     make_queue(dsn)
     with psycopg.connect(dsn) as locker:
         locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
-        caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 8)
+        caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 15)
         locker.rollback()
     assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), caught
     assert "no answer" in str(caught[0]) and "gave up" in str(caught[0]), caught[0]
-    assert 1.9 <= took < 3.5, took
+    assert 1.9 <= took < 8, took  # 2 s (a loaded machine: seconds more), not until the lock is gone
 
 
 def test_scheduler_stop_gives_up_a_start_up_check_the_database_does_not_answer(dsn: str) -> None:
@@ -786,14 +798,14 @@ def test_scheduler_stop_gives_up_a_start_up_check_the_database_does_not_answer(d
         time.sleep(1)
         t0 = time.monotonic()
         scheduler.stop()
-        thread.join(STUCK_RUN + 3)
+        thread.join(STUCK_RUN + 15)
         took = time.monotonic() - t0
         alive = thread.is_alive()
         locker.rollback()
     thread.join(15)
     assert not alive, took
     assert not caught, caught
-    assert took < STUCK_RUN + 1.5, took
+    assert took < STUCK_RUN + 10, took  # (a loaded machine: seconds more)
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
@@ -817,7 +829,7 @@ def test_worker_stop_gives_up_a_writability_check_the_database_does_not_answer(
     finally:
         admin_execute_terminate(dsn)  # (the backend sleeps on: its client is gone)
         started.thread.join(15)
-    assert took < 0.2 + core._STUCK_CALL + 1.5, took
+    assert took < 0.2 + core._STUCK_CALL + 8, took  # (a loaded machine: seconds more; not the hour)
 
 
 def admin_execute_terminate(dsn: str) -> None:
@@ -833,16 +845,16 @@ def test_a_stopped_connection_attempt_leaves_no_thread_behind(door: Door, monkey
     (_ATTEMPT_CAP, shortened here), so it ends."""
     import pgqueue._worker_core as core
 
-    monkeypatch.setattr(core, "_ATTEMPT_CAP", 2, raising=False)
+    monkeypatch.setattr(core, "_ATTEMPT_CAP", 5, raising=False)
     door.open("silent")
     before = set(threading.enumerate())
     started = Started(Handled().worker("Worker", make_conninfo(door.dsn, connect_timeout="0")))
     wait_for(lambda: door.accepted >= 1, what="the connection attempt")
-    assert stop_and_time(started) < 1
+    assert stop_and_time(started) < 2.5  # at once (a loaded machine: a second or two), not after the attempt's 5 s
     attempts = [t for t in threading.enumerate() if t not in before and t.name == "pgqueue-connect"]
     assert attempts, "no attempt in flight"
     for t in attempts:
-        t.join(5)
+        t.join(10)
     assert not [t for t in attempts if t.is_alive()]
 
 
