@@ -2334,6 +2334,8 @@ COMMENT ON FUNCTION pgqueue._spark_consumer_held(integer, bigint) IS
 -------------------------------------------------------------------------------
 
 -- Delete dead letters of a queue (all, the ids given, and/or those dead before p_before ms).
+-- p_ids NULL: every id; a NULL element is refused (22004), as are ids of two dimensions (22023),
+-- before anything is done.
 CREATE OR REPLACE FUNCTION pgqueue.dead_letter_purge(
     p_queue  text,
     p_ids    bigint[] DEFAULT NULL,
@@ -2348,6 +2350,10 @@ DECLARE
 BEGIN
     IF array_ndims(p_ids) > 1 THEN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_ids must not contain NULL' USING ERRCODE = '22004',
+            HINT = 'List dead letters by id; for all of them, pass NULL for the whole array (or leave it out).';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     -- The letters locked first, in the order of their ids, as dead_letter_requeue locks them: a
@@ -2369,6 +2375,8 @@ COMMENT ON FUNCTION pgqueue.dead_letter_purge(text, bigint[], bigint) IS
     'Delete dead letters of a queue: all, the ids given, and/or those dead before p_before (epoch ms); returns how many';
 
 -- Put dead letters back on their queue as new messages (fresh id, attempts 0); returns how many.
+-- p_ids NULL: all of the queue's; a NULL element is refused (22004), as are ids of two
+-- dimensions (22023), before anything is done.
 CREATE OR REPLACE FUNCTION pgqueue.dead_letter_requeue(
     p_queue      text,
     p_ids        bigint[] DEFAULT NULL,
@@ -2386,6 +2394,10 @@ DECLARE
 BEGIN
     IF array_ndims(p_ids) > 1 THEN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_ids must not contain NULL' USING ERRCODE = '22004',
+            HINT = 'List dead letters by id; for all of them, pass NULL for the whole array (or leave it out).';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d
@@ -3744,6 +3756,17 @@ COMMENT ON FUNCTION pgqueue._spark_take_from(integer, integer, bigint, integer, 
 -- claims nothing when no message is due; creates the consumer if needed. Errors: 22023
 -- (p_max_messages outside 1..1000000), 0A000 (a queue with message groups), PQ001/42602/22004.
 DROP FUNCTION pgqueue.spark_claim(text, text, integer, bigint);
+-- Claim up to p_max_messages deliverable messages for a consumer; returns the claim's sequence number.
+--
+-- Takes messages through pgqueue._message_take, the probe of message_dequeue (expired leases
+-- first, then ready messages by (dequeue_at, id), FOR UPDATE SKIP LOCKED, poison leases
+-- dead-lettered); p_max_id (if not NULL) leaves out messages with a larger id. p_from (epoch
+-- ms, if not NULL: a stream's starting position) leaves out messages created before it, which
+-- stay in the queue for other consumers; the probe is then pgqueue._spark_take_from, which
+-- starts at p_from in message_ready_idx instead of at the oldest message. Returns NULL and
+-- claims nothing when no message is due; creates the consumer if needed. Errors: 22004 (a NULL
+-- p_max_messages), 22023 (p_max_messages outside 1..1000000), 0A000 (a queue with message
+-- groups), PQ001/42602/22004 (the queue, the consumer name).
 CREATE FUNCTION pgqueue.spark_claim(
     p_queue        text,
     p_consumer     text,
@@ -3765,9 +3788,9 @@ DECLARE
     v_ids      bigint[];
     v_claim_id bigint;
 BEGIN
-    IF p_max_messages IS NULL OR p_max_messages < 1 OR p_max_messages > 1000000 THEN
-        RAISE EXCEPTION 'p_max_messages must be between 1 and 1000000, got %',
-                        coalesce(p_max_messages::text, 'NULL')
+    PERFORM pgqueue._not_null(p_max_messages IS NULL, 'p_max_messages'::text);
+    IF p_max_messages < 1 OR p_max_messages > 1000000 THEN
+        RAISE EXCEPTION 'p_max_messages must be between 1 and 1000000, got %', p_max_messages
             USING ERRCODE = '22023';
     END IF;
     PERFORM pgqueue._spark_check_consumer(p_consumer);
@@ -3802,16 +3825,31 @@ COMMENT ON FUNCTION pgqueue.spark_claim(text, text, integer, bigint, bigint) IS
     'Claim up to p_max_messages deliverable messages (id <= p_max_id; if p_from (epoch ms) is given, created at or after it and, unless a priority, not placed before it) for a Spark consumer, hiding them from message_dequeue; returns the claim sequence number, NULL if nothing was due';
 
 -- Give up this session's hold on a consumer (closing the session does it too).
+--
+-- False if this session held none: a consumer it never opened or closed already (a second
+-- close), one that does not exist, or one of a queue that does not exist (any more: the Spark
+-- source closes its consumer when its query stops, also after the queue was dropped under it,
+-- which took the consumer with it). Errors, for arguments no consumer can have: 22004 for a
+-- NULL queue or consumer name, 42602 for an invalid one.
 CREATE OR REPLACE FUNCTION pgqueue.spark_consumer_close(p_queue text, p_consumer text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id  integer := pgqueue._spark_consumer_id(p_queue, p_consumer);
+    v_id  integer;
     v_key bigint;
 BEGIN
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_id := pgqueue._spark_consumer_id(p_queue, p_consumer);
     IF v_id IS NULL THEN
+        IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.name = p_queue) THEN
+            BEGIN
+                PERFORM pgqueue._queue_missing(p_queue);  -- 22004 and 42602 raise
+            EXCEPTION WHEN SQLSTATE 'PQ001' THEN
+                NULL;  -- a valid name of no queue: nothing held
+            END;
+        END IF;
         RETURN false;
     END IF;
     SELECT c.holder_key INTO v_key FROM pgqueue.spark_consumer c
@@ -3827,7 +3865,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_consumer_close(text, text) IS
-    'Release this session''s hold on a Spark consumer taken by spark_consumer_open; false if it held none';
+    'Release this session''s hold on a Spark consumer taken by spark_consumer_open; false if it held none (also for a consumer or queue that does not exist); 22004/42602 for a NULL or invalid name';
 
 -- Open a consumer for one Spark query: create it if needed, hold it for this session, return acked_seq.
 --
@@ -3930,9 +3968,10 @@ COMMENT ON FUNCTION pgqueue.spark_discard(uuid) IS
 -- within the queue's key_window_ms) inserts nothing. The write's staging rows (losers too) are
 -- deleted. Returns how many rows were published (a row whose key was taken counts), NULL if the
 -- publish key was published before (then only the staging rows are deleted). Errors:
--- 22004/22023 for bad arrays, 22023 for a group on a queue without groups (nothing is
--- published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is full, PQ001
--- if it does not exist.
+-- 22004/22023 for bad arrays (22023 for a negative count, or counts that add up to more than
+-- the largest bigint: before anything is written), 22023 for a group on a queue without groups
+-- (nothing is published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is
+-- full, PQ001 if it does not exist.
 CREATE OR REPLACE FUNCTION pgqueue.spark_publish(
     p_publish_key text,
     p_queue       text,
@@ -3971,6 +4010,13 @@ BEGIN
        OR array_position(p_counts, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'p_partitions, p_attempts and p_counts must not contain NULL'
             USING ERRCODE = '22004';
+    END IF;
+    -- the counts add up to the publication's count (a bigint): a negative count, or a sum past
+    -- the largest bigint, is refused here, not as PQ007 or 22003 "bigint out of range" later
+    IF EXISTS (SELECT FROM unnest(p_counts) AS u(c) WHERE u.c < 0)
+       OR (SELECT sum(u.c) FROM unnest(p_counts) AS u(c)) > 9223372036854775807 THEN
+        RAISE EXCEPTION 'p_counts must be >= 0 and add up to at most 9223372036854775807'
+            USING ERRCODE = '22023';
     END IF;
     IF (SELECT count(DISTINCT u.p) FROM unnest(p_partitions) AS u(p)) <> cardinality(p_partitions) THEN
         RAISE EXCEPTION 'each partition must have exactly one winning attempt'
@@ -4165,6 +4211,45 @@ $$;
 
 COMMENT ON FUNCTION pgqueue.spark_snapshot(text, bigint, bigint, boolean) IS
     'Messages of a queue with p_min_id <= id <= p_max_id and their status (ready, scheduled, leased, claimed; dead letters too if asked), by id; changes nothing';
+
+-- The id range a snapshot of a queue covers: from the smallest to the largest live (and dead) id,
+-- NULLs if the queue has no message (and, with p_include_dead, no dead letter): there is nothing
+-- to read (Spark plans no partition then). Errors: PQ001/42602/22004 for the queue.
+CREATE OR REPLACE FUNCTION pgqueue.spark_snapshot_range(p_queue text, p_include_dead boolean DEFAULT false)
+RETURNS TABLE (min_id bigint, max_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off  -- index probes, however small the table when planned (message_complete)
+AS $$
+DECLARE
+    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
+BEGIN
+    -- whether the queue holds anything: a probe of each partial index of its messages (leased
+    -- or not) and, if asked, of its dead letters. (The range below is every queue's: an empty
+    -- queue got the range of the others, a snapshot of it scanned their ids for nothing.)
+    IF NOT (EXISTS (SELECT FROM pgqueue.message m WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL)
+            OR EXISTS (SELECT FROM pgqueue.message m WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL)
+            OR (coalesce(p_include_dead, false)
+                AND EXISTS (SELECT FROM pgqueue.dead_letter d WHERE d.queue_id = v_queue.id))) THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    -- two probes of each primary key; the range is shared by every queue, the scans filter
+    -- (a STABLE function: its statements, the probes above too, read the caller's snapshot)
+    RETURN QUERY
+    SELECT CASE WHEN coalesce(p_include_dead, false)
+                THEN least((SELECT min(m.id) FROM pgqueue.message m),
+                           (SELECT min(d.id) FROM pgqueue.dead_letter d))
+                ELSE (SELECT min(m.id) FROM pgqueue.message m) END,
+           CASE WHEN coalesce(p_include_dead, false)
+                THEN greatest((SELECT max(m.id) FROM pgqueue.message m),
+                              (SELECT max(d.id) FROM pgqueue.dead_letter d))
+                ELSE (SELECT max(m.id) FROM pgqueue.message m) END;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue.spark_snapshot_range(text, boolean) IS
+    'The id range [min_id, max_id] that a snapshot of the queue covers (NULLs if the queue has nothing to read); planned once, split into partitions';
 
 -- Spark writes carry message groups and idempotency keys (groupColumn, keyColumn; issue 14).
 ALTER TABLE pgqueue.spark_staging ADD COLUMN group_key text, ADD COLUMN idem_key text;
@@ -4516,7 +4601,9 @@ $$;
 -- not pending in the queue are skipped: compare what comes back with what was asked. Takes
 -- the queue's lock before the rows, like every other writer (docs/locking.md); a row that a
 -- concurrent dequeue is leasing is waited for, then left alone when the lease took it (on a
--- queue with message groups, by attempts a few milliseconds apart: below).
+-- queue with message groups, by attempts a few milliseconds apart: below). Errors, before
+-- anything is done: 22004 for a NULL p_ids or a NULL element in it, 22023 for p_ids of two
+-- dimensions, 22004/42602/PQ001 for the queue.
 CREATE FUNCTION pgqueue.message_cancel(p_queue text, p_ids bigint[])
 RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, dequeue_at bigint,
                created_at bigint, locked_until bigint, state bytea, last_error text)
@@ -4544,6 +4631,9 @@ BEGIN
     END IF;
     IF array_ndims(p_ids) > 1 THEN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_ids must not contain NULL' USING ERRCODE = '22004';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     -- the rows locked in id order, as the batches of leases lock theirs (docs/locking.md,
@@ -4691,10 +4781,16 @@ COMMENT ON FUNCTION pgqueue.message_peek(text, integer) IS
 -- Enqueue a text message; returns its id. For drivers that send strings: the text is stored
 -- as UTF-8 bytes exactly as given, with no bytea escape parsing (a string passed as bytea is
 -- read as bytea's text form, so '\x4869' would become 'Hi' and '\\' one backslash).
--- p_content_type says what the text is (default plain text; 'application/json' for JSON kept
--- byte for byte). p_group and p_key are message_create's: the message group and the idempotency
--- key, with its errors (22023 for an empty or over-long one, or a group on a queue without
--- groups). A SQL-standard body: bound when created, so no search_path to pin.
+-- p_content_type says what the text is (default plain text, 'text/plain; charset=utf-8', also
+-- when NULL: drivers bind every parameter; 'application/json' for JSON kept byte for byte). It
+-- is stored as given, but a charset it names must be UTF-8, what the bytes are: a charset
+-- parameter (any case, spaces and double quotes around the value ignored, as
+-- pgqueue.codec.media_type reads it) other than utf-8 or utf8 in any case is refused with
+-- 22023, us-ascii too (it does not describe a text outside ASCII; name utf-8, which covers it).
+-- A content type without a charset is kept as it is (readers take UTF-8 for text/* then).
+-- Text in another charset goes to message_create as bytes, with its content type.
+-- p_group and p_key are message_create's: the message group and the idempotency key, with its
+-- errors (22023 for an empty or over-long one, or a group on a queue without groups).
 CREATE FUNCTION pgqueue.message_create_text(
     p_queue        text,
     p_content      text,
@@ -4703,12 +4799,37 @@ CREATE FUNCTION pgqueue.message_create_text(
     p_group        text   DEFAULT NULL,
     p_key          text   DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql VOLATILE
-RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content, 'UTF8'::name), p_dequeue_at,
-                              p_content_type, p_group, p_key);
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_charset text;
+BEGIN
+    -- the parameters after the media type: "; name=value", split as pgqueue.codec does
+    -- (a parameter without "=" is no parameter); read only when a charset may be named and
+    -- the content type is not the default (a simple expression, no query, for most calls)
+    IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
+       AND strpos(lower(p_content_type), 'charset') > 0 THEN
+        SELECT btrim(btrim(substr(p.item, strpos(p.item, '=') + 1), E' \t\r\n\f\v'), '"') INTO v_charset
+          FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS p(item)
+         WHERE strpos(p.item, '=') > 0
+           AND lower(btrim(substr(p.item, 1, strpos(p.item, '=') - 1), E' \t\r\n\f\v')) = 'charset'
+           AND lower(btrim(btrim(substr(p.item, strpos(p.item, '=') + 1), E' \t\r\n\f\v'), '"')) NOT IN ('utf-8', 'utf8')
+         LIMIT 1;
+    END IF;
+    IF v_charset IS NOT NULL THEN
+        RAISE EXCEPTION 'content type % names charset %, but message_create_text stores the text as UTF-8',
+                        quote_literal(left(p_content_type, 200)), quote_literal(left(v_charset, 100))
+            USING ERRCODE = '22023',
+                  HINT = 'Name charset=utf-8, or no charset; to store bytes in another charset, pass them to pgqueue.message_create with their content type.';
+    END IF;
+    RETURN pgqueue.message_create(p_queue, convert_to(p_content, 'UTF8'::name), p_dequeue_at,
+                                  coalesce(p_content_type, 'text/plain; charset=utf-8'), p_group, p_key);
+END;
+$$;
 
 COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text, text, text) IS
-    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain by default; p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
+    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain; charset=utf-8 by default (also for NULL), a charset other than UTF-8 refused (22023); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
 
 -- Enqueue a JSON message; returns its id. The value is stored as its jsonb text in UTF-8 with
 -- content type application/json (jsonb normalises key order and spacing; send the text to
@@ -6229,41 +6350,76 @@ CREATE TRIGGER message_placed_low_update
 
 -- Spark's claim readers: an unknown queue is PQ001 (0.3 returned nothing)
 
--- The open claims of a consumer with p_after_seq < seq <= p_up_to_seq, by seq. An unknown queue
--- is an error (PQ001, checked once, before the scan: a one-time filter); an unknown consumer of a
--- known queue has no claims.
+-- The open claims of a consumer with p_after_seq < seq <= p_up_to_seq, by seq. Errors: 22004
+-- for a NULL p_after_seq or p_up_to_seq (not "no bound": 0.3 matched no claim),
+-- 22004/42602 for a NULL or invalid consumer name, PQ001/42602/22004 for the queue, PQ006 for a
+-- consumer that does not exist (as spark_ack and spark_release; 0.3 gave no rows).
 CREATE OR REPLACE FUNCTION pgqueue.spark_claims(p_queue text, p_consumer text, p_after_seq bigint, p_up_to_seq bigint)
 RETURNS TABLE (seq bigint, n integer, min_id bigint, max_id bigint, claimed_at bigint)
-LANGUAGE sql STABLE
-BEGIN ATOMIC
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer integer;
+BEGIN
+    PERFORM pgqueue._not_null(p_after_seq IS NULL, 'p_after_seq'::text);
+    PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_get(p_queue);
+    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
+    RETURN QUERY
     SELECT k.seq, k.n, k.min_id, k.max_id, k.claimed_at
       FROM pgqueue.spark_claim k
-     WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
-       AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
-       AND (pgqueue._queue_get(p_queue)).id IS NOT NULL
+     WHERE k.consumer_id = v_consumer AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
      ORDER BY k.seq;
 END;
+$$;
 
 COMMENT ON FUNCTION pgqueue.spark_claims(text, text, bigint, bigint) IS
-    'Open claims of a Spark consumer with p_after_seq < seq <= p_up_to_seq: sequence number, message count and id range when claimed, claim time (epoch ms)';
+    'Open claims of a Spark consumer with p_after_seq < seq <= p_up_to_seq: sequence number, message count and id range when claimed, claim time (epoch ms); PQ006 for a consumer that does not exist';
 
--- The highest sequence number of a consumer's claims not acknowledged yet, NULL if none (an
--- unknown consumer of a known queue has none); an unknown queue is an error (PQ001, checked
--- once, before the scan: a one-time filter).
+-- The highest sequence number of a consumer's claims not acknowledged yet, NULL if none.
+-- Errors: 22004/42602 for a NULL or invalid consumer name, PQ001/42602/22004 for the queue, PQ006
+-- for a consumer that does not exist (as spark_ack and spark_release; 0.3 answered NULL, as for
+-- a consumer with no open claim).
 CREATE OR REPLACE FUNCTION pgqueue.spark_pending_seq(p_queue text, p_consumer text)
 RETURNS bigint
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT max(k.seq) FROM pgqueue.spark_claim k
-     WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
-       AND (pgqueue._queue_get(p_queue)).id IS NOT NULL;
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer integer;
+BEGIN
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_get(p_queue);
+    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
+    RETURN (SELECT max(k.seq) FROM pgqueue.spark_claim k WHERE k.consumer_id = v_consumer);
 END;
+$$;
 
 COMMENT ON FUNCTION pgqueue.spark_pending_seq(text, text) IS
-    'Highest sequence number among the Spark consumer''s claims that are not acknowledged yet; NULL if there is none';
+    'Highest sequence number among the Spark consumer''s claims that are not acknowledged yet; NULL if there is none; PQ006 for a consumer that does not exist';
 
--- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id.
--- An unknown queue is an error (PQ001); an unknown consumer of a known queue has no claims.
+-- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id
+-- (p_min_id, p_max_id NULL: no bound on that side). Errors: 22004 for a NULL p_after_seq or
+-- p_up_to_seq (0.3 matched no claim), 22004/42602 for a NULL or invalid consumer name,
+-- PQ001/42602/22004 for the queue, PQ006 for a consumer that does not exist (as spark_ack and
+-- spark_release; 0.3 gave no rows).
 CREATE OR REPLACE FUNCTION pgqueue.spark_claimed(
     p_queue     text,
     p_consumer  text,
@@ -6279,13 +6435,25 @@ SET enable_seqscan = off  -- index probes, however small the table when planned 
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);  -- raises PQ001 for an unknown queue
-    v_claim record;
+    v_queue    pgqueue.queue;
+    v_consumer integer;
+    v_claim    record;
 BEGIN
+    PERFORM pgqueue._not_null(p_after_seq IS NULL, 'p_after_seq'::text);
+    PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_get(p_queue);
+    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
     -- one bounded range scan of message_claim_idx per claim
     FOR v_claim IN
         SELECT k.id, k.seq FROM pgqueue.spark_claim k
-         WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
+         WHERE k.consumer_id = v_consumer
            AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
          ORDER BY k.seq
     LOOP
@@ -6302,7 +6470,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_claimed(text, text, bigint, bigint, bigint, bigint) IS
-    'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing';
+    'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing; PQ006 for a consumer that does not exist';
 
 -- spark_publish_log: the Python driver now deletes a job-mode write's row (session 42)
 COMMENT ON TABLE pgqueue.spark_publish_log IS

@@ -572,10 +572,56 @@ def test_async_tasks_and_reject(dsn: str) -> None:
     scenarios.complete_and_dequeue_in_one_statement,
     scenarios.an_older_delivery_beside_the_newest_is_lost,
     heartbeat_many_renews_each_with_its_own_token,
+    scenarios.cancel_refuses_what_is_not_a_list_of_ids,
+    scenarios.a_mapping_is_refused_where_values_are_taken,
+    scenarios.batch_calls_refuse_what_is_not_an_iterable,
+    scenarios.next_due_of_a_priority_message_is_the_epoch,
+    scenarios.batches_of_more_than_10000_messages_are_refused,
+    scenarios.a_bad_time_names_its_parameter,
 ], ids=lambda s: s.__name__)
 def test_async_shared_scenario(scenario: scenarios.Scenario, dsn: str, conn: Conn) -> None:
     Queue(conn, "jobs").create()
     scenarios.run(scenario, AsyncQueue(dsn, "jobs"), conn)
+
+
+def test_async_nul_in_a_name_group_or_key_is_refused_before_anything_is_sent(dsn: str, conn: Conn) -> None:
+    scenarios.run_on_callers_connection(scenarios.nul_in_a_name_group_or_key_is_refused_before_anything_is_sent,
+                                        AsyncQueue, dsn, conn, autocommit=False)
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "transaction-mode"])
+def test_async_a_refused_receive_aborts_the_callers_transaction(autocommit: bool, dsn: str, conn: Conn) -> None:
+    scenarios.run_on_callers_connection(scenarios.a_refused_receive_aborts_the_callers_transaction,
+                                        AsyncQueue, dsn, conn, autocommit=autocommit)
+
+
+def test_async_the_10000_message_limit_is_documented_where_the_server_enforces_it() -> None:
+    """(the behaviour: scenarios.batches_of_more_than_10000_messages_are_refused, above)"""
+    for method in (AsyncQueue.complete_many, AsyncQueue.complete_and_dequeue, AsyncQueue.heartbeat_many):
+        assert "at most 10000" in " ".join((method.__doc__ or "").split()), method.__name__
+
+
+def test_async_check_server_refuses_a_connection_string_or_a_pool_saying_what_to_pass(dsn: str) -> None:
+    """async_check_server(dsn) or (pool) failed deep in psycopg (a str has no cursor); as
+    check_server does, it raises a TypeError that says what to pass."""
+    import pgqueue
+    from pgqueue.compat import async_server_pgqueue
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=1, open=False) as pool:
+            for check in (pgqueue.async_check_server, async_server_pgqueue):
+                name = check.__name__
+                with pytest.raises(TypeError, match=rf"^{name}\(\) takes a psycopg.AsyncConnection, got str: "
+                                                    "connect first") as info:
+                    await check(dsn)  # type: ignore[arg-type]
+                assert dsn not in str(info.value)
+                with pytest.raises(TypeError, match=rf"^{name}\(\) takes a psycopg.AsyncConnection, got "
+                                                    r"AsyncConnectionPool: pass one of its connections"):
+                    await check(pool)  # type: ignore[arg-type]
+            async with pool.connection() as aconn:
+                assert (await pgqueue.async_check_server(aconn)).kind == "extension"
+
+    run(main)
 
 
 def test_async_every_call_on_a_missing_queue_raises_queue_not_found(dsn: str, conn: Conn) -> None:
@@ -723,7 +769,7 @@ def test_async_next_due_counts_priorities_and_leases(dsn: str) -> None:
         async with AsyncQueue(dsn) as q:
             await q.enqueue("x", at=4102444800000)
             await q.enqueue("y", priority=2)
-            assert await q.next_due() == to_datetime(-3)
+            assert await q.next_due() == to_datetime(0)  # due since the epoch (stored: -1 - 2)
             await q.dequeue(1, lock_ms=60000)  # y, leased: due when its lease runs out
             due = await q.next_due()
             assert due is not None and due <= to_datetime(4102444800000)

@@ -302,7 +302,7 @@ def test_next_due(queue: Queue, conn: Conn) -> None:
     queue.enqueue("x", at=4102444800000)
     assert queue.next_due() == to_datetime(4102444800000)
     queue.enqueue("y", priority=2)
-    assert queue.next_due() == to_datetime(-3)
+    assert queue.next_due() == to_datetime(0)  # due since the epoch (stored: -1 - 2)
     queue.dequeue(1, lock_ms=60000)
     due = queue.next_due()
     assert due is not None and due <= to_datetime(4102444800000)
@@ -1922,3 +1922,67 @@ def test_reading_what_an_interruption_left_waits_for_another_threads_statement(d
             other.join(5)
             assert got == [("", 7)]
             assert shared.execute("SELECT 1").fetchone() == (1,)
+
+
+# -- a review of the client's arguments and documentation (both clients) -----------------------
+
+
+def test_cancel_refuses_what_is_not_a_list_of_ids(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.cancel_refuses_what_is_not_a_list_of_ids, queue, conn)
+
+
+def test_a_mapping_is_refused_where_values_are_taken(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.a_mapping_is_refused_where_values_are_taken, queue, conn)
+
+
+def test_batch_calls_refuse_what_is_not_an_iterable(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.batch_calls_refuse_what_is_not_an_iterable, queue, conn)
+
+
+def test_nul_in_a_name_group_or_key_is_refused_before_anything_is_sent(dsn: str, conn: Conn) -> None:
+    scenarios.run_on_callers_connection(scenarios.nul_in_a_name_group_or_key_is_refused_before_anything_is_sent,
+                                        Queue, dsn, conn, autocommit=False)
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "transaction-mode"])
+def test_a_refused_receive_aborts_the_callers_transaction(autocommit: bool, dsn: str, conn: Conn) -> None:
+    scenarios.run_on_callers_connection(scenarios.a_refused_receive_aborts_the_callers_transaction,
+                                        Queue, dsn, conn, autocommit=autocommit)
+
+
+def test_next_due_of_a_priority_message_is_the_epoch(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.next_due_of_a_priority_message_is_the_epoch, queue, conn)
+
+
+def test_the_10000_message_limit_is_documented_where_the_server_enforces_it(queue: Queue, conn: Conn) -> None:
+    """Only heartbeat_many's docstring named the limit of 10000 messages a call that
+    complete_many and complete_and_dequeue have too."""
+    scenarios.run(scenarios.batches_of_more_than_10000_messages_are_refused, queue, conn)
+    for method in (Queue.complete_many, Queue.complete_and_dequeue, Queue.heartbeat_many):
+        assert "at most 10000 messages" in " ".join((method.__doc__ or "").split()), method.__name__
+
+
+def test_a_bad_time_names_its_parameter(queue: Queue, conn: Conn) -> None:
+    scenarios.run(scenarios.a_bad_time_names_its_parameter, queue, conn)
+
+
+def test_check_server_refuses_a_connection_string_or_a_pool_saying_what_to_pass(
+        dsn: str, pool: ConnectionPool[Any]) -> None:
+    """check_server(dsn) and check_server(pool), which a Queue takes, failed with an
+    AttributeError ('str' object has no attribute 'cursor'); only an AsyncConnection got a
+    TypeError that says what to do. Each gets one, without the connection string in it."""
+    import pgqueue
+    from pgqueue.compat import server_pgqueue
+
+    for check in (pgqueue.check_server, server_pgqueue):
+        name = check.__name__
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes a psycopg.Connection, got str: connect first") as info:
+            check(dsn)  # type: ignore[arg-type]
+        assert dsn not in str(info.value)
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes a psycopg.Connection, got ConnectionPool: pass one "
+                                            r"of its connections \(`with pool.connection\(\) as conn"):
+            check(pool)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes a psycopg.Connection, got int$"):
+            check(5)  # type: ignore[arg-type]
+    with pool.connection() as conn:
+        assert pgqueue.check_server(conn).kind == "extension"  # one of its connections, as the error says

@@ -330,3 +330,30 @@ def test_the_raw_payloads_are_bytes_bytearray_and_memoryview_as_readme_says() ->
     assert "any bytes-like" not in readme
     assert ("`bytes`, `bytearray` and `memoryview` as `bytes` with no content type (another bytes-like object, "
             "an `array.array` say, is refused") in readme
+
+
+def test_a_bad_time_or_interval_of_a_schedule_names_its_parameter() -> None:
+    """to_epoch_ms and delay_to_ms named ``at`` and ``delay`` whatever the caller's parameter:
+    ``purge_dead(before=1.0)`` said "at must be a datetime or epoch milliseconds"."""
+    with pytest.raises(errors.InvalidArgument, match=r"^start_at must be a datetime or epoch milliseconds"):
+        _core.schedule_create("s", "q", 1, every=60, start_at=1.5)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match=r"^every must be a timedelta or a number of seconds"):
+        _core.schedule_create("s", "q", 1, every="60")  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match=r"^every must be finite and >= 0"):
+        _core.schedule_create("s", "q", 1, every=-1)
+    with pytest.raises(errors.InvalidArgument, match=r"^before must be a datetime"):
+        _core.purge_dead("q", before=1.0)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match=r"^delay must be finite"):
+        _core.schedule(delay=-1)
+
+
+def test_a_parameter_psycopg_refuses_to_send_is_an_invalid_argument() -> None:
+    """psycopg refuses a text with NUL before sending it (a DataError without SQLSTATE), which
+    came out as the base PgQueueError: it is InvalidArgument. The client checks its groups, keys
+    and queue names first (InvalidQueueName for a name), whatever the call."""
+    translated = errors.translate(psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes"))
+    assert type(translated) is errors.InvalidArgument and translated.sqlstate is None
+    for call in (lambda: _core.stats("a\x00"), lambda: _core.schedule_create("s", "\x00", 1, every=60),
+                 lambda: _core.enqueue_many("q\x00", [1])):
+        with pytest.raises(errors.InvalidQueueName, match="invalid queue name"):
+            call()

@@ -460,6 +460,8 @@ RAISED_BY_POSTGRES = {
     "42501": "SET ROLE pg_monitor; SELECT pgqueue.message_create('default', 'x')",
     # a text the database cannot hold (jsonb: \u0000; a LATIN1 database: a character beyond it)
     "22P05": "SELECT pgqueue.message_create_json('default', '{\"a\": \"\\u0000\"}')",
+    # a malformed value, read as the call is: JSON that does not parse
+    "22P02": "SELECT pgqueue.message_create_json('default', '{\"a\": 1')",
 }
 # and the one it raises between two transactions, raised by its own test below
 RAISED_BY_POSTGRES_IN_RACES = {"40P01": "test_grouped_enqueues_in_opposite_orders_deadlock"}

@@ -210,7 +210,7 @@ def test_argument_errors(conn: Conn) -> None:
     cases = {
         "SELECT pgqueue.spark_claim('q', 'c', 0)": "22023",
         "SELECT pgqueue.spark_claim('q', 'c', 1000001)": "22023",
-        "SELECT pgqueue.spark_claim('q', 'c', NULL)": "22023",
+        "SELECT pgqueue.spark_claim('q', 'c', NULL)": "22004",
         "SELECT pgqueue.spark_claim('q', NULL, 1)": "22004",
         "SELECT pgqueue.spark_claim('q', '-bad', 1)": "42602",
         "SELECT pgqueue.spark_claim('q', repeat('x', 101), 1)": "42602",

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Generic, Literal, LiteralString, TypeVar
+from typing import Any, Generic, Literal, LiteralString, TypeVar, cast
 
 from psycopg import ConnectionInfo
 from psycopg._encodings import pg2pyenc
@@ -26,7 +26,7 @@ from psycopg.pq.abc import PGconn
 from psycopg.types.array import ListBinaryDumper, ListDumper
 
 from pgqueue import _sql, codec
-from pgqueue.errors import InvalidArgument, QueueNotFound
+from pgqueue.errors import InvalidArgument, InvalidQueueName, QueueNotFound
 from pgqueue.tasks import Reject
 from pgqueue.message import (
     DeadLetter,
@@ -80,6 +80,9 @@ class Call(Generic[T]):
         untranslatable: if set, the call the client runs instead when this one's text cannot
             be held in the connection's or the database's encoding (InvalidArgument with
             SQLSTATE 22P05): a failure's error text in ASCII escapes (:func:`_error_in_ascii_too`).
+
+    Raises:
+        InvalidQueueName: the ``queue`` parameter holds NUL (:func:`check_queue_name`).
     """
 
     query: LiteralString
@@ -87,6 +90,27 @@ class Call(Generic[T]):
     result: Callable[[list[Row]], T]
     probe_queue: str | None = None
     untranslatable: Call[T] | None = None
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.params)
+
+
+#: The rule of a queue name, as the server's HINT states it (InvalidQueueName, 42602).
+QUEUE_NAME_RULE = "A queue name has 1 to 48 characters from A-Z a-z 0-9 _ . - and does not start with . or -."
+
+
+def check_queue_name(params: Mapping[str, object]) -> None:
+    """Refuse the parameters of a call whose queue name holds NUL, as the server refuses every
+    other name that breaks the rule, before anything is sent or connected: a PostgreSQL text
+    cannot hold NUL, and psycopg refused it with an error of its own (which came out as a
+    PgQueueError without SQLSTATE). Every :class:`Call` is checked when it is made.
+
+    Raises:
+        InvalidQueueName: the ``queue`` parameter holds NUL.
+    """
+    queue = params.get("queue")
+    if isinstance(queue, str) and "\x00" in queue:
+        raise InvalidQueueName(f"invalid queue name {queue!r}", hint=QUEUE_NAME_RULE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,29 +165,51 @@ def check_bool(name: str, value: object, *, allow_none: bool = True) -> bool | N
 
 
 def check_str(name: str, value: object) -> str | None:
-    """Return ``value`` if it is a str or None, else raise InvalidArgument."""
+    """Return ``value`` if it is a str without NUL, or None, else raise InvalidArgument (a
+    PostgreSQL text cannot hold NUL: psycopg refused it with an error of its own)."""
     if value is not None and not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a str or None, got {value!r}")
+    if value is not None and "\x00" in value:
+        raise InvalidArgument(f"{name} must not contain NUL (\\x00): a PostgreSQL text cannot hold it, got {value!r}")
     return value
+
+
+def _items(name: str, values: object, of: str) -> list[Any]:
+    """Return the items of ``values``, the iterable argument ``name`` of a call, read once (a
+    generator is consumed by reading it).
+
+    Raises:
+        InvalidArgument: ``values`` is not iterable (one item in place of a list, None), or is
+            a str, bytes or a mapping, whose characters, bytes or keys would be taken for
+            the items (``of`` says what each item is).
+    """
+    if isinstance(values, (str, bytes, bytearray, memoryview)):
+        raise InvalidArgument(f"{name} must be an iterable of {of}, not a single str or bytes")
+    if isinstance(values, Mapping):
+        raise InvalidArgument(f"{name} must be an iterable of {of}, not a mapping (its keys would be taken)")
+    try:
+        iterator = iter(cast(Iterable[Any], values))
+    except TypeError:
+        raise InvalidArgument(f"{name} must be an iterable of {of} (a list), got {type(values).__name__}") from None
+    return list(iterator)
 
 
 def _per_message(name: str, values: Iterable[str | None] | None, n: int) -> list[str | None] | None:
     """One group or key per message (or None for none at all), as many as the payloads."""
     if values is None:
         return None
-    if isinstance(values, (str, bytes)):
-        raise InvalidArgument(f"{name} must be an iterable with one value per payload, not a single str")
-    out = [check_str(name, v) for v in values]
+    out = [check_str(name, v) for v in _items(name, values, "str or None, one per payload")]
     if len(out) != n:
         raise InvalidArgument(f"{name} has {len(out)} values for {n} payloads")
     return out
 
 
-def delay_to_ms(delay: Delay) -> int:
+def delay_to_ms(delay: Delay, name: str = "delay") -> int:
     """Return a delay in whole milliseconds (rounded).
 
     Parameters:
         delay: a ``timedelta`` or a number of seconds, not negative.
+        name: the caller's parameter, which an error names (``every`` of a schedule).
 
     Raises:
         InvalidArgument: a negative, infinite or NaN delay, one of more milliseconds than a
@@ -179,21 +225,23 @@ def delay_to_ms(delay: Delay) -> int:
         except OverflowError:  # an int beyond a float (10**309)
             seconds = math.inf if delay > 0 else -math.inf
     else:
-        raise InvalidArgument(f"delay must be a timedelta or a number of seconds, got {delay!r}")
+        raise InvalidArgument(f"{name} must be a timedelta or a number of seconds, got {delay!r}")
     if not (math.isfinite(seconds) or isinstance(delay, int)) or seconds < 0:
-        raise InvalidArgument(f"delay must be finite and >= 0, got {delay!r}")
+        raise InvalidArgument(f"{name} must be finite and >= 0, got {delay!r}")
     # (compared before the product, which may be inf: round() raised OverflowError)
     ms = round(seconds * 1000) if seconds <= MAX_BIGINT / 1000 else None
     if ms is None or ms > MAX_BIGINT:
-        raise InvalidArgument(f"delay must be at most {MAX_BIGINT} ms (a bigint: some 292 million years), got {delay!r}")
+        raise InvalidArgument(f"{name} must be at most {MAX_BIGINT} ms (a bigint: some 292 million years), "
+                              f"got {delay!r}")
     return ms
 
 
-def to_epoch_ms(at: When) -> int:
+def to_epoch_ms(at: When, name: str = "at") -> int:
     """Return a point in time as epoch milliseconds (floor, as ``pgqueue.to_epoch`` does).
 
     Parameters:
         at: an aware ``datetime``; a naive one is taken as UTC; an int is epoch ms already.
+        name: the caller's parameter, which an error names (``before``, ``start_at``).
 
     Raises:
         InvalidArgument: ``at`` is of another type, or epoch milliseconds outside the bigint
@@ -206,10 +254,10 @@ def to_epoch_ms(at: When) -> int:
     if _is_int(at):
         assert isinstance(at, int)
         if not MIN_BIGINT <= at <= MAX_BIGINT:
-            raise InvalidArgument(f"at must be epoch milliseconds in the bigint range ({MIN_BIGINT} to {MAX_BIGINT}), "
-                                  f"got {at!r}")
+            raise InvalidArgument(f"{name} must be epoch milliseconds in the bigint range ({MIN_BIGINT} to "
+                                  f"{MAX_BIGINT}), got {at!r}")
         return at
-    raise InvalidArgument(f"at must be a datetime or epoch milliseconds (int), got {at!r}")
+    raise InvalidArgument(f"{name} must be a datetime or epoch milliseconds (int), got {at!r}")
 
 
 def priority_to_dequeue_at(priority: int) -> int:
@@ -313,12 +361,16 @@ def _error_in_ascii_too(call: Call[T]) -> Call[T]:
     return replace(call, untranslatable=replace(call, params={**call.params, "error": ascii_text(str(call.params["error"]))}))
 
 
-def _ids(ids: Iterable[int] | None) -> list[int] | None:
-    if ids is None:
+def _ids(ids: Iterable[int] | None, *, allow_none: bool = True) -> list[int] | None:
+    """The ids of a call (None, when allowed: all), read once.
+
+    Raises:
+        InvalidArgument: ``ids`` is not an iterable of ints (one int, a str, a mapping), or None
+            when not allowed.
+    """
+    if ids is None and allow_none:
         return None
-    if isinstance(ids, (str, bytes)):
-        raise InvalidArgument(f"ids must be a sequence of ints, got {ids!r}")
-    given = list(ids)  # once: a generator is consumed by reading it
+    given = _items("ids", ids, "ints")
     if not all(_is_int(i) for i in given):
         raise InvalidArgument(f"ids must be a sequence of ints, got {given!r}")
     return given
@@ -657,9 +709,7 @@ def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None 
                  keys: Iterable[str | None] | None = None) -> Call[list[int]]:
     """Return the call that enqueues many payloads in one statement; its result is their ids in order."""
     plan = schedule(delay, at, priority)
-    if isinstance(payloads, (str, bytes, bytearray, memoryview)):
-        raise InvalidArgument("payloads must be an iterable of payloads, not a single str or bytes")
-    encoded = [(c, codec.with_task(t, task)) for c, t in map(codec.encode, payloads)]
+    encoded = [(c, codec.with_task(t, task)) for c, t in map(codec.encode, _items("payloads", payloads, "payloads"))]
     return Call(
         _sql.ENQUEUE_MANY,
         {"queue": queue, "contents": [c for c, _ in encoded], "content_types": [t for _, t in encoded],
@@ -728,8 +778,13 @@ def _many(sql: LiteralString, msgs: Iterable[Message], **params: Any) -> Call[li
     """The call of a ``*_batch`` function that acts on leased messages by token and returns the
     stale ids: its result is the messages whose lease was lost (those changed nothing), in the
     order given: the server's stale tokens, and each delivery of a message older than another
-    one given (never sent)."""
-    given = list(msgs)
+    one given (never sent). The server takes at most :data:`MAX_BATCH` messages a call.
+
+    Raises:
+        InvalidArgument: ``msgs`` is not an iterable of messages (one Message, None, a str),
+            or holds something else.
+    """
+    given = _items("msgs", msgs, "pgqueue Messages")
     send, older = _newest(given)
 
     def result(rows: list[Row]) -> list[Message]:
@@ -740,19 +795,19 @@ def _many(sql: LiteralString, msgs: Iterable[Message], **params: Any) -> Call[li
 
 
 def complete_many(msgs: Iterable[Message]) -> Call[list[Message]]:
-    """Return the call that completes leased messages in one statement; its result is the
-    messages whose lease was lost (:func:`_many`)."""
+    """Return the call that completes leased messages in one statement (at most
+    :data:`MAX_BATCH`); its result is the messages whose lease was lost (:func:`_many`)."""
     return _many(_sql.COMPLETE_BATCH, msgs)
 
 
 def complete_and_dequeue(queue: str, msgs: Iterable[Message], limit: int = 1, *,
                          lock_ms: int | None = None) -> Call[tuple[list[Message], list[Message]]]:
-    """Return the call that completes leased messages and dequeues up to ``limit`` new ones in
-    one statement; its result is the messages handed out and the given messages whose lease was
-    lost (those changed nothing), in the order given."""
+    """Return the call that completes leased messages (at most :data:`MAX_BATCH`) and dequeues
+    up to ``limit`` new ones in one statement; its result is the messages handed out and the
+    given messages whose lease was lost (those changed nothing), in the order given."""
     check_int("limit", limit, allow_none=False)
     check_int("lock_ms", lock_ms)
-    given = list(msgs)
+    given = _items("msgs", msgs, "pgqueue Messages")
     send, older = _newest(given)
 
     def result(rows: list[Row]) -> tuple[list[Message], list[Message]]:
@@ -813,9 +868,12 @@ def reject(msg: Message, error: str | BaseException) -> Call[bool]:
 
 
 def next_due(queue: str) -> Call[datetime | None]:
-    """Return the call that asks when the queue's next message becomes deliverable."""
+    """Return the call that asks when the queue's next message becomes deliverable (None: the
+    queue is empty). A priority message is due since the epoch: ``queue_next_due`` gives its
+    stored ``dequeue_at``, ``-1 - priority``, which is made 1970-01-01 UTC here (the client
+    hides that encoding, as ``Message.dequeue_at`` None does)."""
     return Call(_sql.NEXT_DUE, {"queue": queue},
-                lambda rows: None if _scalar(rows) is None else to_datetime(_int(rows)))
+                lambda rows: None if _scalar(rows) is None else to_datetime(max(_int(rows), 0)))
 
 
 def peek(queue: str, limit: int = 10) -> Call[list[Pending]]:
@@ -826,10 +884,12 @@ def peek(queue: str, limit: int = 10) -> Call[list[Pending]]:
 
 
 def cancel(queue: str, ids: Sequence[int]) -> Call[list[Pending]]:
-    """Return the call that deletes pending messages by id; its result is those removed, by id."""
-    checked = _ids(ids)
-    assert checked is not None
-    return Call(_sql.CANCEL, {"queue": queue, "ids": checked},
+    """Return the call that deletes pending messages by id; its result is those removed, by id.
+
+    Raises:
+        InvalidArgument: ``ids`` is not an iterable of ints (one int, None, a str or a mapping).
+    """
+    return Call(_sql.CANCEL, {"queue": queue, "ids": _ids(ids, allow_none=False)},
                 lambda rows: [pending_from_row(queue, r) for r in rows], probe_queue=queue)
 
 
@@ -952,7 +1012,7 @@ def purge_dead(queue: str, ids: Sequence[int] | None = None, *, before: When | N
     """Return the call that deletes dead letters (all, the ids given, and/or dead before a time)."""
     return Call(
         _sql.DEAD_PURGE,
-        {"queue": queue, "ids": _ids(ids), "before": None if before is None else to_epoch_ms(before)},
+        {"queue": queue, "ids": _ids(ids), "before": None if before is None else to_epoch_ms(before, "before")},
         _int,
     )
 
@@ -978,8 +1038,8 @@ def schedule_create(name: str, queue: str, payload: object, *, every: Delay | No
     content, content_type = codec.encode(payload)
     return Call(_sql.SCHEDULE_CREATE, {
         "name": name, "queue": queue, "content": content, "content_type": codec.with_task(content_type, task),
-        "every_ms": None if every is None else delay_to_ms(every), "cron": cron, "missed": missed,
-        "start_at": None if start_at is None else to_epoch_ms(start_at)}, _int)
+        "every_ms": None if every is None else delay_to_ms(every, "every"), "cron": cron, "missed": missed,
+        "start_at": None if start_at is None else to_epoch_ms(start_at, "start_at")}, _int)
 
 
 def schedule_drop(name: str) -> Call[bool]:

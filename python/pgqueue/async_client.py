@@ -261,6 +261,10 @@ class _AsyncConnector:
         not read again later: other tasks may share the caller's connection, and one's
         statement in flight shows ACTIVE, which on an autocommit connection is no transaction
         (read so, the block went without heartbeats and lost its lease).
+
+        The dequeue is one statement, in no savepoint: inside the caller's transaction a
+        refusal (QueueNotFound, say) aborts it, as every call's does, and as the sync client's
+        does (``_Connector.leasing``).
         """
         if self._conn is None:
             return await self.run(call), False
@@ -438,14 +442,14 @@ class AsyncQueue:
         return await self._connector.run(_core.complete(msg))
 
     async def complete_many(self, msgs: Iterable[Message]) -> list[Message]:
-        """Acknowledge many leased messages in one statement; returns those whose lease was lost
-        (see :meth:`pgqueue.Queue.complete_many`)."""
+        """Acknowledge many leased messages (at most 10000) in one statement; returns those whose
+        lease was lost (see :meth:`pgqueue.Queue.complete_many`)."""
         return await self._connector.run(_core.complete_many(msgs))
 
     async def complete_and_dequeue(self, msgs: Iterable[Message], limit: int = 1, *,
                                    lock_ms: int | None = None) -> tuple[list[Message], list[Message]]:
-        """Acknowledge leased messages and take up to ``limit`` new ones in one statement;
-        returns ``(messages, lost)`` (see :meth:`pgqueue.Queue.complete_and_dequeue`)."""
+        """Acknowledge leased messages (at most 10000) and take up to ``limit`` new ones in one
+        statement; returns ``(messages, lost)`` (see :meth:`pgqueue.Queue.complete_and_dequeue`)."""
         return await self._connector.run(_core.complete_and_dequeue(self._name, msgs, limit, lock_ms=lock_ms))
 
     async def heartbeat(self, msg: Message, lock_ms: int | None = None) -> bool:
@@ -453,8 +457,8 @@ class AsyncQueue:
         return await self._connector.run(_core.heartbeat(msg, lock_ms))
 
     async def heartbeat_many(self, msgs: Iterable[Message], lock_ms: int | None = None) -> list[Message]:
-        """Extend many leases in one statement; returns those whose lease was lost
-        (see :meth:`pgqueue.Queue.heartbeat_many`)."""
+        """Extend many leases (at most 10000 messages) in one statement; returns those whose lease
+        was lost (see :meth:`pgqueue.Queue.heartbeat_many`)."""
         return await self._connector.run(_core.heartbeat_batch(msgs, lock_ms))
 
     async def defer(self, msg: Message, *, delay: Delay | None = None, at: When | None = None,
@@ -673,7 +677,8 @@ class AsyncQueue:
         return await self._connector.run(_core.reject(msg, error))
 
     async def next_due(self) -> datetime | None:
-        """Return when the next message becomes deliverable, None if the queue is empty (see
+        """Return when the next message becomes deliverable, None if the queue is empty; a
+        priority message counts as due since the epoch, 1970-01-01 UTC (see
         :meth:`pgqueue.Queue.next_due`)."""
         return await self._connector.run(_core.next_due(self._name))
 

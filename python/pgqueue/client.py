@@ -277,11 +277,20 @@ class _Connector:
         returns, and whether the dequeue runs inside a transaction of the caller's connection
         (then no heartbeat is needed: see :meth:`heartbeat_runner`).
 
-        On an autocommit connection (our own, or a caller's or a pool's in autocommit mode) the
-        block runs in a transaction of its own; otherwise in the connection's transaction: the
-        caller's, or the pool's, committed when the connection is given back. Either way what
-        the block read is in the caller's hands before the leases can be committed, and an
-        exception that interrupts the block rolls them back.
+        On an autocommit connection outside a transaction (our own, or a caller's or a pool's
+        in autocommit mode) the block runs in a transaction of its own; otherwise in the
+        connection's transaction: the caller's (one it opened with ``conn.transaction()`` on an
+        autocommit connection too), or the pool's, committed when the connection is given back.
+        Either way what the block read is in the caller's hands before the leases can be
+        committed, and an exception that interrupts the block rolls them back.
+
+        Inside the caller's transaction the dequeue is a plain statement in it, as every other
+        call is, not a savepoint: a refusal (QueueNotFound, say) aborts the caller's
+        transaction (docs/guarantees.md), as it does on an AsyncConnection, whose dequeue is
+        one statement. Before, inside a caller's ``conn.transaction()`` on an autocommit
+        connection the dequeue ran in a ``conn.transaction()`` of its own, which nested as a
+        savepoint: it rolled the refusal back and left the caller's transaction usable, unlike
+        every other call (a review).
 
         The caller's transaction is told from the connection's mode and its status before the
         dequeue, not read again later: a statement another thread has in flight on it shows
@@ -290,7 +299,7 @@ class _Connector:
         with self.connection() as conn:
             in_transaction = self._conn is not None and (not conn.autocommit or conn.info.transaction_status in (
                 TransactionStatus.INTRANS, TransactionStatus.INERROR))
-            if conn.autocommit:
+            if conn.autocommit and not in_transaction:
                 with translating(), conn.transaction():
                     yield conn, in_transaction
             else:
@@ -460,13 +469,14 @@ class Queue:
             task: the task of a :class:`pgqueue.Tasks` registry that is to handle it (kept in
                 the content type as ``; task=<name>``).
             group: its message group, on a queue created with ``group_concurrency`` (1 to 200
-                characters): in order within the group, groups served in turn.
-            key: an idempotency key (1 to 200 characters): while a message with this key is in
-                the queue (or within the queue's ``key_window_ms`` after it left), its id is
+                characters, no NUL): in order within the group, groups served in turn.
+            key: an idempotency key (1 to 200 characters, no NUL): while a message with this key
+                is in the queue (or within the queue's ``key_window_ms`` after it left), its id is
                 returned and nothing is enqueued.
 
         Raises:
-            QueueNotFound, QueueFull, InvalidQueueName, UnsupportedPayload, InvalidArgument;
+            QueueNotFound, QueueFull, InvalidQueueName (a NUL in the name too), UnsupportedPayload,
+            InvalidArgument (a NUL in ``group`` or ``key`` too, refused before anything is sent);
             NeedsReadCommitted for a new ``key`` into a queue with ``key_window_ms`` in a REPEATABLE
             READ or SERIALIZABLE transaction.
         """
@@ -484,7 +494,10 @@ class Queue:
         ``groups`` and ``keys`` give one group and one idempotency key (or None) per payload.
 
         Raises:
-            QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload.
+            QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload;
+            InvalidArgument: ``payloads``, ``groups`` or ``keys`` is not an iterable of them (one
+            value, None, a single str or bytes, a mapping), ``groups`` or ``keys`` has another
+            count than ``payloads``, or a value is invalid (as for :meth:`enqueue`).
         """
         return self._connector.run(
             _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task,
@@ -521,7 +534,8 @@ class Queue:
         return self._connector.run(_core.complete(msg))
 
     def complete_many(self, msgs: Iterable[Message]) -> list[Message]:
-        """Acknowledge many leased messages in one statement (and one transaction).
+        """Acknowledge many leased messages in one statement (and one transaction,
+        ``message_complete_batch``), at most 10000 messages.
 
         Each is completed only with its own token, as by :meth:`complete`. Of two deliveries of
         one message (an older one whose lease ran out, and the one handed out after it) only the
@@ -531,14 +545,18 @@ class Queue:
         Returns:
             The messages whose lease was lost, in the order given: they changed nothing (empty
             when all were done).
+
+        Raises:
+            InvalidArgument: ``msgs`` is not an iterable of messages (one Message, None, a str,
+                a mapping) or holds something else; more than 10000 messages.
         """
         return self._connector.run(_core.complete_many(msgs))
 
     def complete_and_dequeue(self, msgs: Iterable[Message], limit: int = 1, *,
                              lock_ms: int | None = None) -> tuple[list[Message], list[Message]]:
         """Acknowledge leased messages and take up to ``limit`` new ones, in one statement and
-        one transaction (``message_complete_and_dequeue``): a consumer in lease mode so pays
-        one transaction per message instead of two.
+        one transaction (``message_complete_and_dequeue``), at most 10000 messages: a consumer
+        in lease mode so pays one transaction per message instead of two.
 
         Each message is completed only with its own token, as by :meth:`complete` (of two
         deliveries of one message only the newest is sent, as by :meth:`complete_many`); the new
@@ -551,7 +569,8 @@ class Queue:
             was lost (they changed nothing).
 
         Raises:
-            QueueNotFound, InvalidArgument (limit or lock_ms out of range).
+            QueueNotFound, InvalidArgument (limit or lock_ms out of range; ``msgs`` not an
+            iterable of messages, as for :meth:`complete_many`; more than 10000 messages).
         """
         return self._connector.run(_core.complete_and_dequeue(self._name, msgs, limit, lock_ms=lock_ms))
 
@@ -576,7 +595,8 @@ class Queue:
             when all were extended).
 
         Raises:
-            InvalidArgument (lock_ms out of range, more than 10000 messages).
+            InvalidArgument (lock_ms out of range; ``msgs`` not an iterable of messages, as for
+            :meth:`complete_many`; more than 10000 messages).
         """
         return self._connector.run(_core.heartbeat_batch(msgs, lock_ms))
 
@@ -625,7 +645,9 @@ class Queue:
         a note. An interruption that lands while the dequeue is being answered
         leaves the message ready too: on an autocommit connection the dequeue runs in a
         transaction of its own (BEGIN and COMMIT, two more round trips), committed only once
-        its answer is read; inside a caller's transaction the lease is undone with it.
+        its answer is read; inside a caller's transaction the lease is undone with it. There
+        the dequeue is a statement of the caller's transaction, as every call is: refused
+        (QueueNotFound, say), it aborts that transaction, which is the caller's to roll back.
 
         Parameters:
             lock_ms: the lease in ms (None: the queue's ``lock_ms``; 0 is refused).
@@ -816,10 +838,14 @@ class Queue:
         return self._connector.run(_core.reject(msg, error))
 
     def next_due(self) -> datetime | None:
-        """Return when the next message becomes deliverable, None if the queue is empty.
+        """Return when the next message becomes deliverable, None if the queue is empty
+        (``queue_next_due``).
 
-        A scheduled message counts with its due time, a leased one with its lease expiry; a
-        priority message is due since the epoch.
+        A ready or scheduled message counts with its due time, a leased one with its lease
+        expiry; on a queue with message groups, the next turn of a group; with a rate limit, no
+        sooner than its next slot. A priority message counts as due since the epoch, 1970-01-01
+        00:00 UTC (the extension stores its priority as a time before the epoch, ``-1 -
+        priority``, which the client hides as ``Message.dequeue_at`` None does).
         """
         return self._connector.run(_core.next_due(self._name))
 
@@ -843,7 +869,8 @@ class Queue:
             The messages removed, by id.
 
         Raises:
-            QueueNotFound, InvalidQueueName, InvalidArgument.
+            QueueNotFound, InvalidQueueName; InvalidArgument: ``ids`` is not an iterable of ints
+            (one int, None, a str, a mapping).
         """
         return self._connector.run(_core.cancel(self._name, ids))
 
@@ -972,7 +999,8 @@ class Queue:
             How many were requeued.
 
         Raises:
-            QueueNotFound, QueueFull.
+            QueueNotFound, QueueFull; InvalidArgument (``ids`` not an iterable of ints, a bad
+            ``delay`` or ``at``).
         """
         return self._connector.run(_core.requeue_dead(self._name, ids, delay=delay, at=at))
 
@@ -985,6 +1013,10 @@ class Queue:
 
         Returns:
             How many were deleted.
+
+        Raises:
+            QueueNotFound; InvalidArgument (``ids`` not an iterable of ints, ``before`` not a
+            datetime or epoch ms).
         """
         return self._connector.run(_core.purge_dead(self._name, ids, before=before))
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import _core, _sql
 from pgqueue._version import DISTRIBUTION, __version__
@@ -42,19 +43,44 @@ def major_minor(version: str) -> tuple[int, int] | None:
 
 
 def _sync_only(conn: object, name: str, instead: str) -> None:
-    """Refuse an async connection, naming the coroutine that takes it (it would fail deep in
-    psycopg otherwise, with an AttributeError or a TypeError that says nothing of this)."""
+    """Refuse what is not a sync connection: an async connection, naming the coroutine that
+    takes it; a connection string or a pool, which a Queue takes (each failed deep in psycopg
+    otherwise, with an AttributeError or a TypeError that says nothing of this)."""
+    if isinstance(conn, psycopg.Connection):
+        return
     if isinstance(conn, psycopg.AsyncConnection):
         raise TypeError(f"{name}() takes a psycopg.Connection, got an AsyncConnection: use "
                         f"`await {instead}(conn)`")
+    if isinstance(conn, str):
+        how = f": connect first (`with psycopg.connect(dsn) as conn: {name}(conn)`)"
+    elif isinstance(conn, ConnectionPool):
+        how = f": pass one of its connections (`with pool.connection() as conn: {name}(conn)`)"
+    elif isinstance(conn, AsyncConnectionPool):
+        how = f": use `await {instead}(conn)` with one of its connections"
+    else:
+        how = ""
+    raise TypeError(f"{name}() takes a psycopg.Connection, got {type(conn).__name__}{how}")
 
 
 def _async_only(conn: object, name: str, instead: str) -> None:
-    """Refuse a sync connection, naming the function that takes it (psycopg would fail with a
-    TypeError that says nothing of this)."""
+    """Refuse what is not an async connection: a sync connection, naming the function that
+    takes it; a connection string or a pool (psycopg failed with an error that says nothing of
+    this)."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return
     if isinstance(conn, psycopg.Connection):
         raise TypeError(f"{name}() takes a psycopg.AsyncConnection, got a Connection: use "
                         f"`{instead}(conn)`")
+    if isinstance(conn, str):
+        how = (": connect first (`async with await psycopg.AsyncConnection.connect(dsn) as conn: "
+               f"await {name}(conn)`)")
+    elif isinstance(conn, AsyncConnectionPool):
+        how = f": pass one of its connections (`async with pool.connection() as conn: await {name}(conn)`)"
+    elif isinstance(conn, ConnectionPool):
+        how = f": use `{instead}(conn)` with one of its connections"
+    else:
+        how = ""
+    raise TypeError(f"{name}() takes a psycopg.AsyncConnection, got {type(conn).__name__}{how}")
 
 
 def _installed(row: tuple[Any, ...] | None, plain_versions: list[Any] | None) -> ServerPgQueue | None:
@@ -78,7 +104,8 @@ def server_pgqueue(conn: psycopg.Connection[Any]) -> ServerPgQueue | None:
     ``psycopg.AsyncConnection``: :func:`async_server_pgqueue`.
 
     Raises:
-        TypeError: ``conn`` is an AsyncConnection.
+        TypeError: ``conn`` is not a psycopg.Connection (an AsyncConnection, a connection string,
+            a pool).
         PgQueueError: (a subclass of it) when the queries fail, e.g. ConnectionFailed.
     """
     _sync_only(conn, "server_pgqueue", "pgqueue.compat.async_server_pgqueue")
@@ -128,7 +155,8 @@ def check_server(conn: psycopg.Connection[Any]) -> ServerPgQueue:
         VersionMismatch: the database's pgqueue is older or newer (in major.minor) than this
             client; the message says what to upgrade.
         PgQueueError: (a subclass of it) when the database cannot be asked.
-        TypeError: ``conn`` is an AsyncConnection.
+        TypeError: ``conn`` is not a psycopg.Connection: an AsyncConnection, a connection string
+            or a pool (the message says what to pass instead).
     """
     _sync_only(conn, "check_server", "pgqueue.async_check_server")
     return _checked(server_pgqueue(conn))
@@ -138,7 +166,8 @@ async def async_check_server(conn: psycopg.AsyncConnection[Any]) -> ServerPgQueu
     """:func:`check_server` for a ``psycopg.AsyncConnection`` (the same checks and errors).
 
     Raises:
-        TypeError: ``conn`` is a (sync) Connection: use :func:`check_server`.
+        TypeError: ``conn`` is not a psycopg.AsyncConnection: a (sync) Connection (use
+            :func:`check_server`), a connection string or a pool.
     """
     _async_only(conn, "async_check_server", "pgqueue.check_server")
     return _checked(await async_server_pgqueue(conn))

@@ -19,9 +19,11 @@ NeedsReadCommitted       PQ009                  queue_create/_drop, a max_size c
                                                 (key window) outside READ COMMITTED
 SerializationFailure     40001                  a REPEATABLE READ / SERIALIZABLE snapshot is too old
 DeadlockDetected         40P01                  the server broke a deadlock by ending this transaction
-InvalidQueueName         42602                  the name breaks the queue-name rule
+InvalidQueueName         42602                  the name breaks the queue-name rule (a NUL in it:
+                                                raised client-side)
 InvalidArgument          22023, 22004,          a bad or NULL argument (also raised client-side), one
-                         22003, 22P05           beyond its SQL type, a text the encoding cannot hold
+                         22003, 22P05,          beyond its SQL type, a text the encoding cannot hold;
+                         none                   a parameter psycopg refuses to send (a text with NUL)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
 ConnectionFailed         08xxx, 57P01-03, none  the server cannot be reached or the link broke
@@ -157,7 +159,8 @@ class InvalidQueueName(PgQueueError):
 
 class InvalidArgument(PgQueueError, ValueError):
     """An argument is out of range, of the wrong kind or NULL (22023, 22004, 22003: beyond its SQL
-    type; 22P05: a text the encoding cannot hold; or client-side).
+    type; 22P05: a text the encoding cannot hold; or client-side, such as a text with NUL, which
+    PostgreSQL cannot hold).
 
     It is also a ``ValueError``, so ``except ValueError`` catches it.
     """
@@ -201,6 +204,7 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "22023": InvalidArgument,
     "22004": InvalidArgument,
     "22P05": InvalidArgument,  # a text the database's encoding cannot hold (a LATIN1 database)
+    "22P02": InvalidArgument,  # a malformed value of the call (JSON for message_create_json, a uuid)
     "22003": InvalidArgument,  # an argument beyond its SQL type (a bigint time or delay, an integer limit)
 }
 
@@ -271,6 +275,10 @@ def translate(exc: psycopg.Error) -> PgQueueError:
         message = conninfo_error(exc)
     hint = diag.message_hint
     detail = diag.message_detail
+    if sqlstate is None and isinstance(exc, psycopg.DataError):
+        # psycopg refused a parameter before sending it: "PostgreSQL text fields cannot contain
+        # NUL (0x00) bytes" (the client checks its own texts first; this is the net for the rest)
+        return InvalidArgument(message, hint=hint, detail=detail)
     if sqlstate in _MISSING_OBJECT and "pgqueue" in message:
         if sqlstate == "3F000":
             what = f"pgqueue is not installed in this database ({message})"

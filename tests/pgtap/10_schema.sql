@@ -238,9 +238,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',
                     'pgqueue._spark_claimed_until()', 'pgqueue._spark_consumer_held(integer,bigint)',
                     'pgqueue._spark_consumer_id(text,text)', 'pgqueue._write_clock()', 'pgqueue.from_epoch(bigint)',
-                    'pgqueue.message_create(bytea)', 'pgqueue.message_create_text(text,text,bigint,text,text,text)',
+                    'pgqueue.message_create(bytea)',
                     'pgqueue.now_ms()', 'pgqueue.queue_list()', 'pgqueue.schedule_list()',
-                    'pgqueue.spark_claims(text,text,bigint,bigint)', 'pgqueue.spark_pending_seq(text,text)',
                     'pgqueue.to_epoch(timestamp with time zone)'],
               'the functions with a SQL-standard body (no SET clause, so the planner can inline them)');
 -- SECURITY DEFINER only where a privilege must not be given to the callers (docs/security.md),

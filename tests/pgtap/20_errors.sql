@@ -11,11 +11,12 @@
 -- - sql/ (pg_regress): scenarios whose output documents behaviour; a refusal shows there only as
 --   a step of a scenario about something else (max_size back-pressure in 70_errors, requeue into
 --   a full queue, no NOTIFY for a refused create). Spark's errors stay in sql/80_spark.sql and
---   tests/test_spark_sql.py for now.
+--   tests/test_spark_sql.py for now, but for the bad arguments of the Spark functions at the end
+--   (queue sp, empty, with no consumer; no spark_consumer row is ever made here).
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(381);
+SELECT plan(408);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -44,6 +45,13 @@ BEGIN
 END
 $$;
 DO $$ BEGIN PERFORM pgqueue.queue_create('grp', p_group_concurrency => 1); END $$;
+-- Spark: an empty queue (a consumer of it is never made), one write's staged row
+DO $$
+BEGIN
+    PERFORM pgqueue.queue_create('sp');
+    PERFORM pgqueue.spark_stage('00000000-0000-0000-0000-0000000000e5', 0, 0, 0, ARRAY['staged']::bytea[]);
+END
+$$;
 -- capped queues holding a message with a key: a taken key is looked up before the queue's room
 DO $$
 BEGIN
@@ -122,6 +130,18 @@ SELECT throws_ok($$ SELECT pgqueue.dead_letter_requeue('default', '{{1,2},{3,4}}
                  'p_ids must be a one-dimensional array', 'dead_letter_requeue: two dimensions');
 SELECT throws_ok($$ SELECT pgqueue.dead_letter_purge('default', '{{1,2},{3,4}}'::bigint[]) $$, '22023',
                  'p_ids must be a one-dimensional array', 'dead_letter_purge: two dimensions');
+-- a NULL among the ids is refused before anything is done (the dead-letter calls acted on the
+-- others: ARRAY[NULL] answered 0; a NULL array is "all" there, and stays so; message_cancel's:
+-- 30_cancel_peek_create.sql); queue q's dead letter is listed beside it: the final check finds it
+-- where it was
+SELECT throws_ok($$ SELECT pgqueue.dead_letter_requeue('q', ARRAY[(SELECT id FROM pgqueue.dead_letter WHERE queue_id = (SELECT id FROM pgqueue.queue WHERE name = 'q')), NULL]) $$,
+                 '22004', 'p_ids must not contain NULL', 'dead_letter_requeue: a NULL id');
+SELECT throws_ok($$ SELECT pgqueue.dead_letter_requeue('q', ARRAY[NULL]::bigint[]) $$, '22004',
+                 'p_ids must not contain NULL', 'dead_letter_requeue: only a NULL id');
+SELECT throws_ok($$ SELECT pgqueue.dead_letter_purge('q', ARRAY[(SELECT id FROM pgqueue.dead_letter WHERE queue_id = (SELECT id FROM pgqueue.queue WHERE name = 'q')), NULL]) $$,
+                 '22004', 'p_ids must not contain NULL', 'dead_letter_purge: a NULL id');
+SELECT throws_ok($$ SELECT pgqueue.dead_letter_purge('q', ARRAY[NULL]::bigint[]) $$, '22004',
+                 'p_ids must not contain NULL', 'dead_letter_purge: only a NULL id');
 -- acknowledge-and-fetch: the errors of message_dequeue and of message_complete_batch, and nothing
 -- done (the message handed out by the failed call is still ready)
 SELECT throws_ok($$ SELECT * FROM pgqueue.message_complete_and_dequeue(NULL, ARRAY[1]) $$, '22004',
@@ -478,6 +498,60 @@ SELECT throws_ok($$ SELECT pgqueue.spark_consumer_open('grp', 'etl') $$, '0A000'
                  'spark_consumer_open: a queue with message groups');
 SELECT is((SELECT count(*) FROM pgqueue.spark_consumer), 0::bigint,
           'spark_consumer_open refused on a grouped queue: no consumer row');
+
+-- Spark: bad arguments of the consumer's functions (README: 22004 a NULL required value, 42602
+-- an invalid consumer name, PQ001 an unknown queue, PQ006 a consumer that does not exist)
+SELECT throws_ok($$ SELECT pgqueue.spark_consumer_close(NULL, 'c') $$, '22004',
+                 'queue name must not be NULL', 'spark_consumer_close: NULL queue');
+SELECT throws_ok($$ SELECT pgqueue.spark_consumer_close('sp', NULL) $$, '22004',
+                 'consumer name must not be NULL', 'spark_consumer_close: NULL consumer');
+SELECT throws_ok($$ SELECT pgqueue.spark_consumer_close('sp', '') $$, '42602',
+                 'invalid consumer name ''''', 'spark_consumer_close: empty consumer name');
+SELECT throws_ok($$ SELECT pgqueue.spark_consumer_close('bad name', 'c') $$, '42602',
+                 'invalid queue name ''bad name''', 'spark_consumer_close: invalid queue name');
+-- (a valid name of no queue holds nothing: false, as for a queue dropped under a running query,
+-- whose Spark source closes its consumer as it stops; a second close is false too)
+SELECT is(pgqueue.spark_consumer_close('nope', 'c'), false, 'spark_consumer_close: an unknown queue, false');
+SELECT is(pgqueue.spark_consumer_close('sp', 'c'), false, 'spark_consumer_close: an unknown consumer, false');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claims('sp', 'c', NULL, 10) $$, '22004',
+                 'p_after_seq must not be NULL', 'spark_claims: NULL p_after_seq');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claims('sp', 'c', 0, NULL) $$, '22004',
+                 'p_up_to_seq must not be NULL', 'spark_claims: NULL p_up_to_seq');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claimed('sp', 'c', NULL, 10) $$, '22004',
+                 'p_after_seq must not be NULL', 'spark_claimed: NULL p_after_seq');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claimed('sp', 'c', 0, NULL) $$, '22004',
+                 'p_up_to_seq must not be NULL', 'spark_claimed: NULL p_up_to_seq');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claims('sp', NULL, 0, 10) $$, '22004',
+                 'consumer name must not be NULL', 'spark_claims: NULL consumer');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claimed('sp', '-c', 0, 10) $$, '42602',
+                 'invalid consumer name ''-c''', 'spark_claimed: invalid consumer name');
+SELECT throws_ok($$ SELECT pgqueue.spark_pending_seq('sp', NULL) $$, '22004',
+                 'consumer name must not be NULL', 'spark_pending_seq: NULL consumer');
+SELECT throws_ok($$ SELECT pgqueue.spark_pending_seq('sp', 'c') $$, 'PQ006',
+                 'consumer "c" of queue "sp" does not exist', 'spark_pending_seq: unknown consumer');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claims('sp', 'c', 0, 10) $$, 'PQ006',
+                 'consumer "c" of queue "sp" does not exist', 'spark_claims: unknown consumer');
+SELECT throws_ok($$ SELECT * FROM pgqueue.spark_claimed('sp', 'c', 0, 10) $$, 'PQ006',
+                 'consumer "c" of queue "sp" does not exist', 'spark_claimed: unknown consumer');
+SELECT throws_ok($$ SELECT pgqueue.spark_claim('sp', 'c', NULL) $$, '22004',
+                 'p_max_messages must not be NULL', 'spark_claim: NULL p_max_messages');
+-- counts past the largest bigint (a 22003 "bigint out of range" from their sum) or negative
+-- (a PQ007 once the log's row was written) are refused up front: no log row, the staging kept
+SELECT throws_ok($$ SELECT pgqueue.spark_publish('k9', 'sp', '00000000-0000-0000-0000-0000000000e5', ARRAY[0, 1],
+                                                 ARRAY[0, 0]::bigint[], ARRAY[9223372036854775807, 1]::bigint[]) $$, '22023',
+                 'p_counts must be >= 0 and add up to at most 9223372036854775807', 'spark_publish: counts past the largest bigint');
+SELECT throws_ok($$ SELECT pgqueue.spark_publish('k9', 'sp', '00000000-0000-0000-0000-0000000000e5', ARRAY[0],
+                                                 ARRAY[0]::bigint[], ARRAY[-1]::bigint[]) $$, '22023',
+                 'p_counts must be >= 0 and add up to at most 9223372036854775807', 'spark_publish: a negative count');
+SELECT is((SELECT count(*) FROM pgqueue.spark_publish_log) || '/' || (SELECT count(*) FROM pgqueue.spark_staging), '0/1',
+          'spark_publish: the refused calls wrote no log row and kept the staged row');
+SELECT is((SELECT count(*) FROM pgqueue.spark_consumer), 0::bigint, 'the refused Spark calls made no consumer');
+-- not an error: an empty queue's snapshot range is NULLs (its comment), not the range of the
+-- other queues' ids (queue q holds messages and a dead letter)
+SELECT is((SELECT row(r.min_id, r.max_id)::text FROM pgqueue.spark_snapshot_range('sp') r), '(,)',
+          'spark_snapshot_range: an empty queue, NULLs');
+SELECT is((SELECT row(r.min_id, r.max_id)::text FROM pgqueue.spark_snapshot_range('sp', true) r), '(,)',
+          'spark_snapshot_range: an empty queue, dead letters included, NULLs');
 
 -- and none of it changed anything
 SELECT bag_eq($$ SELECT tab, r FROM state_now $$, $$ SELECT tab, r FROM state_before $$,

@@ -2,7 +2,7 @@
 -- each returns and changes, and its errors with their SQLSTATEs; the message groups and
 -- idempotency keys of the text and JSON entry points (message_create's: sql/90_groups.sql).
 BEGIN;
-SELECT plan(57);
+SELECT plan(67);
 
 SELECT pgqueue.queue_create('c', p_max_attempts => 3);
 SELECT pgqueue.queue_create('other');
@@ -73,6 +73,11 @@ SELECT throws_ok($$SELECT * FROM pgqueue.message_cancel('nope', '{1}')$$, 'PQ001
 SELECT throws_ok($$SELECT * FROM pgqueue.message_cancel('bad name!', '{1}')$$, '42602', NULL, 'cancel: invalid name');
 SELECT throws_ok($$SELECT * FROM pgqueue.message_cancel(NULL, '{1}')$$, '22004', NULL, 'cancel: NULL queue');
 SELECT throws_ok($$SELECT * FROM pgqueue.message_cancel('c', NULL)$$, '22004', 'p_ids must not be NULL', 'cancel: NULL ids');
+-- a NULL among the ids is refused before anything is cancelled (it cancelled the others)
+SELECT throws_ok($$SELECT * FROM pgqueue.message_cancel('c', ARRAY[(SELECT id FROM m WHERE name = 'ready1'), NULL])$$,
+                 '22004', 'p_ids must not contain NULL', 'cancel: a NULL id');
+SELECT is((SELECT count(*) FROM pgqueue.message WHERE id = (SELECT id FROM m WHERE name = 'ready1')), 1::bigint,
+          'cancel: the refused call cancelled nothing');
 
 -- text: stored exactly, never through bytea's escape syntax
 INSERT INTO m VALUES
@@ -81,6 +86,8 @@ INSERT INTO m VALUES
     ('utf8',      pgqueue.message_create_text('c', 'zürich ✓')),
     ('astext',    pgqueue.message_create_text('c', '{"a": 1}', NULL, 'application/json')),
     ('textlater', pgqueue.message_create_text('c', 'later', pgqueue.now_ms() + 60000)),
+    ('textnull',  pgqueue.message_create_text('c', 'n', NULL, NULL)),
+    ('textutf8',  pgqueue.message_create_text('c', 'u', NULL, 'text/csv; Charset = "UTF8"')),
     ('json',      pgqueue.message_create_json('c', '{"b": 1, "a": "C:\\x"}')),
     ('task',      pgqueue.message_create_json('c', '[1]', p_task => 'send_email'));
 CREATE TEMP VIEW made AS SELECT m.name, x.content, x.content_type, x.dequeue_at
@@ -94,6 +101,27 @@ SELECT is((SELECT content_type FROM made WHERE name = 'astext'), 'application/js
 SELECT ok((SELECT dequeue_at > pgqueue.now_ms() + 50000 FROM made WHERE name = 'textlater'), 'text: scheduled');
 SELECT throws_ok($$SELECT pgqueue.message_create_text('c', NULL)$$, '22004', NULL, 'text: NULL content');
 SELECT throws_ok($$SELECT pgqueue.message_create_text('nope', 'x')$$, 'PQ001', NULL, 'text: unknown queue');
+-- a NULL content type is the default (drivers bind every parameter); a charset, if named, is
+-- UTF-8's (any case, spelled utf-8 or utf8, as the codec reads it), what the bytes are: any other
+-- is refused, us-ascii too (not every text is ASCII), and nothing is stored
+SELECT is((SELECT content_type FROM made WHERE name = 'textnull'), 'text/plain; charset=utf-8',
+          'text: a NULL content type is the default');
+SELECT is((SELECT content_type FROM made WHERE name = 'textutf8'), 'text/csv; Charset = "UTF8"',
+          'text: a UTF-8 charset in another spelling, kept as given');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'café', NULL, 'text/plain; charset=latin1')$$, '22023',
+                 'content type ''text/plain; charset=latin1'' names charset ''latin1'', but message_create_text stores the text as UTF-8',
+                 'text: charset latin1');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'text/plain; charset=utf-16')$$, '22023', NULL,
+                 'text: charset utf-16');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'text/plain; charset=nonsense')$$, '22023', NULL,
+                 'text: an unknown charset');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'application/json; CHARSET="us-ascii"')$$, '22023', NULL,
+                 'text: charset us-ascii, on JSON too');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'text/plain; charset=utf-8; charset=latin1')$$, '22023', NULL,
+                 'text: a second charset that is not UTF-8');
+SELECT is((SELECT count(*) FROM pgqueue.message x WHERE x.content IN (convert_to('café', 'UTF8'), 'refused'::bytea)
+             AND x.queue_id = (SELECT id FROM pgqueue.queue WHERE name = 'c')), 0::bigint,
+          'text: the refused calls stored nothing');
 
 -- JSON: application/json, a task name in the content type
 SELECT is((SELECT row(convert_from(content, 'UTF8'), content_type)::text FROM made WHERE name = 'json'),

@@ -1,4 +1,6 @@
 -- Delete dead letters of a queue (all, the ids given, and/or those dead before p_before ms).
+-- p_ids NULL: every id; a NULL element is refused (22004), as are ids of two dimensions (22023),
+-- before anything is done.
 CREATE FUNCTION pgqueue.dead_letter_purge(
     p_queue  text,
     p_ids    bigint[] DEFAULT NULL,
@@ -13,6 +15,10 @@ DECLARE
 BEGIN
     IF array_ndims(p_ids) > 1 THEN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_ids must not contain NULL' USING ERRCODE = '22004',
+            HINT = 'List dead letters by id; for all of them, pass NULL for the whole array (or leave it out).';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     -- The letters locked first, in the order of their ids, as dead_letter_requeue locks them: a

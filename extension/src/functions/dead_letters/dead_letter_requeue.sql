@@ -1,4 +1,6 @@
 -- Put dead letters back on their queue as new messages (fresh id, attempts 0); returns how many.
+-- p_ids NULL: all of the queue's; a NULL element is refused (22004), as are ids of two
+-- dimensions (22023), before anything is done.
 CREATE FUNCTION pgqueue.dead_letter_requeue(
     p_queue      text,
     p_ids        bigint[] DEFAULT NULL,
@@ -16,6 +18,10 @@ DECLARE
 BEGIN
     IF array_ndims(p_ids) > 1 THEN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_ids must not contain NULL' USING ERRCODE = '22004',
+            HINT = 'List dead letters by id; for all of them, pass NULL for the whole array (or leave it out).';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     v_ids := ARRAY(SELECT d.id FROM pgqueue.dead_letter d

@@ -5,7 +5,9 @@
 -- not pending in the queue are skipped: compare what comes back with what was asked. Takes
 -- the queue's lock before the rows, like every other writer (docs/locking.md); a row that a
 -- concurrent dequeue is leasing is waited for, then left alone when the lease took it (on a
--- queue with message groups, by attempts a few milliseconds apart: below).
+-- queue with message groups, by attempts a few milliseconds apart: below). Errors, before
+-- anything is done: 22004 for a NULL p_ids or a NULL element in it, 22023 for p_ids of two
+-- dimensions, 22004/42602/PQ001 for the queue.
 CREATE FUNCTION pgqueue.message_cancel(p_queue text, p_ids bigint[])
 RETURNS TABLE (id bigint, content bytea, content_type text, attempts integer, dequeue_at bigint,
                created_at bigint, locked_until bigint, state bytea, last_error text)
@@ -33,6 +35,9 @@ BEGIN
     END IF;
     IF array_ndims(p_ids) > 1 THEN
         RAISE EXCEPTION 'p_ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF array_position(p_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'p_ids must not contain NULL' USING ERRCODE = '22004';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
     -- the rows locked in id order, as the batches of leases lock theirs (docs/locking.md,

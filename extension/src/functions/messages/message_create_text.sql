@@ -1,10 +1,16 @@
 -- Enqueue a text message; returns its id. For drivers that send strings: the text is stored
 -- as UTF-8 bytes exactly as given, with no bytea escape parsing (a string passed as bytea is
 -- read as bytea's text form, so '\x4869' would become 'Hi' and '\\' one backslash).
--- p_content_type says what the text is (default plain text; 'application/json' for JSON kept
--- byte for byte). p_group and p_key are message_create's: the message group and the idempotency
--- key, with its errors (22023 for an empty or over-long one, or a group on a queue without
--- groups). A SQL-standard body: bound when created, so no search_path to pin.
+-- p_content_type says what the text is (default plain text, 'text/plain; charset=utf-8', also
+-- when NULL: drivers bind every parameter; 'application/json' for JSON kept byte for byte). It
+-- is stored as given, but a charset it names must be UTF-8, what the bytes are: a charset
+-- parameter (any case, spaces and double quotes around the value ignored, as
+-- pgqueue.codec.media_type reads it) other than utf-8 or utf8 in any case is refused with
+-- 22023, us-ascii too (it does not describe a text outside ASCII; name utf-8, which covers it).
+-- A content type without a charset is kept as it is (readers take UTF-8 for text/* then).
+-- Text in another charset goes to message_create as bytes, with its content type.
+-- p_group and p_key are message_create's: the message group and the idempotency key, with its
+-- errors (22023 for an empty or over-long one, or a group on a queue without groups).
 CREATE FUNCTION pgqueue.message_create_text(
     p_queue        text,
     p_content      text,
@@ -13,9 +19,34 @@ CREATE FUNCTION pgqueue.message_create_text(
     p_group        text   DEFAULT NULL,
     p_key          text   DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql VOLATILE
-RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content, 'UTF8'::name), p_dequeue_at,
-                              p_content_type, p_group, p_key);
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_charset text;
+BEGIN
+    -- the parameters after the media type: "; name=value", split as pgqueue.codec does
+    -- (a parameter without "=" is no parameter); read only when a charset may be named and
+    -- the content type is not the default (a simple expression, no query, for most calls)
+    IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
+       AND strpos(lower(p_content_type), 'charset') > 0 THEN
+        SELECT btrim(btrim(substr(p.item, strpos(p.item, '=') + 1), E' \t\r\n\f\v'), '"') INTO v_charset
+          FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS p(item)
+         WHERE strpos(p.item, '=') > 0
+           AND lower(btrim(substr(p.item, 1, strpos(p.item, '=') - 1), E' \t\r\n\f\v')) = 'charset'
+           AND lower(btrim(btrim(substr(p.item, strpos(p.item, '=') + 1), E' \t\r\n\f\v'), '"')) NOT IN ('utf-8', 'utf8')
+         LIMIT 1;
+    END IF;
+    IF v_charset IS NOT NULL THEN
+        RAISE EXCEPTION 'content type % names charset %, but message_create_text stores the text as UTF-8',
+                        quote_literal(left(p_content_type, 200)), quote_literal(left(v_charset, 100))
+            USING ERRCODE = '22023',
+                  HINT = 'Name charset=utf-8, or no charset; to store bytes in another charset, pass them to pgqueue.message_create with their content type.';
+    END IF;
+    RETURN pgqueue.message_create(p_queue, convert_to(p_content, 'UTF8'::name), p_dequeue_at,
+                                  coalesce(p_content_type, 'text/plain; charset=utf-8'), p_group, p_key);
+END;
+$$;
 
 COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text, text, text) IS
-    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain by default; p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
+    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain; charset=utf-8 by default (also for NULL), a charset other than UTF-8 refused (22023); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';

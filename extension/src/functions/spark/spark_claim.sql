@@ -6,8 +6,9 @@
 -- ms, if not NULL: a stream's starting position) leaves out messages created before it, which
 -- stay in the queue for other consumers; the probe is then pgqueue._spark_take_from, which
 -- starts at p_from in message_ready_idx instead of at the oldest message. Returns NULL and
--- claims nothing when no message is due; creates the consumer if needed. Errors: 22023
--- (p_max_messages outside 1..1000000), 0A000 (a queue with message groups), PQ001/42602/22004.
+-- claims nothing when no message is due; creates the consumer if needed. Errors: 22004 (a NULL
+-- p_max_messages), 22023 (p_max_messages outside 1..1000000), 0A000 (a queue with message
+-- groups), PQ001/42602/22004 (the queue, the consumer name).
 CREATE FUNCTION pgqueue.spark_claim(
     p_queue        text,
     p_consumer     text,
@@ -29,9 +30,9 @@ DECLARE
     v_ids      bigint[];
     v_claim_id bigint;
 BEGIN
-    IF p_max_messages IS NULL OR p_max_messages < 1 OR p_max_messages > 1000000 THEN
-        RAISE EXCEPTION 'p_max_messages must be between 1 and 1000000, got %',
-                        coalesce(p_max_messages::text, 'NULL')
+    PERFORM pgqueue._not_null(p_max_messages IS NULL, 'p_max_messages'::text);
+    IF p_max_messages < 1 OR p_max_messages > 1000000 THEN
+        RAISE EXCEPTION 'p_max_messages must be between 1 and 1000000, got %', p_max_messages
             USING ERRCODE = '22023';
     END IF;
     PERFORM pgqueue._spark_check_consumer(p_consumer);

@@ -1,5 +1,8 @@
--- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id.
--- An unknown queue is an error (PQ001); an unknown consumer of a known queue has no claims.
+-- The messages of a consumer's claims p_after_seq < seq <= p_up_to_seq with p_min_id <= id <= p_max_id
+-- (p_min_id, p_max_id NULL: no bound on that side). Errors: 22004 for a NULL p_after_seq or
+-- p_up_to_seq (0.3 matched no claim), 22004/42602 for a NULL or invalid consumer name,
+-- PQ001/42602/22004 for the queue, PQ006 for a consumer that does not exist (as spark_ack and
+-- spark_release; 0.3 gave no rows).
 CREATE FUNCTION pgqueue.spark_claimed(
     p_queue     text,
     p_consumer  text,
@@ -15,13 +18,25 @@ SET enable_seqscan = off  -- index probes, however small the table when planned 
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_queue pgqueue.queue := pgqueue._queue_get(p_queue);  -- raises PQ001 for an unknown queue
-    v_claim record;
+    v_queue    pgqueue.queue;
+    v_consumer integer;
+    v_claim    record;
 BEGIN
+    PERFORM pgqueue._not_null(p_after_seq IS NULL, 'p_after_seq'::text);
+    PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_get(p_queue);
+    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
     -- one bounded range scan of message_claim_idx per claim
     FOR v_claim IN
         SELECT k.id, k.seq FROM pgqueue.spark_claim k
-         WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
+         WHERE k.consumer_id = v_consumer
            AND k.seq > p_after_seq AND k.seq <= p_up_to_seq
          ORDER BY k.seq
     LOOP
@@ -38,4 +53,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.spark_claimed(text, text, bigint, bigint, bigint, bigint) IS
-    'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing';
+    'Messages held by a Spark consumer''s claims p_after_seq < seq <= p_up_to_seq, optionally within an id range; reading changes nothing; PQ006 for a consumer that does not exist';

@@ -1,14 +1,28 @@
--- The highest sequence number of a consumer's claims not acknowledged yet, NULL if none (an
--- unknown consumer of a known queue has none); an unknown queue is an error (PQ001, checked
--- once, before the scan: a one-time filter).
+-- The highest sequence number of a consumer's claims not acknowledged yet, NULL if none.
+-- Errors: 22004/42602 for a NULL or invalid consumer name, PQ001/42602/22004 for the queue, PQ006
+-- for a consumer that does not exist (as spark_ack and spark_release; 0.3 answered NULL, as for
+-- a consumer with no open claim).
 CREATE FUNCTION pgqueue.spark_pending_seq(p_queue text, p_consumer text)
 RETURNS bigint
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT max(k.seq) FROM pgqueue.spark_claim k
-     WHERE k.consumer_id = pgqueue._spark_consumer_id(p_queue, p_consumer)
-       AND (pgqueue._queue_get(p_queue)).id IS NOT NULL;
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue    pgqueue.queue;
+    v_consumer integer;
+BEGIN
+    PERFORM pgqueue._spark_check_consumer(p_consumer);
+    v_queue := pgqueue._queue_get(p_queue);
+    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
+    RETURN (SELECT max(k.seq) FROM pgqueue.spark_claim k WHERE k.consumer_id = v_consumer);
 END;
+$$;
 
 COMMENT ON FUNCTION pgqueue.spark_pending_seq(text, text) IS
-    'Highest sequence number among the Spark consumer''s claims that are not acknowledged yet; NULL if there is none';
+    'Highest sequence number among the Spark consumer''s claims that are not acknowledged yet; NULL if there is none; PQ006 for a consumer that does not exist';

@@ -9,9 +9,10 @@
 -- within the queue's key_window_ms) inserts nothing. The write's staging rows (losers too) are
 -- deleted. Returns how many rows were published (a row whose key was taken counts), NULL if the
 -- publish key was published before (then only the staging rows are deleted). Errors:
--- 22004/22023 for bad arrays, 22023 for a group on a queue without groups (nothing is
--- published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is full, PQ001
--- if it does not exist.
+-- 22004/22023 for bad arrays (22023 for a negative count, or counts that add up to more than
+-- the largest bigint: before anything is written), 22023 for a group on a queue without groups
+-- (nothing is published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is
+-- full, PQ001 if it does not exist.
 CREATE FUNCTION pgqueue.spark_publish(
     p_publish_key text,
     p_queue       text,
@@ -50,6 +51,13 @@ BEGIN
        OR array_position(p_counts, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'p_partitions, p_attempts and p_counts must not contain NULL'
             USING ERRCODE = '22004';
+    END IF;
+    -- the counts add up to the publication's count (a bigint): a negative count, or a sum past
+    -- the largest bigint, is refused here, not as PQ007 or 22003 "bigint out of range" later
+    IF EXISTS (SELECT FROM unnest(p_counts) AS u(c) WHERE u.c < 0)
+       OR (SELECT sum(u.c) FROM unnest(p_counts) AS u(c)) > 9223372036854775807 THEN
+        RAISE EXCEPTION 'p_counts must be >= 0 and add up to at most 9223372036854775807'
+            USING ERRCODE = '22023';
     END IF;
     IF (SELECT count(DISTINCT u.p) FROM unnest(p_partitions) AS u(p)) <> cardinality(p_partitions) THEN
         RAISE EXCEPTION 'each partition must have exactly one winning attempt'
