@@ -22,7 +22,8 @@ DeadlockDetected         40P01                  the server broke a deadlock by e
 InvalidQueueName         42602                  the name breaks the queue-name rule (a NUL in it:
                                                 raised client-side)
 InvalidArgument          22023, 22004,          a bad or NULL argument (also raised client-side), one
-                         22003, 22P05,          beyond its SQL type, a text the encoding cannot hold;
+                         22003, 22P05,          beyond its SQL type, a text the encoding cannot hold,
+                         22P02,                 a malformed value (JSON, a uuid);
                          none                   a parameter psycopg refuses to send (a text with NUL)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
@@ -159,8 +160,8 @@ class InvalidQueueName(PgQueueError):
 
 class InvalidArgument(PgQueueError, ValueError):
     """An argument is out of range, of the wrong kind or NULL (22023, 22004, 22003: beyond its SQL
-    type; 22P05: a text the encoding cannot hold; or client-side, such as a text with NUL, which
-    PostgreSQL cannot hold).
+    type; 22P05: a text the encoding cannot hold; 22P02: a malformed value, such as JSON that does
+    not parse; or client-side, such as a text with NUL, which PostgreSQL cannot hold).
 
     It is also a ``ValueError``, so ``except ValueError`` catches it.
     """
