@@ -6350,6 +6350,31 @@ CREATE TRIGGER message_placed_low_update
 
 -- Spark's claim readers: an unknown queue is PQ001 (0.3 returned nothing)
 
+-- The id of a queue's consumer, read without a lock, for the readers of claims (which check the
+-- name first, pgqueue._spark_check_consumer): PQ006 if there is no such consumer (as spark_ack
+-- and spark_release, through pgqueue._spark_consumer_row).
+CREATE FUNCTION pgqueue._spark_consumer_get(p_queue pgqueue.queue, p_consumer text)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_consumer integer;
+BEGIN
+    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
+     WHERE c.queue_id = p_queue.id AND c.name = p_consumer;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue.name
+            USING ERRCODE = 'PQ006',
+                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
+    END IF;
+    RETURN v_consumer;
+END;
+$$;
+
+COMMENT ON FUNCTION pgqueue._spark_consumer_get(pgqueue.queue, text) IS
+    'pgqueue internal: the id of a Spark consumer of the queue, read without a lock; PQ006 if there is none';
+
 -- The open claims of a consumer with p_after_seq < seq <= p_up_to_seq, by seq. Errors: 22004
 -- for a NULL p_after_seq or p_up_to_seq (not "no bound": 0.3 matched no claim),
 -- 22004/42602 for a NULL or invalid consumer name, PQ001/42602/22004 for the queue, PQ006 for a
@@ -6368,13 +6393,7 @@ BEGIN
     PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_get(p_queue);
-    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
-     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
-            USING ERRCODE = 'PQ006',
-                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
-    END IF;
+    v_consumer := pgqueue._spark_consumer_get(v_queue, p_consumer);
     RETURN QUERY
     SELECT k.seq, k.n, k.min_id, k.max_id, k.claimed_at
       FROM pgqueue.spark_claim k
@@ -6401,13 +6420,7 @@ DECLARE
 BEGIN
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_get(p_queue);
-    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
-     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
-            USING ERRCODE = 'PQ006',
-                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
-    END IF;
+    v_consumer := pgqueue._spark_consumer_get(v_queue, p_consumer);
     RETURN (SELECT max(k.seq) FROM pgqueue.spark_claim k WHERE k.consumer_id = v_consumer);
 END;
 $$;
@@ -6443,13 +6456,7 @@ BEGIN
     PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_get(p_queue);
-    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
-     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
-            USING ERRCODE = 'PQ006',
-                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
-    END IF;
+    v_consumer := pgqueue._spark_consumer_get(v_queue, p_consumer);
     -- one bounded range scan of message_claim_idx per claim
     FOR v_claim IN
         SELECT k.id, k.seq FROM pgqueue.spark_claim k

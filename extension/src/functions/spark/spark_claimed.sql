@@ -26,13 +26,7 @@ BEGIN
     PERFORM pgqueue._not_null(p_up_to_seq IS NULL, 'p_up_to_seq'::text);
     PERFORM pgqueue._spark_check_consumer(p_consumer);
     v_queue := pgqueue._queue_get(p_queue);
-    SELECT c.id INTO v_consumer FROM pgqueue.spark_consumer c
-     WHERE c.queue_id = v_queue.id AND c.name = p_consumer;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer "%" of queue "%" does not exist', p_consumer, p_queue
-            USING ERRCODE = 'PQ006',
-                  HINT = 'A consumer is created by its first pgqueue.spark_consumer_open() or pgqueue.spark_claim(); list them with pgqueue.spark_consumers().';
-    END IF;
+    v_consumer := pgqueue._spark_consumer_get(v_queue, p_consumer);
     -- one bounded range scan of message_claim_idx per claim
     FOR v_claim IN
         SELECT k.id, k.seq FROM pgqueue.spark_claim k
