@@ -2,7 +2,7 @@
 -- each returns and changes, and its errors with their SQLSTATEs; the message groups and
 -- idempotency keys of the text and JSON entry points (message_create's: sql/90_groups.sql).
 BEGIN;
-SELECT plan(67);
+SELECT plan(70);
 
 SELECT pgqueue.queue_create('c', p_max_attempts => 3);
 SELECT pgqueue.queue_create('other');
@@ -88,6 +88,8 @@ INSERT INTO m VALUES
     ('textlater', pgqueue.message_create_text('c', 'later', pgqueue.now_ms() + 60000)),
     ('textnull',  pgqueue.message_create_text('c', 'n', NULL, NULL)),
     ('textutf8',  pgqueue.message_create_text('c', 'u', NULL, 'text/csv; Charset = "UTF8"')),
+    ('textutf_8', pgqueue.message_create_text('c', 'u', NULL, 'text/plain; charset=UTF_8')),
+    ('textascii', pgqueue.message_create_text('c', 'plain ascii', NULL, 'application/json; CHARSET="us-ascii"')),
     ('json',      pgqueue.message_create_json('c', '{"b": 1, "a": "C:\\x"}')),
     ('task',      pgqueue.message_create_json('c', '[1]', p_task => 'send_email'));
 CREATE TEMP VIEW made AS SELECT m.name, x.content, x.content_type, x.dequeue_at
@@ -102,8 +104,9 @@ SELECT ok((SELECT dequeue_at > pgqueue.now_ms() + 50000 FROM made WHERE name = '
 SELECT throws_ok($$SELECT pgqueue.message_create_text('c', NULL)$$, '22004', NULL, 'text: NULL content');
 SELECT throws_ok($$SELECT pgqueue.message_create_text('nope', 'x')$$, 'PQ001', NULL, 'text: unknown queue');
 -- a NULL content type is the default (drivers bind every parameter); a charset, if named, is
--- UTF-8's (any case, spelled utf-8 or utf8, as the codec reads it), what the bytes are: any other
--- is refused, us-ascii too (not every text is ASCII), and nothing is stored
+-- UTF-8's (any case, spelled utf-8, utf8 or utf_8, as the codec reads it), what the bytes are,
+-- or us-ascii / ascii on an ASCII text: any other, or an ASCII label on a text outside ASCII, is
+-- refused, and nothing is stored
 SELECT is((SELECT content_type FROM made WHERE name = 'textnull'), 'text/plain; charset=utf-8',
           'text: a NULL content type is the default');
 SELECT is((SELECT content_type FROM made WHERE name = 'textutf8'), 'text/csv; Charset = "UTF8"',
@@ -115,11 +118,19 @@ SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'tex
                  'text: charset utf-16');
 SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'text/plain; charset=nonsense')$$, '22023', NULL,
                  'text: an unknown charset');
-SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'application/json; CHARSET="us-ascii"')$$, '22023', NULL,
-                 'text: charset us-ascii, on JSON too');
+SELECT is((SELECT content_type FROM made WHERE name = 'textutf_8'), 'text/plain; charset=UTF_8',
+          'text: charset UTF_8, kept as given');
+SELECT is((SELECT row(content, content_type)::text FROM made WHERE name = 'textascii'),
+          row('plain ascii'::bytea, 'application/json; CHARSET="us-ascii"')::text,
+          'text: charset us-ascii on an ASCII text, kept as given');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'café', NULL, 'application/json; CHARSET="us-ascii"')$$, '22023',
+                 'content type ''application/json; CHARSET="us-ascii"'' names charset ''us-ascii'', but message_create_text stores the text as UTF-8 and the text is not ASCII',
+                 'text: charset us-ascii on a text outside ASCII');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'é', NULL, 'text/plain; charset=ascii')$$, '22023', NULL,
+                 'text: charset ascii on a text outside ASCII');
 SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'refused', NULL, 'text/plain; charset=utf-8; charset=latin1')$$, '22023', NULL,
                  'text: a second charset that is not UTF-8');
-SELECT is((SELECT count(*) FROM pgqueue.message x WHERE x.content IN (convert_to('café', 'UTF8'), 'refused'::bytea)
+SELECT is((SELECT count(*) FROM pgqueue.message x WHERE x.content IN (convert_to('café', 'UTF8'), convert_to('é', 'UTF8'), 'refused'::bytea)
              AND x.queue_id = (SELECT id FROM pgqueue.queue WHERE name = 'c')), 0::bigint,
           'text: the refused calls stored nothing');
 

@@ -3,10 +3,11 @@
 -- read as bytea's text form, so '\x4869' would become 'Hi' and '\\' one backslash).
 -- p_content_type says what the text is (default plain text, 'text/plain; charset=utf-8', also
 -- when NULL: drivers bind every parameter; 'application/json' for JSON kept byte for byte). It
--- is stored as given, but a charset it names must be UTF-8, what the bytes are: a charset
--- parameter (any case, spaces and double quotes around the value ignored, as
--- pgqueue.codec.media_type reads it) other than utf-8 or utf8 in any case is refused with
--- 22023, us-ascii too (it does not describe a text outside ASCII; name utf-8, which covers it).
+-- is stored as given, but a charset it names must describe the bytes stored, which are UTF-8: a
+-- charset parameter (any case, spaces and double quotes around the value ignored, as
+-- pgqueue.codec.media_type reads it) must be utf-8, utf8 or utf_8 in any case, or us-ascii,
+-- ascii or us_ascii when the text is ASCII (a producer that copies an incoming Content-Type);
+-- any other, or an ASCII label on a text outside ASCII, is refused with 22023.
 -- A content type without a charset is kept as it is (readers take UTF-8 for text/* then).
 -- Text in another charset goes to message_create as bytes, with its content type.
 -- p_group and p_key are message_create's: the message group and the idempotency key, with its
@@ -24,29 +25,37 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_charset text;
+    v_bytes   bytea := convert_to(p_content, 'UTF8'::name);
+    v_ascii   boolean;
 BEGIN
     -- the parameters after the media type: "; name=value", split as pgqueue.codec does
     -- (a parameter without "=" is no parameter); read only when a charset may be named and
     -- the content type is not the default (a simple expression, no query, for most calls)
     IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
        AND strpos(lower(p_content_type), 'charset') > 0 THEN
-        SELECT btrim(btrim(substr(p.item, strpos(p.item, '=') + 1), E' \t\r\n\f\v'), '"') INTO v_charset
-          FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS p(item)
-         WHERE strpos(p.item, '=') > 0
-           AND lower(btrim(substr(p.item, 1, strpos(p.item, '=') - 1), E' \t\r\n\f\v')) = 'charset'
-           AND lower(btrim(btrim(substr(p.item, strpos(p.item, '=') + 1), E' \t\r\n\f\v'), '"')) NOT IN ('utf-8', 'utf8')
+        -- ASCII: no character (no byte, in a SQL_ASCII database) above 127
+        v_ascii := p_content !~ '[^\x01-\x7f]';
+        SELECT p.value INTO v_charset
+          FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS i(item)
+               CROSS JOIN LATERAL (SELECT btrim(btrim(substr(i.item, strpos(i.item, '=') + 1), E' \t\r\n\f\v'), '"') AS value) AS p
+         WHERE strpos(i.item, '=') > 0
+           AND lower(btrim(substr(i.item, 1, strpos(i.item, '=') - 1), E' \t\r\n\f\v')) = 'charset'
+           AND lower(p.value) NOT IN ('utf-8', 'utf8', 'utf_8')
+           AND NOT (v_ascii AND lower(p.value) IN ('us-ascii', 'ascii', 'us_ascii'))
          LIMIT 1;
     END IF;
     IF v_charset IS NOT NULL THEN
-        RAISE EXCEPTION 'content type % names charset %, but message_create_text stores the text as UTF-8',
-                        quote_literal(left(p_content_type, 200)), quote_literal(left(v_charset, 100))
+        RAISE EXCEPTION 'content type % names charset %, but message_create_text stores the text as UTF-8%',
+                        quote_literal(left(p_content_type, 200)), quote_literal(left(v_charset, 100)),
+                        CASE WHEN lower(v_charset) IN ('us-ascii', 'ascii', 'us_ascii')
+                             THEN ' and the text is not ASCII' ELSE '' END
             USING ERRCODE = '22023',
                   HINT = 'Name charset=utf-8, or no charset; to store bytes in another charset, pass them to pgqueue.message_create with their content type.';
     END IF;
-    RETURN pgqueue.message_create(p_queue, convert_to(p_content, 'UTF8'::name), p_dequeue_at,
+    RETURN pgqueue.message_create(p_queue, v_bytes, p_dequeue_at,
                                   coalesce(p_content_type, 'text/plain; charset=utf-8'), p_group, p_key);
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.message_create_text(text, text, bigint, text, text, text) IS
-    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain; charset=utf-8 by default (also for NULL), a charset other than UTF-8 refused (22023); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
+    'Enqueue a text message stored as UTF-8 exactly as given (no bytea escapes), content type text/plain; charset=utf-8 by default (also for NULL), a charset other than UTF-8 refused (22023; us-ascii taken for ASCII text); p_group: its message group, p_key: idempotency key (the live message''s id if taken); returns the id';
