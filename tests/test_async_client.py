@@ -561,6 +561,81 @@ def test_async_tasks_and_reject(dsn: str) -> None:
     run(main)
 
 
+def test_async_a_reject_inside_a_task_group_in_a_receive_block_dead_letters_at_once(dsn: str) -> None:
+    """A Reject raised by a task of an asyncio.TaskGroup reaches the block's end as an
+    ExceptionGroup: all its leaves are Rejects, so the message is rejected (last_error the
+    Reject's text); a group that mixes a Reject with another error fails it (a retry)."""
+    from pgqueue import Reject
+
+    async def check(order: object) -> None:
+        raise Reject(f"not an order: {order!r}")
+
+    async def main() -> None:
+        async with AsyncQueue(dsn, "jobs") as q:
+            await q.create(max_attempts=5, retry_base_ms=3_600_000, retry_cap_ms=3_600_000)
+            tasked, mixed = await q.enqueue_many(["a", "b"])
+            with pytest.raises(ExceptionGroup):
+                async with q.receive() as msg:
+                    assert msg is not None and msg.id == tasked
+                    async with asyncio.TaskGroup() as tg:
+                        tg.create_task(check(msg.payload))
+            with pytest.raises(ExceptionGroup):
+                async with q.receive() as msg:
+                    assert msg is not None and msg.id == mixed
+                    raise ExceptionGroup("mixed", [Reject("one"), ValueError("two")])
+            [dead] = await q.dead_letters()
+            assert (dead.id, dead.attempts, dead.last_error) == (tasked, 1, "Reject: not an order: 'a'")
+            stats = await q.stats()
+            assert (stats.scheduled, stats.leased) == (1, 0)  # the mixed one: a retry
+
+    run(main)
+
+
+async def _async_every_kind_of_call(source: psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]) -> None:
+    """The calls of test_client._every_kind_of_call, on an AsyncQueue."""
+    q = AsyncQueue(source, "jobs")
+    await q.create(max_attempts=3, retry_base_ms=3_600_000, retry_cap_ms=3_600_000)
+    first, second, third = await q.enqueue_many(["a", {"b": [1, None]}, b"c"])
+    async with q.receive() as msg:
+        assert msg is not None and (msg.id, msg.payload) == (first, "a")
+    with pytest.raises(ValueError):
+        async with q.receive() as msg:
+            assert msg is not None and msg.id == second
+            raise ValueError("retry me")
+    [got] = await q.dequeue()
+    assert (got.id, got.payload) == (third, b"c")
+    assert await q.complete(got) and not await q.complete(got)
+    assert await q.dead_letters() == [] and [p.id for p in await q.peek()] == [second]  # (to be retried)
+    with pytest.raises(errors.QueueNotFound):
+        await AsyncQueue(source, "missing").dead_letters()  # (an empty answer, then the probe)
+    stats = await q.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 1, 0)
+    assert [s.queue for s in await list_queues(source)] == ["default", "jobs"]
+    if isinstance(source, psycopg.AsyncConnection):
+        async with source.transaction():
+            tx = await q.enqueue("in a transaction")
+            async with q.receive() as msg:
+                assert msg is not None and msg.id == tx
+        assert (await q.stats()).total == 1
+
+
+@pytest.mark.parametrize("factory", [psycopg.AsyncRawCursor, psycopg.AsyncClientCursor], ids=lambda f: f.__name__)
+def test_async_a_callers_connection_of_any_cursor_factory_runs_every_call(
+        factory: type[psycopg.AsyncCursor[Any]], dsn: str) -> None:
+    """As test_client's: on an AsyncConnection whose cursor_factory is an AsyncRawCursor every
+    call failed with a psycopg TypeError; pgqueue runs them on plain cursors there, and the
+    caller's own cursors stay the connection's. An AsyncClientCursor runs them as they are."""
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True, cursor_factory=factory) as c:
+            await _async_every_kind_of_call(c)
+            assert type(c.cursor()) is factory
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=2, kwargs={"cursor_factory": factory}) as pool:
+            await AsyncQueue(pool, "jobs").drop()
+            await _async_every_kind_of_call(pool)
+
+    run(main)
+
+
 # -- the behaviours of tests/client_scenarios.py, written once for both clients ---------------
 
 

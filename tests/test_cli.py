@@ -553,7 +553,8 @@ def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn
     """`pgqueue dequeue --complete > file` on a full disk (/dev/full): one line, exit 1, and the
     messages not written are given back, as when the reader of a pipe goes; the write error was
     a traceback and the messages stayed leased until their lease ran out. An enqueue whose id
-    cannot be written says so too."""
+    cannot be written says so too, and that the message is on the queue all the same (its exit
+    status 1 read as "not enqueued": a script retried it, and the message was there twice)."""
     queue = Queue(dsn, "full_out")
     queue.create(lock_ms=600_000)
     queue.enqueue_many(["a", "b", "c"])
@@ -565,7 +566,16 @@ def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn
         assert (stats.ready, stats.leased) == (3, 0), stats
         proc = subprocess.run([str(PGQUEUE), "enqueue", "full_out", "d", "--dsn", dsn],
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
-        assert (proc.returncode, proc.stderr) == (1, "pgqueue: error: cannot write the output: No space left on device\n")
+        [pending] = [p for p in queue.peek(10) if p.payload == "d"]
+        assert (proc.returncode, proc.stderr) == (1, "pgqueue: error: cannot write the output: No space left on "
+                                                     f"device; done all the same: message {pending.id} is on queue "
+                                                     "full_out\n")
+        # so do the other commands that change something, here a cancel (whose lines are the messages)
+        proc = subprocess.run([str(PGQUEUE), "cancel", "full_out", str(pending.id), "--dsn", dsn],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+        assert (proc.returncode, proc.stderr) == (1, "pgqueue: error: cannot write the output: No space left on "
+                                                     "device; done all the same: 1 message(s) cancelled\n")
+        assert queue.stats(exact=True).ready == 3
     queue.close()
 
 
@@ -1238,3 +1248,116 @@ def test_metrics_takes_only_a_final_refusal_of_the_login_for_a_mistake() -> None
               'connection failed: connection to server on socket "/tmp/x/.s.PGSQL.5432" failed: No such file or directory']
     assert [_login_refused_for_good(t) for t in final] == [True] * 4
     assert [_login_refused_for_good(t) for t in outage] == [False] * 4
+
+
+# -- a review of bad inputs -------------------------------------------------------------------
+
+
+def test_arguments_that_are_not_utf8_are_one_line_naming_them(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes that are not UTF-8 in an argument (a Latin-1 terminal; Python keeps them as
+    surrogates): a DSN, given or in $PGQUEUE_DSN, was a UnicodeEncodeError traceback in every
+    command (`--version` too, which says "not connected" instead), so was a --token; a name said
+    "a text the connection's client encoding (utf-8) cannot hold", naming none, and a `schedule
+    create` PAYLOAD "pass bytes, str or a JSON-serialisable value". Each is one line naming the
+    argument, exit 1, before anything is done, without repeating a DSN or a token (a password)."""
+    monkeypatch.delenv("PGQUEUE_DASHBOARD_TOKEN", raising=False)
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
+    cases: list[tuple[list[str], str]] = [
+        (["stats", "--dsn", "password=s\udce9cret"], "invalid connection string: --dsn is not valid UTF-8 text "
+                                                     "(byte 0xe9 at character 10)"),
+        (["worker", "password=s\udce9cret", "default", "json:loads"], "invalid connection string: DSN is not"),
+        (["metrics", "--once", "--dsn", "password=s\udce9cret"], "invalid connection string: --dsn is not"),
+        (["enqueue", "caf\udce9", "x", "--dsn", unreachable], "QUEUE is not valid UTF-8 text (byte 0xe9 at character 3)"),
+        (["enqueue", "default", "x", "--group", "g\udce9", "--dsn", unreachable], "--group is not valid UTF-8"),
+        (["schedule", "create", "s", "default", "x", "--cron", "\udce9", "--dsn", unreachable], "--cron is not"),
+        (["schedule", "create", "s", "default", "caf\udce9", "--every", "60", "--dsn", unreachable],
+         "PAYLOAD is not valid UTF-8 text (byte 0xe9 at character 3)"),
+        (["worker", "default", "m:f\udce9", "--dsn", unreachable], "MODULE:FUNCTION is not valid UTF-8"),
+        (["dashboard", "--token", "s\udce9cret-token", "--dsn", unreachable],
+         "--token (or $PGQUEUE_DASHBOARD_TOKEN) is not valid UTF-8"),
+    ]
+    for argv, words in cases:
+        status, out, err = run(capsys, *argv)
+        assert_one_line_error(status, out, err, words)
+        assert "cret" not in err and "\\udc" not in err, err
+    monkeypatch.setenv("PGQUEUE_DSN", "password=s\udce9cret")
+    for argv in (["stats"], ["demo"]):
+        status, out, err = run(capsys, *argv)
+        assert_one_line_error(status, out, err, "invalid connection string: $PGQUEUE_DSN is not valid UTF-8 text")
+    status, out, err = run(capsys, "--version")
+    assert status == 0 and err == "", err
+    assert out.splitlines()[1] == ("database: not connected (invalid connection string: $PGQUEUE_DSN is not "
+                                   "valid UTF-8 text (byte 0xe9 at character 10))")
+
+
+def test_a_listen_address_the_socket_cannot_encode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A --host the socket cannot encode (a label of more than 63 characters that is not ASCII,
+    bytes that are not UTF-8) was a TypeError or UnicodeError traceback out of bind(), once the
+    command had connected; it is a malformed argument, as an empty --host is: exit 2."""
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
+    for host in ("\u00e9" * 64, "\udcff"):
+        for argv in (["metrics", "--port", "0", "--host", host],
+                     ["worker", "default", "json:loads", "--metrics-port", "0", "--metrics-host", host]):
+            status, out, err = run(capsys, *argv, "--dsn", unreachable)
+            assert_one_line_error(status, out, err, "host: expected an address", code=2)
+    # a name of Unicode letters the socket can encode is still one (resolved when it listens)
+    from pgqueue.cli import _address
+
+    assert _address("b\u00fccher.example") == "b\u00fccher.example"
+
+
+def test_standard_input_that_cannot_be_read_is_one_line(dsn: str) -> None:
+    """`enqueue QUEUE -` with standard input open for writing only (`0>file`): the read's
+    OSError (EBADF) was a traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        proc = subprocess.run([str(PGQUEUE), "enqueue", "default", "-", "--dsn", dsn], stdin=fd,
+                              capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        os.close(fd)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert proc.stderr == "pgqueue: error: PAYLOAD is '-' but standard input cannot be read: Bad file descriptor\n"
+    assert Queue(dsn).stats().total == 0
+
+
+def test_json_with_an_integer_of_too_many_digits_is_not_called_invalid(capsys: pytest.CaptureFixture[str]) -> None:
+    """An integer of more than 4300 digits is valid JSON that Python will not read: it was "PAYLOAD
+    is not valid JSON: Exceeds the limit (4300 digits) for integer string conversion ...; use
+    sys.set_int_max_str_digits() to increase the limit", advice for a Python program."""
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
+    for argv in (["enqueue", "default", "9" * 5000, "--json"],
+                 ["schedule", "create", "s", "default", '{"n": %s}' % ("1" * 5000), "--json", "--every", "60"]):
+        status, out, err = run(capsys, *argv, "--dsn", unreachable)
+        assert_one_line_error(status, out, err, "PAYLOAD holds an integer of more than 4300 digits")
+        assert "not valid JSON" not in err and "sys." not in err, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+def test_dequeue_stopped_while_it_prints_gives_back_what_it_did_not_print(dsn: str, sig: signal.Signals) -> None:
+    """Ctrl-C (or SIGTERM) while `dequeue --complete` waits for a slow reader: the message printed
+    is completed; the ones not printed were left leased until their lease ran out (here 10
+    minutes; --lock-ms takes up to a year). They are given back, due at once, as when the reader
+    goes (`| head -1`), and the command exits 128 + the signal's number."""
+    queue = Queue(dsn, "stopped_out")
+    queue.create()
+    big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
+    ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
+    with spawn([str(PGQUEUE), "dequeue", "stopped_out", "--limit", "3", "--lock-ms", "600000", "--complete",
+                "--dsn", dsn]) as proc:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        deadline = time.monotonic() + 60
+        while (queue.stats(exact=True).total, queue.stats(exact=True).leased) != (2, 2):  # the first is completed
+            assert time.monotonic() < deadline, queue.stats(exact=True)
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)  # (the rest of the line it was writing, if any)
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert "Traceback" not in err, err
+    assert first["id"] == ids[0]
+    stats = queue.stats(exact=True)
+    assert (stats.ready, stats.leased) == (2, 0), stats
+    assert sorted(p.id for p in queue.peek(10)) == ids[1:]
+    queue.close()

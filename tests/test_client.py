@@ -132,6 +132,74 @@ def test_enqueue_many_is_one_statement_and_keeps_order(dsn: str) -> None:
         assert [(m.payload, m.priority, m.dequeue_at) for m in q.dequeue(5)] == [(1, 3, None), (2, 3, None)]
 
 
+def _every_kind_of_call(source: Conn | ConnectionPool[Any]) -> None:
+    """create, enqueue, receive (completed, failed), dequeue, complete, a call with a queue
+    probe, stats, and the module's functions, on a Queue over a caller's connection or pool;
+    on a connection (in autocommit mode), a receive inside the caller's transaction too."""
+    q = Queue(source, "jobs")
+    q.create(max_attempts=3, retry_base_ms=3_600_000, retry_cap_ms=3_600_000)
+    first, second, third = q.enqueue_many(["a", {"b": [1, None]}, b"c"])
+    with q.receive() as msg:
+        assert msg is not None and (msg.id, msg.payload) == (first, "a")
+    with pytest.raises(ValueError):
+        with q.receive() as msg:
+            assert msg is not None and msg.id == second
+            raise ValueError("retry me")
+    [got] = q.dequeue()
+    assert (got.id, got.payload) == (third, b"c")
+    assert q.complete(got) and not q.complete(got)
+    assert q.dead_letters() == [] and [p.id for p in q.peek()] == [second]  # (to be retried)
+    with pytest.raises(errors.QueueNotFound):
+        Queue(source, "missing").dead_letters()  # (an empty answer, then the probe)
+    stats = q.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 1, 0)
+    assert [s.queue for s in list_queues(source)] == ["default", "jobs"]
+    if isinstance(source, psycopg.Connection):
+        with source.transaction():
+            tx = q.enqueue("in a transaction")
+            with q.receive() as msg:
+                assert msg is not None and msg.id == tx
+        assert q.stats().total == 1
+
+
+class CountingRawCursor(psycopg.RawCursor[Any]):
+    statements = 0
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> CountingRawCursor:
+        CountingRawCursor.statements += 1
+        super().execute(query, params, **kwargs)
+        return self
+
+
+class CountingClientCursor(psycopg.ClientCursor[Any]):
+    statements = 0
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> CountingClientCursor:
+        CountingClientCursor.statements += 1
+        super().execute(query, params, **kwargs)
+        return self
+
+
+@pytest.mark.parametrize("factory", [psycopg.RawCursor, CountingRawCursor, psycopg.ClientCursor, CountingClientCursor],
+                         ids=lambda f: f.__name__)
+def test_a_callers_connection_of_any_cursor_factory_runs_every_call(factory: type[psycopg.Cursor[Any]],
+                                                                    dsn: str) -> None:
+    """pgqueue's statements take %(name)s parameters: on a connection whose cursor_factory is a
+    RawCursor ($1 placeholders) every call failed with a psycopg TypeError; pgqueue runs them on
+    plain cursors there (a RawCursor subclass included), and the caller's own cursors stay the
+    connection's. A ClientCursor (parameters bound on the client, the simple query protocol,
+    never prepared: what the caller chose it for) runs them as it is."""
+    CountingRawCursor.statements = CountingClientCursor.statements = 0
+    with psycopg.connect(dsn, autocommit=True, cursor_factory=factory) as c:
+        _every_kind_of_call(c)
+        assert type(c.cursor()) is factory
+    with ConnectionPool(dsn, min_size=1, max_size=2, kwargs={"cursor_factory": factory}) as pool:
+        Queue(pool, "jobs").drop()
+        _every_kind_of_call(pool)
+    assert CountingRawCursor.statements == 0
+    assert (CountingClientCursor.statements > 20) == (factory is CountingClientCursor)
+
+
 def test_enqueue_many_is_all_or_nothing(queue: Queue) -> None:
     queue.alter(max_size=2)
     with pytest.raises(errors.QueueFull) as info:
@@ -1511,6 +1579,49 @@ def test_reject_in_a_receive_block_dead_letters_at_once(dsn: str) -> None:
     [dead] = queue.dead_letters()
     assert (dead.attempts, dead.last_error) == (1, "Reject: not an order")
     assert queue.stats().scheduled == 0  # not a retry
+    queue.close()
+
+
+def test_a_group_of_rejects_in_a_receive_block_dead_letters_at_once_and_a_mixed_group_fails(dsn: str) -> None:
+    """A Reject raised inside an asyncio.TaskGroup reaches the block's end as an ExceptionGroup: a
+    group whose leaves are all Rejects rejects the message (last_error the Rejects' texts), one
+    that mixes a Reject with another error fails it (a retry), and a BaseExceptionGroup holding
+    a KeyboardInterrupt gives it back, as a KeyboardInterrupt does."""
+    from pgqueue import Reject
+
+    async def checks(order: object) -> None:
+        async with asyncio.TaskGroup() as tg:
+            async def check() -> None:
+                raise Reject(f"not an order: {order!r}")
+
+            tg.create_task(check())
+
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=5, retry_base_ms=3_600_000, retry_cap_ms=3_600_000)
+    tasked, nested, mixed, interrupted = queue.enqueue_many(["a", "b", "c", "d"])
+    with pytest.raises(ExceptionGroup):
+        with queue.receive() as msg:
+            assert msg is not None and msg.id == tasked
+            asyncio.run(checks(msg.payload))
+    with pytest.raises(ExceptionGroup):
+        with queue.receive() as msg:
+            assert msg is not None and msg.id == nested
+            raise ExceptionGroup("outer", [ExceptionGroup("inner", [Reject("one")]), Reject("two")])
+    with pytest.raises(ExceptionGroup):
+        with queue.receive() as msg:
+            assert msg is not None and msg.id == mixed
+            raise ExceptionGroup("mixed", [Reject("three"), ValueError("four")])
+    with pytest.raises(BaseExceptionGroup):
+        with queue.receive() as msg:
+            assert msg is not None and msg.id == interrupted
+            raise BaseExceptionGroup("interrupted", [Reject("five"), KeyboardInterrupt()])
+    dead = {d.id: d for d in queue.dead_letters()}
+    assert {i: (d.attempts, d.last_error) for i, d in dead.items()} == {
+        tasked: (1, "Reject: not an order: 'a'"), nested: (1, "Reject: one; Reject: two")}
+    [again] = queue.dequeue()  # given back, due at once; the mixed one waits for its retry
+    assert (again.id, again.attempts) == (interrupted, 2)
+    stats = queue.stats()
+    assert (stats.scheduled, stats.leased) == (1, 1)
     queue.close()
 
 

@@ -30,7 +30,7 @@ from conftest import REPO, Server, admin_execute, drop_database
 from helpers import pg_bindir, snapshot
 
 from pgqueue import Queue
-from pgqueue.installer import install, sql_version
+from pgqueue.installer import install, sql_version, uninstall
 
 PLAIN_DIR = REPO / "python" / "pgqueue" / "sql"
 CURRENT = sql_version()
@@ -190,6 +190,19 @@ def test_database_owner_installs_plain_uses_and_uninstalls(owner: Owner) -> None
     with owner.connect(db) as conn:
         assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
     refused(pgqueue("uninstall", "--yes", "--dsn", dsn), "not installed")
+
+
+@pytest.mark.parametrize("mode", ["plain", "extension"])
+def test_install_and_uninstall_on_a_raw_cursor_connection(owner: Owner, mode: str) -> None:
+    """``installer.install(conn)`` on a caller's connection opened with
+    ``cursor_factory=psycopg.RawCursor`` (``$1`` placeholders) installs and uninstalls: each step
+    failed with "raw queries require a sequence of parameters" (a review)."""
+    db = owner.database()
+    with psycopg.connect(owner.dsn(db), autocommit=True, cursor_factory=psycopg.RawCursor) as conn:
+        install(conn, mode)  # type: ignore[arg-type]
+        assert holds(conn) == ((CURRENT, None) if mode == "extension" else (None, CURRENT))
+        uninstall(conn, report=lambda _: None)
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
 
 
 def test_psql_f_of_the_generated_script_by_the_non_superuser_owner(owner: Owner) -> None:

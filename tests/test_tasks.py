@@ -275,3 +275,35 @@ def test_the_module_docstring_quotes_the_unknown_task_error_as_it_is() -> None:
         tasks.handler_for(msg)
     stored = f"{type(raised.value).__name__}: {raised.value}"
     assert stored in " ".join((pgqueue.tasks.__doc__ or "").split()), stored
+
+
+def test_a_group_of_rejects_rejects_and_a_mixed_group_is_settled_as_the_group() -> None:
+    """The rule of receive() and both workers for exception groups (an asyncio.TaskGroup's): a
+    group whose leaves, nested groups opened, are all Rejects rejects, its last_error the Rejects'
+    texts; anything else besides makes it what the group is: a failure (an ExceptionGroup) or an
+    interruption (a BaseExceptionGroup holding a KeyboardInterrupt, a cancellation)."""
+    from pgqueue import _core
+    from pgqueue.tasks import UnknownTask
+
+    one = ExceptionGroup("unhandled errors in a TaskGroup (1 sub-exception)", [Reject("bad payload")])
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [Reject("a"), UnknownTask("b")]), Reject("c")])
+    assert [_core.outcome(e) for e in (Reject("x"), one, nested)] == ["reject"] * 3
+    assert [_core.rejection_text(e) for e in (Reject("x"), one, nested)] == [
+        "Reject: x", "Reject: bad payload", "Reject: a; UnknownTask: b; Reject: c"]
+    assert [str(e) for e in _core.rejections(nested)] == ["a", "b", "c"]
+    mixed = ExceptionGroup("m", [Reject("a"), ExceptionGroup("n", [Reject("b"), ValueError("c")])])
+    interrupted = BaseExceptionGroup("i", [Reject("a"), KeyboardInterrupt()])
+    cancelled = BaseExceptionGroup("c", [asyncio.CancelledError()])
+    assert [_core.outcome(e) for e in (mixed, ValueError("v"), interrupted, cancelled, KeyboardInterrupt())] == [
+        "fail", "fail", "release", "release", "release"]
+    assert _core.rejections(mixed) == [] and _core.rejections(None) == []
+    assert _core.rejection_text(mixed) == "ExceptionGroup: m (2 sub-exceptions)"
+    # Queue.reject given a group of Rejects stores their texts as well
+    msg = _message(None)
+    assert _core.reject(msg, one).params["error"] == "Reject: bad payload"
+    assert _core.reject(msg, "as given").params["error"] == "as given"
+    # a group nested deeper than the recursion limit is read all the same
+    deep: BaseException = Reject("deep")
+    for _ in range(2000):  # (Python's recursion limit is 1000)
+        deep = ExceptionGroup("g", [deep])
+    assert _core.outcome(deep) == "reject" and _core.rejection_text(deep) == "Reject: deep"

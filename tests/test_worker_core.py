@@ -97,6 +97,53 @@ def test_a_plain_and_a_coroutine_handler_end_alike(kind: str, dsn: str) -> None:
     assert str(errors[ids["hang"]]).startswith("HandlerTimeout: the handler was still running after 3 s")
 
 
+async def _grouped(do: str) -> None:
+    """Raise a group of exceptions, as an asyncio.TaskGroup does with its tasks' errors."""
+    from pgqueue import Reject
+
+    async def reject() -> None:
+        raise Reject("not for us")
+
+    if do == "tasked":
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(reject())
+    if do == "nested":
+        raise ExceptionGroup("outer", [ExceptionGroup("inner", [Reject("one")]), Reject("two")])
+    if do == "mixed":
+        raise ExceptionGroup("mixed", [Reject("three"), ValueError("four")])
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_group_of_rejects_dead_letters_at_once_and_a_mixed_group_fails(kind: str, dsn: str) -> None:
+    """A Reject raised inside an asyncio.TaskGroup reaches the worker as an ExceptionGroup: a group
+    whose leaves are all Rejects dead-letters the message at once, with the Rejects' texts; one that
+    mixes a Reject with another error fails it (a retry)."""
+    queue = make_queue(dsn, max_attempts=5, retry_base_ms=3_600_000, retry_cap_ms=3_600_000)
+    ids = {name: queue.enqueue({"do": name}) for name in ("tasked", "nested", "mixed")}
+    results = Results()
+
+    def do(msg: Message) -> str:
+        assert isinstance(msg.payload, dict)
+        return str(msg.payload["do"])
+
+    if kind == "Worker":
+        worker: Worker | AsyncWorker = Worker(queue, lambda msg: asyncio.run(_grouped(do(msg))), on_result=results)
+    else:
+        async def handler(msg: Message) -> None:
+            await _grouped(do(msg))
+
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=results)
+    with running(worker):
+        wait_for(lambda: len(results.items) == 3, what="three results")
+    by_id = {r.message.id: r for r in results.items}
+    assert {name: (by_id[i].outcome, by_id[i].acknowledged) for name, i in ids.items()} == {
+        "tasked": ("dead", True), "nested": ("dead", True), "mixed": ("retried", True)}
+    assert isinstance(by_id[ids["tasked"]].error, ExceptionGroup)  # the hook sees what was raised
+    dead = {d.id: (d.attempts, d.last_error) for d in queue.dead_letters()}
+    assert dead == {ids["tasked"]: (1, "Reject: not for us"), ids["nested"]: (1, "Reject: one; Reject: two")}
+    assert queue.stats().scheduled == 1
+
+
 def test_a_hung_thread_past_its_timeout_does_not_hold_up_the_shutdown(dsn: str) -> None:
     queue = make_queue(dsn, lock_ms=60000, retry_base_ms=3600000, retry_cap_ms=3600000)
     hung = queue.enqueue({"limit": 0.3})  # hangs, times out: failed, its thread left behind

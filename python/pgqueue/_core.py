@@ -415,17 +415,54 @@ def heartbeat_interval(lease_ms: int) -> float:
 Outcome = Literal["complete", "fail", "reject", "release"]
 
 
+def rejections(exc: BaseException | None) -> list[Reject]:
+    """Return the :class:`pgqueue.Reject` exceptions that make ``exc`` a rejection, in order:
+    ``[exc]`` for a Reject; for an ``ExceptionGroup`` or a ``BaseExceptionGroup`` (an
+    ``asyncio.TaskGroup`` wraps what its tasks raised in one), its leaf exceptions, nested
+    groups opened, if every one of them is a Reject; else none (an empty list): a group that
+    holds anything else besides is not a rejection, and is settled as that group is (a
+    failure, or an interruption for a ``BaseExceptionGroup`` that holds a KeyboardInterrupt,
+    say)."""
+    if exc is None:
+        return []
+    leaves: list[Reject] = []
+    pending = [exc]
+    while pending:  # (a loop, not recursion: a deep nest of groups cannot overflow the stack)
+        e = pending.pop()
+        if isinstance(e, Reject):
+            leaves.append(e)
+        elif isinstance(e, BaseExceptionGroup):
+            pending.extend(reversed(e.exceptions))
+        else:
+            return []
+    return leaves
+
+
+def rejection_text(exc: BaseException) -> str:
+    """Return the ``last_error`` of a message dead-lettered because of ``exc`` (see
+    :func:`rejections`): the :func:`error_text` of each Reject of a group, joined by ``"; "``
+    (``"Reject: not an email"`` for a TaskGroup's one Reject, as for the bare Reject), rather
+    than the group's own text; the :func:`error_text` of anything else."""
+    leaves = rejections(exc)
+    if not leaves or isinstance(exc, Reject):
+        return error_text(exc)
+    return error_text("; ".join(error_text(e) for e in leaves))
+
+
 def outcome(exc: BaseException | None) -> Outcome:
     """Return what ``receive`` does with its message when the block ends.
 
     ``complete`` when the block succeeded; ``reject`` (to the dead letters now) when it raised
-    :class:`pgqueue.Reject`; ``fail`` (retry with back-off or dead-letter) when it raised
-    another ``Exception``; ``release`` (defer to now, another consumer may take it at once)
-    when it was interrupted: KeyboardInterrupt, SystemExit, asyncio cancellation.
+    :class:`pgqueue.Reject`, or a group of exceptions (an ``asyncio.TaskGroup``'s) all of whose
+    leaves are Rejects (:func:`rejections`); ``fail`` (retry with back-off or dead-letter) when
+    it raised another ``Exception`` (an ``ExceptionGroup`` that mixes Rejects with other
+    errors included); ``release`` (defer to now, another consumer may take it at once) when it
+    was interrupted: KeyboardInterrupt, SystemExit, asyncio cancellation, or a
+    ``BaseExceptionGroup`` that holds one.
     """
     if exc is None:
         return "complete"
-    if isinstance(exc, Reject):
+    if rejections(exc):
         return "reject"
     return "fail" if isinstance(exc, Exception) else "release"
 
@@ -863,8 +900,12 @@ def fail_reporting(msg: Message, error: str | BaseException) -> Call[tuple[bool,
 
 
 def reject(msg: Message, error: str | BaseException) -> Call[bool]:
-    """Return the call that dead-letters a leased message now; False if the lease was lost."""
-    return _error_in_ascii_too(Call(_sql.REJECT, {**_token(msg), "error": error_text(error)}, _bool))
+    """Return the call that dead-letters a leased message now; False if the lease was lost.
+
+    An exception is stored as :func:`rejection_text` gives it: a group of Rejects (a
+    TaskGroup's) as the Rejects' own texts."""
+    text = rejection_text(error) if isinstance(error, BaseException) else error_text(error)
+    return _error_in_ascii_too(Call(_sql.REJECT, {**_token(msg), "error": text}, _bool))
 
 
 def next_due(queue: str) -> Call[datetime | None]:

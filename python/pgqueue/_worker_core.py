@@ -54,7 +54,7 @@ from pgqueue.client import _execute
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, translating
 from pgqueue.message import Message, QueueSettings
-from pgqueue.tasks import Reject, Tasks, is_coroutine_callable
+from pgqueue.tasks import Tasks, is_coroutine_callable
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -1021,13 +1021,14 @@ class WorkerCore:
     def _fail(self, d: Delivery) -> Step[Result]:
         assert d.error is not None
         msg = d.message
-        if isinstance(d.error, Reject):  # no retry can fix it: dead-letter it now
-            ok = yield _core.reject(msg, _describe(d.error))
+        if _core.rejections(d.error):  # a Reject, or a group of them: no retry can fix it, dead-letter it now
+            reason = _core.rejection_text(d.error)
+            ok = yield _core.reject(msg, reason)
             self._let_go(d)
             if ok:
-                log.warning("message %d rejected: %s; moved to the dead letters", msg.id, _describe(d.error))
+                log.warning("message %d rejected: %s; moved to the dead letters", msg.id, reason)
             else:
-                self._lost_log(d, f"rejected: {_describe(d.error)}")
+                self._lost_log(d, f"rejected: {reason}")
             return Result(msg, "dead", ok, d.error, self._took(d))
         # retried or dead, as the server decided with the queue's max_attempts of the moment (a
         # queue_alter may have changed it since the worker started)

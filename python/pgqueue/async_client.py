@@ -88,6 +88,17 @@ async def _unreached(task: asyncio.Future[Any],
     return cancelled
 
 
+def _cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[tuple[Any, ...]]:
+    """A cursor for pgqueue's statements on ``conn`` (see :func:`pgqueue.client._cursor`): one
+    of the connection's ``cursor_factory`` (an ``AsyncClientCursor`` too), unless that class is
+    a ``psycopg.AsyncRawCursor`` (or a subclass), whose ``$1`` placeholders are not pgqueue's
+    ``%(name)s``; then a plain ``psycopg.AsyncCursor``."""
+    factory = conn.cursor_factory
+    if isinstance(factory, type) and issubclass(factory, psycopg.AsyncRawCursor):
+        return psycopg.AsyncCursor(conn, row_factory=tuple_row)
+    return conn.cursor(row_factory=tuple_row)
+
+
 async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
                    status: list[TransactionStatus] | None = None) -> T:
     """Run a call on a connection; with ``status``, append the connection's transaction status
@@ -97,7 +108,7 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
         call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
         with translating():
-            async with conn.cursor(row_factory=tuple_row) as cur:
+            async with _cursor(conn) as cur:
                 _core.utf8_texts(conn.info.encoding, cur.adapters)
                 _core.psycopg_arrays(call.params, cur.adapters)
                 await cur.execute(call.query, call.params)
@@ -476,7 +487,8 @@ class AsyncQueue:
         """Dequeue one message for the ``async with`` block and settle it when the block ends.
 
         Completes it when the block returns, fails it when the block raises an ``Exception``
-        (which propagates; :class:`pgqueue.Reject` dead-letters it now), gives it back for
+        (which propagates; :class:`pgqueue.Reject`, or an ``asyncio.TaskGroup``'s exception
+        group whose leaves are all Rejects, dead-letters it now), gives it back for
         immediate redelivery when the block is cancelled or interrupted, or when the
         heartbeats' connection cannot be opened (the block does not run). A cancellation that
         lands as the block ends, while its heartbeat task stops (a beat in flight is awaited

@@ -22,11 +22,14 @@ cancelled and the message failed with ``HandlerTimeout``; a handler that swallow
 cancellation still has its result ignored.
 
 Whatever a handler raises finishes its delivery: an Exception, or any other BaseException,
-fails the message. A CancelledError is a failure too unless the handler's own task was
-cancelled: by the shutdown (the message is given back) or from outside the worker, as
-``asyncio.run`` does to the tasks left at its end (given back as well). A KeyboardInterrupt or
-SystemExit (``sys.exit()`` in a handler) also stops the worker at once, the other messages
-given back, and :meth:`AsyncWorker.run` raises it when the worker has shut down.
+fails the message; a :class:`pgqueue.Reject` dead-letters it at once, and so does an exception
+group (an ``asyncio.TaskGroup``'s) whose leaves are all Rejects, with their texts as
+``last_error`` (a group that mixes a Reject with other errors fails the message). A
+CancelledError is a failure too unless the handler's own task was cancelled: by the shutdown
+(the message is given back) or from outside the worker, as ``asyncio.run`` does to the tasks
+left at its end (given back as well). A KeyboardInterrupt or SystemExit (``sys.exit()`` in a
+handler) also stops the worker at once, the other messages given back, and
+:meth:`AsyncWorker.run` raises it when the worker has shut down.
 
 Connections: one to fetch and acknowledge and one to renew leases, each opened again at its
 first call after a loss or a write refused by a read-only server (the loop's after the core's

@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns the exit status: 0 on success, 1 on an error, 2 on bad usage, 130 on Ctrl-C.
     """
     argv = sys.argv[1:] if argv is None else argv
+    global _DONE
+    _DONE = None
     bench_argv = _bench_argv(argv)
     if bench_argv is not None:  # every option after it belongs to the benchmark suite
         try:
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         else:
+            _check_utf8_arguments(args)
             run: Callable[[argparse.Namespace], int] = args.run
             if run in (_cmd_worker, _cmd_scheduler, _cmd_metrics, _cmd_dashboard, _cmd_demo):
                 status = run(args)  # they stop on the signals themselves
@@ -167,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `pgqueue dead list jobs | head`: the reader has gone
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
+        if _DONE is not None:  # the status 1 is the output's, not the work's: say so
+            _error(f"the output was closed before it was all written; done all the same: {_DONE}")
         return 1
     except (_OutputFailed, OSError) as exc:  # `> /dev/full`, a disk that filled up
         cause = exc.__cause__ if isinstance(exc, _OutputFailed) else exc
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
-        _error(f"cannot write the output: {cause.strerror}")
+        done = f"; done all the same: {_DONE}" if _DONE is not None else ""
+        _error(f"cannot write the output: {cause.strerror}{done}")
         return 1
     except Exception as exc:
         message = describe_error(exc)
@@ -197,6 +203,67 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         prog = getattr(args, "command_prog", PROG)
         raise UsageError(f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)")
     return args
+
+
+#: What a command that changes the database did, once it is done (:func:`_done`): said when
+#: the output then cannot be written, whose exit status 1 would otherwise read as "not done"
+#: (`pgqueue enqueue jobs x >> ids.log` on a full disk: the message is on the queue).
+_DONE: str | None = None
+
+
+def _done(what: str) -> None:
+    global _DONE
+    _DONE = what
+
+
+def _not_utf8(text: str) -> str | None:
+    """Where ``text`` is not UTF-8 (bytes the locale could not decode, kept as surrogates by
+    Python's argv and environ), or None if it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        byte = f"byte 0x{code - 0xDC00:02x} " if 0xDC80 <= code <= 0xDCFF else ""
+        return f"{byte}at character {exc.start}"
+    return None
+
+
+#: Arguments whose value an error must not repeat (the message names them only).
+_SECRET = frozenset({"dsn", "token"})
+
+
+def _check_utf8_arguments(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not UTF-8 text (bytes of another encoding in a name, a DSN, a
+    cron expression...), naming it, without repeating it (a DSN or a token may hold a
+    password): one line, exit 1, before anything is done. A DSN or a --token was a
+    UnicodeEncodeError traceback, and a name "a text the connection's client encoding (utf-8)
+    cannot hold", which did not say which."""
+    parser: argparse.ArgumentParser | None = getattr(args, "command_parser", None)
+    names: dict[str, str] = {}
+    for action in parser._actions if parser is not None else ():
+        longest = max(action.option_strings, key=len, default=None)
+        names[action.dest] = longest or str(action.metavar or action.dest.upper())
+    for dest, value in vars(args).items():
+        if dest in ("bench_args", "command_prog", "command_parser", "run"):
+            continue
+        if dest == "target" and isinstance(value, list):  # worker [DSN] QUEUE MODULE:FUNCTION
+            labels = ["DSN", "QUEUE", "MODULE:FUNCTION"][-len(value):] if len(value) <= 3 else []
+            items = list(zip(labels, value))
+        elif isinstance(value, str):
+            items = [(names.get(dest, dest), value)]
+        else:
+            continue
+        for name, text in items:
+            where = _not_utf8(text)
+            if where is None:
+                continue
+            if dest == "payload":
+                raise UserError(_NOT_UTF8.format(where=where))
+            if dest == "dsn" or name == "DSN":
+                raise UserError(f"invalid connection string: {name} is not valid UTF-8 text ({where})")
+            if dest == "token":
+                name = f"{name} (or $PGQUEUE_DASHBOARD_TOKEN)"
+            raise UserError(f"{name} is not valid UTF-8 text ({where})")
 
 
 def describe_error(exc: BaseException) -> str | None:
@@ -302,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                 parent: Any = commands, options: argparse.ArgumentParser = common) -> argparse.ArgumentParser:
         """Add a command; one without ``run`` is a group whose actions are its subcommands."""
         p: argparse.ArgumentParser = parent.add_parser(name, parents=[options], help=help, description=help)
-        p.set_defaults(run=run or _usage_of(p), command_prog=p.prog)
+        p.set_defaults(run=run or _usage_of(p), command_prog=p.prog, command_parser=p)
         return p
 
     # bench
@@ -607,6 +674,14 @@ def _address(text: str) -> str:
     nothing: pass 0.0.0.0 or :: for every address)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("expected an address (0.0.0.0 or :: for every address), got ''")
+    if not text.isascii():
+        # a name the socket cannot encode (a label over 63 characters, bytes that are not
+        # UTF-8) raised TypeError or UnicodeError out of bind(): a traceback (a review)
+        try:
+            text.encode("idna")
+        except UnicodeError:
+            raise argparse.ArgumentTypeError(f"expected an address (a host name or an IP address), "
+                                             f"got {text!r}") from None
     return text
 _id = _int_range(1, _BIGINT_MAX, f"an id (a positive integer up to {_BIGINT_MAX})")
 _batch = _int_range(1, 10000)  # messages or groups one call returns
@@ -644,6 +719,10 @@ def resolve_dsn(args: argparse.Namespace) -> str:
     built-in defaults (the local socket, the user's name), as psql does.
     """
     dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""
+    where = _not_utf8(dsn)
+    if where is not None:  # (psycopg raised UnicodeEncodeError: a traceback)
+        name = "--dsn" if getattr(args, "dsn", None) else f"${DSN_ENV}"
+        raise UserError(f"invalid connection string: {name} is not valid UTF-8 text ({where})")
     return dsn
 
 
@@ -689,6 +768,11 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{PROG} {__version__} ({DISTRIBUTION})", file=out)
     dsn: str = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or ""  # "": libpq's PG* defaults
     where = ""
+    try:
+        resolve_dsn(args)
+    except UserError as exc:  # (not UTF-8)
+        print(f"database: not connected ({exc})", file=out)
+        return 0
     try:
         with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3), **utf8(dsn)) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
@@ -915,6 +999,9 @@ def _run_bench(bench_args: list[str]) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pgqueue.demo import run_from_args
 
+    if getattr(args, "dsn", None) or os.environ.get(DSN_ENV):
+        resolve_dsn(args)  # one that is not UTF-8: one line, not a traceback
+
     return run_from_args(args)
 
 
@@ -924,6 +1011,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args), check=False) as conn:
         try:
             installer.install(conn, args.mode)
+            _done("pgqueue installed")
         except installer.InstallError as exc:
             raise UserError(str(exc)) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -941,6 +1029,7 @@ def _cmd_uninstall(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args), check=False) as conn:
         try:
             installer.uninstall(conn)
+            _done("pgqueue uninstalled")
         except installer.InstallError as exc:
             raise UserError(str(exc)) from exc
     return 0
@@ -968,6 +1057,8 @@ def _read_stdin() -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(_NOT_UTF8.format(where=f"at byte {exc.start} of standard input")) from exc
+    except OSError as exc:  # opened write-only (`0>file`), a terminal gone (EIO): it was a traceback
+        raise UserError(f"PAYLOAD is '-' but standard input cannot be read: {exc.strerror or exc}") from exc
 
 
 def _json_payload(text: str) -> object:
@@ -982,6 +1073,9 @@ def _json_payload(text: str) -> object:
         if str(exc).startswith("Out of range float"):  # 1e400: JSON, which Python reads as an infinity
             raise UserError("PAYLOAD holds a number beyond a double's range (about 1.8e308): the client "
                             "cannot send it") from exc
+        if str(exc).startswith("Exceeds the limit"):  # valid JSON: it was called invalid, pointing at Python
+            raise UserError(f"PAYLOAD holds an integer of more than {sys.get_int_max_str_digits()} digits: "
+                            "the client cannot read it (send it as a string)") from exc
         raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
     return payload
 
@@ -1001,6 +1095,7 @@ def _cmd_enqueue(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, at=args.at, priority=args.priority,
                                                  task=args.task, group=args.group, key=args.key)
+    _done(f"message {msg_id} is on queue {args.queue}")
     print(msg_id)
     return 0
 
@@ -1018,18 +1113,26 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
         queue = Queue(conn, args.queue)
         messages = queue.dequeue(args.limit, lock_ms=args.lock_ms)
         lost: list[Message] = []
-        for i, msg in enumerate(messages):
-            try:
-                print(json.dumps(_message_json(msg)), flush=True)
-            except OSError as exc:  # the reader has gone, or the output cannot take it (a full disk):
-                for unprinted in messages[i:]:  # this one and the rest were not printed
-                    if unprinted.leased:
-                        queue.defer(unprinted)  # (False: its lease was lost already, nothing to give back)
-                if isinstance(exc, BrokenPipeError):
-                    raise
-                raise _OutputFailed(str(exc)) from exc
-            if args.complete and msg.leased and not queue.complete(msg):
-                lost.append(msg)
+        printed = handled = 0  # lines written; messages whose line is written and, with --complete, completed
+        try:
+            for i, msg in enumerate(messages):
+                try:
+                    print(json.dumps(_message_json(msg)), flush=True)
+                except OSError as exc:  # the reader has gone, or the output cannot take it (a full disk):
+                    _give_back(queue, messages[i:])  # this one and the rest were not printed
+                    if isinstance(exc, BrokenPipeError):
+                        raise
+                    raise _OutputFailed(str(exc)) from exc
+                printed = i + 1
+                if args.complete and msg.leased and not queue.complete(msg):
+                    lost.append(msg)
+                handled = i + 1
+        except KeyboardInterrupt:
+            # Ctrl-C, SIGTERM or SIGHUP while it prints (a slow reader) or completes: the messages
+            # not printed, or printed but not completed, are given back as when the output closes;
+            # they stayed leased until their lease ran out (a --lock-ms of up to a year: a review)
+            _give_back(queue, messages[handled if args.complete else printed:])
+            raise
         if not messages:
             print(f"no message ready on queue {args.queue}", file=sys.stderr)
         elif not args.complete and any(m.leased for m in messages):
@@ -1040,6 +1143,13 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
                f"and another consumer holds or has handled them): {' '.join(str(m.id) for m in lost)}")
         return 1
     return 0
+
+
+def _give_back(queue: Queue, messages: Sequence[Message]) -> None:
+    """Give back the leased ones of ``messages`` (not taken in delete mode), due at once."""
+    for msg in messages:
+        if msg.leased:
+            queue.defer(msg)  # (False: its lease was lost already, nothing to give back)
 
 
 def _message_json(msg: Message) -> dict[str, object]:
@@ -1082,6 +1192,7 @@ def _cmd_peek(args: argparse.Namespace) -> int:
 def _cmd_cancel(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         removed = Queue(conn, args.queue).cancel(args.ids)
+    _done(f"{len(removed)} message(s) cancelled")
     for msg in removed:
         print(json.dumps(_pending_json(msg)), flush=True)
     kept = sorted(set(args.ids) - {m.id for m in removed})
@@ -1556,6 +1667,7 @@ def _cmd_dead_requeue(args: argparse.Namespace) -> int:
             n = _dead_by_id(conn, args.queue, args.ids, requeue, "requeued")
         else:
             n = requeue()
+    _done(f"{n} dead letter(s) requeued")
     due = (f", due at {args.at.astimezone(timezone.utc).isoformat()}" if args.at else f", due in {args.delay:g} s" if args.delay else "")
     print(f"requeued {n} dead letter(s) on queue {args.queue}{due}")
     return 0
@@ -1571,6 +1683,7 @@ def _cmd_dead_purge(args: argparse.Namespace) -> int:
             n = _dead_by_id(conn, args.queue, args.ids, queue.purge_dead, "purged")
         else:
             n = queue.purge_dead()
+    _done(f"{n} dead letter(s) purged")
     print(f"purged {n} dead letter(s) from queue {args.queue}")
     return 0
 
@@ -1582,6 +1695,7 @@ def _cmd_schedule_create(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         create_schedule(conn, args.name, args.queue, payload, every=args.every, cron=args.cron,
                         missed=args.missed, task=args.task)
+        _done(f"schedule {printable(args.name)} created")
         print(schedules_table([s for s in _schedules(conn) if s.name == args.name]))
     return 0
 
@@ -1612,6 +1726,7 @@ def _cmd_schedule_drop(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         if not drop_schedule(conn, args.name):
             raise UserError(f'schedule "{args.name}" does not exist (see `pgqueue schedule list`)')
+    _done(f"schedule {printable(args.name)} dropped")
     print(f"dropped schedule {args.name}")
     return 0
 
@@ -1622,6 +1737,7 @@ def _cmd_schedule_run(args: argparse.Namespace) -> int:
     held: list[str] = []
     with connect(resolve_dsn(args)) as conn:
         done = run_schedules(conn, on_held=held.append)
+    _done(f"{len(done)} message(s) enqueued")
     for m in done:
         print(json.dumps({"schedule": m.schedule, "message_id": m.message_id, "slot": m.slot.isoformat()}))
     for notice in held:
@@ -1733,6 +1849,7 @@ def _cmd_queue_create(args: argparse.Namespace) -> int:
         except QueueExists as exc:
             raise UserError(f"queue {args.queue} already exists (change it with `pgqueue queue alter`, "
                             "or pass --if-not-exists)") from exc
+        _done(f"queue {args.queue} {'exists' if args.if_not_exists else 'created'}")
         settings = queue.settings()
         print(settings_table([settings]))
     # --if-not-exists of a queue that exists with other settings: it is left as it is, which
@@ -1755,6 +1872,7 @@ def _cmd_queue_alter(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         queue.alter(**options)
+        _done(f"queue {args.queue} altered")
         print(settings_table([queue.settings()]))
     return 0
 
@@ -1763,6 +1881,7 @@ def _cmd_queue_drop(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         dropped = Queue(conn, args.queue).drop()
     if dropped:
+        _done(f"queue {args.queue} dropped")
         print(f"dropped queue {args.queue}")
     elif args.if_exists:
         print(f"queue {args.queue} does not exist")

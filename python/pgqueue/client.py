@@ -102,11 +102,26 @@ def _caller_lock(conn: psycopg.Connection[Any]) -> threading.RLock:
         return lock
 
 
+def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
+    """A cursor for pgqueue's statements on ``conn``: one of the connection's ``cursor_factory``
+    (a caller's cursor class that logs or counts statements sees pgqueue's too; a
+    ``psycopg.ClientCursor`` binds their parameters on the client and sends them by the simple
+    query protocol, never prepared, as the caller chose it for), unless that class is a
+    ``psycopg.RawCursor`` (or a subclass): its queries take ``$1`` placeholders, not pgqueue's
+    ``%(name)s``, and every call failed with a psycopg TypeError; then a plain
+    ``psycopg.Cursor``, which binds on the server as a RawCursor does. The caller's own
+    statements keep the connection's cursors."""
+    factory = conn.cursor_factory
+    if isinstance(factory, type) and issubclass(factory, psycopg.RawCursor):
+        return psycopg.Cursor(conn, row_factory=tuple_row)
+    return conn.cursor(row_factory=tuple_row)
+
+
 def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     if call.untranslatable is not None and _core.server_refuses(call, conn.info):
         call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
-        with translating(), conn.cursor(row_factory=tuple_row) as cur:
+        with translating(), _cursor(conn) as cur:
             _core.utf8_texts(conn.info.encoding, cur.adapters)
             _core.psycopg_arrays(call.params, cur.adapters)
             rows = cur.execute(call.query, call.params).fetchall()
@@ -637,13 +652,14 @@ class Queue:
 
         ``with queue.receive() as msg:`` gives None if no message is due. Otherwise, when the
         block returns the message is completed; when it raises an ``Exception`` the message is
-        failed with it (retry after back-off, or dead letter; :class:`pgqueue.Reject`: dead
-        letter now) and the exception propagates; when it is interrupted (KeyboardInterrupt,
-        SystemExit) the message is given back for immediate redelivery, as it is when the
-        heartbeats' connection cannot be opened (the block does not run; the error
-        propagates). If settling itself fails, the block's exception still propagates, with
-        a note. An interruption that lands while the dequeue is being answered
-        leaves the message ready too: on an autocommit connection the dequeue runs in a
+        failed with it (retry after back-off, or dead letter; :class:`pgqueue.Reject`, or an
+        exception group whose leaves are all Rejects: dead letter now) and the exception
+        propagates; when it is interrupted (KeyboardInterrupt, SystemExit, or a
+        ``BaseExceptionGroup`` holding one) the message is given back for immediate
+        redelivery, as it is when the heartbeats' connection cannot be opened (the block does
+        not run; the error propagates). If settling itself fails, the block's exception still
+        propagates, with a note. An interruption that lands while the dequeue is being
+        answered leaves the message ready too: on an autocommit connection the dequeue runs in a
         transaction of its own (BEGIN and COMMIT, two more round trips), committed only once
         its answer is read; inside a caller's transaction the lease is undone with it. There
         the dequeue is a statement of the caller's transaction, as every call is: refused

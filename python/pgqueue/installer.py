@@ -40,6 +40,18 @@ from pgqueue import _sql
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue.compat import major_minor
 
+
+def _run(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> psycopg.Cursor[Any]:
+    """``conn.execute(query, params)`` on a cursor that reads pgqueue's ``%s`` and ``%(name)s``
+    placeholders: the connection's ``cursor_factory``, unless it is a ``psycopg.RawCursor``
+    (``$1`` placeholders), where every step failed with a psycopg TypeError; then a plain
+    ``psycopg.Cursor`` (as :func:`pgqueue.client._cursor` does for the client's calls)."""
+    factory = conn.cursor_factory
+    cur: psycopg.Cursor[Any] = (psycopg.Cursor(conn) if isinstance(factory, type) and issubclass(factory, psycopg.RawCursor)
+                                else conn.cursor())
+    return cur.execute(query, params)
+
+
 __all__ = [
     "InstallError",
     "InstallState",
@@ -165,7 +177,7 @@ class InstallState:
 
 def read_state(conn: psycopg.Connection[Any]) -> InstallState:
     """Return what the connection's database holds of pgqueue (runs in the caller's transaction)."""
-    row = conn.execute(_sql.INSTALL_STATE, {"version": sql_version()}).fetchone()
+    row = _run(conn, _sql.INSTALL_STATE, {"version": sql_version()}).fetchone()
     assert row is not None
     extension, owner, has_record, available, user, database = row
     plain: str | None = None
@@ -188,7 +200,7 @@ def _others_plain_version(conn: psycopg.Connection[Any]) -> str | None:
     reading it runs nothing of that role's: pgqueue.install a plain table (not a view) with a
     text column version and no row security, whose policies would run as this role. None
     otherwise."""
-    safe = conn.execute(_sql.INSTALL_TABLE_PLAIN).fetchone()
+    safe = _run(conn, _sql.INSTALL_TABLE_PLAIN).fetchone()
     if not (safe and safe[0]):
         return None
     try:
@@ -201,7 +213,7 @@ def _others_plain_version(conn: psycopg.Connection[Any]) -> str | None:
 
 def _recorded_versions(conn: psycopg.Connection[Any]) -> list[str]:
     """The versions pgqueue.install records (NULLs left out)."""
-    return [str(r[0]) for r in conn.execute(_sql.INSTALL_VERSIONS) if r[0] is not None]
+    return [str(r[0]) for r in _run(conn, _sql.INSTALL_VERSIONS) if r[0] is not None]
 
 
 def _highest(versions: list[str]) -> str | None:
@@ -336,7 +348,7 @@ def _as_extension_owner(conn: psycopg.Connection[Any], database: str) -> bool:
         InstallError: this role is not the owner and may not become it; the message names the
             owner (ALTER EXTENSION says only "must be owner of extension pgqueue").
     """
-    row = conn.execute(_EXTENSION_OWNER).fetchone()
+    row = _run(conn, _EXTENSION_OWNER).fetchone()
     if row is None:
         return False
     if not (row[1] or row[2]):
@@ -345,7 +357,7 @@ def _as_extension_owner(conn: psycopg.Connection[Any], database: str) -> bool:
             f"(ALTER EXTENSION); connect as {row[0]}, or as a role that may SET ROLE to it, and run "
             "`pgqueue install` again")
     if not row[1]:
-        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(str(row[0]))))
+        _run(conn, sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(str(row[0]))))
     return True
 
 
@@ -354,13 +366,13 @@ def _no_statement_timeout(conn: psycopg.Connection[Any]) -> None:
     DO block; or the extension's, run by CREATE / ALTER EXTENSION) is one statement, so a role's
     statement_timeout, meant for one statement of it, would bound the whole install or upgrade
     step (lock waits are bounded by lock_timeout)."""
-    conn.execute("SET LOCAL statement_timeout = 0")
+    _run(conn, "SET LOCAL statement_timeout = 0")
 
 
 def _run_script(conn: psycopg.Connection[Any], script: str) -> None:
     """Run a plain script in the caller's transaction, with no statement_timeout."""
     _no_statement_timeout(conn)
-    conn.execute(script.encode())
+    _run(conn, script.encode())
 
 
 def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
@@ -371,21 +383,21 @@ def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
     workers were running. Each try waits at most _LOCK_TRY_MS for a lock, then lets go of what it
     took (a savepoint) and tries again; once it holds them all, the workers wait for the upgrade
     and go on after it."""
-    tables = [str(r[0]) for r in conn.execute(_UPGRADE_TABLES)]
+    tables = [str(r[0]) for r in _run(conn, _UPGRADE_TABLES)]
     if not tables:
         return
     lock = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
         sql.SQL(", ").join(sql.Identifier("pgqueue", t) for t in tables))
-    row = conn.execute("SELECT pg_catalog.current_setting('lock_timeout')").fetchone()
+    row = _run(conn, "SELECT pg_catalog.current_setting('lock_timeout')").fetchone()
     assert row is not None
     deadline = time.monotonic() + _LOCK_TRIES_S
     while True:
         try:
             with conn.transaction():
-                conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{_LOCK_TRY_MS}ms")))
-                conn.execute(lock)
+                _run(conn, sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{_LOCK_TRY_MS}ms")))
+                _run(conn, lock)
                 # the step itself waits as the session would have (the locks it needs are held now)
-                conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (row[0],))
+                _run(conn, "SELECT pg_catalog.set_config('lock_timeout', %s, true)", (row[0],))
             return
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             if time.monotonic() > deadline:
@@ -412,13 +424,13 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
     if version is None:
         with conn.transaction():
             _no_statement_timeout(conn)  # (the extension's script, too, is one statement)
-            conn.execute(sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
+            _run(conn, sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
     else:
         with conn.transaction():
             _no_statement_timeout(conn)  # (before the locks' tries, each bounded by lock_timeout)
             if _as_extension_owner(conn, state.database):
                 _lock_for_upgrade(conn)
-            conn.execute(sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
+            _run(conn, sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
     if version is None:
         summary = f"pgqueue {target} installed (extension) in database {state.database}"
     else:
@@ -447,7 +459,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
     applied: list[tuple[str, str]] = []  # this run's steps (another run may apply some in between)
     while True:
         with conn.transaction():
-            conn.execute(_sql.INSTALL_LOCK)
+            _run(conn, _sql.INSTALL_LOCK)
             # read again under the lock: another `pgqueue install` may have moved it meanwhile
             recorded = read_state(conn).plain
             if recorded is None:
@@ -513,14 +525,14 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
         with conn.transaction():
             try:
                 with conn.transaction():
-                    conn.execute(_sql.DROP_EXTENSION)
+                    _run(conn, _sql.DROP_EXTENSION)
             except psycopg.errors.DependentObjectsStillExist as exc:
                 # the server's hint is DROP ... CASCADE, which would drop them silently: name them instead
                 raise _dependents_error(
                     (exc.diag.message_detail or exc.diag.message_primary or str(exc)).splitlines()) from exc
             except psycopg.errors.InsufficientPrivilege as exc:
                 # DROP EXTENSION says only "must be owner of extension pgqueue": name the owner
-                row = conn.execute(_EXTENSION_OWNER).fetchone()
+                row = _run(conn, _EXTENSION_OWNER).fetchone()
                 if row is None:
                     raise
                 raise InstallError(
@@ -528,7 +540,7 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
                     f"uninstalls it (DROP EXTENSION); connect as {row[0]} and run `pgqueue uninstall` again") from exc
             try:
                 with conn.transaction():
-                    conn.execute(_sql.DROP_SCHEMA_IF_EMPTY)
+                    _run(conn, _sql.DROP_SCHEMA_IF_EMPTY)
                 kept = ""
             except psycopg.errors.DependentObjectsStillExist:
                 kept = _kept([o.description for o in _schema_objects(conn)])
@@ -589,7 +601,7 @@ _DROP_KEYWORDS: dict[str, str] = {
 
 def _schema_objects(conn: psycopg.Connection[Any]) -> list[_Object]:
     return [_Object(int(r[0]), int(r[1]), bool(r[2]), str(r[3]), str(r[4]), str(r[5]))
-            for r in conn.execute(_sql.SCHEMA_OBJECTS)]
+            for r in _run(conn, _sql.SCHEMA_OBJECTS)]
 
 
 def _recipe(version: str) -> list[str] | None:
@@ -644,9 +656,9 @@ def _reference(conn: psycopg.Connection[Any], database: str, version: str | None
     for scripts in recipes:
         try:
             with conn.transaction() as savepoint:
-                conn.execute(sql.SQL(_sql.SCHEMA_ASIDE).format(sql.Identifier(f"pgqueue_uninstall_{uuid.uuid4().hex}")))
+                _run(conn, sql.SQL(_sql.SCHEMA_ASIDE).format(sql.Identifier(f"pgqueue_uninstall_{uuid.uuid4().hex}")))
                 for name in scripts:
-                    conn.execute(_read(name).encode())
+                    _run(conn, _read(name).encode())
                 made |= {(o.kind, o.identity) for o in _schema_objects(conn)}
                 raise psycopg.Rollback(savepoint)
         except psycopg.Error as exc:
@@ -684,7 +696,7 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
     drop it too.
     """
     with conn.transaction():
-        conn.execute(_sql.INSTALL_LOCK)
+        _run(conn, _sql.INSTALL_LOCK)
         # read again under the lock: a `pgqueue install` may have upgraded it meanwhile
         version = read_state(conn).plain
         if version is not None and _newer(version, sql_version()):
@@ -693,7 +705,7 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
                 f"{__version__} knows the objects of {sql_version()} and older): refusing to uninstall what it cannot "
                 f"tell from your own objects in schema pgqueue; upgrade the client (pip install ./python in a "
                 f"clone of pgqueue at that release: {DISTRIBUTION} is not on PyPI)")
-        conn.execute(_sql.QUIET)
+        _run(conn, _sql.QUIET)
         reference = _reference(conn, state.database, version)
         objects = _schema_objects(conn)
         ours = [o for o in objects if o.owned and (o.kind, o.identity) in reference]
@@ -704,8 +716,8 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
                                "nothing was dropped; please report this")
         tables = [o.identity for o in ours if o.kind in ("table", "partitioned table")]
         if tables:  # before looking at what depends on them: nobody adds to that meanwhile
-            conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE".encode())
-        dependents = [str(r[0]) for r in conn.execute(_sql.NOT_OURS_DEPENDENTS, {
+            _run(conn, f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE".encode())
+        dependents = [str(r[0]) for r in _run(conn, _sql.NOT_OURS_DEPENDENTS, {
             "classids": [o.classid for o in ours], "objids": [o.objid for o in ours]})]
         if dependents:
             raise _dependents_error(dependents)
@@ -713,7 +725,7 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
                  for keyword in dict.fromkeys(_DROP_KEYWORDS.values())
                  if any(_DROP_KEYWORDS[o.kind] == keyword for o in ours)]
         if drops:
-            conn.execute(";\n".join(drops).encode())
+            _run(conn, ";\n".join(drops).encode())
         # what the checks above promise, checked again on what is left: every object that is not
         # pgqueue's is still there, and none of pgqueue's
         left = {(o.classid, o.objid) for o in _schema_objects(conn)}
@@ -724,7 +736,7 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
                 "kept some of pgqueue's: rolled back, nothing was dropped; please report this")
         try:
             with conn.transaction():
-                conn.execute(_sql.DROP_SCHEMA_IF_EMPTY)
+                _run(conn, _sql.DROP_SCHEMA_IF_EMPTY)
             kept = ""
         except psycopg.errors.DependentObjectsStillExist:
             kept = _kept([o.description for o in others])

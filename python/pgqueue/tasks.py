@@ -16,7 +16,8 @@ task=send_email``), so a producer in any language sets it too: with
 A message whose task is not registered, or that names none, is dead-lettered at once (no retry
 can fix it) with ``last_error`` saying so: ``UnknownTask: no task 'x' in this worker's registry
 (it has: send_email)``. Any handler can do the same for its own message by raising
-:class:`Reject`.
+:class:`Reject` (inside an ``asyncio.TaskGroup`` too: a group of Rejects alone rejects, see
+:class:`Reject`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,17 @@ F = TypeVar("F", bound=TaskHandler)
 
 
 class Reject(Exception):
-    """Raise from a handler to move its message to the dead letters now, without retries."""
+    """Raise from a handler (or a ``receive`` block) to move its message to the dead letters
+    now, without retries; ``last_error`` is ``"Reject: <its message>"``.
+
+    Raised inside an ``asyncio.TaskGroup`` (or anything else that wraps exceptions in an
+    ``ExceptionGroup`` or a ``BaseExceptionGroup``), it still rejects the message when every
+    leaf exception of the group (nested groups opened) is a Reject; ``last_error`` is then the
+    Rejects' texts, joined by ``"; "``. A group that holds anything else besides a Reject is
+    settled as that group is: an ``ExceptionGroup`` fails the message (retry after back-off),
+    and a ``BaseExceptionGroup`` that holds a KeyboardInterrupt, a SystemExit or a
+    cancellation is an interruption (``receive`` gives the message back; a worker fails it).
+    """
 
 
 class UnknownTask(Reject):

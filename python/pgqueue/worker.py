@@ -226,11 +226,12 @@ class Worker(WorkerCore):
             worker thread (or a :class:`pgqueue.Tasks` registry, which dispatches by task name).
             Returning completes the message; raising fails it (retry after the queue's back-off,
             dead letter after ``max_attempts``); raising :class:`pgqueue.Reject` dead-letters it
-            now. A coroutine function (or an object whose ``__call__`` is one) is refused with
-            TypeError; a handler that returns an awaitable anyway has its message failed with a
-            TypeError (nothing awaited it). A KeyboardInterrupt or SystemExit from a handler fails
-            its message, then stops the worker at once (the other messages given back) and
-            :meth:`run` raises it.
+            now, and so does an exception group whose leaves are all Rejects (a TaskGroup's;
+            one mixed with other errors fails the message). A coroutine function (or an object
+            whose ``__call__`` is one) is refused with TypeError; a handler that returns an
+            awaitable anyway has its message failed with a TypeError (nothing awaited it). A
+            KeyboardInterrupt or SystemExit from a handler fails its message, then stops the
+            worker at once (the other messages given back) and :meth:`run` raises it.
         concurrency: the most handlers running at once, and messages held at once.
         batch_size: the most messages fetched by one dequeue (default: the free slots).
         lock_ms: the lease of each delivery (default: the queue's ``lock_ms``, read when the
