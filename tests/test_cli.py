@@ -1361,3 +1361,128 @@ def test_dequeue_stopped_while_it_prints_gives_back_what_it_did_not_print(dsn: s
     assert (stats.ready, stats.leased) == (2, 0), stats
     assert sorted(p.id for p in queue.peek(10)) == ids[1:]
     queue.close()
+
+
+def test_a_long_bad_value_is_quoted_by_its_start_and_length(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """A bad value of 10,000 characters was echoed in full in the one-line error (`enqueue --task`,
+    a queue name holding NUL, a number, a time, a handler): its first 100 characters are
+    quoted, with an ellipsis and its length."""
+    long = "a" * 10_000
+    cases: list[tuple[list[str], str, int]] = [
+        (["enqueue", "default", "x", "--task", long], "invalid task name 'aaaa", 1),
+        (["enqueue", "default", "x", "--task", "ok", "--key", "k\x00" + long], "key must not contain NUL", 1),
+        (["schedule", "create", "s", "default", "x", "--every", "60", "--task", long], "invalid task name 'aaaa", 1),
+        (["enqueue", "q\x00" + long, "x"], "invalid queue name 'q\\x00aaaa", 1),
+        (["dequeue", "default", "--limit", "1" * 10_000], "--limit: expected", 2),
+        (["enqueue", "default", "x", "--at", long], "--at: expected", 2),
+        (["metrics", "--host", "\u00e9" * 10_000], "--host: expected", 2),
+        (["worker", "default", long], "MODULE:FUNCTION", 2),
+        (["worker", "default", "m" * 10_000 + ":f"], "cannot import handler module 'mmmm", 1),
+    ]
+    for argv, words, code in cases:
+        status, out, err = run(capsys, *argv, "--dsn", dsn)
+        assert_one_line_error(status, out, err, words, code=code)
+        assert "\u2026' (" in err and "characters)" in err, err
+        assert len(err) < 500, err[:1000]
+    assert Queue(dsn).stats().total == 0
+    # a value of 100 characters or fewer is quoted whole, as before
+    status, out, err = run(capsys, "enqueue", "default", "x", "--task", "b" * 99 + "!", "--dsn", dsn)
+    assert_one_line_error(status, out, err, f"invalid task name '{'b' * 99}!': 1 to 200 letters")
+
+
+def test_number_options_take_ascii_decimal_digits_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """int() and float() read "1_0" as 10 and other scripts' digits ("\u0665", Arabic-Indic 5) as
+    digits: `dequeue --limit 1_0` took 10 messages. A number option takes ASCII decimal digits
+    (a sign, a fraction, an exponent where they are numbers of seconds), else usage, exit 2."""
+    unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
+    cases: list[tuple[list[str], str]] = [
+        (["dequeue", "default", "--limit", "1_0"], "--limit"),
+        (["dequeue", "default", "--limit", "\u0665"], "--limit"),
+        (["dequeue", "default", "--lock-ms", "\uff11\uff10"], "--lock-ms"),  # fullwidth 10
+        (["cancel", "default", "1_2"], "ID"),
+        (["enqueue", "default", "x", "--priority", "\u0967"], "--priority"),  # Devanagari 1
+        (["enqueue", "default", "x", "--delay", "1_0"], "--delay"),
+        (["enqueue", "default", "x", "--delay", "\u0665.5"], "--delay"),
+        (["schedule", "create", "s", "default", "x", "--every", "6_0"], "--every"),
+        (["metrics", "--port", "9_469"], "--port"),
+        (["metrics", "--timeout", "1e1_0"], "--timeout"),
+        (["stats", "--watch", "\u0661"], "--watch"),
+        (["worker", "default", "m:f", "--concurrency", "\u0662"], "--concurrency"),
+    ]
+    for argv, option in cases:
+        status, out, err = run(capsys, *argv, "--dsn", unreachable)
+        assert_one_line_error(status, out, err, option, "expected", code=2)
+    # ASCII numbers in every form they had: a sign, blanks, a fraction, an exponent
+    parser = build_parser()
+    args = parser.parse_args(["dequeue", "default", "--limit", "+10", "--lock-ms", " 5 "])
+    assert (args.limit, args.lock_ms) == (10, 5)
+    args = parser.parse_args(["enqueue", "default", "x", "--delay", "1.5e1"])
+    assert args.delay == 15.0
+    assert parser.parse_args(["enqueue", "default", "x", "--delay", ".5"]).delay == 0.5
+    assert parser.parse_args(["schedule", "create", "s", "q", "x", "--every", "60."]).every == 60.0
+
+
+def test_schedule_create_reads_its_payload_from_standard_input(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`schedule create NAME QUEUE -` stored the text "-"; `-` reads standard input, as for
+    enqueue, with enqueue's errors (not UTF-8, cannot be read)."""
+    import io
+
+    from pgqueue.schedules import list_schedules
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"kind": "daily"}'))
+    status, _, err = run(capsys, "schedule", "create", "nightly", "default", "-", "--json", "--every", "60",
+                         "--dsn", dsn)
+    assert status == 0, err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("caf\u00e9\n"))
+    status, _, err = run(capsys, "schedule", "create", "plain", "default", "-", "--every", "60", "--dsn", dsn)
+    assert status == 0, err
+    payloads = {s.name: s.payload for s in list_schedules(dsn)}
+    assert payloads == {"nightly": {"kind": "daily"}, "plain": "caf\u00e9\n"}
+    status, out, _ = run(capsys, "schedule", "create", "--help")
+    assert status == 0 and "('-' reads standard input)" in " ".join(out.split()), out
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "PYTHONIOENCODING")}
+    argv = [str(PGQUEUE), "schedule", "create", "bad", "default", "-", "--every", "60", "--dsn", dsn]
+    proc = subprocess.run(argv, input=b"ok \xc3\xa9 \xff\xfe", capture_output=True, timeout=60,
+                          env={**env, "PYTHONIOENCODING": "utf-8"})
+    assert (proc.returncode, proc.stdout) == (1, b""), proc.stderr
+    assert proc.stderr.decode() == ("pgqueue: error: PAYLOAD is not valid UTF-8 text (at byte 6 of standard input); "
+                                    "send bytes from a program through the client instead\n")
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        proc = subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        os.close(fd)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert proc.stderr == "pgqueue: error: PAYLOAD is '-' but standard input cannot be read: Bad file descriptor\n"
+    assert sorted(s.name for s in list_schedules(dsn)) == ["nightly", "plain"]
+
+
+def test_json_after_a_byte_order_mark(capsys: pytest.CaptureFixture[str], dsn: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--json of a text that starts with a UTF-8 byte order mark (a file a Windows editor saved)
+    was refused: "PAYLOAD is not valid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig)".
+    One leading mark is ignored, as RFC 8259 lets a parser do; a text payload keeps it."""
+    import io
+
+    from pgqueue.schedules import list_schedules
+
+    bom = "\ufeff"
+    status, out, err = run(capsys, "enqueue", "default", bom + '{"n": 1}', "--json", "--dsn", dsn)
+    assert status == 0, err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'\xef\xbb\xbf{"n": 2}\r\n')))
+    status, out, err = run(capsys, "enqueue", "default", "-", "--json", "--dsn", dsn)
+    assert status == 0, err
+    status, out, err = run(capsys, "enqueue", "default", bom + "text", "--dsn", dsn)
+    assert status == 0, err
+    status, out, err = run(capsys, "schedule", "create", "s", "default", bom + "[3]", "--json", "--every", "60",
+                           "--dsn", dsn)
+    assert status == 0, err
+    assert [m.payload for m in Queue(dsn).dequeue(10)] == [{"n": 1}, {"n": 2}, bom + "text"]
+    assert [s.payload for s in list_schedules(dsn)] == [[3]]
+    # one mark only; and a mark is no JSON on its own
+    for payload in (bom + bom + "1", bom):
+        status, out, err = run(capsys, "enqueue", "default", payload, "--json", "--dsn", dsn)
+        assert_one_line_error(status, out, err, "PAYLOAD is not valid JSON")
+        assert "utf-8-sig" not in err, err
+    assert Queue(dsn).stats().total == 3  # the three above, leased: nothing more

@@ -307,3 +307,33 @@ def test_a_group_of_rejects_rejects_and_a_mixed_group_is_settled_as_the_group() 
     for _ in range(2000):  # (Python's recursion limit is 1000)
         deep = ExceptionGroup("g", [deep])
     assert _core.outcome(deep) == "reject" and _core.rejection_text(deep) == "Reject: deep"
+
+
+def test_errors_quote_at_most_the_start_of_a_long_value(dsn: str) -> None:
+    """A task name, a content type, a group or a queue name of 10,000 characters was echoed in
+    full in its error: the first 100 characters are quoted, with an ellipsis and the length."""
+    from pgqueue.errors import quoted
+
+    assert quoted("abc") == "'abc'" and quoted("a" * 100) == repr("a" * 100)
+    assert quoted("a" * 10_000) == f"'{'a' * 100}\u2026' (10000 characters)"
+    assert quoted("it's" * 50) == '"' + "it's" * 25 + '\u2026" (200 characters)'
+    assert quoted("\x00" * 101) == "'" + "\\x00" * 100 + "\u2026' (101 characters)"
+    assert quoted([1] * 5000) == f"{str([1] * 5000)[:100]}\u2026 (a repr of {len(str([1] * 5000))} characters)"
+    tasks = Tasks()
+    with pytest.raises(ValueError) as raised:
+        tasks.register("a" * 10_000, lambda msg: None)
+    assert str(raised.value) == (f"invalid task name '{'a' * 100}\u2026' (10000 characters): 1 to 200 letters, "
+                                 "digits, '_', '.', ':' or '-'")
+    with pytest.raises(Reject) as rejected:
+        tasks.handler_for(_message("text/plain; x=" + "y" * 10_000))
+    assert "(10014 characters)" in str(rejected.value) and len(str(rejected.value)) < 300
+    queue = Queue(dsn, "work")
+    for call in (lambda: queue.enqueue(1, group="g\x00" + "g" * 10_000),
+                 lambda: queue.enqueue(1, key=["k"] * 10_000),  # type: ignore[arg-type]
+                 lambda: queue.enqueue(1, delay="1" * 10_000),  # type: ignore[arg-type]
+                 lambda: Queue(dsn, "q\x00" + "q" * 10_000).stats()):
+        with pytest.raises(errors.PgQueueError) as error:
+            call()
+        assert "\u2026" in str(error.value) and "characters)" in str(error.value), str(error.value)[:300]
+        assert len(str(error.value)) < 500
+    queue.close()

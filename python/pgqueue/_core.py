@@ -26,7 +26,7 @@ from psycopg.pq.abc import PGconn
 from psycopg.types.array import ListBinaryDumper, ListDumper
 
 from pgqueue import _sql, codec
-from pgqueue.errors import InvalidArgument, InvalidQueueName, QueueNotFound
+from pgqueue.errors import InvalidArgument, InvalidQueueName, QueueNotFound, quoted
 from pgqueue.tasks import Reject
 from pgqueue.message import (
     DeadLetter,
@@ -110,7 +110,7 @@ def check_queue_name(params: Mapping[str, object]) -> None:
     """
     queue = params.get("queue")
     if isinstance(queue, str) and "\x00" in queue:
-        raise InvalidQueueName(f"invalid queue name {queue!r}", hint=QUEUE_NAME_RULE)
+        raise InvalidQueueName(f"invalid queue name {quoted(queue)}", hint=QUEUE_NAME_RULE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +150,7 @@ def check_int(name: str, value: object, *, allow_none: bool = True) -> int | Non
     if value is None and allow_none:
         return None
     if not _is_int(value):
-        raise InvalidArgument(f"{name} must be an int{' or None' if allow_none else ''}, got {value!r}")
+        raise InvalidArgument(f"{name} must be an int{' or None' if allow_none else ''}, got {quoted(value)}")
     assert isinstance(value, int)
     return value
 
@@ -160,7 +160,7 @@ def check_bool(name: str, value: object, *, allow_none: bool = True) -> bool | N
     if value is None and allow_none:
         return None
     if not isinstance(value, bool):
-        raise InvalidArgument(f"{name} must be a bool{' or None' if allow_none else ''}, got {value!r}")
+        raise InvalidArgument(f"{name} must be a bool{' or None' if allow_none else ''}, got {quoted(value)}")
     return value
 
 
@@ -168,9 +168,10 @@ def check_str(name: str, value: object) -> str | None:
     """Return ``value`` if it is a str without NUL, or None, else raise InvalidArgument (a
     PostgreSQL text cannot hold NUL: psycopg refused it with an error of its own)."""
     if value is not None and not isinstance(value, str):
-        raise InvalidArgument(f"{name} must be a str or None, got {value!r}")
+        raise InvalidArgument(f"{name} must be a str or None, got {quoted(value)}")
     if value is not None and "\x00" in value:
-        raise InvalidArgument(f"{name} must not contain NUL (\\x00): a PostgreSQL text cannot hold it, got {value!r}")
+        raise InvalidArgument(f"{name} must not contain NUL (\\x00): a PostgreSQL text cannot hold it, "
+                              f"got {quoted(value)}")
     return value
 
 
@@ -225,14 +226,14 @@ def delay_to_ms(delay: Delay, name: str = "delay") -> int:
         except OverflowError:  # an int beyond a float (10**309)
             seconds = math.inf if delay > 0 else -math.inf
     else:
-        raise InvalidArgument(f"{name} must be a timedelta or a number of seconds, got {delay!r}")
+        raise InvalidArgument(f"{name} must be a timedelta or a number of seconds, got {quoted(delay)}")
     if not (math.isfinite(seconds) or isinstance(delay, int)) or seconds < 0:
-        raise InvalidArgument(f"{name} must be finite and >= 0, got {delay!r}")
+        raise InvalidArgument(f"{name} must be finite and >= 0, got {quoted(delay)}")
     # (compared before the product, which may be inf: round() raised OverflowError)
     ms = round(seconds * 1000) if seconds <= MAX_BIGINT / 1000 else None
     if ms is None or ms > MAX_BIGINT:
         raise InvalidArgument(f"{name} must be at most {MAX_BIGINT} ms (a bigint: some 292 million years), "
-                              f"got {delay!r}")
+                              f"got {quoted(delay)}")
     return ms
 
 
@@ -255,9 +256,9 @@ def to_epoch_ms(at: When, name: str = "at") -> int:
         assert isinstance(at, int)
         if not MIN_BIGINT <= at <= MAX_BIGINT:
             raise InvalidArgument(f"{name} must be epoch milliseconds in the bigint range ({MIN_BIGINT} to "
-                                  f"{MAX_BIGINT}), got {at!r}")
+                                  f"{MAX_BIGINT}), got {quoted(at)}")
         return at
-    raise InvalidArgument(f"{name} must be a datetime or epoch milliseconds (int), got {at!r}")
+    raise InvalidArgument(f"{name} must be a datetime or epoch milliseconds (int), got {quoted(at)}")
 
 
 def priority_to_dequeue_at(priority: int) -> int:
@@ -269,7 +270,7 @@ def priority_to_dequeue_at(priority: int) -> int:
         InvalidArgument: ``priority`` is not an int in 0 .. 2**31-1.
     """
     if not _is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
-        raise InvalidArgument(f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}")
+        raise InvalidArgument(f"priority must be an int from 0 to {MAX_PRIORITY}, got {quoted(priority)}")
     return -1 - priority
 
 
@@ -289,7 +290,7 @@ def schedule(delay: Delay | None = None, at: When | None = None, priority: int |
     if at is not None:
         dequeue_at = to_epoch_ms(at)
         if dequeue_at < 0:  # below the epoch a dequeue_at is a priority, above every real one
-            raise InvalidArgument(f"at must be from 1970-01-01 UTC on (epoch ms >= 0), got {at!r}; "
+            raise InvalidArgument(f"at must be from 1970-01-01 UTC on (epoch ms >= 0), got {quoted(at)}; "
                                   "an earlier time would jump every priority (use priority= for that)")
         return Schedule(dequeue_at=dequeue_at)
     if priority is not None:
@@ -338,7 +339,7 @@ def error_text(error: str | BaseException) -> str:
     elif isinstance(error, str):
         text = error
     else:
-        raise InvalidArgument(f"error must be a str or an exception, got {error!r}")
+        raise InvalidArgument(f"error must be a str or an exception, got {quoted(error)}")
     if "\x00" in text:
         text = text.replace("\x00", "\\x00")
     try:
@@ -372,7 +373,7 @@ def _ids(ids: Iterable[int] | None, *, allow_none: bool = True) -> list[int] | N
         return None
     given = _items("ids", ids, "ints")
     if not all(_is_int(i) for i in given):
-        raise InvalidArgument(f"ids must be a sequence of ints, got {given!r}")
+        raise InvalidArgument(f"ids must be a sequence of ints, got {quoted(given)}")
     return given
 
 
@@ -1028,7 +1029,7 @@ def dead_letters(queue: str, limit: int = 100, after: DeadLetter | None = None) 
     if limit < 0:
         raise InvalidArgument(f"limit must be >= 0, got {limit}")
     if after is not None and not isinstance(after, DeadLetter):
-        raise InvalidArgument(f"after must be a DeadLetter (the last of the page before), got {after!r}")
+        raise InvalidArgument(f"after must be a DeadLetter (the last of the page before), got {quoted(after)}")
     if after is None:
         return Call(_sql.DEAD_LETTERS, {"queue": queue, "limit": limit},
                     lambda rows: [dead_letter_from_row(r) for r in rows], probe_queue=queue)

@@ -47,7 +47,7 @@ from typing import Any, Literal, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgqueue import _core
+from pgqueue import _connect, _core
 from pgqueue._core import Call, error_text
 from pgqueue._lease import Outage, _first_line
 from pgqueue.client import _execute
@@ -357,7 +357,7 @@ def connect_unless_stopped(dsn: str, stop: threading.Event, deadline: float | No
     lock = threading.Lock()
     got: list[psycopg.Connection[Any] | BaseException] = []
     abandoned = False
-    options: dict[str, Any] = dict(_core.utf8(dsn))
+    options: dict[str, Any] = {}
     seconds = _attempt_timeout(dsn, deadline)
     if seconds is not None:
         options["connect_timeout"] = seconds
@@ -367,7 +367,7 @@ def connect_unless_stopped(dsn: str, stop: threading.Event, deadline: float | No
         verdict: bool | None = None
         try:
             try:
-                result = psycopg.connect(dsn, autocommit=True, **options)
+                result = _connect.connect(dsn, autocommit=True, **options)
             except psycopg.Error as raw:
                 verdict = _connect_verdict(str(raw))  # (libpq's text, before its translation)
                 with translating():

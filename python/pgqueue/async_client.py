@@ -31,7 +31,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from pgqueue import _core, _sql
+from pgqueue import _connect, _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
 from pgqueue.client import READABLE, _going_on, _steps_reading_what_is_left
@@ -230,7 +230,7 @@ class _AsyncConnector:
             if conn is None or conn.closed:
                 assert self._dsn is not None
                 with translating():
-                    conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
+                    conn = await _connect.connect_async(self._dsn, autocommit=True)
                 if self._closed:
                     # close() ran while we connected (it does not wait for the lock): it could
                     # not see this connection, which would stay open with nothing to close it
@@ -315,7 +315,7 @@ class _AsyncConnector:
             async def side() -> psycopg.AsyncConnection[Any]:
                 if not sides or sides[-1].closed:
                     with translating():
-                        sides.append(await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
+                        sides.append(await _connect.connect_async(conninfo, autocommit=True))
                 return sides[-1]
 
             async def on_side(call: Call[bool]) -> bool:

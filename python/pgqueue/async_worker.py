@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from pgqueue import _core
+from pgqueue import _connect
 from pgqueue._core import Call
 from pgqueue._lease import AsyncHeartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
@@ -431,7 +431,7 @@ class AsyncWorker(WorkerCore):
         outage = Outage(log, "LISTEN connection")
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn)) as conn:
+                async with await _connect.connect_async(self._dsn, autocommit=True) as conn:
                     await conn.execute(listen_statement(self._name))
                     self._notify()  # something may have arrived while we were connecting
                     backoff = 0.5

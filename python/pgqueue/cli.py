@@ -19,6 +19,7 @@ import logging
 import errno
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -32,11 +33,12 @@ from typing import Any, NoReturn, TextIO, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue._core import utf8
+from pgqueue import _connect
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
                                    stop_signals)
 from pgqueue.client import Queue, all_counters, all_stats, list_queues
+from pgqueue.codec import TASK_NAME
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
@@ -46,6 +48,7 @@ from pgqueue.errors import (
     QueueNotFound,
     conninfo_error,
     one_line,
+    quoted,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 from pgqueue.tasks import is_generator_callable
@@ -515,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("create", _cmd_schedule_create, "create a periodic message", sched)
     p.add_argument("name", metavar="NAME")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text")
+    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input)")
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--every", type=_every, metavar="S", help="every S seconds (1 to 3153600000: 100 years)")
     when.add_argument("--cron", metavar="EXPR", help="at each match of a five-field cron expression, UTC")
@@ -622,14 +625,23 @@ def _queue_options(p: argparse.ArgumentParser, *, create: bool) -> None:
                         + d("none"))
 
 
-def _number(kind: Callable[[str], Any], test: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+#: What an integer or a number option takes: ASCII decimal digits, with a sign and, for a number,
+#: a fraction and an exponent; blanks around them (int() and float() also read "1_0" as 10 and
+#: other scripts' digits, "\u0665" as 5: a review).
+_INTEGER = re.compile(r"[ \t\n\r\f\v]*[+-]?[0-9]+[ \t\n\r\f\v]*")
+_DECIMAL = re.compile(r"[ \t\n\r\f\v]*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t\n\r\f\v]*")
+
+
+def _number(kind: type[int] | type[float], test: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    syntax = _INTEGER if kind is int else _DECIMAL
+
     def parse(text: str) -> Any:
         try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not test(value):
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+            value = kind(text) if syntax.fullmatch(text) else None
+        except ValueError:  # an integer of more digits than Python converts (4300)
+            value = None
+        if value is None or not test(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {quoted(text)}")
         return value
 
     parse.__name__ = what
@@ -647,17 +659,17 @@ def _time(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {quoted(text)}") from None
     value = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
     try:
         # in UTC, as printed: 9999-12-31T23:59-12:00 is past the year 9999 there, and its print
         # raised OverflowError (a traceback) after `dead requeue --at` had requeued (a review)
         value.astimezone(timezone.utc)
     except OverflowError:
-        raise argparse.ArgumentTypeError(f"expected {what} up to 9999-12-31T23:59:59Z, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what} up to 9999-12-31T23:59:59Z, got {quoted(text)}") from None
     if value < datetime(1970, 1, 1, tzinfo=timezone.utc):
         # a negative epoch is the priority range of the sort key: the message would jump every priority
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {quoted(text)}")
     return value
 
 
@@ -681,7 +693,7 @@ def _address(text: str) -> str:
             text.encode("idna")
         except UnicodeError:
             raise argparse.ArgumentTypeError(f"expected an address (a host name or an IP address), "
-                                             f"got {text!r}") from None
+                                             f"got {quoted(text)}") from None
     return text
 _id = _int_range(1, _BIGINT_MAX, f"an id (a positive integer up to {_BIGINT_MAX})")
 _batch = _int_range(1, 10000)  # messages or groups one call returns
@@ -752,7 +764,7 @@ def connect(dsn: str, *, check: bool = True, connect_timeout: int = 10) -> Itera
     """
     hint = "" if dsn else f" ({NO_DSN_HINT})"
     try:
-        conn = psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, connect_timeout), **utf8(dsn))
+        conn = _connect.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, connect_timeout))
     except psycopg.ProgrammingError as exc:
         raise UserError(f"invalid connection string: {conninfo_error(exc, dsn)}{hint}") from exc
     except psycopg.OperationalError as exc:
@@ -774,7 +786,7 @@ def _print_version(args: argparse.Namespace, out: TextIO) -> int:
         print(f"database: not connected ({exc})", file=out)
         return 0
     try:
-        with psycopg.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3), **utf8(dsn)) as conn:
+        with _connect.connect(dsn, autocommit=True, **connect_timeout_kwargs(dsn, 3)) as conn:
             where = f"database {conn.info.dbname} on {conn.info.host}:{conn.info.port}"
             installed = server_pgqueue(conn)
     except psycopg.ProgrammingError as exc:
@@ -1040,7 +1052,8 @@ _NOT_UTF8 = "PAYLOAD is not valid UTF-8 text ({where}); send bytes from a progra
 
 
 def _read_stdin() -> str:
-    """Read standard input (``enqueue QUEUE -``) as UTF-8 text, whatever the locale's encoding.
+    """Read standard input (``enqueue QUEUE -``, ``schedule create NAME QUEUE -``) as UTF-8
+    text, whatever the locale's encoding.
 
     The bytes are read and decoded here, strictly, so that bytes that are not UTF-8 are the
     same one-line error whether the locale's decoding is strict (``PYTHONIOENCODING=utf-8``,
@@ -1061,10 +1074,26 @@ def _read_stdin() -> str:
         raise UserError(f"PAYLOAD is '-' but standard input cannot be read: {exc.strerror or exc}") from exc
 
 
-def _json_payload(text: str) -> object:
-    """Return the value that PAYLOAD's JSON encodes, or refuse it in one line (UserError)."""
+def _payload(args: argparse.Namespace) -> object:
+    """Return what PAYLOAD sends (``enqueue``, ``schedule create``): its text, or what its JSON
+    encodes with --json; ``-`` reads it from standard input. Refused in one line (UserError):
+    text that is not UTF-8, standard input that cannot be read, JSON that is not valid."""
+    text: str = _read_stdin() if args.payload == "-" else args.payload
     try:
-        payload = json.loads(text, parse_constant=_not_json)  # NaN, Infinity: not JSON (RFC 8259)
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes the locale could not decode, or a lone surrogate
+        raise UserError(_NOT_UTF8.format(where=f"at character {exc.start}")) from exc
+    return _json_payload(text) if args.json else text
+
+
+def _json_payload(text: str) -> object:
+    """Return the value that PAYLOAD's JSON encodes, or refuse it in one line (UserError).
+
+    One leading byte order mark is ignored, as RFC 8259 lets a parser do (a file saved by a
+    Windows editor): Python's json refused it, saying "decode using utf-8-sig". A text payload
+    keeps it, as given."""
+    try:
+        payload = json.loads(text.removeprefix("\ufeff"), parse_constant=_not_json)  # NaN, Infinity: not JSON (RFC 8259)
         json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except RecursionError as exc:  # as the client refuses such a payload (UnsupportedPayload)
         raise UserError("PAYLOAD is JSON nested deeper than Python's recursion limit: the client cannot "
@@ -1076,6 +1105,8 @@ def _json_payload(text: str) -> object:
         if str(exc).startswith("Exceeds the limit"):  # valid JSON: it was called invalid, pointing at Python
             raise UserError(f"PAYLOAD holds an integer of more than {sys.get_int_max_str_digits()} digits: "
                             "the client cannot read it (send it as a string)") from exc
+        if str(exc).startswith("Unexpected UTF-8 BOM"):  # a second one: not "decode using utf-8-sig"
+            raise UserError("PAYLOAD is not valid JSON: a second byte order mark (U+FEFF) at character 1") from exc
         raise UserError(f"PAYLOAD is not valid JSON: {exc}") from exc
     return payload
 
@@ -1084,13 +1115,16 @@ def _not_json(constant: str) -> object:
     raise ValueError(f"{constant} is not a JSON value")
 
 
+def _check_task(task: str | None) -> None:
+    """Refuse a --task that is not a task name, quoting at most the start of a long one (the
+    client's own refusal quoted all of it)."""
+    if task is not None and not TASK_NAME.fullmatch(task):
+        raise UserError(f"invalid task name {quoted(task)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
+
+
 def _cmd_enqueue(args: argparse.Namespace) -> int:
-    text: str = _read_stdin() if args.payload == "-" else args.payload
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:  # bytes the locale could not decode, or a lone surrogate
-        raise UserError(_NOT_UTF8.format(where=f"at character {exc.start}")) from exc
-    payload: object = _json_payload(text) if args.json else text
+    _check_task(args.task)
+    payload = _payload(args)
     delay = timedelta(seconds=args.delay) if args.delay else None
     with connect(resolve_dsn(args)) as conn:
         msg_id = Queue(conn, args.queue).enqueue(payload, delay=delay, at=args.at, priority=args.priority,
@@ -1295,7 +1329,7 @@ class _KeptConnection:
         if self._own is None and not self._conn.closed:
             return self._conn
         self.close()
-        conn = psycopg.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10), **utf8(self._dsn))
+        conn = _connect.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10))
         try:
             check_server(conn)
         except BaseException:
@@ -1691,7 +1725,8 @@ def _cmd_dead_purge(args: argparse.Namespace) -> int:
 def _cmd_schedule_create(args: argparse.Namespace) -> int:
     from pgqueue.schedules import create_schedule
 
-    payload: object = _json_payload(args.payload) if args.json else args.payload
+    _check_task(args.task)
+    payload = _payload(args)
     with connect(resolve_dsn(args)) as conn:
         create_schedule(conn, args.name, args.queue, payload, every=args.every, cron=args.cron,
                         missed=args.missed, task=args.task)
@@ -1900,21 +1935,22 @@ def load_handler(spec: str) -> Callable[[Message], object]:
     """Import ``module:function`` (the current directory is on the import path)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UserError(f"the handler must be MODULE:FUNCTION (like myapp.tasks:handle), got {spec!r}")
+        raise UserError(f"the handler must be MODULE:FUNCTION (like myapp.tasks:handle), got {quoted(spec)}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UserError(f"cannot import handler module {module_name!r}: {exc}") from exc
+        reason = str(exc).replace(repr(module_name), quoted(module_name))  # "No module named '...'"
+        raise UserError(f"cannot import handler module {quoted(module_name)}: {reason}") from exc
     except Exception as exc:
-        raise UserError(f"importing handler module {module_name!r} failed: "
+        raise UserError(f"importing handler module {quoted(module_name)} failed: "
                         f"{type(exc).__name__}: {_one_line(str(exc))}") from exc
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise UserError(f"module {module_name!r} has no {attr!r}") from None
+            raise UserError(f"module {quoted(module_name)} has no {quoted(attr)}") from None
     if not callable(target):
         raise UserError(f"{spec} is not callable")
     if is_generator_callable(target):
@@ -1957,7 +1993,7 @@ def _worker(args: argparse.Namespace, signals: CommandSignals) -> int:
     module_name, colon, attr = spec.partition(":")
     if not (module_name and colon and attr):  # (one that does not import is a failure: exit 1)
         raise UsageError(f"pgqueue worker: error: the handler must be MODULE:FUNCTION (like myapp.tasks:handle), "
-                         f"got {spec!r} (see `pgqueue worker --help`)")
+                         f"got {quoted(spec)} (see `pgqueue worker --help`)")
     handler = load_handler(spec)
     _check_dsn(dsn)
     _log_to_stderr(logging.WARNING)

@@ -43,7 +43,7 @@ from psycopg.pq.abc import PGconn
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from pgqueue import _core, _sql
+from pgqueue import _connect, _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import Heartbeats, interval
 from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
@@ -272,7 +272,7 @@ class _Connector:
             if conn is None or conn.closed:
                 assert self._dsn is not None
                 with translating():
-                    conn = psycopg.connect(self._dsn, autocommit=True, **_core.utf8(self._dsn))
+                    conn = _connect.connect(self._dsn, autocommit=True)
                 setattr(self, attr, conn)
             return conn
 
@@ -365,7 +365,7 @@ class _Connector:
             def side() -> psycopg.Connection[Any]:
                 if not sides or sides[-1].closed:
                     with translating():
-                        sides.append(psycopg.connect(conninfo, autocommit=True, **_core.utf8(conninfo)))
+                        sides.append(_connect.connect(conninfo, autocommit=True))
                 return sides[-1]
 
             try:

@@ -28,7 +28,7 @@ import codecs
 import json
 import re
 
-from pgqueue.errors import InvalidArgument, UnsupportedPayload
+from pgqueue.errors import InvalidArgument, UnsupportedPayload, quoted
 
 __all__ = ["JSON", "TEXT", "encode", "decode", "media_type", "task_of", "with_task"]
 
@@ -53,7 +53,7 @@ def with_task(content_type: str | None, task: str | None) -> str | None:
     if task is None:
         return content_type
     if not isinstance(task, str) or not TASK_NAME.fullmatch(task):
-        raise InvalidArgument(f"invalid task name {task!r}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
+        raise InvalidArgument(f"invalid task name {quoted(task)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
     return f"{content_type or OCTETS}; task={task}"
 
 

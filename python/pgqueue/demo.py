@@ -46,6 +46,7 @@ from typing import Any, TextIO
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from pgqueue import _connect, _core
 from pgqueue._worker_core import _SIGNALS
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
@@ -574,8 +575,9 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
                       on_result=tally.record, shutdown_grace=5.0)
                for _ in range(options.workers)]
     # The producers share a pool: each enqueue borrows a connection and commits.
-    pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=options.producers,
-                                               max_size=options.producers, open=True)
+    pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=options.producers, kwargs=_core.utf8(dsn),
+                                               max_size=options.producers, open=True,
+                                               configure=_connect.own_session)
     producer_queue = Queue(pool, queue.name)
     stop_producing = threading.Event()
     worker_threads, producer_threads = _Threads(), _Threads()

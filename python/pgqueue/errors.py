@@ -321,3 +321,20 @@ def translating() -> Iterator[None]:
             # cause, which a traceback prints, would show it
             raise error from None
         raise error from exc
+
+
+#: How much of a bad value an error message quotes (:func:`quoted`).
+QUOTE_LIMIT = 100
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for an error message, cut to its first ``limit`` characters when longer,
+    with an ellipsis and the length (``'aaaa…' (10000 characters)``): a 10,000-character task
+    name, group or queue name was echoed in full in a one-line error."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        head = repr(value[:limit])  # (a plain str's repr: it ends with its quote)
+        return f"{head[:-1]}\u2026{head[-1]} ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}\u2026 (a repr of {len(text)} characters)"

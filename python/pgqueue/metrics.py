@@ -44,7 +44,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue import _core
+from pgqueue import _connect
 from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error
@@ -282,8 +282,7 @@ class QueueMetrics:
             extra: dict[str, Any] = {}
             if "connect_timeout" not in conninfo_to_dict(self._dsn):
                 extra["connect_timeout"] = self._connect_timeout()
-            conn = psycopg.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra,
-                                   **_core.utf8(self._dsn))
+            conn = _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
             try:
                 with _cut_at(conn, deadline):
                     conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgqueue import _core
+from pgqueue import _connect, _core
 from pgqueue._core import Delay, When
 from pgqueue._lease import Outage
 from pgqueue._worker_core import (
@@ -110,7 +110,7 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
 
     if isinstance(conn, str):
         with translating():
-            own = psycopg.connect(conn, autocommit=True, **_core.utf8(conn))
+            own = _connect.connect(conn, autocommit=True)
         try:
             own.add_notice_handler(on_notice)
             return _run_once(own, _core.schedule_run(limit))

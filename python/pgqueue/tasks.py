@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from pgqueue.codec import TASK_NAME
+from pgqueue.errors import quoted
 from pgqueue.message import Message
 
 __all__ = ["Reject", "TaskHandler", "Tasks", "UnknownTask"]
@@ -89,6 +90,7 @@ def returned_generator(result: object) -> None:
                         "(a generator function is not a handler)")
 
 
+#: How many characters of a value an error message quotes (:func:`quoted`).
 def _own_name(fn: object) -> str:
     """The name a task decorator gives ``fn`` without a name of its own (TypeError if it has none)."""
     name = getattr(fn, "__name__", None)
@@ -138,7 +140,7 @@ class Tasks:
                 coroutine function among plain ones, or the reverse.
         """
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
-            raise ValueError(f"invalid task name {name!r}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
+            raise ValueError(f"invalid task name {quoted(name)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
         if name in self._handlers:
             raise ValueError(f"task {name!r} is registered already")
         if not callable(handler):
@@ -187,11 +189,11 @@ class Tasks:
         if name is None:
             if self._default is not None:
                 return self._default
-            raise UnknownTask(f"the message names no task (content type {msg.content_type!r}); this "
+            raise UnknownTask(f"the message names no task (content type {quoted(msg.content_type)}); this "
                               f"worker's registry has: {', '.join(self.names) or 'nothing'}")
         handler = self._handlers.get(name)
         if handler is None:
-            raise UnknownTask(f"no task {name!r} in this worker's registry (it has: "
+            raise UnknownTask(f"no task {quoted(name)} in this worker's registry (it has: "
                               f"{', '.join(self.names) or 'nothing'})")
         return handler
 

@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
+from pgqueue import _connect
 from pgqueue._core import dead_letter_from_row, pending_from_row, utf8
 from pgqueue._version import __version__
 from pgqueue.cli import connect_timeout_kwargs, format_ms
@@ -486,15 +487,20 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # (configure: a statement that waits longer than options.wait, on a lock most likely, is
     # given up, the page answers "Database busy" (503) and its connection is free again)
     bound = bound_statements(options.wait)
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        _connect.own_session(conn)  # (READ COMMITTED, as every connection pgqueue opens itself)
+        bound(conn)
+
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True,
                                                        **connect_timeout_kwargs(conninfo, math.ceil(options.wait))},
                                                name="pgqueue-dashboard", check=check_within(options.wait),
-                                               reconnect_timeout=options.wait, configure=bound)
+                                               reconnect_timeout=options.wait, configure=configure)
     pool.open(wait=False)
 
     def sampler_connection() -> psycopg.Connection[Any]:
-        conn = psycopg.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
+        conn = _connect.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
         try:
             bound(conn)  # (a pass held by a lock ends with its error, and so can the dashboard)
         except BaseException:

@@ -242,10 +242,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg.rows import tuple_row
 
-from pgqueue import _core
+from pgqueue import _connect
 from pgqueue.errors import translating
 from pgqueue.spark import _sql
 from pgqueue.spark.source import (
@@ -280,6 +279,6 @@ def release(dsn: str, queue: str, consumer: str) -> int:
     They become deliverable again to every consumer. Raises PgQueueError (SQLSTATE PQ005) while
     a query consumes as that consumer, and PQ006 for a consumer that does not exist.
     """
-    with translating(), psycopg.connect(dsn, autocommit=True, row_factory=tuple_row, **_core.utf8(dsn)) as conn:
+    with translating(), _connect.connect(dsn, autocommit=True, row_factory=tuple_row) as conn:
         row = conn.execute(_sql.RELEASE, {"queue": queue, "consumer": consumer}).fetchone()
     return int(row[0]) if row is not None else 0

@@ -82,7 +82,7 @@ from pyspark.sql.types import (
     YearMonthIntervalType,
 )
 
-from pgqueue import _core
+from pgqueue import _connect as _own, _core
 from pgqueue._lease import Outage, _first_line
 from pgqueue._worker_core import Backoff
 from pgqueue.errors import (
@@ -192,7 +192,7 @@ def _connect(dsn: str, *, autocommit: bool) -> psycopg.Connection[tuple[Any, ...
     stream claimed and acknowledged rows with such values.
     """
     try:
-        conn = psycopg.connect(dsn, autocommit=autocommit, row_factory=tuple_row, **_core.utf8(dsn))
+        conn = _own.connect(dsn, autocommit=autocommit, row_factory=tuple_row)
     except psycopg.Error as exc:
         error = translate(exc)  # which leaves out what libpq quotes of a connection string it cannot parse
         text = str(error)

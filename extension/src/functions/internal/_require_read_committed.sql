@@ -14,7 +14,7 @@ BEGIN
         RAISE EXCEPTION '% needs READ COMMITTED, not %', p_what,
                         upper(current_setting('transaction_isolation'))
             USING ERRCODE = 'PQ009',
-                  HINT = 'Run it in its own transaction at the default isolation level (READ COMMITTED).';
+                  HINT = 'Run it in a READ COMMITTED transaction of its own: BEGIN ISOLATION LEVEL READ COMMITTED, or SET default_transaction_isolation = ''read committed'' where the database or role defaults to another level.';
     END IF;
 END;
 $$;
