@@ -579,6 +579,35 @@ def test_output_the_disk_cannot_take_is_one_line_and_gives_the_messages_back(dsn
     queue.close()
 
 
+def test_a_signal_while_a_done_change_is_written_says_it_is_done(dsn: str) -> None:
+    """SIGTERM while `pgqueue cancel` writes its lines to a reader that does not read: the
+    messages are cancelled, and the error line says so (it said "not done", and a script ran the
+    cancel again), exit 143 as for any SIGTERM (a review)."""
+    queue = Queue(dsn, "sig_out")
+    queue.create()
+    ids = queue.enqueue_many(["x" * 200] * 1000)  # about 300 kB of lines: more than a pipe holds
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    proc = subprocess.Popen([str(PGQUEUE), "cancel", "sig_out", *map(str, ids), "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while queue.stats(exact=True).ready and time.monotonic() < deadline:  # the cancel committed
+            time.sleep(0.05)
+        assert queue.stats(exact=True).ready == 0
+        time.sleep(0.3)  # (it then blocks on the full pipe)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert err.strip().splitlines()[-1] == "pgqueue: stopped by SIGTERM: done all the same: 1000 message(s) cancelled", err
+    queue.close()
+
+
 def test_help_the_disk_cannot_take_is_one_line_and_not_0() -> None:
     """`pgqueue --help > /dev/full`: the help printed at exit failed with an "Exception ignored"
     traceback and exit 120 (0 with PYTHONUNBUFFERED); now one line, exit 1. (Buffered output, as
@@ -1408,6 +1437,7 @@ def test_number_options_take_ascii_decimal_digits_only(capsys: pytest.CaptureFix
         (["metrics", "--timeout", "1e1_0"], "--timeout"),
         (["stats", "--watch", "\u0661"], "--watch"),
         (["worker", "default", "m:f", "--concurrency", "\u0662"], "--concurrency"),
+        (["demo", "--seed", "1_0"], "--seed"),
     ]
     for argv, option in cases:
         status, out, err = run(capsys, *argv, "--dsn", unreachable)
@@ -1420,6 +1450,7 @@ def test_number_options_take_ascii_decimal_digits_only(capsys: pytest.CaptureFix
     assert args.delay == 15.0
     assert parser.parse_args(["enqueue", "default", "x", "--delay", ".5"]).delay == 0.5
     assert parser.parse_args(["schedule", "create", "s", "q", "x", "--every", "60."]).every == 60.0
+    assert parser.parse_args(["demo", "--seed", "-7"]).seed == -7
 
 
 def test_schedule_create_reads_its_payload_from_standard_input(capsys: pytest.CaptureFixture[str], dsn: str,

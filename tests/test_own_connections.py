@@ -1,32 +1,30 @@
-"""The connections pgqueue opens itself run READ COMMITTED, whatever the database defaults to.
+"""The queue's administration on a database that defaults to REPEATABLE READ, and the
+connections pgqueue opens itself.
 
-On a database (or role) whose ``default_transaction_isolation`` is REPEATABLE READ,
-``pgqueue queue create`` and ``Queue(dsn, ...).create()`` were refused with PQ009 ("queue_create
-needs READ COMMITTED"), and workers side by side failed dequeues with 40001 and reconnected,
-several times a second. python/pgqueue/_connect.py sets the session's default on every
-connection pgqueue opens from a connection string; a connection the caller hands over keeps its
-own (tests/test_client.py covers those).
+``queue_create``, ``queue_alter`` and ``queue_drop`` need READ COMMITTED (PQ009 otherwise). On
+a database (or role) whose ``default_transaction_isolation`` is REPEATABLE READ, ``pgqueue queue
+create`` and ``Queue(dsn, ...).create()`` were refused. The client now runs those calls in a
+READ COMMITTED transaction of their own where it may (an autocommit connection outside a
+transaction, a pool's lent connection), and never sets a session default: a transaction-mode
+pooler would lend that server connection, with the setting, to other clients.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from conftest import REPO, Server, admin_execute
-from pgqueue import AsyncQueue, Queue, _connect
-from pgqueue._worker_core import connect_unless_stopped
+from pgqueue import AsyncQueue, Queue
 from pgqueue.cli import main
 from pgqueue.errors import NeedsReadCommitted
-from pgqueue.metrics import QueueMetrics
 
 PACKAGE = REPO / "python" / "pgqueue"
 
@@ -41,84 +39,62 @@ def rr_dsn(pg_server: Server, dbname: str, dsn: str) -> Iterator[str]:
     yield dsn
 
 
-def isolation(conn: psycopg.Connection[Any]) -> str:
-    """The isolation level of a new transaction on ``conn`` (its session's default)."""
-    row = psycopg.Cursor(conn).execute("SHOW default_transaction_isolation").fetchone()
-    assert row is not None
-    return str(row[0])
+def queues(dsn: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {str(r[0]): r[1] for r in conn.execute("SELECT name, max_size FROM pgqueue.queue")}
 
 
-def test_the_cli_creates_and_alters_queues_on_a_database_that_defaults_to_repeatable_read(
+def test_the_cli_creates_alters_and_drops_queues_on_a_database_that_defaults_to_repeatable_read(
         rr_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """queue create and queue alter --max-size need READ COMMITTED (PQ009 otherwise)."""
     assert main(["queue", "create", "rr_cli", "--dsn", rr_dsn]) == 0, capsys.readouterr().err
     assert main(["queue", "alter", "rr_cli", "--max-size", "10", "--dsn", rr_dsn]) == 0, capsys.readouterr().err
-    assert main(["enqueue", "rr_cli", "x", "--dsn", rr_dsn]) == 0, capsys.readouterr().err
-    assert main(["dequeue", "rr_cli", "--complete", "--dsn", rr_dsn]) == 0, capsys.readouterr().err
+    assert queues(rr_dsn)["rr_cli"] == 10
     assert main(["queue", "drop", "rr_cli", "--dsn", rr_dsn]) == 0, capsys.readouterr().err
-    with psycopg.connect(rr_dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM pgqueue.queue WHERE name = 'rr_cli'").fetchone() == (0,)
+    assert "rr_cli" not in queues(rr_dsn)
 
 
-def test_the_clients_own_connections_create_queues_there(rr_dsn: str) -> None:
+def test_the_client_administers_queues_there_on_its_own_connection_and_on_pools(rr_dsn: str) -> None:
     with Queue(rr_dsn, "rr_sync") as queue:
         queue.create(max_size=5)
         queue.alter(max_size=6)
-        with queue._connector.connection() as conn:
-            assert isolation(conn) == "read committed"
-        assert queue.settings().max_size == 6
+        with queue._connector.connection() as conn:  # no session setting is left behind
+            assert conn.execute("SHOW default_transaction_isolation").fetchone() == ("repeatable read",)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert queues(rr_dsn)["rr_sync"] == 6
+    with ConnectionPool(rr_dsn, min_size=1, max_size=1) as pool:  # lent connections, not autocommit
+        Queue(pool, "rr_pool").create(max_size=1)
+        Queue(pool, "rr_pool").alter(max_size=2)
+        with pool.connection() as conn:
+            assert conn.execute("SHOW transaction_isolation").fetchone() == ("repeatable read",)
+    assert queues(rr_dsn)["rr_pool"] == 2
 
     async def run() -> None:
         async with AsyncQueue(rr_dsn, "rr_async") as queue:
             await queue.create(max_size=5)
             await queue.alter(max_size=6)
-            assert (await queue.settings()).max_size == 6
+        async with AsyncConnectionPool(rr_dsn, min_size=1, max_size=1) as pool:
+            await AsyncQueue(pool, "rr_apool").create()
+            assert await AsyncQueue(pool, "rr_apool").drop() is True
+        assert await AsyncQueue(rr_dsn, "rr_async").drop() is True
 
     asyncio.run(run())
+    assert "rr_async" not in queues(rr_dsn) and "rr_apool" not in queues(rr_dsn)
+    assert Queue(rr_dsn, "rr_sync").drop() is True
 
 
-def test_a_callers_connection_keeps_its_own_isolation_level(rr_dsn: str) -> None:
-    """Only the connections pgqueue opens are set: given the caller's, PQ009 is the caller's to
-    see (README, "Isolation levels")."""
+def test_a_callers_transaction_keeps_its_own_level(rr_dsn: str) -> None:
+    """Outside a transaction a caller's autocommit connection gets the call's own READ
+    COMMITTED transaction; inside the caller's, the call runs at the caller's level, and PQ009
+    is the caller's to see (README, "Isolation levels")."""
     with psycopg.connect(rr_dsn, autocommit=True) as conn:
+        Queue(conn, "rr_theirs").create()
+        with pytest.raises(NeedsReadCommitted), conn.transaction():
+            Queue(conn, "rr_theirs").alter(max_size=3)
+        assert conn.execute("SHOW default_transaction_isolation").fetchone() == ("repeatable read",)
+    with psycopg.connect(rr_dsn) as conn:  # not autocommit: the call begins the caller's transaction
         with pytest.raises(NeedsReadCommitted):
-            Queue(conn, "rr_theirs").create()
-        assert isolation(conn) == "repeatable read"
-
-
-def test_every_kind_of_own_connection_runs_read_committed(rr_dsn: str) -> None:
-    with _connect.connect(rr_dsn, autocommit=True) as conn:
-        assert isolation(conn) == "read committed"
-    with _connect.connect(rr_dsn) as conn:  # not autocommit: the SET is committed, not undone
-        with pytest.raises(psycopg.errors.DivisionByZero):
-            conn.execute("SELECT 1/0")
-        conn.rollback()
-        assert isolation(conn) == "read committed"
-    with _connect.connect(rr_dsn, cursor_factory=psycopg.RawCursor) as conn:
-        assert isolation(conn) == "read committed"
-
-    async def run() -> str:
-        conn = await _connect.connect_async(rr_dsn, autocommit=True)
-        async with conn:
-            row = await (await conn.execute("SHOW default_transaction_isolation")).fetchone()
-            assert row is not None
-            return str(row[0])
-
-    assert asyncio.run(run()) == "read committed"
-    # the workers' own connection
-    conn = connect_unless_stopped(rr_dsn, threading.Event(), time.monotonic() + 30)
-    with conn:
-        assert isolation(conn) == "read committed"
-    # the metrics exporter's
-    metrics = QueueMetrics(rr_dsn)
-    try:
-        assert isolation(metrics._connection(time.monotonic() + 30)) == "read committed"
-    finally:
-        metrics.close()
-    # the Spark source's
-    source = pytest.importorskip("pgqueue.spark.source")
-    with source._connect(rr_dsn, autocommit=True) as conn:
-        assert isolation(conn) == "read committed"
+            Queue(conn, "rr_theirs").drop()
+    assert queues(rr_dsn)["rr_theirs"] is None
 
 
 def _calls(*names: str) -> list[tuple[str, int, ast.Call]]:
@@ -136,12 +112,9 @@ def _calls(*names: str) -> list[tuple[str, int, ast.Call]]:
 
 
 def test_no_module_opens_a_connection_without_setting_it_up() -> None:
-    """Every connection the package opens from a connection string goes through _connect (the
-    embedded server's own start-up check aside), and every pool it makes sets its connections
-    up in its ``configure``: a new module cannot forget it."""
+    """Every connection the package opens from a connection string goes through _connect, which
+    opens it in UTF8 (the embedded server's own start-up check aside): a new module cannot
+    forget it."""
     opened = _calls("psycopg.connect", "AsyncConnection.connect")
     assert {p for p, _, _ in opened} >= {"_connect.py"}, "the search finds _connect's own calls"
     assert [(p, line) for p, line, _ in opened if p not in ("_connect.py", "embedded.py")] == []
-    pools = _calls("ConnectionPool", "AsyncConnectionPool")
-    assert {p for p, _, _ in pools} >= {"demo.py", "dashboard/app.py"}, "the search finds the package's pools"
-    assert [(p, line) for p, line, call in pools if "configure" not in {k.arg for k in call.keywords}] == []

@@ -80,6 +80,13 @@ class Call(Generic[T]):
         untranslatable: if set, the call the client runs instead when this one's text cannot
             be held in the connection's or the database's encoding (InvalidArgument with
             SQLSTATE 22P05): a failure's error text in ASCII escapes (:func:`_error_in_ascii_too`).
+        read_committed: the statement needs READ COMMITTED (PQ009 otherwise: ``queue_create``,
+            ``queue_alter``, ``queue_drop``). On an autocommit connection outside a transaction
+            (pgqueue's own, the command line's, a caller's) the client runs it in a READ
+            COMMITTED transaction of its own, and as the first statement of a pool's lent
+            connection it sets that transaction's level, so that a database or role that
+            defaults to REPEATABLE READ does not refuse it; in a caller's transaction it runs
+            at the caller's level.
 
     Raises:
         InvalidQueueName: the ``queue`` parameter holds NUL (:func:`check_queue_name`).
@@ -90,6 +97,7 @@ class Call(Generic[T]):
     result: Callable[[list[Row]], T]
     probe_queue: str | None = None
     untranslatable: Call[T] | None = None
+    read_committed: bool = False
 
     def __post_init__(self) -> None:
         check_queue_name(self.params)
@@ -953,7 +961,7 @@ def create(queue: str, *, lock_ms: int = 30000, max_attempts: int | None = None,
         "key_window_ms": check_int("key_window_ms", key_window_ms, allow_none=False),
         "rate_limit": check_int("rate_limit", rate_limit),
     }
-    return Call(_sql.QUEUE_CREATE, params, _none)
+    return Call(_sql.QUEUE_CREATE, params, _none, read_committed=True)
 
 
 def alter(queue: str, *, lock_ms: int | None = None, max_attempts: int | None = None,
@@ -973,12 +981,12 @@ def alter(queue: str, *, lock_ms: int | None = None, max_attempts: int | None = 
         "key_window_ms": check_int("key_window_ms", key_window_ms),
         "rate_limit": check_int("rate_limit", rate_limit),
     }
-    return Call(_sql.QUEUE_ALTER, params, _none)
+    return Call(_sql.QUEUE_ALTER, params, _none, read_committed=True)
 
 
 def drop(queue: str) -> Call[bool]:
     """Return the call that drops a queue with its messages; False if it did not exist."""
-    return Call(_sql.QUEUE_DROP, {"queue": queue}, _bool)
+    return Call(_sql.QUEUE_DROP, {"queue": queue}, _bool, read_committed=True)
 
 
 def settings(queue: str) -> Call[QueueSettings]:

@@ -100,10 +100,43 @@ def _cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[tuple[Any
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
-                   status: list[TransactionStatus] | None = None) -> T:
-    """Run a call on a connection; with ``status``, append the connection's transaction status
-    as its statement left it (read before anything else can run on the connection: another
-    task's statement in flight a moment later shows ACTIVE)."""
+                   status: list[TransactionStatus] | None = None, *, lent: bool = False) -> T:
+    """Run a call on a connection (``lent``: a pool's, for this call only); with ``status``,
+    append the connection's transaction status as its statement left it (read before anything
+    else can run on the connection: another task's statement in flight a moment later shows
+    ACTIVE). A call that needs READ COMMITTED runs as :func:`pgqueue.client._execute` says."""
+    if call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
+        if conn.autocommit:
+            return await _in_read_committed(conn, call)
+        if lent:
+            with translating():
+                async with psycopg.AsyncCursor(conn) as cur:
+                    await cur.execute(_sql.SET_READ_COMMITTED)  # (psycopg begins the transaction before it)
+    return await _statement(conn, call, status)
+
+
+async def _in_read_committed(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+    """:func:`pgqueue.client._in_read_committed` on an ``AsyncConnection``."""
+    with translating():
+        async with psycopg.AsyncCursor(conn) as cur:
+            await cur.execute(_sql.BEGIN_READ_COMMITTED)
+    try:
+        result = await _statement(conn, call)
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                await psycopg.AsyncCursor(conn).execute(_sql.ROLLBACK)
+            except psycopg.Error:
+                pass  # (the connection is lost: so is the transaction)
+        raise
+    with translating():
+        async with psycopg.AsyncCursor(conn) as cur:
+            await cur.execute(_sql.COMMIT)
+    return result
+
+
+async def _statement(conn: psycopg.AsyncConnection[Any], call: Call[T],
+                     status: list[TransactionStatus] | None = None) -> T:
     if call.untranslatable is not None and _core.server_refuses(call, conn.info):
         call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
@@ -121,7 +154,7 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
         if exc.sqlstate != "22P05" or call.untranslatable is None \
                 or conn.info.transaction_status == TransactionStatus.INERROR:
             raise  # (in a transaction the refusal aborted, the twin would fail with 25P02: this says why)
-        return await _execute(conn, call.untranslatable, status)
+        return await _statement(conn, call.untranslatable, status)
     return call.result(rows)
 
 
@@ -261,7 +294,7 @@ class _AsyncConnector:
             own = self._own
             return await _execute(own if own is not None and not own.closed else await self._open("_own"), call)
         async with self.connection() as conn:
-            return await _execute(conn, call)
+            return await _execute(conn, call, lent=True)
 
     async def run_leasing(self, call: Call[T]) -> tuple[T, bool]:
         """Execute the dequeue of ``receive``; return its result and whether it ran inside a

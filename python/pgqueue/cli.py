@@ -165,10 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc), prefix=False)
         return 2
     except _Stopped as exc:
-        print(f"\n{parser.prog}: stopped by {signal.Signals(exc.signum).name}: not done", file=sys.stderr)
+        # (a signal once the change is made, while its output is written: say it is done, or a
+        # script reads "not done" and runs it again, as it would after a failed write)
+        what = "not done" if _DONE is None else f"done all the same: {_DONE}"
+        print(f"\n{parser.prog}: stopped by {signal.Signals(exc.signum).name}: {what}", file=sys.stderr)
         return 128 + exc.signum
     except KeyboardInterrupt:
         print(file=sys.stderr)
+        if _DONE is not None:
+            print(f"{parser.prog}: interrupted: done all the same: {_DONE}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `pgqueue dead list jobs | head`: the reader has gone
         devnull = os.open(os.devnull, os.O_WRONLY)

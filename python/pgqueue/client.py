@@ -117,7 +117,45 @@ def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
     return conn.cursor(row_factory=tuple_row)
 
 
-def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
+def _execute(conn: psycopg.Connection[Any], call: Call[T], *, lent: bool = False) -> T:
+    """Run a call on a connection (``lent``: a pool's, for this call only) and return its result.
+
+    A call that needs READ COMMITTED (``call.read_committed``) runs in a READ COMMITTED
+    transaction of its own on an autocommit connection outside a transaction, and sets the
+    level of a lent connection's transaction it begins; in a caller's transaction it runs at
+    the caller's level (PQ009 there, if that is not READ COMMITTED)."""
+    if call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
+        if conn.autocommit:
+            return _in_read_committed(conn, call)
+        if lent:
+            with translating(), psycopg.Cursor(conn) as cur:
+                cur.execute(_sql.SET_READ_COMMITTED)  # (psycopg begins the transaction before it)
+    return _statement(conn, call)
+
+
+def _in_read_committed(conn: psycopg.Connection[Any], call: Call[T]) -> T:
+    """Run ``call`` in a READ COMMITTED transaction of its own on an autocommit connection: on a
+    database that defaults to REPEATABLE READ, ``queue_create`` was refused (PQ009) from
+    ``pgqueue queue create`` and ``Queue(dsn, ...).create()``. Two round trips more, for the
+    queue's administration only. A session setting instead would stick to a server connection
+    that a transaction-mode pooler lends to other clients."""
+    with translating(), psycopg.Cursor(conn) as cur:
+        cur.execute(_sql.BEGIN_READ_COMMITTED)
+    try:
+        result = _statement(conn, call)
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                psycopg.Cursor(conn).execute(_sql.ROLLBACK)
+            except psycopg.Error:
+                pass  # (the connection is lost: so is the transaction)
+        raise
+    with translating(), psycopg.Cursor(conn) as cur:
+        cur.execute(_sql.COMMIT)
+    return result
+
+
+def _statement(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     if call.untranslatable is not None and _core.server_refuses(call, conn.info):
         call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
@@ -131,7 +169,7 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T]) -> T:
         if exc.sqlstate != "22P05" or call.untranslatable is None \
                 or conn.info.transaction_status == TransactionStatus.INERROR:
             raise  # (in a transaction the refusal aborted, the twin would fail with 25P02: this says why)
-        return _execute(conn, call.untranslatable)
+        return _statement(conn, call.untranslatable)
     return call.result(rows)
 
 
@@ -332,7 +370,7 @@ class _Connector:
                 own = self._own
                 return _execute(own if own is not None and not own.closed else self._open("_own"), call)
         with self.connection() as conn:
-            return _execute(conn, call)
+            return _execute(conn, call, lent=True)
 
     @contextmanager
     def heartbeat_runner(self, in_transaction: bool = False) -> Iterator[Callable[[Call[bool]], bool] | None]:

@@ -46,7 +46,7 @@ from typing import Any, TextIO
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgqueue import _connect, _core
+from pgqueue import _core
 from pgqueue._worker_core import _SIGNALS
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
@@ -576,8 +576,7 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
                for _ in range(options.workers)]
     # The producers share a pool: each enqueue borrows a connection and commits.
     pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=options.producers, kwargs=_core.utf8(dsn),
-                                               max_size=options.producers, open=True,
-                                               configure=_connect.own_session)
+                                               max_size=options.producers, open=True)
     producer_queue = Queue(pool, queue.name)
     stop_producing = threading.Event()
     worker_threads, producer_threads = _Threads(), _Threads()
@@ -897,7 +896,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"workers (default {d.workers})")
     parser.add_argument("--concurrency", type=_positive_int, default=d.concurrency, metavar="N",
                         help=f"handlers per worker (default {d.concurrency})")
-    parser.add_argument("--seed", type=int, help="random seed, to repeat a run's mix")
+    seed = _number(int, lambda v: True, "an integer")  # (ASCII digits, as every number option)
+    parser.add_argument("--seed", type=seed, help="random seed, to repeat a run's mix")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="no progress bar, even on a terminal")
     parser.add_argument("--dashboard", type=_port, nargs="?", const=8080, metavar="PORT",

@@ -90,7 +90,6 @@ def returned_generator(result: object) -> None:
                         "(a generator function is not a handler)")
 
 
-#: How many characters of a value an error message quotes (:func:`quoted`).
 def _own_name(fn: object) -> str:
     """The name a task decorator gives ``fn`` without a name of its own (TypeError if it has none)."""
     name = getattr(fn, "__name__", None)

@@ -487,16 +487,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # (configure: a statement that waits longer than options.wait, on a lock most likely, is
     # given up, the page answers "Database busy" (503) and its connection is free again)
     bound = bound_statements(options.wait)
-
-    def configure(conn: psycopg.Connection[Any]) -> None:
-        _connect.own_session(conn)  # (READ COMMITTED, as every connection pgqueue opens itself)
-        bound(conn)
-
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True,
                                                        **connect_timeout_kwargs(conninfo, math.ceil(options.wait))},
                                                name="pgqueue-dashboard", check=check_within(options.wait),
-                                               reconnect_timeout=options.wait, configure=configure)
+                                               reconnect_timeout=options.wait, configure=bound)
     pool.open(wait=False)
 
     def sampler_connection() -> psycopg.Connection[Any]:
