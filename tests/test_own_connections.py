@@ -3,9 +3,9 @@ connections pgqueue opens itself.
 
 ``queue_create``, ``queue_alter`` and ``queue_drop`` need READ COMMITTED (PQ009 otherwise). On
 a database (or role) whose ``default_transaction_isolation`` is REPEATABLE READ, ``pgqueue queue
-create`` and ``Queue(dsn, ...).create()`` were refused. The client now runs those calls in a
-READ COMMITTED transaction of their own where it may (an autocommit connection outside a
-transaction, a pool's lent connection), and never sets a session default: a transaction-mode
+create`` and ``Queue(dsn, ...).create()`` were refused. The command line and the client now run
+those calls in a READ COMMITTED transaction of their own (the client's on a connection opened
+for the call alone, or a pool's lent one), and never set a session default: a transaction-mode
 pooler would lend that server connection, with the setting, to other clients.
 """
 
@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from conftest import REPO, Server, admin_execute
 from pgqueue import AsyncQueue, Queue
 from pgqueue.cli import main
-from pgqueue.errors import NeedsReadCommitted
+from pgqueue.errors import InvalidArgument, NeedsReadCommitted, QueueExists
 
 PACKAGE = REPO / "python" / "pgqueue"
 
@@ -82,14 +82,42 @@ def test_the_client_administers_queues_there_on_its_own_connection_and_on_pools(
     assert Queue(rr_dsn, "rr_sync").drop() is True
 
 
-def test_a_callers_transaction_keeps_its_own_level(rr_dsn: str) -> None:
-    """Outside a transaction a caller's autocommit connection gets the call's own READ
-    COMMITTED transaction; inside the caller's, the call runs at the caller's level, and PQ009
-    is the caller's to see (README, "Isolation levels")."""
+def test_a_failed_call_leaves_the_queues_own_connection_as_it_was(rr_dsn: str) -> None:
+    """The READ COMMITTED transaction is on a connection of its own, closed after it: a refused
+    create leaves nothing open on the queue's shared connection, and what other tasks do on it
+    at the same time is not part of that transaction (it was, with BEGIN and COMMIT on the
+    shared connection: a review)."""
+    with Queue(rr_dsn, "rr_fail") as queue:
+        queue.create()
+        with pytest.raises(QueueExists):
+            queue.create()
+        msg_id = queue.enqueue("after")
+        with queue._connector.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with psycopg.connect(rr_dsn, autocommit=True) as conn:  # committed: another session sees it
+        assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = %s", (msg_id,)).fetchone() == (1,)
+
+    async def run() -> list[object]:
+        async with AsyncQueue(rr_dsn, "rr_fail") as queue:
+            return await asyncio.gather(queue.alter(max_size=-1), *(queue.enqueue(i) for i in range(20)),
+                                        return_exceptions=True)
+
+    results = asyncio.run(run())
+    assert isinstance(results[0], InvalidArgument), results[0]
+    assert all(isinstance(r, int) for r in results[1:]), results
     with psycopg.connect(rr_dsn, autocommit=True) as conn:
-        Queue(conn, "rr_theirs").create()
-        with pytest.raises(NeedsReadCommitted), conn.transaction():
-            Queue(conn, "rr_theirs").alter(max_size=3)
+        assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (21,)
+
+
+def test_a_callers_connection_keeps_its_own_level(rr_dsn: str) -> None:
+    """A caller's connection runs the call at its level, PQ009 in REPEATABLE READ (README,
+    "Isolation levels"); in a READ COMMITTED transaction of the caller's, the call runs."""
+    with psycopg.connect(rr_dsn, autocommit=True) as conn:
+        with pytest.raises(NeedsReadCommitted):
+            Queue(conn, "rr_theirs").create()
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        with conn.transaction():
+            Queue(conn, "rr_theirs").create()
         assert conn.execute("SHOW default_transaction_isolation").fetchone() == ("repeatable read",)
     with psycopg.connect(rr_dsn) as conn:  # not autocommit: the call begins the caller's transaction
         with pytest.raises(NeedsReadCommitted):

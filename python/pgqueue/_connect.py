@@ -6,8 +6,8 @@ Such a connection is opened in UTF8 unless the connection string sets a ``client
 (:func:`pgqueue._core.utf8`: pgqueue's texts are Python's str, which a SQL_ASCII database
 returned as bytes). Nothing else is set for the session: a session ``SET`` would stick to a
 server connection that a transaction-mode pooler (PgBouncer, RDS Proxy) then lends to other
-clients. The calls that need READ COMMITTED run in a transaction of that level of their own
-(:func:`pgqueue.client._execute`).
+clients. The queue's creation, change and drop, which need READ COMMITTED, run in a transaction
+of that level on a connection opened for them alone (:meth:`pgqueue.client._Connector._run_alone`).
 
 tests/test_own_connections.py checks that no module opens a connection without going through
 here.

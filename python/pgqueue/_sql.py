@@ -113,12 +113,8 @@ CANCEL: Final[LiteralString] = (
 CHECK_QUEUE: Final[LiteralString] = NEXT_DUE
 
 # The calls that need READ COMMITTED (Call.read_committed), where the database or role defaults
-# to another level: a transaction of their own on an autocommit connection, or the first
-# statement of a pool's lent connection's transaction.
-BEGIN_READ_COMMITTED: Final[LiteralString] = "BEGIN ISOLATION LEVEL READ COMMITTED"
+# to another level: the first statement of a transaction of their own.
 SET_READ_COMMITTED: Final[LiteralString] = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
-COMMIT: Final[LiteralString] = "COMMIT"
-ROLLBACK: Final[LiteralString] = "ROLLBACK"
 
 QUEUE_CREATE: Final[LiteralString] = (
     "SELECT pgqueue.queue_create(p_queue => %(queue)s::text, p_lock_ms => %(lock_ms)s::bigint, "

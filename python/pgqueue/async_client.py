@@ -101,38 +101,26 @@ def _cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[tuple[Any
 
 async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
                    status: list[TransactionStatus] | None = None, *, lent: bool = False) -> T:
-    """Run a call on a connection (``lent``: a pool's, for this call only); with ``status``,
-    append the connection's transaction status as its statement left it (read before anything
-    else can run on the connection: another task's statement in flight a moment later shows
-    ACTIVE). A call that needs READ COMMITTED runs as :func:`pgqueue.client._execute` says."""
-    if call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
+    """Run a call on a connection; with ``status``, append the connection's transaction status
+    as its statement left it (read before anything else can run on the connection: another
+    task's statement in flight a moment later shows ACTIVE). ``lent``: the connection is this
+    call's alone, and a call that needs READ COMMITTED runs in a transaction of that level, as
+    :func:`pgqueue.client._execute` says."""
+    if lent and call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
         if conn.autocommit:
-            return await _in_read_committed(conn, call)
-        if lent:
             with translating():
-                async with psycopg.AsyncCursor(conn) as cur:
-                    await cur.execute(_sql.SET_READ_COMMITTED)  # (psycopg begins the transaction before it)
+                async with conn.transaction():  # (a cancellation rolls it back, or the pool does)
+                    await _set_read_committed(conn)
+                    return await _statement(conn, call, status)
+        await _set_read_committed(conn)  # (psycopg begins the transaction before it)
     return await _statement(conn, call, status)
 
 
-async def _in_read_committed(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
-    """:func:`pgqueue.client._in_read_committed` on an ``AsyncConnection``."""
+async def _set_read_committed(conn: psycopg.AsyncConnection[Any]) -> None:
+    """:func:`pgqueue.client._set_read_committed` on an ``AsyncConnection``."""
     with translating():
-        async with psycopg.AsyncCursor(conn) as cur:
-            await cur.execute(_sql.BEGIN_READ_COMMITTED)
-    try:
-        result = await _statement(conn, call)
-    except BaseException:
-        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-            try:
-                await psycopg.AsyncCursor(conn).execute(_sql.ROLLBACK)
-            except psycopg.Error:
-                pass  # (the connection is lost: so is the transaction)
-        raise
-    with translating():
-        async with psycopg.AsyncCursor(conn) as cur:
-            await cur.execute(_sql.COMMIT)
-    return result
+        async with _cursor(conn) as cur:
+            await cur.execute(_sql.SET_READ_COMMITTED, prepare=False)
 
 
 async def _statement(conn: psycopg.AsyncConnection[Any], call: Call[T],
@@ -289,11 +277,25 @@ class _AsyncConnector:
         if self._conn is not None:
             return await _execute(self._conn, call)
         if self._pool is None:
+            if call.read_committed:
+                return await self._run_alone(call)
             # Our own connection while it is open, without the lock and the context manager
             # of connection() (a worker's loop makes thousands of calls a second through here).
             own = self._own
             return await _execute(own if own is not None and not own.closed else await self._open("_own"), call)
         async with self.connection() as conn:
+            return await _execute(conn, call, lent=True)
+
+    async def _run_alone(self, call: Call[T]) -> T:
+        """:meth:`pgqueue.client._Connector._run_alone`: a call that needs READ COMMITTED on a
+        connection opened for it alone (the own connection is shared by the queue's tasks,
+        whose statements would join its transaction), closed after it."""
+        assert self._dsn is not None
+        if self._closed:
+            raise PgQueueError("the queue is closed")
+        with translating():
+            conn = await _connect.connect_async(self._dsn, autocommit=True)
+        async with conn:
             return await _execute(conn, call, lent=True)
 
     async def run_leasing(self, call: Call[T]) -> tuple[T, bool]:

@@ -33,7 +33,7 @@ from typing import Any, NoReturn, TextIO, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue import _connect
+from pgqueue import _connect, _sql
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
                                    stop_signals)
@@ -49,6 +49,7 @@ from pgqueue.errors import (
     conninfo_error,
     one_line,
     quoted,
+    translating,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 from pgqueue.tasks import is_generator_callable
@@ -1880,12 +1881,23 @@ def _queue_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
+@contextmanager
+def _read_committed(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A READ COMMITTED transaction on the command's connection, for queue_create, queue_alter
+    and queue_drop (PQ009 in another level): where the database or role defaults to
+    REPEATABLE READ, `pgqueue queue create` was refused."""
+    with translating(), conn.transaction():
+        conn.execute(_sql.SET_READ_COMMITTED, prepare=False)
+        yield
+
+
 def _cmd_queue_create(args: argparse.Namespace) -> int:
     options = _queue_settings(args)
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         try:
-            queue.create(if_not_exists=args.if_not_exists, **options)
+            with _read_committed(conn):
+                queue.create(if_not_exists=args.if_not_exists, **options)
         except QueueExists as exc:
             raise UserError(f"queue {args.queue} already exists (change it with `pgqueue queue alter`, "
                             "or pass --if-not-exists)") from exc
@@ -1911,14 +1923,15 @@ def _cmd_queue_alter(args: argparse.Namespace) -> int:
         raise UsageError("pgqueue queue alter: error: nothing to change (see `pgqueue queue alter --help`)")
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
-        queue.alter(**options)
+        with _read_committed(conn):
+            queue.alter(**options)
         _done(f"queue {args.queue} altered")
         print(settings_table([queue.settings()]))
     return 0
 
 
 def _cmd_queue_drop(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args)) as conn:
+    with connect(resolve_dsn(args)) as conn, _read_committed(conn):
         dropped = Queue(conn, args.queue).drop()
     if dropped:
         _done(f"queue {args.queue} dropped")

@@ -118,41 +118,27 @@ def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
 
 
 def _execute(conn: psycopg.Connection[Any], call: Call[T], *, lent: bool = False) -> T:
-    """Run a call on a connection (``lent``: a pool's, for this call only) and return its result.
+    """Run a call on a connection and return its result.
 
-    A call that needs READ COMMITTED (``call.read_committed``) runs in a READ COMMITTED
-    transaction of its own on an autocommit connection outside a transaction, and sets the
-    level of a lent connection's transaction it begins; in a caller's transaction it runs at
-    the caller's level (PQ009 there, if that is not READ COMMITTED)."""
-    if call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
+    ``lent``: the connection is this call's alone (a pool's, or one opened for it), and a call
+    that needs READ COMMITTED (``call.read_committed``: PQ009 otherwise, where the database or
+    role defaults to another level) runs in a transaction of that level: the first statement of
+    the transaction it begins (on an autocommit connection, one of its own). Elsewhere, a
+    caller's or a shared connection, the call runs as it is, at the level there."""
+    if lent and call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
         if conn.autocommit:
-            return _in_read_committed(conn, call)
-        if lent:
-            with translating(), psycopg.Cursor(conn) as cur:
-                cur.execute(_sql.SET_READ_COMMITTED)  # (psycopg begins the transaction before it)
+            with translating(), conn.transaction():  # (an interruption rolls it back, or the pool does)
+                _set_read_committed(conn)
+                return _statement(conn, call)
+        _set_read_committed(conn)  # (psycopg begins the transaction before it)
     return _statement(conn, call)
 
 
-def _in_read_committed(conn: psycopg.Connection[Any], call: Call[T]) -> T:
-    """Run ``call`` in a READ COMMITTED transaction of its own on an autocommit connection: on a
-    database that defaults to REPEATABLE READ, ``queue_create`` was refused (PQ009) from
-    ``pgqueue queue create`` and ``Queue(dsn, ...).create()``. Two round trips more, for the
-    queue's administration only. A session setting instead would stick to a server connection
-    that a transaction-mode pooler lends to other clients."""
-    with translating(), psycopg.Cursor(conn) as cur:
-        cur.execute(_sql.BEGIN_READ_COMMITTED)
-    try:
-        result = _statement(conn, call)
-    except BaseException:
-        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-            try:
-                psycopg.Cursor(conn).execute(_sql.ROLLBACK)
-            except psycopg.Error:
-                pass  # (the connection is lost: so is the transaction)
-        raise
-    with translating(), psycopg.Cursor(conn) as cur:
-        cur.execute(_sql.COMMIT)
-    return result
+def _set_read_committed(conn: psycopg.Connection[Any]) -> None:
+    """Make the transaction just begun on ``conn`` READ COMMITTED (never prepared: a
+    transaction-mode pooler may not keep prepared statements)."""
+    with translating(), _cursor(conn) as cur:
+        cur.execute(_sql.SET_READ_COMMITTED, prepare=False)
 
 
 def _statement(conn: psycopg.Connection[Any], call: Call[T]) -> T:
@@ -364,12 +350,30 @@ class _Connector:
             with self._shared_lock:
                 return _execute(self._conn, call)
         if self._pool is None:
+            if call.read_committed:
+                return self._run_alone(call)
             # Our own connection while it is open, without the opening lock and the context
             # manager of connection() (a worker's loop makes thousands of calls a second here).
             with self._shared_lock:
                 own = self._own
                 return _execute(own if own is not None and not own.closed else self._open("_own"), call)
         with self.connection() as conn:
+            return _execute(conn, call, lent=True)
+
+    def _run_alone(self, call: Call[T]) -> T:
+        """Run a call that needs READ COMMITTED (a queue's creation, change or drop) on a
+        connection opened for it alone, in a READ COMMITTED transaction (:func:`_execute`): on
+        a database that defaults to REPEATABLE READ, ``Queue(dsn, ...).create()`` was refused
+        (PQ009). Not on the shared connection, whose other users' statements would join the
+        transaction (or an interruption leave it open), and with no session setting, which a
+        transaction-mode pooler would lend to other clients. Closed after it: an interruption
+        closes it, and the server rolls back."""
+        assert self._dsn is not None
+        if self._closed:
+            raise PgQueueError("the queue is closed")
+        with translating():
+            conn = _connect.connect(self._dsn, autocommit=True)
+        with conn:
             return _execute(conn, call, lent=True)
 
     @contextmanager
