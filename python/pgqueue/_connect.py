@@ -7,7 +7,9 @@ Such a connection is opened in UTF8 unless the connection string sets a ``client
 returned as bytes). Nothing else is set for the session: a session ``SET`` would stick to a
 server connection that a transaction-mode pooler (PgBouncer, RDS Proxy) then lends to other
 clients. The queue's creation, change and drop, which need READ COMMITTED, run in a transaction
-of that level on a connection opened for them alone (:meth:`pgqueue.client._Connector._run_alone`).
+of that level: on a connection opened for them alone when the client has a connection string
+(:meth:`pgqueue.client._Connector._run_alone`), in a pool's lent connection's transaction, and
+in a transaction of the command line's connection (``pgqueue.cli._read_committed``).
 
 tests/test_own_connections.py checks that no module opens a connection without going through
 here.

@@ -137,9 +137,10 @@ class UnsafeSchema(PgQueueError):
 
 
 class NeedsReadCommitted(PgQueueError):
-    """``queue_create``, ``queue_drop``, a ``max_size`` change, or an enqueue of a new idempotency
-    key into a queue with ``key_window_ms``, run in a REPEATABLE READ or SERIALIZABLE transaction
-    (PQ009): run it in READ COMMITTED (the default)."""
+    """``queue_create``, ``queue_drop``, a ``max_size`` or ``group_concurrency`` change, or an
+    enqueue of a new idempotency key into a queue with ``key_window_ms``, run in a REPEATABLE READ
+    or SERIALIZABLE transaction (PQ009): run it in READ COMMITTED (PostgreSQL's default level,
+    unless the database or role sets another; README, "Isolation levels")."""
 
 
 class SerializationFailure(PgQueueError):
