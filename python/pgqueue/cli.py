@@ -33,12 +33,12 @@ from typing import Any, NoReturn, TextIO, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue import _connect, _sql
+from pgqueue import _connect
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
                                    stop_signals)
-from pgqueue.client import Queue, all_counters, all_stats, list_queues
-from pgqueue.codec import TASK_NAME
+from pgqueue.client import Queue, _set_read_committed, all_counters, all_stats, list_queues
+from pgqueue.codec import with_task
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
@@ -1122,10 +1122,8 @@ def _not_json(constant: str) -> object:
 
 
 def _check_task(task: str | None) -> None:
-    """Refuse a --task that is not a task name, quoting at most the start of a long one (the
-    client's own refusal quoted all of it)."""
-    if task is not None and not TASK_NAME.fullmatch(task):
-        raise UserError(f"invalid task name {quoted(task)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
+    """Refuse a --task that is not a task name before connecting (InvalidArgument: one line)."""
+    with_task(None, task)  # (the client's own check, before connecting)
 
 
 def _cmd_enqueue(args: argparse.Namespace) -> int:
@@ -1887,7 +1885,7 @@ def _read_committed(conn: psycopg.Connection[Any]) -> Iterator[None]:
     and queue_drop (PQ009 in another level): where the database or role defaults to
     REPEATABLE READ, `pgqueue queue create` was refused."""
     with translating(), conn.transaction():
-        conn.execute(_sql.SET_READ_COMMITTED, prepare=False)
+        _set_read_committed(conn)
         yield
 
 

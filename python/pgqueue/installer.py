@@ -42,14 +42,12 @@ from pgqueue.compat import major_minor
 
 
 def _run(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> psycopg.Cursor[Any]:
-    """``conn.execute(query, params)`` on a cursor that reads pgqueue's ``%s`` and ``%(name)s``
-    placeholders: the connection's ``cursor_factory``, unless it is a ``psycopg.RawCursor``
-    (``$1`` placeholders), where every step failed with a psycopg TypeError; then a plain
-    ``psycopg.Cursor`` (as :func:`pgqueue.client._cursor` does for the client's calls)."""
-    factory = conn.cursor_factory
-    cur: psycopg.Cursor[Any] = (psycopg.Cursor(conn) if isinstance(factory, type) and issubclass(factory, psycopg.RawCursor)
-                                else conn.cursor())
-    return cur.execute(query, params)
+    """``conn.execute(query, params)`` on the cursor the client runs its calls on
+    (:func:`pgqueue.client._cursor`): one that reads pgqueue's ``%s`` and ``%(name)s``
+    placeholders, also on a caller's ``RawCursor`` connection, where every step failed."""
+    from pgqueue.client import _cursor
+
+    return _cursor(conn).execute(query, params)
 
 
 __all__ = [
