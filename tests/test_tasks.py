@@ -9,6 +9,7 @@ import functools
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -297,7 +298,17 @@ def test_a_group_of_rejects_rejects_and_a_mixed_group_is_settled_as_the_group() 
     assert [_core.outcome(e) for e in (mixed, ValueError("v"), interrupted, cancelled, KeyboardInterrupt())] == [
         "fail", "fail", "release", "release", "release"]
     assert _core.rejections(mixed) == [] and _core.rejections(None) == []
-    assert _core.rejection_text(mixed) == "ExceptionGroup: m (2 sub-exceptions)"
+    # a group that is not a rejection stores its own text and what it holds, not the count alone
+    assert _core.rejection_text(mixed) == "ExceptionGroup: m (2 sub-exceptions): Reject: a; Reject: b; ValueError: c"
+    assert _core.error_text(cancelled) == "BaseExceptionGroup: c (1 sub-exception): CancelledError"
+    assert _core.error_text(ExceptionGroup("g", [ValueError("line\nbreak"), KeyError("k")])) == (
+        "ExceptionGroup: g (2 sub-exceptions): ValueError: line break; KeyError: 'k'")
+    # a huge group is read only as far as the stored text goes
+    huge = ExceptionGroup("h", [ValueError("x" * 90) for _ in range(200_000)])
+    started = time.monotonic()
+    text = _core.error_text(huge)
+    assert len(text) == _core.MAX_ERROR_CHARS and text.startswith("ExceptionGroup: h (200000 sub-exceptions): ValueError: xxx")
+    assert time.monotonic() - started < 1.0
     # Queue.reject given a group of Rejects stores their texts as well
     msg = _message(None)
     assert _core.reject(msg, one).params["error"] == "Reject: bad payload"
@@ -307,6 +318,10 @@ def test_a_group_of_rejects_rejects_and_a_mixed_group_is_settled_as_the_group() 
     for _ in range(2000):  # (Python's recursion limit is 1000)
         deep = ExceptionGroup("g", [deep])
     assert _core.outcome(deep) == "reject" and _core.rejection_text(deep) == "Reject: deep"
+    deep_failure: BaseException = ValueError("deep")
+    for _ in range(2000):
+        deep_failure = ExceptionGroup("g", [deep_failure])
+    assert _core.error_text(deep_failure) == "ExceptionGroup: g (1 sub-exception): ValueError: deep"
 
 
 def test_errors_quote_at_most_the_start_of_a_long_value(dsn: str) -> None:

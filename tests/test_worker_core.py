@@ -142,6 +142,9 @@ def test_a_group_of_rejects_dead_letters_at_once_and_a_mixed_group_fails(kind: s
     dead = {d.id: (d.attempts, d.last_error) for d in queue.dead_letters()}
     assert dead == {ids["tasked"]: (1, "Reject: not for us"), ids["nested"]: (1, "Reject: one; Reject: two")}
     assert queue.stats().scheduled == 1
+    # the failed group's last_error says what it held, not only how many
+    assert [(p.id, p.last_error) for p in queue.peek()] == [
+        (ids["mixed"], "ExceptionGroup: mixed (2 sub-exceptions): Reject: three; ValueError: four")]
 
 
 def test_a_hung_thread_past_its_timeout_does_not_hold_up_the_shutdown(dsn: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar, cast
@@ -333,17 +333,27 @@ def error_text(error: str | BaseException) -> str:
 
     A string is kept as it is; an exception becomes ``"TypeName: message"`` on one line (runs
     of blanks and line breaks made one space), or its type's name alone when its message is
-    empty or cannot be made (its ``__str__`` raises). Either is cut to :data:`MAX_ERROR_CHARS`.
-    What PostgreSQL text cannot hold is written as Python escapes: a lone surrogate (as
-    ``os.fsdecode`` makes of a file name that is not UTF-8) as ``\\udce9``, NUL as ``\\x00``.
+    empty or cannot be made (its ``__str__`` raises). An exception group (an
+    ``asyncio.TaskGroup``'s) is followed by its leaf exceptions, nested groups opened, each
+    as above: ``"ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception): ValueError:
+    boom"``, so that the stored text says what failed. Either is cut to
+    :data:`MAX_ERROR_CHARS`. What PostgreSQL text cannot hold is written as Python escapes: a
+    lone surrogate (as ``os.fsdecode`` makes of a file name that is not UTF-8) as ``\\udce9``,
+    NUL as ``\\x00``.
     """
-    if isinstance(error, BaseException):
-        try:
-            message = str(error)
-        except Exception:  # a handler's exception must fail its message, whatever its __str__ does
-            message = "(its message could not be made: __str__ raised)"
-        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-        text = " ".join(text.split())
+    if isinstance(error, BaseExceptionGroup):
+        parts = [_one_error(error)]
+        length = len(parts[0])
+        leaves = _leaves(error)
+        while length <= MAX_ERROR_CHARS:  # (a group of a million leaves is not read to the end)
+            leaf = next(leaves, None)
+            if leaf is None:
+                break
+            parts.append(_one_error(leaf))
+            length += len(parts[-1]) + 2
+        text = parts[0] + (": " + "; ".join(parts[1:]) if len(parts) > 1 else "")
+    elif isinstance(error, BaseException):
+        text = _one_error(error)
     elif isinstance(error, str):
         text = error
     else:
@@ -355,6 +365,28 @@ def error_text(error: str | BaseException) -> str:
     except UnicodeEncodeError:
         text = text.encode(errors="backslashreplace").decode()
     return text[:MAX_ERROR_CHARS]
+
+
+def _one_error(error: BaseException) -> str:
+    """``"TypeName: message"`` of one exception, on one line (see :func:`error_text`)."""
+    try:
+        message = str(error)
+    except Exception:  # a handler's exception must fail its message, whatever its __str__ does
+        message = "(its message could not be made: __str__ raised)"
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return " ".join(text.split())
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    """The leaf exceptions of a group, nested groups opened, in order (a loop, not recursion:
+    a deep nest of groups cannot overflow the stack)."""
+    pending: list[BaseException] = list(reversed(group.exceptions))
+    while pending:
+        e = pending.pop()
+        if isinstance(e, BaseExceptionGroup):
+            pending.extend(reversed(e.exceptions))
+        else:
+            yield e
 
 
 def ascii_text(text: str) -> str:
@@ -432,18 +464,15 @@ def rejections(exc: BaseException | None) -> list[Reject]:
     holds anything else besides is not a rejection, and is settled as that group is (a
     failure, or an interruption for a ``BaseExceptionGroup`` that holds a KeyboardInterrupt,
     say)."""
-    if exc is None:
+    if isinstance(exc, Reject):
+        return [exc]
+    if not isinstance(exc, BaseExceptionGroup):
         return []
     leaves: list[Reject] = []
-    pending = [exc]
-    while pending:  # (a loop, not recursion: a deep nest of groups cannot overflow the stack)
-        e = pending.pop()
-        if isinstance(e, Reject):
-            leaves.append(e)
-        elif isinstance(e, BaseExceptionGroup):
-            pending.extend(reversed(e.exceptions))
-        else:
+    for e in _leaves(exc):
+        if not isinstance(e, Reject):
             return []
+        leaves.append(e)
     return leaves
 
 

@@ -679,7 +679,7 @@ class Queue:
         Parameters:
             msg: the leased message.
             error: what went wrong, stored as ``last_error`` (an exception is stored as
-                ``"TypeName: message"``).
+                ``"TypeName: message"``, an exception group followed by its leaf exceptions).
             delay, at: retry then instead of after the exponential back-off. At most one.
 
         Returns:
