@@ -351,4 +351,21 @@ def test_errors_quote_at_most_the_start_of_a_long_value(dsn: str) -> None:
             call()
         assert "\u2026" in str(error.value) and "characters)" in str(error.value), str(error.value)[:300]
         assert len(str(error.value)) < 500
+    # a value whose repr cannot be made is named by its type: the error is still the documented one
+    huge = 10 ** 5000  # (more digits than Python converts to text)
+
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    assert quoted(huge) == f"an int of more than {sys.get_int_max_str_digits()} digits"
+    assert quoted(Unprintable()) == "a Unprintable whose repr could not be made"
+    assert quoted([huge]) == "a list whose repr could not be made"
+    for call in (lambda: queue.enqueue(1, delay=huge), lambda: queue.enqueue(1, at=huge),
+                 lambda: queue.enqueue(1, priority=huge)):
+        with pytest.raises(errors.InvalidArgument) as bad:
+            call()
+        assert "an int of more than" in str(bad.value), str(bad.value)[:300]
+    with pytest.raises(ValueError, match="concurrency must be at least 1, got an int of more than"):
+        Worker(queue, lambda msg: None, concurrency=-huge)
     queue.close()

@@ -1064,7 +1064,7 @@ def dead_letters(queue: str, limit: int = 100, after: DeadLetter | None = None) 
     ``after``, by its (dead_at, id), when given: the next page)."""
     check_int("limit", limit, allow_none=False)
     if limit < 0:
-        raise InvalidArgument(f"limit must be >= 0, got {limit}")
+        raise InvalidArgument(f"limit must be >= 0, got {quoted(limit)}")
     if after is not None and not isinstance(after, DeadLetter):
         raise InvalidArgument(f"after must be a DeadLetter (the last of the page before), got {quoted(after)}")
     if after is None:

@@ -52,7 +52,7 @@ from pgqueue._core import Call, error_text
 from pgqueue._lease import Outage, _first_line
 from pgqueue.client import _execute
 from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, PgQueueError, quoted, translating
 from pgqueue.message import Message, QueueSettings
 from pgqueue.tasks import Tasks, is_coroutine_callable
 
@@ -420,7 +420,7 @@ def require_writable(conn: psycopg.Connection[Any]) -> None:
 def check_startup_timeout(startup_timeout: float | None) -> None:
     """Raise ValueError for a start-up timeout that is not None (wait forever) nor >= 0 seconds."""
     if startup_timeout is not None and not 0 <= startup_timeout <= 1e9:
-        raise ValueError(f"startup_timeout must be None (wait forever) or 0 to 1e9 seconds, got {startup_timeout}")
+        raise ValueError(f"startup_timeout must be None (wait forever) or 0 to 1e9 seconds, got {quoted(startup_timeout)}")
 
 
 #: While the start waits, its warning is repeated (with the time waited) this often, in seconds.
@@ -585,17 +585,17 @@ def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | No
                   poll_max: float, shutdown_grace: float, timeout: Timeout | None) -> None:
     """Raise ValueError for worker options out of range."""
     if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        raise ValueError(f"concurrency must be at least 1, got {quoted(concurrency)}")
     if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise ValueError(f"batch_size must be at least 1, got {quoted(batch_size)}")
     if lock_ms is not None and lock_ms < 1:
-        raise ValueError(f"lock_ms must be at least 1, got {lock_ms}")
+        raise ValueError(f"lock_ms must be at least 1, got {quoted(lock_ms)}")
     if not 0 < poll_min <= poll_max:
-        raise ValueError(f"need 0 < poll_min <= poll_max, got {poll_min} and {poll_max}")
+        raise ValueError(f"need 0 < poll_min <= poll_max, got {quoted(poll_min)} and {quoted(poll_max)}")
     if shutdown_grace < 0:
-        raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
+        raise ValueError(f"shutdown_grace must be >= 0, got {quoted(shutdown_grace)}")
     if isinstance(timeout, (int, float)) and not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        raise ValueError(f"timeout must be > 0 seconds, got {quoted(timeout)}")
 
 
 def _where(dsn: str) -> tuple[str, str]:
@@ -1191,7 +1191,7 @@ class WorkerCore:
                             "(a number > 0) or None")
         seconds = float(limit)
         if not seconds > 0:
-            raise ValueError(f"the timeout function returned {limit!r}: expected seconds > 0 or None")
+            raise ValueError(f"the timeout function returned {quoted(limit)}: expected seconds > 0 or None")
         return seconds
 
     def _finish(self, d: Delivery) -> None:

@@ -131,7 +131,7 @@ def decode(content: bytes, content_type: str | None) -> object:
         try:
             text = bytes(content).decode(charset)
         except LookupError as exc:
-            raise ValueError(f"unknown charset in content type {content_type!r}") from exc
+            raise ValueError(f"unknown charset in content type {quoted(content_type)}") from exc
         except UnicodeError as exc:
             # Python's "undefined" codec is found but decodes nothing (a plain UnicodeError,
             # "decoding with 'undefined' codec failed"): no charset either, as JavaScript's
@@ -139,7 +139,7 @@ def decode(content: bytes, content_type: str | None) -> object:
             # not in the charset, raised as they are.
             if isinstance(exc, UnicodeDecodeError) or codecs.lookup(charset).name != "undefined":
                 raise
-            raise ValueError(f"unknown charset in content type {content_type!r}") from exc
+            raise ValueError(f"unknown charset in content type {quoted(content_type)}") from exc
         if not kind.startswith("text/"):
             # a byte-order mark before JSON (some Windows tools write one) is not part of the
             # value, and RFC 8259 lets a parser ignore it: json.loads refused it, and the

@@ -35,6 +35,7 @@ PgQueueError             anything else          any other database error
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -331,11 +332,20 @@ QUOTE_LIMIT = 100
 def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
     """``repr(value)`` for an error message, cut to its first ``limit`` characters when longer,
     with an ellipsis and the length (``'aaaa…' (10000 characters)``): a 10,000-character task
-    name, group or queue name was echoed in full in a one-line error."""
+    name, group or queue name was echoed in full in a one-line error. A value whose repr cannot
+    be made (an int of more than 4,300 digits, an object whose ``__repr__`` raises) is named by
+    its type instead."""
     if isinstance(value, str):
         if len(value) <= limit:
             return repr(value)
         head = repr(value[:limit])  # (a plain str's repr: it ends with its quote)
         return f"{head[:-1]}\u2026{head[-1]} ({len(value)} characters)"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts (sys.get_int_max_str_digits())
+        if isinstance(value, int):
+            return f"an int of more than {sys.get_int_max_str_digits()} digits"
+        return f"a {type(value).__name__} whose repr could not be made"
+    except Exception:  # (a caller's object whose __repr__ raises: the error must still be raised)
+        return f"a {type(value).__name__} whose repr could not be made"
     return text if len(text) <= limit else f"{text[:limit]}\u2026 (a repr of {len(text)} characters)"

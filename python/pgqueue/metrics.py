@@ -47,7 +47,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pgqueue import _connect
 from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error
+from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error, quoted
 from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
 
@@ -187,7 +187,7 @@ class QueueMetrics:
 
     def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
         if not (0 < timeout < math.inf and math.ceil(timeout * 1000) <= _MAX_TIMEOUT_MS):
-            raise ValueError(f"timeout must be > 0 seconds and at most {MAX_TIMEOUT}, got {timeout}")
+            raise ValueError(f"timeout must be > 0 seconds and at most {MAX_TIMEOUT}, got {quoted(timeout)}")
         self._dsn = dsn
         self._min_interval = min_interval
         self._timeout = timeout

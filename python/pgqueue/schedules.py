@@ -44,7 +44,7 @@ from pgqueue._worker_core import (
 )
 from pgqueue.client import ConnectionSource, _run_once
 from pgqueue.compat import check_server
-from pgqueue.errors import PgQueueError, translating
+from pgqueue.errors import PgQueueError, quoted, translating
 from pgqueue.message import ScheduledMessage, ScheduleEntry
 
 __all__ = ["Scheduler", "create_schedule", "drop_schedule", "list_schedules", "run_schedules"]
@@ -163,7 +163,7 @@ class Scheduler:
     def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True,
                  startup_timeout: float | None = None) -> None:
         if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
-            raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {interval}")
+            raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {quoted(interval)}")
         check_startup_timeout(startup_timeout)
         self._startup_timeout = startup_timeout
         self._dsn = _worker_conninfo(dsn, "pgqueue-scheduler")

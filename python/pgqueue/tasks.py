@@ -141,11 +141,11 @@ class Tasks:
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise ValueError(f"invalid task name {quoted(name)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
         if name in self._handlers:
-            raise ValueError(f"task {name!r} is registered already")
+            raise ValueError(f"task {quoted(name)} is registered already")
         if not callable(handler):
             # refused here, not when the first message of the task fails with "not callable"
-            raise TypeError(f"the handler of task {name!r} must be callable, got {type(handler).__name__}")
-        refuse_generator(handler, f"the handler of task {name!r}")
+            raise TypeError(f"the handler of task {quoted(name)} must be callable, got {type(handler).__name__}")
+        refuse_generator(handler, f"the handler of task {quoted(name)}")
         is_async = is_coroutine_callable(handler)
         if self._is_async is not None and is_async != self._is_async:
             raise TypeError("a registry holds plain functions (for Worker) or coroutine functions "
