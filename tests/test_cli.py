@@ -1517,3 +1517,27 @@ def test_json_after_a_byte_order_mark(capsys: pytest.CaptureFixture[str], dsn: s
         assert_one_line_error(status, out, err, "PAYLOAD is not valid JSON")
         assert "utf-8-sig" not in err, err
     assert Queue(dsn).stats().total == 3  # the three above, leased: nothing more
+
+
+def test_what_a_command_did_is_kept_per_thread() -> None:
+    """What a command has done (said when its output then fails) is its own: two main() calls on
+    two threads at once (an application that runs the command line in threads) do not read each
+    other's."""
+    import threading
+
+    from pgqueue import cli
+
+    both = threading.Barrier(2, timeout=10)
+    seen: dict[str, str | None] = {}
+
+    def command(what: str) -> None:
+        cli._done(what)
+        both.wait()  # the other thread has said what it did as well
+        seen[what] = cli._DONE.get()
+
+    threads = [threading.Thread(target=command, args=(what,)) for what in ("queue a created", "queue b dropped")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"queue a created": "queue a created", "queue b dropped": "queue b dropped"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextvars
 import importlib
 import io
 import json
@@ -127,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns the exit status: 0 on success, 1 on an error, 2 on bad usage, 130 on Ctrl-C.
     """
     argv = sys.argv[1:] if argv is None else argv
-    global _DONE
-    _DONE = None
+    _DONE.set(None)
     bench_argv = _bench_argv(argv)
     if bench_argv is not None:  # every option after it belongs to the benchmark suite
         try:
@@ -168,19 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     except _Stopped as exc:
         # (a signal once the change is made, while its output is written: say it is done, or a
         # script reads "not done" and runs it again, as it would after a failed write)
-        what = "not done" if _DONE is None else f"done all the same: {_DONE}"
+        done = _DONE.get()
+        what = "not done" if done is None else f"done all the same: {done}"
         print(f"\n{parser.prog}: stopped by {signal.Signals(exc.signum).name}: {what}", file=sys.stderr)
         return 128 + exc.signum
     except KeyboardInterrupt:
         print(file=sys.stderr)
-        if _DONE is not None:
-            print(f"{parser.prog}: interrupted: done all the same: {_DONE}", file=sys.stderr)
+        if _DONE.get() is not None:
+            print(f"{parser.prog}: interrupted: done all the same: {_DONE.get()}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `pgqueue dead list jobs | head`: the reader has gone
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
-        if _DONE is not None:  # the status 1 is the output's, not the work's: say so
-            _error(f"the output was closed before it was all written; done all the same: {_DONE}")
+        if _DONE.get() is not None:  # the status 1 is the output's, not the work's: say so
+            _error(f"the output was closed before it was all written; done all the same: {_DONE.get()}")
         return 1
     except (_OutputFailed, OSError) as exc:  # `> /dev/full`, a disk that filled up
         cause = exc.__cause__ if isinstance(exc, _OutputFailed) else exc
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush cannot fail again
-        done = f"; done all the same: {_DONE}" if _DONE is not None else ""
+        done = f"; done all the same: {_DONE.get()}" if _DONE.get() is not None else ""
         _error(f"cannot write the output: {cause.strerror}{done}")
         return 1
     except Exception as exc:
@@ -216,13 +217,13 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 #: What a command that changes the database did, once it is done (:func:`_done`): said when
 #: the output then cannot be written, whose exit status 1 would otherwise read as "not done"
-#: (`pgqueue enqueue jobs x >> ids.log` on a full disk: the message is on the queue).
-_DONE: str | None = None
+#: (`pgqueue enqueue jobs x >> ids.log` on a full disk: the message is on the queue). A context
+#: variable: two main() calls on two threads keep their own.
+_DONE: contextvars.ContextVar[str | None] = contextvars.ContextVar("pgqueue_cli_done", default=None)
 
 
 def _done(what: str) -> None:
-    global _DONE
-    _DONE = what
+    _DONE.set(what)
 
 
 def _not_utf8(text: str) -> str | None:
