@@ -4,7 +4,7 @@ connections pgqueue opens itself.
 ``queue_create``, ``queue_alter`` and ``queue_drop`` need READ COMMITTED (PQ009 otherwise). On
 a database (or role) whose ``default_transaction_isolation`` is REPEATABLE READ, ``pgqueue queue
 create`` and ``Queue(dsn, ...).create()`` were refused. The command line and the client now run
-those calls in a READ COMMITTED transaction of their own (the client's on a connection opened
+those calls again, once refused, in a READ COMMITTED transaction of their own (the client's on a connection opened
 for the call alone, or a pool's lent one), and never set a session default: a transaction-mode
 pooler would lend that server connection, with the setting, to other clients.
 """
@@ -80,6 +80,52 @@ def test_the_client_administers_queues_there_on_its_own_connection_and_on_pools(
     asyncio.run(run())
     assert "rr_async" not in queues(rr_dsn) and "rr_apool" not in queues(rr_dsn)
     assert Queue(rr_dsn, "rr_sync").drop() is True
+
+
+def test_the_administration_is_one_statement_where_the_default_is_read_committed(
+        pg_server: Server, dbname: str, dsn: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the database defaults to READ COMMITTED (PostgreSQL's default), create, alter and
+    drop run as one statement, without a transaction block (which a statement-mode pooler
+    refuses) or a SET TRANSACTION; only a refusal with PQ009 runs them again in a READ
+    COMMITTED transaction."""
+    from pgqueue import async_client, cli, client
+
+    sets: list[str] = []
+    def recorded(where: str, f: Any) -> Any:
+        return lambda conn: (sets.append(where), f(conn))[1]
+
+    monkeypatch.setattr(client, "_set_read_committed", recorded("sync", client._set_read_committed))
+    monkeypatch.setattr(cli, "_set_read_committed", recorded("cli", cli._set_read_committed))
+
+    async def set_async(conn: psycopg.AsyncConnection[Any], f: Any = async_client._set_read_committed) -> None:
+        sets.append("async")
+        await f(conn)
+
+    monkeypatch.setattr(async_client, "_set_read_committed", set_async)
+
+    def administer(where: str) -> None:
+        with Queue(where, "one_stmt") as queue:
+            queue.create(max_size=5)
+            queue.alter(max_size=6)
+            assert queue.drop() is True
+        for argv in (["queue", "create", "one_stmt"], ["queue", "alter", "one_stmt", "--max-size", "3"],
+                     ["queue", "drop", "one_stmt"]):
+            assert main([*argv, "--dsn", where]) == 0, capsys.readouterr().err
+
+        async def run() -> None:
+            async with AsyncQueue(where, "one_stmt") as queue:
+                await queue.create()
+                assert await queue.drop() is True
+
+        asyncio.run(run())
+
+    administer(dsn)
+    assert sets == []
+    admin_execute(pg_server, sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'")
+                  .format(sql.Identifier(dbname)))
+    administer(dsn)  # refused once each, then run in a READ COMMITTED transaction
+    assert sets == ["sync"] * 3 + ["cli"] * 3 + ["async"] * 2
 
 
 def test_a_failed_call_leaves_the_queues_own_connection_as_it_was(rr_dsn: str) -> None:

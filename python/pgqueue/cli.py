@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, cast
+from typing import Any, NoReturn, TextIO, TypeVar, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -44,6 +44,7 @@ from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
     ExtensionNotInstalled,
+    NeedsReadCommitted,
     PgQueueError,
     QueueExists,
     QueueNotFound,
@@ -56,6 +57,8 @@ from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSe
 from pgqueue.tasks import is_generator_callable
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 PROG = "pgqueue"
 DSN_ENV = "PGQUEUE_DSN"
@@ -1880,14 +1883,19 @@ def _queue_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-@contextmanager
-def _read_committed(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """A READ COMMITTED transaction on the command's connection, for queue_create, queue_alter
-    and queue_drop (PQ009 in another level): where the database or role defaults to
-    REPEATABLE READ, `pgqueue queue create` was refused."""
+def _read_committed(conn: psycopg.Connection[Any], do: Callable[[], T]) -> T:
+    """Run ``do`` (queue_create, queue_alter or queue_drop on the command's autocommit
+    connection) as it is, and when refused with PQ009 (the database or role defaults to
+    REPEATABLE READ, where `pgqueue queue create` was refused) again in a READ COMMITTED
+    transaction: one statement where the default is READ COMMITTED, and no transaction block,
+    which a statement-mode pooler refuses."""
+    try:
+        return do()
+    except NeedsReadCommitted:
+        pass  # (refused before anything was done: its statement's transaction is gone)
     with translating(), conn.transaction():
         _set_read_committed(conn)
-        yield
+        return do()
 
 
 def _cmd_queue_create(args: argparse.Namespace) -> int:
@@ -1895,8 +1903,7 @@ def _cmd_queue_create(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         try:
-            with _read_committed(conn):
-                queue.create(if_not_exists=args.if_not_exists, **options)
+            _read_committed(conn, lambda: queue.create(if_not_exists=args.if_not_exists, **options))
         except QueueExists as exc:
             raise UserError(f"queue {args.queue} already exists (change it with `pgqueue queue alter`, "
                             "or pass --if-not-exists)") from exc
@@ -1922,16 +1929,15 @@ def _cmd_queue_alter(args: argparse.Namespace) -> int:
         raise UsageError("pgqueue queue alter: error: nothing to change (see `pgqueue queue alter --help`)")
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
-        with _read_committed(conn):
-            queue.alter(**options)
+        _read_committed(conn, lambda: queue.alter(**options))
         _done(f"queue {args.queue} altered")
         print(settings_table([queue.settings()]))
     return 0
 
 
 def _cmd_queue_drop(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args)) as conn, _read_committed(conn):
-        dropped = Queue(conn, args.queue).drop()
+    with connect(resolve_dsn(args)) as conn:
+        dropped = _read_committed(conn, Queue(conn, args.queue).drop)
     if dropped:
         _done(f"queue {args.queue} dropped")
         print(f"dropped queue {args.queue}")

@@ -46,7 +46,7 @@ from psycopg_pool import ConnectionPool
 from pgqueue import _connect, _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import Heartbeats, interval
-from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, translating
+from pgqueue.errors import ConnectionFailed, InvalidArgument, NeedsReadCommitted, PgQueueError, translating
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["Queue", "list_queues", "all_stats", "all_counters", "ConnectionSource"]
@@ -123,10 +123,17 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T], *, lent: bool = False
     ``lent``: the connection is this call's alone (a pool's, or one opened for it), and a call
     that needs READ COMMITTED (``call.read_committed``: PQ009 otherwise, where the database or
     role defaults to another level) runs in a transaction of that level: the first statement of
-    the transaction it begins (on an autocommit connection, one of its own). Elsewhere, a
+    the transaction it begins. On an autocommit connection the call runs as one statement first,
+    as it does where the default level is READ COMMITTED (PostgreSQL's), and only when refused
+    with PQ009 again, in a READ COMMITTED transaction of its own: no extra round trips in the
+    common case, and no transaction block, which a statement-mode pooler refuses. Elsewhere, a
     caller's or a shared connection, the call runs as it is, at the level there."""
     if lent and call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
         if conn.autocommit:
+            try:
+                return _statement(conn, call)
+            except NeedsReadCommitted:
+                pass  # (refused before anything was done: its statement's transaction is gone)
             with translating(), conn.transaction():  # (an interruption rolls it back, or the pool does)
                 _set_read_committed(conn)
                 return _statement(conn, call)
