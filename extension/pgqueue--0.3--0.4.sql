@@ -2356,6 +2356,10 @@ BEGIN
             HINT = 'List dead letters by id; for all of them, pass NULL for the whole array (or leave it out).';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
+    -- Dropped while the lock was waited for: PQ001, as dead_letter_requeue says (not 0 purged).
+    IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.id = v_queue.id) THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
     -- The letters locked first, in the order of their ids, as dead_letter_requeue locks them: a
     -- DELETE alone took them in the order it read them (as they died), and a requeue and a
     -- purge of one queue at once deadlocked (specs/dead_requeue_purge.spec).
@@ -3390,6 +3394,7 @@ COMMENT ON FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, b
 
 -- Create a queue.
 DROP FUNCTION pgqueue.queue_create(text, bigint, integer, bigint, bigint, bigint, boolean, boolean);
+-- Create a queue.
 CREATE FUNCTION pgqueue.queue_create(
     p_queue         text,
     p_lock_ms       bigint  DEFAULT 30000,
@@ -3410,6 +3415,7 @@ DECLARE
     v_id         integer;
     v_constraint text;
     v_taken      boolean;
+    v_freed      integer[];
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -3468,15 +3474,19 @@ BEGIN
     -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
     -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
     -- the next id: counters and mark shared. (What the search changes is a stripe no queue uses:
-    -- harmless when a drop above rolls back and the name stays taken.)
+    -- harmless when a drop above rolls back and the name stays taken.) Not a stripe that a
+    -- queue_drop of this transaction freed (pgqueue.dropped_stripes): the transaction may roll
+    -- back, and the dropped queue come back with its counters reset.
     IF v_taken IS NOT TRUE AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+        v_freed := coalesce(string_to_array(nullif(current_setting('pgqueue.dropped_stripes', true), ''), ',')::integer[], '{}');
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
-            CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
+            CONTINUE WHEN v_id & 63 = ANY (v_freed)
+                       OR EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
             PERFORM pgqueue._queue_quiesce(v_id);
             EXIT WHEN NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
         END LOOP;
-        IF EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
+        IF v_id & 63 = ANY (v_freed) OR EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
             v_id := NULL;
         ELSE
             PERFORM setval(pgqueue._count_seq(v_id, k.k), CASE WHEN k.k < 6 THEN 1 ELSE 32 END, false)
@@ -3546,6 +3556,13 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;  -- dropped by someone else meanwhile
     END IF;
+    -- The stripe (id & 63) is not free for a queue_create later in this transaction, which
+    -- would reset its counters with setval: a rollback brings this queue back, but not its
+    -- counters (zero, where Prometheus counters never go down: a review). A setting local to
+    -- the transaction, undone with a subtransaction that rolls back.
+    PERFORM set_config('pgqueue.dropped_stripes',
+                       concat_ws(',', nullif(current_setting('pgqueue.dropped_stripes', true), ''), v_id & 63),
+                       true);
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NULL;
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NOT NULL;
     DELETE FROM pgqueue.dead_letter d WHERE d.queue_id = v_id;

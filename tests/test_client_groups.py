@@ -227,6 +227,34 @@ def test_order_within_a_group_the_turn_holder_priority_and_a_scheduled_turn(dsn:
         assert take() == ["b2"]
 
 
+@pytest.mark.parametrize("n", [0, 2])
+def test_a_failed_message_holds_its_group_until_handed_out_again_whatever_the_limit(dsn: str, n: int) -> None:
+    """docs/guarantees.md, "Retries": messages of a group are handed out in (dequeue_at, id)
+    order whatever group_concurrency is, so a message failed with back-off (or deferred) keeps
+    the group's turn and the group's later messages wait for it, with no limit (0) too; with a
+    limit other than 1 they wait until it is handed out again, not until it is completed."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pgqueue.queue_create('gretry', p_group_concurrency => %s)", (n,))
+        ids = [c.execute("SELECT pgqueue.message_create('gretry', %s::bytea, p_group => 't')",
+                         (x.encode(),)).fetchone()[0] for x in "AB"]  # type: ignore[index]
+
+        def take() -> list[tuple[int, int]]:
+            return [(r[0], r[1]) for r in c.execute("SELECT id, attempts FROM pgqueue.message_dequeue('gretry', 10, 60000)")]
+
+        assert take() == [(ids[0], 1), (ids[1], 1)]
+        retry_at = int(c.execute("SELECT pgqueue.now_ms() + 2500").fetchone()[0])  # type: ignore[index]
+        assert c.execute("SELECT pgqueue.message_fail(%s, 1, 'transient', %s)", (ids[0], retry_at)).fetchone() == (True,)
+        assert c.execute("SELECT pgqueue.message_complete(%s, 1)", (ids[1],)).fetchone() == (True,)
+        later = [c.execute("SELECT pgqueue.message_create('gretry', %s::bytea, p_group => 't')",
+                           (x.encode(),)).fetchone()[0] for x in "CD"]  # type: ignore[index]
+        assert take() == []  # C and D wait behind A's retry
+        while int(c.execute("SELECT pgqueue.now_ms()").fetchone()[0]) < retry_at:  # type: ignore[index]
+            time.sleep(0.1)
+        first = take()
+        assert first[0] == (ids[0], 2)  # A again first, then (room permitting) the next in order
+        assert first == [(ids[0], 2), (later[0], 1)] + ([(later[1], 1)] if n == 0 else [])
+
+
 def test_a_message_deleted_with_plain_sql_frees_its_key(dsn: str) -> None:
     """docs/guarantees.md, "Idempotent enqueue": the key window is kept by pgqueue's functions, not
     by a trigger, so a message deleted with plain SQL frees its key at once."""

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgqueue import AsyncQueue, Queue, QueueStats
 
@@ -139,3 +140,47 @@ def test_oldest_ready_age_is_the_longest_wait_not_the_next_message(conn: psycopg
             age = _age(conn, function, queue)
             assert 10 * minute <= age < 11 * minute, (function, queue, age)
     assert conn.execute("SELECT ready, leased FROM pgqueue.queue_stats('lost')").fetchone() == (2, 0)
+
+
+def test_a_drop_that_rolls_back_keeps_the_queues_counters(conn: psycopg.Connection[Any]) -> None:
+    """queue_create resets the counters of the stripe it takes (setval, which a rollback does not
+    undo): it took the stripe a queue_drop of its own transaction had freed, and when that
+    transaction rolled back the dropped queue came back with its counters at zero. A stripe
+    freed in the transaction is not taken there (a savepoint's drop that rolls back frees
+    nothing); with every other stripe in use the new queue shares one."""
+    def totals(name: str) -> tuple[Any, ...]:
+        row = conn.execute("SELECT enqueued, delivered, shared FROM pgqueue.queue_counters(%s)", (name,)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    for i in range(62):  # with default: 63 queues, one stripe free
+        conn.execute("SELECT pgqueue.queue_create(%s)", (f"q{i}",))
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('q7', array_fill('x'::bytea, ARRAY[50]))")
+    conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('q7', 20, 0)")
+    assert totals("q7") == (50, 20, False)
+    stripe = conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = 'q7'").fetchone()
+    with pytest.raises(psycopg.errors.RaiseException):
+        with conn.transaction():  # drop and create again with other settings, then roll back
+            conn.execute("SELECT pgqueue.queue_drop('q7')")
+            conn.execute("SELECT pgqueue.queue_create('q7', p_lock_ms => 5000)")
+            conn.execute("SELECT pgqueue.queue_create('other')")
+            # neither took q7's stripe: the last free one and a shared one
+            taken = conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name IN ('q7', 'other')").fetchall()
+            assert stripe not in taken
+            assert sorted(r[0] for r in conn.execute(
+                "SELECT shared FROM pgqueue.queue_counters() WHERE queue IN ('q7', 'other')")) == [False, True]
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'roll back'; END $$")
+    assert totals("q7") == (50, 20, False)
+    # a drop undone by its savepoint frees nothing: the stripe is still q7's, and a drop that
+    # commits frees it for a later transaction, where the new queue starts from zero
+    with conn.transaction():
+        with pytest.raises(psycopg.errors.RaiseException):
+            with conn.transaction():
+                conn.execute("SELECT pgqueue.queue_drop('q7')")
+                conn.execute("DO $$ BEGIN RAISE EXCEPTION 'roll back'; END $$")
+        assert conn.execute("SELECT current_setting('pgqueue.dropped_stripes', true)").fetchone() in (("",), (None,))
+    assert totals("q7") == (50, 20, False)
+    conn.execute("SELECT pgqueue.queue_drop('q7')")
+    conn.execute("SELECT pgqueue.queue_create('fresh')")
+    assert conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = 'fresh'").fetchone() == stripe
+    assert totals("fresh") == (0, 0, False)

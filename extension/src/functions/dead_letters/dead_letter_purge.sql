@@ -21,6 +21,10 @@ BEGIN
             HINT = 'List dead letters by id; for all of them, pass NULL for the whole array (or leave it out).';
     END IF;
     PERFORM pgqueue._queue_lock(v_queue.id);
+    -- Dropped while the lock was waited for: PQ001, as dead_letter_requeue says (not 0 purged).
+    IF NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.id = v_queue.id) THEN
+        PERFORM pgqueue._queue_missing(p_queue);
+    END IF;
     -- The letters locked first, in the order of their ids, as dead_letter_requeue locks them: a
     -- DELETE alone took them in the order it read them (as they died), and a requeue and a
     -- purge of one queue at once deadlocked (specs/dead_requeue_purge.spec).

@@ -19,6 +19,7 @@ DECLARE
     v_id         integer;
     v_constraint text;
     v_taken      boolean;
+    v_freed      integer[];
 BEGIN
     PERFORM pgqueue._not_null(p_queue IS NULL, 'queue name'::text);
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
@@ -77,15 +78,19 @@ BEGIN
     -- on the stripe set it, pgqueue._queue_reserve: no producer of the stripe is left, and the new
     -- queue's first such producer sets it again). With every stripe in use (or after 128 tries),
     -- the next id: counters and mark shared. (What the search changes is a stripe no queue uses:
-    -- harmless when a drop above rolls back and the name stays taken.)
+    -- harmless when a drop above rolls back and the name stays taken.) Not a stripe that a
+    -- queue_drop of this transaction freed (pgqueue.dropped_stripes): the transaction may roll
+    -- back, and the dropped queue come back with its counters reset.
     IF v_taken IS NOT TRUE AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
+        v_freed := coalesce(string_to_array(nullif(current_setting('pgqueue.dropped_stripes', true), ''), ',')::integer[], '{}');
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
-            CONTINUE WHEN EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
+            CONTINUE WHEN v_id & 63 = ANY (v_freed)
+                       OR EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
             PERFORM pgqueue._queue_quiesce(v_id);
             EXIT WHEN NOT EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63);
         END LOOP;
-        IF EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
+        IF v_id & 63 = ANY (v_freed) OR EXISTS (SELECT FROM pgqueue.queue q WHERE q.id & 63 = v_id & 63) THEN
             v_id := NULL;
         ELSE
             PERFORM setval(pgqueue._count_seq(v_id, k.k), CASE WHEN k.k < 6 THEN 1 ELSE 32 END, false)

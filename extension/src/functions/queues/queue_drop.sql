@@ -28,6 +28,13 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;  -- dropped by someone else meanwhile
     END IF;
+    -- The stripe (id & 63) is not free for a queue_create later in this transaction, which
+    -- would reset its counters with setval: a rollback brings this queue back, but not its
+    -- counters (zero, where Prometheus counters never go down: a review). A setting local to
+    -- the transaction, undone with a subtransaction that rolls back.
+    PERFORM set_config('pgqueue.dropped_stripes',
+                       concat_ws(',', nullif(current_setting('pgqueue.dropped_stripes', true), ''), v_id & 63),
+                       true);
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NULL;
     DELETE FROM pgqueue.message m WHERE m.queue_id = v_id AND m.locked_until IS NOT NULL;
     DELETE FROM pgqueue.dead_letter d WHERE d.queue_id = v_id;
