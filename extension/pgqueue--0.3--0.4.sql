@@ -5224,7 +5224,9 @@ COMMENT ON FUNCTION pgqueue.schedule_list() IS
 
 -- Enqueue the due slots of one schedule (pgqueue.schedule_run): from p_next_run, each slot up to
 -- p_now (or, with p_missed 'latest', the last of them only), at most p_limit; returns the ids of
--- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
+-- the messages created, the slots they stand for, the schedule's next slot, and whether a lock
+-- held it back (o_held, below: the caller then leaves the queue's other schedules for a later
+-- run instead of waiting for the same lock again for each of them). On a capped queue
 -- (p_capped) the messages are created in batches, each in a subtransaction of its own (below),
 -- and the first slot that the cap refuses (PQ003) ends the call: that slot is the next one, due
 -- still, for a later call to enqueue once there is room. So does a batch that waits more than
@@ -5248,7 +5250,8 @@ CREATE FUNCTION pgqueue._schedule_fire(
     p_capped       boolean,
     OUT o_ids      bigint[],
     OUT o_slots    bigint[],
-    OUT o_next     bigint)
+    OUT o_next     bigint,
+    OUT o_held     boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -5273,6 +5276,7 @@ DECLARE
 BEGIN
     o_ids := '{}';
     o_slots := '{}';
+    o_held := false;
     IF p_missed = 'latest' AND p_cron IS NOT NULL AND v_slot < p_now THEN
         -- the last slot at or before p_now, by bisection between v_slot (a slot due) and p_now:
         -- two calls of _cron_next a step, the gap halved at each (a minute's schedule a year
@@ -5375,11 +5379,12 @@ BEGIN
         END IF;
     END LOOP;
     o_next := CASE WHEN v_done < v_n THEN v_slots[v_done + 1] ELSE v_slot END;
+    o_held := coalesce(v_held, false);
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text, bigint, bigint, integer, boolean) IS
-    'pgqueue internal: enqueue the due slots of one schedule (schedule_run); the message ids, their slots and the next slot';
+    'pgqueue internal: enqueue the due slots of one schedule (schedule_run); the message ids, their slots, the next slot and whether a lock held it back';
 
 -- Enqueue the due slots of every schedule (next_run <= now); returns one row per message
 -- created: the schedule, the message id and the slot (epoch ms) it stands for.
@@ -5400,6 +5405,11 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- the slot the cap refused, which stays due for a later call to enqueue once there is room;
 -- the other schedules are not held up (pgqueue._schedule_fire), it is not visited again in
 -- the same call, and a NOTICE with SQLSTATE PQ003 names it (the `pgqueue scheduler` logs it).
+-- So does a capped queue whose admission another open transaction holds (a producer's, or
+-- another scheduler's run, which holds it to its end): the first of its schedules waits 100 ms
+-- at most, and its other schedules wait for a later call without waiting again (each waited
+-- 100 ms: twenty schedules on one queue held a run 2 s, past a statement_timeout that then
+-- cancelled every schedule's messages; a review), each with its NOTICE.
 -- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
 -- later call, the others fire.
 --
@@ -5426,6 +5436,7 @@ DECLARE
     v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
     v_more  integer[];  -- the schedules that stopped at their share with slots still due
     v_busy  integer[] := '{}';  -- the queues whose lock stripe a drop or an alter holds
+    v_held  integer[] := '{}';  -- the capped queues whose admission an open transaction holds
     v_lt    text;       -- the caller's lock_timeout, while a queue's stripe waits 100 ms at most
 BEGIN
     IF p_limit IS NULL THEN
@@ -5438,7 +5449,8 @@ BEGIN
         v_more := '{}';
         v_i := 0;
         FOR v_c IN
-            SELECT s.id, s.queue_id, count(*) OVER () AS n FROM pgqueue.schedule s
+            SELECT s.id, s.queue_id, s.name, q.name AS queue, count(*) OVER () AS n
+              FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
              WHERE s.next_run <= v_now AND (v_again IS NULL OR s.id = ANY (v_again))
              ORDER BY CASE WHEN v_again IS NULL THEN random() END, s.next_run, s.id
         LOOP
@@ -5454,6 +5466,13 @@ BEGIN
             -- most, then leave the schedule due for a later run (and its queue's other schedules
             -- for this run) so that the other schedules fire (the subtransaction takes no xid)
             CONTINUE WHEN v_c.queue_id = ANY (v_busy);
+            IF v_c.queue_id = ANY (v_held) THEN  -- (its slots stay due: not visited again)
+                RAISE NOTICE 'schedule "%" is held: an open transaction holds the admission of its queue "%" (a producer''s, or another scheduler''s run)',
+                    v_c.name, v_c.queue
+                    USING ERRCODE = 'PQ003',
+                          DETAIL = 'Its slots stay due and are enqueued by a later run once the transaction ends.';
+                CONTINUE;
+            END IF;
             v_lt := current_setting('lock_timeout');
             IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
                 PERFORM set_config('lock_timeout', '100ms', true);
@@ -5478,9 +5497,17 @@ BEGIN
             RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
             v_made := v_made + cardinality(v_fired.o_ids);
             UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
-            IF v_fired.o_next <= v_now AND cardinality(v_fired.o_ids) < v_share THEN
+            IF v_fired.o_held THEN
+                -- held by a lock on its queue's admission: this queue's other schedules wait too
+                v_held := v_held || v_c.queue_id;
+                RAISE NOTICE 'schedule "%" is held: an open transaction holds the admission of its queue "%" (a producer''s, or another scheduler''s run)',
+                    v_s.name, v_s.queue
+                    USING ERRCODE = 'PQ003',
+                          DETAIL = format('Its slot %s (epoch ms) stays due and is enqueued by a later run once the transaction ends.',
+                                          v_fired.o_next);
+            ELSIF v_fired.o_next <= v_now AND cardinality(v_fired.o_ids) < v_share THEN
                 -- held by its capped queue, not by p_limit: say so (a NOTICE, for the caller only)
-                RAISE NOTICE 'schedule "%" is held: its queue "%" is full (max_size %) or a producer''s open transaction holds its admission',
+                RAISE NOTICE 'schedule "%" is held: its queue "%" is full (max_size %)',
                     v_s.name, v_s.queue, v_s.max_size
                     USING ERRCODE = 'PQ003',
                           DETAIL = format('Its slot %s (epoch ms) stays due and is enqueued by a later run once the queue has room.',

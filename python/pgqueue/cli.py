@@ -1784,7 +1784,7 @@ def _cmd_schedule_run(args: argparse.Namespace) -> int:
     for m in done:
         print(json.dumps({"schedule": m.schedule, "message_id": m.message_id, "slot": m.slot.isoformat()}))
     for notice in held:
-        print(f"{PROG}: warning: {notice}; its slots wait until there is room", file=sys.stderr)
+        print(f"{PROG}: warning: {notice}; its slots wait for a later run", file=sys.stderr)
     print(f"enqueued {len(done)} message(s)", file=sys.stderr)
     return 0
 

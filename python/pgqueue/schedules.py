@@ -96,9 +96,10 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
         conn: a connection string (opened and closed here), a connection or a pool.
         limit: at most this many messages (1 to 100000).
         on_held: called with the text of each notice of a schedule held back by its capped
-            queue (full, or its admission held by a producer's open transaction): SQLSTATE
-            PQ003, ``schedule "NAME" is held: its queue "QUEUE" is full ...``. Its slot stays
-            due for a later run.
+            queue (full, or its admission held by an open transaction: a producer's or another
+            scheduler's run): SQLSTATE PQ003, ``schedule "NAME" is held: its queue "QUEUE" is
+            full ...`` or ``schedule "NAME" is held: an open transaction holds the admission of
+            its queue "QUEUE" ...``. Its slot stays due for a later run.
     """
     if on_held is None:
         return _run_once(conn, _core.schedule_run(limit))
@@ -219,7 +220,7 @@ class Scheduler:
             saved = {sig: signal.signal(sig, on_signal) for sig in stop_signals()}
         failed = 0  # tries in a row that failed: an outage is logged once, and its end
         last_error = ""
-        held: dict[str, str] = {}  # the schedules a full capped queue holds back: name -> notice
+        held: dict[str, str] = {}  # the schedules their capped queue holds back: name -> notice
         conn: psycopg.Connection[Any] | None = None
         try:
             outage = Outage(log, "database connection")
@@ -275,14 +276,14 @@ class Scheduler:
 
     @staticmethod
     def _note_held(held: dict[str, str], notices: list[str], fired: set[str]) -> dict[str, str]:
-        """Log a schedule held back by its full capped queue once (one warning when it is first
+        """Log a schedule held back by its capped queue once (one warning when it is first
         held, again if the notice changes) and once when it fires again; return who is held now."""
         now: dict[str, str] = {}
         for notice in notices:
             name = _held_name(notice)
             now[name] = notice
             if held.get(name) != notice:
-                log.warning("%s; its slots wait until there is room (logged once while it lasts)", notice)
+                log.warning("%s; its slots wait for a later run (logged once while it lasts)", notice)
         for name in held.keys() - now.keys():
             if name in fired:
                 log.info("schedule %s is no longer held: it enqueues again", name)

@@ -1,6 +1,8 @@
 -- Enqueue the due slots of one schedule (pgqueue.schedule_run): from p_next_run, each slot up to
 -- p_now (or, with p_missed 'latest', the last of them only), at most p_limit; returns the ids of
--- the messages created, the slots they stand for, and the schedule's next slot. On a capped queue
+-- the messages created, the slots they stand for, the schedule's next slot, and whether a lock
+-- held it back (o_held, below: the caller then leaves the queue's other schedules for a later
+-- run instead of waiting for the same lock again for each of them). On a capped queue
 -- (p_capped) the messages are created in batches, each in a subtransaction of its own (below),
 -- and the first slot that the cap refuses (PQ003) ends the call: that slot is the next one, due
 -- still, for a later call to enqueue once there is room. So does a batch that waits more than
@@ -24,7 +26,8 @@ CREATE FUNCTION pgqueue._schedule_fire(
     p_capped       boolean,
     OUT o_ids      bigint[],
     OUT o_slots    bigint[],
-    OUT o_next     bigint)
+    OUT o_next     bigint,
+    OUT o_held     boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -49,6 +52,7 @@ DECLARE
 BEGIN
     o_ids := '{}';
     o_slots := '{}';
+    o_held := false;
     IF p_missed = 'latest' AND p_cron IS NOT NULL AND v_slot < p_now THEN
         -- the last slot at or before p_now, by bisection between v_slot (a slot due) and p_now:
         -- two calls of _cron_next a step, the gap halved at each (a minute's schedule a year
@@ -151,8 +155,9 @@ BEGIN
         END IF;
     END LOOP;
     o_next := CASE WHEN v_done < v_n THEN v_slots[v_done + 1] ELSE v_slot END;
+    o_held := coalesce(v_held, false);
 END;
 $$;
 
 COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text, bigint, bigint, integer, boolean) IS
-    'pgqueue internal: enqueue the due slots of one schedule (schedule_run); the message ids, their slots and the next slot';
+    'pgqueue internal: enqueue the due slots of one schedule (schedule_run); the message ids, their slots, the next slot and whether a lock held it back';

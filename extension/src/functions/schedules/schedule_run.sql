@@ -17,6 +17,11 @@
 -- the slot the cap refused, which stays due for a later call to enqueue once there is room;
 -- the other schedules are not held up (pgqueue._schedule_fire), it is not visited again in
 -- the same call, and a NOTICE with SQLSTATE PQ003 names it (the `pgqueue scheduler` logs it).
+-- So does a capped queue whose admission another open transaction holds (a producer's, or
+-- another scheduler's run, which holds it to its end): the first of its schedules waits 100 ms
+-- at most, and its other schedules wait for a later call without waiting again (each waited
+-- 100 ms: twenty schedules on one queue held a run 2 s, past a statement_timeout that then
+-- cancelled every schedule's messages; a review), each with its NOTICE.
 -- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
 -- later call, the others fire.
 --
@@ -43,6 +48,7 @@ DECLARE
     v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
     v_more  integer[];  -- the schedules that stopped at their share with slots still due
     v_busy  integer[] := '{}';  -- the queues whose lock stripe a drop or an alter holds
+    v_held  integer[] := '{}';  -- the capped queues whose admission an open transaction holds
     v_lt    text;       -- the caller's lock_timeout, while a queue's stripe waits 100 ms at most
 BEGIN
     IF p_limit IS NULL THEN
@@ -55,7 +61,8 @@ BEGIN
         v_more := '{}';
         v_i := 0;
         FOR v_c IN
-            SELECT s.id, s.queue_id, count(*) OVER () AS n FROM pgqueue.schedule s
+            SELECT s.id, s.queue_id, s.name, q.name AS queue, count(*) OVER () AS n
+              FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
              WHERE s.next_run <= v_now AND (v_again IS NULL OR s.id = ANY (v_again))
              ORDER BY CASE WHEN v_again IS NULL THEN random() END, s.next_run, s.id
         LOOP
@@ -71,6 +78,13 @@ BEGIN
             -- most, then leave the schedule due for a later run (and its queue's other schedules
             -- for this run) so that the other schedules fire (the subtransaction takes no xid)
             CONTINUE WHEN v_c.queue_id = ANY (v_busy);
+            IF v_c.queue_id = ANY (v_held) THEN  -- (its slots stay due: not visited again)
+                RAISE NOTICE 'schedule "%" is held: an open transaction holds the admission of its queue "%" (a producer''s, or another scheduler''s run)',
+                    v_c.name, v_c.queue
+                    USING ERRCODE = 'PQ003',
+                          DETAIL = 'Its slots stay due and are enqueued by a later run once the transaction ends.';
+                CONTINUE;
+            END IF;
             v_lt := current_setting('lock_timeout');
             IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
                 PERFORM set_config('lock_timeout', '100ms', true);
@@ -95,9 +109,17 @@ BEGIN
             RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
             v_made := v_made + cardinality(v_fired.o_ids);
             UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
-            IF v_fired.o_next <= v_now AND cardinality(v_fired.o_ids) < v_share THEN
+            IF v_fired.o_held THEN
+                -- held by a lock on its queue's admission: this queue's other schedules wait too
+                v_held := v_held || v_c.queue_id;
+                RAISE NOTICE 'schedule "%" is held: an open transaction holds the admission of its queue "%" (a producer''s, or another scheduler''s run)',
+                    v_s.name, v_s.queue
+                    USING ERRCODE = 'PQ003',
+                          DETAIL = format('Its slot %s (epoch ms) stays due and is enqueued by a later run once the transaction ends.',
+                                          v_fired.o_next);
+            ELSIF v_fired.o_next <= v_now AND cardinality(v_fired.o_ids) < v_share THEN
                 -- held by its capped queue, not by p_limit: say so (a NOTICE, for the caller only)
-                RAISE NOTICE 'schedule "%" is held: its queue "%" is full (max_size %) or a producer''s open transaction holds its admission',
+                RAISE NOTICE 'schedule "%" is held: its queue "%" is full (max_size %)',
                     v_s.name, v_s.queue, v_s.max_size
                     USING ERRCODE = 'PQ003',
                           DETAIL = format('Its slot %s (epoch ms) stays due and is enqueued by a later run once the queue has room.',
