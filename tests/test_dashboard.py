@@ -1446,6 +1446,44 @@ def test_a_lock_on_the_messages_answers_database_busy(conn: psycopg.Connection[A
     assert sampler.tick() is not None and sampler.error is None
 
 
+def test_pages_and_the_sampler_make_no_session_setting(conn: psycopg.Connection[Any], dsn: str, make_app: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statement_timeout and lock_timeout of the pages and the sampler are set in each of
+    their transactions (set_config's is_local), never for the session: the pool's configure set
+    them once per connection, and behind a transaction-mode pooler (PgBouncer
+    pool_mode=transaction, RDS Proxy) that server connection went to other clients between
+    transactions with them, while the dashboard's next statements could run on one without
+    (a review). After pages, the API, an action and a sampler pass, every pooled connection and
+    the sampler's show the database's defaults outside a transaction; a page's statement that
+    runs longer than Options.wait is still cancelled (Database busy)."""
+    default = [conn.execute(f"SHOW {name}").fetchone() for name in ("statement_timeout", "lock_timeout")]
+    letter = dead_letter(conn, "default")
+    app = make_app(wait=1)
+    client = app.test_client()
+    for path in ("/", "/queues/default", "/queues/default/dead", "/api/queues", "/api/queues/default/dead"):
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.get_data(as_text=True)[-500:])
+    token = csrf(client, "/queues/default/dead")
+    response = client.post("/queues/default/dead/requeue", data={"id": letter, "confirm": "yes", "csrf_token": token})
+    assert response.status_code == 303
+    sampler = app.extensions["pgqueue"]["sampler"]
+    assert sampler.tick() is not None and sampler._conn is not None
+    pool = app.extensions["pgqueue"]["pool"]
+    with ExitStack() as stack:
+        pooled = [stack.enter_context(pool.connection()) for _ in range(pool.get_stats()["pool_size"])]
+        for c in [*pooled, sampler._conn]:
+            assert [c.execute(f"SHOW {name}").fetchone() for name in ("statement_timeout", "lock_timeout")] \
+                == default
+    slow = _sql.LEASED.replace("FROM pgqueue.message m", "FROM pg_catalog.pg_sleep(3) AS s, pgqueue.message m")
+    assert slow != _sql.LEASED
+    monkeypatch.setattr(_sql, "LEASED", slow)
+    started = time.monotonic()
+    response = client.get("/")
+    page = response.get_data(as_text=True)
+    assert response.status_code == 503 and "Database busy" in page and "statement timeout" in page, page[-500:]
+    assert time.monotonic() - started < 3
+
+
 def test_throughput_from_counters_when_the_clock_steps_back() -> None:
     """The counters' rates divided by the time between samples (wall-clock seconds, the charts'
     x axis) without the samples' check: a clock stepped back drew negative rates, and two samples
@@ -1500,8 +1538,9 @@ def test_the_count_of_all_has_no_statement_timeout(conn: psycopg.Connection[Any]
     letters are dealt with however long that takes; the exact count of its confirmation, which
     comes first, counted them with it (10 M took seconds, a few tens of millions more than 10 s):
     "Database busy", and no way to act on them all. It counts as long as that takes too (a count
-    slowed here by pg_sleep), but a lock still ends its wait after the lock_timeout; and every
-    pooled connection has the pages' statement_timeout again after it (set_config's is_local)."""
+    slowed here by pg_sleep), but a lock still ends its wait after the lock_timeout; and no
+    pooled connection keeps a timeout after it (set_config's is_local: the pages set theirs in
+    each transaction, never for the session)."""
     dead_letter(conn, "default")
     slow = _sql.DEAD_NEWEST.replace("FROM pgqueue.dead_letters AS d", "FROM pgqueue.dead_letters AS d, pg_sleep(1.5)")
     assert slow != _sql.DEAD_NEWEST
@@ -1514,10 +1553,11 @@ def test_the_count_of_all_has_no_statement_timeout(conn: psycopg.Connection[Any]
     assert response.status_code == 200 and "All 1 dead letters" in page, page[-500:]
     assert client.post("/queues/default/dead/purge", data=hidden_fields(page)).status_code == 303
     assert Queue(conn, "default").stats().dead == 0
-    pool = app.extensions["pgqueue"]["pool"]  # every pooled connection has the pages' bound again
+    pool = app.extensions["pgqueue"]["pool"]  # no pooled connection keeps a timeout of its transactions
+    default = conn.execute("SHOW statement_timeout").fetchone()
     with ExitStack() as stack:
         pooled = [stack.enter_context(pool.connection()) for _ in range(pool.get_stats()["pool_size"])]
-        assert [c.execute("SHOW statement_timeout").fetchone() for c in pooled] == [("1s",)] * len(pooled)
+        assert [c.execute("SHOW statement_timeout").fetchone() for c in pooled] == [default] * len(pooled)
     monkeypatch.undo()
     with psycopg.connect(dsn) as locker:
         locker.execute("SET idle_in_transaction_session_timeout = '30s'")

@@ -527,6 +527,40 @@ def test_metrics_command_timeout(capsys: pytest.CaptureFixture[str], dsn: str, c
         assert "--timeout" in capsys.readouterr().err
 
 
+def test_the_timeout_is_the_readings_own_not_the_sessions(dsn: str, conn: Conn) -> None:
+    """A reading's statement_timeout is set for its transaction alone (set_config's is_local),
+    never for the session: behind a transaction-mode pooler (PgBouncer pool_mode=transaction,
+    RDS Proxy) the server connection goes to other clients between transactions, and the
+    session setting went with it (another client's statements were cancelled after the
+    exporter's 5 s), while the exporter's own later statements could run on a server connection
+    without it (a review). Outside a reading its connection shows the database's default, after
+    the version check of a new connection and after a reading; a statement of a reading that
+    waits longer than the timeout is still cancelled by the server (its error, not the cut)."""
+    default = one(conn, "SHOW statement_timeout")
+    metrics = QueueMetrics(dsn, min_interval=0, timeout=1)
+    try:
+        metrics.connect()  # a new connection: its version check ran
+        kept = metrics._conn
+        assert kept is not None and one(kept, "SHOW statement_timeout") == default
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1
+        assert metrics._conn is kept and one(kept, "SHOW statement_timeout") == default
+        conn.execute("BEGIN")
+        conn.execute("LOCK TABLE pgqueue.message IN ACCESS EXCLUSIVE MODE")
+        try:
+            started = time.monotonic()
+            s = parse(metrics.render())
+            took = time.monotonic() - started
+        finally:
+            conn.execute("ROLLBACK")
+        assert s[("pgqueue_up", frozenset())] == 0 and took < 4, took
+        # (the server's error: a cut, CUT_AFTER later, would say the connection was lost)
+        assert metrics.error is not None and "statement timeout" in metrics.error, metrics.error
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1  # (on a new connection)
+        assert metrics._conn is not None and one(metrics._conn, "SHOW statement_timeout") == default
+    finally:
+        metrics.close()
+
+
 def test_help_and_label_escaping() -> None:
     """The text format escapes backslash and line feed in HELP, and also the double quote in
     label values; an escaped quote in HELP is an invalid escape sequence to Prometheus' parser."""

@@ -47,7 +47,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pgqueue import _connect
 from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error, quoted
+from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error, quoted, translating
 from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
 
@@ -172,8 +172,10 @@ class QueueMetrics:
     scrapers cost what one does. A role that may read the queues but not the counters (no
     SELECT on ``pgqueue.counter_*``) gets the queue gauges only.
 
-    A reading gives up after ``timeout`` seconds (the server's ``statement_timeout``, and the
-    connection attempt's ``connect_timeout`` unless the DSN sets one) and reports
+    A reading gives up after ``timeout`` seconds (the server's ``statement_timeout``, set in the
+    reading's transaction alone: pgqueue makes no session setting, which a transaction-mode
+    pooler would lend to other clients; and the connection attempt's ``connect_timeout`` unless
+    the DSN sets one) and reports
     ``pgqueue_up 0``: without it a scrape waiting on a lock (``VACUUM FULL`` or ``LOCK TABLE``
     of ``pgqueue.message``) or on a connection attempt nobody answers waited as long as they
     did, and every later scrape queued behind it. A server that stops answering on the open
@@ -258,16 +260,33 @@ class QueueMetrics:
     def _read(self, deadline: float) -> tuple[list[QueueStats], list[QueueSettings], list[QueueCounters] | None]:
         self._reused = self._conn is not None and not self._conn.closed
         conn = self._connection(deadline)
-        with _cut_at(conn, deadline):
+        with _cut_at(conn, deadline), self._bounded(conn):
             stats = all_stats(conn)
             settings = list_queues(conn)
             try:
-                counters: list[QueueCounters] | None = all_counters(conn)
+                # (a savepoint: a refusal would abort the reading's transaction, and the commit
+                # with it)
+                with translating(), conn.transaction():
+                    counters: list[QueueCounters] | None = all_counters(conn)
             except PgQueueError as exc:
                 if exc.sqlstate != "42501":  # a role that may not read the counters: gauges only
                     raise
                 counters = None
         return stats, settings, counters
+
+    @contextmanager
+    def _bounded(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Run the block in a transaction of ``conn`` whose first statement sets its
+        statement_timeout to the reading's timeout, for that transaction alone (set_config's
+        is_local: its end restores the session's). Never for the session: behind a
+        transaction-mode pooler (PgBouncer pool_mode=transaction, RDS Proxy) the server
+        connection goes to other clients between transactions, with whatever the session set,
+        and the next transaction may run on another one (not prepared either: such a pooler may
+        not keep prepared statements)."""
+        with translating(), conn.transaction():
+            conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
+                         (f"{math.ceil(self._timeout * 1000)}ms",), prepare=False)
+            yield
 
     def connect(self) -> None:
         """Open the reading connection now, as a reading would (its timeouts, pgqueue's version
@@ -284,9 +303,7 @@ class QueueMetrics:
                 extra["connect_timeout"] = self._connect_timeout()
             conn = _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
             try:
-                with _cut_at(conn, deadline):
-                    conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
-                                 (f"{math.ceil(self._timeout * 1000)}ms",))
+                with _cut_at(conn, deadline), self._bounded(conn):
                     # each new connection: the database may have changed (restored, upgraded)
                     # since the last one, or been out of reach when the command started
                     check_server(conn)

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -441,18 +441,29 @@ def check_within(seconds: float) -> Callable[[psycopg.Connection[Any]], None]:
 BUSY_SQLSTATES = frozenset({"57014", "55P03"})
 
 
-def bound_statements(seconds: float) -> Callable[[psycopg.Connection[Any]], None]:
-    """Return a pool ``configure`` that gives a new connection a statement_timeout and a
-    lock_timeout of ``seconds`` (as ``pgqueue metrics --timeout`` does): a lock another session
-    held on pgqueue's tables (LOCK TABLE, VACUUM FULL) made every page, and the sampler, wait
-    for as long as it lasted, until the pool had no connection left for any page."""
-    value = f"{min(_MAX_TIMEOUT_MS, max(1, math.ceil(seconds * 1000)))}ms"
+@contextmanager
+def _bounded(conn: psycopg.Connection[Any], statement_timeout: str,
+             lock_timeout: str) -> Iterator[psycopg.Connection[Any]]:
+    """Run the block in a transaction of ``conn`` (autocommit, outside a transaction) whose first
+    statement sets its statement_timeout and lock_timeout, for that transaction alone
+    (set_config's is_local: the commit or rollback restores the session's).
 
-    def configure(conn: psycopg.Connection[Any]) -> None:
-        conn.execute("SELECT pg_catalog.set_config('statement_timeout', %(t)s, false), "
-                     "pg_catalog.set_config('lock_timeout', %(t)s, false)", {"t": value})
-
-    return configure
+    Every use of a database connection by a page, and each pass of the sampler, runs in one (as
+    ``pgqueue metrics --timeout`` bounds its readings): a lock another session held on
+    pgqueue's tables (LOCK TABLE, VACUUM FULL) made every page, and the sampler, wait for as long
+    as it lasted, until the pool had no connection left for any page. Never for the session
+    (the pool's ``configure`` set them once per connection): behind a transaction-mode pooler
+    (PgBouncer pool_mode=transaction, RDS Proxy) the server connection goes to other clients
+    between transactions, with whatever the session set, and the next transaction may run on
+    another one. Not prepared either: such a pooler may not keep prepared statements. An error
+    in the block aborts the transaction: a statement whose refusal a caller gets over (the
+    counters, the sessions, the Spark consumers of a role that may not read them) runs in a
+    transaction of its own, or a savepoint."""
+    with conn.transaction():
+        conn.execute("SELECT pg_catalog.set_config('statement_timeout', %(s)s, true), "
+                     "pg_catalog.set_config('lock_timeout', %(l)s, true)",
+                     {"s": statement_timeout, "l": lock_timeout}, prepare=False)
+        yield conn
 
 
 def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
@@ -484,26 +495,25 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # database was back. Given up as soon as a page would, the next page tries at once.)
     # (check_within, connect_timeout: a server that stops answering, rather than refusing, held a
     # page for minutes, and the pool's connection attempts, past its return, for up to 130 s)
-    # (configure: a statement that waits longer than options.wait, on a lock most likely, is
-    # given up, the page answers "Database busy" (503) and its connection is free again)
-    bound = bound_statements(options.wait)
+    # (no configure: the pages' timeouts are set in each transaction, by database() below)
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True,
                                                        **connect_timeout_kwargs(conninfo, math.ceil(options.wait))},
                                                name="pgqueue-dashboard", check=check_within(options.wait),
-                                               reconnect_timeout=options.wait, configure=bound)
+                                               reconnect_timeout=options.wait)
     pool.open(wait=False)
+    # a statement that waits longer than options.wait, on a lock most likely, is given up: the
+    # page answers "Database busy" (503) and its connection is free again; a sampler's pass
+    # ends with its error, and so can the dashboard
+    wait = f"{min(_MAX_TIMEOUT_MS, max(1, math.ceil(options.wait * 1000)))}ms"
+
+    def bound(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+        return _bounded(conn, wait, wait)
 
     def sampler_connection() -> psycopg.Connection[Any]:
-        conn = _connect.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
-        try:
-            bound(conn)  # (a pass held by a lock ends with its error, and so can the dashboard)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return _connect.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
 
-    sampler = Sampler(sampler_connection, interval=options.sample_interval, history=options.history)
+    sampler = Sampler(sampler_connection, interval=options.sample_interval, history=options.history, bound=bound)
     if start_sampler:
         sampler.start()
     failed_logins = FailedLogins()
@@ -511,8 +521,15 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     app.extensions["pgqueue"] = {"pool": pool, "sampler": sampler, "options": options,
                                  "failed_logins": failed_logins, "sessions": sessions}
 
+    @contextmanager
+    def database() -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in a transaction with the pages' statement_timeout and
+        lock_timeout (:func:`_bounded`)."""
+        with pool.connection() as conn, bound(conn):
+            yield conn
+
     def privileges() -> Privileges:
-        with pool.connection() as conn:
+        with database() as conn:
             row = conn.execute(_sql.PRIVILEGES).fetchone()
         assert row is not None
         return Privileges(str(row[0]), *(bool(v) for v in row[1:]))
@@ -717,8 +734,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.route("/")
     def index() -> str:
         p = privileges()
-        settings = list_queues(pool)
-        stats = {s.queue: s for s in all_stats(pool)} if p.read_stats else {}
+        with database() as conn:
+            settings = list_queues(conn)
+            stats = {s.queue: s for s in all_stats(conn)} if p.read_stats else {}
         leased, sessions, sessions_error = _workers(p, None)
         return render_template("index.html", p=p, writable=writable(p), settings=settings, stats=stats,
                                leased=leased, sessions=sessions, sessions_error=sessions_error,
@@ -727,19 +745,20 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.route("/queues/<name>")
     def queue_page(name: str) -> str:
         p = privileges()
-        queue = Queue(pool, name)
-        settings = queue.settings()
-        stats = queue.stats() if p.read_stats else None
         peek_error = None
         pending: list[tuple[Any, Any]] = []
-        if p.read_content:
-            with pool.connection() as conn:
+        with database() as conn:
+            queue = Queue(conn, name)
+            settings = queue.settings()
+            stats = queue.stats() if p.read_stats else None
+            if p.read_content:
                 pending = peek_shown(conn, name, PAGE_LIMIT)
-        else:
-            peek_error = f"role {p.role} may not read message contents (SELECT on pgqueue.message.content)"
+            else:
+                peek_error = f"role {p.role} may not read message contents (SELECT on pgqueue.message.content)"
         counters = None
         try:
-            counters = queue.counters()
+            with database() as conn:  # (a transaction of its own: a refusal aborts it)
+                counters = Queue(conn, name).counters()
         except PgQueueError as exc:
             if exc.sqlstate != "42501":
                 raise
@@ -752,15 +771,15 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.route("/queues/<name>/dead")
     def dead_page(name: str) -> str:
         p = privileges()
-        queue = Queue(pool, name)
-        queue.settings()  # 404 for an unknown queue
+        with database() as conn:
+            Queue(conn, name).settings()  # 404 for an unknown queue
         if not p.read_dead:
             raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                sqlstate="42501")
         after, before = _page_args(request.args)
-        with pool.connection() as conn:
+        with database() as conn:
             page = dead_letter_page(conn, name, PAGE_LIMIT, after=after, before=before)
-        stats = queue.stats() if p.read_stats else None
+            stats = Queue(conn, name).stats() if p.read_stats else None
         return render_template("dead.html", p=p, writable=writable(p), name=name, letters=page.letters, page=page,
                                stats=stats, done=_done(request.args), here=_page_values(after, before),
                                paged=after is not None or page.previous is not None, page_limit=PAGE_LIMIT)
@@ -783,7 +802,6 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             abort(400, "dead letter ids are integers")
         if not every and not ids:
             abort(400, "choose dead letters (or all of them) first")
-        queue = Queue(pool, name)
         here = _page_values(*_page_args(request.form))  # the page of dead letters to go back to
         if request.form.get("confirm") != "yes":
             upto = None
@@ -791,7 +809,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 if not p.read_dead:
                     raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                        sqlstate="42501")
-                queue.settings()  # 404 for an unknown queue
+                with database() as conn:
+                    Queue(conn, name).settings()  # 404 for an unknown queue
                 # (without the pages' statement_timeout, as the action it confirms: a count of
                 # tens of millions of letters takes longer, and "all" could not be confirmed)
                 with _unbounded() as conn:
@@ -826,10 +845,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
 
     @contextmanager
     def _unbounded() -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection in a transaction without the pages' statement_timeout (set_config's
-        is_local: the commit or rollback restores it); its lock_timeout stays."""
-        with pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_catalog.set_config('statement_timeout', '0', true)")
+        """A pooled connection in a transaction without the pages' statement_timeout (none: '0'),
+        with their lock_timeout (:func:`_bounded`)."""
+        with pool.connection() as conn, _bounded(conn, "0", wait):
             yield conn
 
     def _page_args(args: Any) -> tuple[Cursor | None, Cursor | None]:
@@ -852,14 +870,14 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         leased: list[dict[str, Any]] = []
         if p.read_stats:
             query = _sql.LEASED if p.read_attempts else _sql.LEASED_COUNTS_ONLY
-            with pool.connection() as conn:
+            with database() as conn:
                 rows = conn.execute(query, {"queue": queue, "limit": PAGE_LIMIT}).fetchall()
             leased = [{"id": r[0], "queue": r[1], "attempts": r[2], "remaining_ms": r[3] - r[5],
                        "age_ms": r[5] - r[4], "spark": r[3] == _sql.SPARK_CLAIM_LOCKED_UNTIL} for r in rows]
         sessions: list[dict[str, Any]] = []
         error = None
         try:
-            with pool.connection() as conn:
+            with database() as conn:  # (a transaction of its own: a refusal aborts it)
                 rows = conn.execute(_sql.SESSIONS, {"own": APPLICATION_NAME}).fetchall()
         except psycopg.Error as exc:
             error = translate(exc).message
@@ -882,7 +900,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     def _spark(queue: str | None) -> list[dict[str, Any]]:
         """The Spark consumers with open claims or a running query (none if the role may not see them)."""
         try:
-            with pool.connection() as conn:
+            with database() as conn:  # (a transaction of its own: a refusal aborts it)
                 rows = conn.execute(_sql.SPARK_CONSUMERS, {"queue": queue}).fetchall()
         except psycopg.errors.InsufficientPrivilege:
             return []
@@ -899,8 +917,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         samples = sampler.snapshot()
         if samples and time.time() - samples[-1].t < 2 * options.sample_interval + 1:
             stats = list(samples[-1].stats.values())
+        elif privileges().read_stats:
+            with database() as conn:
+                stats = all_stats(conn)
         else:
-            stats = all_stats(pool) if privileges().read_stats else []
+            stats = []
         return jsonify(queues=[{"queue": s.queue, "ready": s.ready, "scheduled": s.scheduled, "leased": s.leased,
                                 "dead": s.dead, "oldest_ready_age_ms": s.oldest_ready_age_ms,
                                 "oldest_ready_age": format_ms(s.oldest_ready_age_ms)} for s in stats],
@@ -911,7 +932,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         """A page of a queue's dead letters, oldest first (``?limit=`` up to 100, ``?after=`` the
         ``next`` of the page before, ``?before=`` the ``previous`` of the page after)."""
         p = privileges()
-        Queue(pool, name).settings()  # 404 for an unknown queue
+        with database() as conn:
+            Queue(conn, name).settings()  # 404 for an unknown queue
         if not p.read_dead:
             raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
                                sqlstate="42501")
@@ -919,7 +941,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if not (text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= PAGE_LIMIT):
             abort(400, f"limit is a number of dead letters from 1 to {PAGE_LIMIT}")
         after, before = _page_args(request.args)
-        with pool.connection() as conn:
+        with database() as conn:
             page = dead_letter_page(conn, name, int(text), after=after, before=before)
         return jsonify(queue=name, dead_letters=[
             {"id": d.id, "dead_at": d.dead_at.isoformat(), "created_at": d.created_at.isoformat(),

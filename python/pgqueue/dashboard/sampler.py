@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +57,15 @@ class Sample:
 @dataclass
 class Sampler:
     """Sample ``connect()``'s database every ``interval`` seconds (more than 0, at most
-    :data:`MAX_INTERVAL`: a day), keeping ``history`` seconds."""
+    :data:`MAX_INTERVAL`: a day), keeping ``history`` seconds. ``bound``, if given, is entered
+    with the connection around each pass: the dashboard's runs the pass in a transaction with
+    its statement_timeout and lock_timeout (set for that transaction alone, never for the
+    session, which a transaction-mode pooler would lend to other clients)."""
 
     connect: Callable[[], psycopg.Connection[Any]]
     interval: float = 5.0
     history: float = 3600.0
+    bound: Callable[[psycopg.Connection[Any]], AbstractContextManager[Any]] | None = None
     samples: deque[Sample] = field(init=False)
     error: str | None = field(default=None, init=False)  # the last pass's failure, for the page
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
@@ -100,7 +105,9 @@ class Sampler:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = self.connect()
-            sample = take_sample(self._conn)
+            conn = self._conn
+            with self.bound(conn) if self.bound is not None else nullcontext():
+                sample = take_sample(conn)
         except Exception as exc:  # the page shows it; the next pass tries again
             self.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
             log.warning("dashboard sampler: %s", self.error)
@@ -119,12 +126,16 @@ class Sampler:
 
 
 def take_sample(conn: psycopg.Connection[Any]) -> Sample:
-    """Read every queue's counts, the last message id and the counters, if any."""
+    """Read every queue's counts, the last message id and the counters, if any. In a transaction
+    of the caller's (the sampler's ``bound``) too: what a role may not read is read in a
+    savepoint (a transaction of its own outside one), whose refusal leaves the caller's
+    transaction usable."""
     now = time.time()
     stats = {s.queue: s for s in all_stats(conn)}
     last_id: int | None = None
     try:
-        row = conn.execute(_sql.LAST_MESSAGE_ID).fetchone()
+        with conn.transaction():
+            row = conn.execute(_sql.LAST_MESSAGE_ID).fetchone()
         last_id = 0 if row is None or row[0] is None else int(row[0])  # NULL: no id handed out yet
     except psycopg.errors.InsufficientPrivilege:
         pass
@@ -132,7 +143,8 @@ def take_sample(conn: psycopg.Connection[Any]) -> Sample:
     if row is None or not row[0]:
         return Sample(now, stats, last_id, None)
     try:
-        every = all_counters(conn)
+        with conn.transaction():
+            every = all_counters(conn)
     except PgQueueError as exc:
         if exc.sqlstate != "42501":  # a role that may not read the counters: estimate from samples
             raise
