@@ -19,7 +19,7 @@ from psycopg import sql
 from catalog import catalog
 from conftest import REPO, Server, admin_execute
 
-from pgqueue.installer import install
+from pgqueue.installer import InstallError, install
 
 CONTROL = (REPO / "pgqueue.control").read_text()
 DEFAULT_VERSION = re.search(r"^default_version\s*=\s*'([^']+)'", CONTROL, re.M).group(1)  # type: ignore[union-attr]
@@ -320,6 +320,27 @@ def _update_while_busy(dsn: str, old_version: str, update: Callable[[psycopg.Con
             w.join(timeout=60)
     assert [k for k in errors if k[0] == "40P01"] == [], errors
     assert went_on(), "the workers go on after it"
+
+
+@pytest.mark.skipif(not EARLIER, reason="only one released version so far")
+@pytest.mark.parametrize("old_version", EARLIER[-1:])
+def test_an_update_blocked_by_a_users_view_names_the_view(pg_server: Server, empty_db: str,
+                                                         old_version: str) -> None:
+    """A view of the user's over a function the update drops and creates again (its result
+    changed) blocks the update; `pgqueue install` said only "cannot drop function ... because
+    other objects depend on it" with the server's hint, DROP ... CASCADE, which would drop the
+    view silently (a review). The error names the view, and nothing is changed."""
+    with psycopg.connect(pg_server.dsn(empty_db), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
+        conn.execute("CREATE VIEW public.queues_seen AS SELECT * FROM pgqueue.queue_list()")
+        with pytest.raises(InstallError) as refused:
+            install(conn, "extension", report=lambda _: None)
+        text = str(refused.value)
+        assert "view public.queues_seen depends on function pgqueue.queue_list()" in text, text
+        assert "CASCADE" not in text and text.endswith("nothing was changed"), text
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (old_version,)
+        conn.execute("DROP VIEW public.queues_seen")
+        install(conn, "extension", report=lambda _: None)
 
 
 @pytest.mark.skipif(not EARLIER, reason="only one released version so far")

@@ -245,10 +245,26 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
 
     Raises:
         InstallError: refused (a downgrade, a half-applied state, the other kind of install
-            already there, missing extension files or scripts).
+            already there, missing extension files or scripts, or objects of the user's, a
+            view say, that depend on functions an update replaces: named, nothing changed).
         psycopg.Error: a script failed (its transaction is rolled back), e.g. for lack of
             privileges or PQ008 (schema pgqueue is not pgqueue's own).
     """
+    try:
+        return _install(conn, mode, report)
+    except psycopg.errors.DependentObjectsStillExist as exc:
+        # (an update that drops and creates a function again, whose return type changed, say,
+        # while a view or SQL-body function of the user's uses it: the server's hint is DROP ...
+        # CASCADE, which would drop the user's objects silently; name them instead)
+        raise InstallError(
+            "objects that are not pgqueue's depend on pgqueue objects that the update replaces: "
+            + "; ".join((exc.diag.message_detail or exc.diag.message_primary or str(exc)).splitlines()[:10])
+            + ": drop them, run `pgqueue install` again, then create them again; nothing was changed") from exc
+
+
+def _install(conn: psycopg.Connection[Any], mode: Mode | None,
+             report: Callable[[str], None]) -> str:
+    """:func:`install`'s work."""
     if not conn.autocommit:
         raise ValueError("pgqueue install needs an autocommit connection (each script runs in its own transaction)")
     target = sql_version()
