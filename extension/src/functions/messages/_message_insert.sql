@@ -48,6 +48,7 @@ DECLARE
     v_id   bigint;
     v_held boolean;
     v_hand boolean := false;  -- the group's turn is an earlier waiting message's (below)
+    v_kept bigint;
 BEGIN
     PERFORM pgqueue._check_message_key(p_group, 'message group'::text);
     PERFORM pgqueue._check_message_key(p_key, 'idempotency key'::text);
@@ -124,6 +125,26 @@ BEGIN
                      THEN false END)
         ON CONFLICT (queue_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
         RETURNING id INTO v_id;
+        IF v_id IS NOT NULL AND p_key IS NOT NULL AND p_queue.max_size IS NULL THEN
+            -- The look-ups above ran before this INSERT, which may have waited: for the group's
+            -- lock, or on message_idem_key_idx for a producer's transaction that created the key
+            -- and then took it away. A message with the key that left meanwhile within its window
+            -- kept the key in message_key, where this statement (a newer snapshot under READ
+            -- COMMITTED) finds it: then this message goes again, before its id was ever returned,
+            -- and the kept id is (a duplicate of a key within its window got in: a review). On a
+            -- capped queue producers take turns at the admission, which the look-ups ran after.
+            SELECT k.id INTO v_kept FROM pgqueue.message_key k
+             WHERE k.queue_id = p_queue.id AND k.idem_key >= p_key AND k.idem_key <= p_key
+               AND k.until > pgqueue.now_ms()
+             ORDER BY k.idem_key;  -- by message_key_pkey alone (above)
+            IF FOUND THEN
+                DELETE FROM pgqueue.message m WHERE m.id = v_id;
+                IF p_group IS NOT NULL AND (v_turn IS NOT NULL OR v_hand) THEN
+                    PERFORM pgqueue._message_group_next(p_queue.id, p_group, p_queue.group_concurrency);
+                END IF;
+                RETURN v_kept;
+            END IF;
+        END IF;
         IF v_id IS NOT NULL THEN
             IF v_hand THEN
                 PERFORM pgqueue._message_group_next(p_queue.id, p_group, p_queue.group_concurrency);
