@@ -3477,8 +3477,8 @@ BEGIN
     -- harmless when a drop above rolls back and the name stays taken.) Not a stripe that a
     -- queue_drop of this transaction freed (pgqueue.dropped_stripes): the transaction may roll
     -- back, and the dropped queue come back with its counters reset.
+    v_freed := coalesce(string_to_array(nullif(current_setting('pgqueue.dropped_stripes', true), ''), ',')::integer[], '{}');
     IF v_taken IS NOT TRUE AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
-        v_freed := coalesce(string_to_array(nullif(current_setting('pgqueue.dropped_stripes', true), ''), ',')::integer[], '{}');
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
             CONTINUE WHEN v_id & 63 = ANY (v_freed)
@@ -3494,7 +3494,15 @@ BEGIN
             PERFORM setval(pgqueue._size_exact_seq(v_id), 1, false);
         END IF;
     END IF;
-    v_id := coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass));
+    -- (nor a stripe freed in this transaction when the counters are shared: its counters are
+    -- the dropped queue's, which would be this queue's alone once the drop commits)
+    FOR v_try IN 1..128 LOOP
+        EXIT WHEN v_id IS NOT NULL;
+        v_id := nextval('pgqueue.queue_id_seq'::regclass);
+        IF v_id & 63 = ANY (v_freed) AND v_try < 128 THEN
+            v_id := NULL;
+        END IF;
+    END LOOP;
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
                                    max_size, notify, group_concurrency, key_window_ms, rate_limit)
@@ -6180,19 +6188,20 @@ BEGIN
             -- lock, or on message_idem_key_idx for a producer's transaction that created the key
             -- and then took it away. A message with the key that left meanwhile within its window
             -- kept the key in message_key, where this statement (a newer snapshot under READ
-            -- COMMITTED) finds it: then this message goes again, before its id was ever returned,
-            -- and the kept id is (a duplicate of a key within its window got in: a review). On a
-            -- capped queue producers take turns at the admission, which the look-ups ran after.
+            -- COMMITTED) finds it: a duplicate of a key within its window would get in (a
+            -- review). The statement fails instead, with nothing inserted (40001: its retry
+            -- returns the kept id). (Not a DELETE of the row just inserted: producers may not
+            -- delete messages, docs/grants.sql.) On a capped queue producers take turns at the
+            -- admission, which the look-ups ran after.
             SELECT k.id INTO v_kept FROM pgqueue.message_key k
              WHERE k.queue_id = p_queue.id AND k.idem_key >= p_key AND k.idem_key <= p_key
                AND k.until > pgqueue.now_ms()
              ORDER BY k.idem_key;  -- by message_key_pkey alone (above)
             IF FOUND THEN
-                DELETE FROM pgqueue.message m WHERE m.id = v_id;
-                IF p_group IS NOT NULL AND (v_turn IS NOT NULL OR v_hand) THEN
-                    PERFORM pgqueue._message_group_next(p_queue.id, p_group, p_queue.group_concurrency);
-                END IF;
-                RETURN v_kept;
+                RAISE EXCEPTION 'the idempotency key of this message was kept by a message that left while the enqueue waited'
+                    USING ERRCODE = '40001',
+                          DETAIL = format('Message %s keeps the key for the queue''s key_window_ms.', v_kept),
+                          HINT = 'Retry the transaction: the enqueue then returns the id that keeps the key.';
             END IF;
         END IF;
         IF v_id IS NOT NULL THEN
@@ -6209,12 +6218,13 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_insert(pgqueue.queue, bytea, bigint, text, text, text, bigint) IS
     'pgqueue internal: insert a message with a group and/or idempotency key (or into a grouped queue); the existing id if the key is taken';
 
--- Remove two windows of idempotency keys that have ended (pgqueue.message_key rows whose until
--- has passed), oldest first, skipping rows other sessions hold: pgqueue._message_left's
--- clean-up, so that the table stays as small as the keys of one window. A function of its own
--- so that _message_left can run it plainly under READ COMMITTED and, under REPEATABLE READ or
--- SERIALIZABLE, in a subtransaction that gives up on a serialization failure (see there).
-CREATE FUNCTION pgqueue._message_key_expire(p_queue_id integer, p_now bigint)
+-- Remove up to p_limit windows of idempotency keys that have ended (pgqueue.message_key rows
+-- whose until has passed), oldest first, skipping rows other sessions hold: pgqueue._message_left's
+-- clean-up, two for each window written, so that the table stays as small as the keys of one
+-- window. A function of its own so that _message_left can run it plainly under READ COMMITTED
+-- and, under REPEATABLE READ or SERIALIZABLE, in a subtransaction that gives up on a
+-- serialization failure (see there).
+CREATE FUNCTION pgqueue._message_key_expire(p_queue_id integer, p_now bigint, p_limit integer)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -6223,12 +6233,12 @@ AS $$
      WHERE (k.queue_id, k.idem_key) IN (SELECT e.queue_id, e.idem_key FROM pgqueue.message_key e
                                          WHERE e.queue_id = p_queue_id AND e.until <= p_now
                                          ORDER BY e.until
-                                         LIMIT 2
+                                         LIMIT p_limit
                                            FOR UPDATE SKIP LOCKED);
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint) IS
-    'pgqueue internal: delete two ended idempotency-key windows of a queue (pgqueue._message_left)';
+COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
+    'pgqueue internal: delete up to p_limit ended idempotency-key windows of a queue (pgqueue._message_left)';
 
 -- A message left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by
 -- Spark, dead-lettered): keep its idempotency key p_idem_key taken for the queue's key_window_ms
@@ -6282,6 +6292,7 @@ DECLARE
     v_concurrency integer;
     v_now         bigint;
     v_turned      boolean;
+    v_written     integer;  -- key windows this transaction wrote before (REPEATABLE READ)
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
       FROM pgqueue.queue q WHERE q.id = p_queue_id;
@@ -6294,19 +6305,24 @@ BEGIN
         VALUES (p_queue_id, p_idem_key, p_id, v_now + v_window)
         ON CONFLICT (queue_id, idem_key) DO UPDATE SET id = excluded.id, until = excluded.until;
         IF current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
-            PERFORM pgqueue._message_key_expire(p_queue_id, v_now);
-        ELSIF current_setting('pgqueue.key_cleanup', true) IS DISTINCT FROM 'done' THEN
+            PERFORM pgqueue._message_key_expire(p_queue_id, v_now, 2);
+        ELSE
             -- REPEATABLE READ or SERIALIZABLE: an ended window another session removed after this
             -- snapshot raises 40001 when locked (SKIP LOCKED skips locks, not that), which failed
             -- an acknowledgement of another message (a review: 251 of 3,000 completes of four
-            -- such consumers). So the removal gives up on that, in a subtransaction, once a
-            -- transaction (more than 64 subtransactions with an xid overflow its snapshot).
-            PERFORM set_config('pgqueue.key_cleanup', 'done', true);
-            BEGIN
-                PERFORM pgqueue._message_key_expire(p_queue_id, v_now);
-            EXCEPTION WHEN serialization_failure THEN
-                NULL;  -- (another session removes them)
-            END;
+            -- such consumers). So the removal gives up on that, in a subtransaction; one for
+            -- every 64 windows the transaction writes, removing two for each of them (a batch
+            -- acknowledges many in one transaction, and more than 64 subtransactions with an xid
+            -- overflow its snapshot): the count in a setting local to the transaction.
+            v_written := coalesce(nullif(current_setting('pgqueue.key_windows', true), '')::integer, 0);
+            PERFORM set_config('pgqueue.key_windows', (v_written + 1)::text, true);
+            IF v_written % 64 = 0 THEN
+                BEGIN
+                    PERFORM pgqueue._message_key_expire(p_queue_id, v_now, 128);
+                EXCEPTION WHEN serialization_failure THEN
+                    NULL;  -- (another call, or session, removes them)
+                END;
+            END IF;
         END IF;
     END IF;
     IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency = 1 THEN

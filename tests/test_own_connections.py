@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,6 +127,38 @@ def test_the_administration_is_one_statement_where_the_default_is_read_committed
                   .format(sql.Identifier(dbname)))
     administer(dsn)  # refused once each, then run in a READ COMMITTED transaction
     assert sets == ["sync"] * 3 + ["cli"] * 3 + ["async"] * 2
+
+
+def test_an_alter_behind_another_sessions_change_runs_after_it(rr_dsn: str) -> None:
+    """An alter that does not need READ COMMITTED (lock_ms) ran as one statement at the database's
+    REPEATABLE READ: behind another session's uncommitted change of the queue it failed with 40001
+    once that committed (a review). It runs again in a READ COMMITTED transaction then, as before
+    the one-statement try, and its change is applied after the other's."""
+    import threading
+
+    with Queue(rr_dsn, "rr_race") as queue:
+        queue.create()
+        with psycopg.connect(rr_dsn) as other:
+            other.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            other.execute("SELECT pgqueue.queue_alter('rr_race', p_lock_ms => 5000)")
+            failed: list[BaseException] = []
+
+            def alter() -> None:
+                try:
+                    Queue(rr_dsn, "rr_race").alter(lock_ms=6000)
+                except BaseException as exc:  # (the test's thread reports it)
+                    failed.append(exc)
+
+            thread = threading.Thread(target=alter)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not other.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:  # type: ignore[index]
+                time.sleep(0.02)
+            other.commit()
+            thread.join(30)
+        assert failed == []
+        assert queue.settings().lock_ms == 6000
 
 
 def test_a_failed_call_leaves_the_queues_own_connection_as_it_was(rr_dsn: str) -> None:

@@ -184,3 +184,18 @@ def test_a_drop_that_rolls_back_keeps_the_queues_counters(conn: psycopg.Connecti
     conn.execute("SELECT pgqueue.queue_create('fresh')")
     assert conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = 'fresh'").fetchone() == stripe
     assert totals("fresh") == (0, 0, False)
+    # with every stripe in use, a queue created in the transaction that drops another does not
+    # land on the freed stripe (whose counters, the dropped queue's, would be its alone)
+    for i in range(62, 64):
+        conn.execute("SELECT pgqueue.queue_create(%s)", (f"q{i}",))
+    assert conn.execute("SELECT count(DISTINCT id & 63) FROM pgqueue.queue").fetchone() == (64,)
+    conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('fresh', array_fill('x'::bytea, ARRAY[50]))")
+    fresh = conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = 'fresh'").fetchone()
+    assert fresh is not None
+    conn.execute("SELECT setval('pgqueue.queue_id_seq', (SELECT max(id) FROM pgqueue.queue) / 64 * 64 + 64 + %s - 1)",
+                 (fresh[0],))  # the next id's stripe is fresh's
+    with conn.transaction():
+        conn.execute("SELECT pgqueue.queue_drop('fresh')")
+        conn.execute("SELECT pgqueue.queue_create('brand_new')")
+    assert conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = 'brand_new'").fetchone() != fresh
+    assert totals("brand_new")[:2] != (50, 0)

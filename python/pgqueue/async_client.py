@@ -35,7 +35,14 @@ from pgqueue import _connect, _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import AsyncHeartbeats, interval
 from pgqueue.client import READABLE, _going_on, _steps_reading_what_is_left
-from pgqueue.errors import ConnectionFailed, InvalidArgument, NeedsReadCommitted, PgQueueError, translating
+from pgqueue.errors import (
+    ConnectionFailed,
+    InvalidArgument,
+    NeedsReadCommitted,
+    PgQueueError,
+    SerializationFailure,
+    translating,
+)
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["AsyncQueue", "list_queues", "all_stats", "all_counters", "AsyncConnectionSource"]
@@ -110,7 +117,7 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
         if conn.autocommit:
             try:  # one statement first: READ COMMITTED is the default level (client._execute)
                 return await _statement(conn, call, status)
-            except NeedsReadCommitted:
+            except (NeedsReadCommitted, SerializationFailure):
                 pass
             with translating():
                 async with conn.transaction():  # (a cancellation rolls it back, or the pool does)

@@ -46,6 +46,7 @@ from pgqueue.errors import (
     ExtensionNotInstalled,
     NeedsReadCommitted,
     PgQueueError,
+    SerializationFailure,
     QueueExists,
     QueueNotFound,
     conninfo_error,
@@ -1886,12 +1887,13 @@ def _queue_settings(args: argparse.Namespace) -> dict[str, Any]:
 def _read_committed(conn: psycopg.Connection[Any], do: Callable[[], T]) -> T:
     """Run ``do`` (queue_create, queue_alter or queue_drop on the command's autocommit
     connection) as it is, and when refused with PQ009 (the database or role defaults to
-    REPEATABLE READ, where `pgqueue queue create` was refused) again in a READ COMMITTED
-    transaction: one statement where the default is READ COMMITTED, and no transaction block,
-    which a statement-mode pooler refuses."""
+    REPEATABLE READ, where `pgqueue queue create` was refused) or 40001 (such a default level
+    behind another session's change) again in a READ COMMITTED transaction
+    (:func:`pgqueue.client._execute`): one statement where the default is READ COMMITTED, and no
+    transaction block, which a statement-mode pooler refuses."""
     try:
         return do()
-    except NeedsReadCommitted:
+    except (NeedsReadCommitted, SerializationFailure):
         pass  # (refused before anything was done: its statement's transaction is gone)
     with translating(), conn.transaction():
         _set_read_committed(conn)

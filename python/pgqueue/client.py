@@ -46,7 +46,14 @@ from psycopg_pool import ConnectionPool
 from pgqueue import _connect, _core, _sql
 from pgqueue._core import Call, Delay, When
 from pgqueue._lease import Heartbeats, interval
-from pgqueue.errors import ConnectionFailed, InvalidArgument, NeedsReadCommitted, PgQueueError, translating
+from pgqueue.errors import (
+    ConnectionFailed,
+    InvalidArgument,
+    NeedsReadCommitted,
+    PgQueueError,
+    SerializationFailure,
+    translating,
+)
 from pgqueue.message import DeadLetter, GroupStats, Message, Pending, QueueCounters, QueueSettings, QueueStats
 
 __all__ = ["Queue", "list_queues", "all_stats", "all_counters", "ConnectionSource"]
@@ -125,14 +132,16 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T], *, lent: bool = False
     role defaults to another level) runs in a transaction of that level: the first statement of
     the transaction it begins. On an autocommit connection the call runs as one statement first,
     as it does where the default level is READ COMMITTED (PostgreSQL's), and only when refused
-    with PQ009 again, in a READ COMMITTED transaction of its own: no extra round trips in the
-    common case, and no transaction block, which a statement-mode pooler refuses. Elsewhere, a
-    caller's or a shared connection, the call runs as it is, at the level there."""
+    with PQ009, or with 40001 (a change it does not refuse, a ``lock_ms`` say, run at a
+    REPEATABLE READ default behind another session's change of the queue), again in a READ
+    COMMITTED transaction of its own: no extra round trips in the common case, and no
+    transaction block, which a statement-mode pooler refuses. Elsewhere, a caller's or a shared
+    connection, the call runs as it is, at the level there."""
     if lent and call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
         if conn.autocommit:
             try:
                 return _statement(conn, call)
-            except NeedsReadCommitted:
+            except (NeedsReadCommitted, SerializationFailure):
                 pass  # (refused before anything was done: its statement's transaction is gone)
             with translating(), conn.transaction():  # (an interruption rolls it back, or the pool does)
                 _set_read_committed(conn)

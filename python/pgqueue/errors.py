@@ -146,7 +146,8 @@ class NeedsReadCommitted(PgQueueError):
 
 class SerializationFailure(PgQueueError):
     """The queue or message changed after the REPEATABLE READ or SERIALIZABLE transaction's
-    snapshot was taken (40001); roll back and retry the whole transaction."""
+    snapshot was taken, or (at any level) an enqueue waited while a message that left kept its
+    idempotency key (40001); roll back and retry the whole transaction."""
 
 
 class DeadlockDetected(PgQueueError):

@@ -246,7 +246,8 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
     Raises:
         InstallError: refused (a downgrade, a half-applied state, the other kind of install
             already there, missing extension files or scripts, or objects of the user's, a
-            view say, that depend on functions an update replaces: named, nothing changed).
+            view say, that depend on functions an update replaces: named, with the version
+            pgqueue is left at, whose step that failed changed nothing).
         psycopg.Error: a script failed (its transaction is rolled back), e.g. for lack of
             privileges or PQ008 (schema pgqueue is not pgqueue's own).
     """
@@ -255,11 +256,16 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
     except psycopg.errors.DependentObjectsStillExist as exc:
         # (an update that drops and creates a function again, whose return type changed, say,
         # while a view or SQL-body function of the user's uses it: the server's hint is DROP ...
-        # CASCADE, which would drop the user's objects silently; name them instead)
+        # CASCADE, which would drop the user's objects silently; name them instead. An
+        # extension's update is one transaction; a plain install's steps commit one by one, so
+        # the version it stopped at is said.)
+        state = read_state(conn)
+        now = state.extension or state.plain
         raise InstallError(
             "objects that are not pgqueue's depend on pgqueue objects that the update replaces: "
             + "; ".join((exc.diag.message_detail or exc.diag.message_primary or str(exc)).splitlines()[:10])
-            + ": drop them, run `pgqueue install` again, then create them again; nothing was changed") from exc
+            + f": drop them, run `pgqueue install` again, then create them again; pgqueue is at version {now} "
+            "(the step that failed changed nothing)") from exc
 
 
 def _install(conn: psycopg.Connection[Any], mode: Mode | None,

@@ -130,19 +130,20 @@ BEGIN
             -- lock, or on message_idem_key_idx for a producer's transaction that created the key
             -- and then took it away. A message with the key that left meanwhile within its window
             -- kept the key in message_key, where this statement (a newer snapshot under READ
-            -- COMMITTED) finds it: then this message goes again, before its id was ever returned,
-            -- and the kept id is (a duplicate of a key within its window got in: a review). On a
-            -- capped queue producers take turns at the admission, which the look-ups ran after.
+            -- COMMITTED) finds it: a duplicate of a key within its window would get in (a
+            -- review). The statement fails instead, with nothing inserted (40001: its retry
+            -- returns the kept id). (Not a DELETE of the row just inserted: producers may not
+            -- delete messages, docs/grants.sql.) On a capped queue producers take turns at the
+            -- admission, which the look-ups ran after.
             SELECT k.id INTO v_kept FROM pgqueue.message_key k
              WHERE k.queue_id = p_queue.id AND k.idem_key >= p_key AND k.idem_key <= p_key
                AND k.until > pgqueue.now_ms()
              ORDER BY k.idem_key;  -- by message_key_pkey alone (above)
             IF FOUND THEN
-                DELETE FROM pgqueue.message m WHERE m.id = v_id;
-                IF p_group IS NOT NULL AND (v_turn IS NOT NULL OR v_hand) THEN
-                    PERFORM pgqueue._message_group_next(p_queue.id, p_group, p_queue.group_concurrency);
-                END IF;
-                RETURN v_kept;
+                RAISE EXCEPTION 'the idempotency key of this message was kept by a message that left while the enqueue waited'
+                    USING ERRCODE = '40001',
+                          DETAIL = format('Message %s keeps the key for the queue''s key_window_ms.', v_kept),
+                          HINT = 'Retry the transaction: the enqueue then returns the id that keeps the key.';
             END IF;
         END IF;
         IF v_id IS NOT NULL THEN

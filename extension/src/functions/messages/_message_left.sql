@@ -50,6 +50,7 @@ DECLARE
     v_concurrency integer;
     v_now         bigint;
     v_turned      boolean;
+    v_written     integer;  -- key windows this transaction wrote before (REPEATABLE READ)
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
       FROM pgqueue.queue q WHERE q.id = p_queue_id;
@@ -62,19 +63,24 @@ BEGIN
         VALUES (p_queue_id, p_idem_key, p_id, v_now + v_window)
         ON CONFLICT (queue_id, idem_key) DO UPDATE SET id = excluded.id, until = excluded.until;
         IF current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
-            PERFORM pgqueue._message_key_expire(p_queue_id, v_now);
-        ELSIF current_setting('pgqueue.key_cleanup', true) IS DISTINCT FROM 'done' THEN
+            PERFORM pgqueue._message_key_expire(p_queue_id, v_now, 2);
+        ELSE
             -- REPEATABLE READ or SERIALIZABLE: an ended window another session removed after this
             -- snapshot raises 40001 when locked (SKIP LOCKED skips locks, not that), which failed
             -- an acknowledgement of another message (a review: 251 of 3,000 completes of four
-            -- such consumers). So the removal gives up on that, in a subtransaction, once a
-            -- transaction (more than 64 subtransactions with an xid overflow its snapshot).
-            PERFORM set_config('pgqueue.key_cleanup', 'done', true);
-            BEGIN
-                PERFORM pgqueue._message_key_expire(p_queue_id, v_now);
-            EXCEPTION WHEN serialization_failure THEN
-                NULL;  -- (another session removes them)
-            END;
+            -- such consumers). So the removal gives up on that, in a subtransaction; one for
+            -- every 64 windows the transaction writes, removing two for each of them (a batch
+            -- acknowledges many in one transaction, and more than 64 subtransactions with an xid
+            -- overflow its snapshot): the count in a setting local to the transaction.
+            v_written := coalesce(nullif(current_setting('pgqueue.key_windows', true), '')::integer, 0);
+            PERFORM set_config('pgqueue.key_windows', (v_written + 1)::text, true);
+            IF v_written % 64 = 0 THEN
+                BEGIN
+                    PERFORM pgqueue._message_key_expire(p_queue_id, v_now, 128);
+                EXCEPTION WHEN serialization_failure THEN
+                    NULL;  -- (another call, or session, removes them)
+                END;
+            END IF;
         END IF;
     END IF;
     IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency = 1 THEN

@@ -81,8 +81,8 @@ BEGIN
     -- harmless when a drop above rolls back and the name stays taken.) Not a stripe that a
     -- queue_drop of this transaction freed (pgqueue.dropped_stripes): the transaction may roll
     -- back, and the dropped queue come back with its counters reset.
+    v_freed := coalesce(string_to_array(nullif(current_setting('pgqueue.dropped_stripes', true), ''), ',')::integer[], '{}');
     IF v_taken IS NOT TRUE AND (SELECT count(DISTINCT q.id & 63) FROM pgqueue.queue q) < 64 THEN
-        v_freed := coalesce(string_to_array(nullif(current_setting('pgqueue.dropped_stripes', true), ''), ',')::integer[], '{}');
         FOR v_try IN 1..128 LOOP
             v_id := nextval('pgqueue.queue_id_seq'::regclass);
             CONTINUE WHEN v_id & 63 = ANY (v_freed)
@@ -98,7 +98,15 @@ BEGIN
             PERFORM setval(pgqueue._size_exact_seq(v_id), 1, false);
         END IF;
     END IF;
-    v_id := coalesce(v_id, nextval('pgqueue.queue_id_seq'::regclass));
+    -- (nor a stripe freed in this transaction when the counters are shared: its counters are
+    -- the dropped queue's, which would be this queue's alone once the drop commits)
+    FOR v_try IN 1..128 LOOP
+        EXIT WHEN v_id IS NOT NULL;
+        v_id := nextval('pgqueue.queue_id_seq'::regclass);
+        IF v_id & 63 = ANY (v_freed) AND v_try < 128 THEN
+            v_id := NULL;
+        END IF;
+    END LOOP;
     BEGIN
         INSERT INTO pgqueue.queue (id, name, lock_ms, max_attempts, retry_base_ms, retry_cap_ms,
                                    max_size, notify, group_concurrency, key_window_ms, rate_limit)
