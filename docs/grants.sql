@@ -18,7 +18,7 @@
 -- (pg_restore -x, pg_dump -x) gives them back to PUBLIC, so the recipe takes them back too.
 REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
                        pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
-                       pgqueue.schedule_run(integer) FROM PUBLIC;
+                       pgqueue._message_group_hand(integer, text), pgqueue.schedule_run(integer) FROM PUBLIC;
 
 -- Producer: enqueue (message_create, message_create_batch), read settings and stats.
 -- It can see message ids, queues and times but not contents, and cannot dequeue, complete or
@@ -38,7 +38,8 @@ GRANT SELECT (id, queue_id, dequeue_at, locked_until, created_at, group_key, tur
 GRANT SELECT (queue_id) ON pgqueue.dead_letter TO :"producer";
 -- idempotency keys: the keys kept for a queue's key_window_ms; message groups: a group's lock (issue 14)
 GRANT SELECT ON pgqueue.message_key TO :"producer";
-GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"producer";
+GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text), pgqueue._message_group_hand(integer, text)
+      TO :"producer";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq TO :"producer";
 -- the queues' lock stripes (docs/locking.md) and counters (queue_counters); max_size accounting and the REPEATABLE READ pin
 -- run as the extension's owner: producers may not write pgqueue.queue or pgqueue.queue_size
@@ -132,7 +133,8 @@ GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, wr
       ON pgqueue.message TO :"spark";
 GRANT SELECT, INSERT ON pgqueue.dead_letter TO :"spark";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"spark";
-GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text) TO :"spark";
+GRANT EXECUTE ON FUNCTION pgqueue._message_group_lock(integer, text), pgqueue._message_group_hand(integer, text)
+      TO :"spark";
 GRANT USAGE ON SEQUENCE pgqueue.message_id_seq, pgqueue.spark_consumer_id_seq, pgqueue.spark_claim_id_seq
       TO :"spark";
 GRANT SELECT, INSERT, UPDATE ON pgqueue.spark_consumer TO :"spark";
@@ -159,4 +161,4 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA pgqueue T
 GRANT ALL ON ALL SEQUENCES IN SCHEMA pgqueue TO :"admin";
 GRANT EXECUTE ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
                           pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
-                          pgqueue.schedule_run(integer) TO :"admin";
+                          pgqueue._message_group_hand(integer, text), pgqueue.schedule_run(integer) TO :"admin";

@@ -248,8 +248,8 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef $$,
               ARRAY['pgqueue._queue_pin(integer)', 'pgqueue._queue_quiesce(integer)',
                     'pgqueue._queue_reserve(integer,bigint)', 'pgqueue._message_group_lock(integer,text)',
-                    'pgqueue.schedule_run(integer)'],
-              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce, _queue_reserve, _message_group_lock and schedule_run');
+                    'pgqueue._message_group_hand(integer,text)', 'pgqueue.schedule_run(integer)'],
+              'the SECURITY DEFINER functions are _queue_pin, _queue_quiesce, _queue_reserve, _message_group_lock, _message_group_hand and schedule_run');
 SELECT is_empty($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef
                       AND has_function_privilege('public', p.oid, 'EXECUTE') $$,

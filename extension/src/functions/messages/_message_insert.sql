@@ -147,8 +147,8 @@ BEGIN
             END IF;
         END IF;
         IF v_id IS NOT NULL THEN
-            IF v_hand THEN
-                PERFORM pgqueue._message_group_next(p_queue.id, p_group, p_queue.group_concurrency);
+            IF v_hand THEN  -- (as the owner: producers may not update messages)
+                PERFORM pgqueue._message_group_hand(p_queue.id, p_group);
             END IF;
             RETURN v_id;
         END IF;
