@@ -6058,11 +6058,15 @@ COMMENT ON FUNCTION pgqueue._message_group_next(integer, text, integer) IS
 
 -- pgqueue._message_group_next for a producer's enqueue (pgqueue._message_insert): a message
 -- enqueued into a group with room behind a message of the group waiting without a turn (a group
--- left below its limit, docs/guarantees.md) hands the turn to that one. Producers and the Spark
--- role may not UPDATE pgqueue.message (docs/grants.sql: with it, plain SQL could lock messages
--- FOR UPDATE, which every consumer then skips), so the hand-off runs as the owner; it gives a
--- turn only by the group's rules, under the group's lock, and reads the queue's limit itself.
--- Not executable by PUBLIC (the recipes grant it to producers, the Spark role and admins).
+-- left below its limit, docs/guarantees.md) hands the turn to that one. Producers may not UPDATE
+-- pgqueue.message (docs/grants.sql: with it, plain SQL could lock messages FOR UPDATE, which
+-- every consumer then skips), so the hand-off runs as the owner; it gives a turn only by the
+-- group's rules: under the group's lock, taken first, then the queue's limit read in a later
+-- statement, so that a direct call (without the queue's lock stripe, which keeps queue_alter
+-- out of an enqueue) sees a changed limit that committed while it waited for the lock (a
+-- review: it read the old one first and handed a turn past a lowered limit). Not executable by
+-- PUBLIC (the recipes grant it to producers, admins and the Spark role, whose enqueues call it
+-- too).
 CREATE FUNCTION pgqueue._message_group_hand(p_queue_id integer, p_group text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -6071,9 +6075,18 @@ AS $$
 DECLARE
     v_concurrency integer;
 BEGIN
+    IF p_group IS NULL THEN
+        RETURN false;  -- a message without a group is a group of its own: nothing to hand on
+    END IF;
+    -- (PQ001 for a queue without groups; false: a REPEATABLE READ snapshot may miss a decision)
+    IF NOT pgqueue._message_group_lock(p_queue_id, p_group) THEN
+        RAISE EXCEPTION 'message group "%" changed after this transaction''s snapshot', p_group
+            USING ERRCODE = '40001',
+                  HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
+    END IF;
     SELECT q.group_concurrency INTO v_concurrency FROM pgqueue.queue q WHERE q.id = p_queue_id;
-    IF v_concurrency IS NULL OR p_group IS NULL THEN
-        RETURN false;  -- no such queue, or no groups: nothing to hand on
+    IF v_concurrency IS NULL THEN
+        RETURN false;  -- dropped meanwhile
     END IF;
     RETURN pgqueue._message_group_next(p_queue_id, p_group, v_concurrency);
 END;
@@ -6341,9 +6354,10 @@ BEGIN
             -- such consumers). So the removal gives up on that, in a subtransaction; one for
             -- every 64 windows the transaction writes, removing two for each of them (a batch
             -- acknowledges many in one transaction, and more than 64 subtransactions with an xid
-            -- overflow its snapshot): the count in a setting local to the transaction.
-            v_written := coalesce(nullif(current_setting('pgqueue.key_windows', true), '')::integer, 0);
-            PERFORM set_config('pgqueue.key_windows', (v_written + 1)::text, true);
+            -- overflow its snapshot): the count, per queue (the removal is the queue's), in a
+            -- setting local to the transaction.
+            v_written := coalesce(nullif(current_setting('pgqueue.key_windows_' || p_queue_id, true), '')::integer, 0);
+            PERFORM set_config('pgqueue.key_windows_' || p_queue_id, (v_written + 1)::text, true);
             IF v_written % 64 = 0 THEN
                 BEGIN
                     PERFORM pgqueue._message_key_expire(p_queue_id, v_now, 128);

@@ -290,6 +290,26 @@ def test_repeatable_read_acknowledgements_do_not_fail_on_the_removal_of_ended_ke
                 time.sleep(0.01)  # (the windows of 1 ms end)
         ended = c.execute("SELECT count(*) FROM pgqueue.message_key WHERE until <= pgqueue.now_ms()").fetchone()
         assert ended is not None and int(ended[0]) <= 40, ended
+        # the count of windows written is each queue's: a transaction that writes one of another
+        # queue first still removes this queue's (it counted both, and removed none of these)
+        c.execute("SELECT pgqueue.queue_create('rrkeys2', p_key_window_ms => 1)")
+        c.execute("SELECT pgqueue.message_create_batch('rrkeys2', array_fill('y'::bytea, ARRAY[10]), "
+                  "p_keys => ARRAY(SELECT 'o' || g FROM generate_series(1, 10) g))")
+        c.execute("DELETE FROM pgqueue.message_key")
+        c.execute("SELECT pgqueue.message_create_batch('rrkeys', array_fill('x'::bytea, ARRAY[100]), "
+                  "p_keys => ARRAY(SELECT 'c' || g FROM generate_series(1, 100) g))")
+        with psycopg.connect(dsn) as rr:
+            for _ in range(10):
+                rr.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                rr.execute("SELECT pgqueue.message_complete(id, attempts) FROM pgqueue.message_dequeue('rrkeys2', 1, 60000)")
+                rr.execute("SELECT count(*) FROM pgqueue.message_complete_batch("
+                           "ARRAY(SELECT id FROM pgqueue.message_dequeue('rrkeys', 10, 60000) ORDER BY id), "
+                           "ARRAY(SELECT 1 FROM generate_series(1, 10)))")
+                rr.commit()
+                time.sleep(0.01)
+        ended = c.execute("SELECT count(*) FROM pgqueue.message_key k JOIN pgqueue.queue q ON q.id = k.queue_id "
+                          "WHERE q.name = 'rrkeys' AND k.until <= pgqueue.now_ms()").fetchone()
+        assert ended is not None and int(ended[0]) <= 20, ended
 
 
 def test_a_message_deleted_with_plain_sql_frees_its_key(dsn: str) -> None:

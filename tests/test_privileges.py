@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -182,6 +184,26 @@ def test_groups_and_keys_need_no_more_than_the_recipes(roles: Roles) -> None:
             ] == ["w1", "w2"]
     denied(p, "SELECT id FROM pgqueue.message FOR UPDATE")  # producers still cannot lock messages
     denied(roles.dsn(roles.nobody), "SELECT pgqueue._message_group_hand(1, 'g')")
+    # called directly (without the queue's lock stripe that keeps queue_alter out of an enqueue),
+    # it reads the limit after the group's lock: behind a lowered limit it hands no turn past it
+    with psycopg.connect(roles.dsn(roles.admin), autocommit=True) as admin:
+        admin.execute("SELECT pgqueue.queue_create('lowered', p_group_concurrency => 3)")
+        admin.execute("SELECT pgqueue.message_create_batch('lowered', ARRAY['x1', 'x2']::bytea[], "
+                      "p_groups => ARRAY['g', 'g'])")
+        assert len(run(c, "SELECT id FROM pgqueue.message_dequeue('lowered', 1, 60000)")) == 1  # x1 in flight
+        admin.execute("UPDATE pgqueue.message SET turn_at = NULL WHERE convert_from(content, 'UTF8') = 'x2'")
+        (queue_id,), = admin.execute("SELECT id FROM pgqueue.queue WHERE name = 'lowered'").fetchall()
+        with psycopg.connect(roles.dsn(roles.admin)) as alter:
+            alter.execute("SELECT pgqueue.queue_alter('lowered', p_group_concurrency => 1)")  # holds g's lock
+            handed: list[object] = []
+            thread = threading.Thread(target=lambda: handed.extend(
+                run(p, f"SELECT pgqueue._message_group_hand({queue_id}, 'g')")))
+            thread.start()
+            time.sleep(0.5)  # (the call waits for the group's lock)
+            alter.commit()
+            thread.join(30)
+        assert handed == [(False,)]
+        assert run(c, "SELECT id FROM pgqueue.message_dequeue('lowered', 10, 60000)") == []  # one in flight: the limit
 
 
 def test_a_producer_retries_a_keyed_create_on_a_full_capped_queue(roles: Roles) -> None:

@@ -551,7 +551,9 @@ class Queue:
             QueueNotFound, QueueFull, InvalidQueueName (a NUL in the name too), UnsupportedPayload,
             InvalidArgument (a NUL in ``group`` or ``key`` too, refused before anything is sent);
             NeedsReadCommitted for a new ``key`` into a queue with ``key_window_ms`` in a REPEATABLE
-            READ or SERIALIZABLE transaction.
+            READ or SERIALIZABLE transaction; SerializationFailure (40001, any level) when the
+            enqueue waited (for another producer's transaction) while a message with its ``key``
+            left within the window: nothing is enqueued, and a retry returns the kept id.
         """
         return self._connector.run(
             _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task,
@@ -570,7 +572,8 @@ class Queue:
             QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload;
             InvalidArgument: ``payloads``, ``groups`` or ``keys`` is not an iterable of them (one
             value, None, a single str or bytes, a mapping), ``groups`` or ``keys`` has another
-            count than ``payloads``, or a value is invalid (as for :meth:`enqueue`).
+            count than ``payloads``, or a value is invalid (as for :meth:`enqueue`);
+            SerializationFailure with ``keys`` as for :meth:`enqueue` (nothing is enqueued).
         """
         return self._connector.run(
             _core.enqueue_many(self._name, payloads, delay=delay, at=at, priority=priority, task=task,

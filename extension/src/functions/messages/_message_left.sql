@@ -71,9 +71,10 @@ BEGIN
             -- such consumers). So the removal gives up on that, in a subtransaction; one for
             -- every 64 windows the transaction writes, removing two for each of them (a batch
             -- acknowledges many in one transaction, and more than 64 subtransactions with an xid
-            -- overflow its snapshot): the count in a setting local to the transaction.
-            v_written := coalesce(nullif(current_setting('pgqueue.key_windows', true), '')::integer, 0);
-            PERFORM set_config('pgqueue.key_windows', (v_written + 1)::text, true);
+            -- overflow its snapshot): the count, per queue (the removal is the queue's), in a
+            -- setting local to the transaction.
+            v_written := coalesce(nullif(current_setting('pgqueue.key_windows_' || p_queue_id, true), '')::integer, 0);
+            PERFORM set_config('pgqueue.key_windows_' || p_queue_id, (v_written + 1)::text, true);
             IF v_written % 64 = 0 THEN
                 BEGIN
                     PERFORM pgqueue._message_key_expire(p_queue_id, v_now, 128);
