@@ -115,6 +115,76 @@ def test_the_retry_of_a_keyed_enqueue_on_a_full_capped_queue_returns_its_id(dsn:
         assert full.value.sqlstate == "PQ003"
 
 
+def test_a_keyed_enqueue_that_waited_while_its_key_left_is_retried_on_a_statement_of_its_own(dsn: str) -> None:
+    """README, "Idempotent enqueue": an enqueue whose insert waited for another producer's
+    transaction that created the key and cancelled its message fails with 40001 and inserts
+    nothing (specs/idempotent_window.spec); the client runs such a keyed enqueue once more where
+    its statement is a transaction of its own (its own connection, a pool's lent one, an async
+    queue's), which returns the id that keeps the key; in a caller's transaction it raises
+    SerializationFailure, the transaction to be retried."""
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SELECT pgqueue.queue_create('kwin', p_key_window_ms => 3600000)")
+
+        def race(key: str, enqueue: object) -> tuple[int, object]:
+            """A producer's open transaction creates ``key`` while ``enqueue`` (called in a thread)
+            waits for it, then cancels its message and commits; the kept id and what ``enqueue``
+            returned or raised."""
+            out: list[object] = []
+            with psycopg.connect(dsn) as creator:
+                kept = creator.execute("SELECT pgqueue.message_create('kwin', 'one', p_key => %s)",
+                                       (key,)).fetchone()
+                assert kept is not None
+                t = threading.Thread(target=lambda: out.append(_outcome(enqueue)))
+                t.start()
+                wait_for_lock_waiters(admin, 1)
+                creator.execute("SELECT pgqueue.message_cancel('kwin', ARRAY[%s]::bigint[])", (kept[0],))
+                creator.commit()
+                t.join(30)
+            assert not t.is_alive()
+            return int(kept[0]), out[0]
+
+        with Queue(dsn, "kwin") as own:
+            kept, got = race("k1", lambda: own.enqueue("two", key="k1"))
+            assert got == kept
+            kept, got = race("k2", lambda: own.enqueue_many(["x", "two"], keys=[None, "k2"]))
+            assert isinstance(got, list) and got[1] == kept
+        with ConnectionPool(dsn, min_size=1, max_size=2, open=True) as pool:
+            kept, got = race("k3", lambda: Queue(pool, "kwin").enqueue("two", key="k3"))
+            assert got == kept
+        with psycopg.connect(dsn) as callers:  # a caller's transaction: raised
+            kept, got = race("k4", lambda: Queue(callers, "kwin").enqueue("two", key="k4"))
+            assert isinstance(got, errors.SerializationFailure), got
+            callers.rollback()
+
+        async def in_async() -> object:
+            async with AsyncQueue(dsn, "kwin") as queue:
+                return await queue.enqueue("two", key="k5")
+
+        kept, got = race("k5", lambda: asyncio.run(in_async()))
+        assert got == kept
+
+        async def in_async_pool() -> object:
+            async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+                return await AsyncQueue(pool, "kwin").enqueue("two", key="k6")
+
+        kept, got = race("k6", lambda: asyncio.run(in_async_pool()))
+        assert got == kept
+        # no message with any of the keys was left, and none inserted by the retries
+        assert admin.execute("SELECT count(*) FROM pgqueue.message WHERE idem_key LIKE 'k_'").fetchone() == (0,)
+        admin.execute("SELECT pgqueue.queue_drop('kwin')")
+
+
+def _outcome(call: object) -> object:
+    """What ``call()`` returned, or the exception it raised."""
+    assert callable(call)
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 (the outcome is the test's to judge)
+        return exc
+
+
 def test_a_raised_group_concurrency_keeps_the_groups_order(dsn: str) -> None:
     """docs/guarantees.md: a group's next message is the first of its waiting messages, also right
     after queue_alter raised the group's limit and before a new message of the group arrives."""

@@ -87,6 +87,12 @@ class Call(Generic[T]):
             connection it sets that transaction's level, so that a database or role that
             defaults to REPEATABLE READ does not refuse it; in a caller's transaction it runs
             at the caller's level.
+        again_on_40001: a refusal with 40001 is answered by running the statement again (an
+            enqueue with an idempotency key whose insert waited while the key's message left
+            within its window: the second run returns the id that keeps the key). The client
+            does so once where the statement is a transaction of its own (an autocommit
+            connection outside a transaction, or a pool's connection lent to it); in a caller's
+            transaction the error is raised: the whole transaction is to be retried.
 
     Raises:
         InvalidQueueName: the ``queue`` parameter holds NUL (:func:`check_queue_name`).
@@ -98,6 +104,7 @@ class Call(Generic[T]):
     probe_queue: str | None = None
     untranslatable: Call[T] | None = None
     read_committed: bool = False
+    again_on_40001: bool = False
 
     def __post_init__(self) -> None:
         check_queue_name(self.params)
@@ -775,6 +782,7 @@ def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When
          "group": check_str("group", group), "key": check_str("key", key),
          **schedule(delay, at, priority).params()},
         _int,
+        again_on_40001=key is not None,
     )
 
 
@@ -785,12 +793,14 @@ def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None 
     """Return the call that enqueues many payloads in one statement; its result is their ids in order."""
     plan = schedule(delay, at, priority)
     encoded = [(c, codec.with_task(t, task)) for c, t in map(codec.encode, _items("payloads", payloads, "payloads"))]
+    per_key = _per_message("keys", keys, len(encoded))
     return Call(
         _sql.ENQUEUE_MANY,
         {"queue": queue, "contents": [c for c, _ in encoded], "content_types": [t for _, t in encoded],
-         "groups": _per_message("groups", groups, len(encoded)), "keys": _per_message("keys", keys, len(encoded)),
+         "groups": _per_message("groups", groups, len(encoded)), "keys": per_key,
          **plan.params()},
         lambda rows: [int(r[0]) for r in rows],
+        again_on_40001=per_key is not None and any(k is not None for k in per_key),
     )
 
 

@@ -112,7 +112,7 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
     as its statement left it (read before anything else can run on the connection: another
     task's statement in flight a moment later shows ACTIVE). ``lent``: the connection is this
     call's alone, and a call that needs READ COMMITTED runs in a transaction of that level, as
-    :func:`pgqueue.client._execute` says."""
+    :func:`pgqueue.client._execute` says; so does a keyed enqueue refused with 40001 run once more."""
     if lent and call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
         if conn.autocommit:
             try:  # one statement first: READ COMMITTED is the default level (client._execute)
@@ -124,6 +124,13 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
                     await _set_read_committed(conn)
                     return await _statement(conn, call, status)
         await _set_read_committed(conn)  # (psycopg begins the transaction before it)
+    elif call.again_on_40001 and (conn.autocommit or lent) and conn.info.transaction_status == TransactionStatus.IDLE:
+        try:  # a keyed enqueue, run once more as client._execute says
+            return await _statement(conn, call, status)
+        except SerializationFailure:
+            if not conn.autocommit:
+                with translating():
+                    await conn.rollback()
     return await _statement(conn, call, status)
 
 

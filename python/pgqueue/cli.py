@@ -38,21 +38,18 @@ from pgqueue import _connect
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
                                    stop_signals)
-from pgqueue.client import Queue, _set_read_committed, all_counters, all_stats, list_queues
+from pgqueue.client import Queue, _read_committed_again, all_counters, all_stats, list_queues
 from pgqueue.codec import with_task
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
     ExtensionNotInstalled,
-    NeedsReadCommitted,
     PgQueueError,
-    SerializationFailure,
     QueueExists,
     QueueNotFound,
     conninfo_error,
     one_line,
     quoted,
-    translating,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 from pgqueue.tasks import is_generator_callable
@@ -1884,28 +1881,12 @@ def _queue_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
-def _read_committed(conn: psycopg.Connection[Any], do: Callable[[], T]) -> T:
-    """Run ``do`` (queue_create, queue_alter or queue_drop on the command's autocommit
-    connection) as it is, and when refused with PQ009 (the database or role defaults to
-    REPEATABLE READ, where `pgqueue queue create` was refused) or 40001 (such a default level
-    behind another session's change) again in a READ COMMITTED transaction
-    (:func:`pgqueue.client._execute`): one statement where the default is READ COMMITTED, and no
-    transaction block, which a statement-mode pooler refuses."""
-    try:
-        return do()
-    except (NeedsReadCommitted, SerializationFailure):
-        pass  # (refused before anything was done: its statement's transaction is gone)
-    with translating(), conn.transaction():
-        _set_read_committed(conn)
-        return do()
-
-
 def _cmd_queue_create(args: argparse.Namespace) -> int:
     options = _queue_settings(args)
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         try:
-            _read_committed(conn, lambda: queue.create(if_not_exists=args.if_not_exists, **options))
+            _read_committed_again(conn, lambda: queue.create(if_not_exists=args.if_not_exists, **options))
         except QueueExists as exc:
             raise UserError(f"queue {args.queue} already exists (change it with `pgqueue queue alter`, "
                             "or pass --if-not-exists)") from exc
@@ -1931,7 +1912,7 @@ def _cmd_queue_alter(args: argparse.Namespace) -> int:
         raise UsageError("pgqueue queue alter: error: nothing to change (see `pgqueue queue alter --help`)")
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
-        _read_committed(conn, lambda: queue.alter(**options))
+        _read_committed_again(conn, lambda: queue.alter(**options))
         _done(f"queue {args.queue} altered")
         print(settings_table([queue.settings()]))
     return 0
@@ -1939,7 +1920,7 @@ def _cmd_queue_alter(args: argparse.Namespace) -> int:
 
 def _cmd_queue_drop(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
-        dropped = _read_committed(conn, Queue(conn, args.queue).drop)
+        dropped = _read_committed_again(conn, Queue(conn, args.queue).drop)
     if dropped:
         _done(f"queue {args.queue} dropped")
         print(f"dropped queue {args.queue}")

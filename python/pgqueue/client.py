@@ -136,18 +136,35 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T], *, lent: bool = False
     REPEATABLE READ default behind another session's change of the queue), again in a READ
     COMMITTED transaction of its own: no extra round trips in the common case, and no
     transaction block, which a statement-mode pooler refuses. Elsewhere, a caller's or a shared
-    connection, the call runs as it is, at the level there."""
+    connection, the call runs as it is, at the level there. A call refused with 40001 that
+    answers when run again (``call.again_on_40001``: a keyed enqueue) runs once more where its
+    statement is a transaction of its own: on an autocommit connection outside a transaction,
+    or on a lent one."""
     if lent and call.read_committed and conn.info.transaction_status == TransactionStatus.IDLE:
         if conn.autocommit:
-            try:
-                return _statement(conn, call)
-            except (NeedsReadCommitted, SerializationFailure):
-                pass  # (refused before anything was done: its statement's transaction is gone)
-            with translating(), conn.transaction():  # (an interruption rolls it back, or the pool does)
-                _set_read_committed(conn)
-                return _statement(conn, call)
+            return _read_committed_again(conn, lambda: _statement(conn, call))
         _set_read_committed(conn)  # (psycopg begins the transaction before it)
+    elif call.again_on_40001 and (conn.autocommit or lent) and conn.info.transaction_status == TransactionStatus.IDLE:
+        try:  # (a transaction of its own: nothing was done, and running it again answers)
+            return _statement(conn, call)
+        except SerializationFailure:
+            if not conn.autocommit:
+                with translating():
+                    conn.rollback()
     return _statement(conn, call)
+
+
+def _read_committed_again(conn: psycopg.Connection[Any], do: Callable[[], T]) -> T:
+    """Run ``do`` on the autocommit connection ``conn`` as it is, and when refused with PQ009 or
+    40001 (see :func:`_execute`) again in a READ COMMITTED transaction of its own. The command
+    line's queue create/alter/drop use it on their one connection."""
+    try:
+        return do()
+    except (NeedsReadCommitted, SerializationFailure):
+        pass  # (refused before anything was done: its statement's transaction is gone)
+    with translating(), conn.transaction():  # (an interruption rolls it back, or the pool does)
+        _set_read_committed(conn)
+        return do()
 
 
 def _set_read_committed(conn: psycopg.Connection[Any]) -> None:
@@ -551,9 +568,11 @@ class Queue:
             QueueNotFound, QueueFull, InvalidQueueName (a NUL in the name too), UnsupportedPayload,
             InvalidArgument (a NUL in ``group`` or ``key`` too, refused before anything is sent);
             NeedsReadCommitted for a new ``key`` into a queue with ``key_window_ms`` in a REPEATABLE
-            READ or SERIALIZABLE transaction; SerializationFailure (40001, any level) when the
-            enqueue waited (for another producer's transaction) while a message with its ``key``
-            left within the window: nothing is enqueued, and a retry returns the kept id.
+            READ or SERIALIZABLE transaction; SerializationFailure (40001, any level) in a
+            transaction of the caller's when the enqueue waited (for another producer's
+            transaction) while a message with its ``key`` left within the window: nothing is
+            enqueued, and a retry of the transaction returns the kept id (where the enqueue is
+            a transaction of its own, the queue runs it again and returns that id itself).
         """
         return self._connector.run(
             _core.enqueue(self._name, payload, delay=delay, at=at, priority=priority, task=task,
