@@ -1417,7 +1417,7 @@ COMMENT ON FUNCTION pgqueue._idle_xids(bigint[]) IS
 -- row, so no dead tuples and no contention; transactional, so a rolled-back dequeue gets its old
 -- hints back; written only when it changed.
 --   * H and L only move to candidates C and D (the first visible ready row, the first visible
---     lease, locked or not, each capped 5 ms below the clock read before they were found; the
+--     lease, locked or not, each capped 5 ms (a turn 6 ms) below the clock read before they were found; the
 --     cap alone when there is none) once every transaction with an xid below X has ended, and
 --     only if the first visible row from H (from L) is still at C (at D) or beyond then: a
 --     producer that commits a row below C meanwhile is found first. X is this call's xid, which
@@ -1434,8 +1434,9 @@ COMMENT ON FUNCTION pgqueue._idle_xids(bigint[]) IS
 --   * Messages placed below the clock (a priority or past dequeue_at, defer or fail to an earlier
 --     time, spark_release, requeue, plain SQL, a lease running out in the past, a turn key below
 --     the clock) advance the queue's lock stripe afterwards (trigger message_placed_low); a
---     session that sees it move probes from the bottom, and its hints start again from the
---     bottom once the transactions with xids below that call's xid have ended.
+--     session that sees it move probes from the bottom, at that call and at every call after
+--     it until its hints start again from the bottom, once the transactions with xids below
+--     that call's xid have ended (or been set aside).
 --   * A transaction that holds up a candidate for more than 200 ms (an idle session with an xid,
 --     a long writer) is set aside, with R, where H and L stood then; when it ends the session
 --     starts again from its R at its next call that decides (one with ripe candidates or none,
@@ -1506,6 +1507,7 @@ DECLARE
     v_need     integer := p_limit;
     v_ids      bigint[];
     v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
+    v_acks     bigint[];  -- message_complete_and_dequeue's acknowledgements (pgqueue.take_skip)
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
@@ -1638,11 +1640,11 @@ BEGIN
                     v_idle := pgqueue._idle_xids(v_long);
                     FOR i IN 1 .. cardinality(v_long) LOOP
                         IF v_long[i] = ANY (v_idle) THEN
-                            -- (the ready keys' margin is 5 ms in their unit, as the candidates' cap)
+                            -- (the ready keys' margin, as the candidates' cap: 5 ms, 6,000 us for turns)
                             IF (v_longr[4 * i - 3], v_longr[4 * i - 2])
-                               < (v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min) THEN
+                               < (v_due - CASE WHEN p_turns THEN 6000 ELSE 5 END, c_min) THEN
                                 v_longr[4 * i - 3 : 4 * i - 2] :=
-                                    ARRAY[v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END, c_min];
+                                    ARRAY[v_due - CASE WHEN p_turns THEN 6000 ELSE 5 END, c_min];
                             END IF;
                             IF (v_longr[4 * i - 1], v_longr[4 * i]) < (p_now - 5, c_min) THEN
                                 v_longr[4 * i - 1 : 4 * i] := ARRAY[p_now - 5, c_min];
@@ -1744,9 +1746,12 @@ BEGIN
             END IF;
             v_s[6] := 0;
         END IF;
-        -- new candidates, none above the cap (5 ms, in the ready keys' unit); recorded with this
-        -- call's xid below
-        v_cap := v_due - CASE WHEN p_turns THEN 5000 ELSE 5 END;
+        -- new candidates, none above the cap (5 ms below the clock for ready keys; for turn keys,
+        -- in microseconds, 6 ms: a writer counts a key as at the clock when its millisecond is
+        -- at least 5 below its own, so a turn key p_dequeue_at * 1000 may lie up to 5,999 us below
+        -- a clock in the same millisecond; with 5,000 a hint passed such a row, a review);
+        -- recorded with this call's xid below
+        v_cap := v_due - CASE WHEN p_turns THEN 6000 ELSE 5 END;
         IF v_k_at IS NULL OR v_k_at >= v_cap THEN
             v_k_at := v_cap; v_k_id := c_min;
         END IF;
@@ -1755,10 +1760,16 @@ BEGIN
         END IF;
         v_new := (v_k_at, v_k_id) > (v_s[2], v_s[3]) OR (v_d_at, v_d_id) > (v_s[10], v_s[11]);
     END IF;
-    v_b := CASE WHEN v_moved THEN ARRAY[c_min, c_min, c_min, c_min]
+    -- From the bottom when the stripe moved, and on every call until the restart it records is
+    -- done (v_s[9], once every transaction with an xid below that call's has ended or been set
+    -- aside): a row placed low that the moving call could not see yet (its writer committed
+    -- later) or did not take (it took one message, or another) is below H. Probing from H then,
+    -- a session took later messages first, and an idle one found nothing while any older
+    -- transaction stayed open, however unrelated (a review: seconds, for as long as it stayed).
+    v_b := CASE WHEN v_moved OR v_s[9] <> 0 THEN ARRAY[c_min, c_min, c_min, c_min]
                 ELSE ARRAY[v_s[2], v_s[3], v_s[10], v_s[11]] END;
     -- the fast start F (see the header), for the statement of the ready probe alone
-    v_fast := p_limit = 1 AND NOT v_moved AND v_probed IS NULL AND (v_s[14], v_s[15]) > (v_b[1], v_b[2]);
+    v_fast := p_limit = 1 AND NOT v_moved AND v_s[9] = 0 AND v_probed IS NULL AND (v_s[14], v_s[15]) > (v_b[1], v_b[2]);
     LOOP
         -- A take of one message looks for expired leases unless this session looked on this
         -- queue within the last 20 ms and found none (setting pgqueue.lease_check_<queue id>:
@@ -1815,124 +1826,135 @@ BEGIN
         -- one statement for each kind of ready key, so that each plan has only the probes it
         -- runs, and for one message one without the aggregate (its sort is set up at every
         -- execution: 6-8 us of a one-message call, measured)
-        ELSIF p_turns AND v_need = 1 THEN
-            SELECT c.id, c.dead, c.src, c.k INTO v_one, v_one_dead, v_src, v_one_k
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                      AND m.locked_until IS NULL
-                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.turn_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.turn_at, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) t
-                    LIMIT 1) c;
-            v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
-            v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
-            v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
-            IF v_src = 1 THEN
-                v_s[14] := v_one_k; v_s[15] := v_one;
-            END IF;
-        ELSIF p_turns THEN
-            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                   array_agg(c.id) FILTER (WHERE c.dead)
-              INTO v_found, v_dead_ids
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.turn_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
-                                      AND m.locked_until IS NULL
-                                      AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.turn_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.turn_at, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) t
-                    LIMIT v_need) c;
-        ELSIF v_need = 1 THEN
-            SELECT c.id, c.dead, c.src, c.k INTO v_one, v_one_dead, v_src, v_one_k
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.dequeue_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.dequeue_at, m.id
-                                    LIMIT 1
-                                      FOR UPDATE SKIP LOCKED) r
-                    LIMIT 1) c;
-            v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
-            v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
-            v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
-            IF v_src = 1 THEN
-                v_s[14] := v_one_k; v_s[15] := v_one;
-            END IF;
         ELSE
-            SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
-                   array_agg(c.id) FILTER (WHERE c.dead)
-              INTO v_found, v_dead_ids
-              FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
-                                          coalesce(m.attempts >= p_max_attempts, false) AS dead
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
-                                      AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
-                                      AND m.locked_until <= p_now
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.locked_until, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) e
-                    UNION ALL
-                    SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
-                                     FROM pgqueue.message m
-                                    WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
-                                      AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
-                                      AND m.dequeue_at <= v_due
-                                      AND m.id <> ALL (v_not)
-                                      AND (p_max_id IS NULL OR m.id <= p_max_id)
-                                    ORDER BY m.dequeue_at, m.id
-                                    LIMIT v_need
-                                      FOR UPDATE SKIP LOCKED) r
-                    LIMIT v_need) c;
+            IF v_acks IS NULL THEN
+                -- (once a call, on the statements with the expired-lease probe) the messages
+                -- message_complete_and_dequeue acknowledges in the same call: a lease of the
+                -- caller's that ran out and that nobody took is still the caller's, to be
+                -- completed, not handed out again or dead-lettered by its own take (a review: a
+                -- finished message on its last attempt went to the dead letters)
+                v_acks := coalesce(nullif(current_setting('pgqueue.take_skip', true), '')::bigint[], '{}');
+                v_not := v_not || v_acks;
+            END IF;
+            IF p_turns AND v_need = 1 THEN
+                SELECT c.id, c.dead, c.src, c.k INTO v_one, v_one_dead, v_src, v_one_k
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                          AND m.locked_until IS NULL
+                                          AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.turn_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.turn_at, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) t
+                        LIMIT 1) c;
+                v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
+                v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+                v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+                IF v_src = 1 THEN
+                    v_s[14] := v_one_k; v_s[15] := v_one;
+                END IF;
+            ELSIF p_turns THEN
+                SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                       array_agg(c.id) FILTER (WHERE c.dead)
+                  INTO v_found, v_dead_ids
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.turn_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.turn_at IS NOT NULL
+                                          AND m.locked_until IS NULL
+                                          AND (m.turn_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.turn_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.turn_at, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) t
+                        LIMIT v_need) c;
+            ELSIF v_need = 1 THEN
+                SELECT c.id, c.dead, c.src, c.k INTO v_one, v_one_dead, v_src, v_one_k
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                          AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.dequeue_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.dequeue_at, m.id
+                                        LIMIT 1
+                                          FOR UPDATE SKIP LOCKED) r
+                        LIMIT 1) c;
+                v_found := CASE WHEN v_one IS NULL OR v_one_dead THEN '{}' ELSE ARRAY[v_one] END;
+                v_dead_ids := CASE WHEN v_one_dead THEN ARRAY[v_one] END;
+                v_looked := v_src IS DISTINCT FROM 0;  -- no expired lease found
+                IF v_src = 1 THEN
+                    v_s[14] := v_one_k; v_s[15] := v_one;
+                END IF;
+            ELSE
+                SELECT coalesce(array_agg(c.id ORDER BY c.src, c.k, c.id) FILTER (WHERE NOT c.dead), '{}'),
+                       array_agg(c.id) FILTER (WHERE c.dead)
+                  INTO v_found, v_dead_ids
+                  FROM (SELECT * FROM (SELECT 0 AS src, m.locked_until AS k, m.id,
+                                              coalesce(m.attempts >= p_max_attempts, false) AS dead
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NOT NULL
+                                          AND (m.locked_until, m.id) >= (v_b[3], v_b[4])
+                                          AND m.locked_until <= p_now
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.locked_until, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) e
+                        UNION ALL
+                        SELECT * FROM (SELECT 1, m.dequeue_at, m.id, false
+                                         FROM pgqueue.message m
+                                        WHERE m.queue_id = p_queue_id AND m.locked_until IS NULL
+                                          AND (m.dequeue_at, m.id) >= (v_b[1], v_b[2])
+                                          AND m.dequeue_at <= v_due
+                                          AND m.id <> ALL (v_not)
+                                          AND (p_max_id IS NULL OR m.id <= p_max_id)
+                                        ORDER BY m.dequeue_at, m.id
+                                        LIMIT v_need
+                                          FOR UPDATE SKIP LOCKED) r
+                        LIMIT v_need) c;
+            END IF;
         END IF;
         v_ids := v_ids || v_found;  -- NULL || an array is the array
         EXIT WHEN v_dead_ids IS NULL;
@@ -2200,8 +2222,11 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
--- transaction's xid); a lease that ran out before its acknowledgement may so be handed out again
--- by this very call, as by any other call, and its acknowledgement comes back stale. Errors are
+-- transaction's xid), and leaves out the messages p_ids (the transaction-local setting
+-- pgqueue.take_skip): a lease of the caller's that ran out and that nobody took is still the
+-- caller's and is completed, as by message_complete_batch, not handed out again or dead-lettered
+-- by the caller's own call (a review: on its last attempt a finished message went to the dead
+-- letters, its acknowledgement stale). Errors are
 -- those of the two functions; the arrays are checked before the take, so a refused call hands
 -- nothing out and counts no delivery (sequences are not rolled back); an error leaves nothing
 -- done (one statement).
@@ -2243,11 +2268,17 @@ BEGIN
     -- acknowledgements', in one run in stripe order, after its DELETE. The take still runs
     -- first (its session hints need the take to assign this transaction's xid).
     v_set := set_config('pgqueue.defer_turns', 'on', true);
+    IF cardinality(p_ids) > 0 THEN
+        v_set := set_config('pgqueue.take_skip', p_ids::text, true);
+    END IF;
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF cardinality(p_ids) > 0 THEN
+        v_set := set_config('pgqueue.take_skip', '', true);
+    END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
         -- (the leases' and the acknowledgements') may go to messages a further take hands out.
@@ -4886,9 +4917,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_task IS NOT NULL AND p_task !~ '^[A-Za-z0-9_.:-]{1,200}$' THEN
-        RAISE EXCEPTION 'invalid task name %', pg_catalog.quote_literal(p_task)
+        -- (its first 100 characters: a 10-MB name was echoed whole, a review)
+        RAISE EXCEPTION 'invalid task name %', pg_catalog.quote_literal(pg_catalog.left(p_task, 100))
+                        || CASE WHEN pg_catalog.length(p_task) > 100
+                             THEN pg_catalog.format(' (%s characters)', pg_catalog.length(p_task)) ELSE '' END
             USING ERRCODE = '22023',
-                  HINT = 'A task name has 1 to 200 letters, digits, "_", ".", ":" or "-".';
+                  HINT = 'A task name has 1 to 200 characters from A-Z a-z 0-9 _ . : -.';
     END IF;
     RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
                                   CASE WHEN p_task IS NULL THEN 'application/json'
@@ -5132,9 +5166,9 @@ COMMENT ON FUNCTION pgqueue._cron_slots(text, bigint, bigint, integer) IS
 -- what a scheduler that was down for several slots enqueues: 'latest' one message for them
 -- all (default), 'all' one per slot. Returns the schedule's id.
 -- Raises 22004 (NULL name, queue or content), 22023 (neither or both of p_every_ms and p_cron,
--- an interval outside 1 s to 100 years, a start outside 1970 to 9999, a bad cron expression, an
--- unknown p_missed, a name outside 1 to 200 characters), PQ001 / 42602 (queue), 42710 (a
--- schedule of that name exists).
+-- an interval outside 1 s to 100 years, a start outside 1970 to 9999, a bad cron expression or
+-- one of more than 512 characters, an unknown p_missed, a name outside 1 to 200 characters),
+-- PQ001 / 42602 (queue), 42710 (a schedule of that name exists).
 CREATE FUNCTION pgqueue.schedule_create(
     p_name         text,
     p_queue        text,
@@ -5176,7 +5210,13 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF p_missed NOT IN ('latest', 'all') THEN
-        RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(p_missed)
+        RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(pg_catalog.left(p_missed, 20))
+            USING ERRCODE = '22023';
+    END IF;
+    -- a bound on the expression: each firing parses it again (20,000 list items, 80 kB, cost a
+    -- scheduler run 3.3 s a firing; a review), and its text is in the errors about it
+    IF pg_catalog.length(p_cron) > 512 THEN
+        RAISE EXCEPTION 'a cron expression has at most 512 characters, got %', pg_catalog.length(p_cron)
             USING ERRCODE = '22023';
     END IF;
     IF length(p_name) NOT BETWEEN 1 AND 200 THEN

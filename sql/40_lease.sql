@@ -176,6 +176,34 @@ SELECT id = :f1 AS is_f1, attempts, stale
   FROM pgqueue.message_complete_and_dequeue(('[5:6]={' || :f1 || ',' || :f1 || '}')::bigint[],
                                             '{9,10}'::integer[], 'qlease', 1);
 
+-- A lease of the caller's that ran out and that nobody took is still the caller's: its
+-- acknowledgement in message_complete_and_dequeue completes it; the take of the same call does
+-- not dead-letter it (its last attempt) or hand it out again (one message to fetch: the look
+-- that runs when nothing is ready; several: the statement with both probes).
+SELECT pgqueue.queue_create('qown', p_max_attempts => 1);
+SELECT pgqueue.message_create('qown', 'o1') AS o1 \gset
+SELECT attempts AS o1_token FROM pgqueue.message_dequeue('qown') \gset
+UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1 WHERE id = :o1;
+SELECT count(*) AS rows FROM pgqueue.message_complete_and_dequeue(ARRAY[:o1], ARRAY[:o1_token], 'qown', 1);
+SELECT (SELECT count(*) FROM pgqueue.message WHERE id = :o1) AS o1_left,
+       (SELECT count(*) FROM pgqueue.dead_letter WHERE id = :o1) AS o1_dead;
+SELECT count(*) AS created FROM pgqueue.message_create_batch('qown', ARRAY['o2', 'o3']::bytea[]);
+SELECT id AS o2, attempts AS o2_token FROM pgqueue.message_dequeue('qown') \gset
+UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1 WHERE id = :o2;
+SELECT convert_from(content, 'UTF8') AS content, attempts, stale
+  FROM pgqueue.message_complete_and_dequeue(ARRAY[:o2], ARRAY[:o2_token], 'qown', 5);
+SELECT (SELECT count(*) FROM pgqueue.message WHERE id = :o2) AS o2_left,
+       (SELECT count(*) FROM pgqueue.dead_letter WHERE id = :o2) AS o2_dead;
+-- a later call in the same transaction no longer leaves those ids out
+BEGIN;
+SELECT id AS o3, attempts AS o3_token FROM pgqueue.message WHERE content = 'o3' \gset
+UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1 WHERE id = :o3;
+SELECT count(*) AS rows FROM pgqueue.message_complete_and_dequeue(ARRAY[:o3], ARRAY[:o3_token + 1], 'qown', 1);
+SELECT count(*) AS dead_lettered_by_a_plain_dequeue FROM pgqueue.message_dequeue('qown', 5);
+SELECT count(*) AS o3_dead FROM pgqueue.dead_letter WHERE id = :o3;
+ROLLBACK;
+SELECT pgqueue.queue_drop('qown');
+
 -- A failure without an error text keeps the last one, on a retry as when it dead-letters.
 SELECT pgqueue.queue_create('qfail', p_max_attempts => 3);
 SELECT pgqueue.message_create('qfail', 'x') AS failing \gset

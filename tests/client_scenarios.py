@@ -175,16 +175,21 @@ async def complete_many_uses_each_messages_own_token(q: Any, conn: Conn) -> None
 async def complete_and_dequeue_in_one_statement(q: Any, conn: Conn) -> None:
     ids = [await q.enqueue(p) for p in "abcd"]
     ma, mb = await q.dequeue(2, lock_ms=60000)
-    # b's lease runs out before its acknowledgement: the same call hands it out again, first
-    # (expired leases first), and its acknowledgement comes back as lost
+    # b's lease runs out before its acknowledgement and nobody takes it: it is still ours, and
+    # the call's take (which runs first) leaves it out: completed with a, not handed out again
     conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (mb.id,))
     got, lost = await q.complete_and_dequeue([ma, mb], 3, lock_ms=60000)
-    assert lost == [mb]
-    assert [(m.id, m.attempts) for m in got] == [(mb.id, 2), (ids[2], 1), (ids[3], 1)]
-    assert [m.payload for m in got] == ["b", "c", "d"]
+    assert lost == []
+    assert [(m.id, m.attempts) for m in got] == [(ids[2], 1), (ids[3], 1)]
+    assert [m.payload for m in got] == ["c", "d"]
     left = conn.execute("SELECT id, attempts FROM pgqueue.message WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
-    assert left == [(mb.id, 2), (ids[2], 1), (ids[3], 1)]  # a is done, the others are leased
-    assert await q.complete_and_dequeue(got, 5) == ([], [])
+    assert left == [(ids[2], 1), (ids[3], 1)]  # a and b are done, the others are leased
+    # one that another consumer took meanwhile is lost
+    conn.execute("UPDATE pgqueue.message SET locked_until = 0 WHERE id = %s", (ids[2],))
+    [mc2] = await q.dequeue(1)
+    got, lost = await q.complete_and_dequeue(got, 5)
+    assert got == [] and [(m.id, m.attempts) for m in lost] == [(ids[2], 1)]
+    assert await q.complete_and_dequeue([mc2], 5) == ([], [])
     assert conn.execute("SELECT count(*) FROM pgqueue.message WHERE id = ANY(%s)", (ids,)).fetchone() == (0,)
     # delete mode: what is handed out is gone at once
     await q.enqueue("e")

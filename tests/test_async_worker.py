@@ -125,6 +125,49 @@ def test_acknowledgements_ride_on_the_next_fetch(dsn: str) -> None:
     assert calls["message_complete_and_dequeue"] >= 10 * max(alone, 1), calls
 
 
+def test_more_than_10000_handlers_finished_at_once_are_acknowledged_in_calls_of_10000(dsn: str) -> None:
+    """A worker of more than 10,000 handlers whose handlers all return in one round acknowledges
+    them in calls of at most 10,000 (the server's limit a call): the acknowledge-and-fetch of a
+    round, and the shutdown's settling of what finished after stop(). It sent them all in one
+    call, which the server refused (22023): run() raised and every finished message was
+    delivered again (a review)."""
+    n = 10005
+    queue = make_queue(dsn, lock_ms=120000, notify=False)
+
+    async def run(stop_first: bool) -> list[Result]:
+        queue.enqueue_many([f"m-{i}" for i in range(n)])
+        go = asyncio.Event()
+        started = 0
+        results: list[Result] = []
+
+        async def handler(msg: Message) -> None:
+            nonlocal started
+            started += 1
+            if started == n and not stop_first:
+                go.set()
+            await go.wait()  # every handler returns in the same turn of the loop
+
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=n + 5, handle_signals=False,
+                             on_result=results.append, shutdown_grace=60)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: started == n, 60, f"{n} handlers started")
+        if stop_first:
+            worker.stop()  # the shutdown settles them (Worker._settle)
+            go.set()
+        else:  # (the last handler to start let them all return: the next round acknowledges them)
+            await until(lambda: len(results) == n, 60, f"{n} results")
+            worker.stop()
+        await task
+        return results
+
+    for stop_first in (False, True):
+        results = asyncio.run(run(stop_first))
+        assert len(results) == n and all(r.outcome == "completed" and r.acknowledged for r in results), (
+            stop_first, Counter((r.outcome, r.acknowledged) for r in results))
+        assert queue.stats().ready + queue.stats().leased == 0, stop_first
+    queue.close()
+
+
 def test_heartbeats_keep_a_long_handler_lease(dsn: str) -> None:
     # a lease of 3 s (beats a second apart), which a loaded machine's stalls of a second or two
     # do not run out (one of 600 ms is lost to a beat 400 ms late)

@@ -2097,3 +2097,16 @@ def test_check_server_refuses_a_connection_string_or_a_pool_saying_what_to_pass(
             check(5)  # type: ignore[arg-type]
     with pool.connection() as conn:
         assert pgqueue.check_server(conn).kind == "extension"  # one of its connections, as the error says
+
+
+def test_a_text_that_is_not_utf8_on_a_sql_ascii_database_is_invalid_argument(pg_server: Server) -> None:
+    """README's 22021 row: in a SQL_ASCII database (which takes any bytes) message_create_text of
+    a text that is not UTF-8 is refused by PostgreSQL's conversion (22021, nothing enqueued), and
+    the client's translation makes it InvalidArgument, not a bare PgQueueError."""
+    with database_in(pg_server, "SQL_ASCII") as name, \
+            psycopg.connect(pg_server.dsn(name), autocommit=True, client_encoding="UTF8") as conn:
+        conn.execute("SELECT pgqueue.queue_create('g')")
+        with pytest.raises(errors.InvalidArgument) as bad, errors.translating():
+            conn.execute("SELECT pgqueue.message_create_text('g', E'caf\\xe9')")
+        assert bad.value.sqlstate == "22021", bad.value
+        assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)

@@ -272,6 +272,39 @@ def test_a_late_commit_below_a_sessions_fast_start_waits_at_most_20_ms(conn: psy
     assert conclusive, "no try ran within the window"
 
 
+def test_a_turn_keyed_5_ms_below_its_writers_clock_is_never_passed_by_a_turn_hint(
+        conn: psycopg.Connection[Any], dsn: str) -> None:
+    """docs/guarantees.md: a message placed less than 5 ms below its writer's clock counts as
+    placed at the clock (no signal to probe from the bottom), so the session hints must never pass
+    it. On a queue with message groups its turn key is its dequeue_at in microseconds (ms * 1000),
+    up to 5,999 us below a writer's clock in the same millisecond, and the turn hints' cap was
+    5,000 us below the consumer's clock: a writer whose xid came after a consumer's take, keying
+    its message exactly 5 ms below a clock in the millisecond of that take, and committing after
+    the consumer's next call confirmed its candidate, saw its message passed by that session for
+    good (a review: empty answers for seconds while it was due; a new session took it at once).
+    The cap is 6,000 us now. Timing decides whether a try meets that millisecond (about one in
+    seven here, and the old cap then lost the message): 40 tries, each of which must deliver it
+    within two calls 30 ms apart (the fast start's 20-ms bound)."""
+    conn.execute("SELECT pgqueue.queue_create('gt', p_group_concurrency => 1)")
+    take = "SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('gt', 1, 0)"
+    with psycopg.connect(dsn, autocommit=True) as consumer, psycopg.connect(dsn, autocommit=True) as writer:
+        for attempt in range(40):
+            conn.execute("SELECT pgqueue.message_create('gt', 'm1'::bytea)")
+            with consumer.transaction():
+                assert consumer.execute(take).fetchone() == ("m1",)  # its xid X, a candidate at the cap
+                writer.execute("BEGIN")  # an xid above X; its key 5 ms below its clock: no signal
+                writer.execute("SELECT pgqueue.message_create('gt', 'late'::bytea, pgqueue.now_ms() - 5)")
+            time.sleep(0.03)
+            assert consumer.execute(take).fetchone() is None  # the candidate is confirmed: the hint moves
+            writer.execute("COMMIT")
+            found = []
+            for _ in range(2):
+                time.sleep(0.03)
+                found.append(consumer.execute(take).fetchone())
+            assert ("late",) in found, f"try {attempt}: the session's turn hint passed the late message"
+            conn.execute("DELETE FROM pgqueue.message")
+
+
 def test_idle_xids_names_running_transactions_that_hold_no_lock_on_pgqueue(conn: psycopg.Connection[Any], dsn: str) -> None:
     """pgqueue._idle_xids (the look of pgqueue._message_take at pg_locks): of the xids it is given,
     a transaction still running that holds no lock on a relation of the schema pgqueue is named;

@@ -907,6 +907,7 @@ class WorkerCore:
         while the call is in flight), the deliveries kept to be acknowledged again (see
         :meth:`_put_back`)."""
         done, _ = _one_per_message([d for d in self._finished if d.error is None and not d.released])
+        done = done[:_core.MAX_BATCH]  # the most one call takes: the rest wait for the next round
         want = min(self._concurrency - len(self._in_hand) + len(done), self._batch_size)
         if not done or want <= 0:
             return 0, None
@@ -919,15 +920,8 @@ class WorkerCore:
         except BaseException:
             self._put_back(done, done)
             raise
-        # the take runs first: a finished delivery whose lease had run out may be among the
-        # messages taken, and then its acknowledgement was refused; it is acknowledged with the
-        # new token next (see _adopt)
-        back = {m.id for m in messages}
-        stale = {_key(m) for m in lost}
-        again = [d for d in done if d.key in stale and d.message.id in back]
-        if again:
-            done = [d for d in done if d not in again]
-            self._finished = again + self._finished
+        # (the call's take leaves the acknowledged messages out: a finished delivery whose
+        # lease ran out and that nobody took is completed, not taken back by its own call)
         results = self._completed(done, lost)
         # the new messages in hand before the callers' on_result runs (a KeyboardInterrupt there
         # would leave them leased, untracked, until their lease ran out)
@@ -999,6 +993,9 @@ class WorkerCore:
         try:
             while done:  # in turns when a message has two deliveries here (see _one_per_message)
                 in_flight, done = _one_per_message(done)
+                # at most MAX_BATCH a call (a worker of more than 10,000 handlers, or timed-out
+                # handlers still running beside them, can finish more in one round)
+                in_flight, done = in_flight[:_core.MAX_BATCH], in_flight[_core.MAX_BATCH:] + done
                 lost = yield _core.complete_many([d.message for d in in_flight])
                 results += self._completed(in_flight, lost)
             for d in batch:
@@ -1099,7 +1096,8 @@ class WorkerCore:
         finished meanwhile and renew the leases of the handlers still running, on the loop's
         connection. A lease that ran out during an outage still belongs to this worker until
         another delivery takes it (fencing is by delivery); a fetch first (the take runs first in
-        ``message_complete_and_dequeue``) would take these very messages again and run them twice."""
+        ``message_complete_and_dequeue``, and leaves out only the messages it acknowledges) would
+        take the running handlers' messages again and run them twice."""
         yield from self._settle()
         held = self._held()  # one call for all (a chunk of MAX_BATCH each)
         for start in range(0, len(held), _core.MAX_BATCH):

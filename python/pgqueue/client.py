@@ -655,9 +655,9 @@ class Queue:
 
         Each message is completed only with its own token, as by :meth:`complete` (of two
         deliveries of one message only the newest is sent, as by :meth:`complete_many`); the new
-        messages are taken as by :meth:`dequeue` (``lock_ms`` likewise). The take runs first,
-        so a message whose lease ran out before this call may be among the new ones (with a
-        new attempts token) while its acknowledgement is lost.
+        messages are taken as by :meth:`dequeue` (``lock_ms`` likewise), leaving out the
+        messages acknowledged: one whose lease ran out before this call and that nobody took is
+        still yours, and is completed (one another consumer took meanwhile is lost).
 
         Returns:
             ``(messages, lost)``: the messages handed out, and the given messages whose lease

@@ -23,7 +23,8 @@ InvalidQueueName         42602                  the name breaks the queue-name r
                                                 raised client-side)
 InvalidArgument          22023, 22004,          a bad or NULL argument (also raised client-side), one
                          22003, 22P05,          beyond its SQL type, a text the encoding cannot hold,
-                         22P02,                 a malformed value (JSON, a uuid);
+                         22P02, 22021,          a malformed value (JSON, a uuid), a text
+                                                that is not UTF-8 (a SQL_ASCII database);
                          none                   a parameter psycopg refuses to send (a text with NUL)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
@@ -210,6 +211,7 @@ _BY_SQLSTATE: dict[str, type[PgQueueError]] = {
     "22P05": InvalidArgument,  # a text the database's encoding cannot hold (a LATIN1 database)
     "22P02": InvalidArgument,  # a malformed value of the call (JSON for message_create_json, a uuid)
     "22003": InvalidArgument,  # an argument beyond its SQL type (a bigint time or delay, an integer limit)
+    "22021": InvalidArgument,  # a text that is not valid UTF-8 for message_create_text (a SQL_ASCII database)
 }
 
 # undefined schema / function / table: the extension is missing if the message names pgqueue

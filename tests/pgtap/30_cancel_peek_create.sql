@@ -2,7 +2,7 @@
 -- each returns and changes, and its errors with their SQLSTATEs; the message groups and
 -- idempotency keys of the text and JSON entry points (message_create's: sql/90_groups.sql).
 BEGIN;
-SELECT plan(70);
+SELECT plan(71);
 
 SELECT pgqueue.queue_create('c', p_max_attempts => 3);
 SELECT pgqueue.queue_create('other');
@@ -141,6 +141,8 @@ SELECT is((SELECT content_type FROM made WHERE name = 'task'), 'application/json
           'json: the task in the content type');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => 'a;b')$$, '22023', NULL, 'json: bad task name');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => '')$$, '22023', NULL, 'json: empty task name');
+SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => repeat('t', 10000))$$, '22023',
+                 'invalid task name ''' || repeat('t', 100) || ''' (10000 characters)', 'json: a long task name: its start and length');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', NULL)$$, '22004', NULL, 'json: NULL content');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('nope', '{}')$$, 'PQ001', NULL, 'json: unknown queue');
 

@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(96);
+SELECT plan(99);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -180,6 +180,14 @@ SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, '* 
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 999)$$, '22023', NULL, 'under a second');
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', p_cron => 'every minute')$$, '22023', NULL, 'bad cron');
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, p_missed => 'some')$$, '22023', NULL, 'bad policy');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, p_missed => repeat('a', 100000))$$, '22023',
+                 'p_missed must be ''latest'' or ''all'', got ''' || repeat('a', 20) || '''', 'a long bad policy: its start');
+-- 512 characters are taken (a list of every minute, padded), 513 are not, before any parse
+SELECT lives_ok($$SELECT pgqueue.schedule_create('cron512', 'default', 'c',
+                                                 p_cron => rpad(array_to_string(ARRAY(SELECT g FROM generate_series(0, 59) g), ',') || ' * * * *', 512, ' '))$$,
+                'a cron expression of 512 characters');
+SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', p_cron => repeat('1,', 40000) || '1 * * * *')$$, '22023',
+                 'a cron expression has at most 512 characters, got 80009', 'a cron expression of 80,009 characters');
 SELECT pgqueue.schedule_create('dup', 'default', 'c', 1000);
 SELECT throws_ok($$SELECT pgqueue.schedule_create('dup', 'default', 'c', 1000)$$, '42710', 'schedule "dup" already exists', 'duplicate');
 SELECT throws_ok($$SELECT pgqueue.schedule_run(0)$$, '22023', NULL, 'run: limit 0');

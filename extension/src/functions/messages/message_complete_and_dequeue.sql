@@ -12,8 +12,11 @@
 -- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
--- transaction's xid); a lease that ran out before its acknowledgement may so be handed out again
--- by this very call, as by any other call, and its acknowledgement comes back stale. Errors are
+-- transaction's xid), and leaves out the messages p_ids (the transaction-local setting
+-- pgqueue.take_skip): a lease of the caller's that ran out and that nobody took is still the
+-- caller's and is completed, as by message_complete_batch, not handed out again or dead-lettered
+-- by the caller's own call (a review: on its last attempt a finished message went to the dead
+-- letters, its acknowledgement stale). Errors are
 -- those of the two functions; the arrays are checked before the take, so a refused call hands
 -- nothing out and counts no delivery (sequences are not rolled back); an error leaves nothing
 -- done (one statement).
@@ -55,11 +58,17 @@ BEGIN
     -- acknowledgements', in one run in stripe order, after its DELETE. The take still runs
     -- first (its session hints need the take to assign this transaction's xid).
     v_set := set_config('pgqueue.defer_turns', 'on', true);
+    IF cardinality(p_ids) > 0 THEN
+        v_set := set_config('pgqueue.take_skip', p_ids::text, true);
+    END IF;
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF cardinality(p_ids) > 0 THEN
+        v_set := set_config('pgqueue.take_skip', '', true);
+    END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
         -- (the leases' and the acknowledgements') may go to messages a further take hands out.

@@ -19,9 +19,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_task IS NOT NULL AND p_task !~ '^[A-Za-z0-9_.:-]{1,200}$' THEN
-        RAISE EXCEPTION 'invalid task name %', pg_catalog.quote_literal(p_task)
+        -- (its first 100 characters: a 10-MB name was echoed whole, a review)
+        RAISE EXCEPTION 'invalid task name %', pg_catalog.quote_literal(pg_catalog.left(p_task, 100))
+                        || CASE WHEN pg_catalog.length(p_task) > 100
+                             THEN pg_catalog.format(' (%s characters)', pg_catalog.length(p_task)) ELSE '' END
             USING ERRCODE = '22023',
-                  HINT = 'A task name has 1 to 200 letters, digits, "_", ".", ":" or "-".';
+                  HINT = 'A task name has 1 to 200 characters from A-Z a-z 0-9 _ . : -.';
     END IF;
     RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
                                   CASE WHEN p_task IS NULL THEN 'application/json'

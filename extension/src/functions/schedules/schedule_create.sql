@@ -4,9 +4,9 @@
 -- what a scheduler that was down for several slots enqueues: 'latest' one message for them
 -- all (default), 'all' one per slot. Returns the schedule's id.
 -- Raises 22004 (NULL name, queue or content), 22023 (neither or both of p_every_ms and p_cron,
--- an interval outside 1 s to 100 years, a start outside 1970 to 9999, a bad cron expression, an
--- unknown p_missed, a name outside 1 to 200 characters), PQ001 / 42602 (queue), 42710 (a
--- schedule of that name exists).
+-- an interval outside 1 s to 100 years, a start outside 1970 to 9999, a bad cron expression or
+-- one of more than 512 characters, an unknown p_missed, a name outside 1 to 200 characters),
+-- PQ001 / 42602 (queue), 42710 (a schedule of that name exists).
 CREATE FUNCTION pgqueue.schedule_create(
     p_name         text,
     p_queue        text,
@@ -48,7 +48,13 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF p_missed NOT IN ('latest', 'all') THEN
-        RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(p_missed)
+        RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(pg_catalog.left(p_missed, 20))
+            USING ERRCODE = '22023';
+    END IF;
+    -- a bound on the expression: each firing parses it again (20,000 list items, 80 kB, cost a
+    -- scheduler run 3.3 s a firing; a review), and its text is in the errors about it
+    IF pg_catalog.length(p_cron) > 512 THEN
+        RAISE EXCEPTION 'a cron expression has at most 512 characters, got %', pg_catalog.length(p_cron)
             USING ERRCODE = '22023';
     END IF;
     IF length(p_name) NOT BETWEEN 1 AND 200 THEN
