@@ -465,6 +465,10 @@ RAISED_BY_POSTGRES = {
 }
 # and the one it raises between two transactions, raised by its own test below
 RAISED_BY_POSTGRES_IN_RACES = {"40P01": "test_grouped_enqueues_in_opposite_orders_deadlock"}
+# and those raised only in a database of another encoding, by the test of another file named here
+RAISED_BY_POSTGRES_ELSEWHERE = {
+    "22021": ("test_client.py", "test_a_text_that_is_not_utf8_on_a_sql_ascii_database_is_invalid_argument"),
+}
 # every listed code of the core API, raised the way the table says
 TRIGGERS = {
     "PQ001": "SELECT pgqueue.message_create('nope', 'x')",
@@ -493,10 +497,13 @@ def test_error_codes_table_lists_every_code_raised_and_only_those() -> None:
         assert f"WHEN SQLSTATE '{code}'" in (REPO / path).read_text(), code
         assert [p for p in (REPO / "extension" / "src").rglob("*.sql") if code in p.read_text()] == [REPO / path]
     assert source - listed - set(PRIVATE) == set(), "raised but not in README's Error codes"
-    assert listed - source - set(RAISED_BY_POSTGRES) - set(RAISED_BY_POSTGRES_IN_RACES) == set(), \
-        "listed but never raised"
+    assert listed - source - set(RAISED_BY_POSTGRES) - set(RAISED_BY_POSTGRES_IN_RACES) \
+        - set(RAISED_BY_POSTGRES_ELSEWHERE) == set(), "listed but never raised"
     for name in RAISED_BY_POSTGRES_IN_RACES.values():
         assert callable(globals().get(name)), name
+    for code, (file, name) in RAISED_BY_POSTGRES_ELSEWHERE.items():
+        text = (REPO / "tests" / file).read_text()
+        assert f"def {name}(" in text and f'"{code}"' in text, (code, file, name)
 
 
 def test_error_codes_are_the_ones_raised(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
