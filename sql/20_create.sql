@@ -22,6 +22,10 @@ SELECT count(*) AS round_trip_failures
  WHERE pgqueue.to_epoch(pgqueue.from_epoch(s.ms)) <> s.ms;
 SELECT pgqueue.from_epoch(253402300799998) AS last_day_of_9999,
        pgqueue.from_epoch(-1500) AS before_1970;
+-- Beyond the range of a timestamptz: 22008, "timestamp out of range", however far.
+SELECT pgqueue.from_epoch(10000000000000000);
+SELECT pgqueue.from_epoch(9223372036854775807);
+SELECT pgqueue.from_epoch(-9223372036854775808);
 BEGIN;
 SELECT pg_sleep(0.01);
 SELECT pgqueue.now_ms() BETWEEN pgqueue.to_epoch(now()) + 10 AND pgqueue.to_epoch(clock_timestamp())

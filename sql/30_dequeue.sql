@@ -169,3 +169,46 @@ UPDATE pgqueue.message SET dequeue_at = pgqueue.now_ms() + 60000 WHERE id = :vid
 SELECT n AS trigger_function_calls, (SELECT v = :stripe1 + 2 FROM stripe) AS not_signalled FROM placed_low_calls;
 ROLLBACK;
 DROP VIEW stripe;
+
+-- A restart from the bottom that a stripe move recorded (the transactions below it have ended)
+-- moves the fast start F (the key of the session's last take) to the bottom with the hints: the
+-- row placed low (here a priority message, beside leases that ran out) that the moving call did
+-- not take lies below F, and the next take of one message must find it before later ones. The
+-- session looked for expired leases less than 20 ms ago (the setting), so that take is the
+-- statement of the ready probe alone; it took m2 (a review). Ungrouped, then grouped (turn keys).
+CREATE FUNCTION pg_temp.got(p_queue text, p_limit integer)
+RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce(string_agg(convert_from(d.content, 'UTF8'), ' '), '-')
+      FROM pgqueue.message_dequeue(p_queue, p_limit) d $$;
+CREATE FUNCTION pg_temp.fill(p_queue text, p_names text[])
+RETURNS bigint LANGUAGE sql AS $$
+    SELECT count(pgqueue.message_create_text(p_queue, x, p_group => CASE WHEN p_queue = 'qfg' THEN 'g-' || x END))
+      FROM unnest(p_names) x $$;
+SELECT pgqueue.queue_create('qf', p_lock_ms => 600000) IS NOT NULL AS created,
+       pgqueue.queue_create('qfg', p_lock_ms => 600000, p_group_concurrency => 1) IS NOT NULL AS created_grouped;
+SELECT pg_temp.fill('qf', ARRAY['e1', 'e2', 'e3', 'e4']), pg_temp.fill('qfg', ARRAY['e1', 'e2', 'e3', 'e4']);
+SELECT pg_temp.got('qf', 4) AS leased;
+SELECT pg_temp.got('qfg', 4) AS leased;
+SELECT pg_temp.fill('qf', ARRAY['m1', 'm2', 'm3', 'm4', 'm5']), pg_temp.fill('qfg', ARRAY['m1', 'm2', 'm3', 'm4', 'm5']);
+SELECT pg_temp.got('qf', 1) AS first;
+SELECT pg_temp.got('qfg', 1) AS first;
+UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1000
+ WHERE queue_id IN (SELECT id FROM pgqueue.queue WHERE name IN ('qf', 'qfg'))
+   AND convert_from(content, 'UTF8') LIKE 'e%';
+SELECT pgqueue.message_create_text('qf', 'urgent', pgqueue.priority_dequeue_at(1)) > 0 AS urgent,
+       pgqueue.message_create_text('qfg', 'urgent', pgqueue.priority_dequeue_at(1), p_group => 'g-urgent') > 0 AS urgent;
+SELECT pg_temp.got('qf', 2) AS moving;
+SELECT pg_temp.got('qfg', 2) AS moving;
+BEGIN;
+SELECT pg_temp.got('qf', 2) AS restarted;
+SELECT set_config('pgqueue.lease_check_' || id, pgqueue.now_ms()::text, false) IS NOT NULL AS looked
+  FROM pgqueue.queue WHERE name = 'qf';
+SELECT pg_temp.got('qf', 1) AS next;
+COMMIT;
+BEGIN;
+SELECT pg_temp.got('qfg', 2) AS restarted;
+SELECT set_config('pgqueue.lease_check_' || id, pgqueue.now_ms()::text, false) IS NOT NULL AS looked
+  FROM pgqueue.queue WHERE name = 'qfg';
+SELECT pg_temp.got('qfg', 1) AS next;
+COMMIT;
+SELECT pgqueue.queue_drop('qf'), pgqueue.queue_drop('qfg');

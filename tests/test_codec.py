@@ -151,6 +151,12 @@ def test_message_with_malformed_content_keeps_its_bytes() -> None:
 def test_media_type() -> None:
     assert codec.media_type('Text/Plain; Charset="UTF-8"; x') == ("text/plain", {"charset": "UTF-8"})
     assert codec.media_type(None) == ("", {})
+    # a semicolon inside a quoted value splits nothing: no charset is named here (a review) ...
+    assert codec.media_type('text/plain; name="a;charset=latin-1"') == ("text/plain", {"name": "a;charset=latin-1"})
+    # ... and a backslash escapes a quote inside one
+    assert codec.media_type('text/plain; name="a\\";charset=x"; charset=utf-8') == (
+        "text/plain", {"name": 'a";charset=x', "charset": "utf-8"})
+    assert codec.decode(b"caf\xc3\xa9", 'text/plain; title="x;charset=latin-1"') == "caf\u00e9"
 
 
 def test_json_is_compact_and_readable_by_any_json_parser() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import pickle
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -33,7 +35,7 @@ from pyspark.sql.types import (
 
 import pgqueue.spark
 from pgqueue import Queue, codec
-from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError
+from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, SerializationFailure
 from pgqueue.spark import _encode, _sql, source
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, parse
@@ -697,6 +699,61 @@ def test_groups_and_keys_in_task_and_job_mode(dsn: str, conn: Conn, as_task: Any
     assert payloads(conn, "plain") == []
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
     assert one(conn, "SELECT enqueued FROM pgqueue.queue_counters('plain')") == 0  # the refusal counted nothing
+
+
+def test_a_job_mode_publication_refused_with_40001_for_a_kept_key_runs_again(
+        dsn: str, owner_dsn: str, conn: Conn, as_task: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyed row whose insert waited while the key's message left within the window fails the
+    publication with 40001 (pgqueue._message_insert); the writer publishes again, which finds the
+    key kept: the job succeeds, nothing is inserted for that row, the rest is published (a review:
+    the job failed and its staging was discarded)."""
+    conn.execute("SELECT pgqueue.queue_create('kw', p_key_window_ms => 3600000)")
+    schema = StructType([StructField("payload", StringType()), StructField("id", StringType())])
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "kw", "keyColumn": "id", "commitMode": "job"})
+    w = ds.writer(schema, False)
+    as_task(0, 1)
+    done = w.write(iter([pa.record_batch({"payload": pa.array(["keyed", "plain"]),
+                                          "id": pa.array(["k", None], pa.string())})]))
+    real, refusals = source._scalar, []
+
+    def scalar(c: Any, query: Any, params: dict[str, object]) -> Any:
+        try:
+            return real(c, query, params)
+        except SerializationFailure:
+            refusals.append(query is _sql.PUBLISH)
+            raise
+
+    monkeypatch.setattr(source, "_scalar", scalar)
+    with psycopg.connect(owner_dsn) as holder:
+        # a producer's open transaction creates the key: the publication's insert waits for it ...
+        kid = one(holder, "SELECT pgqueue.message_create('kw', 'first', p_key => 'k')")
+        pid = one(holder, "SELECT pg_backend_pid()")
+        outcome: list[BaseException | None] = []
+        thread = threading.Thread(target=lambda: outcome.append(_run(lambda: w.commit([done]))))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not one(conn, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                            "WHERE NOT l.granted AND a.query LIKE %s AND %s = ANY (pg_blocking_pids(a.pid))",
+                      ("%spark_publish%", pid)):
+            assert time.monotonic() < deadline, "the publication never waited for the key's producer"
+            time.sleep(0.02)
+        # ... which cancels its message (the key is kept for the window) and commits
+        holder.execute("SELECT pgqueue.message_cancel('kw', ARRAY[%s]::bigint[])", (kid,))
+        holder.commit()
+        thread.join(60)
+    assert outcome == [None], outcome
+    assert refusals == [True], "the first publication was refused with 40001 and the second went through"
+    assert payloads(conn, "kw") == ["plain"]
+    assert one(conn, "SELECT count(*) FROM pgqueue.message_key WHERE idem_key = 'k'") == 1
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
+
+
+def _run(call: Callable[[], object]) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+        return exc
+    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -102,13 +102,51 @@ def media_type(content_type: str | None) -> tuple[str, dict[str, str]]:
     """
     if not content_type:
         return "", {}
-    head, *rest = content_type.split(";")
+    head, *rest = _split_params(content_type)
     params: dict[str, str] = {}
     for item in rest:
         key, sep, value = item.partition("=")
         if sep:
-            params[key.strip().lower()] = value.strip().strip('"')
+            params[key.strip().lower()] = _unquote(value.strip())
     return head.strip().lower(), params
+
+
+def _split_params(content_type: str) -> list[str]:
+    """Split a content type at the semicolons that are not inside a quoted string (RFC 9110).
+
+    ``'text/plain; name="a;charset=x"'`` has one parameter, ``name``: a charset named inside
+    another parameter's quoted value is not the charset (a review).
+    """
+    items: list[str] = []
+    start = 0
+    quoted_ = escaped = False
+    for i, char in enumerate(content_type):
+        if escaped:
+            escaped = False
+        elif quoted_ and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted_ = not quoted_
+        elif char == ";" and not quoted_:
+            items.append(content_type[start:i])
+            start = i + 1
+    items.append(content_type[start:])
+    return items
+
+
+def _unquote(value: str) -> str:
+    """A parameter's value: a quoted string loses its quotes and backslash escapes."""
+    if len(value) < 2 or not (value.startswith('"') and value.endswith('"')):
+        return value.strip('"')
+    out: list[str] = []
+    escaped = False
+    for char in value[1:-1]:
+        if escaped or char != "\\":
+            out.append(char)
+            escaped = False
+        else:
+            escaped = True
+    return "".join(out)
 
 
 def decode(content: bytes, content_type: str | None) -> object:

@@ -90,6 +90,7 @@ from pgqueue.errors import (
     ConsumerInUse,
     InvalidArgument,
     PgQueueError,
+    SerializationFailure,
     StagedRowsMissing,
     translate,
     translating,
@@ -210,6 +211,29 @@ def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: Any, params: dict[
     with translating():
         row = conn.execute(query, params).fetchone()
     return None if row is None else row[0]
+
+
+# spark_publish runs this many times at most when refused with 40001 (below)
+_PUBLISH_TRIES = 3
+
+
+def _publish_call(conn: psycopg.Connection[tuple[Any, ...]], params: dict[str, object]) -> Any:
+    """spark_publish (autocommit: a transaction of its own), run again when refused with 40001.
+
+    A keyed row whose insert waited (for a producer of its key, for its group's lock) while the
+    key's message left within the queue's key_window_ms fails the publication with 40001
+    (pgqueue._message_insert): it rolled back whole, the staging rows and the publish key are
+    as before, and run again it finds the key kept, so that row inserts nothing and counts, as
+    any row whose key is taken. Without this the write failed and its staging was discarded (a
+    review); message_create's keyed retry in the client is the same (_core.Call.again_on_40001).
+    """
+    for left in range(_PUBLISH_TRIES - 1, -1, -1):
+        try:
+            return _scalar(conn, _sql.PUBLISH, params)
+        except SerializationFailure:
+            if not left:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 _T = TypeVar("_T")
@@ -555,7 +579,7 @@ class PgQueueWriter(DataSourceArrowWriter):
         """
         with _connect(self.opts.dsn, autocommit=True) as conn:
             try:
-                published = _scalar(conn, _sql.PUBLISH, params)
+                published = _publish_call(conn, params)
             except ConnectionFailed:
                 raise
             except BaseException as exc:
@@ -728,7 +752,7 @@ class PgQueueStreamWriter(DataSourceStreamArrowWriter):
             if sum(m.rows for m in done) == 0:  # nothing to publish, nothing to remember
                 _scalar(conn, _sql.DISCARD, {"write_id": write_id})
                 return False
-            published = _scalar(conn, _sql.PUBLISH, {
+            published = _publish_call(conn, {
                 "publish_key": key, "queue": self.opts.queue, "write_id": write_id,
                 "partitions": [m.partition for m in done], "attempts": [m.attempt for m in done],
                 "counts": [m.rows for m in done],

@@ -12,11 +12,12 @@
 -- was stale (stale = true: only id and attempts, the token given, are set), in input order. A
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
--- transaction's xid), and leaves out the messages p_ids (the transaction-local setting
--- pgqueue.take_skip): a lease of the caller's that ran out and that nobody took is still the
--- caller's and is completed, as by message_complete_batch, not handed out again or dead-lettered
--- by the caller's own call (a review: on its last attempt a finished message went to the dead
--- letters, its acknowledgement stale). Errors are
+-- transaction's xid), and leaves out the caller's leases of p_ids that ran out (the
+-- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_keys: each id with its
+-- token): such a lease that nobody took is still the caller's and is completed, as by
+-- message_complete_batch, not handed out again or dead-lettered by the caller's own call (a
+-- review: on its last attempt a finished message went to the dead letters, its acknowledgement
+-- stale); a message that another consumer leased since is handed out as by any take. Errors are
 -- those of the two functions; the arrays are checked before the take, so a refused call hands
 -- nothing out and counts no delivery (sequences are not rolled back); an error leaves nothing
 -- done (one statement).
@@ -60,6 +61,9 @@ BEGIN
     v_set := set_config('pgqueue.defer_turns', 'on', true);
     IF cardinality(p_ids) > 0 THEN
         v_set := set_config('pgqueue.take_skip', p_ids::text, true);
+        v_set := set_config('pgqueue.take_skip_keys',
+                            ARRAY(SELECT a.i::numeric * 4294967296 + a.t FROM unnest(p_ids, p_attempts) AS a(i, t))::text,
+                            true);
     END IF;
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
@@ -68,6 +72,7 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF cardinality(p_ids) > 0 THEN
         v_set := set_config('pgqueue.take_skip', '', true);
+        v_set := set_config('pgqueue.take_skip_keys', '', true);
     END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below

@@ -28,9 +28,12 @@ DECLARE
     v_bytes   bytea := convert_to(p_content, 'UTF8'::name);
     v_ascii   boolean;
 BEGIN
-    -- the parameters after the media type: "; name=value", split as pgqueue.codec does
-    -- (a parameter without "=" is no parameter); read only when a charset may be named and
-    -- the content type is not the default (a simple expression, no query, for most calls)
+    -- the parameters after the media type: "; name=value" (a parameter without "=" is no
+    -- parameter), split at every ";", also inside a quoted value, where pgqueue.codec splits
+    -- only outside quotes: so a charset this check reads is one pgqueue.codec reads, or is
+    -- written inside another parameter's quotes, and refused either way (stricter, never
+    -- laxer); read only when a charset may be named and the content type is not the default
+    -- (a simple expression, no query, for most calls)
     IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
        AND strpos(lower(p_content_type), 'charset') > 0 THEN
         -- ASCII: no character (no byte, in a SQL_ASCII database) above 127

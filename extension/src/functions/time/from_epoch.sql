@@ -4,11 +4,16 @@
 -- intervals (integers of days and microseconds) to the epoch. 0.1-0.3 divided by 1000.0 and
 -- went through to_timestamp's double precision, which is 30 us coarse by the year 9999: 375 of
 -- the 1,001 times near its end that sql/20_create.sql round-trips came back a millisecond early.
+-- Beyond the days an interval holds (far outside the range of a timestamptz) to_timestamp
+-- raises the error instead, 22008 "timestamp out of range" (the interval's overflow said
+-- "interval out of range", which names nothing the caller passed: a review).
 CREATE FUNCTION pgqueue.from_epoch(p_ms bigint)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN ('1970-01-01 00:00:00'::timestamp + (p_ms / 86400000) * interval '1 day'
-        + (p_ms % 86400000) * interval '1 millisecond') AT TIME ZONE 'UTC';
+RETURN CASE WHEN p_ms / 86400000 BETWEEN -2147483648 AND 2147483647
+            THEN ('1970-01-01 00:00:00'::timestamp + (p_ms / 86400000) * interval '1 day'
+                  + (p_ms % 86400000) * interval '1 millisecond') AT TIME ZONE 'UTC'
+            ELSE to_timestamp(p_ms / 1000.0::double precision) END;
 
 COMMENT ON FUNCTION pgqueue.from_epoch(bigint) IS
     'Convert BIGINT milliseconds since the Unix epoch to a timestamptz';
