@@ -897,6 +897,29 @@ RETURN (ARRAY[
 COMMENT ON FUNCTION pgqueue._lock_stripe(integer) IS
     'pgqueue internal: the sequence whose relation lock guards a queue (docs/locking.md)';
 
+-- Raise the right error for a queue name that was not found: invalid name or unknown queue.
+CREATE OR REPLACE FUNCTION pgqueue._queue_missing(p_queue text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_queue IS NULL THEN
+        RAISE EXCEPTION 'queue name must not be NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
+        RAISE EXCEPTION 'invalid queue name %', quote_literal(left(p_queue, 100))
+                        || CASE WHEN length(p_queue) > 100 THEN format(' (%s characters)', length(p_queue)) ELSE '' END
+            USING ERRCODE = '42602',
+                  HINT = 'A queue name has 1 to 48 characters from A-Z a-z 0-9 _ . - and does not start with . or -.';
+    END IF;
+    RAISE EXCEPTION 'queue "%" does not exist', p_queue
+        USING ERRCODE = 'PQ001',
+              HINT = 'Create it with pgqueue.queue_create(); list queues with pgqueue.queue_list().';
+END;
+$$;
+
 -- Find a queue, take its lock stripe (docs/locking.md) and read its settings again after the
 -- lock (a drop or alter may just have ended); PQ001/42602/22004 if there is no such queue.
 CREATE FUNCTION pgqueue._queue_enter(p_queue text)
@@ -4910,7 +4933,11 @@ BEGIN
     END IF;
     IF v_charset IS NOT NULL THEN
         RAISE EXCEPTION 'content type % names charset %, but message_create_text stores the text as UTF-8%',
-                        quote_literal(left(p_content_type, 200)), quote_literal(left(v_charset, 100)),
+                        quote_literal(left(p_content_type, 200))
+                        || CASE WHEN length(p_content_type) > 200
+                             THEN format(' (%s characters)', length(p_content_type)) ELSE '' END,
+                        quote_literal(left(v_charset, 100))
+                        || CASE WHEN length(v_charset) > 100 THEN format(' (%s characters)', length(v_charset)) ELSE '' END,
                         CASE WHEN lower(v_charset) IN ('us-ascii', 'ascii', 'us_ascii')
                              THEN ' and the text is not ASCII' ELSE '' END
             USING ERRCODE = '22023',
@@ -5239,6 +5266,8 @@ BEGIN
     END IF;
     IF p_missed NOT IN ('latest', 'all') THEN
         RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(pg_catalog.left(p_missed, 20))
+                        || CASE WHEN pg_catalog.length(p_missed) > 20
+                             THEN pg_catalog.format(' (%s characters)', pg_catalog.length(p_missed)) ELSE '' END
             USING ERRCODE = '22023';
     END IF;
     -- a bound on the expression: each firing parses it again (20,000 list items, 80 kB, cost a
@@ -6579,6 +6608,26 @@ CREATE TRIGGER message_placed_low_update
     EXECUTE FUNCTION pgqueue._message_placed_low();
 
 -- Spark's claim readers: an unknown queue is PQ001 (0.3 returned nothing)
+
+-- Check a consumer name: 22004 if NULL, 42602 if it breaks the rule.
+CREATE OR REPLACE FUNCTION pgqueue._spark_check_consumer(p_consumer text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_consumer IS NULL THEN
+        RAISE EXCEPTION 'consumer name must not be NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    IF p_consumer !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$' THEN
+        RAISE EXCEPTION 'invalid consumer name %', quote_literal(left(p_consumer, 120))
+                        || CASE WHEN length(p_consumer) > 120 THEN format(' (%s characters)', length(p_consumer)) ELSE '' END
+            USING ERRCODE = '42602',
+                  HINT = 'A consumer name has 1 to 100 characters from A-Z a-z 0-9 _ . : - and does not start with . : or -.';
+    END IF;
+END;
+$$;
 
 -- The id of a queue's consumer, read without a lock, for the readers of claims (which check the
 -- name first, pgqueue._spark_check_consumer): PQ006 if there is no such consumer (as spark_ack

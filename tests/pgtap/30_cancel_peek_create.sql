@@ -2,7 +2,7 @@
 -- each returns and changes, and its errors with their SQLSTATEs; the message groups and
 -- idempotency keys of the text and JSON entry points (message_create's: sql/90_groups.sql).
 BEGIN;
-SELECT plan(71);
+SELECT plan(74);
 
 SELECT pgqueue.queue_create('c', p_max_attempts => 3);
 SELECT pgqueue.queue_create('other');
@@ -143,6 +143,15 @@ SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => 'a;b'
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => '')$$, '22023', NULL, 'json: empty task name');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', '{}', p_task => repeat('t', 10000))$$, '22023',
                  'invalid task name ''' || repeat('t', 100) || ''' (10000 characters)', 'json: a long task name: its start and length');
+-- every long bad value is quoted by its start, with its length when cut
+SELECT throws_ok($$SELECT pgqueue.message_create(repeat('q', 500), 'x')$$, '42602',
+                 'invalid queue name ''' || repeat('q', 100) || ''' (500 characters)', 'a long queue name: its start and length');
+SELECT throws_ok($$SELECT pgqueue.spark_consumer_open('c', repeat('n', 300) || ' x')$$, '42602',
+                 'invalid consumer name ''' || repeat('n', 120) || ''' (302 characters)', 'a long consumer name: its start and length');
+SELECT throws_ok($$SELECT pgqueue.message_create_text('c', 'x', NULL, 'text/plain; charset=' || repeat('l', 300))$$, '22023',
+                 'content type ''text/plain; charset=' || repeat('l', 180) || ''' (320 characters) names charset '''
+                 || repeat('l', 100) || ''' (300 characters), but message_create_text stores the text as UTF-8',
+                 'text: a long content type and charset: their starts and lengths');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('c', NULL)$$, '22004', NULL, 'json: NULL content');
 SELECT throws_ok($$SELECT pgqueue.message_create_json('nope', '{}')$$, 'PQ001', NULL, 'json: unknown queue');
 

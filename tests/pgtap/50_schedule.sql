@@ -181,7 +181,8 @@ SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 999)$$, '
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', p_cron => 'every minute')$$, '22023', NULL, 'bad cron');
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, p_missed => 'some')$$, '22023', NULL, 'bad policy');
 SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', 1000, p_missed => repeat('a', 100000))$$, '22023',
-                 'p_missed must be ''latest'' or ''all'', got ''' || repeat('a', 20) || '''', 'a long bad policy: its start');
+                 'p_missed must be ''latest'' or ''all'', got ''' || repeat('a', 20) || ''' (100000 characters)',
+                 'a long bad policy: its start and length');
 -- 512 characters are taken (a list of every minute, padded), 513 are not, before any parse
 SELECT lives_ok($$SELECT pgqueue.schedule_create('cron512', 'default', 'c',
                                                  p_cron => rpad(array_to_string(ARRAY(SELECT g FROM generate_series(0, 59) g), ',') || ' * * * *', 512, ' '))$$,

@@ -11,6 +11,7 @@ BEGIN
     END IF;
     IF p_queue !~ '^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$' THEN
         RAISE EXCEPTION 'invalid queue name %', quote_literal(left(p_queue, 100))
+                        || CASE WHEN length(p_queue) > 100 THEN format(' (%s characters)', length(p_queue)) ELSE '' END
             USING ERRCODE = '42602',
                   HINT = 'A queue name has 1 to 48 characters from A-Z a-z 0-9 _ . - and does not start with . or -.';
     END IF;

@@ -49,7 +49,11 @@ BEGIN
     END IF;
     IF v_charset IS NOT NULL THEN
         RAISE EXCEPTION 'content type % names charset %, but message_create_text stores the text as UTF-8%',
-                        quote_literal(left(p_content_type, 200)), quote_literal(left(v_charset, 100)),
+                        quote_literal(left(p_content_type, 200))
+                        || CASE WHEN length(p_content_type) > 200
+                             THEN format(' (%s characters)', length(p_content_type)) ELSE '' END,
+                        quote_literal(left(v_charset, 100))
+                        || CASE WHEN length(v_charset) > 100 THEN format(' (%s characters)', length(v_charset)) ELSE '' END,
                         CASE WHEN lower(v_charset) IN ('us-ascii', 'ascii', 'us_ascii')
                              THEN ' and the text is not ASCII' ELSE '' END
             USING ERRCODE = '22023',

@@ -49,6 +49,8 @@ BEGIN
     END IF;
     IF p_missed NOT IN ('latest', 'all') THEN
         RAISE EXCEPTION 'p_missed must be ''latest'' or ''all'', got %', pg_catalog.quote_literal(pg_catalog.left(p_missed, 20))
+                        || CASE WHEN pg_catalog.length(p_missed) > 20
+                             THEN pg_catalog.format(' (%s characters)', pg_catalog.length(p_missed)) ELSE '' END
             USING ERRCODE = '22023';
     END IF;
     -- a bound on the expression: each firing parses it again (20,000 list items, 80 kB, cost a

@@ -11,6 +11,7 @@ BEGIN
     END IF;
     IF p_consumer !~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$' THEN
         RAISE EXCEPTION 'invalid consumer name %', quote_literal(left(p_consumer, 120))
+                        || CASE WHEN length(p_consumer) > 120 THEN format(' (%s characters)', length(p_consumer)) ELSE '' END
             USING ERRCODE = '42602',
                   HINT = 'A consumer name has 1 to 100 characters from A-Z a-z 0-9 _ . : - and does not start with . : or -.';
     END IF;
