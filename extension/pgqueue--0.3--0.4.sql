@@ -813,10 +813,13 @@ COMMENT ON FUNCTION pgqueue.now_ms() IS
 -- the 1,001 times near its end that sql/20_create.sql round-trips came back a millisecond early.
 -- Beyond the days an interval holds (far outside the range of a timestamptz) to_timestamp
 -- raises the error instead, 22008 "timestamp out of range" (the interval's overflow said
--- "interval out of range", which names nothing the caller passed: a review).
+-- "interval out of range", which names nothing the caller passed: a review). Not STRICT: the
+-- planner inlines a STRICT SQL function only when its body is strict, which a CASE is not, and
+-- the call cost 6.5 times the inlined expression (a review: the dead_letters view calls it on
+-- every row); a NULL gives NULL all the same (the CASE's ELSE, to_timestamp(NULL)).
 CREATE OR REPLACE FUNCTION pgqueue.from_epoch(p_ms bigint)
 RETURNS timestamptz
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN p_ms / 86400000 BETWEEN -2147483648 AND 2147483647
             THEN ('1970-01-01 00:00:00'::timestamp + (p_ms / 86400000) * interval '1 day'
                   + (p_ms % 86400000) * interval '1 millisecond') AT TIME ZONE 'UTC'
@@ -1496,7 +1499,8 @@ COMMENT ON FUNCTION pgqueue._idle_xids(bigint[]) IS
 --     a message that becomes deliverable below F (a late commit, another transaction's
 --     rollback) may wait for this session until its next look, at most 20 ms, as an expired
 --     lease may. A session's own rolled-back take restores its F with the rest of the state,
---     at or below the messages that take gave, so it finds those at once.
+--     at or below the messages that take gave, so it finds those at once. F goes back with H:
+--     to the bottom at a restart, to H when a transaction set aside has ended.
 -- Layout: [1] backend pid, [2:3] H, [4:5] C, [6] when C and D were found (epoch ms, 0: none),
 -- [7] the xid to wait for, [8] stripe value seen, [9] the xid to wait for before a restart from
 -- the bottom (0: none), [10:11] L, [12:13] D, [14:15] F, [16] n, the number set aside,
@@ -1536,7 +1540,7 @@ DECLARE
     v_ids      bigint[];
     v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
     v_acks     bigint[];  -- message_complete_and_dequeue's acknowledgements (pgqueue.take_skip) ...
-    v_ack_keys numeric[]; -- ... and their (id, attempts token) pairs as id * 2^32 + token
+    v_ack_keys numeric[]; -- ... and their (id, attempts token) pairs as id * 2^32 + token (pgqueue.take_skip_tokens)
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
@@ -1719,6 +1723,12 @@ BEGIN
             v_s[14] := c_min; v_s[15] := c_min;
             v_ripe := false;
         ELSIF v_ended THEN  -- (H and L are back at its R, above)
+            -- and F no higher than H: what the transaction wrote, visible now, lies at or above
+            -- its R, and may lie below F (a review: a priority message it placed, after a
+            -- restart had sent its R to the bottom, was passed by a take from F)
+            IF (v_s[14], v_s[15]) > (v_s[2], v_s[3]) THEN
+                v_s[14] := v_s[2]; v_s[15] := v_s[3];
+            END IF;
             v_s[6] := 0;
             v_ripe := false;
         END IF;
@@ -1872,7 +1882,10 @@ BEGIN
                 -- takes ran 823 ms, against about 510 ms as two calls)
                 v_acks := coalesce(nullif(current_setting('pgqueue.take_skip', true), '')::bigint[], '{}');
                 IF cardinality(v_acks) > 0 THEN
-                    v_ack_keys := coalesce(nullif(current_setting('pgqueue.take_skip_keys', true), '')::numeric[], '{}');
+                    -- (built here, where a statement with the expired-lease probe runs, not by
+                    -- every acknowledging call: 4.6 us a call, a review)
+                    v_ack_keys := ARRAY(SELECT a.i::numeric * 4294967296 + a.t
+                                          FROM unnest(v_acks, coalesce(nullif(current_setting('pgqueue.take_skip_tokens', true), '')::integer[], '{}')) AS a(i, t));
                 END IF;
             END IF;
             IF p_turns AND v_need = 1 THEN
@@ -2266,7 +2279,7 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
 -- transaction's xid), and leaves out the caller's leases of p_ids that ran out (the
--- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_keys: each id with its
+-- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_tokens: each id with its
 -- token): such a lease that nobody took is still the caller's and is completed, as by
 -- message_complete_batch, not handed out again or dead-lettered by the caller's own call (a
 -- review: on its last attempt a finished message went to the dead letters, its acknowledgement
@@ -2314,9 +2327,7 @@ BEGIN
     v_set := set_config('pgqueue.defer_turns', 'on', true);
     IF cardinality(p_ids) > 0 THEN
         v_set := set_config('pgqueue.take_skip', p_ids::text, true);
-        v_set := set_config('pgqueue.take_skip_keys',
-                            ARRAY(SELECT a.i::numeric * 4294967296 + a.t FROM unnest(p_ids, p_attempts) AS a(i, t))::text,
-                            true);
+        v_set := set_config('pgqueue.take_skip_tokens', p_attempts::text, true);
     END IF;
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
@@ -2325,7 +2336,7 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF cardinality(p_ids) > 0 THEN
         v_set := set_config('pgqueue.take_skip', '', true);
-        v_set := set_config('pgqueue.take_skip_keys', '', true);
+        v_set := set_config('pgqueue.take_skip_tokens', '', true);
     END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
@@ -4891,7 +4902,8 @@ COMMENT ON FUNCTION pgqueue.message_peek(text, integer) IS
 -- charset parameter (any case, spaces and double quotes around the value ignored, as
 -- pgqueue.codec.media_type reads it) must be utf-8, utf8 or utf_8 in any case, or us-ascii,
 -- ascii or us_ascii when the text is ASCII (a producer that copies an incoming Content-Type);
--- any other, or an ASCII label on a text outside ASCII, is refused with 22023.
+-- any other, an ASCII label on a text outside ASCII, or a quoted value with a quote, a
+-- backslash or a semicolon inside, is refused with 22023.
 -- A content type without a charset is kept as it is (readers take UTF-8 for text/* then).
 -- Text in another charset goes to message_create as bytes, with its content type.
 -- p_group and p_key are message_create's: the message group and the idempotency key, with its
@@ -4913,22 +4925,27 @@ DECLARE
     v_ascii   boolean;
 BEGIN
     -- the parameters after the media type: "; name=value" (a parameter without "=" is no
-    -- parameter), split at every ";", also inside a quoted value, where pgqueue.codec splits
-    -- only outside quotes: so a charset this check reads is one pgqueue.codec reads, or is
-    -- written inside another parameter's quotes, and refused either way (stricter, never
-    -- laxer); read only when a charset may be named and the content type is not the default
-    -- (a simple expression, no query, for most calls)
+    -- parameter), split at every ";", where pgqueue.codec splits only outside quoted values. So
+    -- that this check is never laxer than the codec, a charset's value must be a plain token or
+    -- one quoted string without quotes or backslashes inside ('"utf-8"'): then it ends where the
+    -- codec's ends. Any other (an unclosed quote, which a ";" inside it would have cut here:
+    -- 'charset="utf-8;sig"' accepted, the codec read "utf-8;sig", Python's utf_8_sig, and
+    -- dropped a byte-order mark; a review) is refused as a charset it cannot read. A charset
+    -- written inside another parameter's quoted value is read here, not by the codec: refused
+    -- too (stricter). Read only when a charset may be named and the content type is not the
+    -- default (a simple expression, no query, for most calls).
     IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
        AND strpos(lower(p_content_type), 'charset') > 0 THEN
         -- ASCII: no character (no byte, in a SQL_ASCII database) above 127
         v_ascii := p_content !~ '[^\x01-\x7f]';
-        SELECT p.value INTO v_charset
+        SELECT CASE WHEN p.raw ~ E'^("[^"\\\\]*"|[^"\\\\]*)$' THEN btrim(p.raw, '"') ELSE p.raw END INTO v_charset
           FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS i(item)
-               CROSS JOIN LATERAL (SELECT btrim(btrim(substr(i.item, strpos(i.item, '=') + 1), E' \t\r\n\f\v'), '"') AS value) AS p
+               CROSS JOIN LATERAL (SELECT btrim(substr(i.item, strpos(i.item, '=') + 1), E' \t\r\n\f\v') AS raw) AS p
          WHERE strpos(i.item, '=') > 0
            AND lower(btrim(substr(i.item, 1, strpos(i.item, '=') - 1), E' \t\r\n\f\v')) = 'charset'
-           AND lower(p.value) NOT IN ('utf-8', 'utf8', 'utf_8')
-           AND NOT (v_ascii AND lower(p.value) IN ('us-ascii', 'ascii', 'us_ascii'))
+           AND (p.raw !~ E'^("[^"\\\\]*"|[^"\\\\]*)$'
+                OR (lower(btrim(p.raw, '"')) NOT IN ('utf-8', 'utf8', 'utf_8')
+                    AND NOT (v_ascii AND lower(btrim(p.raw, '"')) IN ('us-ascii', 'ascii', 'us_ascii'))))
          LIMIT 1;
     END IF;
     IF v_charset IS NOT NULL THEN

@@ -159,6 +159,40 @@ def test_media_type() -> None:
     assert codec.decode(b"caf\xc3\xa9", 'text/plain; title="x;charset=latin-1"') == "caf\u00e9"
 
 
+#: Content types whose parameters the SQL check of message_create_text and the codec might read
+#: differently: quotes, semicolons inside them, backslashes, a charset inside another value.
+TRICKY_CONTENT_TYPES = [
+    'text/plain; charset="utf-8;x"', 'text/plain; charset="utf-8;sig"', 'text/plain; charset="utf-8"";x"',
+    'text/plain; charset="utf\\-8"', 'text/plain; charset=utf-8"', 'text/plain; charset="utf-8',
+    'text/plain; name="a;charset=latin-1"', 'text/plain; name="a;charset=utf-8"; charset=latin-1',
+    'text/plain; name="a\\";charset=latin-1"', 'text/plain; charset="utf-8"', 'text/plain; charset= "UTF8" ',
+    'text/plain; CHARSET=us-ascii', 'text/plain; name="x;y"; charset=utf-8', 'text/plain; charset="latin-1";x',
+]
+
+
+@pytest.mark.parametrize("text", ["ascii", "caf\u00e9"])
+def test_message_create_text_accepts_only_what_the_codec_reads_as_utf8(conn: psycopg.Connection[Any], text: str) -> None:
+    """message_create_text stores UTF-8 and refuses (22023) a content type naming another charset;
+    what it accepts, the codec must read as UTF-8 (or ASCII for an ASCII text) and decode to the
+    text: never laxer than the codec. 'charset="utf-8;sig"' was accepted (its check cut the value
+    at the semicolon), and the codec read charset "utf-8;sig", Python's utf_8_sig (a review)."""
+    accepted = []
+    for content_type in TRICKY_CONTENT_TYPES:
+        try:
+            with conn.transaction():
+                row = conn.execute("SELECT pgqueue.message_create_text('default', %s, NULL, %s)",
+                                   (text, content_type)).fetchone()
+        except psycopg.errors.InvalidParameterValue:
+            continue
+        assert row is not None
+        accepted.append(content_type)
+        charset = codec.media_type(content_type)[1].get("charset")
+        assert charset is None or charset.lower() in ("utf-8", "utf8", "utf_8") or (
+            text.isascii() and charset.lower() in ("us-ascii", "ascii", "us_ascii")), content_type
+        assert codec.decode(text.encode(), content_type) == text, content_type
+    assert 'text/plain; charset="utf-8"' in accepted and 'text/plain; charset="utf-8;sig"' not in accepted
+
+
 def test_json_is_compact_and_readable_by_any_json_parser() -> None:
     content, _ = codec.encode({"a": [1, 2], "b": "ü"})
     assert b" " not in content

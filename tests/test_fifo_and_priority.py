@@ -272,6 +272,52 @@ def test_a_late_commit_below_a_sessions_fast_start_waits_at_most_20_ms(conn: psy
     assert conclusive, "no try ran within the window"
 
 
+def test_a_priority_message_of_a_transaction_set_aside_is_not_passed_by_the_fast_start(
+        conn: psycopg.Connection[Any], dsn: str) -> None:
+    """A transaction that holds up a session's candidates for 200 ms is set aside; a message it
+    places below the clock moves the stripe, and the restart from the bottom that follows sends
+    the transaction's restart point (R) to the bottom. When it commits, the session's next
+    deciding call moves H back to R, and F with it: a take of one message by the ready probe
+    alone (within 20 ms of a look, here set by hand) then finds the priority message first. F
+    stayed where it was, above it, and the take passed it for later ones (a review)."""
+    conn.execute("SELECT pgqueue.queue_create('qe', p_lock_ms => 600000)")
+    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'qe'").fetchone()[0]  # type: ignore[index]
+
+    def take(limit: int, look_done: bool = False) -> str:
+        if look_done:  # the session looked for expired leases just now: the ready probe alone
+            conn.execute(f"SELECT set_config('pgqueue.lease_check_{qid}', pgqueue.now_ms()::text, false)")
+        row = conn.execute("SELECT coalesce(string_agg(convert_from(d.content, 'UTF8'), ' '), '-') "
+                           "FROM pgqueue.message_dequeue('qe', %s, 150) d", (limit,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def fill(names: list[str]) -> None:
+        for name in names:
+            conn.execute("SELECT pgqueue.message_create_text('qe', %s)", (name,))
+
+    fill(["e1", "e2", "e3", "e4"])
+    assert take(4) == "e1 e2 e3 e4"  # leases of 150 ms
+    fill([f"m{i}" for i in range(1, 11)])
+    time.sleep(0.3)  # the leases run out (in the future when given: no signal)
+    with psycopg.connect(dsn) as holder:
+        take(1, True)
+        holder.execute("SELECT pg_current_xact_id()")  # an open transaction with an xid
+        take(1, True)  # candidates recorded with an xid above the holder's
+        time.sleep(0.03)
+        take(1, True)
+        time.sleep(0.25)
+        take(1, True)  # held up more than 200 ms: the holder is set aside
+        holder.execute("SELECT pgqueue.message_create_text('qe', 'urgent', pgqueue.priority_dequeue_at(1))")
+        take(1, True)  # the stripe moved: from the bottom (the holder's row is not visible yet)
+        time.sleep(0.03)
+        take(1, True)  # the restart: the holder's R goes to the bottom
+        take(1, True)  # F is above the priority message again
+        holder.commit()
+    time.sleep(0.03)
+    assert take(2) == "e1 e2"  # a deciding call: the holder has ended, H back at its R
+    assert take(1, True) == "urgent"
+
+
 def test_a_turn_keyed_5_ms_below_its_writers_clock_is_never_passed_by_a_turn_hint(
         conn: psycopg.Connection[Any], dsn: str) -> None:
     """docs/guarantees.md: a message placed less than 5 ms below its writer's clock counts as

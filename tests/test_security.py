@@ -616,13 +616,16 @@ def test_restore_into_a_schema_another_role_made_fails_loudly(pg_server: Server,
 #: Operators that beat the catalog's for the argument types the install script and the
 #: SQL-standard bodies use (an exact match wins over one that needs a cast): text || integer
 #: (the comments of the stripes and counters, made in DO blocks), double precision * integer
-#: (now_ms), numeric * integer (to_epoch), bigint / numeric (from_epoch). Each logs its call
-#: and returns the right value, so that nothing but the log tells.
+#: (now_ms), numeric * integer (to_epoch), bigint / numeric (0.3's from_epoch), bigint / double
+#: precision (from_epoch beyond the days an interval holds). Each logs its call and returns the
+#: right value, so that nothing but the log tells; but the last returns 0, so that the call of
+#: from_epoch that reaches it (22008 when nothing is bound) returns, and its log row stays.
 CAST_BEATING_OPERATORS = [
     ("||", "text", "integer", "text", "a OPERATOR(pg_catalog.||) b::text"),
     ("*", "double precision", "integer", "double precision", "a OPERATOR(pg_catalog.*) b::double precision"),
     ("*", "numeric", "integer", "numeric", "a OPERATOR(pg_catalog.*) b::numeric"),
     ("/", "bigint", "numeric", "numeric", "a::numeric OPERATOR(pg_catalog./) b"),
+    ("/", "bigint", "double precision", "double precision", "0::double precision"),
 ]
 
 
@@ -654,6 +657,8 @@ def hijacks(pg_server: Server, dbname: str) -> list[tuple[str, str]]:
     with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as conn:
         assert one(conn, "SHOW search_path") == '"$user", public'
         conn.execute("SELECT pgqueue.now_ms(), pgqueue.to_epoch(pg_catalog.now()), pgqueue.from_epoch(0)")
+        with pytest.raises(psycopg.errors.DatetimeFieldOverflow):  # (a planted bigint / double precision returns)
+            conn.execute("SELECT pgqueue.from_epoch(9223372036854775807)")
         conn.execute("SELECT pgqueue.message_create('default', 'x'::bytea)")
         assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('default', 1, 0)").fetchone() == (1,)
         return [(str(w), str(b)) for w, b in conn.execute("SELECT DISTINCT what, by_role FROM public.hijack_log ORDER BY 1")]

@@ -112,7 +112,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text, p.provolatile::text, p.proiss
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.proname NOT LIKE '\_%' $$,
               $$ VALUES ('pgqueue.dead_letter_purge(text,bigint[],bigint)', 'v', false),
                         ('pgqueue.dead_letter_requeue(text,bigint[],bigint)', 'v', false),
-                        ('pgqueue.from_epoch(bigint)', 'i', true),
+                        ('pgqueue.from_epoch(bigint)', 'i', false),
                         ('pgqueue.message_complete(bigint,integer)', 'v', false),
                         ('pgqueue.message_complete_batch(bigint[],integer[])', 'v', false),
                         ('pgqueue.message_complete_and_dequeue(bigint[],integer[],text,integer,bigint)', 'v', false),

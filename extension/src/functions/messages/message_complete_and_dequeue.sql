@@ -13,7 +13,7 @@
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
 -- transaction's xid), and leaves out the caller's leases of p_ids that ran out (the
--- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_keys: each id with its
+-- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_tokens: each id with its
 -- token): such a lease that nobody took is still the caller's and is completed, as by
 -- message_complete_batch, not handed out again or dead-lettered by the caller's own call (a
 -- review: on its last attempt a finished message went to the dead letters, its acknowledgement
@@ -61,9 +61,7 @@ BEGIN
     v_set := set_config('pgqueue.defer_turns', 'on', true);
     IF cardinality(p_ids) > 0 THEN
         v_set := set_config('pgqueue.take_skip', p_ids::text, true);
-        v_set := set_config('pgqueue.take_skip_keys',
-                            ARRAY(SELECT a.i::numeric * 4294967296 + a.t FROM unnest(p_ids, p_attempts) AS a(i, t))::text,
-                            true);
+        v_set := set_config('pgqueue.take_skip_tokens', p_attempts::text, true);
     END IF;
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
@@ -72,7 +70,7 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF cardinality(p_ids) > 0 THEN
         v_set := set_config('pgqueue.take_skip', '', true);
-        v_set := set_config('pgqueue.take_skip_keys', '', true);
+        v_set := set_config('pgqueue.take_skip_tokens', '', true);
     END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below

@@ -7,7 +7,8 @@
 -- charset parameter (any case, spaces and double quotes around the value ignored, as
 -- pgqueue.codec.media_type reads it) must be utf-8, utf8 or utf_8 in any case, or us-ascii,
 -- ascii or us_ascii when the text is ASCII (a producer that copies an incoming Content-Type);
--- any other, or an ASCII label on a text outside ASCII, is refused with 22023.
+-- any other, an ASCII label on a text outside ASCII, or a quoted value with a quote, a
+-- backslash or a semicolon inside, is refused with 22023.
 -- A content type without a charset is kept as it is (readers take UTF-8 for text/* then).
 -- Text in another charset goes to message_create as bytes, with its content type.
 -- p_group and p_key are message_create's: the message group and the idempotency key, with its
@@ -29,22 +30,27 @@ DECLARE
     v_ascii   boolean;
 BEGIN
     -- the parameters after the media type: "; name=value" (a parameter without "=" is no
-    -- parameter), split at every ";", also inside a quoted value, where pgqueue.codec splits
-    -- only outside quotes: so a charset this check reads is one pgqueue.codec reads, or is
-    -- written inside another parameter's quotes, and refused either way (stricter, never
-    -- laxer); read only when a charset may be named and the content type is not the default
-    -- (a simple expression, no query, for most calls)
+    -- parameter), split at every ";", where pgqueue.codec splits only outside quoted values. So
+    -- that this check is never laxer than the codec, a charset's value must be a plain token or
+    -- one quoted string without quotes or backslashes inside ('"utf-8"'): then it ends where the
+    -- codec's ends. Any other (an unclosed quote, which a ";" inside it would have cut here:
+    -- 'charset="utf-8;sig"' accepted, the codec read "utf-8;sig", Python's utf_8_sig, and
+    -- dropped a byte-order mark; a review) is refused as a charset it cannot read. A charset
+    -- written inside another parameter's quoted value is read here, not by the codec: refused
+    -- too (stricter). Read only when a charset may be named and the content type is not the
+    -- default (a simple expression, no query, for most calls).
     IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
        AND strpos(lower(p_content_type), 'charset') > 0 THEN
         -- ASCII: no character (no byte, in a SQL_ASCII database) above 127
         v_ascii := p_content !~ '[^\x01-\x7f]';
-        SELECT p.value INTO v_charset
+        SELECT CASE WHEN p.raw ~ E'^("[^"\\\\]*"|[^"\\\\]*)$' THEN btrim(p.raw, '"') ELSE p.raw END INTO v_charset
           FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS i(item)
-               CROSS JOIN LATERAL (SELECT btrim(btrim(substr(i.item, strpos(i.item, '=') + 1), E' \t\r\n\f\v'), '"') AS value) AS p
+               CROSS JOIN LATERAL (SELECT btrim(substr(i.item, strpos(i.item, '=') + 1), E' \t\r\n\f\v') AS raw) AS p
          WHERE strpos(i.item, '=') > 0
            AND lower(btrim(substr(i.item, 1, strpos(i.item, '=') - 1), E' \t\r\n\f\v')) = 'charset'
-           AND lower(p.value) NOT IN ('utf-8', 'utf8', 'utf_8')
-           AND NOT (v_ascii AND lower(p.value) IN ('us-ascii', 'ascii', 'us_ascii'))
+           AND (p.raw !~ E'^("[^"\\\\]*"|[^"\\\\]*)$'
+                OR (lower(btrim(p.raw, '"')) NOT IN ('utf-8', 'utf8', 'utf_8')
+                    AND NOT (v_ascii AND lower(btrim(p.raw, '"')) IN ('us-ascii', 'ascii', 'us_ascii'))))
          LIMIT 1;
     END IF;
     IF v_charset IS NOT NULL THEN
