@@ -21,7 +21,7 @@ from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
 from test_client import (LEFT_OPEN, SLOW_LEASE_MS, bounded, heartbeat_many_renews_each_with_its_own_token,
-                         socket_port)
+                         interrupt_after_sending, socket_port)
 
 Conn = psycopg.Connection[Any]
 
@@ -713,6 +713,29 @@ def test_async_stats_and_module_functions_over_an_async_connection(dsn: str, con
             assert not aconn.closed  # the caller's connection stays open
         async with AsyncQueue(dsn) as default:
             assert await default.stats() == QueueStats("default", 0, 0, 0, 0, None)
+
+    run(main)
+
+
+@pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])
+def test_an_async_call_an_interruption_left_unread_leaves_the_queue_usable(source: str, dsn: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The async twin of test_client's: _AsyncConnector.run reads what an interruption left
+    unread before it propagates, so that the next call on the connection works."""
+    async def main() -> None:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True) if source != "dsn" else None
+        try:
+            async with AsyncQueue(conn if conn is not None else dsn, "jobs") as q:
+                await q.create()
+                with interrupt_after_sending(monkeypatch, b"message_create"), pytest.raises(KeyboardInterrupt):
+                    await q.enqueue("interrupted")
+                await q.enqueue("after")
+                # (the interrupted statement ran, or psycopg cancelled it: either is an answer)
+                got = sorted(m.payload for m in await q.dequeue(10, lock_ms=0))
+                assert got in (["after"], ["after", "interrupted"]), got
+        finally:
+            if conn is not None:
+                await conn.close()
 
     run(main)
 

@@ -291,7 +291,17 @@ class _AsyncConnector:
             yield await self._open("_own")
 
     async def run(self, call: Call[T]) -> T:
-        """Execute a call and return its result."""
+        """Execute a call and return its result; after an interruption (a cancellation, a
+        KeyboardInterrupt) read what it left unread on the shared connection first, as the sync
+        ``_Connector.run`` does (:meth:`read_what_is_left`)."""
+        try:
+            return await self._run(call)
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and self._pool is None:
+                await self.read_what_is_left()
+            raise
+
+    async def _run(self, call: Call[T]) -> T:
         if self._conn is not None:
             return await _execute(self._conn, call)
         if self._pool is None:

@@ -402,15 +402,6 @@ class Worker(WorkerCore):
         try:
             self._connect_loop()
             return _drop_if_read_only(self._runner, call)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                # A KeyboardInterrupt (or SystemExit) that lands while psycopg reads an answer can
-                # leave it unread and the connection busy: the shutdown's give-back on it failed
-                # ("another command is already in progress"), and the messages in hand stayed
-                # leased until their leases ran out (tests/test_worker_core.py, psycopg 3.3). Read
-                # it now, as the Queue's calls do after an interruption.
-                self._runner.read_what_is_left()
-            raise
         finally:
             self._call_since = None
 
