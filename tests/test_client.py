@@ -630,6 +630,97 @@ def test_a_block_whose_own_statement_an_interruption_left_unread_gives_its_messa
         assert again.payload == "interrupted in its block"
 
 
+class BlockFailed(Exception):
+    """What a test's ``receive`` block raises to have its message failed."""
+
+
+@pytest.mark.parametrize("outcome", ["returns", "raises", "interrupted"])
+def test_a_block_whose_callers_connection_is_closed_settles_its_message_on_one_of_its_own(
+        outcome: str, dsn: str) -> None:
+    """The caller's autocommit connection closed while the block ran (by the caller, or by
+    psycopg 3.3 after a second Ctrl-C during its cancel of the block's statement): the lease was
+    committed before the block, and settling it on the closed connection failed ("the
+    connection is closed"), the message leased until its lease ran out (a review). It is settled
+    by the block's outcome on a connection of its own, with the token (Queue._settle_once)."""
+    with psycopg.connect(dsn, autocommit=True) as caller, Queue(dsn, "jobs") as other:
+        q = Queue(caller, "jobs")
+        q.create(lock_ms=60_000)
+        msg_id = q.enqueue("the block's")
+        raised = (KeyboardInterrupt if outcome == "interrupted" else BlockFailed if outcome == "raises"
+                  else None)
+        with pytest.raises(raised) if raised is not None else nullcontext():
+            with q.receive(heartbeat=False) as msg:
+                assert msg is not None and msg.id == msg_id
+                caller.close()
+                if raised is not None:
+                    raise raised("the block's own")
+        stats = other.stats()
+        expect = {"returns": (0, 0, 0), "raises": (0, 1, 0), "interrupted": (1, 0, 0)}[outcome]
+        assert (stats.ready, stats.scheduled, stats.leased) == expect  # settled, not left leased
+        if outcome == "interrupted":
+            [again] = other.dequeue(1)
+            assert again.id == msg_id and again.attempts == 2  # given back: due at once, not backed off
+
+
+def test_a_second_interruption_during_psycopgs_cancel_still_gives_the_message_back(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C right after the block's statement was sent makes psycopg cancel it; a second one
+    during that cancel makes psycopg 3.3 close the connection (3.2 leaves it busy). Either way
+    the message is given back at once: on a connection of its own when the caller's is closed
+    (a review: 10 runs in 10 on psycopg 3.3.9 left the message leased until its lease ran out)."""
+    def cancel_interrupted(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt("the second Ctrl-C, during the cancel")
+
+    with psycopg.connect(dsn, autocommit=True) as caller, Queue(dsn, "jobs") as other:
+        q = Queue(caller, "jobs")
+        q.create(lock_ms=60_000)
+        msg_id = q.enqueue("interrupted twice")
+        monkeypatch.setattr(psycopg.Connection, "_try_cancel", cancel_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            with q.receive(heartbeat=False) as msg:
+                assert msg is not None
+                with interrupt_after_sending(monkeypatch, b"pg_sleep"):
+                    caller.execute("SELECT pg_sleep(0.3)")
+        if tuple(int(p) for p in psycopg.__version__.split(".")[:2]) >= (3, 3):
+            assert caller.closed  # what psycopg 3.3 does: the case this test is about
+        stats = other.stats()
+        assert (stats.ready, stats.leased) == (1, 0)
+        [again] = other.dequeue(1)
+        assert again.id == msg_id and again.attempts == 2
+
+
+@pytest.mark.parametrize("mode", ["transaction-mode", "autocommit-in-a-transaction-block"])
+def test_a_lease_taken_in_the_callers_transaction_is_not_settled_elsewhere_once_it_is_closed(mode: str, dsn: str) -> None:
+    """Inside the caller's transaction the lease is the transaction's: closed, it rolled back,
+    and another consumer may lease the message again with the same token (its attempts). A
+    settling on a connection of its own would then complete that consumer's message: the block's
+    settling fails instead, and the other lease stands. (On an autocommit connection a receive
+    outside a transaction came first: the connection's conninfo is recorded.)"""
+    with psycopg.connect(dsn, autocommit=mode != "transaction-mode") as caller, Queue(dsn, "jobs") as other:
+        q = Queue(caller, "jobs")
+        q.create(lock_ms=60_000)
+        if mode == "transaction-mode":
+            msg_id = q.enqueue("in the caller's transaction")
+            caller.commit()
+        else:
+            q.enqueue("first")
+            msg_id = q.enqueue("in the caller's transaction")
+            with q.receive(heartbeat=False) as first:  # outside a transaction: settled elsewhere if closed
+                assert first is not None
+        with pytest.raises((errors.ConnectionFailed, psycopg.OperationalError)):
+            with caller.transaction() if mode != "transaction-mode" else nullcontext():
+                with q.receive(heartbeat=False) as msg:
+                    assert msg is not None and (msg.id, msg.attempts) == (msg_id, 1)
+                    caller.close()  # the transaction and its lease roll back
+                    deadline = time.monotonic() + 10
+                    while not (taken := other.dequeue(1)) and time.monotonic() < deadline:
+                        time.sleep(0.05)  # until the server has ended the closed session
+                    assert [(m.id, m.attempts) for m in taken] == [(msg_id, 1)]  # the same token
+        stats = other.stats()
+        assert (stats.ready, stats.scheduled, stats.leased) == (0, 0, 1)  # the other lease stands
+        assert other.complete(taken[0])
+
+
 class Stuck(BaseException):
     """Raised in the main thread by :func:`bounded` when what it bounds has not ended in time."""
 
@@ -1960,7 +2051,7 @@ def test_a_ctrl_c_while_receive_stops_its_heartbeats_goes_on_when_the_settling_f
         original(self, timeout)
         raise KeyboardInterrupt
 
-    def failing(self: Queue, call: Any) -> bool:
+    def failing(self: Queue, call: Any, committed: bool = False) -> bool:
         raise errors.ConnectionFailed("server closed the connection unexpectedly")
 
     monkeypatch.setattr(_lease.Heartbeats, "stop", interrupted_stop)

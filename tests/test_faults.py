@@ -743,14 +743,17 @@ def loop_backends(conn: Conn) -> list[int]:
         "AND strpos(query, 'message_heartbeat') = 0")]
 
 
+@pytest.mark.parametrize("how", ["terminated", "left-busy"])
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
 def test_a_graceful_stop_acknowledges_over_a_new_connection_when_the_loops_died_while_idle(
-        dsn: str, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+        dsn: str, kind: str, how: str, caplog: pytest.LogCaptureFixture) -> None:
     """The loop's connection dies while it is idle (terminated, as a server restart or an idle
     timeout does) and the worker is stopped while a handler runs. The handler finishes within the
     grace and the database is there: the stop acknowledges the message over a new connection. It
     used to try the dead connection once, log "not acknowledged (no database)" and leave the
-    message leased, to be run a second time once its lease ran out."""
+    message leased, to be run a second time once its lease ran out. ``left-busy``: the connection
+    is open but busy with an answer nobody reads; the retry said "on a new connection" and ran on
+    that one again, failing the same way (a review): it is closed first now."""
     queue = make_queue(dsn, lock_ms=HOUR)  # no heartbeat connection: a beat every 20 minutes
     ledger = Ledger()
     started = Started(ledger.worker(kind, dsn, 1.5, concurrency=1, shutdown_grace=10.0))
@@ -761,7 +764,12 @@ def test_a_graceful_stop_acknowledges_over_a_new_connection_when_the_loops_died_
             # concurrency 1 and its slot taken: the loop makes no call until the handler returns
             pids = loop_backends(conn)
             assert len(pids) == 1, pids
-            assert one(conn, "SELECT pg_terminate_backend(%s, 10000)", (pids[0],)) is True
+            if how == "terminated":
+                assert one(conn, "SELECT pg_terminate_backend(%s, 10000)", (pids[0],)) is True
+            else:
+                loop_conn = started.worker._loop_connection()
+                assert loop_conn is not None and not loop_conn.closed
+                loop_conn.pgconn.send_query(b"SELECT 1")  # its answer left unread: the next call fails
         took = stop_and_time(started)
     finally:
         started.stop()

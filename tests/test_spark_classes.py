@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 
 import pgqueue.spark
 from pgqueue import Queue, codec
-from pgqueue.errors import ConnectionFailed, InvalidArgument, PgQueueError, SerializationFailure
+from pgqueue.errors import ConnectionFailed, DeadlockDetected, InvalidArgument, PgQueueError, SerializationFailure
 from pgqueue.spark import _encode, _sql, source
 from pgqueue.spark._encode import WritePlan, decode_payload, encode_batch
 from pgqueue.spark._options import Entry, parse
@@ -1139,6 +1139,49 @@ def test_stream_writer_publishes_each_micro_batch_once(dsn: str, conn: Conn, mon
     with pytest.raises(PgQueueError, match="other queries or batches"):
         driver.commit([failed], 4)
     assert payloads(conn) == ["a0", "a1", "b0", "c0"]
+
+
+@pytest.mark.parametrize("refusal", [SerializationFailure, DeadlockDetected])
+def test_a_stream_publication_refused_with_40001_or_40p01_runs_again_spaced(
+        refusal: type[PgQueueError], dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream's micro-batch publication goes through _publish_call as the job mode's does:
+    refused with 40001 or 40P01 (rolled back whole), it runs again, up to _PUBLISH_TRIES times,
+    waiting _PUBLISH_WAIT then twice that; the last refusal propagates and the staging stays for
+    Spark's re-run of the batch."""
+    from pgqueue.spark.source import PgQueueStreamWriter
+
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "checkpointLocation": "/tmp/ck"})
+    driver = ds.streamWriter(StructType([StructField("payload", StringType())]), False)
+    assert isinstance(driver, PgQueueStreamWriter)
+    task = pickle.loads(pickle.dumps(driver))
+    real, runs, waits = source._scalar, [], []
+    refuse = [2]  # the first two publications are refused
+
+    def scalar(c: Any, query: Any, params: dict[str, object]) -> Any:
+        if query is _sql.PUBLISH:
+            runs.append(query)
+            if refuse[0] > 0:
+                refuse[0] -= 1
+                raise refusal("refused for the test", sqlstate="40001" if refusal is SerializationFailure else "40P01")
+        return real(c, query, params)
+
+    monkeypatch.setattr(source, "_scalar", scalar)
+    monkeypatch.setattr(source.time, "sleep", waits.append)
+    monkeypatch.setattr(source, "_stream_task_identity", lambda: ("qid", 0, 0, 1))
+    driver.commit([task.write(batches(["a", "b"], 1))], 0)
+    assert (len(runs), waits) == (3, [source._PUBLISH_WAIT, 2 * source._PUBLISH_WAIT])
+    assert payloads(conn) == ["a", "b"]
+    # refused every time: the refusal propagates after _PUBLISH_TRIES runs, nothing is published
+    # and the batch's staging stays (Spark runs the batch again)
+    runs.clear()
+    refuse[0] = 10
+    monkeypatch.setattr(source, "_stream_task_identity", lambda: ("qid", 1, 0, 2))
+    with pytest.raises(refusal):
+        driver.commit([task.write(batches(["c"], 1))], 1)
+    assert len(runs) == source._PUBLISH_TRIES
+    assert payloads(conn) == ["a", "b"]
+    assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 1
 
 
 def test_stream_writer_checks_before_any_task(dsn: str, conn: Conn) -> None:

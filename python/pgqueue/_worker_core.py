@@ -1153,7 +1153,9 @@ class WorkerCore:
         once, on a new connection (the heartbeats' rule): the loop's connection may have died
         while idle (a terminated backend, a restart that is over) with the database there, and a
         finished handler's message must not be left to run again when its lease runs out. Not
-        after the stop's watchdog gave up a call: that database does not answer."""
+        after the stop's watchdog gave up a call: that database does not answer. A connection the
+        error left open (busy with an answer nobody reads, say) is closed first: the retry ran on
+        it and failed the same way (a review)."""
         for last in (False, True):
             try:
                 yield from self._settle()
@@ -1163,6 +1165,9 @@ class WorkerCore:
                     log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
                     return
                 log.info("acknowledging during shutdown: %s; trying again on a new connection", _first_line(exc))
+                conn = self._loop_connection()
+                if conn is not None and not conn.closed:
+                    conn.pgconn.finish()  # the next call opens a new one (a closed connection is replaced)
 
     def _run_steps(self) -> Step[None]:
         """The worker's life once started: the loop, then the shutdown (also when the loop raises:

@@ -143,8 +143,10 @@ async def _set_read_committed(conn: psycopg.AsyncConnection[Any]) -> None:
 
 async def _statement(conn: psycopg.AsyncConnection[Any], call: Call[T],
                      status: list[TransactionStatus] | None = None) -> T:
-    if call.untranslatable is not None and _core.server_refuses(call, conn.info):
-        call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
+    # (translated: on a closed connection the encodings are not there, ConnectionFailed)
+    with translating():
+        if call.untranslatable is not None and _core.server_refuses(call, conn.info):
+            call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
         with translating():
             async with _cursor(conn) as cur:
@@ -258,6 +260,8 @@ class _AsyncConnector:
         self._own: psycopg.AsyncConnection[Any] | None = None
         self._own_heartbeat: psycopg.AsyncConnection[Any] | None = None
         self._closed = False
+        # a caller's connection's conninfo, recorded while it is open (see settle_elsewhere)
+        self._caller_conninfo: str | None = None
 
     async def _open(self, attr: str) -> psycopg.AsyncConnection[Any]:
         if self._lock is None:
@@ -342,6 +346,8 @@ class _AsyncConnector:
         """
         if self._conn is None:
             return await self.run(call), False
+        if self._caller_conninfo is None and not self._conn.closed:
+            self._caller_conninfo = _core.conninfo_of(self._conn.pgconn)  # for settle_elsewhere
         status: list[TransactionStatus] = []
         result = await _execute(self._conn, call, status)
         in_transaction = not self._conn.autocommit or (
@@ -417,6 +423,22 @@ class _AsyncConnector:
     def replaces_lost(self) -> bool:
         """Whether a call after a lost connection runs on a new one (see the sync connector's)."""
         return self._conn is None
+
+    def settles_elsewhere(self) -> bool:
+        """Whether a lease committed on a caller's autocommit connection, which is closed now, can
+        be settled on a connection of its own (see the sync connector's)."""
+        return self._conn is not None and self._conn.closed and self._caller_conninfo is not None
+
+    async def settle_elsewhere(self, call: Call[bool]) -> bool:
+        """Run a settling call on a connection opened for it alone to the caller's server, closed
+        after it (see the sync connector's: psycopg 3.3 closes a connection when a second
+        cancellation lands during its cancel of an interrupted statement, as anyio's
+        ``move_on_after`` does)."""
+        assert self._caller_conninfo is not None
+        with translating():
+            conn = await _connect.connect_async(self._caller_conninfo, autocommit=True)
+        async with conn:
+            return await _execute(conn, call, lent=True)
 
     async def drop_lost(self) -> None:
         """After a lost connection: make the pool drop its other dead connections too."""
@@ -588,7 +610,7 @@ class AsyncQueue:
         except BaseException as exc:  # the block has not run: the message goes back as it was
             # a cancellation while the heartbeats' connection closes goes on in place of the
             # error of the setup, once the message is back
-            await self._end(stack, msg, exc, "release")
+            await self._end(stack, msg, exc, "release", committed=not in_transaction)
             raise
         outcome: BaseException | None = None
         try:
@@ -604,10 +626,10 @@ class AsyncQueue:
             # That cancellation goes on even if the settling fails (its error is then the
             # cancellation's context), and in place of the block's own error, but not of its
             # KeyboardInterrupt or SystemExit.
-            await self._end(stack, msg, outcome)
+            await self._end(stack, msg, outcome, committed=not in_transaction)
 
     async def _end(self, stack: AsyncExitStack, msg: Message, outcome: BaseException | None,
-                   action: _core.Outcome | None = None) -> None:
+                   action: _core.Outcome | None = None, *, committed: bool = False) -> None:
         """End a ``receive`` block: stop its heartbeats (:meth:`_unwind`), settle its message by
         ``outcome`` (or ``action``) where no cancellation reaches (:meth:`_settle_shielded`),
         then raise a cancellation that landed meanwhile, if :func:`_going_on` says it goes on
@@ -624,7 +646,7 @@ class AsyncQueue:
             # cancellation meanwhile is held back as the settling's). Not for a GeneratorExit:
             # an async generator closed around the block interrupts no statement.
             reading = outcome is not None and not isinstance(outcome, (Exception, GeneratorExit))
-            cancelled = await self._settle_shielded(msg, outcome, action, held, reading)
+            cancelled = await self._settle_shielded(msg, outcome, action, held, reading, committed=committed)
         except BaseException as err:
             settle_error = err
             raise
@@ -654,7 +676,7 @@ class AsyncQueue:
 
     async def _settle_shielded(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None,
                                held: asyncio.CancelledError | None = None,
-                               reading: bool = False) -> asyncio.CancelledError | None:
+                               reading: bool = False, *, committed: bool = False) -> asyncio.CancelledError | None:
         """Settle as :meth:`_settle` does, in a task a cancellation does not reach: cancelled
         meanwhile (an ``asyncio.timeout`` around the ``async with``), even twice, the settling
         is awaited for at most :data:`CANCEL_WAIT` seconds more. Cancelled with it, the
@@ -668,8 +690,8 @@ class AsyncQueue:
         With ``reading``, what an interruption left unread on the shared connection is read
         first, in the same task (:meth:`_read_then_settle`).
         """
-        settling = asyncio.ensure_future(self._read_then_settle(msg, exc, action) if reading
-                                         else self._settle(msg, exc, action))
+        settling = asyncio.ensure_future(self._read_then_settle(msg, exc, action, committed=committed) if reading
+                                         else self._settle(msg, exc, action, committed=committed))
         cancelled = await _unreached(settling, held)
         if cancelled is None or (cancelled is held and settling.done() and not settling.cancelled()):
             settling.result()  # its error, if any, for the caller (a held cancellation goes on with it as context)
@@ -681,7 +703,7 @@ class AsyncQueue:
         return cancelled
 
     async def _read_then_settle(self, msg: Message, exc: BaseException | None,
-                                action: _core.Outcome | None = None) -> None:
+                                action: _core.Outcome | None = None, *, committed: bool = False) -> None:
         """Read what an interruption left unread on the shared connection
         (:meth:`_AsyncConnector.read_what_is_left`, at most 5 seconds), then settle as
         :meth:`_settle` does, whatever the reading met."""
@@ -690,7 +712,7 @@ class AsyncQueue:
         except Exception as err:  # noqa: BLE001 (the settling comes all the same; it says what is wrong)
             logger.warning("message %s on queue %s: reading what an interruption left on the connection failed: %r",
                            msg.id, msg.queue, err)
-        await self._settle(msg, exc, action)
+        await self._settle(msg, exc, action, committed=committed)
 
     async def _take(self, call: Call[_core.Lease | None]) -> tuple[_core.Lease | None, bool]:
         """Run the dequeue of ``receive`` so that a cancellation cannot strand the message it leased.
@@ -715,32 +737,37 @@ class AsyncQueue:
             assert cancelled is not None
             if not statement.done() or statement.cancelled() or statement.exception() is not None:
                 raise cancelled from None  # it failed (nothing taken), or did not answer in time
-            lease, _ = statement.result()
+            lease, in_transaction = statement.result()
             if lease is not None:
-                await self._settle_shielded(lease.message, cancelled, None, cancelled)
+                await self._settle_shielded(lease.message, cancelled, None, cancelled, committed=not in_transaction)
             raise cancelled from None
 
-    async def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
+    async def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None, *,
+                      committed: bool = False) -> None:
         action = action or _core.outcome(exc)
         if action == "complete":
-            if not await self._settle_call(_core.complete(msg)):
+            if not await self._settle_call(_core.complete(msg), committed):
                 logger.warning("message %s on queue %s could not be completed: its lease was lost",
                                msg.id, msg.queue)
             return
         assert exc is not None
         try:
             await self._settle_call(_core.fail(msg, exc) if action == "fail"
-                                    else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
+                                    else _core.reject(msg, exc) if action == "reject" else _core.defer(msg), committed)
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
 
-    async def _settle_call(self, call: Call[bool]) -> bool:
+    async def _settle_call(self, call: Call[bool], committed: bool = False) -> bool:
         """Run the call that settles a ``receive`` block's message, once more on a new
-        connection if its own was lost (see :meth:`pgqueue.Queue._settle_call`)."""
+        connection if its own was lost, or on one of its own if the caller's is closed and the
+        lease was ``committed`` on it (see :meth:`pgqueue.Queue._settle_once`)."""
         try:
             return await self._connector.run(call)
         except ConnectionFailed:
+            if committed and self._connector.settles_elsewhere():
+                logger.info("settling a message: the caller's connection is closed; settling on a connection of its own")
+                return await self._connector.settle_elsewhere(call)
             if not self._connector.replaces_lost():
                 raise
             logger.info("settling a message: the connection was lost; trying once more on a new one")

@@ -175,8 +175,10 @@ def _set_read_committed(conn: psycopg.Connection[Any]) -> None:
 
 
 def _statement(conn: psycopg.Connection[Any], call: Call[T]) -> T:
-    if call.untranslatable is not None and _core.server_refuses(call, conn.info):
-        call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
+    # (translated: on a closed connection the encodings are not there, ConnectionFailed)
+    with translating():
+        if call.untranslatable is not None and _core.server_refuses(call, conn.info):
+            call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
         with translating(), _cursor(conn) as cur:
             _core.utf8_texts(conn.info.encoding, cur.adapters)
@@ -309,6 +311,8 @@ class _Connector:
         self._own: psycopg.Connection[Any] | None = None
         self._own_heartbeat: psycopg.Connection[Any] | None = None
         self._closed = False
+        # a caller's connection's conninfo, recorded while it is open (see settle_elsewhere)
+        self._caller_conninfo: str | None = None
 
     def conninfo(self) -> str:
         """Return a connection string that reaches the same database (for extra connections)."""
@@ -372,6 +376,8 @@ class _Connector:
             in_transaction = self._conn is not None and (not conn.autocommit or conn.info.transaction_status in (
                 TransactionStatus.INTRANS, TransactionStatus.INERROR))
             if conn.autocommit and not in_transaction:
+                if self._conn is not None and self._caller_conninfo is None:
+                    self._caller_conninfo = _core.conninfo_of(conn.pgconn)  # for settle_elsewhere
                 with translating(), conn.transaction():
                     yield conn, in_transaction
             else:
@@ -490,6 +496,28 @@ class _Connector:
         """Whether a call after a lost connection runs on a new one (our own, or a pool's; never
         a caller's connection)."""
         return self._conn is None
+
+    def settles_elsewhere(self) -> bool:
+        """Whether a lease committed on a caller's autocommit connection, which is closed now, can
+        be settled on a connection of its own (:meth:`settle_elsewhere`)."""
+        return self._conn is not None and self._conn.closed and self._caller_conninfo is not None
+
+    def settle_elsewhere(self, call: Call[bool]) -> bool:
+        """Run a settling call on a connection opened for it alone to the caller's server, with
+        the caller's credentials (recorded by :meth:`leasing` while the caller's connection was
+        open), closed after it.
+
+        For a ``receive`` whose lease was committed on the caller's autocommit connection and
+        whose connection was closed since: by the caller, or by psycopg (3.3 closes a connection
+        when a second interruption lands during its cancel of an interrupted statement, a
+        Ctrl-C twice or an anyio ``move_on_after``). The give-back failed on it ("the connection
+        is closed") and the message stayed leased until its lease ran out (a review). The token
+        makes it safe: a lease taken over since makes the call stale (False)."""
+        assert self._caller_conninfo is not None
+        with translating():
+            conn = _connect.connect(self._caller_conninfo, autocommit=True)
+        with conn:
+            return _execute(conn, call, lent=True)
 
     def drop_lost(self) -> None:
         """After a lost connection: make the pool drop its other dead connections too (a server
@@ -797,7 +825,7 @@ class Queue:
         except BaseException as exc:  # the block has not run: the message goes back as it was
             # a KeyboardInterrupt while the heartbeats' connection closes goes on in place of
             # the error of the setup, once the message is back
-            self._end(stack, msg, exc, "release")
+            self._end(stack, msg, exc, "release", committed=not in_transaction)
             raise
         outcome: BaseException | None = None
         try:
@@ -812,13 +840,14 @@ class Queue:
             # leased).
             # An interruption that lands meanwhile goes on even if the settling fails (its
             # error is then the interruption's context).
-            self._end(stack, msg, outcome)
+            self._end(stack, msg, outcome, committed=not in_transaction)
 
     def _end(self, stack: ExitStack, msg: Message, outcome: BaseException | None,
-             action: _core.Outcome | None = None) -> None:
+             action: _core.Outcome | None = None, *, committed: bool = False) -> None:
         """End a ``receive`` block: stop its heartbeats (:meth:`_unwind`), settle its message by
         ``outcome`` (or ``action``), then raise an interruption that landed meanwhile, if
-        :func:`_going_on` says it goes on (what was raised is then its context)."""
+        :func:`_going_on` says it goes on (what was raised is then its context). ``committed``:
+        the lease was committed on its own, not in the caller's transaction (:meth:`_settle_once`)."""
         interrupted = self._unwind(stack)
         if outcome is not None and not isinstance(outcome, (Exception, GeneratorExit)):
             # The block's own statement on the shared connection may have been interrupted in
@@ -833,7 +862,7 @@ class Queue:
                 interrupted = interrupted or exc
         settle_error: BaseException | None = None
         try:
-            self._settle(msg, outcome, action)
+            self._settle(msg, outcome, action, committed=committed)
         except BaseException as err:
             settle_error = err
             raise
@@ -872,6 +901,7 @@ class Queue:
         transaction the lease is the caller's transaction's, undone when it rolls back.
         """
         lease: _core.Lease | None = None
+        in_transaction = True
         try:
             with self._connector.leasing() as (conn, in_transaction):
                 lease = _execute(conn, call)
@@ -884,26 +914,27 @@ class Queue:
                 except BaseException:  # noqa: BLE001 (a second Ctrl-C: the give-back is tried all the same, the first goes on;
                     # it fails if the answer is still unread, and the message waits for its lease)
                     pass
-                self._settle(lease.message, exc, "release")
+                self._settle(lease.message, exc, "release", committed=not in_transaction)
             raise
         return lease, in_transaction
 
-    def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None) -> None:
+    def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None, *,
+                committed: bool = False) -> None:
         action = action or _core.outcome(exc)
         if action == "complete":
-            if not self._settle_call(_core.complete(msg)):
+            if not self._settle_call(_core.complete(msg), committed):
                 logger.warning("message %s on queue %s could not be completed: its lease was lost",
                                msg.id, msg.queue)
             return
         assert exc is not None
         try:
             self._settle_call(_core.fail(msg, exc) if action == "fail"
-                              else _core.reject(msg, exc) if action == "reject" else _core.defer(msg))
+                              else _core.reject(msg, exc) if action == "reject" else _core.defer(msg), committed)
         except PgQueueError as err:
             exc.add_note(f"pgqueue: could not {action} message {msg.id}: {err}")
             logger.warning("could not %s message %s on queue %s: %s", action, msg.id, msg.queue, err)
 
-    def _settle_call(self, call: Call[bool]) -> bool:
+    def _settle_call(self, call: Call[bool], committed: bool = False) -> bool:
         """Run the call that settles a ``receive`` block's message, as :meth:`_settle_once` does.
 
         A KeyboardInterrupt (or another interruption) that lands while the server answers makes
@@ -915,25 +946,32 @@ class Queue:
         statement aborted the caller's transaction, which is the caller's to end (the lease it
         took is undone with it, or was committed before the block and runs out)."""
         try:
-            return self._settle_once(call)
+            return self._settle_once(call, committed)
         except BaseException as exc:
             if isinstance(exc, Exception) or not self._connector.retries_settling():
                 raise
             try:
                 self._connector.read_what_is_left()
-                self._settle_once(call)
+                self._settle_once(call, committed)
             except Exception as err:  # noqa: BLE001 (the interruption goes on; this is noted)
                 logger.warning("settling a message after an interruption failed: %s", err)
             raise
 
-    def _settle_once(self, call: Call[bool]) -> bool:
+    def _settle_once(self, call: Call[bool], committed: bool = False) -> bool:
         """Run the call that settles a ``receive`` block's message. If its connection was lost
         (our own or a pool's, gone while the block ran: a server restart, an idle timeout), run it
         once more on a new one: the token makes that safe (a first call that committed after all
-        makes the second stale: False). A caller's connection is not replaced."""
+        makes the second stale: False). A caller's connection is not replaced; if it is closed
+        (by the caller, or by psycopg after a second interruption) and the lease was
+        ``committed`` on it in a transaction of its own, the call runs on a connection opened
+        for it (:meth:`_Connector.settle_elsewhere`). Not when the lease was taken in the
+        caller's transaction: closed, it rolled back, and the token may be another's now."""
         try:
             return self._connector.run(call)
         except ConnectionFailed:
+            if committed and self._connector.settles_elsewhere():
+                logger.info("settling a message: the caller's connection is closed; settling on a connection of its own")
+                return self._connector.settle_elsewhere(call)
             if not self._connector.replaces_lost():
                 raise
             logger.info("settling a message: the connection was lost; trying once more on a new one")

@@ -88,6 +88,7 @@ from pgqueue._worker_core import Backoff
 from pgqueue.errors import (
     ConnectionFailed,
     ConsumerInUse,
+    DeadlockDetected,
     InvalidArgument,
     PgQueueError,
     SerializationFailure,
@@ -213,27 +214,33 @@ def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: Any, params: dict[
     return None if row is None else row[0]
 
 
-# spark_publish runs this many times at most when refused with 40001 (below)
+# spark_publish runs this many times at most when refused with 40001 or 40P01 (below), waiting
+# _PUBLISH_WAIT seconds before the second run, twice that before the third
 _PUBLISH_TRIES = 3
+_PUBLISH_WAIT = 0.05
 
 
 def _publish_call(conn: psycopg.Connection[tuple[Any, ...]], params: dict[str, object]) -> Any:
-    """spark_publish (autocommit: a transaction of its own), run again when refused with 40001.
+    """spark_publish (autocommit: a transaction of its own), run again when refused with 40001
+    or 40P01, the job mode's and the stream's publication alike.
 
     A keyed row whose insert waited (for a producer of its key, for its group's lock) while the
     key's message left within the queue's key_window_ms fails the publication with 40001
-    (pgqueue._message_insert): it rolled back whole, the staging rows and the publish key are
-    as before, and run again it finds the key kept, so that row inserts nothing and counts, as
-    any row whose key is taken. Without this the write failed and its staging was discarded (a
-    review); message_create's keyed retry in the client is the same (_core.Call.again_on_40001).
+    (pgqueue._message_insert); two publications (or a publication and a producer) that wait for
+    each other's keys fail one of them with 40P01. Either rolled back whole: the staging rows
+    and the publish key are as before, and run again it finds the key kept, so that row inserts
+    nothing and counts, as any row whose key is taken. Without this the write failed and its
+    staging was discarded (a review); message_create's keyed retry in the client is the same
+    (_core.Call.again_on_40001). The runs are spaced (:data:`_PUBLISH_WAIT`, doubled), so that
+    the other side of a deadlock has ended.
     """
-    for left in range(_PUBLISH_TRIES - 1, -1, -1):
+    for tried in range(_PUBLISH_TRIES - 1):
         try:
             return _scalar(conn, _sql.PUBLISH, params)
-        except SerializationFailure:
-            if not left:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+        except (SerializationFailure, DeadlockDetected) as exc:
+            logger.info("the publication was refused (%s); publishing again", exc.sqlstate)
+            time.sleep(_PUBLISH_WAIT * 2 ** tried)
+    return _scalar(conn, _sql.PUBLISH, params)
 
 
 _T = TypeVar("_T")
