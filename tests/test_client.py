@@ -537,6 +537,38 @@ def test_receive_interrupted_while_its_dequeue_answers_gives_the_message_back(
     link.close()
 
 
+def test_a_second_interruption_while_the_dequeue_commits_gives_the_message_back_elsewhere(
+        pg_server: Server, dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C in the answer of the dequeue's COMMIT on the caller's autocommit connection, and a
+    second one during psycopg's cancel: psycopg 3.3 closes the connection. The COMMIT was sent
+    (the lease committed, as the give-back after one Ctrl-C assumes): the message read is given
+    back on a connection of its own (Queue._take; it failed, "the connection is closed")."""
+    def cancel_interrupted(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt("the second Ctrl-C, during the cancel")
+
+    watcher = Queue(conn, "jobs")
+    watcher.create(max_attempts=1)
+    msg_id = watcher.enqueue("interrupted twice")
+    link = InterruptingLink(pg_server, b"COMMIT\x00")
+    relayed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=link.port)
+    with psycopg.connect(relayed, autocommit=True) as caller:
+        q = Queue(caller, "jobs")
+        q.settings()  # connected through the link before it is armed
+        monkeypatch.setattr(psycopg.Connection, "_try_cancel", cancel_interrupted)
+        link.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            with q.receive(lock_ms=60_000, heartbeat=False):
+                pytest.fail("the block never runs: the receive was interrupted")
+        assert link.fired
+        if tuple(int(p) for p in psycopg.__version__.split(".")[:2]) >= (3, 3):
+            assert caller.closed  # what psycopg 3.3 does: the case this test is about
+    stats = watcher.stats()
+    assert (stats.ready, stats.leased, stats.dead) == (1, 0, 0)
+    [again] = watcher.dequeue(1)
+    assert again.id == msg_id
+    link.close()
+
+
 @pytest.mark.parametrize("source", ["caller", "own"])
 def test_an_answer_an_interruption_left_unread_is_read_before_the_give_back(source: str, dsn: str) -> None:
     """psycopg reads on the answer of a statement a Ctrl-C cancelled; a Ctrl-C landing inside
