@@ -21,7 +21,7 @@ from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, Queue
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
-from test_client import (LEFT_OPEN, SLOW_LEASE_MS, bounded, heartbeat_many_renews_each_with_its_own_token,
+from test_client import (LEFT_OPEN, SLOW_LEASE_MS, Unanswering, bounded, heartbeat_many_renews_each_with_its_own_token,
                          interrupt_after_sending, socket_port)
 
 Conn = psycopg.Connection[Any]
@@ -800,12 +800,60 @@ def test_an_async_lease_taken_in_the_callers_transaction_is_not_settled_elsewher
     run(main)
 
 
+def test_an_async_give_back_elsewhere_to_a_server_that_no_longer_answers_gives_up_in_seconds(
+        pg_server: Server, dsn: str) -> None:
+    """test_client's twin: the connection of the give-back elsewhere is opened with
+    connect_timeout 3, not psycopg's default 130 s, against a server that no longer answers."""
+    relay = Unanswering(pg_server)
+    relayed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
+
+    async def main() -> None:
+        caller = await psycopg.AsyncConnection.connect(relayed, autocommit=True)
+        async with AsyncQueue(dsn, "jobs") as other:
+            q = AsyncQueue(caller, "jobs")
+            await q.create(lock_ms=60_000)
+            msg_id = await q.enqueue("given back to nobody")
+            started = 0.0
+            with pytest.raises(KeyboardInterrupt) as raised:
+                async with q.receive(heartbeat=False) as msg:
+                    assert msg is not None and msg.id == msg_id
+                    relay.stalled.set()
+                    await caller.close()
+                    started = time.monotonic()
+                    raise KeyboardInterrupt("Ctrl-C")
+            assert time.monotonic() - started < 10
+            assert any(f"could not release message {msg_id}" in n for n in getattr(raised.value, "__notes__", []))
+            stats = await other.stats()
+            assert (stats.ready, stats.leased) == (0, 1)  # its lease runs out
+
+    try:
+        run(main)
+    finally:
+        relay.resumed.set()
+        relay.close()
+
+
+def test_async_receive_on_a_closed_callers_connection_raises_connection_failed(dsn: str) -> None:
+    async def main() -> None:
+        caller = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        q = AsyncQueue(caller, "jobs")
+        await q.create()
+        await q.enqueue("never taken")
+        await caller.close()
+        with pytest.raises(errors.ConnectionFailed):
+            async with q.receive(heartbeat=False):
+                pytest.fail("the block never runs")
+
+    run(main)
+
+
 def test_a_second_cancellation_during_psycopgs_cancel_still_gives_the_async_message_back(
         dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A timeout cancels the block's statement; a second cancellation during psycopg's cancel of
     it (anyio's move_on_after cancels at every await) makes psycopg 3.3 close the connection: the
     message is given back on a connection of its own (a review: 10 runs in 10 on 3.3.9 left it
-    leased until its lease ran out)."""
+    leased until its lease ran out), once the closed connection's session, which ran the block's
+    statement on, has been ended: its write is rolled back (test_client's twin)."""
     async def cancel_interrupted(self: Any, *args: Any, **kwargs: Any) -> None:
         raise asyncio.CancelledError("the second cancellation, during the cancel")
 
@@ -816,18 +864,26 @@ def test_a_second_cancellation_during_psycopgs_cancel_still_gives_the_async_mess
                 q = AsyncQueue(caller, "jobs")
                 await q.create(lock_ms=60_000)
                 msg_id = await q.enqueue("cancelled twice")
+                await caller.execute("CREATE TABLE side_effects (n integer)")
+                pid = caller.info.backend_pid
                 monkeypatch.setattr(psycopg.AsyncConnection, "_try_cancel", cancel_interrupted)
                 with pytest.raises(TimeoutError):
                     async with asyncio.timeout(0.5):
                         async with q.receive(heartbeat=False) as msg:
                             assert msg is not None
-                            await caller.execute("SELECT pg_sleep(5)")
+                            await caller.execute("INSERT INTO side_effects SELECT 1 FROM pg_sleep(2)")
                 if tuple(int(p) for p in psycopg.__version__.split(".")[:2]) >= (3, 3):
                     assert caller.closed  # what psycopg 3.3 does: the case this test is about
                 stats = await other.stats()
                 assert (stats.ready, stats.leased) == (1, 0)
-                [again] = await other.dequeue(1)
-                assert again.id == msg_id and again.attempts == 2
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watch:
+                    cur = await watch.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+                    assert await cur.fetchone() == (0,)  # ended before the give-back
+                    [again] = await other.dequeue(1)
+                    assert again.id == msg_id and again.attempts == 2
+                    await asyncio.sleep(2.0)  # past the statement's own end
+                    cur = await watch.execute("SELECT count(*) FROM side_effects")
+                    assert await cur.fetchone() == (0,)  # rolled back
         finally:
             await caller.close()
 

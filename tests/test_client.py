@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -699,26 +700,123 @@ def test_a_second_interruption_during_psycopgs_cancel_still_gives_the_message_ba
     """A Ctrl-C right after the block's statement was sent makes psycopg cancel it; a second one
     during that cancel makes psycopg 3.3 close the connection (3.2 leaves it busy). Either way
     the message is given back at once: on a connection of its own when the caller's is closed
-    (a review: 10 runs in 10 on psycopg 3.3.9 left the message leased until its lease ran out)."""
+    (a review: 10 runs in 10 on psycopg 3.3.9 left the message leased until its lease ran out).
+
+    And only once the block's statement has stopped: the cancel never reached the server, and
+    the closed connection's session ran the statement on, to commit it at its end (autocommit)
+    while the message was being handled by its next consumer (a review). The session is ended
+    before the give-back: the statement's write is rolled back, and the session is gone by the
+    time the message is ready again."""
     def cancel_interrupted(self: Any, *args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt("the second Ctrl-C, during the cancel")
 
-    with psycopg.connect(dsn, autocommit=True) as caller, Queue(dsn, "jobs") as other:
+    with (psycopg.connect(dsn, autocommit=True) as caller, psycopg.connect(dsn, autocommit=True) as watch,
+          Queue(dsn, "jobs") as other):
         q = Queue(caller, "jobs")
         q.create(lock_ms=60_000)
+        caller.execute("CREATE TABLE side_effects (n integer)")
         msg_id = q.enqueue("interrupted twice")
+        pid = caller.info.backend_pid
         monkeypatch.setattr(psycopg.Connection, "_try_cancel", cancel_interrupted)
         with pytest.raises(KeyboardInterrupt):
             with q.receive(heartbeat=False) as msg:
                 assert msg is not None
                 with interrupt_after_sending(monkeypatch, b"pg_sleep"):
-                    caller.execute("SELECT pg_sleep(0.3)")
+                    caller.execute("INSERT INTO side_effects SELECT 1 FROM pg_sleep(1.5)")
         if tuple(int(p) for p in psycopg.__version__.split(".")[:2]) >= (3, 3):
             assert caller.closed  # what psycopg 3.3 does: the case this test is about
         stats = other.stats()
         assert (stats.ready, stats.leased) == (1, 0)
+        assert watch.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone() == (0,)
         [again] = other.dequeue(1)
         assert again.id == msg_id and again.attempts == 2
+        time.sleep(2.0)  # past the statement's own end
+        assert watch.execute("SELECT count(*) FROM side_effects").fetchone() == (0,)  # rolled back
+
+
+def test_a_closed_callers_session_is_ended_only_if_its_pid_and_client_address_match(dsn: str) -> None:
+    """What settle_elsewhere ends before it settles: the session recorded of the caller's
+    connection (_core.caller_session), matched by its backend pid and the client address and
+    port the server saw. The same pid at another address (a pooler's server connection, which
+    other clients share) is left alone."""
+    from pgqueue import _core
+
+    with (psycopg.connect(make_conninfo(dsn, connect_timeout="1"), autocommit=True) as caller,
+          psycopg.connect(dsn, autocommit=True) as other):
+        session = _core.caller_session(caller.pgconn)
+        seen = other.execute("SELECT host(client_addr), client_port FROM pg_stat_activity WHERE pid = %s",
+                             [caller.info.backend_pid]).fetchone()
+        assert session.port is not None and (session.pid, session.addr, session.port) == (
+            caller.info.backend_pid, *seen)
+        assert conninfo_to_dict(session.conninfo)["connect_timeout"] == "1"  # a shorter one is kept
+        assert conninfo_to_dict(_core.caller_session(other.pgconn).conninfo)["connect_timeout"] == "3"
+
+        def end(s: _core.CallerSession) -> bool:
+            call = _core.end_session(s)
+            return call.result(other.execute(call.query, call.params).fetchall())
+
+        assert end(replace(session, port=session.port + 1))  # no such session: nothing to wait for
+        assert caller.execute("SELECT 1").fetchone() == (1,)  # left alone
+        assert end(session)  # ended, and gone when it answers
+        assert other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                             [session.pid]).fetchone() == (0,)
+        with pytest.raises(psycopg.OperationalError):
+            caller.execute("SELECT 1")
+
+
+class Unanswering(Relay):
+    """A TCP relay to the server that, once ``stalled``, holds every byte back: a server (or a
+    path to it) that no longer answers, new connections included."""
+
+    def __init__(self, server: Server) -> None:
+        self.stalled = threading.Event()
+        self.resumed = threading.Event()
+        super().__init__(server)
+
+    def passing(self, data: bytes, answers: bool) -> None:
+        if self.stalled.is_set():
+            self.resumed.wait(60)
+
+
+def test_a_give_back_elsewhere_to_a_server_that_no_longer_answers_gives_up_in_seconds(
+        pg_server: Server, dsn: str) -> None:
+    """Interrupted after its connection was closed, the block's message is given back on a
+    connection of its own; against a server that no longer answers, that connection's opening
+    gave up only after psycopg's default connect_timeout, 130 s, with Ctrl-C pressed twice (a
+    review). It is opened with connect_timeout 3: the give-back fails in seconds, and says so."""
+    relay = Unanswering(pg_server)
+    relayed = make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
+    try:
+        with psycopg.connect(relayed, autocommit=True) as caller, Queue(dsn, "jobs") as other:
+            q = Queue(caller, "jobs")
+            q.create(lock_ms=60_000)
+            msg_id = q.enqueue("given back to nobody")
+            with pytest.raises(KeyboardInterrupt) as raised:
+                with q.receive(heartbeat=False) as msg:
+                    assert msg is not None and msg.id == msg_id
+                    relay.stalled.set()
+                    caller.close()
+                    started = time.monotonic()
+                    raise KeyboardInterrupt("Ctrl-C")
+            assert time.monotonic() - started < 10
+            assert any(f"could not release message {msg_id}" in n for n in getattr(raised.value, "__notes__", []))
+            stats = other.stats()
+            assert (stats.ready, stats.leased) == (0, 1)  # its lease runs out
+    finally:
+        relay.resumed.set()
+        relay.close()
+
+
+def test_receive_on_a_closed_callers_connection_raises_connection_failed(dsn: str) -> None:
+    """Not psycopg's OperationalError: the conninfo of a closed connection cannot be read (a review)."""
+    caller = psycopg.connect(dsn, autocommit=True)
+    q = Queue(caller, "jobs")
+    q.create()
+    q.enqueue("never taken")
+    caller.close()
+    with pytest.raises(errors.ConnectionFailed):
+        with q.receive(heartbeat=False):
+            pytest.fail("the block never runs")
 
 
 @pytest.mark.parametrize("mode", ["transaction-mode", "autocommit-in-a-transaction-block"])

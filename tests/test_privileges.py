@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -482,3 +483,24 @@ def test_producers_and_consumers_make_sure_of_their_queue(roles: Roles) -> None:
             conn.execute("SET TRANSACTION READ ONLY")
             conn.execute("SELECT pgqueue.queue_create('jobs', p_if_not_exists => true)")
         denied(roles.dsn(role), "SELECT pgqueue.queue_create('not_theirs', p_if_not_exists => true)")
+
+
+def test_a_consumer_ends_its_own_closed_connections_session_without_a_grant(roles: Roles) -> None:
+    """What receive() runs before it settles a message elsewhere once the caller's connection is
+    closed (pgqueue._core.end_session: pg_stat_activity and pg_terminate_backend): a role sees its
+    own sessions' client address and may end them with no grant (docs/security.md). Another
+    role's session is not matched: its address is hidden from the consumer."""
+    from pgqueue import _core
+
+    c = roles.dsn(roles.consumer)
+    with (psycopg.connect(c, autocommit=True) as caller, psycopg.connect(c, autocommit=True) as other,
+          psycopg.connect(roles.dsn(roles.producer), autocommit=True) as producers):
+        def end(conn: psycopg.Connection[Any]) -> bool:
+            call = _core.end_session(_core.caller_session(conn.pgconn))
+            return call.result(other.execute(call.query, call.params).fetchall())
+
+        assert end(producers)  # not matched: nothing to end
+        assert producers.execute("SELECT 1").fetchone() == (1,)
+        assert end(caller)
+        with pytest.raises(psycopg.OperationalError):
+            caller.execute("SELECT 1")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -611,6 +613,64 @@ def conninfo_of(pgconn: PGconn) -> str:
     """
     params = {opt.keyword.decode(): opt.val.decode() for opt in pgconn.info if opt.val is not None}
     return make_conninfo("", **params)
+
+
+#: The longest a connection opened to settle a message elsewhere may take to connect (seconds):
+#: psycopg's default without ``connect_timeout`` is 130 s, which a Ctrl-C twice against a server
+#: that no longer answers waited out (a review).
+SETTLE_CONNECT_TIMEOUT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class CallerSession:
+    """A caller's connection's server session, recorded while the connection is open, for
+    settling a message on a connection of its own once the caller's is closed.
+
+    Attributes:
+        conninfo: a connection string to the same server, database and user (:func:`conninfo_of`),
+            with ``connect_timeout`` at most :data:`SETTLE_CONNECT_TIMEOUT`.
+        pid: the server process of the session (``backend_pid``).
+        addr: the client address the server saw (None for a Unix socket).
+        port: the client port the server saw (-1 for a Unix socket; None if it could not be read,
+            and then :func:`end_session` matches no session).
+    """
+
+    conninfo: str
+    pid: int
+    addr: str | None
+    port: int | None
+
+
+def caller_session(pgconn: PGconn) -> CallerSession:
+    """Record an open connection's session (:class:`CallerSession`): its conninfo, its backend
+    pid, and its socket's local address, which the server sees as the client's."""
+    params = conninfo_to_dict(conninfo_of(pgconn))
+    timeout = str(params.get("connect_timeout") or "")
+    if not timeout.isdigit() or not 0 < int(timeout) <= SETTLE_CONNECT_TIMEOUT:
+        params["connect_timeout"] = SETTLE_CONNECT_TIMEOUT
+    addr: str | None = None
+    port: int | None = -1
+    try:
+        with socket.socket(fileno=os.dup(pgconn.socket)) as sock:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                name = sock.getsockname()
+                addr, port = str(name[0]).partition("%")[0], int(name[1])  # no IPv6 zone: not an inet
+    except OSError:
+        port = None  # not a socket os.dup takes (Windows): no session will match
+    return CallerSession(make_conninfo("", **params), pgconn.backend_pid, addr, port)
+
+
+def end_session(session: CallerSession) -> Call[bool]:
+    """Return the call that ends a closed caller connection's server session if the server still
+    runs it (:data:`pgqueue._sql.END_SESSION`): True once it is gone, False if it did not exit
+    within 5 seconds."""
+    return Call(_sql.END_SESSION, {"pid": session.pid, "addr": session.addr, "port": session.port}, _bool)
+
+
+def session_runs_on(session: CallerSession) -> str:
+    """The error text when :func:`end_session` says the session did not exit in time."""
+    return (f"the closed connection's server session (process {session.pid}) did not end within 5 seconds; "
+            "the message is left leased until its lease runs out")
 
 
 @functools.cache

@@ -1,6 +1,7 @@
 """Every SQL statement the Python package sends, as constants.
 
-They call only the extension's public functions and views (``pgqueue.*``); parameters are
+They call only the extension's public functions and views (``pgqueue.*``), but for
+:data:`END_SESSION` (``pg_stat_activity``, ``pg_terminate_backend``); parameters are
 passed by name (``%(queue)s``) and cast explicitly, so the statements mean the same whatever
 adapters the caller's connection has. Relative times (``delay``) are added to the server's
 clock, ``pgqueue.now_ms()``, the clock that leases and due times are compared against, so a
@@ -384,3 +385,20 @@ SELECT DISTINCT CASE WHEN o.refobjid IS NULL THEN pg_catalog.pg_describe_object(
 # For the rest of uninstall's transaction: no NOTICE for each object a DROP ... CASCADE takes
 # along, nor for each one a DROP ... IF EXISTS finds gone already.
 QUIET: Final[LiteralString] = "SET LOCAL client_min_messages = warning"
+
+# Before a receive() block's message is settled on a connection of its own because the caller's
+# connection is closed (by psycopg after a second interruption during its cancel, say): end the
+# closed connection's server session if it is still there, waiting up to 5 s for it to exit
+# (PostgreSQL 14 and later), so that a statement of the block still running in it (autocommit:
+# it would commit later) is rolled back before the message can go to another consumer. Matched
+# by the backend pid and the client address and port that the session had (-1 and NULL for a
+# Unix socket) and the login user: not another client's session behind a pooler, whose
+# server connections have the pooler's address (and the pid a pooler reports to its clients is a
+# random key of its own). No row: the session is gone. False: it did not exit in time.
+END_SESSION: Final[LiteralString] = (
+    "SELECT coalesce(bool_and(pg_catalog.pg_terminate_backend(a.pid, 5000)), true) "
+    "FROM pg_catalog.pg_stat_activity a "
+    "WHERE a.pid = %(pid)s::integer AND a.pid <> pg_catalog.pg_backend_pid() "
+    "AND a.usename = session_user AND a.client_port = %(port)s::integer "
+    "AND a.client_addr IS NOT DISTINCT FROM %(addr)s::inet"
+)

@@ -260,8 +260,8 @@ class _AsyncConnector:
         self._own: psycopg.AsyncConnection[Any] | None = None
         self._own_heartbeat: psycopg.AsyncConnection[Any] | None = None
         self._closed = False
-        # a caller's connection's conninfo, recorded while it is open (see settle_elsewhere)
-        self._caller_conninfo: str | None = None
+        # a caller's connection's session, recorded while it is open (see settle_elsewhere)
+        self._caller_session: _core.CallerSession | None = None
 
     async def _open(self, attr: str) -> psycopg.AsyncConnection[Any]:
         if self._lock is None:
@@ -346,8 +346,9 @@ class _AsyncConnector:
         """
         if self._conn is None:
             return await self.run(call), False
-        if self._caller_conninfo is None and not self._conn.closed:
-            self._caller_conninfo = _core.conninfo_of(self._conn.pgconn)  # for settle_elsewhere
+        if self._caller_session is None and not self._conn.closed:
+            with translating():  # for settle_elsewhere
+                self._caller_session = _core.caller_session(self._conn.pgconn)
         status: list[TransactionStatus] = []
         result = await _execute(self._conn, call, status)
         in_transaction = not self._conn.autocommit or (
@@ -427,17 +428,21 @@ class _AsyncConnector:
     def settles_elsewhere(self) -> bool:
         """Whether a lease committed on a caller's autocommit connection, which is closed now, can
         be settled on a connection of its own (see the sync connector's)."""
-        return self._conn is not None and self._conn.closed and self._caller_conninfo is not None
+        return self._conn is not None and self._conn.closed and self._caller_session is not None
 
     async def settle_elsewhere(self, call: Call[bool]) -> bool:
         """Run a settling call on a connection opened for it alone to the caller's server, closed
         after it (see the sync connector's: psycopg 3.3 closes a connection when a second
         cancellation lands during its cancel of an interrupted statement, as anyio's
-        ``move_on_after`` does)."""
-        assert self._caller_conninfo is not None
+        ``move_on_after`` does). The closed connection's server session is ended first if it is
+        still there, and the connection opened with a ``connect_timeout`` of at most 3 seconds."""
+        session = self._caller_session
+        assert session is not None
         with translating():
-            conn = await _connect.connect_async(self._caller_conninfo, autocommit=True)
+            conn = await _connect.connect_async(session.conninfo, autocommit=True)
         async with conn:
+            if not await _execute(conn, _core.end_session(session), lent=True):
+                raise ConnectionFailed(_core.session_runs_on(session))
             return await _execute(conn, call, lent=True)
 
     async def drop_lost(self) -> None:

@@ -311,8 +311,8 @@ class _Connector:
         self._own: psycopg.Connection[Any] | None = None
         self._own_heartbeat: psycopg.Connection[Any] | None = None
         self._closed = False
-        # a caller's connection's conninfo, recorded while it is open (see settle_elsewhere)
-        self._caller_conninfo: str | None = None
+        # a caller's connection's session, recorded while it is open (see settle_elsewhere)
+        self._caller_session: _core.CallerSession | None = None
 
     def conninfo(self) -> str:
         """Return a connection string that reaches the same database (for extra connections)."""
@@ -376,8 +376,9 @@ class _Connector:
             in_transaction = self._conn is not None and (not conn.autocommit or conn.info.transaction_status in (
                 TransactionStatus.INTRANS, TransactionStatus.INERROR))
             if conn.autocommit and not in_transaction:
-                if self._conn is not None and self._caller_conninfo is None:
-                    self._caller_conninfo = _core.conninfo_of(conn.pgconn)  # for settle_elsewhere
+                if self._conn is not None and self._caller_session is None and not conn.closed:
+                    with translating():  # for settle_elsewhere
+                        self._caller_session = _core.caller_session(conn.pgconn)
                 with translating(), conn.transaction():
                     yield conn, in_transaction
             else:
@@ -500,7 +501,7 @@ class _Connector:
     def settles_elsewhere(self) -> bool:
         """Whether a lease committed on a caller's autocommit connection, which is closed now, can
         be settled on a connection of its own (:meth:`settle_elsewhere`)."""
-        return self._conn is not None and self._conn.closed and self._caller_conninfo is not None
+        return self._conn is not None and self._conn.closed and self._caller_session is not None
 
     def settle_elsewhere(self, call: Call[bool]) -> bool:
         """Run a settling call on a connection opened for it alone to the caller's server, with
@@ -512,11 +513,22 @@ class _Connector:
         when a second interruption lands during its cancel of an interrupted statement, a
         Ctrl-C twice or an anyio ``move_on_after``). The give-back failed on it ("the connection
         is closed") and the message stayed leased until its lease ran out (a review). The token
-        makes it safe: a lease taken over since makes the call stale (False)."""
-        assert self._caller_conninfo is not None
+        makes it safe: a lease taken over since makes the call stale (False).
+
+        The closed connection's server session is ended first if it is still there
+        (:func:`pgqueue._core.end_session`): psycopg closes the connection without waiting for
+        its cancel, and a statement of the block running on in the session (committed at its
+        end: autocommit) ran beside the message's next delivery to another consumer (a review).
+        If the session does not exit within 5 seconds, the message is not settled: its lease
+        runs out (ConnectionFailed). The connection is opened with a ``connect_timeout`` of at
+        most 3 seconds (psycopg's default is 130)."""
+        session = self._caller_session
+        assert session is not None
         with translating():
-            conn = _connect.connect(self._caller_conninfo, autocommit=True)
+            conn = _connect.connect(session.conninfo, autocommit=True)
         with conn:
+            if not _execute(conn, _core.end_session(session), lent=True):
+                raise ConnectionFailed(_core.session_runs_on(session))
             return _execute(conn, call, lent=True)
 
     def drop_lost(self) -> None:
