@@ -16,7 +16,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import client_scenarios as scenarios
-from conftest import Server, create_database, drop_database
+from conftest import Relay, Server, create_database, drop_database
 from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, QueueStats, _sql, errors
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
@@ -830,6 +830,37 @@ def test_an_async_give_back_elsewhere_to_a_server_that_no_longer_answers_gives_u
         run(main)
     finally:
         relay.resumed.set()
+        relay.close()
+
+
+def test_an_async_closed_callers_session_behind_a_proxy_is_left_alone_and_so_is_its_message(
+        pg_server: Server, dsn: str) -> None:
+    """test_client's twin: a session with the closed connection's pid that the server sees at a
+    proxy's address is not provably the caller's; it is left alone, and the message leased."""
+    relay = Relay(pg_server)
+    relayed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
+
+    async def main() -> None:
+        caller = await psycopg.AsyncConnection.connect(relayed, autocommit=True)
+        async with AsyncQueue(dsn, "jobs") as other:
+            q = AsyncQueue(caller, "jobs")
+            await q.create(lock_ms=60_000)
+            await q.enqueue("completed by nobody")
+            pid = caller.info.backend_pid
+            with pytest.raises(errors.ConnectionFailed, match="not provably its own"):
+                async with q.receive(heartbeat=False) as msg:
+                    assert msg is not None
+                    caller.pgconn.send_query(b"SELECT pg_sleep(3)")  # runs on after the close
+                    await caller.close()
+            with psycopg.connect(dsn, autocommit=True) as watch:
+                assert watch.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                     [pid]).fetchone() == (1,)
+            stats = await other.stats()
+            assert (stats.ready, stats.leased) == (0, 1)  # its lease runs out
+
+    try:
+        run(main)
+    finally:
         relay.close()
 
 

@@ -734,34 +734,54 @@ def test_a_second_interruption_during_psycopgs_cancel_still_gives_the_message_ba
         assert watch.execute("SELECT count(*) FROM side_effects").fetchone() == (0,)  # rolled back
 
 
-def test_a_closed_callers_session_is_ended_only_if_its_pid_and_client_address_match(dsn: str) -> None:
+def test_a_closed_callers_session_is_ended_only_if_its_pid_and_client_address_match(
+        pg_server: Server, dsn: str) -> None:
     """What settle_elsewhere ends before it settles: the session recorded of the caller's
     connection (_core.caller_session), matched by its backend pid and the client address and
-    port the server saw. The same pid at another address (a pooler's server connection, which
-    other clients share) is left alone."""
+    port the server saw. A session with the pid at another address or port (behind a NAT, a
+    proxy, or a pooler's server connection, which other clients share) or of unknown port is
+    left alone, and so is the message (None: before, no match counted as gone and the message
+    was settled while such a session's statement could still commit). No session with the pid:
+    gone (True)."""
     from pgqueue import _core
 
-    with (psycopg.connect(make_conninfo(dsn, connect_timeout="1"), autocommit=True) as caller,
+    # a list of hosts whose first refuses: the session's conninfo is the one reached (psycopg
+    # tries them one at a time), not the list, whose first might be another server
+    listed = make_conninfo(dsn, host=f"127.0.0.1,{pg_server.host}", port=f"1,{pg_server.port}",
+                           connect_timeout="1")
+    with (psycopg.connect(listed, autocommit=True) as caller,
           psycopg.connect(dsn, autocommit=True) as other):
         session = _core.caller_session(caller.pgconn)
         seen = other.execute("SELECT host(client_addr), client_port FROM pg_stat_activity WHERE pid = %s",
                              [caller.info.backend_pid]).fetchone()
         assert session.port is not None and (session.pid, session.addr, session.port) == (
             caller.info.backend_pid, *seen)
-        assert conninfo_to_dict(session.conninfo)["connect_timeout"] == "1"  # a shorter one is kept
+        kept = conninfo_to_dict(session.conninfo)
+        assert kept["connect_timeout"] == "1"  # a shorter one is kept
+        assert (kept["host"], kept["port"]) == (pg_server.host, str(pg_server.port))
         assert conninfo_to_dict(_core.caller_session(other.pgconn).conninfo)["connect_timeout"] == "3"
 
-        def end(s: _core.CallerSession) -> bool:
+        def end(s: _core.CallerSession) -> bool | None:
             call = _core.end_session(s)
             return call.result(other.execute(call.query, call.params).fetchall())
 
-        assert end(replace(session, port=session.port + 1))  # no such session: nothing to wait for
+        assert end(replace(session, port=session.port + 1)) is None  # not provably the caller's
+        assert end(replace(session, port=None)) is None  # the port unknown
         assert caller.execute("SELECT 1").fetchone() == (1,)  # left alone
         assert end(session)  # ended, and gone when it answers
         assert other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
                              [session.pid]).fetchone() == (0,)
         with pytest.raises(psycopg.OperationalError):
             caller.execute("SELECT 1")
+        assert end(replace(session, port=None)) is True  # no session has the pid: gone
+
+        def gone(pid: int) -> bool:
+            call = _core.session_gone(replace(session, pid=pid))
+            return call.result(other.execute(call.query, call.params).fetchall())
+
+        with psycopg.connect(dsn, autocommit=True) as third:
+            assert (gone(session.pid), gone(third.info.backend_pid)) == (True, False)
+            assert gone(other.info.backend_pid)  # the asking session's own pid is never the closed one's
 
 
 class Unanswering(Relay):
@@ -804,6 +824,35 @@ def test_a_give_back_elsewhere_to_a_server_that_no_longer_answers_gives_up_in_se
             assert (stats.ready, stats.leased) == (0, 1)  # its lease runs out
     finally:
         relay.resumed.set()
+        relay.close()
+
+
+def test_a_closed_callers_session_behind_a_proxy_is_left_alone_and_so_is_its_message(
+        pg_server: Server, dsn: str) -> None:
+    """Behind a proxy (a TCP relay here; a NAT, a pooler) the server sees the proxy's address and
+    port, not those of the caller's socket: a session with the closed connection's pid is not
+    provably the caller's. Before, no match counted as gone, and the message was completed on a
+    connection of its own while the block's statement ran on in that session, to commit beside
+    the message's next delivery. The session is left alone, and the message leased until its
+    lease runs out: ConnectionFailed says why."""
+    relay = Relay(pg_server)
+    relayed = make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
+    try:
+        with (psycopg.connect(relayed, autocommit=True) as caller, Queue(dsn, "jobs") as other,
+              psycopg.connect(dsn, autocommit=True) as watch):
+            q = Queue(caller, "jobs")
+            q.create(lock_ms=60_000)
+            q.enqueue("completed by nobody")
+            pid = caller.info.backend_pid
+            with pytest.raises(errors.ConnectionFailed, match="not provably its own"):
+                with q.receive(heartbeat=False) as msg:
+                    assert msg is not None
+                    caller.pgconn.send_query(b"SELECT pg_sleep(3)")  # runs on after the close
+                    caller.close()
+            assert watch.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone() == (1,)
+            stats = other.stats()
+            assert (stats.ready, stats.leased) == (0, 1)  # its lease runs out
+    finally:
         relay.close()
 
 

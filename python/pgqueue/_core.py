@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -628,11 +627,13 @@ class CallerSession:
 
     Attributes:
         conninfo: a connection string to the same server, database and user (:func:`conninfo_of`),
-            with ``connect_timeout`` at most :data:`SETTLE_CONNECT_TIMEOUT`.
+            of the host, address and port the connection reached, with ``connect_timeout`` at
+            most :data:`SETTLE_CONNECT_TIMEOUT`.
         pid: the server process of the session (``backend_pid``).
         addr: the client address the server saw (None for a Unix socket).
         port: the client port the server saw (-1 for a Unix socket; None if it could not be read,
-            and then :func:`end_session` matches no session).
+            and then :func:`end_session` ends no session and leaves the message leased if a
+            session has the pid).
     """
 
     conninfo: str
@@ -642,33 +643,51 @@ class CallerSession:
 
 
 def caller_session(pgconn: PGconn) -> CallerSession:
-    """Record an open connection's session (:class:`CallerSession`): its conninfo, its backend
-    pid, and its socket's local address, which the server sees as the client's."""
+    """Record an open connection's session (:class:`CallerSession`): its conninfo (that of the
+    host and address it reached: psycopg tries a list of hosts, or a name's addresses, one at a
+    time), its backend pid, and its socket's local address, which the server sees as the
+    client's."""
     params = conninfo_to_dict(conninfo_of(pgconn))
     timeout = str(params.get("connect_timeout") or "")
     if not timeout.isdigit() or not 0 < int(timeout) <= SETTLE_CONNECT_TIMEOUT:
         params["connect_timeout"] = SETTLE_CONNECT_TIMEOUT
     addr: str | None = None
     port: int | None = -1
+    sock: socket.socket | None = None
     try:
-        with socket.socket(fileno=os.dup(pgconn.socket)) as sock:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                name = sock.getsockname()
-                addr, port = str(name[0]).partition("%")[0], int(name[1])  # no IPv6 zone: not an inet
+        sock = socket.socket(fileno=pgconn.socket)  # psycopg's socket, detached below, never closed here
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            name = sock.getsockname()
+            addr, port = str(name[0]).partition("%")[0], int(name[1])  # no IPv6 zone: not an inet
     except OSError:
-        port = None  # not a socket os.dup takes (Windows): no session will match
+        port = None  # unknown: a session with the pid is then never ended, nor the message settled
+    finally:
+        if sock is not None:
+            sock.detach()
     return CallerSession(make_conninfo("", **params), pgconn.backend_pid, addr, port)
 
 
-def end_session(session: CallerSession) -> Call[bool]:
+def end_session(session: CallerSession) -> Call[bool | None]:
     """Return the call that ends a closed caller connection's server session if the server still
-    runs it (:data:`pgqueue._sql.END_SESSION`): True once it is gone, False if it did not exit
-    within 5 seconds."""
-    return Call(_sql.END_SESSION, {"pid": session.pid, "addr": session.addr, "port": session.port}, _bool)
+    runs it (:data:`pgqueue._sql.END_SESSION`): True once no session has its pid (gone, or
+    ended), None if one has it that is not provably the caller's (left alone), False if it did
+    not exit within 5 seconds or exited just before the call (:func:`session_gone` tells)."""
+    return Call(_sql.END_SESSION, {"pid": session.pid, "addr": session.addr, "port": session.port}, _bool_or_none)
 
 
-def session_runs_on(session: CallerSession) -> str:
-    """The error text when :func:`end_session` says the session did not exit in time."""
+def session_gone(session: CallerSession) -> Call[bool]:
+    """Return the call that tells whether no session has the closed caller connection's pid now
+    (:data:`pgqueue._sql.SESSION_GONE`), after :func:`end_session` said False."""
+    return Call(_sql.SESSION_GONE, {"pid": session.pid}, _bool)
+
+
+def session_runs_on(session: CallerSession, ended: bool | None) -> str:
+    """The error text when :func:`end_session` did not end the session: it did not exit in time
+    (``ended`` False), or a session with its pid is not provably the caller's (None)."""
+    if ended is None:
+        return (f"a server session with the closed connection's process id ({session.pid}) is not provably "
+                "its own (another client address, port or user: a NAT, a proxy or a pooler between); "
+                "it is left alone, and the message leased until its lease runs out")
     return (f"the closed connection's server session (process {session.pid}) did not end within 5 seconds; "
             "the message is left leased until its lease runs out")
 
@@ -814,6 +833,11 @@ def _scalar(rows: list[Row]) -> Any:
 
 def _bool(rows: list[Row]) -> bool:
     return bool(_scalar(rows))
+
+
+def _bool_or_none(rows: list[Row]) -> bool | None:
+    value = _scalar(rows)
+    return None if value is None else bool(value)
 
 
 def _int(rows: list[Row]) -> int:

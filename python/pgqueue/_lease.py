@@ -15,8 +15,11 @@ another delivery) and that is still held after the call has lost its lease: it i
 and never beaten again (it is known by its token, id and attempts, so a later delivery of the
 same id is beaten as usual); one settled while the call ran is neither reported nor remembered.
 A call that fails with a lost connection is made once more at once (the beat's connector opens
-a new connection: waiting for the next round would spend a third of the lease); a call that
-raises otherwise, or again, ends the round, is logged (a run of failures once: :class:`Outage`),
+a new connection: waiting for the next round would spend a third of the lease), and one that
+conflicted with another transaction (40001 at REPEATABLE READ, where the beat met the loop's
+acknowledgement of a message that had just finished; 40P01) up to
+:data:`BEAT_CONFLICTS_AGAIN` times, logged at DEBUG (it rolled back whole; its statement takes
+a new snapshot); a call that raises otherwise, or again, ends the round, is logged (a run of failures once: :class:`Outage`),
 and the next round tries again. A round with nothing to send makes no call (and tells the
 :class:`Outage` nothing).
 
@@ -61,6 +64,27 @@ def _connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, psycopg.Error):
         return isinstance(translate(exc), ConnectionFailed)
     return isinstance(exc, ConnectionFailed)
+
+
+#: The SQLSTATEs of a call that conflicted with another transaction and rolled back whole: a
+#: serialization failure (40001: a database or role that defaults to REPEATABLE READ, whose
+#: statement's snapshot saw a row another session changed since) and a deadlock (40P01).
+CONFLICTS = frozenset({"40001", "40P01"})
+
+#: How many conflicts in a row a heartbeat call is made again at once before the round ends
+#: with the error (a statement of its own takes a new snapshot each time).
+BEAT_CONFLICTS_AGAIN = 3
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Tell whether a database error is a conflict with another transaction (:data:`CONFLICTS`):
+    the call rolled back whole and can run again, on the same connection. psycopg's errors for
+    them are OperationalErrors, which the worker counted as a lost connection: a worker on a
+    REPEATABLE READ database logged "database call failed ...; reconnecting" and waited, 7 times
+    in 3 s for three workers on one queue (a review); its heartbeats, whose call meets the
+    loop's acknowledgement of a message that has just finished, warned "heartbeat failed" and
+    left every lease of the round unrenewed until the next round."""
+    return any(e is not None and getattr(e, "sqlstate", None) in CONFLICTS for e in (exc, exc.__cause__))
 
 
 def _token(msg: Message) -> Token:
@@ -136,6 +160,31 @@ class Outage:
             self._since, self._tries = None, 0
 
 
+class _Again:
+    """Whether a heartbeat call that failed is made again at once, within one call of a round:
+    after a conflict (:func:`is_conflict`: logged at DEBUG, up to :data:`BEAT_CONFLICTS_AGAIN`
+    in a row) and once after a lost connection (logged to the outage log); otherwise the error
+    ends the round."""
+
+    def __init__(self, outage: Outage) -> None:
+        self._outage = outage
+        self._conflicts = 0
+        self._reconnected = False
+
+    def after(self, exc: BaseException) -> bool:
+        """Return True if the call that raised ``exc`` is to be made again now."""
+        if is_conflict(exc) and self._conflicts < BEAT_CONFLICTS_AGAIN:
+            self._conflicts += 1
+            log.debug("heartbeat conflicted with another transaction (%s, %d in a row): %s; trying again at once",
+                      getattr(exc, "sqlstate", None), self._conflicts, _first_line(exc))
+            return True
+        if _connection_lost(exc) and not self._reconnected:
+            self._reconnected = True
+            self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
+            return True
+        return False
+
+
 class Heartbeats:
     """A thread that renews the leases of the messages ``held()`` returns, every ``period``
     seconds, by calling ``beat(messages)`` once a round (once a chunk of ``MAX_BATCH``), which
@@ -145,7 +194,8 @@ class Heartbeats:
         held: the messages to renew now (called at each round).
         beat: renews the leases of the messages given (distinct ids) in one call and returns
             those not renewed (``_core.heartbeat_batch``); it may raise :data:`BEAT_ERRORS`
-            (logged, retried next round; a lost connection is retried once at once, so ``beat``
+            (logged, retried next round; a lost connection is retried once at once and a conflict
+            up to :data:`BEAT_CONFLICTS_AGAIN` times, so ``beat``
             should take its connection anew at each call, opening another after a loss).
         period: seconds between rounds (see :func:`interval`).
         still_held: tells whether a message is still held (default: always), so that one
@@ -170,21 +220,23 @@ class Heartbeats:
     def renew(self) -> list[Message]:
         """Run one round now; return the messages found lost in it.
 
-        A call that fails with a lost connection is made again at once; if that fails too, or a
-        call fails otherwise, the error ends the round.
+        A call that fails with a lost connection is made again at once, and one that conflicted
+        with another transaction (40001, 40P01) up to :data:`BEAT_CONFLICTS_AGAIN` times; if that
+        fails too, or a call fails otherwise, the error ends the round.
         """
         beats = _round(self._held(), self.lost, lambda m: not self._stop.is_set() and self._still_held(m))
         self._beaten = False
         try:
             chunk = next(beats)
             while True:
-                try:
-                    refused = self._beat(chunk)
-                except BEAT_ERRORS as exc:
-                    if not _connection_lost(exc):
-                        raise
-                    self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
-                    refused = self._beat(chunk)
+                again = _Again(self._outage)
+                while True:
+                    try:
+                        refused = self._beat(chunk)
+                        break
+                    except BEAT_ERRORS as exc:
+                        if not again.after(exc):
+                            raise
                 self._beaten = True
                 chunk = beats.send(refused)
         except StopIteration as done:
@@ -236,13 +288,14 @@ class AsyncHeartbeats:
         try:
             chunk = next(beats)
             while True:
-                try:
-                    refused = await self._beat(chunk)
-                except BEAT_ERRORS as exc:
-                    if not _connection_lost(exc):
-                        raise
-                    self._outage.failed(f"heartbeat failed: {_first_line(exc)}", "trying again at once")
-                    refused = await self._beat(chunk)
+                again = _Again(self._outage)
+                while True:
+                    try:
+                        refused = await self._beat(chunk)
+                        break
+                    except BEAT_ERRORS as exc:
+                        if not again.after(exc):
+                            raise
                 self._beaten = True
                 chunk = beats.send(refused)
         except StopIteration as done:

@@ -1,7 +1,9 @@
 """Every SQL statement the Python package sends, as constants.
 
-They call only the extension's public functions and views (``pgqueue.*``), but for
-:data:`END_SESSION` (``pg_stat_activity``, ``pg_terminate_backend``); parameters are
+A client's calls use only the extension's public functions and views (``pgqueue.*``), besides
+a transaction's level (:data:`SET_READ_COMMITTED`), catalog reads (the install's checks) and
+:data:`END_SESSION` and :data:`SESSION_GONE` (``pg_stat_activity``, ``pg_terminate_backend``,
+the one call of a server function that needs a privilege decision); parameters are
 passed by name (``%(queue)s``) and cast explicitly, so the statements mean the same whatever
 adapters the caller's connection has. Relative times (``delay``) are added to the server's
 clock, ``pgqueue.now_ms()``, the clock that leases and due times are compared against, so a
@@ -390,15 +392,31 @@ QUIET: Final[LiteralString] = "SET LOCAL client_min_messages = warning"
 # connection is closed (by psycopg after a second interruption during its cancel, say): end the
 # closed connection's server session if it is still there, waiting up to 5 s for it to exit
 # (PostgreSQL 14 and later), so that a statement of the block still running in it (autocommit:
-# it would commit later) is rolled back before the message can go to another consumer. Matched
-# by the backend pid and the client address and port that the session had (-1 and NULL for a
-# Unix socket) and the login user: not another client's session behind a pooler, whose
-# server connections have the pooler's address (and the pid a pooler reports to its clients is a
-# random key of its own). No row: the session is gone. False: it did not exit in time.
+# it would commit later) is rolled back before the message can go to another consumer. The
+# session is the caller's only if the backend pid, the client address and port it had (-1 and
+# NULL for a Unix socket) and the login user all match; then it is ended. True: no session has
+# the pid (it is gone), or the caller's was ended. NULL: a session has the pid but is not
+# provably the caller's (another address or port: a NAT, a proxy, a pooler's server connection
+# that other clients share, and the pid a pooler reports to its clients may be a random key of
+# its own; another user; the port unknown): it is left alone, and so is the message. False: it
+# did not exit in time, or it exited between the look and the call (SESSION_GONE tells). The
+# CTE is read once; the CASE runs the terminating subquery only when the session is the
+# caller's.
 END_SESSION: Final[LiteralString] = (
-    "SELECT coalesce(bool_and(pg_catalog.pg_terminate_backend(a.pid, 5000)), true) "
+    "WITH s AS MATERIALIZED (SELECT a.pid, (a.usename = session_user "
+    "AND a.client_port = %(port)s::integer "
+    "AND a.client_addr IS NOT DISTINCT FROM %(addr)s::inet) AS ours "
     "FROM pg_catalog.pg_stat_activity a "
-    "WHERE a.pid = %(pid)s::integer AND a.pid <> pg_catalog.pg_backend_pid() "
-    "AND a.usename = session_user AND a.client_port = %(port)s::integer "
-    "AND a.client_addr IS NOT DISTINCT FROM %(addr)s::inet"
+    "WHERE a.pid = %(pid)s::integer AND a.pid <> pg_catalog.pg_backend_pid()) "
+    "SELECT CASE WHEN NOT EXISTS (SELECT FROM s) THEN true "
+    "WHEN (SELECT bool_and(s.ours) FROM s) "
+    "THEN (SELECT bool_and(pg_catalog.pg_terminate_backend(s.pid, 5000)) FROM s) END"
+)
+
+# After END_SESSION said False: whether no session has the pid now (a statement of its own, with
+# a new snapshot of pg_stat_activity: the session may have exited between END_SESSION's look and
+# its pg_terminate_backend, which then says false).
+SESSION_GONE: Final[LiteralString] = (
+    "SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a "
+    "WHERE a.pid = %(pid)s::integer AND a.pid <> pg_catalog.pg_backend_pid())"
 )

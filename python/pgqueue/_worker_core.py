@@ -50,7 +50,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgqueue import _connect, _core
 from pgqueue._core import Call, error_text
-from pgqueue._lease import Outage, _first_line
+from pgqueue._lease import Outage, _first_line, is_conflict
 from pgqueue.client import _execute
 from pgqueue.compat import check_server
 from pgqueue.errors import ConnectionFailed, PgQueueError, quoted, translating
@@ -201,23 +201,11 @@ def _failure(exc: BaseException) -> str:
 READ_ONLY = "25006"
 
 
-#: The SQLSTATEs of a call that conflicted with another transaction and rolled back whole: a
-#: serialization failure (40001: a database or role that defaults to REPEATABLE READ, whose
-#: statement's snapshot saw a row another worker changed since) and a deadlock (40P01).
-_CONFLICTS = frozenset({"40001", "40P01"})
-#: How many conflicts in a row the loop runs its round again (after a short random wait, up to
-#: _CONFLICT_WAIT_MAX) before it warns and waits as after a lost connection (the Backoff).
+#: How many conflicts in a row (:func:`pgqueue._lease.is_conflict`) the loop runs its round
+#: again (after a short random wait, up to _CONFLICT_WAIT_MAX) before it warns and waits as after
+#: a lost connection (the Backoff).
 _CONFLICTS_IN_A_ROW = 50
 _CONFLICT_WAIT_MAX = 0.1
-
-
-def is_conflict(exc: BaseException) -> bool:
-    """Tell whether a database error is a conflict with another transaction (:data:`_CONFLICTS`):
-    the call rolled back whole and can run again, on the same connection. psycopg's
-    errors for them are OperationalErrors, which :func:`is_connection_error` counts as lost: a
-    worker on a REPEATABLE READ database logged "database call failed ...; reconnecting" and
-    waited, 7 times in 3 s for three workers on one queue (a review)."""
-    return any(e is not None and getattr(e, "sqlstate", None) in _CONFLICTS for e in (exc, exc.__cause__))
 
 
 def is_read_only(exc: BaseException) -> bool:

@@ -441,8 +441,12 @@ class _AsyncConnector:
         with translating():
             conn = await _connect.connect_async(session.conninfo, autocommit=True)
         async with conn:
-            if not await _execute(conn, _core.end_session(session), lent=True):
-                raise ConnectionFailed(_core.session_runs_on(session))
+            ended: bool | None = await _execute(conn, _core.end_session(session), lent=True)
+            if ended is False:  # or it exited just before the call: look again, with a new snapshot
+                gone: bool = await _execute(conn, _core.session_gone(session), lent=True)
+                ended = gone
+            if not ended:
+                raise ConnectionFailed(_core.session_runs_on(session, ended))
             return await _execute(conn, call, lent=True)
 
     async def drop_lost(self) -> None:

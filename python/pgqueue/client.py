@@ -519,16 +519,21 @@ class _Connector:
         (:func:`pgqueue._core.end_session`): psycopg closes the connection without waiting for
         its cancel, and a statement of the block running on in the session (committed at its
         end: autocommit) ran beside the message's next delivery to another consumer (a review).
-        If the session does not exit within 5 seconds, the message is not settled: its lease
-        runs out (ConnectionFailed). The connection is opened with a ``connect_timeout`` of at
+        If the session does not exit within 5 seconds, or a session with its pid is not provably
+        the caller's (another client address or port: a NAT, a proxy, a pooler), the message is
+        not settled: its lease runs out (ConnectionFailed). The connection is opened with a ``connect_timeout`` of at
         most 3 seconds (psycopg's default is 130)."""
         session = self._caller_session
         assert session is not None
         with translating():
             conn = _connect.connect(session.conninfo, autocommit=True)
         with conn:
-            if not _execute(conn, _core.end_session(session), lent=True):
-                raise ConnectionFailed(_core.session_runs_on(session))
+            ended: bool | None = _execute(conn, _core.end_session(session), lent=True)
+            if ended is False:  # or it exited just before the call: look again, with a new snapshot
+                gone: bool = _execute(conn, _core.session_gone(session), lent=True)
+                ended = gone
+            if not ended:
+                raise ConnectionFailed(_core.session_runs_on(session, ended))
             return _execute(conn, call, lent=True)
 
     def drop_lost(self) -> None:
