@@ -19,9 +19,9 @@ a new connection: waiting for the next round would spend a third of the lease), 
 conflicted with another transaction (40001 at REPEATABLE READ, where the beat met the loop's
 acknowledgement of a message that had just finished; 40P01) up to
 :data:`BEAT_CONFLICTS_AGAIN` times, logged at DEBUG (it rolled back whole; its statement takes
-a new snapshot); a call that raises otherwise, or again, ends the round, is logged (a run of failures once: :class:`Outage`),
-and the next round tries again. A round with nothing to send makes no call (and tells the
-:class:`Outage` nothing).
+a new snapshot); a call that raises otherwise, or again, ends the round, is logged (a run of
+failures once: :class:`Outage`), and the next round tries again. A round with nothing to send
+makes no call (and tells the :class:`Outage` nothing).
 
 A round is a generator that does no I/O: it yields each chunk of messages to renew and is sent
 the messages of it that the call did not renew, psycopg's way of writing a protocol once for
