@@ -521,8 +521,8 @@ class _Connector:
         end: autocommit) ran beside the message's next delivery to another consumer (a review).
         If the session does not exit within 5 seconds, or a session with its pid is not provably
         the caller's (another client address or port: a NAT, a proxy, a pooler), the message is
-        not settled: its lease runs out (ConnectionFailed). The connection is opened with a ``connect_timeout`` of at
-        most 3 seconds (psycopg's default is 130)."""
+        not settled: its lease runs out (ConnectionFailed). The connection is opened with a
+        ``connect_timeout`` of at most 3 seconds (psycopg's default is 130)."""
         session = self._caller_session
         assert session is not None
         with translating():
