@@ -64,6 +64,23 @@ def wait_for_lock_waiters(admin: psycopg.Connection[Any], n: int) -> None:
     raise AssertionError(f"not {n} waiting")
 
 
+def commit_once_blocking(dsn: str, holder: psycopg.Connection[Any], waited: list[bool]) -> None:
+    """Commit ``holder``'s transaction once another session waits for one of its locks (seen in
+    ``pg_blocking_pids``; 20 s at most), appending True to ``waited`` if one did: run on a thread
+    of its own, it makes a statement that waits for a row ``holder`` changed fail with 40001 at
+    REPEATABLE READ, deterministically."""
+    with psycopg.connect(dsn, autocommit=True) as watch:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            row = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY (pg_blocking_pids(pid))",
+                                (holder.info.backend_pid,)).fetchone()
+            if row is not None and row[0] > 0:
+                waited.append(True)
+                break
+            time.sleep(0.02)
+    holder.commit()
+
+
 #: The context PostgreSQL gives a wait for the locker of a newer version of a row: under READ
 #: COMMITTED a FOR UPDATE SKIP LOCKED whose row's updater commits while it looks at the row
 #: locks the row's newer versions too, waiting for their lockers whatever SKIP LOCKED says

@@ -27,6 +27,7 @@ from pgqueue import _lease
 from pgqueue._lease import AsyncHeartbeats, Heartbeats, interval
 from pgqueue import errors
 from pgqueue.errors import ConnectionFailed
+from helpers import commit_once_blocking
 
 Conn = psycopg.Connection[Any]
 T = TypeVar("T")
@@ -237,22 +238,8 @@ def test_a_call_that_conflicted_at_repeatable_read_is_made_again_at_once(
     driver = DRIVERS[kind](rr, lambda: [a], 3600, 0)  # rounds on demand, no made-up failure
     changer = psycopg.connect(dsn)  # a transaction that changes the row and commits once the beat waits
     changer.execute("UPDATE pgqueue.message SET locked_until = locked_until WHERE id = %s", (a.id,))
-    changer_pid = changer.info.backend_pid
     waited: list[bool] = []
-
-    def commit_once_the_beat_waits() -> None:
-        with psycopg.connect(dsn, autocommit=True) as watch:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                row = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY (pg_blocking_pids(pid))",
-                                    (changer_pid,)).fetchone()
-                if row is not None and row[0] > 0:
-                    waited.append(True)
-                    break
-                time.sleep(0.02)
-        changer.commit()
-
-    committer = threading.Thread(target=commit_once_the_beat_waits)
+    committer = threading.Thread(target=commit_once_blocking, args=(dsn, changer, waited))
     try:
         committer.start()
         with caplog.at_level(logging.DEBUG, logger="pgqueue"):

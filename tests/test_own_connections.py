@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from conftest import REPO, Server, admin_execute
+from helpers import commit_once_blocking
 from pgqueue import AsyncQueue, Queue
 from pgqueue.cli import main
 from pgqueue.errors import InvalidArgument, NeedsReadCommitted, QueueExists
@@ -293,3 +294,71 @@ def test_workers_on_a_database_that_defaults_to_repeatable_read_run_a_conflict_a
     with Queue(rr_dsn, "rr") as q:
         stats = q.stats()
         assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_worker_stopping_on_repeatable_read_acknowledges_again_after_a_conflict(
+        kind: str, rr_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The shutdown's last acknowledgement conflicted (40001: another transaction changed the
+    message's row while the DELETE waited for its lock): it rolled back whole, and before, the
+    worker warned "could not acknowledge during shutdown" and left a message whose handler had
+    returned leased, to run again when its lease ran out. It is made again on the same
+    connection after a short random wait, as the loop's rounds are, logged at DEBUG."""
+    import logging
+    import threading
+
+    from pgqueue import AsyncWorker, Message, Worker
+
+    with Queue(rr_dsn, "rr") as q:
+        q.create()
+        [msg_id] = q.enqueue_many(["only"])
+    changer = psycopg.connect(rr_dsn)  # changes the row, commits once the acknowledgement waits for it
+    waited: list[bool] = []
+    handled: list[int] = []
+    committer = threading.Thread(target=commit_once_blocking, args=(rr_dsn, changer, waited))
+    stop: list[Any] = []
+
+    def handle(msg: Message) -> None:
+        # the row changed, not committed yet; then the stop, so that the message is acknowledged
+        # by the shutdown (the loop's rounds sleep for poll_min, 30 s, with nothing to fetch)
+        changer.execute("UPDATE pgqueue.message SET locked_until = locked_until WHERE id = %s", (msg.id,))
+        committer.start()
+        handled.append(msg.id)
+        stop[0]()
+
+    try:
+        with caplog.at_level(logging.DEBUG, logger="pgqueue.worker"):
+            if kind == "Worker":
+                worker = Worker(Queue(rr_dsn, "rr"), handle, concurrency=1, listen=False, poll_min=30,
+                                poll_max=30, handle_signals=False)
+                stop.append(worker.stop)
+                runner = threading.Thread(target=worker.run, daemon=True)
+                runner.start()
+                runner.join(60)
+                assert not runner.is_alive()
+            else:
+                async def handle_async(msg: Message) -> None:
+                    handle(msg)
+
+                async def main() -> None:
+                    worker = AsyncWorker(AsyncQueue(rr_dsn, "rr"), handle_async, concurrency=1, listen=False,
+                                         poll_min=30, poll_max=30, handle_signals=False)
+                    stop.append(worker.stop)
+                    await asyncio.wait_for(worker.run(), 60)
+
+                asyncio.run(main())
+        committer.join(30)
+        assert handled == [msg_id]
+        assert waited == [True], "the acknowledgement never waited for the changed row: the test did not exercise it"
+        records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "pgqueue.worker"]
+        assert [m for level, m in records if level >= logging.WARNING] == []
+        assert any("acknowledging during shutdown conflicted with another transaction (40001, 1 in a row)" in m
+                   for _, m in records)
+        assert not any("on a new connection" in m for _, m in records)  # the same connection, not a reconnect
+        with Queue(rr_dsn, "rr") as q:
+            stats = q.stats()
+            assert (stats.ready, stats.scheduled, stats.leased, stats.dead) == (0, 0, 0, 0)
+    finally:
+        if committer.is_alive():
+            committer.join(30)
+        changer.close()

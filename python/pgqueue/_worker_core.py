@@ -208,6 +208,13 @@ _CONFLICTS_IN_A_ROW = 50
 _CONFLICT_WAIT_MAX = 0.1
 
 
+def _conflict_wait(in_a_row: int) -> float:
+    """Seconds to wait before a call that conflicted ``in_a_row`` times runs again: random (the
+    workers that lost the race for the same rows do not race again at once), growing with the
+    conflicts in a row, at most _CONFLICT_WAIT_MAX."""
+    return random.uniform(0.0, min(_CONFLICT_WAIT_MAX, 0.001 * 2 ** min(in_a_row, 10)))
+
+
 def is_read_only(exc: BaseException) -> bool:
     """Tell whether a database error is a write refused by a read-only server or session (25006):
     an outage for a worker (wait, and try again on a new connection), not a refusal of the call."""
@@ -1097,8 +1104,7 @@ class WorkerCore:
                     self._conflicts += 1
                     self._recovering = True
                     next_poll = 0.0
-                    retry_at = time.monotonic() + random.uniform(
-                        0.0, min(_CONFLICT_WAIT_MAX, 0.001 * 2 ** min(self._conflicts, 10)))
+                    retry_at = time.monotonic() + _conflict_wait(self._conflicts)
                     log.debug("database call conflicted with another transaction (%s, %d in a row): %s; "
                               "running it again", getattr(exc, "sqlstate", None), self._conflicts, _first_line(exc))
                     continue
@@ -1174,21 +1180,32 @@ class WorkerCore:
 
     def _settle_quietly(self) -> Step[None]:
         """Settle during shutdown: a database error is logged, never raised (what cannot be
-        acknowledged returns when its lease runs out). A lost connection is tried again once at
-        once, on a new connection (the heartbeats' rule): the loop's connection may have died
-        while idle (a terminated backend, a restart that is over) with the database there, and a
-        finished handler's message must not be left to run again when its lease runs out. Not
-        after the stop's watchdog gave up a call: that database does not answer. A connection the
-        error left open (busy with an answer nobody reads, say) is closed first: the retry ran on
-        it and failed the same way (a review)."""
-        for last in (False, True):
+        acknowledged returns when its lease runs out). A conflict (40001, 40P01: at REPEATABLE
+        READ, another transaction changed a message's row while the acknowledgement waited for
+        it) rolled the call back whole: it is made again on the same connection after a short
+        random wait, as the loop's rounds are, up to _CONFLICTS_IN_A_ROW times. A lost connection
+        is tried again once at once, on a new connection (the heartbeats' rule): the loop's
+        connection may have died while idle (a terminated backend, a restart that is over) with
+        the database there, and a finished handler's message must not be left to run again when
+        its lease runs out. Not after the stop's watchdog gave up a call: that database does not
+        answer. A connection the error left open (busy with an answer nobody reads, say) is
+        closed first: the retry ran on it and failed the same way (a review)."""
+        reconnected, conflicts = False, 0
+        while True:
             try:
                 yield from self._settle()
                 return
             except _DATABASE_ERRORS as exc:
-                if last or self._gave_up or not is_connection_error(exc):
+                if is_conflict(exc) and conflicts < _CONFLICTS_IN_A_ROW and not self._gave_up:
+                    conflicts += 1
+                    log.debug("acknowledging during shutdown conflicted with another transaction (%s, %d in a "
+                              "row): %s; trying again", getattr(exc, "sqlstate", None), conflicts, _first_line(exc))
+                    yield Wait(_conflict_wait(conflicts))
+                    continue
+                if reconnected or self._gave_up or not is_connection_error(exc):
                     log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
                     return
+                reconnected = True
                 log.info("acknowledging during shutdown: %s; trying again on a new connection", _first_line(exc))
                 conn = self._loop_connection()
                 if conn is not None and not conn.closed:
