@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -77,14 +78,16 @@ class Relay:
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
 
-    def passing(self, data: bytes, answers: bool) -> None:
-        """Called with each chunk before it goes on (``answers``: it comes from the server)."""
+    def passing(self, data: bytes, answers: bool) -> bytes | None:
+        """Called with each chunk before it goes on (``answers``: it comes from the server); may
+        return the bytes to pass on instead."""
+        return None
 
     def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
-                self.passing(data, answers)
-                dst.sendall(data)
+                instead = self.passing(data, answers)
+                dst.sendall(data if instead is None else instead)
         except OSError:
             pass
         finally:
@@ -96,6 +99,20 @@ class Relay:
 
     def close(self) -> None:
         self._listener.close()
+
+
+class MadeUpPid(Relay):
+    """A relay that, as PgBouncer and pgcat do, gives its clients a made-up backend process id
+    (:data:`PID`) instead of the server's: it rewrites the BackendKeyData message that comes
+    right before the first ReadyForQuery of a connection's start."""
+
+    PID = 1234567891  # above any pid_max: no process of the server has it
+
+    def passing(self, data: bytes, answers: bool) -> bytes | None:
+        if not answers:
+            return None
+        return re.sub(rb"(K\x00\x00\x00\x0c).{4}(.{4}Z\x00\x00\x00\x05)",
+                      lambda m: m.group(1) + self.PID.to_bytes(4, "big") + m.group(2), data, flags=re.S)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import client_scenarios as scenarios
-from conftest import Relay, Server, create_database, drop_database
+from conftest import MadeUpPid, Relay, Server, create_database, drop_database
 from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, QueueStats, _sql, errors
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
@@ -833,21 +833,28 @@ def test_an_async_give_back_elsewhere_to_a_server_that_no_longer_answers_gives_u
         relay.close()
 
 
+@pytest.mark.parametrize(("between", "raised"), [(Relay, "not provably its own"), (MadeUpPid, "closed")],
+                         ids=["proxy", "pooler-pid"])
 def test_an_async_closed_callers_session_behind_a_proxy_is_left_alone_and_so_is_its_message(
-        pg_server: Server, dsn: str) -> None:
+        pg_server: Server, dsn: str, between: type[Relay], raised: str) -> None:
     """test_client's twin: a session with the closed connection's pid that the server sees at a
-    proxy's address is not provably the caller's; it is left alone, and the message leased."""
-    relay = Relay(pg_server)
+    proxy's address is not provably the caller's, and a connection whose backend pid is not its
+    server process's (a pooler's made-up pid) records no session; either way the session is
+    left alone, and the message leased."""
+    relay = between(pg_server)
     relayed = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
 
     async def main() -> None:
         caller = await psycopg.AsyncConnection.connect(relayed, autocommit=True)
+        row = await (await caller.execute("SELECT pg_backend_pid()")).fetchone()
+        assert row is not None
+        pid = row[0]
+        assert (caller.info.backend_pid == pid) is (between is Relay)  # (the pooler's made up)
         async with AsyncQueue(dsn, "jobs") as other:
             q = AsyncQueue(caller, "jobs")
             await q.create(lock_ms=60_000)
             await q.enqueue("completed by nobody")
-            pid = caller.info.backend_pid
-            with pytest.raises(errors.ConnectionFailed, match="not provably its own"):
+            with pytest.raises(errors.ConnectionFailed, match=raised):
                 async with q.receive(heartbeat=False) as msg:
                     assert msg is not None
                     caller.pgconn.send_query(b"SELECT pg_sleep(3)")  # runs on after the close

@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from conftest import Relay, Server, create_database, drop_database
+from conftest import MadeUpPid, Relay, Server, create_database, drop_database
 from helpers import database_in
 import client_scenarios as scenarios
 from pgqueue import _sql
@@ -751,7 +751,9 @@ def test_a_closed_callers_session_is_ended_only_if_its_pid_and_client_address_ma
                            connect_timeout="1")
     with (psycopg.connect(listed, autocommit=True) as caller,
           psycopg.connect(dsn, autocommit=True) as other):
-        session = _core.caller_session(caller.pgconn)
+        session = _core.caller_session(caller.pgconn, caller.info.backend_pid)
+        assert session is not None
+        assert _core.caller_session(caller.pgconn, caller.info.backend_pid + 1) is None  # a pooler's pid
         seen = other.execute("SELECT host(client_addr), client_port FROM pg_stat_activity WHERE pid = %s",
                              [caller.info.backend_pid]).fetchone()
         assert session.port is not None and (session.pid, session.addr, session.port) == (
@@ -759,7 +761,8 @@ def test_a_closed_callers_session_is_ended_only_if_its_pid_and_client_address_ma
         kept = conninfo_to_dict(session.conninfo)
         assert kept["connect_timeout"] == "1"  # a shorter one is kept
         assert (kept["host"], kept["port"]) == (pg_server.host, str(pg_server.port))
-        assert conninfo_to_dict(_core.caller_session(other.pgconn).conninfo)["connect_timeout"] == "3"
+        other_session = _core.caller_session(other.pgconn, other.info.backend_pid)
+        assert other_session is not None and conninfo_to_dict(other_session.conninfo)["connect_timeout"] == "3"
 
         def end(s: _core.CallerSession) -> bool | None:
             call = _core.end_session(s)
@@ -827,24 +830,35 @@ def test_a_give_back_elsewhere_to_a_server_that_no_longer_answers_gives_up_in_se
         relay.close()
 
 
+@pytest.mark.parametrize(("between", "raised"), [(Relay, "not provably its own"), (MadeUpPid, "closed")],
+                         ids=["proxy", "pooler-pid"])
 def test_a_closed_callers_session_behind_a_proxy_is_left_alone_and_so_is_its_message(
-        pg_server: Server, dsn: str) -> None:
+        pg_server: Server, dsn: str, between: type[Relay], raised: str) -> None:
     """Behind a proxy (a TCP relay here; a NAT, a pooler) the server sees the proxy's address and
     port, not those of the caller's socket: a session with the closed connection's pid is not
     provably the caller's. Before, no match counted as gone, and the message was completed on a
     connection of its own while the block's statement ran on in that session, to commit beside
     the message's next delivery. The session is left alone, and the message leased until its
-    lease runs out: ConnectionFailed says why."""
-    relay = Relay(pg_server)
+    lease runs out: ConnectionFailed says why.
+
+    A pooler such as PgBouncer gives its clients a made-up backend pid (a relay that rewrites
+    BackendKeyData: ``pooler-pid``): no session of the server has it, and "no session has the
+    pid" counted as gone, the message settled elsewhere (a review). The caller's pid is checked
+    against its server process's (pg_backend_pid) before the first lease; not the same, no
+    session is recorded, and the session and the message are left alone."""
+    relay = between(pg_server)
     relayed = make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
     try:
         with (psycopg.connect(relayed, autocommit=True) as caller, Queue(dsn, "jobs") as other,
               psycopg.connect(dsn, autocommit=True) as watch):
+            row = caller.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            pid = row[0]
+            assert (caller.info.backend_pid == pid) is (between is Relay)  # (the pooler's made up)
             q = Queue(caller, "jobs")
             q.create(lock_ms=60_000)
             q.enqueue("completed by nobody")
-            pid = caller.info.backend_pid
-            with pytest.raises(errors.ConnectionFailed, match="not provably its own"):
+            with pytest.raises(errors.ConnectionFailed, match=raised):
                 with q.receive(heartbeat=False) as msg:
                     assert msg is not None
                     caller.pgconn.send_query(b"SELECT pg_sleep(3)")  # runs on after the close

@@ -497,7 +497,9 @@ def test_a_consumer_ends_its_own_closed_connections_session_without_a_grant(role
     with (psycopg.connect(c, autocommit=True) as caller, psycopg.connect(c, autocommit=True) as other,
           psycopg.connect(roles.dsn(roles.producer), autocommit=True) as producers):
         def end(conn: psycopg.Connection[Any]) -> bool | None:
-            call = _core.end_session(_core.caller_session(conn.pgconn))
+            session = _core.caller_session(conn.pgconn, conn.info.backend_pid)
+            assert session is not None
+            call = _core.end_session(session)
             return call.result(other.execute(call.query, call.params).fetchall())
 
         assert end(producers) is None  # not provably the consumer's: left alone

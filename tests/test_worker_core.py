@@ -473,6 +473,46 @@ def test_two_finished_deliveries_of_one_message_are_acknowledged_in_turn_each_wi
     assert core.in_flight == 0
 
 
+@pytest.mark.parametrize(("error", "in_doubt"), [
+    (psycopg.errors.SerializationFailure("could not serialize access due to concurrent update"), False),
+    (psycopg.errors.DeadlockDetected("deadlock detected"), False),
+    (psycopg.OperationalError("server closed the connection unexpectedly"), True),
+    (KeyboardInterrupt(), True),
+])
+def test_an_acknowledgement_that_conflicted_is_not_in_doubt(error: BaseException, in_doubt: bool,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    # A conflict (40001, 40P01) rolled the call back whole: an acknowledgement sent again and
+    # refused as stale says the lease ran out, not "the interrupted call was committed" (a
+    # review). A lost connection or an interruption leaves the call's outcome unknown. Driven
+    # without a server, as above.
+    import logging
+
+    def message(msg_id: int, attempts: int) -> Message:
+        return Message(id=msg_id, queue="jobs", payload=None, attempts=attempts, state=None, dequeue_at=None,
+                       created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None)
+
+    core = WorkerCore("jobs", "dbname=unused", print, concurrency=1, batch_size=None, lock_ms=None, listen=False,
+                      poll_min=0.05, poll_max=1.0, shutdown_grace=1.0, on_result=Results(), timeout=None,
+                      handle_signals=False)
+    d = Delivery(message(7, 1))
+    core._hold(d)
+    d.finished = time.monotonic()
+    core._finished = [d]
+    step = core._settle()
+    assert isinstance(next(step), Call)
+    with pytest.raises(type(error)):
+        step.throw(error)
+    assert core._finished == [d] and d.in_doubt is in_doubt  # kept, to be acknowledged again
+    step = core._settle()
+    call = next(step)
+    assert isinstance(call, Call)
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), pytest.raises(StopIteration):
+        step.send(call.result([([7],)]))  # sent again: refused as stale
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "pgqueue.worker"]
+    assert ("the interrupted call was committed" in warning) is in_doubt, warning
+    assert ("after its lease ran out" in warning) is not in_doubt, warning
+
+
 def test_the_start_log_names_the_server_libpq_reaches(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's start log read the host from the conninfo alone and said "localhost" for a
     worker that PGHOST and PGPORT sent to another socket (a new user's first hour, session 41)."""

@@ -642,11 +642,24 @@ class CallerSession:
     port: int | None
 
 
-def caller_session(pgconn: PGconn) -> CallerSession:
+def backend_pid() -> Call[int]:
+    """Return the call that reads the server process of the connection it runs on
+    (:data:`pgqueue._sql.BACKEND_PID`), for :func:`caller_session`."""
+    return Call(_sql.BACKEND_PID, {}, _int)
+
+
+def caller_session(pgconn: PGconn, server_pid: int) -> CallerSession | None:
     """Record an open connection's session (:class:`CallerSession`): its conninfo (that of the
     host and address it reached: psycopg tries a list of hosts, or a name's addresses, one at a
     time), its backend pid, and its socket's local address, which the server sees as the
-    client's."""
+    client's. None when the backend pid the connection was given is not ``server_pid``, its
+    server process's (:func:`backend_pid`, read on it): a pooler's made-up process id (PgBouncer,
+    pgcat), which no session of the server may have, so that "no session has it" would not
+    prove the caller's session gone (a review: the message was settled while the block's
+    statement ran on behind the pooler). No session is then ever ended, nor a message settled
+    elsewhere."""
+    if pgconn.backend_pid != server_pid:
+        return None
     params = conninfo_to_dict(conninfo_of(pgconn))
     timeout = str(params.get("connect_timeout") or "")
     if not timeout.isdigit() or not 0 < int(timeout) <= SETTLE_CONNECT_TIMEOUT:

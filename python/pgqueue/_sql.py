@@ -2,8 +2,9 @@
 
 A client's calls use only the extension's public functions and views (``pgqueue.*``), besides
 a transaction's level (:data:`SET_READ_COMMITTED`), catalog reads (the install's checks) and
-:data:`END_SESSION` and :data:`SESSION_GONE` (``pg_stat_activity``, ``pg_terminate_backend``,
-the one call of a server function that needs a privilege decision); parameters are
+:data:`BACKEND_PID`, :data:`END_SESSION` and :data:`SESSION_GONE` (``pg_backend_pid``,
+``pg_stat_activity``, ``pg_terminate_backend``, the one call of a server function that needs a
+privilege decision); parameters are
 passed by name (``%(queue)s``) and cast explicitly, so the statements mean the same whatever
 adapters the caller's connection has. Relative times (``delay``) are added to the server's
 clock, ``pgqueue.now_ms()``, the clock that leases and due times are compared against, so a
@@ -412,6 +413,11 @@ END_SESSION: Final[LiteralString] = (
     "WHEN (SELECT bool_and(s.ours) FROM s) "
     "THEN (SELECT bool_and(pg_catalog.pg_terminate_backend(s.pid, 5000)) FROM s) END"
 )
+
+# The server process of the caller's connection, read once before its first lease: a pooler
+# (PgBouncer) gives its clients a made-up process id, and a session that pid does not name
+# proves nothing about the one the connection used (see _core.caller_session).
+BACKEND_PID: Final[LiteralString] = "SELECT pg_catalog.pg_backend_pid()"
 
 # After END_SESSION said False: whether no session has the pid now (a statement of its own, with
 # a new snapshot of pg_stat_activity: the session may have exited between END_SESSION's look and

@@ -933,8 +933,8 @@ class WorkerCore:
         try:
             messages, lost = yield _core.complete_and_dequeue(self._name, [d.message for d in done], want,
                                                               lock_ms=self._lease_ms)
-        except BaseException:
-            self._put_back(done, done)
+        except BaseException as exc:
+            self._put_back(done, done, exc)
             raise
         # (the call's take leaves the acknowledged messages out: a finished delivery whose
         # lease ran out and that nobody took is completed, not taken back by its own call)
@@ -985,13 +985,17 @@ class WorkerCore:
         sleep = yield from self._until_due(sleep)
         return delay, sleep
 
-    def _put_back(self, unsettled: list[Delivery], in_flight: list[Delivery]) -> None:
+    def _put_back(self, unsettled: list[Delivery], in_flight: list[Delivery], exc: BaseException) -> None:
         """Keep deliveries whose settling call failed or was interrupted to settle again: at the
         next round, or by the shutdown (after a KeyboardInterrupt or a cancellation too: else
         they would stay leased until their leases ran out). ``in_flight``: those of the call
-        that was under way, which the server may have committed all the same."""
-        for d in in_flight:
-            d.in_doubt = True
+        that was under way, which the server may have committed all the same, unless ``exc``,
+        what ended it, is a conflict (40001, 40P01: rolled back whole, and an acknowledgement
+        sent again that is refused as stale says the lease ran out, not that the call
+        committed)."""
+        if not is_conflict(exc):
+            for d in in_flight:
+                d.in_doubt = True
         self._finished = unsettled + self._finished
 
     def _settle(self) -> Step[bool]:
@@ -1023,7 +1027,7 @@ class WorkerCore:
                     results.append((yield from self._fail(d)))
                     requeued = requeued or results[-1].outcome == "retried"
         except BaseException as exc:
-            self._put_back([d for d in batch if self._in_hand.get(d.key) is d], in_flight)
+            self._put_back([d for d in batch if self._in_hand.get(d.key) is d], in_flight, exc)
             error = exc
         for result in results:
             self._report(result)

@@ -262,6 +262,7 @@ class _AsyncConnector:
         self._closed = False
         # a caller's connection's session, recorded while it is open (see settle_elsewhere)
         self._caller_session: _core.CallerSession | None = None
+        self._caller_read = False  # whether _caller_session was read (None then: not provable)
 
     async def _open(self, attr: str) -> psycopg.AsyncConnection[Any]:
         if self._lock is None:
@@ -346,9 +347,11 @@ class _AsyncConnector:
         """
         if self._conn is None:
             return await self.run(call), False
-        if self._caller_session is None and not self._conn.closed:
+        if not self._caller_read and self._conn.autocommit and not self._conn.closed:
+            pid = await _execute(self._conn, _core.backend_pid())  # (once: a round trip)
             with translating():  # for settle_elsewhere
-                self._caller_session = _core.caller_session(self._conn.pgconn)
+                self._caller_session = _core.caller_session(self._conn.pgconn, pid)
+            self._caller_read = True
         status: list[TransactionStatus] = []
         result = await _execute(self._conn, call, status)
         in_transaction = not self._conn.autocommit or (

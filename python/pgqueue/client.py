@@ -313,6 +313,7 @@ class _Connector:
         self._closed = False
         # a caller's connection's session, recorded while it is open (see settle_elsewhere)
         self._caller_session: _core.CallerSession | None = None
+        self._caller_read = False  # whether _caller_session was read (None then: not provable)
 
     def conninfo(self) -> str:
         """Return a connection string that reaches the same database (for extra connections)."""
@@ -376,9 +377,11 @@ class _Connector:
             in_transaction = self._conn is not None and (not conn.autocommit or conn.info.transaction_status in (
                 TransactionStatus.INTRANS, TransactionStatus.INERROR))
             if conn.autocommit and not in_transaction:
-                if self._conn is not None and self._caller_session is None and not conn.closed:
+                if self._conn is not None and not self._caller_read and not conn.closed:
                     with translating():  # for settle_elsewhere
-                        self._caller_session = _core.caller_session(conn.pgconn)
+                        pid = _execute(conn, _core.backend_pid())  # (once: a round trip)
+                        self._caller_session = _core.caller_session(conn.pgconn, pid)
+                    self._caller_read = True
                 with translating(), conn.transaction():
                     yield conn, in_transaction
             else:
