@@ -871,6 +871,27 @@ def test_an_async_closed_callers_session_behind_a_proxy_is_left_alone_and_so_is_
         relay.close()
 
 
+def test_async_receive_reads_the_callers_pid_only_outside_a_transaction(dsn: str) -> None:
+    """The pid check (pg_backend_pid) is a statement: inside the caller's transaction it would run
+    in it (under REPEATABLE READ, the statement that takes its snapshot), where the sync client
+    runs none (a review). It runs once, before the first lease taken outside a transaction."""
+    async def main() -> None:
+        caller = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        async with caller:
+            q = AsyncQueue(caller, "jobs")
+            await q.create()
+            await q.enqueue_many(["a", "b"])
+            async with caller.transaction():
+                async with q.receive(heartbeat=False) as msg:
+                    assert msg is not None
+            assert not q._connector._caller_read
+            async with q.receive(heartbeat=False) as msg:
+                assert msg is not None
+            assert q._connector._caller_read and q._connector._caller_session is not None
+
+    run(main)
+
+
 def test_async_receive_on_a_closed_callers_connection_raises_connection_failed(dsn: str) -> None:
     async def main() -> None:
         caller = await psycopg.AsyncConnection.connect(dsn, autocommit=True)

@@ -473,6 +473,54 @@ def test_two_finished_deliveries_of_one_message_are_acknowledged_in_turn_each_wi
     assert core.in_flight == 0
 
 
+def _core_with_a_finished_delivery() -> tuple[WorkerCore, Delivery]:
+    """A worker core (no server: its steps are driven by hand) holding one delivery, finished."""
+    core = WorkerCore("jobs", "dbname=unused", print, concurrency=1, batch_size=None, lock_ms=None, listen=False,
+                      poll_min=0.05, poll_max=1.0, shutdown_grace=1.0, on_result=Results(), timeout=None,
+                      handle_signals=False)
+    d = Delivery(Message(id=7, queue="jobs", payload=None, attempts=1, state=None, dequeue_at=None,
+                         created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None))
+    core._hold(d)
+    d.finished = time.monotonic()
+    core._finished = [d]
+    return core, d
+
+
+@pytest.mark.parametrize("end", ["50 in a row", "stopped now", "5 s"])
+def test_the_shutdowns_acknowledgement_gives_up_on_conflicts_without_reconnecting(
+        end: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shutdown makes an acknowledgement that conflicted again (tests/test_own_connections.py),
+    # but not for ever: each call is timed on its own by the stop's watchdog (a review). After
+    # 50 in a row, a further stop(now=True), or 5 s in all, it warns and leaves the message to
+    # its lease, without taking the conflict for a lost connection (psycopg's error for it is an
+    # OperationalError): no reconnect, no "on a new connection".
+    import logging
+
+    from pgqueue import _worker_core
+
+    if end == "5 s":
+        monkeypatch.setattr(_worker_core, "_SHUTDOWN_CONFLICTS_FOR", 0.0)
+    core, d = _core_with_a_finished_delivery()
+    monkeypatch.setattr(core, "_wake_up", lambda: None)  # (a worker's hook: no loop to wake here)
+    step = core._settle_quietly()
+    calls = 0
+    with caplog.at_level(logging.DEBUG, logger="pgqueue.worker"), pytest.raises(StopIteration):
+        what = next(step)
+        while True:
+            if isinstance(what, Call):
+                calls += 1
+                if end == "stopped now" and calls == 4:
+                    core.stop(now=True)
+                what = step.throw(psycopg.errors.SerializationFailure("could not serialize access"))
+            else:
+                what = step.send(None)  # a Wait: no time passes here
+    assert calls == {"50 in a row": 51, "stopped now": 4, "5 s": 1}[end]
+    assert core._finished == [d]  # not acknowledged: its lease runs out
+    records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "pgqueue.worker"]
+    assert [m for level, m in records if level >= logging.INFO] == [
+        f"could not acknowledge during shutdown: could not serialize access ({calls} conflicts in a row)"]
+
+
 @pytest.mark.parametrize(("error", "in_doubt"), [
     (psycopg.errors.SerializationFailure("could not serialize access due to concurrent update"), False),
     (psycopg.errors.DeadlockDetected("deadlock detected"), False),
@@ -487,17 +535,7 @@ def test_an_acknowledgement_that_conflicted_is_not_in_doubt(error: BaseException
     # without a server, as above.
     import logging
 
-    def message(msg_id: int, attempts: int) -> Message:
-        return Message(id=msg_id, queue="jobs", payload=None, attempts=attempts, state=None, dequeue_at=None,
-                       created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None)
-
-    core = WorkerCore("jobs", "dbname=unused", print, concurrency=1, batch_size=None, lock_ms=None, listen=False,
-                      poll_min=0.05, poll_max=1.0, shutdown_grace=1.0, on_result=Results(), timeout=None,
-                      handle_signals=False)
-    d = Delivery(message(7, 1))
-    core._hold(d)
-    d.finished = time.monotonic()
-    core._finished = [d]
+    core, d = _core_with_a_finished_delivery()
     step = core._settle()
     assert isinstance(next(step), Call)
     with pytest.raises(type(error)):

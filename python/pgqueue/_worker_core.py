@@ -206,6 +206,8 @@ READ_ONLY = "25006"
 #: a lost connection (the Backoff).
 _CONFLICTS_IN_A_ROW = 50
 _CONFLICT_WAIT_MAX = 0.1
+#: How long the shutdown's acknowledgement runs a call that conflicted again, in all (seconds).
+_SHUTDOWN_CONFLICTS_FOR = 5.0
 
 
 def _conflict_wait(in_a_row: int) -> float:
@@ -1187,7 +1189,9 @@ class WorkerCore:
         acknowledged returns when its lease runs out). A conflict (40001, 40P01: at REPEATABLE
         READ, another transaction changed a message's row while the acknowledgement waited for
         it) rolled the call back whole: it is made again on the same connection after a short
-        random wait, as the loop's rounds are, up to _CONFLICTS_IN_A_ROW times. A lost connection
+        random wait, as the loop's rounds are, up to _CONFLICTS_IN_A_ROW times and for
+        _SHUTDOWN_CONFLICTS_FOR seconds at most, and not after a further stop(now=True); then
+        it warns, without reconnecting (the connection is fine). A lost connection
         is tried again once at once, on a new connection (the heartbeats' rule): the loop's
         connection may have died while idle (a terminated backend, a restart that is over) with
         the database there, and a finished handler's message must not be left to run again when
@@ -1195,17 +1199,26 @@ class WorkerCore:
         answer. A connection the error left open (busy with an answer nobody reads, say) is
         closed first: the retry ran on it and failed the same way (a review)."""
         reconnected, conflicts = False, 0
+        urged, until = self._urged, time.monotonic() + _SHUTDOWN_CONFLICTS_FOR
         while True:
             try:
                 yield from self._settle()
                 return
             except _DATABASE_ERRORS as exc:
-                if is_conflict(exc) and conflicts < _CONFLICTS_IN_A_ROW and not self._gave_up:
-                    conflicts += 1
-                    log.debug("acknowledging during shutdown conflicted with another transaction (%s, %d in a "
-                              "row): %s; trying again", getattr(exc, "sqlstate", None), conflicts, _first_line(exc))
-                    yield Wait(_conflict_wait(conflicts))
-                    continue
+                if is_conflict(exc):
+                    # (not once stop(now=True) came again, nor for more than a few seconds in
+                    # all: each call is timed on its own by the stop's watchdog)
+                    if (conflicts < _CONFLICTS_IN_A_ROW and not self._gave_up and self._urged == urged
+                            and time.monotonic() < until):
+                        conflicts += 1
+                        log.debug("acknowledging during shutdown conflicted with another transaction (%s, %d "
+                                  "in a row): %s; trying again", getattr(exc, "sqlstate", None), conflicts,
+                                  _first_line(exc))
+                        yield Wait(_conflict_wait(conflicts))
+                        continue
+                    log.warning("could not acknowledge during shutdown: %s (%d conflicts in a row)",
+                                _first_line(exc), conflicts + 1)
+                    return
                 if reconnected or self._gave_up or not is_connection_error(exc):
                     log.warning("could not acknowledge during shutdown: %s", _first_line(exc))
                     return

@@ -347,7 +347,8 @@ class _AsyncConnector:
         """
         if self._conn is None:
             return await self.run(call), False
-        if not self._caller_read and self._conn.autocommit and not self._conn.closed:
+        if (not self._caller_read and self._conn.autocommit and not self._conn.closed
+                and self._conn.info.transaction_status == TransactionStatus.IDLE):  # (as the sync client's)
             pid = await _execute(self._conn, _core.backend_pid())  # (once: a round trip)
             with translating():  # for settle_elsewhere
                 self._caller_session = _core.caller_session(self._conn.pgconn, pid)
