@@ -549,6 +549,29 @@ def test_the_report_counts_what_was_settled_of_each_kind(dsn: str) -> None:
     assert re.search(r"^    poison     +0 of 1  none dead-lettered$", out, re.MULTILINE), out
 
 
+def test_a_poison_message_the_database_dead_lettered_is_settled_once(dsn: str) -> None:
+    """A poison message whose last lease ran out (110 workers on CI's 2 cores: its handler's
+    fail came after it) is dead-lettered by the database at the next take, and the worker's
+    fail is refused: it reached its end once. The check called it "dead-lettered 0x" and failed
+    the run; the report counts it, and says the database did it."""
+    def settle(tally: Tally, ids: list[int]) -> None:
+        queue = Queue(dsn, "demo_report")
+        for attempt in range(1, 4):
+            taken = queue.dequeue(1, lock_ms=1)
+            assert [(m.id, m.attempts) for m in taken] == [(ids[0], attempt)]
+            time.sleep(0.05)
+        assert queue.dequeue(1) == []  # the take's look at expired leases dead-letters it
+        assert not queue.fail(taken[0], "poison")  # the worker's fail, too late
+        tally.record(Result(taken[0], "dead", False))
+
+    status, out = _report(dsn, ["poison"], settle)
+    assert status == 0, out
+    assert re.search(r"^    poison     +1  dead-lettered after 3 attempts each \(1 by the database: the last lease "
+                     r"ran out, see lost leases\)$", out, re.MULTILINE), out
+    assert re.search(r"^  lost leases   1 ", out, re.MULTILINE), out
+    assert "exactly once  OK: 0 completed once each, 1 dead-lettered once each (1 of them by the database)" in out, out
+
+
 def test_the_send_rate_is_left_out_when_too_few_were_sent_to_measure_it(dsn: str) -> None:
     """One message sent read "1,000,000,000 msg/s" (a division by a 1e-9 floor, a review)."""
     def settle(tally: Tally, ids: list[int]) -> None:

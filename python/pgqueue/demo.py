@@ -51,7 +51,7 @@ from pgqueue._worker_core import _SIGNALS
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
 from pgqueue.errors import ConnectionFailed
-from pgqueue.message import Message
+from pgqueue.message import DeadLetter, Message
 from pgqueue.worker import Result, Worker
 
 __all__ = ["add_arguments", "run_demo", "run_from_args", "DemoOptions", "handle"]
@@ -703,7 +703,7 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str], trouble: str
     if len(tally.kinds) != sent:
         problems.append(f"{sent - len(tally.kinds):,} messages were never enqueued")
     poison = {i for i, k in tally.kinds.items() if k == "poison"}
-    dead_letters = {d.id: d for d in queue.dead_letters(limit=max(1000, 2 * len(poison)))}
+    dead_letters = _dead_letters(queue, tally)
     unsettled = {i for i in tally.kinds
                  if not tally.completed[i] and not tally.dead[i] and i not in dead_letters}
     stats = queue.stats()
@@ -717,7 +717,11 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str], trouble: str
             continue
         completed, dead = tally.completed[msg_id], tally.dead[msg_id]
         if kind == "poison":
-            if dead != 1 or completed:
+            # dead-lettered once by a worker, or by the database alone: a worker whose last lease
+            # of it ran out (an overloaded machine) had its fail refused, and the next take
+            # dead-lettered it (the end a poison message must reach, reached once)
+            by_database = not dead and not completed and msg_id in dead_letters
+            if (dead != 1 or completed) and not by_database:
                 problems.append(f"poison message {msg_id}: dead-lettered {dead}x, completed {completed}x")
         elif completed != 1 or dead:
             problem = f"{kind} message {msg_id}: completed {completed}x, dead-lettered {dead}x"
@@ -738,6 +742,12 @@ def check(queue: Queue, tally: Tally, expected_kinds: Counter[str], trouble: str
     if dead_letters.keys() != poison:
         problems.append(f"the dead letters ({len(dead_letters)}) are not the poison messages ({len(poison)})")
     return problems
+
+
+def _dead_letters(queue: Queue, tally: Tally) -> dict[int, DeadLetter]:
+    """The queue's dead letters by id (enough of them for every poison message sent and more)."""
+    poison = sum(1 for kind in tally.kinds.values() if kind == "poison")
+    return {d.id: d for d in queue.dead_letters(limit=max(1000, 2 * poison))}
 
 
 FENCING_LEASE_MS = 200
@@ -814,12 +824,18 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
         notes["slow"] = f"handlers ran up to {max(durations):.1f} s on a {LEASE_MS / 1000:g} s lease: {kept}"
     # Each kind's row counts what was settled of it, "N of M" when not all (it counted what was
     # sent, and said "dead-lettered" of poison messages that were not, a review).
-    settled, dead_of = Counter[str](), Counter[str]()
+    # A poison message the database dead-lettered itself (its last lease ran out) is settled too.
+    letters = _dead_letters(queue, tally)
+    settled, dead_of, by_database = Counter[str](), Counter[str](), Counter[str]()
     for msg_id, kind in tally.kinds.items():
-        if tally.completed[msg_id] or tally.dead[msg_id]:
+        done, dead_here = tally.completed[msg_id] > 0, tally.dead[msg_id] > 0
+        db = kind == "poison" and not done and not dead_here and msg_id in letters
+        if done or dead_here or db:
             settled[kind] += 1
-        if tally.dead[msg_id]:
+        if dead_here or db:
             dead_of[kind] += 1
+        if db:
+            by_database[kind] += 1
     for kind in MIX:
         if not kinds[kind]:
             continue
@@ -828,6 +844,8 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
         if kind == "poison":
             note = (f"dead-lettered after {MAX_ATTEMPTS} attempts each" if dead_of[kind] == settled[kind]
                     else f"{dead_of[kind]:,} dead-lettered after {MAX_ATTEMPTS} attempts each")
+            if by_database[kind]:
+                note += f" ({by_database[kind]:,} by the database: the last lease ran out, see lost leases)"
             w(f"    {kind:<10} {count:>6}  {note if dead_of[kind] else 'none dead-lettered'}\n")
         elif values:
             note = f"  {notes[kind]}" if kind in notes else ""
@@ -860,8 +878,9 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
         if len(problems) > PROBLEMS_LISTED:
             w(f"    - and {len(problems) - PROBLEMS_LISTED:,} more\n")
         return 1
-    w(f"  exactly once  OK: {completed:,} completed once each, {dead:,} dead-lettered once each, "
-      "none lost, none twice\n")
+    by_db_note = f" ({by_database['poison']:,} of them by the database)" if by_database["poison"] else ""
+    w(f"  exactly once  OK: {completed:,} completed once each, {dead + by_database['poison']:,} dead-lettered once "
+      f"each{by_db_note}, none lost, none twice\n")
     return 0
 
 
