@@ -16,7 +16,7 @@
 -- - pytest: what needs a client: the caller's transaction after a refusal (test_bad_input.py),
 --   the client's error classes (test_client.py), roles, concurrency, random calls (test_fuzz_sql.py).
 BEGIN;
-SELECT plan(408);
+SELECT plan(409);
 
 -- One database with something of every kind: in queue q (max_attempts 1, retry 10..100 ms)
 -- ready, scheduled, leased and dead messages; a message in the default queue; queue full
@@ -50,6 +50,9 @@ DO $$
 BEGIN
     PERFORM pgqueue.queue_create('sp');
     PERFORM pgqueue.spark_stage('00000000-0000-0000-0000-0000000000e5', 0, 0, 0, ARRAY['staged']::bytea[]);
+    -- a write's row with a group, for a full capped queue without groups (capfull, below)
+    PERFORM pgqueue.spark_stage('00000000-0000-0000-0000-0000000000e6', 0, 0, 0, ARRAY['grouped']::bytea[],
+                                p_groups => ARRAY['g']);
 END
 $$;
 -- capped queues holding a message with a key: a taken key is looked up before the queue's room
@@ -543,8 +546,13 @@ SELECT throws_ok($$ SELECT pgqueue.spark_publish('k9', 'sp', '00000000-0000-0000
 SELECT throws_ok($$ SELECT pgqueue.spark_publish('k9', 'sp', '00000000-0000-0000-0000-0000000000e5', ARRAY[0],
                                                  ARRAY[0]::bigint[], ARRAY[-1]::bigint[]) $$, '22023',
                  'p_counts must be >= 0 and add up to at most 9223372036854775807', 'spark_publish: a negative count');
-SELECT is((SELECT count(*) FROM pgqueue.spark_publish_log) || '/' || (SELECT count(*) FROM pgqueue.spark_staging), '0/1',
-          'spark_publish: the refused calls wrote no log row and kept the staged row');
+-- a group on a queue without groups is refused as such, also where a capped queue is full (it
+-- was PQ003, which a caller retries, for a publish that can never succeed)
+SELECT throws_ok($$ SELECT pgqueue.spark_publish('k10', 'capfull', '00000000-0000-0000-0000-0000000000e6', ARRAY[0],
+                                                 ARRAY[0]::bigint[], ARRAY[1]::bigint[]) $$, '22023',
+                 'queue "capfull" has no message groups', 'spark_publish: a group on a full capped queue without groups');
+SELECT is((SELECT count(*) FROM pgqueue.spark_publish_log) || '/' || (SELECT count(*) FROM pgqueue.spark_staging), '0/2',
+          'spark_publish: the refused calls wrote no log row and kept the staged rows');
 SELECT is((SELECT count(*) FROM pgqueue.spark_consumer), 0::bigint, 'the refused Spark calls made no consumer');
 -- not an error: an empty queue's snapshot range is NULLs (its comment), not the range of the
 -- other queues' ids (queue q holds messages and a dead letter)

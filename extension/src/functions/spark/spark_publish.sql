@@ -11,7 +11,7 @@
 -- publish key was published before (then only the staging rows are deleted). Errors:
 -- 22004/22023 for bad arrays (22023 for a negative count, or counts that add up to more than
 -- the largest bigint: before anything is written), 22023 for a group on a queue without groups
--- (nothing is published), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is
+-- (nothing is published; also when a capped queue is full, never PQ003), PQ007 if the staged rows differ from p_counts, PQ003 if the queue is
 -- full, PQ001 if it does not exist.
 CREATE FUNCTION pgqueue.spark_publish(
     p_publish_key text,
@@ -100,6 +100,18 @@ BEGIN
                   HINT = 'The staging rows were deleted or never committed: run the write again.';
     END IF;
 
+    -- a group on a queue without groups is refused before the queue's room is asked for, as by
+    -- message_create_batch: a full capped queue answered PQ003 to a publish that can never
+    -- succeed (pgqueue._message_insert checks again under the queue's lock)
+    IF v_queue.group_concurrency IS NULL
+       AND EXISTS (SELECT 1 FROM unnest(p_partitions, p_attempts) AS w(p, a)
+                     JOIN pgqueue.spark_staging s
+                       ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+                    WHERE s.group_key IS NOT NULL) THEN
+        RAISE EXCEPTION 'queue "%" has no message groups', v_queue.name
+            USING ERRCODE = '22023',
+                  HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+    END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_count);
     IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
