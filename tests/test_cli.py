@@ -615,11 +615,13 @@ def test_help_the_disk_cannot_take_is_one_line_and_not_0() -> None:
     /dev/full reports no error.)"""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     with open("/dev/full", "w") as full:
-        for argv in (["--help"], ["queue", "--help"]):
+        # unbuffered too: argparse's own write of the help ignored the error it got (exit 0, a review)
+        for argv, extra in ((["--help"], {}), (["queue", "--help"], {}), (["--help"], {"PYTHONUNBUFFERED": "1"}),
+                            (["worker", "--help"], {"PYTHONUNBUFFERED": "1"})):
             proc = subprocess.run([str(PGQUEUE), *argv], stdout=full, stderr=subprocess.PIPE, text=True,
-                                  timeout=60, check=False, env=env)
+                                  timeout=60, check=False, env={**env, **extra})
             assert (proc.returncode, proc.stderr) == (
-                1, "pgqueue: error: cannot write the output: No space left on device\n"), (argv, proc.stderr)
+                1, "pgqueue: error: cannot write the output: No space left on device\n"), (argv, extra, proc.stderr)
 
 
 def test_a_command_started_with_its_output_closed_does_its_work_and_exits_0(dsn: str) -> None:
@@ -631,6 +633,23 @@ def test_a_command_started_with_its_output_closed_does_its_work_and_exits_0(dsn:
                           capture_output=True, text=True, timeout=60, check=False)
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     assert Queue(dsn, "closed_out").stats().ready == 1
+
+
+@pytest.mark.parametrize("extra", [["--complete"], ["--lock-ms", "0"]])
+def test_a_dequeue_started_with_its_output_closed_takes_nothing(dsn: str, extra: list[str]) -> None:
+    """`pgqueue dequeue --complete >&-` completed (and `--lock-ms 0` deleted) the messages it took,
+    though print() had written them nowhere (no sys.stdout), and exited 0 (a review): it takes
+    nothing now, exit 1."""
+    queue = Queue(dsn, "closed_dequeue")
+    queue.create()
+    queue.enqueue_many(["one", "two"])
+    proc = subprocess.run(["bash", "-c", f'"{PGQUEUE}" dequeue closed_dequeue --limit 10 {" ".join(extra)} --dsn "$0" >&-',
+                           dsn], capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stderr) == (
+        1, "pgqueue: error: cannot write the output: the standard output is closed; nothing taken\n"), proc.stderr
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (2, 0)
+    assert queue.counters().completed == 0
 
 
 def test_payloads_that_are_not_json_print_as_base64(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
@@ -656,6 +675,9 @@ def test_listen_options_take_an_address_and_the_worker_a_bounded_concurrency(cap
                  ["worker", "q", "m:f", "--concurrency", "10001"]):
         assert main(argv) == 2, argv
         assert "argument" in capsys.readouterr().err
+    # the address as given ("got ''" of ' ', a review)
+    assert main(["metrics", "--host", " "]) == 2
+    assert "got ' '" in capsys.readouterr().err
     assert build_parser().parse_args(["worker", "q", "m:f", "-c", "10000"]).concurrency == 10000
     monkeypatch.setenv("PGQUEUE_DASHBOARD_TOKEN", "")
     assert build_parser().parse_args(["dashboard"]).token is None
@@ -929,11 +951,21 @@ def test_integers_out_of_the_servers_range_are_usage_errors(capsys: pytest.Captu
         (["worker", "default", "m:f", "--lock-ms", huge], "--lock-ms"),
         (["worker", "default", "m:f", "--batch-size", "10001"], "--batch-size"),
         (["schedule", "create", "s", "default", "x", "--every", "0.5"], "--every"),
+        # a history of 1e20 samples (OverflowError, a traceback), or sampling without a pause (a review)
+        (["dashboard", "--sample-interval", "1e-20"], "--sample-interval"),
+        (["dashboard", "--sample-interval", "0.0999"], "--sample-interval"),
+        # threads of the demo's one process: 10^20 handlers started threads until it aborted (a review)
+        (["demo", "--concurrency", "10001"], "--concurrency"),
+        (["demo", "--workers", "99999999999999999999"], "--workers"),
+        (["demo", "--producers", "10001"], "--producers"),
     ]
     for argv, option in cases:
         status, out, err = run(capsys, *argv, "--dsn", dsn)
         assert_one_line_error(status, out, err, option, "expected", code=2)
         assert "out of range" not in err
+    status, out, err = run(capsys, "demo", "--workers", "101", "--concurrency", "100", "--dsn", dsn)
+    assert_one_line_error(status, out, err, "--workers 101 x --concurrency 100 is 10,100 handler threads, more than "
+                          "10,000", code=2)
     assert Queue(dsn).stats().total == 0 and [q.queue for q in list_queues(dsn)] == ["default"]
     # the bounds themselves are accepted
     status, out, err = run(capsys, "dequeue", "default", "--limit", "10000", "--lock-ms", "31536000000", "--dsn", dsn)
@@ -1018,7 +1050,7 @@ def test_enqueue_when_and_task(capsys: pytest.CaptureFixture[str], dsn: str) -> 
         status, out, err = run(capsys, "enqueue", "jobs", "x", *argv, "--dsn", dsn)
         assert_one_line_error(status, out, err, code=2)
     status, out, err = run(capsys, "enqueue", "jobs", "x", "--task", "no spaces", "--dsn", dsn)
-    assert_one_line_error(status, out, err, "task")
+    assert_one_line_error(status, out, err, "task", code=2)
     assert queue.stats().total == 4
 
 
@@ -1398,9 +1430,9 @@ def test_a_long_bad_value_is_quoted_by_its_start_and_length(capsys: pytest.Captu
     quoted, with an ellipsis and its length."""
     long = "a" * 10_000
     cases: list[tuple[list[str], str, int]] = [
-        (["enqueue", "default", "x", "--task", long], "invalid task name 'aaaa", 1),
+        (["enqueue", "default", "x", "--task", long], "invalid task name 'aaaa", 2),
         (["enqueue", "default", "x", "--task", "ok", "--key", "k\x00" + long], "key must not contain NUL", 1),
-        (["schedule", "create", "s", "default", "x", "--every", "60", "--task", long], "invalid task name 'aaaa", 1),
+        (["schedule", "create", "s", "default", "x", "--every", "60", "--task", long], "invalid task name 'aaaa", 2),
         (["enqueue", "q\x00" + long, "x"], "invalid queue name 'q\\x00aaaa", 1),
         (["dequeue", "default", "--limit", "1" * 10_000], "--limit: expected", 2),
         (["enqueue", "default", "x", "--at", long], "--at: expected", 2),
@@ -1416,7 +1448,9 @@ def test_a_long_bad_value_is_quoted_by_its_start_and_length(capsys: pytest.Captu
     assert Queue(dsn).stats().total == 0
     # a value of 100 characters or fewer is quoted whole, as before
     status, out, err = run(capsys, "enqueue", "default", "x", "--task", "b" * 99 + "!", "--dsn", dsn)
-    assert_one_line_error(status, out, err, f"invalid task name '{'b' * 99}!': 1 to 200 letters")
+    # bad usage, found before anything is done (exit 1, a review)
+    assert_one_line_error(status, out, err, f"argument --task: invalid task name '{'b' * 99}!': 1 to 200 letters",
+                          code=2)
 
 
 def test_number_options_take_ascii_decimal_digits_only(capsys: pytest.CaptureFixture[str]) -> None:

@@ -917,18 +917,21 @@ def test_all_queues_throughput_counts_a_shared_stripe_once() -> None:
 
 
 def test_the_sample_interval_is_at_most_a_day(capsys: pytest.CaptureFixture[str]) -> None:
-    """`dashboard --sample-interval` is more than 0 and at most 86400 s (a day; the page refreshes
+    """`dashboard --sample-interval` is at least 0.1 s and at most 86400 s (a day; the page refreshes
     as often): 1e10 was taken and the sampler thread died at once (OverflowError in its wait),
     the charts left empty. A longer one is bad usage naming the option, exit 2, and a Sampler
     refuses it too."""
     def connect() -> psycopg.Connection[Any]:
         raise AssertionError("not sampled")
 
-    for interval in (86400.001, 1e10, 0.0):
+    # ... and at least 0.1 s: 1e-20 was a traceback (the history's length overflowed), 0.0001
+    # sampled without a pause (a review)
+    for interval in (86400.001, 1e10, 0.0, 1e-20, 0.0999):
         with pytest.raises(ValueError, match="sample interval"):
             Sampler(connect, interval=interval)
+    assert Sampler(connect, interval=0.1).interval == 0.1
     assert MAX_INTERVAL == 86400 and Sampler(connect, interval=MAX_INTERVAL).interval == 86400
-    for bad in ("86400.001", "1e10", "inf", "0"):
+    for bad in ("86400.001", "1e10", "inf", "0", "1e-20", "0.0999"):
         # (a DSN that cannot be used: were the value taken, the command would stop there, exit 1)
         assert main(["dashboard", "--sample-interval", bad, "--dsn", "not a dsn"]) == 2, bad
         err = capsys.readouterr().err

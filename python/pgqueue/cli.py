@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -44,6 +44,7 @@ from pgqueue.compat import check_server, server_pgqueue, version_mismatch
 from pgqueue.errors import (
     ConnectionFailed,
     ExtensionNotInstalled,
+    InvalidArgument,
     PgQueueError,
     QueueExists,
     QueueNotFound,
@@ -53,6 +54,9 @@ from pgqueue.errors import (
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
 from pgqueue.tasks import is_generator_callable
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["main"]
 
@@ -89,6 +93,14 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: error: {message} (see `{self.prog} --help`)")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """Write the help or version; a write that fails propagates to :func:`main`, which says
+        "cannot write the output" with status 1 (argparse's own ignores it: `--help > /dev/full`
+        exited 0, a review)."""
+        file = file or sys.stderr
+        if message and file is not None:
+            file.write(message)
 
 
 # ---------------------------------------------------------------------------------------
@@ -693,7 +705,7 @@ def _address(text: str) -> str:
     """An address to listen on: not empty (an empty one listened on every address, printed as
     nothing: pass 0.0.0.0 or :: for every address)."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("expected an address (0.0.0.0 or :: for every address), got ''")
+        raise argparse.ArgumentTypeError(f"expected an address (0.0.0.0 or :: for every address), got {quoted(text)}")
     if not text.isascii():
         # a name the socket cannot encode (a label over 63 characters, bytes that are not
         # UTF-8) raised TypeError or UnicodeError out of bind(): a traceback (a review)
@@ -722,7 +734,9 @@ _port = _number(int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
 _statement_timeout = _number(float, lambda v: 0 < v < float("inf") and math.ceil(v * 1000) <= _INT_MAX,
                              f"seconds > 0, up to {_INT_MAX / 1000} (the server's statement_timeout limit)")
 _DAY_S = 86400  # the longest dashboard --sample-interval (the page refreshes as often: a browser timer)
-_sample_interval = _number(float, lambda v: 0 < v <= _DAY_S, f"seconds > 0, up to {_DAY_S} (a day)")
+# at least 0.1 s (the dashboard's sampler.MIN_INTERVAL): 1e-20 overflowed the history's length (a
+# traceback), 0.0001 sampled without a pause (a review)
+_sample_interval = _number(float, lambda v: 0.1 <= v <= _DAY_S, f"seconds from 0.1 up to {_DAY_S} (a day)")
 _interval = _number(float, lambda v: 0.1 <= v < 1e9, "seconds >= 0.1, below 1e9 (31 years)")
 
 
@@ -1123,13 +1137,18 @@ def _not_json(constant: str) -> object:
     raise ValueError(f"{constant} is not a JSON value")
 
 
-def _check_task(task: str | None) -> None:
-    """Refuse a --task that is not a task name before connecting (InvalidArgument: one line)."""
-    with_task(None, task)  # (the client's own check, before connecting)
+def _check_task(args: argparse.Namespace) -> None:
+    """Refuse a --task that is not a task name before connecting: bad usage, exit 2 (it was the
+    client's InvalidArgument, exit 1, though nothing had been done: a review)."""
+    try:
+        with_task(None, args.task)  # (the client's own check)
+    except InvalidArgument as exc:
+        prog = getattr(args, "command_prog", PROG)
+        raise UsageError(f"{prog}: error: argument --task: {exc} (see `{prog} --help`)") from None
 
 
 def _cmd_enqueue(args: argparse.Namespace) -> int:
-    _check_task(args.task)
+    _check_task(args)
     payload = _payload(args)
     delay = timedelta(seconds=args.delay) if args.delay else None
     with connect(resolve_dsn(args)) as conn:
@@ -1147,8 +1166,13 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
     slow reader of the output) and was taken by another consumer is not, and is named on stderr
     with exit status 1. When the output closes early (``| head -1``) the messages not printed
     yet are given back (due at once, as a worker's shutdown gives them back) and the exit status
-    is 1; with ``--lock-ms 0`` they were deleted on receipt (delete mode: at most once).
+    is 1; with ``--lock-ms 0`` they were deleted on receipt (delete mode: at most once). Started
+    with its output closed (``>&-``: no ``sys.stdout``, print() writes nowhere), it takes nothing
+    and exits 1: it completed, or deleted, messages it had written nowhere (a review).
     """
+    if sys.stdout is None:
+        _error("cannot write the output: the standard output is closed; nothing taken")
+        return 1
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         messages = queue.dequeue(args.limit, lock_ms=args.lock_ms)
@@ -1731,7 +1755,7 @@ def _cmd_dead_purge(args: argparse.Namespace) -> int:
 def _cmd_schedule_create(args: argparse.Namespace) -> int:
     from pgqueue.schedules import create_schedule
 
-    _check_task(args.task)
+    _check_task(args)
     payload = _payload(args)
     with connect(resolve_dsn(args)) as conn:
         create_schedule(conn, args.name, args.queue, payload, every=args.every, cron=args.cron,

@@ -892,11 +892,13 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
 #: The most messages a run sends, and the lowest rate it takes (besides 0, as fast as possible).
 MAX_MESSAGES = 10_000_000
 MIN_RATE = 0.001
+#: The most producers, workers, handlers a worker, and handlers in all (workers x concurrency): threads.
+MAX_THREADS = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``pgqueue demo`` to its parser (--dsn is added by the CLI)."""
-    from pgqueue.cli import _int_range, _number, _port, _positive_int
+    from pgqueue.cli import _int_range, _number, _port
 
     d = DemoOptions()
     # Bounded: the jobs are made before the first is sent (10,000,000 take a few GB), and a rate
@@ -909,12 +911,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=rate, default=d.rate, metavar="R",
                         help=f"messages per second the producers send (default {d.rate:g}, at least {MIN_RATE:g}; "
                              "0 = as fast as they can, a throughput test)")
-    parser.add_argument("--producers", type=_positive_int, default=d.producers, metavar="N",
-                        help=f"producer threads (default {d.producers})")
-    parser.add_argument("--workers", type=_positive_int, default=d.workers, metavar="N",
-                        help=f"workers (default {d.workers})")
-    parser.add_argument("--concurrency", type=_positive_int, default=d.concurrency, metavar="N",
-                        help=f"handlers per worker (default {d.concurrency})")
+    # Bounded too: every producer, worker and handler is a thread of this process (a --concurrency
+    # of 10^20 started threads until the system refused one, then aborted: exit 134, a review).
+    threads = _int_range(1, MAX_THREADS, f"a positive integer up to {MAX_THREADS:,}")
+    parser.add_argument("--producers", type=threads, default=d.producers, metavar="N",
+                        help=f"producer threads (default {d.producers}, at most {MAX_THREADS:,})")
+    parser.add_argument("--workers", type=threads, default=d.workers, metavar="N",
+                        help=f"workers (default {d.workers}, at most {MAX_THREADS:,})")
+    parser.add_argument("--concurrency", type=threads, default=d.concurrency, metavar="N",
+                        help=f"handlers per worker (default {d.concurrency}; workers x concurrency at most "
+                             f"{MAX_THREADS:,})")
     seed = _number(int, lambda v: True, "an integer")  # (ASCII digits, as every number option)
     parser.add_argument("--seed", type=seed, help="random seed, to repeat a run's mix")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
@@ -926,8 +932,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run ``pgqueue demo`` with parsed arguments."""
-    from pgqueue.cli import DSN_ENV
+    from pgqueue.cli import DSN_ENV, UsageError
 
+    if args.workers * args.concurrency > MAX_THREADS:
+        raise UsageError(f"pgqueue demo: error: --workers {args.workers:,} x --concurrency {args.concurrency:,} is "
+                         f"{args.workers * args.concurrency:,} handler threads, more than {MAX_THREADS:,} "
+                         "(see `pgqueue demo --help`)")
     dsn = getattr(args, "dsn", None) or os.environ.get(DSN_ENV) or None
     options = DemoOptions(messages=args.messages, rate=args.rate, producers=args.producers,
                           workers=args.workers, concurrency=args.concurrency, dsn=dsn,

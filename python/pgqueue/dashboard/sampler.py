@@ -39,6 +39,9 @@ APPLICATION_NAME = "pgqueue-dashboard"
 #: The longest interval between samples, in seconds: a day (the page refreshes as often, and a
 #: browser's timer takes at most about 24.8 days; a thread's wait, about 292 years).
 MAX_INTERVAL = 86400.0
+#: The shortest, in seconds: 1e-20 made the history's length overflow (a traceback), and 0.0001
+#: sampled the database without a pause, where the page refreshes once a second at most (a review).
+MIN_INTERVAL = 0.1
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,8 @@ class Sample:
 
 @dataclass
 class Sampler:
-    """Sample ``connect()``'s database every ``interval`` seconds (more than 0, at most
-    :data:`MAX_INTERVAL`: a day), keeping ``history`` seconds. ``bound``, if given, is entered
+    """Sample ``connect()``'s database every ``interval`` seconds (from :data:`MIN_INTERVAL`,
+    0.1, to :data:`MAX_INTERVAL`, a day), keeping ``history`` seconds. ``bound``, if given, is entered
     with the connection around each pass: the dashboard's runs the pass in a transaction with
     its statement_timeout and lock_timeout (set for that transaction alone, never for the
     session, which a transaction-mode pooler would lend to other clients)."""
@@ -74,8 +77,8 @@ class Sampler:
     _conn: psycopg.Connection[Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if not 0 < self.interval <= MAX_INTERVAL:  # (else the thread's wait dies: OverflowError)
-            raise ValueError(f"the sample interval must be > 0 seconds and at most {MAX_INTERVAL:g}, "
+        if not MIN_INTERVAL <= self.interval <= MAX_INTERVAL:  # (else the thread's wait dies: OverflowError)
+            raise ValueError(f"the sample interval must be from {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds, "
                              f"got {self.interval}")
         # (two at least: a rate is the change between two samples; an interval longer than the
         # history kept one, and the throughput chart stayed empty for ever)
