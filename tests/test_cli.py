@@ -150,6 +150,18 @@ def test_queue_management(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     assert err.strip() == ("pgqueue: warning: queue mail exists with other settings, left as they are: "
                            "lock_ms 5000 (not 1000), max_size 10 (not 5); change them with `pgqueue queue alter`"), err
     assert Queue(dsn, "mail").settings().max_size == 10
+    # yes/no as the table shows them (Python's True/False, a review), and groups are not for
+    # `queue alter` (which refuses them)
+    status, out, err = run(capsys, "queue", "create", "plain", "--dsn", dsn)
+    assert status == 0
+    status, out, err = run(capsys, "queue", "create", "plain", "--if-not-exists", "--notify", "--group-concurrency", "0",
+                           "--dsn", dsn)
+    assert status == 0
+    assert err.strip() == ("pgqueue: warning: queue plain exists with other settings, left as they are: "
+                           "notify no (not yes), group_concurrency none (no message groups) (not 0); change them with "
+                           "`pgqueue queue alter` (message groups are chosen when a queue is created: drop and create "
+                           "it for them)"), err
+    assert run(capsys, "queue", "drop", "plain", "--dsn", dsn)[0] == 0
     status, out, err = run(capsys, "queue", "create", "fresh", "--if-not-exists", "--max-size", "0",
                            "--max-attempts", "0", "--group-concurrency", "0", "--dsn", dsn)
     assert status == 0 and err == "", err  # created as asked: nothing differs (0: none)
@@ -650,6 +662,19 @@ def test_a_dequeue_started_with_its_output_closed_takes_nothing(dsn: str, extra:
     stats = queue.stats()
     assert (stats.ready, stats.leased) == (2, 0)
     assert queue.counters().completed == 0
+
+
+def test_an_empty_worker_dsn_is_none_and_verbose_or_quiet_not_both(dsn: str) -> None:
+    """An empty DSN argument of `worker` went to libpq's defaults past $PGQUEUE_DSN (and the
+    failure said no DSN was given), where an empty --dsn is none: it is none too now. `-v -q` ran
+    with --verbose winning without a word: bad usage (a review)."""
+    env = {**os.environ, "PGQUEUE_DSN": dsn, "PGHOST": "/nonexistent", "PGPORT": "1"}
+    proc = subprocess.run([str(PGQUEUE), "worker", "", "no_such_queue_here", "json:dumps", "--startup-timeout", "5"],
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert 'queue "no_such_queue_here" does not exist' in proc.stderr, proc.stderr  # $PGQUEUE_DSN's database
+    proc = pgqueue("worker", "q", "json:dumps", "-v", "-q", "--dsn", dsn)
+    assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr
 
 
 def test_payloads_that_are_not_json_print_as_base64(capsys: pytest.CaptureFixture[str], dsn: str) -> None:

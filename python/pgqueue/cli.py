@@ -596,8 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", default="127.0.0.1", type=_address, metavar="ADDR",
                    help="address of the worker's metrics (default 127.0.0.1)")
     _startup_timeout_option(p)
-    p.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
-    p.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
+    # one or the other: both were taken, --verbose winning without a word (a review)
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("--verbose", "-v", action="store_true", help="log every message and tracebacks")
+    loud.add_argument("--quiet", "-q", action="store_true", help="log warnings only")
     return parser
 
 
@@ -1920,13 +1922,25 @@ def _cmd_queue_create(args: argparse.Namespace) -> int:
     # --if-not-exists of a queue that exists with other settings: it is left as it is, which
     # printed its row without a word (a review); say which setting differs
     unset = {"max_attempts", "max_size", "rate_limit"}  # 0: none
-    differ = [f"{name} {'none' if getattr(settings, name) is None else getattr(settings, name)} (not {value})"
+    # as the settings table shows them: yes/no, not Python's True/False (a review)
+    def shown(name: str, value: object) -> str:
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if value is None:
+            return "none (no message groups)" if name == "group_concurrency" else "none"
+        return str(value)
+
+    differ = {name: f"{name} {shown(name, getattr(settings, name))} (not {shown(name, value)})"
               for name, value in options.items()
               if getattr(settings, name) != (None if name in unset and value == 0 else value)
-              and not (name == "notify" and value is False)]  # (no --notify: not a setting asked for)
+              and not (name == "notify" and value is False)}  # (no --notify: not a setting asked for)
     if differ:
+        # whether a queue has groups is chosen when it is created: `queue alter` refuses it
+        groups = "group_concurrency" in differ and None in (settings.group_concurrency, options["group_concurrency"])
+        how = "change them with `pgqueue queue alter`" + (
+            " (message groups are chosen when a queue is created: drop and create it for them)" if groups else "")
         print(f"pgqueue: warning: queue {args.queue} exists with other settings, left as they are: "
-              f"{', '.join(differ)}; change them with `pgqueue queue alter`", file=sys.stderr)
+              f"{', '.join(differ.values())}; {how}", file=sys.stderr)
     return 0
 
 
@@ -2014,6 +2028,8 @@ def _worker(args: argparse.Namespace, signals: CommandSignals) -> int:
         if getattr(args, "dsn", None) is not None:
             raise UsageError("pgqueue worker: error: the database given twice (a DSN argument and "
                              "--dsn): give one (see `pgqueue worker --help`)")
+        if not dsn:  # an empty DSN argument is none, as an empty --dsn is: $PGQUEUE_DSN, else libpq's
+            dsn = resolve_dsn(args)  # defaults (it went to libpq's defaults past $PGQUEUE_DSN, a review)
     elif len(args.target) == 2:
         queue_name, spec = args.target
         dsn = resolve_dsn(args)
