@@ -2436,3 +2436,61 @@ def test_a_text_that_is_not_utf8_on_a_sql_ascii_database_is_invalid_argument(pg_
             conn.execute("SELECT pgqueue.message_create_text('g', E'caf\\xe9')")
         assert bad.value.sqlstate == "22021", bad.value
         assert conn.execute("SELECT count(*) FROM pgqueue.message").fetchone() == (0,)
+
+
+def test_a_closed_connection_or_pool_is_connection_failed_in_conninfo_and_run_schedules(dsn: str) -> None:
+    """`Queue.conninfo` (and so `Worker(queue, ...)`, which reads it) of a closed connection
+    raised psycopg's OperationalError, and `run_schedules` of a closed pool with `on_held` its
+    PoolClosed, where every other call raises ConnectionFailed (a review)."""
+    from pgqueue import AsyncQueue, Worker
+    from pgqueue.schedules import run_schedules
+
+    conn = psycopg.connect(dsn)
+    conn.close()
+    with pytest.raises(errors.ConnectionFailed):
+        Queue(conn, "q").conninfo
+    with pytest.raises(errors.ConnectionFailed):
+        Worker(Queue(conn, "q"), lambda msg: None)
+
+    async def closed_async() -> None:
+        aconn = await psycopg.AsyncConnection.connect(dsn)
+        await aconn.close()
+        with pytest.raises(errors.ConnectionFailed):
+            AsyncQueue(aconn, "q").conninfo
+
+    asyncio.run(closed_async())
+    pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=1, open=True)
+    pool.close()
+    for on_held in (None, print):
+        with pytest.raises(errors.ConnectionFailed):
+            run_schedules(pool, on_held=on_held)
+
+
+def test_receive_heartbeat_and_stats_exact_take_bools_only(dsn: str) -> None:
+    """`receive(heartbeat="no")` sent heartbeats ("no" is true) and `stats(exact="yes")` was
+    taken, where `create(notify=1)` is refused (a review): InvalidArgument, sync and async, and
+    nothing taken."""
+    from pgqueue import AsyncQueue
+
+    queue = Queue(dsn, "bools")
+    queue.create()
+    queue.enqueue("x")
+    for bad in ("no", "false", 0, None):
+        with pytest.raises(errors.InvalidArgument, match="heartbeat must be a bool"):
+            with queue.receive(heartbeat=bad):  # type: ignore[arg-type]
+                pytest.fail("the block ran")
+    with pytest.raises(errors.InvalidArgument, match="exact must be a bool"):
+        queue.stats(exact="yes")  # type: ignore[arg-type]
+
+    async def in_async() -> None:
+        async with AsyncQueue(dsn, "bools") as aqueue:
+            with pytest.raises(errors.InvalidArgument, match="heartbeat must be a bool"):
+                async with aqueue.receive(heartbeat="no"):  # type: ignore[arg-type]
+                    pytest.fail("the block ran")
+            with pytest.raises(errors.InvalidArgument, match="exact must be a bool"):
+                await aqueue.stats(exact="yes")  # type: ignore[arg-type]
+
+    asyncio.run(in_async())
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (1, 0)
+    queue.close()

@@ -568,3 +568,42 @@ def test_the_start_log_names_the_server_libpq_reaches(monkeypatch: pytest.Monkey
     assert _where("dbname=app") == ("app", "the default socket")
     monkeypatch.setenv("PGDATABASE", "fromenv")
     assert _where("") == ("fromenv", "the default socket")
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_options_of_the_wrong_kind_are_refused_when_the_worker_is_made(kind: str) -> None:
+    """A handler of None and a timeout of "x" were taken, and every message failed and went to
+    the dead letters; a str concurrency or batch size was a raw "'<' not supported" TypeError, a
+    float concurrency or lease failed only in run(), a lease of 2**63 in the heartbeats' thread,
+    a NaN shutdown_grace was taken (a review). Each is refused when the worker is made, the
+    same by both workers. (No server: nothing connects before run().)"""
+    def plain(msg: Message) -> None:
+        return None
+
+    async def coroutine(msg: Message) -> None:
+        return None
+
+    def make(handler: object = None, **options: object) -> object:
+        if kind == "Worker":
+            return Worker(Queue("dbname=nowhere", "jobs"), plain if handler is None else handler,  # type: ignore[arg-type]
+                          **options)  # type: ignore[arg-type]
+        return AsyncWorker(AsyncQueue("dbname=nowhere", "jobs"), coroutine if handler is None else handler,  # type: ignore[arg-type]
+                           **options)  # type: ignore[arg-type]
+
+    with pytest.raises(TypeError, match="callable|not a coroutine function"):
+        make(handler=42)
+    cases: list[tuple[dict[str, object], type[Exception], str]] = [
+        ({"timeout": "x"}, TypeError, "timeout must be seconds or a function of the message, got str"),
+        ({"concurrency": "8"}, TypeError, "concurrency must be an int, got str"),
+        ({"concurrency": 1.5}, TypeError, "concurrency must be an int, got float"),
+        ({"batch_size": "x"}, TypeError, "batch_size must be an int, got str"),
+        ({"lock_ms": 1.5}, TypeError, "lock_ms must be an int, got float"),
+        ({"lock_ms": 2**63}, ValueError, "lock_ms must be from 1 to 31536000000"),
+        ({"shutdown_grace": float("nan")}, ValueError, "shutdown_grace must be a finite number of seconds"),
+        ({"poll_min": "1"}, TypeError, "poll_min must be a number of seconds, got str"),
+    ]
+    for options, error, words in cases:
+        with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+            make(**options)
+    # the bounds and the kinds that are right are taken
+    make(lock_ms=31_536_000_000, timeout=lambda msg: 1.0, concurrency=1, batch_size=None, shutdown_grace=0)

@@ -912,12 +912,14 @@ def dequeue(queue: str, limit: int = 1, *, lock_ms: int | None = None) -> Call[l
     )
 
 
-def receive(queue: str, *, lock_ms: int | None = None) -> Call[Lease | None]:
+def receive(queue: str, *, lock_ms: int | None = None, heartbeat: bool = True) -> Call[Lease | None]:
     """Return the call that dequeues one leased message for ``receive``, with its lease length.
 
     Raises:
-        InvalidArgument: ``lock_ms`` is 0 (receive needs a lease to complete or fail).
+        InvalidArgument: ``lock_ms`` is 0 (receive needs a lease to complete or fail), or
+            ``heartbeat`` is not a bool ("no" was taken as true, and heartbeats sent: a review).
     """
+    check_bool("heartbeat", heartbeat, allow_none=False)
     if check_int("lock_ms", lock_ms) == 0:
         raise InvalidArgument("receive() needs a lease: lock_ms must be > 0 or None (the queue's lock_ms)")
 
@@ -1152,6 +1154,7 @@ def stats(queue: str, *, exact: bool = False) -> Call[QueueStats]:
             raise QueueNotFound(f'queue "{queue}" does not exist', sqlstate="PQ001")
         return stats_from_row(rows[0])
 
+    exact = bool(check_bool("exact", exact, allow_none=False))  # ("yes" was taken: a review)
     return Call(_sql.QUEUE_STATS_EXACT if exact else _sql.QUEUE_STATS, {"queue": queue}, result)
 
 

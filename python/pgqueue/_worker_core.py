@@ -598,15 +598,42 @@ def is_async_handler(handler: object) -> bool | None:
 _FATAL = (KeyboardInterrupt, SystemExit)
 
 
+#: The longest lease a worker takes, in milliseconds (a year, as the extension's lock_ms).
+_MAX_LEASE_MS = 31_536_000_000
+
+
+def _check_types(*, concurrency: object, batch_size: object, lock_ms: object, poll_min: object, poll_max: object,
+                 shutdown_grace: object, timeout: object) -> None:
+    """Raise TypeError for worker options of the wrong kind, before their ranges are compared: a
+    str was a raw "'<' not supported" TypeError, a float concurrency failed in run(), and a
+    timeout of "x" or a handler of None were taken and every message went to the dead letters
+    (a review)."""
+    for name, value, optional in (("concurrency", concurrency, False), ("batch_size", batch_size, True),
+                                  ("lock_ms", lock_ms, True)):
+        if not (value is None and optional) and (not isinstance(value, int) or isinstance(value, bool)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    for name, value in (("poll_min", poll_min), ("poll_max", poll_max), ("shutdown_grace", shutdown_grace)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    if timeout is not None and not callable(timeout) and (
+            not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+        raise TypeError(f"timeout must be seconds or a function of the message, got {type(timeout).__name__}")
+
+
 def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | None, poll_min: float,
                   poll_max: float, shutdown_grace: float, timeout: Timeout | None) -> None:
-    """Raise ValueError for worker options out of range."""
+    """Raise TypeError for worker options of the wrong kind, ValueError for those out of range."""
+    _check_types(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
+                 poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {quoted(concurrency)}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {quoted(batch_size)}")
-    if lock_ms is not None and lock_ms < 1:
-        raise ValueError(f"lock_ms must be at least 1, got {quoted(lock_ms)}")
+    if lock_ms is not None and not 1 <= lock_ms <= _MAX_LEASE_MS:
+        # (2**63 was taken: a traceback in the heartbeats' thread, then "bigint out of range")
+        raise ValueError(f"lock_ms must be from 1 to {_MAX_LEASE_MS} (a year), got {quoted(lock_ms)}")
     if not 0 < poll_min <= poll_max:
         raise ValueError(f"need 0 < poll_min <= poll_max, got {quoted(poll_min)} and {quoted(poll_max)}")
     if shutdown_grace < 0:
@@ -710,6 +737,8 @@ class WorkerCore:
         startup_timeout: float | None = None,
     ) -> None:
         check_startup_timeout(startup_timeout)
+        if not callable(handler):  # (None was taken: every message failed, then dead-lettered)
+            raise TypeError(f"the handler must be callable, got {type(handler).__name__}")
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
                       poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
         self._name = name

@@ -463,7 +463,8 @@ class _AsyncConnector:
         if self._dsn is not None:
             return self._dsn
         if self._conn is not None:
-            return _core.conninfo_of(self._conn.pgconn)
+            with translating():  # (a closed connection's psycopg error: ConnectionFailed, a review)
+                return _core.conninfo_of(self._conn.pgconn)
         assert self._pool is not None
         return _core.pool_conninfo(_plain(self._pool.conninfo, "conninfo"), _plain(self._pool.kwargs, "kwargs"))
 
@@ -601,7 +602,7 @@ class AsyncQueue:
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.
         """
-        lease, in_transaction = await self._take(_core.receive(self._name, lock_ms=lock_ms))
+        lease, in_transaction = await self._take(_core.receive(self._name, lock_ms=lock_ms, heartbeat=heartbeat))
         if lease is None:
             yield None
             return

@@ -320,7 +320,8 @@ class _Connector:
         if self._dsn is not None:
             return self._dsn
         if self._conn is not None:
-            return _core.conninfo_of(self._conn.pgconn)
+            with translating():  # (a closed connection's psycopg error: ConnectionFailed, a review)
+                return _core.conninfo_of(self._conn.pgconn)
         assert self._pool is not None
         conninfo = self._pool.conninfo() if callable(self._pool.conninfo) else self._pool.conninfo
         kwargs = self._pool.kwargs() if callable(self._pool.kwargs) else self._pool.kwargs
@@ -824,7 +825,7 @@ class Queue:
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.
         """
-        lease, in_transaction = self._take(_core.receive(self._name, lock_ms=lock_ms))
+        lease, in_transaction = self._take(_core.receive(self._name, lock_ms=lock_ms, heartbeat=heartbeat))
         if lease is None:
             yield None
             return

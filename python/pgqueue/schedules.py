@@ -118,7 +118,7 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
         finally:
             own.close()
     if isinstance(conn, ConnectionPool):
-        with conn.connection() as lent:
+        with translating(), conn.connection() as lent:  # (a closed pool's PoolClosed: ConnectionFailed, a review)
             return run_schedules(lent, limit, on_held=on_held)
     if not isinstance(conn, psycopg.Connection):
         return _run_once(conn, _core.schedule_run(limit))  # (its TypeError)
