@@ -332,6 +332,8 @@ async def nul_in_a_name_group_or_key_is_refused_before_anything_is_sent(
         (lambda: make("a\x00").stats(), errors.InvalidQueueName, "invalid queue name 'a\\\\x00'"),
         (lambda: make("a\x00").enqueue(1), errors.InvalidQueueName, "invalid queue name"),
         (lambda: make("\x00").cancel([1]), errors.InvalidQueueName, "invalid queue name"),
+        # a lone surrogate has no UTF-8 form: it was InvalidArgument (22P05) of the client encoding
+        (lambda: make("a\ud800").enqueue(1), errors.InvalidQueueName, "invalid queue name 'a\\\\ud800'"),
         (receive, errors.InvalidQueueName, "invalid queue name"),
     )
     for call, kind, text in refused:

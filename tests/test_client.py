@@ -1625,6 +1625,26 @@ def test_errors_map_to_classes_with_the_psycopg_error_as_cause(dsn: str, conn: C
         q.close()
 
 
+def test_an_acknowledgement_of_something_other_than_a_message_is_refused_before_connecting() -> None:
+    """Every call that acts on a leased message takes a pgqueue Message whose id and attempts are
+    ints: a hand-made Message with the id "5" was completed, but complete_many never reported
+    its lost lease (the server's stale ids are ints: a review). InvalidArgument, before anything
+    connects ("dbname=unused" is never opened)."""
+    good = Message(id=5, queue="q", payload=None, attempts=1, state=None, dequeue_at=None,
+                   created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None)
+    q = Queue("dbname=unused", "q")
+    calls = (q.complete, q.heartbeat, q.defer, lambda m: q.fail(m, "x"), lambda m: q.reject(m, "x"),
+             lambda m: q.complete_many([m]), lambda m: q.heartbeat_many([m]),
+             lambda m: q.complete_and_dequeue([m]))
+    for bad, words in ((None, "expected a pgqueue Message, got NoneType"),
+                       (replace(good, id="5"), "a Message's id and attempts must be ints, got '5' and 1"),
+                       (replace(good, attempts=True), "a Message's id and attempts must be ints, got 5 and True")):
+        for call in calls:
+            with pytest.raises(errors.InvalidArgument, match=words):
+                call(bad)  # type: ignore[no-untyped-call]
+    q.close()
+
+
 def test_a_server_errors_detail_is_kept_and_pickled(dsn: str, conn: Conn) -> None:
     """translate kept the message and the hint but dropped the server's DETAIL: a full queue
     refused inside its recount window says when it is counted again there, which was lost (a

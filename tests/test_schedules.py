@@ -497,6 +497,30 @@ def test_a_scheduler_interval_past_what_a_wait_takes_is_refused() -> None:
     Scheduler("dbname=unused", interval=1e9, handle_signals=False)
 
 
+def test_schedule_arguments_of_the_wrong_kind_are_refused_before_connecting() -> None:
+    """create_schedule(conn, 5, ...) made a schedule named "5", drop_schedule(conn, 5) dropped
+    it, a queue of 5 was "queue "5" does not exist", and a NUL in the name, the cron expression
+    or the policy was psycopg's error that named no argument (a review). Each is InvalidArgument
+    naming the argument, raised before anything connects ("dbname=unused" is never opened)."""
+    cases: list[tuple[tuple[object, ...], dict[str, object], str]] = [
+        ((5, "q", "x"), {"every": 60}, "name must be a str or None, got 5"),
+        (("n\x00", "q", "x"), {"every": 60}, "name must not contain NUL"),
+        (("n", 5, "x"), {"every": 60}, "queue must be a str, got 5"),
+        (("n", "q", "x"), {"cron": 5}, "cron must be a str or None, got 5"),
+        (("n", "q", "x"), {"cron": "* * * *\x00 *"}, "cron must not contain NUL"),
+        (("n", "q", "x"), {"every": 60, "missed": 5}, "missed must be a str or None, got 5"),
+        (("n", "q", "x"), {"every": 60, "missed": "al\x00l"}, "missed must not contain NUL"),
+    ]
+    for args, options, words in cases:
+        with pytest.raises(errors.InvalidArgument, match=words.replace("\x00", "NUL")):
+            create_schedule("dbname=unused", *args, **options)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidQueueName):  # a queue's name keeps its own class
+        create_schedule("dbname=unused", "n", "q\x00", "x", every=60)
+    for name, words in ((5, "name must be a str or None, got 5"), ("a\x00", "name must not contain NUL")):
+        with pytest.raises(errors.InvalidArgument, match=words):
+            drop_schedule("dbname=unused", name)  # type: ignore[arg-type]
+
+
 def wait_for_log(caplog: pytest.LogCaptureFixture, text: str, timeout: float = 10.0) -> None:
     """Until a captured log line has ``text`` (at most ``timeout`` s; the caller's asserts tell)."""
     deadline = time.monotonic() + timeout

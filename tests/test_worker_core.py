@@ -601,9 +601,32 @@ def test_options_of_the_wrong_kind_are_refused_when_the_worker_is_made(kind: str
         ({"lock_ms": 2**63}, ValueError, "lock_ms must be from 1 to 31536000000"),
         ({"shutdown_grace": float("nan")}, ValueError, "shutdown_grace must be a finite number of seconds"),
         ({"poll_min": "1"}, TypeError, "poll_min must be a number of seconds, got str"),
+        ({"dsn": 5}, TypeError, "dsn must be a conninfo string or None, got int"),
     ]
     for options, error, words in cases:
         with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
             make(**options)
     # the bounds and the kinds that are right are taken
-    make(lock_ms=31_536_000_000, timeout=lambda msg: 1.0, concurrency=1, batch_size=None, shutdown_grace=0)
+    make(lock_ms=31_536_000_000, timeout=lambda msg: 1.0, concurrency=1, batch_size=None, shutdown_grace=0,
+         dsn="dbname=elsewhere")
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_worker_of_something_other_than_its_queue_is_refused(kind: str) -> None:
+    """Worker(None, handler) was an AttributeError and Worker(AsyncQueue(...), handler) was taken
+    and failed in run() (a review): each worker takes its own kind of queue, as AsyncWorker
+    already said. (No server: nothing connects before run().)"""
+    def plain(msg: Message) -> None:
+        return None
+
+    async def coroutine(msg: Message) -> None:
+        return None
+
+    wrong: list[object] = [None, "jobs", AsyncQueue("dbname=nowhere", "jobs") if kind == "Worker"
+                           else Queue("dbname=nowhere", "jobs")]
+    for queue in wrong:
+        with pytest.raises(TypeError, match="expected an? (Async)?Queue, got " + type(queue).__name__):
+            if kind == "Worker":
+                Worker(queue, plain)  # type: ignore[arg-type]
+            else:
+                AsyncWorker(queue, coroutine)  # type: ignore[arg-type]

@@ -121,12 +121,25 @@ def check_queue_name(params: Mapping[str, object]) -> None:
     cannot hold NUL, and psycopg refused it with an error of its own (which came out as a
     PgQueueError without SQLSTATE). Every :class:`Call` is checked when it is made.
 
+    A name that no encoding can send (a lone surrogate, which the rule refuses as it refuses
+    every character outside ASCII) is refused here too: it was an InvalidArgument (22P05) of
+    the client encoding instead of InvalidQueueName (a review).
+
     Raises:
-        InvalidQueueName: the ``queue`` parameter holds NUL.
+        InvalidQueueName: the ``queue`` parameter holds NUL or a surrogate.
     """
     queue = params.get("queue")
-    if isinstance(queue, str) and "\x00" in queue:
+    if isinstance(queue, str) and ("\x00" in queue or not _encodable(queue)):
         raise InvalidQueueName(f"invalid queue name {quoted(queue)}", hint=QUEUE_NAME_RULE)
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form (not one with a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +449,11 @@ def _state(state: bytes | bytearray | memoryview | None) -> bytes | None:
 def _check_message(msg: object) -> None:
     if not isinstance(msg, Message):
         raise InvalidArgument(f"expected a pgqueue Message, got {type(msg).__name__}")
+    # a Message made by hand with the id "5" was completed, but a batch never reported its lost
+    # lease (the server's stale ids are ints: a review)
+    if not _is_int(msg.id) or not _is_int(msg.attempts):
+        raise InvalidArgument(f"a Message's id and attempts must be ints, got {quoted(msg.id)} and "
+                              f"{quoted(msg.attempts)}")
 
 
 def _token(msg: Message) -> dict[str, object]:
@@ -1224,6 +1242,13 @@ def all_counters() -> Call[list[QueueCounters]]:
 def schedule_create(name: str, queue: str, payload: object, *, every: Delay | None = None, cron: str | None = None,
                     missed: str = "latest", start_at: When | None = None, task: str | None = None) -> Call[int]:
     """Return the call that creates a periodic message; its result is the schedule's id."""
+    # (a name of 5 made a schedule "5", a NUL in the cron expression was an error that named
+    # no argument: a review; a NUL in the queue's name is InvalidQueueName, see Call)
+    check_str("name", name)
+    check_str("cron", cron)
+    check_str("missed", missed)
+    if queue is not None and not isinstance(queue, str):
+        raise InvalidArgument(f"queue must be a str, got {quoted(queue)}")
     content, content_type = codec.encode(payload)
     return Call(_sql.SCHEDULE_CREATE, {
         "name": name, "queue": queue, "content": content, "content_type": codec.with_task(content_type, task),
@@ -1233,6 +1258,7 @@ def schedule_create(name: str, queue: str, payload: object, *, every: Delay | No
 
 def schedule_drop(name: str) -> Call[bool]:
     """Return the call that drops a schedule; False if there was none."""
+    check_str("name", name)
     return Call(_sql.SCHEDULE_DROP, {"name": name}, _bool)
 
 

@@ -737,6 +737,8 @@ class WorkerCore:
         startup_timeout: float | None = None,
     ) -> None:
         check_startup_timeout(startup_timeout)
+        if not isinstance(conninfo, str):  # the workers' dsn= (5 was an AttributeError in the parser)
+            raise TypeError(f"dsn must be a conninfo string or None, got {type(conninfo).__name__}")
         if not callable(handler):  # (None was taken: every message failed, then dead-lettered)
             raise TypeError(f"the handler must be callable, got {type(handler).__name__}")
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,

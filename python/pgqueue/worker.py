@@ -285,6 +285,8 @@ class Worker(WorkerCore):
         if is_async_handler(handler):
             raise TypeError("the handler is a coroutine function: the Worker runs plain functions "
                             "on threads; use pgqueue.AsyncWorker for coroutines")
+        if not isinstance(queue, Queue):  # (None was an AttributeError; an AsyncQueue was taken)
+            raise TypeError(f"expected a Queue, got {type(queue).__name__} (use AsyncWorker with an AsyncQueue)")
         super().__init__(queue.name, queue.conninfo if dsn is None else dsn, handler, concurrency=concurrency,
                          batch_size=batch_size, lock_ms=lock_ms, listen=listen, poll_min=poll_min,
                          poll_max=poll_max, shutdown_grace=shutdown_grace, on_result=on_result,
