@@ -74,6 +74,21 @@ def test_unserialisable_payload_raises(payload: object) -> None:
     assert info.value.sqlstate is None
 
 
+def test_keys_that_json_writes_alike_are_refused_and_others_become_strings() -> None:
+    """{1: "a", "1": "b"} was written with the key "1" twice and came back {"1": "b"}: one entry
+    lost, nothing said (a review). Two keys of one object that JSON writes as the same string are
+    UnsupportedPayload, however deep the object; keys that stay apart come back as strings."""
+    clashing = [{1: "a", "1": "b"}, {None: 1, "null": 2}, {True: 1, "true": 2}, {1.5: 1, "1.5": 2},
+                [{"x": ({"1": 1, 1: 2},)}], {"a": [[[{"k": {False: 0, "false": 1}}]]]}]
+    for payload in clashing:
+        with pytest.raises(errors.UnsupportedPayload, match="are both the JSON key"):
+            codec.encode(payload)
+    for payload, back in [({1: "a", 2: "b"}, {"1": "a", "2": "b"}), ({None: 1, 1.5: 2, True: 3}, {"null": 1, "1.5": 2, "true": 3}),
+                          ({"a": [1, {"b": {3: 4}}, (), {}]}, {"a": [1, {"b": {"3": 4}}, [], {}]}),
+                          ([{"1": 1}, {1: 2}], [{"1": 1}, {"1": 2}])]:  # the same key in two objects
+        assert codec.decode(*codec.encode(payload)) == back
+
+
 @pytest.mark.parametrize(
     ("content", "content_type", "expected"),
     [
@@ -167,6 +182,10 @@ TRICKY_CONTENT_TYPES = [
     'text/plain; name="a;charset=latin-1"', 'text/plain; name="a;charset=utf-8"; charset=latin-1',
     'text/plain; name="a\\";charset=latin-1"', 'text/plain; charset="utf-8"', 'text/plain; charset= "UTF8" ',
     'text/plain; CHARSET=us-ascii', 'text/plain; name="x;y"; charset=utf-8', 'text/plain; charset="latin-1";x',
+    # Unicode white space around a name or a value, which the server does not trim (str.strip()
+    # did: the server stored "\xa0charset=latin-1" and the codec decoded UTF-8 as latin-1)
+    'text/plain;\xa0charset=latin-1', 'text/plain; charset\u3000=latin-1', 'text/plain; charset=\x85latin-1',
+    'text/plain; \x1ccharset=latin-1', 'text/plain;\xa0charset=utf-8',
 ]
 
 

@@ -6,6 +6,7 @@ options would connect, which fails here)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -186,6 +187,24 @@ def test_an_empty_connection_string_or_queue_is_refused_even_beside_its_alias(en
         with pytest.raises(InvalidArgument) as refused:
             parse(options, entry)
         assert str(refused.value) == f"option {name} must not be empty, got ''"
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_blank_connection_string_and_names_ending_in_a_newline_are_refused(entry: Entry) -> None:
+    """A dsn of " " or a newline (a file read for it holding just that) was taken and connected to
+    libpq's defaults, whatever database the environment names, as an empty one would; a queue
+    or consumer name ending in a newline passed the client's check ($ matches before a final
+    newline) and was refused only by the server once the query ran (a review)."""
+    for options, words in [({"dsn": " ", "path": "jobs"}, "option dsn must not be blank, got ' '"),
+                           ({"conninfo": "\n", "path": "jobs"}, "option conninfo must not be blank, got '\\n'"),
+                           ({"dsn": "\t \n", "path": "jobs"}, "option dsn must not be blank"),
+                           ({"dsn": "dbname=x", "path": "jobs\n"}, "invalid queue name 'jobs\\n'")]:
+        with pytest.raises(InvalidArgument, match="^" + re.escape(words)):
+            parse(options, entry)
+    if entry == "spark.readStream":
+        with pytest.raises(InvalidArgument, match=r"^invalid consumer name 'etl\\n'"):
+            parse({"dsn": "dbname=x", "path": "jobs", "consumer": "etl\n"}, entry)
+    assert parse({"dsn": " dbname=x ", "path": "jobs"}, entry).dsn == " dbname=x "  # only blanks
 
 
 def test_a_missing_option_still_takes_its_default_and_blanks_stay_refused() -> None:

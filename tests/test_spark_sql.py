@@ -186,6 +186,24 @@ def test_a_consumer_in_use_cannot_be_opened_or_released(dsn: str, conn: Conn) ->
     assert one(conn, "SELECT pgqueue.spark_release('q', 'etl')") == 3
 
 
+def test_a_consumer_in_use_is_claimed_for_only_by_its_session(dsn: str, conn: Conn) -> None:
+    """spark_claim from another session while a Spark query holds the consumer is PQ005 and
+    claims nothing (it claimed, the hand-caller's spark_ack of it was then PQ005, and the
+    query's next latestOffset handed the claim out again as pending: a review); the holder
+    claims, and anyone may once nobody holds it."""
+    fill(conn, "q", 5)
+    with psycopg.connect(dsn, autocommit=True) as holder:
+        assert one(holder, "SELECT pgqueue.spark_consumer_open('q', 'etl')") == 0
+        assert sqlstate_of(conn, "SELECT pgqueue.spark_claim('q', 'etl', 10)") == "PQ005"
+        assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE claim_id IS NOT NULL") == 0
+        assert one(holder, "SELECT pgqueue.spark_pending_seq('q', 'etl')") is None
+        assert one(holder, "SELECT pgqueue.spark_claim('q', 'etl', 2)") == 1
+        assert one(conn, "SELECT pgqueue.spark_claim('q', 'other', 1)") == 1  # another name is free
+        assert one(holder, "SELECT pgqueue.spark_consumer_close('q', 'etl')") is True
+    assert one(conn, "SELECT pgqueue.spark_claim('q', 'etl', 10)") == 2
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE claim_id IS NOT NULL") == 5
+
+
 def test_a_consumer_in_use_is_acknowledged_only_by_its_session(dsn: str, conn: Conn) -> None:
     """spark_ack from another session while a Spark query holds the consumer is PQ005 and
     deletes nothing (it deleted the claims of a micro-batch the query had not read yet, and the

@@ -543,6 +543,7 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
     state = read_state(conn)
     if state.extension is not None:
         with conn.transaction():
+            _no_statement_timeout(conn)  # (DROP EXTENSION drops every object in one statement)
             try:
                 with conn.transaction():
                     _run(conn, _sql.DROP_EXTENSION)
@@ -716,6 +717,10 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
     drop it too.
     """
     with conn.transaction():
+        # uninstall learns pgqueue's objects by running the install scripts (one statement
+        # each) and rolling them back, then drops them in one statement: a role's
+        # statement_timeout that install lifts failed it (50 ms, a review)
+        _no_statement_timeout(conn)
         _run(conn, _sql.INSTALL_LOCK)
         # read again under the lock: a `pgqueue install` may have upgraded it meanwhile
         version = read_state(conn).plain

@@ -25,8 +25,9 @@ READ_PAYLOAD_TYPES = ("binary", "string", "json")
 #: Payload types of writes: how a column becomes content and content_type.
 WRITE_PAYLOAD_TYPES = ("auto", "binary", "string", "json")
 
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}$")
-_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
+# (\Z, not $: $ matches before a final newline too, and "q1\n" was taken here; a review)
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,47}\Z")
+_CONSUMER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}\Z")
 
 #: The password of a libpq URI's user info (``postgresql://user:password@host``): libpq takes
 #: the user info up to the first ``@`` before any ``/``.
@@ -253,6 +254,11 @@ def parse(options: Mapping[str, str], entry: Entry, *more: Entry) -> Options:
                   "two different connection strings")
     if not dsn:
         raise InvalidArgument('the pgqueue data source needs option("dsn", "<libpq connection string>")')
+    if not dsn.strip():
+        # (" " or a newline read from a file connected to libpq's defaults, as an empty dsn
+        # would: whatever database the environment names; a review)
+        name = "dsn" if _get(options, "dsn") is not None else "conninfo"
+        raise InvalidArgument(f"option {name} must not be blank, got {dsn!r}")
     if _URI_PASSWORD.match(dsn):
         # Spark shows option values in plans (a stream's explain(), the UI) unless the key or the
         # value matches spark.redaction.regex (by default secret|password|token|access.?key)

@@ -83,8 +83,8 @@ from pyspark.sql.types import (
 )
 
 from pgqueue import _connect as _own, _core
-from pgqueue._lease import Outage, _first_line
-from pgqueue._worker_core import Backoff
+from pgqueue._lease import Outage, _first_line, is_conflict
+from pgqueue._worker_core import Backoff, _conflict_wait
 from pgqueue.errors import (
     ConnectionFailed,
     ConsumerInUse,
@@ -252,6 +252,11 @@ def _lost(exc: BaseException) -> bool:
     if isinstance(exc, ConnectionFailed):
         return True
     return isinstance(exc, psycopg.Error) and isinstance(translate(exc), ConnectionFailed)
+
+
+#: A driver call refused with 40001 or 40P01 this many times in a row raises (each refusal is
+#: another transaction's progress; the waits between runs grow to 0.1 s, as the workers' do).
+_CONFLICT_TRIES = 100
 
 
 class _Reconnect:
@@ -1059,7 +1064,8 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._conn
 
     def _retry(self, what: str, call: Callable[[], _T]) -> _T:
-        """Run a driver call; after a lost connection, run it again from its start on a new one.
+        """Run a driver call; after a lost connection, run it again from its start on a new one,
+        and after a conflict with another transaction (40001, 40P01) on the same one.
 
         Every driver call is safe to run again: each reads the consumer's state from the server
         first, and what it changes is idempotent. spark_ack up to a claim acknowledged already
@@ -1069,10 +1075,18 @@ class PgQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         after it, so inside the next offset's range. Nothing is claimed twice or left behind.
         """
         retry: _Reconnect | None = None
+        conflicts = 0
         while True:
             try:
                 result = call()
             except Exception as exc:
+                if is_conflict(exc) and conflicts < _CONFLICT_TRIES:
+                    # 40001/40P01: the statement rolled back whole, on a connection still good.
+                    # Under a REPEATABLE READ or SERIALIZABLE default a claim that met a consumer's
+                    # acknowledgement failed the query (a review); run it again, as the workers do
+                    conflicts += 1
+                    time.sleep(_conflict_wait(conflicts))
+                    continue
                 if not (self._opened and _lost(exc)):
                     raise
                 self._drop()

@@ -8,7 +8,8 @@
 -- starts at p_from in message_ready_idx instead of at the oldest message. Returns NULL and
 -- claims nothing when no message is due; creates the consumer if needed. Errors: 22004 (a NULL
 -- p_max_messages), 22023 (p_max_messages outside 1..1000000), 0A000 (a queue with message
--- groups), PQ001/42602/22004 (the queue, the consumer name).
+-- groups), PQ001/42602/22004 (the queue, the consumer name), PQ005 (another session holds the
+-- consumer: spark_consumer_open).
 CREATE FUNCTION pgqueue.spark_claim(
     p_queue        text,
     p_consumer     text,
@@ -39,6 +40,14 @@ BEGIN
     v_queue := pgqueue._queue_enter(p_queue);
     PERFORM pgqueue._spark_refuse_groups(v_queue);
     v_consumer := pgqueue._spark_consumer_row(v_queue, p_consumer, true);
+    -- (locked FOR UPDATE, as in spark_ack: a claim by hand on a consumer that a running query
+    -- holds was taken, and that query's next latestOffset handed it out again: a review)
+    IF v_consumer.holder_pid IS DISTINCT FROM pg_backend_pid()
+       AND pgqueue._spark_consumer_held(v_consumer.holder_pid, v_consumer.holder_key) THEN
+        RAISE EXCEPTION 'consumer "%" of queue "%" is in use by another session', p_consumer, p_queue
+            USING ERRCODE = 'PQ005',
+                  HINT = 'Its Spark query claims what it reads itself; stop the query first.';
+    END IF;
 
     IF p_from IS NULL THEN
         v_ids := pgqueue._message_take(v_queue.id, p_max_messages, v_now, v_queue.max_attempts, p_max_id);
