@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from bench import db, ops, peers
 from bench.rates import drain_rate
@@ -74,18 +75,37 @@ def _count(conn: psycopg.Connection[Any], table: str) -> int:
     return int(row[0]) if row else -1
 
 
+def _wait_connected(conn: psycopg.Connection[Any], names: list[str], procs: list[subprocess.Popen[str]], *,
+                    timeout: float) -> None:
+    """Wait until every worker process still running has been seen connected under its name
+    (it connects once its stop handlers are in place), at most ``timeout`` seconds."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = conn.execute("SELECT application_name FROM pg_stat_activity WHERE application_name = ANY(%s)",
+                            [names]).fetchall()
+        seen.update(r[0] for r in rows)
+        if all(name in seen or p.poll() is not None for name, p in zip(names, procs)):
+            return
+        time.sleep(0.05)
+
+
 def run_worker(server: db.Server, dbname: str, *, processes: int, concurrency: int, messages: int,
                timeout: float, key: str = "worker") -> dict[str, Any]:
     """Drain a backlog of messages with `pgqueue worker` processes running the no-op handler of
     ``key`` (HANDLERS); the rate and the check."""
     with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
         _fill(conn, messages)
-    argv = [sys.executable, "-m", "pgqueue", "worker", server.dsn(dbname), "bench", HANDLERS[key],
-            "--concurrency", str(concurrency), "--quiet"]
+    # each process under a name of its own, so that the stop below waits until every one has
+    # connected: a process stopped before its handlers are in place exits -15 (it raced the drain)
+    names = [f"bench-worker-{key}-{i}" for i in range(processes)]
     samples: list[tuple[float, int]] = []
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for _ in range(processes)]
+    procs = [subprocess.Popen([sys.executable, "-m", "pgqueue", "worker",
+                               make_conninfo(server.dsn(dbname), application_name=name), "bench",
+                               HANDLERS[key], "--concurrency", str(concurrency), "--quiet"],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for name in names]
     problems: list[str] = []
     try:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
@@ -102,6 +122,8 @@ def run_worker(server: db.Server, dbname: str, *, processes: int, concurrency: i
                     problems.append("a worker process exited before the queue was drained")
                     break
                 time.sleep(0.25)
+            if not problems:
+                _wait_connected(conn, names, procs, timeout=60.0)
     finally:
         for p in procs:
             if p.poll() is None:

@@ -805,3 +805,33 @@ def test_render_of_a_missing_or_broken_file_is_one_line(tmp_path: Path) -> None:
         proc = _bench("--render", str(path), "--out", str(tmp_path / "out.md"), timeout=120)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and str(path) in proc.stderr, proc.stderr
+
+
+def test_worker_run_stops_its_processes_only_once_each_has_connected(pg_server: Server, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backlog drained before every `pgqueue worker` process has started (here the first
+    process to start sleeps 3 s before Python imports anything of ours): the run waits until each
+    has connected, and so has its stop handlers in place, before it sends SIGTERM, and every
+    process exits 0. (Stopped during its start, a process exited -15 and failed the CI smoke.)"""
+    from bench import db, worker_e2e
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, time\n"
+        f"marker = {str(tmp_path / 'slow')!r}\n"
+        "try:\n"
+        "    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))\n"
+        "except FileExistsError:\n"
+        "    pass\n"
+        "else:\n"
+        "    time.sleep(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    srv = db.Server(pg_server.admin_dsn)
+    srv.build_template()
+    try:
+        with srv.database("worker") as dbname:
+            r = worker_e2e.run_worker(srv, dbname, processes=2, concurrency=1, messages=1, timeout=60)
+            assert (tmp_path / "slow").exists()
+            assert r["exit_codes"] == [0, 0], r["problems"]
+            assert r["ok"], r["problems"]
+    finally:
+        srv.drop_template()
