@@ -640,6 +640,43 @@ def test_a_scrape_cuts_a_connection_the_server_stopped_answering_on(pg_server: S
         proxy.close()
 
 
+def test_a_dsn_of_several_hosts_is_read_within_the_timeout(capsys: pytest.CaptureFixture[str], pg_server: Server,
+                                                           dbname: str) -> None:
+    """Hosts that take the TCP connection and never answer: libpq gives each host the whole
+    connect_timeout, so three such hosts took three timeouts (6 s at --timeout 2, 12 s for
+    --once, which reads twice: a review). The reading shares its timeout out among the hosts
+    and ends by its deadline (the timeout and CUT_AFTER), saying how many it tried; a host that
+    answers after one that does not is still reached."""
+    silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(3)]
+    try:
+        ports = [str(sock.getsockname()[1]) for sock in silent]
+        dead = f"host=127.0.0.1,127.0.0.1,127.0.0.1 port={','.join(ports)} dbname={dbname} user={pg_server.user}"
+        metrics = QueueMetrics(dead, timeout=2, min_interval=0)
+        started = time.monotonic()
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 0
+        assert time.monotonic() - started < 2 + CUT_AFTER + 0.5
+        assert metrics.error is not None and "1 of 3 hosts tried" in metrics.error, metrics.error
+        metrics = QueueMetrics(dead, timeout=5, min_interval=0)
+        started = time.monotonic()
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 0
+        assert time.monotonic() - started < 5 + CUT_AFTER + 0.5
+        assert metrics.error is not None and "3 of 3 hosts tried" in metrics.error, metrics.error
+        started = time.monotonic()
+        assert main(["metrics", "--once", "--timeout", "2", "--dsn", dead]) == 1
+        assert time.monotonic() - started < 2 * (2 + CUT_AFTER) + 1
+        assert parse(capsys.readouterr().out)[("pgqueue_up", frozenset())] == 0
+        mixed = (f"host=127.0.0.1,{pg_server.host} port={ports[0]},{pg_server.port} dbname={dbname} "
+                 f"user={pg_server.user}")
+        metrics = QueueMetrics(mixed, timeout=5, min_interval=0)
+        started = time.monotonic()
+        assert parse(metrics.render())[("pgqueue_up", frozenset())] == 1, metrics.error
+        assert time.monotonic() - started < 5 + CUT_AFTER + 0.5
+        metrics.close()
+    finally:
+        for sock in silent:
+            sock.close()
+
+
 def test_metrics_command_once(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     assert main(["metrics", "--once", "--dsn", dsn]) == 0
     s = parse(capsys.readouterr().out)
@@ -801,6 +838,35 @@ def test_the_command_starts_while_the_database_is_down(capsys: pytest.CaptureFix
     assert capsys.readouterr().out == ""
 
 
+def test_the_command_starts_while_its_check_waits_on_a_lock(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                            conn: Conn) -> None:
+    """The start's check of pgqueue's version given up after --timeout (a lock on the catalog it
+    reads) is a reading that failed, as at any later scrape: --once prints pgqueue_up 0 and exits
+    1 saying why, and the endpoint starts and serves pgqueue_up 0, then 1 once the lock is gone
+    (both exited 1 at once without a page: a review)."""
+    conn.execute("BEGIN")
+    conn.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+    try:
+        assert main(["metrics", "--once", "--timeout", "1", "--dsn", dsn]) == 1
+        captured = capsys.readouterr()
+        assert parse(captured.out)[("pgqueue_up", frozenset())] == 0
+        assert "cannot read the database (pgqueue_up 0)" in captured.err and "statement timeout" in captured.err
+        port = free_port()
+        with command([str(PGQUEUE), "metrics", "--port", str(port), "--timeout", "1", "--min-interval", "0",
+                      "--dsn", dsn]) as proc:
+            s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
+            assert s[("pgqueue_up", frozenset())] == 0
+            conn.execute("ROLLBACK")
+            s = scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 15)
+            assert s[("pgqueue_up", frozenset())] == 1
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+        assert "cannot read the database now" in err.splitlines()[0] and "pgqueue_up 0" in err.splitlines()[0], err
+    finally:
+        conn.execute("ROLLBACK")
+
+
 def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:
     """`pgqueue metrics` started with a signal ignored (SIGINT in `cmd &` from a script, a
     SIGTERM its parent ignored) leaves it ignored, as the demo keeps SIGHUP under nohup, and
@@ -838,6 +904,35 @@ def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:
 
 
 # -- a worker's own metrics ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buckets, error", [
+    ((0.5, 1, 0.5), ValueError), ((1.0, 1), ValueError), ((float("nan"),), ValueError),
+    ((1, float("inf")), ValueError), ((10**400,), ValueError), (("1",), TypeError), ((True,), TypeError),
+    ("15", TypeError), (None, TypeError)], ids=lambda v: repr(v)[:20])
+def test_worker_metrics_refuse_buckets_that_make_no_histogram(buckets: object, error: type[Exception]) -> None:
+    """A bound given twice made two buckets of one `le` (Prometheus refuses the scrape), NaN a
+    bucket that counted nothing, inf a second +Inf bucket: refused when the metrics are made."""
+    with pytest.raises(error, match="bucket"):
+        WorkerMetrics("jobs", buckets=buckets)  # type: ignore[arg-type]
+
+
+def test_worker_metrics_buckets_are_sorted_and_end_with_inf() -> None:
+    metrics = WorkerMetrics("jobs", buckets=[2, 0.5])
+    s = parse(metrics.render())
+    assert {dict(labels)["le"] for name, labels in s if name == "pgqueue_worker_handler_duration_seconds_bucket"} \
+        == {"0.5", "2", "+Inf"}
+
+
+@pytest.mark.parametrize("min_interval, error", [
+    (-5, ValueError), (float("nan"), ValueError), (float("inf"), ValueError), ("1", TypeError), (True, TypeError),
+    (None, TypeError)], ids=repr)
+def test_queue_metrics_refuse_a_min_interval_that_is_not_seconds(min_interval: object,
+                                                                 error: type[Exception]) -> None:
+    """-5 and NaN read the database at every scrape, inf never again after the first."""
+    with pytest.raises(error, match="min_interval"):
+        QueueMetrics("", min_interval=min_interval)  # type: ignore[arg-type]
+    QueueMetrics("", min_interval=0).close()
 
 
 def test_worker_metrics(dsn: str, tmp_path: Path) -> None:

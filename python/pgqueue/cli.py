@@ -48,6 +48,7 @@ from pgqueue.errors import (
     PgQueueError,
     QueueExists,
     QueueNotFound,
+    VersionMismatch,
     conninfo_error,
     one_line,
     quoted,
@@ -1512,6 +1513,16 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
             raise UserError(f"cannot connect to the database: {_one_line(str(exc))}{hint}") from exc
         if not args.once:
             print(f"pgqueue metrics: cannot reach the database now ({_one_line(str(exc))}){hint}: serving "
+                  "pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
+    except (ExtensionNotInstalled, VersionMismatch):
+        metrics.close()
+        raise
+    except (PgQueueError, psycopg.Error) as exc:
+        # the check's reading refused or given up (--timeout run out on a lock of the catalog or
+        # of pgqueue.install, a lock_timeout, a server shutting down): a reading that fails, as
+        # it would be at any later scrape: pgqueue_up 0 until it reads (it exited 1: a review)
+        if not args.once:
+            print(f"pgqueue metrics: cannot read the database now ({_one_line(str(exc))}): serving "
                   "pgqueue_up 0 until it answers", file=sys.stderr, flush=True)
     except BaseException:
         metrics.close()

@@ -42,12 +42,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_attempts, conninfo_to_dict, make_conninfo
 
 from pgqueue import _connect
 from pgqueue.client import all_counters, all_stats, list_queues
 from pgqueue.compat import check_server
-from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error, quoted, translating
+from pgqueue.errors import ConnectionFailed, PgQueueError, conninfo_error, one_line, quoted, translating
 from pgqueue.message import QueueCounters, QueueSettings, QueueStats
 from pgqueue.worker import Result
 
@@ -165,6 +165,35 @@ def queue_families(stats: Sequence[QueueStats], counters: Sequence[QueueCounters
     return families
 
 
+def _check_real(name: str, value: object) -> None:
+    """Refuse a value that is not an int or a float (a bool, a str, None) with a TypeError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {quoted(value)}")
+
+
+def _checked_buckets(buckets: Sequence[float]) -> tuple[float, ...]:
+    """The histogram's upper bounds, sorted: finite numbers, each once (the +Inf bucket is always
+    added). Duplicates, NaN or infinities made a histogram that Prometheus refuses or misreads
+    (two buckets of one bound; a NaN bound counted nothing)."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence):
+        raise TypeError(f"buckets must be a sequence of numbers, got {type(buckets).__name__}")
+    bounds: list[float] = []
+    for b in buckets:
+        _check_real("each bucket", b)
+        try:
+            bound = float(b)
+        except OverflowError:  # an int beyond a float's range
+            bound = math.inf
+        if not math.isfinite(bound):
+            raise ValueError(f"buckets must be finite numbers (+Inf is always added), got {quoted(b)}")
+        bounds.append(bound)
+    bounds.sort()
+    twice = [b for a, b in zip(bounds, bounds[1:]) if a == b]
+    if twice:
+        raise ValueError(f"buckets must each be given once, got {twice[0]!r} twice")
+    return tuple(bounds)
+
+
 class QueueMetrics:
     """The metrics of every queue of a database, read at each scrape over one connection.
 
@@ -175,7 +204,7 @@ class QueueMetrics:
     A reading gives up after ``timeout`` seconds (the server's ``statement_timeout``, set in the
     reading's transaction alone: pgqueue makes no session setting, which a transaction-mode
     pooler would lend to other clients; and the connection attempt's ``connect_timeout`` unless
-    the DSN sets one) and reports
+    the DSN sets one, shared out among the hosts of a DSN of several) and reports
     ``pgqueue_up 0``: without it a scrape waiting on a lock (``VACUUM FULL`` or ``LOCK TABLE``
     of ``pgqueue.message``) or on a connection attempt nobody answers waited as long as they
     did, and every later scrape queued behind it. A server that stops answering on the open
@@ -185,11 +214,19 @@ class QueueMetrics:
     below the scraper's own (10 s in Prometheus by default) less that second. It is at most
     :data:`MAX_TIMEOUT` seconds, the longest ``statement_timeout`` the server takes (a longer one
     would make every scrape fail).
+
+    ``min_interval`` is a number of seconds >= 0 and ``timeout`` one > 0 (ValueError; TypeError
+    for what is not an int or a float).
     """
 
     def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
+        _check_real("timeout", timeout)
         if not (0 < timeout < math.inf and math.ceil(timeout * 1000) <= _MAX_TIMEOUT_MS):
             raise ValueError(f"timeout must be > 0 seconds and at most {MAX_TIMEOUT}, got {quoted(timeout)}")
+        # (-5 or NaN read the database at every scrape; inf never again after the first)
+        _check_real("min_interval", min_interval)
+        if not 0 <= min_interval < math.inf:
+            raise ValueError(f"min_interval must be a number of seconds >= 0, got {quoted(min_interval)}")
         self._dsn = dsn
         self._min_interval = min_interval
         self._timeout = timeout
@@ -298,10 +335,7 @@ class QueueMetrics:
 
     def _connection(self, deadline: float) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            extra: dict[str, Any] = {}
-            if "connect_timeout" not in conninfo_to_dict(self._dsn):
-                extra["connect_timeout"] = self._connect_timeout()
-            conn = _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics", **extra)
+            conn = self._connect(deadline)
             try:
                 with _cut_at(conn, deadline), self._bounded(conn):
                     # each new connection: the database may have changed (restored, upgraded)
@@ -312,6 +346,38 @@ class QueueMetrics:
                 raise
             self._conn = conn
         return self._conn
+
+    def _connect(self, deadline: float) -> psycopg.Connection[Any]:
+        """Open the reading's connection. Unless the DSN sets a connect_timeout, a DSN of several
+        hosts (or a name of several addresses) is tried one host at a time within the reading's
+        deadline (its timeout and :data:`CUT_AFTER`): each host an equal share of what is left, at
+        most :meth:`_connect_timeout` and at least 2 s (libpq's least connect_timeout), and a
+        next host only while 2 s are left. (libpq and psycopg give each host the whole
+        connect_timeout: three hosts that did not answer took three timeouts, a review.)"""
+        params = conninfo_to_dict(self._dsn)
+        if "connect_timeout" in params:
+            return _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics")
+        attempts = conninfo_attempts(params)  # (a name that does not resolve raises here, as connect does)
+        failures: list[psycopg.OperationalError] = []
+        for i, attempt in enumerate(attempts):
+            left = deadline - time.monotonic() + _SLACK  # (the last host's 2 s may end _SLACK late)
+            if i and left < 2:
+                break
+            # an equal share of what is left to each host not tried yet
+            timeout = min(self._connect_timeout(), max(2, math.floor(left / (len(attempts) - i))))
+            try:
+                return _connect.connect(make_conninfo("", **attempt), autocommit=True,
+                                        application_name="pgqueue-metrics", connect_timeout=timeout)
+            except psycopg.OperationalError as exc:
+                failures.append(exc)
+        if len(failures) == 1 and len(attempts) == 1:
+            raise failures[0]
+        where = [f"{a.get('host') or a.get('hostaddr') or 'the default host'}:{a.get('port') or 'the default port'}"
+                 for a in attempts]
+        lines = [f"connection attempts failed: {len(failures)} of {len(attempts)} hosts tried within the "
+                 "reading's timeout"]
+        lines += [f"- {w}: {one_line(str(e))}" for w, e in zip(where, failures)]
+        raise psycopg.OperationalError("\n".join(lines)) from failures[-1]
 
     def close(self) -> None:
         """Close the connection (the next scrape opens a new one). A reading in progress on
@@ -324,6 +390,10 @@ class QueueMetrics:
         if conn is not None:
             conn.close()
 
+
+#: How late past its deadline a reading's last connection attempt may end: the time spent
+#: between attempts, which the whole seconds of connect_timeout do not allow for.
+_SLACK = 0.05
 
 #: Seconds past a reading's timeout after which it shuts its connection's socket down (a server
 #: that answers sends the statement_timeout's error by then).
@@ -382,7 +452,9 @@ class WorkerMetrics:
 
     ``Worker(queue, handler, on_result=metrics.observe)``, with ``in_flight`` reading the
     worker's :attr:`~pgqueue.Worker.in_flight` (set it after the worker exists). ``then``
-    is called with each result after it is counted (another ``on_result`` hook).
+    is called with each result after it is counted (another ``on_result`` hook). ``buckets``
+    are the handler-duration histogram's upper bounds in seconds: finite numbers, each once, in
+    any order (the ``+Inf`` bucket is added); others raise ValueError or TypeError.
     """
 
     def __init__(self, queue: str, *, in_flight: Callable[[], int] | None = None,
@@ -391,7 +463,7 @@ class WorkerMetrics:
         self.queue = queue
         self.in_flight = in_flight
         self._then = then
-        self._buckets = tuple(sorted(buckets))
+        self._buckets = _checked_buckets(buckets)
         self._lock = threading.Lock()
         self._outcomes: dict[str, int] = {"completed": 0, "retried": 0, "dead": 0, "released": 0}
         self._handled = 0
