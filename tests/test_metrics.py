@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
@@ -904,6 +905,24 @@ def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:
 
 
 # -- a worker's own metrics ------------------------------------------------------------------
+
+
+def test_worker_metrics_count_a_lost_lease_under_its_outcome_and_as_lost() -> None:
+    """A completion the database refused (the lease had run out): messages_total counts it under
+    the outcome the worker settled it as, as README says, and lost_total counts it too."""
+    from pgqueue._worker_core import Result
+    from pgqueue.message import Message
+
+    metrics = WorkerMetrics("jobs")
+    msg = Message(id=1, queue="jobs", payload=None, attempts=1, state=None, dequeue_at=None,
+                  created_at=datetime.now(timezone.utc), locked_until=None, content=b"null",
+                  content_type="application/json")
+    metrics.observe(Result(msg, "completed", acknowledged=False, duration=0.2))
+    metrics.observe(Result(msg, "completed", acknowledged=True, duration=0.2))
+    s = parse(metrics.render())
+    assert s[("pgqueue_worker_messages_total", q("jobs", outcome="completed"))] == 2
+    assert s[("pgqueue_worker_lost_total", q("jobs"))] == 1
+    assert s[("pgqueue_worker_handled_total", q("jobs"))] == 2
 
 
 @pytest.mark.parametrize("buckets, error", [

@@ -495,7 +495,8 @@ class WorkerMetrics:
             failed = Family("pgqueue_worker_failed_total", "counter",
                             "Messages whose handler raised or timed out (retried or dead-lettered)")
             failed.add(self._failed, q)
-            outcomes = Family("pgqueue_worker_messages_total", "counter", "Settled deliveries by outcome")
+            outcomes = Family("pgqueue_worker_messages_total", "counter",
+                              "Settled deliveries by outcome (lost leases included: see pgqueue_worker_lost_total)")
             for outcome, n in sorted(self._outcomes.items()):
                 outcomes.add(n, (*q, ("outcome", outcome)))
             lost = Family("pgqueue_worker_lost_total", "counter",
