@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, Tasks, Worker
 from pgqueue.worker import HandlerTimeout, Result
+from conftest import Relay, Server
 from test_worker import Results, Started, wait_for
 from worker_handlers import marks
 
@@ -495,3 +496,91 @@ def test_a_cancelled_error_not_from_the_shutdown_fails_the_message(dsn: str) -> 
     [dead] = queue.dead_letters()
     assert dead.last_error == "CancelledError"
     assert queue.stats().total == 0
+
+
+class _HoldLeases(Relay):
+    """A relay that holds back, for ``hold`` seconds, each answer of the server that carries a
+    message whose payload holds MARKER (a lease the server has committed), after setting
+    ``holding``."""
+
+    MARKER = b"held-back-lease"
+
+    def __init__(self, server: Server, hold: float) -> None:
+        super().__init__(server)
+        self.hold = hold
+        self.holding = threading.Event()
+
+    def passing(self, data: bytes, answers: bool) -> bytes | None:
+        if answers and (self.MARKER in data or self.MARKER.hex().encode() in data):  # (bytea as text: hex)
+            self.holding.set()
+            time.sleep(self.hold)
+        return None
+
+
+def test_a_run_cancelled_while_its_dequeue_is_answered_gives_the_messages_back(pg_server: Server,
+                                                                               dsn: str) -> None:
+    """The run cancelled (task.cancel(), as a TaskGroup, a timeout or asyncio.run on Ctrl-C do)
+    after the server committed a dequeue and before its answer arrived: the worker waits for the
+    answer, gives the messages it leased back unstarted and stops; the cancellation goes on. (Its
+    call was cancelled with it and psycopg dropped the answer: the messages stayed leased by no
+    one until their lease ran out, an attempt spent: a review.)"""
+    queue = make_queue(dsn, lock_ms=600_000, notify=False)
+    relay = _HoldLeases(pg_server, hold=1.0)
+    relayed = make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
+    started: list[int] = []
+
+    async def handler(msg: Message) -> None:
+        started.append(msg.id)
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(relayed, "jobs"), handler, concurrency=4, handle_signals=False,
+                             listen=False, poll_max=0.1)
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.5)  # started, polling an empty queue
+        queue.enqueue_many([_HoldLeases.MARKER.decode()] * 4)
+        assert await asyncio.to_thread(relay.holding.wait, 15), "no lease answered"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(go())
+    finally:
+        relay.close()
+    stats = queue.stats()
+    assert (stats.ready, stats.leased) == (4, 0), stats
+    assert not started
+
+
+def test_a_handler_that_swallows_its_timeouts_cancellation_is_let_go(dsn: str) -> None:
+    """Past its timeout a handler's task is cancelled; one that swallows the cancellation and
+    runs on is let go 2 s later (the shutdown's grace for the same): its message is failed with
+    HandlerTimeout and its slot freed, as the Worker gives up a thread. (Awaited inline, it held
+    the message, its heartbeats and its slot until it returned: a review.)"""
+    queue = make_queue(dsn, max_attempts=1, lock_ms=60_000)
+    hung = queue.enqueue("swallows")
+    results: list[Result] = []
+    ran_on: list[float] = []
+
+    async def handler(msg: Message) -> None:
+        started = time.monotonic()
+        while time.monotonic() - started < 8:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                pass
+        ran_on.append(time.monotonic() - started)
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, timeout=0.3, on_result=results.append,
+                             handle_signals=False, listen=False)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: results, timeout=7.5, what="the message failed before its handler ended")
+        assert not ran_on and worker.in_flight == 0
+        worker.stop()
+        await task
+
+    asyncio.run(go())
+    [result] = results
+    assert result.message.id == hung and result.outcome == "dead" and isinstance(result.error, HandlerTimeout)
+    assert 2.2 <= result.duration < 6.0, result.duration  # its 0.3 s, then 2 s of grace

@@ -19,7 +19,11 @@ message is given back all the same, and whatever its task does later is ignored.
 
 Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` its task is
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
-cancellation still has its result ignored.
+cancellation still has its result ignored, and is let go 2 s later if it has not ended (the
+message failed, its slot freed).
+
+Cancelling :meth:`AsyncWorker.run` stops the worker as ``stop(now=True)`` does, then the
+cancellation goes on; a database call in flight is awaited first (see ``_do``).
 
 Whatever a handler raises finishes its delivery: an Exception, or any other BaseException,
 fails the message; a :class:`pgqueue.Reject` dead-letters it at once, and so does an exception
@@ -57,6 +61,7 @@ from pgqueue._core import Call
 from pgqueue._lease import AsyncHeartbeats, Outage, _first_line, interval
 from pgqueue._sql import listen_statement
 from pgqueue._worker_core import (
+    _GIVE_UP,
     _RECONNECT_MAX,
     Delivery,
     HandlerTimeout,
@@ -70,7 +75,7 @@ from pgqueue._worker_core import (
     is_read_only,
     stop_signals,
 )
-from pgqueue.async_client import AsyncQueue, _AsyncConnector
+from pgqueue.async_client import AsyncQueue, _AsyncConnector, _unreached
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.message import Message
 from pgqueue.tasks import refuse_generator, returned_generator
@@ -156,7 +161,8 @@ class AsyncWorker(WorkerCore):
         self._loop_thread: int | None = None
         self._wake: asyncio.Event | None = None
         self._runner: _AsyncConnector | None = None
-        self._cancelled: set[asyncio.Task[None]] = set()  # handlers' tasks cancelled by the shutdown, till they end
+        # handlers' tasks cancelled by the shutdown or at their timeout, till they end
+        self._cancelled: set[asyncio.Future[Any]] = set()
 
     async def run(self) -> None:
         """Process messages until :meth:`stop` (or SIGINT/SIGTERM/SIGHUP), then shut down gracefully.
@@ -253,8 +259,18 @@ class AsyncWorker(WorkerCore):
 
     async def _do(self, step: Step[T]) -> T:
         """Run a step to its end: each call it yields over the worker's connection, each wait on the
-        event loop (``drive`` with ``await``)."""
+        event loop (``drive`` with ``await``).
+
+        A cancellation of the run while a call is in flight (``task.cancel()``, a TaskGroup, an
+        ``asyncio.timeout``, ``asyncio.run`` on Ctrl-C) waits for the call's answer (for at most
+        :data:`~pgqueue.async_client.CANCEL_WAIT` seconds, see :meth:`_run_call`). When it came, the
+        worker stops at once, as ``stop(now=True)`` does: the step takes the answer in (what the
+        call leased is given back unstarted, what it completed is reported), the shutdown runs,
+        and then the cancellation goes on. Cancelled with the call, psycopg dropped the answer of
+        a call the server had committed: the messages it leased stayed leased by no one until
+        their lease ran out, an attempt spent (a review)."""
         assert self._runner is not None
+        held: asyncio.CancelledError | None = None
         try:
             todo = next(step)
             while True:
@@ -266,15 +282,36 @@ class AsyncWorker(WorkerCore):
                         self._call_since = time.monotonic()  # for the stop's watchdog
                         try:
                             await self._connect_loop()
-                            result = await _drop_if_read_only(self._runner, todo)
+                            result, cancelled = await self._run_call(todo)
                         finally:
                             self._call_since = None
+                        if cancelled is not None:
+                            held = held or cancelled
+                            self.stop(now=True)
                 except BaseException as exc:
                     todo = step.throw(exc)
                 else:
                     todo = step.send(result)
         except StopIteration as done:
+            if held is not None:
+                raise held from None
             return done.value  # type: ignore[no-any-return]
+
+    async def _run_call(self, call: Call[T]) -> tuple[T, asyncio.CancelledError | None]:
+        """Run a call of the worker's loop in a task that a cancellation does not reach. Returns
+        its result and the cancellation that landed while it ran, if any; cancelled, it waits for
+        the call for at most CANCEL_WAIT seconds more, then raises the cancellation if the call
+        failed or did not end (the call is then cancelled)."""
+        assert self._runner is not None
+        running = asyncio.ensure_future(_drop_if_read_only(self._runner, call))
+        try:
+            return await asyncio.shield(running), None
+        except asyncio.CancelledError as first:
+            cancelled = await _unreached(running, first)
+            assert cancelled is not None
+            if not running.done() or running.cancelled() or running.exception() is not None:
+                raise cancelled from None
+            return running.result(), cancelled
 
     async def _connect_loop(self) -> None:
         """Open the loop's connection if it has none (after a loss), giving the attempt up at once
@@ -387,11 +424,41 @@ class AsyncWorker(WorkerCore):
             return exc
         return None
 
+    async def _call_within(self, msg: Message, limit: float) -> tuple[BaseException | None, bool]:
+        """:meth:`_call` with a time limit: (what it raised, whether it ran out of time). The
+        handler runs in a task of its own, cancelled at ``limit``; one that has not ended
+        :data:`~pgqueue._worker_core._GIVE_UP` seconds later (it swallows the cancellation, or
+        cleans up at length) is let go, its end ignored, so that its message is failed and its
+        slot freed (awaited inline, it held both until it returned: a review; the ``Worker``
+        gives up a thread the same way). A cancellation of this delivery's task (the shutdown)
+        is passed on to the handler's, which is awaited as before."""
+        handler = asyncio.ensure_future(self._call(msg))
+        try:
+            await asyncio.wait({handler}, timeout=limit)
+        except asyncio.CancelledError:
+            handler.cancel()
+            await asyncio.wait({handler})  # (a cancellation again: given up, as inline)
+            raise
+        if handler.done():
+            return handler.result(), False  # (the handler's own CancelledError: a failure)
+        handler.cancel()
+        try:
+            await asyncio.wait({handler}, timeout=_GIVE_UP)
+        finally:
+            if not handler.done():
+                log.warning("message %d: its handler has not ended %g s after it was cancelled at its timeout; "
+                            "failing the message all the same", msg.id, _GIVE_UP)
+                self._cancelled.add(handler)  # (kept referenced until it ends; its end is ignored)
+                handler.add_done_callback(self._cancelled.discard)
+            elif not handler.cancelled():
+                handler.exception()  # (retrieved, so that asyncio does not log it: its end is ignored)
+        return None, True
+
     async def _handle(self, d: Delivery) -> None:
         """Run the handler of a delivery and finish the delivery, whatever happens (else its
         lease would be renewed forever, its slot lost, and the shutdown wait for it)."""
-        scope: asyncio.Timeout | None = None
         limit: float | None = None
+        timed_out = False
         # (the outcome goes to the delivery only at the end, if it is not finished by then: the
         # shutdown gives up a cancelled handler that does not end soon, see _drain)
         error: BaseException | None = None
@@ -401,8 +468,7 @@ class AsyncWorker(WorkerCore):
             if limit is None:
                 error = await self._call(d.message)
             else:
-                async with asyncio.timeout(limit) as scope:
-                    error = await self._call(d.message)
+                error, timed_out = await self._call_within(d.message, limit)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if d.released or (task is not None and task.cancelling() > 0):
@@ -417,7 +483,7 @@ class AsyncWorker(WorkerCore):
                          "(ignored)", d.message.id, time.monotonic() - d.finished)
             else:
                 released = released or d.released
-                if scope is not None and scope.expired() and not released:
+                if timed_out and not released:
                     # cancelled at its timeout (if it swallowed the cancellation, its result is ignored)
                     error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
                     log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id,
