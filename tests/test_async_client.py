@@ -1989,3 +1989,49 @@ def test_a_second_cancellation_while_the_async_block_reads_what_is_left_still_se
             await caller.close()
 
     run(main)
+
+
+def test_a_cancelled_call_and_receive_do_not_wait_for_another_tasks_statement(dsn: str) -> None:
+    """Another task's enqueue holds the queue's shared connection, waiting on a producer's open
+    transaction (its idempotency key) for 12 s. A call cancelled while it waits for that
+    connection has sent nothing and returns at once (it waited, to read what was left, for the
+    other task's statement: 4.7 s under a 0.5-s asyncio.timeout in a review); a receive() block
+    cancelled meanwhile gives its message back within 5 s or leaves it leased, logged, rather
+    than wait for that statement (12 s under a 1-s timeout)."""
+    async def main() -> None:
+        async with AsyncQueue(dsn, "shared") as q:
+            await q.create(lock_ms=60_000)
+            await q.enqueue("work")
+            holder = await psycopg.AsyncConnection.connect(dsn)
+            await AsyncQueue(holder, "shared").enqueue("held", key="k")  # uncommitted
+
+            async def release() -> None:
+                await asyncio.sleep(12)
+                await holder.rollback()
+
+            releasing = asyncio.create_task(release())
+            blocked: asyncio.Task[int] | None = None
+            stats_took = exited = None
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(2.0):
+                    async with q.receive() as msg:
+                        assert msg is not None
+                        blocked = asyncio.create_task(q.enqueue("b", key="k"))  # holds q's connection
+                        await asyncio.sleep(0.3)
+                        asked = time.monotonic()
+                        with pytest.raises(TimeoutError):
+                            async with asyncio.timeout(0.5):
+                                await q.stats()
+                        stats_took = time.monotonic() - asked
+                        await asyncio.sleep(30)  # the block's work, cut at 2 s
+            except TimeoutError:
+                exited = time.monotonic() - started
+            await releasing
+            assert blocked is not None
+            await blocked
+            await holder.close()
+            assert stats_took is not None and stats_took < 2.0, stats_took
+            assert exited is not None and exited < 2.0 + 5 + 2.0, exited
+
+    run(main)

@@ -418,9 +418,15 @@ class _AsyncConnector:
         runs on it holds it while it is busy, and is waited for. pgqueue has no lock of its own
         for the statements on a shared async connection: each of its calls is one psycopg
         statement (the dequeue of ``receive`` too, no transaction block), serialised by that
-        lock."""
+        lock.
+
+        Not while another task's statement holds that lock: what an interruption of ours left
+        would have been met by that statement first, and the wait had no bound (a cancelled call
+        that had sent nothing, waiting for the lock, waited for the other task's statement, as
+        long as that waited on a row lock: a review). psycopg itself, cancelled inside a
+        statement, cancels it and reads its answer before it lets the lock go."""
         conn = self._conn if self._conn is not None else self._own
-        if conn is None:
+        if conn is None or conn.lock.locked():
             return
         async with conn.lock:
             await _read_what_is_left(conn)
@@ -652,8 +658,11 @@ class AsyncQueue:
         settle_error: BaseException | None = None
         cancelled: asyncio.CancelledError | None = None
         try:
-            # a cancellation held back while the heartbeats stopped bounds the settling too
-            held = interrupted if isinstance(interrupted, asyncio.CancelledError) else None
+            # a cancellation held back while the heartbeats stopped bounds the settling too, and
+            # so does the block's own (its give-back waited, without a bound, for a statement of
+            # another task on the shared connection: 12 s under a 1-s asyncio.timeout in a review)
+            held = (interrupted if isinstance(interrupted, asyncio.CancelledError)
+                    else outcome if isinstance(outcome, asyncio.CancelledError) else None)
             # The block's own statement on the shared connection may have been interrupted in
             # the middle of its answer (a cancellation or a Ctrl-C inside psycopg's reading on
             # after its cancel): what is left is read first, in the settling's task (a second
