@@ -2724,6 +2724,14 @@ BEGIN
             -- the statistics: this path alone pays their save and restore.
             IF p_group IS NULL OR v_queue.group_concurrency IS NOT NULL THEN
                 v_id := pgqueue._message_key_taken(v_queue.id, p_key);
+                IF v_id IS NULL AND v_queue.key_window_ms OPERATOR(pg_catalog.>) 0
+                   AND (pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'repeatable read'
+                        OR pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'serializable') THEN
+                    -- a new key, refused as pgqueue._message_insert refuses it (PQ009), before the
+                    -- wait and the room below: they answered 40001, then PQ003 for good once the
+                    -- queue was full, to a call that can never succeed (a review)
+                    PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
+                END IF;
                 IF v_id IS NULL THEN
                     -- A producer of the same key between its admission and its commit holds
                     -- room that a full queue would refuse this call (PQ003) instead of
@@ -2822,7 +2830,8 @@ BEGIN
     -- from pgqueue._queue_admit, whatever its groups and keys). The rule is
     -- _check_message_key's, called for the bad values only (not a call for every element).
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
-        SELECT q.group_concurrency IS NOT NULL INTO v_grouped FROM pgqueue.queue q WHERE q.name = p_queue;
+        SELECT q.group_concurrency IS NOT NULL, q.id, q.key_window_ms INTO v_grouped, v_queue.id, v_queue.key_window_ms
+          FROM pgqueue.queue q WHERE q.name = p_queue;
         IF FOUND THEN
             PERFORM pgqueue._check_message_key(u.g, 'message group'::text)
                FROM unnest(p_groups) AS u(g) WHERE u.g = '' OR length(u.g) > 200;
@@ -2832,6 +2841,15 @@ BEGIN
                 RAISE EXCEPTION 'queue "%" has no message groups', p_queue
                     USING ERRCODE = '22023',
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+            END IF;
+            -- so is a new key into a queue with key_window_ms under REPEATABLE READ or
+            -- SERIALIZABLE (PQ009, as pgqueue._message_insert refuses it): a capped queue's
+            -- admission answered 40001, then PQ003 for good once it was full (a review)
+            IF v_queue.key_window_ms > 0
+               AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable')
+               AND EXISTS (SELECT 1 FROM unnest(p_keys) AS u(k)
+                            WHERE u.k IS NOT NULL AND pgqueue._message_key_taken(v_queue.id, u.k) IS NULL) THEN
+                PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
             END IF;
         END IF;
     END IF;
@@ -4194,6 +4212,17 @@ BEGIN
         RAISE EXCEPTION 'queue "%" has no message groups', v_queue.name
             USING ERRCODE = '22023',
                   HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+    END IF;
+    -- so is a new key into a queue with key_window_ms under REPEATABLE READ or SERIALIZABLE
+    -- (PQ009, as pgqueue._message_insert refuses it; message_create_batch)
+    IF v_queue.key_window_ms > 0
+       AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable')
+       AND EXISTS (SELECT 1 FROM unnest(p_partitions, p_attempts) AS w(p, a)
+                     JOIN pgqueue.spark_staging s
+                       ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+                    WHERE s.idem_key IS NOT NULL
+                      AND pgqueue._message_key_taken(v_queue.id, s.idem_key) IS NULL) THEN
+        PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
     END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_count);
     IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL

@@ -129,3 +129,35 @@ def test_a_refused_queue_alter_does_not_wait_for_the_work_in_flight(
                 alter.execute(query)
             assert refused.value.sqlstate == sqlstate, (isolation, refused.value)
         producer.rollback()
+
+
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_a_new_key_into_a_capped_key_window_queue_outside_read_committed_is_pq009_first(
+        conn: Conn, isolation: str) -> None:
+    """A new idempotency key into a queue with key_window_ms is refused outside READ COMMITTED
+    (PQ009: no retry can make it succeed), also on a capped queue, and before its room is asked
+    for: there the admission answered 40001 (and set the queue's recount mark, a sequence that
+    no rollback undoes), then PQ003 for good once the queue was full, to message_create,
+    message_create_batch and spark_publish alike (a review). A key already taken still returns
+    its message's id."""
+    conn.execute("SELECT pgqueue.queue_create('kw', p_max_size => 1, p_key_window_ms => 60000)")
+    taken = conn.execute("SELECT pgqueue.message_create('kw', 'x', p_key => 'taken')").fetchone()
+    write_id = "00000000-0000-0000-0000-000000000066"
+    conn.execute("SELECT pgqueue.spark_stage(%s, 0, 0, 0, ARRAY['s']::bytea[], p_keys => ARRAY['new'])", (write_id,))
+    before = snapshot(conn)
+    mark = "SELECT pg_sequence_last_value(pgqueue._size_exact_seq(id)) FROM pgqueue.queue WHERE name = 'kw'"
+    assert conn.execute(mark).fetchone() == (None,)
+    calls = ["SELECT pgqueue.message_create('kw', 'y', p_key => 'new')",
+             "SELECT pgqueue.message_create_batch('kw', ARRAY['y', 'z']::bytea[], p_keys => ARRAY['taken', 'new'])",
+             f"SELECT pgqueue.spark_publish('p', 'kw', '{write_id}', '{{0}}', '{{0}}', '{{1}}')"]
+    for _ in range(2):  # (the second time is where PQ003 came, for good)
+        for call in calls:
+            with pytest.raises(psycopg.Error) as refused, conn.transaction():
+                conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")  # type: ignore[arg-type]
+                conn.execute(call)  # type: ignore[arg-type]
+            assert refused.value.sqlstate == "PQ009", (call, refused.value)
+    assert snapshot(conn) == before
+    assert conn.execute(mark).fetchone() == (None,)
+    with conn.transaction():
+        conn.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")  # type: ignore[arg-type]
+        assert conn.execute("SELECT pgqueue.message_create('kw', 'again', p_key => 'taken')").fetchone() == taken

@@ -87,6 +87,14 @@ BEGIN
             -- the statistics: this path alone pays their save and restore.
             IF p_group IS NULL OR v_queue.group_concurrency IS NOT NULL THEN
                 v_id := pgqueue._message_key_taken(v_queue.id, p_key);
+                IF v_id IS NULL AND v_queue.key_window_ms OPERATOR(pg_catalog.>) 0
+                   AND (pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'repeatable read'
+                        OR pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'serializable') THEN
+                    -- a new key, refused as pgqueue._message_insert refuses it (PQ009), before the
+                    -- wait and the room below: they answered 40001, then PQ003 for good once the
+                    -- queue was full, to a call that can never succeed (a review)
+                    PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
+                END IF;
                 IF v_id IS NULL THEN
                     -- A producer of the same key between its admission and its commit holds
                     -- room that a full queue would refuse this call (PQ003) instead of

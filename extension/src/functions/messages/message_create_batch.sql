@@ -48,7 +48,8 @@ BEGIN
     -- from pgqueue._queue_admit, whatever its groups and keys). The rule is
     -- _check_message_key's, called for the bad values only (not a call for every element).
     IF p_groups IS NOT NULL OR p_keys IS NOT NULL THEN
-        SELECT q.group_concurrency IS NOT NULL INTO v_grouped FROM pgqueue.queue q WHERE q.name = p_queue;
+        SELECT q.group_concurrency IS NOT NULL, q.id, q.key_window_ms INTO v_grouped, v_queue.id, v_queue.key_window_ms
+          FROM pgqueue.queue q WHERE q.name = p_queue;
         IF FOUND THEN
             PERFORM pgqueue._check_message_key(u.g, 'message group'::text)
                FROM unnest(p_groups) AS u(g) WHERE u.g = '' OR length(u.g) > 200;
@@ -58,6 +59,15 @@ BEGIN
                 RAISE EXCEPTION 'queue "%" has no message groups', p_queue
                     USING ERRCODE = '22023',
                           HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
+            END IF;
+            -- so is a new key into a queue with key_window_ms under REPEATABLE READ or
+            -- SERIALIZABLE (PQ009, as pgqueue._message_insert refuses it): a capped queue's
+            -- admission answered 40001, then PQ003 for good once it was full (a review)
+            IF v_queue.key_window_ms > 0
+               AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable')
+               AND EXISTS (SELECT 1 FROM unnest(p_keys) AS u(k)
+                            WHERE u.k IS NOT NULL AND pgqueue._message_key_taken(v_queue.id, u.k) IS NULL) THEN
+                PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
             END IF;
         END IF;
     END IF;

@@ -112,6 +112,17 @@ BEGIN
             USING ERRCODE = '22023',
                   HINT = 'Create the queue with pgqueue.queue_create(..., p_group_concurrency => n).';
     END IF;
+    -- so is a new key into a queue with key_window_ms under REPEATABLE READ or SERIALIZABLE
+    -- (PQ009, as pgqueue._message_insert refuses it; message_create_batch)
+    IF v_queue.key_window_ms > 0
+       AND current_setting('transaction_isolation') IN ('repeatable read', 'serializable')
+       AND EXISTS (SELECT 1 FROM unnest(p_partitions, p_attempts) AS w(p, a)
+                     JOIN pgqueue.spark_staging s
+                       ON s.write_id = p_write_id AND s.partition = w.p AND s.attempt = w.a
+                    WHERE s.idem_key IS NOT NULL
+                      AND pgqueue._message_key_taken(v_queue.id, s.idem_key) IS NULL) THEN
+        PERFORM pgqueue._require_read_committed('an enqueue of a new key into a queue with key_window_ms');
+    END IF;
     v_queue := pgqueue._queue_admit(p_queue, v_count);
     IF v_count > 0 AND (v_queue.group_concurrency IS NOT NULL
                         OR EXISTS (SELECT 1 FROM pgqueue.spark_staging s
