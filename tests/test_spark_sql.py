@@ -236,6 +236,10 @@ def test_argument_errors(conn: Conn) -> None:
         "SELECT pgqueue.spark_claim('bad name', 'c', 1)": "42602",
         "SELECT pgqueue.spark_ack('q', 'c', NULL)": "22004",
         "SELECT pgqueue.spark_snapshot('q', NULL, 1)": "22004",
+        # (NULL was taken for false: a snapshot that asked NULL left the dead letters out)
+        "SELECT pgqueue.spark_snapshot('q', 0, 1, NULL)": "22004",
+        "SELECT pgqueue.spark_snapshot_range('q', NULL)": "22004",
+        "SELECT pgqueue.spark_snapshot_range('nope', NULL)": "PQ001",
         "SELECT pgqueue.spark_consumer_open('nope', 'c')": "PQ001",
     }
     assert {q: sqlstate_of(conn, q) for q in cases} == cases

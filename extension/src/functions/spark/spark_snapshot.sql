@@ -20,6 +20,8 @@ DECLARE
 BEGIN
     PERFORM pgqueue._not_null(p_min_id IS NULL, 'p_min_id'::text);
     PERFORM pgqueue._not_null(p_max_id IS NULL, 'p_max_id'::text);
+    -- (NULL was taken for false: dead letters left out of a snapshot that asked NULL, a review)
+    PERFORM pgqueue._not_null(p_include_dead IS NULL, 'p_include_dead'::text);
     RETURN QUERY
     SELECT m.id,
            CASE WHEN m.claim_id IS NOT NULL THEN 'claimed'
@@ -32,7 +34,7 @@ BEGIN
       FROM pgqueue.message m
      WHERE m.id >= p_min_id AND m.id <= p_max_id AND m.queue_id = v_queue.id
      ORDER BY m.id;
-    IF coalesce(p_include_dead, false) THEN
+    IF p_include_dead THEN
         RETURN QUERY
         SELECT d.id, 'dead'::text, d.content, d.content_type, d.attempts, d.dequeue_at,
                d.created_at, NULL::bigint, d.last_error, d.dead_at, d.state

@@ -10,12 +10,13 @@ AS $$
 DECLARE
     v_queue pgqueue.queue := pgqueue._queue_get(p_queue);
 BEGIN
+    PERFORM pgqueue._not_null(p_include_dead IS NULL, 'p_include_dead'::text);  -- (NULL was taken for false)
     -- whether the queue holds anything: a probe of each partial index of its messages (leased
     -- or not) and, if asked, of its dead letters. (The range below is every queue's: an empty
     -- queue got the range of the others, a snapshot of it scanned their ids for nothing.)
     IF NOT (EXISTS (SELECT FROM pgqueue.message m WHERE m.queue_id = v_queue.id AND m.locked_until IS NULL)
             OR EXISTS (SELECT FROM pgqueue.message m WHERE m.queue_id = v_queue.id AND m.locked_until IS NOT NULL)
-            OR (coalesce(p_include_dead, false)
+            OR (p_include_dead
                 AND EXISTS (SELECT FROM pgqueue.dead_letter d WHERE d.queue_id = v_queue.id))) THEN
         RETURN QUERY SELECT NULL::bigint, NULL::bigint;
         RETURN;
@@ -23,11 +24,11 @@ BEGIN
     -- two probes of each primary key; the range is shared by every queue, the scans filter
     -- (a STABLE function: its statements, the probes above too, read the caller's snapshot)
     RETURN QUERY
-    SELECT CASE WHEN coalesce(p_include_dead, false)
+    SELECT CASE WHEN p_include_dead
                 THEN least((SELECT min(m.id) FROM pgqueue.message m),
                            (SELECT min(d.id) FROM pgqueue.dead_letter d))
                 ELSE (SELECT min(m.id) FROM pgqueue.message m) END,
-           CASE WHEN coalesce(p_include_dead, false)
+           CASE WHEN p_include_dead
                 THEN greatest((SELECT max(m.id) FROM pgqueue.message m),
                               (SELECT max(d.id) FROM pgqueue.dead_letter d))
                 ELSE (SELECT max(m.id) FROM pgqueue.message m) END;
