@@ -636,15 +636,43 @@ def test_help_the_disk_cannot_take_is_one_line_and_not_0() -> None:
                 1, "pgqueue: error: cannot write the output: No space left on device\n"), (argv, extra, proc.stderr)
 
 
-def test_a_command_started_with_its_output_closed_does_its_work_and_exits_0(dsn: str) -> None:
-    """`pgqueue enqueue ... >&-` (cron jobs, daemons): Python has no sys.stdout then; the flush
-    added for the full-disk case failed with a traceback and exit 1 after the enqueue was done,
-    so a retrying caller enqueued twice (a review of the session's changes, session 43)."""
-    Queue(dsn, "closed_out").create()
-    proc = subprocess.run(["bash", "-c", f'"{PGQUEUE}" enqueue closed_out hi --dsn "$0" >&-', dsn],
+def test_a_command_whose_output_is_only_informative_does_its_work_with_its_output_closed(dsn: str) -> None:
+    """`pgqueue queue create ... >&-` (cron jobs, daemons): Python has no sys.stdout then; the flush
+    added for the full-disk case failed with a traceback and exit 1 after the queue was made, so
+    a retrying caller tried again (a review of the session's changes, session 43). Its table only
+    restates what it did: it does its work and exits 0."""
+    proc = subprocess.run(["bash", "-c", f'"{PGQUEUE}" queue create closed_out --dsn "$0" >&-', dsn],
                           capture_output=True, text=True, timeout=60, check=False)
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
-    assert Queue(dsn, "closed_out").stats().ready == 1
+    assert Queue(dsn, "closed_out").stats().ready == 0
+
+
+@pytest.mark.parametrize("command", [
+    ["enqueue", "closed_out", "hi"], ["cancel", "closed_out", "ID"], ["schedule", "run"], ["peek", "closed_out"],
+    ["stats"], ["stats", "--json"], ["stats", "--watch", "1"], ["stats", "closed_out", "--groups", "3"],
+    ["stats", "closed_out", "--groups", "3", "--watch", "1"], ["dead", "list", "closed_out"],
+    ["dead", "list", "closed_out", "--all"], ["queue", "list"], ["schedule", "list"], ["metrics", "--once"],
+], ids=" ".join)
+def test_a_command_whose_output_carries_data_refuses_a_closed_output(dsn: str, command: list[str]) -> None:
+    """`pgqueue enqueue q x >&-` enqueued and exited 0, its id written nowhere; `cancel` deleted a
+    message whose JSON line (the only copy of its payload) went nowhere; `schedule run` enqueued
+    in silence; `stats --json`, `stats --watch`, `dead list --all` ended in a traceback (a
+    review). Each refuses now in one line, exit 1, before doing anything, as `dequeue` does."""
+    from pgqueue.schedules import create_schedule
+
+    queue = Queue(dsn, "closed_out")
+    queue.create(group_concurrency=2)
+    [pending] = queue.enqueue_many(["keep me"], groups=["g"])
+    create_schedule(dsn, "nightly", "closed_out", "tick", every=timedelta(hours=1))
+    argv = " ".join(str(pending) if arg == "ID" else arg for arg in command)
+    proc = subprocess.run(["bash", "-c", f'"{PGQUEUE}" {argv} --dsn "$0" >&-', dsn],
+                          capture_output=True, text=True, timeout=60, check=False)
+    nothing = {"enqueue": "nothing enqueued", "cancel": "nothing cancelled", "schedule run": "no schedule run"}
+    what = nothing.get(" ".join(command[:2]), nothing.get(command[0], "nothing done"))
+    assert (proc.returncode, proc.stderr) == (
+        1, f"pgqueue: error: cannot write the output: the standard output is closed; {what}\n"), proc.stderr
+    assert [(p.id, p.payload) for p in queue.peek(10)] == [(pending, "keep me")]
+    queue.close()
 
 
 @pytest.mark.parametrize("extra", [["--complete"], ["--lock-ms", "0"]])
@@ -849,9 +877,9 @@ def test_command_line_mistakes_found_by_a_review(capsys: pytest.CaptureFixture[s
     first = int(out)
     status, out, _ = run(capsys, "enqueue", "rv", "y", "--group", "g1", "--key", "k1", "--dsn", dsn)
     assert status == 0 and int(out) == first  # the key is taken: the same message
-    # an empty key: the server's hint in the command line's terms (it said "Pass NULL": a review)
+    # an empty key: in the command line's terms (it said "Pass NULL": a review), bad usage (exit 2)
     status, out, err = run(capsys, "enqueue", "rv", "z", "--key", "", "--dsn", dsn)
-    assert_one_line_error(status, out, err, "omit --group / --key for none", code=1)
+    assert_one_line_error(status, out, err, "argument --key", "omit --key for none", code=2)
     assert "NULL" not in err
     # times in UTC, said so, whatever the local zone
     monkeypatch.setenv("TZ", "Asia/Tokyo")
@@ -1082,6 +1110,23 @@ def test_enqueue_when_and_task(capsys: pytest.CaptureFixture[str], dsn: str) -> 
 # -- a third review -----------------------------------------------------------------------
 
 
+def test_enqueue_group_and_key_are_checked_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty or over-200-character --group or --key was the server's refusal, exit 1, once
+    connected, where a bad --task is bad usage found before connecting (exit 2): they are
+    checked as --task is now, by the server's rule (1 to 200 characters). (The DSN reaches
+    nothing: a check made after connecting would say so.)"""
+    nowhere = "host=/nonexistent connect_timeout=1"
+    for option, name, value, length in (("--group", "message group", "", 0), ("--key", "idempotency key", "", 0),
+                                        ("--group", "message group", "g" * 201, 201),
+                                        ("--key", "idempotency key", "\u00e9" * 201, 201)):
+        status, out, err = run(capsys, "enqueue", "jobs", "x", option, value, "--dsn", nowhere)
+        assert_one_line_error(status, out, err, f"pgqueue enqueue: error: argument {option}: the {name} must have "
+                              f"1 to 200 characters, got {length} (omit {option} for none", code=2)
+    status, out, err = run(capsys, "enqueue", "jobs", "x", "--group", "\u00e9" * 200, "--key", "k" * 200,
+                           "--dsn", nowhere)
+    assert_one_line_error(status, out, err, "cannot connect to the database")  # (200 characters pass)
+
+
 def test_json_nested_past_the_recursion_limit_is_one_line(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     """`enqueue --json` and `schedule create --json` of JSON nested deeper than Python's recursion
     limit refuse it in one line, exit 1, as the client refuses such a payload: json.loads' and
@@ -1215,7 +1260,8 @@ def test_dequeue_complete_names_the_messages_whose_lease_ran_out(capsys: pytest.
 def test_dequeue_into_a_closed_pipe_gives_back_what_it_did_not_print(dsn: str) -> None:
     """`dequeue --complete | head -1`: the message printed is completed; the ones whose line could
     not be written (the reader had gone) are given back, due at once, not completed and not left
-    leased until their lease runs out. The exit status is 1, with nothing on stderr."""
+    leased until their lease runs out. The exit status is 1; stderr says what was done all the
+    same (it said nothing: a review)."""
     queue = Queue(dsn, "big")
     queue.create()
     big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
@@ -1233,11 +1279,50 @@ def test_dequeue_into_a_closed_pipe_gives_back_what_it_did_not_print(dsn: str) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert err == ""
+    assert err == ("pgqueue: error: the output was closed before it was all written; done all the same: 3 "
+                   "message(s) taken from queue big: 1 completed, 2 given back, due at once\n"), err
     assert first["id"] == ids[0] and first["payload"] == big + "1"
     stats = queue.stats()
     assert (stats.ready, stats.leased) == (2, 0)
     assert sorted(p.id for p in queue.peek(10)) == ids[1:]
+
+
+def test_dequeue_in_delete_mode_names_the_messages_it_deleted_but_could_not_write(dsn: str) -> None:
+    """`dequeue --lock-ms 0 | head -1` deleted its three messages on receipt, wrote one, and
+    exited 1 with nothing on stderr; `> /dev/full` said only "cannot write the output" (a
+    review). The error line now says what was done all the same, naming the messages deleted but
+    not written: they are gone for good."""
+    queue = Queue(dsn, "del_out")
+    queue.create()
+    big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
+    ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    argv = [str(PGQUEUE), "dequeue", "del_out", "--limit", "3", "--lock-ms", "0", "--dsn", dsn]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first = json.loads(proc.stdout.readline())
+        proc.stdout.close()  # `head -1` has its line and goes
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 1, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert first["id"] == ids[0]
+    assert err == ("pgqueue: error: the output was closed before it was all written; done all the same: 3 "
+                   "message(s) taken from queue del_out and deleted (--lock-ms 0); 2 of them not written, lost "
+                   f"for good: ids {ids[1]} {ids[2]}\n"), err
+    assert queue.stats(exact=True).total == 0
+    ids = queue.enqueue_many(["a", "b"])
+    with open("/dev/full", "w") as full:
+        proc2 = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False, env=env)
+    assert (proc2.returncode, proc2.stderr) == (
+        1, "pgqueue: error: cannot write the output: No space left on device; done all the same: 2 message(s) "
+           f"taken from queue del_out and deleted (--lock-ms 0); 2 of them not written, lost for good: ids "
+           f"{ids[0]} {ids[1]}\n"), proc2.stderr
+    assert queue.stats(exact=True).total == 0
+    queue.close()
 
 
 def test_bench_reads_and_writes_files_relative_to_where_it_was_called(
@@ -1442,10 +1527,41 @@ def test_dequeue_stopped_while_it_prints_gives_back_what_it_did_not_print(dsn: s
         _, err = proc.communicate(timeout=60)  # (the rest of the line it was writing, if any)
     assert proc.returncode == 128 + sig, (proc.returncode, err)
     assert "Traceback" not in err, err
+    # it said "stopped by SIGTERM: not done" (and nothing on Ctrl-C), though one was completed (a review)
+    how = "stopped by SIGTERM" if sig == signal.SIGTERM else "interrupted"
+    assert err.strip().splitlines()[-1] == (f"pgqueue: {how}: done all the same: 3 message(s) taken from queue "
+                                            "stopped_out: 1 completed, 2 given back, due at once"), err
     assert first["id"] == ids[0]
     stats = queue.stats(exact=True)
     assert (stats.ready, stats.leased) == (2, 0), stats
     assert sorted(p.id for p in queue.peek(10)) == ids[1:]
+    queue.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda sig: sig.name)
+def test_dequeue_in_delete_mode_stopped_while_it_prints_names_the_messages_lost(dsn: str,
+                                                                                sig: signal.Signals) -> None:
+    """SIGTERM (or Ctrl-C) while `dequeue --lock-ms 0` waits for a slow reader: the three
+    messages were deleted on receipt, one written, and it said "stopped by SIGTERM: not done" (a
+    review). It says they are deleted, naming the two not written: they are gone for good."""
+    queue = Queue(dsn, "stopped_del")
+    queue.create()
+    big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
+    ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
+    with spawn([str(PGQUEUE), "dequeue", "stopped_del", "--limit", "3", "--lock-ms", "0", "--dsn", dsn]) as proc:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert queue.stats(exact=True).total == 0  # deleted on receipt
+        time.sleep(0.5)  # (it then waits on the full pipe, writing the second)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert first["id"] == ids[0]
+    how = "stopped by SIGTERM" if sig == signal.SIGTERM else "interrupted"
+    assert err.strip().splitlines()[-1] == (
+        f"pgqueue: {how}: done all the same: 3 message(s) taken from queue stopped_del and deleted (--lock-ms 0); "
+        f"2 of them not written, lost for good: ids {ids[1]} {ids[2]}"), err
+    assert "Traceback" not in err, err
     queue.close()
 
 
@@ -1456,7 +1572,7 @@ def test_a_long_bad_value_is_quoted_by_its_start_and_length(capsys: pytest.Captu
     long = "a" * 10_000
     cases: list[tuple[list[str], str, int]] = [
         (["enqueue", "default", "x", "--task", long], "invalid task name 'aaaa", 2),
-        (["enqueue", "default", "x", "--task", "ok", "--key", "k\x00" + long], "key must not contain NUL", 1),
+        (["enqueue", "default", "x", "--task", "ok", "--key", "k\x00" + long], "key must not contain NUL", 2),
         (["schedule", "create", "s", "default", "x", "--every", "60", "--task", long], "invalid task name 'aaaa", 2),
         (["enqueue", "q\x00" + long, "x"], "invalid queue name 'q\\x00aaaa", 1),
         (["dequeue", "default", "--limit", "1" * 10_000], "--limit: expected", 2),

@@ -35,6 +35,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue import _connect
+from pgqueue._core import check_str
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
                                    stop_signals)
@@ -238,6 +239,17 @@ _DONE: contextvars.ContextVar[str | None] = contextvars.ContextVar("pgqueue_cli_
 
 def _done(what: str) -> None:
     _DONE.set(what)
+
+
+def _check_output(nothing: str = "nothing done") -> None:
+    """Refuse to run a command whose output is what the user needs (ids, payloads, counts)
+    when it was started with its standard output closed (``>&-``: Python has no ``sys.stdout``,
+    and print() writes nowhere): one line, exit 1, before anything is done. `enqueue` and
+    `cancel` did their work and lost its only record (the id; the payload cancelled), exit 0;
+    `stats --json` and `dead list --all` ended in a traceback (a review). ``nothing`` says
+    what was not done."""
+    if sys.stdout is None:
+        raise UserError(f"cannot write the output: the standard output is closed; {nothing}")
 
 
 def _not_utf8(text: str) -> str | None:
@@ -567,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("alter", _cmd_queue_alter, "change a queue's settings", manage)
     p.add_argument("queue", metavar="QUEUE")
     _queue_options(p, create=False)
-    p = command("drop", _cmd_queue_drop, "drop a queue with its messages and dead letters", manage)
+    p = command("drop", _cmd_queue_drop, "drop a queue with its messages, dead letters and schedules", manage)
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--if-exists", action="store_true", help="do nothing if it does not exist")
     command("list", _cmd_queue_list, "list queues and their settings", manage)
@@ -1150,8 +1162,28 @@ def _check_task(args: argparse.Namespace) -> None:
         raise UsageError(f"{prog}: error: argument --task: {exc} (see `{prog} --help`)") from None
 
 
+def _check_group_and_key(args: argparse.Namespace) -> None:
+    """Refuse a --group or --key that is empty or longer than 200 characters (the server's
+    rule, 22023) or holds NUL (the client's) before connecting: bad usage, exit 2, as a --task
+    is (it was exit 1 once connected, though nothing had been done: a review)."""
+    prog = getattr(args, "command_prog", PROG)
+    for option, name, value, hint in (("--group", "message group", args.group, ""),
+                                      ("--key", "idempotency key", args.key, "; hash a longer key")):
+        if value is None:
+            continue
+        try:
+            check_str(name, value)  # (the client's own check: no NUL)
+        except InvalidArgument as exc:
+            raise UsageError(f"{prog}: error: argument {option}: {exc} (see `{prog} --help`)") from None
+        if not 1 <= len(value) <= 200:
+            raise UsageError(f"{prog}: error: argument {option}: the {name} must have 1 to 200 characters, got "
+                             f"{len(value)} (omit {option} for none{hint}) (see `{prog} --help`)")
+
+
 def _cmd_enqueue(args: argparse.Namespace) -> int:
     _check_task(args)
+    _check_group_and_key(args)
+    _check_output("nothing enqueued")
     payload = _payload(args)
     delay = timedelta(seconds=args.delay) if args.delay else None
     with connect(resolve_dsn(args)) as conn:
@@ -1169,37 +1201,43 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
     slow reader of the output) and was taken by another consumer is not, and is named on stderr
     with exit status 1. When the output closes early (``| head -1``) the messages not printed
     yet are given back (due at once, as a worker's shutdown gives them back) and the exit status
-    is 1; with ``--lock-ms 0`` they were deleted on receipt (delete mode: at most once). Started
-    with its output closed (``>&-``: no ``sys.stdout``, print() writes nowhere), it takes nothing
-    and exits 1: it completed, or deleted, messages it had written nowhere (a review).
+    is 1; with ``--lock-ms 0`` they were deleted on receipt (delete mode: at most once). Either
+    way the error line says what was done all the same (:class:`_Taken`): a message deleted but
+    not written is gone for good, and its id is named. Started with its output closed (``>&-``:
+    no ``sys.stdout``, print() writes nowhere), it takes nothing and exits 1: it completed, or
+    deleted, messages it had written nowhere (a review).
     """
-    if sys.stdout is None:
-        _error("cannot write the output: the standard output is closed; nothing taken")
-        return 1
+    _check_output("nothing taken")
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
-        messages = queue.dequeue(args.limit, lock_ms=args.lock_ms)
-        lost: list[Message] = []
-        printed = handled = 0  # lines written; messages whose line is written and, with --complete, completed
+        taken = _Taken(args.queue)
         try:
-            for i, msg in enumerate(messages):
+            taken.messages = queue.dequeue(args.limit, lock_ms=args.lock_ms)
+            taken.say()
+            for i, msg in enumerate(taken.messages):
                 try:
                     print(json.dumps(_message_json(msg)), flush=True)
                 except OSError as exc:  # the reader has gone, or the output cannot take it (a full disk):
-                    _give_back(queue, messages[i:])  # this one and the rest were not printed
+                    taken.given_back += _give_back(queue, taken.messages[i:])  # this one and the rest were not printed
+                    taken.say()
                     if isinstance(exc, BrokenPipeError):
                         raise
                     raise _OutputFailed(str(exc)) from exc
-                printed = i + 1
-                if args.complete and msg.leased and not queue.complete(msg):
-                    lost.append(msg)
-                handled = i + 1
+                taken.written = i + 1
+                taken.say()
+                if args.complete and msg.leased:
+                    (taken.completed if queue.complete(msg) else taken.lost).append(msg)
+                    taken.say()
         except KeyboardInterrupt:
             # Ctrl-C, SIGTERM or SIGHUP while it prints (a slow reader) or completes: the messages
             # not printed, or printed but not completed, are given back as when the output closes;
-            # they stayed leased until their lease ran out (a --lock-ms of up to a year: a review)
-            _give_back(queue, messages[handled if args.complete else printed:])
+            # they stayed leased until their lease ran out (a --lock-ms of up to a year: a review).
+            # What was done all the same (completed, deleted) is said: it said "not done" (a review)
+            handled = len(taken.completed) + len(taken.lost)
+            taken.given_back += _give_back(queue, taken.messages[handled if args.complete else taken.written:])
+            taken.say()
             raise
+        messages, lost = taken.messages, taken.lost
         if not messages:
             print(f"no message ready on queue {args.queue}", file=sys.stderr)
         elif not args.complete and any(m.leased for m in messages):
@@ -1212,11 +1250,55 @@ def _cmd_dequeue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _give_back(queue: Queue, messages: Sequence[Message]) -> None:
-    """Give back the leased ones of ``messages`` (not taken in delete mode), due at once."""
+class _Taken:
+    """What a ``dequeue`` has done so far, kept as main's "done all the same" (:func:`_done`) at
+    each step: its output closed or failed, or a signal stopped it, after it had deleted
+    (``--lock-ms 0``) or completed messages, and it exited 1 (or 143) in silence, or saying
+    "not done", with messages gone (a review). Nothing is done when every message taken was
+    given back (or none was taken)."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.messages: list[Message] = []
+        self.written = 0  # lines written in full
+        self.completed: list[Message] = []
+        self.lost: list[Message] = []  # printed, but its complete came after its lease was lost
+        self.given_back = 0
+
+    def say(self) -> None:
+        _DONE.set(self.what())
+
+    def what(self) -> str | None:
+        deleted = [m for m in self.messages if not m.leased]
+        if deleted:  # delete mode: gone on receipt, written or not
+            text = f"{len(deleted)} message(s) taken from queue {self.queue} and deleted (--lock-ms 0)"
+            unwritten = [m for m in self.messages[self.written:] if not m.leased]
+            if unwritten:
+                text += (f"; {len(unwritten)} of them not written, lost for good: "
+                         f"ids {' '.join(str(m.id) for m in unwritten)}")
+            return text
+        settled = {m.id for m in self.completed + self.lost}
+        still_leased = len(self.messages) - len(settled) - self.given_back
+        parts = [f"{n} {what}" for n, what in (
+            (len(self.completed), "completed"),
+            (still_leased, "leased, not completed (back on the queue when the lease runs out)"),
+            (self.given_back, "given back, due at once")) if n]
+        if self.lost:
+            parts.append(f"{len(self.lost)} printed but not completed (lease lost): "
+                         f"ids {' '.join(str(m.id) for m in self.lost)}")
+        if not self.completed and not self.lost and still_leased <= 0:
+            return None  # nothing taken, or all of it given back
+        return f"{len(self.messages)} message(s) taken from queue {self.queue}: {', '.join(parts)}"
+
+
+def _give_back(queue: Queue, messages: Sequence[Message]) -> int:
+    """Give back the leased ones of ``messages`` (not taken in delete mode), due at once; return
+    how many were."""
+    given = 0
     for msg in messages:
-        if msg.leased:
-            queue.defer(msg)  # (False: its lease was lost already, nothing to give back)
+        if msg.leased and queue.defer(msg):  # (False: its lease was lost already, nothing to give back)
+            given += 1
+    return given
 
 
 def _message_json(msg: Message) -> dict[str, object]:
@@ -1247,6 +1329,7 @@ def _pending_json(msg: Pending) -> dict[str, object]:
 
 
 def _cmd_peek(args: argparse.Namespace) -> int:
+    _check_output()
     with connect(resolve_dsn(args)) as conn:
         messages = Queue(conn, args.queue).peek(args.limit)
     for msg in messages:
@@ -1257,6 +1340,7 @@ def _cmd_peek(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
+    _check_output("nothing cancelled")
     with connect(resolve_dsn(args)) as conn:
         removed = Queue(conn, args.queue).cancel(args.ids)
     _done(f"{len(removed)} message(s) cancelled")
@@ -1326,7 +1410,9 @@ def _stats(args: argparse.Namespace) -> int:
     if args.groups is not None:
         if args.queue is None:
             raise UsageError("pgqueue stats: error: --groups needs a QUEUE (see `pgqueue stats --help`)")
+        _check_output()
         return _group_stats(args)
+    _check_output()
     dsn = resolve_dsn(args)
     with connect(dsn) as conn:
         kept = _KeptConnection(dsn, conn)
@@ -1485,6 +1571,8 @@ def _login_refused_for_good(text: str) -> bool:
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from pgqueue.metrics import MetricsServer, QueueMetrics
 
+    if args.once:
+        _check_output()
     dsn = resolve_dsn(args)
     # Fail fast on what waiting will not mend: a DSN that does not parse or holds an option value
     # libpq refuses (port=5x: it waited with pgqueue_up 0 for ever, a review), pgqueue missing or of
@@ -1674,6 +1762,7 @@ def _dead_json(letter: DeadLetter) -> dict[str, object]:
 
 
 def _cmd_dead_list(args: argparse.Namespace) -> int:
+    _check_output()
     with connect(resolve_dsn(args)) as conn:
         queue = Queue(conn, args.queue)
         if not args.all:
@@ -1792,6 +1881,7 @@ def schedules_table(entries: Sequence[ScheduleEntry]) -> str:
 
 
 def _cmd_schedule_list(args: argparse.Namespace) -> int:
+    _check_output()
     with connect(resolve_dsn(args)) as conn:
         entries = _schedules(conn)
     print(schedules_table(entries) if entries else "no schedules")
@@ -1812,6 +1902,7 @@ def _cmd_schedule_drop(args: argparse.Namespace) -> int:
 def _cmd_schedule_run(args: argparse.Namespace) -> int:
     from pgqueue.schedules import run_schedules
 
+    _check_output("no schedule run")
     held: list[str] = []
     with connect(resolve_dsn(args)) as conn:
         done = run_schedules(conn, on_held=held.append)
@@ -1981,6 +2072,7 @@ def _cmd_queue_drop(args: argparse.Namespace) -> int:
 
 
 def _cmd_queue_list(args: argparse.Namespace) -> int:
+    _check_output()
     with connect(resolve_dsn(args)) as conn:
         print(settings_table(list(list_queues(conn))))
     return 0
