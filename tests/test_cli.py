@@ -1266,19 +1266,8 @@ def test_dequeue_into_a_closed_pipe_gives_back_what_it_did_not_print(dsn: str) -
     queue.create()
     big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
     ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
-    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
-    proc = subprocess.Popen([str(PGQUEUE), "dequeue", "big", "--limit", "3", "--lock-ms", "600000", "--complete",
-                             "--dsn", dsn], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        first = json.loads(proc.stdout.readline())
-        proc.stdout.close()  # `head -1` has its line and goes
-        err = proc.stderr.read().decode()
-        assert proc.wait(timeout=60) == 1, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    first, err = _read_one_line_and_go([str(PGQUEUE), "dequeue", "big", "--limit", "3", "--lock-ms", "600000",
+                                        "--complete", "--dsn", dsn])
     assert err == ("pgqueue: error: the output was closed before it was all written; done all the same: 3 "
                    "message(s) taken from queue big: 1 completed, 2 given back, due at once\n"), err
     assert first["id"] == ids[0] and first["payload"] == big + "1"
@@ -1287,17 +1276,10 @@ def test_dequeue_into_a_closed_pipe_gives_back_what_it_did_not_print(dsn: str) -
     assert sorted(p.id for p in queue.peek(10)) == ids[1:]
 
 
-def test_dequeue_in_delete_mode_names_the_messages_it_deleted_but_could_not_write(dsn: str) -> None:
-    """`dequeue --lock-ms 0 | head -1` deleted its three messages on receipt, wrote one, and
-    exited 1 with nothing on stderr; `> /dev/full` said only "cannot write the output" (a
-    review). The error line now says what was done all the same, naming the messages deleted but
-    not written: they are gone for good."""
-    queue = Queue(dsn, "del_out")
-    queue.create()
-    big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
-    ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
+def _read_one_line_and_go(argv: list[str]) -> tuple[dict[str, object], str]:
+    """Run a `dequeue` whose reader takes its first line and goes, as `| head -1` does; return
+    that line's JSON and stderr, after checking the exit status 1."""
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
-    argv = [str(PGQUEUE), "dequeue", "del_out", "--limit", "3", "--lock-ms", "0", "--dsn", dsn]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None and proc.stderr is not None
     try:
@@ -1309,6 +1291,20 @@ def test_dequeue_in_delete_mode_names_the_messages_it_deleted_but_could_not_writ
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return first, err
+
+
+def test_dequeue_in_delete_mode_names_the_messages_it_deleted_but_could_not_write(dsn: str) -> None:
+    """`dequeue --lock-ms 0 | head -1` deleted its three messages on receipt, wrote one, and
+    exited 1 with nothing on stderr; `> /dev/full` said only "cannot write the output" (a
+    review). The error line now says what was done all the same, naming the messages deleted but
+    not written: they are gone for good."""
+    queue = Queue(dsn, "del_out")
+    queue.create()
+    big = "x" * 1_000_000  # a line more than a pipe holds: the next write waits for the reader
+    ids = queue.enqueue_many([big + "1", big + "2", big + "3"])
+    argv = [str(PGQUEUE), "dequeue", "del_out", "--limit", "3", "--lock-ms", "0", "--dsn", dsn]
+    first, err = _read_one_line_and_go(argv)
     assert first["id"] == ids[0]
     assert err == ("pgqueue: error: the output was closed before it was all written; done all the same: 3 "
                    "message(s) taken from queue del_out and deleted (--lock-ms 0); 2 of them not written, lost "
@@ -1316,7 +1312,8 @@ def test_dequeue_in_delete_mode_names_the_messages_it_deleted_but_could_not_writ
     assert queue.stats(exact=True).total == 0
     ids = queue.enqueue_many(["a", "b"])
     with open("/dev/full", "w") as full:
-        proc2 = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False, env=env)
+        proc2 = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+                               env={k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"})
     assert (proc2.returncode, proc2.stderr) == (
         1, "pgqueue: error: cannot write the output: No space left on device; done all the same: 2 message(s) "
            f"taken from queue del_out and deleted (--lock-ms 0); 2 of them not written, lost for good: ids "
