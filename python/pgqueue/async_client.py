@@ -95,6 +95,24 @@ async def _unreached(task: asyncio.Future[Any],
     return cancelled
 
 
+async def _answered(statement: Awaitable[T]) -> tuple[T, asyncio.CancelledError | None]:
+    """Await a statement in a task that a cancellation does not reach; return its result and
+    the cancellation that landed meanwhile, if any. Cancelled, the statement is awaited for at
+    most :data:`CANCEL_WAIT` seconds more (:func:`_unreached`); if it failed or did not answer in
+    time, the cancellation is raised (its answer, if the server committed it, is lost). Cancelled
+    with its caller, psycopg cancels the statement and drops an answer already on its way: what
+    the server had committed (a lease) was lost with it."""
+    running = asyncio.ensure_future(statement)
+    try:
+        return await asyncio.shield(running), None
+    except asyncio.CancelledError as first:
+        cancelled = await _unreached(running, first)
+        assert cancelled is not None
+        if not running.done() or running.cancelled() or running.exception() is not None:
+            raise cancelled from None
+        return running.result(), cancelled
+
+
 def _cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[tuple[Any, ...]]:
     """A cursor for pgqueue's statements on ``conn`` (see :func:`pgqueue.client._cursor`): one
     of the connection's ``cursor_factory`` (an ``AsyncClientCursor`` too), unless that class is
@@ -750,20 +768,12 @@ class AsyncQueue:
         does not reach: it is awaited, for at most :data:`CANCEL_WAIT` seconds (then cancelled
         as before), the message it took is given back, and the cancellation goes on.
         """
-        statement = asyncio.ensure_future(self._connector.run_leasing(call))
-        try:
-            return await asyncio.shield(statement)
-        except asyncio.CancelledError as first:
-            # awaited where further cancellations do not reach it (they cancelled the wait, and
-            # with it the statement), and the message it took given back the same way
-            cancelled = await _unreached(statement, first)
-            assert cancelled is not None
-            if not statement.done() or statement.cancelled() or statement.exception() is not None:
-                raise cancelled from None  # it failed (nothing taken), or did not answer in time
-            lease, in_transaction = statement.result()
-            if lease is not None:
-                await self._settle_shielded(lease.message, cancelled, None, cancelled, committed=not in_transaction)
-            raise cancelled from None
+        (lease, in_transaction), cancelled = await _answered(self._connector.run_leasing(call))
+        if cancelled is None:
+            return lease, in_transaction
+        if lease is not None:  # the message it took given back where no cancellation reaches either
+            await self._settle_shielded(lease.message, cancelled, None, cancelled, committed=not in_transaction)
+        raise cancelled from None
 
     async def _settle(self, msg: Message, exc: BaseException | None, action: _core.Outcome | None = None, *,
                       committed: bool = False) -> None:

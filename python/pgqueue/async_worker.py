@@ -75,7 +75,7 @@ from pgqueue._worker_core import (
     is_read_only,
     stop_signals,
 )
-from pgqueue.async_client import AsyncQueue, _AsyncConnector, _unreached
+from pgqueue.async_client import AsyncQueue, _AsyncConnector, _answered
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.message import Message
 from pgqueue.tasks import refuse_generator, returned_generator
@@ -263,7 +263,7 @@ class AsyncWorker(WorkerCore):
 
         A cancellation of the run while a call is in flight (``task.cancel()``, a TaskGroup, an
         ``asyncio.timeout``, ``asyncio.run`` on Ctrl-C) waits for the call's answer (for at most
-        :data:`~pgqueue.async_client.CANCEL_WAIT` seconds, see :meth:`_run_call`). When it came, the
+        :data:`~pgqueue.async_client.CANCEL_WAIT` seconds, see :func:`~pgqueue.async_client._answered`). When it came, the
         worker stops at once, as ``stop(now=True)`` does: the step takes the answer in (what the
         call leased is given back unstarted, what it completed is reported), the shutdown runs,
         and then the cancellation goes on. Cancelled with the call, psycopg dropped the answer of
@@ -282,7 +282,7 @@ class AsyncWorker(WorkerCore):
                         self._call_since = time.monotonic()  # for the stop's watchdog
                         try:
                             await self._connect_loop()
-                            result, cancelled = await self._run_call(todo)
+                            result, cancelled = await _answered(_drop_if_read_only(self._runner, todo))
                         finally:
                             self._call_since = None
                         if cancelled is not None:
@@ -296,22 +296,6 @@ class AsyncWorker(WorkerCore):
             if held is not None:
                 raise held from None
             return done.value  # type: ignore[no-any-return]
-
-    async def _run_call(self, call: Call[T]) -> tuple[T, asyncio.CancelledError | None]:
-        """Run a call of the worker's loop in a task that a cancellation does not reach. Returns
-        its result and the cancellation that landed while it ran, if any; cancelled, it waits for
-        the call for at most CANCEL_WAIT seconds more, then raises the cancellation if the call
-        failed or did not end (the call is then cancelled)."""
-        assert self._runner is not None
-        running = asyncio.ensure_future(_drop_if_read_only(self._runner, call))
-        try:
-            return await asyncio.shield(running), None
-        except asyncio.CancelledError as first:
-            cancelled = await _unreached(running, first)
-            assert cancelled is not None
-            if not running.done() or running.cancelled() or running.exception() is not None:
-                raise cancelled from None
-            return running.result(), cancelled
 
     async def _connect_loop(self) -> None:
         """Open the loop's connection if it has none (after a loss), giving the attempt up at once

@@ -359,12 +359,13 @@ class QueueMetrics:
             return _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics")
         attempts = conninfo_attempts(params)  # (a name that does not resolve raises here, as connect does)
         failures: list[psycopg.OperationalError] = []
+        most = self._connect_timeout()
         for i, attempt in enumerate(attempts):
             left = deadline - time.monotonic() + _SLACK  # (the last host's 2 s may end _SLACK late)
             if i and left < 2:
                 break
             # an equal share of what is left to each host not tried yet
-            timeout = min(self._connect_timeout(), max(2, math.floor(left / (len(attempts) - i))))
+            timeout = min(most, max(2, math.floor(left / (len(attempts) - i))))
             try:
                 return _connect.connect(make_conninfo("", **attempt), autocommit=True,
                                         application_name="pgqueue-metrics", connect_timeout=timeout)
