@@ -928,21 +928,25 @@ def test_dead_requeue_and_purge_of_ids_that_are_not_dead_letters(capsys: pytest.
 def test_dead_requeue_with_a_delay_or_a_time(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     queue = Queue(dsn, "jobs")
     queue.create(max_attempts=1)
-    queue.enqueue_many(["a", "b", "c"])
-    for msg in queue.dequeue(3):
+    queue.enqueue_many(["a", "b", "c", "d"])
+    for msg in queue.dequeue(4):
         queue.fail(msg, "bad")
-    first, second, _third = sorted(d.id for d in queue.dead_letters())
+    first, second, third, _fourth = sorted(d.id for d in queue.dead_letters())
     before = datetime.now(timezone.utc)
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(first), "--delay", "3600", "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due in 3600 s")
+    # the delay sent, in plain decimals to the millisecond (it was "1e+06 s")
+    status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(third), "--delay", "1000000.0004", "--dsn", dsn)
+    assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due in 1000000 s")
     # (printed in UTC, as README says of every time: a time with another offset was printed as given)
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--id", str(second), "--at", "2031-02-03T09:05:06+05:00",
                          "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs, due at 2031-02-03T04:05:06+00:00")
     due = sorted(p.dequeue_at for p in queue.peek(10) if p.dequeue_at is not None)
-    assert len(due) == 2 and queue.dequeue(1) == []  # both scheduled: nothing to hand out yet
+    assert len(due) == 3 and queue.dequeue(1) == []  # all scheduled: nothing to hand out yet
     assert timedelta(seconds=3599) <= due[0] - before <= timedelta(seconds=3700)
-    assert due[1] == datetime(2031, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+    assert timedelta(seconds=999_999) <= due[1] - before <= timedelta(seconds=1_000_100)
+    assert due[2] == datetime(2031, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
     # the rest at once, and --delay with --at is a usage error that changes nothing
     status, out, err = run(capsys, "dead", "requeue", "jobs", "--delay", "1", "--at", "2031-01-01", "--dsn", dsn)
     assert status == 2 and "not allowed with" in err and len(queue.dead_letters()) == 1
@@ -951,7 +955,7 @@ def test_dead_requeue_with_a_delay_or_a_time(capsys: pytest.CaptureFixture[str],
     assert status == 2 and "9999-12-31T23:59:59Z" in err and len(queue.dead_letters()) == 1
     status, out, _ = run(capsys, "dead", "requeue", "jobs", "--dsn", dsn)
     assert (status, out.strip()) == (0, "requeued 1 dead letter(s) on queue jobs")
-    assert [m.payload for m in queue.dequeue(5)] == ["c"]
+    assert [m.payload for m in queue.dequeue(5)] == ["d"]
 
 
 def test_server_hints_in_command_line_terms(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
@@ -1643,7 +1647,7 @@ def test_schedule_create_reads_its_payload_from_standard_input(capsys: pytest.Ca
     payloads = {s.name: s.payload for s in list_schedules(dsn)}
     assert payloads == {"nightly": {"kind": "daily"}, "plain": "caf\u00e9\n"}
     status, out, _ = run(capsys, "schedule", "create", "--help")
-    assert status == 0 and "('-' reads standard input)" in " ".join(out.split()), out
+    assert status == 0 and "('-' reads standard input, as it is: a final newline is kept)" in " ".join(out.split()), out
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "PYTHONIOENCODING")}
     argv = [str(PGQUEUE), "schedule", "create", "bad", "default", "-", "--every", "60", "--dsn", dsn]
     proc = subprocess.run(argv, input=b"ok \xc3\xa9 \xff\xfe", capture_output=True, timeout=60,

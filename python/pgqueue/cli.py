@@ -35,7 +35,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue import _connect
-from pgqueue._core import check_str
+from pgqueue._core import check_str, delay_to_ms
 from pgqueue._version import DISTRIBUTION, __version__
 from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
                                    stop_signals)
@@ -440,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     # enqueue
     p = command("enqueue", _cmd_enqueue, "put a message on a queue and print its id")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input)")
+    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input, as it is: a final newline is kept)")
     p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
     when = p.add_mutually_exclusive_group()  # one sort key: a message is scheduled or prioritised, not both
     when.add_argument("--delay", type=_seconds, metavar="S", help="deliver it after S seconds")
@@ -551,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("create", _cmd_schedule_create, "create a periodic message", sched)
     p.add_argument("name", metavar="NAME")
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input)")
+    p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input, as it is: a final newline is kept)")
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--every", type=_every, metavar="S", help="every S seconds (1 to 3153600000: 100 years)")
     when.add_argument("--cron", metavar="EXPR", help="at each match of a five-field cron expression, UTC")
@@ -891,6 +891,12 @@ def printable(text: str) -> str:
         return text
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
                    if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
+
+
+def format_seconds(seconds: float) -> str:
+    """Return seconds as plain decimal text to the millisecond (``2.5``, ``1000000``): ``:g``
+    printed ``1e+06`` for a --delay or --watch of 1,000,000 s (a review)."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
 
 
 def format_ms(ms: int | None) -> str:
@@ -1479,7 +1485,7 @@ def _rounds(every: float | None, round_: Callable[[], None]) -> int:
                 if not every:
                     raise
                 if not lost:
-                    _error(f"{_one_line(str(exc)) or type(exc).__name__}; trying again every {every:g} s")
+                    _error(f"{_one_line(str(exc)) or type(exc).__name__}; trying again every {format_seconds(every)} s")
                     lost = True
             if not every:
                 return 0
@@ -1695,7 +1701,7 @@ def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:
     def show() -> None:
         table = render()
         stamp = datetime.now(timezone.utc).strftime("%H:%M:%S UTC")  # UTC, as every time printed
-        header = f"pgqueue stats at {stamp} (every {every:g} s, Ctrl-C to stop)"
+        header = f"pgqueue stats at {stamp} (every {format_seconds(every)} s, Ctrl-C to stop)"
         if tty:
             out.write("\x1b[H\x1b[2J")
         out.write(f"{header}\n{table}\n")
@@ -1834,7 +1840,7 @@ def _cmd_dead_requeue(args: argparse.Namespace) -> int:
         else:
             n = requeue()
     _done(f"{n} dead letter(s) requeued")
-    due = (f", due at {args.at.astimezone(timezone.utc).isoformat()}" if args.at else f", due in {args.delay:g} s" if args.delay else "")
+    due = (f", due at {args.at.astimezone(timezone.utc).isoformat()}" if args.at else f", due in {format_seconds(delay_to_ms(args.delay) / 1000)} s" if args.delay else "")
     print(f"requeued {n} dead letter(s) on queue {args.queue}{due}")
     return 0
 

@@ -64,8 +64,12 @@ class StandIn:
             return self._leased(cast(int, call.params["limit"]))
         if call.query == _sql.NEXT_DUE:
             return None
-        self._count(_tokens(call))  # complete_many
-        return []
+        if call.query == _sql.COMPLETE_BATCH:
+            self._count(_tokens(call))
+            return []
+        if call.query == _sql.DEFER:  # the stop gives back what it leased and did not start
+            return True
+        raise AssertionError(f"the stand-in does not answer {call.query[:60]!r}")
 
     def _count(self, done: int) -> None:
         self.completed += done
@@ -103,7 +107,9 @@ async def run_async(n: int, latency: float) -> tuple[float, int]:
     worker._loop = asyncio.get_running_loop()
     worker._loop_thread = threading.get_ident()
     worker._wake = asyncio.Event()
-    worker._runner = type("Runner", (), {"run": staticmethod(stand_in.run_async)})()
+    # the loop's connection, open (the worker connects only when it has none)
+    connection = type("Connection", (), {"closed": False})()
+    worker._runner = type("Runner", (), {"run": staticmethod(stand_in.run_async), "_own": connection})()
     t0 = time.monotonic()
     await worker._do(worker._loop_until_stopped())
     return time.monotonic() - t0, stand_in.completed
