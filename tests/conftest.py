@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from helpers import server_pg_config
 from pgqueue.embedded import EmbeddedPostgres
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,12 +117,39 @@ class MadeUpPid(Relay):
                       lambda m: m.group(1) + self.PID.to_bytes(4, "big") + m.group(2), data, flags=re.S)
 
 
+def installed_build_problems() -> list[str]:
+    """What makes the local server's pgqueue files other than this tree's build: the full script
+    older than extension/src (or the control file), the plain scripts likewise, or an installed
+    file that differs from the tree's. Every suite (pytest, pg_regress, isolation, pgTAP) runs
+    CREATE EXTENSION from the server's files: after an edit of extension/src without `make &&
+    make install`, they tested the copy installed before and passed (a review)."""
+    version = re.search(r"^default_version\s*=\s*'([^']+)'", (REPO / "pgqueue.control").read_text(), re.M)
+    assert version is not None
+    sources = [REPO / "pgqueue.control", *(REPO / "extension" / "src").rglob("*.sql")]
+    built = REPO / "build" / f"pgqueue--{version[1]}.sql"
+    plain = REPO / "python" / "pgqueue" / "sql" / f"pgqueue--{version[1]}.sql"
+    problems = [f"{p.relative_to(REPO)} is missing or older than extension/src" for p, skip in
+                ((built, None), (plain, "dump.sql"))  # (the Makefile's SRC and SRC_PLAIN)
+                if not p.exists() or p.stat().st_mtime < max(s.stat().st_mtime for s in sources if s.name != skip)]
+    share = subprocess.run([server_pg_config(), "--sharedir"], capture_output=True, text=True, check=True)
+    installed_dir = Path(share.stdout.strip()) / "extension"
+    ours = [REPO / "pgqueue.control", built, *sorted((REPO / "extension").glob("pgqueue--*.sql"))]
+    problems += [f"{installed_dir / p.name} is not this tree's {p.relative_to(REPO)}" for p in ours
+                 if p.exists() and (not (installed_dir / p.name).exists()
+                                    or (installed_dir / p.name).read_bytes() != p.read_bytes())]
+    return problems
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Server]:
     external = os.environ.get("PGQUEUE_TEST_DSN")
-    if external:
+    if external:  # (its extension files are the server's, wherever it runs: not checked)
         yield Server(external, None)
         return
+    problems = installed_build_problems()
+    if problems:
+        pytest.fail("the server's pgqueue is not this tree's build: " + "; ".join(problems)
+                    + ". Run `make && make install` (scripts/test.sh does)", pytrace=False)
     with EmbeddedPostgres() as pg:
         yield Server(pg.dsn(), pg)
 

@@ -8,14 +8,17 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 Row = tuple[Any, ...]
 
@@ -36,22 +39,36 @@ def pg_bindir() -> Path:
     out = subprocess.run([server_pg_config(), "--bindir"], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
-#: Every table of the extension and the columns that identify a row, for snapshots.
-TABLES: dict[str, str] = {
-    "pgqueue.queue": "id",
-    "pgqueue.message": "id",
-    "pgqueue.dead_letter": "id",
-    "pgqueue.queue_size": "queue_id",
-}
+#: The sequences a snapshot leaves out: row ids, which a refused INSERT takes before it fails
+#: (a gap in ids is harmless), as tests/pgtap/20_errors.sql's state_now does.
+ID_SEQUENCES = ("message_id_seq", "queue_id_seq", "schedule_id_seq", "spark_claim_id_seq", "spark_consumer_id_seq")
 
 
 def snapshot(conn: psycopg.Connection[Any]) -> dict[str, list[Row]]:
-    """Return the full contents of every pgqueue table, ordered by key."""
+    """Return the full contents of every table of schema pgqueue (each ordered by its rows),
+    and under ``"sequences"`` the last value of each of its sequences but the id sequences:
+    what a rollback does not undo (the counters of queue_counters, the lock stripes, the rate
+    limits' and the capped queues' state). It named four tables and no sequence: a stale call
+    that counted itself or wrote an idempotency key changed nothing it compared (a review)."""
     out: dict[str, list[Row]] = {}
-    for table, key in TABLES.items():
-        # table names are constants of this module, not input
-        out[table] = conn.execute(f"SELECT t.* FROM {table} t ORDER BY t.{key}").fetchall()
+    tables = conn.execute("SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relnamespace = 'pgqueue'::regnamespace "
+                          "AND c.relkind IN ('r', 'p') ORDER BY 1").fetchall()
+    for (name,) in tables:
+        out[f"pgqueue.{name}"] = conn.execute(
+            sql.SQL("SELECT t.* FROM pgqueue.{} t ORDER BY t").format(sql.Identifier(name))).fetchall()
+    out["sequences"] = conn.execute(
+        "SELECT c.relname, pg_catalog.pg_sequence_last_value(c.oid) FROM pg_catalog.pg_class c "
+        "WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'S' AND c.relname <> ALL (%s) ORDER BY 1",
+        (list(ID_SEQUENCES),)).fetchall()
     return out
+
+
+def moved_sequences(before: dict[str, list[Row]], after: dict[str, list[Row]]) -> dict[str, int]:
+    """How far each sequence of two snapshots moved (only those that did; a sequence never
+    called reads NULL, as 0 here)."""
+    old, new = dict(before["sequences"]), dict(after["sequences"])
+    return {k: (new.get(k) or 0) - (old.get(k) or 0) for k in sorted(old.keys() | new.keys())
+            if new.get(k) != old.get(k)}
 
 
 def wait_for_lock_waiters(admin: psycopg.Connection[Any], n: int) -> None:
@@ -177,10 +194,13 @@ class PlanCapture:
         if diag.message_primary:
             self._notices.append(diag.message_primary)
 
-    def run(self, query: str, params: Sequence[Any] | None = None) -> Call:
-        """Run one statement and return its rows with the plans auto_explain logged for it."""
+    def run(self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *,
+            prepare: bool | None = None) -> Call:
+        """Run one statement and return its rows with the plans auto_explain logged for it
+        (``prepare``: as psycopg's; a prepared statement is planned as ``plan_cache_mode`` says,
+        where an EXPLAIN with parameters plans with their values, a custom plan)."""
         self._notices.clear()
-        rows = self.conn.execute(f"{TOP_MARKER} {query}", params).fetchall()  # type: ignore[arg-type]
+        rows = self.conn.execute(f"{TOP_MARKER} {query}", params, prepare=prepare).fetchall()  # type: ignore[arg-type]
         statements = [parse_auto_explain(n) for n in self._notices]
         plans = [s for s in statements if s is not None]
         tops = [s for s in plans if TOP_MARKER in s.text]
@@ -346,3 +366,62 @@ def stderr_or_fail(proc: subprocess.Popen[str], timeout: float, ran_on: str) -> 
         _, err = proc.communicate()
         pytest.fail(f"{ran_on}: {err}")
     return str(err)
+
+
+class BusyQueue:
+    """Two producers and two consumers of queue ``busy`` (which the caller creates), each on a
+    thread and a connection of its own, calling only the API every release has: the load under
+    which the upgrade tests update a database. ``errors`` counts the database's refusals by
+    (SQLSTATE, message); ``died`` holds what ended a thread otherwise (a thread's exception was
+    only a warning of pytest's)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.errors: Counter[tuple[str | None, str]] = Counter()
+        self.done: Counter[str] = Counter()
+        self.died: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._run, args=(producer,)) for producer in (True, True, False, False)]
+
+    def _run(self, producer: bool) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    try:
+                        if producer:
+                            conn.execute("SELECT pgqueue.message_create('busy', 'x')")
+                            self.done["created"] += 1
+                        else:
+                            for lease in conn.execute(
+                                    "SELECT id, attempts FROM pgqueue.message_dequeue('busy', 5)").fetchall():
+                                conn.execute("SELECT pgqueue.message_complete(%s, %s)", lease)
+                                self.done["completed"] += 1
+                    except psycopg.errors.QueryCanceled:
+                        raise
+                    except psycopg.Error as exc:
+                        self.errors[(exc.sqlstate, (exc.diag.message_primary or "")[:120])] += 1
+        except BaseException as exc:
+            self.died.append(exc)
+
+    def worked_since(self, since: Counter[str] | None = None, timeout: float = 30) -> bool:
+        """Until producers and consumers have each done more than ``since`` (nothing: anything),
+        ``timeout`` seconds at most (a loaded machine may not run them for a while)."""
+        since = since or Counter()
+        deadline = time.monotonic() + timeout
+        while not self.died:
+            if self.done["created"] > since["created"] and self.done["completed"] > since["completed"]:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return False
+
+    def __enter__(self) -> BusyQueue:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)

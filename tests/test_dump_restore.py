@@ -68,7 +68,11 @@ def fill(conn: Conn) -> None:
 
 def contents(conn: Conn) -> dict[str, Any]:
     out: dict[str, Any] = dict(snapshot(conn))
-    del out["pgqueue.queue_size"]  # derived data, recounted on demand (not dumped by design)
+    # not dumped by design (extension/src/dump.sql): derived data, recounted on demand; lock rows
+    # made on first use; rows staged by running Spark jobs; of the sequences, all but the counters
+    for derived in ("pgqueue.queue_size", "pgqueue.message_group_lock", "pgqueue.spark_staging"):
+        del out[derived]
+    out["sequences"] = [(name, value) for name, value in out["sequences"] if name.startswith("counter_")]
     out["queue_list"] = conn.execute("SELECT * FROM pgqueue.queue_list()").fetchall()
     out["dead_letters"] = conn.execute("SELECT * FROM pgqueue.dead_letters ORDER BY id").fetchall()
     out["stats"] = conn.execute("SELECT queue, ready, scheduled, leased, dead FROM pgqueue.queue_stats()").fetchall()

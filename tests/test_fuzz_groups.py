@@ -670,6 +670,7 @@ class GroupMachine(RuleBasedStateMachine):
             self.check(row[0] is True, f"message_complete{mine[0]} in the transaction that leased it returned {row[0]}")
             self.left(step, self.msgs[mine[0].id], "completed")
         fill_a, step.fill = step.fill, set()
+        self.seen("a dequeue beside another session's open transaction that dequeued")
         try:
             rows_b = _rows(cb.execute("SELECT id, attempts, dequeue_at FROM pgqueue.message_dequeue(%s, %s, %s)",
                                       (self.queue, limit_b, LEASE_MS)))
@@ -756,6 +757,18 @@ class GroupMachine(RuleBasedStateMachine):
         self.record(f"ended: { {e: sum(v == e for v in ends.values()) for e in set(ends.values())} }")
 
 
+#: What a run of the default size must reach at least once (in 60 examples of 80 steps each was
+#: reached 11 to 587 times, session 67). Not required, reached 0 times in that run: the other
+#: dequeue's lock wait behind the open transaction (lock_timeout) and a group left below its
+#: limit with messages waiting after a dequeue of several.
+REQUIRED_SITUATIONS = (
+    "a stale acknowledgement", "an expired lease handed out again", "a take dead-lettered a lease that ran out",
+    "handed out ahead of a later message with an earlier dequeue_at (it waits behind)",
+    "a dequeue beside another session's open transaction that dequeued",
+    "group_concurrency 1", "group_concurrency 2", "group_concurrency 3",
+)
+
+
 def test_message_groups_keep_their_promises(dsn: str) -> None:
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(CONSUMERS)]
     observer = psycopg.connect(dsn, autocommit=True)
@@ -766,6 +779,17 @@ def test_message_groups_keep_their_promises(dsn: str) -> None:
         machine = type("Machine", (GroupMachine,), {"conns": conns, "observer": observer, "stats": stats})
         run_state_machine_as_test(machine, settings=FUZZ)
         print("situations reached:", dict(sorted(stats.items())))
+        # The situations the promises are about must be reached (a change to the steps or the
+        # extension that no longer reaches one would leave the test green: a review). The steps
+        # depend on the clock, so a busy machine reaches some less often: up to two more runs,
+        # each with more steps an example (other examples, derandomized all the same).
+        for steps in (120, 160):
+            if SCALE < 1 or all(stats[s] for s in REQUIRED_SITUATIONS):
+                break
+            run_state_machine_as_test(machine, settings=settings(FUZZ, stateful_step_count=steps))
+            print(f"situations reached, with a run of {steps} steps an example:", dict(sorted(stats.items())))
+        if SCALE >= 1:
+            assert not {s for s in REQUIRED_SITUATIONS if not stats[s]}, dict(stats)
     finally:
         for c in [*conns, observer]:
             c.close()

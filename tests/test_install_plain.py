@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from psycopg.conninfo import make_conninfo
 
 from catalog import QUERIES, catalog
 from conftest import REPO, Server, admin_execute, drop_database
-from helpers import pg_bindir, snapshot
+from helpers import BusyQueue, pg_bindir, snapshot
 
 from pgqueue import Queue
 from pgqueue.installer import install, sql_version, uninstall
@@ -1004,7 +1003,6 @@ def test_two_installs_at_once_the_second_says_already_installed(owner: Owner, mo
     both see no schema; the one whose CREATE SCHEMA (or CREATE EXTENSION) commits second got the
     catalog's 23505 (duplicate key value violates unique constraint "pg_namespace_nspname_index").
     It must look again and say that pgqueue is already installed."""
-    import threading
 
     from pgqueue import installer
 
@@ -1048,7 +1046,6 @@ def test_two_upgrades_at_once_each_says_what_it_did(owner: Owner, first_to: str)
     first's lock on pgqueue.install, then applies only the steps left. It said "upgraded from
     0.1" whatever it applied, and told to run the grant recipes again after applying nothing (a
     review)."""
-    import threading
 
     from pgqueue import installer
 
@@ -1135,20 +1132,6 @@ def test_an_upgrade_says_to_run_the_grant_recipes_again_and_they_work_on_a_plain
         assert one(conn, "SELECT id FROM pgqueue.message_dequeue('jobs', 1)") == msg_id
 
 
-def _busy(dsn: str, stop: threading.Event, errors: list[str], producer: bool) -> None:
-    """A producer or a consumer of queue 'busy', with the API every release has."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while not stop.is_set():
-            try:
-                if producer:
-                    conn.execute("SELECT pgqueue.message_create('busy', 'x')")
-                else:
-                    for lease in conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('busy', 5)").fetchall():
-                        conn.execute("SELECT pgqueue.message_complete(%s, %s)", lease)
-            except psycopg.Error as exc:
-                errors.append(f"{exc.sqlstate} {exc.diag.message_primary}")
-
-
 @pytest.mark.parametrize("start", ["0.1", "0.3"])
 def test_upgrade_a_busy_plain_install_without_a_deadlock(owner: Owner, start: str) -> None:
     """`pgqueue install` upgrades a plain install while producers and consumers keep calling it:
@@ -1163,23 +1146,17 @@ def test_upgrade_a_busy_plain_install_without_a_deadlock(owner: Owner, start: st
     with owner.connect(db) as conn:
         assert holds(conn) == (None, start)
         conn.execute("SELECT pgqueue.queue_create('busy', p_max_size => 1000, p_lock_ms => 600000)")
-    stop = threading.Event()
-    errors: list[str] = []
-    workers = [threading.Thread(target=_busy, args=(owner.dsn(db), stop, errors, producer))
-               for producer in (True, True, False, False)]
-    for w in workers:
-        w.start()
-    try:
-        time.sleep(0.5)
+    with BusyQueue(owner.dsn(db)) as busy:
+        # the premise: they are at work when the upgrade starts (a fixed sleep could upgrade an
+        # idle database on a loaded machine), and they go on after it
+        assert busy.worked_since(), (busy.done, busy.died)
         with owner.connect(db) as conn:
             install(conn, "plain", report=lambda _: None)
             assert holds(conn) == (None, CURRENT)
-        time.sleep(0.3)
-    finally:
-        stop.set()
-        for w in workers:
-            w.join(timeout=60)
-    assert [e for e in errors if e.startswith("40P01")] == [], errors
+        went_on = busy.worked_since(busy.done.copy())
+    assert [k for k in busy.errors if k[0] == "40P01"] == [], busy.errors
+    assert not busy.died, busy.died
+    assert went_on, "the workers go on after the upgrade"
 
 
 def test_every_recipes_role_starts_the_clients_on_a_plain_install(owner: Owner) -> None:

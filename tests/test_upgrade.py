@@ -4,10 +4,8 @@ message, dead letter and setting is still there and still works."""
 
 from __future__ import annotations
 
-import collections
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +16,7 @@ from psycopg import sql
 
 from catalog import catalog
 from conftest import REPO, Server, admin_execute
+from helpers import BusyQueue
 
 from pgqueue.installer import InstallError, install
 
@@ -269,57 +268,23 @@ def test_versions_are_consistent() -> None:
 
 # -- upgrading a busy database, and as another role than the extension's owner -----------------
 
-def _busy(dsn: str, stop: threading.Event, errors: collections.Counter[tuple[str | None, str]],
-          done: collections.Counter[str], producer: bool) -> None:
-    """A producer or a consumer of queue 'busy' that calls only the API every release has."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while not stop.is_set():
-            try:
-                if producer:
-                    conn.execute("SELECT pgqueue.message_create('busy', 'x')")
-                    done["created"] += 1
-                else:
-                    for lease in conn.execute("SELECT id, attempts FROM pgqueue.message_dequeue('busy', 5)").fetchall():
-                        conn.execute("SELECT pgqueue.message_complete(%s, %s)", lease)
-                        done["completed"] += 1
-            except psycopg.errors.QueryCanceled:
-                raise
-            except psycopg.Error as exc:
-                errors[(exc.sqlstate, (exc.diag.message_primary or "")[:120])] += 1
-
-
 def _update_while_busy(dsn: str, old_version: str, update: Callable[[psycopg.Connection[Any]], None]) -> None:
     """Install old_version, run update while 2 producers and 2 consumers of a capped queue keep
     calling: nobody gets a deadlock (40P01), and the workers go on after the update."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(old_version)))
         conn.execute("SELECT pgqueue.queue_create('busy', p_max_size => 1000, p_lock_ms => 600000)")
-    stop = threading.Event()
-    errors: collections.Counter[tuple[str | None, str]] = collections.Counter()
-    done: collections.Counter[str] = collections.Counter()
-    workers = [threading.Thread(target=_busy, args=(dsn, stop, errors, done, producer))
-               for producer in (True, True, False, False)]
-    for w in workers:
-        w.start()
-    try:
-        time.sleep(0.5)
+    with BusyQueue(dsn) as busy:
+        # the premise: they are at work when the update starts (a fixed sleep could update an
+        # idle database on a loaded machine)
+        assert busy.worked_since(), (busy.done, busy.died)
         with psycopg.connect(dsn, autocommit=True) as conn:
             update(conn)
             assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'").fetchone() == (DEFAULT_VERSION,)
-        before = done.copy()
-
-        def went_on() -> bool:
-            return done["created"] > before["created"] and done["completed"] > before["completed"]
-
-        deadline = time.monotonic() + 30  # (a loaded machine may not run them for a while)
-        while not went_on() and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        for w in workers:
-            w.join(timeout=60)
-    assert [k for k in errors if k[0] == "40P01"] == [], errors
-    assert went_on(), "the workers go on after it"
+        went_on = busy.worked_since(busy.done.copy())
+    assert [k for k in busy.errors if k[0] == "40P01"] == [], busy.errors
+    assert not busy.died, busy.died
+    assert went_on, "the workers go on after it"
 
 
 @pytest.mark.skipif(not EARLIER, reason="only one released version so far")

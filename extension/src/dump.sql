@@ -2,7 +2,9 @@
 -- unless they are marked as configuration. Consumers, claims and the publish log survive too (a
 -- restored Spark consumer resumes where it was; a replayed publish stays a no-op). Staging is
 -- in-flight work of running Spark jobs, which publish into the database they staged in, never
--- into a restored copy: not dumped; nor is queue_size, which is derived. (The plain SQL install
+-- into a restored copy: not dumped; nor is queue_size, which is derived, nor message_group_lock,
+-- whose rows are made on first use, nor the sequences but the counters below (lock stripes,
+-- rate limits, the capped queues' marks: state that starts afresh). (The plain SQL install
 -- leaves this file out: pg_dump dumps every table of a plain install.)
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('pgqueue.queue_id_seq', '');
