@@ -439,7 +439,11 @@ def test_read_only_mode_changes_nothing(conn: psycopg.Connection[Any], make_app:
 def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
     client = make_app(token="s3cret-token").test_client()
     assert client.get("/").status_code == 401
-    assert client.get("/api/queues").status_code == 401
+    # the API answers in JSON, with how to authenticate (it sent the login page's HTML)
+    for headers, error in (({}, "an access token is needed"), ({"Authorization": "Bearer wrong"}, "wrong access token")):
+        response = client.get("/api/queues", headers=headers)
+        assert response.status_code == 401 and response.is_json, response.get_data(as_text=True)
+        assert error in response.get_json()["error"] and response.headers["WWW-Authenticate"].startswith("Bearer ")
     assert client.get("/?token=wrong").status_code == 401
     assert client.post("/login", data={"token": "wrong"}).status_code == 401
     assert client.get("/static/dashboard.css").status_code == 200  # assets are not secret

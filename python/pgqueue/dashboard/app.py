@@ -581,7 +581,14 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             else:
                 if login_post:
                     return None  # (the login view compares and counts)
-                return Response(render_template("login.html", failed=given is not None or bearer is not None,
+                failed = given is not None or bearer is not None
+                if request.path.startswith("/api/"):  # (an API client read the login page's HTML)
+                    refusal = jsonify(error="wrong access token" if failed else
+                                      "an access token is needed: the header Authorization: Bearer TOKEN")
+                    refusal.status_code = 401
+                    refusal.headers["WWW-Authenticate"] = 'Bearer realm="pgqueue dashboard"'
+                    return refusal
+                return Response(render_template("login.html", failed=failed,
                                                 signed_out=request.args.get("signed_out") == "1"), 401)
         # past the Host check and the token: pages may tell what the database said (the sampler's
         # error names the server, the database and the role); the login page, and the refusal
