@@ -33,7 +33,7 @@ from pgqueue.client import list_queues
 from pgqueue.dashboard import Options, _sql, serve, start
 from pgqueue.dashboard.app import close, create_app
 from pgqueue.dashboard.payload import MAX_SHOWN, show
-from pgqueue.dashboard.sampler import (MAX_INTERVAL, Sample, Sampler, depth_series, oldest_series,
+from pgqueue.dashboard.sampler import (MAX_INTERVAL, MAX_POINTS, MAX_SAMPLES, Sample, Sampler, depth_series, oldest_series,
                                       throughput_series)
 from pgqueue.message import QueueStats
 from helpers import command
@@ -941,6 +941,39 @@ def test_the_sample_interval_is_at_most_a_day(capsys: pytest.CaptureFixture[str]
         err = capsys.readouterr().err
         assert "--sample-interval" in err and "up to 86400 (a day)" in err, err
     assert build_parser().parse_args(["dashboard", "--sample-interval", "86400"]).sample_interval == 86400
+
+
+def test_the_history_kept_and_read_is_bounded_whatever_the_interval(make_app: Any) -> None:
+    """At --sample-interval 0.1 the hour was 36,001 samples, every one of them in each chart
+    refresh's /api/history (10 MB, 4 s of CPU at a full hour, a refresh a second: a review).
+    At most MAX_SAMPLES are kept, 1 s apart for the hour, the newest always; a refresh reads at
+    most MAX_POINTS of them, the newest among them, and its rates are the averages between."""
+    def sample(t: float) -> Sample:
+        n = int(round(t * 10))  # 10 messages enqueued a second, all of them still ready
+        return Sample(1_000_000 + t, {"q": QueueStats("q", n, 0, 0, 0, None)}, n,
+                      {"q": {"enqueued": n, "delivered": 0, "completed": 0}})
+
+    fast = Sampler(lambda: psycopg.connect(""), interval=0.1)
+    for i in range(40_000):  # 4,000 s of passes
+        fast.keep(sample(i / 10))
+    kept = fast.snapshot()
+    assert len(kept) <= MAX_SAMPLES + 1 and kept[-1] == sample(3999.9)
+    gaps = [b.t - a.t for a, b in zip(kept, kept[1:-1])]
+    assert min(gaps) >= 1.0 - 1e-6 and kept[-1].t - kept[0].t >= 3599, (min(gaps), kept[0].t)
+    slow = Sampler(lambda: psycopg.connect(""), interval=5)  # the default: every pass kept
+    for i in range(100):
+        slow.keep(sample(5.0 * i))
+    assert [s.t for s in slow.snapshot()] == [1_000_000 + 5.0 * i for i in range(100)]
+
+    app = make_app(sample_interval=0.1)
+    sampler = app.extensions["pgqueue"]["sampler"]
+    for s in kept:
+        sampler.keep(s)
+    data = app.test_client().get("/api/history?queue=q").get_json()
+    series = [*data["depth"].values(), *data["oldest"].values(), *data["throughput"].values()]
+    assert series and all(0 < len(points) <= MAX_POINTS for points in series), [len(p) for p in series]
+    assert data["depth"]["ready"][-1] == [kept[-1].t, 39999.0]
+    assert all(abs(rate - 10) < 0.01 for _, rate in data["throughput"]["enqueued"]), data["throughput"]["enqueued"][:3]
 
 
 def test_an_interval_longer_than_the_history_still_draws_throughput(dsn: str) -> None:

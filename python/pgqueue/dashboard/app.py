@@ -31,7 +31,8 @@ from pgqueue.cli import connect_timeout_kwargs, format_ms
 from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
 from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
-from pgqueue.dashboard.sampler import APPLICATION_NAME, Sampler, depth_series, oldest_series, throughput_series
+from pgqueue.dashboard.sampler import (APPLICATION_NAME, Sampler, depth_series, oldest_series, thinned,
+                                      throughput_series)
 from pgqueue.errors import InvalidQueueName, PgQueueError, QueueNotFound, translate
 from pgqueue.message import DeadLetter, Pending, to_datetime
 from pgqueue.metrics import _MAX_TIMEOUT_MS, _cut_at
@@ -960,7 +961,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.route("/api/history")
     def api_history() -> Response:
         queue = request.args.get("queue") or None
-        samples = sampler.snapshot()
+        samples = thinned(sampler.snapshot())
         source, rates = throughput_series(samples, queue)
         shared = sorted(samples[-1].shared if samples else ())
         if queue is not None:

@@ -42,6 +42,13 @@ MAX_INTERVAL = 86400.0
 #: The shortest, in seconds: 1e-20 made the history's length overflow (a traceback), and 0.0001
 #: sampled the database without a pause, where the page refreshes once a second at most (a review).
 MIN_INTERVAL = 0.1
+#: The most samples kept: with an interval under ``history / MAX_SAMPLES`` (1 s for the hour) the
+#: samples kept are that far apart, but for the newest, which each pass replaces. At 0.1 s the
+#: hour was 36,001 samples, 0.7 kB a queue each, all of them read by every chart's refresh.
+MAX_SAMPLES = 3600
+#: The most samples a chart's refresh reads (``/api/history``): every n-th from the newest back.
+#: The full hour at 3,600 was about 2 MB of JSON a queue each second (a review).
+MAX_POINTS = 720
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ class Sampler:
                              f"got {self.interval}")
         # (two at least: a rate is the change between two samples; an interval longer than the
         # history kept one, and the throughput chart stayed empty for ever)
-        self.samples = deque(maxlen=max(2, int(self.history / self.interval) + 1))
+        self.samples = deque(maxlen=max(2, min(MAX_SAMPLES, int(self.history / self.interval)) + 1))
+        self._spacing = self.history / MAX_SAMPLES if self.history / self.interval > MAX_SAMPLES else 0.0
 
     def start(self) -> None:
         """Sample now, then every ``interval`` seconds on a daemon thread."""
@@ -118,9 +126,19 @@ class Sampler:
                 self._conn = None
             return None
         with self._lock:
-            self.samples.append(sample)
+            self.keep(sample)
             self.error = None
         return sample
+
+    def keep(self, sample: Sample) -> None:
+        """Add a sample to those kept (call under the lock): it replaces the newest while that one
+        is less than the spacing after the one before it (:data:`MAX_SAMPLES`), so that all but
+        the newest are at least the spacing apart."""
+        kept = self.samples
+        if len(kept) >= 2 and 0 <= kept[-1].t - kept[-2].t < self._spacing:
+            kept[-1] = sample
+        else:
+            kept.append(sample)
 
     def snapshot(self) -> list[Sample]:
         """Return the samples kept, oldest first."""
@@ -165,6 +183,15 @@ def take_sample(conn: psycopg.Connection[Any]) -> Sample:
 # ---------------------------------------------------------------------------------------------
 
 Point = tuple[float, float]
+
+
+def thinned(samples: list[Sample], most: int = MAX_POINTS) -> list[Sample]:
+    """At most ``most`` of the samples, evenly apart, the newest always among them (the rates
+    between two of them are the averages over the samples left out: the counters only grow)."""
+    if len(samples) <= most:
+        return samples
+    step = -(-len(samples) // most)
+    return samples[::-1][::step][::-1]
 
 
 def depth_series(samples: list[Sample], queue: str | None) -> dict[str, list[Point]]:
