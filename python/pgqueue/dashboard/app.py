@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -35,7 +35,7 @@ from pgqueue.dashboard.sampler import (APPLICATION_NAME, Sampler, depth_series, 
                                       throughput_series)
 from pgqueue.errors import InvalidQueueName, PgQueueError, QueueNotFound, translate
 from pgqueue.message import DeadLetter, Pending, to_datetime
-from pgqueue.metrics import _MAX_TIMEOUT_MS, _cut_at
+from pgqueue.metrics import _MAX_TIMEOUT_MS, CUT_AFTER, _cut_at
 
 #: Dead letters and peeked messages listed on a page.
 PAGE_LIMIT = 100
@@ -508,8 +508,15 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # ends with its error, and so can the dashboard
     wait = f"{min(_MAX_TIMEOUT_MS, max(1, math.ceil(options.wait * 1000)))}ms"
 
-    def bound(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
-        return _bounded(conn, wait, wait)
+    @contextmanager
+    def bound(conn: psycopg.Connection[Any]) -> Iterator[None]:
+        # (and a server that stops answering, its host gone or a network partition, has the
+        # sampler's socket shut down a second past the timeout: the pass ends with its error,
+        # which the page shows; it waited on the socket for as long as the kernel kept it, with
+        # the charts stale and no error shown: a review)
+        with _cut_at(conn, time.monotonic() + options.wait + CUT_AFTER, "dashboard sampler"), \
+                _bounded(conn, wait, wait):
+            yield
 
     def sampler_connection() -> psycopg.Connection[Any]:
         return _connect.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
