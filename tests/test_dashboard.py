@@ -235,6 +235,32 @@ def test_the_sampler_reports_a_database_that_stops_answering(pg_server: Server, 
         relay.heal_all()
 
 
+def test_a_client_that_sends_nothing_is_dropped(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that sent nothing, or half a request line, held a server thread for ever,
+    before any token was asked for: many of them, and the dashboard is out of threads or memory
+    (a review). Each is closed READ_TIMEOUT seconds after its last bytes; pages still load."""
+    import socket
+
+    from pgqueue import dashboard
+
+    monkeypatch.setattr(dashboard._Handler, "timeout", 1.0)
+    server = start(Options(dsn=dsn), port=0)
+    try:
+        port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        silent[1].sendall(b"GET / HT")
+        started = time.monotonic()
+        for sock in silent:
+            sock.settimeout(10)
+            assert sock.recv(1024) == b"", "closed without an answer"  # (not the 10 s timeout's error)
+            sock.close()
+        assert time.monotonic() - started < 5
+        with urllib.request.urlopen(server.url, timeout=10) as page:
+            assert page.status == 200
+    finally:
+        server.stop()
+
+
 def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[Any], make_app: Any) -> None:
     conn.execute("SELECT pgqueue.queue_create('emails', p_max_attempts => 5, p_max_size => 1000, p_notify => true)")
     q = Queue(conn, "emails")

@@ -34,7 +34,19 @@ from pgqueue.dashboard.app import Options, close, create_app
 __all__ = ["Options", "Server", "create_app", "serve", "start"]
 
 
-class _RedactingHandler(WSGIRequestHandler):
+#: Seconds a connection may keep the server waiting for its next bytes: a client that opened
+#: connections and sent nothing (or part of a request) held a thread each for ever, before any
+#: token was asked for (a review). A browser's idle keep-alive connection is closed then too.
+READ_TIMEOUT = 20.0
+
+
+class _Handler(WSGIRequestHandler):
+    """Werkzeug's request handler with a timeout on each read and write of its socket."""
+
+    timeout = READ_TIMEOUT
+
+
+class _RedactingHandler(_Handler):
     """Werkzeug's request log with the access token of a ``?token=`` URL left out, however it is
     written (percent-encoded, with a raw ``&`` or space in it): every line the handler logs, the
     request line of a malformed request included, goes through :func:`_hide_token`."""
@@ -65,7 +77,7 @@ def _hide_token(text: str) -> str:
     return _QUERY.sub(hide, text)
 
 
-class _QuietHandler(WSGIRequestHandler):
+class _QuietHandler(_Handler):
     """Log no requests: the dashboard runs beside something else's output (the demo's)."""
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
