@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -508,20 +508,24 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # ends with its error, and so can the dashboard
     wait = f"{min(_MAX_TIMEOUT_MS, max(1, math.ceil(options.wait * 1000)))}ms"
 
+    def bound(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+        return _bounded(conn, wait, wait)
+
     @contextmanager
-    def bound(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    def sampler_bound(conn: psycopg.Connection[Any]) -> Iterator[None]:
         # (and a server that stops answering, its host gone or a network partition, has the
         # sampler's socket shut down a second past the timeout: the pass ends with its error,
         # which the page shows; it waited on the socket for as long as the kernel kept it, with
-        # the charts stale and no error shown: a review)
-        with _cut_at(conn, time.monotonic() + options.wait + CUT_AFTER, "dashboard sampler"), \
-                _bounded(conn, wait, wait):
+        # the charts stale and no error shown: a review. A pass longer than that, however it
+        # spends the time, is given up as well, as README says; the pages are not cut)
+        with _cut_at(conn, time.monotonic() + options.wait + CUT_AFTER, "dashboard sampler"), bound(conn):
             yield
 
     def sampler_connection() -> psycopg.Connection[Any]:
         return _connect.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
 
-    sampler = Sampler(sampler_connection, interval=options.sample_interval, history=options.history, bound=bound)
+    sampler = Sampler(sampler_connection, interval=options.sample_interval, history=options.history,
+                      bound=sampler_bound)
     if start_sampler:
         sampler.start()
     failed_logins = FailedLogins()
