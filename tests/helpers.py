@@ -71,6 +71,17 @@ def moved_sequences(before: dict[str, list[Row]], after: dict[str, list[Row]]) -
             if new.get(k) != old.get(k)}
 
 
+def assert_only_counted(conn: psycopg.Connection[Any], before: dict[str, list[Row]], queue: str,
+                        counters: Sequence[str]) -> None:
+    """Every table as in the snapshot ``before``, and of the sequences only ``queue``'s counters
+    of ``counters`` (``enqueued``, ``delivered``...) moved, by one each: a call that rolled back
+    stays counted (README, section Queues: sequences are not transactional)."""
+    after = snapshot(conn)
+    [[stripe]] = conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = %s", (queue,)).fetchall()
+    assert moved_sequences(before, after) == {f"counter_{c}_{stripe}": 1 for c in counters}
+    assert {**after, "sequences": None} == {**before, "sequences": None}
+
+
 def wait_for_lock_waiters(admin: psycopg.Connection[Any], n: int) -> None:
     """Until ``n`` sessions of the database wait on a lock (10 s at most, else fail)."""
     for _ in range(500):

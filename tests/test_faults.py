@@ -56,7 +56,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import soak
-from helpers import moved_sequences, pg_bindir, snapshot
+from helpers import assert_only_counted, moved_sequences, pg_bindir, snapshot
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.embedded import EmbeddedPostgres
 from pgqueue.schedules import Scheduler
@@ -81,16 +81,6 @@ def bindir() -> Path:
 # -- 1. a client connection terminated inside its transaction -----------------------------------
 
 
-def assert_rolled_back(conn: Conn, before: dict[str, Any]) -> None:
-    """Every table of queue q's database as ``before``; of the sequences only the counters of the
-    enqueue and the dequeue moved, by one each: a call that rolls back stays counted (README,
-    section Queues: sequences are not transactional)."""
-    after = snapshot(conn)
-    [[stripe]] = conn.execute("SELECT id & 63 FROM pgqueue.queue WHERE name = 'q'").fetchall()
-    assert moved_sequences(before, after) == {f"counter_delivered_{stripe}": 1, f"counter_enqueued_{stripe}": 1}
-    assert {**after, "sequences": None} == {**before, "sequences": None}
-
-
 @pytest.mark.parametrize("committed", [False, True], ids=["killed-before-commit", "control-committed"])
 @pytest.mark.parametrize("mode", ["delete", "lease"])
 def test_terminated_connection_rolls_back_everything(dsn: str, conn: Conn, mode: str, committed: bool) -> None:
@@ -108,7 +98,7 @@ def test_terminated_connection_rolls_back_everything(dsn: str, conn: Conn, mode:
         victim.commit()
         victim.execute("SELECT 1")  # a new transaction is open when the connection dies
     else:  # premise: its effects are invisible from outside until it commits
-        assert_rolled_back(conn, before)
+        assert_only_counted(conn, before, "q", ["delivered", "enqueued"])
     assert one(conn, "SELECT pg_terminate_backend(%s, 10000)", (pid,)) is True
     with pytest.raises(psycopg.OperationalError):
         victim.execute("SELECT 1")
@@ -124,7 +114,7 @@ def test_terminated_connection_rolls_back_everything(dsn: str, conn: Conn, mode:
         return
 
     # everything rolled back: every table (messages, dead letters, queues, the cap's count) as before
-    assert_rolled_back(conn, before)
+    assert_only_counted(conn, before, "q", ["delivered", "enqueued"])
     assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE id = %s", (new_id,)) == 0
     # the dequeued message is deliverable at once, and this is its first delivery (attempts unchanged)
     assert conn.execute("SELECT id, attempts, convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('q', 2, 60000)"

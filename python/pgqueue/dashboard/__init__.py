@@ -36,7 +36,7 @@ __all__ = ["Options", "Server", "create_app", "serve", "start"]
 
 #: Seconds a connection may keep the server waiting for its next bytes: a client that opened
 #: connections and sent nothing (or part of a request) held a thread each for ever, before any
-#: token was asked for (a review). A browser's idle keep-alive connection is closed then too.
+#: token was asked for (a review).
 READ_TIMEOUT = 20.0
 
 
