@@ -261,6 +261,96 @@ def test_a_client_that_sends_nothing_is_dropped(dsn: str, monkeypatch: pytest.Mo
         server.stop()
 
 
+def _port(server: Any) -> int:
+    return int(server.url.rsplit(":", 1)[1].split("/")[0])
+
+
+def test_a_client_that_sends_a_request_slowly_is_dropped(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read timeout alone (the first fix) let a client that sent a header line every few
+    seconds, each read well within it, hold a server thread for ever (a review). A request's
+    line and headers have REQUEST_TIMEOUT seconds in all; pages load meanwhile."""
+    import select
+
+    from pgqueue import dashboard
+
+    monkeypatch.setattr(dashboard, "REQUEST_TIMEOUT", 2.0, raising=False)  # (raising: before it, a failure)
+    server = start(Options(dsn=dsn), port=0)
+    try:
+        slow = socket.create_connection(("127.0.0.1", _port(server)))
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started, closed_after = time.monotonic(), None
+        while closed_after is None and time.monotonic() - started < 10:
+            try:
+                slow.sendall(b"X-Slow: 1\r\n")  # a line every 0.3 s
+                if select.select([slow], [], [], 0.3)[0]:
+                    assert slow.recv(1024) == b"", "closed without an answer"
+                    closed_after = time.monotonic() - started
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = time.monotonic() - started
+            if time.monotonic() - started > 1 and closed_after is None:
+                with urllib.request.urlopen(server.url, timeout=10) as page:  # others are served
+                    assert page.status == 200
+        slow.close()
+        assert closed_after is not None and 1.5 < closed_after < 5, closed_after
+    finally:
+        server.stop()
+
+
+def test_a_connection_that_sends_nothing_closes_without_an_error_line(
+        dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The read timeout logged "Request timed out" for every connection it closed, one that sent
+    nothing too: a browser's speculative connection, opened in case it is needed, made a line
+    after many pages (in the demo's output too). Only a request cut short is an error to log."""
+    from pgqueue import dashboard
+
+    monkeypatch.setattr(dashboard._Handler, "timeout", 1.0)
+    server = start(Options(dsn=dsn), port=0)
+    try:
+        with caplog.at_level("INFO", logger="werkzeug"):
+            for sent, logged in ((b"", False), (b"GET / HT", True)):
+                with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+                    sock.sendall(sent)
+                    sock.settimeout(10)
+                    assert sock.recv(1024) == b""  # closed a second after its last bytes
+                time.sleep(0.2)
+                lines = [r.getMessage() for r in caplog.records if "timed out" in r.getMessage()]
+                assert bool(lines) == logged, (sent, caplog.text)
+    finally:
+        server.stop()
+
+
+def test_connections_past_the_most_are_refused_at_once(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each connection held a server thread, with no limit on how many (a review): past
+    MAX_CONNECTIONS at once, one is answered 503 at once and closed; once the others close,
+    pages load again."""
+    from pgqueue import dashboard
+
+    monkeypatch.setattr(dashboard, "MAX_CONNECTIONS", 2, raising=False)  # (raising: before it, a failure)
+    server = start(Options(dsn=dsn), port=0)
+    try:
+        held = [socket.create_connection(("127.0.0.1", _port(server))) for _ in range(2)]
+        extra = socket.create_connection(("127.0.0.1", _port(server)))
+        extra.settimeout(5)
+        answer = extra.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 5" in answer, answer
+        assert extra.recv(4096) == b""
+        extra.close()
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + 5
+        while True:  # (the server threads see the held ones close, then give their places back)
+            try:
+                with urllib.request.urlopen(server.url, timeout=10) as page:
+                    assert page.status == 200
+                break
+            except OSError as exc:  # (503, or the refusal's reset of a request sent meanwhile)
+                assert time.monotonic() < deadline and getattr(exc, "code", 503) == 503, exc
+                time.sleep(0.05)
+    finally:
+        server.stop()
+
+
+
 def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[Any], make_app: Any) -> None:
     conn.execute("SELECT pgqueue.queue_create('emails', p_max_attempts => 5, p_max_size => 1000, p_notify => true)")
     q = Queue(conn, "emails")
@@ -1033,6 +1123,52 @@ def test_the_history_kept_and_read_is_bounded_whatever_the_interval(make_app: An
     assert series and all(0 < len(points) <= MAX_POINTS for points in series), [len(p) for p in series]
     assert data["depth"]["ready"][-1] == [kept[-1].t, 39999.0]
     assert all(abs(rate - 10) < 0.01 for _, rate in data["throughput"]["enqueued"]), data["throughput"]["enqueued"][:3]
+
+
+def _history_sample(t: float) -> Sample:
+    """A sample at ``t`` seconds: 10 messages enqueued a second, all of them still ready, and 7
+    more every third second (not a straight line: a shift of the points drawn shows)."""
+    n = int(round(t * 10)) + (7 if int(t) % 3 == 0 else 0)
+    return Sample(1_000_000 + t, {"q": QueueStats("q", n, 0, 0, 0, None)}, n,
+                  {"q": {"enqueued": n, "delivered": 0, "completed": 0}})
+
+
+def _ready_points(client: FlaskClient) -> list[tuple[float, float]]:
+    return [(t, v) for t, v in client.get("/api/history?queue=q").get_json()["depth"]["ready"]]
+
+
+def test_a_chart_refresh_draws_the_points_of_the_one_before(make_app: Any) -> None:
+    """The first bound of /api/history read every n-th sample counted back from the newest: at
+    0.1 s each new sample kept moved the choice by one, so that no two refreshes a second apart
+    drew the same points (the lines shifted at every refresh, the rates averaged over other
+    spans). A refresh draws the points of the one before but its newest (and the oldest, as it
+    leaves the hour), and the newest sample."""
+    app = make_app(sample_interval=0.1)
+    sampler, client = app.extensions["pgqueue"]["sampler"], app.test_client()
+    tenth = 0
+    for tenth in range(40_000):  # 4,000 s of passes: the hour kept is full
+        sampler.keep(_history_sample(tenth / 10))
+    before = _ready_points(client)
+    assert 600 <= len(before) <= MAX_POINTS, len(before)
+    for _ in range(30):  # a refresh each second, 10 passes between
+        for tenth in range(tenth + 1, tenth + 11):
+            sampler.keep(_history_sample(tenth / 10))
+        after = _ready_points(client)
+        newest = _history_sample(tenth / 10)
+        assert len(after) <= MAX_POINTS and after[-1] == (newest.t, float(newest.last_id or 0))
+        lost = [p for p in before[1:-1] if p not in after]
+        assert not lost, (len(lost), lost[:3])
+        before = after
+
+
+def test_the_default_interval_draws_every_sample_of_the_hour(make_app: Any) -> None:
+    """At the default 5 s the hour is 721 samples, one more than the first bound of
+    /api/history (720), which halved them to 361 points: all of them are drawn."""
+    app = make_app()
+    for i in range(800):
+        app.extensions["pgqueue"]["sampler"].keep(_history_sample(5.0 * i))
+    points = _ready_points(app.test_client())
+    assert len(points) == 721 and [t for t, _ in points] == [1_000_000 + 5.0 * i for i in range(79, 800)]
 
 
 def test_an_interval_longer_than_the_history_still_draws_throughput(dsn: str) -> None:

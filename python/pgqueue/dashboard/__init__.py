@@ -18,16 +18,19 @@ a read-only dashboard; docs/grants.sql).
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, get_sockaddr, make_server, select_address_family
+from werkzeug.serving import (BaseWSGIServer, ThreadedWSGIServer, WSGIRequestHandler, get_sockaddr,
+                              select_address_family)
 
 from pgqueue.dashboard.app import Options, close, create_app
 
@@ -38,12 +41,109 @@ __all__ = ["Options", "Server", "create_app", "serve", "start"]
 #: connections and sent nothing (or part of a request) held a thread each for ever, before any
 #: token was asked for (a review).
 READ_TIMEOUT = 20.0
+#: Seconds a client has for a request's line and headers, from when the server waits for them:
+#: the read timeout alone let a client that sent a byte every few seconds hold a thread for
+#: ever (a review of the first fix).
+REQUEST_TIMEOUT = 20.0
+#: Client connections served at once, each on a thread of its own; one more is answered 503
+#: and closed at once, where each held a thread and its memory, with no limit (a review). A
+#: browser opens six at most to a server.
+MAX_CONNECTIONS = 64
+
+
+class _HeadReader(io.RawIOBase):
+    """The handler's socket, read with its read timeout and, while a request's line and headers
+    are read, no later than their deadline (``_Handler.head_deadline``)."""
+
+    def __init__(self, handler: _Handler) -> None:
+        super().__init__()
+        self._handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        sock: socket.socket = self._handler.connection
+        deadline = self._handler.head_deadline
+        if deadline is None:
+            return sock.recv_into(buffer)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request's line and headers took more than {REQUEST_TIMEOUT:g} s")
+        sock.settimeout(min(self._handler.timeout, left))
+        try:
+            got = sock.recv_into(buffer)
+            self._handler.idle = self._handler.idle and not got
+            return got
+        finally:
+            sock.settimeout(self._handler.timeout)  # (writes, and the body's reads: the read timeout)
 
 
 class _Handler(WSGIRequestHandler):
-    """Werkzeug's request handler with a timeout on each read and write of its socket."""
+    """Werkzeug's request handler with a timeout on each read and write of its socket, and a
+    deadline for each request's line and headers (:data:`REQUEST_TIMEOUT`)."""
 
     timeout = READ_TIMEOUT
+    connection: socket.socket
+    head_deadline: float | None = None
+    idle = True  # no byte of the next request came yet
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # (socketserver's file of the socket: else the socket stays open once closed)
+        self.rfile = io.BufferedReader(_HeadReader(self))
+
+    def handle_one_request(self) -> None:
+        # (http.server's: a TimeoutError while reading ends the connection)
+        self.head_deadline = time.monotonic() + REQUEST_TIMEOUT
+        self.idle = True
+        super().handle_one_request()
+
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's API)
+        if self.idle and format.startswith("Request timed out"):
+            return  # (sent nothing: a browser's speculative connection, say; closed, nothing to tell)
+        super().log_error(format, *args)
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()  # (the headers: read up to the blank line)
+        finally:
+            self.head_deadline = None
+
+
+class _Server(ThreadedWSGIServer):
+    """Werkzeug's threaded server serving at most :data:`MAX_CONNECTIONS` connections at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)  # (a thread that serves it, then releases)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        # on the accepting thread: a send that cannot wait (the answer fits any socket buffer)
+        body = b"Too many connections to this dashboard: try again shortly.\n"
+        try:
+            request.setblocking(False)
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                         b"Content-Length: %d\r\nRetry-After: 5\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
 
 class _RedactingHandler(_Handler):
@@ -106,16 +206,17 @@ def _cookie_of_port(app: Any, port: int) -> None:
     app.config["SESSION_COOKIE_NAME"] = f"pgqueue_dashboard_{port}"
 
 
-def _listen(host: str, port: int, app: Any, **kwargs: Any) -> BaseWSGIServer:
-    """Werkzeug's threaded server on a socket bound here: a port in use (or any other failure to
-    listen) raises OSError, where Werkzeug's own bind prints two lines and exits the process."""
+def _listen(host: str, port: int, app: Any, request_handler: type[_Handler]) -> BaseWSGIServer:
+    """Werkzeug's threaded server (:class:`_Server`) on a socket bound here: a port in use (or
+    any other failure to listen) raises OSError, where Werkzeug's own bind prints two lines and
+    exits the process."""
     family = select_address_family(host, port)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Werkzeug's own bind does
         sock.bind(get_sockaddr(host, port, family))
         sock.listen(128)
-        return make_server(host, port, app, threaded=True, fd=sock.fileno(), **kwargs)  # (a duplicate of sock)
+        return _Server(host, port, app, request_handler, fd=sock.fileno())  # (a duplicate of sock)
     finally:
         sock.close()
 

@@ -31,7 +31,7 @@ from pgqueue.cli import connect_timeout_kwargs, format_ms
 from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
 from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
-from pgqueue.dashboard.sampler import (APPLICATION_NAME, Sampler, depth_series, oldest_series, thinned,
+from pgqueue.dashboard.sampler import (APPLICATION_NAME, MAX_POINTS, Sampler, depth_series, oldest_series,
                                       throughput_series)
 from pgqueue.errors import InvalidQueueName, PgQueueError, QueueNotFound, translate
 from pgqueue.message import DeadLetter, Pending, to_datetime
@@ -972,7 +972,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.route("/api/history")
     def api_history() -> Response:
         queue = request.args.get("queue") or None
-        samples = thinned(sampler.snapshot())
+        samples = sampler.snapshot(MAX_POINTS)
         source, rates = throughput_series(samples, queue)
         shared = sorted(samples[-1].shared if samples else ())
         if queue is not None:

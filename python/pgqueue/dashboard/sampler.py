@@ -46,9 +46,13 @@ MIN_INTERVAL = 0.1
 #: samples kept are that far apart, but for the newest, which each pass replaces. At 0.1 s the
 #: hour was 36,001 samples, 0.7 kB a queue each, all of them read by every chart's refresh.
 MAX_SAMPLES = 3600
-#: The most samples a chart's refresh reads (``/api/history``): every n-th from the newest back.
-#: The full hour at 3,600 was about 2 MB of JSON a queue each second (a review).
-MAX_POINTS = 720
+#: The most samples a chart's refresh reads (``/api/history``; the full hour at 3,600 was about
+#: 2 MB of JSON a queue each second: a review). Where more are kept (over 1,000: an interval
+#: under about 3.6 s for the hour) it reads every 2nd, 4th, 8th ... sample kept and the newest:
+#: the same ones at each refresh but for the newest (a choice counted back from the newest
+#: moved by one sample at each pass, and the lines shifted at every refresh). 1,000: all of the
+#: 721 samples of the default 5 s (720 halved them), every 4th of the 3,601 under 1 s.
+MAX_POINTS = 1000
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Sampler:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
     _conn: psycopg.Connection[Any] | None = field(default=None, init=False)
+    _added: int = field(default=0, init=False)  # samples appended (not replacing the newest) so far
 
     def __post_init__(self) -> None:
         if not MIN_INTERVAL <= self.interval <= MAX_INTERVAL:  # (else the thread's wait dies: OverflowError)
@@ -139,11 +144,30 @@ class Sampler:
             kept[-1] = sample
         else:
             kept.append(sample)
+            self._added += 1
 
-    def snapshot(self) -> list[Sample]:
-        """Return the samples kept, oldest first."""
+    def snapshot(self, most: int | None = None) -> list[Sample]:
+        """Return the samples kept, oldest first; with ``most``, at most that many of them,
+        evenly apart, the newest always among them (the rates between two of them are the
+        averages over the samples left out: the counters only grow).
+
+        Those are every n-th sample ever kept (by the count of samples added), n the smallest
+        power of two that leaves few enough, and the newest: each call returns the same ones as
+        the call before, but for the newest, one more as time goes on and the oldest as it
+        leaves the history, so that a chart refreshed every second does not shift; when more
+        samples make n double, every other one of them goes."""
         with self._lock:
-            return list(self.samples)
+            kept = list(self.samples)
+            first = self._added - len(kept)  # the count of the oldest kept
+        if most is None or len(kept) <= most:
+            return kept
+        if most < 2:
+            raise ValueError(f"most must be 2 at least, got {most}")
+        step = 2
+        while -(-len(kept) // step) > most - 1:  # (at most that many multiples of step, and the newest)
+            step *= 2
+        chosen = [s for i, s in enumerate(kept[:-1]) if (first + i) % step == 0]
+        return [*chosen, kept[-1]]
 
 
 def take_sample(conn: psycopg.Connection[Any]) -> Sample:
@@ -183,15 +207,6 @@ def take_sample(conn: psycopg.Connection[Any]) -> Sample:
 # ---------------------------------------------------------------------------------------------
 
 Point = tuple[float, float]
-
-
-def thinned(samples: list[Sample], most: int = MAX_POINTS) -> list[Sample]:
-    """At most ``most`` of the samples, evenly apart, the newest always among them (the rates
-    between two of them are the averages over the samples left out: the counters only grow)."""
-    if len(samples) <= most:
-        return samples
-    step = -(-len(samples) // most)
-    return samples[::-1][::step][::-1]
 
 
 def depth_series(samples: list[Sample], queue: str | None) -> dict[str, list[Point]]:
