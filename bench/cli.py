@@ -35,8 +35,8 @@ def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
+def _parse(argv: list[str] | None, prog: str = "python -m bench") -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--smoke", action="store_true",
                    help="every benchmark for a moment on tiny fixtures (a few minutes: 4-6, most of it the held "
                         "section); report to a temp dir")
@@ -122,8 +122,10 @@ def _pgbench_version() -> str:
         return "?"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+def main(argv: list[str] | None = None, *, prog: str = "python -m bench") -> int:
+    """Run the suite; ``prog`` is the command its usage and errors name (``pgqueue bench``'s
+    said ``python -m bench``)."""
+    args = _parse(argv, prog)
     profile_name = "smoke" if args.smoke else (args.profile or "full")
     profile = config.PROFILES[profile_name].with_overrides(churn_seconds=args.churn_seconds)
     if args.out:

@@ -1337,7 +1337,7 @@ def test_bench_reads_and_writes_files_relative_to_where_it_was_called(
 
     seen: list[list[str]] = []
     fake = types.ModuleType("bench.cli")
-    fake.main = lambda argv: seen.append(list(argv)) or 0  # type: ignore[attr-defined]
+    fake.main = lambda argv, prog: seen.append(list(argv)) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "bench.cli", fake)
     monkeypatch.chdir(tmp_path)
     assert cli._run_bench(["--render", "smoke/benchmarks.json", "--out=report/b.md", "--json", "/abs/r.json",
@@ -1352,6 +1352,21 @@ def test_bench_reads_and_writes_files_relative_to_where_it_was_called(
     assert main(["--dsn", "host=/tmp/elsewhere", "bench", "--smoke"]) == 0
     assert main(["--dsn=host=/tmp/b", "bench", "--help"]) == 0
     assert seen == [["--dsn", "host=/tmp/elsewhere", "--smoke"], ["--dsn", "host=/tmp/b", "--help"]]
+
+
+def test_bench_usage_and_errors_name_the_command_it_was_run_as(capsys: pytest.CaptureFixture[str]) -> None:
+    """`pgqueue bench --help` and a bad option of the suite printed `usage: python -m bench`, a
+    command the user had not typed; each names the command run."""
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: pgqueue bench [-h]")
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--no-such-option"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "pgqueue bench: error: unrecognized arguments: --no-such-option" in err, err
+    assert "python -m bench" not in err, err
 
 
 def test_a_sigterm_just_before_the_schedulers_run_takes_the_signals_stops_it(dsn: str) -> None:

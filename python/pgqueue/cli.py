@@ -1048,7 +1048,7 @@ def _run_bench(bench_args: list[str]) -> int:
     os.chdir(repo)
     sys.path.insert(0, str(repo))
     bench_cli = importlib.import_module("bench.cli")
-    return int(bench_cli.main(bench_args))
+    return int(bench_cli.main(bench_args, prog="pgqueue bench"))  # (its usage and errors name this command)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
