@@ -436,3 +436,19 @@ class BusyQueue:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=60)
+
+
+@contextmanager
+def scheduler_running(dsn: str, **options: Any) -> Iterator[Any]:
+    """A :class:`pgqueue.schedules.Scheduler` (no signal handlers) running on a thread for the
+    block, stopped after it."""
+    from pgqueue.schedules import Scheduler
+
+    scheduler = Scheduler(dsn, handle_signals=False, **options)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    try:
+        yield scheduler
+    finally:
+        scheduler.stop()
+        thread.join(10)

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -997,6 +997,40 @@ def test_the_packaged_scripts_are_the_ones_pgqueue_install_reads() -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _wait_until_blocked(owner: Owner, db: str, pid: int, thread: threading.Thread) -> None:
+    """Return once the session ``pid`` waits for a lock (or its thread has ended)."""
+    with owner.connect(db) as watch:
+        for _ in range(600):
+            if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                   (pid,)) or not thread.is_alive():
+                return
+            thread.join(0.05)
+
+
+def _while_blocked(owner: Owner, db: str, call: Callable[[psycopg.Connection[Any]], object],
+                   then: Callable[[], None], join: float = 60) -> object:
+    """Run ``call`` on a new connection of the owner's, on a thread; once its session waits for a
+    lock (or the call has ended), run ``then`` (which lets it go on), and return what the call
+    returned or raised."""
+    outcome: list[object] = []
+    with owner.connect(db) as second:
+        pid = second.info.backend_pid
+
+        def run() -> None:
+            try:
+                outcome.append(call(second))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        _wait_until_blocked(owner, db, pid, thread)
+        then()
+        thread.join(join)
+    assert len(outcome) == 1, outcome
+    return outcome[0]
+
+
 @pytest.mark.parametrize("mode", ["plain", "extension"])
 def test_two_installs_at_once_the_second_says_already_installed(owner: Owner, mode: str) -> None:
     """Two `pgqueue install` runs on a database without pgqueue (two deploys starting at once):
@@ -1013,29 +1047,15 @@ def test_two_installs_at_once_the_second_says_already_installed(owner: Owner, mo
         first.execute(installer.plain_script().encode())
     else:
         first.execute(sql.SQL("CREATE EXTENSION pgqueue VERSION {}").format(sql.Literal(CURRENT)))
-    outcome: list[object] = []
-    with owner.connect(db) as second:
-        pid = second.info.backend_pid
 
-        def run() -> None:
-            try:
-                outcome.append(installer.install(second, mode, report=lambda _: None))  # type: ignore[arg-type]
-            except Exception as exc:  # noqa: BLE001 - the test reports it
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        with owner.connect(db) as watch:  # the second waits for the first's uncommitted catalog row
-            for _ in range(600):
-                if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
-                       (pid,)) or not thread.is_alive():
-                    break
-                thread.join(0.05)
+    def commit() -> None:  # (the second waits for the first's uncommitted catalog row)
         first.commit()
         first.close()
-        thread.join(60)
-    assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
-    assert "already installed" in outcome[0] and mode.replace("plain", "plain SQL") in outcome[0], outcome
+
+    outcome = _while_blocked(owner, db, lambda second: installer.install(second, mode, report=lambda _: None),  # type: ignore[arg-type]
+                             commit)
+    assert isinstance(outcome, str), outcome
+    assert "already installed" in outcome and mode.replace("plain", "plain SQL") in outcome, outcome
     with owner.connect(db) as conn:
         assert holds(conn) == ((CURRENT, None) if mode == "extension" else (None, CURRENT))
 
@@ -1054,32 +1074,17 @@ def test_two_upgrades_at_once_each_says_what_it_did(owner: Owner, first_to: str)
     first = owner.connect(db)
     first.autocommit = False
     first.execute("LOCK TABLE pgqueue.install IN SHARE ROW EXCLUSIVE MODE")  # as an upgrade step begins
-    outcome: list[object] = []
     lines: list[str] = []
-    with owner.connect(db) as second:
-        pid = second.info.backend_pid
 
-        def run() -> None:
-            try:
-                outcome.append(installer.install(second, "plain", report=lines.append))
-            except Exception as exc:  # noqa: BLE001 - the test reports it
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        with owner.connect(db) as watch:
-            for _ in range(600):
-                if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
-                       (pid,)) or not thread.is_alive():
-                    break
-                thread.join(0.05)
-        for step in installer.plain_steps("0.1", first_to):  # the second has read 0.1 and waits
+    def upgrade() -> None:  # (the second has read 0.1 and waits)
+        for step in installer.plain_steps("0.1", first_to):
             first.execute((PLAIN_DIR / f"pgqueue--{step[0]}--{step[1]}.sql").read_bytes())
         first.commit()
         first.close()
-        thread.join(120)
-    assert len(outcome) == 1 and isinstance(outcome[0], str), outcome
-    summary = outcome[0]
+
+    summary = _while_blocked(owner, db, lambda second: installer.install(second, "plain", report=lines.append),
+                             upgrade, join=120)
+    assert isinstance(summary, str), summary
     if first_to == CURRENT:
         assert summary.startswith(f"pgqueue {CURRENT} (plain SQL) is already installed"), summary
         assert "another pgqueue install upgraded it from 0.1 meanwhile" in summary, summary
@@ -1190,3 +1195,163 @@ def test_a_package_without_its_upgrade_scripts_says_so(monkeypatch: pytest.Monke
     with pytest.raises(installer.InstallError) as refused:
         installer.plain_steps("0.0")
     assert "no upgrade path from the recorded pgqueue version 0.0" in str(refused.value)
+
+
+# --------------------------------------------------------------------------------------------
+# A review of the installer (session 68)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("first_to", "isolation"), [("0.3", "read committed"), (CURRENT, "repeatable read")])
+def test_two_extension_upgrades_at_once_each_says_what_it_did(owner: Owner, pg_server: Server, first_to: str,
+                                                             isolation: str) -> None:
+    """Two `pgqueue install` runs upgrading one extension of 0.1 (two deploys): the second waits
+    for the tables the first holds, then upgrades from where the first left it. Each said
+    "pgqueue extension upgraded from 0.1 to 0.4", and told to run the grant recipes again, the
+    one that found it upgraded too (under REPEATABLE READ the version read again after the wait
+    came from a snapshot taken before it)."""
+    from pgqueue import installer
+
+    db = owner.database()
+    admin_execute(pg_server, sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = {}").format(
+        sql.Identifier(db), sql.Literal(isolation)))
+    with owner.connect(db) as conn:
+        conn.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+    first = owner.connect(db)
+    first.autocommit = False
+    first.execute("LOCK TABLE pgqueue.queue IN ACCESS EXCLUSIVE MODE")  # as the first's update begins
+    lines: list[str] = []
+
+    def upgrade() -> None:  # (the second has read 0.1 and waits)
+        first.execute(sql.SQL("ALTER EXTENSION pgqueue UPDATE TO {}").format(sql.Literal(first_to)))
+        first.commit()
+        first.close()
+
+    summary = _while_blocked(owner, db, lambda second: installer.install(second, report=lines.append), upgrade,
+                             join=120)
+    assert isinstance(summary, str), summary
+    if first_to == CURRENT:
+        assert summary == (f"pgqueue {CURRENT} (extension) is already installed in database {db} "
+                           "(another upgrade took it from 0.1 meanwhile)"), summary
+        assert not any("GRANT" in line for line in lines), lines
+    else:
+        assert summary == (f"pgqueue extension upgraded from 0.3 to {CURRENT} in database {db} "
+                           "(another upgrade took it from 0.1 to 0.3 meanwhile)"), summary
+        assert any("GRANT" in line for line in lines), lines
+    with owner.connect(db) as conn:
+        assert holds(conn) == (CURRENT, None)
+
+
+def test_an_install_that_picked_the_extension_finds_a_plain_install_made_meanwhile(owner: Owner) -> None:
+    """`pgqueue install` (no mode) on a server with the extension's files picks the extension;
+    when a plain install (`psql -f` of the plain script in another deploy step) commits its schema
+    first, the CREATE EXTENSION fails on the catalog's unique index and the install looks again.
+    It looked again with the mode it had picked, and refused what it would have found installed
+    a moment later: "a plain install ... the extension would be a second copy; upgrade it with
+    `pgqueue install`", the command just run."""
+    from pgqueue import installer
+
+    db = owner.database()
+    first = owner.connect(db)
+    first.autocommit = False
+    first.execute(installer.plain_script().encode())
+    with owner.connect(db) as conn:
+        assert installer.read_state(conn).available  # the premise: it picks the extension
+
+    def commit() -> None:
+        first.commit()
+        first.close()
+
+    outcome = _while_blocked(owner, db, lambda second: installer.install(second, report=lambda _: None), commit)
+    assert outcome == f"pgqueue {CURRENT} (plain SQL) is already installed in database {db}", outcome
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, CURRENT)
+
+
+def test_an_upgrade_whose_output_cannot_be_written_applies_every_step(owner: Owner) -> None:
+    """`pgqueue install` with its output unbuffered (PYTHONUNBUFFERED=1, as many container images
+    set it) to a full disk: the first step's line failed to print, which stopped the upgrade
+    between its steps (0.1 left at 0.2), exit 1 with nothing said of the step applied. Every step
+    is applied; the error line says so, and so does uninstall's."""
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    env["PYTHONUNBUFFERED"] = "1"
+    for argv, done in ((("install",), f"pgqueue (plain SQL) upgraded from 0.1 to {CURRENT} in database {db}"),
+                       (("uninstall", "--yes"), f"pgqueue {CURRENT} (plain SQL) uninstalled from database {db}")):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "pgqueue", *argv, "--dsn", owner.dsn(db)], stdout=full,
+                                  stderr=subprocess.PIPE, text=True, timeout=300, env=env, check=False)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == f"pgqueue: error: cannot write the output: No space left on device; done all the same: {done}\n"
+        with owner.connect(db) as conn:
+            assert holds(conn) == ((None, CURRENT) if argv == ("install",) else (None, None))
+
+
+@pytest.mark.parametrize("waiting", ["install", "uninstall", "uninstall of the extension"])
+def test_an_install_or_uninstall_that_waited_for_an_uninstall_says_so(owner: Owner, waiting: str) -> None:
+    """`pgqueue install` (an upgrade) or `pgqueue uninstall` waiting for pgqueue.install while
+    another session's `pgqueue uninstall` drops it: it failed with 'schema "pgqueue" does not
+    exist', which says nothing of what happened (and came after an upgrade had applied every
+    step, from its last look at the version); an extension's uninstall waiting for another's
+    DROP EXTENSION, with 'extension "pgqueue" does not exist'. It says pgqueue was uninstalled
+    meanwhile."""
+    from pgqueue import installer
+
+    db = owner.database()
+    if waiting == "uninstall of the extension":
+        with owner.connect(db) as conn:
+            conn.execute("CREATE EXTENSION pgqueue")
+    else:
+        install_plain_release(owner, db, "0.1")
+    first = owner.connect(db)
+    first.autocommit = False
+    if waiting == "uninstall of the extension":
+        first.execute("DROP EXTENSION pgqueue")
+    else:
+        first.execute("LOCK TABLE pgqueue.install IN SHARE ROW EXCLUSIVE MODE")  # as an uninstall begins
+
+    def uninstall() -> None:
+        first.execute("DROP SCHEMA pgqueue CASCADE")
+        first.commit()
+        first.close()
+
+    outcome = _while_blocked(owner, db, lambda second: (
+        installer.install(second, report=lambda _: None) if waiting == "install"
+        else installer.uninstall(second, report=lambda _: None)), uninstall)
+    assert isinstance(outcome, installer.InstallError), outcome
+    what, tail = (("install", "run `pgqueue install` again to install it") if waiting == "install" else
+                  ("uninstall", "nothing left to uninstall"))
+    assert str(outcome) == (f"pgqueue was uninstalled from database {db} by another session (`pgqueue uninstall`, "
+                               f"say) while this {what} waited for it: {tail}"), outcome
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, None)
+
+
+def test_install_refuses_a_mode_it_does_not_know(owner: Owner) -> None:
+    """``install(conn, mode)`` took any mode but "extension" for the plain install: a typo
+    ("Extension", "ext") installed the other kind of pgqueue without a word."""
+    db = owner.database()
+    with owner.connect(db) as conn:
+        for mode in ("Extension", "ext", ""):
+            with pytest.raises(ValueError, match=f"mode must be 'extension', 'plain' or None .*not {mode!r}"):
+                install(conn, mode, report=lambda _: None)  # type: ignore[arg-type]
+        assert holds(conn) == (None, None)
+        assert one(conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgqueue'") == 0
+
+
+def test_uninstall_refuses_a_connection_in_a_transaction(owner: Owner) -> None:
+    """``install()`` refuses a connection that is not in autocommit mode; ``uninstall()`` ran in
+    the caller's transaction and said "uninstalled" of what the caller could still roll back.
+    It refuses such a connection too, dropping nothing."""
+    from pgqueue import installer
+
+    db = owner.database()
+    with owner.connect(db) as conn:
+        install(conn, "plain", report=lambda _: None)
+        conn.autocommit = False
+        with pytest.raises(ValueError, match="needs an autocommit connection"):
+            installer.uninstall(conn, report=lambda _: None)
+        conn.rollback()
+        conn.autocommit = True
+        assert holds(conn) == (None, CURRENT)

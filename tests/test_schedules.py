@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -23,6 +24,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from conftest import admin_execute, drop_database
+from helpers import scheduler_running
 from pgqueue import Queue, errors
 from pgqueue.cli import main
 from pgqueue.message import ScheduledMessage
@@ -234,18 +236,12 @@ def test_a_schedule_held_by_its_full_queue_is_said_once(dsn: str, caplog: pytest
                                  "enqueued 0 message(s)\n"), err
 
     caplog.set_level(logging.INFO, logger="pgqueue.scheduler")
-    scheduler = Scheduler(dsn, interval=0.05, handle_signals=False)
-    thread = threading.Thread(target=scheduler.run, daemon=True)
-    thread.start()
-    try:
+    with scheduler_running(dsn, interval=0.05) as scheduler:
         wait_for_log(caplog, "logged once while it lasts")  # its first run (a loaded machine starts late)
         time.sleep(0.6)  # about ten more runs, all held
         assert scheduler.enqueued == 0
         full.dequeue(1, lock_ms=0)  # room: the next run fires it
         wait_for_log(caplog, "no longer held")
-    finally:
-        scheduler.stop()
-        thread.join(timeout=10)
     lines = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
     assert lines == [f"{expected}; its slots wait for a later run (logged once while it lasts)",
                      "schedule to_full is no longer held: it enqueues again"], lines
@@ -589,3 +585,76 @@ def test_cron_schedules_under_standard_conforming_strings_off(dsn: str) -> None:
         assert row == (300000,)
         conn.execute("SELECT pgqueue.schedule_create('scs_off', 'default', 'x'::bytea, p_cron => '*/5 * * * *')")
         assert [s.name for s in list_schedules(conn) if s.cron == "*/5 * * * *"] == ["scs_off"]
+
+
+# A Scheduler on the main thread whose stop event delivers SIGTERM while the main thread holds the
+# event's lock, as Event.wait holds it for a moment every round before it sleeps: the moment a real
+# signal may land in. (signal.raise_signal runs the Python handler before it returns.)
+SIGNAL_IN_THE_WAITS_LOCK = textwrap.dedent("""
+    import signal, sys, threading
+    from pgqueue.schedules import Scheduler
+
+    class SignalledInsideTheLock(threading.Event):
+        sent = False
+
+        def wait(self, timeout=None):
+            if not self.sent:
+                self.sent = True
+                with self._cond:
+                    signal.raise_signal(signal.SIGTERM)
+            return super().wait(timeout)
+
+    scheduler = Scheduler(sys.argv[1], interval=0.05)
+    scheduler._stop = SignalledInsideTheLock()
+    scheduler.run()
+    print("stopped")
+""")
+
+
+def test_a_stop_signal_landing_inside_the_waits_lock_stops_the_scheduler(dsn: str) -> None:
+    """Scheduler.run's signal handler called stop() on the main thread, between two of its
+    bytecodes: a signal landing while the loop's wait held the stop event's lock (taken at each
+    wait, before and after it sleeps) set that event inside its own lock, and the scheduler hung
+    for good, SIGTERM and Ctrl-C ignored (`pgqueue scheduler` too, until a SIGKILL). It stops from
+    a thread of its own now, as the worker does."""
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_IN_THE_WAITS_LOCK, dsn], capture_output=True, text=True,
+                          timeout=20, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
+
+
+def test_schedule_names_are_printed_and_logged_escaped(dsn: str, capsys: pytest.CaptureFixture[str],
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A schedule's name may hold any character; `schedule list` escapes what is not printable,
+    but `schedule run`'s warning of a held schedule, `schedule drop`'s line and the scheduler's
+    log lines wrote it raw: an escape sequence drove the terminal of whoever read them (CSI 2J
+    cleared it), and a newline forged a line of its own in the log."""
+    name = "r\u00e4port\x1b[2J\nFAKE"
+    shown = "r\u00e4port\\x1b[2J\\x0aFAKE"
+    full = Queue(dsn, "capped")
+    full.create(max_size=1)
+    full.enqueue("filler")
+    create_schedule(dsn, name, "capped", "x", every=60)
+    assert main(["schedule", "run", "--dsn", dsn]) == 0
+    _, err = capsys.readouterr()
+    assert err == (f'pgqueue: warning: schedule "{shown}" is held: its queue "capped" is full (max_size 1); '
+                   "its slots wait for a later run\nenqueued 0 message(s)\n"), err
+
+    caplog.set_level(logging.INFO, logger="pgqueue.scheduler")
+    with scheduler_running(dsn, interval=0.05):
+        wait_for_log(caplog, "is held")
+        full.dequeue(1, lock_ms=0)  # room: the next run fires it
+        wait_for_log(caplog, "no longer held")
+    lines = [r.getMessage() for r in caplog.records]
+    assert f'schedule "{shown}" is held: its queue "capped" is full (max_size 1); its slots wait for a later run ' \
+           "(logged once while it lasts)" in lines, lines
+    assert f"schedule {shown} is no longer held: it enqueues again" in lines, lines
+    assert any(line.startswith(f"schedule {shown}: message ") for line in lines), lines
+    assert not any("\x1b" in line or "\n" in line for line in lines), lines
+
+    assert main(["schedule", "drop", name, "--dsn", dsn]) == 0
+    out, _ = capsys.readouterr()
+    assert out == f"dropped schedule {shown}\n"
+    assert main(["schedule", "drop", name, "--dsn", dsn]) == 1
+    _, err = capsys.readouterr()
+    assert err == f'pgqueue: error: schedule "{shown}" does not exist (see `pgqueue schedule list`)\n', err
+    full.close()

@@ -583,6 +583,58 @@ def test_create_extension_refuses_a_schema_another_role_made(pg_server: Server, 
                           "FROM pg_namespace WHERE nspname = 'pgqueue'") is True
 
 
+def test_a_schema_the_install_makes_keeps_no_create_from_default_privileges(
+        pg_server: Server, owner: tuple[str, str]) -> None:
+    """The installing role's default privileges for new schemas (ALTER DEFAULT PRIVILEGES ... GRANT
+    CREATE ON SCHEMAS, as some setups have for an application role) gave the schema that
+    CREATE EXTENSION or the plain install made CREATE for others, and the schema check refused
+    it, PQ008, with a hint to revoke it from a schema the failed install had taken with it: such
+    a database could not install pgqueue at all (a review). The install takes that CREATE back,
+    with a warning (CREATE EXTENSION shows no notice), and keeps the rest of those privileges; a CREATE on a schema made before the
+    install is still refused."""
+    from pgqueue import installer
+
+    role, db = owner
+    other = f"pgq_default_acl_{os.getpid()}"
+    admin_execute(pg_server, sql.SQL("CREATE ROLE {}").format(sql.Identifier(other)))
+    try:
+        with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT CREATE, USAGE ON SCHEMAS TO {}").format(
+                sql.Identifier(other)))
+            conn.execute("ALTER DEFAULT PRIVILEGES GRANT CREATE ON SCHEMAS TO PUBLIC")
+            notices: list[str] = []
+            conn.add_notice_handler(lambda diag: notices.append(f"{diag.severity_nonlocalized}: {diag.message_primary}"))
+
+            def privileges() -> set[tuple[str, str]]:
+                return set(conn.execute(
+                    "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, a.privilege_type "
+                    "FROM pg_namespace n, aclexplode(n.nspacl) a "
+                    "WHERE n.nspname = 'pgqueue' AND a.grantee <> n.nspowner").fetchall())
+
+            for install in ("CREATE EXTENSION pgqueue", "plain"):
+                notices.clear()
+                if install == "plain":
+                    installer.install(conn, "plain", report=lambda line: None)
+                else:
+                    conn.execute(install)
+                assert privileges() == {(other, "USAGE")}, install
+                assert sorted(notices) == sorted(
+                    f"WARNING: schema pgqueue: CREATE revoked from {who}, which the default privileges of role {role} "
+                    "granted on new schemas" for who in ("PUBLIC", other)), (install, notices)
+                conn.execute("SELECT pgqueue.message_create('works'::bytea)")
+                installer.uninstall(conn, report=lambda line: None)  # (the extension's schema too)
+            # a schema made before the install, which others could use meanwhile: refused as before
+            conn.execute("CREATE SCHEMA pgqueue")
+            assert _sqlstate(conn, "CREATE EXTENSION pgqueue") == "PQ008"
+            assert privileges() == {(other, "USAGE"), (other, "CREATE"), ("PUBLIC", "CREATE")}
+    finally:
+        with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:  # (else the role cannot be dropped)
+            admin.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} REVOKE ALL ON SCHEMAS FROM PUBLIC, {}").format(
+                sql.Identifier(role), sql.Identifier(other)))
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(other)))  # (its grants)
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(other)))
+
+
 def test_restore_into_a_schema_another_role_made_fails_loudly(pg_server: Server, squatter: tuple[str, str],
                                                               tmp_path: Any) -> None:
     import subprocess

@@ -23,6 +23,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from conftest import Relay, Server
+from helpers import scheduler_running
 from pgqueue import AsyncWorker, Message, Queue
 from pgqueue._worker_core import Step
 from pgqueue.worker import Result, Worker
@@ -1053,3 +1055,72 @@ def test_the_start_log_names_what_the_connection_reached(dsn: str, tmp_path: Pat
     assert worker._check_server()
     worker._started_log(True, "threads")
     assert f"in database {dbname} on {host}:{port}," in caplog.text, caplog.text
+
+
+def _tcp_options_of_sockets_to(port: int) -> list[tuple[int, int, int, int, int]]:
+    """(SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT) of each TCP socket
+    of this process connected to 127.0.0.1:``port`` (read through a duplicate of its descriptor)."""
+    import socket
+
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            copy = os.dup(int(name))
+        except OSError:  # (closed meanwhile)
+            continue
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:  # (not a socket)
+            os.close(copy)
+            continue
+        with sock:
+            try:
+                if sock.family != socket.AF_INET or sock.getpeername() != ("127.0.0.1", port):
+                    continue
+            except OSError:
+                continue
+            found.append((sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                          sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                          sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                          sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                          sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd and Linux TCP options")
+def test_the_workers_connections_notice_a_dead_network_path_within_a_minute(pg_server: Server, dsn: str) -> None:
+    """A network path that dies without closing the connection (a failover whose old host is gone,
+    a NAT entry dropped) left a worker waiting for the kernel: about 15 minutes with data in
+    flight, over 2 hours on an idle LISTEN or heartbeat connection (libpq's keepalives start
+    after the system's 2 hours), the worker stuck meanwhile (a review). Every connection of the
+    worker (its loop's, LISTEN's, the heartbeats') sets keepalives after 30 s, 3 probes 10 s
+    apart, and a 60-s tcp_user_timeout, unless the DSN sets its own; the scheduler's too."""
+    relay = Relay(pg_server)
+    relayed = make_conninfo(dsn, host="127.0.0.1", port=str(relay.port))
+    queue = Queue(relayed, "jobs")
+    queue.create(notify=True, lock_ms=1000)
+    queue.close()
+    inside = threading.Event()
+    release = threading.Event()
+
+    def handler(msg: Message) -> None:
+        inside.set()
+        release.wait(10)  # (past half the lease: a heartbeat on its own connection)
+
+    expected = (1, 30, 10, 3, 60_000)
+    try:
+        with running(Worker(Queue(relayed, "jobs"), handler)):
+            Queue(dsn, "jobs").enqueue("x")
+            assert inside.wait(10)
+            wait_for(lambda: len(_tcp_options_of_sockets_to(relay.port)) >= 3, what="loop, LISTEN and heartbeats")
+            options = _tcp_options_of_sockets_to(relay.port)
+            release.set()
+        assert options and all(o == expected for o in options), options
+        # a DSN's own settings stand
+        own = make_conninfo(relayed, keepalives_idle="5", tcp_user_timeout="1000")
+        with scheduler_running(own, interval=0.1):
+            wait_for(lambda: _tcp_options_of_sockets_to(relay.port), what="the scheduler's connection")
+            assert _tcp_options_of_sockets_to(relay.port) == [(1, 5, 10, 3, 1000)]
+    finally:
+        release.set()
+        relay.close()

@@ -28,6 +28,7 @@ DECLARE
     v_ext     oid;
     v_extown  oid;
     v_foreign text;
+    v_grantee oid;
 BEGIN
     IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) 'pg_catalog, pg_temp' THEN
         RAISE EXCEPTION 'pgqueue installs in one transaction only'
@@ -62,6 +63,37 @@ BEGIN
                         pg_catalog.pg_get_userbyid(v_extown), current_user
             USING ERRCODE = 'PQ008',
                   HINT = 'SET ROLE to that role first, or use pgqueue install, which does.';
+    END IF;
+    -- A schema this transaction made (the plain script's CREATE SCHEMA, or CREATE EXTENSION's when
+    -- it was missing) gets the owner's default privileges for schemas (ALTER DEFAULT PRIVILEGES
+    -- ... GRANT CREATE ON SCHEMAS TO ...): CREATE for others, which the check below refused, and
+    -- its hint, to revoke it, could not be followed, since the schema went with the failed
+    -- install (a review). No other session has seen that schema yet, so the CREATE that those
+    -- default privileges gave is taken back here, with a warning (it overrides what an
+    -- administrator set up, and CREATE EXTENSION shows no notice of its script); a CREATE
+    -- granted any other way (on a schema made before this transaction) is still refused.
+    -- (Made by this transaction: the row's xmin is one of the transaction ids this session holds,
+    -- the plain script's a subtransaction's, which its EXCEPTION clause opens.)
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.pg_locks l
+                WHERE n.oid = v_ns AND l.locktype = 'transactionid' AND l.transactionid = n.xmin
+                  AND l.pid = pg_catalog.pg_backend_pid() AND l.mode = 'ExclusiveLock' AND l.granted) THEN
+        FOR v_grantee IN
+            SELECT DISTINCT a.grantee
+              FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+             WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner
+               AND a.grantee IN (SELECT d.grantee
+                                   FROM pg_catalog.pg_default_acl da, pg_catalog.aclexplode(da.defaclacl) d
+                                  WHERE da.defaclrole = v_owner AND da.defaclnamespace = 0
+                                    AND da.defaclobjtype = 'n' AND d.privilege_type = 'CREATE')
+        LOOP
+            EXECUTE pg_catalog.format('REVOKE CREATE ON SCHEMA pgqueue FROM %s',
+                                      CASE WHEN v_grantee = 0 THEN 'PUBLIC'
+                                           ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(v_grantee)) END);
+            RAISE WARNING 'schema pgqueue: CREATE revoked from %, which the default privileges of role % granted on new schemas',
+                         CASE WHEN v_grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(v_grantee)::text END,
+                         pg_catalog.pg_get_userbyid(v_owner)
+                USING HINT = 'pgqueue''s schema takes objects from its owner alone (docs/security.md, "The schema").';
+        END LOOP;
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
                 WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner) THEN

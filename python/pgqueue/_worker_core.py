@@ -659,15 +659,31 @@ def _where(dsn: str) -> tuple[str, str]:
 _CONNECT_TIMEOUT = 10
 
 
+#: libpq's TCP settings of a worker's (and the scheduler's) connections, each unless the conninfo
+#: sets it: a network path that dies without closing the connection (a failover whose old host
+#: is gone, a firewall's or NAT's entry dropped) is noticed within about a minute, an idle
+#: connection by keepalives (30 s, then 3 probes 10 s apart), one with data in flight by
+#: tcp_user_timeout (ms). Without them a call waited for the kernel's own: about 15 minutes
+#: with data in flight, over 2 hours idle (a LISTEN connection, a long handler's heartbeat
+#: connection), the worker stuck meanwhile (a review). Unix sockets ignore them.
+_TCP_SETTINGS: dict[str, int] = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                                 "keepalives_count": 3, "tcp_user_timeout": 60_000}
+
+
 def _worker_conninfo(dsn: str, application_name: str = "pgqueue-worker") -> str:
-    """Add application_name (pgqueue-worker) and connect_timeout=10 to a conninfo that does not
-    set them (nor $PGCONNECT_TIMEOUT the timeout)."""
+    """Add application_name (pgqueue-worker), connect_timeout=10 and the keepalives and
+    tcp_user_timeout of :data:`_TCP_SETTINGS` to a conninfo that does not set them (nor
+    $PGCONNECT_TIMEOUT the timeout)."""
     given = conninfo_to_dict(dsn)
     extra: dict[str, Any] = {}
     if "application_name" not in given:
         extra["application_name"] = application_name
     if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
         extra["connect_timeout"] = _CONNECT_TIMEOUT
+    if given.get("keepalives") not in ("0", 0):  # (keepalives=0: the DSN turned them off)
+        extra.update({k: v for k, v in _TCP_SETTINGS.items() if k not in given})
+    elif "tcp_user_timeout" not in given:
+        extra["tcp_user_timeout"] = _TCP_SETTINGS["tcp_user_timeout"]
     return make_conninfo(dsn, **extra) if extra else dsn
 
 

@@ -52,6 +52,7 @@ from pgqueue.errors import (
     VersionMismatch,
     conninfo_error,
     one_line,
+    printable,
     quoted,
 )
 from pgqueue.message import DeadLetter, Message, Pending, QueueCounters, QueueSettings, QueueStats, ScheduleEntry
@@ -880,19 +881,6 @@ def _cell(value: object) -> str:
     return printable(str(value))
 
 
-def printable(text: str) -> str:
-    """Return text with every character that is not printable escaped (``\\x1b``, ``\\u202e``).
-
-    Payloads come from producers and errors from handlers: an escape sequence printed raw drives
-    the terminal of whoever reads the table (OSC 52 writes the clipboard, CSI 8m hides what
-    follows), a bidirectional override turns the rest of the line around.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
-                   if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
-
-
 def format_seconds(seconds: float) -> str:
     """Return seconds as plain decimal text to the millisecond (``2.5``, ``1000000``): ``:g``
     printed ``1e+06`` for a --delay or --watch of 1,000,000 s (a review)."""
@@ -1060,13 +1048,38 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+class _Report:
+    """The installer's ``report``: prints each line as it comes, and keeps the first failure to
+    write one (a full disk, a closed pipe) for after the work. Raised from the installer, it
+    stopped an upgrade between two of its steps, each committed on its own (unbuffered output,
+    PYTHONUNBUFFERED=1 as in many container images: `> /dev/full` left 0.1 at 0.2, exit 1 with
+    nothing said of it), and an install or uninstall that had committed said nothing of it."""
+
+    def __init__(self) -> None:
+        self.failed: OSError | None = None
+
+    def __call__(self, line: str) -> None:
+        if self.failed is not None:
+            return
+        try:
+            print(line)
+        except OSError as exc:
+            self.failed = exc
+
+    def done(self, summary: str) -> None:
+        """Record what was done (:func:`_done`), then raise the write that failed, if any."""
+        _done(summary)
+        if self.failed is not None:
+            raise self.failed
+
+
 def _cmd_install(args: argparse.Namespace) -> int:
     from pgqueue import installer
 
+    report = _Report()
     with connect(resolve_dsn(args), check=False) as conn:
         try:
-            installer.install(conn, args.mode)
-            _done("pgqueue installed")
+            report.done(installer.install(conn, args.mode, report=report))
         except installer.InstallError as exc:
             raise UserError(str(exc)) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -1081,10 +1094,10 @@ def _cmd_uninstall(args: argparse.Namespace) -> int:
     if not args.yes:
         raise UserError("`pgqueue uninstall` drops pgqueue with every queue and message in the database: "
                         "add --yes to do it")
+    report = _Report()
     with connect(resolve_dsn(args), check=False) as conn:
         try:
-            installer.uninstall(conn)
-            _done("pgqueue uninstalled")
+            report.done(installer.uninstall(conn, report=report))
         except installer.InstallError as exc:
             raise UserError(str(exc)) from exc
     return 0
@@ -1898,10 +1911,10 @@ def _cmd_schedule_drop(args: argparse.Namespace) -> int:
     from pgqueue.schedules import drop_schedule
 
     with connect(resolve_dsn(args)) as conn:
-        if not drop_schedule(conn, args.name):
-            raise UserError(f'schedule "{args.name}" does not exist (see `pgqueue schedule list`)')
+        if not drop_schedule(conn, args.name):  # (a name may hold any character: escaped, as in the list)
+            raise UserError(f'schedule "{printable(args.name)}" does not exist (see `pgqueue schedule list`)')
     _done(f"schedule {printable(args.name)} dropped")
-    print(f"dropped schedule {args.name}")
+    print(f"dropped schedule {printable(args.name)}")
     return 0
 
 
@@ -1916,7 +1929,8 @@ def _cmd_schedule_run(args: argparse.Namespace) -> int:
     for m in done:
         print(json.dumps({"schedule": m.schedule, "message_id": m.message_id, "slot": m.slot.isoformat()}))
     for notice in held:
-        print(f"{PROG}: warning: {notice}; its slots wait for a later run", file=sys.stderr)
+        # (the notice names the schedule, whose name may hold any character: escaped, as in the list)
+        print(f"{PROG}: warning: {printable(notice)}; its slots wait for a later run", file=sys.stderr)
     print(f"enqueued {len(done)} message(s)", file=sys.stderr)
     return 0
 

@@ -332,6 +332,21 @@ def translating() -> Iterator[None]:
 QUOTE_LIMIT = 100
 
 
+def printable(text: str) -> str:
+    """Return text with every character that is not printable escaped (``\\x1b``, ``\\u202e``).
+
+    Payloads come from producers, errors from handlers and names from anyone: an escape sequence
+    printed raw drives the terminal of whoever reads the table or the log (OSC 52 writes the
+    clipboard, CSI 8m hides what follows), a bidirectional override turns the rest of the line
+    around, a newline forges a log line of its own. The command line and the scheduler's log
+    use it.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
+
+
 def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
     """``repr(value)`` for an error message, cut to its first ``limit`` characters when longer,
     with an ellipsis and the length (``'aaaa…' (10000 characters)``): a 10,000-character task

@@ -250,6 +250,8 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
             pgqueue is left at, whose step that failed changed nothing).
         psycopg.Error: a script failed (its transaction is rolled back), e.g. for lack of
             privileges or PQ008 (schema pgqueue is not pgqueue's own).
+        ValueError: ``mode`` is not "extension", "plain" or None, or the connection is not in
+            autocommit mode.
     """
     try:
         return _install(conn, mode, report)
@@ -271,6 +273,10 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
 def _install(conn: psycopg.Connection[Any], mode: Mode | None,
              report: Callable[[str], None]) -> str:
     """:func:`install`'s work."""
+    if mode not in (None, "extension", "plain"):
+        # (anything but "extension" was taken for the plain install: a typo installed the other kind)
+        raise ValueError(f"mode must be 'extension', 'plain' or None (the extension if the server has its files), "
+                         f"not {mode!r}")
     if not conn.autocommit:
         raise ValueError("pgqueue install needs an autocommit connection (each script runs in its own transaction)")
     target = sql_version()
@@ -307,10 +313,9 @@ def _install(conn: psycopg.Connection[Any], mode: Mode | None,
             "plain install's version record (pgqueue.install): a half-applied install or someone else's schema; "
             "check what it holds, move what you keep to another schema (ALTER ... SET SCHEMA), drop the schema, then "
             "run `pgqueue install` again")
-    if mode is None:
-        mode = "extension" if state.available else "plain"
+    chosen = mode or ("extension" if state.available else "plain")
     try:
-        if mode == "extension":
+        if chosen == "extension":
             return _install_extension(conn, state, target, report)
         script = plain_script(target)
         with conn.transaction():
@@ -320,7 +325,9 @@ def _install(conn: psycopg.Connection[Any], mode: Mode | None,
         # SCHEMA or CREATE EXTENSION committed first: ours failed on the catalog's unique index
         # (23505) and was rolled back, nothing made. Look again: already installed, or the
         # refusal that fits what the other one made. Only when the schema is there now, so this
-        # cannot go round again.
+        # cannot go round again. With the mode as asked, not the one picked: a run that picked
+        # the extension refused a plain install made meanwhile (by `psql -f` in another deploy
+        # step, say) as "a second copy", where run a moment later it found it installed.
         if read_state(conn).schema_owner is None:
             raise
         return install(conn, mode, report)
@@ -340,6 +347,9 @@ _EXTENSION_OWNER: Final[LiteralString] = (
     "pg_catalog.pg_has_role(r.oid, e.extowner, 'MEMBER') "
     "FROM pg_catalog.pg_extension e, pg_catalog.pg_roles r "
     "WHERE e.extname = 'pgqueue' AND r.rolname = current_user")
+
+#: The extension's version (no row: no extension).
+_EXTENSION_VERSION: Final[LiteralString] = "SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue'"
 
 #: pgqueue's tables, in the order its functions first touch them (the queue row, then its messages).
 _UPGRADE_TABLES: Final[LiteralString] = (
@@ -427,6 +437,28 @@ def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
             time.sleep(random.uniform(0.01, 0.05))
 
 
+def _lock_install(conn: psycopg.Connection[Any], database: str, uninstalling: bool = False) -> None:
+    """Take the plain install's lock on pgqueue.install (``_sql.INSTALL_LOCK``) in the caller's
+    transaction.
+
+    Raises:
+        InstallError: pgqueue.install is gone: another session's ``pgqueue uninstall`` dropped it
+            while this run waited for the lock. It said only 'schema "pgqueue" does not exist',
+            also after an upgrade's steps had all been applied.
+    """
+    try:
+        _run(conn, _sql.INSTALL_LOCK)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise _uninstalled_meanwhile(database, uninstalling) from exc
+
+
+def _uninstalled_meanwhile(database: str, uninstalling: bool) -> InstallError:
+    return InstallError(
+        f"pgqueue was uninstalled from database {database} by another session (`pgqueue uninstall`, say) while "
+        + ("this uninstall waited for it: nothing left to uninstall" if uninstalling else
+           "this install waited for it: run `pgqueue install` again to install it"))
+
+
 def _install_extension(conn: psycopg.Connection[Any], state: InstallState, target: str,
                        report: Callable[[str], None]) -> str:
     version = state.extension
@@ -441,20 +473,37 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             f"the server has no pgqueue {target} extension files (pg_available_extension_versions): install them "
             "with `make install` in the pgqueue repository, or use `pgqueue install --plain` on a database "
             "without the extension")
+    current = version
     if version is None:
         with conn.transaction():
             _no_statement_timeout(conn)  # (the extension's script, too, is one statement)
             _run(conn, sql.SQL(_sql.CREATE_EXTENSION).format(version=sql.Literal(target)))
     else:
         with conn.transaction():
+            # READ COMMITTED whatever the session's default, for the version read again below:
+            # under REPEATABLE READ it came from the snapshot of the transaction's first query,
+            # taken before the locks were waited for
+            _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             _no_statement_timeout(conn)  # (before the locks' tries, each bounded by lock_timeout)
             if _as_extension_owner(conn, state.database):
                 _lock_for_upgrade(conn)
-            _run(conn, sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
+            # read again under the locks: another `pgqueue install` (or ALTER EXTENSION) may
+            # have upgraded it while this one waited for them; every run said it had upgraded
+            # it from the version it first read, and to run the grant recipes again
+            row = _run(conn, _EXTENSION_VERSION).fetchone()
+            current = version if row is None else str(row[0])
+            if current != target:
+                if _newer(current, target):  # another run, of a newer client, took it past this one
+                    raise _downgrade(state, "extension", current)
+                _run(conn, sql.SQL(_sql.UPDATE_EXTENSION).format(version=sql.Literal(target)))
     if version is None:
         summary = f"pgqueue {target} installed (extension) in database {state.database}"
+    elif current == target:
+        summary = (f"pgqueue {target} (extension) is already installed in database {state.database} "
+                   f"(another upgrade took it from {version} meanwhile)")
     else:
-        summary = f"pgqueue extension upgraded from {version} to {target} in database {state.database}"
+        theirs = f" (another upgrade took it from {version} to {current} meanwhile)" if current != version else ""
+        summary = f"pgqueue extension upgraded from {current} to {target} in database {state.database}{theirs}"
         report(_GRANTS_AGAIN)
     report(summary)
     return summary
@@ -479,7 +528,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
     applied: list[tuple[str, str]] = []  # this run's steps (another run may apply some in between)
     while True:
         with conn.transaction():
-            _run(conn, _sql.INSTALL_LOCK)
+            _lock_install(conn, state.database)
             # read again under the lock: another `pgqueue install` may have moved it meanwhile
             recorded = read_state(conn).plain
             if recorded is None:
@@ -539,7 +588,12 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
             it, a plain install is newer than this client or its objects cannot be told apart,
             or the role does not own the extension (the message names its owner).
         psycopg.Error: the server refused otherwise.
+        ValueError: the connection is not in autocommit mode.
     """
+    if not conn.autocommit:
+        # (as install: in the caller's transaction it said "uninstalled" of what the caller could
+        # still roll back, and its locks waited for the caller's commit)
+        raise ValueError("pgqueue uninstall needs an autocommit connection (it commits what it says it did)")
     state = read_state(conn)
     if state.extension is not None:
         with conn.transaction():
@@ -551,6 +605,9 @@ def uninstall(conn: psycopg.Connection[Any], report: Callable[[str], None] = pri
                 # the server's hint is DROP ... CASCADE, which would drop them silently: name them instead
                 raise _dependents_error(
                     (exc.diag.message_detail or exc.diag.message_primary or str(exc)).splitlines()) from exc
+            except psycopg.errors.UndefinedObject as exc:
+                # another session's DROP EXTENSION committed while this one waited for the extension
+                raise _uninstalled_meanwhile(state.database, uninstalling=True) from exc
             except psycopg.errors.InsufficientPrivilege as exc:
                 # DROP EXTENSION says only "must be owner of extension pgqueue": name the owner
                 row = _run(conn, _EXTENSION_OWNER).fetchone()
@@ -721,7 +778,7 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
         # each) and rolling them back, then drops them in one statement: a role's
         # statement_timeout that install lifts failed it (50 ms, a review)
         _no_statement_timeout(conn)
-        _run(conn, _sql.INSTALL_LOCK)
+        _lock_install(conn, state.database, uninstalling=True)
         # read again under the lock: a `pgqueue install` may have upgraded it meanwhile
         version = read_state(conn).plain
         if version is not None and _newer(version, sql_version()):

@@ -44,7 +44,7 @@ from pgqueue._worker_core import (
 )
 from pgqueue.client import ConnectionSource, _run_once
 from pgqueue.compat import check_server
-from pgqueue.errors import PgQueueError, quoted, translating
+from pgqueue.errors import PgQueueError, printable, quoted, translating
 from pgqueue.message import ScheduledMessage, ScheduleEntry
 
 __all__ = ["Scheduler", "create_schedule", "drop_schedule", "list_schedules", "run_schedules"]
@@ -66,8 +66,9 @@ def create_schedule(conn: ConnectionSource, name: str, queue: str, payload: obje
         cron: a five-field cron expression in UTC (``"*/15 * * * *"``); give ``every`` or ``cron``.
         missed: ``"latest"`` (one message for all missed slots) or ``"all"`` (one per slot).
         start_at: the first slot (interval) or the time from which the first match is taken
-            (cron: a match at ``start_at`` itself counts); default now. Slots before now are
-            missed ones (``missed`` says what the first run enqueues).
+            (cron: a match at ``start_at`` itself counts); default now. An aware ``datetime``
+            (a naive one is taken as UTC, not as local time) or epoch milliseconds. Slots
+            before now are missed ones (``missed`` says what the first run enqueues).
         task: the task the messages name (see :class:`pgqueue.Tasks`).
 
     Raises:
@@ -129,7 +130,7 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
         conn.remove_notice_handler(on_notice)
 
 
-_HELD = re.compile(r'^schedule "(.*)" is held: ')
+_HELD = re.compile(r'^schedule "(.*)" is held: ', re.DOTALL)  # (a name may hold a newline)
 
 #: Seconds after :meth:`Scheduler.stop` at which a run the database has not answered is given up.
 STUCK_RUN = 2.0
@@ -215,7 +216,10 @@ class Scheduler:
         if self._handle_signals and threading.current_thread() is threading.main_thread():
 
             def on_signal(signum: int, frame: FrameType | None) -> None:
-                self.stop()
+                # Between two bytecodes of the main thread, maybe inside a lock that stop() takes
+                # (the stop event's, which the loop's wait holds for a moment each round: set
+                # there, the scheduler hung for good): act from a thread, as the worker does.
+                threading.Thread(target=self.stop, name="pgqueue-scheduler-signal", daemon=True).start()
 
             saved = {sig: signal.signal(sig, on_signal) for sig in stop_signals()}
         failed = 0  # tries in a row that failed: an outage is logged once, and its end
@@ -265,7 +269,8 @@ class Scheduler:
                         failed, last_error = 0, ""
                     self.enqueued += len(done)
                     for m in done:
-                        log.info("schedule %s: message %d for %s", m.schedule, m.message_id, m.slot.isoformat())
+                        log.info("schedule %s: message %d for %s", printable(m.schedule), m.message_id,
+                                 m.slot.isoformat())
                     held = self._note_held(held, notices, {m.schedule for m in done})
                 self._stop.wait(self._interval)
         finally:
@@ -283,8 +288,8 @@ class Scheduler:
             name = _held_name(notice)
             now[name] = notice
             if held.get(name) != notice:
-                log.warning("%s; its slots wait for a later run (logged once while it lasts)", notice)
+                log.warning("%s; its slots wait for a later run (logged once while it lasts)", printable(notice))
         for name in held.keys() - now.keys():
             if name in fired:
-                log.info("schedule %s is no longer held: it enqueues again", name)
+                log.info("schedule %s is no longer held: it enqueues again", printable(name))
         return now

@@ -13,8 +13,9 @@ task=send_email``), so a producer in any language sets it too: with
 
     Worker(queue, tasks).run()        # or AsyncWorker(async_queue, tasks) with `async def` tasks
 
-A message whose task is not registered, or that names none, is dead-lettered at once (no retry
-can fix it) with ``last_error`` saying so: ``UnknownTask: no task 'x' in this worker's registry
+A message whose task is not registered, or that names none (unless the registry has a
+``default`` handler, which takes those), is dead-lettered at once (no retry can fix it) with
+``last_error`` saying so: ``UnknownTask: no task 'x' in this worker's registry
 (it has: send_email)``. Any handler can do the same for its own message by raising
 :class:`Reject` (inside an ``asyncio.TaskGroup`` too: a group of Rejects alone rejects, see
 :class:`Reject`).
