@@ -658,3 +658,22 @@ def test_schedule_names_are_printed_and_logged_escaped(dsn: str, capsys: pytest.
     _, err = capsys.readouterr()
     assert err == f'pgqueue: error: schedule "{shown}" does not exist (see `pgqueue schedule list`)\n', err
     full.close()
+
+
+def test_a_connection_the_server_closed_between_runs_is_replaced_at_once(
+        dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The scheduler keeps its connection between runs; a server that closes idle sessions
+    (idle_session_timeout shorter than --interval, as some managed services set it, or a
+    restart) made every other run fail with a warning ("running the schedules failed:
+    terminating connection due to idle-session timeout") and the schedules wait a whole interval
+    for the next try. The run connects again at once, without a warning."""
+    create_schedule(dsn, "tick", "default", "x", every=1)
+    caplog.set_level(logging.DEBUG, logger="pgqueue.scheduler")
+    closing = psycopg.conninfo.make_conninfo(dsn, options="-c idle_session_timeout=200")
+    with scheduler_running(closing, interval=0.5) as scheduler:
+        wait_for_log(caplog, "was closed", timeout=10)
+        time.sleep(2)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [], warnings
+    assert "connecting again" in caplog.text
+    assert scheduler.enqueued >= 2, caplog.text

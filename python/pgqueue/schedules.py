@@ -238,16 +238,10 @@ class Scheduler:
             while not self._stop.is_set():
                 notices: list[str] = []
                 try:
-                    if conn is None:
-                        try:
-                            conn = connect_unless_stopped(self._dsn, self._stop)
-                        except Stopped:
-                            break
-                    self._calling = conn
                     try:
-                        done = run_schedules(conn, on_held=notices.append)
-                    finally:
-                        self._calling = None
+                        conn, done = self._run_once(conn, notices)
+                    except Stopped:
+                        break
                 except PgQueueError as exc:
                     if conn is not None:
                         conn.close()  # a new one for the next run (the server may have restarted)
@@ -278,6 +272,32 @@ class Scheduler:
                 conn.close()
             for sig, previous in saved.items():
                 signal.signal(sig, previous)
+
+    def _run_once(self, conn: psycopg.Connection[Any] | None,
+                  notices: list[str]) -> tuple[psycopg.Connection[Any], list[ScheduledMessage]]:
+        """Run the schedules once, on ``conn`` or a new connection; return the connection and the
+        messages enqueued. A connection kept from the run before that the server has closed
+        meanwhile (idle_session_timeout shorter than the interval, a restart, a pooler's idle
+        limit) is replaced and the run made again at once: it failed, a warning logged, and the
+        schedules waited a whole interval for the next try, every other run with such a timeout
+        (a review). Raises Stopped if the scheduler stops while connecting."""
+        again = conn is not None  # (once, and only for a connection kept from the run before)
+        while True:
+            if conn is None:
+                conn = connect_unless_stopped(self._dsn, self._stop)
+            self._calling = conn
+            try:
+                return conn, run_schedules(conn, on_held=notices.append)
+            except PgQueueError as exc:
+                closed_meanwhile = again and conn.broken
+                conn.close()  # (the caller's next run, or the try below, connects anew)
+                if not closed_meanwhile or self._stop.is_set():
+                    raise
+                log.debug("the connection kept from the last run was closed (%s): connecting again", exc)
+                conn, again = None, False
+                notices.clear()
+            finally:
+                self._calling = None
 
     @staticmethod
     def _note_held(held: dict[str, str], notices: list[str], fired: set[str]) -> dict[str, str]:
