@@ -1,8 +1,9 @@
 """README "From other languages": the Node examples (examples/node) run against the real server
 with the drivers installed from npm here, for `pg` and for `postgres` (postgres.js). Strings,
 JSON and bytes arrive unchanged and come back decoded by their content type; messages sent by
-Python are read by Node. A control shows the pitfall the README warns of: a JS string sent to
-message_create (bytea) is changed."""
+Python are read by Node, text in its charset. A message that does not decode is dead-lettered
+and the others go on. Controls show the pitfalls the README warns of: a JS string sent to
+message_create (bytea) is changed, and a JS array sent by pg for JSON is not JSON."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -28,7 +30,7 @@ def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     node, npm = shutil.which("node"), shutil.which("npm")
     assert node and npm, "node and npm are needed (scripts/bootstrap.sh installs them)"
     work = tmp_path_factory.mktemp("node")
-    for name in ("package.json", *DRIVERS.values()):
+    for name in ("package.json", "content.mjs", *DRIVERS.values()):
         shutil.copy(EXAMPLES / name, work / name)
     proc = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=work,
                           capture_output=True, text=True, timeout=300)
@@ -59,22 +61,25 @@ def test_node_example(node_dir: Path, dsn: str, driver: str) -> None:
     ids = {k: int(v) for k, v in made.items()}
     with Queue(dsn, "emails") as q:
         pending = {p.id: p for p in q.peek(10)}
-    text, js, raw, later = (pending[ids[k]] for k in ("text", "json", "bytes", "later"))
+    text, js, lst, raw, later = (pending[ids[k]] for k in ("text", "json", "list", "bytes", "later"))
     assert (text.content, text.content_type) == ("C:\\temp \\x4869 ✓".encode(), "text/plain; charset=utf-8")
     assert js.content_type == "application/json; task=send_email"
     assert js.payload == {"to": "a@example.com", "dir": "C:\\temp"}  # decoded by the Python client too
+    # an array as JSON: pg would send a bare JS array as a PostgreSQL array literal
+    assert (lst.payload, lst.content_type) == (["a@example.com", "b@example.com"], "application/json")
     assert (raw.content, raw.content_type) == (bytes([0, 1, 92, 120, 255]), None)
     assert later.dequeue_at is not None and later.dequeue_at > text.dequeue_at  # type: ignore[operator]
 
     seen = node(node_dir, dsn, DRIVERS[driver], "consume", "emails")
     assert isinstance(seen, list)
     got = {int(s["id"]): s for s in seen}
-    assert set(got) == {from_python, ids["text"], ids["json"], ids["bytes"]}  # not the scheduled one
+    assert set(got) == {from_python, ids["text"], ids["json"], ids["list"], ids["bytes"]}  # not the scheduled one
     assert got[from_python]["payload"] == {"from": "python", "path": "C:\\temp"}
     assert got[ids["text"]]["payload"] == "C:\\temp \\x4869 ✓"
     assert (got[ids["json"]]["task"], got[ids["json"]]["payload"]) == ("send_email", {"to": "a@example.com",
                                                                                      "dir": "C:\\temp"})
     assert got[ids["bytes"]]["payload"] == {"base64": "AAFceP8="}
+    assert got[ids["list"]]["payload"] == ["a@example.com", "b@example.com"]
     assert all(s["completed"] is True for s in seen)
     stats = queue.stats()
     assert (stats.ready, stats.scheduled, stats.leased) == (0, 1, 0)
@@ -91,3 +96,72 @@ def test_control_a_js_string_sent_as_bytea_is_changed(node_dir: Path, dsn: str) 
     with Queue(dsn) as q:
         [p] = q.peek()
     assert p.id == msg_id and p.content == b"Hi"  # not the six characters that were sent
+
+
+def node_run(node_dir: Path, dsn: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["node", *argv], cwd=node_dir, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin:/usr/local/bin", "DATABASE_URL": url(dsn)})
+
+
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_node_consume_settles_each_message_and_goes_on_after_one_it_cannot_decode(
+        node_dir: Path, dsn: str, driver: str) -> None:
+    """Session 68: a message whose content is not what its type says (malformed JSON here) threw
+    out of the consume loop: the process failed, the messages after it stayed leased until their
+    leases ran out, and at every run the bad one (an expired lease, handed out first) stopped
+    them again. Now it is dead-lettered with the reason and the others are completed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('emails')")
+        [bad] = conn.execute("SELECT pgqueue.message_create('emails', convert_to('{\"to\": ', 'UTF8'), NULL, "
+                             "'application/json')").fetchone() or ()
+        [good] = conn.execute("SELECT pgqueue.message_create_text('emails', 'after the bad one')").fetchone() or ()
+
+    proc = node_run(node_dir, dsn, DRIVERS[driver], "consume", "emails")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {int(s["id"]): s for s in json.loads(proc.stdout)}
+    assert got[good]["payload"] == "after the bad one" and got[good]["completed"] is True
+    assert got[bad]["rejected"] is True and "payload" not in got[bad]
+    with Queue(dsn, "emails") as q:
+        stats = q.stats()
+        [letter] = q.dead_letters()
+    assert (stats.ready, stats.leased, stats.dead) == (0, 0, 1)
+    assert letter.id == bad and "cannot decode" in (letter.last_error or "")
+
+
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_node_consume_reads_text_in_its_charset_and_media_types_in_any_case(
+        node_dir: Path, dsn: str, driver: str) -> None:
+    """Session 68: README says text/* is text in its charset (UTF-8 if none), as the Python
+    client reads it, and media types are case-insensitive; the examples decoded every text as
+    UTF-8 ('café' in ISO-8859-1 came out as 'caf\\ufffd') and read 'Application/JSON' as raw
+    bytes."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('emails')")
+        [latin] = conn.execute("SELECT pgqueue.message_create('emails', '\\x636166e9'::bytea, NULL, "
+                               "'text/plain; charset=ISO-8859-1')").fetchone() or ()
+        [upper] = conn.execute("SELECT pgqueue.message_create('emails', convert_to('{\"a\": 1}', 'UTF8'), NULL, "
+                               "'Application/JSON; Task=\"notify\"')").fetchone() or ()
+        # labels message_create_text accepts that TextDecoder knows only with a hyphen
+        [snake] = conn.execute("SELECT pgqueue.message_create_text('emails', 'naïve', NULL, "
+                               "'text/plain; charset=\"utf_8\"')").fetchone() or ()
+    with Queue(dsn, "emails") as q:
+        python_reads = {p.id: p.payload for p in q.peek()}
+
+    proc = node_run(node_dir, dsn, DRIVERS[driver], "consume", "emails")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {int(s["id"]): s for s in json.loads(proc.stdout)}
+    assert got[latin]["payload"] == python_reads[latin] == "café"
+    assert got[upper]["payload"] == python_reads[upper] == {"a": 1}
+    assert got[upper]["task"] == "notify"
+    assert got[snake]["payload"] == python_reads[snake] == "naïve"
+
+
+def test_control_a_js_array_sent_by_pg_for_json_is_not_json(node_dir: Path, dsn: str) -> None:
+    """Why pg_example.mjs sends JSON.stringify(value): pg sends a bare JS array as a PostgreSQL
+    array literal, which message_create_json refuses (a plain object it does send as JSON)."""
+    code = ("import pg from 'pg'; const c = new pg.Client({connectionString: process.env.DATABASE_URL});"
+            "await c.connect(); try { await c.query('SELECT pgqueue.message_create_json($1, $2)',"
+            " ['default', ['a@example.com', 'b@example.com']]); console.log('\"accepted\"'); }"
+            " catch (e) { console.log(JSON.stringify(e.code)); } finally { await c.end(); }")
+    (node_dir / "array_pitfall.mjs").write_text(code)
+    assert node(node_dir, dsn, "array_pitfall.mjs") == "22P02"  # invalid input syntax for type json

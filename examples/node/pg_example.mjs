@@ -6,14 +6,18 @@
 //   DATABASE_URL=postgresql://user@localhost/app node pg_example.mjs consume emails
 //
 // produce enqueues text, JSON and raw bytes so that none is changed on the way; consume leases
-// messages (whoever sent them: Python, SQL, Node), decodes each by its content type and
-// acknowledges it. Each prints one JSON line of what it did.
+// messages (whoever sent them: Python, SQL, Node), decodes each by its content type
+// (content.mjs) and acknowledges it with its fencing token; one that does not decode is
+// dead-lettered, one whose work throws is given back to be retried. Each prints one JSON line
+// of what it did.
 //
 // Why not message_create with a string: its content is bytea, and a JS string sent for a bytea
 // parameter is parsed as bytea's text form, so "\\x4869" would be stored as "Hi" and "C:\\temp"
 // lose a backslash, silently. Strings go to message_create_text / message_create_json; only a
 // Buffer goes to message_create.
 import pg from "pg";
+
+import { decode, mediaType } from "./content.mjs";
 
 const [mode, queue = "default"] = process.argv.slice(2);
 const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -22,28 +26,56 @@ try {
   if (mode === "produce") {
     const id = async (sql, params) => (await client.query(sql, params)).rows[0].id;
     const text = await id("SELECT pgqueue.message_create_text($1, $2) AS id", [queue, "C:\\temp \\x4869 ✓"]);
-    // pg sends an object as its JSON text; the task name is for a worker's task registry
+    // JSON.stringify, not the value itself: pg sends a plain object as its JSON text, but an
+    // array as a PostgreSQL array literal ('{"a@example.com","b@example.com"}', refused as
+    // JSON) and a string as it is ('true' would arrive as JSON true). The task name is for a
+    // worker's task registry.
     const json = await id("SELECT pgqueue.message_create_json($1, $2, NULL, $3) AS id",
-                          [queue, { to: "a@example.com", dir: "C:\\temp" }, "send_email"]);
+                          [queue, JSON.stringify({ to: "a@example.com", dir: "C:\\temp" }), "send_email"]);
+    const list = await id("SELECT pgqueue.message_create_json($1, $2) AS id",
+                          [queue, JSON.stringify(["a@example.com", "b@example.com"])]);
     const bytes = await id("SELECT pgqueue.message_create($1, $2) AS id", [queue, Buffer.from([0, 1, 92, 120, 255])]);
     // delivered in 60 s (the server's clock); message_create_text takes p_dequeue_at too
     const later = await id("SELECT pgqueue.message_create_text($1, $2, pgqueue.now_ms() + 60000) AS id",
                            [queue, "in a minute"]);
-    console.log(JSON.stringify({ text, json, bytes, later }));
+    console.log(JSON.stringify({ text, json, list, bytes, later }));
   } else if (mode === "consume") {
+    // Up to 100 leases, each running out after the queue's lock_ms (30 s by default): work that
+    // may take longer for the whole batch must take fewer, or extend the leases in time
+    // (message_heartbeat), or another consumer is handed the messages too.
     const { rows } = await client.query(
       "SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue($1, 100)", [queue]);
+    const ok = async (sql, params) => (await client.query(sql, params)).rows[0].ok;
     const seen = [];
     for (const m of rows) {
-      const type = m.content_type ?? "";
+      // Each message settles on its own: an error must not end the loop, or the messages
+      // after it wait out their leases, and a bad one that comes first again stops them at
+      // every run.
       let payload;
-      if (type.startsWith("application/json")) payload = JSON.parse(m.content.toString("utf8"));
-      else if (type.startsWith("text/")) payload = m.content.toString("utf8");
-      else payload = { base64: m.content.toString("base64") };  // raw bytes
-      const task = /;\s*task=([^;\s]+)/.exec(type)?.[1] ?? null;
-      // ... do the work; on an error: SELECT pgqueue.message_fail($1, $2, $3) ...
-      const { rows: [done] } = await client.query("SELECT pgqueue.message_complete($1, $2) AS ok", [m.id, m.attempts]);
-      seen.push({ id: m.id, task, payload, completed: done.ok });
+      try {
+        payload = decode(m.content, m.content_type);
+      } catch (err) {
+        // content that does not decode never will: dead-letter it now rather than retry it
+        const rejected = await ok("SELECT pgqueue.message_reject($1, $2, $3) AS ok",
+                                  [m.id, m.attempts, `cannot decode: ${err.message}`]);
+        seen.push({ id: m.id, error: err.message, rejected });
+        continue;
+      }
+      const task = mediaType(m.content_type).params.task ?? null;
+      let completed;
+      try {
+        // ... do the work here, then:
+        completed = await ok("SELECT pgqueue.message_complete($1, $2) AS ok", [m.id, m.attempts]);
+      } catch (err) {
+        // retried after the queue's back-off, or dead-lettered at its max_attempts
+        await ok("SELECT pgqueue.message_fail($1, $2, $3) AS ok", [m.id, m.attempts, String(err)]);
+        seen.push({ id: m.id, task, error: String(err) });
+        continue;
+      }
+      // false: the token is stale (the lease ran out and the message was delivered again, so
+      // another consumer may be doing the work too); say so rather than count it as done
+      if (!completed) console.error(`message ${m.id}: lease lost before completion, not completed here`);
+      seen.push({ id: m.id, task, payload, completed });
     }
     console.log(JSON.stringify(seen));
   } else {

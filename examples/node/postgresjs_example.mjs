@@ -7,6 +7,8 @@
 // syntax would change them ("\\x4869" would be stored as "Hi").
 import postgres from "postgres";
 
+import { decode, mediaType } from "./content.mjs";
+
 const [mode, queue = "default"] = process.argv.slice(2);
 const sql = postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} });
 try {
@@ -15,22 +17,39 @@ try {
     const [{ id: json }] = await sql`
       SELECT pgqueue.message_create_json(${queue}, ${sql.json({ to: "a@example.com", dir: "C:\\temp" })},
                                          NULL, ${"send_email"}) AS id`;
+    // sql.json sends any value as its JSON text, an array too
+    const [{ id: list }] = await sql`
+      SELECT pgqueue.message_create_json(${queue}, ${sql.json(["a@example.com", "b@example.com"])}) AS id`;
     const [{ id: bytes }] = await sql`SELECT pgqueue.message_create(${queue}, ${Buffer.from([0, 1, 92, 120, 255])}) AS id`;
     const [{ id: later }] = await sql`
       SELECT pgqueue.message_create_text(${queue}, ${"in a minute"}, pgqueue.now_ms() + 60000) AS id`;
-    console.log(JSON.stringify({ text, json, bytes, later }));
+    console.log(JSON.stringify({ text, json, list, bytes, later }));
   } else if (mode === "consume") {
     const rows = await sql`SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue(${queue}, 100)`;
     const seen = [];
     for (const m of rows) {
-      const type = m.content_type ?? "";
+      // each message settles on its own, as in pg_example.mjs: an error does not end the loop
       let payload;
-      if (type.startsWith("application/json")) payload = JSON.parse(m.content.toString("utf8"));
-      else if (type.startsWith("text/")) payload = m.content.toString("utf8");
-      else payload = { base64: m.content.toString("base64") };
-      const task = /;\s*task=([^;\s]+)/.exec(type)?.[1] ?? null;
-      const [{ ok }] = await sql`SELECT pgqueue.message_complete(${m.id}, ${m.attempts}) AS ok`;
-      seen.push({ id: m.id, task, payload, completed: ok });
+      try {
+        payload = decode(m.content, m.content_type);
+      } catch (err) {
+        const [{ ok: rejected }] = await sql`
+          SELECT pgqueue.message_reject(${m.id}, ${m.attempts}, ${`cannot decode: ${err.message}`}) AS ok`;
+        seen.push({ id: m.id, error: err.message, rejected });
+        continue;
+      }
+      const task = mediaType(m.content_type).params.task ?? null;
+      let completed;
+      try {
+        // ... do the work here, then:
+        [{ ok: completed }] = await sql`SELECT pgqueue.message_complete(${m.id}, ${m.attempts}) AS ok`;
+      } catch (err) {
+        await sql`SELECT pgqueue.message_fail(${m.id}, ${m.attempts}, ${String(err)})`;
+        seen.push({ id: m.id, task, error: String(err) });
+        continue;
+      }
+      if (!completed) console.error(`message ${m.id}: lease lost before completion, not completed here`);
+      seen.push({ id: m.id, task, payload, completed });
     }
     console.log(JSON.stringify(seen));
   } else {
