@@ -2514,3 +2514,37 @@ def test_receive_heartbeat_and_stats_exact_take_bools_only(dsn: str) -> None:
     stats = queue.stats()
     assert (stats.ready, stats.leased) == (1, 0)
     queue.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again_for_the_call(dsn: str) -> None:
+    """A server whose idle_session_timeout (as some managed services set it) is shorter than the
+    pause between two calls closes the Queue's own connection meanwhile: the next call failed
+    with ConnectionFailed ("terminating connection due to idle-session timeout", 57P05), which
+    a worker logged as an outage each time. That call never reached the server, so it is made
+    at once on a new connection, by Queue and AsyncQueue alike (a worker's heartbeats too:
+    tests/test_worker.py)."""
+    from pgqueue import AsyncQueue
+
+    closing = make_conninfo(dsn, options="-c idle_session_timeout=200")
+    with Queue(closing, "jobs") as queue:
+        queue.create()
+        for _ in range(3):
+            time.sleep(0.4)  # idle past the timeout
+            queue.enqueue("x")
+        time.sleep(0.4)
+        [msg] = queue.dequeue(1, lock_ms=60_000)
+        time.sleep(0.4)
+        assert queue.heartbeat(msg, lock_ms=60_000)
+        time.sleep(0.4)
+        assert queue.complete(msg)
+        assert queue.stats().ready == 2
+
+    async def asynchronously() -> None:
+        async with AsyncQueue(closing, "jobs") as queue:
+            for _ in range(2):
+                await asyncio.sleep(0.4)
+                assert [m.payload for m in await queue.dequeue(1, lock_ms=0)] == ["x"]
+            await asyncio.sleep(0.4)
+            assert (await queue.stats()).ready == 0
+
+    asyncio.run(asynchronously())

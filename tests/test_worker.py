@@ -1124,3 +1124,41 @@ def test_the_workers_connections_notice_a_dead_network_path_within_a_minute(pg_s
     finally:
         release.set()
         relay.close()
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_server_that_closes_idle_sessions_costs_the_worker_no_outage(dsn: str, caplog: pytest.LogCaptureFixture,
+                                                                      kind: str) -> None:
+    """With the server's idle_session_timeout shorter than the worker's pauses between calls
+    (its polls, its heartbeats, its LISTEN connection's wait: as some managed services set it),
+    every call after a pause failed ("database connection lost: terminating connection due to
+    idle-session timeout", "heartbeat failed: ...", "LISTEN connection failed: ..."), a warning
+    and a back-off each time. Such a call never reached the server: it is made again at once on
+    a new connection, and LISTEN connects again at once, with nothing logged."""
+    import logging
+
+    closing = make_conninfo(dsn, options="-c idle_session_timeout=200")
+    queue = Queue(dsn, "jobs")
+    queue.create(lock_ms=600, notify=True)  # heartbeats every 300 ms, each after a pause; LISTEN idle
+    caplog.set_level(logging.INFO, logger="pgqueue")
+    results = Results()
+
+    def handler(msg: Message) -> None:
+        time.sleep(1.5)
+
+    async def async_handler(msg: Message) -> None:
+        await asyncio.sleep(1.5)
+
+    from pgqueue import AsyncQueue
+
+    worker = (Worker(Queue(closing, "jobs"), handler, poll_min=0.5, poll_max=0.5, on_result=results)
+              if kind == "Worker" else
+              AsyncWorker(AsyncQueue(closing, "jobs"), async_handler, poll_min=0.5, poll_max=0.5, on_result=results))
+    with running(worker):
+        for _ in range(2):
+            time.sleep(0.7)  # polls past the timeout
+            queue.enqueue("slow")
+        wait_for(lambda: results.count("completed") == 2, what="both completed")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [], warnings
+    assert all(r.acknowledged for r in results.items)

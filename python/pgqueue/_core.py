@@ -64,6 +64,11 @@ MAX_ERROR_CHARS = 8000
 MAX_BATCH = 10000
 #: The shortest heartbeat interval in seconds, however short the lease.
 MIN_HEARTBEAT_INTERVAL = 0.005
+#: SQLSTATE idle_session_timeout: the server closed the session while it sat idle, before the
+#: statement that reads this error reached it, so that statement never ran and may be sent again
+#: on a new connection. (Sent by a server whose idle_session_timeout, as some managed services
+#: set it, is shorter than a worker's pauses between calls.)
+IDLE_SESSION_TIMEOUT = "57P05"
 
 
 @dataclass(frozen=True, slots=True)

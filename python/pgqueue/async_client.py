@@ -332,10 +332,23 @@ class _AsyncConnector:
                 return await self._run_alone(call)
             # Our own connection while it is open, without the lock and the context manager
             # of connection() (a worker's loop makes thousands of calls a second through here).
-            own = self._own
-            return await _execute(own if own is not None and not own.closed else await self._open("_own"), call)
+            return await self._on_own("_own", call)
         async with self.connection() as conn:
             return await _execute(conn, call, lent=True)
+
+    async def _on_own(self, attr: str, call: Call[T]) -> T:
+        """Run a call on our own connection ``attr``; one that the server closed while it sat
+        idle is opened again and the call made at once (as the sync client's ``_on_own``)."""
+        conn: psycopg.AsyncConnection[Any] | None = getattr(self, attr)
+        if conn is None or conn.closed:
+            conn = await self._open(attr)
+        try:
+            return await _execute(conn, call)
+        except PgQueueError as exc:
+            if exc.sqlstate != _core.IDLE_SESSION_TIMEOUT:
+                raise
+        await conn.close()
+        return await _execute(await self._open(attr), call)
 
     async def _run_alone(self, call: Call[T]) -> T:
         """:meth:`pgqueue.client._Connector._run_alone`: a call that needs READ COMMITTED on a
@@ -424,7 +437,7 @@ class _AsyncConnector:
 
             async def on_own(call: Call[bool]) -> bool:
                 # each beat takes the connection again: opened anew after a loss
-                return await _execute(await self._open("_own_heartbeat"), call)
+                return await self._on_own("_own_heartbeat", call)
 
             yield on_own
 

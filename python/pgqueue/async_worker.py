@@ -479,16 +479,21 @@ class AsyncWorker(WorkerCore):
         """Wake the main loop whenever a message is enqueued (LISTEN on the queue's channel)."""
         backoff = 0.5
         outage = Outage(log, "LISTEN connection")
+        listened = False  # the last connection listened: one that fails is replaced at once, quietly
         while True:
             try:
                 async with await _connect.connect_async(self._dsn, autocommit=True) as conn:
                     await conn.execute(listen_statement(self._name))
                     self._notify()  # something may have arrived while we were connecting
-                    backoff = 0.5
+                    backoff, listened = 0.5, True
                     outage.worked()
                     async for _ in conn.notifies():
                         self._notify()
             except (psycopg.Error, ConnectionFailed) as exc:
+                if listened:  # (as the Worker's: an idle_session_timeout closed it, say)
+                    log.debug("LISTEN connection lost (%s): connecting again", _first_line(exc))
+                    listened = False
+                    continue
                 outage.failed(f"LISTEN connection failed: {_first_line(exc)}",
                               f"polling until it is back (retry in {backoff:g}s)")
                 await asyncio.sleep(backoff)

@@ -415,10 +415,26 @@ class _Connector:
             # Our own connection while it is open, without the opening lock and the context
             # manager of connection() (a worker's loop makes thousands of calls a second here).
             with self._shared_lock:
-                own = self._own
-                return _execute(own if own is not None and not own.closed else self._open("_own"), call)
+                return self._on_own("_own", call)
         with self.connection() as conn:
             return _execute(conn, call, lent=True)
+
+    def _on_own(self, attr: str, call: Call[T]) -> T:
+        """Run a call on our own connection ``attr`` (opened if need be). One that the server
+        closed while it sat idle (idle_session_timeout: :data:`pgqueue._core.IDLE_SESSION_TIMEOUT`,
+        the call never ran) is opened again and the call made on it at once: the first call
+        after each such timeout failed with ConnectionFailed, and a worker logged an outage and
+        waited its back-off every time (a review)."""
+        conn: psycopg.Connection[Any] | None = getattr(self, attr)
+        if conn is None or conn.closed:
+            conn = self._open(attr)
+        try:
+            return _execute(conn, call)
+        except PgQueueError as exc:
+            if exc.sqlstate != _core.IDLE_SESSION_TIMEOUT:
+                raise
+        conn.close()
+        return _execute(self._open(attr), call)
 
     def _run_alone(self, call: Call[T]) -> T:
         """Run a call that needs READ COMMITTED (a queue's creation, change or drop) on a
@@ -479,7 +495,7 @@ class _Connector:
         else:
             self._open("_own_heartbeat")  # connect now: a failure shows at the block's start
             # Each beat takes the connection again: opened anew after a loss (see pgqueue._lease).
-            yield lambda call: _execute(self._open("_own_heartbeat"), call)
+            yield lambda call: self._on_own("_own_heartbeat", call)
 
     def read_what_is_left(self) -> None:
         """After an interruption: read what it left unread on the shared connection, a caller's or

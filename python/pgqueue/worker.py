@@ -558,13 +558,14 @@ class Worker(WorkerCore):
         """Wake the loop whenever a message is enqueued (LISTEN on the queue's channel)."""
         backoff = 0.5
         outage = Outage(log, "LISTEN connection")
+        listened = False  # the last connection listened: one that fails is replaced at once, quietly
         while not self._listen_stop.is_set():
             try:
                 # (given up at once when the worker stops: run() does not wait for connect_timeout)
                 with connect_unless_stopped(self._dsn, self._listen_stop) as conn:
                     conn.execute(listen_statement(self._name))
                     self._events.put(_NOTIFIED)  # something may have arrived while we were connecting
-                    backoff = 0.5
+                    backoff, listened = 0.5, True
                     outage.worked()
                     while not self._listen_stop.is_set():
                         for _ in conn.notifies(timeout=0.5):
@@ -572,6 +573,12 @@ class Worker(WorkerCore):
             except Stopped:
                 return
             except (psycopg.Error, PgQueueError) as exc:
+                if listened:
+                    # (its connection sat idle, waiting: a server's idle_session_timeout closed it,
+                    # a warning and a 0.5-s wait each time, a review; an outage fails again below)
+                    log.debug("LISTEN connection lost (%s): connecting again", _first_line(exc))
+                    listened = False
+                    continue
                 outage.failed(f"LISTEN connection failed: {_first_line(exc)}",
                               f"polling until it is back (retry in {backoff:g}s)")
                 self._listen_stop.wait(backoff)
