@@ -750,6 +750,7 @@ def test_a_directory_that_could_not_be_deleted_is_named_not_said_deleted(monkeyp
     import pgqueue.embedded
     from pgqueue.demo import database
 
+    rmtree = shutil.rmtree  # (the test's own deletions below: the patch is of the module, shutil's)
     monkeypatch.setattr(pgqueue.embedded.shutil, "rmtree", lambda path, ignore_errors=False: None)
     out = io.StringIO()
     with database(None, out) as dsn:
@@ -760,4 +761,98 @@ def test_a_directory_that_could_not_be_deleted_is_named_not_said_deleted(monkeyp
     assert found and found.group(1) == found.group(3) and int(found.group(2).replace(",", "")) > 100, text
     assert "deleted" not in text, text
     assert os.path.isdir(found.group(1)) and processes_from(found.group(1)) == []
-    shutil.rmtree(found.group(1))
+    rmtree(found.group(1))  # (shutil.rmtree, patched, deleted nothing: 57 MB left in /tmp a run)
+
+
+# -- review of the demo, session 68 -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("columns", [80, 40, 200])
+def test_the_progress_bar_fits_the_terminal(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    """The bar's line was 98 columns in the default run's end: on an 80-column terminal it
+    wrapped, and "\\r" went back to the start of the wrapped part only, so that every redraw
+    (ten a second) left a line on the screen. It fits in the terminal's width less a column."""
+    import io
+
+    from pgqueue.demo import Progress
+
+    monkeypatch.setenv("COLUMNS", str(columns))  # (what shutil.get_terminal_size reads first)
+    tally = Tally()
+    tally.kinds = dict.fromkeys(range(4000), "immediate")
+    tally.completed = Counter(dict.fromkeys(range(3840), 1))
+    tally.dead = Counter(dict.fromkeys(range(3840, 4000), 1))
+    tally.retries = 487
+    out = io.StringIO()
+    progress = Progress(4000, out, bar=True)
+    progress.update(tally)
+    [line] = [part for part in out.getvalue().split("\r") if part]
+    assert len(line) <= columns - 1, line
+    assert line.startswith("[") and "100%" in line, line
+    if columns >= 80:
+        assert line.endswith(" s") and "4,000/4,000 done  sent 4,000  retries 487  dead 160 " in line, line
+    if columns >= 200:
+        assert line.startswith("[" + "#" * 30 + "] 100%  "), line
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    """The percentile rounded half to even: the p99 of 100 latencies was their maximum, the p50
+    of 2 the greater and of 6 the 4th (a review). Nearest rank: the least value that p percent
+    of them are at most."""
+    from pgqueue.demo import percentile
+
+    hundred = [float(v) for v in range(100, 0, -1)]  # (unsorted)
+    assert (percentile(hundred, 99), percentile(hundred, 50), percentile(hundred, 100)) == (99, 50, 100)
+    assert percentile([2.0, 1.0], 50) == 1
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 50) == 3
+    assert percentile([float(v) for v in range(1, 11)], 90) == 9
+    assert percentile([float(v) for v in range(1, 201)], 99) == 198  # (198 of 200 are at most 198)
+    assert percentile([7.0], 99) == percentile([7.0], 50) == 7
+
+
+def test_the_settled_line_says_none_settled_after_the_last_send_not_a_negative_time(dsn: str) -> None:
+    """A run in which nothing settled (workers that could not connect, the wait given up after
+    60 s) reported "settled 0 by 3 workers x 8, the last -4521.3 s after the last was sent": the
+    last settle's time, None, was taken for 0 on the monotonic clock (a review). So did a run
+    whose last settle came before its last send."""
+    def nothing(tally: Tally, ids: list[int]) -> None:
+        pass
+
+    def before_the_last_send(tally: Tally, ids: list[int]) -> None:
+        tally.record(_result("demo_report_2", ids[0], "immediate", "completed"))
+        tally.enqueued(ids[1], "immediate")  # sent again, later: the last send is after the settle
+
+    for settle, name, count in ((nothing, "demo_report", 0), (before_the_last_send, "demo_report_2", 1)):
+        _status, out = _report(dsn, ["immediate", "immediate"], settle, name=name)
+        [line] = [line for line in out.splitlines() if line.startswith("  settled ")]
+        assert line == f"  settled       {count} by 3 workers x 8, none after the last was sent", out
+
+
+def test_the_command_to_delete_a_directory_left_behind_is_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a $TMPDIR with a space, the demo's advice for a directory it could not delete was
+    "rm -rf /tmp/my tmp/pgqueue-... deletes it": run as said, it deletes /tmp/my (and
+    ./tmp/pgqueue-...), not the directory (a review). The path is quoted for the shell."""
+    import io
+    import shlex
+
+    import pgqueue.embedded
+    from pgqueue.demo import database
+
+    rmtree = shutil.rmtree  # (patched below, in shutil itself)
+    parent = tempfile.mkdtemp(prefix="pgqueue-demo-")
+    spaced = os.path.join(parent, "my tmp")
+    os.mkdir(spaced)
+    os.chmod(parent, 0o755)  # the server runs as postgres when the tests run as root
+    os.chmod(spaced, 0o755)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", spaced)
+        monkeypatch.setattr(pgqueue.embedded.shutil, "rmtree", lambda path, ignore_errors=False: None)
+        out = io.StringIO()
+        with database(None, out) as dsn:
+            assert dsn
+        text = out.getvalue()
+        found = re.search(r"left behind \(rm -rf (.+) deletes it\)\.$", text, re.MULTILINE)
+        assert found, text
+        [path] = shlex.split(found.group(1))
+        assert os.path.dirname(path) == spaced and os.path.isdir(path), text
+    finally:
+        rmtree(parent)

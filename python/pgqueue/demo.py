@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import secrets
+import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -279,8 +282,10 @@ def database(dsn: str | None, out: TextIO, connections: int = 0) -> Iterator[str
             if left is None:
                 print(f"Stopped the throwaway server and deleted {base_dir}.", file=out, flush=True)
             else:
+                # quoted for the shell: under a $TMPDIR with a space, "rm -rf /tmp/my tmp/pgqueue-..."
+                # run as printed, deletes /tmp/my, not the directory (a review)
                 print(f"Could not delete the throwaway server's directory: {left} left behind "
-                      f"(rm -rf {base_dir} deletes it).", file=out, flush=True)
+                      f"(rm -rf {shlex.quote(base_dir)} deletes it).", file=out, flush=True)
 
 
 #: What the throwaway server needs in the temporary directory: the cluster from initdb and its
@@ -668,10 +673,17 @@ class Progress:
         self.text = (f"{done:,}/{self.total:,} done  sent {sent:,}  retries {retries:,}  "
                      f"dead {dead:,}  {now - self.start:4.1f} s")
         if self.bar:
-            width = 30
-            filled = width * done // max(self.total, 1)
+            # Within the terminal's width, less a column: a line that wraps is not redrawn by
+            # "\r" (it goes back to the start of the wrapped part), and on an 80-column terminal
+            # the default run's bar (98 columns) wrote a new line ten times a second (a review).
+            # The bar shrinks first, then the text is cut.
+            columns = shutil.get_terminal_size().columns - 1
             percent = 100 * done // max(self.total, 1)
-            self.out.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {percent:3d}%  {self.text}")
+            line = f"] {percent:3d}%  {self.text}"
+            width = max(10, min(30, columns - 1 - len(line)))
+            filled = width * done // max(self.total, 1)
+            line = f"[{'#' * filled}{'.' * (width - filled)}{line}"[:max(columns, 1)]
+            self.out.write(f"\r{line}")
             self.out.flush()
         elif now - self.last_line >= 2.0:
             self.out.write(f"  {self.text}\n")
@@ -680,9 +692,15 @@ class Progress:
 
 
 def percentile(values: Sequence[float], p: float) -> float:
-    """Return the p-th percentile (0-100) of values, nearest-rank."""
+    """Return the p-th percentile (0-100) of values, nearest-rank: the least value that at
+    least p percent of them are at most.
+
+    (It rounded p / 100 x n + 0.5, which Python rounds half to even: a rank too high whenever
+    p / 100 x n was an odd whole number, so that the p99 of 100 latencies was their maximum and
+    the p50 of 2 the greater, a review.)
+    """
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(p * len(ordered) / 100)))
     return ordered[rank - 1]
 
 
@@ -803,7 +821,13 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
     w("\nSummary (measured in this run)\n")
     w(f"  sent          {sent:,} messages in {sending:.1f} s by {options.producers} producers"
       f"{_per_second(sent, sending)}, one transaction each ({offered})\n")
-    if options.rate > 0:
+    if options.rate > 0 and (tally.last_settle is None or drained < 0):
+        # None settled, or none after the last send (the wait gave up on the last ones): the
+        # time from the last send to the last settle is not a drain time; it read "the last
+        # -4521.3 s after the last was sent" (a monotonic clock's reading, negated), a review.
+        w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency}, none after "
+          "the last was sent\n")
+    elif options.rate > 0:
         w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency}, the last "
           f"{drained:.1f} s after the last was sent (slow jobs and retries; --rate 0 measures throughput)\n")
     else:
