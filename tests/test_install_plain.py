@@ -997,16 +997,6 @@ def test_the_packaged_scripts_are_the_ones_pgqueue_install_reads() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _wait_until_blocked(owner: Owner, db: str, pid: int, thread: threading.Thread) -> None:
-    """Return once the session ``pid`` waits for a lock (or its thread has ended)."""
-    with owner.connect(db) as watch:
-        for _ in range(600):
-            if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
-                   (pid,)) or not thread.is_alive():
-                return
-            thread.join(0.05)
-
-
 def _while_blocked(owner: Owner, db: str, call: Callable[[psycopg.Connection[Any]], object],
                    then: Callable[[], None], join: float = 60) -> object:
     """Run ``call`` on a new connection of the owner's, on a thread; once its session waits for a
@@ -1024,7 +1014,12 @@ def _while_blocked(owner: Owner, db: str, call: Callable[[psycopg.Connection[Any
 
         thread = threading.Thread(target=run)
         thread.start()
-        _wait_until_blocked(owner, db, pid, thread)
+        with owner.connect(db) as watch:
+            for _ in range(600):
+                if one(watch, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity "
+                              "WHERE pid = %s", (pid,)) or not thread.is_alive():
+                    break
+                thread.join(0.05)
         then()
         thread.join(join)
     assert len(outcome) == 1, outcome

@@ -348,9 +348,6 @@ _EXTENSION_OWNER: Final[LiteralString] = (
     "FROM pg_catalog.pg_extension e, pg_catalog.pg_roles r "
     "WHERE e.extname = 'pgqueue' AND r.rolname = current_user")
 
-#: The extension's version (no row: no extension).
-_EXTENSION_VERSION: Final[LiteralString] = "SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'pgqueue'"
-
 #: pgqueue's tables, in the order its functions first touch them (the queue row, then its messages).
 _UPGRADE_TABLES: Final[LiteralString] = (
     "SELECT c.relname::text FROM pg_catalog.pg_class c "
@@ -490,8 +487,7 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             # read again under the locks: another `pgqueue install` (or ALTER EXTENSION) may
             # have upgraded it while this one waited for them; every run said it had upgraded
             # it from the version it first read, and to run the grant recipes again
-            row = _run(conn, _EXTENSION_VERSION).fetchone()
-            current = version if row is None else str(row[0])
+            current = read_state(conn).extension or version
             if current != target:
                 if _newer(current, target):  # another run, of a newer client, took it past this one
                     raise _downgrade(state, "extension", current)

@@ -243,9 +243,7 @@ class Scheduler:
                     except Stopped:
                         break
                 except PgQueueError as exc:
-                    if conn is not None:
-                        conn.close()  # a new one for the next run (the server may have restarted)
-                        conn = None
+                    conn = None  # (closed by _run_once: a new one for the next run)
                     if self._stop.is_set():
                         break  # (a run given up by the stop: nothing to retry)
                     if exc.sqlstate == "42501":
@@ -288,8 +286,8 @@ class Scheduler:
             self._calling = conn
             try:
                 return conn, run_schedules(conn, on_held=notices.append)
-            except PgQueueError as exc:
-                closed_meanwhile = again and conn.broken
+            except BaseException as exc:
+                closed_meanwhile = again and isinstance(exc, PgQueueError) and conn.broken
                 conn.close()  # (the caller's next run, or the try below, connects anew)
                 if not closed_meanwhile or self._stop.is_set():
                     raise
