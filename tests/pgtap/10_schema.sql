@@ -30,7 +30,7 @@ SELECT set_eq($$ SELECT c.relname::text FROM pg_class c
                     'message_pkey', 'message_ready_idx', 'queue_name_key', 'queue_pkey', 'queue_size_pkey',
                     'spark_claim_consumer_seq_key', 'spark_claim_pkey', 'spark_consumer_pkey',
                     'spark_consumer_queue_name_key', 'spark_publish_log_pkey', 'spark_staging_pkey',
-                    'schedule_pkey', 'schedule_name_key', 'schedule_next_run_idx', 'schedule_queue_idx',
+                    'schedule_pkey', 'schedule_name_key', 'schedule_next_run_idx', 'schedule_queue_idx', 'schedule_last_run_idx',
                     'message_turn_idx', 'message_group_wait_idx', 'message_group_turn_idx', 'message_idem_key_idx',
                     'message_key_pkey', 'message_key_until_idx', 'message_group_lock_pkey',
                     'queue_rate_stripe_key'],

@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(99);
+SELECT plan(109);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -127,6 +127,44 @@ SELECT cmp_ok(pg_snapshot_xmax(pg_current_snapshot())::text::bigint - (SELECT be
               'and the call took an xid for each stuck schedule about once (not once a pass)');
 SELECT pgqueue.queue_drop('full_' || i) FROM generate_series(1, 20) i;
 SELECT pgqueue.schedule_drop('long');
+
+-- the server's clock set back: a schedule whose last run read a clock more than a second later
+-- gets the next slot the clock now gives (before, it stayed silent until the clock came back to
+-- the next_run that run had set); one that never ran keeps its start, a step under a second and
+-- another scheduler's later run change nothing
+SELECT pgqueue.schedule_create('skew_every', 's', 'e', p_every_ms => 60000, p_start_at => pgqueue.now_ms() - 1000);
+SELECT pgqueue.schedule_create('skew_cron', 's', 'c', p_cron => '*/5 * * * *', p_start_at => pgqueue.now_ms() - 600000);
+SELECT pgqueue.schedule_create('skew_near', 's', 'n', p_every_ms => 60000, p_start_at => pgqueue.now_ms() - 1000);
+CREATE TEMP TABLE clock_before AS SELECT pgqueue.now_ms() AS t;
+SELECT is((SELECT count(*) FROM pgqueue.schedule_run() WHERE schedule LIKE 'skew%'), 3::bigint, 'three schedules due fire');
+SELECT ok((SELECT bool_and(last_run BETWEEN (SELECT t FROM clock_before) AND pgqueue.now_ms())
+             FROM pgqueue.schedule WHERE name LIKE 'skew%'), 'a run records its clock in last_run');
+SELECT pgqueue.schedule_create('skew_new', 's', 'w', p_every_ms => 60000, p_start_at => pgqueue.now_ms() + 86400000);
+CREATE TEMP TABLE skew AS SELECT name, next_run, last_run FROM pgqueue.schedule WHERE name LIKE 'skew%';
+-- as a run that read the clock a day later leaves them (next slots a day on, on the same grid)
+UPDATE pgqueue.schedule SET next_run = next_run + 86400000, last_run = last_run + 86400000
+ WHERE name IN ('skew_every', 'skew_cron');
+UPDATE pgqueue.schedule SET next_run = next_run + 60000, last_run = pgqueue.now_ms() + 500 WHERE name = 'skew_near';
+SELECT is((SELECT count(*) FROM pgqueue.schedule_run() WHERE schedule LIKE 'skew%'), 0::bigint,
+          'set back: nothing is due, nothing fires');
+SELECT ok((SELECT next_run > pgqueue.now_ms() - 5000 AND next_run <= pgqueue.now_ms() + 60000
+                  AND (next_run - (SELECT next_run FROM skew WHERE name = 'skew_every')) % 60000 = 0
+             FROM pgqueue.schedule WHERE name = 'skew_every'),
+          'an interval: its first slot after now, on its grid');
+SELECT ok((SELECT next_run > pgqueue.now_ms() - 5000 AND next_run <= pgqueue.now_ms() + 300000 AND next_run % 300000 = 0
+             FROM pgqueue.schedule WHERE name = 'skew_cron'),
+          'a cron expression: its first match after now');
+SELECT ok((SELECT bool_and(last_run <= pgqueue.now_ms()) FROM pgqueue.schedule WHERE name IN ('skew_every', 'skew_cron')),
+          'and last_run is this run''s clock');
+SELECT is((SELECT next_run FROM pgqueue.schedule WHERE name = 'skew_new'),
+          (SELECT next_run FROM skew WHERE name = 'skew_new'), 'a schedule that never ran keeps its start');
+SELECT is((SELECT next_run FROM pgqueue.schedule WHERE name = 'skew_near'),
+          (SELECT next_run + 60000 FROM skew WHERE name = 'skew_near'), 'a last run under a second ahead: unchanged');
+CREATE TEMP TABLE skew_after AS SELECT name, next_run FROM pgqueue.schedule WHERE name LIKE 'skew%';
+SELECT is((SELECT count(*) FROM pgqueue.schedule_run() WHERE schedule LIKE 'skew%'), 0::bigint, 'a second run: nothing fires');
+SELECT is((SELECT array_agg(s.next_run = a.next_run) FROM pgqueue.schedule s JOIN skew_after a USING (name)),
+          ARRAY[true, true, true, true], 'and nothing moves again');
+SELECT pgqueue.schedule_drop(n) FROM unnest('{skew_every,skew_cron,skew_near,skew_new}'::text[]) n;
 
 -- drop; a dropped queue takes its schedules along
 SELECT is(pgqueue.schedule_drop('once'), true, 'drop');

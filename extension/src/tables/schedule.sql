@@ -15,6 +15,7 @@ CREATE TABLE pgqueue.schedule (
     missed       text        NOT NULL DEFAULT 'latest',
     next_run     bigint      NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_run     bigint,
     CONSTRAINT schedule_pkey PRIMARY KEY (id),
     CONSTRAINT schedule_name_key UNIQUE (name),
     CONSTRAINT schedule_kind_check CHECK ((every_ms IS NULL) <> (cron IS NULL)),
@@ -28,7 +29,11 @@ ALTER SEQUENCE pgqueue.schedule_id_seq OWNED BY pgqueue.schedule.id;
 -- guarantees are kept by schedule_create, which locks the queue's row, and queue_drop.)
 CREATE INDEX schedule_next_run_idx ON pgqueue.schedule (next_run);
 CREATE INDEX schedule_queue_idx ON pgqueue.schedule (queue_id);
+-- The schedules that a run which read a later clock advanced: found after the server's clock was
+-- set back (pgqueue.schedule_run), an index probe that finds nothing otherwise.
+CREATE INDEX schedule_last_run_idx ON pgqueue.schedule (last_run);
 
 COMMENT ON TABLE pgqueue.schedule IS 'pgqueue: periodic messages (interval or cron, UTC); change them with schedule_create/schedule_drop, enqueue due slots with schedule_run';
 COMMENT ON COLUMN pgqueue.schedule.next_run IS 'epoch ms of the next slot not yet enqueued';
+COMMENT ON COLUMN pgqueue.schedule.last_run IS 'epoch ms (the clock when it began) of the schedule_run that last set next_run; NULL: none yet';
 COMMENT ON COLUMN pgqueue.schedule.missed IS 'slots missed while no scheduler ran: latest = one message for them all, all = one per slot';

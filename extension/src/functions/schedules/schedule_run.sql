@@ -25,6 +25,16 @@
 -- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
 -- later call, the others fire.
 --
+-- A server clock set back would leave a schedule silent until the clock came back to the
+-- next_run that a run reading the later clock had set (for as long as the step back). So a
+-- schedule whose last_run (the clock when the run that last set its next_run began) is more
+-- than a second ahead of this run's clock, read again once the row is locked (a run of another
+-- scheduler that began after this one may have set it: that is no step back), gets the next slot
+-- that the clock now gives: an interval's first slot after now on its grid (next_run less whole
+-- intervals), a cron expression's first match after now, when earlier than next_run. A WARNING
+-- names it (the server's log keeps it). The slots between now and the old next_run are enqueued
+-- again as the clock reaches them; a schedule that has not run yet keeps its p_start_at.
+--
 -- SECURITY DEFINER, EXECUTE granted by docs/grants.sql (producers, administrators), not PUBLIC:
 -- a scheduler locks and advances the schedules' rows, which needs UPDATE on next_run, and with
 -- that right plain SQL could set any schedule's next_run to any time (stop every schedule) or
@@ -50,6 +60,7 @@ DECLARE
     v_busy  integer[] := '{}';  -- the queues whose lock stripe a drop or an alter holds
     v_held  integer[] := '{}';  -- the capped queues whose admission an open transaction holds
     v_lt    text;       -- the caller's lock_timeout, while a queue's stripe waits 100 ms at most
+    v_next  bigint;     -- a schedule's next slot after the clock was set back
 BEGIN
     IF p_limit IS NULL THEN
         PERFORM pgqueue._not_null(true, 'p_limit'::text);
@@ -63,7 +74,8 @@ BEGIN
         FOR v_c IN
             SELECT s.id, s.queue_id, s.name, q.name AS queue, count(*) OVER () AS n
               FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
-             WHERE s.next_run <= v_now AND (v_again IS NULL OR s.id = ANY (v_again))
+             WHERE (s.next_run <= v_now OR s.last_run > v_now + 1000)
+               AND (v_again IS NULL OR s.id = ANY (v_again))
              ORDER BY CASE WHEN v_again IS NULL THEN random() END, s.next_run, s.id
         LOOP
             -- an equal share of the room left among the schedules left to visit (at least 1)
@@ -97,18 +109,32 @@ BEGIN
             PERFORM set_config('lock_timeout', v_lt, true);
             CONTINUE WHEN v_c.queue_id = ANY (v_busy);
             SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
-                   s.missed, s.next_run
+                   s.missed, s.next_run, s.last_run
               INTO v_s
               FROM pgqueue.schedule s JOIN pgqueue.queue q ON q.id = s.queue_id
-             WHERE s.id = v_c.id AND s.next_run <= v_now
+             WHERE s.id = v_c.id AND (s.next_run <= v_now OR s.last_run > v_now + 1000)
                FOR UPDATE OF s SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;  -- another scheduler has it, it is no longer due, or it was dropped
+            IF v_s.next_run > v_now THEN
+                -- not due, but its last run read a clock more than a second later than this
+                -- run's: set back, unless that run began after this one (the clock read now)
+                IF v_s.last_run > pgqueue.now_ms() + 1000 THEN
+                    v_next := CASE WHEN v_s.cron IS NULL
+                                   THEN v_s.next_run - (v_s.next_run - v_now - 1) / v_s.every_ms * v_s.every_ms
+                                   ELSE least(v_s.next_run, pgqueue._cron_next(v_s.cron, v_now)) END;
+                    UPDATE pgqueue.schedule s SET next_run = v_next, last_run = v_now WHERE s.id = v_s.id;
+                    RAISE WARNING 'schedule "%": the server''s clock was set back (its last run read % ms later than now); its next slot moves from % to %',
+                        v_s.name, v_s.last_run - v_now, v_s.next_run, v_next
+                        USING DETAIL = 'Slots are epoch ms. The slots between now and the old next slot are enqueued again as the clock reaches them.';
+                END IF;
+                CONTINUE;
+            END IF;
             v_fired := pgqueue._schedule_fire(v_s.queue, v_s.content, v_s.content_type, v_s.every_ms, v_s.cron,
                                               v_s.missed, v_s.next_run, v_now, v_share,
                                               v_s.max_size IS NOT NULL);
             RETURN QUERY SELECT v_s.name, f.id, f.slot FROM unnest(v_fired.o_ids, v_fired.o_slots) AS f(id, slot);
             v_made := v_made + cardinality(v_fired.o_ids);
-            UPDATE pgqueue.schedule s SET next_run = v_fired.o_next WHERE s.id = v_s.id;
+            UPDATE pgqueue.schedule s SET next_run = v_fired.o_next, last_run = v_now WHERE s.id = v_s.id;
             IF v_fired.o_held THEN
                 -- held by a lock on its queue's admission: this queue's other schedules wait too
                 v_held := v_held || v_c.queue_id;
