@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(109);
+SELECT plan(111);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -165,6 +165,27 @@ SELECT is((SELECT count(*) FROM pgqueue.schedule_run() WHERE schedule LIKE 'skew
 SELECT is((SELECT array_agg(s.next_run = a.next_run) FROM pgqueue.schedule s JOIN skew_after a USING (name)),
           ARRAY[true, true, true, true], 'and nothing moves again');
 SELECT pgqueue.schedule_drop(n) FROM unnest('{skew_every,skew_cron,skew_near,skew_new}'::text[]) n;
+-- A run of another scheduler that began after this one (its last_run ahead of this run's first
+-- clock reading, not of the clock read under the row's lock) is no step back: the next slot it
+-- set stays. The clock is faked in a savepoint: this run's first reading T, every later one
+-- T + 5 s; the other run read T + 3 s. Were the first reading compared, the next slot, more than
+-- two intervals ahead of it, would be taken back to one that the other run enqueued already.
+SAVEPOINT fake_clock;
+CREATE TEMP SEQUENCE fake_clock_calls;
+SELECT set_config('pgqueue_test.t', pgqueue.now_ms()::text, true);
+SELECT pgqueue.schedule_create('skew_later', 's', 'l', p_every_ms => 60000,
+                               p_start_at => current_setting('pgqueue_test.t')::bigint - 1000);
+UPDATE pgqueue.schedule SET last_run = current_setting('pgqueue_test.t')::bigint + 3000,
+                            next_run = current_setting('pgqueue_test.t')::bigint + 133000
+ WHERE name = 'skew_later';
+CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS bigint LANGUAGE sql VOLATILE
+AS $fake$ SELECT current_setting('pgqueue_test.t')::bigint
+                 + CASE WHEN nextval('pg_temp.fake_clock_calls') = 1 THEN 0 ELSE 5000 END $fake$;
+SELECT count(*) AS later_fired FROM pgqueue.schedule_run() WHERE schedule = 'skew_later' \gset
+SELECT next_run - current_setting('pgqueue_test.t')::bigint AS later_next FROM pgqueue.schedule WHERE name = 'skew_later' \gset
+ROLLBACK TO SAVEPOINT fake_clock;
+SELECT is(:later_fired::bigint, 0::bigint, 'another scheduler''s later run: nothing fires');
+SELECT is(:later_next::bigint, 133000::bigint, 'and the next slot it set stays (no step back)');
 
 -- drop; a dropped queue takes its schedules along
 SELECT is(pgqueue.schedule_drop('once'), true, 'drop');
