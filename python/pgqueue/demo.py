@@ -47,14 +47,15 @@ from functools import partial
 from typing import Any, TextIO
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pgqueue import _core
 from pgqueue._worker_core import _SIGNALS
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
 from pgqueue.errors import ConnectionFailed
-from pgqueue.message import DeadLetter, Message
+from pgqueue.message import DeadLetter, Message, QueueStats
 from pgqueue.worker import Result, Worker
 
 __all__ = ["add_arguments", "run_demo", "run_from_args", "DemoOptions", "handle"]
@@ -228,18 +229,33 @@ DASHBOARD_CONNECTIONS = 6
 CONNECTION_MARGIN = 20
 
 
+def _connection_parts(options: DemoOptions) -> list[tuple[int, str]]:
+    """The connections the demo holds at once, each part with what it is for: the workers',
+    the producers' pool, its own (creating, checking and dropping the queue) and the dashboard's."""
+    parts = [(options.workers * WORKER_CONNECTIONS, f"for {_count(options.workers, 'worker')}"),
+             (options.producers, f"for {_count(options.producers, 'producer')}"),
+             (1, "its own")]
+    if options.dashboard is not None:
+        parts.append((DASHBOARD_CONNECTIONS, "the dashboard's"))
+    return parts
+
+
 def connections_needed(options: DemoOptions) -> int:
-    """Return how many connections the demo holds at once: each worker's, the producers' pool,
-    its own (creating, checking and dropping the queue) and the dashboard's."""
-    dashboard = DASHBOARD_CONNECTIONS if options.dashboard is not None else 0
-    return options.workers * WORKER_CONNECTIONS + options.producers + 1 + dashboard
+    """Return how many connections the demo holds at once (:func:`_connection_parts`)."""
+    return sum(n for n, _what in _connection_parts(options))
+
+
+def _count(n: int, thing: str, things: str | None = None) -> str:
+    """Return "1 thing" or "N things" (it printed "1 messages", "1 producers", a review)."""
+    return f"{n:,} {thing if n == 1 else things or thing + 's'}"
 
 
 @contextmanager
-def database(dsn: str | None, out: TextIO, connections: int = 0) -> Iterator[str]:
+def database(dsn: str | None, out: TextIO, connections: Sequence[tuple[int, str]] = ()) -> Iterator[str]:
     """Yield the DSN of a database with the extension: ``dsn``, or a throwaway server's with
-    room for ``connections`` (its max_connections: `--workers 100` ran out of the 200 it had,
-    and the workers that could not connect were seen only as slow heartbeats, a review)."""
+    room for ``connections`` (:func:`_connection_parts`; its max_connections: `--workers 100`
+    ran out of the 200 it had, and the workers that could not connect were seen only as slow
+    heartbeats, a review)."""
     if dsn is not None:
         _install_extension(dsn, out, connections)
         yield dsn
@@ -254,7 +270,7 @@ def database(dsn: str | None, out: TextIO, connections: int = 0) -> Iterator[str
         raise UserError(f"{exc}; {own}") from exc
     print(f"Starting a throwaway PostgreSQL server in a temporary directory under {tempfile.gettempdir()} "
           "(use --dsn or PGQUEUE_DSN for your own)...", file=out, flush=True)
-    slots = max(int(FAST_SETTINGS["max_connections"]), connections + CONNECTION_MARGIN)
+    slots = max(int(FAST_SETTINGS["max_connections"]), sum(n for n, _what in connections) + CONNECTION_MARGIN)
     server = EmbeddedPostgres(settings={"max_connections": str(slots)})
     try:
         server.start()
@@ -307,7 +323,7 @@ def _disk_full_text(own: str) -> str:
             f"{THROWAWAY_DISK_MB} MB there, more for runs of many more messages): set TMPDIR to a directory with more room, {own}")
 
 
-def _install_extension(dsn: str, out: TextIO, connections: int = 0) -> None:
+def _install_extension(dsn: str, out: TextIO, connections: Sequence[tuple[int, str]] = ()) -> None:
     """Install pgqueue in a database that has none, as `pgqueue install` does: the extension
     when the server has its files, else the plain SQL install (a managed PostgreSQL, where no
     files can be placed: the demo asked for `make install` there), and say so; and say when
@@ -331,10 +347,12 @@ def _install_extension(dsn: str, out: TextIO, connections: int = 0) -> None:
         _check_connections(conn, connections, out)
 
 
-def _check_connections(conn: psycopg.Connection[Any], needed: int, out: TextIO) -> None:
+def _check_connections(conn: psycopg.Connection[Any], connections: Sequence[tuple[int, str]], out: TextIO) -> None:
     """Say so up front when the server (--dsn: its limit is the user's, not the demo's) has
-    fewer connections free than the demo needs: the workers that cannot connect wait and try
-    again, and the run shows it only as slow progress (the report counts the failures)."""
+    fewer connections free than the demo needs (``connections``: :func:`_connection_parts`):
+    the workers that cannot connect wait and try again, and the run shows it only as slow
+    progress (the report counts the failures)."""
+    needed = sum(n for n, _what in connections)
     row = conn.execute(
         "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int, "
         "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int, "
@@ -345,10 +363,12 @@ def _check_connections(conn: psycopg.Connection[Any], needed: int, out: TextIO) 
     limit, reserved, used, superuser = row
     free = limit - used - (0 if superuser else reserved) + 1  # + this connection, closed before the run
     if needed > free:
-        print(f"Warning: the demo needs about {needed:,} connections to the database ({WORKER_CONNECTIONS} a worker, "
-              f"one a producer, one its own) and the server has {max(free, 0):,} free (max_connections {limit:,}, "
-              f"{used:,} in use): workers that cannot connect wait and retry. Lower --workers, or raise the "
-              "server's max_connections.", file=out, flush=True)
+        # each part with its count, the dashboard's included (they did not add up to the total, a review)
+        parts = ", ".join(f"{n:,} {what}" for n, what in connections)
+        print(f"Warning: the demo needs about {needed:,} connections to the database ({parts}; {WORKER_CONNECTIONS} "
+              f"a worker) and the server has {max(free, 0):,} free (max_connections {limit:,}, "
+              f"{used:,} in use): workers that cannot connect wait and retry. Lower --workers or "
+              "--producers, or raise the server's max_connections.", file=out, flush=True)
 
 
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
@@ -371,19 +391,25 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     try:
         with _Sigint() as sigint:
             try:
-                with database(options.dsn, out, connections_needed(options)) as dsn, \
+                with database(options.dsn, out, _connection_parts(options)) as dsn, \
                         Queue(dsn, f"demo_{os.getpid()}_{secrets.token_hex(3)}") as queue, \
                         dashboard(dsn, options.dashboard, out):
-                    queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
-                                 retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
+                    # The create too: a Ctrl-C as it returned left the queue behind (--dsn).
+                    created = False
                     try:
+                        queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
+                                     retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
+                        created = True
                         tally, elapsed = run_workload(queue, dsn, jobs, options, out)
                         status = report(queue, jobs, tally, elapsed, options, out, trouble)
                         if options.dashboard is not None:
                             _linger(out)
-                        return status
-                    finally:
-                        _drop(queue, options.dsn is None, out)
+                    except BaseException as exc:
+                        if created or isinstance(exc, KeyboardInterrupt):  # (a create refused made nothing)
+                            _drop(queue, options.dsn, out, sigint, stopping=True)
+                        raise
+                    _drop(queue, options.dsn, out, sigint)
+                    return status
             except _Interrupted:  # said so already
                 raise
             except (Exception, KeyboardInterrupt) as exc:
@@ -440,6 +466,7 @@ class _Sigint:
     def __init__(self) -> None:
         self.seen = False
         self._previous: dict[int, Any] = {}
+        self._on_hold: Callable[[], None] | None = None
 
     def __enter__(self) -> _Sigint:
         if threading.current_thread() is threading.main_thread():  # signal handlers live there
@@ -451,24 +478,81 @@ class _Sigint:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.seen = True
+        if self._on_hold is not None:
+            self._on_hold()  # (which may raise KeyboardInterrupt all the same)
+            return
         raise KeyboardInterrupt
+
+    @contextmanager
+    def holding(self, on_signal: Callable[[], None]) -> Iterator[None]:
+        """For the block, a signal calls ``on_signal`` instead of raising KeyboardInterrupt
+        (on the main thread, where the handlers are; elsewhere nothing is held)."""
+        previous, self._on_hold = self._on_hold, on_signal
+        try:
+            yield
+        finally:
+            self._on_hold = previous
 
     def __exit__(self, *exc: object) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
 
 
-def _drop(queue: Queue, throwaway: bool, out: TextIO) -> None:
-    """Drop the demo's queue, with its messages and dead letters, and say so."""
-    try:
-        queue.drop()
-    except (psycopg.OperationalError, ConnectionFailed):
-        if not throwaway:
-            raise
-        # Ctrl-C on a terminal reaches the throwaway server too (it runs in the demo's process
-        # group) and it shuts down at once: the queue goes with the server's directory.
+def _drop(queue: Queue, dsn: str | None, out: TextIO, sigint: _Sigint, stopping: bool = False) -> None:
+    """Drop the demo's queue, with its messages and dead letters, and say so.
+
+    With ``dsn`` (--dsn: the user's database) a Ctrl-C (SIGTERM, SIGHUP) during the drop is
+    held until it is done, and acted on then unless the demo is ``stopping`` already: a second
+    Ctrl-C there cancelled the drop and left the queue behind, unsaid (a review). Another one
+    gives up the drop (it waits for the work in flight on its lock stripe, other queues' too),
+    and the demo says how to drop the queue, as it does whenever the drop fails.
+    """
+    if dsn is None:
+        try:
+            dropped = queue.drop()
+        except (psycopg.OperationalError, ConnectionFailed):
+            # Ctrl-C on a terminal reaches the throwaway server too (it runs in the demo's process
+            # group) and it shuts down at once: the queue goes with the server's directory.
+            return
+        if dropped:
+            print(f"Dropped queue {queue.name}.", file=out, flush=True)
         return
-    print(f"Dropped queue {queue.name}.", file=out, flush=True)
+    held = 0
+
+    def on_signal() -> None:
+        nonlocal held
+        held += 1
+        if held > 1:
+            raise KeyboardInterrupt
+        print(f"Dropping queue {queue.name} first (Ctrl-C again leaves it behind)...", file=out, flush=True)
+
+    try:
+        with sigint.holding(on_signal):
+            dropped = queue.drop()
+    except BaseException as exc:
+        from pgqueue.cli import _one_line
+
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else _one_line(str(exc)) or type(exc).__name__
+        print(f"Could not drop queue {queue.name} ({why}): it is left behind, with its messages and dead letters; "
+              f"{_drop_command(dsn, queue.name)} drops it.", file=out, flush=True)
+        if isinstance(exc, KeyboardInterrupt):
+            raise _Interrupted from exc  # said so
+        raise
+    if dropped:  # (not, when a Ctrl-C came before it was created)
+        print(f"Dropped queue {queue.name}.", file=out, flush=True)
+    if held and not stopping:
+        raise KeyboardInterrupt
+
+
+def _drop_command(dsn: str, name: str) -> str:
+    """The command that drops queue ``name`` of the database at ``dsn``, its password left out."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:  # (it connected with it: not expected)
+        return f"`pgqueue queue drop --dsn DSN {shlex.quote(name)}`"
+    password = params.pop("password", None)
+    command = f"`pgqueue queue drop --dsn {shlex.quote(make_conninfo('', **params))} {shlex.quote(name)}`"
+    return command + (" (with the DSN's password, left out here)" if password else "")
 
 
 @contextmanager
@@ -556,6 +640,9 @@ class _Threads:
             thread.join()
 
 
+#: How long the producers' connections may take to open (a module constant, for the tests).
+PRODUCERS_CONNECT_S = 30.0
+
 #: How long the wait for the last messages goes on with nothing sent, completed or
 #: dead-lettered (once the producers' schedule is over) before it gives up on them: the slowest
 #: job takes 2.5 s, a retry 0.75 s more. A module constant so that tests can shorten it.
@@ -570,9 +657,12 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
         # the sending, then the slowest job (2.5 s) after a retry or two (0.75 s of back-off)
         rate, took = f"at {options.rate:g} msg/s", f"about {len(jobs) / options.rate + 4:,.0f} s"
     else:
-        rate, took = "as fast as they can", "a few seconds a thousand messages"
-    print(f"Queue {queue.name}: {options.producers} producers send {len(jobs):,} messages {rate}; "
-          f"{options.workers} workers x {options.concurrency} handlers process them ({took}; Ctrl-C stops "
+        rate = "as fast as it can" if options.producers == 1 else "as fast as they can"
+        took = "a few seconds a thousand messages"
+    send = "sends" if options.producers == 1 else "send"
+    process = "processes" if options.workers * options.concurrency == 1 else "process"
+    print(f"Queue {queue.name}: {_count(options.producers, 'producer')} {send} {_count(len(jobs), 'message')} {rate}; "
+          f"{_count(options.workers, 'worker')} x {_count(options.concurrency, 'handler')} {process} them ({took}; Ctrl-C stops "
           "and cleans up).", file=out, flush=True)
 
     # Each worker has a Queue of its own (and opens its own connections from its DSN).
@@ -591,7 +681,14 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
         # The producers' connections before the workers': on a server short of connection slots
         # the workers that cannot connect wait and try again (and the report counts it), where
         # the producers would give up after 30 s.
-        pool.wait(timeout=30.0)
+        try:
+            pool.wait(timeout=PRODUCERS_CONNECT_S)
+        except PoolTimeout as exc:  # it said "cannot connect to the database: pool initialization incomplete"
+            from pgqueue.cli import UserError
+
+            raise UserError(f"the producers could not open their {_count(options.producers, 'connection')} to the "
+                            f"database in {PRODUCERS_CONNECT_S:g} s (the server short of free connections? lower "
+                            "--producers, or raise its max_connections)") from exc
         for i, worker in enumerate(workers):
             worker_threads.start(f"demo-worker-{i}", worker.run)
         for i in range(options.producers):
@@ -632,7 +729,7 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
             progress.update(tally)
         interrupted = False
     except KeyboardInterrupt as exc:
-        print(f"Interrupted with {tally.settled:,} of {len(jobs):,} messages settled: stopping the producers "
+        print(f"Interrupted with {tally.settled:,} of {_count(len(jobs), 'message')} settled: stopping the producers "
               "and workers.", file=out, flush=True)
         raise _Interrupted from exc
     finally:
@@ -709,22 +806,27 @@ def _ms(seconds: float) -> str:
     return f"{ms:.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
-def check(queue: Queue, tally: Tally, expected_kinds: Counter[str], trouble: str | None = None) -> list[str]:
+def check(queue: Queue, tally: Tally, expected_kinds: Counter[str], trouble: str | None = None,
+          dead_letters: dict[int, DeadLetter] | None = None, stats: QueueStats | None = None) -> list[str]:
     """Return what is wrong: every message completed once, or dead-lettered once if poison.
 
     When the wait gave up (:attr:`Tally.gave_up_after`), the messages with no end yet are one
     problem, said as such, not each a message lost. ``trouble``: what the workers logged about
     the database (connections failing), the likelier cause of a lease run out than slow heartbeats.
+    ``dead_letters`` (:func:`_dead_letters`) and ``stats``: the queue's, read here if not given.
     """
     problems = []
     sent = sum(expected_kinds.values())
     if len(tally.kinds) != sent:
-        problems.append(f"{sent - len(tally.kinds):,} messages were never enqueued")
+        never = sent - len(tally.kinds)
+        problems.append(f"{_count(never, 'message')} {'was' if never == 1 else 'were'} never enqueued")
     poison = {i for i, k in tally.kinds.items() if k == "poison"}
-    dead_letters = _dead_letters(queue, tally)
+    if dead_letters is None:
+        dead_letters = _dead_letters(queue, tally)
     unsettled = {i for i in tally.kinds
                  if not tally.completed[i] and not tally.dead[i] and i not in dead_letters}
-    stats = queue.stats()
+    if stats is None:
+        stats = queue.stats()
     if tally.gave_up_after is not None:
         problems.append(f"stopped waiting after {tally.gave_up_after:,.0f} s with {len(unsettled):,} unsettled "
                         f"(none sent or settled in the last {GIVE_UP_AFTER_S:g} s; in the queue: {stats.ready} ready, "
@@ -807,31 +909,35 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
            options: DemoOptions, out: TextIO, trouble: _Trouble | None = None) -> int:
     """Print the summary and the exactly-once check; return the exit status."""
     kinds = Counter(job["kind"] for job in jobs)
-    troubled = f"{trouble.count:,} failures logged" if trouble is not None and trouble.count else None
-    problems = check(queue, tally, kinds, troubled)
+    troubled = f"{_count(trouble.count, 'failure')} logged" if trouble is not None and trouble.count else None
+    # The dead letters and the stats read once, for the check and the report (read twice, a review).
+    letters, stats = _dead_letters(queue, tally), queue.stats()
+    problems = check(queue, tally, kinds, troubled, letters, stats)
     completed = sum(tally.completed.values())
     dead = sum(tally.dead.values())
     all_latencies = [v for values in tally.latency.values() for v in values]
 
     sent = len(tally.kinds)
     sending = (tally.last_enqueue or 0.0) - (tally.first_enqueue or 0.0)
-    offered = "as fast as they could" if options.rate <= 0 else f"offered {options.rate:g} msg/s"
+    they = "it" if options.producers == 1 else "they"
+    offered = f"as fast as {they} could" if options.rate <= 0 else f"offered {options.rate:g} msg/s"
     drained = (tally.last_settle or 0.0) - (tally.last_enqueue or 0.0)
+    workers = _count(options.workers, "worker")
     w = out.write
     w("\nSummary (measured in this run)\n")
-    w(f"  sent          {sent:,} messages in {sending:.1f} s by {options.producers} producers"
+    w(f"  sent          {_count(sent, 'message')} in {sending:.1f} s by {_count(options.producers, 'producer')}"
       f"{_per_second(sent, sending)}, one transaction each ({offered})\n")
     if options.rate > 0 and (tally.last_settle is None or drained < 0):
         # None settled, or none after the last send (the wait gave up on the last ones): the
         # time from the last send to the last settle is not a drain time; it read "the last
         # -4521.3 s after the last was sent" (a monotonic clock's reading, negated), a review.
-        w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency}, none after "
+        w(f"  settled       {completed + dead:,} by {workers} x {options.concurrency}, none after "
           "the last was sent\n")
     elif options.rate > 0:
-        w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency}, the last "
+        w(f"  settled       {completed + dead:,} by {workers} x {options.concurrency}, the last "
           f"{drained:.1f} s after the last was sent (slow jobs and retries; --rate 0 measures throughput)\n")
     else:
-        w(f"  settled       {completed + dead:,} by {options.workers} workers x {options.concurrency} in {elapsed:.1f} s "
+        w(f"  settled       {completed + dead:,} by {workers} x {options.concurrency} in {elapsed:.1f} s "
           f"from the first send{_per_second(completed + dead, elapsed)} (retry back-offs and the "
           "slow jobs' 2 s included)\n")
     if all_latencies:
@@ -849,7 +955,6 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
     # Each kind's row counts what was settled of it, "N of M" when not all (it counted what was
     # sent, and said "dead-lettered" of poison messages that were not, a review).
     # A poison message the database dead-lettered itself (its last lease ran out) is settled too.
-    letters = _dead_letters(queue, tally)
     settled, dead_of, by_database = Counter[str](), Counter[str](), Counter[str]()
     for msg_id, kind in tally.kinds.items():
         done, dead_here = tally.completed[msg_id] > 0, tally.dead[msg_id] > 0
@@ -879,15 +984,15 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
             w(f"    {kind:<10} {count:>6}  none completed\n")
     w(f"  retries       {tally.retries:,} (each flaky job once, each poison job "
       f"{MAX_ATTEMPTS - 1} times before it is dead-lettered)\n")
-    db_dead = queue.stats().dead
+    db_dead = stats.dead
     by_db = f" (the queue holds {db_dead:,}: the database dead-lettered {db_dead - dead:,} itself)" if db_dead > dead else ""
     w(f"  dead letters  {dead:,}{by_db}\n")
-    w(f"  lost leases   {tally.stale:,} acknowledgements refused because the lease had run out "
+    w(f"  lost leases   {_count(tally.stale, 'acknowledgement')} refused because the lease had run out "
       "(the message went to another delivery)\n")
     if trouble is not None and trouble.count:
         limit = ("the server's max_connections is yours (--dsn): lower --workers or raise it" if options.dsn is not None
                  else "is the machine out of connections or memory?")
-        w(f"  connections   {trouble.count:,} failures logged by the workers (about {connections_needed(options):,} "
+        w(f"  connections   {_count(trouble.count, 'failure')} logged by the workers (about {connections_needed(options):,} "
           f"connections needed: {limit}); the first: {trouble.first}\n")
     fenced = fencing(queue)
     if fenced is not None:
@@ -896,7 +1001,7 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
         w(f"  fencing       a worker stalled past its {FENCING_LEASE_MS / 1000:g} s lease and another took the "
           "message: the stalled one's complete was refused, the new holder's accepted\n")
     if problems:
-        w(f"  exactly once  FAILED: {len(problems)} problem(s)\n")
+        w(f"  exactly once  FAILED: {_count(len(problems), 'problem')}\n")
         for problem in problems[:PROBLEMS_LISTED]:
             w(f"    - {problem}\n")
         if len(problems) > PROBLEMS_LISTED:
@@ -916,8 +1021,12 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
 #: The most messages a run sends, and the lowest rate it takes (besides 0, as fast as possible).
 MAX_MESSAGES = 10_000_000
 MIN_RATE = 0.001
-#: The most producers, workers, handlers a worker, and handlers in all (workers x concurrency): threads.
+#: The most handlers a worker, and handlers in all (workers x concurrency): threads.
 MAX_THREADS = 10_000
+#: The most workers and producers: each holds connections (3 a worker, 1 a producer), and the
+#: throwaway server is sized for them all (--workers 10000 asked it for 30,000 and more, a review).
+MAX_WORKERS = 200
+MAX_PRODUCERS = 100
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -937,11 +1046,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0 = as fast as they can, a throughput test)")
     # Bounded too: every producer, worker and handler is a thread of this process (a --concurrency
     # of 10^20 started threads until the system refused one, then aborted: exit 134, a review).
+    # The workers and producers, to what a machine's PostgreSQL serves: their connections.
     threads = _int_range(1, MAX_THREADS, f"a positive integer up to {MAX_THREADS:,}")
-    parser.add_argument("--producers", type=threads, default=d.producers, metavar="N",
-                        help=f"producer threads (default {d.producers}, at most {MAX_THREADS:,})")
-    parser.add_argument("--workers", type=threads, default=d.workers, metavar="N",
-                        help=f"workers (default {d.workers}, at most {MAX_THREADS:,})")
+    producers = _int_range(1, MAX_PRODUCERS, f"a number of producers from 1 to {MAX_PRODUCERS}")
+    workers = _int_range(1, MAX_WORKERS, f"a number of workers from 1 to {MAX_WORKERS}")
+    parser.add_argument("--producers", type=producers, default=d.producers, metavar="N",
+                        help=f"producer threads, a connection each (default {d.producers}, at most {MAX_PRODUCERS})")
+    parser.add_argument("--workers", type=workers, default=d.workers, metavar="N",
+                        help=f"workers, {WORKER_CONNECTIONS} connections each (default {d.workers}, at most {MAX_WORKERS})")
     parser.add_argument("--concurrency", type=threads, default=d.concurrency, metavar="N",
                         help=f"handlers per worker (default {d.concurrency}; workers x concurrency at most "
                              f"{MAX_THREADS:,})")
