@@ -1350,3 +1350,105 @@ def test_uninstall_refuses_a_connection_in_a_transaction(owner: Owner) -> None:
         conn.rollback()
         conn.autocommit = True
         assert holds(conn) == (None, CURRENT)
+
+
+# --------------------------------------------------------------------------------------------
+# What the installer review left (session 69)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["while its locks were waited for", "just after the first look"])
+def test_an_extension_upgrade_that_waited_for_an_uninstall_says_so(owner: Owner, monkeypatch: pytest.MonkeyPatch,
+                                                                  when: str) -> None:
+    """`pgqueue install` upgrading the extension while another session's `pgqueue uninstall`
+    drops it (DROP EXTENSION pgqueue): committed while the upgrade waited for the tables it
+    holds, the upgrade failed with the server's bare 'relation "pgqueue.queue" does not exist';
+    committed between the upgrade's first look and its transaction, with 'extension "pgqueue"
+    does not exist'. It says pgqueue was uninstalled meanwhile (exit 1 from the command line,
+    as any InstallError), and makes nothing."""
+    from pgqueue import installer
+
+    db = owner.database()
+    with owner.connect(db) as conn:
+        conn.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+    expected = (f"pgqueue was uninstalled from database {db} by another session (`pgqueue uninstall`, say) while "
+                "this install waited for it: run `pgqueue install` again to install it")
+    if when == "just after the first look":
+        first_look = installer.read_state
+
+        def stale(conn: Conn) -> installer.InstallState:
+            state = first_look(conn)
+            monkeypatch.setattr(installer, "read_state", first_look)
+            with owner.connect(db) as other:
+                other.execute("DROP EXTENSION pgqueue")
+            return state
+
+        monkeypatch.setattr(installer, "read_state", stale)
+        with owner.connect(db) as conn, pytest.raises(installer.InstallError) as raised:
+            installer.install(conn, report=lambda _: None)
+        outcome: object = raised.value
+    else:
+        first = owner.connect(db)
+        first.autocommit = False
+        first.execute("DROP EXTENSION pgqueue")  # (it holds every table of pgqueue's)
+
+        def commit() -> None:
+            first.commit()
+            first.close()
+
+        outcome = _while_blocked(owner, db, lambda second: installer.install(second, report=lambda _: None), commit)
+    assert isinstance(outcome, installer.InstallError), repr(outcome)
+    assert str(outcome) == expected, outcome
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, None)
+        assert one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace") == 0
+
+
+#: `pgqueue install` in a child process whose first try to lock pgqueue's tables for the upgrade
+#: is interrupted by a Ctrl-C (SIGINT) noticed once that try's lock_timeout has ended it (its
+#: error waiting on the socket), as a Ctrl-C during the tries mostly is.
+_CTRL_C_AS_A_TRY_ENDS = """
+import os, signal, sys, time
+from psycopg import sql, waiting
+from pgqueue import cli, installer
+
+real_wait, real_run, armed = waiting.wait, installer._run, []
+
+def run(conn, query, params=None):
+    if isinstance(query, sql.Composable) and query.as_string(conn).startswith("LOCK TABLE"):
+        armed.append(True)
+    return real_run(conn, query, params)
+
+def wait(gen, *args, **kwargs):
+    if armed:
+        armed.clear()
+        next(gen)  # the try's LOCK TABLE is sent
+        time.sleep(0.5)  # its lock_timeout (100 ms) ends it
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
+    return real_wait(gen, *args, **kwargs)
+
+installer._run, waiting.wait = run, wait
+sys.argv[0] = "pgqueue"
+cli.console()
+"""
+
+
+def test_ctrl_c_during_an_upgrades_lock_tries_says_nothing_of_psycopg(owner: Owner) -> None:
+    """Ctrl-C while `pgqueue install` tries to lock pgqueue's tables for an upgrade (a worker's
+    transaction holds one): exit 130, nothing changed, but stderr had psycopg's "query
+    cancellation interrupted (LockNotAvailable): closing connection" first (most such Ctrl-Cs:
+    psycopg's cancel met the try's own lock_timeout error). Only the command's own line."""
+    db = owner.database()
+    with owner.connect(db) as conn:
+        conn.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
+    with owner.connect(db) as holder:
+        holder.autocommit = False
+        holder.execute("LOCK TABLE pgqueue.queue IN ACCESS SHARE MODE")  # (a worker's call in flight)
+        proc = subprocess.run([sys.executable, "-c", _CTRL_C_AS_A_TRY_ENDS, "install", "--dsn", owner.dsn(db)],
+                              capture_output=True, text=True, timeout=120, env=env, check=False)
+        holder.rollback()
+    assert (proc.returncode, proc.stderr) == (130, "\n"), (proc.returncode, proc.stderr)
+    with owner.connect(db) as conn:
+        assert holds(conn) == ("0.1", None)

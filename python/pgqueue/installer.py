@@ -24,11 +24,14 @@ learnt by running them in a savepoint that is rolled back (see :func:`uninstall`
 
 from __future__ import annotations
 
+import logging
 import random
 import re
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, Literal, LiteralString
@@ -247,7 +250,8 @@ def install(conn: psycopg.Connection[Any], mode: Mode | None = None,
         InstallError: refused (a downgrade, a half-applied state, the other kind of install
             already there, missing extension files or scripts, or objects of the user's, a
             view say, that depend on functions an update replaces: named, with the version
-            pgqueue is left at, whose step that failed changed nothing).
+            pgqueue is left at, whose step that failed changed nothing), or pgqueue was
+            uninstalled by another session while this run waited for it.
         psycopg.Error: a script failed (its transaction is rolled back), e.g. for lack of
             privileges or PQ008 (schema pgqueue is not pgqueue's own).
         ValueError: ``mode`` is not "extension", "plain" or None, or the connection is not in
@@ -420,7 +424,7 @@ def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
     deadline = time.monotonic() + _LOCK_TRIES_S
     while True:
         try:
-            with conn.transaction():
+            with conn.transaction(), _quiet_interrupted_try():
                 _run(conn, sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{_LOCK_TRY_MS}ms")))
                 _run(conn, lock)
                 # the step itself waits as the session would have (the locks it needs are held now)
@@ -432,6 +436,37 @@ def _lock_for_upgrade(conn: psycopg.Connection[Any]) -> None:
                     f"the upgrade could not lock pgqueue's tables within {_LOCK_TRIES_S:.0f} s: a transaction "
                     "holds them (see pg_locks); end it, or stop the workers, and run `pgqueue install` again") from None
             time.sleep(random.uniform(0.01, 0.05))
+
+
+class _InterruptedTry(logging.Filter):
+    """Drops psycopg's warning "query cancellation interrupted (LockNotAvailable): closing
+    connection" logged on this thread: a Ctrl-C (or the CLI's SIGTERM) during a try of
+    :func:`_lock_for_upgrade` is mostly noticed as the try's own lock_timeout ends it, and
+    psycopg, cancelling the statement, then meets that error instead of the cancel's, and closes
+    the connection. That is all: the try was over, the transaction is rolled back with the
+    connection and nothing is changed, but the line (on stderr in `pgqueue install`, before the
+    command's own) read as if the interruption had gone wrong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.thread == self._thread and str(record.msg).startswith("query cancellation interrupted")
+                    and record.args in (("LockNotAvailable",), ("DeadlockDetected",)))
+
+
+@contextmanager
+def _quiet_interrupted_try() -> Iterator[None]:
+    """Leave out psycopg's warning of an interruption that a lock try's own end raced
+    (:class:`_InterruptedTry`), for the block."""
+    psycopg_log = logging.getLogger("psycopg")
+    quiet = _InterruptedTry()
+    psycopg_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        psycopg_log.removeFilter(quiet)
 
 
 def _lock_install(conn: psycopg.Connection[Any], database: str, uninstalling: bool = False) -> None:
@@ -482,8 +517,18 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             # taken before the locks were waited for
             _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             _no_statement_timeout(conn)  # (before the locks' tries, each bounded by lock_timeout)
-            if _as_extension_owner(conn, state.database):
+            # another session's `pgqueue uninstall` (DROP EXTENSION) may drop it before this
+            # transaction looks (no extension), or while the locks are waited for (its tables
+            # gone): the upgrade failed with the server's bare 'relation "pgqueue.queue" does not
+            # exist' or 'extension "pgqueue" does not exist'
+            if not _as_extension_owner(conn, state.database):
+                raise _uninstalled_meanwhile(state.database, uninstalling=False)
+            try:
                 _lock_for_upgrade(conn)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+                if read_state(conn).extension is None:  # (else a table of its dropped by hand: as it was)
+                    raise _uninstalled_meanwhile(state.database, uninstalling=False) from exc
+                raise
             # read again under the locks: another `pgqueue install` (or ALTER EXTENSION) may
             # have upgraded it while this one waited for them; every run said it had upgraded
             # it from the version it first read, and to run the grant recipes again
