@@ -10,7 +10,11 @@ step waits until it ran out) and in delete mode, message_complete, message_compl
 message_complete_and_dequeue, message_fail (with the queue's back-off, now, later, earlier),
 message_defer, message_reject, message_heartbeat, a lease running out (locked_until set in
 the past, as tests/test_client_groups.py does), message_cancel, a transaction holding its
-dequeue open while another session dequeues (then committed or rolled back), and waits.
+dequeue open while another session dequeues (then committed or rolled back), and waits. A
+second run (LockedGroupMachine, test_message_groups_keep_their_promises_behind_locks) adds a
+dequeue that waits for a lock another session holds in an open transaction (docs/locking.md):
+the queue's stripe (queue_alter, queue_drop rolled back) or a group's lock (an enqueue into the
+group), with enqueues into other groups while it waits; the holder then commits or rolls back.
 Fencing tokens are kept after their message moved on, so stale acknowledgements are fuzzed too.
 
 The model is what the docs promise. After every step it is compared with pgqueue.message and
@@ -60,9 +64,11 @@ A violation this fuzz found (session 52): a message enqueued into a group that a
 of a dequeue had left below its limit got the turn at once, ahead of the group's earlier waiting
 messages (pgqueue._message_insert now hands that turn to the first waiting message);
 test_a_message_enqueued_into_a_group_below_its_limit_waits_behind_the_groups_earlier_ones
-reproduces the state deterministically. The fuzz reaches it only by timing (a turn falling due
-between two rounds of one dequeue; a dequeue that waits on a group's lock between its rounds
-runs into its lock_timeout here and changes nothing).
+reproduces the state deterministically. GroupMachine reaches it only by timing (a turn falling
+due between two rounds of one dequeue; a dequeue that waits on a group's lock between its
+rounds runs into its lock_timeout there and changes nothing); LockedGroupMachine reaches it
+(a group below its limit with messages waiting, BELOW_THE_LIMIT) through its dequeue that waits
+for a group's lock, and its run fails unless it does (LOCK_SITUATIONS).
 
 Runs: PGQUEUE_FUZZ_EXAMPLES scales the number of examples (default: CI-sized, well under a
 minute); the examples are derandomized unless PGQUEUE_FUZZ_RANDOM=1 (as tests/test_fuzz_sql.py).
@@ -112,6 +118,12 @@ LEASE_MS = 600_000  # never runs out by itself: a lease runs out only when a ste
 RETRY_BASE_MS = 20
 RETRY_CAP_MS = 160
 SOON_MS = 60  # "a short future dequeue_at"
+#: the situations of GroupMachine.dequeue_behind_a_lock (REQUIRED_SITUATIONS)
+WAITED_ON_THE_STRIPE = "a dequeue waited on its queue's stripe (queue_alter or queue_drop in an open transaction)"
+WAITED_ON_A_GROUPS_LOCK = "a dequeue waited on a group's lock (an enqueue into the group in an open transaction)"
+BELOW_THE_LIMIT = "a group below its limit with messages waiting (after a dequeue of several)"
+#: GROUPS from the lowest lock stripe to the highest
+GROUPS_BY_STRIPE = ("c", "b", "a", "d")
 
 _queue_numbers = itertools.count(1)
 
@@ -408,7 +420,7 @@ class GroupMachine(RuleBasedStateMachine):
             self.check(not waiting_now or bool(holders),
                        f"group {g} stalls: messages {[m.id for m in waiting_now]} wait and none has the turn")
             if n > 1 and waiting_now and not any(not m.leased for m in holders) and leased < n:
-                self.seen("a group below its limit with messages waiting (after a dequeue of several)")
+                self.seen(BELOW_THE_LIMIT)
             if n > 1 and g in step.fill:
                 self.check(not waiting_now or any(not m.leased for m in holders) or leased >= n,
                            f"group {g}: room for a turn left after step {step.kind}, messages "
@@ -756,6 +768,141 @@ class GroupMachine(RuleBasedStateMachine):
         self.check(all(ends.values()), f"messages not ended: {[i for i, e in ends.items() if not e]}")
         self.record(f"ended: { {e: sum(v == e for v in ends.values()) for e in set(ends.values())} }")
 
+class LockedGroupMachine(GroupMachine):
+    """GroupMachine with a step that makes a dequeue wait for a lock: run on its own
+    (test_message_groups_keep_their_promises_behind_locks), so that GroupMachine's run, and what
+    it reaches, stays as it was. Its queues have a group concurrency other than 1, where a lease
+    hands its group's turn on, under the group's lock: the waits and the states it is for."""
+
+    @initialize(n=st.sampled_from([2, 3]))
+    def create_queue(self, n: int) -> None:
+        super().create_queue(n)
+
+    @rule(holder=GroupMachine.consumers, other=st.integers(1, CONSUMERS - 1), limit=st.integers(1, 4),
+          lock=st.sampled_from(["queue_alter", "queue_drop", "group", "group", "group"]),
+          group=st.sampled_from([*GROUPS, "highest ready", "highest ready"]),
+          meanwhile=st.one_of(st.lists(st.sampled_from(GROUPS), max_size=3),
+                              st.tuples(st.sampled_from(GROUPS), st.integers(2, 4)).map(lambda t: [t[0]] * t[1])),
+          commit=st.booleans(), shape=st.sampled_from(["drawn", "drawn", "session 52"]))
+    def dequeue_behind_a_lock(self, holder: int, other: int, limit: int, lock: str, group: str,
+                              meanwhile: list[str], commit: bool, shape: str) -> None:
+        """Session ``holder`` holds, in an open transaction, a lock a message_dequeue needs:
+        the queue's stripe (docs/locking.md: a queue_alter of the group concurrency, to the
+        value it has, or a queue_drop, rolled back) or a group's lock (an enqueue into the
+        group, which a dequeue handing that group's turn on waits for). Session b's dequeue of
+        ``limit`` messages (no lock_timeout) runs on a thread; once it waits for a group's lock
+        the third session enqueues into other groups (``meanwhile``; an enqueue that would wait
+        for a lock the dequeue holds runs into its lock_timeout and makes nothing), the holder
+        commits or rolls back (a drop: rolls back), and the dequeue goes on. A dequeue that
+        does not wait for the stripe fails the step (docs/locking.md, rule 1). Its
+        further rounds may then leave a group below its limit with messages waiting (docs,
+        "In flight"), the state the steps after check the promises in. ``group`` "highest
+        ready": the highest-stripe group with a turn holder due and not leased (the session-52
+        reproduction's shape: the dequeue hands that group's message out and waits for its lock
+        to hand its turn on, and its further round, with a meanwhile group of a lower stripe
+        among the turns, may not hand that group's turn on). ``shape`` "session 52" draws that
+        shape whatever else was drawn: a group's lock, a dequeue of 4, three messages into the
+        lowest-stripe other group meanwhile."""
+        b = (holder + other) % CONSUMERS
+        third = 3 - holder - b
+        if shape == "session 52":  # (the reproduction's shape, whatever the rest drew)
+            lock, group, limit = "group", "highest ready", 4
+        step = self.begin(f"dequeue behind a lock ({lock})", takes=True)
+        if group == "highest ready":  # the group whose turn a dequeue hands on last, if it hands a message out
+            now = self.clock()
+            ready = [m.group for m in self.live() if m.turn and not m.leased and (m.dequeue_at or now) <= now]
+            if not ready and shape == "session 52":  # one more message of the highest group, to hand out
+                t1 = self.clock()
+                row = self.conns[third].execute("SELECT pgqueue.message_create(%s, 'x'::bytea, p_group => %s)",
+                                                (self.queue, GROUPS_BY_STRIPE[-1])).fetchone()
+                assert row is not None
+                self.created(step, [row[0]], [GROUPS_BY_STRIPE[-1]], [None], t1, self.clock())
+            group = max(ready or GROUPS, key=GROUPS_BY_STRIPE.index)
+        if shape == "session 52":  # three messages into the lowest other group while the dequeue waits
+            meanwhile = [min(set(GROUPS) - {group}, key=GROUPS_BY_STRIPE.index)] * 3
+        ch, cb = self.conns[holder], self.conns[b]
+        ch.execute("BEGIN")
+        held: list[tuple[list[int], list[str | None], list[int | None], int, int]] = []
+        t0 = self.clock()
+        if lock == "queue_alter":
+            ch.execute("SELECT pgqueue.queue_alter(%s, p_group_concurrency => %s)", (self.queue, self.n))
+        elif lock == "queue_drop":
+            ch.execute("SELECT pgqueue.queue_drop(%s)", (self.queue,))
+            commit = False
+        else:
+            row = ch.execute("SELECT pgqueue.message_create(%s, 'x'::bytea, p_group => %s)",
+                             (self.queue, group)).fetchone()
+            assert row is not None
+            held.append(([row[0]], [group], [None], t0, self.clock()))
+        self.record(f"consumer {holder} holds {lock} {group if lock == 'group' else ''} in an open transaction")
+        outcome: list[object] = []
+
+        def dequeue() -> None:
+            try:
+                with cb.transaction():
+                    cb.execute("SET LOCAL lock_timeout = '20s'")
+                    outcome.append(_rows(cb.execute(
+                        "SELECT id, attempts, dequeue_at FROM pgqueue.message_dequeue(%s, %s, %s)",
+                        (self.queue, limit, LEASE_MS))))
+            except psycopg.Error as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=dequeue)
+        thread.start()
+        waited = False
+        try:
+            deadline = time.monotonic() + 10
+            while thread.is_alive() and time.monotonic() < deadline:
+                row = self.observer.execute("SELECT %s = ANY (pg_blocking_pids(%s))",
+                                            (ch.info.backend_pid, cb.info.backend_pid)).fetchone()
+                if row is not None and row[0]:
+                    waited = True
+                    break
+                thread.join(0.002)
+            if waited:
+                if lock != "group":
+                    self.seen(WAITED_ON_THE_STRIPE)
+                elif self.observer.execute(  # (the waiter holds the tuple lock of the row it waits for)
+                        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = %s AND locktype = 'tuple' "
+                        "AND relation = 'pgqueue.message_group_lock'::regclass)", (cb.info.backend_pid,)).fetchone() == (True,):
+                    self.seen(WAITED_ON_A_GROUPS_LOCK)
+                else:  # (another of the open enqueue's rows: not counted as the group's lock)
+                    self.seen("a dequeue waited for another session's open enqueue, not on a group's lock")
+                for g in meanwhile if lock == "group" else []:  # (behind a stripe an enqueue waits too)
+                    if g == group:
+                        continue  # (it would wait for the holder: its lock_timeout, nothing made)
+                    t1 = self.clock()
+                    try:
+                        row = self.conns[third].execute("SELECT pgqueue.message_create(%s, 'x'::bytea, p_group => %s)",
+                                                        (self.queue, g)).fetchone()
+                    except psycopg.errors.LockNotAvailable:
+                        self.record(f"consumer {third}'s enqueue into {g} waited on the dequeue's lock (lock_timeout)")
+                        continue
+                    assert row is not None
+                    self.created(step, [row[0]], [g], [None], t1, self.clock())
+            elif lock != "group":
+                self.fail(f"the dequeue did not wait for the queue's stripe held by {lock}: {outcome}")
+        finally:
+            ch.execute("COMMIT" if commit else "ROLLBACK")
+            thread.join(30)
+        self.record(("commit" if commit else "rollback") + f" of consumer {holder}'s transaction")
+        self.check(not thread.is_alive(), "the dequeue did not end once the lock was given back")
+        if commit:
+            for ids, groups_, ats, lo, hi in held:
+                self.created(step, ids, groups_, ats, lo, hi)
+        rows = outcome[0] if outcome else None
+        if not isinstance(rows, list):
+            self.fail(f"the dequeue behind {lock} failed: {rows!r}")
+        assert isinstance(rows, list)
+        for msg_id, _, dequeue_at in rows:  # (made in this step: sync has not read their dequeue_at yet)
+            m = self.msgs.get(msg_id)
+            if m is not None and m.dequeue_at is None:
+                lo, hi = m.due_range
+                self.check(lo - 1 <= dequeue_at <= hi + 1, f"message {msg_id}: dequeue_at {dequeue_at} not in [{lo}, {hi}]")
+                m.dequeue_at = dequeue_at
+        self.handed_out(step, b, rows, "lease", hands_on=limit == 1)
+        self.sync(step)
+
 
 #: What a run of the default size must reach at least once (in 60 examples of 80 steps each was
 #: reached 11 to 587 times alone, 7 to 785 times after tests/test_index_probes.py, session 67).
@@ -763,7 +910,8 @@ class GroupMachine(RuleBasedStateMachine):
 #: alone, 0 after tests/test_index_probes.py until a run of 160 steps: its leases must run
 #: out three times, which the clock decides), the other dequeue's lock wait behind the open
 #: transaction (lock_timeout) and a group left below its limit with messages waiting after a
-#: dequeue of several (both 0 times).
+#: dequeue of several (both 0 times: LockedGroupMachine's run reaches the second, and dequeues
+#: that wait for a lock, LOCK_SITUATIONS).
 REQUIRED_SITUATIONS = (
     "a stale acknowledgement", "an expired lease handed out again",
     "handed out ahead of a later message with an earlier dequeue_at (it waits behind)",
@@ -773,26 +921,49 @@ REQUIRED_SITUATIONS = (
 
 
 def test_message_groups_keep_their_promises(dsn: str) -> None:
+    _run_until_reached(dsn, GroupMachine, FUZZ, REQUIRED_SITUATIONS)
+
+
+#: What the run of LockedGroupMachine must reach at least once: a dequeue that waits for each
+#: kind of lock, and a group left below its limit with messages waiting (reached 0 times by
+#: GroupMachine, whose other dequeue behind an open transaction gives up at its lock_timeout).
+#: (session 69, in 20 examples of 50 steps: 23, 16 and 39 times derandomized; 8 to 61, 4 to 28
+#: and 12 to 63 times in three runs with PGQUEUE_FUZZ_RANDOM=1)
+LOCK_SITUATIONS = (
+    WAITED_ON_THE_STRIPE, WAITED_ON_A_GROUPS_LOCK,
+    BELOW_THE_LIMIT,
+)
+LOCK_FUZZ = settings(FUZZ, max_examples=max(1, int(20 * SCALE)), stateful_step_count=50)
+
+
+def test_message_groups_keep_their_promises_behind_locks(dsn: str) -> None:
+    """GroupMachine's promises checked with dequeues that wait for a lock another session holds
+    (LockedGroupMachine.dequeue_behind_a_lock), and in the states they leave."""
+    _run_until_reached(dsn, LockedGroupMachine, LOCK_FUZZ, LOCK_SITUATIONS)
+
+
+def _run_until_reached(dsn: str, machine_class: type[GroupMachine], fuzz: settings,
+                       required: tuple[str, ...]) -> None:
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(CONSUMERS)]
     observer = psycopg.connect(dsn, autocommit=True)
     try:
         for c in conns:
             c.execute("SET lock_timeout = '100ms'")  # see GroupMachine.held_transaction
         stats: Counter[str] = Counter()
-        machine = type("Machine", (GroupMachine,), {"conns": conns, "observer": observer, "stats": stats})
-        run_state_machine_as_test(machine, settings=FUZZ)
+        machine = type("Machine", (machine_class,), {"conns": conns, "observer": observer, "stats": stats})
+        run_state_machine_as_test(machine, settings=fuzz)
         print("situations reached:", dict(sorted(stats.items())))
         # The situations the promises are about must be reached (a change to the steps or the
         # extension that no longer reaches one would leave the test green: a review). The steps
         # depend on the clock, so a busy machine reaches some less often: up to two more runs,
         # each with more steps an example (other examples, derandomized all the same).
-        for steps in (120, 160):
-            if SCALE < 1 or all(stats[s] for s in REQUIRED_SITUATIONS):
+        for steps in (fuzz.stateful_step_count * 3 // 2, fuzz.stateful_step_count * 2):
+            if SCALE < 1 or all(stats[s] for s in required):
                 break
-            run_state_machine_as_test(machine, settings=settings(FUZZ, stateful_step_count=steps))
+            run_state_machine_as_test(machine, settings=settings(fuzz, stateful_step_count=steps))
             print(f"situations reached, with a run of {steps} steps an example:", dict(sorted(stats.items())))
         if SCALE >= 1:
-            assert not {s for s in REQUIRED_SITUATIONS if not stats[s]}, dict(stats)
+            assert not {s for s in required if not stats[s]}, dict(stats)
     finally:
         for c in [*conns, observer]:
             c.close()

@@ -32,6 +32,12 @@ and a claimed one the endless lease; no id both live and dead; the default queue
 back-pressure bound (queue_size.upper) is never below the real count; queue_stats equals direct
 counts of the tables.
 
+Calls that wait: test_random_calls_that_wait_for_a_lock_keep_the_invariants runs a random call on
+a queue while a second session holds, in an open transaction, a lock the call may need (the
+queue's stripe, held by a queue_alter or a queue_drop; a group's lock, held by an enqueue into
+the group: docs/locking.md, LOCK_HOLDERS), then commits or rolls back; the call must end as any
+other, and the test fails unless a message_dequeue waited for each kind of lock.
+
 Runs: PGQUEUE_FUZZ_EXAMPLES scales the number of examples (default: CI-sized, well under a
 minute); the examples are derandomized unless PGQUEUE_FUZZ_RANDOM=1.
 """
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -48,7 +55,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.string import TextLoader
@@ -766,6 +773,95 @@ def test_random_call_sequences_keep_the_invariants(fuzz_conn: Conn, data: st.Dat
     assert not bad, "undocumented errors:\n" + report(bad)
     problems = invariant_problems(conn)
     assert not problems, problems
+
+
+#: What another session holds, in an open transaction, while a random call on a queue runs
+#: (docs/locking.md): the queue's stripe, by a queue_alter of its cap (to the cap it has) or of
+#: its group concurrency (to the one it has), or by a queue_drop; or a group's lock, by an
+#: enqueue into the group. Each is committed or rolled back once the call waits for it.
+LOCK_HOLDERS: dict[str, tuple[str, str]] = {
+    "stripe: queue_alter(p_max_size)": (
+        "", "SELECT pgqueue.queue_alter(q.name, p_max_size => coalesce(q.max_size, 0)) FROM pgqueue.queue q "
+            "WHERE q.name = %(queue)s"),
+    "stripe: queue_alter(p_group_concurrency)": (
+        "grouped", "SELECT pgqueue.queue_alter(q.name, p_group_concurrency => q.group_concurrency) "
+                   "FROM pgqueue.queue q WHERE q.name = %(queue)s"),
+    "stripe: queue_drop": ("", "SELECT pgqueue.queue_drop(%(queue)s)"),
+    "group lock: message_create": ("grouped2", "SELECT pgqueue.message_create(%(queue)s, 'held', p_group => %(group)s)"),
+}
+#: the queue of the group lock's holder: with a group concurrency other than 1 every dequeue that
+#: hands a group's turn on takes the group's lock, a lease too (docs/locking.md, rule 5); each
+#: example gives the group three messages first, so that a lease hands its turn on
+GROUPED2 = "SELECT pgqueue.queue_create('grouped2', p_group_concurrency => 2, p_if_not_exists => true)"
+#: the calls that take a queue; message_dequeue is drawn as often as all the others together
+QUEUE_CALLS = ("message_dequeue", "message_create", "message_create_batch", "message_complete_and_dequeue",
+               "message_cancel", "dead_letter_requeue", "dead_letter_purge", "queue_stats", "message_peek")
+
+
+def test_random_calls_that_wait_for_a_lock_keep_the_invariants(fuzz_conn: Conn, dsn: str) -> None:
+    """A random call on a queue while another session holds a lock it needs (LOCK_HOLDERS): it
+    waits, then, once the holder commits or rolls back, works or fails with a documented
+    SQLSTATE, and the invariants hold. Every other test here runs its calls in one session,
+    where no call ever waits: here a message_dequeue must have waited for each kind of lock
+    by the end, or the test fails (so that the coverage cannot vanish unnoticed)."""
+    conn = fuzz_conn
+    conn.execute(GROUPED2)
+    functions = public_functions(conn)
+    waits: Counter[tuple[str, str]] = Counter()
+
+    @settings(FUZZ, max_examples=max(1, int(40 * SCALE)))
+    @given(data=st.data())
+    def example(data: st.DataObject) -> None:
+        replenish(conn)
+        holder_kind = data.draw(st.sampled_from([*sorted(LOCK_HOLDERS), "group lock: message_create"]),
+                                label="holder")  # (a group's lock as often as the stripe by each)
+        only, statement = LOCK_HOLDERS[holder_kind]
+        queue = only or data.draw(st.sampled_from([q for q in CLEAN_QUEUES if not (q == "default" and "drop" in holder_kind)]),
+                                  label="queue")  # (the default queue cannot be dropped)
+        names = data.draw(st.sampled_from([("message_dequeue",), QUEUE_CALLS]), label="calls")
+        function = data.draw(st.sampled_from([f for f in functions if f.name in names]), label="function")
+        call = data.draw(call_strategy(function, queue), label="call")
+        group = data.draw(st.sampled_from(["g1", "g2", "g3"]), label="group")
+        commit = data.draw(st.booleans(), label="commit")
+        lock = holder_kind.split(":")[0]
+        if lock == "group lock":
+            conn.execute("SELECT pgqueue.message_create_batch(%s, ARRAY['1', '2', '3']::bytea[], p_groups => %s)",
+                         (queue, [group] * 3))
+        outcome: list[Outcome] = []
+        holder.execute(statement, {"queue": queue, "group": group})  # type: ignore[arg-type]
+        thread = threading.Thread(target=lambda: outcome.append(run_call(conn, call, savepoint=False)))
+        thread.start()
+        waited = False
+        try:
+            deadline = time.monotonic() + 10
+            while thread.is_alive() and time.monotonic() < deadline and not waited:
+                row = watch.execute("SELECT %s = ANY (pg_blocking_pids(%s))",
+                                    (holder.info.backend_pid, conn.info.backend_pid)).fetchone()
+                waited = bool(row and row[0])
+                thread.join(0.002)
+        finally:
+            if commit:
+                holder.commit()
+            else:
+                holder.rollback()
+            thread.join(30)
+        assert outcome, f"the call did not end once the {holder_kind} holder ended: {call!r}"
+        if waited:
+            waits[function.name, lock] += 1
+            event(f"{function.name} waited for the {lock}")
+        note(f"{call!r} behind {holder_kind} ({'commit' if commit else 'rollback'}): waited {waited}, "
+             f"{outcome[0].sqlstate or 'ok'} {outcome[0].message}")
+        bad = [o for o in outcome if classify(conn, o)]
+        assert not bad, "undocumented errors:\n" + report(bad)
+        clean_queues_back(conn)
+        problems = invariant_problems(conn)
+        assert not problems, problems
+
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as watch:
+        example()
+    print("calls that waited for a lock:", dict(sorted(waits.items())))
+    if SCALE >= 1:
+        assert waits["message_dequeue", "stripe"] and waits["message_dequeue", "group lock"], dict(waits)
 
 
 _BIGINTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from([-2**63, 2**63 - 1, 0, -1, 10**18, -10**18]))
