@@ -2548,3 +2548,32 @@ def test_a_connection_the_server_closed_while_idle_is_opened_again_for_the_call(
             assert (await queue.stats()).ready == 0
 
     asyncio.run(asynchronously())
+
+
+def test_receive_on_a_connection_the_server_closed_while_idle_opens_it_again(dsn: str) -> None:
+    """receive() on the Queue's own connection: after a pause past the server's
+    idle_session_timeout its dequeue's BEGIN found the connection closed (57P05) and the block
+    failed with ConnectionFailed, where every single call is made again at once (its dequeue never
+    ran). It is made again too, by Queue and AsyncQueue alike, and the message is settled once."""
+    from pgqueue import AsyncQueue
+
+    closing = make_conninfo(dsn, options="-c idle_session_timeout=200")
+    with Queue(closing, "jobs") as queue:
+        queue.create()
+        queue.enqueue_many(["a", "b", "c"])
+        for expected in ("a", "b"):
+            time.sleep(0.4)  # idle past the timeout
+            with queue.receive(lock_ms=60_000) as msg:
+                assert msg is not None and msg.payload == expected
+        time.sleep(0.4)
+        assert (queue.stats().ready, queue.stats().leased) == (1, 0)
+
+    async def asynchronously() -> None:
+        async with AsyncQueue(closing, "jobs") as queue:
+            await asyncio.sleep(0.4)
+            async with queue.receive(lock_ms=60_000) as msg:
+                assert msg is not None and msg.payload == "c"
+            await asyncio.sleep(0.4)
+            assert (await queue.stats()).ready == 0
+
+    asyncio.run(asynchronously())

@@ -383,7 +383,19 @@ class _Connector:
                         pid = _execute(conn, _core.backend_pid())  # (once: a round trip)
                         self._caller_session = _core.caller_session(conn.pgconn, pid)
                     self._caller_read = True
-                with translating(), conn.transaction():
+                with translating(), ExitStack() as begun:
+                    try:
+                        begun.enter_context(conn.transaction())
+                    except psycopg.OperationalError as exc:
+                        # Our own connection, closed by the server's idle_session_timeout while
+                        # it sat idle: the BEGIN found it so (nothing ran), and the dequeue is made
+                        # on a new one at once, as every single call is (_on_own; a review: the
+                        # block failed with ConnectionFailed)
+                        if self._conn is not None or self._pool is not None or exc.sqlstate != _core.IDLE_SESSION_TIMEOUT:
+                            raise
+                        conn.close()
+                        conn = self._open("_own")
+                        begun.enter_context(conn.transaction())
                     yield conn, in_transaction
             else:
                 yield conn, in_transaction
