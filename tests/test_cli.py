@@ -1732,3 +1732,22 @@ def test_what_a_command_did_is_kept_per_thread() -> None:
     for t in threads:
         t.join(10)
     assert seen == {"queue a created": "queue a created", "queue b dropped": "queue b dropped"}
+
+
+def test_schedule_list_shows_the_task_its_messages_name(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """`schedule list` did not show a schedule's task (`schedule create --task`), so which handler
+    its messages reach was nowhere in the list; it has a task column ("-" for none), and
+    ScheduleEntry.task gives it, as Message.task does."""
+    from pgqueue.schedules import list_schedules
+
+    for argv in (["nightly", "default", "{}", "--json", "--task", "reports.build"], ["ping", "default", "ping"]):
+        status, _, err = run(capsys, "schedule", "create", *argv, "--every", "60", "--dsn", dsn)
+        assert status == 0, err
+    assert {s.name: s.task for s in list_schedules(dsn)} == {"nightly": "reports.build", "ping": None}
+    status, out, err = run(capsys, "schedule", "list", "--dsn", dsn)
+    assert status == 0, err
+    header, *rows = out.splitlines()
+    assert header.split()[:7] == ["schedule", "queue", "when", "missed", "next", "task", "payload"], out
+    [nightly] = [r for r in rows if r.startswith("nightly")]
+    [ping] = [r for r in rows if r.startswith("ping")]
+    assert " reports.build " in nightly and " - " in ping, out

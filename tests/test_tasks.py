@@ -369,3 +369,20 @@ def test_errors_quote_at_most_the_start_of_a_long_value(dsn: str) -> None:
     with pytest.raises(ValueError, match="concurrency must be at least 1, got an int of more than"):
         Worker(queue, lambda msg: None, concurrency=-huge)
     queue.close()
+
+
+def test_an_empty_task_name_is_said_so() -> None:
+    """A content type with an empty task parameter (``; task=``, from a producer in another
+    language) was dead-lettered as "no task ''"; the reason says the name is empty."""
+    import pgqueue.tasks
+    from pgqueue.message import to_datetime
+
+    tasks = Tasks()
+    tasks.task("send_email")(lambda msg: None)
+    at = to_datetime(0)
+    for content_type in ("application/json; task=", 'application/json; task=""'):
+        msg = Message(1, "q", {}, 1, None, at, at, at, b"{}", content_type)
+        with pytest.raises(pgqueue.tasks.UnknownTask) as raised:
+            tasks.handler_for(msg)
+        assert str(raised.value) == (f"the message names an empty task (content type '{content_type}'); "
+                                     "a task name has 1 to 200 characters")

@@ -1894,9 +1894,10 @@ def _schedules(conn: psycopg.Connection[Any]) -> list[ScheduleEntry]:
 
 def schedules_table(entries: Sequence[ScheduleEntry]) -> str:
     """Return schedules as an aligned table."""
+    # (the task its messages name: the payload alone did not say which handler gets them, a review)
     rows = [(e.name, e.queue, e.cron or f"every {format_ms(e.every_ms)}", e.missed, e.next_run,
-             _preview(e.payload)) for e in entries]
-    return format_table(["schedule", "queue", "when", "missed", "next", "payload"], rows)
+             "-" if e.task is None else e.task, _preview(e.payload)) for e in entries]
+    return format_table(["schedule", "queue", "when", "missed", "next", "task", "payload"], rows)
 
 
 def _cmd_schedule_list(args: argparse.Namespace) -> int:

@@ -294,6 +294,11 @@ class ScheduleEntry:
     next_run: datetime
     created_at: datetime
 
+    @property
+    def task(self) -> str | None:
+        """The task its messages name (``; task=<name>`` in its content type), or None."""
+        return task_of(self.content_type)
+
 
 @dataclass(frozen=True, slots=True)
 class ScheduledMessage:

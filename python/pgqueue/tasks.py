@@ -192,6 +192,9 @@ class Tasks:
             raise UnknownTask(f"the message names no task (content type {quoted(msg.content_type)}); this "
                               f"worker's registry has: {', '.join(self.names) or 'nothing'}")
         handler = self._handlers.get(name)
+        if handler is None and not name:  # (``; task=`` from another producer: it said "no task ''")
+            raise UnknownTask(f"the message names an empty task (content type {quoted(msg.content_type)}); a task "
+                              "name has 1 to 200 characters")
         if handler is None:
             raise UnknownTask(f"no task {quoted(name)} in this worker's registry (it has: "
                               f"{', '.join(self.names) or 'nothing'})")
