@@ -622,6 +622,35 @@ def test_a_stop_signal_landing_inside_the_waits_lock_stops_the_scheduler(dsn: st
     assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
 
 
+# The same with the caller's own handler (handle_signals=False) that calls stop() on run()'s thread.
+STOP_FROM_OWN_HANDLER_IN_THE_WAITS_LOCK = SIGNAL_IN_THE_WAITS_LOCK.replace(
+    "scheduler = Scheduler(sys.argv[1], interval=0.05)",
+    "scheduler = Scheduler(sys.argv[1], interval=0.05, handle_signals=False)\n"
+    "signal.signal(signal.SIGTERM, lambda signum, frame: scheduler.stop())")
+
+
+def test_stop_from_the_callers_own_handler_inside_the_waits_lock_stops_the_scheduler(dsn: str) -> None:
+    """A handler of the caller's (handle_signals=False) that called stop() on the thread of run(),
+    while the loop's wait held the stop event's lock, hung the scheduler for good, as its own
+    handler had (above): stop() on run()'s thread stops from a thread of its own."""
+    assert STOP_FROM_OWN_HANDLER_IN_THE_WAITS_LOCK != SIGNAL_IN_THE_WAITS_LOCK
+    proc = subprocess.run([sys.executable, "-c", STOP_FROM_OWN_HANDLER_IN_THE_WAITS_LOCK, dsn], capture_output=True,
+                          text=True, timeout=20, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
+
+
+def test_a_scheduler_runs_once(dsn: str) -> None:
+    """A stopped scheduler's second run() returned at once, doing nothing, where a worker's raises:
+    it raises RuntimeError too (create a new one)."""
+    from pgqueue.schedules import Scheduler
+
+    scheduler = Scheduler(dsn, interval=0.05, handle_signals=False)
+    scheduler.stop()
+    scheduler.run()  # stopped before it started: returns at once
+    with pytest.raises(RuntimeError, match="a Scheduler runs once; create a new one"):
+        scheduler.run()
+
+
 def test_schedule_names_are_printed_and_logged_escaped(dsn: str, capsys: pytest.CaptureFixture[str],
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A schedule's name may hold any character; `schedule list` escapes what is not printable,

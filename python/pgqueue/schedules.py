@@ -174,12 +174,25 @@ class Scheduler:
         self._stop = threading.Event()
         self._calling: psycopg.Connection[Any] | None = None  # the connection of the run in flight
         self._watchdog: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._started = False
+        self._run_thread: int | None = None  # the thread of run(), while it runs
         self.enqueued = 0
 
     def stop(self) -> None:
         """Stop after the run in progress (thread-safe); a connection attempt or a wait for the
         database ends at once. A run the database does not answer (a server or network that
-        hangs) is given up :data:`STUCK_RUN` seconds later."""
+        hangs) is given up :data:`STUCK_RUN` seconds later. Called on the thread of :meth:`run`
+        (a signal handler of the caller's, with ``handle_signals=False``) the stop is made from a
+        thread of its own, a moment later: the handler runs between two bytecodes of that thread,
+        maybe inside the stop event's lock, which setting it there would wait for for good (a
+        review; the scheduler's own handler does the same)."""
+        if threading.get_ident() == self._run_thread:
+            threading.Thread(target=self._stop_now, name="pgqueue-scheduler-stop", daemon=True).start()
+            return
+        self._stop_now()
+
+    def _stop_now(self) -> None:
         self._stop.set()
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._give_up_stuck_run, name="pgqueue-scheduler-stop",
@@ -211,7 +224,23 @@ class Scheduler:
         stopped; database errors are retried every ``interval``, logged as a warning once (again
         when the error changes) and with one line when the schedules run again, but a role's
         missing privilege (42501), which it raises. Returns without running anything when
-        stopped while it waits for the database at start."""
+        stopped while it waits for the database at start, or before.
+
+        Raises:
+            RuntimeError: it ran already (a scheduler runs once, as a worker does: create a new
+                one; a second run of a stopped one returned at once, doing nothing).
+        """
+        with self._start_lock:
+            if self._started:
+                raise RuntimeError("a Scheduler runs once; create a new one")
+            self._started = True
+        self._run_thread = threading.get_ident()
+        try:
+            self._run()
+        finally:
+            self._run_thread = None
+
+    def _run(self) -> None:
         saved: dict[signal.Signals, Any] = {}
         if self._handle_signals and threading.current_thread() is threading.main_thread():
 
