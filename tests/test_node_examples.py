@@ -165,3 +165,45 @@ def test_control_a_js_array_sent_by_pg_for_json_is_not_json(node_dir: Path, dsn:
             " catch (e) { console.log(JSON.stringify(e.code)); } finally { await c.end(); }")
     (node_dir / "array_pitfall.mjs").write_text(code)
     assert node(node_dir, dsn, "array_pitfall.mjs") == "22P02"  # invalid input syntax for type json
+
+
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_node_produce_is_one_transaction(node_dir: Path, dsn: str, driver: str) -> None:
+    """produce made its five enqueues as separate statements: one refused midway (a capped queue
+    full after three) left the first three enqueued, and a retry of the run sent them twice.
+    They are one transaction now: the run fails and nothing is enqueued."""
+    with Queue(dsn, "capped") as q:
+        q.create(max_size=3)
+    proc = node_run(node_dir, dsn, DRIVERS[driver], "produce", "capped")
+    assert proc.returncode != 0 and proc.stdout == "", proc.stdout + proc.stderr
+    assert 'queue "capped" is full' in proc.stderr, proc.stderr
+    with Queue(dsn, "capped") as q:
+        assert q.stats().total == 0
+
+
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_node_consume_reads_latin1_and_ascii_as_python_does(node_dir: Path, dsn: str, driver: str) -> None:
+    """TextDecoder reads the labels ISO-8859-1, latin-1 and US-ASCII as windows-1252: byte 0x80 of
+    latin-1 text came out as '€' where Python reads U+0080, and a byte above 0x7F in "ASCII" text
+    was taken as a windows-1252 character where Python refuses it. content.mjs decodes both as
+    Python does: latin-1 byte for code point, ASCII with its bytes above 0x7F refused (the message
+    is dead-lettered as undecodable)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('emails')")
+        [latin] = conn.execute("SELECT pgqueue.message_create('emails', '\\x80e99f'::bytea, NULL, "
+                               "'text/plain; charset=latin_1')").fetchone() or ()
+        [ascii_ok] = conn.execute("SELECT pgqueue.message_create('emails', '\\x6f6b'::bytea, NULL, "
+                                  "'text/plain; charset=US-ASCII')").fetchone() or ()
+        [ascii_bad] = conn.execute("SELECT pgqueue.message_create('emails', '\\x80'::bytea, NULL, "
+                                   "'text/plain; charset=us-ascii')").fetchone() or ()
+    with Queue(dsn, "emails") as q:
+        python_reads = {p.id: p.payload for p in q.peek()}
+    assert python_reads[latin] == "\x80\xe9\x9f" and python_reads[ascii_ok] == "ok"
+    assert python_reads[ascii_bad] == b"\x80"  # not text to Python: its raw content
+
+    proc = node_run(node_dir, dsn, DRIVERS[driver], "consume", "emails")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = {int(s["id"]): s for s in json.loads(proc.stdout)}
+    assert got[latin]["payload"] == "\x80\xe9\x9f"
+    assert got[ascii_ok]["payload"] == "ok"
+    assert got[ascii_bad]["rejected"] is True and "not ASCII" in got[ascii_bad]["error"]

@@ -27,9 +27,26 @@ export function mediaType(contentType) {
   return { kind: head.trim().toLowerCase(), params };
 }
 
-// A TextDecoder for a charset label. The WHATWG labels that TextDecoder knows spell "utf_8" and
-// "us_ascii" (which message_create_text accepts, as the Python client reads them) with a hyphen.
+// A decoder for a charset label. The WHATWG labels that TextDecoder knows spell "utf_8" and
+// "us_ascii" (which message_create_text accepts, as the Python client reads them) with a hyphen,
+// and TextDecoder reads ISO-8859-1 / latin-1 and US-ASCII as windows-1252: bytes 0x80-0x9F
+// became "€", "‚"... where Python reads U+0080-U+009F, and bytes above 0x7F in "ASCII" text were
+// taken instead of refused. Those two are decoded here as Python decodes them.
+const LATIN1 = new Set(["iso-8859-1", "iso8859-1", "latin-1", "latin1", "latin", "l1", "cp819", "8859"]);
+const ASCII = new Set(["us-ascii", "ascii", "646", "ansi-x3.4-1968", "iso646-us", "cp367", "csascii", "us"]);
+
 function decoderFor(charset) {
+  const label = charset.trim().toLowerCase().replaceAll("_", "-");
+  if (LATIN1.has(label)) return { decode: (bytes) => Buffer.from(bytes).toString("latin1") };
+  if (ASCII.has(label)) {
+    return {
+      decode(bytes) {
+        const at = bytes.findIndex((b) => b > 0x7f);
+        if (at >= 0) throw new TypeError(`byte 0x${bytes[at].toString(16)} at ${at} is not ASCII`);
+        return Buffer.from(bytes).toString("latin1");
+      },
+    };
+  }
   const options = { fatal: true, ignoreBOM: true };
   try {
     return new TextDecoder(charset, options);

@@ -24,21 +24,30 @@ const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
 await client.connect();
 try {
   if (mode === "produce") {
-    const id = async (sql, params) => (await client.query(sql, params)).rows[0].id;
-    const text = await id("SELECT pgqueue.message_create_text($1, $2) AS id", [queue, "C:\\temp \\x4869 ✓"]);
-    // JSON.stringify, not the value itself: pg sends a plain object as its JSON text, but an
-    // array as a PostgreSQL array literal ('{"a@example.com","b@example.com"}', refused as
-    // JSON) and a string as it is ('true' would arrive as JSON true). The task name is for a
-    // worker's task registry.
-    const json = await id("SELECT pgqueue.message_create_json($1, $2, NULL, $3) AS id",
-                          [queue, JSON.stringify({ to: "a@example.com", dir: "C:\\temp" }), "send_email"]);
-    const list = await id("SELECT pgqueue.message_create_json($1, $2) AS id",
-                          [queue, JSON.stringify(["a@example.com", "b@example.com"])]);
-    const bytes = await id("SELECT pgqueue.message_create($1, $2) AS id", [queue, Buffer.from([0, 1, 92, 120, 255])]);
-    // delivered in 60 s (the server's clock); message_create_text takes p_dequeue_at too
-    const later = await id("SELECT pgqueue.message_create_text($1, $2, pgqueue.now_ms() + 60000) AS id",
-                           [queue, "in a minute"]);
-    console.log(JSON.stringify({ text, json, list, bytes, later }));
+    // One transaction: all five messages or none (a refusal midway, a full capped queue say,
+    // left the first ones enqueued, and a retry of the run sent them twice).
+    await client.query("BEGIN");
+    try {
+      const id = async (sql, params) => (await client.query(sql, params)).rows[0].id;
+      const text = await id("SELECT pgqueue.message_create_text($1, $2) AS id", [queue, "C:\\temp \\x4869 ✓"]);
+      // JSON.stringify, not the value itself: pg sends a plain object as its JSON text, but an
+      // array as a PostgreSQL array literal ('{"a@example.com","b@example.com"}', refused as
+      // JSON) and a string as it is ('true' would arrive as JSON true). The task name is for a
+      // worker's task registry.
+      const json = await id("SELECT pgqueue.message_create_json($1, $2, NULL, $3) AS id",
+                            [queue, JSON.stringify({ to: "a@example.com", dir: "C:\\temp" }), "send_email"]);
+      const list = await id("SELECT pgqueue.message_create_json($1, $2) AS id",
+                            [queue, JSON.stringify(["a@example.com", "b@example.com"])]);
+      const bytes = await id("SELECT pgqueue.message_create($1, $2) AS id", [queue, Buffer.from([0, 1, 92, 120, 255])]);
+      // delivered in 60 s (the server's clock); message_create_text takes p_dequeue_at too
+      const later = await id("SELECT pgqueue.message_create_text($1, $2, pgqueue.now_ms() + 60000) AS id",
+                             [queue, "in a minute"]);
+      await client.query("COMMIT");
+      console.log(JSON.stringify({ text, json, list, bytes, later }));
+    } catch (err) {
+      await client.query("ROLLBACK");
+      throw err;
+    }
   } else if (mode === "consume") {
     // Up to 100 leases, each running out after the queue's lock_ms (30 s by default): work that
     // may take longer for the whole batch must take fewer, or extend the leases in time

@@ -13,17 +13,22 @@ const [mode, queue = "default"] = process.argv.slice(2);
 const sql = postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} });
 try {
   if (mode === "produce") {
-    const [{ id: text }] = await sql`SELECT pgqueue.message_create_text(${queue}, ${"C:\\temp \\x4869 ✓"}) AS id`;
-    const [{ id: json }] = await sql`
-      SELECT pgqueue.message_create_json(${queue}, ${sql.json({ to: "a@example.com", dir: "C:\\temp" })},
-                                         NULL, ${"send_email"}) AS id`;
-    // sql.json sends any value as its JSON text, an array too
-    const [{ id: list }] = await sql`
-      SELECT pgqueue.message_create_json(${queue}, ${sql.json(["a@example.com", "b@example.com"])}) AS id`;
-    const [{ id: bytes }] = await sql`SELECT pgqueue.message_create(${queue}, ${Buffer.from([0, 1, 92, 120, 255])}) AS id`;
-    const [{ id: later }] = await sql`
-      SELECT pgqueue.message_create_text(${queue}, ${"in a minute"}, pgqueue.now_ms() + 60000) AS id`;
-    console.log(JSON.stringify({ text, json, list, bytes, later }));
+    // One transaction (sql.begin): all five messages or none, as in pg_example.mjs. sql.json is
+    // the helper of the outer sql.
+    const made = await sql.begin(async (tx) => {
+      const [{ id: text }] = await tx`SELECT pgqueue.message_create_text(${queue}, ${"C:\\temp \\x4869 ✓"}) AS id`;
+      const [{ id: json }] = await tx`
+        SELECT pgqueue.message_create_json(${queue}, ${sql.json({ to: "a@example.com", dir: "C:\\temp" })},
+                                           NULL, ${"send_email"}) AS id`;
+      // sql.json sends any value as its JSON text, an array too
+      const [{ id: list }] = await tx`
+        SELECT pgqueue.message_create_json(${queue}, ${sql.json(["a@example.com", "b@example.com"])}) AS id`;
+      const [{ id: bytes }] = await tx`SELECT pgqueue.message_create(${queue}, ${Buffer.from([0, 1, 92, 120, 255])}) AS id`;
+      const [{ id: later }] = await tx`
+        SELECT pgqueue.message_create_text(${queue}, ${"in a minute"}, pgqueue.now_ms() + 60000) AS id`;
+      return { text, json, list, bytes, later };
+    });
+    console.log(JSON.stringify(made));
   } else if (mode === "consume") {
     const rows = await sql`SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue(${queue}, 100)`;
     const seen = [];
