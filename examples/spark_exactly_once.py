@@ -114,6 +114,17 @@ def _start(dsn: str, checkpoint: str, batch: int) -> subprocess.Popen[bytes]:
                             env=env, start_new_session=True)  # its own process group: killed as a whole
 
 
+def wait_for_release(conn: psycopg.Connection[Any], deadline: float) -> None:
+    """Wait until no session holds the consumer of eo_in (the killed driver's goes with its
+    process); RuntimeError past ``deadline`` (time.monotonic()): the wait had none, and a session
+    that kept the consumer (another run of the query, say) held the example for good."""
+    while conn.execute("SELECT bool_or(active) FROM pgqueue.spark_consumers(%s)", (IN,)).fetchone() == (True,):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f'another session still holds the consumer of queue "{IN}": stop the query that '
+                               "runs on it (pgqueue.spark_consumers names it) and run the example again")
+        time.sleep(0.1)
+
+
 def demonstrate(dsn: str, *, items: int, batch: int, admin_dsn: str | None = None,
                 timeout: float = 600) -> Outcome:
     """Set up, run the query in a subprocess, SIGKILL it once output arrives, restart, check."""
@@ -132,11 +143,18 @@ def demonstrate(dsn: str, *, items: int, batch: int, admin_dsn: str | None = Non
         out_at_kill = _count(conn, OUT)
         print(f"killed the driver with {out_at_kill} of {items} results published", flush=True)
         # the killed driver's session (which held the consumer) goes away with its process
-        while conn.execute("SELECT bool_or(active) FROM pgqueue.spark_consumers(%s)", (IN,)).fetchone() == (True,):
-            time.sleep(0.1)
+        wait_for_release(conn, deadline)
         proc = _start(dsn, checkpoint, batch)
-        if proc.wait(timeout=max(1.0, deadline - time.monotonic())) != 0:
-            raise RuntimeError(f"the restarted query failed (exit {proc.returncode})")
+        try:
+            status = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the restarted query did not end within the timeout ({timeout:g} s in all)") from None
+        finally:
+            if proc.poll() is None:  # (not left running after the timeout)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if status != 0:
+            raise RuntimeError(f"the restarted query failed (exit {status})")
         out, distinct = conn.execute(
             "SELECT count(*), count(DISTINCT convert_from(m.content, 'UTF8')::json ->> 'order') "
             "FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id WHERE q.name = %s", (OUT,)).fetchone() \

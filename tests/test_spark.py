@@ -623,6 +623,29 @@ def test_exactly_once_example_refuses_a_run_that_cannot_show_a_crash(capsys: pyt
     assert part_way.ok
 
 
+def test_exactly_once_example_gives_up_a_consumer_another_session_keeps(owner_dsn: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example waited without a deadline for the killed driver's session to let go of the
+    consumer: a session that kept it (another run of the query) held the example for good. Past
+    its deadline it says which consumer is held and stops."""
+    import time
+
+    from spark_helpers import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import spark_exactly_once
+
+    with psycopg.connect(owner_dsn, autocommit=True) as holder, psycopg.connect(owner_dsn, autocommit=True) as conn:
+        holder.execute("SELECT pgqueue.queue_create(%s)", (spark_exactly_once.IN,))
+        holder.execute("SELECT pgqueue.spark_consumer_open(%s, %s)", (spark_exactly_once.IN, spark_exactly_once.CONSUMER))
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match='another session still holds the consumer of queue "eo_in"'):
+            spark_exactly_once.wait_for_release(conn, time.monotonic() + 0.5)
+        assert 0.5 <= time.monotonic() - started < 5
+        holder.execute("SELECT pgqueue.spark_consumer_close(%s, %s)", (spark_exactly_once.IN, spark_exactly_once.CONSUMER))
+        spark_exactly_once.wait_for_release(conn, time.monotonic() + 0.5)  # released: returns
+
+
 def test_job_mode_publication_whose_reply_is_lost_is_not_reported_failed(spark: Any, dsn: str, conn: Conn) -> None:
     """The connection breaks after the server committed spark_publish, before its reply arrives
     (a network cut, a proxy or pooler restart): the DataFrame is in the queue, so the job must
