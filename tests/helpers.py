@@ -452,3 +452,20 @@ def scheduler_running(dsn: str, **options: Any) -> Iterator[Any]:
     finally:
         scheduler.stop()
         thread.join(10)
+
+
+#: Source of an Event whose first wait() delivers SIGTERM while the waiting thread holds the
+#: event's lock (Event.wait takes it for a moment before and after it sleeps: where a real signal
+#: may land; signal.raise_signal runs the Python handler before it returns), for the scripts of
+#: subprocesses that stop a scheduler or a worker there (it needs ``import signal, threading``).
+SIGNALLED_INSIDE_THE_LOCK = """
+class SignalledInsideTheLock(threading.Event):
+    sent = False
+
+    def wait(self, timeout=None):
+        if not self.sent:
+            self.sent = True
+            with self._cond:
+                signal.raise_signal(signal.SIGTERM)
+        return super().wait(timeout)
+"""

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from conftest import admin_execute, drop_database
-from helpers import scheduler_running
+from helpers import SIGNALLED_INSIDE_THE_LOCK, scheduler_running
 from pgqueue import Queue, errors
 from pgqueue.cli import main
 from pgqueue.message import ScheduledMessage
@@ -590,19 +590,8 @@ def test_cron_schedules_under_standard_conforming_strings_off(dsn: str) -> None:
 # A Scheduler on the main thread whose stop event delivers SIGTERM while the main thread holds the
 # event's lock, as Event.wait holds it for a moment every round before it sleeps: the moment a real
 # signal may land in. (signal.raise_signal runs the Python handler before it returns.)
-SIGNAL_IN_THE_WAITS_LOCK = textwrap.dedent("""
-    import signal, sys, threading
+SIGNAL_IN_THE_WAITS_LOCK = "import signal, sys, threading\n" + SIGNALLED_INSIDE_THE_LOCK + textwrap.dedent("""
     from pgqueue.schedules import Scheduler
-
-    class SignalledInsideTheLock(threading.Event):
-        sent = False
-
-        def wait(self, timeout=None):
-            if not self.sent:
-                self.sent = True
-                with self._cond:
-                    signal.raise_signal(signal.SIGTERM)
-            return super().wait(timeout)
 
     scheduler = Scheduler(sys.argv[1], interval=0.05)
     scheduler._stop = SignalledInsideTheLock()

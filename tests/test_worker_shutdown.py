@@ -33,7 +33,7 @@ from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue import worker as worker_module
 from pgqueue.errors import QueueNotFound
 from pgqueue.worker import HandlerTimeout, Result, Worker
-from helpers import command, stderr_or_fail
+from helpers import SIGNALLED_INSIDE_THE_LOCK, command, stderr_or_fail
 from test_metrics import PGQUEUE
 from test_worker import Results, Started, make_queue, running, wait_for
 from worker_handlers import marks
@@ -1091,3 +1091,29 @@ def test_two_async_workers_on_one_loop_give_the_signals_back_in_any_order(dsn: s
     finally:
         for sig, handler in originals.items():
             signal.signal(sig, handler)
+
+
+# A Worker on the main thread (handle_signals=False) whose start-up waits for a database that
+# does not answer yet; its stop event delivers SIGTERM while the main thread holds the event's
+# lock (Event.wait takes it before and after it sleeps: where a real signal may land), and the
+# caller's own SIGTERM handler calls stop(). (signal.raise_signal runs the handler before it returns.)
+STOP_FROM_OWN_HANDLER_IN_THE_WAITS_LOCK = "import signal, threading\n" + SIGNALLED_INSIDE_THE_LOCK + """
+from pgqueue import Queue
+from pgqueue.worker import Worker
+
+worker = Worker(Queue("host=127.0.0.1 port=9 connect_timeout=1", "jobs"), lambda msg: None,
+                handle_signals=False, startup_timeout=30)
+worker._stop_event = SignalledInsideTheLock()
+signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
+worker.run()
+print("stopped")
+"""
+
+
+def test_stop_from_the_callers_own_handler_inside_the_start_up_waits_lock_stops_the_worker() -> None:
+    """Worker.stop() called by a signal handler of the caller's (handle_signals=False) on the thread
+    of run(), while the start-up's wait for the database held the stop event's lock, set that event
+    inside its own lock: the worker hung for good. On run()'s thread stop() acts from a thread."""
+    proc = subprocess.run([sys.executable, "-c", STOP_FROM_OWN_HANDLER_IN_THE_WAITS_LOCK], capture_output=True,
+                          text=True, timeout=20, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr

@@ -817,6 +817,10 @@ class WorkerCore:
         Parameters:
             now: skip (what is left of) the grace period: give back at once what is in hand.
         """
+        self._stop_now(now=now)
+
+    def _stop_now(self, *, now: bool = False) -> None:
+        """:meth:`stop`, made at once on the calling thread (the worker's own calls)."""
         self._stopping = True
         self._stop_event.set()
         self._aborting = self._aborting or now
@@ -885,7 +889,7 @@ class WorkerCore:
         else:
             log.info("%s: stopping; in-flight handlers get %gs to finish (send it again to stop "
                      "at once)", sig.name, self._shutdown_grace)
-        self.stop(now=again)
+        self._stop_now(now=again)
 
     def _check_server(self) -> bool:
         """Wait for the database, then check its pgqueue version, once: reconnections reach the
@@ -1317,7 +1321,7 @@ class WorkerCore:
             log.warning("message %d: the handler raised %s; stopping the worker", d.message.id,
                         type(d.error).__name__)
             self._fatal = self._fatal or d.error
-            self.stop(now=True)
+            self._stop_now(now=True)
         self._wake_up()
 
     def _raise_fatal(self) -> None:
