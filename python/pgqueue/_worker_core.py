@@ -734,6 +734,12 @@ class WorkerCore:
     module docstring). A worker provides :meth:`_start` (run the handlers of new messages) and
     :meth:`_wake_up` (make its loop look again), drives the steps, and enters its loop."""
 
+    #: The thread of run() while it runs (set by the worker as run() starts).
+    _loop_thread: int | None
+    #: Whether :meth:`stop` on that thread acts from a thread of its own: a Worker's (its run()
+    #: waits on the stop event's lock at start-up); an AsyncWorker's loop waits on none.
+    _stop_from_a_thread_on_run: bool = False
+
     def __init__(
         self,
         name: str,
@@ -814,9 +820,21 @@ class WorkerCore:
         ``shutdown_grace``), give back the rest; ``run()`` then returns. Callable from any
         thread, before or while the worker runs.
 
+        Called on the thread of a :class:`~pgqueue.Worker`'s ``run()`` while it runs (a signal
+        handler of the caller's, with ``handle_signals=False``), the stop is made from a thread
+        of its own, a moment later: the handler runs between two bytecodes of that thread, maybe
+        inside the lock of the stop event that the start-up's wait for the database holds, which
+        setting the event there would wait for for good (a review; the worker's own handlers act
+        from a thread too).
+
         Parameters:
             now: skip (what is left of) the grace period: give back at once what is in hand.
         """
+        if self._stop_from_a_thread_on_run and threading.get_ident() == self._loop_thread \
+                and not self._ended.is_set():
+            threading.Thread(target=self._stop_now, kwargs={"now": now}, name="pgqueue-worker-stop",
+                             daemon=True).start()
+            return
         self._stop_now(now=now)
 
     def _stop_now(self, *, now: bool = False) -> None:

@@ -263,6 +263,8 @@ class Worker(WorkerCore):
             raised at once either way.
     """
 
+    _stop_from_a_thread_on_run = True  # (see WorkerCore.stop)
+
     def __init__(
         self,
         queue: Queue,
@@ -343,19 +345,6 @@ class Worker(WorkerCore):
             if threading.current_thread() is threading.main_thread():  # only it may set them
                 self.restore_signal_handlers()
         self._raise_fatal()
-
-    def stop(self, *, now: bool = False) -> None:
-        """Ask the worker to stop (see :meth:`WorkerCore.stop`). Called on the thread of
-        :meth:`run` while it runs (a signal handler of the caller's, with
-        ``handle_signals=False``), the stop is made from a thread of its own, a moment later: the
-        handler runs between two bytecodes of that thread, maybe inside the lock of the stop
-        event that the start-up's wait for the database holds, which setting the event there
-        would wait for for good (a review; the worker's own handlers do the same)."""
-        if threading.get_ident() == self._loop_thread and not self._ended.is_set():
-            threading.Thread(target=self._stop_now, kwargs={"now": now}, name="pgqueue-worker-stop",
-                             daemon=True).start()
-            return
-        self._stop_now(now=now)
 
     def install_signal_handlers(self) -> None:
         """Make SIGINT, SIGTERM and SIGHUP stop the worker gracefully; a second SIGINT or SIGTERM stops
