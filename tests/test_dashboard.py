@@ -893,6 +893,29 @@ def test_the_command_started_under_nohup_outlives_a_hangup(dsn: str) -> None:
         assert "Traceback" not in err and err.splitlines()[-1:] == ["dashboard stopped on SIGTERM"], err
 
 
+def test_the_stop_signals_handler_starts_no_thread(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve()'s SIGTERM handler started a thread to shut the server down. A handler runs between
+    two bytecodes of the main thread, and when that thread was itself starting one (a request's),
+    holding the lock every start takes, the new start waited for it for good: a CI run's dashboard
+    hung after SIGTERM until it was killed. The handler sets the flag serve_forever() polls
+    instead: here a thread started by the handler fails the run."""
+    started: list[str] = []
+
+    def no_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        raise AssertionError(f"a thread was started: {thread.name}")
+
+    def ready(url: str) -> None:
+        monkeypatch.setattr(threading.Thread, "start", no_start)
+        try:
+            signal.raise_signal(signal.SIGTERM)  # (runs the handler before it returns)
+        finally:
+            monkeypatch.undo()
+
+    assert serve(Options(dsn=dsn), port=0, ready=ready) is signal.SIGTERM
+    assert started == []
+
+
 def test_serve_stops_on_a_signal_and_leaves_an_ignored_one_ignored(dsn: str) -> None:
     """serve() on the main thread: SIGINT or SIGTERM stops it and it returns the signal; one
     ignored when it started (SIGINT in `cmd &` from a script, a SIGTERM its parent ignored)

@@ -272,8 +272,12 @@ def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
         if stopped_by:
             raise KeyboardInterrupt
         stopped_by.append(signal.Signals(signum))
-        # shutdown() waits for serve_forever() to return: not from the main thread, which runs it
-        threading.Thread(target=wsgi.shutdown, name="pgqueue-dashboard-stop", daemon=True).start()
+        # What shutdown() asks (it waits for serve_forever() to return, which this thread runs):
+        # the flag serve_forever() reads between its polls (0.5 s), set here with no lock and no
+        # thread. A thread started from this handler, which runs between two bytecodes of the
+        # main thread, hung for good when the main thread was itself starting a thread (a
+        # request's) and held the lock that every start takes (a CI run: killed after 20 s).
+        setattr(wsgi, "_BaseServer__shutdown_request", True)
 
     saved: dict[signal.Signals, Any] = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
