@@ -2,14 +2,16 @@
 with the drivers installed from npm here, for `pg` and for `postgres` (postgres.js). Strings,
 JSON and bytes arrive unchanged and come back decoded by their content type; messages sent by
 Python are read by Node, text in its charset. A message that does not decode is dead-lettered
-and the others go on. Controls show the pitfalls the README warns of: a JS string sent to
-message_create (bytea) is changed, and a JS array sent by pg for JSON is not JSON."""
+and the others go on; no message of a batch slower than its leases is done twice. Controls show
+the pitfalls the README warns of: a JS string sent to message_create (bytea) is changed, and a
+JS array sent by pg for JSON is not JSON."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -207,3 +209,81 @@ def test_node_consume_reads_latin1_and_ascii_as_python_does(node_dir: Path, dsn:
     assert got[latin]["payload"] == "\x80\xe9\x9f"
     assert got[ascii_ok]["payload"] == "ok"
     assert got[ascii_bad]["rejected"] is True and "not ASCII" in got[ascii_bad]["error"]
+
+
+def slow_copy(node_dir: Path, driver: str) -> str:
+    """The example with work that takes as many milliseconds as its text payload says."""
+    script = (node_dir / DRIVERS[driver]).read_text()
+    marker = "  // ... do the work here\n"
+    assert script.count(marker) == 1
+    name = f"slow_{DRIVERS[driver]}"
+    (node_dir / name).write_text(script.replace(
+        marker, "  await new Promise((done) => setTimeout(done, Number.parseInt(payload)));\n"))
+    return name
+
+
+def consume_while_another_consumer_takes(node_dir: Path, dsn: str, script: str, queue: str, count: int,
+                                         after: float) -> tuple[list[dict[str, object]], list[int]]:
+    """Run the example's consume; ``after`` seconds after its dequeue, another consumer (Python)
+    takes what it can. Returns what the example did and the ids the other consumer was given
+    (it completes them)."""
+    proc = subprocess.Popen(["node", script, "consume", queue], cwd=node_dir, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "DATABASE_URL": url(dsn)})
+    try:
+        with Queue(dsn, queue) as q:
+            deadline = time.monotonic() + 30
+            while q.stats(exact=True).leased < count:
+                assert proc.poll() is None and time.monotonic() < deadline, "the example leased nothing"
+                time.sleep(0.02)
+            time.sleep(after)
+            taken = q.dequeue(10, lock_ms=60_000)
+            for msg in taken:
+                q.complete(msg)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    return json.loads(out), [msg.id for msg in taken]
+
+
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_node_consume_keeps_the_leases_of_the_messages_waiting_their_turn(
+        node_dir: Path, dsn: str, driver: str) -> None:
+    """consume leased up to 100 messages and never renewed a lease: when the work on the first
+    ones outlasted the queue's lock_ms, the leases of those still waiting ran out, another
+    consumer was handed them, and the example did them too (twice in all). It renews the leases
+    of the messages still waiting before each message's work: here 4 messages of 1.2 s of work
+    on 2 s leases, and another consumer that looks 2.5 s in is handed none of them."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('slow', p_lock_ms => 2000)")
+        ids = [conn.execute("SELECT pgqueue.message_create_text('slow', %s)", (f"1200 #{n}",)).fetchone()[0]
+               for n in range(4)]  # type: ignore[index]
+    seen, taken = consume_while_another_consumer_takes(node_dir, dsn, slow_copy(node_dir, driver), "slow", 4, 2.5)
+    assert taken == []  # none handed out twice
+    assert [int(str(s["id"])) for s in seen] == ids
+    assert all(s["completed"] is True for s in seen), seen
+    with Queue(dsn, "slow") as q:
+        assert q.stats(exact=True).total == 0
+
+
+@pytest.mark.parametrize("driver", list(DRIVERS))
+def test_node_consume_skips_a_message_whose_lease_was_lost_while_it_waited(
+        node_dir: Path, dsn: str, driver: str) -> None:
+    """When the leases did run out (here the first message's work outlasts the lease, 4 s on a
+    1 s lease) and another consumer took the messages, the example did the waiting ones as
+    well. It checks each lease as it renews it: those found stale are skipped, not worked on."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.queue_create('slow', p_lock_ms => 1000)")
+        first, *waiting = [
+            conn.execute("SELECT pgqueue.message_create_text('slow', %s)", (ms,)).fetchone()[0]  # type: ignore[index]
+            for ms in ("4000", "0", "0")]
+    seen, taken = consume_while_another_consumer_takes(node_dir, dsn, slow_copy(node_dir, driver), "slow", 3, 1.5)
+    assert sorted(taken) == sorted([first, *waiting])  # all three ran out, and the other took them
+    got = {int(str(s["id"])): s for s in seen}
+    assert got[first]["completed"] is False  # its work outlasted the lease: reported, not counted done
+    assert all(got[m] == {"id": got[m]["id"], "lost": True} for m in waiting), seen  # not worked on
+    with Queue(dsn, "slow") as q:
+        assert q.stats(exact=True).total == 0

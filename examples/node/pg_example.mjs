@@ -6,8 +6,8 @@
 //   DATABASE_URL=postgresql://user@localhost/app node pg_example.mjs consume emails
 //
 // produce enqueues text, JSON and raw bytes so that none is changed on the way; consume leases
-// messages (whoever sent them: Python, SQL, Node), decodes each by its content type
-// (content.mjs) and acknowledges it with its fencing token; one that does not decode is
+// messages (whoever sent them: Python, SQL, Node), keeps the leases of those waiting their turn,
+// decodes each by its content type (content.mjs) and acknowledges it with its fencing token; one that does not decode is
 // dead-lettered, one whose work throws is given back to be retried. Each prints one JSON line
 // of what it did.
 //
@@ -18,6 +18,12 @@
 import pg from "pg";
 
 import { decode, mediaType } from "./content.mjs";
+
+// The work for one message (payload decoded by its content type, task from ";task=" or null).
+// It must end within the lease: see consume.
+async function work(payload, task) {
+  // ... do the work here
+}
 
 const [mode, queue = "default"] = process.argv.slice(2);
 const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -49,14 +55,31 @@ try {
       throw err;
     }
   } else if (mode === "consume") {
-    // Up to 100 leases, each running out after the queue's lock_ms (30 s by default): work that
-    // may take longer for the whole batch must take fewer, or extend the leases in time
-    // (message_heartbeat), or another consumer is handed the messages too.
+    // Ten leases at a time, each of the queue's lock_ms (30 s by default). A lease left alone
+    // could run out while its message waits for the work on those before it, and the message
+    // would be handed to another consumer too: so before each message's work, its lease and those of the
+    // messages still waiting are renewed to lock_ms from now (message_heartbeat_batch, one
+    // statement), and a message whose lease was already lost (it was delivered again: its
+    // token is stale) is skipped, not done twice. One message's work must end within lock_ms:
+    // longer work heartbeats during it (message_heartbeat) or dequeues with a longer p_lock_ms.
     const { rows } = await client.query(
-      "SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue($1, 100)", [queue]);
+      "SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue($1, 10)", [queue]);
     const ok = async (sql, params) => (await client.query(sql, params)).rows[0].ok;
+    const lost = new Set();  // ids whose lease was found stale
     const seen = [];
-    for (const m of rows) {
+    for (const [i, m] of rows.entries()) {
+      const held = rows.slice(i).filter((r) => !lost.has(String(r.id)));
+      if (held[0] === m) {
+        const { rows: [{ stale }] } = await client.query(
+          "SELECT pgqueue.message_heartbeat_batch($1, $2) AS stale",
+          [held.map((r) => r.id), held.map((r) => r.attempts)]);
+        for (const id of stale) lost.add(String(id));
+      }
+      if (lost.has(String(m.id))) {
+        console.error(`message ${m.id}: lease lost while waiting (delivered again), skipped`);
+        seen.push({ id: m.id, lost: true });
+        continue;
+      }
       // Each message settles on its own: an error must not end the loop, or the messages
       // after it wait out their leases, and a bad one that comes first again stops them at
       // every run.
@@ -73,7 +96,7 @@ try {
       const task = mediaType(m.content_type).params.task ?? null;
       let completed;
       try {
-        // ... do the work here, then:
+        await work(payload, task);
         completed = await ok("SELECT pgqueue.message_complete($1, $2) AS ok", [m.id, m.attempts]);
       } catch (err) {
         // retried after the queue's back-off, or dead-lettered at its max_attempts
@@ -81,8 +104,9 @@ try {
         seen.push({ id: m.id, task, error: String(err) });
         continue;
       }
-      // false: the token is stale (the lease ran out and the message was delivered again, so
-      // another consumer may be doing the work too); say so rather than count it as done
+      // false: the token is stale (the lease ran out during the work and the message was
+      // delivered again, so another consumer may be doing it too); say so rather than count
+      // it as done
       if (!completed) console.error(`message ${m.id}: lease lost before completion, not completed here`);
       seen.push({ id: m.id, task, payload, completed });
     }

@@ -9,6 +9,11 @@ import postgres from "postgres";
 
 import { decode, mediaType } from "./content.mjs";
 
+// The work for one message; it must end within the lease (see pg_example.mjs).
+async function work(payload, task) {
+  // ... do the work here
+}
+
 const [mode, queue = "default"] = process.argv.slice(2);
 const sql = postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} });
 try {
@@ -30,9 +35,24 @@ try {
     });
     console.log(JSON.stringify(made));
   } else if (mode === "consume") {
-    const rows = await sql`SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue(${queue}, 100)`;
+    // Ten leases at a time, renewed before each message's work for it and the messages still
+    // waiting; one whose lease was lost while it waited is skipped (as in pg_example.mjs)
+    const rows = await sql`SELECT id, attempts, content, content_type FROM pgqueue.message_dequeue(${queue}, 10)`;
+    const lost = new Set();  // ids whose lease was found stale
     const seen = [];
-    for (const m of rows) {
+    for (const [i, m] of rows.entries()) {
+      const held = rows.slice(i).filter((r) => !lost.has(String(r.id)));
+      if (held[0] === m) {
+        const [{ stale }] = await sql`
+          SELECT pgqueue.message_heartbeat_batch(${held.map((r) => r.id)}::bigint[],
+                                                 ${held.map((r) => r.attempts)}::integer[]) AS stale`;
+        for (const id of stale) lost.add(String(id));
+      }
+      if (lost.has(String(m.id))) {
+        console.error(`message ${m.id}: lease lost while waiting (delivered again), skipped`);
+        seen.push({ id: m.id, lost: true });
+        continue;
+      }
       // each message settles on its own, as in pg_example.mjs: an error does not end the loop
       let payload;
       try {
@@ -46,7 +66,7 @@ try {
       const task = mediaType(m.content_type).params.task ?? null;
       let completed;
       try {
-        // ... do the work here, then:
+        await work(payload, task);
         [{ ok: completed }] = await sql`SELECT pgqueue.message_complete(${m.id}, ${m.attempts}) AS ok`;
       } catch (err) {
         await sql`SELECT pgqueue.message_fail(${m.id}, ${m.attempts}, ${String(err)})`;
