@@ -1095,3 +1095,85 @@ def test_producers_that_cannot_connect_are_said_plainly(
     assert "Lower --workers or --producers, or raise the server's max_connections." in out, out
     assert err == ("pgqueue: error: the producers could not open their 8 connections to the database in 3 s (the "
                    "server short of free connections? lower --producers, or raise its max_connections)\n"), err
+
+
+# -- review of the demo, session 69, a second pass --------------------------------------------
+
+
+def test_a_run_without_a_seed_says_the_one_it_used_and_pasted_back_it_repeats_the_mix(
+        capsys: pytest.CaptureFixture[str], dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --seed the demo never said the seed it ran with: a run that failed could not be
+    repeated (a review). The report says it, in a form pasted back as it is."""
+    from pgqueue import demo
+
+    made: list[list[dict[str, Any]]] = []
+    make_jobs = demo.make_jobs
+
+    def recording(count: int, rng: Any) -> list[dict[str, Any]]:
+        made.append(make_jobs(count, rng))
+        return made[-1]
+
+    monkeypatch.setattr(demo, "make_jobs", recording)
+    line = r"^  seed          (-?\d+): `(--seed -?\d+ --messages 30)` repeats this run's mix of messages$"
+    args = ["demo", "--dsn", dsn, "--rate", "0", "--workers", "2", "--no-progress"]
+    assert main([*args, "--messages", "30"]) == 0
+    out, err = capsys.readouterr()
+    first = re.search(line, out, re.MULTILINE)
+    assert first, out + err
+    assert main([*args, *shlex.split(first.group(2))]) == 0
+    out, err = capsys.readouterr()
+    again = re.search(line, out, re.MULTILINE)
+    assert again and again.group(1) == first.group(1), out + err
+    assert len(made) == 2 and made[0] == made[1]
+    assert len({job["kind"] for job in made[0]}) > 1  # (a mix, not one kind: the comparison means something)
+
+
+def test_a_dashboard_without_flask_is_refused_before_anything_starts(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pgqueue demo --dashboard` without Flask started a throwaway server, stopped it and only
+    then said that Flask was missing (a review): it is refused before anything starts."""
+    monkeypatch.delenv("PGQUEUE_DSN", raising=False)
+    for name in [name for name in sys.modules if name == "pgqueue.dashboard" or name.startswith("pgqueue.dashboard.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "flask", None)  # as if it were not installed: import flask raises ImportError
+    started = time.monotonic()
+    status = main(["demo", "--messages", "10", "--no-progress", "--dashboard", "0"])
+    out, err = capsys.readouterr()
+    assert status == 1, out + err
+    assert err == ("pgqueue: error: --dashboard needs Flask (import of flask halted; None in sys.modules), the "
+                   "pgqueue-sql[dashboard] extra: pip install 'flask>=3.0,<4' (from a clone of pgqueue: pip install "
+                   "'./python[dashboard]')\n"), err
+    assert out == "", out  # no "Starting a throwaway PostgreSQL server..." and its stop
+    assert time.monotonic() - started < 5
+
+
+def test_demo_options_refuse_what_the_command_line_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    """The limits (--workers at most 200, --producers 100...) held on the command line only:
+    run_demo(DemoOptions(workers=10000)) went ahead (a review). DemoOptions refuses what the
+    command line refuses, saying the same, from the same definition."""
+    from pgqueue.demo import DemoOptions, run_demo
+
+    with pytest.raises(ValueError, match=r"^DemoOptions\.workers: expected a number of workers from 1 to 200, "
+                                         r"got 10000$"):
+        run_demo(DemoOptions(workers=10000, dsn="host=/nonexistent"), out=sys.stdout)
+    for option, value, given in (("workers", 201, "201"), ("workers", 0, "0"), ("producers", 101, "101"),
+                                 ("messages", 0, "0"), ("messages", 10_000_001, "10000001"),
+                                 ("concurrency", 0, "0"), ("rate", -1.0, "-1"), ("rate", float("nan"), "nan"),
+                                 ("rate", 0.0001, "0.0001"), ("dashboard", 70000, "70000")):
+        with pytest.raises(ValueError) as raised:
+            DemoOptions(**{option: value})  # type: ignore[arg-type]
+        said = str(raised.value)
+        assert said.startswith(f"DemoOptions.{option}: expected ") and said.endswith(f", got {value!r}"), said
+        status = main(["demo", f"--{option}", given, "--dsn", "host=/nonexistent"])  # refused before it connects
+        _out, err = capsys.readouterr()
+        assert status == 2, err
+        expected = said[len(f"DemoOptions.{option}: "):-len(f", got {value!r}")]
+        assert re.search(rf"argument --{option}(/-n)?: {re.escape(expected)}, got '{given}'", err), (said, err)
+    with pytest.raises(ValueError, match=r"^DemoOptions: workers 200 x concurrency 51 is 10,200 handler threads, "
+                                         r"more than 10,000$"):
+        DemoOptions(workers=200, concurrency=51)
+    for option, value in (("workers", "3"), ("producers", 2.5), ("messages", True), ("rate", "400"),
+                          ("seed", "7"), ("dashboard", 80.0)):
+        with pytest.raises(TypeError, match=rf"^DemoOptions\.{option}: expected "):
+            DemoOptions(**{option: value})  # type: ignore[arg-type]
+    DemoOptions(workers=200, producers=100, concurrency=50, messages=10_000_000, rate=0, dashboard=0, seed=-3)

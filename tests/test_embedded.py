@@ -244,3 +244,26 @@ def test_a_server_killed_for_ignoring_its_stop_leaves_no_directory() -> None:
     assert time.monotonic() - started < 20
     assert not os.path.exists(base_dir)
     assert pg.left is None
+
+
+@pytest.mark.parametrize("kept", [1, 2])
+def test_what_a_stop_left_behind_counts_one_file_in_the_singular(monkeypatch: pytest.MonkeyPatch, kept: int) -> None:
+    """`left` (the demo's "directory left behind" line) said "1 files" (a review)."""
+    import pgqueue.embedded
+
+    rmtree = shutil.rmtree
+
+    def delete_all_but(path: str, ignore_errors: bool = False) -> None:  # a deletion that left `kept` files
+        rmtree(path)
+        os.mkdir(path)
+        for n in range(kept):
+            Path(path, f"kept-{n}").write_text("x")
+
+    pg = EmbeddedPostgres().start()
+    base_dir = pg.base_dir
+    monkeypatch.setattr(pgqueue.embedded.shutil, "rmtree", delete_all_but)
+    try:
+        pg.stop()
+        assert pg.left == f"{base_dir}: {kept} {'file' if kept == 1 else 'files'}, 0.0 MB"
+    finally:
+        rmtree(base_dir, ignore_errors=True)

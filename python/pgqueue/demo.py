@@ -42,7 +42,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TextIO
 
@@ -73,11 +73,39 @@ MIX: dict[str, int] = {
 LEASE_MS = 1000  # short, so that "slow" messages need their heartbeats
 MAX_ATTEMPTS = 3
 RETRY_BASE_MS = 250  # first retry after 125-250 ms, the next after 250-500 ms
+#: The seeds a run picks from when it is given none (said in its report: --seed N repeats it).
+SEED_RANGE = 1_000_000
+
+
+#: The most messages a run sends, and the lowest rate it takes (besides 0, as fast as possible).
+MAX_MESSAGES = 10_000_000
+MIN_RATE = 0.001
+#: The most handlers a worker, and handlers in all (workers x concurrency): threads.
+MAX_THREADS = 10_000
+#: The most workers and producers: each holds connections (3 a worker, 1 a producer), and the
+#: throwaway server is sized for them all (--workers 10000 asked it for 30,000 and more, a review).
+MAX_WORKERS = 200
+MAX_PRODUCERS = 100
+#: The range of each whole-number option, and what it is, for the command line's checks and
+#: :class:`DemoOptions`' alike (run_demo(DemoOptions(workers=10000)) went unchecked, a review).
+LIMITS: dict[str, tuple[int, int, str]] = {
+    "messages": (1, MAX_MESSAGES, f"a number of messages from 1 to {MAX_MESSAGES:,}"),
+    "producers": (1, MAX_PRODUCERS, f"a number of producers from 1 to {MAX_PRODUCERS}"),
+    "workers": (1, MAX_WORKERS, f"a number of workers from 1 to {MAX_WORKERS}"),
+    "concurrency": (1, MAX_THREADS, f"a positive integer up to {MAX_THREADS:,}"),
+    "dashboard": (0, 65535, "a port number 0-65535"),
+}
+RATE_TEXT = f"0 (as fast as they can) or a rate of at least {MIN_RATE:g} msg/s"
+
+
+def _rate_ok(rate: float) -> bool:
+    return rate == 0 or MIN_RATE <= rate < float("inf")
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """The knobs of the demo (the command-line options of ``pgqueue demo``)."""
+    """The knobs of the demo (the command-line options of ``pgqueue demo``), within the same
+    limits (:data:`LIMITS`): ValueError otherwise, TypeError for a value of the wrong type."""
 
     messages: int = 4000
     rate: float = 400.0  # messages per second, all producers together; 0 = as fast as possible
@@ -88,6 +116,25 @@ class DemoOptions:
     seed: int | None = None
     progress: bool | None = None  # a progress bar; None = if the output is a terminal
     dashboard: int | None = None  # serve `pgqueue dashboard` on this port while the demo runs
+
+    def __post_init__(self) -> None:
+        for name, (low, high, what) in LIMITS.items():
+            value = getattr(self, name)
+            if value is None and name == "dashboard":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"DemoOptions.{name}: expected {what}, got {value!r}")
+            if not low <= value <= high:
+                raise ValueError(f"DemoOptions.{name}: expected {what}, got {value!r}")
+        if not isinstance(self.rate, (int, float)) or isinstance(self.rate, bool):
+            raise TypeError(f"DemoOptions.rate: expected {RATE_TEXT}, got {self.rate!r}")
+        if not _rate_ok(self.rate):
+            raise ValueError(f"DemoOptions.rate: expected {RATE_TEXT}, got {self.rate!r}")
+        if self.workers * self.concurrency > MAX_THREADS:
+            raise ValueError(f"DemoOptions: workers {self.workers:,} x concurrency {self.concurrency:,} is "
+                             f"{self.workers * self.concurrency:,} handler threads, more than {MAX_THREADS:,}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise TypeError(f"DemoOptions.seed: expected an integer or None, got {self.seed!r}")
 
 
 # -----------------------------------------------------------------------------------------
@@ -374,7 +421,14 @@ def _check_connections(conn: psycopg.Connection[Any], connections: Sequence[tupl
 def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     """Run the demo and print its report; return 0 if every message was accounted for, else 1."""
     out = out or sys.stdout
+    # What --dashboard needs, and its port, before anything is started: without Flask it was
+    # refused once the throwaway server had been started and stopped for nothing (a review).
+    _dashboard_module(options.dashboard)
     _check_port(options.dashboard)
+    if options.seed is None:
+        # A seed of its own, said in the report, so that a run that failed can be repeated with
+        # the same mix: without --seed it was never said, and could not be (a review).
+        options = replace(options, seed=secrets.randbelow(SEED_RANGE))
     jobs = make_jobs(options.messages, random.Random(options.seed))
     # The workers log every failure; the flaky and poison jobs fail on purpose and the
     # report counts them, so keep the screen for the progress bar: their warnings go to
@@ -563,13 +617,9 @@ def dashboard(dsn: str, port: int | None, out: TextIO) -> Iterator[None]:
         return
     from pgqueue.cli import UserError
 
+    served = _dashboard_module(port)
     try:
-        from pgqueue.dashboard import Options, start
-    except ImportError as exc:
-        raise UserError(f"--dashboard needs Flask ({exc}), the pgqueue-sql[dashboard] extra: pip install 'flask>=3.0,<4' "
-                        "(from a clone of pgqueue: pip install './python[dashboard]')") from exc
-    try:
-        server = start(Options(dsn=dsn, sample_interval=1.0), port=port)
+        server = served.start(served.Options(dsn=dsn, sample_interval=1.0), port=port)
     except OSError as exc:
         raise UserError(_port_text(port, exc)) from exc
     print(f"Dashboard: {server.url} (sampled every second)", file=out, flush=True)
@@ -577,6 +627,21 @@ def dashboard(dsn: str, port: int | None, out: TextIO) -> Iterator[None]:
         yield
     finally:
         server.stop()
+
+
+def _dashboard_module(port: int | None) -> Any:
+    """Return :mod:`pgqueue.dashboard` if ``port`` asks for the dashboard (else None); refuse
+    --dashboard where it cannot be imported (Flask, the ``dashboard`` extra, is missing)."""
+    if port is None:
+        return None
+    from pgqueue.cli import UserError
+
+    try:
+        import pgqueue.dashboard
+    except ImportError as exc:
+        raise UserError(f"--dashboard needs Flask ({exc}), the pgqueue-sql[dashboard] extra: pip install 'flask>=3.0,<4' "
+                        "(from a clone of pgqueue: pip install './python[dashboard]')") from exc
+    return pgqueue.dashboard
 
 
 def _check_port(port: int | None) -> None:
@@ -925,6 +990,10 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
     workers = _count(options.workers, "worker")
     w = out.write
     w("\nSummary (measured in this run)\n")
+    if options.seed is not None:  # (run_demo picks one when none is given)
+        # pasted back as they are (the mix depends on the number of messages too)
+        w(f"  seed          {options.seed}: `--seed {options.seed} --messages {len(jobs)}` repeats this run's mix "
+          "of messages\n")
     w(f"  sent          {_count(sent, 'message')} in {sending:.1f} s by {_count(options.producers, 'producer')}"
       f"{_per_second(sent, sending)}, one transaction each ({offered})\n")
     if options.rate > 0 and (tally.last_settle is None or drained < 0):
@@ -1018,17 +1087,6 @@ def report(queue: Queue, jobs: Sequence[dict[str, Any]], tally: Tally, elapsed: 
 # -----------------------------------------------------------------------------------------
 
 
-#: The most messages a run sends, and the lowest rate it takes (besides 0, as fast as possible).
-MAX_MESSAGES = 10_000_000
-MIN_RATE = 0.001
-#: The most handlers a worker, and handlers in all (workers x concurrency): threads.
-MAX_THREADS = 10_000
-#: The most workers and producers: each holds connections (3 a worker, 1 a producer), and the
-#: throwaway server is sized for them all (--workers 10000 asked it for 30,000 and more, a review).
-MAX_WORKERS = 200
-MAX_PRODUCERS = 100
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``pgqueue demo`` to its parser (--dsn is added by the CLI)."""
     from pgqueue.cli import _int_range, _number, _port
@@ -1036,9 +1094,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = DemoOptions()
     # Bounded: the jobs are made before the first is sent (10,000,000 take a few GB), and a rate
     # below the least made the producers' wait overflow (--rate 1e-10: OverflowError).
-    messages = _int_range(1, MAX_MESSAGES, f"a number of messages from 1 to {MAX_MESSAGES:,}")
-    rate = _number(float, lambda v: v == 0 or MIN_RATE <= v < float("inf"),
-                   f"0 (as fast as they can) or a rate of at least {MIN_RATE:g} msg/s")
+    messages = _int_range(*LIMITS["messages"])
+    rate = _number(float, _rate_ok, RATE_TEXT)
     parser.add_argument("--messages", "-n", type=messages, default=d.messages, metavar="N",
                         help=f"how many messages to send (default {d.messages:,}, at most {MAX_MESSAGES:,})")
     parser.add_argument("--rate", type=rate, default=d.rate, metavar="R",
@@ -1047,9 +1104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Bounded too: every producer, worker and handler is a thread of this process (a --concurrency
     # of 10^20 started threads until the system refused one, then aborted: exit 134, a review).
     # The workers and producers, to what a machine's PostgreSQL serves: their connections.
-    threads = _int_range(1, MAX_THREADS, f"a positive integer up to {MAX_THREADS:,}")
-    producers = _int_range(1, MAX_PRODUCERS, f"a number of producers from 1 to {MAX_PRODUCERS}")
-    workers = _int_range(1, MAX_WORKERS, f"a number of workers from 1 to {MAX_WORKERS}")
+    threads = _int_range(*LIMITS["concurrency"])
+    producers = _int_range(*LIMITS["producers"])
+    workers = _int_range(*LIMITS["workers"])
     parser.add_argument("--producers", type=producers, default=d.producers, metavar="N",
                         help=f"producer threads, a connection each (default {d.producers}, at most {MAX_PRODUCERS})")
     parser.add_argument("--workers", type=workers, default=d.workers, metavar="N",

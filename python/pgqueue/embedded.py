@@ -431,7 +431,8 @@ class EmbeddedPostgres:
                     size += os.lstat(os.path.join(root, name)).st_size
                     files += 1
         why = f" (its server, pid {self._stuck_pid}, did not stop)" if self._stuck_pid is not None else ""
-        return f"{self._dir}{why}: {files:,} files, {size / 1e6:.1f} MB"
+        # "1 file", not "1 files" (a review)
+        return f"{self._dir}{why}: {files:,} {'file' if files == 1 else 'files'}, {size / 1e6:.1f} MB"
 
     def _remove_dir(self, server: Any) -> None:
         """Delete the temporary directory, unless its server could not be stopped (its process
