@@ -108,7 +108,9 @@ def test_ctrl_c_in_the_middle_stops_cleanly_and_leaves_nothing_behind() -> None:
     the demo must still stop its threads, say so, exit 130, and leave no server or directory."""
     proc, out, err = _interrupt_in_the_middle(lambda proc: os.killpg(proc.pid, signal.SIGINT))
     assert proc.returncode == 130, out + err
-    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
+    # with the seed it ran with, to repeat it (only the report said it: not printed when interrupted)
+    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled \(seed (\d+): `--seed \1 --messages 4000`\): "
+                     r"stopping", out, re.MULTILINE), out
     assert "error" not in err and "Traceback" not in err, err
     _assert_cleaned_up(out)
 
@@ -120,7 +122,7 @@ def test_kill_or_a_closed_terminal_stops_cleanly_as_ctrl_c_does(sig: signal.Sign
     user's first hour, session 41). Now they stop the demo as Ctrl-C does."""
     proc, out, err = _interrupt_in_the_middle(lambda proc: proc.send_signal(sig))
     assert proc.returncode == 130, out + err
-    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
+    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled \(seed \d+: `[^`]+`\): stopping", out, re.MULTILINE), out
     assert "Traceback" not in err, err
     _assert_cleaned_up(out)
 
@@ -904,7 +906,7 @@ def test_ctrl_c_while_the_queue_is_dropped_does_not_leave_it_behind_unsaid(dsn: 
     out = head + rest
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err, err
-    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled: stopping", out, re.MULTILINE), out
+    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled \(seed \d+: `[^`]+`\): stopping", out, re.MULTILINE), out
     assert f"Dropping queue {name} first (Ctrl-C again leaves it behind)...\n" in out, out
     if during_the_drop == 1:
         assert f"Dropped queue {name}.\n" in out, out

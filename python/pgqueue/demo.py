@@ -794,8 +794,10 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
             progress.update(tally)
         interrupted = False
     except KeyboardInterrupt as exc:
-        print(f"Interrupted with {tally.settled:,} of {_count(len(jobs), 'message')} settled: stopping the producers "
-              "and workers.", file=out, flush=True)
+        # the seed too: an interrupted run is one to repeat (run_demo gives every run one)
+        seed = "" if options.seed is None else f" (seed {options.seed}: `--seed {options.seed} --messages {len(jobs)}`)"
+        print(f"Interrupted with {tally.settled:,} of {_count(len(jobs), 'message')} settled{seed}: stopping the "
+              "producers and workers.", file=out, flush=True)
         raise _Interrupted from exc
     finally:
         stop_producing.set()
