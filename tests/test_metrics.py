@@ -1080,3 +1080,58 @@ def test_a_malformed_connection_string_is_not_logged_with_its_password(uri: str,
     assert "pgqueue_up 0" in text
     assert metrics.error is not None and "invalid connection string" in metrics.error
     assert "Secret" not in metrics.error and "Secret" not in caplog.text and "Secret" not in text
+
+
+def test_a_client_that_sends_nothing_or_reads_nothing_is_dropped(monkeypatch: pytest.MonkeyPatch,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """A client that connected and sent nothing, or half a request, or never read the answer,
+    held one of the endpoint's threads and a file descriptor for ever (http.server waits without
+    a timeout unless told one): enough of them (a port scan, probes that only open the port,
+    peers gone without closing) and accept() failed on every new connection, no scrape was
+    answered and the serving thread spun a core. Each is now dropped after CLIENT_TIMEOUT."""
+    monkeypatch.setattr("pgqueue.metrics.CLIENT_TIMEOUT", 0.5)
+    big = "x" * 8_000_000
+    with MetricsServer(lambda: big, port=0) as server:
+        idle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        half = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        half.sendall(b"GET /metrics HTTP/1.1\r\n")
+        deaf = socket.socket()
+        deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        deaf.settimeout(10)
+        deaf.connect(("127.0.0.1", server.port))
+        deaf.sendall(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode())
+        try:
+            # dropped: the end of the stream, not this side's timeout of 10 s
+            assert idle.recv(100) == b""
+            assert half.recv(100) == b""
+            time.sleep(2)  # the deaf client reads at last: what was sent before the drop only
+            received = 0
+            try:
+                while chunk := deaf.recv(1 << 20):
+                    received += len(chunk)
+            except ConnectionResetError:
+                pass
+            assert received < len(big)
+            # and the endpoint still answers
+            status, _, body = http_request(server.port, "GET", f"127.0.0.1:{server.port}")
+            assert (status, len(body)) == (200, len(big))
+        finally:
+            idle.close()
+            half.close()
+            deaf.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err
+
+
+def test_a_timeout_too_large_to_multiply_is_refused_not_a_traceback(capsys: pytest.CaptureFixture[str],
+                                                                    dsn: str) -> None:
+    """`metrics --timeout 1e306` (and QueueMetrics(timeout=1e306)) raised OverflowError out of
+    the bound's check, a traceback: its milliseconds are inf, whose ceil is no integer. It is bad
+    usage naming the option (exit 2), and a ValueError, as 2147483.648 is."""
+    for bad in ("1e306", "1.7e308", "2147483647.5"):
+        assert main(["metrics", "--once", "--timeout", bad, "--dsn", dsn]) == 2, bad
+        out, err = capsys.readouterr()
+        assert out == "" and "--timeout" in err and "up to 2147483.647" in err, err
+    for timeout in (1e306, 1.7e308, 10**400):
+        with pytest.raises(ValueError, match="at most 2147483.647"):
+            QueueMetrics(dsn, timeout=timeout)

@@ -746,8 +746,9 @@ _positive_float = _number(float, lambda v: v > 0 and v < float("inf"), "a positi
 _non_negative_float = _number(float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 _seconds = _number(float, lambda v: 0 <= v < 1e9, "seconds >= 0, below 1e9 (31 years)")
 _port = _number(int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
-# metrics --timeout becomes the server's statement_timeout, an integer of milliseconds
-_statement_timeout = _number(float, lambda v: 0 < v < float("inf") and math.ceil(v * 1000) <= _INT_MAX,
+# metrics --timeout becomes the server's statement_timeout, an integer of milliseconds (the first
+# bound before the product: 1e306 * 1000 is inf, whose ceil raised OverflowError, a traceback)
+_statement_timeout = _number(float, lambda v: 0 < v <= _INT_MAX and math.ceil(v * 1000) <= _INT_MAX,
                              f"seconds > 0, up to {_INT_MAX / 1000} (the server's statement_timeout limit)")
 _DAY_S = 86400  # the longest dashboard --sample-interval (the page refreshes as often: a browser timer)
 # at least 0.1 s (the dashboard's sampler.MIN_INTERVAL): 1e-20 overflowed the history's length (a

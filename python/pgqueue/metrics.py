@@ -221,7 +221,8 @@ class QueueMetrics:
 
     def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
         _check_real("timeout", timeout)
-        if not (0 < timeout < math.inf and math.ceil(timeout * 1000) <= _MAX_TIMEOUT_MS):
+        # (the first bound before the product: 1e306 * 1000 is inf, whose ceil raised OverflowError)
+        if not (0 < timeout <= _MAX_TIMEOUT_MS and math.ceil(timeout * 1000) <= _MAX_TIMEOUT_MS):
             raise ValueError(f"timeout must be > 0 seconds and at most {MAX_TIMEOUT}, got {quoted(timeout)}")
         # (-5 or NaN read the database at every scrape; inf never again after the first)
         _check_real("min_interval", min_interval)
@@ -396,6 +397,13 @@ class QueueMetrics:
 #: between attempts, which the whole seconds of connect_timeout do not allow for.
 _SLACK = 0.05
 
+#: Seconds the endpoint waits on a client's socket (for its request, or for room to write the
+#: answer) before it drops the connection. A client that connected and sent nothing (a port
+#: scan, a probe that only opens the port, a peer gone without closing) held a thread and a file
+#: descriptor for ever; enough of them and accept() failed on every new connection: no scrape
+#: was answered and the serving thread spun a core. Not the reading's time: only the socket's.
+CLIENT_TIMEOUT = 30.0
+
 #: Seconds past a reading's timeout after which it shuts its connection's socket down (a server
 #: that answers sends the statement_timeout's error by then).
 CUT_AFTER = 1.0
@@ -550,7 +558,8 @@ class MetricsServer:
     """Serve ``render()`` at ``/metrics`` (and ``/``) over HTTP on a background thread.
 
     ``port`` 0 picks a free port (see :attr:`port`); ``host`` may be an IPv6 address (``::1``,
-    ``::``). Use as a context manager, or call :meth:`close`. GET and HEAD are answered.
+    ``::``). Use as a context manager, or call :meth:`close`. GET and HEAD are answered; a
+    client that sends no request or reads no answer for :data:`CLIENT_TIMEOUT` seconds is dropped.
 
     Listening on a loopback address (the default), it answers 421 to a request whose Host header
     names anything but ``localhost``, ``127.0.0.1``, ``[::1]`` or the address it listens on (with
@@ -563,6 +572,9 @@ class MetricsServer:
         produce = render
 
         class Handler(BaseHTTPRequestHandler):
+            # (http.server drops a connection whose read or write times out: a debug log line)
+            timeout = CLIENT_TIMEOUT
+
             def handle(self) -> None:
                 try:
                     super().handle()
