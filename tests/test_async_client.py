@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 import client_scenarios as scenarios
@@ -21,8 +22,8 @@ from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, Queue
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
-from test_client import (LEFT_OPEN, SLOW_LEASE_MS, Unanswering, bounded, heartbeat_many_renews_each_with_its_own_token,
-                         interrupt_after_sending, socket_port)
+from test_client import (ENDED, LEFT_OPEN, SLOW_LEASE_MS, Unanswering, bounded, end_idle_sessions,
+                         heartbeat_many_renews_each_with_its_own_token, interrupt_after_sending, socket_port)
 
 Conn = psycopg.Connection[Any]
 
@@ -2035,3 +2036,43 @@ def test_a_cancelled_call_and_receive_do_not_wait_for_another_tasks_statement(ds
             assert exited is not None and exited < 2.0 + 5 + 2.0, exited
 
     run(main)
+
+
+def test_async_a_connection_the_server_ended_while_idle_is_opened_again_for_the_call(
+        dsn: str, conn: Conn, caplog: pytest.LogCaptureFixture) -> None:
+    """As the sync client's (test_client.py): a server restart, or a pg_terminate_backend of idle
+    sessions (57P01), ends the AsyncQueue's own connections while they sit idle; the next call
+    (receive()'s dequeue is one) failed with ConnectionFailed though it never reached the
+    server, and the next heartbeat logged a warning (on the queue's own heartbeat connection and
+    on the one beside a caller's autocommit connection). The connection is found ended before
+    the call is sent, and opened again for it, quietly."""
+    ended = make_conninfo(dsn, application_name=ENDED)
+
+    async def end(count: int, but: int | None = None) -> None:
+        await asyncio.to_thread(end_idle_sessions, conn, count, but=but)
+
+    async def main() -> None:
+        async with AsyncQueue(ended, "jobs") as queue:
+            await queue.create()
+            await queue.enqueue("a")
+            await end(1)  # the queue's own connection
+            await queue.enqueue_many(["b", "c"])
+            await end(1)
+            async with queue.receive(lock_ms=1500) as msg:  # (a beat every 0.5 s)
+                assert msg is not None and msg.payload == "a"
+                await end(2)  # its own and the beats', between two beats
+                await asyncio.sleep(1.2)  # two beats
+            stats = await queue.stats()
+            assert (stats.ready, stats.leased) == (2, 0)
+        async with await psycopg.AsyncConnection.connect(ended, autocommit=True) as callers:
+            mine = AsyncQueue(callers, "jobs")
+            async with mine.receive(lock_ms=1500) as msg:
+                assert msg is not None and msg.payload == "b"
+                await end(1, but=callers.info.backend_pid)  # the beats', beside it
+                await asyncio.sleep(1.2)
+            stats = await mine.stats()
+            assert (stats.ready, stats.leased) == (1, 0)
+
+    with caplog.at_level("INFO", logger="pgqueue"):
+        run(main)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == []

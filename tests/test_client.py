@@ -2577,3 +2577,57 @@ def test_receive_on_a_connection_the_server_closed_while_idle_opens_it_again(dsn
             assert (await queue.stats()).ready == 0
 
     asyncio.run(asynchronously())
+
+
+#: The application_name of the connections test_..._ended_while_idle_... ends (ours only).
+ENDED = "pgqueue-ended-while-idle"
+
+
+def end_idle_sessions(conn: Conn, count: int, *, but: int | None = None) -> None:
+    """End ``count`` idle sessions of :data:`ENDED` (all of them, but the one of pid ``but``) as a
+    server restart or a tidy-up of idle sessions does (pg_terminate_backend: 57P01, the
+    session's goodbye sent before it exits), and wait until they exited. Waits for a session in
+    use (a beat in flight) to be idle first: only connections that sit idle are ended."""
+    deadline = time.monotonic() + 10
+    while True:
+        pids = [pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_catalog.pg_stat_activity WHERE application_name = %s AND state = 'idle' "
+            "AND pid IS DISTINCT FROM %s", (ENDED, but)).fetchall()]
+        if len(pids) == count:
+            break
+        assert time.monotonic() < deadline, pids
+        time.sleep(0.01)
+    for pid in pids:
+        assert conn.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone() == (True,)
+
+
+def test_a_connection_the_server_ended_while_idle_is_opened_again_for_the_call(
+        dsn: str, conn: Conn, caplog: pytest.LogCaptureFixture) -> None:
+    """A server restart, or a tool's pg_terminate_backend of idle sessions, ends the Queue's own
+    connections while they sit idle (57P01, "terminating connection due to administrator
+    command"): the next call failed with ConnectionFailed, receive()'s dequeue too, though none
+    had reached the server; the block's completion said the connection was lost, and the next
+    heartbeat logged a warning, on the queue's own heartbeat connection and on the one opened
+    beside a caller's autocommit connection. The connection is found ended before the call is
+    sent, and opened again for it, quietly (a caller's connection is never replaced: not ended
+    here)."""
+    ended = make_conninfo(dsn, application_name=ENDED)
+    with caplog.at_level("INFO", logger="pgqueue"), Queue(ended, "jobs") as queue:
+        queue.create()
+        queue.enqueue("a")
+        end_idle_sessions(conn, 1)  # the queue's own connection
+        queue.enqueue_many(["b", "c"])
+        end_idle_sessions(conn, 1)
+        with queue.receive(lock_ms=1500) as msg:  # (a beat every 0.5 s)
+            assert msg is not None and msg.payload == "a"
+            end_idle_sessions(conn, 2)  # its own and the beats', between two beats
+            time.sleep(1.2)  # two beats
+        assert (queue.stats().ready, queue.stats().leased) == (2, 0)
+    with caplog.at_level("INFO", logger="pgqueue"), psycopg.connect(ended, autocommit=True) as callers:
+        mine = Queue(callers, "jobs")
+        with mine.receive(lock_ms=1500) as msg:
+            assert msg is not None and msg.payload == "b"
+            end_idle_sessions(conn, 1, but=callers.info.backend_pid)  # the beats', beside it
+            time.sleep(1.2)
+        assert (mine.stats().ready, mine.stats().leased) == (1, 0)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import select
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -17,12 +18,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar, cast
 
+import psycopg
 from psycopg import ConnectionInfo
 from psycopg._encodings import pg2pyenc
 from psycopg.abc import Buffer
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import Conninfo
+from psycopg.pq import Conninfo, ConnStatus, TransactionStatus
 from psycopg.pq.abc import PGconn
 from psycopg.types.array import ListBinaryDumper, ListDumper
 
@@ -624,6 +626,44 @@ def server_refuses(call: Call[Any], info: ConnectionInfo) -> bool:
         except UnicodeEncodeError:
             return True
     return False
+
+
+def ended_while_idle(pgconn: PGconn) -> bool:
+    """Tell, without waiting, whether the server ended the session of the idle connection
+    ``pgconn`` while it sat idle: its goodbye (a FATAL error, 57P01 of a restart or of a
+    ``pg_terminate_backend``, 57P05 of ``idle_session_timeout``) and the socket's end are there to
+    read before anything is sent. A call found so never reached the server: it may be made on a
+    new connection. Before, the call was sent and failed with ``ConnectionFailed`` (57P01 cannot
+    tell that apart from a session ended while the call ran).
+
+    False for a connection in use (not IDLE: a statement in flight, a transaction), for one
+    whose socket holds nothing to read, and where the socket cannot be watched; the caller holds
+    the connection's lock (or, on asyncio, awaits nothing meanwhile)."""
+    if pgconn.status != ConnStatus.OK:
+        return True
+    if pgconn.transaction_status != TransactionStatus.IDLE:
+        return False
+    for _ in range(_ENDED_READS):
+        try:
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        except (OSError, ValueError):  # (a descriptor select cannot watch: the call finds out)
+            return False
+        if not readable:
+            return False
+        try:
+            # one read at a time: the goodbye first, the socket's end (an error here) at the
+            # next; what came is kept for the next statement (a notice, say)
+            pgconn.consume_input()
+        except psycopg.Error:
+            return True
+        if pgconn.status != ConnStatus.OK:
+            return True
+    return False
+
+
+#: How many reads :func:`ended_while_idle` makes at most of what an idle connection's socket
+#: holds (a goodbye and the socket's end take two).
+_ENDED_READS = 4
 
 
 def conninfo_of(pgconn: PGconn) -> str:

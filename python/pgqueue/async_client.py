@@ -152,6 +152,18 @@ async def _execute(conn: psycopg.AsyncConnection[Any], call: Call[T],
     return await _statement(conn, call, status)
 
 
+async def _ended_while_idle(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """:func:`pgqueue.client._ended_while_idle` on an ``AsyncConnection``: closed, or ended by
+    the server while it sat idle (closed then); False while another task's statement holds
+    its lock (the look itself awaits nothing: no other task runs on the connection meanwhile)."""
+    if conn.closed:
+        return True
+    if conn.lock.locked() or not _core.ended_while_idle(conn.pgconn):
+        return False
+    await conn.close()
+    return True
+
+
 async def _set_read_committed(conn: psycopg.AsyncConnection[Any]) -> None:
     """:func:`pgqueue.client._set_read_committed` on an ``AsyncConnection``."""
     with translating():
@@ -311,7 +323,15 @@ class _AsyncConnector:
                 async with self._pool.connection() as conn:
                     yield conn
         else:
-            yield await self._open("_own")
+            yield await self._live("_own")
+
+    async def _live(self, attr: str) -> psycopg.AsyncConnection[Any]:
+        """Our own connection ``attr``, opened if need be, and opened again if the server ended
+        its session while it sat idle (as the sync client's ``_live``)."""
+        conn: psycopg.AsyncConnection[Any] | None = getattr(self, attr)
+        if conn is None or await _ended_while_idle(conn):
+            conn = await self._open(attr)
+        return conn
 
     async def run(self, call: Call[T]) -> T:
         """Execute a call and return its result; after an interruption (a cancellation, a
@@ -338,10 +358,10 @@ class _AsyncConnector:
 
     async def _on_own(self, attr: str, call: Call[T]) -> T:
         """Run a call on our own connection ``attr``; one that the server closed while it sat
-        idle is opened again and the call made at once (as the sync client's ``_on_own``)."""
-        conn: psycopg.AsyncConnection[Any] | None = getattr(self, attr)
-        if conn is None or conn.closed:
-            conn = await self._open(attr)
+        idle is opened again and the call made at once, and one it ended otherwise while it sat
+        idle (a restart, 57P01) is found so before the call is sent (as the sync client's
+        ``_on_own``)."""
+        conn = await self._live(attr)
         try:
             return await _execute(conn, call)
         except PgQueueError as exc:
@@ -418,7 +438,8 @@ class _AsyncConnector:
             sides: list[psycopg.AsyncConnection[Any]] = []
 
             async def side() -> psycopg.AsyncConnection[Any]:
-                if not sides or sides[-1].closed:
+                # (or ended by the server while it sat idle between beats: as Queue.receive's)
+                if not sides or await _ended_while_idle(sides[-1]):
                     with translating():
                         sides.append(await _connect.connect_async(conninfo, autocommit=True))
                 return sides[-1]

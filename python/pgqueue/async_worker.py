@@ -75,7 +75,7 @@ from pgqueue._worker_core import (
     is_read_only,
     stop_signals,
 )
-from pgqueue.async_client import AsyncQueue, _AsyncConnector, _answered
+from pgqueue.async_client import AsyncQueue, _AsyncConnector, _answered, _ended_while_idle
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.message import Message
 from pgqueue.tasks import refuse_generator, returned_generator
@@ -299,12 +299,13 @@ class AsyncWorker(WorkerCore):
 
     async def _connect_loop(self) -> None:
         """Open the loop's connection if it has none (after a loss), giving the attempt up at once
-        on stop() (StoppedConnecting), as pgqueue.Worker does; once stopping, the shutdown's calls
-        connect as before (bounded by connect_timeout)."""
+        on stop() (StoppedConnecting), as pgqueue.Worker does, and one the server ended while it
+        sat idle too (found so here); once stopping, the shutdown's calls connect as before
+        (bounded by connect_timeout)."""
         runner = self._runner
         assert runner is not None
         own = runner._own
-        if self._stopping or (own is not None and not own.closed):
+        if self._stopping or (own is not None and not await _ended_while_idle(own)):
             return
         opening = asyncio.ensure_future(runner._open("_own"))
         while not opening.done():

@@ -154,6 +154,25 @@ def _execute(conn: psycopg.Connection[Any], call: Call[T], *, lent: bool = False
     return _statement(conn, call)
 
 
+def _ended_while_idle(conn: psycopg.Connection[Any]) -> bool:
+    """Tell whether ``conn``, one of pgqueue's own connections, is closed, or was ended by the
+    server while it sat idle (:func:`pgqueue._core.ended_while_idle`: a restart, a
+    ``pg_terminate_backend``, an ``idle_session_timeout``); one found so is closed, for the call
+    about to run, which never reached the server, to be made on a new one. A connection another
+    thread is using (a beat in flight) is not idle: False."""
+    if conn.closed:
+        return True
+    if not conn.lock.acquire(blocking=False):
+        return False
+    try:
+        ended = _core.ended_while_idle(conn.pgconn)
+    finally:
+        conn.lock.release()
+    if ended:
+        conn.close()
+    return ended
+
+
 def _read_committed_again(conn: psycopg.Connection[Any], do: Callable[[], T]) -> T:
     """Run ``do`` on the autocommit connection ``conn`` as it is, and when refused with PQ009 or
     40001 (see :func:`_execute`) again in a READ COMMITTED transaction of its own. The command
@@ -339,6 +358,16 @@ class _Connector:
                 setattr(self, attr, conn)
             return conn
 
+    def _live(self, attr: str) -> psycopg.Connection[Any]:
+        """Our own connection ``attr``, opened if need be, and opened again if the server ended
+        its session while it sat idle (:func:`_ended_while_idle`): the call about to run on it
+        failed with ConnectionFailed after a server restart or a ``pg_terminate_backend`` of idle
+        sessions (57P01), though it never reached the server (a review)."""
+        conn: psycopg.Connection[Any] | None = getattr(self, attr)
+        if conn is None or _ended_while_idle(conn):
+            conn = self._open(attr)
+        return conn
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Lend the connection a call runs on (a shared one with its lock held)."""
@@ -347,7 +376,7 @@ class _Connector:
                 yield conn
         else:
             with self._shared_lock:
-                yield self._open("_own") if self._conn is None else self._conn
+                yield self._live("_own") if self._conn is None else self._conn
 
     @contextmanager
     def leasing(self) -> Iterator[tuple[psycopg.Connection[Any], bool]]:
@@ -436,10 +465,9 @@ class _Connector:
         closed while it sat idle (idle_session_timeout: :data:`pgqueue._core.IDLE_SESSION_TIMEOUT`,
         the call never ran) is opened again and the call made on it at once: the first call
         after each such timeout failed with ConnectionFailed, and a worker logged an outage and
-        waited its back-off every time (a review)."""
-        conn: psycopg.Connection[Any] | None = getattr(self, attr)
-        if conn is None or conn.closed:
-            conn = self._open(attr)
+        waited its back-off every time (a review). One the server ended while it sat idle
+        otherwise (a restart, 57P01) is found so before the call is sent (:meth:`_live`)."""
+        conn = self._live(attr)
         try:
             return _execute(conn, call)
         except PgQueueError as exc:
@@ -493,7 +521,9 @@ class _Connector:
             sides: list[psycopg.Connection[Any]] = []
 
             def side() -> psycopg.Connection[Any]:
-                if not sides or sides[-1].closed:
+                # (one the server ended while it sat idle between beats, an idle_session_timeout
+                # shorter than the beats' interval say, too: each beat logged a warning, a review)
+                if not sides or _ended_while_idle(sides[-1]):
                     with translating():
                         sides.append(_connect.connect(conninfo, autocommit=True))
                 return sides[-1]

@@ -90,7 +90,7 @@ from pgqueue._worker_core import (
     log,
     stop_signals,
 )
-from pgqueue.client import Queue, _Connector
+from pgqueue.client import Queue, _Connector, _ended_while_idle
 from pgqueue.errors import PgQueueError
 from pgqueue.message import Message
 from pgqueue.tasks import refuse_generator, returned_generator
@@ -412,12 +412,15 @@ class Worker(WorkerCore):
     def _connect_loop(self) -> None:
         """Open the loop's connection if it has none (after a loss), giving the attempt up at once
         on stop() (StoppedConnecting): libpq's attempt takes up to connect_timeout against a
-        server that does not answer. Once stopping, the shutdown's calls connect as before
-        (bounded by connect_timeout): what finished is acknowledged over a new connection."""
+        server that does not answer. A connection the server ended while it sat idle (a
+        restart, a pg_terminate_backend) is found so here and replaced the same way: the
+        connector would open it again with a plain attempt, deaf to stop(). Once stopping, the
+        shutdown's calls connect as before (bounded by connect_timeout): what finished is
+        acknowledged over a new connection."""
         runner = self._runner
         assert runner is not None
         own = runner._own
-        if self._stopping or (own is not None and not own.closed):
+        if self._stopping or (own is not None and not _ended_while_idle(own)):
             return
         try:
             conn = connect_unless_stopped(self._dsn, self._stop_event)
