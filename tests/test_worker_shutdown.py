@@ -1117,3 +1117,50 @@ def test_stop_from_the_callers_own_handler_inside_the_start_up_waits_lock_stops_
     proc = subprocess.run([sys.executable, "-c", STOP_FROM_OWN_HANDLER_IN_THE_WAITS_LOCK], capture_output=True,
                           text=True, timeout=20, check=False)
     assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr
+
+
+#: AsyncWorker's run() on the event loop's thread, its stop() called by the caller's own signal
+#: handler while run() held the lock that stop() takes too (the start's claim; the stop's
+#: watchdog): the first acquisition of that lock delivers SIGTERM inside it.
+ASYNC_STOP_FROM_OWN_HANDLER_IN_THE_START_LOCK = """
+import asyncio, signal
+from pgqueue import AsyncQueue, AsyncWorker
+
+
+class SignalledInsideTheLock:
+    sent = False
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __enter__(self):
+        self.inner.acquire()
+        if not self.sent:
+            self.sent = True
+            signal.raise_signal(signal.SIGTERM)
+        return self
+
+    def __exit__(self, *exc):
+        self.inner.release()
+
+
+async def handle(msg):
+    pass
+
+worker = AsyncWorker(AsyncQueue("host=127.0.0.1 port=9 connect_timeout=1", "jobs"), handle,
+                     handle_signals=False, startup_timeout=30)
+worker._start_lock = SignalledInsideTheLock(worker._start_lock)
+signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
+asyncio.run(worker.run())
+print("stopped")
+"""
+
+
+def test_async_stop_from_the_callers_own_handler_inside_the_start_lock_stops_the_worker() -> None:
+    """AsyncWorker.stop() called by a signal handler of the caller's (signal.signal,
+    handle_signals=False) on the loop's thread, while run() held the lock of its start's claim,
+    took that lock again: the worker hung for good (a lock the same thread held). The lock is
+    re-entrant."""
+    proc = subprocess.run([sys.executable, "-c", ASYNC_STOP_FROM_OWN_HANDLER_IN_THE_START_LOCK],
+                          capture_output=True, text=True, timeout=20, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "stopped\n"), proc.stderr

@@ -781,7 +781,10 @@ class WorkerCore:
         self._startup_timeout = startup_timeout
 
         self._started = False
-        self._start_lock = threading.Lock()
+        # Re-entrant: stop() takes it (the watchdog's start), and a signal handler of the
+        # caller's may call stop() on a thread that holds it (an AsyncWorker's run() on the
+        # loop's thread, inside its claim): a plain lock hung the worker for good (a review)
+        self._start_lock = threading.RLock()
         self._signalled = False
         self._stopping = False
         self._stop_event = threading.Event()  # set with _stopping: ends the start-up wait at once
@@ -855,8 +858,9 @@ class WorkerCore:
         with self._start_lock:
             if self._watchdog is not None or not self._started or self._ended.is_set():
                 return
-            self._watchdog = threading.Thread(target=self._watch, name="pgqueue-stop-watch", daemon=True)
-        self._watchdog.start()
+            watchdog = threading.Thread(target=self._watch, name="pgqueue-stop-watch", daemon=True)
+            self._watchdog = watchdog
+        watchdog.start()
 
     def _watch(self) -> None:
         while not self._ended.wait(0.1):
