@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import select
 import signal
 import socket
 import struct
@@ -1121,6 +1122,103 @@ def test_a_client_that_sends_nothing_or_reads_nothing_is_dropped(monkeypatch: py
             deaf.close()
     err = capfd.readouterr().err
     assert "Traceback" not in err, err
+
+
+def test_a_client_that_trickles_its_request_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLIENT_TIMEOUT bounds each wait on the socket alone: a client that sent a byte of its
+    request every 29 s (slowloris) held a thread and a descriptor for as long as it kept on. The
+    whole request must be in within REQUEST_DEADLINE of the connection."""
+    monkeypatch.setattr("pgqueue.metrics.CLIENT_TIMEOUT", 1.0)
+    monkeypatch.setattr("pgqueue.metrics.REQUEST_DEADLINE", 1.5)
+    with MetricsServer(lambda: "pgqueue_up 1\n", port=0) as server:
+        request = f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nX-Slow: {'a' * 200}\r\n\r\n".encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as slow:
+            started = time.monotonic()
+            dropped = None
+            for i in range(len(request)):  # a byte every 0.1 s: each wait well under CLIENT_TIMEOUT
+                try:
+                    slow.sendall(request[i:i + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    dropped = time.monotonic() - started
+                    break
+                readable, _, _ = select.select([slow], [], [], 0.1)
+                if readable:
+                    try:
+                        got = slow.recv(100)
+                    except ConnectionResetError:
+                        got = b""
+                    assert got == b"", got  # never answered: the request never ended
+                    dropped = time.monotonic() - started
+                    break
+                assert time.monotonic() - started < 8, "still connected: the trickle was not cut"
+            assert dropped is not None and 1.4 < dropped < 5, dropped
+        # a whole request in time is answered as before, after the deadline too
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as prompt:
+            prompt.sendall(request[:20])
+            time.sleep(0.5)
+            prompt.sendall(request[20:])
+            time.sleep(1.5)  # past REQUEST_DEADLINE from the connection: the answer is not cut
+            answer = b""
+            while chunk := prompt.recv(1 << 16):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"pgqueue_up 1\n"), answer
+
+
+#: A metrics endpoint in a process of its own, with room for 16 more file descriptors: it prints
+#: its port, waits for a line on stdin, then prints the CPU seconds it used in the next 2 s.
+FD_FLOOD = """
+import os, resource, sys, time
+from pgqueue.metrics import MetricsServer
+
+server = MetricsServer(lambda: "pgqueue_up 1\\n", port=0)
+room = len(os.listdir("/proc/self/fd")) + 16
+resource.setrlimit(resource.RLIMIT_NOFILE, (room, room))
+print(server.port, flush=True)
+sys.stdin.readline()
+cpu = time.process_time()
+time.sleep(2)
+print(f"{time.process_time() - cpu:.3f}", flush=True)
+"""
+
+
+def test_a_flood_of_connections_past_the_file_limit_does_not_spin_a_core() -> None:
+    """Past the process's file limit accept() fails (EMFILE) and the listening socket stays
+    readable: the serving thread tried again at once, for ever, and spun a core until a
+    descriptor was free (CLIENT_TIMEOUT later at best). It waits ACCEPT_PAUSE between tries."""
+    proc = subprocess.Popen([sys.executable, "-c", FD_FLOOD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    flood: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        port = int(proc.stdout.readline())
+        for _ in range(40):  # more than the 16 descriptors it has room for
+            try:
+                flood.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except TimeoutError:  # its listen backlog is full: it accepts no more
+                break
+        assert len(flood) > 16, len(flood)
+        time.sleep(0.5)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        used = float(proc.stdout.readline())
+        assert used < 0.5, f"{used} CPU seconds in 2 s"
+    finally:
+        for s in flood:
+            s.close()
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err, err
+
+
+def test_an_ipv6_host_in_brackets_is_listened_on() -> None:
+    """`pgqueue metrics --host [::1]` (an address as a URL writes it) failed at bind(): "Name or
+    service not known". The brackets are dropped, on the command line and in MetricsServer."""
+    from pgqueue.cli import _address
+    assert _address("[::1]") == "::1" and _address("::1") == "::1" and _address("127.0.0.1") == "127.0.0.1"
+    with MetricsServer(lambda: "pgqueue_up 1\n", host="[::1]", port=0) as server:
+        assert server.url == f"http://[::1]:{server.port}/metrics"
+        assert http_request(server.port, "GET", f"[::1]:{server.port}", address="::1")[0] == 200
+        assert http_request(server.port, "GET", "evil.example", address="::1")[0] == 421
 
 
 def test_a_timeout_too_large_to_multiply_is_refused_not_a_traceback(capsys: pytest.CaptureFixture[str],

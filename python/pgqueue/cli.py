@@ -719,7 +719,10 @@ _positive_int = _number(int, lambda v: v > 0, "a positive integer")
 
 def _address(text: str) -> str:
     """An address to listen on: not empty (an empty one listened on every address, printed as
-    nothing: pass 0.0.0.0 or :: for every address)."""
+    nothing: pass 0.0.0.0 or :: for every address). An IPv6 address may be bracketed as in a URL
+    (``[::1]``): the brackets are dropped (bind() refused them: "Name or service not known")."""
+    if len(text) > 2 and text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected an address (0.0.0.0 or :: for every address), got {quoted(text)}")
     if not text.isascii():

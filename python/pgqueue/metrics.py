@@ -28,6 +28,7 @@ finished), ``pgqueue_worker_failed_total`` (of those, the ones that raised or ti
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import math
@@ -404,6 +405,12 @@ _SLACK = 0.05
 #: was answered and the serving thread spun a core. Not the reading's time: only the socket's.
 CLIENT_TIMEOUT = 30.0
 
+#: Seconds a client has to send its whole request (the request line and every header), however
+#: it spreads the bytes: CLIENT_TIMEOUT bounds each wait alone, so a client that sent a byte
+#: every 29 s (slowloris) held a thread and a descriptor for as long as it kept on. After this
+#: the connection is shut down and dropped.
+REQUEST_DEADLINE = 60.0
+
 #: Seconds past a reading's timeout after which it shuts its connection's socket down (a server
 #: that answers sends the statement_timeout's error by then).
 CUT_AFTER = 1.0
@@ -554,6 +561,23 @@ def _host_name(header: str) -> str:
         return name
 
 
+#: Seconds the endpoint waits after accept() failed for want of a file descriptor (or of
+#: memory) before it tries again: the listening socket stays readable meanwhile, and the serving
+#: thread spun a core until a descriptor was free (a flood of connections past the file limit).
+ACCEPT_PAUSE = 0.1
+
+
+class _Server(ThreadingHTTPServer):
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                log.debug("metrics: accept() failed (%s): trying again in %g s", e, ACCEPT_PAUSE)
+                time.sleep(ACCEPT_PAUSE)
+            raise  # (socketserver drops the attempt)
+
+
 class MetricsServer:
     """Serve ``render()`` at ``/metrics`` (and ``/``) over HTTP on a background thread.
 
@@ -576,10 +600,35 @@ class MetricsServer:
             timeout = CLIENT_TIMEOUT
 
             def handle(self) -> None:
+                # The whole request within REQUEST_DEADLINE: past it the socket is shut down,
+                # and the read blocked on it ends (the timer is cancelled once the request is in)
+                self._request_lock = threading.Lock()
+                self._request_in = False
+                timer = threading.Timer(REQUEST_DEADLINE, self._cut)
+                timer.daemon = True
+                timer.start()
                 try:
                     super().handle()
                 except (BrokenPipeError, ConnectionResetError) as e:  # the scraper gave up (its timeout)
                     log.debug("metrics: the client went away: %s", e)
+                finally:
+                    timer.cancel()
+
+            def _cut(self) -> None:
+                with self._request_lock:
+                    if self._request_in:
+                        return
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:  # (it ended already)
+                        pass
+                log.debug("metrics: no whole request within %g s: connection dropped", REQUEST_DEADLINE)
+
+            def parse_request(self) -> bool:
+                ok = super().parse_request()  # (reads the headers)
+                with self._request_lock:
+                    self._request_in = True  # the answer is not cut
+                return ok
 
             def do_GET(self) -> None:  # noqa: N802 (the http.server API)
                 self._answer(body_too=True)
@@ -618,9 +667,11 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server API)
                 log.debug("metrics: " + format, *args)
 
-        server_class = ThreadingHTTPServer
+        if host.startswith("[") and host.endswith("]"):  # [::1], as a URL writes it
+            host = host[1:-1]
+        server_class: type[ThreadingHTTPServer] = _Server
         if ":" in host:  # an IPv6 address such as ::1 or :: (http.server listens on IPv4 only)
-            class _Server6(ThreadingHTTPServer):
+            class _Server6(_Server):
                 address_family = socket.AF_INET6
             server_class = _Server6
         self._server = server_class((host, port), Handler)
