@@ -687,6 +687,41 @@ def test_a_given_database_short_of_connections_is_said_plainly(capsys: pytest.Ca
     assert took < 50, took
 
 
+def test_the_connection_check_counts_the_slots_a_role_may_not_use() -> None:
+    """The up-front check of free connections counted superuser_reserved_connections only;
+    PostgreSQL 16's reserved_connections keeps slots for pg_use_reserved_connections too, which a
+    role that is neither that nor a superuser cannot use either (the server here is 15, whose
+    row has no such slots: the check's arithmetic is tested on the rows a 16 returns)."""
+    import io
+
+    from pgqueue import demo
+
+    class Answers:
+        def __init__(self, row: tuple[Any, ...]) -> None:
+            self.row = row
+
+        def execute(self, query: str) -> Answers:
+            return self
+
+        def fetchone(self) -> tuple[Any, ...]:
+            return self.row
+
+        def rollback(self) -> None:
+            pass
+
+    def free_said(row: tuple[Any, ...]) -> str:
+        out = io.StringIO()
+        demo._check_connections(Answers(row), [(50, "for workers")], out)  # type: ignore[arg-type]
+        found = re.search(r"has (\d+) free", out.getvalue())
+        return found.group(1) if found else "enough"
+
+    # max_connections, superuser_reserved, reserved, in use, superuser, member of pg_use_reserved_connections
+    assert free_said((100, 3, 10, 50, False, False)) == "38"
+    assert free_said((100, 3, 10, 50, False, True)) == "48"
+    assert free_said((100, 3, 10, 50, True, False)) == "enough"  # 51 free
+    assert free_said((100, 3, 0, 60, False, False)) == "38"  # a 15: no reserved_connections
+
+
 def test_the_wait_ends_when_the_database_dead_lettered_the_rest(
         capsys: pytest.CaptureFixture[str], dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A message whose last lease ran out (no heartbeats: here none are sent) is dead-lettered by

@@ -400,15 +400,25 @@ def _check_connections(conn: psycopg.Connection[Any], connections: Sequence[tupl
     the workers that cannot connect wait and try again, and the run shows it only as slow
     progress (the report counts the failures)."""
     needed = sum(n for n, _what in connections)
+    # (PostgreSQL 16's reserved_connections keeps slots for the members of
+    # pg_use_reserved_connections: a role that is neither that nor a superuser cannot use them
+    # either; NULL on older servers, which have neither)
     row = conn.execute(
         "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int, "
+        "coalesce(current_setting('reserved_connections', true)::int, 0), "
         "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int, "
-        "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)").fetchone()
+        "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user), "
+        "CASE WHEN EXISTS (SELECT FROM pg_roles WHERE rolname = 'pg_use_reserved_connections') "
+        "THEN pg_has_role('pg_use_reserved_connections', 'member') ELSE false END").fetchone()
     conn.rollback()
     if row is None:
         return
-    limit, reserved, used, superuser = row
-    free = limit - used - (0 if superuser else reserved) + 1  # + this connection, closed before the run
+    limit, reserved, kept, used, superuser, may_use_kept = row
+    if superuser:
+        reserved = kept = 0
+    elif may_use_kept:
+        kept = 0
+    free = limit - used - reserved - kept + 1  # + this connection, closed before the run
     if needed > free:
         # each part with its count, the dashboard's included (they did not add up to the total, a review)
         parts = ", ".join(f"{n:,} {what}" for n, what in connections)
