@@ -28,6 +28,7 @@ from pgqueue.embedded import EmbeddedPostgres
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE_DB = "pgqueue_template"
+PLAIN_TEMPLATE_DB = "pgqueue_plain_template"
 
 
 @dataclass(frozen=True)
@@ -160,17 +161,33 @@ def admin_execute(server: Server, *statements: LiteralString | sql.Composed) -> 
             conn.execute(stmt)
 
 
-@pytest.fixture(scope="session")
-def template_db(pg_server: Server) -> str:
-    ident = sql.Identifier(TEMPLATE_DB)
+def _template(server: Server, name: str, plain: bool) -> str:
+    """(Re)create the template database ``name`` with pgqueue: the extension, or the plain install."""
+    from pgqueue.installer import install
+
+    ident = sql.Identifier(name)
     admin_execute(
-        pg_server,
+        server,
         sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident),
         sql.SQL("CREATE DATABASE {}").format(ident),
     )
-    with psycopg.connect(pg_server.dsn(TEMPLATE_DB), autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION pgqueue")
-    return TEMPLATE_DB
+    with psycopg.connect(server.dsn(name), autocommit=True) as conn:
+        if plain:
+            install(conn, "plain", report=lambda line: None)
+        else:
+            conn.execute("CREATE EXTENSION pgqueue")
+    return name
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: Server) -> str:
+    return _template(pg_server, TEMPLATE_DB, plain=False)
+
+
+@pytest.fixture(scope="session")
+def plain_template_db(pg_server: Server) -> str:
+    """A template database with pgqueue's plain install (``pgqueue install --plain``)."""
+    return _template(pg_server, PLAIN_TEMPLATE_DB, plain=True)
 
 
 _db_numbers = itertools.count(1)
@@ -214,6 +231,28 @@ def bare_dsn(pg_server: Server) -> Iterator[str]:
 def dsn(pg_server: Server, dbname: str) -> str:
     """Connection string of a fresh database with the extension installed."""
     return pg_server.dsn(dbname)
+
+
+@pytest.fixture
+def plain_dsn(pg_server: Server, plain_template_db: str) -> Iterator[str]:
+    """Connection string of a fresh database with pgqueue's plain install, dropped after the test."""
+    name = create_database(pg_server, plain_template_db, prefix="plain")
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        drop_database(pg_server, name)
+
+
+def hold_version_check(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Make pgqueue's version check (:func:`pgqueue.check_server`) wait in every other session of
+    ``conn``'s database, a plain install's, until ``conn``'s transaction ends: lock its version
+    record, ``pgqueue.install``, which the check reads after ``pg_catalog.pg_extension``.
+
+    Not a lock on ``pg_extension`` itself: while one is held, a login to that database that
+    rebuilds the relation cache's init file waits on it too, and the file is rebuilt after
+    every vacuum of ``pg_database`` (which the suite's CREATE and DROP DATABASE per test keep
+    busy). The new connection of a test then timed out instead of its version check (CI)."""
+    conn.execute("LOCK TABLE pgqueue.install IN ACCESS EXCLUSIVE MODE")
 
 
 @pytest.fixture

@@ -56,6 +56,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import soak
+from conftest import hold_version_check
 from helpers import assert_only_counted, moved_sequences, pg_bindir, snapshot
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.embedded import EmbeddedPostgres
@@ -595,19 +596,20 @@ def test_a_scheduler_stops_in_bounded_time_when_the_database_hangs(durable: Dura
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
-def test_stop_returns_in_bounded_time_when_the_start_up_check_hangs(dsn: str, kind: str,
+def test_stop_returns_in_bounded_time_when_the_start_up_check_hangs(plain_dsn: str, kind: str,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """The server accepts the worker's first connection, then its version check is not answered
-    (here: it waits for a lock on pg_extension that another session holds). stop() gives the check
-    up 2 s after the grace, and run() returns without starting; the check used to hold run() for
-    as long as the server did not answer, out of the watchdog's reach."""
+    (here: it waits for a lock on the table it reads that another session holds). stop() gives
+    the check up 2 s after the grace, and run() returns without starting; the check used to hold
+    run() for as long as the server did not answer, out of the watchdog's reach."""
+    dsn = plain_dsn
     make_queue(dsn).close()
     ledger = Ledger()
     with psycopg.connect(dsn) as locker, psycopg.connect(dsn, autocommit=True) as watcher:
-        locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+        hold_version_check(locker)
         started = Started(ledger.worker(kind, dsn, 0.0, poll_min=0.05, poll_max=0.05, shutdown_grace=1.0))
         wait_for(lambda: one(watcher, "SELECT count(*) FROM pg_catalog.pg_stat_activity "
-                                      "WHERE wait_event_type = 'Lock' AND strpos(query, 'pg_extension') > 0") == 1,
+                                      "WHERE wait_event_type = 'Lock' AND strpos(query, 'pgqueue.install') > 0") == 1,
                  what="the start-up check waiting")
         took = stop_and_time(started)
         alive = started.thread.is_alive()

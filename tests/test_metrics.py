@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from conftest import Relay, Server
+from conftest import Relay, Server, hold_version_check
 from helpers import command
 from pgqueue import AsyncQueue, Queue, QueueCounters, Worker
 from pgqueue.cli import main
@@ -840,14 +840,16 @@ def test_the_command_starts_while_the_database_is_down(capsys: pytest.CaptureFix
     assert capsys.readouterr().out == ""
 
 
-def test_the_command_starts_while_its_check_waits_on_a_lock(capsys: pytest.CaptureFixture[str], dsn: str,
-                                                            conn: Conn) -> None:
-    """The start's check of pgqueue's version given up after --timeout (a lock on the catalog it
+def test_the_command_starts_while_its_check_waits_on_a_lock(capsys: pytest.CaptureFixture[str],
+                                                            plain_dsn: str) -> None:
+    """The start's check of pgqueue's version given up after --timeout (a lock on the table it
     reads) is a reading that failed, as at any later scrape: --once prints pgqueue_up 0 and exits
     1 saying why, and the endpoint starts and serves pgqueue_up 0, then 1 once the lock is gone
     (both exited 1 at once without a page: a review)."""
+    dsn = plain_dsn
+    conn = psycopg.connect(dsn, autocommit=True)
     conn.execute("BEGIN")
-    conn.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+    hold_version_check(conn)
     try:
         assert main(["metrics", "--once", "--timeout", "1", "--dsn", dsn]) == 1
         captured = capsys.readouterr()
@@ -867,6 +869,7 @@ def test_the_command_starts_while_its_check_waits_on_a_lock(capsys: pytest.Captu
         assert "cannot read the database now" in err.splitlines()[0] and "pgqueue_up 0" in err.splitlines()[0], err
     finally:
         conn.execute("ROLLBACK")
+        conn.close()
 
 
 def test_a_stop_signal_ignored_when_it_started_stays_ignored() -> None:

@@ -51,7 +51,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from conftest import Server, admin_execute, create_database, drop_database
+from conftest import Server, admin_execute, create_database, drop_database, hold_version_check
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue.errors import ConnectionFailed, ExtensionNotInstalled, PgQueueError, QueueNotFound
 from pgqueue.schedules import Scheduler, create_schedule
@@ -771,12 +771,13 @@ def test_startup_timeout_bounds_a_server_that_does_not_answer(door: Door, kind: 
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker", "Scheduler"])
-def test_startup_timeout_bounds_a_check_the_database_does_not_answer(dsn: str, kind: str) -> None:
-    """The start-up check waits on a lock (a DDL in flight holds pg_extension): it is given up at
-    startup_timeout (its connection shut down). It waited for the lock, past the timeout."""
+def test_startup_timeout_bounds_a_check_the_database_does_not_answer(plain_dsn: str, kind: str) -> None:
+    """The start-up check waits on a lock (a DDL in flight holds the table it reads): it is given
+    up at startup_timeout (its connection shut down). It waited for the lock, past the timeout."""
+    dsn = plain_dsn
     make_queue(dsn)
     with psycopg.connect(dsn) as locker:
-        locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+        hold_version_check(locker)
         caught, took = _run_until_ended(_runner(kind, dsn, startup_timeout=2), 15)
         locker.rollback()
     assert len(caught) == 1 and isinstance(caught[0], ConnectionFailed), caught
@@ -784,13 +785,14 @@ def test_startup_timeout_bounds_a_check_the_database_does_not_answer(dsn: str, k
     assert 1.9 <= took < 8, took  # 2 s (a loaded machine: seconds more), not until the lock is gone
 
 
-def test_scheduler_stop_gives_up_a_start_up_check_the_database_does_not_answer(dsn: str) -> None:
+def test_scheduler_stop_gives_up_a_start_up_check_the_database_does_not_answer(plain_dsn: str) -> None:
     """stop() ends a start-up check that waits on a lock STUCK_RUN seconds later, as it ends a
     run: the check is the scheduler's call in flight. It waited for the lock."""
     from pgqueue.schedules import STUCK_RUN
 
+    dsn = plain_dsn
     with psycopg.connect(dsn) as locker:
-        locker.execute("LOCK TABLE pg_catalog.pg_extension IN ACCESS EXCLUSIVE MODE")
+        hold_version_check(locker)
         scheduler = Scheduler(dsn, interval=0.1, handle_signals=False)
         caught: list[BaseException] = []
         thread = threading.Thread(target=_catch, args=(scheduler, caught), daemon=True)
