@@ -351,6 +351,69 @@ def test_connections_past_the_most_are_refused_at_once(dsn: str, monkeypatch: py
 
 
 
+def test_an_interrupt_as_a_requests_thread_starts_stops_the_server(make_app: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt (Ctrl-C) that lands in the start of a request's thread, once that
+    thread has served and given its connection slot back, leaves process_request as it is, the
+    slot given back once. The slot was given back a second time: the semaphore's ValueError
+    took the interrupt's place, socketserver logged it as the request's error and served on
+    (a CI run: `pgqueue dashboard` killed 20 s after its SIGTERM)."""
+    from pgqueue.dashboard import MAX_CONNECTIONS, _listen, _QuietHandler
+
+    wsgi: Any = _listen("127.0.0.1", 0, make_app(), _QuietHandler)
+    ours, theirs = socket.socketpair()
+    original = threading.Thread.start
+
+    def start_then_interrupt(thread: threading.Thread) -> None:
+        original(thread)
+        thread.join(10)  # (it served the request and gave its slot back)
+        raise KeyboardInterrupt
+
+    try:
+        theirs.sendall(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        monkeypatch.setattr(threading.Thread, "start", start_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            wsgi.process_request(ours, ("127.0.0.1", 1))
+        monkeypatch.undo()
+        assert theirs.recv(4096).startswith(b"HTTP/1.")  # (the thread served it)
+        assert wsgi.slots._value == MAX_CONNECTIONS
+    finally:
+        ours.close()
+        theirs.close()
+        wsgi.server_close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_the_command_stops_on_a_signal_with_the_servers_own_handler(dsn: str, sig: signal.Signals,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """While `pgqueue dashboard` serves, a stop signal sets the flag its loop reads (serve()'s
+    own handlers, SIGHUP too): it raises nothing in the serving thread. Every signal raised
+    KeyboardInterrupt there, which could land in the start of a request's thread and be taken
+    for that request's error (the process served on: a CI run, killed after 20 s)."""
+    from pgqueue import dashboard
+
+    raised: list[BaseException] = []
+    serve = dashboard.serve
+
+    def serve_and_signal(*args: Any, ready: Any, **kwargs: Any) -> Any:
+        def ready_then_signal(url: str) -> None:
+            ready(url)
+            try:
+                signal.raise_signal(sig)
+                time.sleep(0.01)  # (the handler runs between two bytecodes of this thread)
+            except KeyboardInterrupt as exc:
+                raised.append(exc)
+                raise  # (the command ends on it, as before: not served on for ever)
+
+        return serve(*args, ready=ready_then_signal, **kwargs)
+
+    monkeypatch.setattr(dashboard, "serve", serve_and_signal)
+    assert main(["dashboard", "--dsn", dsn, "--port", "0"]) == 0
+    assert not raised
+    assert f"dashboard stopped on {sig.name}" in capsys.readouterr().err
+
+
 def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[Any], make_app: Any) -> None:
     conn.execute("SELECT pgqueue.queue_create('emails', p_max_attempts => 5, p_max_size => 1000, p_notify => true)")
     q = Queue(conn, "emails")

@@ -1754,16 +1754,21 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"pgqueue dashboard at {url} (Ctrl-C to stop)", flush=True)
 
-    # serve() stops on a KeyboardInterrupt, which the first stop signal raises (SIGHUP included,
-    # which its own handlers leave out); a second one while it stops ends that at once
+    # While it serves, serve()'s own handlers stop it (SIGHUP too): they set the flag that its
+    # loop reads. Before and after (the pool's start, the sampler's stop), a stop signal raises
+    # KeyboardInterrupt, and so does a second one while it stops. (A KeyboardInterrupt raised
+    # by every signal while it served could land in the start of a request's thread, and
+    # socketserver took it for that request's error and served on: a CI run, killed after 20 s.)
+    signals = stop_signals()
+    stopped_by: signal.Signals | None = None
     with _StopSignals(interrupt=True) as stop:
         try:
-            serve(options, host=args.host, port=args.port, ready=ready, handle_signals=False)
+            stopped_by = serve(options, host=args.host, port=args.port, ready=ready, signals=signals)
         except OSError as exc:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
         except KeyboardInterrupt:  # a signal before it served, or a second one while it stopped
             pass
-    stopped_by = stop.first
+    stopped_by = stopped_by or stop.first
     _stopped(f"dashboard stopped{f' on {stopped_by.name}' if stopped_by else ''}")
     return 0
 

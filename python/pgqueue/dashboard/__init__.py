@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,20 +119,30 @@ class _Server(ThreadedWSGIServer):
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread of its own (as ThreadingMixIn does: Werkzeug's
+        threads are daemons, not kept for server_close), which gives its slot back when it ends.
+        The slot is given back once: by the thread, or here when its start fails. A
+        KeyboardInterrupt (Ctrl-C) that landed in ``start()`` after the thread was made gave it
+        back twice: the BoundedSemaphore's ValueError took the interrupt's place, socketserver
+        logged it as the request's error, and the server served on (a CI run: killed after
+        20 s)."""
         if not self.slots.acquire(blocking=False):
             self._refuse(request)
             return
+        release = _Once(self.slots.release)
         try:
-            super().process_request(request, client_address)  # (a thread that serves it, then releases)
+            thread = threading.Thread(target=self._serve, args=(request, client_address, release),
+                                      daemon=self.daemon_threads)
+            thread.start()
         except BaseException:
-            self.slots.release()
+            release()  # (an interrupt while the thread starts: the server stops; the thread's own is then none)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve(self, request: Any, client_address: Any, release: Callable[[], None]) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)  # (ThreadingMixIn's: serve, then close)
         finally:
-            self.slots.release()
+            release()
 
     def _refuse(self, request: socket.socket) -> None:
         # on the accepting thread: a send that cannot wait (the answer fits any socket buffer)
@@ -144,6 +154,20 @@ class _Server(ThreadedWSGIServer):
         except OSError:
             pass
         self.shutdown_request(request)
+
+
+class _Once:
+    """``call`` on the first call only, from any thread."""
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self._call: Callable[[], object] | None = call
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            call, self._call = self._call, None
+        if call is not None:
+            call()
 
 
 class _RedactingHandler(_Handler):
@@ -248,16 +272,17 @@ def start(options: Options, *, host: str = "127.0.0.1", port: int = 8080) -> Ser
 
 
 def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
-          ready: Callable[[str], None] | None = None, handle_signals: bool = True) -> signal.Signals | None:
+          ready: Callable[[str], None] | None = None, handle_signals: bool = True,
+          signals: Iterable[signal.Signals] = (signal.SIGINT, signal.SIGTERM)) -> signal.Signals | None:
     """Serve the dashboard until Ctrl-C or SIGTERM, then close the socket, stop the sampler and
     close the pool, and return; ``ready`` gets the URL.
 
-    Called on the main thread (unless ``handle_signals=False``), SIGINT and SIGTERM stop it the
-    same way and it returns the one that did; a second signal while it stops raises
-    KeyboardInterrupt at once. A signal ignored when it starts (SIGINT in ``cmd &`` from a
-    script, a SIGTERM its parent ignored) stays ignored, and the previous handlers are back when
-    it returns. Otherwise a KeyboardInterrupt on the main thread stops it the same way and it
-    returns None.
+    Called on the main thread (unless ``handle_signals=False``), each of ``signals`` (SIGINT and
+    SIGTERM unless told otherwise: `pgqueue dashboard` adds SIGHUP) stops it the same way and it
+    returns the one that did; a second signal while it stops raises KeyboardInterrupt at once. A
+    signal ignored when it starts (SIGINT in ``cmd &`` from a script, a SIGTERM its parent
+    ignored) stays ignored, and the previous handlers are back when it returns. Otherwise a
+    KeyboardInterrupt on the main thread stops it the same way and it returns None.
     """
     app = create_app(options)
     try:
@@ -281,7 +306,7 @@ def serve(options: Options, *, host: str = "127.0.0.1", port: int = 8080,
 
     saved: dict[signal.Signals, Any] = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup, `cmd &` in a script: stays so
                 saved[sig] = signal.signal(sig, on_signal)
     try:
