@@ -68,6 +68,12 @@ HOSTILE_FUNCTIONS = [
     ("array_position(bytea[], bytea)", "integer", "NULL"),
     ("quote_literal(text)", "text", "'x'"),
     ("left(text, integer)", "text", "'x'"),
+    # message_create's recorded lock stripe (setting pgqueue.stripe_<name>, its one-statement path)
+    ("current_setting(text, boolean)", "text", "'A'"),
+    ("set_config(text, text, boolean)", "text", "'A'"),
+    ("ascii(text)", "integer", "65"),
+    ("translate(text, text, text)", "text", "'x'"),
+    ("chr(integer)", "text", "'A'"),
 ]
 #: (operator, left, right, function returning the lie)
 HOSTILE_OPERATORS = [
@@ -80,11 +86,21 @@ HOSTILE_OPERATORS = [
     (">=", "bigint", "bigint", "true"),
     (">", "bigint", "bigint", "true"),
     ("-", "bigint", "integer", "0::bigint"),
-    ("||", "text", "text", "'x'::text"),
+    # (a name that set_config takes: the lie must not end a control's call before it is logged)
+    ("||", "text", "text", "'pgqueue.x'::text"),
     ("<>", "text", "text", "false"),  # NOT IN (...) resolves <>: message_complete wrote one before a9fdab5
+    ("<", "text", "text", "true"),
+    ("-", "integer", "integer", "1"),
+    ("&", "integer", "integer", "1"),
+    (">=", "integer", "integer", "true"),
+    ("<>", "integer", "integer", "false"),
+    ("+", "integer", "integer", "1"),
 ]
-#: what each hostile operator returns: the same type as the catalog's operator it shadows
-HOSTILE_RETURNS = {"+": "bigint", "-": "bigint", "||": "text"}
+
+
+def hostile_returns(op: str, left: str) -> str:
+    """What a hostile operator returns: the same type as the catalog's operator it shadows."""
+    return left if op in ("+", "-", "&") else "text" if op == "||" else "boolean"
 SHADOWED_TABLES = ("message", "queue", "dead_letter")
 
 
@@ -105,7 +121,7 @@ def plant_hostile_objects(admin: Conn, mallory: Conn) -> None:
             END $f$""")
     for n, (op, left, right, value) in enumerate(HOSTILE_OPERATORS):
         mallory.execute(f"""
-            CREATE FUNCTION public.hostile_op_{n}(a {left}, b {right}) RETURNS {HOSTILE_RETURNS.get(op, 'boolean')}
+            CREATE FUNCTION public.hostile_op_{n}(a {left}, b {right}) RETURNS {hostile_returns(op, left)}
             LANGUAGE plpgsql VOLATILE AS $f$
             BEGIN
                 INSERT INTO public.hijack_log (what) VALUES ('operator {op} ({left}, {right})');
@@ -461,7 +477,10 @@ def test_control_message_create_is_safe_by_its_qualified_names(hostile_db: str, 
         msg_id = one(victim, "SELECT pg_temp.bare_message_create('default', 'x'::bytea)")
         calls = {r[0] for r in victim.execute("SELECT DISTINCT what FROM public.hijack_log").fetchall()}
     assert msg_id is not None
-    assert {"now", "operator = (text, text)"} <= calls, calls
+    # (the recorded lock stripe: the setting read, its value made a stripe and compared with the
+    # queue's, and the isolation level compared, go through the hostile ones as well)
+    assert {"now", "operator = (text, text)", "current_setting", "ascii", "operator - (integer, integer)",
+            "operator & (integer, integer)", "operator < (text, text)"} <= calls, calls
 
 
 def test_no_dynamic_sql_in_any_function(conn: Conn) -> None:
