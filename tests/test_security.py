@@ -101,6 +101,8 @@ HOSTILE_OPERATORS = [
 def hostile_returns(op: str, left: str) -> str:
     """What a hostile operator returns: the same type as the catalog's operator it shadows."""
     return left if op in ("+", "-", "&") else "text" if op == "||" else "boolean"
+
+
 SHADOWED_TABLES = ("message", "queue", "dead_letter")
 
 

@@ -61,6 +61,8 @@ BEGIN
                     THEN false END
           FROM pgqueue.queue q
          WHERE q.name OPERATOR(pg_catalog.=) p_queue
+           -- (the name again inside the CASE: whatever order the plan tests its conditions in,
+           -- no other queue's row reaches the NOTIFY)
            AND CASE WHEN q.name OPERATOR(pg_catalog.=) p_queue
                          AND (q.id OPERATOR(pg_catalog.&) 63) OPERATOR(pg_catalog.=) v_stripe
                          AND q.max_size IS NULL AND q.group_concurrency IS NULL
@@ -86,14 +88,13 @@ BEGIN
     SELECT q.id, q.max_size, q.group_concurrency IS NOT NULL, q.notify, pgqueue._queue_lock(q.id)
       INTO v_queue_id, v_max_size, v_grouped, v_notify, v_locked
       FROM pgqueue.queue q WHERE q.name OPERATOR(pg_catalog.=) p_queue;
-    IF FOUND AND coalesce(v_stripe, -1) OPERATOR(pg_catalog.<>)
-                 (CASE WHEN v_max_size IS NULL AND NOT v_grouped THEN v_queue_id OPERATOR(pg_catalog.&) 63 ELSE -64 END) THEN
-        -- what the one-statement path above takes from the next call of this session on
+    -- what the one-statement path above takes from the next call of this session on, written
+    -- when it differs from what the session has
+    v_set := CASE WHEN v_max_size IS NULL AND NOT v_grouped
+                  THEN pg_catalog.chr(64 OPERATOR(pg_catalog.+) (v_queue_id OPERATOR(pg_catalog.&) 63)) ELSE '' END;
+    IF FOUND AND coalesce(v_stripe, -1) OPERATOR(pg_catalog.<>) (pg_catalog.ascii(v_set) OPERATOR(pg_catalog.-) 64) THEN
         v_set := pg_catalog.set_config(
-            'pgqueue.stripe_' OPERATOR(pg_catalog.||) pg_catalog.translate(p_queue, '.-', E'\x24\x24'),
-            CASE WHEN v_max_size IS NULL AND NOT v_grouped
-                 THEN pg_catalog.chr(64 OPERATOR(pg_catalog.+) (v_queue_id OPERATOR(pg_catalog.&) 63)) ELSE '' END,
-            false);
+            'pgqueue.stripe_' OPERATOR(pg_catalog.||) pg_catalog.translate(p_queue, '.-', E'\x24\x24'), v_set, false);
     END IF;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
