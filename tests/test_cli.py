@@ -1479,12 +1479,14 @@ def test_arguments_that_are_not_utf8_are_one_line_naming_them(capsys: pytest.Cap
 
 
 def test_a_listen_address_the_socket_cannot_encode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """A --host the socket cannot encode (a label of more than 63 characters that is not ASCII,
-    bytes that are not UTF-8) was a TypeError or UnicodeError traceback out of bind(), once the
-    command had connected; it is a malformed argument, as an empty --host is: exit 2."""
+    """A --host the socket cannot encode (a label of more than 63 characters, ASCII or not, an
+    empty label, bytes that are not UTF-8) was a TypeError or UnicodeError traceback out of
+    bind(), once the command had connected (the dashboard's, an ASCII one: a review), or "cannot
+    listen" (exit 1); it is a malformed argument, as an empty --host is: exit 2."""
     unreachable = "host=127.0.0.1 port=1 connect_timeout=5"
-    for host in ("\u00e9" * 64, "\udcff"):
+    for host in ("\u00e9" * 64, "\udcff", "a" * 64 + ".com", "a..b"):
         for argv in (["metrics", "--port", "0", "--host", host],
+                     ["dashboard", "--port", "0", "--host", host],
                      ["worker", "default", "json:loads", "--metrics-port", "0", "--metrics-host", host]):
             status, out, err = run(capsys, *argv, "--dsn", unreachable)
             assert_one_line_error(status, out, err, "host: expected an address", code=2)
@@ -1492,6 +1494,32 @@ def test_a_listen_address_the_socket_cannot_encode_is_a_usage_error(capsys: pyte
     from pgqueue.cli import _address
 
     assert _address("b\u00fccher.example") == "b\u00fccher.example"
+
+
+def test_a_handler_module_that_exits_as_it_is_imported_is_a_failure(capsys: pytest.CaptureFixture[str],
+                                                                    dsn: str, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler module that calls sys.exit() while `pgqueue worker` imports it: main's catch of
+    --help's SystemExit took it, so the worker did not start and the command said nothing, with
+    status 0 (sys.exit()), 3 (SystemExit(3)) or 1 without its text (sys.exit("bye")): a review.
+    It is a handler module that does not import: one line, exit 1, as any other exception is."""
+    monkeypatch.chdir(tmp_path)  # (load_handler puts the current directory on the import path)
+    cases = [("exits_none", "import sys\nsys.exit()\n", "SystemExit(None)"),
+             ("exits_three", "raise SystemExit(3)\n", "SystemExit(3)"),
+             ("exits_text", "import sys\nsys.exit('bye')\n", "SystemExit('bye')"),
+             ("raises", "raise ValueError('broken')\n", "ValueError: broken")]
+    for module, source, words in cases:
+        (tmp_path / f"{module}.py").write_text(source)
+        status, out, err = run(capsys, "worker", dsn, "default", f"{module}:handle")
+        assert_one_line_error(status, out, err, f"importing handler module '{module}' failed", words, code=1)
+        sys.modules.pop(module, None)
+
+
+def test_an_empty_dsn_option_beside_a_dsn_argument_is_none(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
+    """`pgqueue worker DSN QUEUE H --dsn ""`: an empty --dsn is none (README), so one database is
+    given, not two (it was refused as "given twice": a review). The DSN argument is the one used."""
+    status, out, err = run(capsys, "worker", dsn, "nope", "worker_handlers:obey", "--dsn", "")
+    assert_one_line_error(status, out, err, 'queue "nope" does not exist', code=1)
 
 
 def test_standard_input_that_cannot_be_read_is_one_line(dsn: str) -> None:

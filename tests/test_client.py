@@ -212,6 +212,18 @@ def test_enqueue_many_is_all_or_nothing(queue: Queue) -> None:
         queue.enqueue(3)
 
 
+def test_enqueue_many_of_nothing_checks_its_task_too() -> None:
+    """An enqueue_many of no payloads refuses a bad task as it refuses a bad delay, before
+    anything connects: it returned [] (the task was checked per payload only; a review)."""
+    from pgqueue import AsyncQueue
+
+    for bad in ("a b", 5, ""):
+        with pytest.raises(errors.InvalidArgument, match="invalid task name"):
+            Queue("dbname=nowhere", "jobs").enqueue_many([], task=bad)  # type: ignore[arg-type]
+        with pytest.raises(errors.InvalidArgument, match="invalid task name"):
+            asyncio.run(AsyncQueue("dbname=nowhere", "jobs").enqueue_many([], task=bad))  # type: ignore[arg-type]
+
+
 def test_enqueue_joins_the_callers_transaction(dsn: str, conn: Conn) -> None:
     observer = Queue(conn, "default")
     with psycopg.connect(dsn) as tx:  # not autocommit: the caller's transaction

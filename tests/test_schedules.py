@@ -493,6 +493,28 @@ def test_a_scheduler_interval_past_what_a_wait_takes_is_refused() -> None:
     Scheduler("dbname=unused", interval=1e9, handle_signals=False)
 
 
+def test_scheduler_options_of_the_wrong_kind_are_refused() -> None:
+    """A dsn of 5 was an AttributeError, an interval of "1" a raw "'<' not supported" TypeError,
+    an interval of True was taken as 1 s, a startup_timeout of "5" a raw TypeError, and
+    run_schedules took an on_held of 5 (a review): each is a TypeError that names the option,
+    raised before anything connects."""
+    from pgqueue.schedules import Scheduler, run_schedules
+
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"dsn": 5}, "dsn must be a conninfo string, got int"),
+        ({"interval": "1"}, "interval must be a number of seconds, got str"),
+        ({"interval": True}, "interval must be a number of seconds, got bool"),
+        ({"handle_signals": "no"}, "handle_signals must be True or False, got str"),
+        ({"startup_timeout": "5"}, "startup_timeout must be None or a number of seconds, got str"),
+    ]
+    for options, words in cases:
+        arguments: dict[str, object] = {"dsn": "dbname=unused", "handle_signals": False, **options}
+        with pytest.raises(TypeError, match=words):
+            Scheduler(**arguments)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_held must be callable or None, got int"):
+        run_schedules("dbname=nowhere connect_timeout=1", on_held=5)  # type: ignore[arg-type]
+
+
 def test_schedule_arguments_of_the_wrong_kind_are_refused_before_connecting() -> None:
     """create_schedule(conn, 5, ...) made a schedule named "5", drop_schedule(conn, 5) dropped
     it, a queue of 5 was "queue "5" does not exist", and a NUL in the name, the cron expression

@@ -602,6 +602,15 @@ def test_options_of_the_wrong_kind_are_refused_when_the_worker_is_made(kind: str
         ({"shutdown_grace": float("nan")}, ValueError, "shutdown_grace must be a finite number of seconds"),
         ({"poll_min": "1"}, TypeError, "poll_min must be a number of seconds, got str"),
         ({"dsn": 5}, TypeError, "dsn must be a conninfo string or None, got int"),
+        # (listen="no" was taken as true, an on_result of 5 failed after every message, a
+        # startup_timeout of "5" was a raw TypeError, an infinite timeout was taken: a review)
+        ({"listen": "no"}, TypeError, "listen must be True or False, got str"),
+        ({"handle_signals": 1}, TypeError, "handle_signals must be True or False, got int"),
+        ({"on_result": 5}, TypeError, "on_result must be callable or None, got int"),
+        ({"startup_timeout": "5"}, TypeError, "startup_timeout must be None or a number of seconds, got str"),
+        ({"startup_timeout": True}, TypeError, "startup_timeout must be None or a number of seconds, got bool"),
+        ({"timeout": float("inf")}, ValueError, "timeout must be a finite number of seconds > 0"),
+        ({"timeout": 0}, ValueError, "timeout must be a finite number of seconds > 0"),
     ]
     for options, error, words in cases:
         with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -609,6 +618,7 @@ def test_options_of_the_wrong_kind_are_refused_when_the_worker_is_made(kind: str
     # the bounds and the kinds that are right are taken
     make(lock_ms=31_536_000_000, timeout=lambda msg: 1.0, concurrency=1, batch_size=None, shutdown_grace=0,
          dsn="dbname=elsewhere")
+    make(listen=False, handle_signals=False, on_result=print, startup_timeout=0.5, timeout=1e9)
 
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])

@@ -951,6 +951,7 @@ def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None 
                  keys: Iterable[str | None] | None = None) -> Call[list[int]]:
     """Return the call that enqueues many payloads in one statement; its result is their ids in order."""
     plan = schedule(delay, at, priority)
+    codec.with_task(None, task)  # a bad task is refused with no payloads too, as a bad delay is
     encoded = [(c, codec.with_task(t, task)) for c, t in map(codec.encode, _items("payloads", payloads, "payloads"))]
     per_key = _per_message("keys", keys, len(encoded))
     return Call(

@@ -435,7 +435,11 @@ def require_writable(conn: psycopg.Connection[Any]) -> None:
 
 
 def check_startup_timeout(startup_timeout: float | None) -> None:
-    """Raise ValueError for a start-up timeout that is not None (wait forever) nor >= 0 seconds."""
+    """Raise TypeError for a start-up timeout that is not None nor a number, ValueError for one
+    that is not 0 to 1e9 seconds ("5" was a raw "'<=' not supported" TypeError: a review)."""
+    if startup_timeout is not None and (not isinstance(startup_timeout, (int, float))
+                                        or isinstance(startup_timeout, bool)):
+        raise TypeError(f"startup_timeout must be None or a number of seconds, got {type(startup_timeout).__name__}")
     if startup_timeout is not None and not 0 <= startup_timeout <= 1e9:
         raise ValueError(f"startup_timeout must be None (wait forever) or 0 to 1e9 seconds, got {quoted(startup_timeout)}")
 
@@ -638,8 +642,8 @@ def check_options(*, concurrency: int, batch_size: int | None, lock_ms: int | No
         raise ValueError(f"need 0 < poll_min <= poll_max, got {quoted(poll_min)} and {quoted(poll_max)}")
     if shutdown_grace < 0:
         raise ValueError(f"shutdown_grace must be >= 0, got {quoted(shutdown_grace)}")
-    if isinstance(timeout, (int, float)) and not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {quoted(timeout)}")
+    if isinstance(timeout, (int, float)) and not 0 < timeout < math.inf:
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {quoted(timeout)}")
 
 
 def _where(dsn: str) -> tuple[str, str]:
@@ -765,6 +769,12 @@ class WorkerCore:
             raise TypeError(f"the handler must be callable, got {type(handler).__name__}")
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
                       poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
+        # (listen="no" was taken as true, and an on_result of 5 failed after every message: a review)
+        for option, flag in (("listen", listen), ("handle_signals", handle_signals)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{option} must be True or False, got {type(flag).__name__}")
+        if on_result is not None and not callable(on_result):
+            raise TypeError(f"on_result must be callable or None, got {type(on_result).__name__}")
         self._name = name
         self._dsn = _worker_conninfo(conninfo)
         self._handler = handler

@@ -725,14 +725,13 @@ def _address(text: str) -> str:
         text = text[1:-1]
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected an address (0.0.0.0 or :: for every address), got {quoted(text)}")
-    if not text.isascii():
-        # a name the socket cannot encode (a label over 63 characters, bytes that are not
-        # UTF-8) raised TypeError or UnicodeError out of bind(): a traceback (a review)
-        try:
-            text.encode("idna")
-        except UnicodeError:
-            raise argparse.ArgumentTypeError(f"expected an address (a host name or an IP address), "
-                                             f"got {quoted(text)}") from None
+    # a name the socket cannot encode (a label empty or over 63 characters, ASCII or not; bytes
+    # that are not UTF-8) raised TypeError or UnicodeError out of bind(): a traceback (reviews)
+    try:
+        text.encode("idna")
+    except UnicodeError:
+        raise argparse.ArgumentTypeError(f"expected an address (a host name or an IP address), "
+                                         f"got {quoted(text)}") from None
     return text
 _id = _int_range(1, _BIGINT_MAX, f"an id (a positive integer up to {_BIGINT_MAX})")
 _batch = _int_range(1, 10000)  # messages or groups one call returns
@@ -2123,6 +2122,9 @@ def load_handler(spec: str) -> Callable[[Message], object]:
     except Exception as exc:
         raise UserError(f"importing handler module {quoted(module_name)} failed: "
                         f"{type(exc).__name__}: {_one_line(str(exc))}") from exc
+    except SystemExit as exc:  # (main's catch of --help's exit took it: exit 0 or its code, silent)
+        raise UserError(f"importing handler module {quoted(module_name)} failed: it raised "
+                        f"SystemExit({exc.code!r})") from None
     for part in attr.split("."):
         try:
             target = getattr(target, part)
@@ -2158,7 +2160,7 @@ def _worker(args: argparse.Namespace, signals: CommandSignals) -> int:
 
     if len(args.target) == 3:
         dsn, queue_name, spec = args.target
-        if getattr(args, "dsn", None) is not None:
+        if getattr(args, "dsn", None):  # (an empty --dsn is none: it was refused as a second database)
             raise UsageError("pgqueue worker: error: the database given twice (a DSN argument and "
                              "--dsn): give one (see `pgqueue worker --help`)")
         if not dsn:  # an empty DSN argument is none, as an empty --dsn is: $PGQUEUE_DSN, else libpq's

@@ -104,6 +104,8 @@ def run_schedules(conn: ConnectionSource, limit: int = 1000, *,
     """
     if on_held is None:
         return _run_once(conn, _core.schedule_run(limit))
+    if not callable(on_held):  # (5 was taken, then raised inside psycopg's notice handling)
+        raise TypeError(f"on_held must be callable or None, got {type(on_held).__name__}")
     hook = on_held
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -144,7 +146,7 @@ def _held_name(notice: str) -> str:
 
 class Scheduler:
     """Run :func:`run_schedules` every ``interval`` seconds (more than 0, at most 1e9; else
-    ValueError) until :meth:`stop` (or SIGINT/SIGTERM/SIGHUP when :meth:`run` is on the main
+    ValueError; not a number: TypeError) until :meth:`stop` (or SIGINT/SIGTERM/SIGHUP when :meth:`run` is on the main
     thread; one ignored when it starts, as SIGHUP under nohup, stays ignored; the previous
     handlers come back when it returns).
 
@@ -164,6 +166,14 @@ class Scheduler:
 
     def __init__(self, dsn: str, *, interval: float = 1.0, handle_signals: bool = True,
                  startup_timeout: float | None = None) -> None:
+        # (a dsn of 5 was an AttributeError, an interval of "1" a raw "'<' not supported"
+        # TypeError, and True was taken as 1 s: a review)
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a conninfo string, got {type(dsn).__name__}")
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool):
+            raise TypeError(f"interval must be a number of seconds, got {type(interval).__name__}")
+        if not isinstance(handle_signals, bool):
+            raise TypeError(f"handle_signals must be True or False, got {type(handle_signals).__name__}")
         if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
             raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {quoted(interval)}")
         check_startup_timeout(startup_timeout)
