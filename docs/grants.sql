@@ -4,7 +4,7 @@
 --   psql -d mydb -v producer=app_writer -v consumer=app_worker -v admin=queue_ops -f docs/grants.sql
 --
 -- The roles must exist (CREATE ROLE ... NOLOGIN, then GRANT them to login roles). pgqueue's
--- functions are SECURITY INVOKER but for five SECURITY DEFINER ones (docs/security.md), so
+-- functions are SECURITY INVOKER but for six SECURITY DEFINER ones (docs/security.md), so
 -- these table and column privileges are what decides who may do what; without them PUBLIC can
 -- call the other functions but every call fails with 42501.
 -- Run it again after every upgrade (ALTER EXTENSION pgqueue UPDATE, pgqueue install, a plain

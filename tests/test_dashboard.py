@@ -627,6 +627,24 @@ def test_all_means_the_dead_letters_the_confirmation_counted(conn: psycopg.Conne
     assert Queue(conn, "default").stats().dead == 1
 
 
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+def test_ids_and_bounds_out_of_the_bigint_range_are_a_bad_request(conn: psycopg.Connection[Any], make_app: Any,
+                                                                   action: str) -> None:
+    """A dead letter id or an "all" bound past bigint (or the bound's last value, which + 1
+    passes) was a 500 "bigint out of range" (a review): it is a 400, and nothing changes."""
+    dead_letter(conn, "default")
+    client = make_app().test_client()
+    token = csrf(client, "/queues/default/dead")
+    forms: list[dict[str, str]] = [
+        {"id": "99999999999999999999999", "confirm": "yes"}, {"id": "0", "confirm": "yes"},
+        {"id": "-5"}, {"all": "1", "upto": "99999999999999999999999", "confirm": "yes"},
+        {"all": "1", "upto": str(2**63 - 1), "confirm": "yes"}, {"all": "1", "upto": "-2", "confirm": "yes"}]
+    for form in forms:
+        response = client.post(f"/queues/default/dead/{action}", data={**form, "csrf_token": token})
+        assert response.status_code == 400, (form, response.get_data(as_text=True))
+    assert Queue(conn, "default").stats().dead == 1 and Queue(conn, "default").peek() == []
+
+
 def test_the_done_notice_is_the_servers_text(conn: psycopg.Connection[Any], make_app: Any) -> None:
     """The notice after an action comes from a code and a count; a crafted link shows no text of its own."""
     client = make_app().test_client()
@@ -667,6 +685,12 @@ def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
     assert client.get("/static/dashboard.css").status_code == 200  # assets are not secret
     response = client.get("/queues/default?token=s3cret-token")
     assert response.status_code == 302 and response.headers["Location"].endswith("/queues/default")
+    # the query's other parameters go along as they came, whatever their names ("endpoint" and
+    # "_method" were arguments of url_for: a 500, a review)
+    for query, kept in (("endpoint=x&_method=POST", "?endpoint=x&_method=POST"), ("limit=5&a=1&a=2", "?limit=5&a=1&a=2")):
+        response = make_app(token="s3cret-token").test_client().get(f"/queues/default?token=s3cret-token&{query}")
+        assert response.status_code == 302 and response.headers["Location"].endswith("/queues/default" + kept), \
+            response.headers.get("Location")
     assert client.get("/").status_code == 200  # the session remembers
     other = make_app(token="s3cret-token").test_client()
     assert other.get("/api/queues", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
@@ -1293,7 +1317,23 @@ def test_a_payload_whose_charset_raises_unicode_error_is_a_hex_dump(conn: psycop
                           ("idna", b"\xff\xfe"), ("punycode", b"\xff\xfe"), ("undefined", b"hi")):
         shown = show(data, f"text/plain; charset={charset}")
         assert shown.kind == "hex" and f"not {charset} text" in shown.note, (charset, shown)
+    # a lone surrogate is no character a page can carry: utf-7 or unicode_escape bytes that
+    # decode to one are a hex dump, a JSON string escaping one stays escaped (each made the page
+    # a 500 as it was encoded: a review)
+    for charset, data in (("utf-7", b"+3IA-"), ("unicode_escape", b"\\udc80")):
+        shown = show(data, f"text/plain; charset={charset}")
+        assert shown.kind == "hex" and f"not {charset} text" in shown.note, (charset, shown)
+    shown = show(b'{"note": "\\udc80", "e": "\xc3\xa9"}', "application/json")
+    assert shown.kind == "json" and "\\udc80" in shown.text and "\\u00e9" in shown.text, shown
     client = make_app().test_client()
+    conn.execute("SELECT pgqueue.message_create('default', convert_to('{\"note\": \"\\udc80\"}', 'UTF8'), NULL, "
+                 "'application/json')")
+    conn.execute("SELECT pgqueue.message_create('default', '+3IA-'::bytea, NULL, 'text/plain; charset=utf-7')")
+    page = client.get("/queues/default")
+    assert page.status_code == 200 and "\\udc80" in page.get_data(as_text=True)
+    conn.execute("DELETE FROM pgqueue.message")
+    dead_letter(conn, "default", b"+3IA-", "text/plain; charset=utf-7")
+    assert client.get("/queues/default/dead").status_code == 200
     conn.execute("SELECT pgqueue.message_create('default', '\\x680069000a00'::bytea, NULL, 'text/plain; charset=utf-16')")
     assert client.get("/queues/default").status_code == 200
     dead_letter(conn, "default", b"\x68\x00", "text/plain; charset=utf-16")

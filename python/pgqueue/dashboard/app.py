@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 from flask import Flask, Response, abort, g, jsonify, redirect, render_template, request, session, url_for
@@ -39,6 +40,8 @@ from pgqueue.metrics import _MAX_TIMEOUT_MS, CUT_AFTER, _cut_at
 
 #: Dead letters and peeked messages listed on a page.
 PAGE_LIMIT = 100
+#: The largest id and dead_at a dead-letter action takes (PostgreSQL's bigint).
+_BIGINT_MAX = 2**63 - 1
 #: Wrong access tokens one client (an IPv4 address, an IPv6 /64) may give within
 #: FAILED_LOGIN_WINDOW seconds of its first; past them its attempts are refused (429, with
 #: Retry-After, the token not even compared) for FAILED_LOGIN_LOCKOUT seconds.
@@ -587,9 +590,12 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             elif given is not None and _is_token(given):
                 failed_logins.succeeded(client)
                 _log_in()
-                values: dict[str, Any] = {k: v for k, v in request.args.items() if k != "token"}
-                values.update(request.view_args or {})
-                return redirect(url_for(request.endpoint or "index", **values))
+                # the page asked for, built from its route, and the query's other parameters
+                # appended as they came (given to url_for as arguments, "endpoint" or "_method"
+                # was a TypeError or BuildError: a 500, a review)
+                rest = [(k, v) for k, v in request.args.items(multi=True) if k != "token"]
+                target = url_for(request.endpoint, **(request.view_args or {})) if request.endpoint else url_for("index")
+                return redirect(target + ("?" + urlencode(rest) if rest else ""))
             else:
                 if login_post:
                     return None  # (the login view compares and counts)
@@ -819,6 +825,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             ids = sorted({int(v) for v in request.form.getlist("id")})
         except ValueError:
             abort(400, "dead letter ids are integers")
+        if ids and not 1 <= ids[0] <= ids[-1] <= _BIGINT_MAX:  # (out of range: a 500, "bigint out of range")
+            abort(400, "dead letter ids are integers from 1 to 9223372036854775807")
         if not every and not ids:
             abort(400, "choose dead letters (or all of them) first")
         here = _page_values(*_page_args(request.form))  # the page of dead letters to go back to
@@ -843,6 +851,9 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             try:
                 newest = int(request.form.get("upto", ""))
             except ValueError:
+                newest = -2
+            # (-1: there were none; beyond the bigint range, or its end that + 1 passes, was a 500)
+            if not -1 <= newest < _BIGINT_MAX:
                 abort(400, "this confirmation does not say which dead letters it counted: "
                            "go back to the dead letters and choose again")
         # one statement, in a transaction without the statement_timeout of the pages: a purge of

@@ -57,6 +57,9 @@ def _decode(data: bytes, charset: str, cut: bool) -> tuple[str, int]:
         raise LookupError(f"{charset!r} is not a text encoding")
     decoder = codecs.getincrementaldecoder(charset)("strict")
     text = decoder.decode(data, final=not cut)
+    # a lone surrogate (utf-7's "+3IA-", unicode_escape's "\\udc80") is no character a page can
+    # carry: UnicodeEncodeError (a ValueError) as the response was encoded, a 500 (a review)
+    text.encode("utf-8")
     pending = decoder.getstate()[0] if cut else b""  # a character the cut split: not shown
     return text, len(data) - len(pending)
 
@@ -82,10 +85,14 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
                 return Shown("text", text, size, n, f"the first {n} bytes of the JSON: shown as text, not parsed")
             try:
                 # a byte-order mark before JSON is left out, as pgqueue.codec.decode does
-                pretty = json.dumps(json.loads(text.removeprefix("\ufeff")), indent=2, ensure_ascii=False,
-                                    sort_keys=False)
+                value = json.loads(text.removeprefix("\ufeff"))
+                pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
             except (ValueError, RecursionError):
                 return Shown("text", text, size, n, "not valid JSON: shown as text")
+            try:
+                pretty.encode("utf-8")
+            except UnicodeEncodeError:  # a string escaping a lone surrogate ("\\udc80"): kept escaped
+                pretty = json.dumps(value, indent=2, ensure_ascii=True, sort_keys=False)
             if len(pretty.encode()) > MAX_SHOWN:  # indented, it would not fit: shown as stored, whole
                 return Shown("text", text, size, n, f"JSON as stored: pretty-printed it is over {MAX_SHOWN} bytes")
             return Shown("json", pretty, size, n)
