@@ -25,7 +25,7 @@ from psycopg.conninfo import make_conninfo
 
 from conftest import Relay, Server
 from helpers import scheduler_running
-from pgqueue import AsyncWorker, Message, Queue
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
 from pgqueue._worker_core import Step
 from pgqueue.worker import Result, Worker
 from worker_handlers import marks
@@ -138,6 +138,47 @@ def make_queue(dsn: str, name: str = "jobs", **options: Any) -> Queue:
     queue = Queue(dsn, name)
     queue.create(**{"notify": True, **options})
     return queue
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+@pytest.mark.parametrize("concurrency", [1, 0])
+def test_a_worker_drains_one_group_without_a_poll_per_message(dsn: str, kind: str, concurrency: int) -> None:
+    """On a queue with groups, a message becomes deliverable when its group's previous one is
+    acknowledged. The worker acknowledged at its next poll, or alone, and fetched at the poll
+    after: one message a poll on a queue of fewer busy groups than its slots (18 a second on
+    one group of limit 1, a review). A finished delivery is now acknowledged at once with a
+    fetch, and that call takes the message its acknowledgement handed the turn to: 60 messages
+    of one group with a poll of 1 s take about a second, in order, never two in flight."""
+    queue = make_queue(dsn, group_concurrency=concurrency, notify=False)
+    ids = queue.enqueue_many(list(range(60)), groups=["g"] * 60)
+    seen: list[int] = []
+    in_flight = [0, 0]  # now, most at once
+    lock = threading.Lock()
+
+    def handle(msg: Message) -> None:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+        time.sleep(0.002)
+        with lock:
+            seen.append(msg.id)
+            in_flight[0] -= 1
+
+    async def handle_async(msg: Message) -> None:
+        handle(msg)
+
+    options: dict[str, Any] = {"concurrency": 4, "poll_min": 1.0, "poll_max": 1.0, "handle_signals": False}
+    worker = (Worker(queue, handle, **options) if kind == "Worker"
+              else AsyncWorker(AsyncQueue(dsn, "jobs"), handle_async, **options))
+    started = time.monotonic()
+    with running(worker):
+        wait_for(lambda: len(seen) == 60, timeout=30, what="the group drained")
+    took = time.monotonic() - started
+    assert took < 15, took  # one poll of 1 s a message: 60 s
+    if concurrency == 1:
+        assert seen == ids and in_flight[1] == 1, (seen, in_flight)
+    else:
+        assert sorted(seen) == ids
 
 
 def test_completes_successes_and_fails_failures(dsn: str) -> None:
