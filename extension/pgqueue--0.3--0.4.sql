@@ -72,6 +72,7 @@ DECLARE
     v_ext     oid;
     v_extown  oid;
     v_foreign text;
+    v_who     text;
 BEGIN
     IF pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.<>) 'pg_catalog, pg_temp' THEN
         RAISE EXCEPTION 'pgqueue installs in one transaction only'
@@ -106,6 +107,32 @@ BEGIN
                         pg_catalog.pg_get_userbyid(v_extown), current_user
             USING ERRCODE = 'PQ008',
                   HINT = 'SET ROLE to that role first, or use pgqueue install, which does.';
+    END IF;
+    -- The same, after the fact: the updates to 0.2 and 0.3 (released, unchanged) did not refuse
+    -- another role, and the objects one run by a superuser made are that role's; the owner's
+    -- update then failed on the first of them, 42501 "permission denied for table spark_claim",
+    -- and the superuser's was refused above: nobody could update (a review). Say which they are
+    -- and what mends it.
+    IF v_ext IS NOT NULL THEN
+        SELECT pg_catalog.string_agg(o.what, ', ' ORDER BY o.what), pg_catalog.min(o.who)
+          INTO v_foreign, v_who
+          FROM (SELECT pg_catalog.pg_describe_object(d.classid, d.objid, 0) AS what,
+                       pg_catalog.pg_get_userbyid(coalesce(c.relowner, p.proowner)) AS who
+                  FROM pg_catalog.pg_depend d
+                  LEFT JOIN pg_catalog.pg_class c
+                         ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = d.objid
+                  LEFT JOIN pg_catalog.pg_proc p
+                         ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.objid
+                 WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.refobjid = v_ext
+                   AND d.deptype = 'e' AND coalesce(c.relowner, p.proowner) <> v_extown) o;
+        IF v_foreign IS NOT NULL THEN
+            RAISE EXCEPTION 'pgqueue''s objects are owned by % where its owner is %: %',
+                            v_who, pg_catalog.pg_get_userbyid(v_extown), pg_catalog.left(v_foreign, 500)
+                USING ERRCODE = 'PQ008',
+                      HINT = 'An update to 0.2 or 0.3 run by that role made them. As a superuser, give each to the '
+                             'owner (ALTER TABLE, SEQUENCE or FUNCTION ... OWNER TO the owner), then update as the '
+                             'owner (pgqueue install does).';
+        END IF;
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
                 WHERE n.oid = v_ns AND a.privilege_type = 'CREATE' AND a.grantee <> v_owner) THEN

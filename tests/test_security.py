@@ -604,8 +604,50 @@ def test_create_extension_refuses_a_schema_another_role_made(pg_server: Server, 
                           "FROM pg_namespace WHERE nspname = 'pgqueue'") is True
 
 
+def test_objects_an_old_update_gave_a_superuser_are_named_with_their_fix(
+        pg_server: Server, owner: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The released updates to 0.2 and 0.3 do not refuse a role other than the extension's
+    owner: run by a superuser, they left their new tables and functions the superuser's, and
+    then the owner's update to 0.4 failed, 42501 "permission denied for table spark_claim" (at
+    `pgqueue install`'s LOCK TABLE, or in the script), while a superuser's was refused (PQ008):
+    nobody could update (a review). The update script says which objects and what mends it
+    (PQ008), `pgqueue install` gives the statements, and after them it updates."""
+    from pgqueue import installer
+    from pgqueue.cli import main
+
+    role, db = owner
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+        conn.execute("SELECT pgqueue.message_create('kept'::bytea)")
+    admin_execute_in(pg_server, db, sql.SQL("ALTER EXTENSION pgqueue UPDATE TO '0.2'"),
+                     sql.SQL("ALTER EXTENSION pgqueue UPDATE TO '0.3'"))
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        try:
+            conn.execute("ALTER EXTENSION pgqueue UPDATE")
+        except psycopg.Error as exc:
+            assert exc.sqlstate == "PQ008" and "pgqueue's objects are owned by" in str(exc), exc
+            assert "pgqueue.spark_claim" in str(exc), exc
+        else:
+            raise AssertionError("the update went through")
+        capsys.readouterr()
+        assert main(["install", "--dsn", pg_server.dsn(db, user=role)]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert f"where the extension's owner is {role}" in err and f"give them to {role}" in err, err
+        assert one(conn, "SELECT extversion FROM pg_extension WHERE extname = 'pgqueue'") == "0.3"
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:  # the statements it names
+        for _, _, statement in admin.execute(installer._FOREIGN_MEMBERS).fetchall():
+            assert statement in err, (statement, err)
+            admin.execute(statement)
+    with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+        assert "upgraded from 0.3 to 0.4" in installer.install(conn, report=lambda line: None)
+        assert one(conn, "SELECT count(*) FROM pgqueue.message") == 1
+        assert one(conn, "SELECT count(*) FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace "
+                         "AND relowner <> current_user::regrole") == 0
+
+
 def test_a_schema_the_install_makes_keeps_no_create_from_default_privileges(
-        pg_server: Server, owner: tuple[str, str]) -> None:
+        pg_server: Server, owner: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     """The installing role's default privileges for new schemas (ALTER DEFAULT PRIVILEGES ... GRANT
     CREATE ON SCHEMAS, as some setups have for an application role) gave the schema that
     CREATE EXTENSION or the plain install made CREATE for others, and the schema check refused
@@ -632,10 +674,17 @@ def test_a_schema_the_install_makes_keeps_no_create_from_default_privileges(
                     "FROM pg_namespace n, aclexplode(n.nspacl) a "
                     "WHERE n.nspname = 'pgqueue' AND a.grantee <> n.nspowner").fetchall())
 
-            for install in ("CREATE EXTENSION pgqueue", "plain"):
+            for install in ("CREATE EXTENSION pgqueue", "plain", "pgqueue install --plain"):
                 notices.clear()
+                capsys.readouterr()
                 if install == "plain":
                     installer.install(conn, "plain", report=lambda line: None)
+                elif install == "pgqueue install --plain":  # the command prints them (it showed none: a review)
+                    from pgqueue.cli import main
+
+                    assert main(["install", "--plain", "--dsn", pg_server.dsn(db, user=role)]) == 0
+                    err = capsys.readouterr().err
+                    notices = [line.replace("pgqueue: warning: ", "WARNING: ") for line in err.splitlines()]
                 else:
                     conn.execute(install)
                 assert privileges() == {(other, "USAGE")}, install

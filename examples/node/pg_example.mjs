@@ -12,9 +12,9 @@
 // of what it did.
 //
 // Why not message_create with a string: its content is bytea, and a JS string sent for a bytea
-// parameter is parsed as bytea's text form, so "\\x4869" would be stored as "Hi" and "C:\\temp"
-// lose a backslash, silently. Strings go to message_create_text / message_create_json; only a
-// Buffer goes to message_create.
+// parameter is parsed as bytea's text form, so "\\x4869" would be stored as "Hi", silently, and
+// "C:\\temp" refused (22P02: a backslash starts an escape there). Strings go to
+// message_create_text / message_create_json; only a Buffer goes to message_create.
 import pg from "pg";
 
 import { decode, mediaType } from "./content.mjs";

@@ -1076,11 +1076,23 @@ class _Report:
             raise self.failed
 
 
+def _warn_notice(diag: psycopg.errors.Diagnostic) -> None:
+    """Print a WARNING the server sent (a notice of that severity or above) on stderr."""
+    if diag.severity_nonlocalized in ("WARNING",) and diag.message_primary:
+        try:
+            print(f"{PROG}: warning: {_one_line(diag.message_primary)}", file=sys.stderr, flush=True)
+        except OSError:  # (stderr closed: the install goes on)
+            pass
+
+
 def _cmd_install(args: argparse.Namespace) -> int:
     from pgqueue import installer
 
     report = _Report()
     with connect(resolve_dsn(args), check=False) as conn:
+        # the scripts' warnings (docs/security.md: CREATE on the new schema that default
+        # privileges granted, revoked) were lost: the connection showed no notice (a review)
+        conn.add_notice_handler(_warn_notice)
         try:
             report.done(installer.install(conn, args.mode, report=report))
         except installer.InstallError as exc:

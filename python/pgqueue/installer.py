@@ -352,6 +352,27 @@ _EXTENSION_OWNER: Final[LiteralString] = (
     "FROM pg_catalog.pg_extension e, pg_catalog.pg_roles r "
     "WHERE e.extname = 'pgqueue' AND r.rolname = current_user")
 
+#: The extension's objects owned by another role than the extension's owner, with the statement
+#: that gives each back to it (a table's indexes and owned sequences follow the table).
+_FOREIGN_MEMBERS: Final[LiteralString] = (
+    "SELECT pg_catalog.pg_describe_object(d.classid, d.objid, 0), "
+    "pg_catalog.pg_get_userbyid(coalesce(c.relowner, p.proowner)), "
+    "pg_catalog.format('ALTER %s %s OWNER TO %I;', "
+    "CASE WHEN p.oid IS NOT NULL THEN 'ROUTINE' WHEN c.relkind = 'S' THEN 'SEQUENCE' WHEN c.relkind = 'v' THEN 'VIEW' "
+    "WHEN c.relkind = 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END, "
+    "coalesce(p.oid::pg_catalog.regprocedure::text, c.oid::pg_catalog.regclass::text), "
+    "pg_catalog.pg_get_userbyid(e.extowner)) "
+    "FROM pg_catalog.pg_extension e "
+    "JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass "
+    "AND d.refobjid = e.oid AND d.deptype = 'e' "
+    "LEFT JOIN pg_catalog.pg_class c ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = d.objid "
+    "LEFT JOIN pg_catalog.pg_proc p ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.objid "
+    "WHERE e.extname = 'pgqueue' AND coalesce(c.relowner, p.proowner) <> e.extowner "
+    "AND (c.oid IS NULL OR (c.relkind NOT IN ('i', 'I') AND NOT EXISTS ("
+    "SELECT FROM pg_catalog.pg_depend a WHERE a.classid = 'pg_catalog.pg_class'::pg_catalog.regclass "
+    "AND a.objid = c.oid AND a.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND a.deptype = 'a'))) "
+    "ORDER BY 1")
+
 #: pgqueue's tables, in the order its functions first touch them (the queue row, then its messages).
 _UPGRADE_TABLES: Final[LiteralString] = (
     "SELECT c.relname::text FROM pg_catalog.pg_class c "
@@ -387,6 +408,16 @@ def _as_extension_owner(conn: psycopg.Connection[Any], database: str) -> bool:
             f"the pgqueue extension in database {database} is owned by role {row[0]}: only its owner upgrades it "
             f"(ALTER EXTENSION); connect as {row[0]}, or as a role that may SET ROLE to it, and run "
             "`pgqueue install` again")
+    foreign = _run(conn, _FOREIGN_MEMBERS).fetchall()
+    if foreign:
+        # (an update to 0.2 or 0.3 run by a superuser, which those released scripts did not
+        # refuse, left them that role's: the owner's upgrade failed on the first, 42501
+        # "permission denied for table spark_claim", and a superuser's was refused: a review)
+        shown = ", ".join(str(r[0]) for r in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise InstallError(
+            f"pgqueue's objects in database {database} are owned by role {foreign[0][1]} where the extension's owner "
+            f"is {row[0]} (an update to 0.2 or 0.3 run by that role made them): {shown}; as a superuser, give "
+            f"them to {row[0]} (" + " ".join(str(r[2]) for r in foreign) + ") and run `pgqueue install` again")
     if not row[1]:
         _run(conn, sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(str(row[0]))))
     return True
