@@ -434,6 +434,12 @@ def require_writable(conn: psycopg.Connection[Any]) -> None:
                            sqlstate=READ_ONLY)
 
 
+def check_flag(name: str, value: object) -> None:
+    """Raise TypeError for an option that must be True or False ("no" was taken as true)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+
+
 def check_startup_timeout(startup_timeout: float | None) -> None:
     """Raise TypeError for a start-up timeout that is not None nor a number, ValueError for one
     that is not 0 to 1e9 seconds ("5" was a raw "'<=' not supported" TypeError: a review)."""
@@ -770,9 +776,8 @@ class WorkerCore:
         check_options(concurrency=concurrency, batch_size=batch_size, lock_ms=lock_ms, poll_min=poll_min,
                       poll_max=poll_max, shutdown_grace=shutdown_grace, timeout=timeout)
         # (listen="no" was taken as true, and an on_result of 5 failed after every message: a review)
-        for option, flag in (("listen", listen), ("handle_signals", handle_signals)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{option} must be True or False, got {type(flag).__name__}")
+        check_flag("listen", listen)
+        check_flag("handle_signals", handle_signals)
         if on_result is not None and not callable(on_result):
             raise TypeError(f"on_result must be callable or None, got {type(on_result).__name__}")
         self._name = name

@@ -1078,7 +1078,7 @@ class _Report:
 
 def _warn_notice(diag: psycopg.errors.Diagnostic) -> None:
     """Print a WARNING the server sent (a notice of that severity or above) on stderr."""
-    if diag.severity_nonlocalized in ("WARNING",) and diag.message_primary:
+    if diag.severity_nonlocalized == "WARNING" and diag.message_primary:
         try:
             print(f"{PROG}: warning: {_one_line(diag.message_primary)}", file=sys.stderr, flush=True)
         except OSError:  # (stderr closed: the install goes on)

@@ -36,6 +36,7 @@ from pgqueue._worker_core import (
     Stopped,
     _shut_down,
     _worker_conninfo,
+    check_flag,
     check_startup_timeout,
     connect_unless_stopped,
     require_writable,
@@ -172,8 +173,7 @@ class Scheduler:
             raise TypeError(f"dsn must be a conninfo string, got {type(dsn).__name__}")
         if not isinstance(interval, (int, float)) or isinstance(interval, bool):
             raise TypeError(f"interval must be a number of seconds, got {type(interval).__name__}")
-        if not isinstance(handle_signals, bool):
-            raise TypeError(f"handle_signals must be True or False, got {type(handle_signals).__name__}")
+        check_flag("handle_signals", handle_signals)
         if not 0 < interval <= 1e9:  # (a longer wait overflows the clock: OverflowError in run())
             raise ValueError(f"interval must be > 0 and at most 1e9 seconds, got {quoted(interval)}")
         check_startup_timeout(startup_timeout)

@@ -28,7 +28,7 @@ from werkzeug.wrappers import Response as BaseResponse
 from pgqueue import _connect
 from pgqueue._core import dead_letter_from_row, pending_from_row, utf8
 from pgqueue._version import __version__
-from pgqueue.cli import connect_timeout_kwargs, format_ms
+from pgqueue.cli import _BIGINT_MAX, connect_timeout_kwargs, format_ms
 from pgqueue.client import Queue, all_stats, list_queues
 from pgqueue.dashboard import _sql
 from pgqueue.dashboard.payload import MAX_SHOWN, Shown, show
@@ -40,8 +40,6 @@ from pgqueue.metrics import _MAX_TIMEOUT_MS, CUT_AFTER, _cut_at
 
 #: Dead letters and peeked messages listed on a page.
 PAGE_LIMIT = 100
-#: The largest id and dead_at a dead-letter action takes (PostgreSQL's bigint).
-_BIGINT_MAX = 2**63 - 1
 #: Wrong access tokens one client (an IPv4 address, an IPv6 /64) may give within
 #: FAILED_LOGIN_WINDOW seconds of its first; past them its attempts are refused (429, with
 #: Retry-After, the token not even compared) for FAILED_LOGIN_LOCKOUT seconds.

@@ -90,10 +90,11 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
             except (ValueError, RecursionError):
                 return Shown("text", text, size, n, "not valid JSON: shown as text")
             try:
-                pretty.encode("utf-8")
+                pretty_bytes = len(pretty.encode())
             except UnicodeEncodeError:  # a string escaping a lone surrogate ("\\udc80"): kept escaped
                 pretty = json.dumps(value, indent=2, ensure_ascii=True, sort_keys=False)
-            if len(pretty.encode()) > MAX_SHOWN:  # indented, it would not fit: shown as stored, whole
+                pretty_bytes = len(pretty)
+            if pretty_bytes > MAX_SHOWN:  # indented, it would not fit: shown as stored, whole
                 return Shown("text", text, size, n, f"JSON as stored: pretty-printed it is over {MAX_SHOWN} bytes")
             return Shown("json", pretty, size, n)
     return Shown("hex", hex_dump(data), size, len(data), note)

@@ -87,8 +87,10 @@ BEGIN
         -- group against 1,100 with no limit, a review. Such a take's lease hands no turn on.)
         IF v_groups IS NOT NULL AND v_lock <> 0 THEN
             v_held := coalesce(nullif(current_setting('pgqueue.deferred_turns', true), '')::text[], '{}');
-            SELECT array_agg(m.id), array_agg(m.group_key) INTO v_acked, v_acked_g FROM pgqueue.message m
-             WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue_id AND m.group_key IS NOT NULL;
+            IF v_groups <> 1 THEN  -- (with a limit of 1 a lease hands no turn on: no group to match)
+                SELECT array_agg(m.id), array_agg(m.group_key) INTO v_acked, v_acked_g FROM pgqueue.message m
+                 WHERE m.id = ANY (p_ids) AND m.queue_id = v_queue_id AND m.group_key IS NOT NULL;
+            END IF;
         END IF;
     END IF;
     -- message_complete_batch returns the stale ids in input order, an id listed twice at each
