@@ -552,6 +552,59 @@ def test_a_run_cancelled_while_its_dequeue_is_answered_gives_the_messages_back(p
     assert not started
 
 
+def test_a_run_cancelled_during_the_graceful_stop_gives_the_running_messages_back(dsn: str) -> None:
+    """stop(), then the caller's own shutdown timeout cancels run() while the handlers still have
+    their grace: the worker stops at once as stop(now=True) does (the handlers cancelled, their
+    messages given back) and then the cancellation goes on. (Raised into the grace's wait, it
+    skipped the shutdown: the messages stayed leased by no one, and the handlers ran on after
+    run() had returned: a review.)"""
+    queue = make_queue(dsn, lock_ms=600_000)
+    queue.enqueue_many([1, 2, 3, 4])
+    finished: list[int] = []
+
+    async def handler(msg: Message) -> None:
+        await asyncio.sleep(3)
+        finished.append(msg.id)
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=4, shutdown_grace=30,
+                             handle_signals=False)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.in_flight == 4, what="four messages in flight")
+        worker.stop()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(task, 0.5)
+        stats = await asyncio.to_thread(queue.stats)
+        assert (stats.ready, stats.leased) == (4, 0), stats
+        assert worker.in_flight == 0
+        await asyncio.sleep(3.5)  # past the handlers' end, had they run on
+        assert not finished
+
+    asyncio.run(go())
+
+
+def test_a_run_cancelled_during_its_start_up_check_leaves_no_thread(dsn: str) -> None:
+    """run() cancelled while its start-up check waits on a lock: the check, on its thread, ends
+    when the lock goes, and the stop's watchdog thread ends with it. (A check that succeeded
+    after the cancellation left the watchdog polling for the rest of the process: a review.)"""
+    make_queue(dsn)
+
+    async def handler(msg: Message) -> None:
+        pass
+
+    async def go() -> None:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, handle_signals=False)
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE pgqueue.queue")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(worker.run(), 0.5)
+            assert any(t.name == "pgqueue-stop-watch" for t in threading.enumerate())
+        await until(lambda: not any(t.name == "pgqueue-stop-watch" for t in threading.enumerate()),
+                    timeout=10, what="the stop's watchdog to end")
+
+    asyncio.run(go())
+
+
 def test_a_handler_that_swallows_its_timeouts_cancellation_is_let_go(dsn: str) -> None:
     """Past its timeout a handler's task is cancelled; one that swallows the cancellation and
     runs on is let go 2 s later (the shutdown's grace for the same): its message is failed with

@@ -866,7 +866,7 @@ def test_command_line_mistakes_found_by_a_review(capsys: pytest.CaptureFixture[s
     status, out, err = run(capsys, "enqueue", "rv", '"\\ud800"', "--json", "--dsn", dsn)
     assert_one_line_error(status, out, err, "not valid JSON")
     # ports and intervals in range
-    for argv in (["metrics", "--port", "70000"], ["dashboard", "--port", "70000"],
+    for argv in (["metrics", "--port", "70000"], ["metrics", "--min-interval", "1e300"], ["dashboard", "--port", "70000"],
                  ["worker", "rv", "m:h", "--metrics-port", "65536"], ["stats", "--watch", "0.001"],
                  ["scheduler", "--interval", "0"], ["dead", "purge", "rv", "--all", "--id", "1"]):
         status, out, err = run(capsys, *argv, "--dsn", dsn)

@@ -7,11 +7,13 @@ target 9)."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import psycopg
 import pytest
 
+from helpers import SCAN_NODES, PlanCapture, walk
 from pgqueue import AsyncQueue, Queue, QueueStats
 
 
@@ -106,6 +108,26 @@ def test_one_sample_serves_every_queue_above_the_bound(conn: psycopg.Connection[
     assert rows["q"] > CAP and rows["other"] > CAP
     assert sum(p.count("Sample Scan on message") for p in plans) == 1, plans
     assert sum(p.count("Sample Scan on dead_letter") for p in plans) == 1, plans
+
+
+def test_a_scrape_of_many_queues_counts_dead_letters_through_the_index(conn: psycopg.Connection[Any]) -> None:
+    """300 queues, one of them holding 20,000 small dead letters: each queue's count of its dead
+    letters is an index probe. (In the loop's statement, a generic plan after five queues, it
+    was a scan of the whole table for each queue: 297 of them made a scrape 220 ms instead of
+    10, a review.) The table is read whole only for the sample, and for the big queue's own
+    count, which stops at the bound."""
+    conn.execute("SELECT count(pgqueue.queue_create('q' || g)) FROM generate_series(1, 300) g")
+    conn.execute("""
+        INSERT INTO pgqueue.dead_letter (id, queue_id, dequeue_at, content, attempts, created_at, dead_at)
+        SELECT nextval('pgqueue.message_id_seq'), (SELECT id FROM pgqueue.queue WHERE name = 'q1'),
+               0, '\\x00', 1, 0, g FROM generate_series(1, 20000) g""")
+    conn.execute("VACUUM ANALYZE pgqueue.dead_letter")
+    capture = PlanCapture(conn)
+    call = capture.run("SELECT sum(dead) FROM pgqueue.queue_stats()")
+    assert call.rows[0][0] > CAP
+    scans = Counter(node["Relation Name"] for statement in call.nested for node in walk(statement.plan)
+                    if node["Node Type"] in SCAN_NODES)
+    assert scans["dead_letter"] <= 2, scans
 
 
 def _age(conn: psycopg.Connection[Any], function: str, queue: str) -> int:

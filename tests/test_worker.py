@@ -473,6 +473,41 @@ def test_stop_finishes_in_flight_handlers_then_gives_back_the_rest(dsn: str) -> 
     assert (again.id, again.attempts) == (stuck, 2)
 
 
+def test_ctrl_c_during_the_graceful_stop_gives_the_running_messages_back(dsn: str) -> None:
+    """handle_signals=False, the worker's run() on the main thread: stop(), then Ctrl-C (Python's
+    KeyboardInterrupt) while the handlers have their grace. The shutdown goes on at once as
+    stop(now=True)'s does, giving their messages back, and run() then raises the interrupt.
+    (Raised into the grace's wait, it skipped the shutdown: the messages stayed leased by no
+    one until their leases ran out: a review.)"""
+    import _thread
+
+    queue = make_queue(dsn, lock_ms=600_000)
+    queue.enqueue_many([1, 2])
+    release = threading.Event()
+    worker = Worker(queue, lambda msg: release.wait(60), concurrency=2, shutdown_grace=60,
+                    handle_signals=False)
+
+    def interrupt() -> None:
+        wait_for(lambda: worker.in_flight == 2, what="both handlers to start")
+        worker.stop()
+        time.sleep(0.5)  # in the grace's wait
+        _thread.interrupt_main()
+
+    helper = threading.Thread(target=interrupt, daemon=True)
+    helper.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.run()
+        took = time.monotonic() - t0
+        stats = queue.stats()
+    finally:
+        release.set()
+        helper.join(10)
+    assert took < 20, took  # not the grace's minute
+    assert (stats.ready, stats.leased) == (2, 0), stats
+
+
 def test_worker_survives_losing_its_connections(dsn: str) -> None:
     queue = make_queue(dsn)
     results = Results()

@@ -1241,6 +1241,7 @@ class WorkerCore:
         """Let running handlers finish within shutdown_grace, stop waiting for the rest (a
         coroutine is cancelled, a thread runs on unwatched) and give their messages back."""
         running = self._running()
+        interrupted: list[BaseException] = []  # a cancellation or KeyboardInterrupt during the waits
         if running and not self._aborting:
             deadline = self._stop_by or time.monotonic() + self._shutdown_grace  # the grace runs from stop()
             log.info("waiting up to %.3gs for %d in-flight message(s)", max(0.0, deadline - time.monotonic()),
@@ -1249,7 +1250,7 @@ class WorkerCore:
                 if all(d.finished is not None for d in running):
                     break
                 yield from self._settle_quietly()
-                yield Wait(min(0.5, max(0.0, deadline - time.monotonic())))
+                yield from self._drain_wait(min(0.5, max(0.0, deadline - time.monotonic())), interrupted)
         for d in running:
             if d.finished is None:
                 self._abandon(d)
@@ -1270,7 +1271,7 @@ class WorkerCore:
                         d.released = True
                         self._finish(d)
                 break
-            yield Wait(min(0.05, max(0.0, until - time.monotonic())))
+            yield from self._drain_wait(min(0.05, max(0.0, until - time.monotonic())), interrupted)
         # A delivery finished but not queued for settling: its bookkeeping was interrupted (a
         # KeyboardInterrupt between the two); settle it too rather than leave it leased.
         queued = {id(d) for d in self._finished}
@@ -1279,6 +1280,21 @@ class WorkerCore:
         for d in list(self._in_hand.values()):
             log.warning("message %d: not acknowledged (no database); it returns when its lease runs out",
                         d.message.id)
+        if interrupted:
+            raise interrupted[0]
+
+    def _drain_wait(self, timeout: float, interrupted: list[BaseException]) -> Step[None]:
+        """One of the shutdown's waits. A cancellation of the run or a KeyboardInterrupt that lands
+        in it (a caller's ``asyncio.wait_for`` running out during the grace, Ctrl-C with
+        handle_signals=False) stops at once, as ``stop(now=True)`` does: the shutdown goes on,
+        giving back what is in hand, and the drain raises it at its end. Raised here, it skipped
+        the rest of the shutdown: the running handlers' messages stayed leased by no one until
+        their leases ran out, an attempt spent, while the handlers ran on unwatched (a review)."""
+        try:
+            yield Wait(timeout)
+        except BaseException as exc:
+            interrupted.append(exc)
+            self._stop_now(now=True)
 
     def _settle_quietly(self) -> Step[None]:
         """Settle during shutdown: a database error is logged, never raised (what cannot be

@@ -116,6 +116,34 @@ def _ended_run(handle: Any) -> AsyncWorker | None:
     return None
 
 
+class _Check:
+    """The start-up check on its thread. A run() cancelled while the check runs stops the worker,
+    whose watchdog then waits for ``ended``: set here when the check ends, whatever it answered
+    (it set ``ended`` itself only when it failed or saw the stop: one that succeeded a moment
+    after the cancellation left the watchdog polling for the rest of the process, a review)."""
+
+    def __init__(self, check: Callable[[], bool], ended: threading.Event) -> None:
+        self._check, self._ended = check, ended
+        self._lock = threading.Lock()
+        self._done = self._abandoned = False
+
+    def __call__(self) -> bool:
+        try:
+            return self._check()
+        finally:
+            with self._lock:
+                self._done = True
+                if self._abandoned:
+                    self._ended.set()
+
+    def abandon(self) -> None:
+        """run() was cancelled: nothing will set ``ended`` after the check but this."""
+        with self._lock:
+            self._abandoned = True
+            if self._done:
+                self._ended.set()
+
+
 class AsyncWorker(WorkerCore):
     """Process the messages of a queue with a coroutine handler, ``concurrency`` at a time.
 
@@ -319,12 +347,14 @@ class AsyncWorker(WorkerCore):
         opening.result()  # (its error: a refused connection)
 
     async def _run(self) -> None:
+        # (a thread: the start-up check's connection is a blocking one, as in Worker)
+        check = _Check(self._check_server, self._ended)
         try:
-            # (a thread: the start-up check's connection is a blocking one, as in Worker)
-            if not await asyncio.to_thread(self._check_server):
+            if not await asyncio.to_thread(check):
                 return  # stopped before the database could be used
         except asyncio.CancelledError:
             self.stop(now=True)  # the start-up wait on its thread ends too
+            check.abandon()
             raise
         # One connection for the loop's calls and one for the heartbeats, each opened again at
         # its first call after a loss (the loop's after the Backoff's wait).
@@ -343,10 +373,12 @@ class AsyncWorker(WorkerCore):
             try:
                 await self._do(self._run_steps())
             finally:
-                await beats.stop(timeout=2.0)
-                for task in helpers:
-                    task.cancel()
-                await asyncio.gather(*helpers, return_exceptions=True)
+                try:
+                    await beats.stop(timeout=2.0)
+                finally:  # (also when that wait is cancelled)
+                    for task in helpers:
+                        task.cancel()
+                    await asyncio.gather(*helpers, return_exceptions=True)
         finally:
             self._ended.set()
             await beats_runner.close()

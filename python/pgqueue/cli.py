@@ -492,8 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=9469, metavar="N",
                    help="port to listen on (default 9469; 0 picks a free one)")
-    p.add_argument("--min-interval", type=_non_negative_float, default=1.0, metavar="S",
-                   help="scrapes closer together than S seconds get the previous reading (default 1)")
+    p.add_argument("--min-interval", type=_min_interval, default=1.0, metavar="S",
+                   help="scrapes closer together than S seconds get the previous reading (default 1, "
+                        "at most 3600)")
     p.add_argument("--timeout", type=_statement_timeout, default=5.0, metavar="S",
                    help="a reading that takes longer than S seconds (a lock on the table, a database that does "
                         "not answer: its connection is cut 1 s later) is given up: pgqueue_up 0 (default 5, up "
@@ -752,6 +753,9 @@ _port = _number(int, lambda v: 0 <= v <= 65535, "a port number 0-65535")
 # bound before the product: 1e306 * 1000 is inf, whose ceil raised OverflowError, a traceback)
 _statement_timeout = _number(float, lambda v: 0 < v <= _INT_MAX and math.ceil(v * 1000) <= _INT_MAX,
                              f"seconds > 0, up to {_INT_MAX / 1000} (the server's statement_timeout limit)")
+_MAX_MIN_INTERVAL = 3600.0  # metrics.MAX_MIN_INTERVAL (that module loads when metrics runs)
+_min_interval = _number(float, lambda v: 0 <= v <= _MAX_MIN_INTERVAL,
+                        f"seconds from 0 to {_MAX_MIN_INTERVAL:g} (an hour)")
 _DAY_S = 86400  # the longest dashboard --sample-interval (the page refreshes as often: a browser timer)
 # at least 0.1 s (the dashboard's sampler.MIN_INTERVAL): 1e-20 overflowed the history's length (a
 # traceback), 0.0001 sampled without a pause (a review)

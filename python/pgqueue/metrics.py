@@ -68,6 +68,10 @@ Labels = tuple[tuple[str, str], ...]
 _MAX_TIMEOUT_MS = 2**31 - 1  # the server's statement_timeout: an integer of milliseconds
 #: The longest QueueMetrics timeout, in seconds (2147483.647): the longest statement_timeout.
 MAX_TIMEOUT = _MAX_TIMEOUT_MS / 1000
+#: The longest QueueMetrics min_interval, in seconds (an hour): longer, a reading is served for
+#: longer than any scraper's interval, and a huge one (1e300) froze the answer for good, a dead
+#: database's pgqueue_up 1 included, as the refused inf did (a review).
+MAX_MIN_INTERVAL = 3600.0
 
 
 @dataclass
@@ -216,8 +220,11 @@ class QueueMetrics:
     :data:`MAX_TIMEOUT` seconds, the longest ``statement_timeout`` the server takes (a longer one
     would make every scrape fail).
 
-    ``min_interval`` is a number of seconds >= 0 and ``timeout`` one > 0 (ValueError; TypeError
-    for what is not an int or a float).
+    ``min_interval`` is a number of seconds from 0 to :data:`MAX_MIN_INTERVAL` and ``timeout``
+    one > 0 (ValueError; TypeError for what is not an int or a float). Scrapes that wait while
+    a reading is under way (another scrape's) get that reading, whatever ``min_interval`` is:
+    with 0, five scrapes of a database that did not answer waited one timeout each, in turn,
+    the last past Prometheus's scrape timeout (a review).
     """
 
     def __init__(self, dsn: str, *, min_interval: float = 1.0, timeout: float = 5.0) -> None:
@@ -227,8 +234,9 @@ class QueueMetrics:
             raise ValueError(f"timeout must be > 0 seconds and at most {MAX_TIMEOUT}, got {quoted(timeout)}")
         # (-5 or NaN read the database at every scrape; inf never again after the first)
         _check_real("min_interval", min_interval)
-        if not 0 <= min_interval < math.inf:
-            raise ValueError(f"min_interval must be a number of seconds >= 0, got {quoted(min_interval)}")
+        if not 0 <= min_interval <= MAX_MIN_INTERVAL:
+            raise ValueError(f"min_interval must be a number of seconds from 0 to {MAX_MIN_INTERVAL:g}, "
+                             f"got {quoted(min_interval)}")
         self._dsn = dsn
         self._min_interval = min_interval
         self._timeout = timeout
@@ -245,9 +253,12 @@ class QueueMetrics:
 
     def render(self) -> str:
         """Return the metrics text, reading the database unless the last read is recent."""
+        arrived = time.monotonic()
         with self._lock:
             now = time.monotonic()
-            if self._cached is not None and now - self._cached[0] < self._min_interval:
+            # (a reading that ended after this scrape arrived: it waited for that one)
+            if self._cached is not None and (now - self._cached[0] < self._min_interval
+                                             or self._cached[0] >= arrived):
                 return self._cached[1]
             text = render(self._collect())
             self._cached = (time.monotonic(), text)
@@ -539,9 +550,13 @@ class WorkerMetrics:
 
 def _is_loopback(address: str) -> bool:
     try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
+    # ::ffff:127.0.0.1 is loopback too, which Python 3.11's is_loopback does not say: such a
+    # listener went without the Host check, open to DNS rebinding (a review)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _host_name(header: str) -> str:
