@@ -79,9 +79,30 @@ for f in pgqueue.control extension/pgqueue--*.sql build/pgqueue--*.sql; do
     fi
 done
 
-if [ ! -x .venv/bin/python ]; then
-    echo "bootstrap: creating the virtualenv .venv"
-    python3 -m venv .venv
+# The virtualenv, made again (--clear) when it is not whole or not this tree's: a creation
+# interrupted before pip was in it failed every later run with ".venv/bin/pip: No such file",
+# and a clone moved or copied kept a venv whose scripts and editable install name the old path
+# (moved: "exec: .../old/.venv/bin/python3: not found"; copied: the tests ran the other tree's
+# package). .venv/.tree records the tree it was made for.
+tree=$(pwd -P)
+venv_ok() {
+    [ -x .venv/bin/python ] && .venv/bin/python -m pip --version >/dev/null 2>&1 || return 1
+    if [ -f .venv/.tree ]; then
+        [ "$(cat .venv/.tree)" = "$tree" ]
+    elif [ -f .venv/.requirements.sha ]; then  # made before .venv/.tree: its package must be ours
+        .venv/bin/python -c 'import os, sys, pgqueue
+sys.exit(os.path.realpath(pgqueue.__file__) != os.path.realpath("python/pgqueue/__init__.py"))' >/dev/null 2>&1 \
+            && echo "$tree" > .venv/.tree
+    fi
+}
+if ! venv_ok; then
+    if [ -e .venv ]; then
+        echo "bootstrap: .venv is incomplete or was made for another path: making it again"
+    else
+        echo "bootstrap: creating the virtualenv .venv"
+    fi
+    python3 -m venv --clear .venv
+    echo "$tree" > .venv/.tree
 fi
 stamp=.venv/.requirements.sha
 want=$(cat python/requirements-dev.txt python/pyproject.toml python/pgqueue/_version.py | sha256sum | cut -d' ' -f1)

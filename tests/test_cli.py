@@ -779,6 +779,30 @@ def test_stats_watch_outlives_a_lost_connection(dsn: str, form: list[str]) -> No
     assert err.count("trying again every 0.2 s") == 1, err
 
 
+def test_stats_watch_says_when_the_database_does_not_answer(dsn: str) -> None:
+    """A round that waits on the database (here a lock on the table; a network path that drops
+    packets is the same to the client) is cut after WATCH_ROUND_LIMIT s: one line on stderr,
+    then the watch goes on. It printed nothing for as long as the wait lasted, until TCP gave
+    up (minutes; a review)."""
+    from pgqueue.cli import WATCH_ROUND_LIMIT
+
+    proc = subprocess.Popen([str(PGQUEUE), "stats", "--watch", "0.5", "--dsn", dsn],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        assert proc.stdout.readline(), proc.stderr.read()
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE pgqueue.message IN ACCESS EXCLUSIVE MODE")
+            line = proc.stderr.readline()  # within the limit, while the lock is held
+        assert f"the database did not answer within {WATCH_ROUND_LIMIT:g} s: connection cut; trying again" in line, line
+        assert "connected again" in proc.stderr.readline()  # readings again
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+
+
 @contextmanager
 def scheduler_command(capsys: pytest.CaptureFixture[str], dsn: str,
                       *ignored: signal.Signals) -> Iterator[tuple[subprocess.Popen[str], Queue]]:

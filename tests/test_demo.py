@@ -144,7 +144,8 @@ def test_nohup_keeps_sighup_ignored() -> None:
 
 def test_ctrl_c_while_the_server_starts_is_an_interrupt_not_an_error() -> None:
     """Ctrl-C during initdb kills initdb too: the demo must report the Ctrl-C (exit 130), not
-    "initdb failed", and leave nothing in the temporary directory."""
+    "initdb failed", leave nothing in the temporary directory, and say so (it said only
+    "Interrupted.": a review)."""
     tmpdir = tempfile.mkdtemp(prefix="pgqueue-demo-tmp-")
     os.chmod(tmpdir, 0o755)  # the server runs as postgres when the tests run as root
     try:
@@ -160,6 +161,7 @@ def test_ctrl_c_while_the_server_starts_is_an_interrupt_not_an_error() -> None:
         out = head + rest
         assert proc.returncode == 130, out + err
         assert "Interrupted." in out, out
+        assert "Stopped the throwaway server's start and deleted its directory." in out, out
         assert "error" not in err and "Traceback" not in err, err
         assert os.listdir(tmpdir) == []
     finally:

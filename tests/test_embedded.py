@@ -267,3 +267,37 @@ def test_what_a_stop_left_behind_counts_one_file_in_the_singular(monkeypatch: py
         assert pg.left == f"{base_dir}: {kept} {'file' if kept == 1 else 'files'}, 0.0 MB"
     finally:
         rmtree(base_dir, ignore_errors=True)
+
+
+def test_a_caller_killed_without_its_clean_up_leaves_no_server_running() -> None:
+    """The caller SIGKILLed (the OOM killer, or Ctrl-\\ on a demo): its server, in a session of
+    its own that no terminal signal reaches, makes a fast shutdown (setpriv's parent-death
+    signal). It ran on for good, its directory with it (a review); the directory is left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import sys, time\n"
+              "from pgqueue.embedded import EmbeddedPostgres\n"
+              "pg = EmbeddedPostgres().start()\n"
+              "print(pg.base_dir, flush=True)\n"
+              "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    base_dir = ""
+    try:
+        assert proc.stdout is not None
+        base_dir = proc.stdout.readline().strip()
+        assert base_dir and processes_from(base_dir), base_dir  # the server runs
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 20
+        while processes_from(base_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not processes_from(base_dir), "the server outlived its caller"
+    finally:
+        proc.kill()
+        for pid in processes_from(base_dir) if base_dir else []:
+            os.kill(int(pid), signal.SIGKILL)
+        if base_dir:
+            shutil.rmtree(base_dir, ignore_errors=True)

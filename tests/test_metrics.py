@@ -24,6 +24,7 @@ import time
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -1278,3 +1279,30 @@ def test_a_timeout_too_large_to_multiply_is_refused_not_a_traceback(capsys: pyte
     for timeout in (1e306, 1.7e308, 10**400):
         with pytest.raises(ValueError, match="at most 2147483.647"):
             QueueMetrics(dsn, timeout=timeout)
+
+
+def test_a_name_the_resolver_does_not_answer_for_ends_the_reading_by_its_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host name's resolution is bounded by the reading's deadline too: a resolver that did
+    not answer held the reading for its own timeouts (10 s with glibc's defaults) past the
+    reading's, every scrape queued behind it (a review). Here a resolution that takes 8 s."""
+    import pgqueue.metrics
+
+    release = threading.Event()
+
+    def slow_resolver(params: dict[str, Any]) -> list[dict[str, Any]]:
+        release.wait(8)
+        raise psycopg.OperationalError("no such host")
+
+    monkeypatch.setattr(pgqueue.metrics, "conninfo_attempts", slow_resolver)
+    metrics = QueueMetrics("host=db.example.invalid dbname=x", min_interval=0, timeout=1)
+    try:
+        started = time.monotonic()
+        s = parse(metrics.render())
+        took = time.monotonic() - started
+    finally:
+        release.set()
+        metrics.close()
+    assert s[("pgqueue_up", frozenset())] == 0
+    assert took < 1 + CUT_AFTER + 1, took
+    assert metrics.error == "resolving db.example.invalid did not end within the reading's timeout", metrics.error

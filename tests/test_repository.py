@@ -67,3 +67,16 @@ def test_no_tracked_file_cites_documents_outside_the_repository() -> None:
     assert not found, (
         "these lines cite documents that are not in the repository; point into docs/design.md "
         "or write the reason out instead:\n" + "\n".join(found))
+
+
+def test_ci_run_finds_the_test_command_from_any_directory(tmp_path: Path) -> None:
+    """.ci/run started from another directory (`cd / && repo/.ci/run`) ran "scripts/test.sh"
+    relative to it: "No such file or directory", exit 127 (a review). A copy of it beside a
+    stand-in test command, started from /."""
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / ".ci" / "run").write_text((ROOT / ".ci" / "run").read_text())
+    (tmp_path / "scripts" / "test.sh").write_text('echo "the test command ran with: $*"\n')
+    proc = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], cwd="/", capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "the test command ran with: \n"), proc.stderr

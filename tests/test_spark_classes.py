@@ -5,8 +5,10 @@ attempts, the stream reader's offsets across a driver crash, AvailableNow, data 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import pickle
+import random
 import threading
 import time
 import uuid
@@ -298,6 +300,81 @@ def test_json_numbers_as_spark_writes_them() -> None:
     assert encode_batch(WritePlan("payload", "json_value"), plain, partition=0, first_row=0).contents == [b"[1.5,2.25]"]
 
 
+def _json_of(values: list[Any], arrow_type: pa.DataType) -> list[bytes]:
+    batch = pa.record_batch({"payload": pa.array(values, arrow_type)})
+    return encode_batch(WritePlan("payload", "json_value"), batch, partition=0, first_row=0).contents
+
+
+def test_json_dates_and_timestamps_past_what_a_python_datetime_holds() -> None:
+    """pyarrow made Python dates and datetimes of the dates and timestamps inside a JSON payload,
+    which stop at years 1 and 9999: a timestamp near either that the session time zone moves past
+    it, and any DATE or TIMESTAMP past 9999-12-31 (Spark holds them, and its to_json writes them),
+    failed the task with a bare ``OverflowError: date value out of range`` (a review). They are
+    written from their integers: the year as to_json writes it (+10000, 0000, -0001), the rest as
+    before (offsets to the second, as to_json writes them too)."""
+    utc = dt.timezone.utc
+
+    def ts(tz: str | None, *values: dt.datetime) -> list[bytes]:
+        micros = [(v - dt.datetime(1970, 1, 1, tzinfo=utc)) // dt.timedelta(microseconds=1) for v in values]
+        return _json_of([micros], pa.list_(pa.timestamp("us", tz=tz)))
+
+    first, last = dt.datetime(1, 1, 1, tzinfo=utc), dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=utc)
+    assert ts("America/New_York", first, last) == [b'["0000-12-31T19:03:58-04:56:02","9999-12-31T18:59:59-05:00"]']
+    assert ts("Asia/Tokyo", first, last) == [b'["0001-01-01T09:18:59+09:18:59","+10000-01-01T08:59:59+09:00"]']
+    day = 86_400_000_000
+    last_us = (last - dt.datetime(1970, 1, 1, tzinfo=utc)) // dt.timedelta(microseconds=1)
+    first_us = (first - dt.datetime(1970, 1, 1, tzinfo=utc)) // dt.timedelta(microseconds=1)
+    far = pa.struct([("d", pa.date32()), ("t", pa.timestamp("us", tz="UTC")), ("n", pa.timestamp("us")),
+                     ("m", pa.map_(pa.date32(), pa.timestamp("us", tz="America/New_York")))])
+    row = {"d": 2932897, "t": last_us + 2 * day, "n": last_us + 2 * day + 500_000,
+           "m": [(-719163, first_us - 400 * day)]}
+    assert _json_of([row], far) == [b'{"d":"+10000-01-01","t":"+10000-01-02T23:59:59+00:00",'
+                                    b'"n":"+10000-01-02T23:59:59.500000",'
+                                    b'"m":{"0000-12-31":"-0001-11-27T19:03:58-04:56:02"}}']
+    dates = [-719163, -719163 - 366, -719162 - 366 * 1000, 2932896 + 366 * 100_000, 2**31 - 1, -(2**31)]
+    assert _json_of([dates], pa.list_(pa.date32())) == [
+        b'["0000-12-31","-0001-12-31","-1002-12-05","+110207-05-25","+5881580-07-11","-5877641-06-23"]']
+    extreme = pa.list_(pa.timestamp("us", tz="Europe/Paris"))
+    assert _json_of([[-(2**63), 2**63 - 1]], extreme) == [
+        b'["-290308-12-21T20:08:26.224192+00:09:21","+294247-01-10T05:00:54.775807+01:00"]']
+    # in range, exactly what Python's isoformat() of pyarrow's values wrote before
+    rng = random.Random(7)
+    lo, hi = first_us + day, last_us - day
+    micros = [rng.randrange(lo, hi) for _ in range(3000)] + [rng.randrange(lo, hi) // 10**6 * 10**6 for _ in range(300)]
+    for tz in (None, "UTC", "America/New_York", "Asia/Tokyo", "+05:30", "-03:00", "Australia/Lord_Howe"):
+        for unit, div in (("us", 1), ("ms", 1000), ("s", 10**6)):
+            typ = pa.timestamp(unit, tz=tz)
+            values = pa.array([m // div for m in micros], typ)
+            assert _json_of([values.to_pylist()], pa.list_(typ)) == [json.dumps(
+                [v.isoformat() for v in values.to_pylist()], separators=(",", ":")).encode()], (tz, unit)
+    days = list(range(-719162, 2932897, 97))
+    for typ in (pa.date32(), pa.date64()):
+        values = pa.array(days, pa.date32()).cast(typ)
+        assert _json_of([values.to_pylist()], pa.list_(typ)) == [json.dumps(
+            [v.isoformat() for v in values.to_pylist()], separators=(",", ":")).encode()]
+
+
+def test_map_keys_as_spark_writes_them() -> None:
+    """Array and struct map keys were written as Python's repr ({"[1, 2]":"x"}, {"{'k': 1}":"x"}),
+    DOUBLE keys in Python's spelling (1e+16, nan, inf); the spellings of Spark's to_json are
+    checked against Spark in test_spark_encode_review.py."""
+    cases: list[tuple[pa.DataType, list[Any], bytes]] = [
+        (pa.map_(pa.list_(pa.int32()), pa.string()), [([1, 2], "x"), ([], "e")], b'{"[1,2]":"x","[]":"e"}'),
+        (pa.map_(pa.list_(pa.string()), pa.string()), [(["a", None, 'q"'], "x")], b'{"[a,null,q\\"]":"x"}'),
+        (pa.map_(pa.struct([("k", pa.int32())]), pa.string()), [({"k": 1}, "x")], b'{"[1]":"x"}'),
+        (pa.map_(pa.struct([("k", pa.string()), ("j", pa.list_(pa.float64())), ("b", pa.bool_())]), pa.int8()),
+         [({"k": "a", "j": [1.5, 1e16], "b": True}, 1)], b'{"[a,[1.5,1.0E16],true]":1}'),
+        (pa.map_(pa.float64(), pa.string()),
+         [(1e16, "a"), (float("nan"), "b"), (float("inf"), "c"), (float("-inf"), "d"), (1.0, "e"), (1e7, "f"),
+          (1e-4, "g"), (0.001, "h"), (123456789.125, "i"), (-2.5, "j")],
+         b'{"1.0E16":"a","NaN":"b","Infinity":"c","-Infinity":"d","1.0":"e","1.0E7":"f","1.0E-4":"g",'
+         b'"0.001":"h","1.23456789125E8":"i","-2.5":"j"}'),
+        (pa.map_(pa.float32(), pa.string()), [(0.1, "a"), (1e10, "b"), (1.5, "c")], b'{"0.1":"a","1.0E10":"b","1.5":"c"}'),
+    ]
+    for typ, value, expected in cases:
+        assert _json_of([value], typ) == [expected], typ
+
+
 def test_json_text_that_only_python_reads_is_refused() -> None:
     """NaN, Infinity and -Infinity are not JSON (Python's json.loads takes them; PostgreSQL's json
     type and other clients do not): a payloadType json column holding them fails its task."""
@@ -444,6 +521,22 @@ def test_content_a_charset_cannot_decode_reads_as_null(content_type: str) -> Non
     for payload_type in ("string", "json"):
         assert decode_payload(b"hi-x", content_type, payload_type) is None, (content_type, payload_type)
     assert decode_payload(b"hi-x", content_type, "binary") == b"hi-x"
+
+
+@pytest.mark.parametrize(("content", "charset"), [(b"+2AA-", "utf-7"), (b"\\ud800", "unicode_escape"),
+                                                  (b"\\udfff", "raw_unicode_escape")])
+def test_content_a_charset_decodes_into_a_lone_surrogate_reads_as_null(content: bytes, charset: str) -> None:
+    """Valid UTF-7 ``+2AA-`` decodes into a lone surrogate ('\\ud800'; unicode_escape and
+    raw_unicode_escape decode ``\\ud800`` so), which has no UTF-8 form: Spark failed the read task
+    encoding the row, and a stream replayed the micro-batch forever (a review). It reads as NULL,
+    as content a charset cannot decode; the rest of such a charset still reads."""
+    for media_type in ("text/plain", "application/json"):
+        for payload_type in ("string", "json"):
+            assert decode_payload(content, f"{media_type}; charset={charset}", payload_type) is None, \
+                (media_type, payload_type)
+    assert decode_payload(content, f"text/plain; charset={charset}", "binary") == content
+    assert decode_payload(b"h+AOk-", "text/plain; charset=utf-7", "string") == "h\u00e9"
+    assert decode_payload(b"h+AOk-", "text/plain; charset=utf-7", "json") == '"h\u00e9"'
 
 
 # ---------------------------------------------------------------------------------------

@@ -1466,7 +1466,7 @@ def _stats(args: argparse.Namespace) -> int:
             if not args.watch:
                 print(stats_table(collect()))
                 return 0
-            return _watch(lambda: stats_table(collect()), args.watch, sys.stdout)
+            return _watch(lambda: stats_table(collect()), args.watch, sys.stdout, kept)
         finally:
             kept.close()
 
@@ -1488,12 +1488,44 @@ class _KeptConnection:
         self.close()
         conn = _connect.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10))
         try:
-            check_server(conn)
+            with self._cut(conn, time.monotonic() + WATCH_ROUND_LIMIT):
+                check_server(conn)
         except BaseException:
             conn.close()
             raise
         self._own = conn
         return conn
+
+    @contextmanager
+    def bounded(self) -> Iterator[None]:
+        """A watch's round: one the database does not answer within :data:`WATCH_ROUND_LIMIT`
+        seconds (a network path that drops packets, a stalled proxy, a lock held on the table)
+        has its connection cut, a lost connection that the watch reports and connects again
+        for. The watch printed nothing meanwhile, until TCP gave up (a review)."""
+        started = time.monotonic()
+        conn = self.get()
+        with self._cut(conn, started + WATCH_ROUND_LIMIT):
+            yield
+
+    @staticmethod
+    @contextmanager
+    def _cut(conn: psycopg.Connection[Any], deadline: float) -> Iterator[None]:
+        """The exporter's cut of ``conn`` at ``deadline``, said as a lost connection of ours."""
+        from pgqueue.metrics import _cut_at
+
+        logger = logging.getLogger("pgqueue.metrics")
+        level = logger.level
+        logger.setLevel(logging.ERROR)  # its warning is the line the watch prints
+        try:
+            with _cut_at(conn, deadline, "stats"):
+                yield
+        except (ConnectionFailed, psycopg.OperationalError) as exc:
+            if time.monotonic() < deadline:
+                raise
+            raise ConnectionFailed(f"the database did not answer within {WATCH_ROUND_LIMIT:g} s: "
+                                   "connection cut") from exc
+        finally:
+            logger.setLevel(level)
 
     def close(self) -> None:
         if self._own is not None:
@@ -1501,15 +1533,23 @@ class _KeptConnection:
             self._own = None
 
 
-def _rounds(every: float | None, round_: Callable[[], None]) -> int:
+#: Seconds a round of a ``--watch`` waits for the database before it cuts the connection.
+WATCH_ROUND_LIMIT = 10.0
+
+
+def _rounds(every: float | None, round_: Callable[[], None], kept: _KeptConnection) -> int:
     """Run ``round_`` once, or every ``every`` seconds until Ctrl-C (exit 0). In a watch, a
-    connection lost (or not made again) is one line on stderr, and one more when the readings
-    go on: the watch tries again each round."""
+    connection lost (or not made again, or cut: :meth:`_KeptConnection.bounded`) is one line
+    on stderr, and one more when the readings go on: the watch tries again each round."""
     lost = False
     try:
         while True:
             try:
-                round_()
+                if every:
+                    with kept.bounded():
+                        round_()
+                else:
+                    round_()
                 if lost:
                     print(f"{PROG}: connected again", file=sys.stderr, flush=True)
                     lost = False
@@ -1550,9 +1590,9 @@ def _group_stats(args: argparse.Namespace) -> int:
 
         try:
             if args.json:
-                return _rounds(args.watch, json_line)
+                return _rounds(args.watch, json_line, kept)
             if args.watch:
-                return _watch(table, args.watch, sys.stdout)
+                return _watch(table, args.watch, sys.stdout, kept)
             text = table()
             print(text, file=sys.stdout if text.startswith("group") else sys.stderr)
             return 0
@@ -1591,7 +1631,7 @@ def _stats_json(kept: _KeptConnection, collect: Callable[[], list[QueueStats]], 
         out.write(json.dumps(stats_json(collect(), counters())) + "\n")
         out.flush()
 
-    return _rounds(every, line)
+    return _rounds(every, line, kept)
 
 
 #: What a server (or libpq) says of a login no wait mends: a database or role that does not
@@ -1727,7 +1767,7 @@ class _StopSignals:
 
 
 
-def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:
+def _watch(render: Callable[[], str], every: float, out: TextIO, kept: _KeptConnection) -> int:
     tty = out.isatty()
 
     def show() -> None:
@@ -1741,7 +1781,7 @@ def _watch(render: Callable[[], str], every: float, out: TextIO) -> int:
             out.write("\n")
         out.flush()
 
-    return _rounds(every, show)
+    return _rounds(every, show, kept)
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:

@@ -325,6 +325,15 @@ def database(dsn: str | None, out: TextIO, connections: Sequence[tuple[int, str]
         if _disk_full(exc):
             raise UserError(_disk_full_text(own)) from exc
         raise UserError(f"cannot start a throwaway PostgreSQL: {_one_line(str(exc))}; {own}") from exc
+    except KeyboardInterrupt:
+        # Ctrl-C (SIGTERM, SIGHUP) during the start, which stopped what it had started and
+        # deleted the directory: say so, as after a run (it said only "Interrupted.": a review)
+        left = server.left
+        if left is None:
+            print("Stopped the throwaway server's start and deleted its directory.", file=out, flush=True)
+        else:
+            print(f"Could not delete the throwaway server's directory: {left} left behind.", file=out, flush=True)
+        raise
     base_dir = server.base_dir
     try:
         with server as pg:

@@ -118,6 +118,18 @@ def _drop_privileges(user: str | None, argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
 
 
+def _dying_with_its_parent(user: str | None, argv: list[str]) -> list[str]:
+    """The server's command line: as :func:`_drop_privileges`, and through setpriv's
+    ``--pdeathsig INT`` (set after the change of user, which clears it) when setpriv is here,
+    so that the server makes a fast shutdown when the thread that started it ends. A caller
+    killed without its clean-up (SIGKILL, the OOM killer, Ctrl-\\) left the server, in a session
+    of its own, running for good (a review); its directory is still left then."""
+    if shutil.which("setpriv") is None:
+        return _drop_privileges(user, argv)
+    who = [] if user is None else [f"--reuid={user}", f"--regid={user}", "--init-groups"]
+    return ["setpriv", "--pdeathsig", "INT", *who, "--", *argv]
+
+
 def _account(user: str) -> pwd.struct_passwd:
     """Return the account of the user the server is to run as (as root).
 
@@ -242,7 +254,7 @@ def _make_server_class() -> Any:
             if "-k" in argv:
                 at = argv.index("-k")
                 del argv[at:at + 2]
-            return _drop_privileges(self.run_as, [*argv, *self.server_settings])
+            return _dying_with_its_parent(self.run_as, [*argv, *self.server_settings])
 
         def start(self) -> None:
             # testing.common.database.Database.start, with the server in a session of its own
@@ -321,6 +333,9 @@ class EmbeddedPostgres:
 
     ``settings`` are the server's settings (``-c name=value``; a value may hold spaces), over
     :data:`FAST_SETTINGS`.
+
+    The server stops (a fast shutdown) when the thread that started it ends, also when the
+    process is killed without its clean-up (SIGKILL): start it on a thread that outlives its use.
 
     Raises EmbeddedUnavailable when it cannot be started here (the embedded extra or setpriv is
     missing, or, as root, the user to run it as: ``postgres`` or ``PGQUEUE_EMBEDDED_USER``), RuntimeError when the server fails to start (the reason is in the message).

@@ -370,7 +370,7 @@ class QueueMetrics:
         params = conninfo_to_dict(self._dsn)
         if "connect_timeout" in params:
             return _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics")
-        attempts = conninfo_attempts(params)  # (a name that does not resolve raises here, as connect does)
+        attempts = _resolved(params, deadline)  # (a name that does not resolve raises here, as connect does)
         failures: list[psycopg.OperationalError] = []
         most = self._connect_timeout()
         for i, attempt in enumerate(attempts):
@@ -403,6 +403,33 @@ class QueueMetrics:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _resolved(params: dict[str, Any], deadline: float) -> list[dict[str, Any]]:
+    """psycopg's ``conninfo_attempts`` (the host names resolved), given up at ``deadline``: it
+    runs on a thread of its own, left to end by itself when the deadline comes first. A
+    resolver that did not answer held the reading for its own timeouts (10 s with glibc's
+    defaults, 20 s with two name servers) past the reading's, and every scrape queued behind
+    it (a review)."""
+    got: list[list[dict[str, Any]] | BaseException] = []
+    done = threading.Event()
+
+    def resolve() -> None:
+        try:
+            got.append(conninfo_attempts(params))
+        except BaseException as exc:  # (handed to the reading)
+            got.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=resolve, name="pgqueue-metrics-resolve", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        hosts = params.get("host") or "the host"
+        raise psycopg.OperationalError(f"resolving {hosts} did not end within the reading's timeout")
+    result = got[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 #: How late past its deadline a reading's last connection attempt may end: the time spent

@@ -11,10 +11,12 @@ STRING (payloadType json)              the JSON text, UTF-8   ``application/json
 STRUCT, ARRAY, MAP, numbers, BOOLEAN   compact JSON, UTF-8    ``application/json``
 =====================================  =====================  ================================
 
-Inside JSON, maps become objects (keys as strings), decimals numbers written exactly, FLOATs
-their shortest decimal, dates and timestamps ISO 8601 strings, binary values base64 strings (as
-Spark's ``to_json`` writes them); times ISO 8601 strings and day-time intervals their seconds (a
-number, as ``delayColumn`` takes one; ``to_json`` writes ``"INTERVAL '1' DAY"``). A VARIANT,
+Inside JSON, maps become objects (keys as strings, as ``to_json`` writes them: :func:`_key`),
+decimals numbers written exactly, FLOATs their shortest decimal, dates and timestamps ISO 8601
+strings (a year outside 1..9999 as ``to_json`` writes it: ``+10000-01-01``, ``-0001-12-31``),
+binary values base64 strings (as Spark's ``to_json`` writes them); times ISO 8601 strings and
+day-time intervals their seconds (a number, as ``delayColumn`` takes one; ``to_json`` writes
+``"INTERVAL '1' DAY"``). A VARIANT,
 a year-month or calendar interval, a GEOMETRY or a GEOGRAPHY inside a payload is refused on
 the driver (``source.write_plan``): Arrow carries the first and the last two in their internal
 binary form, and pyarrow cannot read a year-month interval.
@@ -25,6 +27,7 @@ Only pyarrow is needed (imported where used); nothing here imports pyspark.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import math
 import struct
@@ -151,6 +154,115 @@ def _pylist(column: Any, what: str, name: str, partition: int, first_row: int) -
     return values
 
 
+def _as_integers(arrow_type: Any) -> Any:
+    """The type with each date and timestamp inside it replaced by its storage (days, units since
+    the epoch), or None if it holds none.
+
+    pyarrow's ``to_pylist`` makes Python dates and datetimes of them, which stop at years 1 and
+    9999: a DATE or TIMESTAMP past 9999 (Spark holds them) or one that the session time zone moves
+    past a limit failed the task with a bare ``OverflowError: date value out of range``. Read as
+    integers, :func:`_date_text` and :func:`_timestamp_text` write them.
+    """
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_timestamp(arrow_type) or t.is_date64(arrow_type):
+        return pa.int64()
+    if t.is_date32(arrow_type):
+        return pa.int32()
+    if t.is_struct(arrow_type):
+        fields = [arrow_type.field(i) for i in range(arrow_type.num_fields)]
+        inner = [_as_integers(f.type) for f in fields]
+        if all(i is None for i in inner):
+            return None
+        return pa.struct([f if i is None else f.with_type(i) for f, i in zip(fields, inner, strict=True)])
+    if t.is_map(arrow_type):
+        key, item = _as_integers(arrow_type.key_type), _as_integers(arrow_type.item_type)
+        if key is None and item is None:
+            return None
+        return pa.map_(arrow_type.key_field.with_type(key or arrow_type.key_type),
+                       arrow_type.item_field.with_type(item or arrow_type.item_type), arrow_type.keys_sorted)
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
+        item = _as_integers(arrow_type.value_type)
+        if item is None:
+            return None
+        field = arrow_type.value_field.with_type(item)
+        if t.is_large_list(arrow_type):
+            return pa.large_list(field)
+        return pa.list_(field, arrow_type.list_size if t.is_fixed_size_list(arrow_type) else -1)
+    return None
+
+
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_EPOCH = dt.datetime(1970, 1, 1)
+_DAY_US = 86_400_000_000
+#: The Gregorian calendar repeats every 400 years (146097 days), weekdays and leap days included.
+_CYCLE_DAYS = 146_097
+#: Days a value is moved into by whole cycles before Python formats it: a day from its limits,
+#: so that a time zone's offset cannot take it out.
+_FIRST_DAY = (dt.date(2, 1, 1) - _EPOCH_DATE).days
+_LAST_DAY = (dt.date(9998, 12, 31) - _EPOCH_DATE).days
+
+
+def _cycles(days: int) -> int:
+    """How many 400-year cycles to take from a day (since the epoch) to bring it into the years
+    Python's dates hold (negative: cycles to add)."""
+    if days < _FIRST_DAY:
+        return -((_FIRST_DAY - days + _CYCLE_DAYS - 1) // _CYCLE_DAYS)
+    if days > _LAST_DAY:
+        return (days - _LAST_DAY + _CYCLE_DAYS - 1) // _CYCLE_DAYS
+    return 0
+
+
+def _with_year(iso: str, year: int) -> str:
+    """An isoformat() text (which starts with a 4-digit year) with another year, written as
+    Spark's ``to_json`` writes a year outside 0..9999: ``+10000``, ``-0001``."""
+    if year > 9999:
+        return f"+{year}{iso[4:]}"
+    if year < 0:
+        return f"-{-year:04d}{iso[4:]}"
+    return f"{year:04d}{iso[4:]}"
+
+
+def _date_text(days: int) -> str:
+    """A DATE (days since the epoch) as ``date.isoformat()`` writes it, for any year."""
+    cycles = _cycles(days)
+    d = _EPOCH_DATE + dt.timedelta(days=days - cycles * _CYCLE_DAYS)
+    return _with_year(d.isoformat(), d.year + 400 * cycles)
+
+
+def _timestamp_text(micros: int, tz: dt.tzinfo | None) -> str:
+    """A TIMESTAMP (microseconds since the epoch) as ``datetime.isoformat()`` writes it, in the
+    time zone of its Arrow type (the session's; none for TIMESTAMP_NTZ), for any year.
+
+    A value outside what a datetime holds is moved by whole 400-year cycles, which leave the
+    calendar and a zone's rules as they were (its first offset before its history, its last rules
+    after), formatted, and given its year back.
+    """
+    cycles = _cycles(micros // _DAY_US)
+    t = _EPOCH + dt.timedelta(microseconds=micros - cycles * _CYCLE_DAYS * _DAY_US)
+    if tz is not None:
+        t = t.replace(tzinfo=dt.timezone.utc).astimezone(tz)
+    return _with_year(t.isoformat(), t.year + 400 * cycles)
+
+
+def _temporal_converter(arrow_type: Any) -> Callable[[Any], Any]:
+    """Return a function turning a date or timestamp of an Arrow type, read as its integer
+    (:func:`_as_integers`), into its ISO 8601 text."""
+    import pyarrow as pa
+
+    if pa.types.is_date32(arrow_type):
+        return lambda v: None if v is None else _date_text(v)
+    if pa.types.is_date64(arrow_type):
+        return lambda v: None if v is None else _date_text(v // 86_400_000)
+    # the tzinfo pyarrow's to_pylist gives, so that the offsets written are those it wrote
+    tz = None if arrow_type.tz is None else pa.lib.string_to_tzinfo(arrow_type.tz)
+    scale = {"s": 1_000_000, "ms": 1_000, "us": 1}.get(arrow_type.unit)
+    if scale is None:  # nanoseconds: floored to microseconds, as a datetime holds them
+        return lambda v: None if v is None else _timestamp_text(v // 1_000, tz)
+    return lambda v: None if v is None else _timestamp_text(v * scale, tz)
+
+
 class _Number:
     """A JSON number written as its exact text (a decimal that a float would round)."""
 
@@ -175,16 +287,58 @@ def _float32(v: float) -> float:
     return v
 
 
+def _java_double(v: float) -> str:
+    """A DOUBLE as Java's ``Double.toString`` writes it (1.0E16, 1.0E-4, NaN, Infinity; Python:
+    1e+16, 0.0001, nan, inf): a FLOAT too, given its shortest decimal (:func:`_float32`).
+
+    The digits are the shortest that read back as the value, as Java 19+ writes them; Java 17
+    writes a few values with a digit more (2.0E23 as 1.9999999999999998E23).
+    """
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    sign = "-" if math.copysign(1.0, v) < 0 else ""
+    if v == 0:
+        return f"{sign}0.0"
+    _, digit_tuple, exponent = Decimal(repr(abs(v))).normalize().as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    point = len(digits) + int(exponent)  # the value is 0.<digits> * 10**point
+    if 1e-3 <= abs(v) < 1e7:  # Java's plain notation
+        if point <= 0:
+            return f"{sign}0.{'0' * -point}{digits}"
+        if point >= len(digits):
+            return f"{sign}{digits}{'0' * (point - len(digits))}.0"
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
+
+
 def _key(k: object) -> str:
-    """A map key as an object key: as Spark's ``to_json`` writes it (true, not True)."""
+    """A map key as an object key: as Spark's ``to_json`` writes it, which is the key's Java text.
+
+    true, not True; a DOUBLE or FLOAT as Java writes it (:func:`_java_double`); an array as its
+    elements in brackets, a struct as its fields' values (no names), each as a key and NULL as
+    null: ``[1,2]``, ``[a,null]`` (Python wrote ``[1, 2]``, ``{'k': 1}``). Unlike ``to_json``,
+    dates and timestamps are ISO 8601 as elsewhere (``to_json`` writes its internal day or
+    microsecond count) and binary is base64 (``to_json`` writes a Java object's name, ``[B@1f2a``).
+    """
+    if k is None:
+        return "null"
     if isinstance(k, bool):
         return "true" if k else "false"
+    if isinstance(k, float):
+        return _java_double(k)
+    if isinstance(k, list):
+        return "[" + ",".join(map(_key, k)) + "]"
+    if isinstance(k, dict):
+        return "[" + ",".join(map(_key, k.values())) + "]"
     return k.text if isinstance(k, _Number) else str(k)
 
 
 def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
     """Return a function turning a Python value of an Arrow type into one that :func:`_dumps`
-    writes (decimals become :class:`_Number`: their exact text)."""
+    writes (decimals become :class:`_Number`: their exact text; dates and timestamps come as their
+    integers, :func:`_as_integers`, and become their ISO 8601 text)."""
     import pyarrow as pa
 
     t = pa.types
@@ -203,7 +357,9 @@ def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
         return lambda v: None if v is None else _decimal(v)
     if t.is_float32(arrow_type):
         return lambda v: None if v is None else _float32(v)
-    if t.is_timestamp(arrow_type) or t.is_date(arrow_type) or t.is_time(arrow_type):
+    if t.is_timestamp(arrow_type) or t.is_date(arrow_type):
+        return _temporal_converter(arrow_type)
+    if t.is_time(arrow_type):
         return lambda v: None if v is None else v.isoformat()
     if t.is_duration(arrow_type):
         return lambda v: None if v is None else v.total_seconds()
@@ -273,7 +429,9 @@ def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> t
             "every message needs content (write an empty string or empty bytes for an empty message, "
             "or filter the NULL rows out)"
         )
-    values = _pylist(column, "payload", plan.payload_column, partition, first_row)
+    integers = _as_integers(column.type) if plan.payload_kind == "json_value" else None
+    values = _pylist(column if integers is None else column.cast(integers), "payload", plan.payload_column,
+                     partition, first_row)
     if plan.payload_kind == "binary":
         contents, content_type = [bytes(v) for v in values], None
     elif plan.payload_kind == "text":
@@ -464,8 +622,11 @@ def decode_payload(content: bytes, content_type: str | None, payload_type: str) 
     Content that cannot be decoded is None whatever the reason: bytes not valid in the charset,
     a charset Python does not know (LookupError), or one it knows but cannot decode with, which
     raises a plain UnicodeError (``charset=undefined``, what ``charset=${enc}`` gives for an
-    unset ``enc``, or ``punycode`` on other bytes). An exception here would fail the task, and a
-    stream replays a failed micro-batch with the same message forever.
+    unset ``enc``, or ``punycode`` on other bytes). So is text that has no UTF-8 form, which
+    Spark cannot take: a lone surrogate, which UTF-7 (``+2AA-``), ``unicode_escape`` and
+    ``raw_unicode_escape`` decode valid bytes into. An exception here (or in Spark, encoding the
+    row) would fail the task, and a stream replays a failed micro-batch with the same message
+    forever.
     """
     if payload_type == "binary":
         return bytes(content)
@@ -474,6 +635,11 @@ def decode_payload(content: bytes, content_type: str | None, payload_type: str) 
         text = bytes(content).decode(params.get("charset", "utf-8"))
     except (LookupError, ValueError):  # UnicodeError and UnicodeDecodeError are ValueErrors
         return None
+    if not text.isascii():  # isascii() is O(1) on CPython's compact strings
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return None
     if payload_type == "string":
         return text
     if kind == codec.JSON or kind.endswith("+json"):
