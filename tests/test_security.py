@@ -140,6 +140,16 @@ def plant_hostile_objects(admin: Conn, mallory: Conn) -> None:
         mallory.execute(f"CREATE TABLE public.{table} ({columns})")
         mallory.execute(f"GRANT ALL ON public.{table} TO PUBLIC")
     decoys(mallory, "public")
+    # a type named like the catalog's: a PL/pgSQL variable declared `text` in a function without a
+    # pinned search_path became it (message_create's v_set did: a review), its CHECK run at each
+    # assignment (last: the shadowed tables above are made with the catalog's text)
+    mallory.execute("""
+        CREATE FUNCTION public.hostile_text_check(v pg_catalog.text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $f$
+        BEGIN
+            INSERT INTO public.hijack_log (what) VALUES ('domain text');
+            RETURN true;
+        END $f$""")
+    mallory.execute("CREATE DOMAIN public.text AS pg_catalog.text CHECK (public.hostile_text_check(VALUE))")
 
 
 def decoys(conn: Conn, schema: str) -> None:

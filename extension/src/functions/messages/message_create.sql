@@ -26,7 +26,7 @@ DECLARE
     v_now      bigint;
     v_id       bigint;
     v_counted  boolean;
-    v_set      text;
+    v_set      pg_catalog.text;
     -- the queue's lock stripe (id & 63) as this session last found it: a setting per queue name
     -- (its '.' and '-' as '$', E'\x24'), a character whose code is 64 + the stripe, '' (-64)
     -- when the queue takes the path below, unset NULL; anything else gives a number that is
