@@ -391,7 +391,7 @@ def test_schedule_commands_and_a_scheduler_process(capsys: pytest.CaptureFixture
     created = time.monotonic()  # the slots, one a second, count from a moment after this
     assert main(["schedule", "create", "ping", "jobs", '{"p": 1}', "--json", "--every", "1", "--dsn", dsn]) == 0
     out, _ = capsys.readouterr()
-    assert "ping" in out and "every 1.0 s" in out
+    assert "ping" in out and "every 1 s" in out
     assert main(["schedule", "create", "ping", "jobs", "x", "--every", "1", "--dsn", dsn]) == 1
     _, err = capsys.readouterr()
     assert 'schedule "ping" already exists' in err and len(err.strip().splitlines()) == 1
@@ -717,3 +717,14 @@ def test_a_connection_the_server_closed_between_runs_is_replaced_at_once(
     assert warnings == [], warnings
     assert "connecting again" in caplog.text
     assert scheduler.enqueued >= 2, caplog.text
+
+
+@pytest.mark.parametrize("every_ms, shown", [
+    (1000, "1 s"), (1500, "1.5 s"), (60_000, "1 min"), (61_000, "1 min 1 s"), (89_999, "1 min 29.999 s"),
+    (86_401_000, "1 d 1 s"), (3_600_000, "1 h"), (3_153_600_000_000, "36500 d")])
+def test_schedule_list_shows_the_interval_exactly(every_ms: int, shown: str) -> None:
+    """`schedule list` showed one decimal of the largest unit: 60 s and 61 s were both
+    "every 1.0 min", 86401 s "every 1.0 d" (a review)."""
+    from pgqueue.cli import format_interval
+
+    assert format_interval(every_ms) == shown

@@ -894,6 +894,23 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.3f}".rstrip("0").rstrip(".")
 
 
+def format_interval(ms: int | None) -> str:
+    """Return an interval in milliseconds exactly, in its largest units (``1 min 1 s``, ``1 d``,
+    ``1 min 29.999 s``): a schedule's interval, which :func:`format_ms` rounded (61 s and
+    60 s were both ``1.0 min``, 86401 s ``1.0 d``: a review)."""
+    if ms is None:
+        return "-"
+    parts = []
+    seconds, rest = divmod(ms, 1000)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        n, seconds = divmod(seconds, size)
+        if n:
+            parts.append(f"{n} {unit}")
+    if seconds or rest:
+        parts.append(f"{seconds} s" if not rest else f"{seconds}.{rest:03d}".rstrip("0") + " s")
+    return " ".join(parts) or "0 s"
+
+
 def format_ms(ms: int | None) -> str:
     """Return a duration in milliseconds as a short readable text (``850 ms``, ``2.5 s``, ``3 h``)."""
     if ms is None:
@@ -1959,7 +1976,7 @@ def _schedules(conn: psycopg.Connection[Any]) -> list[ScheduleEntry]:
 def schedules_table(entries: Sequence[ScheduleEntry]) -> str:
     """Return schedules as an aligned table."""
     # (the task its messages name: the payload alone did not say which handler gets them, a review)
-    rows = [(e.name, e.queue, e.cron or f"every {format_ms(e.every_ms)}", e.missed, e.next_run,
+    rows = [(e.name, e.queue, e.cron or f"every {format_interval(e.every_ms)}", e.missed, e.next_run,
              "-" if e.task is None else e.task, _preview(e.payload)) for e in entries]
     return format_table(["schedule", "queue", "when", "missed", "next", "task", "payload"], rows)
 
