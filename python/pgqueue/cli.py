@@ -907,7 +907,7 @@ def format_interval(ms: int | None) -> str:
         if n:
             parts.append(f"{n} {unit}")
     if seconds or rest:
-        parts.append(f"{seconds} s" if not rest else f"{seconds}.{rest:03d}".rstrip("0") + " s")
+        parts.append(f"{format_seconds(seconds + rest / 1000)} s")
     return " ".join(parts) or "0 s"
 
 
@@ -1530,24 +1530,32 @@ class _KeptConnection:
         """The exporter's cut of ``conn`` at ``deadline``, said as a lost connection of ours."""
         from pgqueue.metrics import _cut_at
 
-        logger = logging.getLogger("pgqueue.metrics")
-        level = logger.level
-        logger.setLevel(logging.ERROR)  # its warning is the line the watch prints
         try:
-            with _cut_at(conn, deadline, "stats"):
+            with _metrics_log_quiet(), _cut_at(conn, deadline, "stats"):  # (its warning: the line the watch prints)
                 yield
         except (ConnectionFailed, psycopg.OperationalError) as exc:
             if time.monotonic() < deadline:
                 raise
             raise ConnectionFailed(f"the database did not answer within {WATCH_ROUND_LIMIT:g} s: "
                                    "connection cut") from exc
-        finally:
-            logger.setLevel(level)
 
     def close(self) -> None:
         if self._own is not None:
             self._own.close()
             self._own = None
+
+
+@contextmanager
+def _metrics_log_quiet() -> Iterator[None]:
+    """Hold back pgqueue.metrics' warnings (below ERROR) in the block: the command says it its
+    own way."""
+    logger = logging.getLogger("pgqueue.metrics")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 #: Seconds a round of a ``--watch`` waits for the database before it cuts the connection.
@@ -1712,13 +1720,8 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
         raise
     try:
         if args.once:
-            logger = logging.getLogger("pgqueue.metrics")
-            level = logger.level
-            logger.setLevel(logging.ERROR)  # its warning is the error below
-            try:
+            with _metrics_log_quiet():  # its warning is the error below
                 sys.stdout.write(metrics.render())
-            finally:
-                logger.setLevel(level)
             if metrics.error is not None:  # printed all the same (pgqueue_up 0), for a textfile collector
                 sys.stdout.flush()
                 raise UserError(f"cannot read the database (pgqueue_up 0): {metrics.error}")

@@ -112,22 +112,17 @@ def _unprivileged_user() -> str | None:
     return os.environ.get("PGQUEUE_EMBEDDED_USER", "postgres")
 
 
-def _drop_privileges(user: str | None, argv: list[str]) -> list[str]:
-    if user is None:
-        return argv
-    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
-
-
-def _dying_with_its_parent(user: str | None, argv: list[str]) -> list[str]:
-    """The server's command line: as :func:`_drop_privileges`, and through setpriv's
-    ``--pdeathsig INT`` (set after the change of user, which clears it) when setpriv is here,
-    so that the server makes a fast shutdown when the thread that started it ends. A caller
-    killed without its clean-up (SIGKILL, the OOM killer, Ctrl-\\) left the server, in a session
-    of its own, running for good (a review); its directory is still left then."""
-    if shutil.which("setpriv") is None:
-        return _drop_privileges(user, argv)
+def _drop_privileges(user: str | None, argv: list[str], *, die_with_parent: bool = False) -> list[str]:
+    """``argv`` run as ``user`` (None: as the caller) through setpriv. ``die_with_parent`` (the
+    server's) adds setpriv's ``--pdeathsig INT`` when setpriv is here, set after the change of
+    user, which clears it: the server makes a fast shutdown when the thread that started it ends.
+    A caller killed without its clean-up (SIGKILL, the OOM killer, Ctrl-\\) left the server, in a
+    session of its own, running for good (a review); its directory is still left then."""
     who = [] if user is None else [f"--reuid={user}", f"--regid={user}", "--init-groups"]
-    return ["setpriv", "--pdeathsig", "INT", *who, "--", *argv]
+    death = ["--pdeathsig", "INT"] if die_with_parent and shutil.which("setpriv") is not None else []
+    if not who and not death:
+        return argv
+    return ["setpriv", *death, *who, "--", *argv]
 
 
 def _account(user: str) -> pwd.struct_passwd:
@@ -254,7 +249,7 @@ def _make_server_class() -> Any:
             if "-k" in argv:
                 at = argv.index("-k")
                 del argv[at:at + 2]
-            return _dying_with_its_parent(self.run_as, [*argv, *self.server_settings])
+            return _drop_privileges(self.run_as, [*argv, *self.server_settings], die_with_parent=True)
 
         def start(self) -> None:
             # testing.common.database.Database.start, with the server in a session of its own
