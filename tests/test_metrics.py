@@ -362,6 +362,22 @@ def test_head_answers_as_get_does_without_a_body() -> None:
         assert head_headers["content-length"] == headers["content-length"] == str(len(body))
 
 
+def test_a_method_it_does_not_take_is_405_with_the_methods_it_does() -> None:
+    """A POST (a misconfigured push gateway, a browser form) got 501 Unsupported method, which
+    says the server does not know the method at all: it is 405, with ``Allow: GET, HEAD``, and
+    the connection closed (its body unread)."""
+    with MetricsServer(lambda: "pgqueue_up 1\n", port=0) as server:
+        host = f"127.0.0.1:{server.port}"
+        for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+            status, headers, body = http_request(server.port, method, host)
+            assert status == 405, method
+            assert headers["allow"] == "GET, HEAD", method
+            assert headers["connection"] == "close", method
+            assert b"pgqueue_up" not in body and b"GET or HEAD" in body, method
+        assert http_request(server.port, "POST", "evil.example")[0] == 421  # the Host check first
+        assert http_request(server.port, "GET", host)[0] == 200  # and the endpoint still answers
+
+
 def test_on_loopback_only_a_local_host_header_is_answered() -> None:
     """DNS rebinding: a web page at evil.example whose name then resolves to 127.0.0.1 could read
     the metrics through a browser on this machine. On a loopback address the endpoint answers only

@@ -678,6 +678,25 @@ class MetricsServer:
             def do_HEAD(self) -> None:  # noqa: N802 (the http.server API)
                 self._answer(body_too=False)
 
+            def _not_allowed(self) -> None:
+                # a method HTTP knows but the endpoint does not take: 405 and the methods it
+                # does take (http.server answered 501 Unsupported method, which says the server
+                # does not know the method at all); the body, if any, is not read
+                if not self._host_allowed():
+                    self.send_error(421, "this endpoint answers to localhost only")
+                    return
+                body = b"405 Method Not Allowed: the metrics are read with GET or HEAD\n"
+                self.send_response(405)
+                self.send_header("Allow", "GET, HEAD")
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                self.wfile.write(body)
+
+            do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
+
             def _answer(self, *, body_too: bool) -> None:
                 if not self._host_allowed():
                     self.send_error(421, "this endpoint answers to localhost only")
