@@ -120,7 +120,9 @@ COMMIT;
 -- stripe moves: consumers' hints look again from the bottom), by the clock when the trigger runs:
 -- a row keyed with a clock reading taken 50 ms before counts as placed low (pgqueue's own
 -- functions vouch for such rows instead: below). A setting pgqueue.write_clock, which an earlier
--- build compared with, changes nothing.
+-- build compared with, changes nothing: a reading of it from 100 ms ago, the kind that build
+-- honoured (it took a key at or above such a reading, less 5 ms, for a row keyed with its
+-- writer's clock), leaves a row keyed 50 ms below the clock signalled.
 SELECT q.id AS def_q FROM pgqueue.queue q WHERE q.name = 'default' \gset
 CREATE TEMP VIEW stripe AS
     SELECT coalesce(pg_sequence_last_value(pgqueue._lock_stripe(:def_q)), 0) AS v;
@@ -133,7 +135,7 @@ SELECT :def_q, k.at, 0, '\x00'
   FROM (SELECT pgqueue._write_clock() AS at OFFSET 0) k,
        LATERAL (SELECT pg_sleep(0.05) WHERE k.at IS NOT NULL) late;
 SELECT v = :stripe0 + 1 AS late_trigger_signals FROM stripe;
-SET pgqueue.write_clock = '999999999999999';
+SELECT set_config('pgqueue.write_clock', (pgqueue.now_ms() - 100)::text, false) IS NOT NULL AS clock_set;
 INSERT INTO pgqueue.message (queue_id, dequeue_at, created_at, content)
 VALUES (:def_q, pgqueue.now_ms() - 50, 0, '\x00');
 SELECT v = :stripe0 + 2 AS low_key_signals FROM stripe;

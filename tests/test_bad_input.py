@@ -46,18 +46,18 @@ def prepared(pg_server: Server, template_db: str) -> Iterator[Conn]:
 
 #: One refused call of each kind (the full matrix is pgTAP's).
 REFUSED = [
-    pytest.param("SELECT pgqueue.message_create('q', NULL::bytea)", id="22004 NULL"),
-    pytest.param("SELECT * FROM pgqueue.message_dequeue('q', 0)", id="22023 invalid value"),
-    pytest.param("SELECT pgqueue.message_create('a;b', 'x')", id="42602 invalid name"),
-    pytest.param("SELECT pgqueue.message_create('nope', 'x')", id="PQ001 unknown queue"),
-    pytest.param("SELECT pgqueue.queue_create('q')", id="PQ002 queue exists"),
-    pytest.param("SELECT pgqueue.message_create_batch('full', ARRAY['y', 'z']::bytea[])", id="PQ003 queue full"),
-    pytest.param("SELECT pgqueue.queue_drop('default')", id="PQ004 protected queue"),
+    pytest.param("SELECT pgqueue.message_create('q', NULL::bytea)", "22004", id="22004 NULL"),
+    pytest.param("SELECT * FROM pgqueue.message_dequeue('q', 0)", "22023", id="22023 invalid value"),
+    pytest.param("SELECT pgqueue.message_create('a;b', 'x')", "42602", id="42602 invalid name"),
+    pytest.param("SELECT pgqueue.message_create('nope', 'x')", "PQ001", id="PQ001 unknown queue"),
+    pytest.param("SELECT pgqueue.queue_create('q')", "PQ002", id="PQ002 queue exists"),
+    pytest.param("SELECT pgqueue.message_create_batch('full', ARRAY['y', 'z']::bytea[])", "PQ003", id="PQ003 queue full"),
+    pytest.param("SELECT pgqueue.queue_drop('default')", "PQ004", id="PQ004 protected queue"),
 ]
 
 
-@pytest.mark.parametrize("query", REFUSED)
-def test_a_refusal_aborts_the_callers_transaction(prepared: Conn, query: str) -> None:
+@pytest.mark.parametrize(("query", "sqlstate"), REFUSED)
+def test_a_refusal_aborts_the_callers_transaction(prepared: Conn, query: str, sqlstate: str) -> None:
     """The error is not caught inside pgqueue: the caller's transaction is aborted (the next
     statement fails with 25P02), and after the rollback nothing has changed, including the
     message the caller created before the bad call."""
@@ -66,7 +66,8 @@ def test_a_refusal_aborts_the_callers_transaction(prepared: Conn, query: str) ->
         prepared.execute("SELECT pgqueue.message_create('q', 'in the same transaction')")
         try:
             prepared.execute(query)
-        except psycopg.Error:
+        except psycopg.Error as exc:
+            assert exc.sqlstate == sqlstate, exc  # refused for its own reason, not any error
             assert prepared.info.transaction_status == TransactionStatus.INERROR
             prepared.execute("SELECT 1")  # refused: the transaction is aborted
         raise AssertionError(f"not refused: {query}")

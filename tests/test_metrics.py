@@ -231,12 +231,13 @@ def test_stats_json(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     queue.enqueue_many(["a", "b"])
     queue.enqueue("later", delay=3600)
     queue.close()
+    time.sleep(0.06)  # the ready messages' age is read, not a constant: at least this sleep
     assert main(["stats", "--json", "--dsn", dsn]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [q["queue"] for q in doc] == ["default", "jobs"]
     jobs = doc[1]
     assert (jobs["ready"], jobs["scheduled"], jobs["leased"], jobs["dead"]) == (2, 1, 0, 0)
-    assert jobs["oldest_ready_age_ms"] >= 0
+    assert 50 <= jobs["oldest_ready_age_ms"] < 60_000  # (milliseconds)
     assert jobs["counters"] == {"enqueued": 3, "delivered": 0, "completed": 0, "failed": 0,
                                 "dead_lettered": 0, "expired": 0, "shared": False}
     assert main(["stats", "jobs", "--json", "--dsn", dsn]) == 0
@@ -303,6 +304,7 @@ def test_metrics_endpoint(dsn: str) -> None:
     queue.enqueue_many(["a", "b", "c"])
     msg = queue.dequeue(1)[0]
     queue.complete(msg)
+    time.sleep(0.06)  # the oldest ready message's age is read, not a constant: at least this sleep
     metrics = QueueMetrics(dsn, min_interval=0)
     with MetricsServer(metrics.render, port=0) as server:
         with urllib.request.urlopen(server.url, timeout=10) as resp:
@@ -316,7 +318,7 @@ def test_metrics_endpoint(dsn: str) -> None:
         assert s[("pgqueue_messages_delivered_total", q("jobs"))] == 1
         assert s[("pgqueue_messages_completed_total", q("jobs"))] == 1
         assert s[("pgqueue_queue_counters_shared", q("jobs"))] == 0
-        assert s[("pgqueue_queue_oldest_ready_age_seconds", q("jobs"))] >= 0
+        assert 0.05 <= s[("pgqueue_queue_oldest_ready_age_seconds", q("jobs"))] < 60  # (seconds, not ms)
         queue.enqueue("d")
         with urllib.request.urlopen(server.url, timeout=10) as resp:
             s = parse(resp.read().decode())

@@ -66,7 +66,7 @@ SELECT col_type_is('pgqueue', 'message', 'dequeue_at', 'bigint', 'dequeue_at is 
 SELECT col_type_is('pgqueue', 'message', 'locked_until', 'bigint', 'locked_until is epoch ms (bigint)');
 SELECT col_type_is('pgqueue', 'message', 'attempts', 'integer', 'attempts is the integer fencing token');
 SELECT col_not_null('pgqueue', 'message', 'content', 'message content is NOT NULL');
-SELECT col_is_null('pgqueue', 'message', 'locked_until', 'locked_until is NULL when not leased');
+SELECT col_is_null('pgqueue', 'message', 'locked_until', 'locked_until is nullable (NULL: not leased)');
 
 -- indexes: the two partial probes
 SELECT has_index('pgqueue', 'message', 'message_ready_idx', ARRAY['queue_id', 'dequeue_at', 'id'],

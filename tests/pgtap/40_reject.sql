@@ -1,7 +1,7 @@
 -- message_reject (issue 16): a leased message goes to the dead letters at once, whatever
 -- max_attempts says; a stale token changes nothing; its errors and their SQLSTATEs.
 BEGIN;
-SELECT plan(12);
+SELECT plan(14);
 
 SELECT pgqueue.queue_create('r', p_max_attempts => 5);
 CREATE TEMP TABLE lease AS
@@ -27,7 +27,18 @@ SELECT is(pgqueue.message_complete(id, attempts), true, 'the other lease is unto
 SELECT is(pgqueue.message_reject(pgqueue.message_create('r', 'ready'), 0, 'x'), false, 'a ready message: false');
 SELECT throws_ok($$SELECT pgqueue.message_reject(NULL, 1, 'x')$$, '22004', 'message id must not be NULL', 'NULL id');
 SELECT throws_ok($$SELECT pgqueue.message_reject(1, NULL, 'x')$$, '22004', 'attempts token must not be NULL', 'NULL token');
-SELECT is(pgqueue.message_reject(1, 1, NULL), false, 'a NULL error is allowed');
+-- a NULL error is allowed, and keeps the error the message's last failure gave it
+SELECT pgqueue.queue_create('r_null', p_max_attempts => 5, p_retry_base_ms => 0);
+CREATE TEMP TABLE first_lease AS
+SELECT d.id, d.attempts FROM (SELECT pgqueue.message_create('r_null', 'x')) c,
+       LATERAL pgqueue.message_dequeue('r_null', 1, 600000) d;
+SELECT pgqueue.message_fail(id, attempts, 'first') FROM first_lease;
+CREATE TEMP TABLE second_lease AS SELECT d.id, d.attempts FROM pgqueue.message_dequeue('r_null', 1, 600000) d;
+SELECT is((SELECT count(*) FROM second_lease s JOIN first_lease f USING (id) WHERE s.attempts = 2), 1::bigint,
+          'a NULL error: the failed message is leased again, at attempt 2');
+SELECT is(pgqueue.message_reject(id, attempts, NULL), true, 'a NULL error is allowed') FROM second_lease;
+SELECT is((SELECT row(d.attempts, d.last_error)::text FROM pgqueue.dead_letter d JOIN first_lease USING (id)),
+          row(2, 'first')::text, 'a NULL error keeps the last failure''s');
 
 SELECT * FROM finish();
 ROLLBACK;
