@@ -166,5 +166,17 @@ SELECT count(*) AS dead, bool_and(last_error = 'lease expired') AS lease_expired
 SELECT count(*) AS left_in_queues FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id
  WHERE q.name IN ('qdl1', 'qdl1g');
 
+-- A lease that runs out at its last attempt, after an earlier attempt failed with an error: the
+-- dead letter says the lease expired and keeps that error after it (it said 'lease expired'
+-- alone, and the handler's error was lost).
+SELECT pgqueue.queue_create('qdl2x', p_max_attempts => 2, p_retry_base_ms => 0, p_retry_cap_ms => 0);
+SELECT pgqueue.message_create('qdl2x', '\x01') AS e1 \gset
+SELECT pgqueue.message_fail(id, attempts, 'SMTP 550: mailbox unavailable') AS failed FROM pgqueue.message_dequeue('qdl2x', 1, 1);
+SELECT attempts AS second_attempt FROM pgqueue.message_dequeue('qdl2x', 1, 1);
+SELECT pg_sleep(0.01);
+SELECT count(*) AS nothing_left FROM pgqueue.message_dequeue('qdl2x', 1, 0);
+SELECT attempts, last_error FROM pgqueue.dead_letter WHERE id = :e1;
+SELECT pgqueue.queue_drop('qdl2x');
+
 SELECT pgqueue.queue_drop(q) FROM unnest(ARRAY['qdl', 'qdl2', 'qdlcap', 'qdl1', 'qdl1g']) q;
 SELECT count(*) AS dead_letters_left FROM pgqueue.dead_letter;

@@ -247,7 +247,7 @@ class DeadLetter:
         content_type: how ``content`` is encoded, None for raw bytes.
         state: its last checkpoint state, or None.
         attempts: deliveries it had.
-        last_error: the error reported by the last ``fail`` (or ``"lease expired"``), or None.
+        last_error: the error reported by the last ``fail`` (or ``"lease expired"``, with ``"; last error: "`` and that error after it if the message had failed), or None.
         created_at: when it was enqueued (aware UTC datetime).
         dead_at: when it died (aware UTC datetime; clamped to ``datetime.min`` / ``max`` for a
             stored time outside their range, as :func:`to_datetime` does).

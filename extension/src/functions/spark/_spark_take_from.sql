@@ -66,7 +66,10 @@ BEGIN
         v_ids := v_ids || v_found;
         EXIT WHEN v_dead_ids IS NULL;
         FOREACH v_dead IN ARRAY v_dead_ids LOOP
-            PERFORM pgqueue._dead_letter(v_dead, 'lease expired', p_now);
+            -- the reason, and the error of the message's last failure after it (a handler
+            -- that failed with an error, then hung or crashed: the error is what tells why)
+            PERFORM pgqueue._dead_letter(v_dead, (SELECT 'lease expired' || coalesce('; last error: ' || m.last_error, '')
+                                                    FROM pgqueue.message m WHERE m.id = v_dead), p_now);
         END LOOP;
         v_need := p_limit - cardinality(v_ids);
         EXIT WHEN v_need = 0;
