@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from helpers import wait_for_lock_waiters
 
 pytestmark = pytest.mark.slow
 
@@ -534,13 +535,13 @@ def test_a_cancel_waiting_for_a_groups_lock_does_not_deadlock_with_a_take_or_a_c
     producer = psycopg.connect(dsn)
     producer.execute("SELECT pgqueue.message_create('cg', 'p'::bytea, NULL, NULL, 'ga')")  # holds ga's lock
     cancel, cancelled = _in_a_thread(dsn, "SELECT id FROM pgqueue.message_cancel('cg', %s)", ([waiting],))
-    time.sleep(0.5)
+    wait_for_lock_waiters(admin, 1)  # the cancel waits for the group's lock (a sleep did not show it)
     complete, completed = _in_a_thread(dsn, "SELECT pgqueue.message_complete(%s, %s)", (lease, token))
     complete.join(0.5)
     statement = ("SELECT id FROM pgqueue.message_dequeue('cg', 1, 0)" if other == "a delete-mode take"
                  else "SELECT id FROM pgqueue.message_cancel('cg', ARRAY[%s]::bigint[])" % waiting)
     second, taken = _in_a_thread(dsn, statement)
-    time.sleep(0.5)
+    wait_for_lock_waiters(admin, 2)  # and so does the other call, before the producer commits
     producer.commit()
     producer.close()
     for thread in (cancel, second, complete):
