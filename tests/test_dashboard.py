@@ -461,6 +461,11 @@ def test_peek_shows_payloads_by_content_type(conn: psycopg.Connection[Any], make
 def test_payload_rendering_falls_back_to_hex() -> None:
     assert show(b'{"a":1}', "application/json; task=x").kind == "json"
     assert show(b"{not json", "application/json").kind == "text"
+    assert show(b"{not json", "application/json").note == "not valid JSON: shown as text"
+    # valid JSON whose integer has more digits than Python converts is not "not valid JSON"
+    huge = show(b'{"n":' + b"7" * 5000 + b"}", "application/json")
+    assert huge.kind == "text" and huge.note.startswith("JSON with an integer of more than 4300 digits"), huge.note
+    assert show(b'{"n":' + b"7" * 5000 + b",}", "application/json").note == "not valid JSON: shown as text"
     bad = show(b"\xff\xfe", "text/plain; charset=utf-8")
     assert bad.kind == "hex" and "shown as hex" in bad.note
     assert show(b"abc", None).kind == "hex"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from dataclasses import dataclass
 
 from pgqueue.codec import media_type
@@ -64,6 +65,17 @@ def _decode(data: bytes, charset: str, cut: bool) -> tuple[str, int]:
     return text, len(data) - len(pending)
 
 
+def _json_but_for_big_ints(text: str) -> bool:
+    """Whether ``text`` is valid JSON once its integers are not converted: json.loads refuses an
+    integer of more digits than ``sys.get_int_max_str_digits()`` with a ValueError, which the
+    page called "not valid JSON" (a review)."""
+    try:
+        json.loads(text, parse_int=len)  # (the digits' count: never a conversion)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def show(content: bytes, content_type: str | None, size: int | None = None) -> Shown:
     """Return how to show a payload of ``content_type``: ``content`` is the payload, or when
     ``size`` (the bytes stored) is given, maybe only its first bytes (:data:`MAX_SHOWN` suffice)."""
@@ -88,6 +100,10 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
                 value = json.loads(text.removeprefix("\ufeff"))
                 pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
             except (ValueError, RecursionError):
+                if _json_but_for_big_ints(text.removeprefix("\ufeff")):
+                    return Shown("text", text, size, n, "JSON with an integer of more than "
+                                 f"{sys.get_int_max_str_digits()} digits, which Python does not "
+                                 "convert: shown as stored")
                 return Shown("text", text, size, n, "not valid JSON: shown as text")
             try:
                 pretty_bytes = len(pretty.encode())
