@@ -43,6 +43,7 @@ import multiprocessing
 import statistics
 import threading
 import time
+import traceback
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -624,7 +625,15 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     backlog_now = load.backlog_now
 
     def monitor() -> None:
+        try:
+            _monitor()
+        except Exception as exc:  # a thread's exception was printed and lost: the run reports it
+            errors.append(f"monitor: {type(exc).__name__}: {exc}")
+            stop.set()
+
+    def _monitor() -> None:
         with psycopg.connect(server.dsn(dbname), autocommit=True) as mconn:
+            version = int(mconn.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
             nxt = t0
             while not stop.is_set():
                 nxt += 1.0
@@ -633,7 +642,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                     "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), s.n_dead_tup, s.n_live_tup, "
                     "s.autovacuum_count, (SELECT greatest(max(age(backend_xmin)), max(age(backend_xid))) "
                     "FROM pg_stat_activity WHERE datname = current_database()), "
-                    "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter), "
+                    f"({checkpoints_sql(version)}), "
                     "EXISTS (SELECT FROM pg_stat_progress_vacuum v WHERE v.relid = c.oid), "
                     "(SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()) "
                     "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
@@ -650,6 +659,13 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     holder_state: dict[str, Any] = {}
 
     def holder() -> None:
+        try:
+            _holder()
+        except Exception as exc:  # the hold did not happen: a FAILURE, not a MISS on numbers without it
+            errors.append(f"holder ({hold_case or 'held_xmin'}): {type(exc).__name__}: {exc}")
+            stop.set()
+
+    def _holder() -> None:
         assert hold is not None
         if stop.wait(max(0.0, t0 + hold[0] - time.perf_counter())):
             return
@@ -743,6 +759,9 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 twin_deq, twin_enq = twin.per_second(seconds)
                 result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq, twin_check=twin_check.as_dict())
                 result.update(_twin_analysis(deq_s, twin_deq, holder_state, smooth=smooth))
+        if result.get("held_error"):  # no hold, or no rate to hold it against: nothing to grade
+            problems.append(result["held_error"])
+            result["ok"] = False
     log(f"  churn {design_name}: {result['mean_rate']:,.0f} msg/s mean, windows "
         f"{min(windows or [0]):,.0f}..{max(windows or [0]):,.0f}/s, "
         + ("check OK" if not problems else "FAILURE: " + "; ".join(problems))
@@ -763,8 +782,9 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int, *, thres
         return {"held_error": "the snapshot was not held"}
     start, end = int(hold["start"]), int(hold["end"]) + 1
     baseline = _baseline(deq_s, start)
-    if baseline is None:
-        return {}
+    if not baseline:  # at 0, every window after the hold was "back to 0.9x" of it at once: a PASS
+        return {"held_error": f"no free-running rate before the hold (baseline {baseline}): nothing to "
+                              "measure the hold against"}
     if smooth is None:
         smooth = 5 if window >= 5 else 1
     rolling = [sum(deq_s[i:i + smooth]) / smooth for i in range(len(deq_s) - smooth + 1)]
@@ -780,9 +800,19 @@ def _held_analysis(deq_s: list[int], hold: dict[str, Any], window: int, *, thres
         "held_min_ratio": (min(during) / baseline) if during and baseline else None,
         "held_mean_ratio": (statistics.mean(deq_s[start:end]) / baseline) if baseline else None,
         "recovery_s": recovery, "after_s": len(deq_s) - end,
+        # the seconds the "minute after" covers: fewer than 60 when the run ends sooner (quick: 39)
+        "after_span_s": len(deq_s[end:end + 60]),
         "after_minute_ratio": (statistics.mean(deq_s[end:end + 60]) / baseline)
         if baseline and deq_s[end:end + 60] else None,
     }
+
+
+def checkpoints_sql(server_version_num: int) -> str:
+    """The server's checkpoints so far: PostgreSQL 17 moved them from pg_stat_bgwriter (whose
+    columns it dropped, so the monitor's every query failed) to pg_stat_checkpointer."""
+    if server_version_num >= 170000:
+        return "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+    return "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
 
 
 def _baseline(deq_s: list[int], start: int) -> float | None:
@@ -944,6 +974,14 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
                 entry.update(available=False, reason=str(exc))
                 log(f"  held {name}: not available on this server: {exc}")
                 break
+            except Exception:  # this case failed (e.g. a peer's set-up, the --held-twin-sql file): the
+                # others still run, and the runs done so far are kept (an exception here lost them all)
+                tail = " | ".join(line.strip() for line in traceback.format_exc().strip().splitlines()[-3:])
+                entry["runs"][case] = {"ok": False, "hold_case": case, "problems": [f"run failed: {tail}"]}
+                if name not in ("pgqueue", "pgqueue_delete"):  # a peer: the report says its set-up failed
+                    entry.setdefault("setup_failed", tail)
+                log(f"  held {name} ({case}): FAILURE: {tail}")
+                continue
             entry["runs"][case] = r
             if r.get("version"):
                 entry["version"] = r["version"]

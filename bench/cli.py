@@ -1,7 +1,11 @@
 """Command line of the benchmark suite: ``python -m bench`` from the repository root.
 
     .venv/bin/python -m bench [--smoke | --profile full|quick|smoke] [--only SECTION ...]
-                              [--dsn DSN] [--out docs/benchmarks.md] [--render RESULTS.json]
+                              [--dsn DSN] [--out REPORT.md] [--render RESULTS.json]
+
+The report goes to bench/results/benchmarks-<UTC time>.md (its JSON beside it) unless --out
+names another file: docs/benchmarks.md, which keeps sections written by hand, is written only
+when --out names it.
 
 Without --dsn a private server is started with the settings of bench/config.py. The exit
 status is 0 when every benchmark ran and every correctness check passed (missed performance
@@ -15,6 +19,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -44,10 +49,11 @@ def _parse(argv: list[str] | None, prog: str = "python -m bench") -> argparse.Na
     p.add_argument("--only", nargs="+", choices=config.SECTIONS, metavar="SECTION",
                    help="run only these sections: " + ", ".join(config.SECTIONS))
     p.add_argument("--dsn", help="run against this server (a role that can create databases) instead of a private one")
-    p.add_argument("--out", help="the Markdown report (default docs/benchmarks.md; smoke: a temp dir); "
-                                 "plots go to img/ beside it")
-    p.add_argument("--json", help="where to save the raw results (default bench/results/<report name>.json, "
-                                  "or beside the report outside docs/)")
+    p.add_argument("--out", help="the Markdown report (default bench/results/benchmarks-<UTC time>.md; smoke: "
+                                 "a temp dir; --render: beside RESULTS.json); plots go to img/ beside it. "
+                                 "docs/benchmarks.md is written only when named here")
+    p.add_argument("--json", help="where to save the raw results (default beside the report, or "
+                                  "bench/results/<report name>.json for a report in docs/)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a server setting for the private server (repeatable)")
     p.add_argument("--churn-seconds", type=int, help="override the churn duration")
@@ -130,10 +136,14 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m bench") -> int
     profile = config.PROFILES[profile_name].with_overrides(churn_seconds=args.churn_seconds)
     if args.out:
         out = Path(args.out)
+    elif args.render:  # the report of saved results beside them
+        out = Path(args.render).with_suffix(".md")
     elif profile_name == "smoke":
         out = Path(tempfile.mkdtemp(prefix="pgqueue-bench-smoke-")) / "benchmarks.md"
     else:
-        out = REPO / "docs" / "benchmarks.md"
+        # not docs/benchmarks.md: that page keeps sessions' sections written by hand, which a run
+        # without --out overwrote; it is written only when --out names it
+        out = default_out()
     out = out.resolve()
     if args.json:
         json_out = Path(args.json).resolve()
@@ -156,6 +166,13 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m bench") -> int
         _log(f"report written to {out}")
         return 1 if report.failures(saved) else 0
 
+    twin_sql = None
+    if args.held_twin_sql:  # read once, before a server starts: a typo failed every section after it had
+        try:
+            twin_sql = Path(args.held_twin_sql).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"bench: --held-twin-sql {args.held_twin_sql}: cannot read it: {exc}", file=sys.stderr)
+            return 2
     if args.pgqueuer_python or args.pgqueuer_tool:
         from bench import peers
         peers.PYTHON = args.pgqueuer_python or peers.PYTHON
@@ -181,7 +198,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m bench") -> int
     restore_signals = _stop_on_signals()
     try:
         return _run(args, argv, sections, profile, profile_name, settings, results, started, load_start, out,
-                    json_out, naptime_set)
+                    json_out, naptime_set, twin_sql)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the server has been stopped on the way out
         _log("interrupted: no report written")
         if profile_name == "smoke" and not args.out:
@@ -217,7 +234,8 @@ def _stop_on_signals() -> Callable[[], None]:
 
 def _run(args: argparse.Namespace, argv: list[str] | None, sections: list[str], profile: config.Profile,
          profile_name: str, settings: dict[str, str], results: dict[str, Any], started: float,
-         load_start: float, out: Path, json_out: Path, naptime_set: bool = False) -> int:
+         load_start: float, out: Path, json_out: Path, naptime_set: bool = False,
+         twin_sql: str | None = None) -> int:
     with db.server(args.dsn, settings) as srv:
         srv.build_template()
         meta_settings = srv.settings(config.REPORTED_SETTINGS)
@@ -233,12 +251,11 @@ def _run(args: argparse.Namespace, argv: list[str] | None, sections: list[str], 
                     else ["pgqueue", "pgqueue_naptime10", "seed001"])
                 results[section] = _run_section(section, srv, profile, args.inject_fault, churn_designs,
                                                 args.held_designs, args.held_cases,
-                                                args.held_twin or bool(args.held_twin_sql),
-                                                Path(args.held_twin_sql).read_text() if args.held_twin_sql else None)
+                                                args.held_twin or bool(args.held_twin_sql), twin_sql)
             except Exception:
                 results["errors"][section] = traceback.format_exc()
                 _log(f"section {section} failed:\n{results['errors'][section]}")
-    cmd = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python -m bench " + " ".join(masked_argv(argv if argv is not None else sys.argv[1:]))
     results["meta"] = {
         "command": cmd.strip(), "command_full": ".venv/bin/python -m bench", "date": dt.datetime.now().isoformat(
             timespec="seconds"), "profile": profile_name, "runtime_s": time.time() - started,
@@ -257,6 +274,44 @@ def _run(args: argparse.Namespace, argv: list[str] | None, sections: list[str], 
         _log("FAILURE:\n  " + "\n  ".join(fails))
         return 1
     return 0
+
+
+def default_out(now: dt.datetime | None = None) -> Path:
+    """The report of a run without --out: bench/results/benchmarks-<UTC time>.md (a new file each
+    run, its JSON beside it)."""
+    stamp = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return REPO / "bench" / "results" / f"benchmarks-{stamp}.md"
+
+
+_PASSWORD_KV = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+_PASSWORD_URI = re.compile(r"^([a-z][a-z0-9+.-]*://[^:/?#@]*:)[^/?#]*@", re.IGNORECASE)
+_PASSWORD_QUERY = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def mask_dsn(dsn: str) -> str:
+    """The DSN with its password replaced by ***: password=... of a key/value string, and a URI's
+    :password@ and ?password=... (the report and its JSON recorded the command line as typed)."""
+    if "://" in dsn.split("?", 1)[0]:
+        return _PASSWORD_QUERY.sub(r"\1***", _PASSWORD_URI.sub(r"\1***@", dsn))
+    return _PASSWORD_KV.sub(r"\1***", dsn)
+
+
+def masked_argv(argv: list[str]) -> list[str]:
+    """The command line with the value of --dsn (or an abbreviation argparse takes for it, --ds)
+    masked by mask_dsn; the rest as given."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        is_dsn = len(name) > 2 and "--dsn".startswith(name)
+        if mask_next:
+            out.append(mask_dsn(arg))
+        elif is_dsn and eq:
+            out.append(f"{name}={mask_dsn(value)}")
+        else:
+            out.append(arg)
+        mask_next = not mask_next and is_dsn and not eq
+    return out
 
 
 def _run_section(section: str, srv: db.Server, profile: config.Profile, fault: str | None,

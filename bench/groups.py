@@ -57,6 +57,13 @@ def _ready(conn: psycopg.Connection[Any], queue: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _count(conn: psycopg.Connection[Any], queue: str) -> int:
+    """The queue's messages, ready or not."""
+    row = conn.execute("SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+                       "WHERE q.name = %s", (queue,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _throughput(srv: db.Server, profile: config.Profile, log: Callable[[str], None]) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     n = profile.groups_messages
@@ -74,13 +81,21 @@ def _throughput(srv: db.Server, profile: config.Profile, log: Callable[[str], No
                     if short > 0:
                         _load(conn, queue, short, None if queue == "plain" else profile.groups_count)
                     conn.execute("VACUUM (ANALYZE) pgqueue.message")
+                    before = _count(conn, queue)
                     r = db.pgbench(srv, name, script, clients=profile.groups_clients, seconds=profile.groups_seconds,
                                    transactions=profile.groups_transactions, defines={"queue": queue}, sync_off=True)
-                    left = _ready(conn, queue)
-                    error = r.error or ("" if left > 0 else "the queue ran empty: the run measured empty polls")
-                    runs.append({"mode": mode, "queue": queue, "round": rnd, "tps": r.tps if not error else None,
-                                 "transactions": r.transactions, "left": left, "ok": not error, "error": error})
-                    log(f"groups throughput {mode} {queue} round {rnd + 1}: {r.tps:,.0f}/s ({left:,} left)"
+                    left, removed = _ready(conn, queue), before - _count(conn, queue)
+                    # the rate is messages removed from the table, as ops.run_one counts it: pgbench's
+                    # tps counts a delete-mode poll that found nothing as work; and a transaction
+                    # takes one message at most, so more removed than transactions is a broken count
+                    error = r.error or ("" if left > 0 else "the queue ran empty: the run measured empty polls") or (
+                        f"{removed:,} messages removed by {r.transactions:,} transactions of one message each"
+                        if removed > r.transactions else "")
+                    rate = removed / r.elapsed if r.elapsed > 0 else 0.0
+                    runs.append({"mode": mode, "queue": queue, "round": rnd, "tps": rate if not error else None,
+                                 "pgbench_tps": r.tps, "removed": removed, "transactions": r.transactions,
+                                 "left": left, "ok": not error, "error": error})
+                    log(f"groups throughput {mode} {queue} round {rnd + 1}: {rate:,.0f} msg/s ({left:,} left)"
                         + (f" ERROR {error}" if error else ""))
     ratio: dict[str, float | None] = {}
     for mode in ("delete", "lease"):

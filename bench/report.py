@@ -1,4 +1,4 @@
-"""Turn the results into docs/benchmarks.md (or another path) and its PNG plots.
+"""Turn the results into a Markdown report (the path of --out; docs/benchmarks.md when named) and its PNG plots.
 
 Every target gets a table row with the measured ratio, the bound, and PASS or MISS (a MISS
 says by how much). A section whose correctness check failed shows FAILURE instead of
@@ -179,12 +179,12 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                          "never" if rec is None else f"{rec} s", "≤ 60 s",
                          CHURN_DRY if dry else "MISS (did not recover in the run)" if rec is None
                          else _verdict(rec, 60, at_least=False)))
-            rows.append(("7", "held xmin: slowest 5 s while held, vs baseline (proposed bound)",
+            rows.append(("7", f"held xmin: slowest {_held_window(hx)} while held, vs baseline (proposed bound)",
                          _fmt(hx.get("held_min_ratio"), 2), "≥ 0.50",
                          CHURN_DRY if dry else _verdict(hx.get("held_min_ratio"), 0.5)))
             if hx.get("after_minute_ratio") is not None:
-                rows.append(("7", "held xmin: mean rate in the minute after the snapshot ends, vs baseline",
-                             _fmt(hx.get("after_minute_ratio"), 2), "(reported)", ""))
+                rows.append(("7", f"held xmin: mean rate in the {_after_span(hx)} after the snapshot ends, "
+                                  "vs baseline", _fmt(hx.get("after_minute_ratio"), 2), "(reported)", ""))
     rows += _held_rows(results.get("held"))
     lat = results.get("latency")
     if lat:
@@ -211,6 +211,21 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                              _verdict(r, 0.95) if graded else ""))
     rows += _groups_rows(results.get("groups"))
     return rows
+
+
+def _held_window(r: dict[str, Any]) -> str:
+    """The window of a held run's slowest-window and recovery statistics, as it ran: 1 s when the
+    churn window is under 5 s (the smoke profile), not the 5 s the report said."""
+    return f"{r.get('held_smooth') or 5} s"
+
+
+def _after_span(r: dict[str, Any]) -> str:
+    """The seconds the mean after the hold covers: the minute after it, or what the run had left of
+    it (the quick profile's 40 s after the hold give 39). Older results did not store the span."""
+    span = r.get("after_span_s")
+    if span is None and r.get("after_s") is not None:
+        span = min(60, int(r["after_s"]))
+    return "minute" if span in (None, 60) else f"{span} s"
 
 
 def _groups_rows(gr: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
@@ -793,12 +808,12 @@ def _churn(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         w("")
         w(f"The same churn on pgqueue for {hx['seconds']} s; a REPEATABLE READ transaction in the same database "
           f"takes its snapshot at {hold.get('start', 0):.0f} s and holds it until {hold.get('end', 0):.0f} s. "
-          "Baseline: median per-second rate before the snapshot. Recovery: the first 5 s window after the "
-          "snapshot ends whose mean is back at 80% of the baseline, counted from the end of the hold.")
+          f"Baseline: median per-second rate before the snapshot. Recovery: the first {_held_window(hx)} window "
+          "after the snapshot ends whose mean is back at 80% of the baseline, counted from the end of the hold.")
         w("")
         _img(w, plots.held_xmin(hx, img / "held_xmin.png"), out, "throughput with a held snapshot")
-        w("| baseline msg/s | slowest 5 s while held | mean while held | recovery after release "
-          "| mean in the minute after | peak size (MiB) | check |")
+        w(f"| baseline msg/s | slowest {_held_window(hx)} while held | mean while held | recovery after release "
+          f"| mean in the {_after_span(hx)} after | peak size (MiB) | check |")
         w("|---|---|---|---|---|---|---|")
         s = hx["samples"]
         w(f"| {_fmt(hx.get('held_baseline'))} | {_fmt(hx.get('held_min'))} ({_fmt(hx.get('held_min_ratio'), 2)}×) "
@@ -806,7 +821,7 @@ def _churn(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
           f"{'not within the run' if hx.get('recovery_s') is None else str(hx['recovery_s']) + ' s'} "
           f"| {_fmt(hx.get('after_minute_ratio'), 2)}× "
           f"| {max([x['total_bytes'] for x in s] or [0]) / 2**20:.1f} "
-          f"| {hx['check']['summary'] if hx['ok'] else 'FAILURE'}"
+          f"| {hx['check']['summary'] if hx['ok'] else 'FAILURE: ' + '; '.join(hx['problems'])}"
           + ("; the backlog ran out: from then on the rate is the producers'" if churn_dry(hx) else "") + " |")
         w("")
 
@@ -835,7 +850,9 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
     for entry in held["designs"].values():
         if not entry["available"]:
             w(f"- {entry['label']}: not available on this server: {entry.get('reason', '?')}")
-    if any(not e["available"] for e in held["designs"].values()):
+        elif entry.get("setup_failed"):  # a peer whose run raised: its cases below say FAILURE
+            w(f"- {entry['label']}: setup failed: {entry['setup_failed']}")
+    if any(not e["available"] or e.get("setup_failed") for e in held["designs"].values()):
         w("")
     _img(w, plots.held_snapshots(held, img / "held_snapshots.png"), out,
          "rate over time against the free-running rate, per design, with the hold marked")
@@ -929,9 +946,12 @@ def _stats(w: Any, results: dict[str, Any]) -> None:
     w("")
     w("Producers and consumers (pgbench, `message_create` and delete-mode `message_dequeue` on the same "
       "queue, synchronous_commit off) with nothing beside them, with a monitor calling queue_stats every "
-      "second, and with a loop calling it back to back; phases alternate.")
+      "second, and with a loop calling it back to back; the order of the three phases rotates every round, "
+      "and each phase runs on the queue above built afresh in a database of its own (the consumers take its "
+      "expired leases and ready messages, so a phase on what the one before left would measure other work). "
+      "Consume: messages removed from the table a second.")
     w("")
-    w("| beside the load | produce tx/s | consume tx/s | vs none (produce / consume) |")
+    w("| beside the load | produce tx/s | consume msg/s | vs none (produce / consume) |")
     w("|---|---|---|---|")
     med = st["median"]
     for mode in ("none", "every_1s", "back_to_back"):
@@ -956,7 +976,7 @@ def _groups(w: Any, results: dict[str, Any]) -> None:
     w(f"Throughput: a queue without groups and one of `group_concurrency` 1 whose messages are spread over "
       f"{tp['groups']:,} groups, {tp['messages']:,} messages each (topped up before each run), {tp['clients']} "
       "pgbench clients taking one message a call (synchronous_commit off), the queues alternating, a VACUUM "
-      "before each run.")
+      "before each run; the rate is messages removed from the table over pgbench's measured time.")
     w("")
     w("| mode | round | without groups /s | grouped /s | ratio |")
     w("|---|---|---|---|---|")
@@ -1006,8 +1026,8 @@ def _spark(w: Any) -> None:
     w("")
     if not path.exists():
         w("Not measured yet: run `.venv/bin/python -m bench.spark --rows 1000000 "
-          "--json bench/results/spark.json`, then `pgqueue bench` (or `--render` of the last run's "
-          "bench/results/benchmarks.json, which stays on the machine that ran it).")
+          "--json bench/results/spark.json`, then `pgqueue bench --out docs/benchmarks.md` (or `--render` of "
+          "a run's JSON under bench/results/, which stays on the machine that ran it).")
         w("")
         return
     data = json.loads(path.read_text())

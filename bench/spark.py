@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dsn", help="database with the extension (default: a throwaway server)")
     parser.add_argument("--json", metavar="PATH",
                         help="also save the results as JSON (bench/results/spark.json is rendered into "
-                             "docs/benchmarks.md by `pgqueue bench`)")
+                             "the report of `pgqueue bench`)")
     parser.add_argument("--stream", action="store_true",
                         help="measure writeStream and readStream instead (saved under \"stream\" in --json)")
     parser.add_argument("--warmup", type=int, default=20_000,

@@ -411,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # bench
     p = command("bench", _cmd_bench, "run the benchmark suite (bench/ in a clone of the repository) "
-                "and write docs/benchmarks.md; options go to `python -m bench` (try --smoke, --help)")
+                "and write its report (bench/results/benchmarks-<UTC time>.md, or --out FILE); options go to "
+                "`python -m bench` (try --smoke, --help)")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, metavar="...",
                    help="options of the benchmark suite, e.g. --smoke or --profile quick")
 

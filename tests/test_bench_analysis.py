@@ -1,0 +1,344 @@
+"""The benchmark suite's analysis, report and command line on made-up numbers (no server): a
+review's defects of the queue_stats phases, the held section's failures, the churn's threads,
+pgbench's failed transactions, the held statistics' labels, the default report path and the
+DSN in the recorded command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import churn, cli, db, latency, report  # noqa: E402
+
+
+class _FakeServer:
+    """What the code under test asks of a db.Server, without a server."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    def dsn(self, dbname: str, *, sync_off: bool = False) -> str:
+        return f"dbname={dbname}"
+
+    @contextmanager
+    def database(self, prefix: str) -> Iterator[str]:
+        name = f"{prefix}_{len(self.created)}"
+        self.created.append(name)
+        yield name
+
+
+class _FakeConn:
+    """A connection whose statements answer from `answer` (a function of the SQL text)."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.answer = answer or (lambda query: None)
+        self.isolation_level: Any = None
+
+    def __enter__(self) -> _FakeConn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+        row = self.answer(str(query))
+        return type("Cursor", (), {"fetchone": lambda self: row, "fetchall": lambda self: [row] if row else [],
+                                   "__iter__": lambda self: iter([])})()
+
+    def commit(self) -> None:
+        return None
+
+    def rollback(self) -> None:
+        return None
+
+
+# -- 1: queue_stats beside load ------------------------------------------------------------
+
+def test_stats_phases_rotate_and_each_runs_on_a_fixture_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phases none / every_1s / back_to_back ran in that order every round on one fixture
+    that was never reset: the first phase ate its expired leases, and the later ones measured
+    other work. Now the order rotates every round and every phase gets a fixture of its own."""
+    srv = _FakeServer()
+    events: list[tuple[str, str]] = []
+    monkeypatch.setattr(latency.psycopg, "connect", lambda *a, **kw: _FakeConn())
+    monkeypatch.setattr(latency, "_build_stats", lambda conn, n: events.append(("build", str(n))) or {})
+
+    def phase(server: Any, dbname: str, profile: Any, mode: str) -> dict[str, Any]:
+        events.append((mode, dbname))
+        return {"mode": mode, "ok": True, "error": "", "produce_tps": 100.0, "consume_tps": 90.0,
+                "stats_calls": 1, "stats_median_ms": 1.0}
+
+    monkeypatch.setattr(latency, "_stats_phase", phase)
+    profile = type("Profile", (), {"stats_repeats": 3, "stats_messages": 1000})()
+    out = latency._stats_phases(srv, profile, lambda msg: None)  # type: ignore[arg-type]
+    modes = [e[0] for e in events if e[0] != "build"]
+    assert modes == ["none", "every_1s", "back_to_back", "every_1s", "back_to_back", "none",
+                     "back_to_back", "none", "every_1s"]
+    # a build before every phase, in the database the phase then runs in, each its own
+    assert [e[0] for e in events[::2]] == ["build"] * 9
+    assert [e[1] for e in events[1::2]] == srv.created and len(set(srv.created)) == 9
+    assert [p["round"] for p in out["phases"]] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    lines: list[str] = []
+    report._stats(lines.append, {"stats": {"messages": 1000, "parts": {"ready": 700}, "median_ms": 1.0,
+                                           "max_ms": 1.0, "call_ms": [1.0], "explain_ms": 1.0, "buffers": 1,
+                                           "all_queues_ms": 1.0, **out}})
+    text = "\n".join(lines)
+    assert "phases alternate" not in text and "rotates every round" in text and "built afresh" in text
+    assert "phases alternate" not in (latency.__doc__ or "")
+
+
+def test_stats_phase_counts_the_messages_consumers_removed() -> None:
+    """pgbench's tps counted a delete-mode poll that found nothing as work: the consumers' rate is
+    the messages removed from the table (what was there, plus what the producers made, less what
+    is left), and more removed than dequeues is a broken count."""
+    def res(tx: int, elapsed: float) -> db.PgbenchResult:
+        return db.PgbenchResult(transactions=tx, tps=tx / elapsed, failed=0, elapsed=elapsed, latency_ms=1.0, ok=True)
+
+    p = latency._phase_result("none", res(50, 2.0), res(400, 4.0), before=1000, after=850)
+    assert p["ok"] and p["removed"] == 200 and p["consume_tps"] == 50.0 and p["consume_pgbench_tps"] == 100.0
+    bad = latency._phase_result("none", res(50, 2.0), res(100, 4.0), before=1000, after=850)
+    assert not bad["ok"] and "200 messages removed" in bad["error"]
+
+
+# -- 2: one design's failure in the held section ----------------------------------------------
+
+def test_held_keeps_the_finished_runs_when_a_peers_setup_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception other than Unavailable in one design's run (a peer's create, the
+    --held-twin-sql file) ended the whole held section: pgqueue's finished runs were lost. Now that
+    case fails with the traceback's tail, the peer says "setup failed", and the others run."""
+    calls: list[tuple[str, str]] = []
+
+    def run_churn(server: Any, name: str, **kw: Any) -> dict[str, Any]:
+        calls.append((name, kw["hold_case"]))
+        if name == "pgmq_pop":
+            raise psycopg.errors.UndefinedFunction("function pgmq.create(unknown) does not exist")
+        return {"ok": True, "problems": [], "hold_case": kw["hold_case"], "held_baseline": 100.0, "held_min": 95.0,
+                "held_min_ratio": 0.95, "held_smooth": 5, "held_mean_ratio": 1.0, "recovery_s": 0,
+                "after_minute_ratio": 1.0, "held_growth_bytes": 0, "held_produced": 10, "bytes_per_message": 1.0,
+                "check": {"summary": "OK"}}
+
+    monkeypatch.setattr(churn, "run_churn", run_churn)
+    held = churn.run_held(None, before=1, hold=1, after=1, producers=1, consumers=1,  # type: ignore[arg-type]
+                          backlog=10, slack=10, designs=["pgmq_pop", "pgqueue"], cases=["a", "0"],
+                          log=lambda msg: None)
+    assert calls == [("pgmq_pop", "a"), ("pgmq_pop", "0"), ("pgqueue", "a"), ("pgqueue", "0")]
+    assert all(r["ok"] for r in held["designs"]["pgqueue"]["runs"].values())
+    peer = held["designs"]["pgmq_pop"]
+    assert peer["available"] and "UndefinedFunction" in peer["setup_failed"]
+    assert [r["ok"] for r in peer["runs"].values()] == [False, False]
+    assert "pgmq.create(unknown) does not exist" in peer["runs"]["a"]["problems"][0]
+    fails = report.failures({"held": held})
+    assert len(fails) == 2 and all(f.startswith("held pgmq_pop") for f in fails)
+    monkeypatch.setattr(report.plots, "held_snapshots", lambda *args, **kwargs: None)
+    lines: list[str] = []
+    report._held(lines.append, {"held": held}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+    text = "\n".join(lines)
+    assert f"- {peer['label']}: setup failed: " in text and "| FAILURE: run failed: " in text
+
+
+# -- 3, 5: the churn's threads, and a hold with nothing to measure it against ------------------
+
+class _CountingDesign(churn._Design):
+    """A design without a server: a backlog of tokens taken one a millisecond, counted in shared
+    memory (the consumer is a forked process), so seed 002's check passes."""
+
+    table = "fake"
+    label = "fake"
+
+    def __init__(self, backlog: int) -> None:
+        self.backlog = backlog
+        self.taken = churn._MP.Value("q", 0)
+
+    def consume(self, conn: Any) -> int | None:
+        with self.taken.get_lock():
+            token = self.taken.value
+            if token >= self.backlog:
+                return None
+            self.taken.value += 1
+        time.sleep(0.001)
+        return int(token)
+
+    def remaining(self, conn: Any) -> list[int]:
+        return list(range(self.taken.value, self.backlog))
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, fail_on: str, **kw: Any) -> dict[str, Any]:
+    def answer(query: str) -> Any:
+        if fail_on in query:
+            raise psycopg.errors.UndefinedColumn(f"planted failure of {fail_on}")
+        return ("150000",) if "server_version_num" in query else None
+
+    monkeypatch.setattr(churn.psycopg, "connect", lambda *a, **k: _FakeConn(answer))
+    design = _CountingDesign(100_000)
+    return churn._run(_FakeServer(), "fake", design, "fake", seconds=3, window=1,  # type: ignore[arg-type]
+                      producers=0, consumers=1, backlog=100_000, slack=0, main_table="fake", fault=None,
+                      log=lambda msg: None, **kw)
+
+
+def test_an_exception_in_the_monitor_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The once-a-second monitor's exception (PostgreSQL 17 has no checkpoints_timed in
+    pg_stat_bgwriter) was printed by the thread and lost: the run passed on no samples."""
+    r = _run(monkeypatch, "pg_total_relation_size", hold=None, hold_case=None)
+    assert not r["ok"] and any(p.startswith("monitor: UndefinedColumn: planted") for p in r["problems"])
+    assert report.failures({"churn": {"fake": r}}) == [f"churn fake: {'; '.join(r['problems'])}"]
+
+
+def test_an_exception_in_the_holder_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder's exception was lost and its "held_error" read by nothing: the report said MISS
+    (not within the run) and "slowest None s" for a hold that never happened."""
+    r = _run(monkeypatch, "bench_held_other", hold=(1.0, 2.0), hold_case="a")
+    assert not r["ok"]
+    assert any(p.startswith("holder (a): UndefinedColumn: planted") for p in r["problems"]), r["problems"]
+    assert "the snapshot was not held" in r["problems"]
+    held = {"designs": {"pgqueue": {"label": "pgqueue", "runs": {"a": r}}}}
+    assert [row[4] for row in report._held_rows(held)] == ["FAILURE"]
+
+
+def test_monitor_reads_checkpoints_where_the_server_keeps_them() -> None:
+    assert "pg_stat_bgwriter" in churn.checkpoints_sql(150007)
+    assert "pg_stat_checkpointer" in churn.checkpoints_sql(170000)
+
+
+def test_a_zero_baseline_is_an_error_not_a_recovery() -> None:
+    """With no messages finished before the hold, `rolling[i] >= 0.9 * 0` held at once: "back to
+    >= 0.9x after the hold: 0 s PASS" beside an n/a slowest window."""
+    hold = {"start": 5.0, "end": 9.0}
+    for deq, start in (([0] * 5 + [100] * 15, 5.0), ([100] * 20, 0.0)):  # a zero baseline; none at all
+        got = churn._held_analysis(deq, {**hold, "start": start}, 5, threshold=0.9, smooth=5)
+        assert "held_error" in got and "recovery_s" not in got, got
+    assert "held_error" not in churn._held_analysis([100] * 20, hold, 5, threshold=0.9, smooth=5)
+
+
+# -- 6: target 7's labels ------------------------------------------------------------------
+
+def test_target7_labels_say_the_window_and_the_span_the_run_had() -> None:
+    """The smoke profile's window is 1 s and the quick profile has 39 s after the hold: the report
+    said "slowest 5 s" and "the minute after" for both."""
+    deq = [100] * 20 + [50] * 40 + [100] * 39  # the quick profile: 20 + 40 s, 40 s after (39 counted)
+    got = churn._held_analysis(deq, {"start": 20.0, "end": 59.9}, 1)
+    assert got["held_smooth"] == 1 and got["after_span_s"] == 39
+    hx = {"ok": True, "recovery_s": 0, "held_min_ratio": 0.5, "backlog_min": 500, "backlog": 500, **got}
+    whats = [row[1] for row in report.summary_rows({"held_xmin": hx})]
+    assert "held xmin: slowest 1 s while held, vs baseline (proposed bound)" in whats
+    assert "held xmin: mean rate in the 39 s after the snapshot ends, vs baseline" in whats
+    full = {**hx, "held_smooth": 5, "after_span_s": 60}
+    whats = [row[1] for row in report.summary_rows({"held_xmin": full})]
+    assert any("slowest 5 s" in w for w in whats) and any("in the minute after" in w for w in whats)
+
+
+# -- 4: pgbench's failed transactions ------------------------------------------------------------
+
+def test_pgbench_run_with_failed_transactions_is_not_ok() -> None:
+    """pgbench 15 counts deadlocks and serialization failures as failed transactions and exits 0:
+    the count was parsed and used by nothing."""
+    out = ("number of transactions actually processed: 97\nnumber of failed transactions: 3 (3.000%)\n"
+           "latency average = 1.000 ms\ntps = 970.0 (without initial connection time)\n")
+
+    def parsed(text: str) -> db.PgbenchResult:
+        proc = subprocess.Popen([sys.executable, "-c", f"print({text!r}, end='')"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        return db.parse_pgbench(proc)
+
+    bad = parsed(out)
+    assert bad.failed == 3 and not bad.ok and "3 failed transactions" in bad.error
+    good = parsed(out.replace("failed transactions: 3 (3.000%)", "failed transactions: 0 (0.000%)"))
+    assert good.ok and good.failed == 0 and good.error == ""
+
+
+# -- 7, 8, 9: the command line ----------------------------------------------------------------
+
+class _CliServer:
+    def build_template(self) -> None:
+        return None
+
+    def settings(self, names: Any) -> dict[str, str]:
+        return {"server_version": "15"}
+
+    def message_reloptions(self) -> str:
+        return "(none)"
+
+    def extension_version(self) -> str:
+        return "?"
+
+
+def _cli_fakes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    started: list[Any] = []
+
+    @contextmanager
+    def server(dsn: str | None, settings: dict[str, str]) -> Iterator[_CliServer]:
+        started.append(dsn)
+        yield _CliServer()
+
+    monkeypatch.setattr(cli.db, "server", server)
+    monkeypatch.setattr(cli, "_run_section", lambda section, *args: started.append(args) or None)
+    return started
+
+
+def test_held_twin_sql_is_read_once_before_the_server_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """--held-twin-sql was read inside every section's try, after the server had started: a typo
+    failed every section, exit 1. Now a file that cannot be read is a usage error (exit 2, one
+    line) before anything starts, and the text is read once."""
+    started = _cli_fakes(monkeypatch)
+    missing = tmp_path / "no-such.sql"
+    assert cli.main(["--only", "held", "latency", "--held-twin-sql", str(missing), "--out",
+                     str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert not started and len(err.splitlines()) == 1 and str(missing) in err
+    sql_file = tmp_path / "twin.sql"
+    sql_file.write_text("SELECT 1;")
+    assert cli.main(["--only", "held", "--held-twin-sql", str(sql_file), "--out", str(tmp_path / "r.md")]) == 0
+    assert started[1][-2:] == (True, "SELECT 1;")
+
+
+def test_default_report_is_not_the_committed_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/benchmarks.md keeps sections written by hand: a run without --out overwrote it. The
+    default is now a file of its own under bench/results/, its JSON beside it; the page is
+    written only when --out names it (its JSON then under bench/results/, as before)."""
+    seen: list[tuple[Path, Path]] = []
+    monkeypatch.setattr(cli, "_run", lambda *args: seen.append((args[9], args[10])) or 0)
+    assert cli.main(["--only", "ops"]) == 0
+    out, json_out = seen[-1]
+    assert out.parent == REPO / "bench" / "results" and out.name.startswith("benchmarks-") and out.suffix == ".md"
+    assert json_out == out.with_suffix(".json") and out != REPO / "docs" / "benchmarks.md"
+    assert cli.main(["--only", "ops", "--out", str(REPO / "docs" / "benchmarks.md")]) == 0
+    assert seen[-1] == (REPO / "docs" / "benchmarks.md", REPO / "bench" / "results" / "benchmarks.json")
+    readme = " ".join((REPO / "bench" / "README.md").read_text().split())
+    assert "bench/results/benchmarks-<UTC time>.md" in readme and "--out docs/benchmarks.md" in readme
+
+
+def test_recorded_command_masks_the_dsn_password(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The report and its JSON recorded the command line as typed, a --dsn's password with it."""
+    _cli_fakes(monkeypatch)
+    out = tmp_path / "r.md"
+    assert cli.main(["--only", "ops", "--dsn", "host=db user=u password=s3cret", "--out", str(out)]) == 0
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert saved["meta"]["command"] == f"python -m bench --only ops --dsn host=db user=u password=*** --out {out}"
+    assert "s3cret" not in out.read_text() and "s3cret" not in out.with_suffix(".json").read_text()
+    assert cli.masked_argv(["--dsn=postgresql://u:p%40ss@h:5432/db?password=x&sslmode=require", "--ds",
+                            "password='a b' host=h", "--set", "password_encryption=md5"]) == [
+        "--dsn=postgresql://u:***@h:5432/db?password=***&sslmode=require", "--ds", "password=*** host=h",
+        "--set", "password_encryption=md5"]
+
+
+# -- 10: what the README says is checked --------------------------------------------------------
+
+def test_readme_says_which_sections_check_their_messages() -> None:
+    """bench/README.md said every run that moves messages checks them; ops, curves, groups and
+    stats had no such check."""
+    readme = " ".join((REPO / "bench" / "README.md").read_text().split())
+    assert "Every run that moves messages checks them" not in readme
+    assert "The pgbench runs (`ops`, `curves`, `stats`, `groups`) have no such check" in readme
