@@ -22,7 +22,7 @@ from pgqueue import AsyncQueue, DeadLetter, Message, Queue, QueueSettings, Queue
 from pgqueue.async_client import all_stats, list_queues
 from pgqueue.message import to_datetime
 from psycopg.rows import dict_row
-from test_client import (ENDED, LEFT_OPEN, SLOW_LEASE_MS, Unanswering, bounded, end_idle_sessions,
+from test_client import (ENDED, LEFT_OPEN, SLOW_LEASE_MS, Unanswering, bounded, end_idle_sessions, leases_left,
                          heartbeat_many_renews_each_with_its_own_token, interrupt_after_sending, socket_port)
 
 Conn = psycopg.Connection[Any]
@@ -236,6 +236,27 @@ def test_async_heartbeats_keep_the_lease(source: str, dsn: str, conn: Conn) -> N
 
     run(main)
     assert other.stats().total == 0
+
+
+def test_async_receive_heartbeats_renew_for_the_blocks_lease_not_the_queues(dsn: str, conn: Conn) -> None:
+    """tests/test_client.py's test_receive_heartbeats_renew_for_the_blocks_lease_not_the_queues on
+    an AsyncQueue: each beat of receive(lock_ms=1500) renews the lease for 1.5 s, not for the
+    queue's lock_ms of 60 s (a mutation that survived: a longer lease loses nothing)."""
+    async def main() -> None:
+        async with AsyncQueue(dsn, "ajobs") as q:
+            await q.create(lock_ms=60000)
+            await q.enqueue("held")
+            left: list[int] = []
+            async with q.receive(lock_ms=1500) as msg:
+                assert msg is not None
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline:
+                    left += leases_left(conn, [msg.id]).values()  # (a quick read: the beats' task waits for it)
+                    await asyncio.sleep(0.05)
+            assert len(left) >= 10 and max(left) <= 1600, left
+            assert (await q.stats()).total == 0  # completed
+
+    run(main)
 
 
 @pytest.mark.parametrize("source", ["dsn", "autocommit-connection"])

@@ -1140,6 +1140,26 @@ def test_heartbeats_keep_the_lease_of_a_slow_block(source: str, dsn: str, conn: 
     assert other.stats().total == 0  # and it was completed
 
 
+def test_receive_heartbeats_renew_for_the_blocks_lease_not_the_queues(dsn: str, conn: Conn) -> None:
+    """receive(lock_ms=1500) on a queue whose lock_ms is 60 s: each beat renews the lease for
+    1.5 s, the block's, as the dequeue took it. Renewing for the queue's lock_ms (a heartbeat of
+    lock_ms None) went unnoticed (a mutation that survived: a longer lease loses nothing); a
+    consumer that dies in its block then holds the message for a minute. The lease left is read
+    every 50 ms for 2 s, across three beats or more."""
+    with Queue(dsn, "jobs") as q:
+        q.create(lock_ms=60000)
+        q.enqueue("held")
+        left: list[int] = []
+        with q.receive(lock_ms=1500) as msg:
+            assert msg is not None
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                left += leases_left(conn, [msg.id]).values()
+                time.sleep(0.05)
+        assert len(left) >= 10 and max(left) <= 1600, left
+        assert q.stats().total == 0  # completed
+
+
 def _backends(conn: Conn) -> set[int]:
     rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                         "AND pid <> pg_backend_pid()").fetchall()

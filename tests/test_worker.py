@@ -25,7 +25,8 @@ from psycopg.conninfo import make_conninfo
 
 from conftest import Relay, Server
 from helpers import scheduler_running
-from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, _sql
+from pgqueue._core import Call
 from pgqueue._worker_core import Step
 from pgqueue.worker import Result, Worker
 from worker_handlers import marks
@@ -314,6 +315,41 @@ def test_concurrency_is_bounded(dsn: str) -> None:
     assert peak == 3
 
 
+def test_batch_size_bounds_every_fetch_not_only_the_slots(dsn: str) -> None:
+    """batch_size is the most messages one dequeue asks for, however many slots are free: 8
+    free slots are filled by fetches of at most 2. Taking the free slots (concurrency) for the
+    batch went unnoticed (a mutation that survived: test_concurrency_is_bounded's batch of 2 is
+    near its 3 slots). Each call's limit is read where the worker's loop makes its calls."""
+    queue = make_queue(dsn)
+    queue.enqueue_many(list(range(40)))
+    release = threading.Event()
+    results = Results()
+    worker = Worker(queue, lambda msg: release.wait(30), concurrency=8, batch_size=2, poll_min=0.02,
+                    poll_max=0.05, on_result=results)
+    lock = threading.Lock()
+    limits: list[int] = []
+    run_call = worker._call
+
+    def recorded(call: Call[Any]) -> Any:
+        if call.query in (_sql.DEQUEUE, _sql.COMPLETE_AND_DEQUEUE):
+            with lock:
+                limits.append(int(call.params["limit"]))  # type: ignore[call-overload]
+        return run_call(call)
+
+    worker._call = recorded  # type: ignore[method-assign]
+    try:
+        with running(worker):
+            wait_for(lambda: worker.in_flight == 8, what="the 8 slots filled")
+            with lock:
+                while_full = list(limits)
+            release.set()
+            wait_for(lambda: results.count("completed") == 40, what="40 completions")
+    finally:
+        release.set()
+    assert len(while_full) >= 4 and all(n <= 2 for n in while_full), while_full  # 8 slots: 4 fetches or more
+    assert all(n <= 2 for n in limits), limits
+
+
 def test_heartbeats_keep_the_lease_of_a_long_handler(dsn: str) -> None:
     # heartbeats every second: a loaded machine may hold one up, for less than the two seconds
     # left of the lease then
@@ -340,6 +376,55 @@ def test_heartbeats_keep_the_lease_of_a_long_handler(dsn: str) -> None:
     [result] = results.items
     assert (result.message.id, result.outcome, result.acknowledged) == (msg_id, "completed", True)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_running_handlers_lease_is_renewed_every_third_of_it(kind: str, dsn: str, conn: Conn) -> None:
+    """The heartbeats renew a lease every third of it (of 3 s: each second), so a running
+    handler's lease never has less than about two thirds left, and a beat a loaded machine holds
+    up for a second does not lose it. Beating every lease length (three times the interval)
+    went unnoticed (a mutation that survived: test_heartbeats_keep_the_lease_of_a_long_handler's
+    other consumer polls, and a beat that comes just as the lease ends keeps it). The lease left
+    is read from the server every 50 ms for 6.5 s (over two leases); it must stay above 0.3 of
+    the lease (900 ms)."""
+    queue = make_queue(dsn)  # the queue's lease is 30 s: the worker's 3 s is what the beats renew
+    msg_id = queue.enqueue("long")
+    release = threading.Event()
+    entered = threading.Event()
+
+    def handler(msg: Message) -> None:
+        entered.set()
+        release.wait(30)
+
+    async def async_handler(msg: Message) -> None:
+        entered.set()
+        deadline = time.monotonic() + 30
+        while not release.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    results = Results()
+    worker: Worker | AsyncWorker = (
+        Worker(queue, handler, concurrency=1, lock_ms=3000, on_result=results) if kind == "Worker"
+        else AsyncWorker(AsyncQueue(dsn, "jobs"), async_handler, concurrency=1, lock_ms=3000, on_result=results))
+    left: list[int] = []
+    try:
+        with running(worker):
+            assert entered.wait(15), "the handler did not start"
+            deadline = time.monotonic() + 6.5
+            while time.monotonic() < deadline:
+                row = conn.execute("SELECT locked_until - pgqueue.now_ms() FROM pgqueue.message WHERE id = %s",
+                                   (msg_id,)).fetchone()
+                assert row is not None
+                left.append(int(row[0]))
+                time.sleep(0.05)
+            release.set()
+            wait_for(lambda: results.items, what="the result")
+    finally:
+        release.set()
+    assert len(left) >= 20 and max(left) <= 3000, left
+    assert min(left) > 900, left
+    [result] = results.items
+    assert (result.message.id, result.outcome, result.acknowledged) == (msg_id, "completed", True)
 
 
 def test_listen_wakes_an_idle_worker_at_once(dsn: str) -> None:

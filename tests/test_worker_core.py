@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from pgqueue import AsyncQueue, AsyncWorker, Message, Queue
+from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, _sql
 from pgqueue._core import Call
 from pgqueue._worker_core import Delivery, WorkerCore
 from pgqueue.errors import QueueNotFound
@@ -362,6 +363,15 @@ def test_a_long_timeout_does_not_keep_settled_messages_alive(dsn: str) -> None:
     assert held <= 2 * 4 + 64 + 4, held  # the bound of the pruning, plus one batch
 
 
+def worker_of(kind: str, dsn: str, queue: Queue, handler: Callable[[Message], None],
+              coroutine: Callable[[Message], Any], options: dict[str, Any]) -> Worker | AsyncWorker:
+    """A Worker running ``handler`` on ``queue``, or an AsyncWorker running ``coroutine`` on an
+    AsyncQueue of the same queue."""
+    if kind == "Worker":
+        return Worker(queue, handler, **options)
+    return AsyncWorker(AsyncQueue(dsn, queue.name), coroutine, **options)
+
+
 @pytest.mark.parametrize("first_ends", ["raises", "returns"])
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
 def test_a_message_delivered_again_to_the_worker_holding_it_is_taken_over_not_run_twice(
@@ -404,11 +414,7 @@ def test_a_message_delivered_again_to_the_worker_holding_it_is_taken_over_not_ru
     # second does not let the new lease run out too)
     options: dict[str, object] = dict(concurrency=2, lock_ms=1500, poll_min=0.02, poll_max=0.05,
                                       shutdown_grace=1.0, on_result=results)
-    worker: Worker | AsyncWorker
-    if kind == "Worker":
-        worker = Worker(queue, handler, **options)  # type: ignore[arg-type]
-    else:
-        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), coroutine, **options)  # type: ignore[arg-type]
+    worker = worker_of(kind, dsn, queue, handler, coroutine, options)
     held = worker._held
     worker._held = lambda: [m for m in held() if m.attempts > 1]  # type: ignore[method-assign]
 
@@ -434,6 +440,71 @@ def test_a_message_delivered_again_to_the_worker_holding_it_is_taken_over_not_ru
     stats = queue.stats()
     assert (stats.ready, stats.scheduled, stats.leased) == (0, 1 if first_ends == "raises" else 0, 0)
     assert not queue.dead_letters()
+
+
+@pytest.mark.parametrize("end", ["raises", "stopped now"])
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_stale_failure_or_give_back_is_reported_not_acknowledged(kind: str, end: str, dsn: str) -> None:
+    """A handler outlives its lease (its heartbeats held back here) and another consumer takes
+    the message (attempts 2). The worker's failure (the handler raises) or give-back (stopped at
+    once) with the old token changes nothing, and its Result must say so: acknowledged False.
+    Reporting True there went unnoticed (mutations of _fail and _release that survived); the
+    other consumer's completion of its delivery is accepted."""
+    queue = make_queue(dsn, lock_ms=1000, retry_base_ms=3600000, retry_cap_ms=3600000)
+    msg_id = queue.enqueue("taken over")
+    entered, taken = threading.Event(), threading.Event()
+
+    def handler(msg: Message) -> None:
+        entered.set()
+        taken.wait(30)
+        if end == "raises":
+            raise RuntimeError("too late")
+
+    async def coroutine(msg: Message) -> None:
+        entered.set()
+        deadline = time.monotonic() + 30
+        while not taken.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if end == "raises":
+            raise RuntimeError("too late")
+
+    results = Results()
+    # concurrency=1: the worker, its slot taken, does not lease the message again itself
+    options: dict[str, object] = dict(concurrency=1, lock_ms=1000, poll_min=0.02, poll_max=0.05,
+                                      shutdown_grace=1.0, on_result=results)
+    worker = worker_of(kind, dsn, queue, handler, coroutine, options)
+    worker._held = lambda: []  # type: ignore[method-assign]  # no heartbeats: the lease runs out
+    other = Queue(dsn, "jobs")
+    got: list[Message] = []
+
+    def taken_over() -> bool:
+        got.extend(other.dequeue(1, lock_ms=60000))
+        return bool(got)
+
+    started = Started(worker)
+    try:
+        assert entered.wait(15), "the handler did not start"
+        wait_for(taken_over, timeout=15, what="the lease to run out and the other consumer to take the message")
+        if end == "raises":
+            taken.set()
+            wait_for(lambda: results.items, what="the stale failure's result")
+        else:
+            worker.stop(now=True)
+            started.thread.join(20)
+            assert not started.thread.is_alive(), "the worker did not stop"
+    finally:
+        taken.set()
+        started.stop()
+    assert not started.errors, started.errors
+    [again] = got
+    assert (again.id, again.attempts) == (msg_id, 2)
+    [result] = results.items
+    assert (result.message.id, result.message.attempts, result.outcome, result.acknowledged) == (
+        msg_id, 1, "retried" if end == "raises" else "released", False)
+    assert other.complete(again)  # the other delivery's outcome is the one that counts
+    stats = queue.stats()
+    assert (stats.ready, stats.scheduled, stats.leased) == (0, 0, 0)
+    other.close()
 
 
 def test_two_finished_deliveries_of_one_message_are_acknowledged_in_turn_each_with_its_token() -> None:
@@ -549,6 +620,156 @@ def test_an_acknowledgement_that_conflicted_is_not_in_doubt(error: BaseException
     [warning] = [r.getMessage() for r in caplog.records if r.name == "pgqueue.worker"]
     assert ("the interrupted call was committed" in warning) is in_doubt, warning
     assert ("after its lease ran out" in warning) is not in_doubt, warning
+
+
+def _msg(msg_id: int, attempts: int = 1) -> Message:
+    """A leased message as the server hands it out (no server: the steps are driven by hand)."""
+    return Message(id=msg_id, queue="jobs", payload=None, attempts=attempts, state=None, dequeue_at=None,
+                   created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None)
+
+
+class _HandCore(WorkerCore):
+    """A worker core without a server nor handlers: the messages it would start are taken in
+    hand and recorded, and there is no loop to wake."""
+
+    def __init__(self, concurrency: int, on_result: Results) -> None:
+        super().__init__("jobs", "dbname=unused", print, concurrency=concurrency, batch_size=None, lock_ms=None,
+                         listen=False, poll_min=0.05, poll_max=1.0, shutdown_grace=1.0, on_result=on_result,
+                         timeout=None, handle_signals=False)
+        self.started_messages: list[Message] = []
+
+    def _start(self, messages: list[Message]) -> None:
+        for msg in self._adopt(messages):
+            self._hold(Delivery(msg))
+            self.started_messages.append(msg)
+
+    def _wake_up(self) -> None:
+        pass
+
+
+def _finished_in_hand(core: WorkerCore, msgs: list[Message], *, queued: bool = True) -> list[Delivery]:
+    """Hold a delivery of each message, its handler returned (queued for settling unless not ``queued``)."""
+    deliveries = [Delivery(m) for m in msgs]
+    for d in deliveries:
+        core._hold(d)
+        d.finished = time.monotonic()
+    if queued:
+        core._finished += deliveries
+    return deliveries
+
+
+def _answer(call: Call[Any]) -> object:
+    """What an empty queue's server answers a call of the worker's loop: nothing stale, nothing new."""
+    rows: dict[str, list[tuple[object, ...]]] = {
+        _sql.HEARTBEAT_BATCH: [(None,)], _sql.COMPLETE_BATCH: [(None,)], _sql.DEQUEUE: [],
+        _sql.COMPLETE_AND_DEQUEUE: [], _sql.NEXT_DUE: [(None,)]}
+    return call.result(rows[call.query])
+
+
+def test_a_stale_completion_in_the_acknowledge_and_fetch_call_is_reported_not_acknowledged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The acknowledgement made in the statement of the next fetch (message_complete_and_dequeue)
+    answers the stale tokens as rows of their own (stale true): such a delivery's Result must say
+    acknowledged False, with the warning that its lease ran out, while the others of the call are
+    acknowledged and the new messages it leased are started. Reading the call's lost messages as
+    none (``_completed(done, [])``) reported the stale completion acknowledged (a mutation that
+    survived: the server tests' completions are all current). Driven without a server."""
+    import logging
+
+    results = Results()
+    core = _HandCore(3, results)
+    _finished_in_hand(core, [_msg(7), _msg(8)])
+    step = core._complete_and_fetch()
+    call = next(step)
+    assert isinstance(call, Call) and call.query == _sql.COMPLETE_AND_DEQUEUE
+    assert (call.params["ids"], call.params["attempts"], call.params["limit"]) == ("{7,8}", "{1,1}", 3)
+    now = int(time.time() * 1000)
+    rows = [(9, b"new", 1, now, None, None, now, now + 30000, now, False),  # a new message, leased
+            (7, None, 1, None, None, None, None, None, None, True)]  # (7, 1): stale
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), pytest.raises(StopIteration) as done:
+        step.send(call.result(rows))
+    assert done.value.value == (3, 1)
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [
+        (7, "completed", False), (8, "completed", True)]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "pgqueue.worker"]
+    assert warning.startswith("message 7: finished after its lease ran out (attempt 1)"), warning
+    assert [m.id for m in core.started_messages] == [9]
+    assert list(core._in_hand) == [(9, 1)] and core._finished == []
+
+
+def test_the_acknowledge_and_fetch_call_takes_at_most_10000_deliveries() -> None:
+    """message_complete_and_dequeue takes at most MAX_BATCH (10,000) tokens a call: a worker of
+    more than 10,000 handlers that has more finished sends 10,000 and keeps the rest for the next
+    round. 10,001 went unnoticed by the tests (their worker of 10,005 handlers settles through
+    message_complete_batch, with notify off); the server refuses it. Driven without a server."""
+    from pgqueue import _core
+
+    n = _core.MAX_BATCH + 5
+    results = Results()
+    core = _HandCore(n, results)
+    deliveries = _finished_in_hand(core, [_msg(i) for i in range(1, n + 1)])
+    step = core._complete_and_fetch()
+    call = next(step)
+    assert isinstance(call, Call) and call.query == _sql.COMPLETE_AND_DEQUEUE
+    assert len(str(call.params["ids"]).strip("{}").split(",")) == _core.MAX_BATCH
+    assert call.params["limit"] == _core.MAX_BATCH  # the slots the call frees, at most batch_size
+    with pytest.raises(StopIteration):
+        step.send(call.result([]))
+    assert len(results.items) == _core.MAX_BATCH and all(r.acknowledged for r in results.items)
+    assert core._finished == deliveries[_core.MAX_BATCH:]  # the rest: the next round's
+    assert core.in_flight == 5
+
+
+def test_the_first_round_after_an_outage_renews_the_running_handlers_leases_before_it_fetches() -> None:
+    """After a failed call (an outage, a conflict) the running handlers' leases may have run out
+    meanwhile: the next round renews them (one heartbeat_batch) before anything leases messages,
+    or the fetch takes those messages again and their handlers run twice (_recover). Skipping
+    the renewal went unnoticed (a mutation that survived). Driven without a server: the calls of
+    one round, up to its wait."""
+    core = _HandCore(2, Results())
+    running = Delivery(_msg(7))
+    core._hold(running)
+    core._recovering = True
+    step = core._loop_until_stopped()
+    calls: list[Call[Any]] = []
+    what = next(step)
+    while isinstance(what, Call):
+        calls.append(what)
+        what = step.send(_answer(what))
+    step.close()
+    queries = [c.query for c in calls]
+    assert queries[0] == _sql.HEARTBEAT_BATCH, queries
+    assert (calls[0].params["ids"], calls[0].params["attempts"], calls[0].params["lock_ms"]) == ("{7}", "{1}", 30000)
+    assert _sql.DEQUEUE in queries[1:]  # then the free slot is filled
+    assert not core._recovering
+
+
+def test_the_shutdown_settles_a_finished_delivery_its_bookkeeping_did_not_queue(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A delivery whose handler has finished but that was never queued for settling (a
+    KeyboardInterrupt between the two steps of its bookkeeping) is settled by the shutdown all
+    the same (_drain's backstop), not left leased until its lease runs out. Removing the backstop
+    went unnoticed (a mutation that survived). Driven without a server."""
+    import logging
+
+    results = Results()
+    core = _HandCore(2, results)
+    _finished_in_hand(core, [_msg(7)], queued=False)
+    core.stop()
+    step = core._drain()
+    calls: list[Call[Any]] = []
+    with caplog.at_level(logging.WARNING, logger="pgqueue.worker"), pytest.raises(StopIteration):
+        what = next(step)
+        while True:
+            if isinstance(what, Call):
+                calls.append(what)
+                what = step.send(_answer(what))
+            else:
+                what = step.send(None)
+    assert [(c.query, c.params["ids"], c.params["attempts"]) for c in calls] == [(_sql.COMPLETE_BATCH, "{7}", "{1}")]
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results.items] == [(7, "completed", True)]
+    assert core.in_flight == 0
+    assert not [r for r in caplog.records if "not acknowledged" in r.getMessage()]
 
 
 def test_the_start_log_names_the_server_libpq_reaches(monkeypatch: pytest.MonkeyPatch) -> None:
