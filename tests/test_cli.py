@@ -63,8 +63,14 @@ def test_enqueue_then_dequeue_and_complete(capsys: pytest.CaptureFixture[str], d
     first = int(out)
     status, out, _ = run(capsys, "--dsn", dsn, "enqueue", "jobs", '{"n": [1, 2]}', "--json", "--priority", "5")
     second = int(out)
+    before = datetime.now(timezone.utc)
     status, out, _ = run(capsys, "enqueue", "jobs", "later", "--delay", "60", "--dsn", dsn)
     assert status == 0
+    # 60 s, not 60 ms: a delay read in the wrong unit was not due yet either at the dequeue below
+    # (a mutation-testing review)
+    [later] = [m for m in Queue(dsn, "jobs").peek(10) if m.id == int(out)]
+    assert later.dequeue_at is not None
+    assert timedelta(seconds=59) <= later.dequeue_at - before <= timedelta(seconds=70), later.dequeue_at - before
 
     status, out, err = run(capsys, "dequeue", "jobs", "--limit", "5", "--complete", "--dsn", dsn)
     assert status == 0, err
@@ -1713,6 +1719,12 @@ def test_schedule_create_reads_its_payload_from_standard_input(capsys: pytest.Ca
     assert status == 0, err
     payloads = {s.name: s.payload for s in list_schedules(dsn)}
     assert payloads == {"nightly": {"kind": "daily"}, "plain": "caf\u00e9\n"}
+    # --missed reaches the schedule (no test gave it: ignoring it went unnoticed)
+    status, _, err = run(capsys, "schedule", "create", "each", "default", "x", "--every", "60", "--missed", "all",
+                         "--dsn", dsn)
+    assert status == 0, err
+    assert {s.name: s.missed for s in list_schedules(dsn)} == {"nightly": "latest", "plain": "latest", "each": "all"}
+    assert run(capsys, "schedule", "drop", "each", "--dsn", dsn)[0] == 0
     status, out, _ = run(capsys, "schedule", "create", "--help")
     assert status == 0 and "('-' reads standard input, as it is: a final newline is kept)" in " ".join(out.split()), out
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "PYTHONIOENCODING")}

@@ -458,6 +458,34 @@ def test_peek_shows_payloads_by_content_type(conn: psycopg.Connection[Any], make
     assert counters and "enqueued 4 " in " ".join(counters.group(1).split())
 
 
+def test_a_confirmed_post_needs_the_csrf_token_too(conn: psycopg.Connection[Any], make_app: Any) -> None:
+    """The confirmation's POST (confirm=yes) is checked like any other: without the CSRF token it
+    is 400 and changes nothing. Every earlier check posted without confirm=yes, so skipping the
+    check for confirmed posts went unnoticed (a mutation-testing review): any web page could then
+    purge or requeue through a browser on this machine, and a dashboard without a token needs no
+    cookie, so SameSite does not stop it."""
+    letter = dead_letter(conn, "default")
+    client = make_app().test_client()
+    for action in ("requeue", "purge"):
+        for form in ({"id": str(letter), "confirm": "yes"}, {"all": "1", "upto": "9" * 15, "confirm": "yes"}):
+            response = client.post(f"/queues/default/dead/{action}", data=form)
+            assert response.status_code == 400 and "CSRF" in response.get_data(as_text=True), (action, form)
+    assert Queue(conn, "default").stats().dead == 1
+
+
+def test_a_read_only_session_refuses_a_change_in_words(conn: psycopg.Connection[Any], dsn: str,
+                                                      make_app: Any) -> None:
+    """On a session that is read-only (a standby, default_transaction_read_only), a purge is
+    refused with 403 saying so, before the database would refuse it: no test used such a
+    session, and without the check the answer was a 500 (a mutation-testing review)."""
+    letter = dead_letter(conn, "default")
+    client = make_app(dsn=psycopg.conninfo.make_conninfo(dsn, options="-c default_transaction_read_only=on")).test_client()
+    response = client.post("/queues/default/dead/purge", data={"id": str(letter), "csrf_token": csrf(client),
+                                                               "confirm": "yes"})
+    assert response.status_code == 403 and "session is read-only" in response.get_data(as_text=True)
+    assert Queue(conn, "default").stats().dead == 1
+
+
 def test_payload_rendering_falls_back_to_hex() -> None:
     assert show(b'{"a":1}', "application/json; task=x").kind == "json"
     assert show(b"{not json", "application/json").kind == "text"

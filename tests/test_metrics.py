@@ -225,6 +225,59 @@ def test_a_monitoring_role_reads_counters_and_stats_only(dsn: str, conn: Conn) -
 # -- pgqueue stats --json ---------------------------------------------------------------------
 
 
+def test_each_counter_is_read_from_its_own_column_and_typed_a_counter(capsys: pytest.CaptureFixture[str],
+                                                                       dsn: str) -> None:
+    """Every counter with a value of its own (1 failed, 2 dead-lettered, 0 expired): the tests
+    had them all at 0, so the metrics' failed and expired (or the failed and dead-lettered of
+    `stats --json`) could be swapped unnoticed, and a counter typed as a gauge too, which breaks
+    Prometheus's rate() over a restart (a mutation-testing review). README's alert reads
+    pgqueue_messages_dead_lettered_total."""
+    queue = Queue(dsn, "jobs")
+    queue.create(max_attempts=5)
+    queue.enqueue_many(["a", "b", "c"])
+    first, second, third = queue.dequeue(3)
+    queue.fail(first, "later")
+    queue.reject(second, "bad")
+    queue.reject(third, "bad")
+    queue.close()
+    metrics = QueueMetrics(dsn, min_interval=0)
+    try:
+        text = metrics.render()
+    finally:
+        metrics.close()
+    s = parse(text)
+    assert s[("pgqueue_messages_enqueued_total", q("jobs"))] == 3
+    assert s[("pgqueue_messages_delivered_total", q("jobs"))] == 3
+    assert s[("pgqueue_messages_failed_total", q("jobs"))] == 1
+    assert s[("pgqueue_messages_dead_lettered_total", q("jobs"))] == 2
+    assert s[("pgqueue_leases_expired_total", q("jobs"))] == 0
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    totals = {name: kind for name, kind in types.items() if name.endswith("_total")}
+    assert len(totals) >= 6 and set(totals.values()) == {"counter"}, totals
+    assert types["pgqueue_queue_messages"] == "gauge"
+    assert main(["stats", "jobs", "--json", "--dsn", dsn]) == 0
+    counters = json.loads(capsys.readouterr().out)[0]["counters"]
+    assert (counters["failed"], counters["dead_lettered"], counters["expired"]) == (1, 2, 0)
+
+
+def test_queues_that_share_counters_are_marked(dsn: str) -> None:
+    """pgqueue_queue_counters_shared is 1 for exactly the queues queue_counters() says share
+    their counters (more queues than the 64 counter stripes); it was only ever seen at 0."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(70):
+            conn.execute("SELECT pgqueue.queue_create(%s)", (f"q{i}",))
+        shared = {r[0] for r in conn.execute("SELECT queue FROM pgqueue.queue_counters() WHERE shared")}
+    assert shared
+    metrics = QueueMetrics(dsn, min_interval=0)
+    try:
+        s = parse(metrics.render())
+    finally:
+        metrics.close()
+    marked = {dict(labels)["queue"] for (name, labels), v in s.items()
+              if name == "pgqueue_queue_counters_shared" and v == 1}
+    assert marked == shared
+
+
 def test_stats_json(capsys: pytest.CaptureFixture[str], dsn: str) -> None:
     queue = Queue(dsn, "jobs")
     queue.create()
@@ -952,6 +1005,39 @@ def test_worker_metrics_count_a_lost_lease_under_its_outcome_and_as_lost() -> No
     assert s[("pgqueue_worker_messages_total", q("jobs", outcome="completed"))] == 2
     assert s[("pgqueue_worker_lost_total", q("jobs"))] == 1
     assert s[("pgqueue_worker_handled_total", q("jobs"))] == 2
+
+
+def _worker_result_message() -> Any:
+    from pgqueue.message import Message
+
+    return Message(id=1, queue="jobs", payload=None, attempts=1, state=None, dequeue_at=None,
+                   created_at=datetime.now(timezone.utc), locked_until=None, content=b"null",
+                   content_type="application/json")
+
+
+def test_worker_metrics_count_a_message_given_back_but_not_as_handled() -> None:
+    """A message given back (a graceful stop) is counted under its outcome, not as handled nor
+    in the handler's durations: counting it there went unnoticed (a mutation-testing review),
+    and every shutdown would have added handled messages of 0 s."""
+    from pgqueue._worker_core import Result
+
+    metrics = WorkerMetrics("jobs")
+    metrics.observe(Result(_worker_result_message(), "released", acknowledged=True, duration=0.0))
+    s = parse(metrics.render())
+    assert s[("pgqueue_worker_messages_total", q("jobs", outcome="released"))] == 1
+    assert s[("pgqueue_worker_handled_total", q("jobs"))] == 0
+    assert s[("pgqueue_worker_handler_duration_seconds_count", q("jobs"))] == 0
+
+
+def test_a_duration_on_a_bucket_bound_is_in_that_bucket() -> None:
+    """Prometheus's le is "less than or equal": a handler of exactly 0.5 s is in le="0.5"."""
+    from pgqueue._worker_core import Result
+
+    metrics = WorkerMetrics("jobs", buckets=[0.5, 1])
+    metrics.observe(Result(_worker_result_message(), "completed", acknowledged=True, duration=0.5))
+    s = parse(metrics.render())
+    assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="0.5"))] == 1
+    assert s[("pgqueue_worker_handler_duration_seconds_bucket", q("jobs", le="1"))] == 1
 
 
 @pytest.mark.parametrize("buckets, error", [
