@@ -2,7 +2,7 @@
 -- each returns and changes, and its errors with their SQLSTATEs; the message groups and
 -- idempotency keys of the text and JSON entry points (message_create's: sql/90_groups.sql).
 BEGIN;
-SELECT plan(74);
+SELECT plan(76);
 
 SELECT pgqueue.queue_create('c', p_max_attempts => 3);
 SELECT pgqueue.queue_create('other');
@@ -208,6 +208,27 @@ SELECT is((SELECT count(*) FROM pgqueue.message x JOIN pgqueue.queue q ON q.id =
 SELECT is(pgqueue.message_create_json('g', '{}', p_group => 'c', p_key => 'both'),
           pgqueue.message_create_text('g', 'x', p_group => 'c', p_key => 'both'),
           'keys: with a group too, the same id');
+
+-- message_peek shows expired leases in the order a dequeue takes them, by expiry (no test had
+-- two of them: a mutation-testing review)
+SELECT pgqueue.queue_create('pk');
+SELECT count(*) FROM (SELECT pgqueue.message_create_text('pk', t) FROM unnest('{a,b,c}'::text[]) t) s;
+SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('pk', 1, 300);  -- a, lease 300 ms
+SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('pk', 1, 100);  -- b, 100 ms
+SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('pk', 1, 200);  -- c, 200 ms
+SELECT pg_sleep(0.5);
+SELECT is(ARRAY(SELECT convert_from(content, 'UTF8') FROM pgqueue.message_peek('pk')), '{b,c,a}',
+          'peek: expired leases by expiry, as a dequeue takes them');
+
+-- queue_alter: a NULL setting keeps it, for every setting (an alter of lock_ms reset nothing;
+-- the key window's "NULL keeps" was not pinned: a mutation-testing review)
+SELECT pgqueue.queue_create('ka', p_key_window_ms => 60000, p_max_attempts => 3, p_max_size => 100,
+                            p_retry_base_ms => 100, p_retry_cap_ms => 1000, p_notify => true,
+                            p_group_concurrency => 2, p_rate_limit => 50);
+SELECT pgqueue.queue_alter('ka', p_lock_ms => 5000);
+SELECT is((SELECT row(lock_ms, max_attempts, retry_base_ms, retry_cap_ms, max_size, notify, group_concurrency,
+                      key_window_ms, rate_limit)::text FROM pgqueue.queue_list() WHERE queue = 'ka'),
+          row(5000, 3, 100, 1000, 100, true, 2, 60000, 50)::text, 'queue_alter: NULL keeps every other setting');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- Periodic schedules (issue 16): cron parsing, the slots schedule_run enqueues (each once, the
 -- missed-slot policies), list and drop, a dropped queue's schedules, and every error's SQLSTATE.
 BEGIN;
-SELECT plan(111);
+SELECT plan(120);
 
 -- _cron_next: the first matching minute strictly after a time (UTC)
 CREATE TEMP TABLE cron_case (expr text, after timestamptz, want timestamptz);
@@ -24,6 +24,11 @@ INSERT INTO cron_case VALUES
     ('0 0 */10 * *',    '2023-11-14 22:13:00+00', '2023-11-21 00:00:00+00'),    -- days 1, 11, 21, 31
     ('0 0 1 * */7',     '2023-11-14 22:13:00+00', '2024-09-01 00:00:00+00'),    -- a 1st that is a Sunday
     ('0 0 29 2 *',      '2096-03-01 00:00:00+00', '2104-02-29 00:00:00+00'),    -- 2100 is not a leap year
+    -- n/step: from n to the field's end (5, 25, 45), not n alone
+    ('5/20 * * * *',    '2026-01-01 10:06:00+00', '2026-01-01 10:25:00+00'),
+    -- a stepped day of the month with a weekday: both must match (days 1, 11, 21, 31 that are
+    -- Mondays), not either (it would also fire on Monday 2023-11-20)
+    ('0 0 */10 * 1',    '2023-11-14 22:13:00+00', '2023-12-11 00:00:00+00'),
     (E'\t0 0 * * *\n', '2026-01-01 10:00:00+00', '2026-01-02 00:00:00+00');    -- blanks around the fields
 SELECT is(pgqueue.from_epoch(pgqueue._cron_next(expr, pgqueue.to_epoch(after))), want, expr || ' after ' || after)
   FROM cron_case ORDER BY expr, after;
@@ -251,6 +256,25 @@ SELECT throws_ok($$SELECT pgqueue.schedule_create('x', 'default', 'c', p_cron =>
 SELECT pgqueue.schedule_create('dup', 'default', 'c', 1000);
 SELECT throws_ok($$SELECT pgqueue.schedule_create('dup', 'default', 'c', 1000)$$, '42710', 'schedule "dup" already exists', 'duplicate');
 SELECT throws_ok($$SELECT pgqueue.schedule_run(0)$$, '22023', NULL, 'run: limit 0');
+
+-- 'latest' on an interval schedule that missed three slots fires once, at the last slot due (on
+-- the schedule's grid, not at the time of the run), and its next slot is one interval on: an
+-- hourly job due at :00 stays at :00 after an outage (no test pinned it: a mutation-testing
+-- review)
+SELECT pgqueue.queue_create('sl');
+SELECT pgqueue.schedule_create('late', 'sl', 'x', p_every_ms => 60000,
+                               p_start_at => (pgqueue.now_ms() / 60000 - 3) * 60000) > 0 AS created;
+CREATE TEMP TABLE late_run AS SELECT * FROM pgqueue.schedule_run() WHERE schedule = 'late';
+SELECT is((SELECT count(*) FROM late_run), 1::bigint, 'latest after three missed slots: one message');
+SELECT is((SELECT min(slot) % 60000 FROM late_run), 0::bigint, 'latest: its slot is on the schedule''s grid');
+SELECT ok((SELECT pgqueue.now_ms() - min(slot) < 60000 FROM late_run), 'latest: the last slot due');
+SELECT is((SELECT s.next_run - r.slot FROM pgqueue.schedule_list() s, late_run r WHERE s.name = 'late'),
+          60000::bigint, 'latest: the next slot one interval on');
+-- a cron schedule's first slot is at or after p_start_at: a start that matches is the first slot
+SELECT pgqueue.schedule_create('hourly_from', 'sl', 'x', p_cron => '0 * * * *',
+                               p_start_at => pgqueue.to_epoch('2030-01-01 10:00+00')) > 0 AS created;
+SELECT is((SELECT pgqueue.from_epoch(next_run) FROM pgqueue.schedule_list() WHERE name = 'hourly_from'),
+          '2030-01-01 10:00+00'::timestamptz, 'cron: a p_start_at that matches is the first slot');
 
 SELECT * FROM finish();
 ROLLBACK;
