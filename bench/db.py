@@ -247,6 +247,13 @@ def pgbench(server: Server, dbname: str, script: str, *, clients: int, seconds: 
     return parse_pgbench(proc, timeout=seconds * 3 + 120 if seconds else 900)
 
 
+def queue_messages(conn: psycopg.Connection[Any], queue: str) -> int:
+    """How many messages pgqueue's queue ``queue`` holds, in any state."""
+    row = conn.execute("SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
+                       "WHERE q.name = %s", (queue,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def vacuum_analyze(conn: psycopg.Connection[Any], tables: Sequence[str]) -> None:
     for table in tables:
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(table)))  # table names are our constants

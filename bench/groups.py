@@ -57,13 +57,6 @@ def _ready(conn: psycopg.Connection[Any], queue: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _count(conn: psycopg.Connection[Any], queue: str) -> int:
-    """The queue's messages, ready or not."""
-    row = conn.execute("SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
-                       "WHERE q.name = %s", (queue,)).fetchone()
-    return int(row[0]) if row else 0
-
-
 def _throughput(srv: db.Server, profile: config.Profile, log: Callable[[str], None]) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     n = profile.groups_messages
@@ -81,10 +74,10 @@ def _throughput(srv: db.Server, profile: config.Profile, log: Callable[[str], No
                     if short > 0:
                         _load(conn, queue, short, None if queue == "plain" else profile.groups_count)
                     conn.execute("VACUUM (ANALYZE) pgqueue.message")
-                    before = _count(conn, queue)
+                    before = db.queue_messages(conn, queue)
                     r = db.pgbench(srv, name, script, clients=profile.groups_clients, seconds=profile.groups_seconds,
                                    transactions=profile.groups_transactions, defines={"queue": queue}, sync_off=True)
-                    left, removed = _ready(conn, queue), before - _count(conn, queue)
+                    left, removed = _ready(conn, queue), before - db.queue_messages(conn, queue)
                     # the rate is messages removed from the table, as ops.run_one counts it: pgbench's
                     # tps counts a delete-mode poll that found nothing as work; and a transaction
                     # takes one message at most, so more removed than transactions is a broken count

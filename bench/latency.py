@@ -216,12 +216,6 @@ def _stats_phases(server: db.Server, profile: Any, log: Any) -> dict[str, Any]:
     return {"phases": phases, "median": med}
 
 
-def _stats_count(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
-                       "WHERE q.name = 'stats'").fetchone()
-    return int(row[0]) if row else 0
-
-
 def _stats_phase(server: db.Server, dbname: str, profile: Any, mode: str) -> dict[str, Any]:
     clients = profile.stats_clients
     kw = {"clients": clients, "seconds": profile.stats_seconds, "transactions": profile.stats_transactions,
@@ -240,7 +234,7 @@ def _stats_phase(server: db.Server, dbname: str, profile: Any, mode: str) -> dic
 
     th = threading.Thread(target=caller) if mode != "none" else None
     with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-        before = _stats_count(conn)
+        before = db.queue_messages(conn, "stats")
     prod = db.pgbench_popen(server, dbname, "pgqueue_create.sql", **kw)
     cons = db.pgbench_popen(server, dbname, "pgqueue_dequeue.sql", **kw)
     if th:
@@ -250,7 +244,7 @@ def _stats_phase(server: db.Server, dbname: str, profile: Any, mode: str) -> dic
     if th:
         th.join()
     with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
-        after = _stats_count(conn)
+        after = db.queue_messages(conn, "stats")
     return _phase_result(mode, rp, rc, before, after) | {
         "stats_calls": len(calls), "stats_median_ms": statistics.median(calls) if calls else None}
 

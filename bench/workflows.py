@@ -147,9 +147,7 @@ def _pgqueue_fill(conn: Conn, n: int) -> list[int]:
 
 
 def _pgqueue_left(conn: Conn) -> int:
-    row = conn.execute("SELECT count(*) FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
-                       "WHERE q.name = 'bench'").fetchone()
-    return int(row[0]) if row else -1
+    return db.queue_messages(conn, "bench")
 
 
 class PgqueueLease(Strategy):

@@ -95,12 +95,12 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
                 return Shown("text", text, size, n)
             if cut:  # the start of a JSON document does not parse
                 return Shown("text", text, size, n, f"the first {n} bytes of the JSON: shown as text, not parsed")
+            document = text.removeprefix("\ufeff")  # (a byte-order mark is left out, as pgqueue.codec.decode does)
             try:
-                # a byte-order mark before JSON is left out, as pgqueue.codec.decode does
-                value = json.loads(text.removeprefix("\ufeff"))
+                value = json.loads(document)
                 pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
             except (ValueError, RecursionError):
-                if _json_but_for_big_ints(text.removeprefix("\ufeff")):
+                if _json_but_for_big_ints(document):
                     return Shown("text", text, size, n, "JSON with an integer of more than "
                                  f"{sys.get_int_max_str_digits()} digits, which Python does not "
                                  "convert: shown as stored")
