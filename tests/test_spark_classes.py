@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     BinaryType,
     DateType,
     DayTimeIntervalType,
+    DoubleType,
     IntegerType,
     LongType,
     MapType,
@@ -448,6 +449,30 @@ def test_schedule_columns() -> None:
     assert [len(c) for c in chunk.slices(3)] == [3, 1]
 
 
+def test_schedule_and_key_values_at_their_limits() -> None:
+    """Priorities 0 and MAX_PRIORITY (2**31 - 1) are taken and 2**31 refused; a group or key of 200
+    characters is taken; a delay is rounded to the nearest millisecond (1.005 s is 1004.99... in
+    floating point: 1005 ms) and a due time floored to its millisecond."""
+    at = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=1500)
+    batch = pa.record_batch({
+        "payload": pa.array(["a", "b", "c", "d"]),
+        "p": pa.array([0, _encode.MAX_PRIORITY, None, None], pa.int64()),
+        "d": pa.array([None, None, 1.005, None]),
+        "at": pa.array([None, None, None, at], pa.timestamp("us", tz="UTC")),
+        "g": pa.array(["g" * 200] * 4), "k": pa.array(["k" * 200] * 4),
+    })
+    plan = WritePlan("payload", "text", priority_column="p", delay_column="d", delay_kind="seconds",
+                     dequeue_at_column="at", dequeue_at_kind="timestamp", group_column="g", key_column="k")
+    chunk = encode_batch(plan, batch, partition=0, first_row=0)
+    assert chunk.dequeue_ats == [-1, -(2**31), None, 1893456000001]
+    assert chunk.delays_ms == [None, None, 1005, None]
+    assert chunk.groups == ["g" * 200] * 4 and chunk.keys == ["k" * 200] * 4
+    over = pa.record_batch({"payload": pa.array(["a"]), "p": pa.array([2**31], pa.int64())})
+    with pytest.raises(InvalidArgument, match="priority column 'p' must be from 0 to 2147483647, got 2147483648 "
+                                              "in row 1 of partition 0"):
+        encode_batch(WritePlan("payload", "text", priority_column="p"), over, partition=0, first_row=0)
+
+
 def test_strings_that_are_not_utf8_or_hold_nul_fail_naming_the_column_and_row() -> None:
     """Spark's STRING may hold any bytes (CAST(unhex('ff') AS STRING), a file read with another
     charset). Arrow hands them over unchecked and decoding them raised a bare UnicodeDecodeError
@@ -508,6 +533,17 @@ def test_decode_payload() -> None:
     assert decode_payload(b"hi", codec.TEXT, "json") == '"hi"'
     assert decode_payload(b"hi", None, "json") is None
     assert decode_payload("h\u00e9".encode("latin-1"), "text/plain; charset=latin-1", "string") == "h\u00e9"
+
+
+def test_json_reads_take_every_json_media_type_without_its_byte_order_mark() -> None:
+    """payloadType json gives a structured-syntax +json type's content as JSON (not NULL), and
+    leaves out a leading byte-order mark, which is not part of the JSON (pgqueue.codec.decode);
+    payloadType string keeps the text as it is."""
+    assert decode_payload(b'{"a":1}', "application/cloudevents+json", "json") == '{"a":1}'
+    assert decode_payload(b'[1]', "application/ld+json; charset=utf-8", "json") == "[1]"
+    bom = b'\xef\xbb\xbf{"a":1}'
+    assert decode_payload(bom, codec.JSON, "json") == '{"a":1}'
+    assert decode_payload(bom, codec.JSON, "string") == '\ufeff{"a":1}'
 
 
 @pytest.mark.parametrize("content_type", ["text/plain; charset=undefined", "application/json; charset=undefined",
@@ -585,6 +621,19 @@ def test_task_mode_writes_each_partition_in_chunks(dsn: str, conn: Conn, as_task
     assert w.write(iter([])) == PgQueueCommit(1, 1, 0)
     w.commit([msg])  # nothing to do in task mode
     assert len(payloads(conn)) == 10
+
+
+def test_a_bad_row_past_the_first_arrow_batch_is_named_by_its_row_in_the_partition(dsn: str, conn: Conn,
+                                                                                  as_task: Any) -> None:
+    """Spark hands a partition over in Arrow batches: the row an error names counts from the
+    partition's start (empty batches included), not from its batch's; the partition's earlier
+    batches, sent already, are rolled back."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    as_task(2, 1)
+    parts = [pa.record_batch({"payload": pa.array(values, pa.string())}) for values in (["a", "b", "c"], [], ["d", None])]
+    with pytest.raises(InvalidArgument, match="is NULL in row 5 of partition 2:"):
+        writer(dsn).write(iter(parts))
+    assert payloads(conn) == []
 
 
 def test_job_mode_publishes_winning_attempts_once(dsn: str, conn: Conn, as_task: Any) -> None:
@@ -792,6 +841,34 @@ def test_groups_and_keys_in_task_and_job_mode(dsn: str, conn: Conn, as_task: Any
     assert payloads(conn, "plain") == []
     assert one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
     assert one(conn, "SELECT enqueued FROM pgqueue.queue_counters('plain')") == 0  # the refusal counted nothing
+
+
+def test_schedule_columns_in_task_and_job_mode(dsn: str, conn: Conn, as_task: Any) -> None:
+    """A due time, a delay and a priority become the same dequeue_at whether the rows are enqueued
+    (task mode: message_create_batch) or staged and published (job mode, and every writeStream:
+    spark_stage, spark_publish); a delay as long as the options take saturates at the last due
+    time instead of overflowing a bigint."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    schema = StructType([StructField("payload", StringType()), StructField("at", LongType()),
+                         StructField("d", DoubleType()), StructField("p", IntegerType())])
+    longest = 9223372036854774.0  # seconds: the largest double whose milliseconds a bigint holds
+    assert longest * 1000 <= _encode.MAX_DELAY_MS
+    batch = pa.record_batch({"payload": pa.array(["at", "hour", "longest", "prio", "now"]),
+                             "at": pa.array([1893456000000, None, None, None, None], pa.int64()),
+                             "d": pa.array([None, 3600.0, longest, None, None], pa.float64()),
+                             "p": pa.array([None, None, None, 7, None], pa.int32())})
+    for attempt, mode in enumerate(("task", "job")):
+        conn.execute("DELETE FROM pgqueue.message")
+        ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "dequeueAtColumn": "at", "delayColumn": "d",
+                                "priorityColumn": "p", "commitMode": mode})
+        w = ds.writer(schema, False)
+        as_task(0, attempt)
+        w.commit([w.write(iter([batch]))])
+        now = one(conn, "SELECT pgqueue.now_ms()")
+        due = dict(conn.execute("SELECT convert_from(content, 'UTF8'), dequeue_at FROM pgqueue.message").fetchall())
+        assert (due["at"], due["longest"], due["prio"]) == (1893456000000, 2**63 - 1, -8), mode
+        assert now + 3_540_000 < due["hour"] <= now + 3_600_000, mode
+        assert now - 60_000 < due["now"] <= now, mode
 
 
 def test_a_job_mode_publication_refused_with_40001_for_a_kept_key_runs_again(
@@ -1021,6 +1098,22 @@ def test_available_now_stops_at_what_exists(dsn: str, conn: Conn, monkeypatch: p
         reader.stop()
 
 
+def test_available_now_on_an_empty_queue_claims_nothing_enqueued_after_the_start(dsn: str, conn: Conn) -> None:
+    """An availableNow query started on an empty queue has nothing to do: messages enqueued
+    after its start are left for the next run (it must stop, however busy the producers are)."""
+    conn.execute("SELECT pgqueue.queue_create('q')")
+    reader = stream_reader(dsn)
+    try:
+        start = reader.initialOffset()
+        reader.prepareForTriggerAvailableNow()
+        fill(conn, "q", 3)
+        assert reader.latestOffset(start, ReadMaxRows(10)) == start
+        assert reader.latestOffset(start, ReadAllAvailable()) == start
+    finally:
+        reader.stop()
+    assert one(conn, "SELECT count(*) FROM pgqueue.message WHERE claim_id IS NULL") == 3
+
+
 def test_data_loss_is_reported(dsn: str, conn: Conn) -> None:
     ids = fill(conn, "q", 6)
     reader = stream_reader(dsn)
@@ -1083,6 +1176,12 @@ def test_checkpoint_of_another_consumer_or_ahead(dsn: str, conn: Conn) -> None:
             reader.latestOffset({"consumer": "other", "seq": 0}, ReadMaxRows(1))
         with pytest.raises(PgQueueError, match="start the query with a new checkpoint"):
             reader.latestOffset({"consumer": "etl", "seq": 7}, ReadMaxRows(1))
+        # one claim ahead (the consumer's next claim would be 1): refused in words that say what to
+        # do, not by spark_ack's 22023 "cannot acknowledge claim 1"
+        with pytest.raises(PgQueueError, match="the checkpoint is at claim 1 of consumer 'etl' on queue 'q', but "
+                                               "the consumer's last claim is 0"):
+            reader.latestOffset({"queue": "q", "consumer": "etl", "seq": 1}, ReadMaxRows(1))
+        assert one(conn, "SELECT acked_seq FROM pgqueue.spark_consumers('q')") == 0
     finally:
         reader.stop()
 
@@ -1234,6 +1333,38 @@ def test_stream_writer_publishes_each_micro_batch_once(dsn: str, conn: Conn, mon
     assert payloads(conn) == ["a0", "a1", "b0", "c0"]
 
 
+def test_a_micro_batch_run_again_by_a_new_driver_stages_under_attempts_of_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that crashed after its tasks staged micro-batch 4 leaves their rows; a new driver
+    (restarted from the checkpoint) runs the batch again, and Spark numbers its task attempts from
+    0 again: the attempt a task stages under mixes in the run (Spark's job group, new at every
+    start), so the new run's rows never mix with the crashed run's under one attempt number."""
+    import pyspark
+
+    class Task:
+        def __init__(self, run: str, attempt: int) -> None:
+            self.props = {"sql.streaming.queryId": "qid", "streaming.sql.batchId": "4", "spark.jobGroup.id": run}
+            self.attempt = attempt
+
+        def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
+            return self.props.get(key)
+
+        def taskAttemptId(self) -> int:  # noqa: N802 - Spark's name
+            return self.attempt
+
+        def partitionId(self) -> int:  # noqa: N802 - Spark's name
+            return 1
+
+    def identity(run: str, attempt: int) -> tuple[str, int, int, int]:
+        monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Task(run, attempt)))
+        return source._stream_task_identity()
+
+    crashed, again = identity("run-1", 3), identity("run-2", 3)
+    assert crashed[:3] == again[:3] == ("qid", 4, 1)
+    assert crashed[3] != again[3], "the same task attempt id of another run is another attempt"
+    assert identity("run-1", 3) == crashed and identity("run-1", 4)[3] != crashed[3]
+
+
 @pytest.mark.parametrize("refusal", [SerializationFailure, DeadlockDetected])
 def test_a_stream_publication_refused_with_40001_or_40p01_runs_again_spaced(
         refusal: type[PgQueueError], dsn: str, conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1343,6 +1474,28 @@ def test_id_filters_are_pushed_down_and_bound_the_rows_read(dsn: str, conn: Conn
     left, got = rows_read(odd)
     assert left == [odd] and got == ids, "a filter it cannot bound exactly stays with Spark"
     assert rows_read(GreaterThan(("id",), ids[-1]))[1] == []
+
+
+def test_several_id_filters_only_narrow_the_range_read(dsn: str, conn: Conn) -> None:
+    """Spark pushes every conjunct of a filter: a comparison taken over is not checked by Spark
+    again, so of two lower (upper) bounds the tighter one holds, whichever comes first, and an IN
+    list (left to Spark) does not widen a comparison's bound."""
+    from pyspark.sql.datasource import GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
+
+    ids = fill(conn, "q", 20)
+
+    def rows_read(*filters: Any) -> tuple[list[Any], list[int]]:
+        reader = own_reader(PgQueueDataSource({"dsn": dsn, "path": "q", "filterPushdown": "true"}))
+        left = list(reader.pushFilters(list(filters)))
+        return left, [r[0] for p in reader.partitions() for r in reader.read(p)]
+
+    above, at_least = GreaterThan(("id",), ids[2]), GreaterThanOrEqual(("id",), ids[10])
+    assert rows_read(above, at_least) == rows_read(at_least, above) == ([], ids[10:])
+    below, at_most = LessThan(("id",), ids[15]), LessThanOrEqual(("id",), ids[5])
+    assert rows_read(below, at_most) == rows_read(at_most, below) == ([], ids[:6])
+    listed = In(("id",), (ids[3], ids[8]))
+    assert rows_read(listed, GreaterThan(("id",), ids[5])) == ([listed], ids[6:9])
+    assert rows_read(listed, LessThan(("id",), ids[5])) == ([listed], ids[3:5])
 
 
 def test_status_and_time_filters_are_evaluated_by_the_server(dsn: str, conn: Conn) -> None:

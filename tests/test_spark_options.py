@@ -222,3 +222,23 @@ def test_a_missing_option_still_takes_its_default_and_blanks_stay_refused() -> N
         parse({"dsn": "x", "path": "jobs", "startingPosition": "  "}, "spark.readStream")
     # Spark's own checkpointLocation is Spark's to check
     assert parse({"dsn": "x", "path": "jobs", "checkpointLocation": ""}, "df.writeStream").queue == "jobs"
+
+
+def test_the_limits_of_names_and_numbers_are_the_documented_ones() -> None:
+    """A consumer name of 100 characters is taken and one of 101 refused (the server's limit, said
+    before anything connects); batchSize 0 is refused (a chunk of 0 rows never ends a partition);
+    the defaults: a snapshot without the dead letters or pushdown, in one partition, 5000 rows per
+    fetch and per call."""
+    base = {"dsn": "x", "path": "jobs"}
+    longest = "c" * 100
+    assert parse({**base, "consumer": longest}, "spark.readStream").consumer == longest
+    with pytest.raises(InvalidArgument, match=r"^invalid consumer name 'c{101}': 1 to 100 characters"):
+        parse({**base, "consumer": longest + "c"}, "spark.readStream")
+    assert parse({**base, "batchSize": "1"}, "df.write").batch_size == 1
+    assert parse({**base, "batchSize": "100000"}, "df.write").batch_size == 100_000
+    for bad in ("0", "100001"):
+        with pytest.raises(InvalidArgument, match=f"^option batchSize must be between 1 and 100000, got {bad}$"):
+            parse({**base, "batchSize": bad}, "df.write")
+    read = parse(base, "spark.read")
+    assert (read.include_dead, read.filter_pushdown, read.num_partitions, read.fetch_size) == (False, False, 1, 5_000)
+    assert parse(base, "df.write").batch_size == 5_000

@@ -357,12 +357,13 @@ def test_reconnecting_is_bounded_and_zero_fails_at_once(dsn: str, conn: Conn, cu
 # ---------------------------------------------------------------------------------------
 
 
-def reading_backend(conn: Conn, role: Any) -> int:
-    """The pid of the executor's read: the session of the role inside a transaction."""
+def reading_backend(conn: Conn, role: Any, cursor: str = "pgqueue_spark_claimed") -> int:
+    """The pid of the executor's read: the session of the role inside a transaction, fetching
+    from ``cursor``."""
     deadline = time.monotonic() + 10
     while True:
         row = conn.execute("SELECT pid FROM pg_stat_activity WHERE usename = %s AND state LIKE 'idle in transaction%%' "
-                           "AND query LIKE '%%pgqueue_spark_claimed%%'", (role.name,)).fetchone()
+                           "AND query LIKE %s", (role.name, f"%{cursor}%")).fetchone()
         if row is not None:
             return int(row[0])
         assert time.monotonic() < deadline
@@ -414,6 +415,23 @@ def test_a_snapshot_read_retries_until_its_first_row(dsn: str, conn: Conn, cutte
     cutter.arm(b"pgqueue_spark_snapshot", times=2)  # the DECLARE's answer, twice
     assert [row[0] for row in reader.read(part)] == ids
     assert cutter.cut == 2
+
+
+def test_a_snapshot_read_that_lost_its_connection_after_a_row_fails_its_task(dsn: str, conn: Conn,
+                                                                            role: Any) -> None:
+    """After its first row a snapshot partition does not start again on a new connection (it
+    would yield its first rows twice, as part of one task): the task fails, and Spark's retry of
+    it is a whole new read."""
+    ids = fill(conn, "q", 10)
+    ds = PgQueueDataSource({"dsn": dsn, "queue": "q", "reconnectTimeout": "30", "fetchSize": "2"})
+    reader = ds.reader(ds.schema())
+    (part,) = reader.partitions()
+    rows = reader.read(part)
+    got = [next(rows)[0] for _ in range(3)]
+    terminate(conn, reading_backend(conn, role, "pgqueue_spark_snapshot"))
+    with pytest.raises(ConnectionFailed):
+        got += [row[0] for row in rows]
+    assert got == ids[:3]
 
 
 # ---------------------------------------------------------------------------------------
