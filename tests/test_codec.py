@@ -172,6 +172,12 @@ def test_media_type() -> None:
     assert codec.media_type('text/plain; name="a\\";charset=x"; charset=utf-8') == (
         "text/plain", {"name": 'a";charset=x', "charset": "utf-8"})
     assert codec.decode(b"caf\xc3\xa9", 'text/plain; title="x;charset=latin-1"') == "caf\u00e9"
+    # a backslash escapes only inside a quoted string (RFC 9110): outside one it is a character
+    # and the semicolon after it splits; inside one an escaped backslash is one backslash
+    assert codec.media_type('text/plain; a=b\\; charset=latin-1') == ("text/plain", {"a": "b\\", "charset": "latin-1"})
+    assert codec.media_type('text/plain; a=\\"x;y"z; charset=latin-1') == ("text/plain", {"a": '\\"x;y"z', "charset": "latin-1"})
+    assert codec.media_type('text/plain; name="a\\\\"; charset=latin-1') == (
+        "text/plain", {"name": "a\\", "charset": "latin-1"})
 
 
 #: Content types whose parameters the SQL check of message_create_text and the codec might read
@@ -186,6 +192,8 @@ TRICKY_CONTENT_TYPES = [
     # did: the server stored "\xa0charset=latin-1" and the codec decoded UTF-8 as latin-1)
     'text/plain;\xa0charset=latin-1', 'text/plain; charset\u3000=latin-1', 'text/plain; charset=\x85latin-1',
     'text/plain; \x1ccharset=latin-1', 'text/plain;\xa0charset=utf-8',
+    # a backslash outside a quoted string escapes nothing; inside one an escaped backslash
+    'text/plain; a=b\\; charset=latin-1', 'text/plain; a=\\"; charset=latin-1"', 'text/plain; a="b\\\\"; charset=latin-1',
 ]
 
 
@@ -210,6 +218,21 @@ def test_message_create_text_accepts_only_what_the_codec_reads_as_utf8(conn: psy
             text.isascii() and charset.lower() in ("us-ascii", "ascii", "us_ascii")), content_type
         assert codec.decode(text.encode(), content_type) == text, content_type
     assert 'text/plain; charset="utf-8"' in accepted and 'text/plain; charset="utf-8;sig"' not in accepted
+
+
+def test_json_decodes_as_pythons_json_reads_it_what_the_client_cannot_send_back_included() -> None:
+    """``NaN`` and ``Infinity`` (not JSON, RFC 8259, but what Python's own json.dumps writes by
+    default: a producer of another program's may well send them) and a number beyond a double's
+    range (``1e400``, JSON) decode as Python's json reads them, to float nan and inf: the message
+    a handler gets is the value its producer meant, not its bytes. Enqueueing it again is refused
+    with UnsupportedPayload, as any such payload is, not sent as what JSON cannot hold."""
+    value = codec.decode(b'{"a":NaN,"b":Infinity,"c":-Infinity,"d":1e400,"e":-1e400}', codec.JSON)
+    assert isinstance(value, dict) and math.isnan(value["a"])
+    assert [value[k] for k in "bcde"] == [math.inf, -math.inf, math.inf, -math.inf]
+    with pytest.raises(errors.UnsupportedPayload, match="not JSON compliant"):
+        codec.encode(value)
+    with pytest.raises(ValueError):  # an integer Python will not convert: not decoded (its bytes in a Message)
+        codec.decode(b"1" * 5000, codec.JSON)
 
 
 def test_json_is_compact_and_readable_by_any_json_parser() -> None:

@@ -654,6 +654,9 @@ def test_install_as_an_application_role_on_an_up_to_date_plain_install_says_alre
             sql.Identifier(other_role)))
     out = ok(pgqueue("install", "--dsn", dsn))
     assert f"pgqueue {CURRENT} (plain SQL, owned by role {owner.name}) is already installed" in out, out
+    # (uninstall is its owner's only: a bare "permission denied for table install" otherwise)
+    refused(pgqueue("uninstall", "--yes", "--dsn", dsn), f"owned by role {owner.name}, not by {other_role}",
+            f"connect as {owner.name} to uninstall it")
     refused(pgqueue("install", "--extension", "--dsn", dsn), f"owned by role {owner.name}")  # not what it holds
     with owner.connect(db) as conn:
         conn.execute("ALTER TABLE pgqueue.install ENABLE ROW LEVEL SECURITY")
@@ -898,7 +901,7 @@ def test_uninstall_of_every_version_leaves_exactly_the_users_objects(owner: Owne
         assert_only_user_objects_left(conn)
 
 
-@pytest.mark.parametrize("damage", ["newer", "empty record", "unknown version"])
+@pytest.mark.parametrize("damage", ["newer", "empty record", "unknown version", "not a version"])
 def test_uninstall_of_a_damaged_or_newer_record(owner: Owner, damage: str) -> None:
     """A version newer than the client: it cannot know that version's objects, so it refuses.
     No version, or one no script builds (the refusals of `pgqueue install` point here): the
@@ -911,8 +914,8 @@ def test_uninstall_of_a_damaged_or_newer_record(owner: Owner, damage: str) -> No
             conn.execute("UPDATE pgqueue.install SET version = '99.0'")
         elif damage == "empty record":
             conn.execute("DELETE FROM pgqueue.install")
-        else:
-            conn.execute("UPDATE pgqueue.install SET version = '0.0'")
+        else:  # ("dev": a ValueError from the version's numbers, had the uninstall read them)
+            conn.execute("UPDATE pgqueue.install SET version = %s", ["0.0" if damage == "unknown version" else "dev"])
         before = schema_contents(conn)
     if damage == "newer":
         refused(pgqueue("uninstall", "--yes", "--dsn", owner.dsn(db)), "99.0", "newer", "pip install ./python in a clone")
@@ -1343,6 +1346,12 @@ def test_uninstall_refuses_a_connection_in_a_transaction(owner: Owner) -> None:
 
     db = owner.database()
     with owner.connect(db) as conn:
+        conn.autocommit = False  # (an install there said "installed" of what the caller's rollback undid)
+        with pytest.raises(ValueError, match="pgqueue install needs an autocommit connection"):
+            install(conn, "plain", report=lambda _: None)
+        conn.rollback()
+        conn.autocommit = True
+        assert holds(conn) == (None, None)
         install(conn, "plain", report=lambda _: None)
         conn.autocommit = False
         with pytest.raises(ValueError, match="needs an autocommit connection"):
@@ -1452,3 +1461,118 @@ def test_ctrl_c_during_an_upgrades_lock_tries_says_nothing_of_psycopg(owner: Own
     assert (proc.returncode, proc.stderr) == (130, "\n"), (proc.returncode, proc.stderr)
     with owner.connect(db) as conn:
         assert holds(conn) == ("0.1", None)
+
+
+# --------------------------------------------------------------------------------------------
+# Mutation testing of the installer (session 70)
+# --------------------------------------------------------------------------------------------
+
+
+def test_refuses_to_downgrade_an_extension(owner: Owner, pg_server: Server) -> None:
+    """An extension newer than the client (its version as a newer release's update leaves it)
+    is refused in one line, as a plain install is, and not handed to ALTER EXTENSION."""
+    db = owner.database()
+    ok(pgqueue("install", "--extension", "--dsn", owner.dsn(db)))
+    with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:  # (what a newer release's update leaves)
+        admin.execute("UPDATE pg_catalog.pg_extension SET extversion = '99.0' WHERE extname = 'pgqueue'")
+    for mode in ((), ("--extension",)):
+        refused(pgqueue("install", *mode, "--dsn", owner.dsn(db)), "99.0", "(extension), newer", "refusing to downgrade")
+    with owner.connect(db) as conn:
+        assert holds(conn) == ("99.0", None)
+
+
+@pytest.mark.parametrize("kind", ["plain", "extension"])
+def test_an_upgrade_that_waited_for_a_newer_clients_upgrade_refuses_to_downgrade(owner: Owner, pg_server: Server,
+                                                                               kind: str) -> None:
+    """Two deploys upgrading one database of 0.1, the first with a newer client: this one read
+    0.1, then waited for the first's locks. Under them it reads the version again, finds it newer
+    than itself, and refuses the downgrade, changing nothing. Without that second look a plain
+    install was called "no upgrade path ... a half-applied or hand-edited install ... drop it",
+    advice that drops every queue and message, and an extension went to ALTER EXTENSION."""
+    from pgqueue import installer
+
+    db = owner.database()
+    if kind == "plain":
+        install_plain_release(owner, db, "0.1")
+        first = owner.connect(db)
+        first.autocommit = False
+        first.execute("LOCK TABLE pgqueue.install IN SHARE ROW EXCLUSIVE MODE")  # as an upgrade step begins
+        first.execute("UPDATE pgqueue.install SET version = '99.0'")  # (what a newer release's steps leave)
+    else:
+        with owner.connect(db) as conn:
+            conn.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+        first = psycopg.connect(pg_server.dsn(db))  # (a superuser: to set what a newer update leaves)
+        first.execute("LOCK TABLE pgqueue.queue IN ACCESS EXCLUSIVE MODE")  # as the first's update begins
+        first.execute("UPDATE pg_catalog.pg_extension SET extversion = '99.0' WHERE extname = 'pgqueue'")
+
+    def commit() -> None:  # (the second has read 0.1 and waits)
+        first.commit()
+        first.close()
+
+    outcome = _while_blocked(owner, db, lambda second: installer.install(second, report=lambda _: None), commit)
+    assert isinstance(outcome, installer.InstallError), repr(outcome)
+    assert f"has pgqueue 99.0 ({kind.replace('plain', 'plain SQL')}), newer than this client" in str(outcome), outcome
+    assert "refusing to downgrade" in str(outcome), outcome
+    with owner.connect(db) as conn:
+        assert holds(conn) == (("99.0", None) if kind == "extension" else (None, "99.0"))
+
+
+def test_an_upgrade_step_that_records_no_version_is_rolled_back_not_run_again(owner: Owner,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step script that leaves pgqueue.install as it was (a damaged package, a hand-edited
+    script) is refused once, rolled back, naming the step: read again, the version it had not
+    advanced would have had the same step run again, and again."""
+    from pgqueue import installer
+
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    ran: list[str] = []
+
+    def read(name: str) -> str:
+        ran.append(name)
+        assert len(ran) < 3, f"the step was run again: {ran}"
+        return "CREATE TABLE pgqueue.made_by_the_step (id int)"
+
+    monkeypatch.setattr(installer, "_read", read)
+    with owner.connect(db) as conn, pytest.raises(installer.InstallError) as raised:
+        installer.install(conn, "plain", report=lambda _: None)
+    assert ran == ["pgqueue--0.1--0.2.sql"]
+    assert str(raised.value) == ("the upgrade step pgqueue--0.1--0.2.sql left version '0.1' in pgqueue.install instead "
+                                 "of 0.2: rolled back")
+    with owner.connect(db) as conn:
+        assert holds(conn) == (None, "0.1")
+        assert one(conn, "SELECT to_regclass('pgqueue.made_by_the_step')") is None
+
+
+@pytest.mark.parametrize("kind", ["plain", "extension"])
+@pytest.mark.parametrize(("first", "then"), [("queue", "message"), ("message", "queue")])
+def test_an_upgrade_takes_pgqueues_tables_before_a_step_alters_them(owner: Owner, kind: str, first: str,
+                                                                    then: str) -> None:
+    """A transaction that changed one of pgqueue's tables (ROW EXCLUSIVE, as a call's UPDATE
+    takes it) goes on to read another while `pgqueue install` upgrades from 0.1. The released
+    extension step to 0.2 alters pgqueue.message, then waits for pgqueue.queue (a new table's
+    foreign key): holding one and waiting for the other, it deadlocked with such a transaction,
+    which failed one of them a second later. pgqueue install takes all of pgqueue's tables
+    first, letting go of them while one is held, so both go on. (The busy-workers tests meet
+    that deadlock only when their calls happen to fall so.) The plain cases check that the
+    plain upgrade goes through beside such a transaction too; its step takes pgqueue.queue
+    first, and no order of these two tables was found that deadlocks it without the lock."""
+    db = owner.database()
+    if kind == "plain":
+        install_plain_release(owner, db, "0.1")
+    else:
+        with owner.connect(db) as conn:
+            conn.execute("CREATE EXTENSION pgqueue VERSION '0.1'")
+    holder = owner.connect(db)
+    holder.autocommit = False
+    holder.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(sql.Identifier("pgqueue", first)))
+
+    def go_on() -> None:  # (the upgrade waits for the table the other transaction holds)
+        holder.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier("pgqueue", then)))
+        holder.commit()
+        holder.close()
+
+    outcome = _while_blocked(owner, db, lambda second: install(second, report=lambda _: None), go_on, join=120)
+    assert isinstance(outcome, str) and f"to {CURRENT}" in outcome, repr(outcome)
+    with owner.connect(db) as conn:
+        assert holds(conn) == ((None, CURRENT) if kind == "plain" else (CURRENT, None))

@@ -4,6 +4,7 @@ start; `pgqueue --version` shows both versions and never a traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import psycopg
@@ -13,7 +14,7 @@ from psycopg import sql
 from conftest import REPO, Server
 from pgqueue import Queue, Worker, __version__, check_server
 from pgqueue.cli import main
-from pgqueue.compat import major_minor
+from pgqueue.compat import ServerPgQueue, async_server_pgqueue, major_minor, server_pgqueue, version_mismatch
 from pgqueue.errors import ExtensionNotInstalled, VersionMismatch
 
 CLIENT = "{}.{}".format(*(major_minor(__version__) or (0, 0)))
@@ -78,6 +79,55 @@ def test_a_database_without_pgqueue_is_not_installed(bare_dsn: str) -> None:
     with psycopg.connect(bare_dsn, autocommit=True) as conn:
         with pytest.raises(ExtensionNotInstalled):
             check_server(conn)
+
+
+def test_major_minor_reads_a_release_and_nothing_else() -> None:
+    """A version of fewer than two numbers, or not of numbers, is None (the callers' "unknown"):
+    "1" raised IndexError, which check_server and `pgqueue install` would have passed on."""
+    assert [major_minor(v) for v in ("0.4", "0.4.1", "12.30", "1", "", "x.4", "0.x", "0.4beta")] == [
+        (0, 4), (0, 4), (12, 30), None, None, None, None, None]
+
+
+def test_a_version_record_that_is_no_release_is_refused_as_older(bare_dsn: str) -> None:
+    """A hand-edited version that is no major.minor ("dev") is a VersionMismatch that says to
+    upgrade the database (a TypeError comparing None with the client's numbers otherwise), and of
+    several rows the highest release is what is installed."""
+    with psycopg.connect(plain_install(bare_dsn, "dev"), autocommit=True) as conn:
+        with pytest.raises(VersionMismatch, match="has pgqueue dev \\(plain\\), older than this client"):
+            check_server(conn)
+        conn.execute("INSERT INTO pgqueue.install (version) VALUES (%s), ('0.1'), (NULL)", [CLIENT])
+        assert check_server(conn) == ServerPgQueue(CLIENT, "plain")
+    mismatch = version_mismatch(ServerPgQueue("", "extension"))
+    assert mismatch is not None and "ALTER EXTENSION pgqueue UPDATE" in str(mismatch)
+
+
+def test_server_pgqueue_of_a_database_without_pgqueue_is_none_and_keeps_the_callers_transaction(
+        bare_dsn: str) -> None:
+    """No pgqueue: None, from the catalog alone. Asking pgqueue.install, which is not there,
+    failed the query (ExtensionNotInstalled), and with it the transaction of the caller's who
+    asked inside one; a schema pgqueue without that table is no install either."""
+    with psycopg.connect(bare_dsn) as conn:
+        assert server_pgqueue(conn) is None
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the caller's transaction goes on
+        conn.execute("CREATE SCHEMA pgqueue")
+        assert server_pgqueue(conn) is None
+        conn.rollback()
+
+    async def ask() -> ServerPgQueue | None:
+        async with await psycopg.AsyncConnection.connect(bare_dsn) as aconn:
+            found = await async_server_pgqueue(aconn)
+            await aconn.execute("SELECT 1")
+            return found
+
+    assert asyncio.run(ask()) is None
+    with psycopg.connect(plain_install(bare_dsn, CLIENT), autocommit=True) as conn:
+        assert server_pgqueue(conn) == ServerPgQueue(CLIENT, "plain")
+
+    async def ask_plain() -> ServerPgQueue | None:
+        async with await psycopg.AsyncConnection.connect(bare_dsn) as aconn:
+            return await async_server_pgqueue(aconn)
+
+    assert asyncio.run(ask_plain()) == ServerPgQueue(CLIENT, "plain")
 
 
 def test_the_worker_checks_once_at_start(bare_dsn: str) -> None:

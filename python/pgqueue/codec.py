@@ -20,6 +20,10 @@ Decoding reverses this: JSON (``application/json`` or any ``+json`` type) is par
 byte-order mark, which RFC 8259 lets a parser ignore, left out), text (``text/*``) is decoded
 with its charset (UTF-8 if none is named; a byte-order mark kept), and any other or no content
 type gives the bytes back. JSON turns tuples into lists and non-string keys into strings.
+JSON is read as Python's json reads it: ``NaN`` and ``Infinity`` (which Python's ``json.dumps``
+writes, though JSON has no such values) and a number beyond a double's range (``1e400``) come back
+as float nan and inf, which :func:`encode` refuses (such a payload cannot be enqueued again as it
+is); an integer of more digits than ``sys.get_int_max_str_digits()`` does not decode.
 """
 
 from __future__ import annotations
