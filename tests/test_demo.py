@@ -848,6 +848,17 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([float(v) for v in range(1, 11)], 90) == 9
     assert percentile([float(v) for v in range(1, 201)], 99) == 198  # (198 of 200 are at most 198)
     assert percentile([7.0], 99) == percentile([7.0], 50) == 7
+    assert percentile(hundred, 0) == 1  # the least (its range is 0-100), not the greatest
+
+
+def test_a_rate_is_said_only_of_enough_messages_over_enough_time() -> None:
+    """The report's msg/s: none for one message, nor for a time too short to measure (two
+    messages sent within a millisecond read "2,000 msg/s" and more)."""
+    from pgqueue.demo import _per_second
+
+    assert _per_second(1000, 2.0) == ": 500 msg/s"
+    assert _per_second(2, 0.01) == ": 200 msg/s"
+    assert _per_second(1, 5.0) == _per_second(2, 0.001) == _per_second(2, 0.0) == ""
 
 
 def test_the_settled_line_says_none_settled_after_the_last_send_not_a_negative_time(dsn: str) -> None:
@@ -1216,3 +1227,175 @@ def test_demo_options_refuse_what_the_command_line_refuses(capsys: pytest.Captur
         with pytest.raises(TypeError, match=rf"^DemoOptions\.{option}: expected "):
             DemoOptions(**{option: value})  # type: ignore[arg-type]
     DemoOptions(workers=200, producers=100, concurrency=50, messages=10_000_000, rate=0, dashboard=0, seed=-3)
+
+
+def test_the_check_reads_a_dead_letter_for_every_poison_message_of_a_large_run() -> None:
+    """A run of 100,000 messages sends some 4,000 poison ones: the check reads that many dead
+    letters and more (1,000 alone would have failed a run that went right, "the dead letters
+    (1000) are not the poison messages (4000)")."""
+    from pgqueue.demo import _dead_letters
+
+    asked: list[int] = []
+
+    class Letters:
+        def dead_letters(self, limit: int) -> list[Any]:
+            asked.append(limit)
+            return []
+
+    tally = Tally()
+    for msg_id in range(4000):
+        tally.enqueued(msg_id, "poison")
+    tally.enqueued(4000, "immediate")
+    assert _dead_letters(Letters(), tally) == {}  # type: ignore[arg-type]
+    assert asked and asked[0] >= 4000, asked
+
+
+def test_the_command_to_drop_a_queue_left_behind_leaves_the_password_out() -> None:
+    """When the demo cannot drop its queue on the user's database it prints the command that
+    does, with the DSN less its password (the terminal and its scroll-back are no place for it)."""
+    from pgqueue.demo import _drop_command
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    command = _drop_command("host=db.example port=5433 user=app password=s3cret dbname=prod", "demo_1_abc")
+    assert "s3cret" not in command, command
+    assert command.endswith("` (with the DSN's password, left out here)"), command
+    argv = shlex.split(command.split("`")[1])
+    assert argv[:4] == ["pgqueue", "queue", "drop", "--dsn"] and argv[5:] == ["demo_1_abc"], argv
+    assert conninfo_to_dict(argv[4]) == {"host": "db.example", "port": "5433", "user": "app", "dbname": "prod"}
+    assert "left out" not in _drop_command("host=db.example dbname=prod", "q")  # (none to leave out)
+
+
+def test_the_report_counts_the_database_warnings_not_the_failures_of_the_demos_own_jobs() -> None:
+    """The workers' warnings about a message (the flaky and poison jobs fail on purpose) are not
+    trouble; those about the database are counted, the first kept for the report."""
+    import logging
+
+    from pgqueue.demo import _Trouble
+
+    def record(text: str, level: int = logging.WARNING) -> logging.LogRecord:
+        return logging.LogRecord("pgqueue.worker", level, __file__, 1, text, None, None)
+
+    trouble = _Trouble()
+    trouble.emit(record("message 12 failed (attempt 1 of 3): TransientError: downstream service unavailable"))
+    trouble.emit(record("message 13 dead-lettered after 3 attempts: PoisonMessage: job 13 cannot be processed"))
+    assert (trouble.count, trouble.first) == (0, None)
+    trouble.emit(record("cannot connect to the database: connection refused (until it works again, retries are "
+                        "logged at DEBUG)"))
+    trouble.emit(record("cannot connect to the database: too many clients"))
+    assert (trouble.count, trouble.first) == (2, "cannot connect to the database: connection refused")
+
+
+def test_the_demo_runs_on_the_database_pgqueue_dsn_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pgqueue demo` without --dsn runs on $PGQUEUE_DSN when it is set (a throwaway server
+    otherwise); --dsn wins over it."""
+    import argparse
+
+    import pgqueue.demo as demo
+
+    ran: list[Any] = []
+    monkeypatch.setattr(demo, "run_demo", lambda options: ran.append(options) or 0)
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    parser.add_argument("--dsn")
+    monkeypatch.setenv("PGQUEUE_DSN", "dbname=from_env")
+    assert demo.run_from_args(parser.parse_args(["--messages", "10"])) == 0
+    assert demo.run_from_args(parser.parse_args(["--dsn", "dbname=given"])) == 0
+    monkeypatch.delenv("PGQUEUE_DSN")
+    assert demo.run_from_args(parser.parse_args([])) == 0
+    assert [(o.dsn, o.messages) for o in ran] == [("dbname=from_env", 10), ("dbname=given", 4000), (None, 4000)]
+
+
+def test_the_producers_send_at_the_rate_asked() -> None:
+    """--rate R: message n is sent at n / R seconds from the start, not all at once; a
+    scheduled job is due its delay after it is sent."""
+    import threading
+
+    from pgqueue.demo import produce
+
+    sent: list[tuple[float, Any, Any]] = []
+
+    class Sink:
+        def enqueue(self, payload: Any, delay: Any = None, priority: Any = None) -> int:
+            sent.append((time.monotonic(), payload, delay))
+            return len(sent)
+
+    jobs = [{"n": 0, "kind": "immediate"}, {"n": 1, "kind": "scheduled", "delay": 30.0}, {"n": 2, "kind": "immediate"}]
+    tally = Tally()
+    start = time.monotonic()
+    produce(Sink(), jobs, start, 10.0, tally, threading.Event())  # type: ignore[arg-type]
+    offsets = [at - start for at, _payload, _delay in sent]
+    assert offsets[1] >= 0.1 and offsets[2] >= 0.2, offsets
+    assert sent[1][2] == 30.0 and sent[1][1]["due"] - time.time() > 25
+    assert tally.kinds == {1: "immediate", 2: "scheduled", 3: "immediate"}
+
+
+def test_the_slow_row_says_the_longest_a_handler_held_its_lease(dsn: str) -> None:
+    """The slow jobs' row says how long the longest of them ran on its 1 s lease (what the
+    heartbeats had to cover), not the shortest; the dead letters' row adds what the database
+    dead-lettered itself only when it did."""
+    def settle(tally: Tally, ids: list[int]) -> None:
+        for msg_id, took in zip(ids, (1.6, 2.4)):
+            result = _result("demo_report", msg_id, "slow", "completed")
+            tally.record(Result(result.message, "completed", True, duration=took))
+
+    _status, out = _report(dsn, ["slow", "slow"], settle)  # (left in the queue: a problem, not this test's)
+    assert re.search(r"^    slow +2  p50 .* handlers ran up to 2\.4 s on a 1 s lease: heartbeats kept it$", out,
+                     re.MULTILINE), out
+    assert re.search(r"^  dead letters  0$", out, re.MULTILINE), out  # (none the database's own to add)
+
+
+def test_the_check_counts_a_scheduled_message_left_in_the_queue(dsn: str) -> None:
+    """A run the wait did not give up on leaves nothing in its queue: a scheduled (delayed)
+    message left there is a problem too, as a ready or a leased one is."""
+    queue = Queue(dsn, "demo_check")
+    queue.create()
+    later = queue.enqueue("later", delay=3600)
+    tally = Tally()
+    tally.enqueued(later, "scheduled")
+    problems = check(queue, tally, Counter(scheduled=1))
+    assert "left in the queue: 0 ready, 1 scheduled, 0 leased" in problems, problems
+
+
+def test_a_slow_rate_is_not_taken_for_a_stretch_without_progress(
+        capsys: pytest.CaptureFixture[str], dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait gives up on a stretch without progress only once the producers' schedule is
+    over: at --rate 1 nothing is sent or settled for most of each second, and that is not a
+    stall (GIVE_UP_AFTER_S shortened here below the gap between two sends)."""
+    from pgqueue import demo
+
+    monkeypatch.setattr(demo, "GIVE_UP_AFTER_S", 0.6)
+    monkeypatch.setattr(demo, "MIX", {"immediate": 1})  # (no slow job, retry or dead letter to wait for)
+    status = main(["demo", "--dsn", dsn, "--messages", "3", "--rate", "1", "--producers", "1", "--workers", "1",
+                   "--seed", "1", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "stopped waiting" not in out and re.search(r"^    immediate +3  p50 ", out, re.MULTILINE), out
+
+
+def test_one_problem_past_those_listed_is_counted_not_dropped(dsn: str) -> None:
+    """The report lists 20 problems and counts the rest: the 21st too ("and 1 more")."""
+    _status, out = _report(dsn, ["immediate"] * 20, lambda tally, ids: None)  # 20 unsettled + what is left
+    assert re.search(r"^  exactly once  FAILED: 21 problems$", out, re.MULTILINE), out
+    problems = re.findall(r"^    - (.*)$", out, re.MULTILINE)
+    assert len(problems) == 21 and problems[-1] == "and 1 more", out
+
+
+def test_the_jobs_of_each_kind_are_what_the_demo_says_they_are() -> None:
+    """The mix of the module's docstring: scheduled jobs due in 0.5-2 s, priority jobs with a
+    priority 0-9, slow jobs of 1.5-2.5 s (past the 1 s lease), the others a few ms."""
+    import random
+
+    from pgqueue.demo import MIX, make_jobs
+
+    jobs = make_jobs(2000, random.Random(3))
+    assert [job["n"] for job in jobs] == list(range(2000))
+    assert {job["kind"] for job in jobs} == set(MIX)
+    for job in jobs:
+        kind = job["kind"]
+        assert ("delay" in job) == (kind == "scheduled") and ("priority" in job) == (kind == "priority"), job
+        if kind == "scheduled":
+            assert 0.5 <= job["delay"] <= 2.0, job
+        if kind == "priority":
+            assert job["priority"] in range(10), job
+        assert (1500 <= job["work_ms"] <= 2500) if kind == "slow" else (0 <= job["work_ms"] <= 40), job

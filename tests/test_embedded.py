@@ -301,3 +301,39 @@ def test_a_caller_killed_without_its_clean_up_leaves_no_server_running() -> None
             os.kill(int(pid), signal.SIGKILL)
         if base_dir:
             shutil.rmtree(base_dir, ignore_errors=True)
+
+
+def test_a_second_start_is_the_same_server_and_a_stopped_one_says_so() -> None:
+    """start() is idempotent (a second one starts no second server, which its stop would have
+    left running with its directory); a second stop does nothing; the server's port, directory
+    and DSN are refused plainly ("not running") before the start and after the stop, and its
+    directory is the caller's alone (mode 700: the data and the server's log are in it)."""
+    import signal
+
+    pg = EmbeddedPostgres()
+    with pytest.raises(RuntimeError, match="the embedded server is not running"):
+        pg.port  # noqa: B018
+    assert pg.left is None
+    base_dir = ""
+    try:
+        assert pg.start() is pg
+        port, base_dir = pg.port, pg.base_dir
+        assert pg.start() is pg and (pg.port, pg.base_dir) == (port, base_dir)
+        assert os.stat(base_dir).st_mode & 0o777 == 0o700
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pg.stop()
+        left = processes_from(base_dir) if base_dir else []  # (a second start's server: the first left)
+        for pid in left:
+            os.kill(int(pid), signal.SIGKILL)
+        if left:
+            shutil.rmtree(base_dir, ignore_errors=True)
+    assert not os.path.exists(base_dir) and pg.left is None
+    pg.stop()
+    for attribute in ("port", "base_dir", "data_dir", "run_as"):
+        with pytest.raises(RuntimeError, match="the embedded server is not running"):
+            getattr(pg, attribute)
+    with pytest.raises(RuntimeError, match="the embedded server is not running"):
+        pg.dsn()
+

@@ -728,3 +728,190 @@ def test_schedule_list_shows_the_interval_exactly(every_ms: int, shown: str) -> 
     from pgqueue.cli import format_interval
 
     assert format_interval(every_ms) == shown
+
+
+class _FakeConnection:
+    """A connection of :func:`_scripted_scheduler`'s: closed or not."""
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _scripted_scheduler(monkeypatch: pytest.MonkeyPatch, runs: list[Any], *, interval: float = 0.01,
+                        handle_signals: bool = False,
+                        on_run: Any = None) -> tuple[Scheduler, list[_FakeConnection], list[float]]:
+    """A Scheduler whose database is a script: its start finds a (fake) connection at once, and
+    its runs take the items of ``runs`` in turn (an exception is raised, the connection closed
+    as a failed run closes it; a list of ScheduledMessage is returned; a list of str are the
+    held notices of a run that enqueued nothing); it stops itself after the last. Returns it,
+    the connections it was given and the times of its runs."""
+    import pgqueue.schedules as schedules
+
+    conns = [_FakeConnection()]
+    monkeypatch.setattr(schedules, "wait_for_database", lambda *args, **kwargs: conns[0])
+    scheduler = Scheduler("dbname=unused", interval=interval, handle_signals=handle_signals)
+    script, times = list(runs), []
+
+    def run_once(kept: Any, notices: list[str]) -> tuple[Any, list[ScheduledMessage]]:
+        times.append(time.monotonic())
+        if kept is None:  # connected again, after a failed run
+            conns.append(_FakeConnection())
+            kept = conns[-1]
+        if on_run is not None:
+            on_run()
+        step = script.pop(0)
+        if not script:
+            scheduler.stop()
+        if isinstance(step, BaseException):
+            kept.close()
+            raise step
+        if step and isinstance(step[0], str):
+            notices.extend(step)
+            return kept, []
+        return kept, step
+
+    monkeypatch.setattr(scheduler, "_run_once", run_once)
+    return scheduler, conns, times
+
+
+def _sent(schedule: str, n: int = 1) -> list[ScheduledMessage]:
+    slot = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return [ScheduledMessage(schedule, i + 1, slot + timedelta(seconds=i)) for i in range(n)]
+
+
+def test_a_scheduler_warns_of_a_second_outage_as_of_the_first(monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """An outage is one warning (again when its error changes: the connection lost, then
+    refused), its end one line; the next outage is a warning again (not a DEBUG line that only
+    says it failed "again"); the runs that worked count what they enqueued, every run's; and the
+    connection it holds when it stops is closed."""
+    lost = errors.PgQueueError("server closed the connection unexpectedly")
+    refused = errors.PgQueueError("connection refused\n\tIs the server running?")
+    scheduler, conns, _ = _scripted_scheduler(
+        monkeypatch, [lost, lost, refused, refused, _sent("a", 2), lost, _sent("b")])
+    caplog.set_level(logging.DEBUG, logger="pgqueue.scheduler")
+    scheduler.run()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records
+             if "failed" in r.getMessage() or "works again" in r.getMessage()]
+    warned = (logging.WARNING, "running the schedules failed: server closed the connection unexpectedly; "
+                               "retrying every 0.01s")
+    assert lines == [warned,
+                     (logging.DEBUG, "running the schedules failed again (2 tries): server closed the connection "
+                                     "unexpectedly"),
+                     (logging.WARNING, "running the schedules failed: connection refused; retrying every 0.01s"),
+                     (logging.DEBUG, "running the schedules failed again (4 tries): connection refused"),
+                     (logging.INFO, "running the schedules works again (after 4 failed tries)"),
+                     warned, (logging.INFO, "running the schedules works again (after 1 failed tries)")], lines
+    assert scheduler.enqueued == 3
+    assert len(conns) == 6 and all(c.closed for c in conns)  # the last one too, when it stops
+
+
+def test_a_scheduler_raises_a_missing_privilege_instead_of_retrying(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role without EXECUTE on schedule_run (42501) is raised by run(): no retry mends it."""
+    denied = errors.PgQueueError("permission denied for function schedule_run", sqlstate="42501")
+    scheduler, _, times = _scripted_scheduler(monkeypatch, [denied, _sent("a")])
+    with pytest.raises(errors.PgQueueError, match="permission denied"):
+        scheduler.run()
+    assert len(times) == 1
+
+
+def test_a_scheduler_waits_its_interval_between_runs_and_a_stop_ends_the_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs are ``interval`` apart (not back to back), and a stop() ends the wait between
+    two runs at once, not when the interval is over."""
+    scheduler, _, times = _scripted_scheduler(monkeypatch, [[], [], []], interval=0.2)
+    scheduler.run()
+    assert len(times) == 3 and all(b - a >= 0.19 for a, b in zip(times, times[1:])), times
+
+    scheduler, _, times = _scripted_scheduler(monkeypatch, [[], [], []], interval=60)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not times and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stopped = time.monotonic()
+    scheduler.stop()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - stopped < 5 and len(times) == 1
+
+
+def test_a_held_schedule_is_warned_again_when_its_notice_changes_and_not_said_free_unless_it_fired(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A held schedule is one warning while it lasts, another when why it is held changes
+    (full, then its admission held by a transaction); "no longer held" only once it enqueues
+    again: not for a schedule whose notice stopped because it was dropped, or did not fire."""
+    full = 'schedule "a" is held: its queue "q" is full (max_size 1)'
+    admission = 'schedule "a" is held: an open transaction holds the admission of its queue "q"'
+    other = 'schedule "b" is held: its queue "r" is full (max_size 1)'
+    scheduler, _, _ = _scripted_scheduler(
+        monkeypatch, [[full], [full], [admission], [other], _sent("c"), [other], _sent("b")])
+    caplog.set_level(logging.INFO, logger="pgqueue.scheduler")
+    scheduler.run()
+    lines = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
+    logged_once = "; its slots wait for a later run (logged once while it lasts)"
+    assert lines == [full + logged_once, admission + logged_once, other + logged_once, other + logged_once,
+                     "schedule b is no longer held: it enqueues again"], lines
+
+
+def test_a_scheduler_takes_the_stop_signals_only_when_asked_and_gives_them_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the main thread, run() handles SIGTERM while it runs with handle_signals=True (the
+    default) and gives the previous handler back when it returns; with handle_signals=False it
+    leaves the caller's handler alone."""
+    assert threading.current_thread() is threading.main_thread()
+
+    def mine(signum: int, frame: Any) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        for handle in (True, False):
+            seen: list[Any] = []
+            scheduler, _, _ = _scripted_scheduler(monkeypatch, [[]], handle_signals=handle,
+                                                  on_run=lambda: seen.append(signal.getsignal(signal.SIGTERM)))
+            scheduler.run()
+            assert (seen[0] is mine) is not handle, (handle, seen)
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_on_held_gets_the_held_notices_only_and_the_call_keeps_its_limit(dsn: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_schedules(on_held=) passes on the notices of held schedules (SQLSTATE PQ003) and no
+    other (a trigger's, an extension's RAISE NOTICE), whatever the connection source; it closes
+    the connection it opened itself; and it keeps its ``limit`` through a pool too."""
+    import pgqueue.schedules as schedules
+
+    held_text = 'schedule "a" is held: its queue "q" is full (max_size 1)'
+    used: list[psycopg.Connection[Any]] = []
+
+    def noisy_run(conn: psycopg.Connection[Any], command: Any) -> list[ScheduledMessage]:
+        used.append(conn)
+        conn.execute("DO $$ BEGIN RAISE NOTICE 'something else'; "
+                     f"RAISE NOTICE USING ERRCODE = 'PQ003', MESSAGE = '{held_text}'; END $$")
+        return []
+
+    with monkeypatch.context() as patched:
+        patched.setattr(schedules, "_run_once", noisy_run)
+        for source in ("dsn", "connection", "pool"):
+            held: list[str] = []
+            if source == "connection":
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    run_schedules(conn, on_held=held.append)
+            elif source == "pool":
+                with ConnectionPool(dsn, min_size=1, open=True) as pool:
+                    run_schedules(pool, on_held=held.append)
+            else:
+                run_schedules(dsn, on_held=held.append)
+                assert used[-1].closed  # its own connection, closed
+            assert held == [held_text], (source, held)
+
+    Queue(dsn, "backlog").create()
+    create_schedule(dsn, "backlog", "backlog", "b", every=1, missed="all",
+                    start_at=datetime.now(timezone.utc) - timedelta(minutes=1))
+    with ConnectionPool(dsn, min_size=1, open=True) as pool:
+        assert len(run_schedules(pool, 2, on_held=lambda notice: None)) == 2
+    assert len(run_schedules(dsn, 3, on_held=lambda notice: None)) == 3

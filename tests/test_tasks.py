@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -386,3 +387,53 @@ def test_an_empty_task_name_is_said_so() -> None:
             tasks.handler_for(msg)
         assert str(raised.value) == (f"the message names an empty task (content type '{content_type}'); "
                                      "a task name has 1 to 200 characters")
+
+
+def test_the_default_handler_takes_the_messages_that_name_no_task_only() -> None:
+    """``Tasks(default=h)``: h runs the messages that name no task, and calling the registry
+    returns what h returns; a message naming a task the registry lacks is still UnknownTask (the
+    default is not a catch-all), and a registered task still goes to its own handler."""
+    from pgqueue.tasks import UnknownTask
+
+    def fallback(msg: Message) -> str:
+        return "default"
+
+    tasks = Tasks(default=fallback)
+    tasks.task("named")(lambda msg: "named")
+    assert tasks.handler_for(_message("application/json")) is fallback
+    assert tasks.handler_for(_message(None)) is fallback
+    assert tasks(_message("application/json")) == "default"
+    assert tasks(_message("application/json; task=named")) == "named"
+    with pytest.raises(UnknownTask, match="no task 'other' in this worker's registry \\(it has: named\\)"):
+        tasks.handler_for(_message("application/json; task=other"))
+    assert not tasks.is_async
+
+
+def test_a_handler_that_returned_a_generator_of_either_kind_has_its_message_failed() -> None:
+    """What a worker checks of a handler's result: a generator or an async generator (a plain
+    handler that returns one, `lambda msg: agen(msg)`) ran none of its body, so its message must
+    not be completed: TypeError, the generator closed without a "never awaited" warning (it
+    said "returned a async_generator")."""
+    import gc
+    import inspect
+    import warnings
+
+    from pgqueue.tasks import returned_generator
+
+    def gen() -> Iterator[int]:
+        yield 1
+
+    async def agen() -> Any:
+        yield 1
+
+    returned_generator(None)
+    returned_generator(asyncio.sleep)  # a function, not a generator: nothing to say
+    plain = gen()
+    with pytest.raises(TypeError, match="the handler returned a generator: none of its body ran"):
+        returned_generator(plain)
+    assert inspect.getgeneratorstate(plain) == inspect.GEN_CLOSED
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError, match="the handler returned an async_generator: none of its body ran"):
+            returned_generator(agen())
+        gc.collect()

@@ -87,8 +87,9 @@ def returned_generator(result: object) -> None:
         closing = close()
         if inspect.isawaitable(closing):
             getattr(closing, "close", lambda: None)()  # an async generator never started: nothing to run
-        raise TypeError(f"the handler returned a {type(result).__name__}: none of its body ran "
-                        "(a generator function is not a handler)")
+        kind = type(result).__name__
+        raise TypeError(f"the handler returned {'an' if kind.startswith('async') else 'a'} {kind}: none of its "
+                        "body ran (a generator function is not a handler)")
 
 
 def _own_name(fn: object) -> str:
