@@ -6160,7 +6160,8 @@ $$;
 -- Serialise the decisions about one message group's turns (pgqueue._message_insert,
 -- pgqueue._message_group_next) until the end of the transaction: lock the row of the group's
 -- stripe (hashtext(group) & 255) in pgqueue.message_group_lock FOR UPDATE, making it on first use
--- (PQ001 if no queue with groups has that id: rows are made for such queues only).
+-- (PQ001 if no queue with groups has that id: rows are made for such queues only; 22004 for a
+-- NULL queue id or group, which has no stripe).
 -- Under REPEATABLE READ a row made after the snapshot cannot be locked: 40001 (retry).
 --
 -- Returns whether the caller's snapshot sees every earlier decision on the stripe: always true
@@ -6193,6 +6194,11 @@ BEGIN
     SELECT l.xmax INTO v_prev FROM pgqueue.message_group_lock l
      WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
     IF NOT FOUND THEN
+        -- (a NULL has no stripe: checked here, off the path of a row that exists)
+        IF p_queue_id IS NULL OR p_group IS NULL THEN
+            RAISE EXCEPTION '% must not be NULL', CASE WHEN p_queue_id IS NULL THEN 'p_queue_id' ELSE 'p_group' END
+                USING ERRCODE = '22004';
+        END IF;
         -- made only for a queue with message groups: a role granted EXECUTE cannot fill the
         -- table with rows of queues that do not exist (PQ001, nothing written)
         IF NOT EXISTS (SELECT 1 FROM pgqueue.queue q

@@ -236,7 +236,8 @@ def test_a_producer_retries_a_keyed_create_on_a_full_capped_queue(roles: Roles) 
 def test_group_lock_rows_only_for_queues_with_groups(roles: Roles, pg_server: Server, dbname: str) -> None:
     """A producer may call pgqueue._message_group_lock (the recipes grant it), but it makes the
     row of a group's stripe only for a queue with message groups: any other queue id is PQ001
-    and writes nothing, so no role can fill pgqueue.message_group_lock with rows of its own."""
+    and a NULL queue id or group 22004, each writing nothing, so no role can fill
+    pgqueue.message_group_lock with rows of its own."""
     owner = pg_server.dsn(dbname)
     run(owner, "SELECT pgqueue.queue_create('grouped', p_group_concurrency => 1)")
     (grouped,), = run(owner, "SELECT id FROM pgqueue.queue WHERE name = 'grouped'")
@@ -246,6 +247,10 @@ def test_group_lock_rows_only_for_queues_with_groups(roles: Roles, pg_server: Se
         with pytest.raises(psycopg.Error) as raised:
             run(p, f"SELECT pgqueue._message_group_lock({queue_id}, 'a')")
         assert raised.value.sqlstate == "PQ001", queue_id
+    for args in (f"{grouped}, NULL", "NULL, 'a'"):  # a NULL has no stripe: 22004, nothing written
+        with pytest.raises(psycopg.Error) as raised:
+            run(p, f"SELECT pgqueue._message_group_lock({args})")
+        assert raised.value.sqlstate == "22004", args
     assert run(p, f"SELECT pgqueue._message_group_lock({grouped}, 'a')") == [(True,)]
     assert run(owner, "SELECT queue_id, count(*) FROM pgqueue.message_group_lock GROUP BY 1") == [(grouped, 1)]
 
