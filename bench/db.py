@@ -176,20 +176,24 @@ class PgbenchResult:
     latency_ms: float | None
     ok: bool
     error: str = ""
+    retried: int = 0  # transactions that failed (deadlock, serialization) and were run again (--max-tries)
 
 
 _RE_TX = re.compile(r"number of transactions actually processed: (\d+)")
 _RE_TPS = re.compile(r"tps = ([\d.]+) \(without initial connection time\)")
 _RE_FAILED = re.compile(r"number of failed transactions: (\d+)")
 _RE_LAT = re.compile(r"latency average = ([\d.]+) ms")
+_RE_RETRIED = re.compile(r"number of transactions retried: (\d+)")
 
 
 def _pgbench_argv(server: Server, dbname: str, script: str, clients: int, seconds: int,
                   transactions: int, defines: Mapping[str, object] | None,
-                  sync_off: bool) -> tuple[list[str], dict[str, str]]:
+                  sync_off: bool, max_tries: int = 1) -> tuple[list[str], dict[str, str]]:
     info = conninfo_to_dict(server.dsn(dbname))
     argv = [find_pgbench(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
             "-f", str(PGBENCH_DIR / script)]
+    if max_tries > 1:  # a deadlock or serialization failure runs the transaction again, up to max_tries in all
+        argv += ["--max-tries", str(max_tries)]
     argv += ["-T", str(seconds)] if seconds else ["-t", str(transactions)]
     for key, value in (defines or {}).items():
         argv += ["-D", f"{key}={value}"]
@@ -206,12 +210,15 @@ def _pgbench_argv(server: Server, dbname: str, script: str, clients: int, second
 
 def pgbench_popen(server: Server, dbname: str, script: str, *, clients: int, seconds: int = 0,
                   transactions: int = 0, defines: Mapping[str, object] | None = None,
-                  sync_off: bool = False) -> subprocess.Popen[str]:
+                  sync_off: bool = False, max_tries: int = 1) -> subprocess.Popen[str]:
     """Start pgbench (prepared protocol, no vacuum) in the background; collect with parse_pgbench.
 
-    Exactly one of seconds (-T) and transactions (-t, per client) is given.
+    Exactly one of seconds (-T) and transactions (-t, per client) is given. With max_tries > 1 a
+    transaction that ends in a deadlock or a serialization failure is run again (pgbench
+    ``--max-tries``), as a client that retries 40P01 and 40001 would; the result counts them.
     """
-    argv, env = _pgbench_argv(server, dbname, script, clients, seconds, transactions, defines, sync_off)
+    argv, env = _pgbench_argv(server, dbname, script, clients, seconds, transactions, defines, sync_off,
+                              max_tries)
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -230,20 +237,22 @@ def parse_pgbench(proc: subprocess.Popen[str], timeout: float = 900) -> PgbenchR
     tx, tps = int(m_tx.group(1)), float(m_tps.group(1))
     m_failed, m_lat = _RE_FAILED.search(out), _RE_LAT.search(out)
     failed = int(m_failed.group(1)) if m_failed else 0
+    m_retried = _RE_RETRIED.search(out)
     # pgbench 15 counts a transaction that ended in a deadlock or a serialization failure as
     # failed and still exits 0: such a run did not do the work it counts, so it is not ok
     return PgbenchResult(
         transactions=tx, tps=tps, failed=failed,
         elapsed=tx / tps if tps > 0 else 0.0, latency_ms=float(m_lat.group(1)) if m_lat else None, ok=not failed,
-        error=f"{failed} failed transactions (deadlock or serialization failure)" if failed else "")
+        error=f"{failed} failed transactions (deadlock or serialization failure)" if failed else "",
+        retried=int(m_retried.group(1)) if m_retried else 0)
 
 
 def pgbench(server: Server, dbname: str, script: str, *, clients: int, seconds: int = 0,
             transactions: int = 0, defines: Mapping[str, object] | None = None,
-            sync_off: bool = False) -> PgbenchResult:
+            sync_off: bool = False, max_tries: int = 1) -> PgbenchResult:
     """Run one pgbench script to the end and parse its summary (see pgbench_popen)."""
     proc = pgbench_popen(server, dbname, script, clients=clients, seconds=seconds,
-                         transactions=transactions, defines=defines, sync_off=sync_off)
+                         transactions=transactions, defines=defines, sync_off=sync_off, max_tries=max_tries)
     return parse_pgbench(proc, timeout=seconds * 3 + 120 if seconds else 900)
 
 

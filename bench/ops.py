@@ -93,6 +93,13 @@ class Spec:
     consumes: bool      # True: needs a backlog, counts rows removed
     per_tx: int = 1     # messages per transaction (nominal)
     defines: Mapping[str, object] = field(default_factory=dict)
+    max_tries: int = 1  # > 1: a deadlock or serialization failure is retried (pgbench --max-tries)
+
+
+# Acknowledge-and-fetch can rarely deadlock (40P01; docs/guarantees.md: PostgreSQL locks an
+# updated row's newer version without SKIP LOCKED's policy), and `pgqueue worker` runs such a
+# round again: so do these specs, and the report counts the transactions retried.
+ACK_FETCH_TRIES = 5
 
 
 Q = {"queue": "bench"}
@@ -125,11 +132,12 @@ CONSUME = [
     Spec("lease_cycle:pgqueue", "pgqueue lease + message_complete", "pgqueue", "pgqueue_lease_cycle.sql", True,
          defines=Q),
     Spec("lease_ack_fetch:pgqueue", "pgqueue message_complete_and_dequeue (lease, one call a message)", "pgqueue",
-         "pgqueue_lease_ack_fetch.sql", True, defines={"queue": "bench", "aid": 0, "atok": 0}),
+         "pgqueue_lease_ack_fetch.sql", True, defines={"queue": "bench", "aid": 0, "atok": 0},
+         max_tries=ACK_FETCH_TRIES),
     # the worker's shape at the SQL level (bench/worker_e2e.py sets :batch to its concurrency)
     Spec("lease_ack_fetch_batch:pgqueue", "pgqueue message_complete_and_dequeue x4 (lease, as the worker runs it)",
          "pgqueue", "pgqueue_lease_ack_fetch_batch.sql", True, 4,
-         {"queue": "bench", "aids": "{}", "atoks": "{}", "batch": 4}),
+         {"queue": "bench", "aids": "{}", "atoks": "{}", "batch": 4}, max_tries=ACK_FETCH_TRIES),
     Spec("dequeue:pgmq", "pgmq pop (peer, delete on read)", "pgmq", "pgmq_pop.sql", True),
     Spec("lease_cycle:pgmq", "pgmq read + delete (peer, 30 s visibility timeout)", "pgmq", "pgmq_read_delete.sql",
          True),
@@ -212,11 +220,13 @@ def run_one(server: db.Server, dbname: str, spec: Spec, *, clients: int, seconds
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
             before = prepare(conn, design, backlog)
         res = db.pgbench(server, dbname, spec.script, clients=clients, seconds=seconds,
-                         transactions=transactions, defines=spec.defines, sync_off=sync_off)
+                         transactions=transactions, defines=spec.defines, sync_off=sync_off,
+                         max_tries=spec.max_tries)
         with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
             after = _count(conn, design)
         out = {
             "key": spec.key, "clients": clients, "sync_off": sync_off, "ok": res.ok, "error": res.error,
+            "max_tries": spec.max_tries, "retried": res.retried,
             "tps": res.tps, "transactions": res.transactions, "elapsed": res.elapsed,
             "latency_ms": res.latency_ms, "backlog": before, "rows_after": after, "drained": False,
         }

@@ -564,6 +564,7 @@ def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
             vals = [ops["passes"][p]["median"].get(key) for p in passes]
             w(f"| {label} | " + " | ".join(_fmt(v) for v in vals) + " |")
         w("")
+        _retried(w, ops)
         w("Per-round ratios (min–max over rounds) for the targets:")
         w("")
         w("| target | " + " | ".join(passes) + " |")
@@ -594,6 +595,21 @@ def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         for key, label in cur["labels"].items():
             w(f"| {label} | " + " | ".join(_fmt(cur["median"][key].get(str(c))) for c in clients) + " |")
         w("")
+
+
+def _retried(w: Any, ops: dict[str, Any]) -> None:
+    """The runs that retry a deadlock (pgbench --max-tries): how many transactions were run again."""
+    retrying = [r for p in ops["passes"].values() for r in p["runs"] if r.get("max_tries", 1) > 1]
+    if not retrying:
+        return
+    labels = sorted({ops["labels"].get(r["key"], r["key"]) for r in retrying})
+    retried = sum(int(r.get("retried", 0)) for r in retrying)
+    done = sum(int(r.get("transactions", 0)) for r in retrying)
+    w(f"Acknowledge-and-fetch can rarely deadlock (40P01, docs/guarantees.md) and `pgqueue worker` runs such "
+      f"a round again; these runs do the same, up to {max(r['max_tries'] for r in retrying)} tries a "
+      f"transaction (pgbench `--max-tries`): {retried:,} of {done:,} transactions were retried "
+      f"({'; '.join(labels)}), and a transaction still failing after that fails the run.")
+    w("")
 
 
 def _unavailable(w: Any, unavailable: dict[str, str] | None) -> None:

@@ -835,3 +835,58 @@ def test_worker_run_stops_its_processes_only_once_each_has_connected(pg_server: 
             assert r["ok"], r["problems"]
     finally:
         srv.drop_template()
+
+
+def test_ack_fetch_specs_retry_a_deadlock_and_count_it(pg_server: Server, tmp_path: Path) -> None:
+    """Acknowledge-and-fetch can rarely deadlock (docs/guarantees.md) and the worker runs such a
+    round again: the ops specs of it ran once and failed the quick and full ops section now and
+    then. Now they run with pgbench --max-tries, the result counts what was retried, and the
+    report says so; a transaction that fails every try still fails the run."""
+    import psycopg
+
+    from bench import db, ops, report
+    from conftest import admin_execute, drop_database
+
+    retrying = {s.key for s in ops.CONSUME + ops.PRODUCE if s.max_tries > 1}
+    assert retrying == {"lease_ack_fetch:pgqueue", "lease_ack_fetch_batch:pgqueue"}
+    srv = db.Server(pg_server.admin_dsn)
+    assert "--max-tries" not in db._pgbench_argv(srv, "postgres", "x.sql", 2, 1, 0, None, False)[0]
+    argv = db._pgbench_argv(srv, "postgres", "x.sql", 2, 1, 0, None, False, 5)[0]
+    assert argv[argv.index("--max-tries") + 1] == "5"
+
+    admin_execute(pg_server, "CREATE DATABASE bench_retries")
+    try:
+        with psycopg.connect(pg_server.dsn("bench_retries"), autocommit=True) as conn:
+            # every third call is a deadlock victim (a sequence is not rolled back with it)
+            conn.execute("CREATE SEQUENCE flaky_calls")
+            conn.execute("CREATE FUNCTION flaky(always boolean) RETURNS integer LANGUAGE plpgsql AS $$ "
+                         "BEGIN IF always OR nextval('flaky_calls') % 3 = 0 THEN "
+                         "RAISE EXCEPTION 'a deadlock' USING ERRCODE = '40P01'; END IF; RETURN 1; END $$")
+        script = tmp_path / "flaky.sql"
+        script.write_text("SELECT flaky(:always);\n")
+        once = db.pgbench(srv, "bench_retries", str(script), clients=1, transactions=30,
+                          defines={"always": "false"})
+        assert not once.ok and once.failed == 10 and once.retried == 0
+        with psycopg.connect(pg_server.dsn("bench_retries"), autocommit=True) as conn:
+            conn.execute("ALTER SEQUENCE flaky_calls RESTART")
+        tried = db.pgbench(srv, "bench_retries", str(script), clients=1, transactions=30,
+                           defines={"always": "false"}, max_tries=3)
+        # 30 transactions took calls 1-44, of which 3, 6, ..., 42 failed: each retried once
+        assert tried.ok and tried.failed == 0 and tried.transactions == 30 and tried.retried == 14
+        never = db.pgbench(srv, "bench_retries", str(script), clients=1, transactions=3,
+                           defines={"always": "true"}, max_tries=3)
+        assert not never.ok and never.transactions == 0
+    finally:
+        drop_database(pg_server, "bench_retries")
+
+    run = {"key": "lease_ack_fetch_batch:pgqueue", "max_tries": 5, "retried": tried.retried,
+           "transactions": tried.transactions}
+    plain = {"key": "dequeue:pgqueue", "max_tries": 1, "retried": 0, "transactions": 1000}
+    lines: list[str] = []
+    report._retried(lines.append, {"passes": {"durable": {"runs": [run, plain]}},
+                                   "labels": {"lease_ack_fetch_batch:pgqueue": "ack-fetch x4"}})
+    assert "14 of 30 transactions were retried (ack-fetch x4)" in "\n".join(lines)
+    assert "up to 5 tries" in "\n".join(lines)
+    quiet: list[str] = []
+    report._retried(quiet.append, {"passes": {"durable": {"runs": [plain]}}, "labels": {}})
+    assert quiet == []

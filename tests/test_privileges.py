@@ -247,10 +247,12 @@ def test_group_lock_rows_only_for_queues_with_groups(roles: Roles, pg_server: Se
         with pytest.raises(psycopg.Error) as raised:
             run(p, f"SELECT pgqueue._message_group_lock({queue_id}, 'a')")
         assert raised.value.sqlstate == "PQ001", queue_id
-    for args in (f"{grouped}, NULL", "NULL, 'a'"):  # a NULL has no stripe: 22004, nothing written
+    for args, name in ((f"{grouped}, NULL", "p_group"), ("NULL, 'a'", "p_queue_id"),
+                       ("NULL, NULL", "p_queue_id")):  # a NULL has no stripe: 22004, nothing written
         with pytest.raises(psycopg.Error) as raised:
             run(p, f"SELECT pgqueue._message_group_lock({args})")
         assert raised.value.sqlstate == "22004", args
+        assert raised.value.diag.message_primary == f"{name} must not be NULL", args
     assert run(p, f"SELECT pgqueue._message_group_lock({grouped}, 'a')") == [(True,)]
     assert run(owner, "SELECT queue_id, count(*) FROM pgqueue.message_group_lock GROUP BY 1") == [(grouped, 1)]
 

@@ -36,10 +36,8 @@ BEGIN
      WHERE l.queue_id = p_queue_id AND l.stripe = v_stripe FOR UPDATE;
     IF NOT FOUND THEN
         -- (a NULL has no stripe: checked here, off the path of a row that exists)
-        IF p_queue_id IS NULL OR p_group IS NULL THEN
-            RAISE EXCEPTION '% must not be NULL', CASE WHEN p_queue_id IS NULL THEN 'p_queue_id' ELSE 'p_group' END
-                USING ERRCODE = '22004';
-        END IF;
+        PERFORM pgqueue._not_null(p_queue_id IS NULL, 'p_queue_id'::text);
+        PERFORM pgqueue._not_null(p_group IS NULL, 'p_group'::text);
         -- made only for a queue with message groups: a role granted EXECUTE cannot fill the
         -- table with rows of queues that do not exist (PQ001, nothing written)
         IF NOT EXISTS (SELECT 1 FROM pgqueue.queue q
