@@ -2175,6 +2175,17 @@ DECLARE
     v_oa      integer;   -- the bounds (as unnest pairs them)
 BEGIN
     PERFORM pgqueue._ack_arrays_check(p_ids, p_attempts);
+    -- One id, and no turns left by message_complete_and_dequeue's dequeue (below): exactly
+    -- message_complete, whose one DELETE takes the queue's stripe before the row, as the
+    -- statements below do, and hands a turn on or keeps a key as _message_left does: 36 -> 20 us
+    -- of server time for the acknowledgement of message_complete_and_dequeue with one id
+    -- (docs/performance.md, "Acknowledge-and-fetch of one message").
+    IF cardinality(p_ids) = 1 AND nullif(current_setting('pgqueue.deferred_queue', true), '') IS NULL THEN
+        IF pgqueue.message_complete(p_ids[array_lower(p_ids, 1)], p_attempts[array_lower(p_attempts, 1)]) THEN
+            RETURN '{}';
+        END IF;
+        RETURN ARRAY[p_ids[array_lower(p_ids, 1)]];
+    END IF;
     PERFORM pgqueue._queue_lock(q.queue_id)
        FROM (SELECT DISTINCT m.queue_id FROM pgqueue.message m WHERE m.id = ANY (p_ids)) q
       ORDER BY q.queue_id;

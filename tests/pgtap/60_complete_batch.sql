@@ -5,9 +5,10 @@
 -- different tokens in either order, arrays whose lower bound is not 1, messages held by a Spark
 -- claim, tokens of messages not leased (given back, never delivered), the turns of a grouped
 -- queue handed on, the idempotency keys kept, the completions counted, and
--- message_complete_and_dequeue's deferred turns.
+-- message_complete_and_dequeue's deferred turns. A call of one id (below the scenarios) takes
+-- message_complete's path: the same answers.
 BEGIN;
-SELECT plan(36);
+SELECT plan(47);
 
 -- p_core with 4 unknown ids before it and 5 after it when p_pad
 CREATE FUNCTION pg_temp.pad(p_core bigint[], p_pad boolean) RETURNS bigint[]
@@ -152,6 +153,59 @@ $$;
 
 SELECT * FROM pg_temp.scenarios(false);
 SELECT * FROM pg_temp.scenarios(true);
+
+-- One id, and no turns deferred by message_complete_and_dequeue: message_complete's one DELETE
+CREATE FUNCTION pg_temp.one_id() RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids   bigint[];
+    v_count bigint;
+BEGIN
+    PERFORM pgqueue.queue_create('cb_one_g', p_group_concurrency => 1);
+    PERFORM pgqueue.message_create('cb_one_g', convert_to(n, 'UTF8'), p_group => left(n, 2))
+       FROM unnest(ARRAY['g1a', 'g2a', 'g1b']) AS n;
+    v_ids := ARRAY(SELECT d.id FROM pgqueue.message_dequeue('cb_one_g', 3, 600000) d ORDER BY d.id);
+    RETURN NEXT is(v_ids, pg_temp.ids('cb_one_g', ARRAY['g1a', 'g2a']), 'one id: one lease a group');
+    v_count := (SELECT completed FROM pgqueue.queue_counters('cb_one_g'));
+    RETURN NEXT is(pgqueue.message_complete_batch(ARRAY[v_ids[1]], ARRAY[2]), ARRAY[v_ids[1]],
+                   'one id with a stale token: it comes back');
+    RETURN NEXT is(pgqueue.message_complete_batch(('[3:3]={' || v_ids[1] || '}')::bigint[], '[7:7]={1}'::integer[]),
+                   '{}'::bigint[], 'one id from 3 on, its token from 7 on: completed');
+    RETURN NEXT is((SELECT completed FROM pgqueue.queue_counters('cb_one_g')) - v_count, 1::bigint,
+                   'one id: one completion counted');
+    RETURN NEXT is((SELECT string_agg(convert_from(d.content, 'UTF8'), ',')
+                      FROM pgqueue.message_dequeue('cb_one_g', 3, 600000) d), 'g1b',
+                   'one id: its group''s next message has its turn');
+    RETURN NEXT is(pgqueue.message_complete_batch(('[0:0]={' || v_ids[1] || '}')::bigint[], ARRAY[1]),
+                   ARRAY[v_ids[1]], 'one id completed already: stale, from any lower bound');
+
+    PERFORM pgqueue.queue_create('cb_one_k', p_key_window_ms => 600000);
+    PERFORM pgqueue.message_create('cb_one_k', convert_to('k1', 'UTF8'), p_key => 'key-k1');
+    PERFORM count(*) FROM pgqueue.message_dequeue('cb_one_k', 1, 600000);
+    v_ids := pg_temp.ids('cb_one_k', ARRAY['k1']);
+    RETURN NEXT is(pgqueue.message_complete_batch(v_ids, ARRAY[1]), '{}'::bigint[], 'one keyed id: completed');
+    RETURN NEXT is((SELECT k.id FROM pgqueue.message_key k JOIN pgqueue.queue q ON q.id = k.queue_id
+                     WHERE q.name = 'cb_one_k' AND k.idem_key = 'key-k1'), v_ids[1],
+                   'one keyed id: its key kept with its id for the window');
+    RETURN NEXT is(pg_temp.left_in('cb_one_k'), NULL, 'one keyed id: the message is gone');
+
+    -- acknowledge-and-fetch of one id of another group, on a queue of group_concurrency 2: the
+    -- lease of d1 leaves g's turn to the acknowledgement's call, which must hand it on to d2
+    -- (not message_complete's path, which knows nothing of deferred turns)
+    PERFORM pgqueue.queue_create('cb_one_d', p_group_concurrency => 2);
+    PERFORM pgqueue.message_create('cb_one_d', convert_to(n, 'UTF8'), p_group => CASE WHEN n = 'x' THEN 'h' ELSE 'g' END)
+       FROM unnest(ARRAY['x', 'd1', 'd2']) AS n;
+    v_ids := ARRAY(SELECT d.id FROM pgqueue.message_dequeue('cb_one_d', 1, 600000) d);
+    RETURN NEXT is((SELECT string_agg(coalesce(convert_from(d.content, 'UTF8'), d.id::text) || ':' || d.stale, ',')
+                      FROM pgqueue.message_complete_and_dequeue(v_ids, ARRAY[1], 'cb_one_d', 1, 600000) d),
+                   'd1:false', 'one id of another group: d1 handed out');
+    RETURN NEXT is((SELECT string_agg(encode(m.content, 'escape') || ':' || (m.turn_at IS NOT NULL) || ':'
+                                      || (m.locked_until IS NOT NULL), ',' ORDER BY m.id)
+                      FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id AND q.name = 'cb_one_d'),
+                   'd1:true:true,d2:true:false', 'one id of another group: x gone, d2 has g''s other turn');
+END;
+$$;
+SELECT * FROM pg_temp.one_id();
 
 SELECT * FROM finish();
 ROLLBACK;
