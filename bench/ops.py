@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -180,8 +180,7 @@ def available_specs(server: db.Server, dbname: str, specs: list[Spec]) -> tuple[
                     conn.execute(sql.SQL(stmt))  # type: ignore[arg-type,unused-ignore]  # our constants
         except (Unavailable, psycopg.Error) as exc:
             unavailable[name] = str(exc).strip().splitlines()[0]
-    ok = [s if s.design not in versions else Spec(s.key, s.label.replace(" (peer", f" {versions[s.design]} (peer", 1),
-                                                  s.design, s.script, s.consumes, s.per_tx, s.defines)
+    ok = [s if s.design not in versions else replace(s, label=s.label.replace(" (peer", f" {versions[s.design]} (peer", 1))
           for s in specs if s.design not in unavailable]
     return ok, unavailable
 

@@ -876,6 +876,14 @@ def test_ack_fetch_specs_retry_a_deadlock_and_count_it(pg_server: Server, tmp_pa
         never = db.pgbench(srv, "bench_retries", str(script), clients=1, transactions=3,
                            defines={"always": "true"}, max_tries=3)
         assert not never.ok and never.transactions == 0
+        # a peer's spec, relabelled with its extension's version, keeps its tries (plpgsql
+        # stands in for a peer's extension: the server always has it)
+        peer = ops.Design("fakepeer", "", "", None, "plpgsql")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(ops.DESIGNS, "fakepeer", peer)
+            got, missing = ops.available_specs(srv, "bench_retries", [
+                ops.Spec("x:fakepeer", "fake (peer)", "fakepeer", "x.sql", False, max_tries=3)])
+        assert missing == {} and [(g.label, g.max_tries) for g in got] == [("fake 1.0 (peer)", 3)]
     finally:
         drop_database(pg_server, "bench_retries")
 
