@@ -1566,8 +1566,9 @@ DECLARE
     v_need     integer := p_limit;
     v_ids      bigint[];
     v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
-    v_acks     bigint[];  -- message_complete_and_dequeue's acknowledgements (pgqueue.take_skip) ...
-    v_ack_keys numeric[]; -- ... and their (id, attempts token) pairs as id * 2^32 + token (pgqueue.take_skip_tokens)
+    v_acks     bigint[];  -- message_complete_and_dequeue's acknowledgements (pgqueue.ack_call) ...
+    v_ack_keys numeric[]; -- ... and their (id, attempts token) pairs as id * 2^32 + token
+    v_araw     text;
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
@@ -1907,12 +1908,13 @@ BEGIN
                 -- the ready probe, which never finds a lease, does not compare every row it
                 -- visits with up to 10,000 ids (a review: 10,000 acknowledgements and 10,000
                 -- takes ran 823 ms, against about 510 ms as two calls)
-                v_acks := coalesce(nullif(current_setting('pgqueue.take_skip', true), '')::bigint[], '{}');
+                v_araw := current_setting('pgqueue.ack_call', true);  -- (ids, a space, tokens)
+                v_acks := coalesce(nullif(split_part(v_araw, ' ', 1), '')::bigint[], '{}');
                 IF cardinality(v_acks) > 0 THEN
                     -- (built here, where a statement with the expired-lease probe runs, not by
                     -- every acknowledging call: 4.6 us a call, a review)
                     v_ack_keys := ARRAY(SELECT a.i::numeric * 4294967296 + a.t
-                                          FROM unnest(v_acks, coalesce(nullif(current_setting('pgqueue.take_skip_tokens', true), '')::integer[], '{}')) AS a(i, t));
+                                          FROM unnest(v_acks, coalesce(nullif(split_part(v_araw, ' ', 2), '')::integer[], '{}')) AS a(i, t));
                 END IF;
             END IF;
             IF p_turns AND v_need = 1 THEN
@@ -2260,7 +2262,7 @@ BEGIN
           FROM d;
     END IF;
     -- the turns of the leases message_complete_and_dequeue's dequeue handed out, which it left
-    -- to be handed on here with the acknowledgements' (pgqueue.defer_turns; see there): in the
+    -- to be handed on here with the acknowledgements' (pgqueue.ack_call; see there): in the
     -- same run, in stripe order (an id of NULL marks them)
     v_dq := nullif(current_setting('pgqueue.deferred_queue', true), '')::integer;
     IF v_dq IS NOT NULL THEN
@@ -2323,8 +2325,8 @@ COMMENT ON FUNCTION pgqueue.message_complete_batch(bigint[], integer[]) IS
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
 -- transaction's xid), and leaves out the caller's leases of p_ids that ran out (the
--- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_tokens: each id with its
--- token): such a lease that nobody took is still the caller's and is completed, as by
+-- transaction-local setting pgqueue.ack_call: the text of p_ids, a space, the text of
+-- p_attempts): such a lease that nobody took is still the caller's and is completed, as by
 -- message_complete_batch, not handed out again or dead-lettered by the caller's own call (a
 -- review: on its last attempt a finished message went to the dead letters, its acknowledgement
 -- stale); a message that another consumer leased since is handed out as by any take. Errors are
@@ -2364,24 +2366,22 @@ BEGIN
     -- On a queue whose group_concurrency is not 1 a lease hands its group's next message a
     -- turn, which takes the group's lock; the acknowledgements hand turns on too. Taken in two
     -- runs (the dequeue's, then the acknowledgements'), each in stripe order, two such calls
-    -- deadlocked (40P01). So the dequeue leaves its leases' turns (pgqueue.defer_turns, a
-    -- transaction-local setting) to message_complete_batch, which hands them on with the
+    -- deadlocked (40P01). So the dequeue leaves its leases' turns (while pgqueue.ack_call, a
+    -- transaction-local setting, is set) to message_complete_batch, which hands them on with the
     -- acknowledgements', in one run in stripe order, after its DELETE. The take still runs
     -- first (its session hints need the take to assign this transaction's xid).
-    v_set := set_config('pgqueue.defer_turns', 'on', true);
-    IF cardinality(p_ids) > 0 THEN
-        v_set := set_config('pgqueue.take_skip', p_ids::text, true);
-        v_set := set_config('pgqueue.take_skip_tokens', p_attempts::text, true);
-    END IF;
+    -- One setting, pgqueue.ack_call, says both (set, it defers the turns; its text is what the
+    -- take leaves out), written once and cleared at the end: the six writes of three settings
+    -- it replaced cost about 4 us a call (docs/performance.md). It stays set through the
+    -- further takes below, after message_complete_batch: what it leaves out is then deleted by
+    -- this transaction (completed) or is another delivery's (stale: another token), which it
+    -- does not leave out.
+    v_set := set_config('pgqueue.ack_call', p_ids::text || ' ' || p_attempts::text, true);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
     GET DIAGNOSTICS v_n = ROW_COUNT;
-    IF cardinality(p_ids) > 0 THEN
-        v_set := set_config('pgqueue.take_skip', '', true);
-        v_set := set_config('pgqueue.take_skip_tokens', '', true);
-    END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
         -- (the leases' and the acknowledgements') may go to messages a further take hands out.
@@ -2406,13 +2406,21 @@ BEGIN
     -- of its places or at none (it is completed at most once): the places of those ids are the
     -- stale acknowledgements, each with the token given at its place (whatever the arrays'
     -- lower bounds)
-    v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    -- (One id, and no turns deferred by the dequeue: message_complete itself, as
+    -- message_complete_batch would call it, without that call's entry and second check of the
+    -- arrays: 11.7 us a call, docs/performance.md.)
+    IF cardinality(p_ids) = 1 AND nullif(current_setting('pgqueue.deferred_queue', true), '') IS NULL THEN
+        v_stale := CASE WHEN pgqueue.message_complete(p_ids[array_lower(p_ids, 1)], p_attempts[array_lower(p_attempts, 1)])
+                        THEN '{}' ELSE ARRAY[p_ids[array_lower(p_ids, 1)]] END;
+    ELSE
+        v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    END IF;
     -- the acknowledged messages' groups: only those of the ones completed (a stale one's group
     -- lock was not taken)
     IF v_held IS NOT NULL THEN
         v_held := v_held || ARRAY(SELECT a.g FROM unnest(v_acked, v_acked_g) AS a(i, g) WHERE a.i <> ALL (v_stale));
     END IF;
-    -- Further takes, one round each (pgqueue.defer_turns is still on): their leases' turns are
+    -- Further takes, one round each (pgqueue.ack_call is still set): their leases' turns are
     -- handed on here for the groups whose locks are held already, so that this call waits for
     -- no lock after that run (no second run to deadlock in); another group's lease hands its
     -- turn on when it leaves instead (it has one in flight: the group is not left without a turn).
@@ -2434,7 +2442,7 @@ BEGIN
             v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
         END LOOP;
     END LOOP;
-    v_set := set_config('pgqueue.defer_turns', '', true);
+    v_set := set_config('pgqueue.ack_call', '', true);
     IF cardinality(v_stale) > 0 THEN
         RETURN QUERY
         SELECT s.id, NULL::bytea, s.attempts, NULL::bigint, NULL::bytea,
@@ -3309,7 +3317,7 @@ BEGIN
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);
             END IF;
             IF cardinality(v_turns) > 0 THEN
-                IF current_setting('pgqueue.defer_turns', true) = 'on' THEN
+                IF current_setting('pgqueue.ack_call', true) <> '' THEN
                     -- message_complete_and_dequeue's: its message_complete_batch hands these on
                     -- with the acknowledgements' hand-offs, all of the groups' locks taken in one
                     -- run, in stripe order (see there); no further round

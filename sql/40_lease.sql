@@ -202,7 +202,7 @@ UPDATE pgqueue.message SET locked_until = pgqueue.now_ms() - 1 WHERE id = :o3;
 SELECT count(*) AS rows, bool_and(stale) AS stale
   FROM pgqueue.message_complete_and_dequeue(ARRAY[:o3], ARRAY[:o3_token + 1], 'qown', 1);
 SELECT count(*) AS o3_dead FROM pgqueue.dead_letter WHERE id = :o3;
-SELECT current_setting('pgqueue.take_skip') AS take_skip, current_setting('pgqueue.take_skip_tokens') AS take_skip_tokens;
+SELECT current_setting('pgqueue.ack_call') AS ack_call;
 ROLLBACK;
 SELECT pgqueue.queue_drop('qown');
 -- A message whose lease the caller lost, which another consumer leased since and whose lease ran

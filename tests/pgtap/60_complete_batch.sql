@@ -6,9 +6,10 @@
 -- claim, tokens of messages not leased (given back, never delivered), the turns of a grouped
 -- queue handed on, the idempotency keys kept, the completions counted, and
 -- message_complete_and_dequeue's deferred turns. A call of one id (below the scenarios) takes
--- message_complete's path: the same answers.
+-- message_complete's path, in message_complete_batch and in message_complete_and_dequeue: the
+-- same answers.
 BEGIN;
-SELECT plan(47);
+SELECT plan(55);
 
 -- p_core with 4 unknown ids before it and 5 after it when p_pad
 CREATE FUNCTION pg_temp.pad(p_core bigint[], p_pad boolean) RETURNS bigint[]
@@ -203,6 +204,37 @@ BEGIN
                                       || (m.locked_until IS NOT NULL), ',' ORDER BY m.id)
                       FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id AND q.name = 'cb_one_d'),
                    'd1:true:true,d2:true:false', 'one id of another group: x gone, d2 has g''s other turn');
+
+    -- acknowledge-and-fetch of one id, no turns deferred: message_complete_and_dequeue calls
+    -- message_complete itself (not message_complete_batch): the same answers
+    PERFORM pgqueue.queue_create('cb_af', p_group_concurrency => 1);
+    PERFORM pgqueue.message_create('cb_af', convert_to(n, 'UTF8'), p_group => left(n, 2))
+       FROM unnest(ARRAY['g1a', 'g2a', 'g1b']) AS n;
+    v_ids := ARRAY(SELECT d.id FROM pgqueue.message_dequeue('cb_af', 3, 600000) d ORDER BY d.id);
+    v_count := (SELECT completed FROM pgqueue.queue_counters('cb_af'));
+    RETURN NEXT is((SELECT string_agg(d.id || ':' || d.attempts || ':' || d.stale || ':' || (d.content IS NULL), ',')
+                      FROM pgqueue.message_complete_and_dequeue(ARRAY[v_ids[1]], ARRAY[2], 'cb_af', 1, 600000) d),
+                   v_ids[1] || ':2:true:true', 'acknowledge-and-fetch of one id, stale: its row, the token given');
+    RETURN NEXT is(pg_temp.left_in('cb_af'), 'g1a,g2a,g1b', 'acknowledge-and-fetch of one id, stale: nothing changed');
+    -- g1a completed from lower bounds 3 and 7: g1's turn passes to g1b, which the call's
+    -- further take hands out
+    RETURN NEXT is((SELECT string_agg(convert_from(d.content, 'UTF8') || ':' || d.stale, ',')
+                      FROM pgqueue.message_complete_and_dequeue(('[3:3]={' || v_ids[1] || '}')::bigint[],
+                                                                '[7:7]={1}'::integer[], 'cb_af', 1, 600000) d),
+                   'g1b:false', 'acknowledge-and-fetch of one id from 3 on: g1b handed out after the turn it gave');
+    RETURN NEXT is(pg_temp.left_in('cb_af'), 'g2a,g1b', 'acknowledge-and-fetch of one id: g1a gone');
+    RETURN NEXT is((SELECT completed FROM pgqueue.queue_counters('cb_af')) - v_count, 1::bigint,
+                   'acknowledge-and-fetch of one id: one completion counted');
+    RETURN NEXT is(current_setting('pgqueue.ack_call'), '', 'acknowledge-and-fetch: its setting cleared after the call');
+    PERFORM pgqueue.queue_create('cb_af_k', p_key_window_ms => 600000);
+    PERFORM pgqueue.message_create('cb_af_k', convert_to('k1', 'UTF8'), p_key => 'key-k1');
+    PERFORM count(*) FROM pgqueue.message_dequeue('cb_af_k', 1, 600000);
+    v_ids := pg_temp.ids('cb_af_k', ARRAY['k1']);
+    RETURN NEXT is((SELECT count(*) FROM pgqueue.message_complete_and_dequeue(v_ids, ARRAY[1], 'cb_af_k', 1, 600000)),
+                   0::bigint, 'acknowledge-and-fetch of one keyed id: nothing stale, nothing left to hand out');
+    RETURN NEXT is((SELECT k.id FROM pgqueue.message_key k JOIN pgqueue.queue q ON q.id = k.queue_id
+                     WHERE q.name = 'cb_af_k' AND k.idem_key = 'key-k1'), v_ids[1],
+                   'acknowledge-and-fetch of one keyed id: its key kept with its id');
 END;
 $$;
 SELECT * FROM pg_temp.one_id();

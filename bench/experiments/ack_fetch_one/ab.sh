@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # A/B of message_complete_batch in one database: A is the function as at git revision REV, B as in
 # the tree (extension/src/functions/messages/message_complete_batch.sql), installed in turn with
-# CREATE OR REPLACE. Each run tops the plain queue 'bench' up to 200,000 ready messages or more and
+# CREATE OR REPLACE. FILES (names under extension/src/functions/messages, without .sql) swaps
+# those functions instead, all of them in each build. Each run tops the plain queue 'bench' up to 200,000 ready messages or more and
 # vacuums it, then runs pgbench SCRIPT (default pgqueue_lease_ack_fetch: message_complete_and_dequeue
 # with one acknowledgement a call) at CLIENTS clients for SECONDS, synchronous_commit off, deadlocks
 # retried (--max-tries 5); the order of A and B alternates by round. Prints transactions/s of A and B
 # and B/A for each round.
 # Usage (a server on the default socket where the role may create databases):
-#   [SCRIPT=pgqueue_lease_ack_fetch_batch] bench/experiments/ack_fetch_one/ab.sh REV [ROUNDS] [SECONDS] [CLIENTS]
+#   [SCRIPT=pgqueue_lease_ack_fetch_batch] [FILES="message_complete_and_dequeue _message_take"] \
+#     bench/experiments/ack_fetch_one/ab.sh REV [ROUNDS] [SECONDS] [CLIENTS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 rev=$1 rounds=${2:-6} secs=${3:-5} clients=${4:-15} script=${SCRIPT:-pgqueue_lease_ack_fetch}
 db=ack_fetch_one_ab
-file=extension/src/functions/messages/message_complete_batch.sql
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 as_replace() { sed '/^COMMENT ON/,$d' | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'; echo ";"; }
-git -C "$root" show "$rev:$file" | as_replace > "$tmp/A.sql"
-as_replace < "$root/$file" > "$tmp/B.sql"
+for f in ${FILES:-message_complete_batch}; do
+  file=extension/src/functions/messages/$f.sql
+  git -C "$root" show "$rev:$file" | as_replace >> "$tmp/A.sql"
+  as_replace < "$root/$file" >> "$tmp/B.sql"
+done
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
 psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create('bench')" >/dev/null
 run() {  # build -> transactions/s

@@ -122,8 +122,9 @@ DECLARE
     v_need     integer := p_limit;
     v_ids      bigint[];
     v_not      bigint[] := coalesce(p_skip, '{}');  -- p_skip and what this call locked
-    v_acks     bigint[];  -- message_complete_and_dequeue's acknowledgements (pgqueue.take_skip) ...
-    v_ack_keys numeric[]; -- ... and their (id, attempts token) pairs as id * 2^32 + token (pgqueue.take_skip_tokens)
+    v_acks     bigint[];  -- message_complete_and_dequeue's acknowledgements (pgqueue.ack_call) ...
+    v_ack_keys numeric[]; -- ... and their (id, attempts token) pairs as id * 2^32 + token
+    v_araw     text;
     v_found    bigint[];
     v_dead_ids bigint[];
     v_dead     bigint;
@@ -463,12 +464,13 @@ BEGIN
                 -- the ready probe, which never finds a lease, does not compare every row it
                 -- visits with up to 10,000 ids (a review: 10,000 acknowledgements and 10,000
                 -- takes ran 823 ms, against about 510 ms as two calls)
-                v_acks := coalesce(nullif(current_setting('pgqueue.take_skip', true), '')::bigint[], '{}');
+                v_araw := current_setting('pgqueue.ack_call', true);  -- (ids, a space, tokens)
+                v_acks := coalesce(nullif(split_part(v_araw, ' ', 1), '')::bigint[], '{}');
                 IF cardinality(v_acks) > 0 THEN
                     -- (built here, where a statement with the expired-lease probe runs, not by
                     -- every acknowledging call: 4.6 us a call, a review)
                     v_ack_keys := ARRAY(SELECT a.i::numeric * 4294967296 + a.t
-                                          FROM unnest(v_acks, coalesce(nullif(current_setting('pgqueue.take_skip_tokens', true), '')::integer[], '{}')) AS a(i, t));
+                                          FROM unnest(v_acks, coalesce(nullif(split_part(v_araw, ' ', 2), '')::integer[], '{}')) AS a(i, t));
                 END IF;
             END IF;
             IF p_turns AND v_need = 1 THEN

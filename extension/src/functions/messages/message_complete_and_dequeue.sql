@@ -14,8 +14,8 @@
 -- stale acknowledgement changes nothing for its message. The take runs first, so that the
 -- session hints of pgqueue._message_take advance (they need the take to assign this
 -- transaction's xid), and leaves out the caller's leases of p_ids that ran out (the
--- transaction-local settings pgqueue.take_skip and pgqueue.take_skip_tokens: each id with its
--- token): such a lease that nobody took is still the caller's and is completed, as by
+-- transaction-local setting pgqueue.ack_call: the text of p_ids, a space, the text of
+-- p_attempts): such a lease that nobody took is still the caller's and is completed, as by
 -- message_complete_batch, not handed out again or dead-lettered by the caller's own call (a
 -- review: on its last attempt a finished message went to the dead letters, its acknowledgement
 -- stale); a message that another consumer leased since is handed out as by any take. Errors are
@@ -55,24 +55,22 @@ BEGIN
     -- On a queue whose group_concurrency is not 1 a lease hands its group's next message a
     -- turn, which takes the group's lock; the acknowledgements hand turns on too. Taken in two
     -- runs (the dequeue's, then the acknowledgements'), each in stripe order, two such calls
-    -- deadlocked (40P01). So the dequeue leaves its leases' turns (pgqueue.defer_turns, a
-    -- transaction-local setting) to message_complete_batch, which hands them on with the
+    -- deadlocked (40P01). So the dequeue leaves its leases' turns (while pgqueue.ack_call, a
+    -- transaction-local setting, is set) to message_complete_batch, which hands them on with the
     -- acknowledgements', in one run in stripe order, after its DELETE. The take still runs
     -- first (its session hints need the take to assign this transaction's xid).
-    v_set := set_config('pgqueue.defer_turns', 'on', true);
-    IF cardinality(p_ids) > 0 THEN
-        v_set := set_config('pgqueue.take_skip', p_ids::text, true);
-        v_set := set_config('pgqueue.take_skip_tokens', p_attempts::text, true);
-    END IF;
+    -- One setting, pgqueue.ack_call, says both (set, it defers the turns; its text is what the
+    -- take leaves out), written once and cleared at the end: the six writes of three settings
+    -- it replaced cost about 4 us a call (docs/performance.md). It stays set through the
+    -- further takes below, after message_complete_batch: what it leaves out is then deleted by
+    -- this transaction (completed) or is another delivery's (stale: another token), which it
+    -- does not leave out.
+    v_set := set_config('pgqueue.ack_call', p_ids::text || ' ' || p_attempts::text, true);
     RETURN QUERY
     SELECT d.id, d.content, d.attempts, d.dequeue_at, d.state, d.content_type, d.created_at,
            d.locked_until, false
       FROM pgqueue.message_dequeue(p_queue, p_limit, p_lock_ms) AS d;
     GET DIAGNOSTICS v_n = ROW_COUNT;
-    IF cardinality(p_ids) > 0 THEN
-        v_set := set_config('pgqueue.take_skip', '', true);
-        v_set := set_config('pgqueue.take_skip_tokens', '', true);
-    END IF;
     IF v_n < p_limit THEN
         -- Room left: on a queue whose group_concurrency is not 1, the turns handed on below
         -- (the leases' and the acknowledgements') may go to messages a further take hands out.
@@ -97,13 +95,21 @@ BEGIN
     -- of its places or at none (it is completed at most once): the places of those ids are the
     -- stale acknowledgements, each with the token given at its place (whatever the arrays'
     -- lower bounds)
-    v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    -- (One id, and no turns deferred by the dequeue: message_complete itself, as
+    -- message_complete_batch would call it, without that call's entry and second check of the
+    -- arrays: 11.7 us a call, docs/performance.md.)
+    IF cardinality(p_ids) = 1 AND nullif(current_setting('pgqueue.deferred_queue', true), '') IS NULL THEN
+        v_stale := CASE WHEN pgqueue.message_complete(p_ids[array_lower(p_ids, 1)], p_attempts[array_lower(p_attempts, 1)])
+                        THEN '{}' ELSE ARRAY[p_ids[array_lower(p_ids, 1)]] END;
+    ELSE
+        v_stale := pgqueue.message_complete_batch(p_ids, p_attempts);
+    END IF;
     -- the acknowledged messages' groups: only those of the ones completed (a stale one's group
     -- lock was not taken)
     IF v_held IS NOT NULL THEN
         v_held := v_held || ARRAY(SELECT a.g FROM unnest(v_acked, v_acked_g) AS a(i, g) WHERE a.i <> ALL (v_stale));
     END IF;
-    -- Further takes, one round each (pgqueue.defer_turns is still on): their leases' turns are
+    -- Further takes, one round each (pgqueue.ack_call is still set): their leases' turns are
     -- handed on here for the groups whose locks are held already, so that this call waits for
     -- no lock after that run (no second run to deadlock in); another group's lease hands its
     -- turn on when it leaves instead (it has one in flight: the group is not left without a turn).
@@ -125,7 +131,7 @@ BEGIN
             v_turned := pgqueue._message_group_next(v_queue_id, v_group, v_groups);
         END LOOP;
     END LOOP;
-    v_set := set_config('pgqueue.defer_turns', '', true);
+    v_set := set_config('pgqueue.ack_call', '', true);
     IF cardinality(v_stale) > 0 THEN
         RETURN QUERY
         SELECT s.id, NULL::bytea, s.attempts, NULL::bigint, NULL::bytea,

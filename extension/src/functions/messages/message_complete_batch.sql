@@ -130,7 +130,7 @@ BEGIN
           FROM d;
     END IF;
     -- the turns of the leases message_complete_and_dequeue's dequeue handed out, which it left
-    -- to be handed on here with the acknowledgements' (pgqueue.defer_turns; see there): in the
+    -- to be handed on here with the acknowledgements' (pgqueue.ack_call; see there): in the
     -- same run, in stripe order (an id of NULL marks them)
     v_dq := nullif(current_setting('pgqueue.deferred_queue', true), '')::integer;
     IF v_dq IS NOT NULL THEN

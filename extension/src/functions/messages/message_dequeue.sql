@@ -268,7 +268,7 @@ BEGIN
                 SELECT * FROM u ORDER BY array_position(v_ids, u.id);
             END IF;
             IF cardinality(v_turns) > 0 THEN
-                IF current_setting('pgqueue.defer_turns', true) = 'on' THEN
+                IF current_setting('pgqueue.ack_call', true) <> '' THEN
                     -- message_complete_and_dequeue's: its message_complete_batch hands these on
                     -- with the acknowledgements' hand-offs, all of the groups' locks taken in one
                     -- run, in stripe order (see there); no further round
