@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A grouped queue (group concurrency 1) under a held snapshot: delete-mode dequeues at CLIENTS
+# clients (synchronous_commit off) on MESSAGES messages (default 1,000,000: more than the run
+# delivers) in G groups, for each G of GROUPS, and on a
+# plain queue as the control; a REPEATABLE READ session that read another table (issue 12's case
+# a) holds its snapshot from FREE seconds on, for HOLD seconds. Prints the messages delivered a
+# second in 5-s windows (pgqueue.queue_counters), then, while the hold still stands, the buffers
+# that the hand-off's probes of one group read (its next waiting message in message_group_wait_idx,
+# and the NOT EXISTS of a message with the turn in message_group_turn_idx), as _message_left and
+# message_dequeue run them, and the same after the hold ended and a VACUUM.
+# Usage (a server on the default socket where the role may create databases):
+#   [MESSAGES=1000000] bench/experiments/group_handoff/held_groups.sh ["100 10000"] [FREE] [HOLD] [CLIENTS]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bench=$(cd "$here/../.." && pwd)
+groups=${1:-100 10000} free=${2:-10} hold=${3:-50} clients=${4:-4} n=${MESSAGES:-1000000}
+db=group_handoff_held
+probe() {  # the hand-off's two probes of group g1, generic plans, as the functions run them
+  psql -qX -d $db -P pager=off <<'SQL' | grep -E 'Buffers|actual time' | grep -v Planning
+SET plan_cache_mode = force_generic_plan;
+SELECT id AS qid FROM pgqueue.queue WHERE name = 'q' \gset
+PREPARE w(integer, text) AS SELECT w.id FROM pgqueue.message w
+ WHERE w.queue_id = $1 AND w.group_key = $2 AND w.turn_at IS NULL ORDER BY w.dequeue_at, w.id LIMIT 1;
+PREPARE t(integer, text) AS SELECT 1 FROM pgqueue.message t
+ WHERE t.queue_id = $1 AND t.group_key = $2 AND t.turn_at IS NOT NULL LIMIT 1;
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, SUMMARY OFF) EXECUTE w(:qid, 'g1');
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, SUMMARY OFF) EXECUTE t(:qid, 'g1');
+SQL
+}
+for g in $groups plain; do
+  psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
+  if [ "$g" = plain ]; then gc=NULL; else gc=1; fi
+  psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create('q', p_group_concurrency => $gc)" \
+    -c "CREATE TABLE other (x integer); INSERT INTO other VALUES (1)" >/dev/null
+  psql -q -X -d $db -c "SELECT count(*) FROM pgqueue.message_create_batch('q', array_fill('\x01'::bytea, ARRAY[$n]),
+      p_groups => CASE WHEN '$g' <> 'plain' THEN ARRAY(SELECT 'g' || (i % ${g/plain/1}) FROM generate_series(1, $n) i) END)" >/dev/null
+  psql -q -X -d $db -c "VACUUM ANALYZE pgqueue.message"
+  ( sleep "$free"; psql -q -X -d $db -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM other" \
+      -c "SELECT pg_sleep($hold + 3)" -c "COMMIT" >/dev/null ) &
+  holder=$!
+  PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T $((free + hold)) -D queue=q \
+    -f "$bench/pgbench/pgqueue_dequeue.sql" $db >/dev/null 2>&1 &
+  load=$!
+  prev=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
+  line="$g groups, delivered a second by 5-s window (hold from ${free} s):"
+  for i in $(seq 1 $(( (free + hold) / 5 ))); do
+    sleep 5
+    cur=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
+    line="$line $(( (cur - prev) / 5 ))"; prev=$cur
+  done
+  wait $load
+  echo "$line"
+  if [ "$g" != plain ]; then
+    echo "  probes of group g1 under the hold:"; probe | sed 's/^/    /'
+  fi
+  wait $holder
+  if [ "$g" != plain ]; then
+    psql -q -X -d $db -c "VACUUM pgqueue.message"
+    echo "  after the hold and a VACUUM:"; probe | sed 's/^/    /'
+  fi
+done
+psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db"
