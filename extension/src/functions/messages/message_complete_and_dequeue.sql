@@ -60,8 +60,9 @@ BEGIN
     -- acknowledgements', in one run in stripe order, after its DELETE. The take still runs
     -- first (its session hints need the take to assign this transaction's xid).
     -- One setting, pgqueue.ack_call, says both (not empty, it defers the turns; its text is
-    -- what the take leaves out), written once and cleared at the end: the six writes of three
-    -- settings it replaced cost about 4 us a call (docs/performance.md). Before further takes
+    -- what the take leaves out), written once and cleared at the end, where three settings were
+    -- written six times (with the one-id path below, the call less its dequeue 48 -> 41 us,
+    -- docs/performance.md). Before further takes
     -- (below) it becomes ' ': still deferring, and nothing to leave out, so that each further
     -- take does not read the acknowledgements again (a review: 1,200 further takes after 1,000
     -- acknowledgements ran 1.6 s instead of 0.5 s; what they would leave out is gone by then,
