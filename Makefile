@@ -43,7 +43,7 @@ EXTENSION_ONLY = '/^\\echo /d; /pg_catalog\.pg_extension_config_dump(/d'
 REGRESS      = 10_queue 20_create 30_dequeue 40_lease 50_dead_letter 60_notify 70_errors 80_spark 90_groups
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION      = consumers complete_expiry heartbeat_expiry cancel_lock_order cancel_group_lock_order defer_complete drop_dequeue drop_deadlock backpressure batch_dequeue notify \
-                 rr_orphans rr_backpressure capped_mixed alter_deadlock complete_batch_expiry hint_pitfalls group_hint_pitfalls \
+                 rr_orphans rr_backpressure capped_mixed alter_deadlock complete_batch_expiry hint_pitfalls group_hint_pitfalls group_wait_floor \
                  group_order group_producer idempotent_create rr_key_window rr_queue_create rr_lease_token \
                  schedule_drop rr_group_producer rr_group_order spark_publish_retry dead_requeue_purge group_alter \
                  reserve_wait_drop idempotent_window create_stripe skip_fast schedule_skip

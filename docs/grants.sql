@@ -77,7 +77,7 @@ GRANT SELECT, DELETE ON pgqueue.message TO :"consumer";
 -- and every producer's message_create would fail on them (23505). (REVOKE first: a table-wide
 -- UPDATE from an earlier run of this recipe would cover every column.)
 REVOKE UPDATE ON pgqueue.message FROM :"consumer";
-GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark)
+GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark, wait_floor)
       ON pgqueue.message TO :"consumer";
 -- dead letters: written when a message fails for the last time, counted by queue_stats (REVOKE
 -- first: 0.3's recipe granted SELECT (id, queue_id))
@@ -129,7 +129,7 @@ GRANT SELECT, DELETE ON pgqueue.message TO :"spark";
 REVOKE INSERT, UPDATE ON pgqueue.message FROM :"spark";
 GRANT INSERT (queue_id, dequeue_at, created_at, content, content_type, group_key, turn_at, idem_key, write_mark)
       ON pgqueue.message TO :"spark";
-GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark, claim_id)
+GRANT UPDATE (locked_until, attempts, dequeue_at, state, last_error, turn_at, write_mark, wait_floor, claim_id)
       ON pgqueue.message TO :"spark";
 GRANT SELECT, INSERT ON pgqueue.dead_letter TO :"spark";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgqueue.message_key TO :"spark";

@@ -254,16 +254,22 @@ $$;
 -- a max_size or group_concurrency change take it in SHARE ROW EXCLUSIVE mode
 -- (pgqueue._queue_quiesce), so they wait for the work in flight and new work waits for them, in
 -- the lock manager's fair queue. Unlike an advisory lock, a relation lock needs a privilege on
--- the relation: a role that was granted nothing cannot hold it. They leave no dead tuples. They advance only when a message is placed
--- below the clock (trigger message_placed_low), which consumers' session hints watch
--- (pgqueue._message_take).
+-- the relation: a role that was granted nothing cannot hold it. They leave no dead tuples. They advance only as a signal: when a
+-- message is placed below the clock (trigger message_placed_low), which consumers' session hints
+-- (pgqueue._message_take) and the groups' wait floors (pgqueue._wait_floor_next) watch, and
+-- when a queue's group_concurrency changes (queue_alter), which the wait floors watch. Each
+-- starts at a random value: a wait floor records the value it saw, and a restored copy of the
+-- floor (pg_dump keeps the messages, not these sequences, which CREATE EXTENSION makes anew)
+-- must not meet the same value again after messages were placed below it before the dump.
 DO $$
 BEGIN
     FOR i IN 0..63 LOOP
         EXECUTE pg_catalog.format('CREATE SEQUENCE pgqueue.queue_lock_%s', i);
+        PERFORM pg_catalog.setval(pg_catalog.format('pgqueue.queue_lock_%s', i)::regclass,
+                                  (pg_catalog.random() * 4e18)::bigint);
         EXECUTE pg_catalog.format(
             'COMMENT ON SEQUENCE pgqueue.queue_lock_%s IS %L', i,
-            'pgqueue internal: lock stripe of the queues whose id & 63 = ' || i || ' (advanced only as a signal: trigger message_placed_low)');
+            'pgqueue internal: lock stripe of the queues whose id & 63 = ' || i || ' (advanced only as a signal: trigger message_placed_low, queue_alter)');
     END LOOP;
 END;
 $$;
@@ -1622,7 +1628,14 @@ BEGIN
                 THEN split_part(v_raw, ' ', 1)::bigint[] END;
     IF v_s IS NULL OR v_s[1] <> pg_backend_pid()
        OR NOT (CASE WHEN v_s[16] BETWEEN 0 AND 10000 THEN cardinality(v_s) = 16 + 5 * v_s[16] ELSE false END) THEN
-        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0, c_min, c_min, 0];
+        -- [8], the stripe value seen, starts at the stripe's value now: a fresh state probes
+        -- from the bottom anyway, and a row placed low by a transaction that advanced the
+        -- stripe before this read had its xid before this call's, which H waits for before it
+        -- moves (the stripes start at a random value, queue_lock.sql: from 0, every session's
+        -- first call would restart from the bottom for nothing)
+        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0,
+                     coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0),
+                     0, c_min, c_min, 0, 0, c_min, c_min, 0];
     END IF;
     v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
     v_snap := pg_current_snapshot();  -- taken after the stripe was read
@@ -2646,6 +2659,8 @@ DECLARE
     v_group    pg_catalog.text;
     v_turn_at  bigint;
     v_idem_key pg_catalog.text;
+    v_floor    bigint[];  -- its group's wait floor, and the queue's lock stripe before the
+    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next)
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -2659,7 +2674,10 @@ BEGIN
        AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
-    RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
+    RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key, m.wait_floor,
+              CASE WHEN m.group_key IS NOT NULL
+                   THEN pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(m.queue_id)) END
+         INTO v_queue_id, v_group, v_turn_at, v_idem_key, v_floor, v_seen;
     -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left). The
     -- ordered hand-off of _message_left (see there) is done here, on a queue of group
     -- concurrency 1, rather than through it: a call of a PL/pgSQL function and its read of the
@@ -2667,16 +2685,24 @@ BEGIN
     -- nothing on, _message_left does the rest (another concurrency, or a look under the lock).
     IF v_idem_key IS NULL AND v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
         UPDATE pgqueue.message m
-           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
+               wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+                                                     m.dequeue_at, m.id)
          WHERE m.id OPERATOR(pg_catalog.=) (
                    SELECT w.id FROM pgqueue.message w
                     WHERE w.queue_id OPERATOR(pg_catalog.=) v_queue_id
                       AND w.group_key OPERATOR(pg_catalog.=) v_group AND w.turn_at IS NULL
+                      AND (w.dequeue_at, w.id) OPERATOR(pg_catalog.>=) (CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN v_floor[1] ELSE -9223372036854775808 END,
+                                                                        CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN v_floor[2] ELSE -9223372036854775808 END)
                     ORDER BY w.dequeue_at, w.id
                     LIMIT 1)
-           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
-                              AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL)
+           -- the room: while the group's wait floor holds (read before this statement, and
+           -- again after its snapshot), no message of the group but the one leaving has
+           -- the turn (pgqueue._wait_floor_next)
+           AND CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
+                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                     WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                                       AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL) END
            AND EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
                           AND q.group_concurrency OPERATOR(pg_catalog.=) 1)
@@ -2684,10 +2710,10 @@ BEGIN
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable';
         IF NOT FOUND THEN
-            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
+            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, v_floor);
         END IF;
     ELSIF v_idem_key IS NOT NULL THEN
-        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key);
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, v_floor);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;
@@ -3096,6 +3122,8 @@ DECLARE
     v_group_key    text;      -- the message of a one-message delete: its group, turn, key
     v_turn_at      bigint;
     v_idem_key     text;
+    v_floor        bigint[];  -- ... its group's wait floor, and the queue's lock stripe before the
+    v_seen         bigint;    -- hand-off (pgqueue._wait_floor_next)
     v_lease_check  text;
     v_stripe       integer;   -- a further round takes no group lock on a stripe below v_top, the
     v_top          integer;   -- highest this call may have locked, unless it holds that one
@@ -3197,9 +3225,10 @@ BEGIN
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
-                          m.content_type, m.created_at, m.group_key, m.turn_at, m.idem_key
+                          m.content_type, m.created_at, m.group_key, m.turn_at, m.idem_key, m.wait_floor,
+                          CASE WHEN m.group_key IS NOT NULL THEN pg_sequence_last_value(pgqueue._lock_stripe(v_queue_id)) END
                      INTO id, content, attempts, dequeue_at, state,
-                          content_type, created_at, v_group_key, v_turn_at, v_idem_key;
+                          content_type, created_at, v_group_key, v_turn_at, v_idem_key, v_floor, v_seen;
                 IF FOUND THEN
                     locked_until := NULL;
                     RETURN NEXT;
@@ -3213,15 +3242,23 @@ BEGIN
                     -- (as _message_left would, without its read of the queue's row and a second
                     -- run of this UPDATE: this queue's concurrency is known to be 1)
                     UPDATE pgqueue.message m
-                       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+                       SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
+                           wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+                                                                 m.dequeue_at, m.id)
                      WHERE m.id = (SELECT w.id FROM pgqueue.message w
                                     WHERE w.queue_id = v_queue_id AND w.group_key = v_group_key
                                       AND w.turn_at IS NULL
+                                      AND (w.dequeue_at, w.id) >= (CASE WHEN v_floor[6] = v_seen THEN v_floor[1] ELSE -9223372036854775808 END,
+                                                                   CASE WHEN v_floor[6] = v_seen THEN v_floor[2] ELSE -9223372036854775808 END)
                                     ORDER BY w.dequeue_at, w.id
                                     LIMIT 1)
-                       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                        WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
-                                          AND t.turn_at IS NOT NULL)
+                       -- the room: while the group's wait floor holds (read before this statement, and
+                       -- again after its snapshot), no message of the group but the one leaving has
+                       -- the turn (pgqueue._wait_floor_next)
+                       AND CASE WHEN v_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
+                                ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                                 WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
+                                                   AND t.turn_at IS NOT NULL) END
                        -- without the lock under READ COMMITTED only (pgqueue._message_left)
                        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
@@ -3231,7 +3268,7 @@ BEGIN
                         v_stripes := v_stripes || v_stripe;
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key) THEN
+                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key, v_floor) THEN
                         v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
                         v_top := greatest(v_top, v_stripe);
                         v_stripes := v_stripes || v_stripe;
@@ -3504,6 +3541,7 @@ COMMENT ON FUNCTION pgqueue.message_heartbeat_batch(bigint[], integer[], bigint)
 
 -- Change a queue's settings; NULL leaves a setting as it is, 0 clears max_attempts/max_size.
 DROP FUNCTION pgqueue.queue_alter(text, bigint, integer, bigint, bigint, bigint, boolean);
+-- Change a queue's settings; NULL leaves a setting as it is, 0 clears max_attempts/max_size.
 CREATE FUNCTION pgqueue.queue_alter(
     p_queue         text,
     p_lock_ms       bigint  DEFAULT NULL,
@@ -3607,6 +3645,12 @@ BEGIN
         -- the queue's stripe keeps every other writer of its groups out). Turns already given
         -- stay: after a lower limit, the messages holding one still go out, and the new limit
         -- holds from then on.
+        -- The queue's lock stripe advances: the groups' wait floors recorded under the old limit
+        -- no longer hold (the ordered hand-off skips its look for another message with the turn
+        -- while its floor holds, which only group concurrency 1 makes safe:
+        -- pgqueue._wait_floor_next). (Not transactional: a rolled-back change leaves it moved,
+        -- which costs the next hand-off of each group one probe from the group's first entry.)
+        PERFORM nextval(pgqueue._lock_stripe(v_queue.id));
         FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
                         GROUP BY m.group_key
@@ -5877,7 +5921,7 @@ COMMENT ON FUNCTION pgqueue.schedule_run(integer) IS
 -------------------------------------------------------------------------------
 
 ALTER TABLE pgqueue.message ADD COLUMN group_key text, ADD COLUMN turn_at bigint, ADD COLUMN idem_key text,
-    ADD COLUMN write_mark boolean;
+    ADD COLUMN write_mark boolean, ADD COLUMN wait_floor bigint[];
 COMMENT ON COLUMN pgqueue.message.group_key IS
     'the message group (queues with group_concurrency): in order within it, served in turn with the other groups; NULL: a group of its own';
 COMMENT ON COLUMN pgqueue.message.turn_at IS
@@ -5886,6 +5930,8 @@ COMMENT ON COLUMN pgqueue.message.idem_key IS
     'idempotency key: while the message is live (and the queue''s key_window_ms after it left), enqueueing the same key returns this id';
 COMMENT ON COLUMN pgqueue.message.write_mark IS
     'pgqueue internal: set (INSERT) or flipped (UPDATE) by a pgqueue function whose write keyed the row at or above its own clock reading less 5 ms; a write that leaves it NULL or unchanged is checked by the triggers message_placed_low';
+COMMENT ON COLUMN pgqueue.message.wait_floor IS
+    'pgqueue internal: grouped queues of group concurrency 1, on the message with its group''s turn: where the group''s next hand-off may start its probe of the waiting messages, and the candidate for the one after (pgqueue._wait_floor_next); NULL: from the group''s first entry';
 
 -- Message groups (queues with group_concurrency set): the messages whose group's turn it is,
 -- waiting to be handed out, by (turn_at, id): the probe of a grouped dequeue.
@@ -6620,6 +6666,99 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
     'pgqueue internal: delete up to p_limit ended idempotency-key windows of a queue (pgqueue._message_left)';
 
+-- The wait floor that the ordered hand-off (a queue of group concurrency 1: pgqueue._message_left,
+-- and its copies in message_dequeue and message_complete) records on the message it gives the
+-- turn, the key (p_at, p_id), for the group's next hand-off: where that one's probe of the
+-- group's waiting messages may start (message_group_wait_idx, by (dequeue_at, id)). Under a
+-- held snapshot the group's first entries there are those of every message handed a turn since
+-- the hold began (each turn is an UPDATE; the old version's entry can be neither removed nor
+-- marked dead), so a probe from the group's first entry visited them all, and a probe of the
+-- group's messages with the turn (message_group_turn_idx, the room) did the same: with 10
+-- groups a grouped dequeue fell to a tenth of its rate (docs/performance.md, "Message groups
+-- under a held snapshot"). The floor is the session hints' protocol (pgqueue._message_take) for
+-- one group, carried from turn to turn on the message holding it: no row of its own (a row
+-- updated at every hand-off would pile up versions under the hold just as the entries do).
+--
+-- Layout: [1:2] V, the floor: no message of the group waits below it (none is visible, and none
+-- can become visible) unless one was placed below the clock since [6]; [3:4] C, the candidate
+-- for the next V; [5] X, an xid: C becomes V once every transaction with an xid below X has
+-- ended; [6] the queue's lock stripe as read before the hand-off's statement (p_stripe).
+-- The floor p_floor of the message leaving holds if the stripe was still at its [6] when read
+-- before the statement (p_stripe) and again after its snapshot, where the hand-off's statement
+-- checks it (pgqueue._wait_floor_ok) before it gives a turn by the floor: its probe then started
+-- at V, and (p_at, p_id) is the group's first waiting message that the snapshot sees. (Read
+-- here once more, the stripe cost about 1 us a call and an argument calling a volatile
+-- function keeps an SQL function from being inlined; this one, not inlined, cost a grouped
+-- delete-mode dequeue a third of its rate: measured.)
+--   * C is the key of the message given the turn, or the clock less 5 ms if that is lower (a
+--     turn given to a scheduled message): every other message of the group that this snapshot
+--     sees waiting comes after it. X is the hand-off's own xid (its DELETE or UPDATE of the
+--     message leaving assigned it), and the clock is its transaction's start
+--     (transaction_timestamp), before that: a transaction with an xid above X got it later,
+--     and writes its keys from its clock read after that (pgqueue._write_clock), at or above
+--     C, or more than 5 ms below its clock, which advances the stripe (trigger
+--     message_placed_low). (Not the snapshot's xmax: that is the last xid to end plus one, and
+--     a transaction still running may have an xid at or above it: specs/group_wait_floor.spec
+--     caught a first version that used it.) A transaction with an xid below X may have written
+--     a key below C and commit later: once every one of them has ended, what they wrote is
+--     visible, and a probe from V finds it first.
+--   * So at a later hand-off with the floor holding: once every xid below X has ended (the
+--     snapshot's xmin is X or above), V moves to C, or to the key found by this probe from V if
+--     that is lower (a late commit below C), and a new candidate is taken; until then the floor
+--     is carried as it is. With the floor not holding (a message placed low, a changed
+--     concurrency, none recorded) V is the group's first entry and a new candidate is taken.
+--   * While the floor holds, the group's one message with the turn is the one leaving: each
+--     turn it records was given by the ordered hand-off, which gives it only when no other
+--     message of the group has it, under group concurrency 1; every other way a turn is given
+--     (a producer's enqueue, pgqueue._message_group_next) looks for a message with the turn
+--     and sees the one leaving until the hand-off commits; and a change of the concurrency
+--     advances the stripe (queue_alter). The hand-off then skips that probe of the group's
+--     turns.
+-- What it does not cover: a transaction that holds an xid for the whole hold (issue 12's case
+-- b, an idle session) keeps every candidate from becoming the floor, so the group's probes walk
+-- back to the floor of when it began, as they did from the first entry before (the session
+-- hints set such a transaction aside; the floor does not).
+CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_at bigint, p_id bigint)
+RETURNS bigint[]
+LANGUAGE sql VOLATILE
+RETURN CASE
+    WHEN coalesce(p_floor[6] = p_stripe, false)
+         AND pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint < p_floor[5]
+        THEN p_floor  -- the candidate waits for the transactions before X
+    -- V: the group's first entry if there is no floor or it does not hold, else C (or the key
+    -- found, if lower); then a new candidate
+    ELSE CASE WHEN NOT coalesce(p_floor[6] = p_stripe, false)
+                  THEN ARRAY[-9223372036854775808, -9223372036854775808]::bigint[]
+              WHEN (p_floor[3], p_floor[4]) <= (p_at, p_id) THEN p_floor[3:4]
+              ELSE ARRAY[p_at, p_id] END
+         || CASE WHEN ((pg_catalog.date_part('epoch', pg_catalog.transaction_timestamp()) * 1000000)::bigint / 1000 - 5,
+                       -9223372036854775808) <= (p_at, p_id)
+                 THEN ARRAY[(pg_catalog.date_part('epoch', pg_catalog.transaction_timestamp()) * 1000000)::bigint / 1000 - 5,
+                            -9223372036854775808]
+                 ELSE ARRAY[p_at, p_id] END
+         || ARRAY[pg_catalog.pg_current_xact_id()::text::bigint, p_stripe]
+    END;
+
+COMMENT ON FUNCTION pgqueue._wait_floor_next(bigint[], bigint, bigint, bigint) IS
+    'pgqueue internal: the wait floor the ordered hand-off records on the message it gives its group''s turn (where the group''s next hand-off starts its probe)';
+
+-- Whether a group's wait floor p_floor (pgqueue._wait_floor_next: on the message leaving with the
+-- group's turn) still holds: no message was placed below the clock in the queue, and its group
+-- concurrency was not changed, since the floor was recorded (the queue's lock stripe, which both
+-- advance, still at the value the floor saw). Read inside the hand-off's statement, after its
+-- snapshot was taken: a message placed low that the snapshot sees advanced the stripe before
+-- it committed, so before this read (a read before the statement could miss it and hand the
+-- turn past it). False for a NULL floor (reading nothing).
+CREATE FUNCTION pgqueue._wait_floor_ok(p_floor bigint[], p_queue_id integer)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN p_floor IS NULL THEN false
+            ELSE coalesce(p_floor[6] OPERATOR(pg_catalog.=)
+                          pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), false) END;
+
+COMMENT ON FUNCTION pgqueue._wait_floor_ok(bigint[], integer) IS
+    'pgqueue internal: true if a message group''s wait floor still holds (the queue''s lock stripe has not moved since it was recorded)';
+
 -- A message left pgqueue.message (completed, delivered in delete mode, cancelled, acknowledged by
 -- Spark, dead-lettered): keep its idempotency key p_idem_key taken for the queue's key_window_ms
 -- (pgqueue._dead_letter passes none: a dead letter frees its key at once), removing two windows
@@ -6656,12 +6795,16 @@ COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
 -- knows it): the call and its read of the queue's row cost a grouped delete-mode dequeue 8% and
 -- a lease + complete 4% (session 28).
 -- The three copies of the statement must stay the same (tests/test_group_probes.py).
+-- p_floor: the leaving message's wait_floor (its callers that read it pass it; NULL: none), where
+-- that UPDATE starts its probe of the group's waiting messages, and which lets it skip the probe
+-- of the group's turns (pgqueue._wait_floor_next).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,
     p_group    text,
     p_turn_at  bigint,
-    p_idem_key text)
+    p_idem_key text,
+    p_floor    bigint[] DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -6673,6 +6816,7 @@ DECLARE
     v_now         bigint;
     v_turned      boolean;
     v_written     integer;  -- key windows this transaction wrote before (REPEATABLE READ)
+    v_seen        bigint;   -- the queue's lock stripe before the hand-off (pgqueue._wait_floor_next)
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
       FROM pgqueue.queue q WHERE q.id = p_queue_id;
@@ -6707,16 +6851,25 @@ BEGIN
         END IF;
     END IF;
     IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency = 1 THEN
+        v_seen := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
         UPDATE pgqueue.message m
-           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
+               wait_floor = pgqueue._wait_floor_next(p_floor, v_seen,
+                                                     m.dequeue_at, m.id)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
                         WHERE w.queue_id = p_queue_id AND w.group_key = p_group
                           AND w.turn_at IS NULL
+                          AND (w.dequeue_at, w.id) >= (CASE WHEN p_floor[6] = v_seen THEN p_floor[1] ELSE -9223372036854775808 END,
+                                                       CASE WHEN p_floor[6] = v_seen THEN p_floor[2] ELSE -9223372036854775808 END)
                         ORDER BY w.dequeue_at, w.id
                         LIMIT 1)
-           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                              AND t.turn_at IS NOT NULL)
+           -- the room: while the group's wait floor holds (read before this statement, and
+           -- again after its snapshot), no message of the group but the one leaving has
+           -- the turn (pgqueue._wait_floor_next)
+           AND CASE WHEN p_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(p_floor, p_queue_id))
+                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                     WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                                       AND t.turn_at IS NOT NULL) END
            -- Under REPEATABLE READ or SERIALIZABLE the snapshot may miss a message a producer
            -- added to the group after it (with an earlier dequeue_at than the one this would
            -- choose): the decision is taken under the group's lock instead, which raises 40001
@@ -6735,7 +6888,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text) IS
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, bigint[]) IS
     'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn; true if it took the group''s lock';
 
 -- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With

@@ -5,9 +5,13 @@
 # plain queue as the control; a REPEATABLE READ session that read another table (issue 12's case
 # a) holds its snapshot from FREE seconds on, for HOLD seconds. Prints the messages delivered a
 # second in 5-s windows (pgqueue.queue_counters), then, while the hold still stands, the buffers
-# that the hand-off's probes of one group read (its next waiting message in message_group_wait_idx,
-# and the NOT EXISTS of a message with the turn in message_group_turn_idx), as _message_left and
-# message_dequeue run them, and the same after the hold ended and a VACUUM.
+# that the hand-off's probes of one group read: its next waiting message in
+# message_group_wait_idx from the group's wait floor (the wait_floor of its message with the turn,
+# pgqueue._wait_floor_next; the run places nothing below the clock, so the floor holds), as
+# _message_left and message_dequeue run it, and the same probe from the group's first entry (as
+# it ran before the floor); and the NOT EXISTS of a message with the turn in
+# message_group_turn_idx, which the hand-off skips while the floor holds. The same after the
+# hold ended and a VACUUM.
 # Usage (a server on the default socket where the role may create databases):
 #   [MESSAGES=1000000] bench/experiments/group_handoff/held_groups.sh ["100 10000"] [FREE] [HOLD] [CLIENTS]
 set -euo pipefail
@@ -15,15 +19,22 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/../.." && pwd)
 groups=${1:-100 10000} free=${2:-10} hold=${3:-50} clients=${4:-4} n=${MESSAGES:-1000000}
 db=group_handoff_held
-probe() {  # the hand-off's two probes of group g1, generic plans, as the functions run them
-  psql -qX -d $db -P pager=off <<'SQL' | grep -E 'Buffers|actual time' | grep -v Planning
+probe() {  # the hand-off's probes of group g1, generic plans, as the functions run them
+  psql -qX -d $db -P pager=off <<'SQL' | grep -E 'Buffers|actual time|^probe:' | grep -v Planning
 SET plan_cache_mode = force_generic_plan;
 SELECT id AS qid FROM pgqueue.queue WHERE name = 'q' \gset
-PREPARE w(integer, text) AS SELECT w.id FROM pgqueue.message w
- WHERE w.queue_id = $1 AND w.group_key = $2 AND w.turn_at IS NULL ORDER BY w.dequeue_at, w.id LIMIT 1;
+SELECT coalesce(min(m.wait_floor[1]), -9223372036854775808) AS fat, coalesce(min(m.wait_floor[2]), -9223372036854775808) AS fid
+  FROM pgqueue.message m WHERE m.queue_id = :qid AND m.group_key = 'g1' AND m.turn_at IS NOT NULL \gset
+PREPARE w(integer, text, bigint, bigint) AS SELECT w.id FROM pgqueue.message w
+ WHERE w.queue_id = $1 AND w.group_key = $2 AND w.turn_at IS NULL AND (w.dequeue_at, w.id) >= ($3, $4)
+ ORDER BY w.dequeue_at, w.id LIMIT 1;
 PREPARE t(integer, text) AS SELECT 1 FROM pgqueue.message t
  WHERE t.queue_id = $1 AND t.group_key = $2 AND t.turn_at IS NOT NULL LIMIT 1;
-EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, SUMMARY OFF) EXECUTE w(:qid, 'g1');
+\echo probe: from the floor
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, SUMMARY OFF) EXECUTE w(:qid, 'g1', :fat, :fid);
+\echo probe: from the first entry
+EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, SUMMARY OFF) EXECUTE w(:qid, 'g1', -9223372036854775808, -9223372036854775808);
+\echo probe: the turns (skipped while the floor holds)
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, SUMMARY OFF) EXECUTE t(:qid, 'g1');
 SQL
 }

@@ -18,6 +18,7 @@ CREATE TABLE pgqueue.message (
     turn_at      bigint,
     idem_key     text,
     write_mark   boolean,
+    wait_floor   bigint[],
     CONSTRAINT message_pkey PRIMARY KEY (id)
 );
 ALTER SEQUENCE pgqueue.message_id_seq OWNED BY pgqueue.message.id;
@@ -61,3 +62,5 @@ COMMENT ON COLUMN pgqueue.message.idem_key IS
     'idempotency key: while the message is live (and the queue''s key_window_ms after it left), enqueueing the same key returns this id';
 COMMENT ON COLUMN pgqueue.message.write_mark IS
     'pgqueue internal: set (INSERT) or flipped (UPDATE) by a pgqueue function whose write keyed the row at or above its own clock reading less 5 ms; a write that leaves it NULL or unchanged is checked by the triggers message_placed_low';
+COMMENT ON COLUMN pgqueue.message.wait_floor IS
+    'pgqueue internal: grouped queues of group concurrency 1, on the message with its group''s turn: where the group''s next hand-off may start its probe of the waiting messages, and the candidate for the one after (pgqueue._wait_floor_next); NULL: from the group''s first entry';

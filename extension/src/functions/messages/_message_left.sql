@@ -34,12 +34,16 @@
 -- knows it): the call and its read of the queue's row cost a grouped delete-mode dequeue 8% and
 -- a lease + complete 4% (session 28).
 -- The three copies of the statement must stay the same (tests/test_group_probes.py).
+-- p_floor: the leaving message's wait_floor (its callers that read it pass it; NULL: none), where
+-- that UPDATE starts its probe of the group's waiting messages, and which lets it skip the probe
+-- of the group's turns (pgqueue._wait_floor_next).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,
     p_group    text,
     p_turn_at  bigint,
-    p_idem_key text)
+    p_idem_key text,
+    p_floor    bigint[] DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -51,6 +55,7 @@ DECLARE
     v_now         bigint;
     v_turned      boolean;
     v_written     integer;  -- key windows this transaction wrote before (REPEATABLE READ)
+    v_seen        bigint;   -- the queue's lock stripe before the hand-off (pgqueue._wait_floor_next)
 BEGIN
     SELECT q.key_window_ms, q.group_concurrency INTO v_window, v_concurrency
       FROM pgqueue.queue q WHERE q.id = p_queue_id;
@@ -85,16 +90,25 @@ BEGIN
         END IF;
     END IF;
     IF p_group IS NOT NULL AND p_turn_at IS NOT NULL AND v_concurrency = 1 THEN
+        v_seen := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
         UPDATE pgqueue.message m
-           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
+               wait_floor = pgqueue._wait_floor_next(p_floor, v_seen,
+                                                     m.dequeue_at, m.id)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
                         WHERE w.queue_id = p_queue_id AND w.group_key = p_group
                           AND w.turn_at IS NULL
+                          AND (w.dequeue_at, w.id) >= (CASE WHEN p_floor[6] = v_seen THEN p_floor[1] ELSE -9223372036854775808 END,
+                                                       CASE WHEN p_floor[6] = v_seen THEN p_floor[2] ELSE -9223372036854775808 END)
                         ORDER BY w.dequeue_at, w.id
                         LIMIT 1)
-           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                              AND t.turn_at IS NOT NULL)
+           -- the room: while the group's wait floor holds (read before this statement, and
+           -- again after its snapshot), no message of the group but the one leaving has
+           -- the turn (pgqueue._wait_floor_next)
+           AND CASE WHEN p_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(p_floor, p_queue_id))
+                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                     WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                                       AND t.turn_at IS NOT NULL) END
            -- Under REPEATABLE READ or SERIALIZABLE the snapshot may miss a message a producer
            -- added to the group after it (with an earlier dequeue_at than the one this would
            -- choose): the decision is taken under the group's lock instead, which raises 40001
@@ -113,5 +127,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text) IS
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, bigint[]) IS
     'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn; true if it took the group''s lock';

@@ -178,7 +178,14 @@ BEGIN
                 THEN split_part(v_raw, ' ', 1)::bigint[] END;
     IF v_s IS NULL OR v_s[1] <> pg_backend_pid()
        OR NOT (CASE WHEN v_s[16] BETWEEN 0 AND 10000 THEN cardinality(v_s) = 16 + 5 * v_s[16] ELSE false END) THEN
-        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0, 0, 0, c_min, c_min, 0, 0, c_min, c_min, 0];
+        -- [8], the stripe value seen, starts at the stripe's value now: a fresh state probes
+        -- from the bottom anyway, and a row placed low by a transaction that advanced the
+        -- stripe before this read had its xid before this call's, which H waits for before it
+        -- moves (the stripes start at a random value, queue_lock.sql: from 0, every session's
+        -- first call would restart from the bottom for nothing)
+        v_s := ARRAY[pg_backend_pid(), c_min, c_min, 0, 0, 0, 0,
+                     coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0),
+                     0, c_min, c_min, 0, 0, c_min, c_min, 0];
     END IF;
     v_e := coalesce(pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)), 0);
     v_snap := pg_current_snapshot();  -- taken after the stripe was read

@@ -19,6 +19,8 @@ DECLARE
     v_group    pg_catalog.text;
     v_turn_at  bigint;
     v_idem_key pg_catalog.text;
+    v_floor    bigint[];  -- its group's wait floor, and the queue's lock stripe before the
+    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next)
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -32,7 +34,10 @@ BEGIN
        AND pgqueue._leased(m.locked_until)
        AND m.claim_id IS NULL
        AND pgqueue._queue_lock(m.queue_id)
-    RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key INTO v_queue_id, v_group, v_turn_at, v_idem_key;
+    RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key, m.wait_floor,
+              CASE WHEN m.group_key IS NOT NULL
+                   THEN pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(m.queue_id)) END
+         INTO v_queue_id, v_group, v_turn_at, v_idem_key, v_floor, v_seen;
     -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left). The
     -- ordered hand-off of _message_left (see there) is done here, on a queue of group
     -- concurrency 1, rather than through it: a call of a PL/pgSQL function and its read of the
@@ -40,16 +45,24 @@ BEGIN
     -- nothing on, _message_left does the rest (another concurrency, or a look under the lock).
     IF v_idem_key IS NULL AND v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
         UPDATE pgqueue.message m
-           SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+           SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
+               wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+                                                     m.dequeue_at, m.id)
          WHERE m.id OPERATOR(pg_catalog.=) (
                    SELECT w.id FROM pgqueue.message w
                     WHERE w.queue_id OPERATOR(pg_catalog.=) v_queue_id
                       AND w.group_key OPERATOR(pg_catalog.=) v_group AND w.turn_at IS NULL
+                      AND (w.dequeue_at, w.id) OPERATOR(pg_catalog.>=) (CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN v_floor[1] ELSE -9223372036854775808 END,
+                                                                        CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN v_floor[2] ELSE -9223372036854775808 END)
                     ORDER BY w.dequeue_at, w.id
                     LIMIT 1)
-           AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                            WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
-                              AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL)
+           -- the room: while the group's wait floor holds (read before this statement, and
+           -- again after its snapshot), no message of the group but the one leaving has
+           -- the turn (pgqueue._wait_floor_next)
+           AND CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
+                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                     WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                                       AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL) END
            AND EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
                           AND q.group_concurrency OPERATOR(pg_catalog.=) 1)
@@ -57,10 +70,10 @@ BEGIN
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable';
         IF NOT FOUND THEN
-            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL);
+            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, v_floor);
         END IF;
     ELSIF v_idem_key IS NOT NULL THEN
-        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key);
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, v_floor);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;

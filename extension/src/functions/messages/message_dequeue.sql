@@ -42,6 +42,8 @@ DECLARE
     v_group_key    text;      -- the message of a one-message delete: its group, turn, key
     v_turn_at      bigint;
     v_idem_key     text;
+    v_floor        bigint[];  -- ... its group's wait floor, and the queue's lock stripe before the
+    v_seen         bigint;    -- hand-off (pgqueue._wait_floor_next)
     v_lease_check  text;
     v_stripe       integer;   -- a further round takes no group lock on a stripe below v_top, the
     v_top          integer;   -- highest this call may have locked, unless it holds that one
@@ -143,9 +145,10 @@ BEGIN
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
                 RETURNING m.id, m.content, m.attempts + 1, m.dequeue_at, m.state,
-                          m.content_type, m.created_at, m.group_key, m.turn_at, m.idem_key
+                          m.content_type, m.created_at, m.group_key, m.turn_at, m.idem_key, m.wait_floor,
+                          CASE WHEN m.group_key IS NOT NULL THEN pg_sequence_last_value(pgqueue._lock_stripe(v_queue_id)) END
                      INTO id, content, attempts, dequeue_at, state,
-                          content_type, created_at, v_group_key, v_turn_at, v_idem_key;
+                          content_type, created_at, v_group_key, v_turn_at, v_idem_key, v_floor, v_seen;
                 IF FOUND THEN
                     locked_until := NULL;
                     RETURN NEXT;
@@ -159,15 +162,23 @@ BEGIN
                     -- (as _message_left would, without its read of the queue's row and a second
                     -- run of this UPDATE: this queue's concurrency is known to be 1)
                     UPDATE pgqueue.message m
-                       SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
+                       SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
+                           wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+                                                                 m.dequeue_at, m.id)
                      WHERE m.id = (SELECT w.id FROM pgqueue.message w
                                     WHERE w.queue_id = v_queue_id AND w.group_key = v_group_key
                                       AND w.turn_at IS NULL
+                                      AND (w.dequeue_at, w.id) >= (CASE WHEN v_floor[6] = v_seen THEN v_floor[1] ELSE -9223372036854775808 END,
+                                                                   CASE WHEN v_floor[6] = v_seen THEN v_floor[2] ELSE -9223372036854775808 END)
                                     ORDER BY w.dequeue_at, w.id
                                     LIMIT 1)
-                       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                        WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
-                                          AND t.turn_at IS NOT NULL)
+                       -- the room: while the group's wait floor holds (read before this statement, and
+                       -- again after its snapshot), no message of the group but the one leaving has
+                       -- the turn (pgqueue._wait_floor_next)
+                       AND CASE WHEN v_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
+                                ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
+                                                 WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
+                                                   AND t.turn_at IS NOT NULL) END
                        -- without the lock under READ COMMITTED only (pgqueue._message_left)
                        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
@@ -177,7 +188,7 @@ BEGIN
                         v_stripes := v_stripes || v_stripe;
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key) THEN
+                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key, v_floor) THEN
                         v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
                         v_top := greatest(v_top, v_stripe);
                         v_stripes := v_stripes || v_stripe;

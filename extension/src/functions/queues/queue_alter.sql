@@ -102,6 +102,12 @@ BEGIN
         -- the queue's stripe keeps every other writer of its groups out). Turns already given
         -- stay: after a lower limit, the messages holding one still go out, and the new limit
         -- holds from then on.
+        -- The queue's lock stripe advances: the groups' wait floors recorded under the old limit
+        -- no longer hold (the ordered hand-off skips its look for another message with the turn
+        -- while its floor holds, which only group concurrency 1 makes safe:
+        -- pgqueue._wait_floor_next). (Not transactional: a rolled-back change leaves it moved,
+        -- which costs the next hand-off of each group one probe from the group's first entry.)
+        PERFORM nextval(pgqueue._lock_stripe(v_queue.id));
         FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
                         GROUP BY m.group_key
