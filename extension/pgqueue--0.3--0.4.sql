@@ -2660,7 +2660,8 @@ DECLARE
     v_turn_at  bigint;
     v_idem_key pg_catalog.text;
     v_floor    bigint[];  -- its group's wait floor, and the queue's lock stripe before the
-    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next)
+    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next) ...
+    v_pre      bigint;    -- ... but not before the DELETE assigned the xid: NULL, no new candidate
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -2686,7 +2687,8 @@ BEGIN
     IF v_idem_key IS NULL AND v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
-               wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+               wait_floor = pgqueue._wait_floor_next(v_floor, v_seen, v_pre,
+                                                     pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::pg_catalog.text::bigint,
                                                      m.dequeue_at, m.id)
          WHERE m.id OPERATOR(pg_catalog.=) (
                    SELECT w.id FROM pgqueue.message w
@@ -3123,7 +3125,8 @@ DECLARE
     v_turn_at      bigint;
     v_idem_key     text;
     v_floor        bigint[];  -- ... its group's wait floor, and the queue's lock stripe before the
-    v_seen         bigint;    -- hand-off (pgqueue._wait_floor_next)
+    v_seen         bigint;    -- hand-off and (if the take assigned the xid) before the take
+    v_pre          bigint;    -- (pgqueue._wait_floor_next)
     v_lease_check  text;
     v_stripe       integer;   -- a further round takes no group lock on a stripe below v_top, the
     v_top          integer;   -- highest this call may have locked, unless it holds that one
@@ -3146,6 +3149,11 @@ BEGIN
         -- review). REPEATABLE READ sees its snapshot here; its leases pin the queue's row
         -- below (40001 after such a change).
         v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
+        -- The queue's lock stripe before the take assigns this transaction's xid (its row locks),
+        -- for the wait floor's new candidate (pgqueue._wait_floor_next): delete mode, one in
+        -- flight per group, a transaction without an xid yet
+        v_pre := CASE WHEN v_lock_ms = 0 AND v_groups = 1 AND pg_current_xact_id_if_assigned() IS NULL
+                      THEN pg_sequence_last_value(pgqueue._lock_stripe(v_queue_id)) END;
     END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         IF p_limit IS NULL THEN
@@ -3243,7 +3251,8 @@ BEGIN
                     -- run of this UPDATE: this queue's concurrency is known to be 1)
                     UPDATE pgqueue.message m
                        SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
-                           wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+                           wait_floor = pgqueue._wait_floor_next(v_floor, v_seen, v_pre,
+                                                                 pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
                                                                  m.dequeue_at, m.id)
                      WHERE m.id = (SELECT w.id FROM pgqueue.message w
                                     WHERE w.queue_id = v_queue_id AND w.group_key = v_group_key
@@ -3268,7 +3277,7 @@ BEGIN
                         v_stripes := v_stripes || v_stripe;
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key, v_floor) THEN
+                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key, v_floor, v_pre) THEN
                         v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
                         v_top := greatest(v_top, v_stripe);
                         v_stripes := v_stripes || v_stripe;
@@ -3648,8 +3657,10 @@ BEGIN
         -- The queue's lock stripe advances: the groups' wait floors recorded under the old limit
         -- no longer hold (the ordered hand-off skips its look for another message with the turn
         -- while its floor holds, which only group concurrency 1 makes safe:
-        -- pgqueue._wait_floor_next). (Not transactional: a rolled-back change leaves it moved,
-        -- which costs the next hand-off of each group one probe from the group's first entry.)
+        -- pgqueue._wait_floor_next). (A rolled-back change may or may not leave it moved: the
+        -- quiesce's ALTER SEQUENCE above may have given the sequence a new file in this
+        -- transaction. Either is safe: a move only makes the floors recorded before it stop
+        -- holding.)
         PERFORM nextval(pgqueue._lock_stripe(v_queue.id));
         FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
@@ -6686,27 +6697,36 @@ COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
 -- The floor p_floor of the message leaving holds if the stripe was still at its [6] when read
 -- before the statement (p_stripe) and again after its snapshot, where the hand-off's statement
 -- checks it (pgqueue._wait_floor_ok) before it gives a turn by the floor: its probe then started
--- at V, and (p_at, p_id) is the group's first waiting message that the snapshot sees. (Read
--- here once more, the stripe cost about 1 us a call and an argument calling a volatile
--- function keeps an SQL function from being inlined; this one, not inlined, cost a grouped
--- delete-mode dequeue a third of its rate: measured.)
+-- at V, and (p_at, p_id) is the group's first waiting message that the snapshot sees. p_xmin is
+-- that snapshot's xmin, passed by the statement (so that it is the probe's snapshot whether or
+-- not this function is inlined: a VOLATILE SQL function that is not inlined takes a snapshot of
+-- its own under READ COMMITTED). (Not a read of the stripe here: an argument that calls a
+-- volatile function and is used more than once keeps an SQL function from being inlined, and
+-- this one, not inlined, cost a grouped delete-mode dequeue a third of its rate: measured.)
 --   * C is the key of the message given the turn, or the clock less 5 ms if that is lower (a
 --     turn given to a scheduled message): every other message of the group that this snapshot
---     sees waiting comes after it. X is the hand-off's own xid (its DELETE or UPDATE of the
---     message leaving assigned it), and the clock is its transaction's start
---     (transaction_timestamp), before that: a transaction with an xid above X got it later,
+--     sees waiting comes after it. X is the hand-off's own xid, and the clock its transaction's
+--     start (transaction_timestamp), before X: a transaction with an xid above X got it later,
 --     and writes its keys from its clock read after that (pgqueue._write_clock), at or above
 --     C, or more than 5 ms below its clock, which advances the stripe (trigger
---     message_placed_low). (Not the snapshot's xmax: that is the last xid to end plus one, and
---     a transaction still running may have an xid at or above it: specs/group_wait_floor.spec
---     caught a first version that used it.) A transaction with an xid below X may have written
---     a key below C and commit later: once every one of them has ended, what they wrote is
---     visible, and a probe from V finds it first.
---   * So at a later hand-off with the floor holding: once every xid below X has ended (the
---     snapshot's xmin is X or above), V moves to C, or to the key found by this probe from V if
---     that is lower (a late commit below C), and a new candidate is taken; until then the floor
---     is carried as it is. With the floor not holding (a message placed low, a changed
---     concurrency, none recorded) V is the group's first entry and a new candidate is taken.
+--     message_placed_low) after it got its xid. So that advance must come after the stripe
+--     value this floor records: a new candidate is taken only when the stripe was read before
+--     X was assigned (p_pre: message_dequeue reads it before its take, if the transaction had
+--     no xid yet) and is still the value read before the statement (p_stripe); else none (the
+--     floor is carried, or starts from the group's first entry with no candidate). A stripe
+--     read after X (a first version read it in the hand-off's DELETE, after the take's row
+--     lock had assigned X) let a producer with a later xid place a message below C, advance
+--     the stripe before that read and commit after the candidate became the floor: the floor
+--     passed it (a review; specs/group_wait_floor.spec). (Nor is X the snapshot's xmax: that
+--     is the last xid to end plus one, and a transaction still running may have an xid at or
+--     above it.) A transaction with an xid below X may have written a key below C and commit
+--     later: once every one of them has ended, what they wrote is visible, and a probe from V
+--     finds it first.
+--   * So at a later hand-off with the floor holding: once every xid below X has ended (p_xmin
+--     is X or above), V moves to C, or to the key found by this probe from V if that is lower
+--     (a late commit below C), and a new candidate is taken if this hand-off may take one;
+--     until then the floor is carried as it is. With the floor not holding (a message placed
+--     low, a changed concurrency, none recorded) V is the group's first entry.
 --   * While the floor holds, the group's one message with the turn is the one leaving: each
 --     turn it records was given by the ordered hand-off, which gives it only when no other
 --     message of the group has it, under group concurrency 1; every other way a turn is given
@@ -6714,19 +6734,30 @@ COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
 --     and sees the one leaving until the hand-off commits; and a change of the concurrency
 --     advances the stripe (queue_alter). The hand-off then skips that probe of the group's
 --     turns.
--- What it does not cover: a transaction that holds an xid for the whole hold (issue 12's case
--- b, an idle session) keeps every candidate from becoming the floor, so the group's probes walk
--- back to the floor of when it began, as they did from the first entry before (the session
--- hints set such a transaction aside; the floor does not).
-CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_at bigint, p_id bigint)
+-- What it does not cover: only message_dequeue's delete mode takes new candidates (and
+-- _message_left when it calls it): message_complete's DELETE assigns its xid before it can know
+-- the message's queue and read the stripe, so lease + complete, and the batch acknowledgements
+-- (which pass no floor), carry floors or start from the group's first entry. And a transaction
+-- that holds an xid for the whole hold (issue 12's case b, an idle session) keeps every
+-- candidate from becoming the floor, so the group's probes walk back to the floor of when it
+-- began, as they did from the first entry before (the session hints set such a transaction
+-- aside; the floor does not).
+CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_pre bigint, p_xmin bigint,
+                                         p_at bigint, p_id bigint)
 RETURNS bigint[]
 LANGUAGE sql VOLATILE
 RETURN CASE
+    -- the floor holds, and its candidate waits for the transactions before X, or this hand-off
+    -- may take no new one: carried as it is
     WHEN coalesce(p_floor[6] = p_stripe, false)
-         AND pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint < p_floor[5]
-        THEN p_floor  -- the candidate waits for the transactions before X
-    -- V: the group's first entry if there is no floor or it does not hold, else C (or the key
-    -- found, if lower); then a new candidate
+         AND (p_xmin < p_floor[5] OR NOT coalesce(p_pre = p_stripe, false))
+        THEN p_floor
+    -- no floor that holds, and no new candidate: from the group's first entry
+    WHEN NOT coalesce(p_pre = p_stripe, false)
+        THEN ARRAY[-9223372036854775808, -9223372036854775808, -9223372036854775808, -9223372036854775808,
+                   0, p_stripe]::bigint[]
+    -- V: the group's first entry if there is no floor that holds, else C (or the key found, if
+    -- lower); then a new candidate
     ELSE CASE WHEN NOT coalesce(p_floor[6] = p_stripe, false)
                   THEN ARRAY[-9223372036854775808, -9223372036854775808]::bigint[]
               WHEN (p_floor[3], p_floor[4]) <= (p_at, p_id) THEN p_floor[3:4]
@@ -6739,7 +6770,7 @@ RETURN CASE
          || ARRAY[pg_catalog.pg_current_xact_id()::text::bigint, p_stripe]
     END;
 
-COMMENT ON FUNCTION pgqueue._wait_floor_next(bigint[], bigint, bigint, bigint) IS
+COMMENT ON FUNCTION pgqueue._wait_floor_next(bigint[], bigint, bigint, bigint, bigint, bigint) IS
     'pgqueue internal: the wait floor the ordered hand-off records on the message it gives its group''s turn (where the group''s next hand-off starts its probe)';
 
 -- Whether a group's wait floor p_floor (pgqueue._wait_floor_next: on the message leaving with the
@@ -6797,14 +6828,17 @@ COMMENT ON FUNCTION pgqueue._wait_floor_ok(bigint[], integer) IS
 -- The three copies of the statement must stay the same (tests/test_group_probes.py).
 -- p_floor: the leaving message's wait_floor (its callers that read it pass it; NULL: none), where
 -- that UPDATE starts its probe of the group's waiting messages, and which lets it skip the probe
--- of the group's turns (pgqueue._wait_floor_next).
+-- of the group's turns; p_pre: the queue's lock stripe as the caller read it before its
+-- transaction's xid was assigned (message_dequeue; NULL: not so read), without which the
+-- hand-off takes no new candidate for the floor (pgqueue._wait_floor_next).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,
     p_group    text,
     p_turn_at  bigint,
     p_idem_key text,
-    p_floor    bigint[] DEFAULT NULL)
+    p_floor    bigint[] DEFAULT NULL,
+    p_pre      bigint DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -6854,7 +6888,8 @@ BEGIN
         v_seen := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
-               wait_floor = pgqueue._wait_floor_next(p_floor, v_seen,
+               wait_floor = pgqueue._wait_floor_next(p_floor, v_seen, p_pre,
+                                                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
                                                      m.dequeue_at, m.id)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
                         WHERE w.queue_id = p_queue_id AND w.group_key = p_group
@@ -6888,7 +6923,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, bigint[]) IS
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, bigint[], bigint) IS
     'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn; true if it took the group''s lock';
 
 -- When the next message of a queue becomes deliverable (epoch ms), NULL if none is waiting. With

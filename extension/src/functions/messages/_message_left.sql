@@ -36,14 +36,17 @@
 -- The three copies of the statement must stay the same (tests/test_group_probes.py).
 -- p_floor: the leaving message's wait_floor (its callers that read it pass it; NULL: none), where
 -- that UPDATE starts its probe of the group's waiting messages, and which lets it skip the probe
--- of the group's turns (pgqueue._wait_floor_next).
+-- of the group's turns; p_pre: the queue's lock stripe as the caller read it before its
+-- transaction's xid was assigned (message_dequeue; NULL: not so read), without which the
+-- hand-off takes no new candidate for the floor (pgqueue._wait_floor_next).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,
     p_group    text,
     p_turn_at  bigint,
     p_idem_key text,
-    p_floor    bigint[] DEFAULT NULL)
+    p_floor    bigint[] DEFAULT NULL,
+    p_pre      bigint DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -93,7 +96,8 @@ BEGIN
         v_seen := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
-               wait_floor = pgqueue._wait_floor_next(p_floor, v_seen,
+               wait_floor = pgqueue._wait_floor_next(p_floor, v_seen, p_pre,
+                                                     pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
                                                      m.dequeue_at, m.id)
          WHERE m.id = (SELECT w.id FROM pgqueue.message w
                         WHERE w.queue_id = p_queue_id AND w.group_key = p_group
@@ -127,5 +131,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, bigint[]) IS
+COMMENT ON FUNCTION pgqueue._message_left(integer, bigint, text, bigint, text, bigint[], bigint) IS
     'pgqueue internal: a message with an idempotency key or its group''s turn left the queue: keep its key for the queue''s window and give its group the next turn; true if it took the group''s lock';

@@ -18,27 +18,36 @@
 -- The floor p_floor of the message leaving holds if the stripe was still at its [6] when read
 -- before the statement (p_stripe) and again after its snapshot, where the hand-off's statement
 -- checks it (pgqueue._wait_floor_ok) before it gives a turn by the floor: its probe then started
--- at V, and (p_at, p_id) is the group's first waiting message that the snapshot sees. (Read
--- here once more, the stripe cost about 1 us a call and an argument calling a volatile
--- function keeps an SQL function from being inlined; this one, not inlined, cost a grouped
--- delete-mode dequeue a third of its rate: measured.)
+-- at V, and (p_at, p_id) is the group's first waiting message that the snapshot sees. p_xmin is
+-- that snapshot's xmin, passed by the statement (so that it is the probe's snapshot whether or
+-- not this function is inlined: a VOLATILE SQL function that is not inlined takes a snapshot of
+-- its own under READ COMMITTED). (Not a read of the stripe here: an argument that calls a
+-- volatile function and is used more than once keeps an SQL function from being inlined, and
+-- this one, not inlined, cost a grouped delete-mode dequeue a third of its rate: measured.)
 --   * C is the key of the message given the turn, or the clock less 5 ms if that is lower (a
 --     turn given to a scheduled message): every other message of the group that this snapshot
---     sees waiting comes after it. X is the hand-off's own xid (its DELETE or UPDATE of the
---     message leaving assigned it), and the clock is its transaction's start
---     (transaction_timestamp), before that: a transaction with an xid above X got it later,
+--     sees waiting comes after it. X is the hand-off's own xid, and the clock its transaction's
+--     start (transaction_timestamp), before X: a transaction with an xid above X got it later,
 --     and writes its keys from its clock read after that (pgqueue._write_clock), at or above
 --     C, or more than 5 ms below its clock, which advances the stripe (trigger
---     message_placed_low). (Not the snapshot's xmax: that is the last xid to end plus one, and
---     a transaction still running may have an xid at or above it: specs/group_wait_floor.spec
---     caught a first version that used it.) A transaction with an xid below X may have written
---     a key below C and commit later: once every one of them has ended, what they wrote is
---     visible, and a probe from V finds it first.
---   * So at a later hand-off with the floor holding: once every xid below X has ended (the
---     snapshot's xmin is X or above), V moves to C, or to the key found by this probe from V if
---     that is lower (a late commit below C), and a new candidate is taken; until then the floor
---     is carried as it is. With the floor not holding (a message placed low, a changed
---     concurrency, none recorded) V is the group's first entry and a new candidate is taken.
+--     message_placed_low) after it got its xid. So that advance must come after the stripe
+--     value this floor records: a new candidate is taken only when the stripe was read before
+--     X was assigned (p_pre: message_dequeue reads it before its take, if the transaction had
+--     no xid yet) and is still the value read before the statement (p_stripe); else none (the
+--     floor is carried, or starts from the group's first entry with no candidate). A stripe
+--     read after X (a first version read it in the hand-off's DELETE, after the take's row
+--     lock had assigned X) let a producer with a later xid place a message below C, advance
+--     the stripe before that read and commit after the candidate became the floor: the floor
+--     passed it (a review; specs/group_wait_floor.spec). (Nor is X the snapshot's xmax: that
+--     is the last xid to end plus one, and a transaction still running may have an xid at or
+--     above it.) A transaction with an xid below X may have written a key below C and commit
+--     later: once every one of them has ended, what they wrote is visible, and a probe from V
+--     finds it first.
+--   * So at a later hand-off with the floor holding: once every xid below X has ended (p_xmin
+--     is X or above), V moves to C, or to the key found by this probe from V if that is lower
+--     (a late commit below C), and a new candidate is taken if this hand-off may take one;
+--     until then the floor is carried as it is. With the floor not holding (a message placed
+--     low, a changed concurrency, none recorded) V is the group's first entry.
 --   * While the floor holds, the group's one message with the turn is the one leaving: each
 --     turn it records was given by the ordered hand-off, which gives it only when no other
 --     message of the group has it, under group concurrency 1; every other way a turn is given
@@ -46,19 +55,30 @@
 --     and sees the one leaving until the hand-off commits; and a change of the concurrency
 --     advances the stripe (queue_alter). The hand-off then skips that probe of the group's
 --     turns.
--- What it does not cover: a transaction that holds an xid for the whole hold (issue 12's case
--- b, an idle session) keeps every candidate from becoming the floor, so the group's probes walk
--- back to the floor of when it began, as they did from the first entry before (the session
--- hints set such a transaction aside; the floor does not).
-CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_at bigint, p_id bigint)
+-- What it does not cover: only message_dequeue's delete mode takes new candidates (and
+-- _message_left when it calls it): message_complete's DELETE assigns its xid before it can know
+-- the message's queue and read the stripe, so lease + complete, and the batch acknowledgements
+-- (which pass no floor), carry floors or start from the group's first entry. And a transaction
+-- that holds an xid for the whole hold (issue 12's case b, an idle session) keeps every
+-- candidate from becoming the floor, so the group's probes walk back to the floor of when it
+-- began, as they did from the first entry before (the session hints set such a transaction
+-- aside; the floor does not).
+CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_pre bigint, p_xmin bigint,
+                                         p_at bigint, p_id bigint)
 RETURNS bigint[]
 LANGUAGE sql VOLATILE
 RETURN CASE
+    -- the floor holds, and its candidate waits for the transactions before X, or this hand-off
+    -- may take no new one: carried as it is
     WHEN coalesce(p_floor[6] = p_stripe, false)
-         AND pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text::bigint < p_floor[5]
-        THEN p_floor  -- the candidate waits for the transactions before X
-    -- V: the group's first entry if there is no floor or it does not hold, else C (or the key
-    -- found, if lower); then a new candidate
+         AND (p_xmin < p_floor[5] OR NOT coalesce(p_pre = p_stripe, false))
+        THEN p_floor
+    -- no floor that holds, and no new candidate: from the group's first entry
+    WHEN NOT coalesce(p_pre = p_stripe, false)
+        THEN ARRAY[-9223372036854775808, -9223372036854775808, -9223372036854775808, -9223372036854775808,
+                   0, p_stripe]::bigint[]
+    -- V: the group's first entry if there is no floor that holds, else C (or the key found, if
+    -- lower); then a new candidate
     ELSE CASE WHEN NOT coalesce(p_floor[6] = p_stripe, false)
                   THEN ARRAY[-9223372036854775808, -9223372036854775808]::bigint[]
               WHEN (p_floor[3], p_floor[4]) <= (p_at, p_id) THEN p_floor[3:4]
@@ -71,5 +91,5 @@ RETURN CASE
          || ARRAY[pg_catalog.pg_current_xact_id()::text::bigint, p_stripe]
     END;
 
-COMMENT ON FUNCTION pgqueue._wait_floor_next(bigint[], bigint, bigint, bigint) IS
+COMMENT ON FUNCTION pgqueue._wait_floor_next(bigint[], bigint, bigint, bigint, bigint, bigint) IS
     'pgqueue internal: the wait floor the ordered hand-off records on the message it gives its group''s turn (where the group''s next hand-off starts its probe)';

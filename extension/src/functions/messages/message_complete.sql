@@ -20,7 +20,8 @@ DECLARE
     v_turn_at  bigint;
     v_idem_key pg_catalog.text;
     v_floor    bigint[];  -- its group's wait floor, and the queue's lock stripe before the
-    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next)
+    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next) ...
+    v_pre      bigint;    -- ... but not before the DELETE assigned the xid: NULL, no new candidate
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -46,7 +47,8 @@ BEGIN
     IF v_idem_key IS NULL AND v_group IS NOT NULL AND v_turn_at IS NOT NULL THEN
         UPDATE pgqueue.message m
            SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
-               wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+               wait_floor = pgqueue._wait_floor_next(v_floor, v_seen, v_pre,
+                                                     pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::pg_catalog.text::bigint,
                                                      m.dequeue_at, m.id)
          WHERE m.id OPERATOR(pg_catalog.=) (
                    SELECT w.id FROM pgqueue.message w

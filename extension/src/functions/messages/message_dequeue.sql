@@ -43,7 +43,8 @@ DECLARE
     v_turn_at      bigint;
     v_idem_key     text;
     v_floor        bigint[];  -- ... its group's wait floor, and the queue's lock stripe before the
-    v_seen         bigint;    -- hand-off (pgqueue._wait_floor_next)
+    v_seen         bigint;    -- hand-off and (if the take assigned the xid) before the take
+    v_pre          bigint;    -- (pgqueue._wait_floor_next)
     v_lease_check  text;
     v_stripe       integer;   -- a further round takes no group lock on a stripe below v_top, the
     v_top          integer;   -- highest this call may have locked, unless it holds that one
@@ -66,6 +67,11 @@ BEGIN
         -- review). REPEATABLE READ sees its snapshot here; its leases pin the queue's row
         -- below (40001 after such a change).
         v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
+        -- The queue's lock stripe before the take assigns this transaction's xid (its row locks),
+        -- for the wait floor's new candidate (pgqueue._wait_floor_next): delete mode, one in
+        -- flight per group, a transaction without an xid yet
+        v_pre := CASE WHEN v_lock_ms = 0 AND v_groups = 1 AND pg_current_xact_id_if_assigned() IS NULL
+                      THEN pg_sequence_last_value(pgqueue._lock_stripe(v_queue_id)) END;
     END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
         IF p_limit IS NULL THEN
@@ -163,7 +169,8 @@ BEGIN
                     -- run of this UPDATE: this queue's concurrency is known to be 1)
                     UPDATE pgqueue.message m
                        SET turn_at = pgqueue._turn_key(m.dequeue_at, true),
-                           wait_floor = pgqueue._wait_floor_next(v_floor, v_seen,
+                           wait_floor = pgqueue._wait_floor_next(v_floor, v_seen, v_pre,
+                                                                 pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
                                                                  m.dequeue_at, m.id)
                      WHERE m.id = (SELECT w.id FROM pgqueue.message w
                                     WHERE w.queue_id = v_queue_id AND w.group_key = v_group_key
@@ -188,7 +195,7 @@ BEGIN
                         v_stripes := v_stripes || v_stripe;
                     END IF;
                 ELSIF v_idem_key IS NOT NULL OR (v_group_key IS NOT NULL AND v_turn_at IS NOT NULL) THEN
-                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key, v_floor) THEN
+                    IF pgqueue._message_left(v_queue_id, v_ids[1], v_group_key, v_turn_at, v_idem_key, v_floor, v_pre) THEN
                         v_stripe := hashtext(v_group_key) & 255;  -- (a lock held: see the loop)
                         v_top := greatest(v_top, v_stripe);
                         v_stripes := v_stripes || v_stripe;

@@ -105,8 +105,10 @@ BEGIN
         -- The queue's lock stripe advances: the groups' wait floors recorded under the old limit
         -- no longer hold (the ordered hand-off skips its look for another message with the turn
         -- while its floor holds, which only group concurrency 1 makes safe:
-        -- pgqueue._wait_floor_next). (Not transactional: a rolled-back change leaves it moved,
-        -- which costs the next hand-off of each group one probe from the group's first entry.)
+        -- pgqueue._wait_floor_next). (A rolled-back change may or may not leave it moved: the
+        -- quiesce's ALTER SEQUENCE above may have given the sequence a new file in this
+        -- transaction. Either is safe: a move only makes the floors recorded before it stop
+        -- holding.)
         PERFORM nextval(pgqueue._lock_stripe(v_queue.id));
         FOR v_group IN SELECT m.group_key FROM pgqueue.message m
                         WHERE m.queue_id = v_queue.id AND m.group_key IS NOT NULL AND m.turn_at IS NULL
