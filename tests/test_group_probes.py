@@ -225,8 +225,8 @@ def test_the_ordered_hand_off_stays_flat_under_a_held_snapshot(
     The deliveries come from another session than the measured calls: the floor is the
     group's, not a session's. Delete mode: only message_dequeue's hand-off takes new candidates
     for the floor (message_complete's DELETE assigns its xid before it can read the queue's
-    stripe), so lease + complete still walks from the group's first entry (1,261-1,262
-    buffers against 22-25 in the same test, measured; README, "Message groups under a hold")."""
+    stripe), so lease + complete still probes the waiting messages from the group's first
+    entry (docs/performance.md, "Message groups under a held snapshot")."""
     conn.execute("SELECT pgqueue.queue_create('floor', p_group_concurrency => 1)")
     # (1 kB a message: a few rows a page, so that each entry visited is a page of its own)
     conn.execute("SELECT count(*) FROM pgqueue.message_create_batch('floor', "
