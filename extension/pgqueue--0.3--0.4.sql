@@ -2660,8 +2660,8 @@ DECLARE
     v_turn_at  bigint;
     v_idem_key pg_catalog.text;
     v_floor    bigint[];  -- its group's wait floor, and the queue's lock stripe before the
-    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next) ...
-    v_pre      bigint;    -- ... but not before the DELETE assigned the xid: NULL, no new candidate
+    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next) and before this transaction's
+    v_pre      bigint;    -- xid: the lease's (pgqueue._wait_floor_leased), if that xid is lower
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -2677,8 +2677,12 @@ BEGIN
        AND pgqueue._queue_lock(m.queue_id)
     RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key, m.wait_floor,
               CASE WHEN m.group_key IS NOT NULL
-                   THEN pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(m.queue_id)) END
-         INTO v_queue_id, v_group, v_turn_at, v_idem_key, v_floor, v_seen;
+                   THEN pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(m.queue_id)) END,
+              -- (the DELETE has assigned this transaction's xid; no call of it for the others)
+              CASE WHEN m.wait_floor[8] IS NOT NULL
+                        AND m.wait_floor[8] OPERATOR(pg_catalog.<) pg_catalog.pg_current_xact_id()::pg_catalog.text::bigint
+                   THEN m.wait_floor[7] END
+         INTO v_queue_id, v_group, v_turn_at, v_idem_key, v_floor, v_seen, v_pre;
     -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left). The
     -- ordered hand-off of _message_left (see there) is done here, on a queue of group
     -- concurrency 1, rather than through it: a call of a PL/pgSQL function and its read of the
@@ -2712,10 +2716,10 @@ BEGIN
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable';
         IF NOT FOUND THEN
-            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, v_floor);
+            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, v_floor, v_pre);
         END IF;
     ELSIF v_idem_key IS NOT NULL THEN
-        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, v_floor);
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, v_floor, v_pre);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;
@@ -3150,9 +3154,12 @@ BEGIN
         -- below (40001 after such a change).
         v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
         -- The queue's lock stripe before the take assigns this transaction's xid (its row locks),
-        -- for the wait floor's new candidate (pgqueue._wait_floor_next): delete mode, one in
-        -- flight per group, a transaction without an xid yet
-        v_pre := CASE WHEN v_lock_ms = 0 AND v_groups = 1 AND pg_current_xact_id_if_assigned() IS NULL
+        -- for the wait floor's new candidate (pgqueue._wait_floor_next): one in flight per
+        -- group, a transaction without an xid yet. Delete mode uses it in its hand-off below; a
+        -- lease records it, with the lease's xid, on the message (wait_floor[7:8]) for the
+        -- hand-off of the message's completion, which reads the stripe only after its DELETE
+        -- has assigned its own xid (pgqueue.message_complete)
+        v_pre := CASE WHEN v_groups = 1 AND pg_current_xact_id_if_assigned() IS NULL
                       THEN pg_sequence_last_value(pgqueue._lock_stripe(v_queue_id)) END;
     END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
@@ -3346,7 +3353,10 @@ BEGIN
                 RETURN QUERY
                 UPDATE pgqueue.message m
                    SET locked_until = v_until, attempts = m.attempts + 1,
-                       write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
+                       write_mark = NOT coalesce(m.write_mark, false),  -- a lease from the clock
+                       wait_floor = CASE WHEN v_pre IS NOT NULL AND m.group_key IS NOT NULL
+                                         THEN pgqueue._wait_floor_leased(m.wait_floor, v_pre)
+                                         ELSE m.wait_floor END
                  WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -3357,7 +3367,10 @@ BEGIN
                 WITH u AS (
                     UPDATE pgqueue.message m
                        SET locked_until = v_until, attempts = m.attempts + 1,
-                           write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
+                           write_mark = NOT coalesce(m.write_mark, false),  -- a lease from the clock
+                           wait_floor = CASE WHEN v_pre IS NOT NULL AND m.group_key IS NOT NULL
+                                             THEN pgqueue._wait_floor_leased(m.wait_floor, v_pre)
+                                             ELSE m.wait_floor END
                      WHERE m.id = ANY (v_ids)
                        AND (cardinality(v_ids) > 32
                             OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
@@ -5942,7 +5955,7 @@ COMMENT ON COLUMN pgqueue.message.idem_key IS
 COMMENT ON COLUMN pgqueue.message.write_mark IS
     'pgqueue internal: set (INSERT) or flipped (UPDATE) by a pgqueue function whose write keyed the row at or above its own clock reading less 5 ms; a write that leaves it NULL or unchanged is checked by the triggers message_placed_low';
 COMMENT ON COLUMN pgqueue.message.wait_floor IS
-    'pgqueue internal: grouped queues of group concurrency 1, on the message with its group''s turn: where the group''s next hand-off may start its probe of the waiting messages, and the candidate for the one after (pgqueue._wait_floor_next); NULL: from the group''s first entry';
+    'pgqueue internal: grouped queues of group concurrency 1, on the message with its group''s turn: where the group''s next hand-off may start its probe of the waiting messages, and the candidate for the one after (pgqueue._wait_floor_next), then while leased the lock stripe read before the lease''s xid, and that xid (pgqueue._wait_floor_leased); NULL: from the group''s first entry';
 
 -- Message groups (queues with group_concurrency set): the messages whose group's turn it is,
 -- waiting to be handed out, by (turn_at, id): the probe of a grouped dequeue.
@@ -6677,6 +6690,26 @@ $$;
 COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
     'pgqueue internal: delete up to p_limit ended idempotency-key windows of a queue (pgqueue._message_left)';
 
+-- A group's wait floor (pgqueue._wait_floor_next) as a lease records it on the message it hands
+-- out, on a queue of group concurrency 1: [1:6] as they were, then [7] p_pre, the queue's lock
+-- stripe as message_dequeue read it before its take assigned the transaction's xid, and [8] that
+-- xid, the lease's. The message's completion (pgqueue.message_complete) passes [7] to its
+-- hand-off as the stripe read before its own xid if its xid is above [8]: xids are assigned in
+-- order, so [7] was read before the completion's xid was, as a new candidate needs (a completion
+-- whose transaction had its xid before the lease's takes none). Its DELETE assigns that xid
+-- before it knows the message's queue, so it cannot read the stripe first itself. A floor that
+-- is carried on from turn to turn keeps [7:8] of an earlier lease: still a stripe read before
+-- that lease's xid, so as safe, only older (its queue's stripe more likely to have moved since).
+-- NULL elements where the message had no floor (it holds for no one: [6] is NULL).
+CREATE FUNCTION pgqueue._wait_floor_leased(p_floor bigint[], p_pre bigint)
+RETURNS bigint[]
+LANGUAGE sql VOLATILE
+RETURN coalesce(p_floor[1:6], '{NULL,NULL,NULL,NULL,NULL,NULL}'::bigint[])
+       OPERATOR(pg_catalog.||) ARRAY[p_pre, pg_catalog.pg_current_xact_id()::pg_catalog.text::bigint];
+
+COMMENT ON FUNCTION pgqueue._wait_floor_leased(bigint[], bigint) IS
+    'pgqueue internal: a group''s wait floor with the lock stripe read before a lease''s xid, and that xid, for the hand-off of the message''s completion';
+
 -- The wait floor that the ordered hand-off (a queue of group concurrency 1: pgqueue._message_left,
 -- and its copies in message_dequeue and message_complete) records on the message it gives the
 -- turn, the key (p_at, p_id), for the group's next hand-off: where that one's probe of the
@@ -6712,8 +6745,10 @@ COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
 --     message_placed_low) after it got its xid. So that advance must come after the stripe
 --     value this floor records: a new candidate is taken only when the stripe was read before
 --     X was assigned (p_pre: message_dequeue reads it before its take, if the transaction had
---     no xid yet) and is still the value read before the statement (p_stripe); else none (the
---     floor is carried, or starts from the group's first entry with no candidate). A stripe
+--     no xid yet; a completion passes the one its lease read, if its xid came after the
+--     lease's: pgqueue._wait_floor_leased) and is still the value read before the statement
+--     (p_stripe); else none (the floor is carried, or starts from the group's first entry
+--     with no candidate). A stripe
 --     read after X (a first version read it in the hand-off's DELETE, after the take's row
 --     lock had assigned X) let a producer with a later xid place a message below C, advance
 --     the stripe before that read and commit after the candidate became the floor: the floor
@@ -6734,14 +6769,15 @@ COMMENT ON FUNCTION pgqueue._message_key_expire(integer, bigint, integer) IS
 --     and sees the one leaving until the hand-off commits; and a change of the concurrency
 --     advances the stripe (queue_alter). The hand-off then skips that probe of the group's
 --     turns.
--- What it does not cover: only message_dequeue's delete mode takes new candidates (and
--- _message_left when it calls it): message_complete's DELETE assigns its xid before it can know
--- the message's queue and read the stripe, so lease + complete, and the batch acknowledgements
--- (which pass no floor), carry floors or start from the group's first entry. And a transaction
--- that holds an xid for the whole hold (issue 12's case b, an idle session) keeps every
--- candidate from becoming the floor, so the group's probes walk back to the floor of when it
--- began, as they did from the first entry before (the session hints set such a transaction
--- aside; the floor does not).
+-- What it does not cover: new candidates are taken by message_dequeue's delete mode and by
+-- message_complete after a lease of message_dequeue (and by _message_left when they call it);
+-- a completion whose transaction had its xid before the lease's, a lease taken in a
+-- transaction that had an xid already (message_complete_and_dequeue's), and the batch
+-- acknowledgements (which pass no floor) carry floors or start from the group's first entry.
+-- And a transaction that holds an xid for the whole hold (issue 12's case b, an idle session)
+-- keeps every candidate from becoming the floor, so the group's probes walk back to the floor
+-- of when it began, as they did from the first entry before (the session hints set such a
+-- transaction aside; the floor does not).
 CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_pre bigint, p_xmin bigint,
                                          p_at bigint, p_id bigint)
 RETURNS bigint[]
@@ -6829,8 +6865,9 @@ COMMENT ON FUNCTION pgqueue._wait_floor_ok(bigint[], integer) IS
 -- p_floor: the leaving message's wait_floor (its callers that read it pass it; NULL: none), where
 -- that UPDATE starts its probe of the group's waiting messages, and which lets it skip the probe
 -- of the group's turns; p_pre: the queue's lock stripe as the caller read it before its
--- transaction's xid was assigned (message_dequeue; NULL: not so read), without which the
--- hand-off takes no new candidate for the floor (pgqueue._wait_floor_next).
+-- transaction's xid was assigned (message_dequeue; message_complete passes the one its lease
+-- recorded, pgqueue._wait_floor_leased; NULL: none so read), without which the hand-off takes
+-- no new candidate for the floor (pgqueue._wait_floor_next).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,

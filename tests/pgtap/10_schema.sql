@@ -241,7 +241,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                     'pgqueue.message_create(bytea)',
                     'pgqueue.now_ms()', 'pgqueue.queue_list()', 'pgqueue.schedule_list()',
                     'pgqueue.to_epoch(timestamp with time zone)',
-                    'pgqueue._wait_floor_next(bigint[],bigint,bigint,bigint,bigint,bigint)', 'pgqueue._wait_floor_ok(bigint[],integer)'],
+                    'pgqueue._wait_floor_leased(bigint[],bigint)', 'pgqueue._wait_floor_next(bigint[],bigint,bigint,bigint,bigint,bigint)', 'pgqueue._wait_floor_ok(bigint[],integer)'],
               'the functions with a SQL-standard body (no SET clause, so the planner can inline them)');
 -- SECURITY DEFINER only where a privilege must not be given to the callers (docs/security.md),
 -- and none of those callable by PUBLIC: holding their locks would stall a queue (or the schedules).

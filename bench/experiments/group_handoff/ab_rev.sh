@@ -2,17 +2,20 @@
 # A/B of the ordered hand-off's three functions (message_dequeue, message_complete,
 # pgqueue._message_left) in one database: A as at git revision REV, B as in the tree, installed in
 # turn with CREATE OR REPLACE over the tree's extension (A's older signatures are created beside
-# B's). A grouped queue (group concurrency 1, GROUPS groups) is topped up to 150,000 messages or
-# more and vacuumed before each run; pgbench SCRIPT (default pgqueue_dequeue, delete mode) at
-# CLIENTS clients for SECONDS, synchronous_commit off; the order of A and B alternates by round.
-# Prints transactions/s of A and B and B/A for each round. (Session 80 measured the groups' wait
-# floor with it against 491fa7f: docs/performance.md, "Message groups under a held snapshot".)
+# B's). A grouped queue (group concurrency 1, GROUPS groups; 0: a queue without groups) is
+# topped up to 150,000 messages or more and vacuumed before each run; pgbench SCRIPT (a script
+# of bench/pgbench or a file; default pgqueue_dequeue, delete mode) at CLIENTS clients for
+# SECONDS, synchronous_commit off; the order
+# of A and B alternates by round. Prints transactions/s of A and B and B/A for each round.
+# (Sessions 80 and 81 measured the groups' wait floor with it: docs/performance.md, "Message
+# groups under a held snapshot".)
 # Usage (a server on the default socket where the role may create databases):
-#   [SCRIPT=pgqueue_lease_cycle] bench/experiments/group_handoff/ab_rev.sh REV [ROUNDS] [SECONDS] [CLIENTS] [GROUPS]
+#   [SCRIPT=bench/experiments/group_handoff/lease_cycle.sql] bench/experiments/group_handoff/ab_rev.sh REV [ROUNDS] [SECONDS] [CLIENTS] [GROUPS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 rev=$1 rounds=${2:-6} secs=${3:-5} clients=${4:-4} groups=${5:-10} script=${SCRIPT:-pgqueue_dequeue}
 db=group_handoff_ab
+case $script in *.sql) script_file=$(cd "$(dirname "$script")" && pwd)/$(basename "$script") ;; *) script_file=$root/bench/pgbench/$script.sql ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 as_replace() { sed '/^COMMENT ON/,$d' | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'; echo ";"; }
@@ -22,15 +25,18 @@ for f in message_dequeue message_complete _message_left; do
   as_replace < "$root/$file" >> "$tmp/B.sql"
 done
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
-psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create('q', p_group_concurrency => 1)" >/dev/null
+if [ "$groups" = 0 ]; then gc=NULL; else gc=1; fi  # GROUPS 0: a queue without groups
+psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create('q', p_group_concurrency => $gc)" >/dev/null
 run() {  # build -> transactions/s
   psql -q -X -v ON_ERROR_STOP=1 -d $db -f "$tmp/$1.sql" >/dev/null
   psql -qAtX -d $db -c "SELECT count(*) FROM pgqueue.message_create_batch('q', array_fill('\x01'::bytea, ARRAY[200000]),
-      p_groups => ARRAY(SELECT 'g' || (i % $groups) FROM generate_series(1, 200000) i))
+      p_groups => CASE WHEN $groups > 0 THEN ARRAY(SELECT 'g' || (i % nullif($groups, 0)) FROM generate_series(1, 200000) i) END)
       WHERE (SELECT count(*) < 150000 FROM pgqueue.message)" >/dev/null
   psql -qX -d $db -c "VACUUM pgqueue.message"
-  PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
-    -D queue=q -f "$root/bench/pgbench/$script.sql" $db 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+  # (in lease mode a client whose dequeue finds nothing ends, and pgbench exits 2: the rate of
+  # the others still counts)
+  { PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
+      -D queue=q -f "$script_file" $db 2>/dev/null || true; } | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 for i in $(seq 1 "$rounds"); do
   if [ $((i % 2)) = 1 ]; then a=$(run A); b=$(run B); else b=$(run B); a=$(run A); fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A grouped queue (group concurrency 1) under a held snapshot: delete-mode dequeues at CLIENTS
-# clients (synchronous_commit off) on MESSAGES messages (default 1,000,000: more than the run
+# A grouped queue (group concurrency 1) under a held snapshot: delete-mode dequeues (SCRIPT, a
+# script of bench/pgbench or a file: default pgqueue_dequeue; lease + complete with
+# bench/experiments/group_handoff/lease_cycle.sql) at CLIENTS clients (synchronous_commit off) on MESSAGES messages (default 1,000,000: more than the run
 # delivers) in G groups, for each G of GROUPS, and on a
 # plain queue as the control; a REPEATABLE READ session that read another table (issue 12's case
 # a) holds its snapshot from FREE seconds on, for HOLD seconds. Prints the messages delivered a
@@ -13,12 +14,13 @@
 # message_group_turn_idx, which the hand-off skips while the floor holds. The same after the
 # hold ended and a VACUUM.
 # Usage (a server on the default socket where the role may create databases):
-#   [MESSAGES=1000000] bench/experiments/group_handoff/held_groups.sh ["100 10000"] [FREE] [HOLD] [CLIENTS]
+#   [MESSAGES=1000000] [SCRIPT=bench/experiments/group_handoff/lease_cycle.sql] bench/experiments/group_handoff/held_groups.sh ["100 10000"] [FREE] [HOLD] [CLIENTS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/../.." && pwd)
-groups=${1:-100 10000} free=${2:-10} hold=${3:-50} clients=${4:-4} n=${MESSAGES:-1000000}
+groups=${1:-100 10000} free=${2:-10} hold=${3:-50} clients=${4:-4} n=${MESSAGES:-1000000} script=${SCRIPT:-pgqueue_dequeue}
 db=group_handoff_held
+case $script in *.sql) script_file=$(cd "$(dirname "$script")" && pwd)/$(basename "$script") ;; *) script_file=$bench/pgbench/$script.sql ;; esac
 probe() {  # the hand-off's probes of group g1, generic plans, as the functions run them
   psql -qX -d $db -P pager=off <<'SQL' | grep -E 'Buffers|actual time|^probe:' | grep -v Planning
 SET plan_cache_mode = force_generic_plan;
@@ -50,7 +52,7 @@ for g in $groups plain; do
       -c "SELECT pg_sleep($hold + 3)" -c "COMMIT" >/dev/null ) &
   holder=$!
   PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T $((free + hold)) -D queue=q \
-    -f "$bench/pgbench/pgqueue_dequeue.sql" $db >/dev/null 2>&1 &
+    -f "$script_file" $db >/tmp/held_groups_pgbench.log 2>&1 &
   load=$!
   prev=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
   line="$g groups, delivered a second by 5-s window (hold from ${free} s):"
@@ -59,8 +61,9 @@ for g in $groups plain; do
     cur=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
     line="$line $(( (cur - prev) / 5 ))"; prev=$cur
   done
-  wait $load
   echo "$line"
+  # (a client that finds no message, all groups' turns in flight, ends: pgbench exits 2)
+  wait $load || echo "  pgbench exited $?: $(grep -m1 -iE 'error|abort' /tmp/held_groups_pgbench.log)"
   if [ "$g" != plain ]; then
     echo "  probes of group g1 under the hold:"; probe | sed 's/^/    /'
   fi

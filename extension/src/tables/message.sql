@@ -63,4 +63,4 @@ COMMENT ON COLUMN pgqueue.message.idem_key IS
 COMMENT ON COLUMN pgqueue.message.write_mark IS
     'pgqueue internal: set (INSERT) or flipped (UPDATE) by a pgqueue function whose write keyed the row at or above its own clock reading less 5 ms; a write that leaves it NULL or unchanged is checked by the triggers message_placed_low';
 COMMENT ON COLUMN pgqueue.message.wait_floor IS
-    'pgqueue internal: grouped queues of group concurrency 1, on the message with its group''s turn: where the group''s next hand-off may start its probe of the waiting messages, and the candidate for the one after (pgqueue._wait_floor_next); NULL: from the group''s first entry';
+    'pgqueue internal: grouped queues of group concurrency 1, on the message with its group''s turn: where the group''s next hand-off may start its probe of the waiting messages, and the candidate for the one after (pgqueue._wait_floor_next), then while leased the lock stripe read before the lease''s xid, and that xid (pgqueue._wait_floor_leased); NULL: from the group''s first entry';

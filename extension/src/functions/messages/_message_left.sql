@@ -37,8 +37,9 @@
 -- p_floor: the leaving message's wait_floor (its callers that read it pass it; NULL: none), where
 -- that UPDATE starts its probe of the group's waiting messages, and which lets it skip the probe
 -- of the group's turns; p_pre: the queue's lock stripe as the caller read it before its
--- transaction's xid was assigned (message_dequeue; NULL: not so read), without which the
--- hand-off takes no new candidate for the floor (pgqueue._wait_floor_next).
+-- transaction's xid was assigned (message_dequeue; message_complete passes the one its lease
+-- recorded, pgqueue._wait_floor_leased; NULL: none so read), without which the hand-off takes
+-- no new candidate for the floor (pgqueue._wait_floor_next).
 CREATE FUNCTION pgqueue._message_left(
     p_queue_id integer,
     p_id       bigint,

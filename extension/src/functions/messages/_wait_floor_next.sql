@@ -33,8 +33,10 @@
 --     message_placed_low) after it got its xid. So that advance must come after the stripe
 --     value this floor records: a new candidate is taken only when the stripe was read before
 --     X was assigned (p_pre: message_dequeue reads it before its take, if the transaction had
---     no xid yet) and is still the value read before the statement (p_stripe); else none (the
---     floor is carried, or starts from the group's first entry with no candidate). A stripe
+--     no xid yet; a completion passes the one its lease read, if its xid came after the
+--     lease's: pgqueue._wait_floor_leased) and is still the value read before the statement
+--     (p_stripe); else none (the floor is carried, or starts from the group's first entry
+--     with no candidate). A stripe
 --     read after X (a first version read it in the hand-off's DELETE, after the take's row
 --     lock had assigned X) let a producer with a later xid place a message below C, advance
 --     the stripe before that read and commit after the candidate became the floor: the floor
@@ -55,14 +57,15 @@
 --     and sees the one leaving until the hand-off commits; and a change of the concurrency
 --     advances the stripe (queue_alter). The hand-off then skips that probe of the group's
 --     turns.
--- What it does not cover: only message_dequeue's delete mode takes new candidates (and
--- _message_left when it calls it): message_complete's DELETE assigns its xid before it can know
--- the message's queue and read the stripe, so lease + complete, and the batch acknowledgements
--- (which pass no floor), carry floors or start from the group's first entry. And a transaction
--- that holds an xid for the whole hold (issue 12's case b, an idle session) keeps every
--- candidate from becoming the floor, so the group's probes walk back to the floor of when it
--- began, as they did from the first entry before (the session hints set such a transaction
--- aside; the floor does not).
+-- What it does not cover: new candidates are taken by message_dequeue's delete mode and by
+-- message_complete after a lease of message_dequeue (and by _message_left when they call it);
+-- a completion whose transaction had its xid before the lease's, a lease taken in a
+-- transaction that had an xid already (message_complete_and_dequeue's), and the batch
+-- acknowledgements (which pass no floor) carry floors or start from the group's first entry.
+-- And a transaction that holds an xid for the whole hold (issue 12's case b, an idle session)
+-- keeps every candidate from becoming the floor, so the group's probes walk back to the floor
+-- of when it began, as they did from the first entry before (the session hints set such a
+-- transaction aside; the floor does not).
 CREATE FUNCTION pgqueue._wait_floor_next(p_floor bigint[], p_stripe bigint, p_pre bigint, p_xmin bigint,
                                          p_at bigint, p_id bigint)
 RETURNS bigint[]

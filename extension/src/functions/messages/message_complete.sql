@@ -20,8 +20,8 @@ DECLARE
     v_turn_at  bigint;
     v_idem_key pg_catalog.text;
     v_floor    bigint[];  -- its group's wait floor, and the queue's lock stripe before the
-    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next) ...
-    v_pre      bigint;    -- ... but not before the DELETE assigned the xid: NULL, no new candidate
+    v_seen     bigint;    -- hand-off (pgqueue._wait_floor_next) and before this transaction's
+    v_pre      bigint;    -- xid: the lease's (pgqueue._wait_floor_leased), if that xid is lower
 BEGIN
     IF p_id IS NULL OR p_attempts IS NULL THEN
         PERFORM pgqueue._not_null(p_id IS NULL, 'message id'::pg_catalog.text);
@@ -37,8 +37,12 @@ BEGIN
        AND pgqueue._queue_lock(m.queue_id)
     RETURNING m.queue_id, m.group_key, m.turn_at, m.idem_key, m.wait_floor,
               CASE WHEN m.group_key IS NOT NULL
-                   THEN pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(m.queue_id)) END
-         INTO v_queue_id, v_group, v_turn_at, v_idem_key, v_floor, v_seen;
+                   THEN pg_catalog.pg_sequence_last_value(pgqueue._lock_stripe(m.queue_id)) END,
+              -- (the DELETE has assigned this transaction's xid; no call of it for the others)
+              CASE WHEN m.wait_floor[8] IS NOT NULL
+                        AND m.wait_floor[8] OPERATOR(pg_catalog.<) pg_catalog.pg_current_xact_id()::pg_catalog.text::bigint
+                   THEN m.wait_floor[7] END
+         INTO v_queue_id, v_group, v_turn_at, v_idem_key, v_floor, v_seen, v_pre;
     -- a key to keep for the queue's window, a turn to pass on (pgqueue._message_left). The
     -- ordered hand-off of _message_left (see there) is done here, on a queue of group
     -- concurrency 1, rather than through it: a call of a PL/pgSQL function and its read of the
@@ -72,10 +76,10 @@ BEGIN
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
            AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable';
         IF NOT FOUND THEN
-            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, v_floor);
+            PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, NULL, v_floor, v_pre);
         END IF;
     ELSIF v_idem_key IS NOT NULL THEN
-        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, v_floor);
+        PERFORM pgqueue._message_left(v_queue_id, p_id, v_group, v_turn_at, v_idem_key, v_floor, v_pre);
     END IF;
     RETURN v_queue_id IS NOT NULL AND pgqueue._counted(v_queue_id, 2);  -- completed (queue_counters)
 END;

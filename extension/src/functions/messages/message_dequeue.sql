@@ -68,9 +68,12 @@ BEGIN
         -- below (40001 after such a change).
         v_groups := coalesce((SELECT q.group_concurrency FROM pgqueue.queue q WHERE q.id = v_queue_id), v_groups);
         -- The queue's lock stripe before the take assigns this transaction's xid (its row locks),
-        -- for the wait floor's new candidate (pgqueue._wait_floor_next): delete mode, one in
-        -- flight per group, a transaction without an xid yet
-        v_pre := CASE WHEN v_lock_ms = 0 AND v_groups = 1 AND pg_current_xact_id_if_assigned() IS NULL
+        -- for the wait floor's new candidate (pgqueue._wait_floor_next): one in flight per
+        -- group, a transaction without an xid yet. Delete mode uses it in its hand-off below; a
+        -- lease records it, with the lease's xid, on the message (wait_floor[7:8]) for the
+        -- hand-off of the message's completion, which reads the stripe only after its DELETE
+        -- has assigned its own xid (pgqueue.message_complete)
+        v_pre := CASE WHEN v_groups = 1 AND pg_current_xact_id_if_assigned() IS NULL
                       THEN pg_sequence_last_value(pgqueue._lock_stripe(v_queue_id)) END;
     END IF;
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
@@ -264,7 +267,10 @@ BEGIN
                 RETURN QUERY
                 UPDATE pgqueue.message m
                    SET locked_until = v_until, attempts = m.attempts + 1,
-                       write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
+                       write_mark = NOT coalesce(m.write_mark, false),  -- a lease from the clock
+                       wait_floor = CASE WHEN v_pre IS NOT NULL AND m.group_key IS NOT NULL
+                                         THEN pgqueue._wait_floor_leased(m.wait_floor, v_pre)
+                                         ELSE m.wait_floor END
                  WHERE m.id = v_ids[1]
                    AND nextval(pgqueue._count_seq(v_queue_id, 1)) > 0
                    AND (m.locked_until IS NULL OR nextval(pgqueue._count_seq(v_queue_id, 5)) > 0)
@@ -275,7 +281,10 @@ BEGIN
                 WITH u AS (
                     UPDATE pgqueue.message m
                        SET locked_until = v_until, attempts = m.attempts + 1,
-                           write_mark = NOT coalesce(m.write_mark, false)  -- a lease from the clock
+                           write_mark = NOT coalesce(m.write_mark, false),  -- a lease from the clock
+                           wait_floor = CASE WHEN v_pre IS NOT NULL AND m.group_key IS NOT NULL
+                                             THEN pgqueue._wait_floor_leased(m.wait_floor, v_pre)
+                                             ELSE m.wait_floor END
                      WHERE m.id = ANY (v_ids)
                        AND (cardinality(v_ids) > 32
                             OR nextval(pgqueue._count_seq(v_queue_id, 1)) > 0)
