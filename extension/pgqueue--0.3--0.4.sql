@@ -6757,10 +6757,12 @@ COMMENT ON FUNCTION pgqueue._wait_floor_leased(bigint[], bigint) IS
 --     above it.) A transaction with an xid below X may have written a key below C and commit
 --     later: once every one of them has ended, what they wrote is visible, and a probe from V
 --     finds it first.
---   * So at a later hand-off with the floor holding: once every xid below X has ended (p_xmin
---     is X or above), V moves to C, or to the key found by this probe from V if that is lower
---     (a late commit below C), and a new candidate is taken if this hand-off may take one;
---     until then the floor is carried as it is. With the floor not holding (a message placed
+--   * So at a later hand-off with the floor holding that may take a new candidate: once every
+--     xid below X has ended (p_xmin is X or above), V moves to C, or to the key found by this
+--     probe from V if that is lower (a late commit below C), and a new candidate is taken;
+--     until then, and at every hand-off that may take none, the floor is carried as it is (V
+--     does not move: a hand-off without a new candidate would have to record the old one
+--     again, which it may, but does not yet). With the floor not holding (a message placed
 --     low, a changed concurrency, none recorded) V is the group's first entry.
 --   * While the floor holds, the group's one message with the turn is the one leaving: each
 --     turn it records was given by the ordered hand-off, which gives it only when no other
@@ -6771,8 +6773,9 @@ COMMENT ON FUNCTION pgqueue._wait_floor_leased(bigint[], bigint) IS
 --     turns.
 -- What it does not cover: new candidates are taken by message_dequeue's delete mode and by
 -- message_complete after a lease of message_dequeue (and by _message_left when they call it);
--- a completion whose transaction had its xid before the lease's, a lease taken in a
--- transaction that had an xid already (message_complete_and_dequeue's), and the batch
+-- a completion in the lease's transaction or in one that had its xid before the lease's, a
+-- lease taken in a transaction that had an xid already (message_complete_and_dequeue's
+-- further takes, after its acknowledgements; its first take records the stripe), and the batch
 -- acknowledgements (which pass no floor) carry floors or start from the group's first entry.
 -- And a transaction that holds an xid for the whole hold (issue 12's case b, an idle session)
 -- keeps every candidate from becoming the floor, so the group's probes walk back to the floor

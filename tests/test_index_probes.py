@@ -383,6 +383,17 @@ def _index_walk(node: dict[str, Any]) -> bool:
             and "ANY ('{}'" not in node.get("Filter", ""))
 
 
+def _bitmap_by_id(node: dict[str, Any]) -> bool:
+    """A Bitmap Heap Scan whose bitmaps are all probes of message_pkey by id (id = ANY (...)): as
+    bounded as an Index Scan of it, one probe an id. The planner takes it for a few ids on an
+    emptied table where the row estimates tip (message_cancel's look-ups, seen from session 81's
+    build on); a bitmap of any other index, or of a condition on anything but the ids, is still
+    a problem."""
+    bitmaps = [n for n in walk(node) if n["Node Type"] == "Bitmap Index Scan"]
+    return bool(bitmaps) and all(n.get("Index Name") == "message_pkey"
+                                 and n.get("Index Cond", "").startswith("(id = ") for n in bitmaps)
+
+
 #: A statement each kind of queue must have run (so that the test reached it).
 EMPTIED_REACHED = {
     "plain": ["m.claim_id = ANY (v_claims)", "m.claim_id = v_claim.id"],  # Spark's ack and release, claimed rows
@@ -414,8 +425,9 @@ def test_the_consumer_calls_planned_on_an_emptied_table_still_probe_by_index(
             texts.append(text)
             for node in walk(st.plan):
                 if node.get("Relation Name") in GUARDED and node["Node Type"] != "ModifyTable":
-                    scans.setdefault(top, set()).add(node["Node Type"])
-                    if node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan"):
+                    by_id = node["Node Type"] == "Bitmap Heap Scan" and _bitmap_by_id(node)
+                    scans.setdefault(top, set()).add("Index Scan" if by_id else node["Node Type"])
+                    if node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") and not by_id:
                         problems.add(f"{top}: {node['Node Type']} on {node['Relation Name']} in: {text[:150]}")
                     elif _index_walk(node):
                         problems.add(f"{top}: {node['Node Type']} using {node['Index Name']} walks it "
