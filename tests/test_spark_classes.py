@@ -1391,7 +1391,18 @@ def test_a_stream_publication_refused_with_40001_or_40p01_runs_again_spaced(
         return real(c, query, params)
 
     monkeypatch.setattr(source, "_scalar", scalar)
-    monkeypatch.setattr(source.time, "sleep", waits.append)
+    # (source.time is the time module: only this thread's waits are the publication's; another
+    # thread's sleep, e.g. a loop left by an earlier test, sleeps for real. Patched for every
+    # thread, such a loop of sleep(1) spun and filled waits: CI, session 81)
+    caller, real_sleep = threading.current_thread(), time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is caller:
+            waits.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(source.time, "sleep", sleep)
     monkeypatch.setattr(source, "_stream_task_identity", lambda: ("qid", 0, 0, 1))
     driver.commit([task.write(batches(["a", "b"], 1))], 0)
     assert (len(runs), waits) == (3, [source._PUBLISH_WAIT, 2 * source._PUBLISH_WAIT])
