@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # A/B of the ordered hand-off's three functions (message_dequeue, message_complete,
-# pgqueue._message_left) in one database: A as at git revision REV, B as in the tree, installed in
+# pgqueue._message_left; FUNCS: other files of extension/src/functions/messages, by name) in one
+# database: A as at git revision REV, B as in the tree, installed in
 # turn with CREATE OR REPLACE over the tree's extension (A's older signatures are created beside
 # B's). A grouped queue (group concurrency 1, GROUPS groups; 0: a queue without groups) is
 # topped up to 150,000 messages or more and vacuumed before each run; pgbench SCRIPT (a script
 # of bench/pgbench or a file; default pgqueue_dequeue, delete mode) at CLIENTS clients for
 # SECONDS, synchronous_commit off; the order
-# of A and B alternates by round. Prints transactions/s of A and B and B/A for each round.
+# of A and B alternates by round. Prints transactions/s and messages delivered a second
+# (pgqueue.queue_counters) of A and B, and B/A, for each round.
 # (Sessions 80 and 81 measured the groups' wait floor with it: docs/performance.md, "Message
 # groups under a held snapshot".)
 # Usage (a server on the default socket where the role may create databases):
-#   [SCRIPT=bench/experiments/group_handoff/lease_cycle.sql] bench/experiments/group_handoff/ab_rev.sh REV [ROUNDS] [SECONDS] [CLIENTS] [GROUPS]
+#   [SCRIPT=bench/experiments/group_handoff/lease_cycle.sql] [FUNCS=_message_take] bench/experiments/group_handoff/ab_rev.sh REV [ROUNDS] [SECONDS] [CLIENTS] [GROUPS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 rev=$1 rounds=${2:-6} secs=${3:-5} clients=${4:-4} groups=${5:-10} script=${SCRIPT:-pgqueue_dequeue}
@@ -19,7 +21,7 @@ case $script in *.sql) script_file=$(cd "$(dirname "$script")" && pwd)/$(basenam
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 as_replace() { sed '/^COMMENT ON/,$d' | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'; echo ";"; }
-for f in message_dequeue message_complete _message_left; do
+for f in ${FUNCS:-message_dequeue message_complete _message_left}; do
   file=extension/src/functions/messages/$f.sql
   git -C "$root" show "$rev:$file" | as_replace >> "$tmp/A.sql"
   as_replace < "$root/$file" >> "$tmp/B.sql"
@@ -35,11 +37,17 @@ run() {  # build -> transactions/s
   psql -qX -d $db -c "VACUUM pgqueue.message"
   # (in lease mode a client whose dequeue finds nothing ends, and pgbench exits 2: the rate of
   # the others still counts)
-  { PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
-      -D queue=q -f "$script_file" $db 2>/dev/null || true; } | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+  local d0 d1 tps
+  d0=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
+  tps=$({ PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
+      -D queue=q -f "$script_file" $db 2>/dev/null || true; } | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+  d1=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
+  echo "$tps $(( (d1 - d0) / secs ))"
 }
+# (transactions/s counts a lease cycle whose dequeue found nothing; delivered/s does not)
 for i in $(seq 1 "$rounds"); do
-  if [ $((i % 2)) = 1 ]; then a=$(run A); b=$(run B); else b=$(run B); a=$(run A); fi
-  echo "round $i: A $a B $b B/A $(python3 -c "print(round($b / $a, 3))")"
+  if [ $((i % 2)) = 1 ]; then a=($(run A)); b=($(run B)); else b=($(run B)); a=($(run A)); fi
+  echo "round $i: transactions/s A ${a[0]} B ${b[0]} B/A $(python3 -c "print(round(${b[0]} / ${a[0]}, 3))");" \
+       "delivered/s A ${a[1]} B ${b[1]} B/A $(python3 -c "print(round(${b[1]} / max(${a[1]}, 1), 3))")"
 done
 psql -q -X -d postgres -c "DROP DATABASE $db"

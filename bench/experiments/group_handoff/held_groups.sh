@@ -12,9 +12,11 @@
 # _message_left and message_dequeue run it, and the same probe from the group's first entry (as
 # it ran before the floor); and the NOT EXISTS of a message with the turn in
 # message_group_turn_idx, which the hand-off skips while the floor holds. The same after the
-# hold ended and a VACUUM.
+# hold ended and a VACUUM. LATE (seconds, default none): one more client, with a session of its
+# own, starts that long into the hold and runs to its end; its transactions a second are printed
+# (a session that starts during a hold probes from the bottom of the index at first).
 # Usage (a server on the default socket where the role may create databases):
-#   [MESSAGES=1000000] [SCRIPT=bench/experiments/group_handoff/lease_cycle.sql] bench/experiments/group_handoff/held_groups.sh ["100 10000"] [FREE] [HOLD] [CLIENTS]
+#   [MESSAGES=1000000] [SCRIPT=bench/experiments/group_handoff/lease_cycle.sql] [LATE=20] bench/experiments/group_handoff/held_groups.sh ["100 10000"] [FREE] [HOLD] [CLIENTS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/../.." && pwd)
@@ -54,6 +56,11 @@ for g in $groups plain; do
   PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T $((free + hold)) -D queue=q \
     -f "$script_file" $db >/tmp/held_groups_pgbench.log 2>&1 &
   load=$!
+  if [ -n "${LATE:-}" ]; then
+    ( sleep $((free + LATE)); PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c 1 -j 1 \
+        -T $((hold - LATE)) -D queue=q -f "$script_file" $db >/tmp/held_groups_late.log 2>&1 ) &
+    late=$!
+  fi
   prev=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
   line="$g groups, delivered a second by 5-s window (hold from ${free} s):"
   for i in $(seq 1 $(( (free + hold) / 5 ))); do
@@ -64,6 +71,10 @@ for g in $groups plain; do
   echo "$line"
   # (a client that finds no message, all groups' turns in flight, ends: pgbench exits 2)
   wait $load || echo "  pgbench exited $?: $(grep -m1 -iE 'error|abort' /tmp/held_groups_pgbench.log)"
+  if [ -n "${LATE:-}" ]; then
+    wait $late || echo "  the late client's pgbench exited $?"
+    echo "  a client started ${LATE} s into the hold: $(grep -m1 -oE 'number of transactions actually processed: [0-9]+' /tmp/held_groups_late.log | grep -oE '[0-9]+$') transactions in $((hold - LATE)) s"
+  fi
   if [ "$g" != plain ]; then
     echo "  probes of group g1 under the hold:"; probe | sed 's/^/    /'
   fi

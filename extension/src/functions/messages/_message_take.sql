@@ -35,8 +35,14 @@
 --     cap alone when there is none) once every transaction with an xid below X has ended, and
 --     only if the first visible row from H (from L) is still at C (at D) or beyond then: a
 --     producer that commits a row below C meanwhile is found first. X is this call's xid, which
---     the take assigns after the candidates were found (a call that takes nothing keeps no
---     candidate: an empty poll stays read-only). Keys written with the clock (a default
+--     the take assigns after the candidates were found. A call that takes nothing keeps no
+--     candidate (an empty poll of a queue with nothing ready stays read-only), unless its
+--     candidate probe found a ready row that the take then could not have (locked or taken by
+--     another consumer meanwhile): it assigns an xid itself, after the probes, and keeps it. A
+--     session whose takes keep losing that race would otherwise never move its hints, and one
+--     that starts during a held snapshot walks from the bottom of the index on every call (a
+--     grouped queue of 100 groups: 45-78 ms a call, in which the others take every ready turn
+--     its snapshot saw, docs/performance.md). Keys written with the clock (a default
 --     dequeue_at, a lease's locked_until, a turn handed on) are read after the writer's xid is
 --     assigned (pgqueue._write_clock; a turn is handed on after the hand-off's DELETE or UPDATE),
 --     so a writer with an xid above X writes keys above the candidates. Nor before the
@@ -164,7 +170,8 @@ DECLARE
     v_looked   boolean;   -- ... and whether it looked and found none
     v_src      integer;
     v_fast     boolean;   -- this call's take of one message starts at F
-    v_probed   boolean;   -- this call ran the candidate probe (from H)
+    v_probed   boolean;   -- this call ran the candidate probe (from H) ...
+    v_real     boolean;   -- ... and found a ready row (not the cap alone)
     v_one_k    bigint;    -- the ready key of a one-message take
     v_iraw     text;      -- the look for set-aside transactions that hold no lock on pgqueue: when ...
     v_ilast    bigint;    -- ... this session last looked, and ...
@@ -385,6 +392,7 @@ BEGIN
         -- a clock in the same millisecond; with 5,000 a hint passed such a row, a review);
         -- recorded with this call's xid below
         v_cap := v_due - CASE WHEN p_turns THEN 6000 ELSE 5 END;
+        v_real := v_k_at < v_cap;
         IF v_k_at IS NULL OR v_k_at >= v_cap THEN
             v_k_at := v_cap; v_k_id := c_min;
         END IF;
@@ -622,10 +630,15 @@ BEGIN
         v_need := p_limit - cardinality(v_ids);
         EXIT WHEN v_need = 0;
     END LOOP;
-    -- X: an xid the take assigned (locking rows), so after the candidate probes. Without one (an
-    -- empty poll, or a transaction that had its xid before this call) no new candidate is kept
-    -- and a stripe move is seen again by the next call.
-    v_x := CASE WHEN v_mine IS NULL THEN pg_current_xact_id_if_assigned()::text::bigint END;
+    -- X: an xid the take assigned (locking rows), so after the candidate probes, or, when the
+    -- probe found a ready row and new candidates and the take took nothing, one assigned here
+    -- (at most once in 20 ms a session: the candidates then wait to ripen; see the header).
+    -- Without one (an empty poll of a queue with nothing ready, or a transaction that had its
+    -- xid before this call) no new candidate is kept and a stripe move is seen again by the
+    -- next call.
+    v_x := CASE WHEN v_mine IS NOT NULL THEN NULL
+                WHEN v_real AND v_new THEN pg_current_xact_id()::text::bigint
+                ELSE pg_current_xact_id_if_assigned()::text::bigint END;
     IF v_x IS NOT NULL THEN
         IF v_moved THEN
             v_s[8] := v_e;
