@@ -35,19 +35,24 @@ run() {  # build -> transactions/s
       p_groups => CASE WHEN $groups > 0 THEN ARRAY(SELECT 'g' || (i % nullif($groups, 0)) FROM generate_series(1, 200000) i) END)
       WHERE (SELECT count(*) < 150000 FROM pgqueue.message)" >/dev/null
   psql -qX -d $db -c "VACUUM pgqueue.message"
-  # (in lease mode a client whose dequeue finds nothing ends, and pgbench exits 2: the rate of
-  # the others still counts)
-  local d0 d1 tps
+  # (with bench/pgbench/pgqueue_lease_cycle.sql a client whose dequeue finds nothing ends, and
+  # pgbench exits 2: the rate of the others still counts, and the first error is printed to
+  # stderr, as is any other failure; lease_cycle.sql here lets such a dequeue find nothing)
+  local d0 d1 tps rc=0
   d0=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
-  tps=$({ PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
-      -D queue=q -f "$script_file" $db 2>/dev/null || true; } | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+  PGOPTIONS="-c synchronous_commit=off" pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
+      -D queue=q -f "$script_file" $db > "$tmp/pgbench.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "build $1: pgbench exited $rc: $(grep -m1 -iE 'error|abort' "$tmp/pgbench.log")" >&2
+  fi
+  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$tmp/pgbench.log")
   d1=$(psql -qAtX -d $db -c "SELECT delivered FROM pgqueue.queue_counters('q')")
-  echo "$tps $(( (d1 - d0) / secs ))"
+  echo "${tps:-0} $(( (d1 - d0) / secs ))"
 }
 # (transactions/s counts a lease cycle whose dequeue found nothing; delivered/s does not)
 for i in $(seq 1 "$rounds"); do
   if [ $((i % 2)) = 1 ]; then a=($(run A)); b=($(run B)); else b=($(run B)); a=($(run A)); fi
-  echo "round $i: transactions/s A ${a[0]} B ${b[0]} B/A $(python3 -c "print(round(${b[0]} / ${a[0]}, 3))");" \
-       "delivered/s A ${a[1]} B ${b[1]} B/A $(python3 -c "print(round(${b[1]} / max(${a[1]}, 1), 3))")"
+  echo "round $i: transactions/s A ${a[0]} B ${b[0]} B/A $(python3 -c "print(round(${b[0]} / ${a[0]}, 3) if ${a[0]} else 'n/a')");" \
+       "delivered/s A ${a[1]} B ${b[1]} B/A $(python3 -c "print(round(${b[1]} / ${a[1]}, 3) if ${a[1]} else 'n/a')")"
 done
 psql -q -X -d postgres -c "DROP DATABASE $db"

@@ -37,12 +37,16 @@
 --     producer that commits a row below C meanwhile is found first. X is this call's xid, which
 --     the take assigns after the candidates were found. A call that takes nothing keeps no
 --     candidate (an empty poll of a queue with nothing ready stays read-only), unless its
---     candidate probe found a ready row that the take then could not have (locked or taken by
---     another consumer meanwhile): it assigns an xid itself, after the probes, and keeps it. A
---     session whose takes keep losing that race would otherwise never move its hints, and one
---     that starts during a held snapshot walks from the bottom of the index on every call (a
---     grouped queue of 100 groups: 45-78 ms a call, in which the others take every ready turn
---     its snapshot saw, docs/performance.md). Keys written with the clock (a default
+--     candidate probe found a ready row (one more than 5 ms old) that the take then did not get
+--     (locked or taken by another consumer meanwhile, or left out by p_max_id or p_skip): it
+--     assigns an xid itself, after the probes, and keeps it. A session whose takes keep losing
+--     that race would otherwise never move its hints, and one that starts during a held
+--     snapshot walks from the bottom of the index on every call (a grouped queue of 100 groups:
+--     45-78 ms a call, in which the others take every ready turn its snapshot saw,
+--     docs/performance.md). The caller's transaction keeps that xid to its end: one that goes
+--     on after an empty dequeue, or stays idle, holds back vacuum as any writer does, and is
+--     set aside by the other sessions' hints after 200 ms (pgqueue's client and worker poll in
+--     transactions of their own). Keys written with the clock (a default
 --     dequeue_at, a lease's locked_until, a turn handed on) are read after the writer's xid is
 --     assigned (pgqueue._write_clock; a turn is handed on after the hand-off's DELETE or UPDATE),
 --     so a writer with an xid above X writes keys above the candidates. Nor before the
@@ -632,7 +636,8 @@ BEGIN
     END LOOP;
     -- X: an xid the take assigned (locking rows), so after the candidate probes, or, when the
     -- probe found a ready row and new candidates and the take took nothing, one assigned here
-    -- (at most once in 20 ms a session: the candidates then wait to ripen; see the header).
+    -- (on about one call in 20 ms of a session and queue at most, as the candidates then wait to
+    -- ripen; more often when the caller rolls back, which restores the state; see the header).
     -- Without one (an empty poll of a queue with nothing ready, or a transaction that had its
     -- xid before this call) no new candidate is kept and a stripe move is seen again by the
     -- next call.
