@@ -2724,9 +2724,11 @@ BEGIN
            -- again after its snapshot), no message of the group but the one leaving has
            -- the turn (pgqueue._wait_floor_next)
            AND CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
-                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                     WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
-                                       AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL) END
+                    ELSE (SELECT t.turn_at FROM pgqueue.message t
+                           WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                             AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL
+                             AND t.turn_at OPERATOR(pg_catalog.>=) (SELECT pgqueue._group_floor_get(v_queue_id, v_group, v_seen))
+                           ORDER BY t.turn_at LIMIT 1) IS NULL END
            AND EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
                           AND q.group_concurrency OPERATOR(pg_catalog.=) 1)
@@ -3290,9 +3292,11 @@ BEGIN
                        -- again after its snapshot), no message of the group but the one leaving has
                        -- the turn (pgqueue._wait_floor_next)
                        AND CASE WHEN v_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
-                                ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                                 WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
-                                                   AND t.turn_at IS NOT NULL) END
+                                ELSE (SELECT t.turn_at FROM pgqueue.message t
+                                       WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
+                                         AND t.turn_at IS NOT NULL
+                                         AND t.turn_at >= (SELECT pgqueue._group_floor_get(v_queue_id, v_group_key, v_seen))
+                                       ORDER BY t.turn_at LIMIT 1) IS NULL END
                        -- without the lock under READ COMMITTED only (pgqueue._message_left)
                        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
@@ -5983,7 +5987,10 @@ CREATE INDEX message_turn_idx ON pgqueue.message (queue_id, turn_at, id)
 CREATE INDEX message_group_wait_idx ON pgqueue.message (queue_id, group_key, dequeue_at, id)
     WHERE group_key IS NOT NULL AND turn_at IS NULL;
 -- A group's messages that have their turn (handed out, or waiting with it): how many are in flight.
-CREATE INDEX message_group_turn_idx ON pgqueue.message (queue_id, group_key, locked_until)
+-- By turn key, so that a probe can start at the session's floor of the group's turn keys
+-- (pgqueue._group_floor_get) and descend past the entries a held snapshot keeps of the group's
+-- earlier deliveries.
+CREATE INDEX message_group_turn_idx ON pgqueue.message (queue_id, group_key, turn_at)
     WHERE group_key IS NOT NULL AND turn_at IS NOT NULL;
 -- Idempotent enqueue: one live message per (queue, key).
 CREATE UNIQUE INDEX message_idem_key_idx ON pgqueue.message (queue_id, idem_key)
@@ -6370,9 +6377,71 @@ RETURN CASE WHEN p_later
 COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
     'pgqueue internal: the turn key (epoch us) of a grouped message due at p_dequeue_at (ms); p_later: not before the clock';
 
+-- The floor in a value of the setting pgqueue.group_floor_<queue id>_<group's stripe>,
+-- '<queue stripe>/<floor>/<group>' (pgqueue._group_floor_keep), if it is the group's and the
+-- stripe is p_stripe; NULL otherwise. Inlined: no call at run time.
+CREATE FUNCTION pgqueue._group_floor_at(p_value text, p_group text, p_stripe bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+RETURN CASE WHEN p_value OPERATOR(pg_catalog.=) (pg_catalog.split_part(p_value, '/', 1) || '/' || pg_catalog.split_part(p_value, '/', 2) || '/' || p_group)
+                 AND pg_catalog.split_part(p_value, '/', 1) OPERATOR(pg_catalog.=) p_stripe::text
+                 AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
+                 AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable'
+            THEN pg_catalog.split_part(p_value, '/', 2)::bigint END;
+
+COMMENT ON FUNCTION pgqueue._group_floor_at(text, text, bigint) IS
+    'pgqueue internal: the floor in a value of a group floor setting, if it is the group''s and the stripe''s';
+
+-- The session's group floor for a message group (kept by pgqueue._message_group_room), while the
+-- queue's lock stripe still reads p_stripe (as read by the caller, after the group's lock or after
+-- its DELETE of the group's message with the turn): every message of the group that has the turn
+-- has a turn key (message.turn_at) at or above it, so the probes of the group's turns
+-- (message_group_turn_idx) start there instead of at the group's first entry, which under a held
+-- snapshot is an entry for every message of the group delivered since the hold began. The lowest
+-- bigint when there is none, when the stripe moved (a message placed below the clock, trigger
+-- message_placed_low, may have the turn below the floor), or when the transaction is REPEATABLE
+-- READ or SERIALIZABLE (its snapshot may predate the floor). Inlined: no call at run time. A value
+-- that is not one this function wrote fails with 22P02 (docs/security.md).
+--
+-- The floor is the clock less 5 ms (for clocks of different sessions), read before a probe of
+-- pgqueue._message_group_room that found no message of the group with the turn. Why it holds: the
+-- probe ran under the group's lock (that function is called under it only). Every turn given later
+-- is given by a call that takes that lock after this transaction ends, or (group concurrency 1) by
+-- the hand-off of a message that had the turn (pgqueue._message_left), which this transaction's
+-- probe would have seen; either reads its clock after this one, and the turn keys it writes
+-- (pgqueue._turn_key with p_later) are not below that clock. The calls that change the key of a
+-- message holding the turn (message_fail, message_defer, a take) hold the message, which got its
+-- turn after the probe, and key it at or above their clock too. A key below the clock comes only
+-- from an enqueue with an explicit dequeue_at, which advances the queue's lock stripe (trigger
+-- message_placed_low) before it releases the group's lock, so the floor no longer holds for a
+-- caller that reads the stripe after that lock, or after its DELETE of the group's message with
+-- the turn (no other message of the group can get the turn meanwhile). The setting is the
+-- session's and is transactional: a rollback restores the one before (which held too); a floor
+-- kept by a transaction that is still running is seen by its own session only. Not kept for a
+-- group key longer than 200 bytes (the setting would hold it) or under REPEATABLE READ or
+-- SERIALIZABLE.
+CREATE FUNCTION pgqueue._group_floor_get(p_queue_id integer, p_group text, p_stripe bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+RETURN coalesce(pgqueue._group_floor_at(
+                    pg_catalog.current_setting('pgqueue.group_floor_' || p_queue_id || '_' || (pg_catalog.hashtext(p_group) & 255), true),
+                    p_group, p_stripe),
+                -9223372036854775808);
+
+COMMENT ON FUNCTION pgqueue._group_floor_get(integer, text, bigint) IS
+    'pgqueue internal: the session''s floor of a message group''s turn keys while the queue''s stripe reads p_stripe; the lowest bigint if none';
+
 -- Whether a message group may get a new turn: it has no message waiting with its turn, and fewer
 -- than p_concurrency in flight (0: no limit). Both bounded: message_group_turn_idx, at most
--- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock).
+-- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock). The
+-- probes start at the session's floor of the group's turn keys (pgqueue._group_floor_get, for the
+-- queue's lock stripe read now, under the lock), and when they find no message of the group with
+-- the turn at all, this call keeps a new one in the session, the clock it read before them less 5
+-- ms (see there why it holds; a setting of a PL/pgSQL call's own: 1 us, where a call of an SQL
+-- function that set it cost 37): under a held snapshot, a producer into a group its consumers keep
+-- up with then walks the entries of the deliveries since its last enqueue into the group, not of
+-- all since the hold began (docs/performance.md). With group concurrency 0 the look for a message
+-- in flight is made for that only.
 -- The lease is tested with pgqueue._leased, which the planner cannot match to the predicates of
 -- message_leased_idx and message_ready_idx: statistics taken while nothing was leased make the
 -- first look empty, and a generic plan then walked the whole queue's leases for the group.
@@ -6382,19 +6451,42 @@ COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
 -- (10,000 messages 25-32 s against 1-2 s; tests/test_group_probes.py).
 CREATE FUNCTION pgqueue._message_group_room(p_queue_id integer, p_group text, p_concurrency integer)
 RETURNS boolean
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 AS $$
+DECLARE
+    v_seen  bigint := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
+    v_clock bigint := (date_part('epoch', clock_timestamp()) * 1000000)::bigint - 5000;
+    v_floor bigint := pgqueue._group_floor_get(p_queue_id, p_group, v_seen);
+    v_busy  bigint;  -- NULL: a message waits with the turn; else how many in flight, counted up to the limit
 BEGIN
-    RETURN NOT EXISTS (SELECT 1 FROM pgqueue.message m
-                        WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                          AND m.turn_at IS NOT NULL AND NOT pgqueue._leased(m.locked_until))
-       AND (p_concurrency = 0
-            OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
-                                       WHERE m.queue_id = p_queue_id AND m.group_key = p_group
-                                         AND m.turn_at IS NOT NULL AND pgqueue._leased(m.locked_until)
-                                       LIMIT p_concurrency) f) < p_concurrency);
+    -- (Each probe in the order of the index: with the floor's range a generic plan chose a
+    -- bitmap scan, which never marks an index entry dead, so that without a hold the entries of
+    -- deleted messages piled up until a vacuum. The floor as an initplan, whose value no plan
+    -- knows: as a variable, custom plans, which knew it, looked cheaper than the generic one,
+    -- and the plan cache kept planning the statement at every call; both cost a producer
+    -- into a group its consumers keep up with about half its rate.)
+    SELECT CASE WHEN (SELECT m.turn_at FROM pgqueue.message m
+                       WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                         AND m.turn_at IS NOT NULL AND m.turn_at >= (SELECT v_floor)
+                         AND NOT pgqueue._leased(m.locked_until)
+                       ORDER BY m.turn_at LIMIT 1) IS NULL
+                THEN (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message m
+                                             WHERE m.queue_id = p_queue_id AND m.group_key = p_group
+                                               AND m.turn_at IS NOT NULL AND m.turn_at >= (SELECT v_floor)
+                                               AND pgqueue._leased(m.locked_until)
+                                             ORDER BY m.turn_at
+                                             LIMIT greatest(p_concurrency, 1)) f) END
+      INTO v_busy;
+    -- (not again within 10 ms of the last: a setting written at every enqueue into a group its
+    -- consumers keep up with cost it a few us)
+    IF v_busy = 0 AND v_floor < v_clock - 10000 AND v_seen IS NOT NULL AND octet_length(p_group) <= 200
+       AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
+        PERFORM set_config('pgqueue.group_floor_' || p_queue_id || '_' || (hashtext(p_group) & 255),
+                           v_seen || '/' || v_clock || '/' || p_group, false);
+    END IF;
+    RETURN v_busy IS NOT NULL AND (p_concurrency = 0 OR v_busy < p_concurrency);
 END;
 $$;
 
@@ -6414,7 +6506,8 @@ COMMENT ON FUNCTION pgqueue._message_group_room(integer, text, integer) IS
 --
 -- The common path is two statements: the lock, and one UPDATE whose WHERE holds the room (the
 -- probes of pgqueue._message_group_room, as initplans: run once, under the lock's newer
--- snapshot). With one in flight per group the hand-off of every delivery is done by trigger
+-- snapshot, from the session's floor of the group's turn keys, pgqueue._group_floor_get).
+-- With one in flight per group the hand-off of every delivery is done by trigger
 -- pgqueue._message_left without this function, which it calls only when its own UPDATE found no
 -- message waiting; the statement below covers that case too. When it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
 -- deleted meanwhile by message_cancel (READ COMMITTED reads the next one; REPEATABLE READ
@@ -6432,6 +6525,7 @@ SET enable_seqscan = off  -- index probes, however small the table when planned 
 AS $$
 DECLARE
     v_locked boolean;
+    v_floor  bigint;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
     IF NOT v_locked THEN
@@ -6442,6 +6536,21 @@ BEGIN
             USING ERRCODE = '40001',
                   HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
     END IF;
+    -- the session's floor of the group's turn keys, for the stripe read now, under the lock
+    -- (pgqueue._group_floor_get)
+    v_floor := pgqueue._group_floor_get(p_queue_id, p_group, pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)));
+    -- Nothing waiting (a group its consumers keep up with) and no floor, or one kept more than
+    -- 20 ms ago: nothing to hand on, but the room's probes keep a new floor if the group has no
+    -- message with the turn (this call's delivery was its last), so that the hand-offs of this
+    -- session's next deliveries in the group walk at most the entries of 20 ms of the group's
+    -- deliveries under a hold. (The room's call at every such hand-off cost a delivery 35 us
+    -- more without a hold.)
+    IF v_floor < (date_part('epoch', clock_timestamp()) * 1000000)::bigint - 25000
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.message w
+                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL) THEN
+        PERFORM pgqueue._message_group_room(p_queue_id, p_group, p_concurrency);
+        RETURN false;
+    END IF;
     UPDATE pgqueue.message m
        SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
      WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -6449,15 +6558,17 @@ BEGIN
                     ORDER BY w.dequeue_at, w.id
                     LIMIT 1)
        -- the room: no turn waiting ...
-       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
-                          AND NOT pgqueue._leased(t.locked_until))
+       AND (SELECT t.turn_at FROM pgqueue.message t
+             WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
+               AND t.turn_at >= (SELECT v_floor) AND NOT pgqueue._leased(t.locked_until)
+             ORDER BY t.turn_at LIMIT 1) IS NULL
        -- ... and fewer than p_concurrency in flight (0: no limit)
        AND (p_concurrency = 0
             OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
                                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                                         AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
-                                       LIMIT p_concurrency) f) < p_concurrency);
+                                         AND t.turn_at IS NOT NULL AND t.turn_at >= (SELECT v_floor)
+                                         AND pgqueue._leased(t.locked_until)
+                                       ORDER BY t.turn_at LIMIT p_concurrency) f) < p_concurrency);
     IF FOUND THEN
         RETURN true;
     END IF;
@@ -6960,9 +7071,11 @@ BEGIN
            -- again after its snapshot), no message of the group but the one leaving has
            -- the turn (pgqueue._wait_floor_next)
            AND CASE WHEN p_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(p_floor, p_queue_id))
-                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                     WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                                       AND t.turn_at IS NOT NULL) END
+                    ELSE (SELECT t.turn_at FROM pgqueue.message t
+                           WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                             AND t.turn_at IS NOT NULL
+                             AND t.turn_at >= (SELECT pgqueue._group_floor_get(p_queue_id, p_group, v_seen))
+                           ORDER BY t.turn_at LIMIT 1) IS NULL END
            -- Under REPEATABLE READ or SERIALIZABLE the snapshot may miss a message a producer
            -- added to the group after it (with an earlier dequeue_at than the one this would
            -- choose): the decision is taken under the group's lock instead, which raises 40001

@@ -37,7 +37,10 @@ CREATE INDEX message_turn_idx ON pgqueue.message (queue_id, turn_at, id)
 CREATE INDEX message_group_wait_idx ON pgqueue.message (queue_id, group_key, dequeue_at, id)
     WHERE group_key IS NOT NULL AND turn_at IS NULL;
 -- A group's messages that have their turn (handed out, or waiting with it): how many are in flight.
-CREATE INDEX message_group_turn_idx ON pgqueue.message (queue_id, group_key, locked_until)
+-- By turn key, so that a probe can start at the session's floor of the group's turn keys
+-- (pgqueue._group_floor_get) and descend past the entries a held snapshot keeps of the group's
+-- earlier deliveries.
+CREATE INDEX message_group_turn_idx ON pgqueue.message (queue_id, group_key, turn_at)
     WHERE group_key IS NOT NULL AND turn_at IS NOT NULL;
 -- Idempotent enqueue: one live message per (queue, key).
 CREATE UNIQUE INDEX message_idem_key_idx ON pgqueue.message (queue_id, idem_key)

@@ -11,7 +11,8 @@
 --
 -- The common path is two statements: the lock, and one UPDATE whose WHERE holds the room (the
 -- probes of pgqueue._message_group_room, as initplans: run once, under the lock's newer
--- snapshot). With one in flight per group the hand-off of every delivery is done by trigger
+-- snapshot, from the session's floor of the group's turn keys, pgqueue._group_floor_get).
+-- With one in flight per group the hand-off of every delivery is done by trigger
 -- pgqueue._message_left without this function, which it calls only when its own UPDATE found no
 -- message waiting; the statement below covers that case too. When it changes nothing: nothing waits (one more probe), or no room, or the message it chose was
 -- deleted meanwhile by message_cancel (READ COMMITTED reads the next one; REPEATABLE READ
@@ -29,6 +30,7 @@ SET enable_seqscan = off  -- index probes, however small the table when planned 
 AS $$
 DECLARE
     v_locked boolean;
+    v_floor  bigint;
 BEGIN
     v_locked := pgqueue._message_group_lock(p_queue_id, p_group);
     IF NOT v_locked THEN
@@ -39,6 +41,21 @@ BEGIN
             USING ERRCODE = '40001',
                   HINT = 'Retry the transaction, or hand messages of grouped queues out and complete them under READ COMMITTED.';
     END IF;
+    -- the session's floor of the group's turn keys, for the stripe read now, under the lock
+    -- (pgqueue._group_floor_get)
+    v_floor := pgqueue._group_floor_get(p_queue_id, p_group, pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id)));
+    -- Nothing waiting (a group its consumers keep up with) and no floor, or one kept more than
+    -- 20 ms ago: nothing to hand on, but the room's probes keep a new floor if the group has no
+    -- message with the turn (this call's delivery was its last), so that the hand-offs of this
+    -- session's next deliveries in the group walk at most the entries of 20 ms of the group's
+    -- deliveries under a hold. (The room's call at every such hand-off cost a delivery 35 us
+    -- more without a hold.)
+    IF v_floor < (date_part('epoch', clock_timestamp()) * 1000000)::bigint - 25000
+       AND NOT EXISTS (SELECT 1 FROM pgqueue.message w
+                        WHERE w.queue_id = p_queue_id AND w.group_key = p_group AND w.turn_at IS NULL) THEN
+        PERFORM pgqueue._message_group_room(p_queue_id, p_group, p_concurrency);
+        RETURN false;
+    END IF;
     UPDATE pgqueue.message m
        SET turn_at = pgqueue._turn_key(m.dequeue_at, true)
      WHERE m.id = (SELECT w.id FROM pgqueue.message w
@@ -46,15 +63,17 @@ BEGIN
                     ORDER BY w.dequeue_at, w.id
                     LIMIT 1)
        -- the room: no turn waiting ...
-       AND NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
-                          AND NOT pgqueue._leased(t.locked_until))
+       AND (SELECT t.turn_at FROM pgqueue.message t
+             WHERE t.queue_id = p_queue_id AND t.group_key = p_group AND t.turn_at IS NOT NULL
+               AND t.turn_at >= (SELECT v_floor) AND NOT pgqueue._leased(t.locked_until)
+             ORDER BY t.turn_at LIMIT 1) IS NULL
        -- ... and fewer than p_concurrency in flight (0: no limit)
        AND (p_concurrency = 0
             OR (SELECT count(*) FROM (SELECT 1 FROM pgqueue.message t
                                        WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                                         AND t.turn_at IS NOT NULL AND pgqueue._leased(t.locked_until)
-                                       LIMIT p_concurrency) f) < p_concurrency);
+                                         AND t.turn_at IS NOT NULL AND t.turn_at >= (SELECT v_floor)
+                                         AND pgqueue._leased(t.locked_until)
+                                       ORDER BY t.turn_at LIMIT p_concurrency) f) < p_concurrency);
     IF FOUND THEN
         RETURN true;
     END IF;

@@ -111,9 +111,11 @@ BEGIN
            -- again after its snapshot), no message of the group but the one leaving has
            -- the turn (pgqueue._wait_floor_next)
            AND CASE WHEN p_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(p_floor, p_queue_id))
-                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                     WHERE t.queue_id = p_queue_id AND t.group_key = p_group
-                                       AND t.turn_at IS NOT NULL) END
+                    ELSE (SELECT t.turn_at FROM pgqueue.message t
+                           WHERE t.queue_id = p_queue_id AND t.group_key = p_group
+                             AND t.turn_at IS NOT NULL
+                             AND t.turn_at >= (SELECT pgqueue._group_floor_get(p_queue_id, p_group, v_seen))
+                           ORDER BY t.turn_at LIMIT 1) IS NULL END
            -- Under REPEATABLE READ or SERIALIZABLE the snapshot may miss a message a producer
            -- added to the group after it (with an earlier dequeue_at than the one this would
            -- choose): the decision is taken under the group's lock instead, which raises 40001

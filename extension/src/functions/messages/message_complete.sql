@@ -66,9 +66,11 @@ BEGIN
            -- again after its snapshot), no message of the group but the one leaving has
            -- the turn (pgqueue._wait_floor_next)
            AND CASE WHEN v_floor[6] OPERATOR(pg_catalog.=) v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
-                    ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                     WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
-                                       AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL) END
+                    ELSE (SELECT t.turn_at FROM pgqueue.message t
+                           WHERE t.queue_id OPERATOR(pg_catalog.=) v_queue_id
+                             AND t.group_key OPERATOR(pg_catalog.=) v_group AND t.turn_at IS NOT NULL
+                             AND t.turn_at OPERATOR(pg_catalog.>=) (SELECT pgqueue._group_floor_get(v_queue_id, v_group, v_seen))
+                           ORDER BY t.turn_at LIMIT 1) IS NULL END
            AND EXISTS (SELECT 1 FROM pgqueue.queue q
                         WHERE q.id OPERATOR(pg_catalog.=) v_queue_id
                           AND q.group_concurrency OPERATOR(pg_catalog.=) 1)

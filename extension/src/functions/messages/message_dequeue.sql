@@ -186,9 +186,11 @@ BEGIN
                        -- again after its snapshot), no message of the group but the one leaving has
                        -- the turn (pgqueue._wait_floor_next)
                        AND CASE WHEN v_floor[6] = v_seen THEN (SELECT pgqueue._wait_floor_ok(v_floor, v_queue_id))
-                                ELSE NOT EXISTS (SELECT 1 FROM pgqueue.message t
-                                                 WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
-                                                   AND t.turn_at IS NOT NULL) END
+                                ELSE (SELECT t.turn_at FROM pgqueue.message t
+                                       WHERE t.queue_id = v_queue_id AND t.group_key = v_group_key
+                                         AND t.turn_at IS NOT NULL
+                                         AND t.turn_at >= (SELECT pgqueue._group_floor_get(v_queue_id, v_group_key, v_seen))
+                                       ORDER BY t.turn_at LIMIT 1) IS NULL END
                        -- without the lock under READ COMMITTED only (pgqueue._message_left)
                        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable');
                     IF NOT FOUND THEN
