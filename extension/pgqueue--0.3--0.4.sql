@@ -6378,19 +6378,27 @@ COMMENT ON FUNCTION pgqueue._turn_key(bigint, boolean) IS
     'pgqueue internal: the turn key (epoch us) of a grouped message due at p_dequeue_at (ms); p_later: not before the clock';
 
 -- The floor in a value of the setting pgqueue.group_floor_<queue id>_<group's stripe>,
--- '<queue stripe>/<floor>/<group>' (pgqueue._group_floor_keep), if it is the group's and the
--- stripe is p_stripe; NULL otherwise. Inlined: no call at run time.
+-- '<queue stripe>/<floor>/<xid>/<group>' (kept by pgqueue._message_group_room), if it is the
+-- group's, the stripe is p_stripe, and the transaction that kept it (xid) committed or is this
+-- one; NULL otherwise. The xid: a PREPARE TRANSACTION keeps a transaction's settings as a commit
+-- does, and a ROLLBACK PREPARED then brings back the message with the turn that the
+-- transaction's own DELETE had hidden from the probe that kept the floor, below it (a review).
+-- VOLATILE as pg_xact_status is, so that it is inlined (a STABLE function with a volatile body
+-- is called instead): no call at run time.
 CREATE FUNCTION pgqueue._group_floor_at(p_value text, p_group text, p_stripe bigint)
 RETURNS bigint
-LANGUAGE sql STABLE
-RETURN CASE WHEN p_value OPERATOR(pg_catalog.=) (pg_catalog.split_part(p_value, '/', 1) || '/' || pg_catalog.split_part(p_value, '/', 2) || '/' || p_group)
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN p_value OPERATOR(pg_catalog.=) (pg_catalog.split_part(p_value, '/', 1) || '/' || pg_catalog.split_part(p_value, '/', 2) || '/'
+                                                 || pg_catalog.split_part(p_value, '/', 3) || '/' || p_group)
                  AND pg_catalog.split_part(p_value, '/', 1) OPERATOR(pg_catalog.=) p_stripe::text
                  AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'
                  AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'serializable'
-            THEN pg_catalog.split_part(p_value, '/', 2)::bigint END;
+            THEN CASE WHEN pg_catalog.pg_xact_status(pg_catalog.split_part(p_value, '/', 3)::xid8) OPERATOR(pg_catalog.=) 'committed'
+                           OR pg_catalog.split_part(p_value, '/', 3)::xid8 OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned()
+                      THEN pg_catalog.split_part(p_value, '/', 2)::bigint END END;
 
 COMMENT ON FUNCTION pgqueue._group_floor_at(text, text, bigint) IS
-    'pgqueue internal: the floor in a value of a group floor setting, if it is the group''s and the stripe''s';
+    'pgqueue internal: the floor in a value of a group floor setting, if it is the group''s and the stripe''s and its transaction committed';
 
 -- The session's group floor for a message group (kept by pgqueue._message_group_room), while the
 -- queue's lock stripe still reads p_stripe (as read by the caller, after the group's lock or after
@@ -6399,30 +6407,37 @@ COMMENT ON FUNCTION pgqueue._group_floor_at(text, text, bigint) IS
 -- (message_group_turn_idx) start there instead of at the group's first entry, which under a held
 -- snapshot is an entry for every message of the group delivered since the hold began. The lowest
 -- bigint when there is none, when the stripe moved (a message placed below the clock, trigger
--- message_placed_low, may have the turn below the floor), or when the transaction is REPEATABLE
--- READ or SERIALIZABLE (its snapshot may predate the floor). Inlined: no call at run time. A value
--- that is not one this function wrote fails with 22P02 (docs/security.md).
+-- message_placed_low, may have the turn below the floor), when the transaction that kept it did
+-- not commit (pgqueue._group_floor_at), or when the transaction is REPEATABLE READ or
+-- SERIALIZABLE (its snapshot may predate the floor). Inlined: no call at run time. A value set
+-- by hand that has the form and the stripe is taken as it is (docs/security.md); one whose
+-- floor or xid do not read as numbers fails with 22P02.
 --
--- The floor is the clock less 5 ms (for clocks of different sessions), read before a probe of
--- pgqueue._message_group_room that found no message of the group with the turn. Why it holds: the
--- probe ran under the group's lock (that function is called under it only). Every turn given later
--- is given by a call that takes that lock after this transaction ends, or (group concurrency 1) by
--- the hand-off of a message that had the turn (pgqueue._message_left), which this transaction's
--- probe would have seen; either reads its clock after this one, and the turn keys it writes
--- (pgqueue._turn_key with p_later) are not below that clock. The calls that change the key of a
--- message holding the turn (message_fail, message_defer, a take) hold the message, which got its
--- turn after the probe, and key it at or above their clock too. A key below the clock comes only
--- from an enqueue with an explicit dequeue_at, which advances the queue's lock stripe (trigger
--- message_placed_low) before it releases the group's lock, so the floor no longer holds for a
--- caller that reads the stripe after that lock, or after its DELETE of the group's message with
--- the turn (no other message of the group can get the turn meanwhile). The setting is the
--- session's and is transactional: a rollback restores the one before (which held too); a floor
--- kept by a transaction that is still running is seen by its own session only. Not kept for a
--- group key longer than 200 bytes (the setting would hold it) or under REPEATABLE READ or
--- SERIALIZABLE.
+-- The floor is the clock, in whole milliseconds less 5, read before a probe of
+-- pgqueue._message_group_room that found no message of the group with the turn. Why it holds:
+-- the probe ran under the group's lock (that function is called under it only). Every turn given
+-- later is given by a call that takes that lock after this transaction ends, or (group
+-- concurrency 1) by the hand-off of a message that had the turn (pgqueue._message_left), which
+-- this transaction's probe would have seen; either reads its clock after this one. The turn keys
+-- of the hand-offs, of message_fail and of message_defer (the only calls that change the key of
+-- a message holding the turn, which got it after the probe) are not below their clock
+-- (pgqueue._turn_key with p_later). An enqueue keys a message below its clock only with an
+-- explicit dequeue_at; less than 5 ms below its clock reading in whole milliseconds
+-- (pgqueue._write_clock) it is marked as keyed with the clock (column write_mark), so at or
+-- above the floor, which is 5 ms below in the same unit (a first version took the clock in
+-- microseconds less 5 ms: a key in the same millisecond, 5.3 ms below, passed it unsignalled, a
+-- review); further below, trigger message_placed_low advances the queue's lock stripe before the
+-- group's lock is released, and the floor no longer holds for a caller that reads the stripe
+-- after that lock, or after its DELETE of the group's message with the turn (no other message
+-- of the group can get the turn meanwhile). Like the session hints and the wait floor, this
+-- counts on a wall clock that does not step back by more than 5 ms. The setting is the
+-- session's and is transactional: a rollback, or one to a savepoint, restores the one before
+-- (which held too); a floor kept by a transaction still running is seen by its own session only;
+-- a prepared transaction's is not used unless it committed. Not kept for a group key longer than
+-- 200 bytes (the setting would hold it) or under REPEATABLE READ or SERIALIZABLE.
 CREATE FUNCTION pgqueue._group_floor_get(p_queue_id integer, p_group text, p_stripe bigint)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE sql VOLATILE  -- (as pgqueue._group_floor_at, so that both are inlined)
 RETURN coalesce(pgqueue._group_floor_at(
                     pg_catalog.current_setting('pgqueue.group_floor_' || p_queue_id || '_' || (pg_catalog.hashtext(p_group) & 255), true),
                     p_group, p_stripe),
@@ -6436,8 +6451,8 @@ COMMENT ON FUNCTION pgqueue._group_floor_get(integer, text, bigint) IS
 -- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock). The
 -- probes start at the session's floor of the group's turn keys (pgqueue._group_floor_get, for the
 -- queue's lock stripe read now, under the lock), and when they find no message of the group with
--- the turn at all, this call keeps a new one in the session, the clock it read before them less 5
--- ms (see there why it holds; a setting of a PL/pgSQL call's own: 1 us, where a call of an SQL
+-- the turn at all, this call keeps a new one in the session, the clock it read before them (whole
+-- ms) less 5 ms, with this transaction's xid (see there why it holds; a setting of a PL/pgSQL call's own: 1 us, where a call of an SQL
 -- function that set it cost 37): under a held snapshot, a producer into a group its consumers keep
 -- up with then walks the entries of the deliveries since its last enqueue into the group, not of
 -- all since the hold began (docs/performance.md). With group concurrency 0 the look for a message
@@ -6457,7 +6472,7 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     v_seen  bigint := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
-    v_clock bigint := (date_part('epoch', clock_timestamp()) * 1000000)::bigint - 5000;
+    v_clock bigint := (pgqueue.now_ms() - 5) * 1000;  -- (whole ms: see pgqueue._group_floor_get)
     v_floor bigint := pgqueue._group_floor_get(p_queue_id, p_group, v_seen);
     v_busy  bigint;  -- NULL: a message waits with the turn; else how many in flight, counted up to the limit
 BEGIN
@@ -6484,7 +6499,7 @@ BEGIN
     IF v_busy = 0 AND v_floor < v_clock - 10000 AND v_seen IS NOT NULL AND octet_length(p_group) <= 200
        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
         PERFORM set_config('pgqueue.group_floor_' || p_queue_id || '_' || (hashtext(p_group) & 255),
-                           v_seen || '/' || v_clock || '/' || p_group, false);
+                           v_seen || '/' || v_clock || '/' || pg_current_xact_id() || '/' || p_group, false);
     END IF;
     RETURN v_busy IS NOT NULL AND (p_concurrency = 0 OR v_busy < p_concurrency);
 END;

@@ -3,8 +3,8 @@
 -- p_concurrency entries counted. Call under the group's lock (pgqueue._message_group_lock). The
 -- probes start at the session's floor of the group's turn keys (pgqueue._group_floor_get, for the
 -- queue's lock stripe read now, under the lock), and when they find no message of the group with
--- the turn at all, this call keeps a new one in the session, the clock it read before them less 5
--- ms (see there why it holds; a setting of a PL/pgSQL call's own: 1 us, where a call of an SQL
+-- the turn at all, this call keeps a new one in the session, the clock it read before them (whole
+-- ms) less 5 ms, with this transaction's xid (see there why it holds; a setting of a PL/pgSQL call's own: 1 us, where a call of an SQL
 -- function that set it cost 37): under a held snapshot, a producer into a group its consumers keep
 -- up with then walks the entries of the deliveries since its last enqueue into the group, not of
 -- all since the hold began (docs/performance.md). With group concurrency 0 the look for a message
@@ -24,7 +24,7 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     v_seen  bigint := pg_sequence_last_value(pgqueue._lock_stripe(p_queue_id));
-    v_clock bigint := (date_part('epoch', clock_timestamp()) * 1000000)::bigint - 5000;
+    v_clock bigint := (pgqueue.now_ms() - 5) * 1000;  -- (whole ms: see pgqueue._group_floor_get)
     v_floor bigint := pgqueue._group_floor_get(p_queue_id, p_group, v_seen);
     v_busy  bigint;  -- NULL: a message waits with the turn; else how many in flight, counted up to the limit
 BEGIN
@@ -51,7 +51,7 @@ BEGIN
     IF v_busy = 0 AND v_floor < v_clock - 10000 AND v_seen IS NOT NULL AND octet_length(p_group) <= 200
        AND current_setting('transaction_isolation') NOT IN ('repeatable read', 'serializable') THEN
         PERFORM set_config('pgqueue.group_floor_' || p_queue_id || '_' || (hashtext(p_group) & 255),
-                           v_seen || '/' || v_clock || '/' || p_group, false);
+                           v_seen || '/' || v_clock || '/' || pg_current_xact_id() || '/' || p_group, false);
     END IF;
     RETURN v_busy IS NOT NULL AND (p_concurrency = 0 OR v_busy < p_concurrency);
 END;
