@@ -6410,8 +6410,9 @@ COMMENT ON FUNCTION pgqueue._group_floor_at(text, text, bigint) IS
 -- message_placed_low, may have the turn below the floor), when the transaction that kept it did
 -- not commit (pgqueue._group_floor_at), or when the transaction is REPEATABLE READ or
 -- SERIALIZABLE (its snapshot may predate the floor). Inlined: no call at run time. A value set
--- by hand that has the form and the stripe is taken as it is (docs/security.md); one whose
--- floor or xid do not read as numbers fails with 22P02.
+-- by hand that has the form, the stripe and a committed xid is taken as it is
+-- (docs/security.md); other forged values are ignored, or fail (22P02: an xid or floor that
+-- is not a number; 22023: an xid not yet assigned).
 --
 -- The floor is the clock, in whole milliseconds less 5, read before a probe of
 -- pgqueue._message_group_room that found no message of the group with the turn. Why it holds:
@@ -6430,7 +6431,8 @@ COMMENT ON FUNCTION pgqueue._group_floor_at(text, text, bigint) IS
 -- group's lock is released, and the floor no longer holds for a caller that reads the stripe
 -- after that lock, or after its DELETE of the group's message with the turn (no other message
 -- of the group can get the turn meanwhile). Like the session hints and the wait floor, this
--- counts on a wall clock that does not step back by more than 5 ms. The setting is the
+-- counts on a wall clock that does not step back (an enqueue keyed 5 ms below a clock stepped back
+-- by any amount is unsignalled and may be below the floor: a review). The setting is the
 -- session's and is transactional: a rollback, or one to a savepoint, restores the one before
 -- (which held too); a floor kept by a transaction still running is seen by its own session only;
 -- a prepared transaction's is not used unless it committed. Not kept for a group key longer than

@@ -75,6 +75,12 @@ def csrf(client: FlaskClient, path: str = "/") -> str:
     return found.group(1)
 
 
+def log_in(client: FlaskClient, token: str) -> Any:
+    """POST the login form as the dashboard's own page sends it: with the CSRF token of the
+    login page the client got (a form posted from another site has none, and is refused)."""
+    return client.post("/login", data={"token": token, "csrf_token": csrf(client)})
+
+
 def dead_letter(conn: psycopg.Connection[Any], queue: str, payload: bytes = b"x",
                 content_type: str | None = None, error: str = "boom") -> int:
     """Enqueue a message and reject it into the dead letters; return the dead letter's id."""
@@ -715,7 +721,7 @@ def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
         assert response.status_code == 401 and response.is_json, response.get_data(as_text=True)
         assert error in response.get_json()["error"] and response.headers["WWW-Authenticate"].startswith("Bearer ")
     assert client.get("/?token=wrong").status_code == 401
-    assert client.post("/login", data={"token": "wrong"}).status_code == 401
+    assert log_in(client, "wrong").status_code == 401
     assert client.get("/static/dashboard.css").status_code == 200  # assets are not secret
     response = client.get("/queues/default?token=s3cret-token")
     assert response.status_code == 302 and response.headers["Location"].endswith("/queues/default")
@@ -728,7 +734,7 @@ def test_access_token(conn: psycopg.Connection[Any], make_app: Any) -> None:
     assert client.get("/").status_code == 200  # the session remembers
     other = make_app(token="s3cret-token").test_client()
     assert other.get("/api/queues", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
-    assert other.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert log_in(other, "s3cret-token").status_code == 302
     assert other.get("/").status_code == 200
 
 
@@ -743,7 +749,7 @@ def test_the_login_page_shows_nothing_of_the_database(pg_server: Server, make_ap
         response = client.get(path)
         assert response.status_code == 401
         assert "pq_no_such_database_xyz" not in response.get_data(as_text=True), path
-    response = client.post("/login", data={"token": "wrong"})
+    response = log_in(client, "wrong")
     assert response.status_code == 401 and "pq_no_such_database_xyz" not in response.get_data(as_text=True)
     # nor the answer to a DNS-rebinding page (Host evil.example), which that page can read
     response = client.get("/", headers={"Host": "evil.example:8080"})
@@ -761,7 +767,7 @@ def test_processes_sharing_a_secret_key_share_the_session(make_app: Any) -> None
     """gunicorn -w 2: a login at one process holds at the other only with a shared key."""
     first, second = (make_app(token="s3cret-token", secret_key=b"k" * 32) for _ in range(2))
     client = first.test_client()
-    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert log_in(client, "s3cret-token").status_code == 302
     cookie = client.get_cookie("pgqueue_dashboard")
     assert cookie is not None
     for app, expected in ((second, 200), (make_app(token="s3cret-token"), 401)):
@@ -1407,7 +1413,7 @@ def test_a_session_ends_when_the_token_changes(make_app: Any) -> None:
     """A login session kept working after the token was rotated (processes sharing a secret_key)."""
     old = make_app(token="old-token-1", secret_key=b"k" * 32)
     client = old.test_client()
-    assert client.post("/login", data={"token": "old-token-1"}).status_code == 302
+    assert log_in(client, "old-token-1").status_code == 302
     cookie = client.get_cookie("pgqueue_dashboard")
     assert cookie is not None and client.get("/").status_code == 200
     rotated = make_app(token="new-token-2", secret_key=b"k" * 32).test_client()
@@ -1502,6 +1508,29 @@ def test_the_log_hides_a_token_after_quotes_spaces_and_semicolons() -> None:
         assert _hide_token(line) == line
 
 
+def test_a_login_posted_from_another_site_is_refused_and_not_counted(make_app: Any) -> None:
+    """The login form carries the session's CSRF token like every other form; the login POST
+    was the one POST the dashboard took without it. A page on another site could so post wrong
+    tokens from the user's browser, each counted against the user's address, and lock the user
+    out of their own dashboard (FAILED_LOGIN_LIMIT of them). Without the token (or with another
+    session's) the POST is refused with 400 before its token is looked at, and counts nothing:
+    after more than the limit of such posts the right token with the page's CSRF token logs in."""
+    from pgqueue.dashboard.app import FAILED_LOGIN_LIMIT
+
+    app = make_app(token="s3cret-token")
+    client = app.test_client()
+    other = app.test_client()
+    stolen = csrf(other)  # another session's token is no better than none
+    for i in range(FAILED_LOGIN_LIMIT + 2):
+        response = client.post("/login", data={"token": f"guess-{i}", **({"csrf_token": stolen} if i % 2 else {})})
+        assert response.status_code == 400, (i, response.status_code)
+        assert "CSRF token" in response.get_data(as_text=True)
+    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 400  # the right one too
+    assert client.get("/").status_code == 401  # nor did that log in
+    assert log_in(client, "s3cret-token").status_code == 302
+    assert client.get("/").status_code == 200
+
+
 def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
     """Nothing limited wrong access tokens: a script could try tokens as fast as the server
     answered. After FAILED_LOGIN_LIMIT wrong ones within the window a client (an IPv4 address, an
@@ -1522,11 +1551,11 @@ def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
         if how == 0:
             return c.get(f"/queues/default?token={token}")
         if how == 1:
-            return c.post("/login", data={"token": token})
+            return log_in(c, token)
         return c.get("/api/queues", headers={"Authorization": f"Bearer {token}"})
 
     earlier = client("203.0.113.7")  # logged in before the attack, from the same address
-    assert earlier.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert log_in(earlier, "s3cret-token").status_code == 302
     attacker = client("203.0.113.7")
     assert attacker.get("/").status_code == 401  # no token given: not an attempt
     for i in range(FAILED_LOGIN_LIMIT):
@@ -1542,7 +1571,7 @@ def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
     assert "Too many wrong access tokens" in attacker.get("/?token=x").get_data(as_text=True)
     assert "Too many wrong access tokens" in attempt(attacker, "x", 2).get_json()["error"]
     assert earlier.get("/").status_code == 200  # a session is not an attempt
-    assert client("198.51.100.1").post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert log_in(client("198.51.100.1"), "s3cret-token").status_code == 302
     # an IPv6 client is its /64: another address of the same /64 is locked out too
     for i in range(FAILED_LOGIN_LIMIT):
         assert attempt(client(f"2001:db8::{i + 1:x}"), "guess", 1).status_code == 401
@@ -1576,12 +1605,24 @@ def test_login_bodies_sent_after_the_check_are_counted_before_they_are_compared(
     in one step."""
     from pgqueue.dashboard.app import FAILED_LOGIN_LIMIT
 
+    import http.client
+
     server = start(Options(dsn=dsn, token="s3cret-token"), port=0)
     port = server.wsgi.port
+    # the login page's session cookie and CSRF token, which the login form posts (a login POST
+    # without them is refused before its token is counted)
+    page = http.client.HTTPConnection("127.0.0.1", port)
+    page.request("GET", "/")
+    answer = page.getresponse()
+    cookie = answer.getheader("Set-Cookie", "").split(";", 1)[0]
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)">', answer.read().decode())
+    page.close()
+    assert cookie and found, cookie
+    form = b"csrf_token=" + found.group(1).encode() + b"&"
 
     def headers(length: int) -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", port))
-        sock.sendall((f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        sock.sendall((f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n"
                       f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {length}\r\n"
                       "Connection: close\r\n\r\n").encode())
         return sock
@@ -1595,7 +1636,7 @@ def test_login_bodies_sent_after_the_check_are_counted_before_they_are_compared(
         return int(data.split(b" ", 2)[1])
 
     try:
-        bodies = [b"token=wrong%03d" % i for i in range(4 * FAILED_LOGIN_LIMIT)] + [b"token=s3cret-token"]
+        bodies = [form + b"token=wrong%03d" % i for i in range(4 * FAILED_LOGIN_LIMIT)] + [form + b"token=s3cret-token"]
         socks = [headers(len(b)) for b in bodies]
         time.sleep(1.0)  # every request is past the check that runs before the body is read
         statuses = [status(sock, body) for sock, body in zip(socks, bodies)]
@@ -1644,7 +1685,7 @@ def test_logout_ends_the_session(make_app: Any) -> None:
     deletes the cookie and ends the session in the process: the old cookie no longer works."""
     app = make_app(token="s3cret-token")
     client = app.test_client()
-    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert log_in(client, "s3cret-token").status_code == 302
     page = client.get("/").get_data(as_text=True)
     assert 'id="logout"' in page and 'action="/logout"' in page
     cookie = client.get_cookie("pgqueue_dashboard")
@@ -1661,7 +1702,7 @@ def test_logout_ends_the_session(make_app: Any) -> None:
     replay.set_cookie("pgqueue_dashboard", cookie.value)
     assert replay.get("/").status_code == 401 and replay.get("/api/queues").status_code == 401
     # a new login is a new session, which holds
-    assert client.post("/login", data={"token": "s3cret-token"}).status_code == 302
+    assert log_in(client, "s3cret-token").status_code == 302
     assert client.get("/").status_code == 200
     second = client.get_cookie("pgqueue_dashboard")
     assert second is not None and second.value != cookie.value

@@ -408,23 +408,30 @@ def test_a_group_floor_kept_by_a_prepared_transaction_that_rolled_back_is_not_us
     assert turns == [("first", True), ("second", False)], turns
 
 
+@pytest.mark.parametrize("undo", ["rollback", "savepoint"])
 def test_a_group_floor_kept_by_a_delivery_that_rolled_back_is_gone_with_it(conn: psycopg.Connection[Any],
-                                                                            dsn: str) -> None:
+                                                                            dsn: str, undo: str) -> None:
     """A delivery that leaves its group empty keeps a floor of the group's turn keys above the
-    message it took (its own DELETE hides it from its probe). If its transaction rolls back, the
-    message is back with the turn, below that floor: the floor must go too (the setting is
-    transactional), or the session's next enqueue into the group would probe from above the
-    message, miss it, and give its own message the turn as well."""
+    message it took (its own DELETE hides it from its probe). If its transaction rolls back, or
+    a savepoint it took before, the message is back with the turn, below that floor: the floor
+    must go too (the setting is transactional, to the savepoint), or the session's next enqueue
+    into the group would probe from above the message, miss it, and give its own message the
+    turn as well."""
     conn.execute("SELECT pgqueue.queue_create('rolled', p_group_concurrency => 1)")
     conn.execute("SELECT pgqueue.message_create('rolled', 'first'::bytea, p_group => 'g')")
     qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'rolled'").fetchone()
     name = "SELECT current_setting('pgqueue.group_floor_' || %s || '_' || (hashtext('g') & 255), true)"
     with psycopg.connect(dsn) as consumer:
+        if undo == "savepoint":
+            consumer.execute("SAVEPOINT before")
         got = consumer.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('rolled', 1, 0)").fetchall()
         assert got == [("first",)]
         inside = consumer.execute(name, qid).fetchone()
         assert inside is not None and inside[0] is not None and inside[0].endswith("/g"), inside  # kept
-        consumer.rollback()
+        if undo == "savepoint":
+            consumer.execute("ROLLBACK TO SAVEPOINT before")
+        else:
+            consumer.rollback()
         assert consumer.execute(name, qid).fetchone() in ((None,), ("",)), "the floor outlived its rollback"
         consumer.execute("SELECT pgqueue.message_create('rolled', 'second'::bytea, p_group => 'g')")
         consumer.commit()

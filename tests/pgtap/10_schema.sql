@@ -233,6 +233,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)',
                     'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)',
+                    'pgqueue._group_floor_at(text,text,bigint)', 'pgqueue._group_floor_get(integer,text,bigint)',
                     'pgqueue._size_exact_seq(integer)', 'pgqueue._size_recount_seq(integer)',
                     'pgqueue._message_first_lease(integer,bigint,bigint,bigint)',
                     'pgqueue._queue_count(integer,bigint)', 'pgqueue._queue_lock(integer)',

@@ -20,12 +20,9 @@ db=group_handoff_ab
 case $script in *.sql) script_file=$(cd "$(dirname "$script")" && pwd)/$(basename "$script") ;; *) script_file=$root/bench/pgbench/$script.sql ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-as_replace() { sed '/^COMMENT ON/,$d' | sed 's/^CREATE FUNCTION/CREATE OR REPLACE FUNCTION/'; echo ";"; }
-for f in ${FUNCS:-message_dequeue message_complete _message_left}; do
-  file=extension/src/functions/messages/$f.sql
-  git -C "$root" show "$rev:$file" | as_replace >> "$tmp/A.sql"
-  as_replace < "$root/$file" >> "$tmp/B.sql"
-done
+. "$root/bench/experiments/group_handoff/ab_sql.sh"
+# shellcheck disable=SC2086  # (FUNCS: names split on spaces)
+ab_sql "$root" "$rev" "$tmp" ${FUNCS:-message_dequeue message_complete _message_left}
 psql -q -X -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
 if [ "$groups" = 0 ]; then gc=NULL; else gc=1; fi  # GROUPS 0: a queue without groups
 psql -q -X -d $db -c "CREATE EXTENSION pgqueue" -c "SELECT pgqueue.queue_create('q', p_group_concurrency => $gc)" >/dev/null

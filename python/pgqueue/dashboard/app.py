@@ -575,6 +575,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             header = request.headers.get("Authorization", "")
             bearer = header[7:] if header.startswith("Bearer ") else None
             login_post = request.endpoint == "login" and request.method == "POST"
+            if login_post and not _csrf_ok():
+                # the login form of this dashboard's own page, not another site's: a page
+                # elsewhere could otherwise post wrong tokens from the user's browser, which
+                # count against the user's address and lock it out (nothing is counted here)
+                abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
             if given is not None or bearer is not None:
                 wait = failed_logins.attempt(client)  # (counted as wrong until found right)
                 if wait is not None:  # too many wrong tokens: this one is not even compared
@@ -615,12 +620,14 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             raise InvalidQueueName(f"invalid queue name {name!r}", sqlstate="42602")
         # (a POST to a page that takes none, or to no page, changes nothing: it answers 405 or 404,
         # not "CSRF token missing", which no token would change)
-        if request.method == "POST" and request.routing_exception is None:
-            given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
-            expected = session.get("csrf")
-            if not isinstance(expected, str) or not hmac.compare_digest(given.encode(), expected.encode()):
-                abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
+        if request.method == "POST" and request.routing_exception is None and not _csrf_ok():
+            abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
         return None
+
+    def _csrf_ok() -> bool:
+        given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
+        expected = session.get("csrf")
+        return isinstance(expected, str) and hmac.compare_digest(given.encode(), expected.encode())
 
     def _too_many(wait: int) -> BaseResponse:
         message = (f"Too many wrong access tokens from this address: try again in {wait} s "
