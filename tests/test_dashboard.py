@@ -1531,6 +1531,37 @@ def test_a_login_posted_from_another_site_is_refused_and_not_counted(make_app: A
     assert client.get("/").status_code == 200
 
 
+def test_a_token_url_loaded_by_another_site_is_neither_taken_nor_counted(make_app: Any) -> None:
+    """A page elsewhere could make the user's browser load ``/?token=wrong`` (an ``<img>``, a
+    redirect) again and again, each load counted against the user's address, and lock the user
+    out. Browsers say who made them load a URL (Sec-Fetch-Site): a token in a URL that another
+    site (or another port of this host: "same-site") had loaded is neither compared nor counted,
+    even the right one, and the login page says why; the printed URL opened by the user ("none"),
+    the dashboard's own links ("same-origin") and clients that send no such header log in."""
+    from pgqueue.dashboard.app import FAILED_LOGIN_LIMIT, FOREIGN_TOKEN
+
+    app = make_app(token="s3cret-token")
+    client = app.test_client()
+    for i in range(FAILED_LOGIN_LIMIT + 2):
+        site = "cross-site" if i % 2 else "same-site"
+        response = client.get(f"/?token=guess-{i}", headers={"Sec-Fetch-Site": site})
+        assert response.status_code == 401, (i, response.status_code)
+        assert 'id="foreign"' in response.get_data(as_text=True)
+        assert "not the right one" not in response.get_data(as_text=True)
+    api = client.get("/api/queues?token=s3cret-token", headers={"Sec-Fetch-Site": "cross-site"})
+    assert api.status_code == 401 and api.get_json() == {"error": FOREIGN_TOKEN}
+    assert client.get("/").status_code == 401  # the right token from another site did not log in
+    # nothing was counted (more than the limit would have locked the address out: 429): the
+    # user's own wrong token is compared
+    wrong = client.get("/?token=typo", headers={"Sec-Fetch-Site": "none"})
+    assert wrong.status_code == 401 and "not the right one" in wrong.get_data(as_text=True)
+    for site in ("none", "same-origin", None):
+        c = app.test_client()
+        response = c.get("/?token=s3cret-token", headers={"Sec-Fetch-Site": site} if site else {})
+        assert response.status_code == 302, (site, response.status_code)
+        assert c.get("/").status_code == 200
+
+
 def test_wrong_tokens_are_rate_limited_per_client(make_app: Any) -> None:
     """Nothing limited wrong access tokens: a script could try tokens as fast as the server
     answered. After FAILED_LOGIN_LIMIT wrong ones within the window a client (an IPv4 address, an

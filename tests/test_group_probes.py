@@ -327,6 +327,15 @@ def test_a_group_its_consumers_keep_up_with_stays_flat_under_a_held_snapshot(
         assert max(c[side] for c in later) <= 2 * max(c[side] for c in first) + 30, (side, first, later)
 
 
+def group_floor(session: psycopg.Connection[Any], queue: str, group: str) -> str | None:
+    """The floor of ``group``'s turn keys that ``session`` keeps for ``queue`` (its setting,
+    ``stripe/floor/xid/group``; None or '' when it keeps none)."""
+    found = session.execute("SELECT current_setting('pgqueue.group_floor_' || q.id || '_' || (hashtext(%s) & 255), true) "
+                            "FROM pgqueue.queue q WHERE q.name = %s", (group, queue)).fetchone()
+    assert found is not None, f"no queue {queue!r}"
+    return found[0]  # type: ignore[no-any-return]
+
+
 def test_a_turn_given_below_a_sessions_group_floor_is_still_seen(conn: psycopg.Connection[Any], dsn: str) -> None:
     """A session's floor of a group's turn keys holds only while the queue's lock stripe is
     where it was: a message enqueued with an explicit dequeue_at below the clock (a priority)
@@ -341,10 +350,8 @@ def test_a_turn_given_below_a_sessions_group_floor_is_still_seen(conn: psycopg.C
         producer.execute("SELECT pgqueue.message_create('lowturn', 'a'::bytea, p_group => 'g')")
         assert len(other.execute("SELECT id FROM pgqueue.message_dequeue('lowturn', 1, 0)").fetchall()) == 1
         producer.execute("SELECT pgqueue.message_create('lowturn', 'b'::bytea, p_group => 'h')")  # (another group)
-        qid = producer.execute("SELECT id FROM pgqueue.queue WHERE name = 'lowturn'").fetchone()
-        kept = producer.execute("SELECT current_setting('pgqueue.group_floor_' || %s || '_' || (hashtext('g') & 255), true)",
-                                qid).fetchone()
-        assert kept is not None and kept[0] is not None and kept[0].endswith("/g"), kept  # the floor is there
+        kept = group_floor(producer, "lowturn", "g")
+        assert kept is not None and kept.endswith("/g"), kept  # the floor is there
         other.execute("SELECT pgqueue.message_create('lowturn', 'priority'::bytea, "
                       "p_dequeue_at => pgqueue.priority_dequeue_at(5), p_group => 'g')")
         producer.execute("SELECT pgqueue.message_create('lowturn', 'c'::bytea, p_group => 'g')")
@@ -392,15 +399,13 @@ def test_a_group_floor_kept_by_a_prepared_transaction_that_rolled_back_is_not_us
         admin.execute("CREATE EXTENSION pgqueue")
         admin.execute("SELECT pgqueue.queue_create('prepared', p_group_concurrency => 1)")
         admin.execute("SELECT pgqueue.message_create('prepared', 'first'::bytea, p_group => 'g')")
-        qid = admin.execute("SELECT id FROM pgqueue.queue WHERE name = 'prepared'").fetchone()
         with psycopg.connect(pg.dsn(), autocommit=True) as consumer:
             consumer.execute("BEGIN")
             got = consumer.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('prepared', 1, 0)").fetchall()
             assert got == [("first",)]
             consumer.execute("PREPARE TRANSACTION 'pgqueue_floor'")
-            kept = consumer.execute("SELECT current_setting('pgqueue.group_floor_' || %s || '_' || (hashtext('g') & 255), true)",
-                                    qid).fetchone()
-            assert kept is not None and kept[0] is not None and kept[0].endswith("/g"), kept  # kept by the prepare
+            kept = group_floor(consumer, "prepared", "g")
+            assert kept is not None and kept.endswith("/g"), kept  # kept by the prepare
             consumer.execute("ROLLBACK PREPARED 'pgqueue_floor'")
             consumer.execute("SELECT pgqueue.message_create('prepared', 'second'::bytea, p_group => 'g')")
         turns = admin.execute("SELECT convert_from(content, 'UTF8'), turn_at IS NOT NULL FROM pgqueue.message "
@@ -419,20 +424,18 @@ def test_a_group_floor_kept_by_a_delivery_that_rolled_back_is_gone_with_it(conn:
     turn as well."""
     conn.execute("SELECT pgqueue.queue_create('rolled', p_group_concurrency => 1)")
     conn.execute("SELECT pgqueue.message_create('rolled', 'first'::bytea, p_group => 'g')")
-    qid = conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'rolled'").fetchone()
-    name = "SELECT current_setting('pgqueue.group_floor_' || %s || '_' || (hashtext('g') & 255), true)"
     with psycopg.connect(dsn) as consumer:
         if undo == "savepoint":
             consumer.execute("SAVEPOINT before")
         got = consumer.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('rolled', 1, 0)").fetchall()
         assert got == [("first",)]
-        inside = consumer.execute(name, qid).fetchone()
-        assert inside is not None and inside[0] is not None and inside[0].endswith("/g"), inside  # kept
+        inside = group_floor(consumer, "rolled", "g")
+        assert inside is not None and inside.endswith("/g"), inside  # kept
         if undo == "savepoint":
             consumer.execute("ROLLBACK TO SAVEPOINT before")
         else:
             consumer.rollback()
-        assert consumer.execute(name, qid).fetchone() in ((None,), ("",)), "the floor outlived its rollback"
+        assert group_floor(consumer, "rolled", "g") in (None, ""), "the floor outlived its rollback"
         consumer.execute("SELECT pgqueue.message_create('rolled', 'second'::bytea, p_group => 'g')")
         consumer.commit()
     turns = conn.execute("SELECT convert_from(content, 'UTF8'), turn_at IS NOT NULL FROM pgqueue.message "

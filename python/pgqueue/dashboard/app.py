@@ -52,6 +52,10 @@ FAILED_LOGIN_CLIENTS = 4096
 #: Sessions ended by a logout that a process remembers (until they would have expired anyway);
 #: past it, the process ends every session logged in until then (everyone logs in again).
 MAX_REVOKED_SESSIONS = 10000
+#: Why a token in a URL that another site made the browser load (Sec-Fetch-Site) is not taken.
+FOREIGN_TOKEN = ("the access token in a link from another site is not taken: open the URL that "
+                 "pgqueue dashboard printed yourself (type or paste it), or enter the token here")
+
 #: The form field and header that carry the CSRF token.
 CSRF_FIELD = "csrf_token"
 #: What the dead-letter page says after an action: the redirect names the action and a count
@@ -575,11 +579,19 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             header = request.headers.get("Authorization", "")
             bearer = header[7:] if header.startswith("Bearer ") else None
             login_post = request.endpoint == "login" and request.method == "POST"
-            if login_post and not _csrf_ok():
+            if login_post:
                 # the login form of this dashboard's own page, not another site's: a page
                 # elsewhere could otherwise post wrong tokens from the user's browser, which
                 # count against the user's address and lock it out (nothing is counted here)
-                abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
+                _require_csrf()
+            foreign = given is not None and request.headers.get("Sec-Fetch-Site", "none") not in ("none", "same-origin")
+            if foreign:
+                # a URL with a token that a page elsewhere made the browser load (an <img>, a
+                # redirect; another port of this host is "same-site"): neither compared nor
+                # counted, or such a page could lock the user's address out with wrong tokens.
+                # The printed URL, typed, pasted or opened from a terminal, is "none"; browsers
+                # that send no such header, and other clients, are taken at their word
+                given = None
             if given is not None or bearer is not None:
                 wait = failed_logins.attempt(client)  # (counted as wrong until found right)
                 if wait is not None:  # too many wrong tokens: this one is not even compared
@@ -605,11 +617,13 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 failed = given is not None or bearer is not None
                 if request.path.startswith("/api/"):  # (an API client read the login page's HTML)
                     refusal = jsonify(error="wrong access token" if failed else
+                                      FOREIGN_TOKEN if foreign else
                                       "an access token is needed: the header Authorization: Bearer TOKEN")
                     refusal.status_code = 401
                     refusal.headers["WWW-Authenticate"] = 'Bearer realm="pgqueue dashboard"'
                     return refusal
                 return Response(render_template("login.html", failed=failed,
+                                                foreign=FOREIGN_TOKEN if foreign else None,
                                                 signed_out=request.args.get("signed_out") == "1"), 401)
         # past the Host check and the token: pages may tell what the database said (the sampler's
         # error names the server, the database and the role); the login page, and the refusal
@@ -620,14 +634,17 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             raise InvalidQueueName(f"invalid queue name {name!r}", sqlstate="42602")
         # (a POST to a page that takes none, or to no page, changes nothing: it answers 405 or 404,
         # not "CSRF token missing", which no token would change)
-        if request.method == "POST" and request.routing_exception is None and not _csrf_ok():
-            abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
+        if request.method == "POST" and request.routing_exception is None:
+            _require_csrf()
         return None
 
-    def _csrf_ok() -> bool:
+    def _require_csrf() -> None:
+        """Abort with 400 unless the request carries the session's CSRF token (the form field or
+        the X-CSRF-Token header)."""
         given = request.form.get(CSRF_FIELD) or request.headers.get("X-CSRF-Token") or ""
         expected = session.get("csrf")
-        return isinstance(expected, str) and hmac.compare_digest(given.encode(), expected.encode())
+        if not (isinstance(expected, str) and hmac.compare_digest(given.encode(), expected.encode())):
+            abort(400, "the form's CSRF token is missing or stale: reload the page and try again")
 
     def _too_many(wait: int) -> BaseResponse:
         message = (f"Too many wrong access tokens from this address: try again in {wait} s "
