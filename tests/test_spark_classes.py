@@ -376,6 +376,27 @@ def test_map_keys_as_spark_writes_them() -> None:
         assert _json_of([value], typ) == [expected], typ
 
 
+def test_map_keys_written_as_one_name_are_refused() -> None:
+    """Array and struct map keys are written without quoting, as Spark's to_json writes them, so
+    two keys can come out as one JSON name: ["a,b"] and ["a","b"] are both [a,b], ["null"] and
+    [NULL] both [null], structs ("1,2", "3") and ("1", "2,3") both [1,2,3]. The object kept the
+    last entry and the message went out without the other (a review); the task fails instead,
+    naming the column and the row, as the client refuses a dict whose keys JSON writes alike."""
+    cases: list[tuple[pa.DataType, list[Any]]] = [
+        (pa.map_(pa.list_(pa.string()), pa.int32()), [(["a,b"], 1), (["a", "b"], 2)]),
+        (pa.map_(pa.list_(pa.string()), pa.int32()), [(["null"], 1), ([None], 2)]),
+        (pa.map_(pa.struct([("x", pa.string()), ("y", pa.string())]), pa.int32()),
+         [({"x": "1,2", "y": "3"}, 1), ({"x": "1", "y": "2,3"}, 2)]),
+    ]
+    for typ, value in cases:
+        batch = pa.record_batch({"payload": pa.array([[], value], typ)})  # (the second row's map)
+        with pytest.raises(InvalidArgument, match=r"in row 9 of partition 2: two keys of a map are both written as"):
+            encode_batch(WritePlan("payload", "json_value"), batch, partition=2, first_row=7)
+    distinct = [(["a", "b"], 1), (["a,b"], 2)]  # (the same keys in another map of its own each: no conflict)
+    assert _json_of([distinct[:1], distinct[1:]], pa.map_(pa.list_(pa.string()), pa.int32())) == \
+        [b'{"[a,b]":1}', b'{"[a,b]":2}']
+
+
 def test_json_text_that_only_python_reads_is_refused() -> None:
     """NaN, Infinity and -Infinity are not JSON (Python's json.loads takes them; PostgreSQL's json
     type and other clients do not): a payloadType json column holding them fails its task."""

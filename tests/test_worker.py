@@ -520,6 +520,35 @@ def test_an_idle_worker_does_not_busy_poll(dsn: str) -> None:
     assert not handled.is_set()
 
 
+@pytest.mark.parametrize("skew", [3.0, -3.0])
+def test_a_scheduled_message_starts_on_time_whatever_the_workers_host_clock(dsn: str, skew: float,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker sleeps until the queue's next message is due, no longer. It took the due time
+    from the server and subtracted its own host's clock: a host 3 s ahead found a message due
+    in 1.5 s already due and slept its whole poll delay, starting it late (a review); one behind
+    slept the skew longer. It asks the server how long until then (its clock). The worker's
+    host clock is skewed here for pgqueue's worker core only."""
+    import types
+
+    import pgqueue._worker_core as core
+
+    shifted = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
+    shifted.time = lambda: time.time() + skew
+    monkeypatch.setattr(core, "time", shifted)
+    queue = make_queue(dsn)
+    started: dict[int, float] = {}
+    # a poll delay of 3 s from the first empty poll: the NOTIFY of the enqueue wakes the worker,
+    # it finds nothing deliverable and sleeps until the message is due, or its poll delay
+    worker = Worker(queue, lambda msg: started.setdefault(msg.id, time.monotonic()), poll_min=3.0, poll_max=3.0)
+    with running(worker):
+        wait_until_idle(dsn)
+        due = time.monotonic() + 1.5
+        msg_id = queue.enqueue("later", delay=1.5)
+        wait_for(lambda: msg_id in started, timeout=10, what="the scheduled message to start")
+    late = started[msg_id] - due
+    assert late < 0.6, f"started {late:.2f} s after it was due (host clock {skew:+} s)"
+
+
 def test_stop_finishes_in_flight_handlers_then_gives_back_the_rest(dsn: str) -> None:
     queue = make_queue(dsn, lock_ms=60000)
     quick = queue.enqueue({"sleep": 0.3})

@@ -662,7 +662,7 @@ def _answer(call: Call[Any]) -> object:
     """What an empty queue's server answers a call of the worker's loop: nothing stale, nothing new."""
     rows: dict[str, list[tuple[object, ...]]] = {
         _sql.HEARTBEAT_BATCH: [(None,)], _sql.COMPLETE_BATCH: [(None,)], _sql.DEQUEUE: [],
-        _sql.COMPLETE_AND_DEQUEUE: [], _sql.NEXT_DUE: [(None,)]}
+        _sql.COMPLETE_AND_DEQUEUE: [], _sql.NEXT_DUE_IN: [(None,)]}
     return call.result(rows[call.query])
 
 

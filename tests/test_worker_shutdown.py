@@ -656,6 +656,52 @@ def test_a_keyboard_interrupt_during_the_acknowledgement_still_acknowledges(dsn:
     assert queue.stats(exact=True).total == 0
 
 
+def test_a_keyboard_interrupt_in_the_graces_acknowledgement_call_goes_on_with_the_shutdown(dsn: str) -> None:
+    """A graceful stop() lets running handlers finish within the grace, acknowledging the ones
+    that finish as it goes. A Ctrl-C (handle_signals=False) that landed in one of those
+    acknowledgement calls went straight out of run() (only the grace's waits took it as a stop
+    now): the finished handler's message stayed unacknowledged, to run again once its lease ran
+    out, and the running one's stayed leased by no one (a review). It now ends the grace as a
+    second stop does: the finished message is acknowledged, the running one given back, then
+    run() raises the KeyboardInterrupt."""
+    from pgqueue import _sql
+
+    queue = make_queue(dsn, lock_ms=60000)
+    short, long_ = queue.enqueue("short"), queue.enqueue("long")
+    release = threading.Event()
+
+    def handler(msg: Message) -> None:
+        if msg.payload == "long":
+            release.wait(20)
+        else:
+            time.sleep(0.3)
+
+    results = Results()
+    worker = Worker(queue, handler, concurrency=2, handle_signals=False, shutdown_grace=30, on_result=results)
+    real_call, interrupted = worker._call, []
+
+    def call(c: Any) -> Any:  # a Ctrl-C as the grace's first acknowledgement is sent
+        if worker._stopping and c.query == _sql.COMPLETE_BATCH and not interrupted:
+            interrupted.append(c)
+            raise KeyboardInterrupt
+        return real_call(c)
+
+    worker._call = call  # type: ignore[method-assign]
+    wait_until = threading.Timer(0.15, worker.stop)  # a graceful stop while both handlers run
+    wait_until.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.run()
+    finally:
+        release.set()
+        wait_until.cancel()
+    assert interrupted, "the grace made no acknowledgement call"
+    outcomes = sorted((r.message.id, r.outcome, r.acknowledged) for r in results.items)
+    assert outcomes == sorted([(short, "completed", True), (long_, "released", True)]), outcomes
+    stats = queue.stats(exact=True)
+    assert (stats.leased, stats.ready, stats.total) == (0, 1, 1), stats
+
+
 def test_cancelling_an_async_worker_during_the_acknowledgement_still_acknowledges(dsn: str) -> None:
     """AsyncWorker.run() cancelled (by asyncio.timeout, say) while the acknowledgement of
     finished handlers is in flight: the shutdown acknowledges them before the cancellation

@@ -1127,6 +1127,16 @@ def next_due(queue: str) -> Call[datetime | None]:
                 lambda rows: None if _scalar(rows) is None else to_datetime(max(_int(rows), 0)))
 
 
+def next_due_in(queue: str) -> Call[float | None]:
+    """Return the call that asks how many seconds until the queue's next message becomes
+    deliverable, by the server's clock (None: the queue is empty; 0 or less: due, a priority
+    message long since). A worker sleeps by it: :func:`next_due`'s time against the worker
+    host's clock woke it late wherever the two clocks differed (a review: a host 3 s ahead
+    started a message due within those 3 s up to a whole poll back-off late)."""
+    return Call(_sql.NEXT_DUE_IN, {"queue": queue},
+                lambda rows: None if _scalar(rows) is None else _int(rows) / 1000.0)
+
+
 def peek(queue: str, limit: int = 10) -> Call[list[Pending]]:
     """Return the call that reads up to ``limit`` waiting messages without leasing them."""
     check_int("limit", limit, allow_none=False)

@@ -102,6 +102,8 @@ SCHEDULE_RUN: Final[LiteralString] = (
     "SELECT r.schedule, r.message_id, r.slot FROM pgqueue.schedule_run(%(limit)s::integer) AS r")
 
 NEXT_DUE: Final[LiteralString] = "SELECT pgqueue.queue_next_due(%(queue)s::text)"
+# the same as milliseconds from the server's clock (a worker's wake-up: its host's clock may differ)
+NEXT_DUE_IN: Final[LiteralString] = "SELECT pgqueue.queue_next_due(%(queue)s::text) - pgqueue.now_ms()"
 
 PEEK: Final[LiteralString] = (
     "SELECT p.id, p.content, p.content_type, p.attempts, p.dequeue_at, p.created_at, p.locked_until, "

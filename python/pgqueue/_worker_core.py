@@ -1058,11 +1058,11 @@ class WorkerCore:
             self._finish(d)
 
     def _until_due(self, sleep: float) -> Step[float]:
-        """Shorten ``sleep`` to end when the queue's next scheduled message is due."""
-        due = yield _core.next_due(self._name)
-        if due is None:
+        """Shorten ``sleep`` to end when the queue's next scheduled message is due (by the
+        server's clock, which due times are kept in)."""
+        due_in = yield _core.next_due_in(self._name)
+        if due_in is None:
             return sleep
-        due_in = due.timestamp() - time.time()
         # Due but not delivered to us: another consumer holds it right now. Back off.
         return sleep if due_in <= 0 else min(sleep, due_in + 0.002)
 
@@ -1249,7 +1249,7 @@ class WorkerCore:
             while not self._aborting and time.monotonic() < deadline:
                 if all(d.finished is not None for d in running):
                     break
-                yield from self._settle_quietly()
+                yield from self._drain_step(self._settle_quietly(), interrupted)
                 yield from self._drain_wait(min(0.5, max(0.0, deadline - time.monotonic())), interrupted)
         for d in running:
             if d.finished is None:
@@ -1276,12 +1276,29 @@ class WorkerCore:
         # KeyboardInterrupt between the two); settle it too rather than leave it leased.
         queued = {id(d) for d in self._finished}
         self._finished += [d for d in list(self._in_hand.values()) if d.finished is not None and id(d) not in queued]
-        yield from self._settle_quietly()
+        yield from self._drain_step(self._settle_quietly(), interrupted)
         for d in list(self._in_hand.values()):
             log.warning("message %d: not acknowledged (no database); it returns when its lease runs out",
                         d.message.id)
         if interrupted:
             raise interrupted[0]
+
+    def _drain_step(self, step: Step[None], interrupted: list[BaseException]) -> Step[None]:
+        """One of the shutdown's calls (:meth:`_settle_quietly`, which handles the database's
+        errors). A KeyboardInterrupt or cancellation that lands in it is taken as in
+        :meth:`_drain_wait`: the shutdown goes on at once (the grace's last settle acknowledges
+        what finished and gives back the rest; fencing makes an acknowledgement that the interrupted
+        call had committed a stale one, changing nothing) and the drain raises it at its end.
+        Raised from the call, it skipped the rest of the shutdown: the finished handlers' messages
+        unacknowledged, to run again once their leases ran out, and the running ones' leased by no
+        one (a review). An interruption of the last settle itself leaves those to their leases."""
+        try:
+            yield from step
+        except (GeneratorExit, *_DATABASE_ERRORS):
+            raise
+        except BaseException as exc:
+            interrupted.append(exc)
+            self._stop_now(now=True)
 
     def _drain_wait(self, timeout: float, interrupted: list[BaseException]) -> Step[None]:
         """One of the shutdown's waits. A cancellation of the run or a KeyboardInterrupt that lands

@@ -335,6 +335,23 @@ def _key(k: object) -> str:
     return k.text if isinstance(k, _Number) else str(k)
 
 
+def _map_object(pairs: list[tuple[Any, Any]], key_conv: Callable[[Any], Any],
+                item_conv: Callable[[Any], Any]) -> dict[str, Any]:
+    """A map's entries as a JSON object. Array and struct keys are written without quoting
+    (:func:`_key`), so two keys can come out as one name (``["a,b"]`` and ``["a","b"]`` are both
+    ``[a,b]``, ``["null"]`` and ``[NULL]`` both ``[null]``): a dict kept the last of them, and
+    the message went out without the other entry. Such a map is refused (ValueError: the caller
+    names the column and the row), as the client refuses a dict whose keys JSON writes alike."""
+    out: dict[str, Any] = {}
+    for k, x in pairs:
+        name = _key(key_conv(k))
+        if name in out:
+            raise ValueError(f"two keys of a map are both written as the JSON name {name!r} "
+                             "(array and struct keys are written without quoting); one entry would be lost")
+        out[name] = item_conv(x)
+    return out
+
+
 def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
     """Return a function turning a Python value of an Arrow type into one that :func:`_dumps`
     writes (decimals become :class:`_Number`: their exact text; dates and timestamps come as their
@@ -349,7 +366,7 @@ def _json_converter(arrow_type: Any) -> Callable[[Any], Any]:
     if t.is_map(arrow_type):
         key_conv = _json_converter(arrow_type.key_type)
         item_conv = _json_converter(arrow_type.item_type)
-        return lambda v: None if v is None else {_key(key_conv(k)): item_conv(x) for k, x in v}
+        return lambda v: None if v is None else _map_object(v, key_conv, item_conv)
     if t.is_list(arrow_type) or t.is_large_list(arrow_type) or t.is_fixed_size_list(arrow_type):
         item = _json_converter(arrow_type.value_type)
         return lambda v: None if v is None else [item(x) for x in v]
