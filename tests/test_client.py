@@ -1657,6 +1657,35 @@ def test_errors_map_to_classes_with_the_psycopg_error_as_cause(dsn: str, conn: C
         q.close()
 
 
+def test_heartbeats_forget_a_lost_lease_once_its_delivery_is_no_longer_held() -> None:
+    """A lease found lost is remembered, so that it is not renewed or reported again while its
+    delivery is still held; once the delivery is settled it was remembered for ever, one more
+    for every lease lost in the life of a worker (a review). It is forgotten at the next round
+    that no longer holds it; a lost one still held is neither beaten again nor reported twice."""
+    from pgqueue import _lease
+
+    def message(i: int) -> Message:
+        return Message(id=i, queue="q", payload=None, attempts=1, state=None, dequeue_at=None,
+                       created_at=datetime.now(timezone.utc), locked_until=None, content=b"", content_type=None)
+
+    held = [message(1), message(2)]
+    sent: list[list[int]] = []
+
+    def beat(chunk: list[Message]) -> list[Message]:
+        sent.append([m.id for m in chunk])
+        return [m for m in chunk if m.id == 1]  # 1's lease is gone
+
+    beats = _lease.Heartbeats(lambda: list(held), beat, 3600.0)
+    try:
+        assert [m.id for m in beats.renew()] == [1]
+        assert beats.lost == {(1, 1)}
+        assert beats.renew() == [] and sent[-1] == [2]  # still held: not beaten or reported again
+        held.remove(held[0])  # 1 settled
+        assert beats.renew() == [] and beats.lost == set()
+    finally:
+        beats.stop()
+
+
 def test_an_acknowledgement_of_something_other_than_a_message_is_refused_before_connecting() -> None:
     """Every call that acts on a leased message takes a pgqueue Message whose id and attempts are
     ints: a hand-made Message with the id "5" was completed, but complete_many never reported

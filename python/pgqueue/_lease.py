@@ -98,8 +98,12 @@ def _round(held: Iterable[Message], lost: set[Token],
 
     Returns the messages found lost in this round (added to ``lost``): those not renewed, and
     the older deliveries of a message whose newest was sent. A message that is no longer held
-    after the call (settled meanwhile) is no loss.
+    after the call (settled meanwhile) is no loss. The deliveries in ``lost`` that are no longer
+    held are forgotten (a delivery is never held again once settled): the set grew by one for
+    every lease lost in the life of a worker or a long receive loop.
     """
+    held = list(held)
+    lost.intersection_update([_token(m) for m in held])
     todo = [m for m in held if _token(m) not in lost and still_held(m)]
     send, older = _newest(todo)
     newly: list[Message] = []
