@@ -2780,11 +2780,13 @@ DECLARE
     v_counted  boolean;
     v_set      pg_catalog.text;
     -- the queue's lock stripe (id & 63) as this session last found it: a setting per queue name
-    -- (its '.' and '-' as '$', E'\x24'), a character whose code is 64 + the stripe, '' (-64)
-    -- when the queue takes the path below, unset NULL; anything else gives a number that is
-    -- negative or that the INSERT finds is not the queue's stripe
+    -- (the name's bytes in hex: setting names ignore case, so a key of the name itself, its '.'
+    -- and '-' as '$', was one for 'Aq' and 'aq', and for 'a.q' and 'a-q', and each of a pair
+    -- took the other's stripe too, waiting behind that queue's drop: a review), a character whose
+    -- code is 64 + the stripe, '' (-64) when the queue takes the path below, unset NULL; anything
+    -- else gives a number that is negative or that the INSERT finds is not the queue's stripe
     v_stripe   integer := pg_catalog.ascii(pg_catalog.current_setting(
-                              'pgqueue.stripe_' OPERATOR(pg_catalog.||) pg_catalog.translate(p_queue, '.-', E'\x24\x24'),
+                              'pgqueue.stripe_' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.textsend(p_queue), 'hex'),
                               true)) OPERATOR(pg_catalog.-) 64;
 BEGIN
     -- The one-statement path (a queue without a cap or groups, a message without a group or key,
@@ -2846,7 +2848,7 @@ BEGIN
                   THEN pg_catalog.chr(64 OPERATOR(pg_catalog.+) (v_queue_id OPERATOR(pg_catalog.&) 63)) ELSE '' END;
     IF FOUND AND coalesce(v_stripe, -1) OPERATOR(pg_catalog.<>) (pg_catalog.ascii(v_set) OPERATOR(pg_catalog.-) 64) THEN
         v_set := pg_catalog.set_config(
-            'pgqueue.stripe_' OPERATOR(pg_catalog.||) pg_catalog.translate(p_queue, '.-', E'\x24\x24'), v_set, false);
+            'pgqueue.stripe_' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.textsend(p_queue), 'hex'), v_set, false);
     END IF;
     IF FOUND AND v_max_size IS NULL AND p_group IS NULL AND p_key IS NULL
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'repeatable read'

@@ -134,7 +134,7 @@ SELECT count(*) AS returned,
 SELECT pgqueue.queue_drop('qcreate');
 
 -- The lock stripe a session found a queue on (id & 63) is recorded in its setting
--- pgqueue.stripe_<name> ('.' and '-' as '$'), as the character 64 + the stripe ('' for a queue
+-- pgqueue.stripe_<the name's bytes in hex>, as the character 64 + the stripe ('' for a queue
 -- with a cap or groups), and message_create's next call takes it before its one INSERT
 -- (docs/locking.md, rule 2). A wrong value, set by hand or left by a queue dropped and created
 -- again, only sends that call the longer way, which records the stripe again.
@@ -142,12 +142,12 @@ SELECT pgqueue.queue_create('qstripe.a-b');
 SELECT pgqueue.queue_create('qstripe_capped', p_max_size => 10);
 SELECT pgqueue.message_create('qstripe.a-b', 'one') > 0 AS created,
        pgqueue.message_create('qstripe_capped', 'one') > 0 AS created_capped;
-SELECT ascii(current_setting('pgqueue.stripe_qstripe$a$b')) - 64 = q.id & 63 AS recorded_its_stripe,
-       current_setting('pgqueue.stripe_qstripe_capped') = '' AS capped_takes_the_longer_way
+SELECT ascii(current_setting('pgqueue.stripe_' || encode(textsend('qstripe.a-b'), 'hex'))) - 64 = q.id & 63 AS recorded_its_stripe,
+       current_setting('pgqueue.stripe_' || encode(textsend('qstripe_capped'), 'hex')) = '' AS capped_takes_the_longer_way
   FROM pgqueue.queue q WHERE q.name = 'qstripe.a-b';
-SELECT set_config('pgqueue.stripe_qstripe$a$b', v, false) IS NOT NULL AS set_by_hand,
+SELECT set_config('pgqueue.stripe_' || encode(textsend('qstripe.a-b'), 'hex'), v, false) IS NOT NULL AS set_by_hand,
        pgqueue.message_create('qstripe.a-b', convert_to(v, 'UTF8')) > 0 AS created,
-       ascii(current_setting('pgqueue.stripe_qstripe$a$b')) - 64 = q.id & 63 AS recorded_again
+       ascii(current_setting('pgqueue.stripe_' || encode(textsend('qstripe.a-b'), 'hex'))) - 64 = q.id & 63 AS recorded_again
   FROM pgqueue.queue q, unnest(ARRAY['', 'not a stripe', chr(1), chr(64 + ((q.id + 1) & 63))]) AS v
  WHERE q.name = 'qstripe.a-b';
 SELECT count(*) AS messages FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id

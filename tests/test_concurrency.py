@@ -332,6 +332,34 @@ def _statement_in_a_thread(dsn: str, statement: str) -> tuple[threading.Thread, 
     return thread, outcome
 
 
+@pytest.mark.parametrize("names", [("Aq", "aq"), ("a.q", "a-q")])
+def test_queues_whose_names_differ_in_case_or_punctuation_do_not_share_a_recorded_stripe(
+        dsn: str, names: tuple[str, str]) -> None:
+    """message_create records the lock stripe it found a queue on in a session setting keyed by
+    the queue's name. Setting names ignore case, and the key had the name's '.' and '-' as '$':
+    'Aq' and 'aq', 'a.q' and 'a-q' shared one, so a session enqueueing into both found the
+    other queue's stripe recorded at each call and locked it too (ROW EXCLUSIVE, to the end of
+    the transaction): a producer of one queue waited behind a queue_drop of the other (a
+    review). An enqueue now holds its own queue's stripe alone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = {}
+        for name in names:
+            conn.execute("SELECT pgqueue.queue_create(%s)", (name,))
+            ids[name] = conn.execute("SELECT id FROM pgqueue.queue WHERE name = %s", (name,)).fetchone()[0]  # type: ignore[index]
+        assert ids[names[0]] & 63 != ids[names[1]] & 63, ids  # (a database of a few queues)
+        for name in (*names, *names):  # each call records its queue's stripe
+            conn.execute("SELECT pgqueue.message_create(%s, 'x'::bytea)", (name,))
+        for name in names:
+            other = names[1] if name == names[0] else names[0]
+            conn.execute("SELECT pgqueue.message_create(%s, 'x'::bytea)", (other,))  # the other recorded last
+            with conn.transaction():
+                conn.execute("SELECT pgqueue.message_create(%s, 'x'::bytea)", (name,))
+                held = conn.execute("SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                                    "WHERE l.pid = pg_backend_pid() AND c.relname LIKE 'queue_lock%%' "
+                                    "ORDER BY 1").fetchall()
+            assert held == [(f"queue_lock_{ids[name] & 63}",)], (name, held)
+
+
 def test_a_queue_recreated_while_its_drop_commits_gets_a_stripe_of_its_own(dsn: str) -> None:
     """queue_create of a name whose queue_drop has not committed yet: it waits for the drop and
     then makes the queue. It skipped the search for a free stripe because the name was still

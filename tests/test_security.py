@@ -68,11 +68,12 @@ HOSTILE_FUNCTIONS = [
     ("array_position(bytea[], bytea)", "integer", "NULL"),
     ("quote_literal(text)", "text", "'x'"),
     ("left(text, integer)", "text", "'x'"),
-    # message_create's recorded lock stripe (setting pgqueue.stripe_<name>, its one-statement path)
+    # message_create's recorded lock stripe (setting pgqueue.stripe_<the name in hex>, its one-statement path)
     ("current_setting(text, boolean)", "text", "'A'"),
     ("set_config(text, text, boolean)", "text", "'A'"),
     ("ascii(text)", "integer", "65"),
-    ("translate(text, text, text)", "text", "'x'"),
+    ("encode(bytea, text)", "text", "'x'"),
+    ("textsend(text)", "bytea", "'\\x78'::bytea"),
     ("chr(integer)", "text", "'A'"),
 ]
 #: (operator, left, right, function returning the lie)
