@@ -507,6 +507,27 @@ def test_payload_rendering_falls_back_to_hex() -> None:
     assert big.truncated and len(big.text) == 16 * 1024 and big.size == 100_000
 
 
+def test_json_that_pretty_printing_would_change_is_shown_as_stored() -> None:
+    """The page pretty-prints a JSON payload by parsing it into Python values and writing them
+    again. A number with more digits than a double holds came out rounded (0.30000000000000000001
+    as 0.3), one past its range as Infinity (not JSON), and a key given twice as one entry, with
+    nothing to say the page was not showing what is stored (a review). Such a payload is shown
+    as stored, with a note; numbers a double holds exactly as written are pretty-printed."""
+    stored = {
+        b'{"amount": 0.30000000000000000001}': "the number 0.30000000000000000001 would change",
+        b'{"big": 12345678901234567.89}': "the number 12345678901234567.89 would change",
+        b'[1e400]': "the number 1e400 would change",
+        b'{"dup": 1, "dup": 2}': "a key given twice would change",
+        b'{"a": {"k": 1, "k": 1}}': "a key given twice would change",
+    }
+    for raw, words in stored.items():
+        shown = show(raw, "application/json")
+        assert (shown.kind, shown.text, shown.note) == ("text", raw.decode(), f"JSON as stored: pretty-printed, {words}"), raw
+    fine = show(b'{"a": 0.1, "b": 1E5, "c": -0.0, "d": 2.5e-3, "e": 12345678901234567890}', "application/json")
+    assert fine.kind == "json" and fine.note == "", fine
+    assert '"b": 100000.0' in fine.text and '"e": 12345678901234567890' in fine.text
+
+
 def hidden_fields(page: str) -> MultiDict[str, str]:
     """The hidden fields of a page's form (the confirmation's), as a browser posts them."""
     return MultiDict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', page))

@@ -396,8 +396,10 @@ def test_embedded_settings_with_spaces_and_a_dsn_for_any_database_name() -> None
             conn.execute('CREATE DATABASE "my app"')
         with psycopg.connect(pg.dsn(dbname="my app")) as conn:
             assert conn.execute("SELECT current_database()").fetchone() == ("my app",)
-        assert psycopg.conninfo.conninfo_to_dict(pg.dsn("o'brien", user="me")) == {
+        named = psycopg.conninfo.conninfo_to_dict(pg.dsn("o'brien", user="me"))
+        assert {k: named[k] for k in ("host", "port", "user", "dbname")} == {
             "host": "127.0.0.1", "port": str(pg.port), "user": "me", "dbname": "o'brien"}
+        assert (named["hostaddr"], named["sslmode"], named["options"]) == ("127.0.0.1", "disable", "")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged user is looked up only as root")

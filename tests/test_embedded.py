@@ -142,10 +142,14 @@ def test_a_start_ignores_the_callers_libpq_environment(monkeypatch: pytest.Monke
     started = time.monotonic()
     with EmbeddedPostgres(boot_timeout=30) as pg:
         assert time.monotonic() - started < 20  # (a loaded machine's initdb and start, not the 30 s)
-        monkeypatch.delenv("PGSSLMODE")
-        monkeypatch.delenv("PGHOSTADDR")
+        # and so does its connection string: with PGSSLMODE=require `pgqueue demo` failed at its
+        # first connection ("server does not support SSL", a review)
+        monkeypatch.setenv("PGGSSENCMODE", "require")
+        monkeypatch.setenv("PGOPTIONS", "-c search_path=nowhere")
+        monkeypatch.setenv("PGTARGETSESSIONATTRS", "standby")
+        monkeypatch.setenv("PGCONNECT_TIMEOUT", "5")
         with psycopg.connect(pg.dsn()) as conn:
-            assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert conn.execute("SELECT 1, current_setting('search_path')").fetchone() == (1, '"$user", public')
 
 
 def test_interrupts_while_the_server_stops_and_its_directory_is_deleted_are_acted_on_after(

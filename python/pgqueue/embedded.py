@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
+from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 __all__ = ["FAST_SETTINGS", "EmbeddedPostgres", "EmbeddedUnavailable", "check_available"]
@@ -411,8 +412,21 @@ class EmbeddedPostgres:
 
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """Return a libpq connection string for a database of this server (its values quoted
-        as libpq needs: a database name may hold spaces or quotes)."""
-        return make_conninfo("", host="127.0.0.1", port=self.port, user=user, dbname=dbname)
+        as libpq needs: a database name may hold spaces or quotes).
+
+        It names every setting of the caller's libpq environment that would keep it from this
+        server: libpq fills in what a connection string leaves out from PG* variables, and
+        PGSSLMODE=require (set for a managed database, say) failed every connection to this
+        server, which has no SSL (`pgqueue demo` stopped with "server does not support SSL", a
+        review); PGHOSTADDR would connect elsewhere, PGOPTIONS set its options, PGGSSENCMODE,
+        PGCHANNELBINDING and PGTARGETSESSIONATTRS refuse it."""
+        pinned: dict[str, str] = {"hostaddr": "127.0.0.1", "sslmode": "disable", "gssencmode": "disable",
+                                  "options": ""}
+        if pq.version() >= 130000:
+            pinned["channel_binding"] = "disable"
+        if pq.version() >= 140000:
+            pinned["target_session_attrs"] = "any"
+        return make_conninfo("", host="127.0.0.1", port=self.port, user=user, dbname=dbname, **pinned)
 
     def stop(self) -> None:
         """Stop the server and delete its directory (idempotent).

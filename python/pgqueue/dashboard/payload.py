@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
 
 from pgqueue.codec import media_type
 
@@ -76,6 +80,30 @@ def _json_but_for_big_ints(text: str) -> bool:
     return True
 
 
+def _float_noting(changed: list[str]) -> Callable[[str], float]:
+    """json.loads's parse_float: the number as a float, noting in ``changed`` a number whose
+    float is not the same number (more digits than a double holds, ``0.30000000000000000001``;
+    past its range, ``1e400``, which json.dumps wrote as Infinity, not JSON). The pretty-printed
+    page showed such numbers rounded, as if stored so (a review)."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not changed and (math.isinf(value) or Decimal(repr(value)) != Decimal(text)):
+            changed.append(f"the number {text[:40]}")
+        return value
+    return parse
+
+
+def _object_noting(changed: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """json.loads's object_pairs_hook: the object as a dict, noting in ``changed`` a key given
+    twice (the dict keeps the last: the page showed one entry where two are stored)."""
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if not changed and len(value) < len(pairs):
+            changed.append("a key given twice")
+        return value
+    return build
+
+
 def show(content: bytes, content_type: str | None, size: int | None = None) -> Shown:
     """Return how to show a payload of ``content_type``: ``content`` is the payload, or when
     ``size`` (the bytes stored) is given, maybe only its first bytes (:data:`MAX_SHOWN` suffice)."""
@@ -96,8 +124,9 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
             if cut:  # the start of a JSON document does not parse
                 return Shown("text", text, size, n, f"the first {n} bytes of the JSON: shown as text, not parsed")
             document = text.removeprefix("\ufeff")  # (a byte-order mark is left out, as pgqueue.codec.decode does)
+            changed: list[str] = []
             try:
-                value = json.loads(document)
+                value = json.loads(document, parse_float=_float_noting(changed), object_pairs_hook=_object_noting(changed))
                 pretty = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
             except (ValueError, RecursionError):
                 if _json_but_for_big_ints(document):
@@ -105,6 +134,8 @@ def show(content: bytes, content_type: str | None, size: int | None = None) -> S
                                  f"{sys.get_int_max_str_digits()} digits, which Python does not "
                                  "convert: shown as stored")
                 return Shown("text", text, size, n, "not valid JSON: shown as text")
+            if changed:  # pretty-printed, it would not say what is stored
+                return Shown("text", text, size, n, f"JSON as stored: pretty-printed, {changed[0]} would change")
             try:
                 pretty_bytes = len(pretty.encode())
             except UnicodeEncodeError:  # a string escaping a lone surrogate ("\\udc80"): kept escaped
