@@ -143,7 +143,9 @@ def test_a_start_ignores_the_callers_libpq_environment(monkeypatch: pytest.Monke
     with EmbeddedPostgres(boot_timeout=30) as pg:
         assert time.monotonic() - started < 20  # (a loaded machine's initdb and start, not the 30 s)
         # and so does its connection string: with PGSSLMODE=require `pgqueue demo` failed at its
-        # first connection ("server does not support SSL", a review)
+        # first connection ("server does not support SSL", a review). (PGHOSTADDR is not
+        # overridden: a hostaddr in the string would outrank a host given over it.)
+        monkeypatch.delenv("PGHOSTADDR")
         monkeypatch.setenv("PGGSSENCMODE", "require")
         monkeypatch.setenv("PGOPTIONS", "-c search_path=nowhere")
         monkeypatch.setenv("PGTARGETSESSIONATTRS", "standby")

@@ -418,10 +418,10 @@ class EmbeddedPostgres:
         server: libpq fills in what a connection string leaves out from PG* variables, and
         PGSSLMODE=require (set for a managed database, say) failed every connection to this
         server, which has no SSL (`pgqueue demo` stopped with "server does not support SSL", a
-        review); PGHOSTADDR would connect elsewhere, PGOPTIONS set its options, PGGSSENCMODE,
-        PGCHANNELBINDING and PGTARGETSESSIONATTRS refuse it."""
-        pinned: dict[str, str] = {"hostaddr": "127.0.0.1", "sslmode": "disable", "gssencmode": "disable",
-                                  "options": ""}
+        review); PGOPTIONS set its options, PGGSSENCMODE, PGCHANNELBINDING and
+        PGTARGETSESSIONATTRS refuse it. (Not hostaddr, against a PGHOSTADDR: it would outrank a
+        host given over this string, and a list of hosts made from it fails to parse.)"""
+        pinned: dict[str, str] = {"sslmode": "disable", "gssencmode": "disable", "options": ""}
         if pq.version() >= 130000:
             pinned["channel_binding"] = "disable"
         if pq.version() >= 140000:
