@@ -143,15 +143,18 @@ def test_a_start_ignores_the_callers_libpq_environment(monkeypatch: pytest.Monke
     with EmbeddedPostgres(boot_timeout=30) as pg:
         assert time.monotonic() - started < 20  # (a loaded machine's initdb and start, not the 30 s)
         # and so does its connection string: with PGSSLMODE=require `pgqueue demo` failed at its
-        # first connection ("server does not support SSL", a review). (PGHOSTADDR is not
-        # overridden: a hostaddr in the string would outrank a host given over it.)
-        monkeypatch.delenv("PGHOSTADDR")
+        # first connection ("server does not support SSL", a review); with PGHOSTADDR it went
+        # to that address
         monkeypatch.setenv("PGGSSENCMODE", "require")
         monkeypatch.setenv("PGOPTIONS", "-c search_path=nowhere")
         monkeypatch.setenv("PGTARGETSESSIONATTRS", "standby")
         monkeypatch.setenv("PGCONNECT_TIMEOUT", "5")
         with psycopg.connect(pg.dsn()) as conn:
             assert conn.execute("SELECT 1, current_setting('search_path')").fetchone() == (1, '"$user", public')
+        # and a list of hosts made from the string still parses (fc3bb95's pinned hostaddr did not)
+        listed = psycopg.conninfo.make_conninfo(pg.dsn(), host="127.0.0.1,127.0.0.1", port=f"1,{pg.port}")
+        with psycopg.connect(listed) as conn:
+            assert conn.execute("SELECT 2").fetchone() == (2,)
 
 
 def test_interrupts_while_the_server_stops_and_its_directory_is_deleted_are_acted_on_after(

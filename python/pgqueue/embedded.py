@@ -419,9 +419,10 @@ class EmbeddedPostgres:
         PGSSLMODE=require (set for a managed database, say) failed every connection to this
         server, which has no SSL (`pgqueue demo` stopped with "server does not support SSL", a
         review); PGOPTIONS set its options, PGGSSENCMODE, PGCHANNELBINDING and
-        PGTARGETSESSIONATTRS refuse it. (Not hostaddr, against a PGHOSTADDR: it would outrank a
-        host given over this string, and a list of hosts made from it fails to parse.)"""
-        pinned: dict[str, str] = {"sslmode": "disable", "gssencmode": "disable", "options": ""}
+        PGTARGETSESSIONATTRS refuse it. A PGHOSTADDR would send the connection elsewhere: hostaddr
+        is pinned empty, which libpq takes as not set (an address there would outrank a host given
+        over this string, and a list of hosts made from it would fail to parse)."""
+        pinned: dict[str, str] = {"hostaddr": "", "sslmode": "disable", "gssencmode": "disable", "options": ""}
         if pq.version() >= 130000:
             pinned["channel_binding"] = "disable"
         if pq.version() >= 140000:
