@@ -23,7 +23,9 @@
 -- 100 ms: twenty schedules on one queue held a run 2 s, past a statement_timeout that then
 -- cancelled every schedule's messages; a review), each with its NOTICE.
 -- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
--- later call, the others fire.
+-- later call, the others fire, each with its NOTICE; the run waits 100 ms at most once for each
+-- lock stripe, which the queues with ids 64 apart share (each queue waited: sixteen due queues
+-- on a stripe held a run 1.6 s, past a statement_timeout; a review).
 --
 -- A server clock set back would leave a schedule silent until the clock came back to the
 -- next_run that a run reading the later clock had set (for as long as the step back). So a
@@ -57,7 +59,7 @@ DECLARE
     v_share integer;
     v_again integer[];  -- NULL: the first pass, every due schedule; then those to visit again
     v_more  integer[];  -- the schedules that stopped at their share with slots still due
-    v_busy  integer[] := '{}';  -- the queues whose lock stripe a drop or an alter holds
+    v_busy  integer[] := '{}';  -- the lock stripes (queue id & 63) that a drop or an alter holds
     v_held  integer[] := '{}';  -- the capped queues whose admission an open transaction holds
     v_lt    text;       -- the caller's lock_timeout, while a queue's stripe waits 100 ms at most
     v_next  bigint;     -- a schedule's next slot after the clock was set back
@@ -88,8 +90,8 @@ BEGIN
             -- A queue_drop or a max_size / group_concurrency change (pgqueue._queue_quiesce)
             -- waiting for the queue's work in flight queues this lock behind it: wait 100 ms at
             -- most, then leave the schedule due for a later run (and its queue's other schedules
-            -- for this run) so that the other schedules fire (the subtransaction takes no xid)
-            CONTINUE WHEN v_c.queue_id = ANY (v_busy);
+            -- for this run, and the schedules of every queue on that stripe) so that the other
+            -- schedules fire (the subtransaction takes no xid)
             IF v_c.queue_id = ANY (v_held) THEN  -- (its slots stay due: not visited again)
                 RAISE NOTICE 'schedule "%" is held: an open transaction holds the admission of its queue "%" (a producer''s, or another scheduler''s run)',
                     v_c.name, v_c.queue
@@ -97,17 +99,25 @@ BEGIN
                           DETAIL = 'Its slots stay due and are enqueued by a later run once the transaction ends.';
                 CONTINUE;
             END IF;
-            v_lt := current_setting('lock_timeout');
-            IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
-                PERFORM set_config('lock_timeout', '100ms', true);
+            IF (v_c.queue_id & 63) <> ALL (v_busy) THEN
+                v_lt := current_setting('lock_timeout');
+                IF v_lt = '0' OR v_lt::interval > interval '100 ms' THEN  -- (a caller's shorter one stays)
+                    PERFORM set_config('lock_timeout', '100ms', true);
+                END IF;
+                BEGIN
+                    v_locked := pgqueue._queue_lock(v_c.queue_id);
+                EXCEPTION WHEN lock_not_available THEN
+                    v_busy := v_busy || (v_c.queue_id & 63);
+                END;
+                PERFORM set_config('lock_timeout', v_lt, true);
             END IF;
-            BEGIN
-                v_locked := pgqueue._queue_lock(v_c.queue_id);
-            EXCEPTION WHEN lock_not_available THEN
-                v_busy := v_busy || v_c.queue_id;
-            END;
-            PERFORM set_config('lock_timeout', v_lt, true);
-            CONTINUE WHEN v_c.queue_id = ANY (v_busy);
+            IF (v_c.queue_id & 63) = ANY (v_busy) THEN  -- (its slots stay due: not visited again)
+                RAISE NOTICE 'schedule "%" is held: a queue_drop or queue_alter holds the lock stripe of its queue "%"',
+                    v_c.name, v_c.queue
+                    USING ERRCODE = 'PQ003',
+                          DETAIL = 'A drop, or a change of max_size or group_concurrency, of that queue or of another on its stripe waits for their work in flight. Its slots stay due and are enqueued by a later run once it has ended.';
+                CONTINUE;
+            END IF;
             SELECT s.id, s.name, q.name AS queue, q.max_size, s.every_ms, s.cron, s.content, s.content_type,
                    s.missed, s.next_run, s.last_run
               INTO v_s
