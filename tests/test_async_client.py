@@ -1571,6 +1571,41 @@ def _slow_heartbeat_stop(monkeypatch: pytest.MonkeyPatch, stopping: list[asyncio
     monkeypatch.setattr(AsyncHeartbeats, "stop", slow_stop)
 
 
+def test_a_callers_connection_closed_before_the_heartbeats_start_is_a_pgqueue_error(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Queue.receive's (test_client.py): the caller's connection closed between the dequeue
+    and the heartbeats' read of its settings let a bare psycopg.OperationalError out of
+    receive() (a review). Now it is ConnectionFailed, and the message is given back."""
+    from pgqueue import async_client
+
+    original = async_client._AsyncConnector.heartbeat_runner
+
+    def closed_first(self: Any, in_transaction: bool = False) -> Any:
+        assert self._conn is not None
+        self._conn.pgconn.finish()  # another task closes the caller's connection at this moment
+        closing.append(self._conn)
+        return original(self, in_transaction)
+
+    closing: list[Any] = []
+    monkeypatch.setattr(async_client._AsyncConnector, "heartbeat_runner", closed_first)
+    Queue(dsn, "closed").create()
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            q = AsyncQueue(aconn, "closed")
+            await q.enqueue("work")
+            ran: list[object] = []
+            with pytest.raises(errors.ConnectionFailed):
+                async with q.receive() as msg:
+                    ran.append(msg)
+            assert ran == [] and closing
+        async with AsyncQueue(dsn, "closed") as again:
+            stats = await again.stats()
+            assert (stats.ready, stats.leased) == (1, 0)
+
+    run(main)
+
+
 def test_a_cancellation_while_a_failed_heartbeat_setup_unwinds_goes_on(
         dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The heartbeats' connection could not be opened (ConnectionFailed) and a cancellation

@@ -2059,6 +2059,36 @@ def test_a_heartbeat_connection_that_cannot_be_opened_gives_the_message_back(dsn
     queue.close()
 
 
+def test_a_callers_connection_closed_before_the_heartbeats_start_is_a_pgqueue_error(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeats of a block on the caller's autocommit connection read that connection's
+    settings to open their own: when another thread closed it between the dequeue and that
+    read, a bare psycopg.OperationalError went out of receive() (a review). Now it is
+    ConnectionFailed, and the message is given back."""
+    from pgqueue import client
+
+    original = client._Connector.heartbeat_runner
+
+    def closed_first(self: Any, in_transaction: bool = False) -> Any:
+        assert self._conn is not None
+        self._conn.close()  # another thread closes the caller's connection at this moment
+        return original(self, in_transaction)
+
+    monkeypatch.setattr(client._Connector, "heartbeat_runner", closed_first)
+    Queue(dsn, "closed").create()
+    with psycopg.connect(dsn, autocommit=True) as caller:
+        q = Queue(caller, "closed")
+        q.enqueue("work")
+        ran = []
+        with pytest.raises(errors.ConnectionFailed):
+            with q.receive() as msg:
+                ran.append(msg)
+        assert ran == []
+    with Queue(dsn, "closed") as again:
+        stats = again.stats()
+        assert (stats.ready, stats.leased) == (1, 0)
+
+
 def test_an_idle_session_timeout_is_a_lost_connection_the_settling_survives(pg_server: Server, dbname: str) -> None:
     """57P05 (idle_session_timeout) ends the session as pg_terminate_backend does: the block's
     message is completed on a new connection instead of the block raising and the message

@@ -434,7 +434,8 @@ class _AsyncConnector:
             # A private connection to the same server for the block's beats, opened again after a
             # loss, so that the beat retried at once after one runs on a live connection (as
             # Queue.receive's; pgqueue._lease).
-            conninfo = _core.conninfo_of(self._conn.pgconn)
+            with translating():  # (the caller's connection closed meanwhile: ConnectionFailed, a review)
+                conninfo = _core.conninfo_of(self._conn.pgconn)
             sides: list[psycopg.AsyncConnection[Any]] = []
 
             async def side() -> psycopg.AsyncConnection[Any]:

@@ -517,7 +517,8 @@ class _Connector:
             # transaction the block opens. Use a private connection to the same server, with
             # the same credentials, for the duration of the block (opened again after a loss,
             # so that the beat retried at once after one runs on a live connection).
-            conninfo = _core.conninfo_of(self._conn.pgconn)
+            with translating():  # (the caller's connection closed meanwhile: ConnectionFailed, a review)
+                conninfo = _core.conninfo_of(self._conn.pgconn)
             sides: list[psycopg.Connection[Any]] = []
 
             def side() -> psycopg.Connection[Any]:
