@@ -553,6 +553,10 @@ def test_decode_payload() -> None:
     assert decode_payload(b'{"a":1}', codec.JSON, "json") == '{"a":1}'
     assert decode_payload(b"hi", codec.TEXT, "json") == '"hi"'
     assert decode_payload(b"hi", None, "json") is None
+    # string decodes whatever the content type says; json only JSON and text/* (README, a review)
+    assert decode_payload(b"abc", "image/png", "string") == "abc"
+    assert decode_payload(b"abc", None, "string") == "abc"
+    assert decode_payload(b"abc", "image/png", "json") is None
     assert decode_payload("h\u00e9".encode("latin-1"), "text/plain; charset=latin-1", "string") == "h\u00e9"
 
 

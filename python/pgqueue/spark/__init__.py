@@ -110,8 +110,9 @@ processing, so the sink only appends.
 Reading, batch and streaming:
 
 ``payloadType``: ``binary`` (default), ``string``, ``json``
-    the ``payload`` column: the stored bytes; or the content decoded as text (NULL if it is not
-    text); or JSON text (JSON content as is, text as a JSON string, NULL for raw bytes). Content
+    the ``payload`` column: the stored bytes; or the content decoded as text, whatever its
+    content type (its charset, UTF-8 if none); or JSON text (JSON content as is, ``text/*`` as a
+    JSON string, NULL for any other content type, raw bytes included). Content
     that its charset cannot decode (bytes not in it, or a charset Python cannot decode with:
     unknown, or ``charset=undefined``) is NULL too, never a failed read.
 ``numPartitions`` (default 1; alias ``minPartitions``, the Kafka source's name)

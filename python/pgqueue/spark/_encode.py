@@ -632,9 +632,10 @@ def encode_batch(plan: WritePlan, batch: Any, *, partition: int, first_row: int)
 def decode_payload(content: bytes, content_type: str | None, payload_type: str) -> bytes | str | None:
     """Return a message's payload as the read option ``payloadType`` asks for.
 
-    ``binary``: the bytes as stored. ``string``: the content decoded as text (with the charset
-    of its content type, UTF-8 if none); None if it is not text. ``json``: JSON text: JSON content
-    as it is, other text as a JSON string; None for bytes that are not text.
+    ``binary``: the bytes as stored. ``string``: the content decoded as text, whatever its
+    content type (with the charset the type names, UTF-8 if none). ``json``: JSON text: JSON
+    content as it is, ``text/*`` as a JSON string; None for any other content type (raw bytes
+    included).
 
     Content that cannot be decoded is None whatever the reason: bytes not valid in the charset,
     a charset Python does not know (LookupError), or one it knows but cannot decode with, which
