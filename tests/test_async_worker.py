@@ -497,6 +497,79 @@ def test_a_cancelled_error_not_from_the_shutdown_fails_the_message(dsn: str) -> 
     assert queue.stats().total == 0
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_handler_whose_own_task_is_cancelled_from_outside_is_given_back_with_or_without_a_timeout(
+        dsn: str, timeout: float | None) -> None:
+    """The module's docstring: a handler whose own task is cancelled from outside the worker is
+    given back. With a timeout the handler runs in a task of its own, and such a cancellation
+    failed its message with the CancelledError instead (a review)."""
+    queue = make_queue(dsn, max_attempts=1)
+    msg_id = queue.enqueue("x")
+    results = Results()
+    cancelled: list[int] = []
+
+    async def handler(msg: Message) -> None:
+        if not cancelled:  # the first delivery only: the message then comes back and completes
+            me = asyncio.current_task()
+            assert me is not None
+            cancelled.append(msg.id)
+            asyncio.get_running_loop().call_later(0.05, me.cancel)  # a library that holds the task
+            await asyncio.sleep(5)
+
+    started = Started(AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=results, timeout=timeout))
+    try:
+        wait_for(lambda: results.count("completed") == 1, what="the message completed")
+    finally:
+        started.stop()
+    assert [(r.message.id, r.outcome) for r in results.items] == [(msg_id, "released"), (msg_id, "completed")]
+    assert queue.dead_letters() == [] and queue.stats().total == 0
+
+
+async def swallowing_cancellations(seconds: float, cancelled: asyncio.Event | None = None) -> float:
+    """A handler's body that runs on through every cancellation for ``seconds`` (setting
+    ``cancelled`` at each); returns how long it ran."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            if cancelled is not None:
+                cancelled.set()
+    return time.monotonic() - started
+
+
+def test_a_shutdown_within_the_grace_after_a_timeout_still_fails_the_message(dsn: str) -> None:
+    """A handler past its timeout that swallows the cancellation is let go 2 s later, its
+    message failed with HandlerTimeout. A shutdown within those 2 s gave the message back
+    instead, so a message that kept timing out escaped its dead letter whenever a deploy came
+    then (a review); the Worker fails it at its deadline whatever comes after. Now it is failed,
+    and the shutdown does not wait out the 2 s for it."""
+    queue = make_queue(dsn, max_attempts=1, lock_ms=60_000)
+    hung = queue.enqueue("swallows")
+    results: list[Result] = []
+    cancelled = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        await swallowing_cancellations(8, cancelled)
+
+    async def go() -> float:
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, timeout=0.3, on_result=results.append,
+                             handle_signals=False, listen=False, shutdown_grace=0.2)
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(cancelled.wait(), 10)  # the timeout cancelled it; it runs on
+        stopping = time.monotonic()
+        worker.stop()
+        await task
+        return time.monotonic() - stopping
+
+    took = asyncio.run(go())
+    [result] = results
+    assert result.message.id == hung and result.outcome == "dead" and isinstance(result.error, HandlerTimeout)
+    [dead] = queue.dead_letters()
+    assert dead.last_error is not None and dead.last_error.startswith("HandlerTimeout")
+    assert took < 1.8, took  # (not the 2 s the handler would have been waited for)
+
+
 class _HoldLeases(Relay):
     """A relay that holds back, for ``hold`` seconds, each answer of the server that carries a
     message whose payload holds MARKER (a lease the server has committed), after setting
@@ -615,13 +688,7 @@ def test_a_handler_that_swallows_its_timeouts_cancellation_is_let_go(dsn: str) -
     ran_on: list[float] = []
 
     async def handler(msg: Message) -> None:
-        started = time.monotonic()
-        while time.monotonic() - started < 8:
-            try:
-                await asyncio.sleep(0.05)
-            except asyncio.CancelledError:
-                pass
-        ran_on.append(time.monotonic() - started)
+        ran_on.append(await swallowing_cancellations(8))
 
     async def go() -> None:
         worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, timeout=0.3, on_result=results.append,

@@ -19,8 +19,8 @@ message is given back all the same, and whatever its task does later is ignored.
 
 Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` its task is
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
-cancellation still has its result ignored, and is let go 2 s later if it has not ended (the
-message failed, its slot freed).
+cancellation still has its result ignored, and is let go 2 s later if it has not ended, or at
+once when the worker stops meanwhile (the message failed, its slot freed).
 
 Cancelling :meth:`AsyncWorker.run` stops the worker as ``stop(now=True)`` does, then the
 cancellation goes on; a database call in flight is awaited first (see ``_do``).
@@ -441,14 +441,16 @@ class AsyncWorker(WorkerCore):
             return exc
         return None
 
-    async def _call_within(self, msg: Message, limit: float) -> tuple[BaseException | None, bool]:
-        """:meth:`_call` with a time limit: (what it raised, whether it ran out of time). The
-        handler runs in a task of its own, cancelled at ``limit``; one that has not ended
+    async def _call_within(self, msg: Message, limit: float) -> tuple[BaseException | None, bool, bool]:
+        """:meth:`_call` with a time limit: (what it raised, whether it ran out of time, whether
+        the handler's task was cancelled from outside the worker). The handler runs in a task of
+        its own, cancelled at ``limit``; one that has not ended
         :data:`~pgqueue._worker_core._GIVE_UP` seconds later (it swallows the cancellation, or
         cleans up at length) is let go, its end ignored, so that its message is failed and its
         slot freed (awaited inline, it held both until it returned: a review; the ``Worker``
         gives up a thread the same way). A cancellation of this delivery's task (the shutdown)
-        is passed on to the handler's, which is awaited as before."""
+        before the limit is passed on to the handler's, which is awaited as before; one within
+        those seconds after it lets the handler go at once, its message failed all the same."""
         handler = asyncio.ensure_future(self._call(msg))
         try:
             await asyncio.wait({handler}, timeout=limit)
@@ -457,19 +459,37 @@ class AsyncWorker(WorkerCore):
             await asyncio.wait({handler})  # (a cancellation again: given up, as inline)
             raise
         if handler.done():
-            return handler.result(), False  # (the handler's own CancelledError: a failure)
+            if handler.cancelled() and handler.cancelling() > 0:
+                # its task was cancelled, and not by this worker (which cancels it past the
+                # limit, below, or with this delivery's task, above): from outside, as the
+                # delivery's own task may be when the handler runs in it without a limit, and
+                # given back as that one is (it was failed with the CancelledError: a review)
+                return None, False, True
+            return handler.result(), False, False  # (the handler's own CancelledError: a failure)
         handler.cancel()
+        stopped = False
         try:
             await asyncio.wait({handler}, timeout=_GIVE_UP)
+        except asyncio.CancelledError:
+            # The shutdown (or a cancellation of run()) while the handler, cancelled at its time
+            # limit, has not ended: it ran out of time all the same, and its message is failed
+            # with HandlerTimeout, as the Worker's is at its deadline, without waiting further
+            # (it was given back instead: a message that kept timing out escaped its dead letter
+            # whenever a shutdown came within these seconds, a review)
+            stopped = True
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
         finally:
             if not handler.done():
-                log.warning("message %d: its handler has not ended %g s after it was cancelled at its timeout; "
-                            "failing the message all the same", msg.id, _GIVE_UP)
+                log.warning("message %d: its handler has not ended %s after it was cancelled at its timeout; "
+                            "failing the message all the same", msg.id,
+                            "when the worker stopped" if stopped else f"{_GIVE_UP:g} s")
                 self._cancelled.add(handler)  # (kept referenced until it ends; its end is ignored)
                 handler.add_done_callback(self._cancelled.discard)
             elif not handler.cancelled():
                 handler.exception()  # (retrieved, so that asyncio does not log it: its end is ignored)
-        return None, True
+        return None, True, False
 
     async def _handle(self, d: Delivery) -> None:
         """Run the handler of a delivery and finish the delivery, whatever happens (else its
@@ -485,7 +505,7 @@ class AsyncWorker(WorkerCore):
             if limit is None:
                 error = await self._call(d.message)
             else:
-                error, timed_out = await self._call_within(d.message, limit)
+                error, timed_out, released = await self._call_within(d.message, limit)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if d.released or (task is not None and task.cancelling() > 0):
@@ -499,8 +519,9 @@ class AsyncWorker(WorkerCore):
                 log.info("message %d: its handler ended %.1f s after the shutdown gave the message back "
                          "(ignored)", d.message.id, time.monotonic() - d.finished)
             else:
-                released = released or d.released
-                if timed_out and not released:
+                # (a time limit that ran out wins over a shutdown that came after it)
+                released = (released or d.released) and not timed_out
+                if timed_out:
                     # cancelled at its timeout (if it swallowed the cancellation, its result is ignored)
                     error = HandlerTimeout(f"the handler was still running after {limit:g} s (cancelled)")
                     log.warning("message %d: handler timed out after %g s; failing it (cancelled)", d.message.id,
