@@ -1162,6 +1162,41 @@ def test_upgrade_a_busy_plain_install_without_a_deadlock(owner: Owner, start: st
     assert went_on, "the workers go on after the upgrade"
 
 
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_a_plain_upgrade_under_a_stricter_default_isolation_reads_after_its_locks(
+        owner: Owner, isolation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step of a plain upgrade ran at the session's default isolation: under REPEATABLE
+    READ its snapshot came from the step's first query, before the table locks were waited for,
+    and the 0.3 -> 0.4 step's DELETE of pgqueue.queue_size failed with 40001 when a producer of
+    a capped queue committed meanwhile (a review). It runs at READ COMMITTED now, as the
+    extension's upgrade does."""
+    from pgqueue import installer
+
+    db = owner.database()
+    install_plain_release(owner, db, "0.1")
+    for a, b in [("0.1", "0.2"), ("0.2", "0.3")]:
+        proc = owner.psql(db, "-1", "-f", str(PLAIN_DIR / f"pgqueue--{a}--{b}.sql"))
+        assert proc.returncode == 0, proc.stderr
+    stricter = "-c default_transaction_isolation=" + isolation.replace(" ", "\\ ")
+    with owner.connect(db) as producer, psycopg.connect(
+            owner.server.dsn(db, user=owner.name, options=stricter), autocommit=True) as conn:
+        producer.execute("SELECT pgqueue.queue_create('capped', p_max_size => 1000)")
+        producer.execute("SELECT pgqueue.message_create('capped', 'before')")
+        original = installer._lock_for_upgrade
+
+        def producer_first(c: Any) -> None:
+            # a producer of the capped queue commits between the step's first query and its locks
+            producer.execute("SELECT pgqueue.message_create('capped', 'meanwhile')")
+            original(c)
+
+        monkeypatch.setattr(installer, "_lock_for_upgrade", producer_first)
+        assert conn.execute("SHOW default_transaction_isolation").fetchone() == (isolation,)
+        install(conn, "plain", report=lambda _: None)
+        assert holds(conn) == (None, CURRENT)
+    with Queue(owner.dsn(db), "capped") as q:
+        assert q.stats().ready == 2
+
+
 def test_every_recipes_role_starts_the_clients_on_a_plain_install(owner: Owner) -> None:
     """The client, the worker and the command line check the installed version at start
     (pgqueue.check_server), which on a plain install reads pgqueue.install: docs/grants.sql gave

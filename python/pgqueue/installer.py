@@ -600,6 +600,11 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
     applied: list[tuple[str, str]] = []  # this run's steps (another run may apply some in between)
     while True:
         with conn.transaction():
+            # READ COMMITTED whatever the session's default (as _install_extension): under
+            # REPEATABLE READ the step ran in the snapshot of the transaction's first query, taken
+            # before the locks were waited for, and failed with 40001 on a row a producer had
+            # changed meanwhile (the 0.3 -> 0.4 step's DELETE of pgqueue.queue_size, a review)
+            _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             _lock_install(conn, state.database)
             # read again under the lock: another `pgqueue install` may have moved it meanwhile
             recorded = read_state(conn).plain
@@ -846,6 +851,9 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
     drop it too.
     """
     with conn.transaction():
+        # (READ COMMITTED whatever the session's default: what it reads under the lock, below,
+        # is read as of then, not as of the transaction's first query)
+        _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         # uninstall learns pgqueue's objects by running the install scripts (one statement
         # each) and rolling them back, then drops them in one statement: a role's
         # statement_timeout that install lifts failed it (50 ms, a review)
