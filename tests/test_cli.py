@@ -105,6 +105,25 @@ def test_enqueue_reads_standard_input(capsys: pytest.CaptureFixture[str], dsn: s
     assert msg.id == int(out) and msg.payload == {"from": "stdin"}
 
 
+def test_enqueue_json_sends_the_value_as_the_python_client_would(capsys: pytest.CaptureFixture[str],
+                                                                  dsn: str) -> None:
+    """README: --json sends the value the JSON encodes as the Python client sends that value, a
+    JSON string as its text (a review took it for JSON content): the content types say which."""
+    sent = {}
+    for given in ('"hi"', '{"a": 1}', "[1]", "2", "null"):
+        status, out, _ = run(capsys, "enqueue", "default", given, "--json", "--dsn", dsn)
+        assert status == 0
+        sent[int(out)] = given
+    status, out, _ = run(capsys, "enqueue", "default", "hi", "--dsn", dsn)
+    sent[int(out)] = "hi"
+    with psycopg.connect(dsn) as conn:
+        stored = {i: (t, bytes(c)) for i, t, c in conn.execute(
+            "SELECT id, content_type, content FROM pgqueue.message ORDER BY id")}
+    assert [stored[i] for i in sorted(sent)] == [
+        ("text/plain; charset=utf-8", b"hi"), ("application/json", b'{"a":1}'), ("application/json", b"[1]"),
+        ("application/json", b"2"), ("application/json", b"null"), ("text/plain; charset=utf-8", b"hi")]
+
+
 def test_dsn_from_the_environment(capsys: pytest.CaptureFixture[str], dsn: str,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGQUEUE_DSN", dsn)

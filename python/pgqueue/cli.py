@@ -443,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("enqueue", _cmd_enqueue, "put a message on a queue and print its id")
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("payload", metavar="PAYLOAD", help="the message, as text ('-' reads standard input, as it is: a final newline is kept)")
-    p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
+    p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes, as the Python client sends it "
+                   "(a JSON string as text, anything else as application/json)")
     when = p.add_mutually_exclusive_group()  # one sort key: a message is scheduled or prioritised, not both
     when.add_argument("--delay", type=_seconds, metavar="S", help="deliver it after S seconds")
     when.add_argument("--at", type=_time, metavar="TIME",
@@ -558,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--every", type=_every, metavar="S", help="every S seconds (1 to 3153600000: 100 years)")
     when.add_argument("--cron", metavar="EXPR", help="at each match of a five-field cron expression, UTC")
-    p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes")
+    p.add_argument("--json", action="store_true", help="PAYLOAD is JSON: send the value it encodes, as the Python client sends it "
+                   "(a JSON string as text, anything else as application/json)")
     p.add_argument("--task", metavar="NAME", help="the task the messages name")
     p.add_argument("--missed", choices=["latest", "all"], default="latest",
                    help="after downtime, one message for all missed slots (latest, default) or one each (all)")
