@@ -46,7 +46,7 @@ ISOLATION      = consumers complete_expiry heartbeat_expiry cancel_lock_order ca
                  rr_orphans rr_backpressure capped_mixed alter_deadlock complete_batch_expiry hint_pitfalls group_hint_pitfalls group_wait_floor \
                  group_order group_producer idempotent_create rr_key_window rr_queue_create rr_lease_token \
                  schedule_drop rr_group_producer rr_group_order spark_publish_retry dead_requeue_purge group_alter \
-                 reserve_wait_drop idempotent_window create_stripe skip_fast schedule_skip
+                 reserve_wait_drop idempotent_window create_stripe skip_fast schedule_skip queue_recreated
 ISOLATION_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 EXTRA_CLEAN    = build $(PLAIN)
 

@@ -3611,39 +3611,43 @@ BEGIN
     -- Bad values are refused before anything waits: the quiesce below holds the queue's producers
     -- and consumers off while it waits for the work in flight. Whether a queue has groups is
     -- chosen when it is created; the other checks run again on the row once it is locked.
-    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
-    IF NOT FOUND THEN
-        PERFORM pgqueue._queue_missing(p_queue);
-    END IF;
-    PERFORM pgqueue._check_queue_options(
-        coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
-        coalesce(p_retry_base_ms, v_queue.retry_base_ms),
-        coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
-    PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
-    IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
-        RAISE EXCEPTION 'queue "%" has no message groups', p_queue
-            USING ERRCODE = '22023',
-                  HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
-    END IF;
-    IF p_rate_limit > 0 THEN
-        PERFORM pgqueue._rate_check(v_queue.id, p_queue);  -- again below, on the locked row
-    END IF;
-    IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
-        -- A new cap must count every message, including those of producers still in flight:
-        -- wait for them on the queue's lock stripe before locking the queue row (the other
-        -- order deadlocks with a transaction that enqueued and then drops or alters), and
-        -- count with snapshots taken after that, which REPEATABLE READ cannot give. So must a
-        -- new group limit give turns: a producer in flight decided its message's turn under
-        -- the old limit, and a message it left waiting in a group the new limit makes room in
-        -- would otherwise wait for a message of the group to leave (specs/group_producer.spec).
-        PERFORM pgqueue._require_read_committed(CASE WHEN p_max_size IS NOT NULL THEN 'queue_alter(p_max_size)'
-                                                     ELSE 'queue_alter(p_group_concurrency)' END);
-        PERFORM pgqueue._queue_quiesce(v_queue.id);
-    END IF;
-    SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue FOR UPDATE;
-    IF NOT FOUND THEN
-        PERFORM pgqueue._queue_missing(p_queue);  -- dropped meanwhile
-    END IF;
+    LOOP
+        SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.name = p_queue;
+        IF NOT FOUND THEN
+            PERFORM pgqueue._queue_missing(p_queue);
+        END IF;
+        PERFORM pgqueue._check_queue_options(
+            coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
+            coalesce(p_retry_base_ms, v_queue.retry_base_ms),
+            coalesce(p_retry_cap_ms, v_queue.retry_cap_ms), p_max_size);
+        PERFORM pgqueue._check_group_options(p_group_concurrency, p_key_window_ms, p_rate_limit);
+        IF p_group_concurrency IS NOT NULL AND v_queue.group_concurrency IS NULL THEN
+            RAISE EXCEPTION 'queue "%" has no message groups', p_queue
+                USING ERRCODE = '22023',
+                      HINT = 'Message groups are chosen when a queue is created (queue_create p_group_concurrency).';
+        END IF;
+        IF p_rate_limit > 0 THEN
+            PERFORM pgqueue._rate_check(v_queue.id, p_queue);  -- again below, on the locked row
+        END IF;
+        IF p_max_size IS NOT NULL OR p_group_concurrency IS NOT NULL THEN
+            -- A new cap must count every message, including those of producers still in flight:
+            -- wait for them on the queue's lock stripe before locking the queue row (the other
+            -- order deadlocks with a transaction that enqueued and then drops or alters), and
+            -- count with snapshots taken after that, which REPEATABLE READ cannot give. So must a
+            -- new group limit give turns: a producer in flight decided its message's turn under
+            -- the old limit, and a message it left waiting in a group the new limit makes room in
+            -- would otherwise wait for a message of the group to leave (specs/group_producer.spec).
+            PERFORM pgqueue._require_read_committed(CASE WHEN p_max_size IS NOT NULL THEN 'queue_alter(p_max_size)'
+                                                         ELSE 'queue_alter(p_group_concurrency)' END);
+            PERFORM pgqueue._queue_quiesce(v_queue.id);
+        END IF;
+        -- The row of the queue whose stripe was waited for, by its id: a queue dropped meanwhile
+        -- and created again under the name is another queue, on another stripe, whose producers
+        -- in flight nothing waited for (found by name, its cap was set without them, and groups
+        -- given to a queue created without them: a review). Then from the top, for that one.
+        SELECT q.* INTO v_queue FROM pgqueue.queue q WHERE q.id = v_queue.id FOR UPDATE;
+        EXIT WHEN FOUND;
+    END LOOP;
     -- against the row as it is now: another queue_alter may have changed lock_ms or the retry bounds
     PERFORM pgqueue._check_queue_options(
         coalesce(p_lock_ms, v_queue.lock_ms), p_max_attempts,
@@ -3773,9 +3777,11 @@ BEGIN
     -- commits leaves no row, and the search below gives the new queue a stripe of its own (it
     -- took the next id, another queue's stripe among them: a review). The lock goes at once
     -- with its subtransaction: held to the end of the caller's transaction, it deadlocked with
-    -- a drop or a max_size change there (docs/locking.md, rule 1). A taken name: the INSERT
-    -- refuses it (PQ002), no search. (Without UPDATE on pgqueue.queue, which the lock needs:
-    -- not known, the search runs.)
+    -- a drop or a max_size change there (docs/locking.md, rule 1). A taken name: PQ002 at once,
+    -- no search (it went on to the INSERT with the next id, and a drop that had waited behind
+    -- the lock and committed before the INSERT let the queue in on another queue's stripe, its
+    -- counters shared: a review). (Without UPDATE on pgqueue.queue, which the lock needs: not
+    -- known, the search runs, and the INSERT refuses a taken name.)
     BEGIN
         PERFORM FROM pgqueue.queue q WHERE q.name = p_queue FOR KEY SHARE;
         v_taken := FOUND;
@@ -3784,8 +3790,13 @@ BEGIN
         WHEN SQLSTATE 'PQ999' THEN NULL;
         WHEN insufficient_privilege THEN v_taken := NULL;
     END;
-    IF v_taken AND p_if_not_exists THEN  -- (created since the read above)
-        RETURN;
+    IF v_taken THEN
+        IF p_if_not_exists THEN  -- (created since the read above)
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'queue "%" already exists', p_queue
+            USING ERRCODE = 'PQ002',
+                  HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
     END IF;
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,

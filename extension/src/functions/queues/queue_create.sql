@@ -57,9 +57,11 @@ BEGIN
     -- commits leaves no row, and the search below gives the new queue a stripe of its own (it
     -- took the next id, another queue's stripe among them: a review). The lock goes at once
     -- with its subtransaction: held to the end of the caller's transaction, it deadlocked with
-    -- a drop or a max_size change there (docs/locking.md, rule 1). A taken name: the INSERT
-    -- refuses it (PQ002), no search. (Without UPDATE on pgqueue.queue, which the lock needs:
-    -- not known, the search runs.)
+    -- a drop or a max_size change there (docs/locking.md, rule 1). A taken name: PQ002 at once,
+    -- no search (it went on to the INSERT with the next id, and a drop that had waited behind
+    -- the lock and committed before the INSERT let the queue in on another queue's stripe, its
+    -- counters shared: a review). (Without UPDATE on pgqueue.queue, which the lock needs: not
+    -- known, the search runs, and the INSERT refuses a taken name.)
     BEGIN
         PERFORM FROM pgqueue.queue q WHERE q.name = p_queue FOR KEY SHARE;
         v_taken := FOUND;
@@ -68,8 +70,13 @@ BEGIN
         WHEN SQLSTATE 'PQ999' THEN NULL;
         WHEN insufficient_privilege THEN v_taken := NULL;
     END;
-    IF v_taken AND p_if_not_exists THEN  -- (created since the read above)
-        RETURN;
+    IF v_taken THEN
+        IF p_if_not_exists THEN  -- (created since the read above)
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'queue "%" already exists', p_queue
+            USING ERRCODE = 'PQ002',
+                  HINT = 'Use pgqueue.queue_alter() to change it, or p_if_not_exists => true.';
     END IF;
     -- A stripe of its own (id & 63) while there are at most 64 queues, so that its lock and its
     -- counters (pgqueue.queue_counters) are its alone: the next id whose stripe no queue uses,
