@@ -1571,6 +1571,31 @@ def _slow_heartbeat_stop(monkeypatch: pytest.MonkeyPatch, stopping: list[asyncio
     monkeypatch.setattr(AsyncHeartbeats, "stop", slow_stop)
 
 
+def test_receive_renews_the_lease_it_was_given_when_the_queues_lock_ms_is_lowered(dsn: str) -> None:
+    """As Queue.receive's (test_client.py): the heartbeats renewed for the queue's lock_ms of
+    each beat, and a lock_ms lowered while the block ran let another consumer take the message
+    (a review)."""
+    admin = Queue(dsn, "shortened")
+    admin.create(lock_ms=3000)
+    admin.enqueue("long job")
+
+    async def main() -> None:
+        async with AsyncQueue(dsn, "shortened") as q, AsyncQueue(dsn, "shortened") as other:
+            async with q.receive() as msg:
+                assert msg is not None
+                await asyncio.to_thread(admin.alter, lock_ms=200)
+                stolen: list[object] = []
+                deadline = time.monotonic() + 2.5  # two beats (one a second)
+                while time.monotonic() < deadline:
+                    stolen += await other.dequeue(1, lock_ms=60_000)
+                    await asyncio.sleep(0.05)
+                assert stolen == []
+            assert (await q.counters()).completed == 1 and (await q.stats()).total == 0
+
+    run(main)
+    admin.close()
+
+
 def test_a_callers_connection_closed_before_the_heartbeats_start_is_a_pgqueue_error(
         dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """As Queue.receive's (test_client.py): the caller's connection closed between the dequeue

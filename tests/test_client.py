@@ -2089,6 +2089,60 @@ def test_a_callers_connection_closed_before_the_heartbeats_start_is_a_pgqueue_er
         assert (stats.ready, stats.leased) == (1, 0)
 
 
+def test_receive_renews_the_lease_it_was_given_when_the_queues_lock_ms_is_lowered(dsn: str) -> None:
+    """receive()'s heartbeats, every third of the lease the block was given, renewed for the
+    queue's lock_ms as it was at each beat: lowered from 3 s to 0.2 s while the block ran, the
+    lease ran out between two beats and another consumer took the message (a review). They
+    renew the lease the block was given, as the worker renews the lock_ms it read at start."""
+    admin = Queue(dsn, "shortened")
+    admin.create(lock_ms=3000)
+    admin.enqueue("long job")
+    with Queue(dsn, "shortened") as q, Queue(dsn, "shortened") as other:
+        with q.receive() as msg:
+            assert msg is not None
+            admin.alter(lock_ms=200)
+            stolen = []
+            deadline = time.monotonic() + 2.5  # two beats (one a second)
+            while time.monotonic() < deadline:
+                stolen += other.dequeue(1, lock_ms=60_000)
+                time.sleep(0.05)
+            assert stolen == []
+        assert q.counters().completed == 1 and q.stats().total == 0
+    admin.close()
+
+
+def test_a_failure_inside_the_callers_transaction_counts_only_if_that_transaction_commits(dsn: str) -> None:
+    """README: receive()'s fail runs in the caller's transaction, so an exception that rolls it
+    back undoes the failure (attempts unchanged, ready at once, never dead-lettered: a poison
+    message loops, a review); the savepoint recipe commits the failure, and max_attempts
+    dead-letters the message."""
+    Queue(dsn, "poison").create(max_attempts=2, retry_base_ms=1)
+    with psycopg.connect(dsn) as conn:
+        q = Queue(conn, "poison")
+        q.enqueue("bad")
+        conn.commit()
+        for _ in range(3):  # rolled back with the caller's transaction: nothing counts
+            with pytest.raises(ValueError):
+                with conn.transaction(), q.receive() as msg:
+                    assert msg is not None
+                    raise ValueError("handler failed")
+        assert conn.execute("SELECT attempts FROM pgqueue.message").fetchone() == (0,)
+        for _ in range(2):  # README's recipe: the failure commits, the second one dead-letters it
+            time.sleep(0.01)  # (the back-off: 1 ms, then 2)
+            with conn.transaction():
+                try:
+                    with q.receive() as msg:
+                        assert msg is not None
+                        with conn.transaction():
+                            conn.execute("CREATE TEMP TABLE IF NOT EXISTS work (n int)")
+                            raise ValueError("handler failed")
+                except ValueError:
+                    pass
+        conn.commit()
+        assert [d.last_error for d in q.dead_letters()] == ["ValueError: handler failed"]
+        assert q.stats().total == 0
+
+
 def test_an_idle_session_timeout_is_a_lost_connection_the_settling_survives(pg_server: Server, dbname: str) -> None:
     """57P05 (idle_session_timeout) ends the session as pg_terminate_backend does: the block's
     message is completed on a new connection instead of the block raising and the message

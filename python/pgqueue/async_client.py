@@ -671,7 +671,10 @@ class AsyncQueue:
             if heartbeat:
                 runner = await stack.enter_async_context(self._connector.heartbeat_runner(in_transaction))
                 if runner is not None:
-                    hb_call = _core.heartbeat(msg, lock_ms)  # one message held: message_heartbeat
+                    # one message held: message_heartbeat, renewing the lease the block was given
+                    # (the queue's lock_ms lowered while it runs made each beat too short for the
+                    # beats' interval, and another consumer took the message: a review)
+                    hb_call = _core.heartbeat(msg, lease.lease_ms if lock_ms is None else lock_ms)
 
                     async def beat(held: list[Message]) -> list[Message]:
                         return [] if await runner(hb_call) else held
