@@ -96,7 +96,9 @@ BEGIN
             USING ERRCODE = 'PQ008',
                   HINT = 'pgqueue never installs into a schema someone else made: drop that schema '
                          '(after checking what it holds) or install as its owner. Restoring a dump? '
-                         'Restore as that role: pg_restore --role=<owner>.';
+                         'Restore it as that role: pg_restore --role=<owner>, or psql -U <owner> for a '
+                         'plain-format dump (pg_dumpall''s output runs as a superuser: dump this database '
+                         'with pg_dump and restore it so).';
     END IF;
     -- An update creates objects owned by the role that runs it: run by another role (a
     -- superuser, say), the new tables, sequences and functions, SECURITY DEFINER ones included,

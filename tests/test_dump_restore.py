@@ -364,6 +364,24 @@ def test_a_superusers_restore_of_an_extension_the_database_owner_installed(pg_se
         with psycopg.connect(pg_server.dsn(target), autocommit=True) as r:
             assert one(r, "SELECT count(*) FROM pgqueue.message") == 1
             assert one(r, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pgqueue'") == role
+        # A plain-format dump (what pg_dumpall writes, database by database) run by psql as the
+        # superuser meets the same refusal, which pg_restore's option does not help with (a
+        # review): the hint names psql as the owner, and that way works too
+        plain = tmp_path / "owned.sql"
+        run([str(BIN / "pg_dump"), "-Fp", "-f", str(plain), "-d", source], env)
+        for as_owner in (False, True):
+            drop_database(pg_server, target)
+            admin_execute(pg_server, sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+                sql.Identifier(target), sql.Identifier(role)))
+            proc = subprocess.run([str(BIN / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-1", "-d", target,
+                                   *(["-U", role] if as_owner else []), "-f", str(plain)],
+                                  env=env, capture_output=True, text=True, check=False, timeout=300)
+            if not as_owner:
+                assert proc.returncode != 0 and "psql -U <owner>" in proc.stderr, proc.stderr
+        assert proc.returncode == 0, proc.stderr
+        with psycopg.connect(pg_server.dsn(target), autocommit=True) as r:
+            assert one(r, "SELECT count(*) FROM pgqueue.message") == 1
+            assert one(r, "SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'pgqueue'") == role
     finally:
         drop_database(pg_server, source)
         drop_database(pg_server, target)
