@@ -617,6 +617,9 @@ PY_CHECKS: dict[str, list[str]] = {
 PY_CALLS: dict[str, Callable[[list[list[Any]]], bool]] = {
     # the priority message is ahead of the others, so receive() gets it
     "import psycopg": lambda calls: calls == [["send_email", {"page": "oncall"}]],
+    # receive() in your own transaction, the work in a savepoint
+    'with psycopg.connect("dbname=app") as conn:        # your connection, not in autocommit':
+        lambda calls: [c[0] for c in calls] == ["send_email"],
     "from pgqueue import Queue, Worker": lambda calls: bool(calls) and calls[0][0] == "send_email",
     "from pgqueue import Tasks": lambda calls: ["smtp_send", {"to": "a@example.com"}] in calls,
     "import asyncio": lambda calls: bool(calls) and calls[0][0] == "send_email_async",

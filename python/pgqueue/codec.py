@@ -12,8 +12,8 @@ anything else (dict, list, int,  compact JSON, UTF-8               ``application
 float, bool, None, ...)
 ==============================  ================================  ==========================
 
-A message may name a task (for :class:`pgqueue.Tasks`): ``; task=<name>`` is added to its content
-type (``application/octet-stream`` for raw bytes), e.g. ``application/json; task=send_email``,
+A message may name a task (for :class:`pgqueue.Tasks`): ``; task=<name>`` (``task="<name>"`` when
+the name holds a ``:``) is added to its content type (``application/octet-stream`` for raw bytes), e.g. ``application/json; task=send_email``,
 which producers in any language can write too (``pgqueue.message_create_json(..., p_task)``).
 
 Decoding reverses this: JSON (``application/json`` or any ``+json`` type) is parsed (a leading
@@ -59,7 +59,9 @@ def with_task(content_type: str | None, task: str | None) -> str | None:
         return content_type
     if not isinstance(task, str) or not TASK_NAME.fullmatch(task):
         raise InvalidArgument(f"invalid task name {quoted(task)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
-    return f"{content_type or OCTETS}; task={task}"
+    # (quoted when it holds a ':', which a MIME parameter's token may not: Python's email parser
+    # read "task=a:b" as "a", a review; pgqueue's readers take either form)
+    return f"{content_type or OCTETS}; task={f'{chr(34)}{task}{chr(34)}' if ':' in task else task}"
 
 
 def task_of(content_type: str | None) -> str | None:

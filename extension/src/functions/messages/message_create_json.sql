@@ -2,7 +2,8 @@
 -- content type application/json (jsonb normalises key order and spacing; send the text to
 -- message_create_text with 'application/json' to keep it byte for byte).
 -- p_task names the task that a worker's task registry dispatches the message to: it is kept
--- in the content type, 'application/json; task=<p_task>', which any producer can also write.
+-- in the content type, 'application/json; task=<p_task>' (the name in double quotes when it
+-- holds a ':'), which any producer can also write.
 -- Raises 22023 for a task name outside [A-Za-z0-9_.:-] (1 to 200 characters). p_group and
 -- p_key are message_create's: the message group and the idempotency key, with its errors
 -- (22023 for an empty or over-long one, or a group on a queue without groups).
@@ -28,6 +29,9 @@ BEGIN
     END IF;
     RETURN pgqueue.message_create(p_queue, pg_catalog.convert_to(p_content::text, 'UTF8'::name), p_dequeue_at,
                                   CASE WHEN p_task IS NULL THEN 'application/json'
+                                       -- (quoted when it holds a ':', which a MIME parameter's
+                                       -- token may not: the Python client writes the same)
+                                       WHEN strpos(p_task, ':') > 0 THEN 'application/json; task="' || p_task || '"'
                                        ELSE 'application/json; task=' || p_task END,
                                   p_group, p_key);
 END;
