@@ -6,7 +6,9 @@ Such a connection is opened in UTF8 unless the connection string sets a ``client
 (:func:`pgqueue._core.utf8`: pgqueue's texts are Python's str, which a SQL_ASCII database
 returned as bytes). Nothing else is set for the session: a session ``SET`` would stick to a
 server connection that a transaction-mode pooler (PgBouncer, RDS Proxy) then lends to other
-clients. The queue's creation, change and drop, which need READ COMMITTED, run as they are
+clients. (The extension's own functions keep per-session caches in ``pgqueue.*`` settings, the
+session hints and the lock stripes a session found its queues on: they describe the server
+session, whoever it serves, and each is checked before it is used.) The queue's creation, change and drop, which need READ COMMITTED, run as they are
 first (READ COMMITTED is PostgreSQL's default) and, refused with PQ009, in a transaction of
 that level: on a connection opened for them alone when the client has a connection string
 (:meth:`pgqueue.client._Connector._run_alone`), in a pool's lent connection's transaction, and
