@@ -13,7 +13,7 @@ import math
 import select
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Literal, LiteralString, TypeVar, cast
@@ -1144,7 +1144,7 @@ def peek(queue: str, limit: int = 10) -> Call[list[Pending]]:
                 lambda rows: [pending_from_row(queue, r) for r in rows])
 
 
-def cancel(queue: str, ids: Sequence[int]) -> Call[list[Pending]]:
+def cancel(queue: str, ids: Iterable[int]) -> Call[list[Pending]]:
     """Return the call that deletes pending messages by id; its result is those removed, by id.
 
     Raises:
@@ -1264,13 +1264,13 @@ def dead_letters(queue: str, limit: int = 100, after: DeadLetter | None = None) 
     )
 
 
-def requeue_dead(queue: str, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
+def requeue_dead(queue: str, ids: Iterable[int] | None = None, *, delay: Delay | None = None,
                  at: When | None = None) -> Call[int]:
     """Return the call that moves dead letters back onto the queue; its result is how many."""
     return Call(_sql.DEAD_REQUEUE, {"queue": queue, "ids": _ids(ids), **schedule(delay, at).params()}, _int)
 
 
-def purge_dead(queue: str, ids: Sequence[int] | None = None, *, before: When | None = None) -> Call[int]:
+def purge_dead(queue: str, ids: Iterable[int] | None = None, *, before: When | None = None) -> Call[int]:
     """Return the call that deletes dead letters (all, the ids given, and/or dead before a time)."""
     return Call(
         _sql.DEAD_PURGE,

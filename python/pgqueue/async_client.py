@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from types import TracebackType
@@ -860,7 +860,7 @@ class AsyncQueue:
         :meth:`pgqueue.Queue.peek`)."""
         return await self._connector.run(_core.peek(self._name, limit))
 
-    async def cancel(self, ids: Sequence[int]) -> list[Pending]:
+    async def cancel(self, ids: Iterable[int]) -> list[Pending]:
         """Delete pending messages by id; return those removed, by id (see :meth:`pgqueue.Queue.cancel`)."""
         return await self._connector.run(_core.cancel(self._name, ids))
 
@@ -913,13 +913,13 @@ class AsyncQueue:
         letter ``after`` when given (see :meth:`pgqueue.Queue.dead_letters`)."""
         return await self._connector.run(_core.dead_letters(self._name, limit, after))
 
-    async def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
+    async def requeue_dead(self, ids: Iterable[int] | None = None, *, delay: Delay | None = None,
                            at: When | None = None) -> int:
         """Move dead letters back onto the queue as new messages; return how many (see
         :meth:`pgqueue.Queue.requeue_dead`)."""
         return await self._connector.run(_core.requeue_dead(self._name, ids, delay=delay, at=at))
 
-    async def purge_dead(self, ids: Sequence[int] | None = None, *, before: When | None = None) -> int:
+    async def purge_dead(self, ids: Iterable[int] | None = None, *, before: When | None = None) -> int:
         """Delete dead letters of the queue (all, the ids given, and/or dead before a time); return
         how many (see :meth:`pgqueue.Queue.purge_dead`)."""
         return await self._connector.run(_core.purge_dead(self._name, ids, before=before))

@@ -31,7 +31,7 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from types import TracebackType
@@ -1092,7 +1092,7 @@ class Queue:
         """
         return self._connector.run(_core.peek(self._name, limit))
 
-    def cancel(self, ids: Sequence[int]) -> list[Pending]:
+    def cancel(self, ids: Iterable[int]) -> list[Pending]:
         """Delete pending messages of the queue by id (ready, scheduled or with an expired lease).
 
         A message under a live lease is being handled and is not cancelled; nor is an id of
@@ -1220,7 +1220,7 @@ class Queue:
         """
         return self._connector.run(_core.dead_letters(self._name, limit, after))
 
-    def requeue_dead(self, ids: Sequence[int] | None = None, *, delay: Delay | None = None,
+    def requeue_dead(self, ids: Iterable[int] | None = None, *, delay: Delay | None = None,
                      at: When | None = None) -> int:
         """Move dead letters back onto the queue as new messages (new id, attempts 0).
 
@@ -1237,7 +1237,7 @@ class Queue:
         """
         return self._connector.run(_core.requeue_dead(self._name, ids, delay=delay, at=at))
 
-    def purge_dead(self, ids: Sequence[int] | None = None, *, before: When | None = None) -> int:
+    def purge_dead(self, ids: Iterable[int] | None = None, *, before: When | None = None) -> int:
         """Delete dead letters of the queue: all, the ids given, and/or those that died before a time.
 
         Parameters:
