@@ -1932,13 +1932,14 @@ def test_queue_and_schedule_creation_times_are_utc_whatever_the_sessions_time_zo
 
 
 def test_the_readmes_python_example_passes_a_users_mypy_strict(tmp_path: Path) -> None:
-    """The client example of README.md's "## Python", as a user would paste it, type-checks
-    under ``mypy --strict`` (its ``send_email`` supplied, taking what ``payload`` is: ``object``)."""
+    """The client examples of README.md's "## Python", as a user would paste them (one after
+    the other, as tests/test_readme_examples.py runs them), type-check under ``mypy --strict``
+    (their ``send_email`` supplied, taking what ``payload`` is: ``object``)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme.split("\n## Python\n", 1)[1].split("\n### ", 1)[0]
     blocks = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
-    assert len(blocks) == 1, "the section has one Python example"
-    (tmp_path / "use.py").write_text("def send_email(payload: object) -> None: ...\n\n\n" + blocks[0])
+    assert len(blocks) == 2, "the section's Python examples: the client's, and receive() in your transaction"
+    (tmp_path / "use.py").write_text("def send_email(payload: object) -> None: ...\n\n\n" + "\n".join(blocks))
     mypy = Path(sys.executable).parent / "mypy"
     proc = subprocess.run([str(mypy), "--strict", "--no-incremental", "use.py"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300, check=False)
