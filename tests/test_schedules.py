@@ -14,6 +14,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -329,14 +331,28 @@ def test_a_producer_holding_a_capped_queue_holds_up_its_schedule_only(dsn: str) 
         queue.close()
 
 
-def wait_for_the_alter_to_wait(dsn: str) -> None:
-    """Until a queue_alter waits on a lock (for the producer's transaction in flight)."""
-    with psycopg.connect(dsn, autocommit=True) as watch:
-        deadline = time.monotonic() + 10
-        while not watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                "AND query LIKE '%queue_alter%'").fetchone() == (1,):
-            assert time.monotonic() < deadline, "queue_alter never waited for the producer"
-            time.sleep(0.05)
+@contextmanager
+def busy_being_altered(dsn: str) -> Iterator[None]:
+    """For the block: a producer's transaction on queue busy left open, and a queue_alter of
+    busy's max_size waiting for it (on busy's lock stripe). Then the producer commits, and the
+    alter ends (its connection ends first, also when an assert fails: the alter then ends)."""
+    with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as producer:
+        producer.execute("SELECT pgqueue.message_create('busy', 'in flight')")  # left open
+        alter = threading.Thread(target=lambda: admin.execute(
+            "SELECT pgqueue.queue_alter('busy', p_max_size => 1000)"), daemon=True)
+        alter.start()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as watch:
+                deadline = time.monotonic() + 10
+                while not watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                        "AND query LIKE '%queue_alter%'").fetchone() == (1,):
+                    assert time.monotonic() < deadline, "queue_alter never waited for the producer"
+                    time.sleep(0.05)
+            yield
+        finally:
+            producer.commit()
+            alter.join(10)
+    assert not alter.is_alive()
 
 
 def test_a_queue_being_altered_holds_up_its_own_schedules_only(dsn: str) -> None:
@@ -351,13 +367,7 @@ def test_a_queue_being_altered_holds_up_its_own_schedules_only(dsn: str) -> None
     ten_minutes_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
     for name, queue in (("to_busy", "busy"), ("to_busy_too", "busy"), ("to_calm", "calm")):
         create_schedule(dsn, name, queue, "x", every=60, missed="latest", start_at=ten_minutes_ago)
-    # (the producer's connection ends first, also when an assert fails: the alter then ends)
-    with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as producer:
-        producer.execute("SELECT pgqueue.message_create('busy', 'in flight')")  # left open
-        alter = threading.Thread(target=lambda: admin.execute(
-            "SELECT pgqueue.queue_alter('busy', p_max_size => 1000)"), daemon=True)
-        alter.start()
-        wait_for_the_alter_to_wait(dsn)
+    with busy_being_altered(dsn):
         with psycopg.connect(dsn) as scheduler:
             # a caller's lock_timeout shorter than 100 ms is kept: its best run of up to twenty
             # (a loaded machine slows some) takes well under 100 ms (each waited 100 ms for the
@@ -381,9 +391,6 @@ def test_a_queue_being_altered_holds_up_its_own_schedules_only(dsn: str) -> None
         assert other.stats().ready == 1
         due = {e.name: e.next_run for e in list_schedules(dsn)}
         assert due["to_busy"] <= datetime.now(timezone.utc) and due["to_busy_too"] <= datetime.now(timezone.utc)
-        producer.commit()
-        alter.join(10)
-        assert not alter.is_alive()
     assert sorted(m.schedule for m in run_schedules(dsn)) == ["to_busy", "to_busy_too"]
     assert busy.stats().ready == 3
     for queue in (busy, other):
@@ -407,35 +414,25 @@ def test_queues_on_an_altered_queues_lock_stripe_wait_once_and_each_schedule_say
     held = ["to_busy", *(f"to_{q}" for q in sharing)]
     for name, queue in ((n, n[3:]) for n in [*held, "to_calm"]):
         create_schedule(dsn, name, queue, "x", every=60, missed="latest", start_at=ten_minutes_ago)
-    with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as producer:
-        producer.execute("SELECT pgqueue.message_create('busy', 'in flight')")  # left open
-        alter = threading.Thread(target=lambda: admin.execute(
-            "SELECT pgqueue.queue_alter('busy', p_max_size => 1000)"), daemon=True)
-        alter.start()
-        try:
-            wait_for_the_alter_to_wait(dsn)
-            with psycopg.connect(dsn) as scheduler:
-                notices: list[tuple[str | None, str | None]] = []  # (a Diagnostic is read in its handler)
-                scheduler.add_notice_handler(lambda n: notices.append((n.sqlstate, n.message_primary)))
-                took: list[float] = []
-                # the best of up to ten runs (a loaded machine slows some): seven waits of 100 ms
-                # each took 0.7 s at least
-                while len(took) < 10 and not (took and min(took) < 0.4):
-                    notices.clear()
-                    started = time.monotonic()
-                    fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
-                    took.append(time.monotonic() - started)
-                    assert fired == [("to_calm",)]
-                    scheduler.rollback()
-                assert min(took) < 0.4, took
-                said = sorted(notices)
-                assert said == sorted(
-                    ("PQ003", f'schedule "{name}" is held: a queue_drop or queue_alter holds the lock stripe of its '
-                              f'queue "{name[3:]}"') for name in held), said
-        finally:
-            producer.commit()
-            alter.join(10)
-        assert not alter.is_alive()
+    with busy_being_altered(dsn):
+        with psycopg.connect(dsn) as scheduler:
+            notices: list[tuple[str | None, str | None]] = []  # (a Diagnostic is read in its handler)
+            scheduler.add_notice_handler(lambda n: notices.append((n.sqlstate, n.message_primary)))
+            took: list[float] = []
+            # the best of up to ten runs (a loaded machine slows some): seven waits of 100 ms
+            # each took 0.7 s at least
+            while len(took) < 10 and not (took and min(took) < 0.4):
+                notices.clear()
+                started = time.monotonic()
+                fired = scheduler.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall()
+                took.append(time.monotonic() - started)
+                assert fired == [("to_calm",)]
+                scheduler.rollback()
+            assert min(took) < 0.4, took
+            said = sorted(notices)
+            assert said == sorted(
+                ("PQ003", f'schedule "{name}" is held: a queue_drop or queue_alter holds the lock stripe of its '
+                          f'queue "{name[3:]}"') for name in held), said
     assert sorted(m.schedule for m in run_schedules(dsn)) == sorted([*held, "to_calm"])
 
 

@@ -61,7 +61,8 @@ def with_task(content_type: str | None, task: str | None) -> str | None:
         raise InvalidArgument(f"invalid task name {quoted(task)}: 1 to 200 letters, digits, '_', '.', ':' or '-'")
     # (quoted when it holds a ':', which a MIME parameter's token may not: Python's email parser
     # read "task=a:b" as "a", a review; pgqueue's readers take either form)
-    return f"{content_type or OCTETS}; task={f'{chr(34)}{task}{chr(34)}' if ':' in task else task}"
+    value = f'"{task}"' if ":" in task else task
+    return f"{content_type or OCTETS}; task={value}"
 
 
 def task_of(content_type: str | None) -> str | None:

@@ -546,7 +546,7 @@ def _install_extension(conn: psycopg.Connection[Any], state: InstallState, targe
             # READ COMMITTED whatever the session's default, for the version read again below:
             # under REPEATABLE READ it came from the snapshot of the transaction's first query,
             # taken before the locks were waited for
-            _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            _run(conn, _sql.SET_READ_COMMITTED)
             _no_statement_timeout(conn)  # (before the locks' tries, each bounded by lock_timeout)
             # another session's `pgqueue uninstall` (DROP EXTENSION) may drop it before this
             # transaction looks (no extension), or while the locks are waited for (its tables
@@ -604,7 +604,7 @@ def _upgrade_plain(conn: psycopg.Connection[Any], state: InstallState, target: s
             # REPEATABLE READ the step ran in the snapshot of the transaction's first query, taken
             # before the locks were waited for, and failed with 40001 on a row a producer had
             # changed meanwhile (the 0.3 -> 0.4 step's DELETE of pgqueue.queue_size, a review)
-            _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            _run(conn, _sql.SET_READ_COMMITTED)
             _lock_install(conn, state.database)
             # read again under the lock: another `pgqueue install` may have moved it meanwhile
             recorded = read_state(conn).plain
@@ -853,7 +853,7 @@ def _uninstall_plain(conn: psycopg.Connection[Any], state: InstallState) -> str:
     with conn.transaction():
         # (READ COMMITTED whatever the session's default: what it reads under the lock, below,
         # is read as of then, not as of the transaction's first query)
-        _run(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        _run(conn, _sql.SET_READ_COMMITTED)
         # uninstall learns pgqueue's objects by running the install scripts (one statement
         # each) and rolling them back, then drops them in one statement: a role's
         # statement_timeout that install lifts failed it (50 ms, a review)
