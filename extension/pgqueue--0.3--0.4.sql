@@ -5838,8 +5838,9 @@ COMMENT ON FUNCTION pgqueue._schedule_fire(text, bytea, text, bigint, text, text
 -- cancelled every schedule's messages; a review), each with its NOTICE.
 -- Likewise a queue being dropped or altered (its lock stripe held): its schedules wait for a
 -- later call, the others fire, each with its NOTICE; the run waits 100 ms at most once for each
--- lock stripe, which the queues with ids 64 apart share (each queue waited: sixteen due queues
--- on a stripe held a run 1.6 s, past a statement_timeout; a review).
+-- lock stripe, which the queues with ids 64 apart share (each queue waited: seven due queues
+-- on a stripe held a run 0.7 s, tests/test_schedules.py, long enough for a statement_timeout; a
+-- review).
 --
 -- A server clock set back would leave a schedule silent until the clock came back to the
 -- next_run that a run reading the later clock had set (for as long as the step back). So a
