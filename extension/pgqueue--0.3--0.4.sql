@@ -4982,25 +4982,6 @@ DROP FUNCTION pgqueue._spark_queue_lock(text, boolean);
 DROP FUNCTION pgqueue._not_null(anyelement, text);
 
 -------------------------------------------------------------------------------
--- queue_size: no role but its owner may write it (pgqueue._queue_reserve does)
--------------------------------------------------------------------------------
-
-DO $$
-DECLARE
-    v_grantee text;
-BEGIN
-    FOR v_grantee IN
-        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-                             ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
-          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
-         WHERE c.oid = 'pgqueue.queue_size'::pg_catalog.regclass AND a.grantee <> c.relowner
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON pgqueue.queue_size FROM %s', v_grantee);
-    END LOOP;
-END;
-$$;
-
--------------------------------------------------------------------------------
 -- #16 worker and client: cancel and peek by id, text and JSON entry points
 -------------------------------------------------------------------------------
 
@@ -6098,6 +6079,30 @@ CREATE TABLE pgqueue.message_group_lock (
 
 COMMENT ON TABLE pgqueue.message_group_lock IS
     'pgqueue internal: rows locked to serialise the turns of a queue''s message groups (pgqueue._message_group_lock)';
+
+-- No role but the extension's owner has a privilege on pgqueue.queue_size, its sequences
+-- queue_size_exact_<n> and queue_size_recount_<n>, and pgqueue.message_group_lock: the producers
+-- that back-pressure limits must not write its accounting, and no role may hold a group's lock on
+-- its own (docs/security.md). The installing role's default privileges (ALTER DEFAULT PRIVILEGES
+-- ... ON TABLES / SEQUENCES) would give them on creation: taken back here (the admin recipe,
+-- docs/grants.sql, grants them again to administrators).
+DO $$
+DECLARE
+    v_rel     pg_catalog.regclass;
+    v_grantee text;
+BEGIN
+    FOR v_rel, v_grantee IN
+        SELECT DISTINCT c.oid::pg_catalog.regclass,
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace = 'pgqueue'::pg_catalog.regnamespace AND a.grantee <> c.relowner
+           AND (c.relname = 'message_group_lock' OR pg_catalog.left(c.relname::text, 10) = 'queue_size')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', v_rel, v_grantee);
+    END LOOP;
+END;
+$$;
 
 -- Rate limits (issue 14): 64 sequences, pgqueue.queue_rate_<id & 63>, one per rate-limited queue
 -- (two rate-limited queues on one stripe are refused, 22023: the unique index

@@ -716,6 +716,59 @@ def test_a_schema_the_install_makes_keeps_no_create_from_default_privileges(
         admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(other)))
 
 
+def test_owner_only_objects_take_no_privilege_from_default_privileges(pg_server: Server, owner: tuple[str, str]) -> None:
+    """The installing role's default privileges on tables and sequences (ALTER DEFAULT PRIVILEGES
+    ... GRANT ALL ON TABLES / SEQUENCES TO an application role, as some managed setups have) gave
+    that role write access to pgqueue.queue_size on a fresh install and a plain install, while the
+    0.3 -> 0.4 update took it back: the two catalogs differed, and the role could bypass
+    max_size by writing the accounting row (a review). Every way of installing now leaves
+    queue_size, its sequences and message_group_lock to the owner alone, keeps the other default
+    grants (pgqueue.message's shows that they applied), and ends with the same privileges."""
+    from pgqueue import installer
+
+    role, db = owner
+    other = f"pgq_default_tables_{os.getpid()}"
+    admin_execute(pg_server, sql.SQL("CREATE ROLE {}").format(sql.Identifier(other)))
+    owner_only = ("SELECT c.relname::text, c.relacl::text FROM pg_class c "
+                  "WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind IN ('r', 'S') "
+                  "AND (c.relname = 'message_group_lock' OR left(c.relname::text, 10) = 'queue_size') ORDER BY 1")
+    every_acl = ("SELECT c.relname::text, c.relacl::text FROM pg_class c "
+                 "WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind IN ('r', 'S', 'v') "
+                 "AND c.relname <> 'install' ORDER BY 1")
+    try:
+        with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
+            for kind in ("TABLES", "SEQUENCES"):
+                conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT ALL ON {} TO {}").format(
+                    sql.SQL(kind), sql.Identifier(other)))
+            acls: dict[str, list[tuple[str, str]]] = {}
+            for install in ("CREATE EXTENSION pgqueue", "0.3, then ALTER EXTENSION pgqueue UPDATE", "plain"):
+                if install == "plain":
+                    installer.install(conn, "plain", report=lambda line: None)
+                elif install.startswith("0.3"):
+                    conn.execute("CREATE EXTENSION pgqueue VERSION '0.3'")
+                    conn.execute("SELECT pgqueue.queue_create('capped', p_max_size => 2)")
+                    conn.execute("SELECT pgqueue.message_create('capped', 'in flight'::bytea)")
+                    conn.execute("ALTER EXTENSION pgqueue UPDATE")
+                else:
+                    conn.execute(install)
+                rows = conn.execute(owner_only).fetchall()  # type: ignore[arg-type]
+                assert len(rows) == 2 + 2 * 64, (install, len(rows))
+                assert [acl for _, acl in rows if acl is not None and other in acl] == [], install
+                message_acl = one(conn, "SELECT relacl::text FROM pg_class WHERE oid = 'pgqueue.message'::regclass")
+                assert other in message_acl, (install, message_acl)  # (the default privileges applied)
+                acls[install] = conn.execute(every_acl).fetchall()  # type: ignore[arg-type]
+                installer.uninstall(conn, report=lambda line: None)
+            assert acls["0.3, then ALTER EXTENSION pgqueue UPDATE"] == acls["CREATE EXTENSION pgqueue"]
+            assert acls["plain"] == acls["CREATE EXTENSION pgqueue"]
+    finally:
+        with psycopg.connect(pg_server.dsn(db), autocommit=True) as admin:  # (else the role cannot be dropped)
+            for kind in ("TABLES", "SEQUENCES"):
+                admin.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} REVOKE ALL ON {} FROM {}").format(
+                    sql.Identifier(role), sql.SQL(kind), sql.Identifier(other)))
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(other)))
+        admin_execute(pg_server, sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(other)))
+
+
 def test_restore_into_a_schema_another_role_made_fails_loudly(pg_server: Server, squatter: tuple[str, str],
                                                               tmp_path: Any) -> None:
     import subprocess

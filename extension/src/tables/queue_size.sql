@@ -45,3 +45,27 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-- No role but the extension's owner has a privilege on pgqueue.queue_size, its sequences
+-- queue_size_exact_<n> and queue_size_recount_<n>, and pgqueue.message_group_lock: the producers
+-- that back-pressure limits must not write its accounting, and no role may hold a group's lock on
+-- its own (docs/security.md). The installing role's default privileges (ALTER DEFAULT PRIVILEGES
+-- ... ON TABLES / SEQUENCES) would give them on creation: taken back here (the admin recipe,
+-- docs/grants.sql, grants them again to administrators).
+DO $$
+DECLARE
+    v_rel     pg_catalog.regclass;
+    v_grantee text;
+BEGIN
+    FOR v_rel, v_grantee IN
+        SELECT DISTINCT c.oid::pg_catalog.regclass,
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace = 'pgqueue'::pg_catalog.regnamespace AND a.grantee <> c.relowner
+           AND (c.relname = 'message_group_lock' OR pg_catalog.left(c.relname::text, 10) = 'queue_size')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', v_rel, v_grantee);
+    END LOOP;
+END;
+$$;
