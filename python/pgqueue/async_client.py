@@ -611,13 +611,13 @@ class AsyncQueue:
         return await self._connector.run(_core.complete(msg))
 
     async def complete_many(self, msgs: Iterable[Message]) -> list[Message]:
-        """Acknowledge many leased messages (at most 10000) in one statement; returns those whose
+        """Acknowledge many leased messages (at most 10000 distinct) in one statement; returns those whose
         lease was lost (see :meth:`pgqueue.Queue.complete_many`)."""
         return await self._connector.run(_core.complete_many(msgs))
 
     async def complete_and_dequeue(self, msgs: Iterable[Message], limit: int = 1, *,
                                    lock_ms: int | None = None) -> tuple[list[Message], list[Message]]:
-        """Acknowledge leased messages (at most 10000) and take up to ``limit`` new ones in one
+        """Acknowledge leased messages (at most 10000 distinct) and take up to ``limit`` new ones in one
         statement; returns ``(messages, lost)`` (see :meth:`pgqueue.Queue.complete_and_dequeue`)."""
         return await self._connector.run(_core.complete_and_dequeue(self._name, msgs, limit, lock_ms=lock_ms))
 
@@ -626,7 +626,7 @@ class AsyncQueue:
         return await self._connector.run(_core.heartbeat(msg, lock_ms))
 
     async def heartbeat_many(self, msgs: Iterable[Message], lock_ms: int | None = None) -> list[Message]:
-        """Extend many leases (at most 10000 messages) in one statement; returns those whose lease
+        """Extend many leases (at most 10000 distinct messages) in one statement; returns those whose lease
         was lost (see :meth:`pgqueue.Queue.heartbeat_many`)."""
         return await self._connector.run(_core.heartbeat_batch(msgs, lock_ms))
 

@@ -754,7 +754,7 @@ class Queue:
 
     def complete_many(self, msgs: Iterable[Message]) -> list[Message]:
         """Acknowledge many leased messages in one statement (and one transaction,
-        ``message_complete_batch``), at most 10000 messages.
+        ``message_complete_batch``), at most 10000 distinct messages.
 
         Each is completed only with its own token, as by :meth:`complete`. Of two deliveries of
         one message (an older one whose lease ran out, and the one handed out after it) only the
@@ -767,14 +767,14 @@ class Queue:
 
         Raises:
             InvalidArgument: ``msgs`` is not an iterable of messages (one Message, None, a str,
-                a mapping) or holds something else; more than 10000 messages.
+                a mapping) or holds something else; more than 10000 distinct messages.
         """
         return self._connector.run(_core.complete_many(msgs))
 
     def complete_and_dequeue(self, msgs: Iterable[Message], limit: int = 1, *,
                              lock_ms: int | None = None) -> tuple[list[Message], list[Message]]:
         """Acknowledge leased messages and take up to ``limit`` new ones, in one statement and
-        one transaction (``message_complete_and_dequeue``), at most 10000 messages: a consumer
+        one transaction (``message_complete_and_dequeue``), at most 10000 distinct messages: a consumer
         in lease mode so pays one transaction per message instead of two.
 
         Each message is completed only with its own token, as by :meth:`complete` (of two
@@ -789,7 +789,7 @@ class Queue:
 
         Raises:
             QueueNotFound, InvalidArgument (limit or lock_ms out of range; ``msgs`` not an
-            iterable of messages, as for :meth:`complete_many`; more than 10000 messages).
+            iterable of messages, as for :meth:`complete_many`; more than 10000 distinct messages).
         """
         return self._connector.run(_core.complete_and_dequeue(self._name, msgs, limit, lock_ms=lock_ms))
 
@@ -803,7 +803,7 @@ class Queue:
 
     def heartbeat_many(self, msgs: Iterable[Message], lock_ms: int | None = None) -> list[Message]:
         """Extend many leases to now + ``lock_ms`` (None: each message's queue's ``lock_ms``) in
-        one statement (``message_heartbeat_batch``), at most 10000 messages.
+        one statement (``message_heartbeat_batch``), at most 10000 distinct messages.
 
         Each lease is extended only with its own token, as by :meth:`heartbeat`. Of two
         deliveries of one message only the newest, with the higher ``attempts``, is sent: the
@@ -815,7 +815,7 @@ class Queue:
 
         Raises:
             InvalidArgument (lock_ms out of range; ``msgs`` not an iterable of messages, as for
-            :meth:`complete_many`; more than 10000 messages).
+            :meth:`complete_many`; more than 10000 distinct messages).
         """
         return self._connector.run(_core.heartbeat_batch(msgs, lock_ms))
 

@@ -28,7 +28,8 @@ InvalidArgument          22023, 22004,          a bad or NULL argument (also rai
                          none                   a parameter psycopg refuses to send (a text with NUL)
 ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
-ConnectionFailed         08xxx, 57P01-03, none  the server cannot be reached or the link broke
+ConnectionFailed         08xxx, 57P01-03,       the server cannot be reached or the link broke
+                         57P05, 25P03, none     (the server ended the session, an idle timeout)
 PgQueueError             anything else          any other database error
 =======================  =====================  ==========================================
 """
