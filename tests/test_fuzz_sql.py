@@ -19,7 +19,7 @@ test_every_function_with_random_arguments fails when a function never does. A pa
 without a strategy fails test_every_parameter_type_has_a_strategy: write one.
 
 Documented SQLSTATEs (README "Error codes"; PQ005-PQ007 from the 0.2 upgrade script):
-PQ001-PQ007, 22004, 22023, 42602. Anything else fails the test with the function, the arguments
+PQ001-PQ007, 22004, 22023, 42602, 42710. Anything else fails the test with the function, the arguments
 and the error, except two narrow lists below: CONVERSION_LIMITS (from_epoch/to_epoch asked for a
 time their result type cannot hold) and KNOWN_BUGS (each names its regression test at the end of
 this file, marked xfail(strict=True); test_every_known_bug_has_its_regression_test checks both). The
