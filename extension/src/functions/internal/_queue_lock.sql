@@ -3,7 +3,8 @@
 -- queue_drop and a max_size or group_concurrency change (pgqueue._queue_quiesce) wait for it and
 -- it waits for them.
 -- pg_sequence_last_value opens the sequence with that lock and needs SELECT or USAGE on it;
--- the stripes are never advanced, so it reads NULL (docs/locking.md).
+-- its value (random at the start, moved as a signal: tables/queue_lock.sql) is not used here
+-- (docs/locking.md).
 CREATE FUNCTION pgqueue._queue_lock(p_queue_id integer)
 RETURNS boolean
 LANGUAGE sql VOLATILE
