@@ -326,7 +326,8 @@ SAMPLE = re.compile(r'^([a-z_]+)(?:\{([^}]*)\})? (\S+)$')
 
 
 def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Parse the text exposition format strictly enough to catch a malformed line."""
+    """Parse the text exposition format strictly enough to catch a malformed line or a series
+    given twice."""
     samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
     types: dict[str, str] = {}
     for line in text.splitlines():
@@ -343,6 +344,7 @@ def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         name = m.group(1)
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         assert name in types or base in types, line
+        assert (name, labels) not in samples, f"a series twice: {line}"  # (a review: it overwrote)
         samples[(name, labels)] = float(m.group(3))
     return samples
 

@@ -923,7 +923,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if p.read_stats:
             query = _sql.LEASED if p.read_attempts else _sql.LEASED_COUNTS_ONLY
             with database() as conn:
-                rows = conn.execute(query, {"queue": queue, "limit": PAGE_LIMIT}).fetchall()
+                # one more than a page shows: the page says "100+" only when there are more
+                rows = conn.execute(query, {"queue": queue, "limit": PAGE_LIMIT + 1}).fetchall()
             leased = [{"id": r[0], "queue": r[1], "attempts": r[2], "remaining_ms": r[3] - r[5],
                        "age_ms": r[5] - r[4], "spark": r[3] == _sql.SPARK_CLAIM_LOCKED_UNTIL} for r in rows]
         sessions: list[dict[str, Any]] = []
