@@ -57,6 +57,19 @@ def _ready(conn: psycopg.Connection[Any], queue: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _ratios(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Grouped over plain, the medians of each mode's ok runs: None (n/a) when either queue has no
+    ok run (those runs are failures of their own), 0 when the grouped queue delivered nothing (a
+    miss: it graded "n/a", a review)."""
+    ratio: dict[str, float | None] = {}
+    for mode in ("delete", "lease"):
+        med = {q: [r["tps"] for r in runs if r["mode"] == mode and r["queue"] == q and r["ok"]]
+               for q in ("plain", "grouped")}
+        plain = statistics.median(med["plain"]) if med["plain"] else None
+        ratio[mode] = statistics.median(med["grouped"]) / plain if plain and med["grouped"] else None
+    return ratio
+
+
 def _throughput(srv: db.Server, profile: config.Profile, log: Callable[[str], None]) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     n = profile.groups_messages
@@ -90,12 +103,7 @@ def _throughput(srv: db.Server, profile: config.Profile, log: Callable[[str], No
                                  "left": left, "ok": not error, "error": error})
                     log(f"groups throughput {mode} {queue} round {rnd + 1}: {rate:,.0f} msg/s ({left:,} left)"
                         + (f" ERROR {error}" if error else ""))
-    ratio: dict[str, float | None] = {}
-    for mode in ("delete", "lease"):
-        med = {q: statistics.median([r["tps"] for r in runs if r["mode"] == mode and r["queue"] == q and r["ok"]]
-                                    or [0.0]) for q in ("plain", "grouped")}
-        ratio[mode] = med["grouped"] / med["plain"] if med["plain"] and med["grouped"] else None
-    return {"runs": runs, "ratio": ratio, "messages": n, "groups": profile.groups_count,
+    return {"runs": runs, "ratio": _ratios(runs), "messages": n, "groups": profile.groups_count,
             "clients": profile.groups_clients, "seconds": profile.groups_seconds}
 
 

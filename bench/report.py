@@ -26,7 +26,9 @@ def _fmt(v: float | None, digits: int = 0) -> str:
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    if not a or not b:
+    """a / b; None (n/a) only when a value is missing or b is 0. A measured 0 is a ratio of 0, a
+    miss: a run that delivered nothing graded "n/a" (a review)."""
+    if a is None or not b:
         return None
     return a / b
 

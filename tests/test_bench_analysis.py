@@ -342,3 +342,23 @@ def test_readme_says_which_sections_check_their_messages() -> None:
     readme = " ".join((REPO / "bench" / "README.md").read_text().split())
     assert "Every run that moves messages checks them" not in readme
     assert "The pgbench runs (`ops`, `curves`, `stats`, `groups`) have no such check" in readme
+
+
+def test_a_measured_zero_is_a_miss_not_na() -> None:
+    """A run that delivered nothing graded "n/a" (the ratio of a 0 was None), not a miss (a review):
+    the queue_stats target and the groups ratio, which both divide a measured rate."""
+    from bench import groups, report
+    assert report._verdict(report._ratio(0.0, 1000.0), 0.85).startswith("MISS")
+    assert report._ratio(None, 1000.0) is None and report._ratio(5.0, 0.0) is None
+    st = {"messages": 100000, "median_ms": 120.0,
+          "phases": [{"mode": m, "ok": True, "error": "", "round": 0} for m in ("none", "every_1s", "back_to_back")],
+          "median": {"none": {"produce_tps": 5000.0, "consume_tps": 4000.0},
+                     "every_1s": {"produce_tps": 5000.0, "consume_tps": 0.0},
+                     "back_to_back": {"produce_tps": 5000.0, "consume_tps": 0.0}}}
+    graded = [r for r in report.summary_rows({"stats": st}) if r[0] == "9" and r[1].startswith("consumers")
+              and r[3].startswith("≥")]
+    assert graded and all(r[4].startswith("MISS") for r in graded), graded
+    runs = [{"mode": m, "queue": q, "ok": True, "tps": 0.0 if q == "grouped" else 9000.0}
+            for m in ("delete", "lease") for q in ("plain", "grouped")]
+    assert groups._ratios(runs) == {"delete": 0.0, "lease": 0.0}
+    assert groups._ratios([r for r in runs if r["queue"] == "plain"]) == {"delete": None, "lease": None}
