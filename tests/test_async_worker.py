@@ -6,6 +6,7 @@ dead letters, and a worker process sent SIGTERM / SIGINT twice."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from psycopg.conninfo import make_conninfo
 from pgqueue import AsyncQueue, AsyncWorker, Message, Queue, Tasks, Worker
 from pgqueue.worker import HandlerTimeout, Result
 from conftest import Relay, Server
-from test_worker import Results, Started, wait_for
+from test_worker import PGQUEUE, Results, Started, wait_for
 from worker_handlers import marks
 
 TESTS = Path(__file__).resolve().parent
@@ -377,6 +378,56 @@ def test_a_worker_process_stops_on_signals_and_leaves_nothing_leased(dsn: str, t
         assert sorted((m.id, m.attempts) for m in queue.dequeue(4)) == [(i, 2) for i in sorted(ids)]
 
 
+HELD_HANDLERS = """
+import asyncio, time
+
+async def in_a_thread(msg):
+    await asyncio.to_thread(time.sleep, 60)
+
+async def deaf(msg):
+    while True:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            pass
+"""
+
+
+@pytest.mark.parametrize("handler", ["in_a_thread", "deaf"])
+def test_pgqueue_worker_exits_after_giving_up_a_handler_that_still_runs(dsn: str, tmp_path: Path,
+                                                                         handler: str) -> None:
+    """`pgqueue worker` with an async handler that runs on past the shutdown (in a thread of
+    asyncio.to_thread, or ignoring its cancellation) logged "worker stopped" and stayed, deaf to
+    further signals, until the handler ended: asyncio.run and the interpreter's exit waited for
+    it (a review). It now exits a few seconds after the grace, its message given back."""
+    queue = make_queue(dsn, lock_ms=60000)
+    msg_id = queue.enqueue("x")
+    (tmp_path / "held_handlers.py").write_text(HELD_HANDLERS)
+    proc = subprocess.Popen([str(PGQUEUE), "worker", "--dsn", dsn, "jobs", f"held_handlers:{handler}",
+                             "--shutdown-grace", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 20
+        while queue.stats().leased == 0:
+            assert time.monotonic() < deadline and proc.poll() is None, "the handler did not start"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "worker stopped" in err and "exiting without waiting for 1 handler(s) the worker gave up" in err, err
+    assert took < 8, (took, err)  # the grace 0.5 s, the give-up 2 s, the last waits 2 + 1 s
+    stats = queue.stats()
+    assert (stats.leased, stats.total) == (0, 1)
+    assert [m.id for m in queue.dequeue(1)] == [msg_id]
+
+
 class AsyncCall:
     """A handler object whose __call__ is a coroutine function."""
 
@@ -398,6 +449,38 @@ def test_an_object_with_an_async_call_is_a_coroutine_handler(dsn: str) -> None:
     finally:
         started.stop()
     assert handler.seen == [msg_id] and results.outcomes() == Counter(completed=1)
+
+
+def test_a_coroutine_handler_that_returns_an_awaitable_or_a_generator_fails_its_message(dsn: str) -> None:
+    """``return send(msg)`` for ``return await send(msg)`` (or a generator returned by a coroutine
+    handler): the work never ran, and the message was completed (a review). Its message fails
+    with TypeError, the coroutine closed (no "never awaited" warning), and nothing it was to do
+    runs; the Worker's contract for plain handlers, which returned such values already."""
+    queue = make_queue(dsn, max_attempts=1)
+    ran: list[str] = []
+
+    async def send(msg: Message) -> None:
+        ran.append(str(msg.payload))
+
+    async def handler(msg: Message) -> object:
+        if msg.payload == "forgot await":
+            return send(msg)
+        return (x for x in [msg])
+
+    ids = {queue.enqueue("forgot await"): "coroutine", queue.enqueue("generator"): "generator"}
+    results = Results()
+    started = Started(AsyncWorker(AsyncQueue(dsn, "jobs"), handler, on_result=results))
+    try:
+        wait_for(lambda: len(results.items) == 2, what="both results")
+    finally:
+        started.stop()
+    assert {r.message.id: r.outcome for r in results.items} == dict.fromkeys(ids, "dead")
+    assert ran == []
+    errors = {d.id: d.last_error or "" for d in queue.dead_letters()}
+    assert errors[next(i for i, k in ids.items() if k == "coroutine")].startswith(
+        "TypeError: the handler returned a coroutine, an awaitable that nothing awaits"), errors
+    assert errors[next(i for i, k in ids.items() if k == "generator")].startswith(
+        "TypeError: the handler returned a generator"), errors
 
 
 class Stop(BaseException):

@@ -2562,7 +2562,7 @@ def test_the_10000_message_limit_is_documented_where_the_server_enforces_it(queu
     complete_many and complete_and_dequeue have too."""
     scenarios.run(scenarios.batches_of_more_than_10000_messages_are_refused, queue, conn)
     for method in (Queue.complete_many, Queue.complete_and_dequeue, Queue.heartbeat_many):
-        assert "at most 10000 messages" in " ".join((method.__doc__ or "").split()), method.__name__
+        assert "at most 10000 distinct messages" in " ".join((method.__doc__ or "").split()), method.__name__
 
 
 def test_a_bad_time_names_its_parameter(queue: Queue, conn: Conn) -> None:

@@ -974,6 +974,57 @@ def test_ctrl_c_while_the_queue_is_dropped_does_not_leave_it_behind_unsaid(dsn: 
     assert [q.queue for q in list_queues(dsn)] == ["default"]
 
 
+def test_a_second_ctrl_c_while_the_workers_stop_is_held(capsys: pytest.CaptureFixture[str], dsn: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: "a second Ctrl-C while it cleans up is held until it is done". One that came while
+    the first Ctrl-C's stop joined the workers raised there: the workers were left running while
+    the queue was dropped, "Interrupted." was said twice, and with --dsn it used up a press of
+    the drop's count (a review). It is held now: the workers are joined, then the queue dropped."""
+    import threading
+
+    from pgqueue import demo
+
+    real_join = demo._Threads.join
+    workers_ended_at_drop: list[bool] = []
+    worker_threads: list[threading.Thread] = []
+
+    def join(self: Any) -> None:
+        if self.threads and self.threads[0].name.startswith("demo-worker") and first.is_set():
+            worker_threads.extend(self.threads)
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, while the workers stop
+            for _ in range(30):
+                time.sleep(0.01)  # (the handler runs here, between two sleeps)
+        real_join(self)
+
+    real_drop = demo._drop
+
+    def drop(*args: Any, **kwargs: Any) -> None:
+        workers_ended_at_drop.append(bool(worker_threads) and not any(t.is_alive() for t in worker_threads))
+        real_drop(*args, **kwargs)
+
+    first = threading.Event()
+
+    def first_ctrl_c() -> None:
+        first.set()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(demo._Threads, "join", join)
+    monkeypatch.setattr(demo, "_drop", drop)
+    timer = threading.Timer(2.0, first_ctrl_c)
+    timer.start()
+    try:
+        status = main(["demo", "--dsn", dsn, "--messages", "4000", "--rate", "400", "--no-progress"])
+    finally:
+        timer.cancel()
+    out, err = capsys.readouterr()
+    assert status == 130, out + err
+    assert re.search(r"^Interrupted with [\d,]+ of 4,000 messages settled", out, re.MULTILINE), out
+    assert "\nInterrupted.\n" not in "\n" + out, out  # (said once, with the count)
+    assert workers_ended_at_drop == [True], (workers_ended_at_drop, out)
+    assert re.search(r"^Dropped queue demo_\w+\.$", out, re.MULTILINE), out
+    assert [q.queue for q in list_queues(dsn)] == ["default"]
+
+
 def test_a_ctrl_c_as_the_queue_is_created_does_not_leave_it_behind(
         capsys: pytest.CaptureFixture[str], dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The queue was created before the block whose end drops it: a Ctrl-C as the create

@@ -160,6 +160,8 @@ def test_the_worker_command_stops_on_sighup_as_on_sigterm(dsn: str, tmp_path: Pa
         _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, (proc.returncode, err)
     assert "Traceback" not in err and "SIGHUP: stopping" in err, err
+    # (it said "send it again to stop at once", which a SIGHUP does not: a review)
+    assert "(send SIGINT or SIGTERM to stop at once)" in err and "send it again" not in err, err
     assert "given back" not in err, err  # a second SIGHUP does not hurry the stop (it gave the message back)
     stats = queue.stats()  # completed, not left leased nor given back
     assert (stats.total, stats.dead) == (0, 0) and len(marks(mark)) == 1

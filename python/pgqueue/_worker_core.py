@@ -925,8 +925,9 @@ class WorkerCore:
         if again:
             log.warning("%s again: giving back the messages in hand now", sig.name)
         else:
-            log.info("%s: stopping; in-flight handlers get %gs to finish (send it again to stop "
-                     "at once)", sig.name, self._shutdown_grace)
+            log.info("%s: stopping; in-flight handlers get %gs to finish (%s to stop at once)", sig.name,
+                     self._shutdown_grace,
+                     "send SIGINT or SIGTERM" if sig == getattr(signal, "SIGHUP", None) else "send it again")
         self._stop_now(now=again)
 
     def _check_server(self) -> bool:

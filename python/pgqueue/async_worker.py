@@ -78,7 +78,7 @@ from pgqueue._worker_core import (
 from pgqueue.async_client import AsyncQueue, _AsyncConnector, _answered, _ended_while_idle
 from pgqueue.errors import ConnectionFailed, PgQueueError
 from pgqueue.message import Message
-from pgqueue.tasks import refuse_generator, returned_generator
+from pgqueue.tasks import refuse_awaitable, refuse_generator, returned_generator
 
 __all__ = ["AsyncHandler", "AsyncWorker"]
 
@@ -142,6 +142,16 @@ class _Check:
             self._abandoned = True
             if self._done:
                 self._ended.set()
+
+
+def _not_awaitable_value(value: object) -> None:
+    """Raise TypeError if a coroutine handler returned a generator or an awaitable (a coroutine it
+    did not await: ``return send(msg)`` for ``return await send(msg)``): none of that work has run,
+    so its message must fail, never be completed (it was completed, and the work never ran: a
+    review). A coroutine is closed first (no "never awaited" warning), as the Worker does."""
+    returned_generator(value)
+    refuse_awaitable(value, f"the handler returned a {type(value).__name__}, an awaitable that nothing awaits: what "
+                            "it was to do has not run (await it in the handler)")
 
 
 class AsyncWorker(WorkerCore):
@@ -434,7 +444,7 @@ class AsyncWorker(WorkerCore):
             result = self._handler(msg)
             returned_generator(result)  # (TypeError: the message fails)
             if inspect.isawaitable(result):  # a coroutine function, or a Tasks registry's task
-                await result
+                _not_awaitable_value(await result)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the message is failed

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -37,8 +37,8 @@ from psycopg.conninfo import conninfo_to_dict
 from pgqueue import _connect
 from pgqueue._core import check_str, delay_to_ms
 from pgqueue._version import DISTRIBUTION, __version__
-from pgqueue._worker_core import (_SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side, is_async_handler,
-                                   stop_signals)
+from pgqueue._worker_core import (_GIVE_UP, _SIGNALS, CommandSignals, NotStarted, WorkerCore, _client_side,
+                                   is_async_handler, stop_signals)
 from pgqueue.client import Queue, _read_committed_again, all_counters, all_stats, list_queues
 from pgqueue.codec import with_task
 from pgqueue.compat import check_server, server_pgqueue, version_mismatch
@@ -113,6 +113,9 @@ class _Parser(argparse.ArgumentParser):
 
 #: True when the process is the `pgqueue` command (:func:`console`), not a caller of :func:`main`
 _CONSOLE = False
+#: What an AsyncWorker's run left running (:func:`_run_async`): handlers it gave up that still
+#: run, which :func:`console` does not wait for
+_LEFT_RUNNING: list[str] = []
 
 
 def console() -> NoReturn:
@@ -126,7 +129,52 @@ def console() -> NoReturn:
     status = main()
     for sig in _SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    if _LEFT_RUNNING:
+        # handlers the worker gave up (their messages given back or failed) still run: the
+        # interpreter's exit would wait for their threads without end (_run_async)
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
     sys.exit(status)
+
+
+def _run_async(run: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(run)`` without its unbounded waits. Once the worker's ``run()`` has returned
+    (or raised), the tasks still running (a handler the worker gave up that ignores its
+    cancellation) are cancelled and waited for :data:`~pgqueue._worker_core._GIVE_UP` seconds at
+    most, and the threads of the loop's pool (``asyncio.to_thread``) one second: asyncio.run and
+    the interpreter's exit waited for both without end, so `pgqueue worker` stayed after "worker
+    stopped", deaf to further signals, until such a handler ended (a review). What is still
+    running then is named in :data:`_LEFT_RUNNING`, and :func:`console` exits without it."""
+    before = set(threading.enumerate())
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(run)
+    finally:
+        try:
+            pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                _, still = loop.run_until_complete(asyncio.wait(pending, timeout=_GIVE_UP))
+                _LEFT_RUNNING.extend(f"task {task.get_name()}" for task in still)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()  # (its thread pool told to stop: the idle threads end, the busy ones finish first)
+        deadline = time.monotonic() + 1.0
+        for thread in set(threading.enumerate()) - before:
+            if not thread.daemon:
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    _LEFT_RUNNING.append(f"thread {thread.name}")
+        if _LEFT_RUNNING:
+            logging.getLogger("pgqueue").warning(
+                "exiting without waiting for %d handler(s) the worker gave up (%s)",
+                len(_LEFT_RUNNING), ", ".join(_LEFT_RUNNING))
 
 
 def _escape_what_the_locale_cannot_write() -> None:
@@ -2288,7 +2336,7 @@ def _worker(args: argparse.Namespace, signals: CommandSignals) -> int:
             if metrics is not None:
                 metrics.in_flight = lambda: async_worker.in_flight
             with _start_failures(dsn):
-                asyncio.run(async_worker.run())
+                _run_async(async_worker.run())
         else:
             worker = Worker(Queue(dsn, queue_name), handler, **options)
             signals.stop = _stop_worker(worker)

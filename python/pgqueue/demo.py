@@ -41,7 +41,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TextIO
@@ -473,7 +473,7 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
                         queue.create(lock_ms=LEASE_MS, max_attempts=MAX_ATTEMPTS, retry_base_ms=RETRY_BASE_MS,
                                      retry_cap_ms=4 * RETRY_BASE_MS, notify=True)
                         created = True
-                        tally, elapsed = run_workload(queue, dsn, jobs, options, out)
+                        tally, elapsed = run_workload(queue, dsn, jobs, options, out, sigint)
                         status = report(queue, jobs, tally, elapsed, options, out, trouble)
                         if options.dashboard is not None:
                             _linger(out)
@@ -529,15 +529,17 @@ class _Sigint:
     as Ctrl-C does, its throwaway server included (by default they ended the process at once and
     left the server running).
 
-    Ctrl-C on a terminal also reaches the throwaway server and its initdb (they run in the
-    demo's process group), and the error their end causes (initdb killed, a connection
-    terminated) can reach the main thread first: the demo then reports the Ctrl-C all the same.
+    The throwaway server and its initdb run in sessions of their own (pgqueue.embedded), so a
+    Ctrl-C on the terminal does not reach them; should an error from their end (initdb killed,
+    a connection terminated) reach the main thread before the KeyboardInterrupt, the demo
+    reports the Ctrl-C all the same.
     """
 
     SIGNALS = _SIGNALS  # SIGINT, SIGTERM and SIGHUP where there is one (not on Windows)
 
     def __init__(self) -> None:
         self.seen = False
+        self.held = 0  # the signals held while the workers stopped (run_workload): _drop counts them
         self._previous: dict[int, Any] = {}
         self._on_hold: Callable[[], None] | None = None
 
@@ -584,13 +586,13 @@ def _drop(queue: Queue, dsn: str | None, out: TextIO, sigint: _Sigint, stopping:
         try:
             dropped = queue.drop()
         except (psycopg.OperationalError, ConnectionFailed):
-            # Ctrl-C on a terminal reaches the throwaway server too (it runs in the demo's process
-            # group) and it shuts down at once: the queue goes with the server's directory.
+            # the throwaway server is gone (stopped by a signal of its own, or it failed): the
+            # queue goes with the server's directory
             return
         if dropped:
             print(f"Dropped queue {queue.name}.", file=out, flush=True)
         return
-    held = 0
+    held = sigint.held if stopping else 0  # (a Ctrl-C held while the workers stopped is the second)
 
     def on_signal() -> None:
         nonlocal held
@@ -734,8 +736,11 @@ GIVE_UP_AFTER_S = 60.0
 
 
 def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: DemoOptions,
-                 out: TextIO) -> tuple[Tally, float]:
-    """Run the producers and workers until every job is done; return the tally and the time taken."""
+                 out: TextIO, sigint: _Sigint | None = None) -> tuple[Tally, float]:
+    """Run the producers and workers until every job is done; return the tally and the time taken.
+    Interrupted, it stops them with the signals held (``sigint``), as README promises a second
+    Ctrl-C: one raised in the workers' join, which left them running while the queue was dropped
+    and used up a press of the drop's count (a review)."""
     tally = Tally()
     if options.rate > 0:
         # the sending, then the slowest job (2.5 s) after a retry or two (0.75 s of back-off)
@@ -819,12 +824,17 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
               "producers and workers.", file=out, flush=True)
         raise _Interrupted from exc
     finally:
-        stop_producing.set()
-        producer_threads.join()
-        for worker in workers:
-            worker.stop(now=interrupted)
-        worker_threads.join()
-        pool.close()
+        def held() -> None:
+            assert sigint is not None
+            sigint.held += 1
+
+        with sigint.holding(held) if interrupted and sigint is not None else nullcontext():
+            stop_producing.set()
+            producer_threads.join()
+            for worker in workers:
+                worker.stop(now=interrupted)
+            worker_threads.join()
+            pool.close()
     end = tally.last_settle or time.monotonic()
     return tally, end - (tally.first_enqueue or start)
 

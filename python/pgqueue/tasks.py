@@ -92,6 +92,17 @@ def returned_generator(result: object) -> None:
                         "body ran (a generator function is not a handler)")
 
 
+def refuse_awaitable(value: object, why: str) -> None:
+    """Raise TypeError(``why``) if a handler returned an awaitable that nothing will await (what it
+    was to do has not run, so its message must fail), closing it first if it is a coroutine (no
+    "never awaited" warning)."""
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if callable(close):
+            close()
+        raise TypeError(why)
+
+
 def _own_name(fn: object) -> str:
     """The name a task decorator gives ``fn`` without a name of its own (TypeError if it has none)."""
     name = getattr(fn, "__name__", None)

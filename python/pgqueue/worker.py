@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import inspect
 import itertools
 import queue as stdqueue
 import signal
@@ -93,7 +92,7 @@ from pgqueue._worker_core import (
 from pgqueue.client import Queue, _Connector, _ended_while_idle
 from pgqueue.errors import PgQueueError
 from pgqueue.message import Message
-from pgqueue.tasks import refuse_generator, returned_generator
+from pgqueue.tasks import refuse_awaitable, refuse_generator, returned_generator
 
 __all__ = ["Handler", "HandlerTimeout", "Outcome", "Result", "Timeout", "Worker"]
 
@@ -206,13 +205,9 @@ def _not_awaitable(result: object) -> None:
     function, say): nothing awaits it here, so what it was to do has not been done. A coroutine
     is closed first (no "never awaited" warning). So does a generator (none of its body ran)."""
     returned_generator(result)
-    if inspect.isawaitable(result):
-        close = getattr(result, "close", None)
-        if callable(close):
-            close()
-        raise TypeError(f"the handler returned a {type(result).__name__}, an awaitable the Worker does "
-                        "not await (it runs plain functions on threads): use pgqueue.AsyncWorker for "
-                        "coroutine handlers")
+    refuse_awaitable(result, f"the handler returned a {type(result).__name__}, an awaitable the Worker does not "
+                             "await (it runs plain functions on threads): use pgqueue.AsyncWorker for coroutine "
+                             "handlers")
 
 
 class Worker(WorkerCore):
