@@ -6229,7 +6229,7 @@ COMMENT ON FUNCTION pgqueue._rate_seq(integer) IS
 -- How many of p_limit messages a rate-limited queue (p_rate messages a second) may hand out now:
 -- the slots that are due and not taken, read from the queue's rate sequence without changing it
 -- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
--- for a while may catch up by at most a twentieth of a second's slots (one at least). A last
+-- for a while may catch up by at most a twentieth of a second's slots, rounded up. A last
 -- slot more than a minute's slots and 100,000 more ahead of the clock was taken at another
 -- rate (by a consumer that read the rate before queue_alter changed it; queue_create and
 -- queue_alter start a new rate's slots afresh, pgqueue._rate_reset): slots depend on the rate,
@@ -6252,7 +6252,7 @@ BEGIN
     IF v_last > v_slot + 60::bigint * p_rate + 100000 THEN
         v_last := NULL;  -- taken at another rate
     END IF;
-    RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));
+    RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - (p_rate + 19) / 20), 0));
 END;
 $$;
 
@@ -6261,11 +6261,15 @@ COMMENT ON FUNCTION pgqueue._rate_room(integer, integer, integer) IS
 
 -- Take p_n slots of a rate-limited queue's sequence for the messages just handed out: nextval per
 -- message, or, when the queue was idle and its last slot lies more than the catch-up allowance
--- behind the clock, setval to the allowance's start plus p_n. Two consumers racing past the same
--- due slots take more slots than were due; the sequence then runs ahead of the clock and the
--- next calls wait until it is due, so over time no more than p_rate a second are handed out. A
--- last slot more than a minute's slots and 100,000 more ahead was taken at another rate
--- (pgqueue._rate_room): setval too.
+-- (a twentieth of a second's slots, rounded up) behind the clock, setval to the allowance's start
+-- plus p_n. Two consumers racing past the same due slots take more slots than were due; the
+-- sequence then runs ahead of the clock and the next calls wait until it is due, so over time no
+-- more than p_rate a second are handed out. A last slot more than a minute's slots and 100,000
+-- more ahead was taken at another rate (pgqueue._rate_room): setval too. The setval is a read and
+-- a write: consumers that find the queue idle at the same moment each write it, and one can write
+-- over slots another took meanwhile, which are then never waited out (docs/guarantees.md, "Rate
+-- limit", measured by bench/experiments/rate_rebase/burst.py; a lock that the others do not wait
+-- for did not close it, session 86).
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -6279,7 +6283,7 @@ DECLARE
 BEGIN
     IF p_n > 0 THEN
         v_slot := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
-        v_floor := v_slot - greatest(p_rate / 20, 1);
+        v_floor := v_slot - (p_rate + 19) / 20;
         v_last := pg_sequence_last_value(v_seq);
         IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 60::bigint * p_rate + 100000 THEN
             PERFORM setval(v_seq, v_floor + p_n);
@@ -7507,7 +7511,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM setval(pgqueue._rate_seq(p_queue_id),
-                   floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1));
+                   floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - (p_rate + 19) / 20);
 END;
 $$;
 

@@ -17,7 +17,7 @@ RATE = 100
 SECONDS = 3.0
 CONSUMERS = 4
 LIMIT = 5
-CATCH_UP = max(RATE // 20, 1)  # the slots a call may take that came due before it
+CATCH_UP = (RATE + 19) // 20  # the slots a call may take that came due before it (a 20th of a second's, rounded up)
 
 Call = tuple[float, float, int]  # a dequeue's start and end (monotonic) and how many it handed out
 
@@ -336,3 +336,19 @@ def test_a_rate_set_starts_afresh(conn: psycopg.Connection[Any]) -> None:
     assert _one(conn, "SELECT id FROM pgqueue.queue WHERE name = 'fresh2'") == qid + 64
     conn.execute("SELECT pgqueue.message_create_batch('fresh2', array_fill('x'::bytea, ARRAY[5]))")
     assert _one(conn, "SELECT count(*) FROM pgqueue.message_dequeue('fresh2', 5, 0)") == 1
+
+
+def test_the_catch_up_allowance_rounds_a_twentieth_of_the_rate_up(conn: psycopg.Connection[Any]) -> None:
+    """A rate that is no multiple of 20 caught up by a twentieth of a second's slots rounded down:
+    at 39 a second one slot a call, so consumers polling every 45 ms got 57% of the rate (a
+    review). It is rounded up now: two at 39, one at 1, 50,000 at 1,000,000; the allowance is
+    what a dequeue of many hands out right after the rate is set (pgqueue._rate_reset)."""
+    conn.execute("SELECT pgqueue.queue_create('r39')")
+    conn.execute("SELECT pgqueue.message_create_batch('r39', array_fill('x'::bytea, ARRAY[50]))")
+    for rate, allowance in ((39, 2), (1, 1), (21, 2), (20, 1), (59, 3), (1000000, 50000)):
+        conn.execute("SELECT pgqueue.queue_alter('r39', p_rate_limit => 0)")
+        conn.execute("SELECT pgqueue.queue_alter('r39', p_rate_limit => %s)", (rate,))
+        got = len(conn.execute("SELECT id FROM pgqueue.message_dequeue('r39', 50, 60000)").fetchall())
+        assert got == min(allowance, 50), (rate, got)
+        conn.execute("UPDATE pgqueue.message SET locked_until = NULL WHERE queue_id = "
+                     "(SELECT id FROM pgqueue.queue WHERE name = 'r39')")  # (back, for the next rate)

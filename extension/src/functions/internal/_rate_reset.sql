@@ -11,7 +11,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM setval(pgqueue._rate_seq(p_queue_id),
-                   floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - greatest(p_rate / 20, 1));
+                   floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint - (p_rate + 19) / 20);
 END;
 $$;
 

@@ -1,7 +1,7 @@
 -- How many of p_limit messages a rate-limited queue (p_rate messages a second) may hand out now:
 -- the slots that are due and not taken, read from the queue's rate sequence without changing it
 -- (an empty poll stays read-only). Slot s is due at s / p_rate s since the epoch; a queue idle
--- for a while may catch up by at most a twentieth of a second's slots (one at least). A last
+-- for a while may catch up by at most a twentieth of a second's slots, rounded up. A last
 -- slot more than a minute's slots and 100,000 more ahead of the clock was taken at another
 -- rate (by a consumer that read the rate before queue_alter changed it; queue_create and
 -- queue_alter start a new rate's slots afresh, pgqueue._rate_reset): slots depend on the rate,
@@ -24,7 +24,7 @@ BEGIN
     IF v_last > v_slot + 60::bigint * p_rate + 100000 THEN
         v_last := NULL;  -- taken at another rate
     END IF;
-    RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - greatest(p_rate / 20, 1)), 0));
+    RETURN least(p_limit, greatest(v_slot - greatest(v_last, v_slot - (p_rate + 19) / 20), 0));
 END;
 $$;
 
