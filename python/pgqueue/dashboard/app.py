@@ -705,6 +705,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     @app.context_processor
     def globals_() -> dict[str, Any]:
         return {"csrf_token": csrf_token, "fmt_age": format_ms, "fmt_time": _fmt_time, "version": __version__,
+                "page_limit": PAGE_LIMIT,
                 "options": options, "sample_error": sampler.error if g.get("trusted") else None,
                 "signed_in": bool(g.get("trusted")) and options.token is not None and "sid" in session}
 
@@ -829,7 +830,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             stats = Queue(conn, name).stats() if p.read_stats else None
         return render_template("dead.html", p=p, writable=writable(p), name=name, letters=page.letters, page=page,
                                stats=stats, done=_done(request.args), here=_page_values(after, before),
-                               paged=after is not None or page.previous is not None, page_limit=PAGE_LIMIT)
+                               paged=after is not None or page.previous is not None)
 
     @app.route("/queues/<name>/dead/<action>", methods=["POST"])
     def dead_action(name: str, action: str) -> BaseResponse | tuple[str, int] | str:
