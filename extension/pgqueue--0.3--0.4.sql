@@ -5930,9 +5930,11 @@ BEGIN
                                    THEN v_s.next_run - (v_s.next_run - v_now - 1) / v_s.every_ms * v_s.every_ms
                                    ELSE least(v_s.next_run, pgqueue._cron_next(v_s.cron, v_now)) END;
                     UPDATE pgqueue.schedule s SET next_run = v_next, last_run = v_now WHERE s.id = v_s.id;
-                    RAISE WARNING 'schedule "%": the server''s clock was set back (its last run read % ms later than now); its next slot moves from % to %',
-                        v_s.name, v_s.last_run - v_now, v_s.next_run, v_next
-                        USING DETAIL = 'Slots are epoch ms. The slots between now and the old next slot are enqueued again as the clock reaches them.';
+                    IF v_next < v_s.next_run THEN  -- (a next slot that does not move needs no word)
+                        RAISE WARNING 'schedule "%": the server''s clock was set back (its last run read % ms later than now); its next slot moves from % to %',
+                            v_s.name, v_s.last_run - v_now, v_s.next_run, v_next
+                            USING DETAIL = 'Slots are epoch ms. The slots between now and the old next slot are enqueued again as the clock reaches them.';
+                    END IF;
                 END IF;
                 CONTINUE;
             END IF;
@@ -6259,17 +6261,40 @@ $$;
 COMMENT ON FUNCTION pgqueue._rate_room(integer, integer, integer) IS
     'pgqueue internal: how many messages a rate-limited queue may hand out now (due slots not taken)';
 
+-- The advisory lock key of a rate-limited queue's re-base from the last slot p_last
+-- (pgqueue._rate_take): the queue, its rate, that value, and the queue's created_at to the
+-- microsecond (as epoch, whatever the session's TimeZone), which only roles that may read
+-- pgqueue.queue know. NULL when the queue is gone (no lock is then taken: the caller's take
+-- comes after its dequeue, which saw the queue).
+CREATE FUNCTION pgqueue._rate_key(p_queue_id integer, p_rate integer, p_last bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+RETURN (SELECT hashtextextended(format('pgqueue rate %s %s %s %s', q.id, p_rate, p_last,
+                                       extract(epoch FROM q.created_at)), 0)
+          FROM pgqueue.queue q WHERE q.id = p_queue_id);
+
+COMMENT ON FUNCTION pgqueue._rate_key(integer, integer, bigint) IS
+    'pgqueue internal: the advisory lock key of a rate-limited queue''s re-base from a last slot';
+
 -- Take p_n slots of a rate-limited queue's sequence for the messages just handed out: nextval per
 -- message, or, when the queue was idle and its last slot lies more than the catch-up allowance
 -- (a twentieth of a second's slots, rounded up) behind the clock, setval to the allowance's start
--- plus p_n. Two consumers racing past the same due slots take more slots than were due; the
--- sequence then runs ahead of the clock and the next calls wait until it is due, so over time no
--- more than p_rate a second are handed out. A last slot more than a minute's slots and 100,000
--- more ahead was taken at another rate (pgqueue._rate_room): setval too. The setval is a read and
--- a write: consumers that find the queue idle at the same moment each write it, and one can write
--- over slots another took meanwhile, which are then never waited out (docs/guarantees.md, "Rate
--- limit", measured by bench/experiments/rate_rebase/burst.py; a lock that the others do not wait
--- for did not close it, session 86).
+-- plus p_n (a re-base). Two consumers racing past the same due slots take more slots than were
+-- due; the sequence then runs ahead of the clock and the next calls wait until it is due, so over
+-- time no more than p_rate a second are handed out. A last slot more than a minute's slots and
+-- 100,000 more ahead was taken at another rate (pgqueue._rate_room): a re-base too.
+-- A re-base is a read and a write, so consumers that find the queue idle at the same moment
+-- would each write it, and a later write would take back the slots of an earlier one, never to be
+-- waited out (a review, session 86: 3 of 275 bursts after idle gaps). Only the consumer that holds
+-- a transaction-level advisory lock keyed on the idle value it read re-bases, and only when the
+-- value is still that under the lock; the others wait for its write, which follows at once, and
+-- take their slots on top of it with nextval (a holder that rolled back without writing lets
+-- the next of them re-base). A wait ends after 200 ms at most (a holder stopped between its lock
+-- and its write, or a role that holds the key on purpose): its slots are then taken on the idle
+-- value, as before the lock. After the write the key is never met again (the value only grows),
+-- so the lock, held to the end of the transaction, holds up no later call. The key
+-- hashes the queue's created_at, which a role that may not read pgqueue.queue does not know, so
+-- such a role cannot hold it (docs/security.md). An empty poll takes no slot and no lock.
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -6280,16 +6305,30 @@ DECLARE
     v_slot  bigint;
     v_floor bigint;
     v_last  bigint;
+    v_key   bigint;
+    v_until timestamptz;
 BEGIN
     IF p_n > 0 THEN
         v_slot := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
         v_floor := v_slot - (p_rate + 19) / 20;
         v_last := pg_sequence_last_value(v_seq);
         IF v_last IS NULL OR v_last < v_floor OR v_last > v_slot + 60::bigint * p_rate + 100000 THEN
-            PERFORM setval(v_seq, v_floor + p_n);
-        ELSE
-            PERFORM nextval(v_seq) FROM generate_series(1, p_n);
+            v_key := pgqueue._rate_key(p_queue_id, p_rate, v_last);
+            v_until := clock_timestamp() + interval '200 ms';
+            LOOP
+                IF coalesce(pg_try_advisory_xact_lock(v_key), true)
+                   AND pg_sequence_last_value(v_seq) IS NOT DISTINCT FROM v_last THEN
+                    -- (after a wait, the allowance's start of now)
+                    PERFORM setval(v_seq, floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint
+                                          - (p_rate + 19) / 20 + p_n);
+                    RETURN;
+                END IF;
+                EXIT WHEN pg_sequence_last_value(v_seq) IS DISTINCT FROM v_last
+                       OR clock_timestamp() >= v_until;
+                PERFORM pg_sleep(0.001);
+            END LOOP;
         END IF;
+        PERFORM nextval(v_seq) FROM generate_series(1, p_n);
     END IF;
 END;
 $$;

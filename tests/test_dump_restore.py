@@ -238,9 +238,10 @@ def check_0_4(r: Conn, before: dict[str, Any]) -> None:
         r.execute("SELECT pgqueue.message_create('keyed', 'one too many')")
     assert full.value.sqlstate == "PQ003"
 
-    # the rate limits still hold: a burst gets the catch-up allowance (one slot), not the queue
+    # the rate limits still hold and still hand out: a burst gets the catch-up allowance (one
+    # slot; two when a slot came due within the call), neither the queue nor nothing
     for queue in ("default", "rated"):
-        assert len(dequeued(r, queue)) <= 2, queue
+        assert 1 <= len(dequeued(r, queue)) <= 2, queue
 
     # schedules keep firing from where they were, on their restored queue
     assert r.execute("SELECT schedule FROM pgqueue.schedule_run()").fetchall() == [("tick",)]

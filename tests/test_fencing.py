@@ -1,8 +1,8 @@
 """Invariant 4: the attempts token fences every call that acts on a delivery.
 
-A token from an earlier delivery never completes, extends, defers or fails a message that has
-been delivered again (or completed, or dead-lettered): the call returns false and every table
-is exactly as it was.
+A token from an earlier delivery never completes, extends, defers, fails or rejects a message
+that has been delivered again (or completed, or dead-lettered): the call returns false and every
+table is exactly as it was.
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ def past(conn: Conn) -> int:
     return int(one(conn, "SELECT pgqueue.now_ms()")) - HOUR
 
 
-# The four calls a holder of a token can make, each trying to change as much as it can.
+# The five calls a holder of a token can make, each trying to change as much as it can.
 OPS: dict[str, Callable[[Conn, int, int], bool]] = {
     "complete": lambda c, i, a: one(c, "SELECT pgqueue.message_complete(%s, %s)", (i, a)),
     "heartbeat": lambda c, i, a: one(c, "SELECT pgqueue.message_heartbeat(%s, %s, %s)", (i, a, 10 * HOUR)),
     "defer": lambda c, i, a: one(c, "SELECT pgqueue.message_defer(%s, %s, %s, %s)",
                                  (i, a, one(c, "SELECT pgqueue.now_ms()") + 5 * HOUR, b"stale state")),
     "fail": lambda c, i, a: one(c, "SELECT pgqueue.message_fail(%s, %s, %s)", (i, a, "stale failure")),
+    "reject": lambda c, i, a: one(c, "SELECT pgqueue.message_reject(%s, %s, %s)", (i, a, "stale rejection")),
 }
 
 

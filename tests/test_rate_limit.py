@@ -352,3 +352,95 @@ def test_the_catch_up_allowance_rounds_a_twentieth_of_the_rate_up(conn: psycopg.
         assert got == min(allowance, 50), (rate, got)
         conn.execute("UPDATE pgqueue.message SET locked_until = NULL WHERE queue_id = "
                      "(SELECT id FROM pgqueue.queue WHERE name = 'r39')")  # (back, for the next rate)
+
+
+def _rate_seq(conn: psycopg.Connection[Any], queue: str) -> tuple[int, str]:
+    row = conn.execute("SELECT id FROM pgqueue.queue WHERE name = %s", (queue,)).fetchone()
+    assert row is not None
+    return int(row[0]), f"pgqueue.queue_rate_{int(row[0]) & 63}"
+
+
+def _last(conn: psycopg.Connection[Any], seq: str) -> int:
+    row = conn.execute("SELECT pg_sequence_last_value(%s::regclass)", (seq,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _waits(conn: psycopg.Connection[Any], pid: int, t: threading.Thread) -> bool:
+    """Whether backend pid came to wait in pg_sleep (pgqueue._rate_take's wait for a re-base's
+    holder) while thread t ran its call: polled for up to 5 s."""
+    until = time.monotonic() + 5
+    while time.monotonic() < until and t.is_alive():
+        row = conn.execute("SELECT wait_event = 'PgSleep' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        if row is not None and row[0] is True:
+            return True
+    return False
+
+
+def test_consumers_that_re_base_at_once_keep_each_others_slots(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """docs/guarantees.md, "Rate limit": consumers that find a queue idle at once each re-based its
+    slot counter (a read, then a setval), and a later setval took back the slots of an earlier one
+    (bench/experiments/rate_rebase/burst.py: 3 of 275 bursts, session 86). Only the holder of an
+    advisory lock keyed on the idle value re-bases; another waits for its write and takes its
+    slots on top. Here a second connection plays the holder between its lock and its write: the
+    take waits (pg_sleep) until the holder writes, then adds its 2 slots to the holder's 3. A take
+    that re-based without the lock never waits (the wait is not seen) or is written over (3, not
+    5, past the holder's start). The wait ends after 200 ms at most, so a loaded machine that
+    wrote later than that is retried, up to three times."""
+    rate = 100
+    conn.execute("SELECT pgqueue.queue_create('rk', p_rate_limit => %s)", (rate,))
+    qid, seq = _rate_seq(conn, "rk")
+    for _ in range(3):
+        conn.execute("SELECT setval(%s::regclass, 1)", (seq,))  # idle: its last slot long past
+        with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as taker:
+            holder.execute("SELECT pg_advisory_xact_lock(pgqueue._rate_key(%s, %s, 1))", (qid, rate))
+            pid = taker.info.backend_pid
+            errors: list[BaseException] = []
+
+            def take() -> None:
+                try:
+                    taker.execute("SELECT pgqueue._rate_take(%s, %s, 2)", (qid, rate))
+                except BaseException as exc:  # (asserted below)
+                    errors.append(exc)
+
+            t = threading.Thread(target=take)
+            t.start()
+            waited = _waits(conn, pid, t)
+            start = holder.execute(
+                "SELECT setval(%s::regclass, floor(pgqueue.now_ms()::numeric * %s / 1000)::bigint - 5 + 3)",
+                (seq, rate)).fetchone()  # the holder's re-base: the allowance's start (5 slots back), 3 taken
+            holder.commit()
+            t.join(10)
+            assert not errors, errors
+            assert waited, "the take did not wait for the holder of the re-base"
+            assert start is not None
+            got, want = _last(conn, seq), int(start[0]) + 2
+            if got == want:
+                return
+    raise AssertionError(f"the take's slots were written over: {got}, not {want}")
+
+
+def test_a_re_base_whose_holder_rolled_back_falls_to_the_next(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """The holder of a re-base's lock that rolls back before it writes releases the lock: a take
+    waiting for it then re-bases itself (to the allowance's start plus its slots), not a take on
+    the idle value that would leave the counter idle (pgqueue._rate_take). The holder rolls back
+    once the take waits (one that re-based without the lock never waits); a holder that rolled
+    back later than the wait's 200 ms would leave the take on the idle value, so a slow machine
+    may retry, up to three times."""
+    rate = 100
+    conn.execute("SELECT pgqueue.queue_create('rh', p_rate_limit => %s)", (rate,))
+    qid, seq = _rate_seq(conn, "rh")
+    for _ in range(3):
+        conn.execute("SELECT setval(%s::regclass, 1)", (seq,))  # idle
+        with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as taker:
+            holder.execute("SELECT pg_advisory_xact_lock(pgqueue._rate_key(%s, %s, 1))", (qid, rate))
+            t = threading.Thread(target=lambda: taker.execute("SELECT pgqueue._rate_take(%s, %s, 2)", (qid, rate)))
+            t.start()
+            assert _waits(conn, taker.info.backend_pid, t), "the take did not wait for the holder of the re-base"
+            holder.rollback()
+            t.join(10)
+        row = conn.execute("SELECT floor(pgqueue.now_ms()::numeric * %s / 1000)::bigint - 5", (rate,)).fetchone()
+        assert row is not None
+        if int(row[0]) - 10 <= _last(conn, seq) - 2 <= int(row[0]):
+            return
+    raise AssertionError(f"the take did not re-base: {_last(conn, seq)}")

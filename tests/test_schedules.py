@@ -965,3 +965,25 @@ def test_on_held_gets_the_held_notices_only_and_the_call_keeps_its_limit(dsn: st
     with ConnectionPool(dsn, min_size=1, open=True) as pool:
         assert len(run_schedules(pool, 2, on_held=lambda notice: None)) == 2
     assert len(run_schedules(dsn, 3, on_held=lambda notice: None)) == 3
+
+
+def test_the_clock_set_back_warns_only_when_the_next_slot_moves(conn: psycopg.Connection[Any]) -> None:
+    """schedule_run's WARNING for a clock set back (a last run more than a second ahead) says that
+    the next slot moves from A to B: only when it does. An interval schedule whose next slot is
+    still the first after now on its grid keeps it, and nothing is said (a review: "moves from X
+    to X"); one whose next slot lies whole intervals on is taken back, and the WARNING says so."""
+    warnings: list[str] = []
+    conn.add_notice_handler(lambda d: warnings.append(f"{d.severity_nonlocalized} {d.message_primary}"))
+    conn.execute("SELECT pgqueue.queue_create('wq')")
+    conn.execute("SELECT pgqueue.schedule_create('w1', 'wq', 'x', p_every_ms => 7200000, "
+                 "p_start_at => pgqueue.now_ms() + 3600000)")
+    conn.execute("SELECT pgqueue.schedule_create('w2', 'wq', 'x', p_every_ms => 60000, "
+                 "p_start_at => pgqueue.now_ms() + 3600000)")
+    before = dict(conn.execute("SELECT name, next_run FROM pgqueue.schedule").fetchall())
+    conn.execute("UPDATE pgqueue.schedule SET last_run = pgqueue.now_ms() + 5000")
+    assert conn.execute("SELECT * FROM pgqueue.schedule_run()").fetchall() == []
+    after = dict(conn.execute("SELECT name, next_run FROM pgqueue.schedule").fetchall())
+    assert after["w1"] == before["w1"], "premise: the first slot after now on w1's grid is its next slot"
+    assert after["w2"] < before["w2"], "premise: w2's next slot is taken back"
+    said = [w for w in warnings if "clock was set back" in w]
+    assert len(said) == 1 and said[0].startswith("WARNING") and '"w2"' in said[0], warnings

@@ -232,7 +232,7 @@ SELECT set_eq($$ SELECT p.oid::regprocedure::text FROM pg_proc p
                   WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosqlbody IS NOT NULL $$,
               ARRAY['pgqueue._backoff_ms(integer,bigint,bigint)', 'pgqueue._count_seq(integer,integer)',
                     'pgqueue._counted(integer,integer)',
-                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)',
+                    'pgqueue._leased(bigint)', 'pgqueue._lock_stripe(integer)', 'pgqueue._turn_key(bigint,boolean)', 'pgqueue._rate_seq(integer)', 'pgqueue._rate_key(integer,integer,bigint)',
                     'pgqueue._group_floor_at(text,text,bigint)', 'pgqueue._group_floor_get(integer,text,bigint)',
                     'pgqueue._size_exact_seq(integer)', 'pgqueue._size_recount_seq(integer)',
                     'pgqueue._message_first_lease(integer,bigint,bigint,bigint)',

@@ -134,9 +134,11 @@ BEGIN
                                    THEN v_s.next_run - (v_s.next_run - v_now - 1) / v_s.every_ms * v_s.every_ms
                                    ELSE least(v_s.next_run, pgqueue._cron_next(v_s.cron, v_now)) END;
                     UPDATE pgqueue.schedule s SET next_run = v_next, last_run = v_now WHERE s.id = v_s.id;
-                    RAISE WARNING 'schedule "%": the server''s clock was set back (its last run read % ms later than now); its next slot moves from % to %',
-                        v_s.name, v_s.last_run - v_now, v_s.next_run, v_next
-                        USING DETAIL = 'Slots are epoch ms. The slots between now and the old next slot are enqueued again as the clock reaches them.';
+                    IF v_next < v_s.next_run THEN  -- (a next slot that does not move needs no word)
+                        RAISE WARNING 'schedule "%": the server''s clock was set back (its last run read % ms later than now); its next slot moves from % to %',
+                            v_s.name, v_s.last_run - v_now, v_s.next_run, v_next
+                            USING DETAIL = 'Slots are epoch ms. The slots between now and the old next slot are enqueued again as the clock reaches them.';
+                    END IF;
                 END IF;
                 CONTINUE;
             END IF;
