@@ -421,9 +421,10 @@ def test_consumers_that_re_base_at_once_keep_each_others_slots(conn: psycopg.Con
 
 
 def test_a_re_base_whose_holder_rolled_back_falls_to_the_next(conn: psycopg.Connection[Any], dsn: str) -> None:
-    """The holder of a re-base's lock that rolls back before it writes releases the lock: a take
-    waiting for it then re-bases itself (to the allowance's start plus its slots), not a take on
-    the idle value that would leave the counter idle (pgqueue._rate_take). The holder rolls back
+    """A re-base's lock that is free again while the value has not moved (its holder gave up
+    before it wrote: here a transaction's lock that rolls back; a session that ended) lets a take
+    waiting for it re-base itself (to the allowance's start plus its slots), not take on the idle
+    value, which would leave the counter idle (pgqueue._rate_take). The holder rolls back
     once the take waits (one that re-based without the lock never waits); a holder that rolled
     back later than the wait's 200 ms would leave the take on the idle value, so a slow machine
     may retry, up to three times."""
@@ -444,3 +445,21 @@ def test_a_re_base_whose_holder_rolled_back_falls_to_the_next(conn: psycopg.Conn
         if int(row[0]) - 10 <= _last(conn, seq) - 2 <= int(row[0]):
             return
     raise AssertionError(f"the take did not re-base: {_last(conn, seq)}")
+
+
+def test_re_bases_leave_no_lock_behind(conn: psycopg.Connection[Any]) -> None:
+    """The re-base's advisory lock is released right after its write (pgqueue._rate_take): a
+    transaction's lock would stay to its end, one more for each re-base, and a long transaction
+    polling an idle rate-limited queue would fill the server's lock table. Three re-bases in one
+    transaction leave it holding no advisory lock."""
+    conn.execute("SELECT pgqueue.queue_create('rl', p_rate_limit => 100)")
+    conn.execute("SELECT pgqueue.message_create_batch('rl', array_fill('x'::bytea, ARRAY[10]))")
+    _, seq = _rate_seq(conn, "rl")
+    with conn.transaction():
+        for i in range(1, 4):
+            conn.execute("SELECT setval(%s::regclass, %s)", (seq, i))  # idle again (another value, key)
+            assert len(conn.execute("SELECT id FROM pgqueue.message_dequeue('rl', 1, 0)").fetchall()) == 1
+            assert _last(conn, seq) > 1000, "premise: the take re-based the idle counter"
+        held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                            "AND pid = pg_backend_pid()").fetchone()
+        assert held == (0,), held

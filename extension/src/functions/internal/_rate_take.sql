@@ -8,13 +8,17 @@
 -- A re-base is a read and a write, so consumers that find the queue idle at the same moment
 -- would each write it, and a later write would take back the slots of an earlier one, never to be
 -- waited out (a review, session 86: 3 of 275 bursts after idle gaps). Only the consumer that holds
--- a transaction-level advisory lock keyed on the idle value it read re-bases, and only when the
--- value is still that under the lock; the others wait for its write, which follows at once, and
--- take their slots on top of it with nextval (a holder that rolled back without writing lets
--- the next of them re-base). A wait ends after 200 ms at most (a holder stopped between its lock
--- and its write, or a role that holds the key on purpose): its slots are then taken on the idle
--- value, as before the lock. After the write the key is never met again (the value only grows),
--- so the lock, held to the end of the transaction, holds up no later call. The key
+-- an advisory lock keyed on the idle value it read re-bases, and only when the value is still
+-- that under the lock; the others wait for its write, which follows at once, and take their
+-- slots on top of it with nextval. The lock is a session's, released right after the write: a
+-- transaction's would stay until the transaction ended, one more for each re-base, and a long
+-- transaction polling an idle queue would fill the server's lock table. A session's outlives an
+-- error between the lock and the unlock (a cancel there): the waiters for it then find it free
+-- no more, and, as for a holder stopped between its lock and its write or a role that holds the
+-- key on purpose, a wait ends after 200 ms at most, its slots taken on the idle value, as before
+-- the lock; the key is never met again (the value only grows), so the lock left holds up no
+-- later call. A lock that is free again while the value has not moved (such a session ended)
+-- lets the next waiter re-base. The key
 -- hashes the queue's created_at, which a role that may not read pgqueue.queue does not know, so
 -- such a role cannot hold it (docs/security.md). An empty poll takes no slot and no lock.
 CREATE FUNCTION pgqueue._rate_take(p_queue_id integer, p_rate integer, p_n integer)
@@ -38,12 +42,15 @@ BEGIN
             v_key := pgqueue._rate_key(p_queue_id, p_rate, v_last);
             v_until := clock_timestamp() + interval '200 ms';
             LOOP
-                IF coalesce(pg_try_advisory_xact_lock(v_key), true)
-                   AND pg_sequence_last_value(v_seq) IS NOT DISTINCT FROM v_last THEN
-                    -- (after a wait, the allowance's start of now)
-                    PERFORM setval(v_seq, floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint
-                                          - (p_rate + 19) / 20 + p_n);
-                    RETURN;
+                IF coalesce(pg_try_advisory_lock(v_key), true) THEN
+                    IF pg_sequence_last_value(v_seq) IS NOT DISTINCT FROM v_last THEN
+                        -- (after a wait, the allowance's start of now)
+                        PERFORM setval(v_seq, floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint
+                                              - (p_rate + 19) / 20 + p_n);
+                        PERFORM pg_advisory_unlock(v_key);
+                        RETURN;
+                    END IF;
+                    PERFORM pg_advisory_unlock(v_key);
                 END IF;
                 EXIT WHEN pg_sequence_last_value(v_seq) IS DISTINCT FROM v_last
                        OR clock_timestamp() >= v_until;
