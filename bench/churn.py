@@ -623,6 +623,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
     if twin:
         twin.t0 = t0
     backlog_now = load.backlog_now
+    twin_backlog_now = twin.backlog_now if twin else None
 
     def monitor() -> None:
         try:
@@ -652,6 +653,8 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                               "heap_bytes": row[1], "dead": row[2], "live": row[3],
                               "autovacuums": row[4], "xmin_age": row[5], "checkpoints": row[6],
                               "vacuuming": row[7], "blocks": row[8], "backlog": backlog_now()}
+                    if twin_backlog_now:  # the twin's too: a twin run dry gives its producers' rate
+                        sample["twin_backlog"] = twin_backlog_now()
                     if design.schemas:
                         sample["design_bytes"] = _design_bytes(mconn, design)
                     samples.append(sample)
@@ -759,6 +762,7 @@ def _run(server: db.Server, dbname: str, design: _Design, design_name: str, *, s
                 twin_deq, twin_enq = twin.per_second(seconds)
                 result.update(twin_deq_per_s=twin_deq, twin_enq_per_s=twin_enq, twin_check=twin_check.as_dict())
                 result.update(_twin_analysis(deq_s, twin_deq, holder_state, smooth=smooth))
+                result.update(_held_backlog(samples, holder_state, backlog, key="twin_backlog", prefix="twin"))
         if result.get("held_error"):  # no hold, or no rate to hold it against: nothing to grade
             problems.append(result["held_error"])
             result["ok"] = False
@@ -885,19 +889,22 @@ def _held_growth(samples: list[dict[str, Any]], enq_s: list[int], hold: dict[str
 DRY_SHARE = 0.02
 
 
-def _held_backlog(samples: list[dict[str, Any]], hold: dict[str, Any], backlog: int) -> dict[str, Any]:
+def _held_backlog(samples: list[dict[str, Any]], hold: dict[str, Any], backlog: int, *, key: str = "backlog",
+                  prefix: str = "held") -> dict[str, Any]:
     """The lowest backlog from the start of the hold to 5 s after it (the once-a-second monitor's
     count: produced less finished), and whether it ran out: reached zero, or fell under
     DRY_SHARE of the run's starting backlog. Then the consumers were waiting for the producers,
     and the rate measured theirs: the run's backlog was too small for its length, or (PgQ, whose
     one consumer reads batches of a tick's events) the consumer drew the backlog down faster than
-    the producers fill it and then ran a tick or two behind them."""
+    the producers fill it and then ran a tick or two behind them. The twin's (key twin_backlog,
+    prefix twin) over the same seconds: a twin run dry has its producers' rate, which makes the
+    held load's rate against it look better than it is."""
     if "start" not in hold or "end" not in hold:
         return {}
-    seen = [s["backlog"] for s in samples if hold["start"] <= s["t"] <= hold["end"] + 5]
+    seen = [s[key] for s in samples if key in s and hold["start"] <= s["t"] <= hold["end"] + 5]
     if not seen:
         return {}
-    return {"held_backlog_min": min(seen), "held_backlog_dry": min(seen) <= DRY_SHARE * backlog}
+    return {f"{prefix}_backlog_min": min(seen), f"{prefix}_backlog_dry": min(seen) <= DRY_SHARE * backlog}
 
 
 def held_dry(r: dict[str, Any]) -> bool:
@@ -909,6 +916,12 @@ def held_dry(r: dict[str, Any]) -> bool:
     if low is None:  # saved before the minimum was recorded: nothing says it ran out
         return False
     return bool(low <= 0 or low <= DRY_SHARE * r.get("backlog", 0))
+
+
+def twin_dry(r: dict[str, Any]) -> bool:
+    """Whether a held run's twin ran its backlog out (_held_backlog over the same seconds as the
+    held load's; runs saved before the twin's backlog was sampled count as not run out)."""
+    return bool(r.get("twin_backlog_dry"))
 
 
 def churn_dry(r: dict[str, Any]) -> bool:
@@ -991,5 +1004,6 @@ def run_held(server: db.Server, *, before: int, hold: int, after: int, producers
                 f"{r.get('held_produced', 0):,} messages produced"
                 + (f"; against its twin: slowest {r.get('twin_min_ratio') or 0:.2f}x, mean "
                    f"{r.get('twin_mean_ratio') or 0:.2f}x, recovery {r.get('twin_recovery_s')} s" if twin else "")
-                + ("; THE BACKLOG RAN OUT (the producers' rate)" if held_dry(r) else ""))
+                + ("; THE BACKLOG RAN OUT (the producers' rate)" if held_dry(r) else "")
+                + ("; THE TWIN'S BACKLOG RAN OUT (its producers' rate)" if twin_dry(r) else ""))
     return out

@@ -39,12 +39,25 @@ def _verdict(value: float | None, bound: float, *, at_least: bool = True) -> str
     if at_least:
         if value >= bound:
             return "PASS"
-        return f"MISS ({(1 - value / bound) * 100:.0f}% short)"
+        return f"MISS ({(1 - value / bound) * 100:.1f}% short)"
     if value <= bound:
         return "PASS"
     if value >= 2 * bound:
         return f"MISS ({value / bound:.0f}× the bound)"
-    return f"MISS ({(value / bound - 1) * 100:.0f}% over)"
+    return f"MISS ({(value / bound - 1) * 100:.1f}% over)"
+
+
+def _shown(value: float | None, bound: float, *, at_least: bool = True, digits: int = 2) -> str:
+    """A graded value as _fmt prints it, with more decimals where that rounding would meet the
+    bound and the verdict (on the value itself) says MISS, or the other way round: 0.897 against
+    ≥ 0.9 printed "0.90" beside "MISS (0% short)"."""
+    def meets(v: float) -> bool:
+        return v >= bound if at_least else v <= bound
+
+    if value is not None:
+        while digits < 6 and meets(float(f"{value:.{digits}f}")) != meets(value):
+            digits += 1
+    return _fmt(value, digits)
 
 
 def _paired(runs: list[dict[str, Any]], a: str, b: str) -> str:
@@ -126,6 +139,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
     if ops:
         for pass_name, p in ops["passes"].items():
             med = p["median"]
+            failed = _failed_keys(p.get("runs", []))
             tag = "durable" if pass_name == "durable" else "synchronous_commit off"
             for tgt, desc, a, b, bound in OPS_TARGETS:
                 if a not in ops["labels"] or b not in ops["labels"]:
@@ -134,9 +148,13 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                         rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", "n/a", f"≥ {bound}×",
                                      "not available on this server"))
                     continue
+                if a in failed or b in failed:  # a round that failed: failures() lists it
+                    rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", "FAILURE", f"≥ {bound}×",
+                                 "FAILURE"))
+                    continue
                 r = _ratio(med.get(a), med.get(b))
-                rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", _fmt(r, 2) + "×", f"≥ {bound}×",
-                             _verdict(r, bound)))
+                rows.append((tgt, f"{desc} ({ops['clients']} clients, {tag})", _shown(r, bound) + "×",
+                             f"≥ {bound}×", _verdict(r, bound)))
     rows += _worker_rows(results.get("worker"))
     dep = results.get("depth")
     if dep:
@@ -144,12 +162,15 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
             per = dep["shapes"].get(shape)
             if not per:
                 continue
+            what = (f"dequeue cost, worst ratio of the depths up to {int(dep['levels'][-1]):,} vs "
+                    f"{int(dep['levels'][0]):,}: {dep['labels'].get(shape, shape)}")
+            if _depth_failed(per):  # dequeues that found no message: failures() lists them
+                rows.append(("5", what, "FAILURE", "≤ 1.5×", "FAILURE"))
+                continue
             lat, buf = _depth_ratios(dep, shape)
             worst = max(lat or 0, buf or 0) or None
-            extra = ""
-            rows.append(("5", f"dequeue cost at {int(dep['levels'][-1]):,} vs {int(dep['levels'][0]):,}: "
-                              f"{dep['labels'].get(shape, shape)}{extra}",
-                         f"latency {_fmt(lat, 2)}×, buffers {_fmt(buf, 2)}×", "≤ 1.5×",
+            rows.append(("5", what, f"latency {_shown(lat, 1.5, at_least=False)}×, "
+                                    f"buffers {_shown(buf, 1.5, at_least=False)}×", "≤ 1.5×",
                          _verdict(worst, 1.5, at_least=False)))
     ch = results.get("churn")
     if ch and "pgqueue" in ch:
@@ -182,7 +203,7 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
                          CHURN_DRY if dry else "MISS (did not recover in the run)" if rec is None
                          else _verdict(rec, 60, at_least=False)))
             rows.append(("7", f"held xmin: slowest {_held_window(hx)} while held, vs baseline (proposed bound)",
-                         _fmt(hx.get("held_min_ratio"), 2), "≥ 0.50",
+                         _shown(hx.get("held_min_ratio"), 0.5), "≥ 0.50",
                          CHURN_DRY if dry else _verdict(hx.get("held_min_ratio"), 0.5)))
             if hx.get("after_minute_ratio") is not None:
                 rows.append(("7", f"held xmin: mean rate in the {_after_span(hx)} after the snapshot ends, "
@@ -195,21 +216,25 @@ def summary_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]
             if not r["ok"]:
                 rows.append(("8", f"wake-up latency ({tag})", "FAILURE", "", "FAILURE"))
                 continue
-            rows.append(("8", f"wake-up latency p50 ({tag})", f"{r['p50_ms']:.2f} ms", "< 5 ms",
+            rows.append(("8", f"wake-up latency p50 ({tag})", _shown(r["p50_ms"], 5, at_least=False) + " ms",
+                         "< 5 ms",
                          _verdict(r["p50_ms"], 5, at_least=False)))
-            rows.append(("8", f"wake-up latency p99 ({tag})", f"{r['p99_ms']:.2f} ms", "< 20 ms",
+            rows.append(("8", f"wake-up latency p99 ({tag})", _shown(r["p99_ms"], 20, at_least=False) + " ms",
+                         "< 20 ms",
                          _verdict(r["p99_ms"], 20, at_least=False)))
     st = results.get("stats")
     if st:
-        rows.append(("9", f"queue_stats on {st['messages']:,} messages, median", f"{st['median_ms']:.0f} ms",
-                     "< 500 ms", _verdict(st["median_ms"], 500, at_least=False)))
+        rows.append(("9", f"queue_stats on {st['messages']:,} messages, median",
+                     _shown(st["median_ms"], 500, at_least=False, digits=0) + " ms", "< 500 ms",
+                     _verdict(st["median_ms"], 500, at_least=False)))
         med = st["median"]
         for mode, desc in (("every_1s", "queue_stats every second"), ("back_to_back", "queue_stats back to back")):
             for side in ("produce_tps", "consume_tps"):
                 r = _ratio(med[mode][side], med["none"][side])
                 graded = mode == "every_1s"
                 rows.append(("9", f"{side.split('_')[0]}rs' rate with {desc} vs without",
-                             _fmt(r, 2) + "×", "≥ 0.95×" if graded else "(reported)",
+                             (_shown(r, 0.95) if graded else _fmt(r, 2)) + "×",
+                             "≥ 0.95×" if graded else "(reported)",
                              _verdict(r, 0.95) if graded else ""))
     rows += _groups_rows(results.get("groups"))
     return rows
@@ -239,7 +264,7 @@ def _groups_rows(gr: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
     for mode, desc in (("delete", "delete mode"), ("lease", "lease + complete")):
         r = tp["ratio"].get(mode)
         rows.append(("14", f"dequeue with {tp['groups']:,} groups vs without ({desc}, {tp['clients']} clients)",
-                     _fmt(r, 2) + "×", "≥ 0.8×", _verdict(r, 0.8)))
+                     _shown(r, 0.8) + "×", "≥ 0.8×", _verdict(r, 0.8)))
     fa = gr["fairness"]
     last = fa["last_first"]
     rows.append(("14", f"every small group's first message (one group of {fa['big']:,}, {fa['small']:,} groups of "
@@ -247,8 +272,9 @@ def _groups_rows(gr: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
                  f"≤ {fa['bound']:,}", "PASS" if last and last <= fa["bound"] else "MISS"))
     for axis in ("messages", "groups"):
         a = gr["flat"][axis]
-        rows.append(("14", f"dequeue time, {a['small'][axis]:,} against {a['large'][axis]:,} {axis}",
-                     _fmt(a["ratio_ms"], 2) + "×", "≤ 1.5×", _verdict(a["ratio_ms"], 1.5, at_least=False)))
+        rows.append(("14", f"dequeue time, {a['large'][axis]:,} against {a['small'][axis]:,} {axis}",
+                     _shown(a["ratio_ms"], 1.5, at_least=False) + "×", "≤ 1.5×",
+                     _verdict(a["ratio_ms"], 1.5, at_least=False)))
     rl = gr["rate"]
     err = rl["error"]
     rows.append(("14", f"rate limit {rl['rate']}/s over {rl['seconds']:.0f} s: delivered against the limit",
@@ -257,12 +283,19 @@ def _groups_rows(gr: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
     return rows
 
 
+def _failed_keys(runs: list[dict[str, Any]]) -> set[str]:
+    """The keys of an ops pass or the worker section with a failed round: their median is of the
+    other rounds, so they print FAILURE in place of the number, as a failed check does."""
+    return {r["key"] for r in runs if not r.get("ok")}
+
+
 def _worker_rows(wk: dict[str, Any] | None) -> list[tuple[str, str, str, str, str]]:
     """Issue 13's end-to-end targets: the worker against the SQL lease cycle and PgQueuer."""
     rows: list[tuple[str, str, str, str, str]] = []
     if not wk:
         return rows
     med = wk["median"]
+    failed = _failed_keys(wk.get("runs", []))
     for desc, a, b, bound in WORKER_TARGETS:
         if b not in wk["labels"]:
             if b == "pgqueuer_tool" or (b != "pgqueuer" and "unavailable" not in wk) or (
@@ -275,10 +308,12 @@ def _worker_rows(wk: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
             continue
         r = _ratio(med.get(a), med.get(b))
         what = f"{desc} ({wk['processes']} processes)"
-        if bound is None:
+        if a in failed or b in failed:  # a round that failed: failures() lists it
+            rows.append(("i13", what, "FAILURE", f"≥ {bound}×" if bound else "(reported)", "FAILURE"))
+        elif bound is None:
             rows.append(("i13", what, _fmt(r, 2) + "×", "(reported)", ""))
         else:
-            rows.append(("i13", what, _fmt(r, 2) + "×", f"≥ {bound}×", _verdict(r, bound)))
+            rows.append(("i13", what, _shown(r, bound) + "×", f"≥ {bound}×", _verdict(r, bound)))
     return rows
 
 
@@ -319,23 +354,32 @@ def _held_rows(held: dict[str, Any] | None) -> list[tuple[str, str, str, str, st
                                  "(control)", ""))
                 continue
             # the backlog ran out during the hold or in the 5 s after it: the consumers waited for the
-            # producers, so the rates there are the producers', and the rate bounds are not graded
+            # producers, so the rates there are the producers', and the rate bounds are not graded; the
+            # row against the twin neither when the twin's ran out (its producers' rate, over the same span)
             dry = churn.held_dry(r)
             dry_verdict = "n/a (the backlog ran out: the producers' rate)"
+            twin_dry = dry or churn.twin_dry(r)
             rows.append(("H", f"{what}: slowest {r.get('held_smooth')} s while held vs before",
-                         _fmt(ratio, 2) + "×", "≥ 0.9×", dry_verdict if dry else _verdict(ratio, 0.9)))
+                         _shown(ratio, 0.9) + "×", "≥ 0.9×", dry_verdict if dry else _verdict(ratio, 0.9)))
             if r.get("twin_min_ratio") is not None:
                 twin = r["twin_min_ratio"]
                 rows.append(("H", f"{what}: the same against its twin (the same load beside it, not held back)",
-                             _fmt(twin, 2) + "×", "≥ 0.9×", dry_verdict if dry else _verdict(twin, 0.9)))
+                             _shown(twin, 0.9) + "×", "≥ 0.9×",
+                             dry_verdict if twin_dry else _verdict(twin, 0.9)))
             rec = r.get("recovery_s")
             rows.append(("H", f"{what}: back to ≥ 0.9× after the hold", "not within the run" if rec is None
                          else f"{rec} s", "≤ 5 s", dry_verdict if dry else
                          "MISS (not within the run)" if rec is None else _verdict(rec, 5, at_least=False)))
             growth = _held_growth_ratio(r)
             rows.append(("H", f"{what}: table + index growth during the hold vs the messages produced",
-                         _fmt(growth, 2) + "×", "≤ 1.0×", _verdict(growth, 1.0, at_least=False)))
+                         _shown(growth, 1.0, at_least=False) + "×", "≤ 1.0×",
+                         _verdict(growth, 1.0, at_least=False)))
     return rows
+
+
+def _depth_failed(per: dict[str, Any]) -> bool:
+    """Whether a depth shape's measurement failed: a level whose dequeues found no message."""
+    return any(r.get("empty") for r in per.values())
 
 
 def _depth_ratios(dep: dict[str, Any], shape: str) -> tuple[float | None, float | None]:
@@ -364,8 +408,8 @@ def _churn_rows(r: dict[str, Any], rate_what: str, size_what: str,
     if not r["ok"]:
         return [("6", failure_what, "FAILURE", "≥ 0.80", "FAILURE")]
     rate_verdict = CHURN_DRY if churn_dry(r) else _verdict(r.get("min_max_ratio"), 0.8)
-    return [("6", rate_what, _fmt(r.get("min_max_ratio"), 2), "≥ 0.80", rate_verdict),
-            ("6", size_what, _fmt(r.get("size_growth"), 2) + "×", "≤ 1.25× (bounded)",
+    return [("6", rate_what, _shown(r.get("min_max_ratio"), 0.8), "≥ 0.80", rate_verdict),
+            ("6", size_what, _shown(r.get("size_growth"), 1.25, at_least=False) + "×", "≤ 1.25× (bounded)",
              _verdict(r.get("size_growth"), 1.25, at_least=False))]
 
 
@@ -562,9 +606,10 @@ def _ops(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         passes = list(ops["passes"])
         w("| operation | " + " | ".join(f"{p.replace('_', ' ')}: msg/s (median)" for p in passes) + " |")
         w("|---|" + "---|" * len(passes))
+        failed = {p: _failed_keys(ops["passes"][p]["runs"]) for p in passes}
         for key, label in ops["labels"].items():
-            vals = [ops["passes"][p]["median"].get(key) for p in passes]
-            w(f"| {label} | " + " | ".join(_fmt(v) for v in vals) + " |")
+            cells = ["FAILURE" if key in failed[p] else _fmt(ops["passes"][p]["median"].get(key)) for p in passes]
+            w(f"| {label} | " + " | ".join(cells) + " |")
         w("")
         _retried(w, ops)
         w("Per-round ratios (min–max over rounds) for the targets:")
@@ -663,13 +708,17 @@ def _worker(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
         w("")
     _unavailable(w, wk.get("unavailable"))
     _img(w, plots.worker(wk, img / "worker_end_to_end.png"), out, "messages per second: worker, SQL, PgQueuer")
-    w("| what | msg/s (median) | each round | vs the worker |")
+    w("| what | msg/s (median) | each round | the worker vs this |")
     w("|---|---|---|---|")
+    failed = _failed_keys(wk["runs"])
     worker = wk["median"].get("worker")
     for key, label in wk["labels"].items():
         rounds = ", ".join(_fmt(r.get("msgs_per_s")) if r.get("ok") else "FAILURE"
                            for r in wk["runs"] if r["key"] == key)
         v = wk["median"].get(key)
+        if key in failed or "worker" in failed:
+            w(f"| {label} | {'FAILURE' if key in failed else _fmt(v)} | {rounds} | FAILURE |")
+            continue
         w(f"| {label} | {_fmt(v)} | {rounds} | {_fmt(_ratio(worker, v), 2)}× |")
     w("")
     how_taken = sorted({r["how"] for r in wk["runs"] if r["key"] == "worker" and r.get("how")})
@@ -772,10 +821,11 @@ def _depth(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
     w("| shape | " + " | ".join(f"{int(lv):,}: ms / buffers" for lv in levels) + " | worst ratio vs first |")
     w("|---|" + "---|" * (len(levels) + 1))
     for shape, per in dep["shapes"].items():
-        cells = [f"{per[lv]['latency_ms']:.3f} / {per[lv]['buffers']:.0f}" if lv in per else "n/a" for lv in levels]
+        cells = ["n/a" if lv not in per else "FAILURE" if per[lv].get("empty")
+                 else f"{per[lv]['latency_ms']:.3f} / {per[lv]['buffers']:.0f}" for lv in levels]
         lat, buf = _depth_ratios(dep, shape)
         w(f"| {dep['labels'].get(shape, shape)} | " + " | ".join(cells)
-          + f" | latency {_fmt(lat, 2)}×, buffers {_fmt(buf, 2)}× |")
+          + (" | FAILURE |" if _depth_failed(per) else f" | latency {_fmt(lat, 2)}×, buffers {_fmt(buf, 2)}× |"))
     w("")
     w("Where the buffers go at the deepest level (one call under auto_explain, nested statements):")
     w("")
@@ -922,7 +972,9 @@ def _held(w: Any, results: dict[str, Any], img: Path, out: Path) -> None:
                   f"| {_fmt(r.get('twin_min_ratio'), 2)}× ({r.get('held_smooth')} s) "
                   f"| {_fmt(r.get('twin_mean_ratio'), 2)}× "
                   f"| {'not within the run' if trec is None else str(trec) + ' s'} "
-                  f"| {r.get('twin_check', {}).get('summary', '?')} |")
+                  f"| {r.get('twin_check', {}).get('summary', '?')}"
+                  + ("; the twin's backlog ran out (under 2% of its start) during the hold or in the 5 s after "
+                     "it: its rate is its producers'" if churn.twin_dry(r) else "") + " |")
             w("")
 
 

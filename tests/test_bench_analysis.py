@@ -362,3 +362,196 @@ def test_a_measured_zero_is_a_miss_not_na() -> None:
             for m in ("delete", "lease") for q in ("plain", "grouped")]
     assert groups._ratios(runs) == {"delete": 0.0, "lease": 0.0}
     assert groups._ratios([r for r in runs if r["queue"] == "plain"]) == {"delete": None, "lease": None}
+
+
+# -- a second review: the twin's backlog, failed depths and rounds, labels, rounding ------------
+
+class _TwinDesign(_CountingDesign):
+    """The held load takes a token every 2 ms; its twin (database "twin") takes its own backlog
+    without a pause, so that only the twin's runs out."""
+
+    def __init__(self, backlog: int) -> None:
+        super().__init__(backlog)
+        self.twin_taken = churn._MP.Value("q", 0)
+
+    def _taken(self, conn: Any) -> Any:
+        return self.twin_taken if conn.dsn == "dbname=twin" else self.taken
+
+    def consume(self, conn: Any) -> int | None:
+        taken = self._taken(conn)
+        with taken.get_lock():
+            token = taken.value
+            if token >= self.backlog:
+                return None
+            taken.value += 1
+        if taken is self.taken:
+            time.sleep(0.002)
+        return int(token)
+
+    def remaining(self, conn: Any) -> list[int]:
+        return list(range(self._taken(conn).value, self.backlog))
+
+
+def test_twin_rows_not_graded_when_the_twins_backlog_ran_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--held-twin grades the held load's rate against its twin's, but only the held load's
+    backlog was sampled: a twin run dry had its producers' rate, which pushed the ratio up to a
+    PASS. The monitor now samples the twin's backlog too, and the row against the twin says the
+    backlog ran out when the twin's did over the same seconds."""
+    def connect(dsn: str, *args: Any, **kw: Any) -> _FakeConn:
+        conn = _FakeConn(lambda query: ("150000",) if "server_version_num" in query
+                         else (0, 0, 0, 0, 0, 0, 0, False, 0) if "pg_total_relation_size" in query else None)
+        conn.dsn = dsn  # type: ignore[attr-defined]
+        return conn
+
+    monkeypatch.setattr(churn.psycopg, "connect", connect)
+    r = churn._run(_FakeServer(), "fake", _TwinDesign(2000), "fake", seconds=3, window=1,  # type: ignore[arg-type]
+                   producers=0, consumers=1, backlog=2000, slack=0, hold=(1.0, 2.0), hold_case="0",
+                   main_table="fake", fault=None, log=lambda msg: None, twin_dbname="twin")
+    assert r["ok"], r["problems"]
+    assert r["samples"] and all("twin_backlog" in s for s in r["samples"])
+    assert r["twin_backlog_dry"] and r["twin_backlog_min"] <= 40
+    assert not r["held_backlog_dry"] and r["held_backlog_min"] > 40
+
+    run = {"ok": True, "held_min_ratio": 0.97, "held_smooth": 5, "recovery_s": 0, "held_growth_bytes": 0,
+           "held_produced": 10, "bytes_per_message": 100.0, "backlog": 2000, "twin_min_ratio": 0.97,
+           **{k: r[k] for k in ("held_backlog_min", "held_backlog_dry", "twin_backlog_min", "twin_backlog_dry")}}
+    held = {"designs": {"pgqueue": {"label": "pgqueue", "runs": {"a": run}}}}
+    verdicts = {what: verdict for _, what, _, _, verdict in report._held_rows(held)}
+    twin_rows = [v for what, v in verdicts.items() if "against its twin" in what]
+    assert twin_rows == ["n/a (the backlog ran out: the producers' rate)"]
+    assert all(v == "PASS" for what, v in verdicts.items() if "against its twin" not in what)
+    run["twin_backlog_dry"] = False
+    assert all(verdict == "PASS" for *_, verdict in report._held_rows(held))
+
+    monkeypatch.setattr(report.plots, "held_snapshots", lambda *args, **kwargs: None)
+    run.update(twin_backlog_dry=True, twin_deq_per_s=[], twin_baseline=100.0, check={"summary": "OK"},
+               twin_check={"summary": "OK"})
+    page = {"clients": 2, "backlog": 2000, "slack": 0, "before": 1, "hold": 1, "after": 1, "twin": True,
+            "cases": {"a": "a case"}, "designs": {"pgqueue": {"label": "pgqueue", "available": True,
+                                                             "producers": 0, "consumers": 1, "runs": {"a": run}}}}
+    lines: list[str] = []
+    report._held(lines.append, {"held": page}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+    assert "the twin's backlog ran out" in "\n".join(lines)
+
+
+def _depth_results(empty: int) -> dict[str, Any]:
+    def level(ms: float, buffers: int, empty: int = 0) -> dict[str, Any]:
+        return {"latency_ms": ms, "buffers": buffers, "empty": empty, "breakdown": []}
+
+    return {"levels": [1000, 10000, 1000000], "labels": {"ready": "ready backlog", "future": "future-scheduled"},
+            "samples": 5, "extra": [],
+            "shapes": {"ready": {"1000": level(1.0, 20), "10000": level(1.2, 20), "1000000": level(1.1, 21, empty)},
+                       "future": {"1000": level(1.0, 20), "10000": level(1.1, 20), "1000000": level(1.0, 20)}}}
+
+
+def test_a_depth_whose_dequeues_found_nothing_prints_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A depth whose dequeues found no message is a failure (failures(), exit 1), but target 5
+    graded its numbers PASS and the depth table printed them."""
+    dep = _depth_results(empty=3)
+    assert report.failures({"depth": dep}) == ["depth ready 1000000: 3 dequeues found no message"]
+    rows = {what.split(": ", 1)[1]: (measured, verdict)
+            for _, what, measured, _, verdict in report.summary_rows({"depth": dep})}
+    assert rows["ready backlog"] == ("FAILURE", "FAILURE")
+    assert rows["future-scheduled"] == ("latency 1.10×, buffers 1.00×", "PASS")
+    monkeypatch.setattr(report.plots, "depth", lambda *args, **kwargs: None)
+    lines: list[str] = []
+    report._depth(lines.append, {"depth": dep}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+    ready = next(line for line in lines if line.startswith("| ready backlog |"))
+    assert ready == "| ready backlog | 1.000 / 20 | 1.200 / 20 | FAILURE | FAILURE |"
+    assert "FAILURE" not in next(line for line in lines if line.startswith("| future-scheduled |"))
+
+
+def test_target5_label_says_the_worst_depth_not_the_deepest() -> None:
+    """Target 5's value is the highest ratio over every depth (here the middle one's latency),
+    but the label said "dequeue cost at <deepest> vs <first>"."""
+    rows = [(what, measured) for _, what, measured, _, _ in report.summary_rows({"depth": _depth_results(0)})]
+    assert rows[0] == ("dequeue cost, worst ratio of the depths up to 1,000,000 vs 1,000: future-scheduled",
+                       "latency 1.10×, buffers 1.00×")
+    assert rows[1][0].startswith("dequeue cost, worst ratio of the depths up to 1,000,000 vs 1,000: ready")
+    assert rows[1][1] == "latency 1.20×, buffers 1.05×"  # 1.2 is the 10,000 level's, not the deepest's
+
+
+def _worker_results(failed_key: str | None) -> dict[str, Any]:
+    keys = {"worker": 6000.0, "lease_cycle:pgqueue": 2000.0, "dequeue:pgqueue": 4000.0}
+    runs = [{"key": k, "round": rnd, "ok": not (k == failed_key and rnd == 1),
+             "msgs_per_s": None if k == failed_key and rnd == 1 else v} for k, v in keys.items() for rnd in range(3)]
+    return {"median": keys, "labels": {k: k for k in keys}, "runs": runs, "processes": 4, "concurrency": 4,
+            "messages": 1000, "sql_seconds": 5, "sql_transactions": None, "pgqueuer_seconds": 5, "repeats": 3,
+            "pgqueuer": {"available": True}, "unavailable": {}}
+
+
+def test_a_failed_round_prints_failure_not_the_median_of_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ops or worker key with a failed round (failures() lists it, exit 1) still got a median of
+    its other rounds in the summary and the tables: it now prints FAILURE, as a failed check does."""
+    runs = [{"key": k, "round": rnd, "clients": 4, "ok": not (k == "dequeue:pgqueue" and rnd == 1), "error": "x",
+             "msgs_per_s": 1000.0} for k in ("lease_cycle:pgqueue", "dequeue:pgqueue") for rnd in range(3)]
+    ops = {"clients": 4, "labels": {"lease_cycle:pgqueue": "lease", "dequeue:pgqueue": "dequeue"}, "unavailable": {},
+           "seconds": 5, "transactions": None, "repeats": 3,
+           "passes": {"durable": {"runs": runs, "median": {"lease_cycle:pgqueue": 700.0, "dequeue:pgqueue": 1000.0}}}}
+    assert report.failures({"ops": ops}) == ["ops dequeue:pgqueue (4 clients): x"]
+    assert [(r[2], r[4]) for r in report.summary_rows({"ops": ops})] == [("FAILURE", "FAILURE")]
+    lines: list[str] = []
+    report._ops(lines.append, {"ops": ops}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+    assert "| dequeue | FAILURE |" in lines and "| lease | 700 |" in lines
+
+    wk = _worker_results("lease_cycle:pgqueue")
+    rows = {what.split(" (4 processes)")[0]: (measured, verdict) for _, what, measured, _, verdict
+            in report._worker_rows(wk)}
+    assert rows[report.WORKER_TARGETS[0][0]] == ("FAILURE", "FAILURE")
+    assert rows[report.WORKER_TARGETS[-3][0]] == ("1.50×", "PASS")  # the worker vs the delete mode
+    monkeypatch.setattr(report.plots, "worker", lambda *args, **kwargs: None)
+    lines = []
+    report._worker(lines.append, {"worker": wk}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+    assert "| lease_cycle:pgqueue | FAILURE | 2,000, FAILURE, 2,000 | FAILURE |" in lines
+    assert "| dequeue:pgqueue | 4,000 | 4,000, 4,000, 4,000 | 1.50× |" in lines
+
+
+def test_ratio_labels_read_the_way_the_ratio_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14's flat cost is the large queue's time over the small one's, but its label read
+    "small against large"; the worker table's "vs the worker" column holds the worker over the
+    row. The labels now say so, in the report and in docs/benchmarks.md's quoted rows."""
+    def size(messages: int, groups: int, ms: float, buffers: int) -> dict[str, Any]:
+        return {"messages": messages, "groups": groups, "median_ms": ms, "buffers": buffers}
+
+    gr = {"throughput": {"ratio": {"delete": 0.9, "lease": 0.9}, "groups": 10000, "clients": 4},
+          "fairness": {"big": 1000000, "small": 1000, "per_group": 10, "last_first": 1001, "bound": 2000},
+          "flat": {"messages": {"small": size(1000, 1000, 0.436, 35), "large": size(1000000, 1000, 0.477, 53),
+                                "ratio_ms": 0.477 / 0.436},
+                   "groups": {"small": size(100000, 10, 0.510, 58), "large": size(100000, 100000, 0.466, 38),
+                              "ratio_ms": 0.466 / 0.510}},
+          "rate": {"rate": 500, "seconds": 60.0, "error": 0.0007}}
+    flat = [(what, measured) for _, what, measured, _, _ in report._groups_rows(gr) if "dequeue time" in what]
+    assert flat == [("dequeue time, 1,000,000 against 1,000 messages", "1.09×"),
+                    ("dequeue time, 100,000 against 10 groups", "0.91×")]
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    assert "| dequeue time, 1,000,000 against 1,000 messages (1,000 groups) | 1.09× (53 against 35 buffers) |" in docs
+    assert "| dequeue time, 100,000 against 10 groups (100,000 messages) | 0.91× (38 against 58 buffers) |" in docs
+
+    monkeypatch.setattr(report.plots, "worker", lambda *args, **kwargs: None)
+    lines: list[str] = []
+    report._worker(lines.append, {"worker": _worker_results(None)}, Path("/nonexistent"), Path("/nonexistent/b.md"))
+    assert "| what | msg/s (median) | each round | the worker vs this |" in lines
+    assert "| lease_cycle:pgqueue | 2,000 | 2,000, 2,000, 2,000 | 3.00× |" in lines  # 6,000 / 2,000
+    assert "vs the worker |" not in docs and "| what | msg/s (median) | each round | the worker vs this |" in docs
+
+
+def test_a_value_that_rounds_to_its_bound_is_printed_as_missed() -> None:
+    """Values print with 2 decimals and are graded unrounded: 0.897 against ≥ 0.9 read "0.90×"
+    beside "MISS (0% short)". Such a value now prints with the decimals that show the miss, and
+    the shortfall with one decimal."""
+    assert report._verdict(0.897, 0.9) == "MISS (0.3% short)"
+    assert report._verdict(1.503, 1.5, at_least=False) == "MISS (0.2% over)"
+    assert report._shown(0.897, 0.9) == "0.897" and report._shown(0.95, 0.9) == "0.95"
+    assert report._shown(0.8999, 0.9) == "0.8999" and report._shown(0.9, 0.9) == "0.90"
+    assert report._shown(1.503, 1.5, at_least=False) == "1.503" and report._shown(None, 0.9) == "n/a"
+    ops = {"clients": 4, "labels": {"lease_cycle:pgqueue": "lease", "dequeue:pgqueue": "dequeue"},
+           "passes": {"durable": {"median": {"lease_cycle:pgqueue": 598.2, "dequeue:pgqueue": 1000.0}}}}
+    assert [(r[2], r[4]) for r in report.summary_rows({"ops": ops})] == [("0.598×", "MISS (0.3% short)")]
+    run = {"ok": True, "held_min_ratio": 0.897, "held_smooth": 5, "recovery_s": 0, "held_growth_bytes": 0,
+           "held_produced": 10, "bytes_per_message": 100.0, "held_backlog_min": 500, "backlog": 1000}
+    rows = report._held_rows({"designs": {"pgqueue": {"label": "pgqueue", "runs": {"a": run}}}})
+    assert (rows[0][2], rows[0][4]) == ("0.897×", "MISS (0.3% short)")
+    dep = _depth_results(0)
+    dep["shapes"]["ready"]["10000"]["latency_ms"] = 1.503
+    measured, verdict = next((m, v) for _, what, m, _, v in report.summary_rows({"depth": dep}) if "ready" in what)
+    assert (measured, verdict) == ("latency 1.503×, buffers 1.05×", "MISS (0.2% over)")
