@@ -88,13 +88,16 @@ def test_major_minor_reads_a_release_and_nothing_else() -> None:
         (0, 4), (0, 4), (12, 30), None, None, None, None, None]
 
 
-def test_a_version_record_that_is_no_release_is_refused_as_older(bare_dsn: str) -> None:
-    """A hand-edited version that is no major.minor ("dev") is a VersionMismatch that says to
-    upgrade the database (a TypeError comparing None with the client's numbers otherwise), and of
-    several rows the highest release is what is installed."""
+def test_a_version_record_that_is_no_release_is_refused(bare_dsn: str) -> None:
+    """A hand-edited plain version record that is no major.minor ("dev") is a VersionMismatch (a
+    TypeError comparing None with the client's numbers otherwise) with the installer's advice: it
+    said older, to run `pgqueue install`, which refuses such a record (no upgrade path starts
+    there), so the advice looped (a review). Of several rows the highest release is what is
+    installed; an extension's unreadable version is told to update."""
     with psycopg.connect(plain_install(bare_dsn, "dev"), autocommit=True) as conn:
-        with pytest.raises(VersionMismatch, match="has pgqueue dev \\(plain\\), older than this client"):
+        with pytest.raises(VersionMismatch, match="has pgqueue 'dev' \\(plain\\), no version this client") as exc:
             check_server(conn)
+        assert "pgqueue uninstall --yes" in str(exc.value) and "with `pgqueue install`" not in str(exc.value)
         conn.execute("INSERT INTO pgqueue.install (version) VALUES (%s), ('0.1'), (NULL)", [CLIENT])
         assert check_server(conn) == ServerPgQueue(CLIENT, "plain")
     mismatch = version_mismatch(ServerPgQueue("", "extension"))

@@ -180,6 +180,13 @@ def version_mismatch(installed: ServerPgQueue) -> VersionMismatch | None:
     assert ours is not None
     client = f"{DISTRIBUTION} {__version__}"
     want = f"{ours[0]}.{ours[1]}"
+    if theirs is None and installed.kind == "plain":  # (pgqueue install refuses it: no upgrade path starts there)
+        hint = ("the version record does not match a released version (a half-applied or hand-edited "
+                "install): check what schema pgqueue holds, or drop it (`pgqueue uninstall --yes`) and "
+                "install again")
+        return VersionMismatch(
+            f"the database has pgqueue {installed.version!r} ({installed.kind}), no version this client "
+            f"({client}, which needs {want}) knows: {hint}", hint=hint)
     if theirs is None or theirs < ours:
         how = ("`pgqueue install`, or ALTER EXTENSION pgqueue UPDATE as the extension's owner (from 0.1 or 0.2 "
                "with the workers stopped: it can deadlock with them)" if installed.kind == "extension"
