@@ -1764,6 +1764,13 @@ def test_a_database_with_an_older_pgqueue_is_told_apart_from_none(pg_server: Ser
         assert info.value.sqlstate == "42883"
         assert "no such function or table" in str(info.value) and "older than this client" in str(info.value)
         assert "pgqueue install --dsn" in str(info.value) and info.value.hint is not None
+        # calls that read a column 0.3 lacks (queue_list()'s group_concurrency, dead letters'
+        # queue_id) were a bare PgQueueError (42703) that said nothing of the version (a review)
+        with Queue(pg_server.dsn(name)) as q:
+            for call in (q.settings, q.dead_letters):
+                with pytest.raises(errors.ExtensionNotInstalled) as info:
+                    call()
+                assert info.value.sqlstate == "42703" and "older than this client" in str(info.value)
     finally:
         drop_database(pg_server, name)
 

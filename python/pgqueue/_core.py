@@ -89,12 +89,12 @@ class Call(Generic[T]):
             be held in the connection's or the database's encoding (InvalidArgument with
             SQLSTATE 22P05): a failure's error text in ASCII escapes (:func:`_error_in_ascii_too`).
         read_committed: the statement needs READ COMMITTED (PQ009 otherwise: ``queue_create``,
-            ``queue_alter``, ``queue_drop``). On an autocommit connection outside a transaction
-            (pgqueue's own, the command line's, a caller's) the client runs it in a READ
-            COMMITTED transaction of its own, and as the first statement of a pool's lent
-            connection it sets that transaction's level, so that a database or role that
-            defaults to REPEATABLE READ does not refuse it; in a caller's transaction it runs
-            at the caller's level.
+            ``queue_alter``, ``queue_drop``). On a connection that is the call's alone
+            (pgqueue's own, the command line's, a pool's lent one) the client runs it in a
+            READ COMMITTED transaction of its own (on an autocommit one again, after a PQ009;
+            as the first statement of a lent one in a transaction, by setting its level), so
+            that a database or role that defaults to REPEATABLE READ does not refuse it; on a
+            connection the caller passed, autocommit or not, it runs at the level there.
         again_on_40001: a refusal with 40001 is answered by running the statement again (an
             enqueue with an idempotency key whose insert waited while the key's message left
             within its window: the second run returns the id that keeps the key). The client

@@ -15,8 +15,8 @@ ConsumerInUse            PQ005                  another Spark query holds the co
 ConsumerNotFound         PQ006                  the Spark consumer does not exist
 StagedRowsMissing        PQ007                  a Spark publish finds staged rows missing
 UnsafeSchema             PQ008                  install/upgrade into a schema pgqueue not safe
-NeedsReadCommitted       PQ009                  queue_create/_drop, a max_size change, a new key
-                                                (key window) outside READ COMMITTED
+NeedsReadCommitted       PQ009                  queue_create/_drop, a max_size or group_concurrency
+                                                change, a new key (key window) outside READ COMMITTED
 SerializationFailure     40001                  a REPEATABLE READ / SERIALIZABLE snapshot is too old
 DeadlockDetected         40P01                  the server broke a deadlock by ending this transaction
 InvalidQueueName         42602                  the name breaks the queue-name rule (a NUL in it:
@@ -26,7 +26,8 @@ InvalidArgument          22023, 22004,          a bad or NULL argument (also rai
                          22P02, 22021,          a malformed value (JSON, a uuid), a text
                                                 that is not UTF-8 (a SQL_ASCII database);
                          none                   a parameter psycopg refuses to send (a text with NUL)
-ExtensionNotInstalled    3F000, 42883, 42P01    the pgqueue schema, or a function or table of it, is missing
+ExtensionNotInstalled    3F000, 42883, 42P01,   the pgqueue schema, or a function, table or column of it,
+                         42703                  is missing
 VersionMismatch          (client-side)          the database's pgqueue is older or newer
 ConnectionFailed         08xxx, 57P01-03,       the server cannot be reached or the link broke
                          57P05, 25P03, none     (the server ended the session, an idle timeout)
@@ -182,7 +183,7 @@ class UnsupportedPayload(InvalidArgument, TypeError):
 class ExtensionNotInstalled(PgQueueError):
     """The database has no pgqueue (3F000: no schema), or its pgqueue lacks the function or
     table called (42883, 42P01: not installed, or older than this client; :func:`pgqueue.check_server`
-    tells which)."""
+    tells which) or a column the call reads (42703: older than this client)."""
 
 
 class VersionMismatch(PgQueueError):
@@ -292,6 +293,13 @@ def translate(exc: psycopg.Error) -> PgQueueError:
         else:  # the schema is there: not the extension, or one older than this client
             what = (f"this database's pgqueue has no such function or table ({message}): it is not "
                     "installed, or older than this client (pgqueue.check_server says which)")
+        return ExtensionNotInstalled(f"{what}: {INSTALL_HINT}", sqlstate=sqlstate, hint=INSTALL_HINT, detail=detail)
+    if sqlstate == "42703":
+        # undefined column: the client's statements read only pgqueue's functions and tables, so a
+        # column they name is missing in a release older than this client (0.3's queue_list()
+        # has no group_concurrency); the message names the client's alias, not pgqueue
+        what = (f"this database's pgqueue has no such column ({message}): it is older than this client "
+                "(pgqueue.check_server says which)")
         return ExtensionNotInstalled(f"{what}: {INSTALL_HINT}", sqlstate=sqlstate, hint=INSTALL_HINT, detail=detail)
     if sqlstate is not None and sqlstate in _BY_SQLSTATE:
         return _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate, hint=hint, detail=detail)
