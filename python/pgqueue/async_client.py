@@ -818,7 +818,8 @@ class AsyncQueue:
         action = action or _core.outcome(exc)
         if action == "complete":
             if not await self._settle_call(_core.complete(msg), committed):
-                logger.warning("message %s on queue %s could not be completed: its lease was lost",
+                logger.warning("message %s on queue %s could not be completed: its lease was lost "
+                               "(or the block completed, deferred, failed or rejected it itself)",
                                msg.id, msg.queue)
             return
         assert exc is not None

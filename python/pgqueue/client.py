@@ -855,7 +855,9 @@ class Queue:
         """Dequeue one message for the ``with`` block and settle it when the block ends.
 
         ``with queue.receive() as msg:`` gives None if no message is due. Otherwise, when the
-        block returns the message is completed; when it raises an ``Exception`` the message is
+        block returns the message is completed (a block that settled it itself, with
+        ``complete``, ``defer``, ``fail`` or ``reject``, leaves nothing to complete, and a
+        warning says the completion found its lease gone); when it raises an ``Exception`` the message is
         failed with it (retry after back-off, or dead letter; :class:`pgqueue.Reject`, or an
         exception group whose leaves are all Rejects: dead letter now) and the exception
         propagates; when it is interrupted (KeyboardInterrupt, SystemExit, or a
@@ -1006,7 +1008,8 @@ class Queue:
         action = action or _core.outcome(exc)
         if action == "complete":
             if not self._settle_call(_core.complete(msg), committed):
-                logger.warning("message %s on queue %s could not be completed: its lease was lost",
+                logger.warning("message %s on queue %s could not be completed: its lease was lost "
+                               "(or the block completed, deferred, failed or rejected it itself)",
                                msg.id, msg.queue)
             return
         assert exc is not None
