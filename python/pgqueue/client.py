@@ -725,7 +725,8 @@ class Queue:
     # -- consuming ---------------------------------------------------------------------
 
     def dequeue(self, limit: int = 1, *, lock_ms: int | None = None) -> list[Message]:
-        """Take up to ``limit`` deliverable messages, without waiting for other consumers.
+        """Take up to ``limit`` deliverable messages, skipping those other consumers hold
+        (SKIP LOCKED; the few waits there are: README, "Dequeue: the three delivery modes").
 
         Parameters:
             limit: the most messages to return (1 to 10000).

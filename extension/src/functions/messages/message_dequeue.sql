@@ -328,4 +328,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION pgqueue.message_dequeue(text, integer, bigint) IS
-    'Hand out up to p_limit deliverable messages (expired leases first, then by dequeue_at, id) without waiting on other consumers; p_lock_ms NULL = queue lease, 0 = delete on dequeue';
+    'Hand out up to p_limit deliverable messages (expired leases first, then by dequeue_at, id), skipping rows other consumers hold (SKIP LOCKED); p_lock_ms NULL = queue lease, 0 = delete on dequeue';
