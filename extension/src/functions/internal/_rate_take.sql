@@ -39,6 +39,7 @@ DECLARE
     v_last  bigint;
     v_key   bigint;
     v_until timestamptz;
+    v_round integer := 0;  -- the wait's rounds: 200 at most too, should the clock step back
 BEGIN
     IF p_n > 0 THEN
         v_slot := floor(pgqueue.now_ms()::numeric * p_rate / 1000)::bigint;
@@ -59,8 +60,9 @@ BEGIN
                     PERFORM pg_advisory_unlock(v_key);
                 END IF;
                 EXIT WHEN pg_sequence_last_value(v_seq) IS DISTINCT FROM v_last
-                       OR clock_timestamp() >= v_until;
+                       OR clock_timestamp() >= v_until OR v_round >= 200;
                 PERFORM pg_sleep(0.001);
+                v_round := v_round + 1;
             END LOOP;
         ELSIF v_last < v_floor + (p_rate + 99) / 100 THEN
             -- within a hundredth of a second's slots of the floor: a consumer that reads the
@@ -73,8 +75,10 @@ BEGIN
                 RETURN;
             END IF;
             v_until := clock_timestamp() + interval '200 ms';  -- its re-base: wait for its write
-            WHILE pg_sequence_last_value(v_seq) IS NOT DISTINCT FROM v_last AND clock_timestamp() < v_until LOOP
+            WHILE pg_sequence_last_value(v_seq) IS NOT DISTINCT FROM v_last AND clock_timestamp() < v_until
+                  AND v_round < 200 LOOP
                 PERFORM pg_sleep(0.001);
+                v_round := v_round + 1;
             END LOOP;
         END IF;
         PERFORM nextval(v_seq) FROM generate_series(1, p_n);
