@@ -464,31 +464,3 @@ def test_re_bases_leave_no_lock_behind(conn: psycopg.Connection[Any]) -> None:
                             "AND pid = pg_backend_pid()").fetchone()
         assert held == (0,), held
 
-
-def test_a_take_near_the_floor_is_not_written_over_by_a_re_base(conn: psycopg.Connection[Any], dsn: str) -> None:
-    """A consumer whose clock did not yet find the counter idle takes its slots with nextval; one
-    whose clock read came a moment later re-bases from the same value, and its check-then-setval
-    could write over that nextval (a review, by pausing sessions on purpose). A take within a
-    hundredth of a second's slots of the floor holds the re-base's key shared: here a second
-    connection holds the key, as a re-base between its check and its write, and the take (on a
-    clock stopped with the value at the floor: not idle) waits for its write and takes on top.
-    Before, it took at once, and the re-base's write took its slots back."""
-    rate = 100
-    conn.execute("CREATE OR REPLACE FUNCTION pgqueue.now_ms() RETURNS bigint LANGUAGE sql VOLATILE "
-                 "RETURN 1800000000000")  # (this database's clock, stopped)
-    conn.execute("SELECT pgqueue.queue_create('rn', p_rate_limit => %s)", (rate,))
-    qid, seq = _rate_seq(conn, "rn")
-    floor = 1800000000000 * rate // 1000 - (rate + 19) // 20
-    for _ in range(3):
-        conn.execute("SELECT setval(%s::regclass, %s)", (seq, floor))  # at the floor: not idle
-        with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as taker:
-            holder.execute("SELECT pg_advisory_xact_lock(pgqueue._rate_key(%s, %s, %s))", (qid, rate, floor))
-            t = threading.Thread(target=lambda: taker.execute("SELECT pgqueue._rate_take(%s, %s, 2)", (qid, rate)))
-            t.start()
-            assert _waits(conn, taker.info.backend_pid, t), "the take near the floor did not wait for the re-base"
-            holder.execute("SELECT setval(%s::regclass, %s)", (seq, floor + 3))  # the re-base's write
-            holder.commit()
-            t.join(10)
-        if _last(conn, seq) == floor + 5:
-            return
-    raise AssertionError(f"the take's slots were written over: {_last(conn, seq)}, not {floor + 5}")
