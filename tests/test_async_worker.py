@@ -608,6 +608,33 @@ def test_a_handler_whose_own_task_is_cancelled_from_outside_is_given_back_with_o
     assert queue.dead_letters() == [] and queue.stats().total == 0
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_handler_that_ended_as_the_shutdown_came_keeps_its_outcome(dsn: str, timeout: float | None) -> None:
+    """stop(now=True) that lands between a handler's end and its delivery's next turn (a second
+    signal as a handler returns) finds the delivery unfinished; the handler ran to its end, so
+    its message is acknowledged, with a timeout as without (with one, the handler runs in a task
+    of its own, and the message was given back to run again, its attempt spent: a review)."""
+    queue = make_queue(dsn, lock_ms=60000)
+    msg_id = queue.enqueue("x")
+    results: list[Result] = []
+    worker: AsyncWorker | None = None
+
+    async def handler(msg: Message) -> None:
+        await asyncio.sleep(0.05)
+        assert worker is not None
+        worker.stop(now=True)  # the handler returns right after: the stop finds it unfinished
+
+    async def main() -> None:
+        nonlocal worker
+        worker = AsyncWorker(AsyncQueue(dsn, "jobs"), handler, concurrency=1, handle_signals=False,
+                             timeout=timeout, on_result=results.append)
+        await asyncio.wait_for(worker.run(), 30)
+
+    asyncio.run(main())
+    assert [(r.message.id, r.outcome, r.acknowledged) for r in results] == [(msg_id, "completed", True)]
+    assert queue.stats().total == 0
+
+
 async def swallowing_cancellations(seconds: float, cancelled: asyncio.Event | None = None) -> float:
     """A handler's body that runs on through every cancellation for ``seconds`` (setting
     ``cancelled`` at each); returns how long it ran."""

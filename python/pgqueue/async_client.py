@@ -656,7 +656,9 @@ class AsyncQueue:
         ``asyncio.timeout`` around the ``async with``) gives back the message the server had
         leased already, if any, and the block does not run. While the block runs, an asyncio
         task extends the lease every third of it on a separate connection (see
-        :meth:`pgqueue.Queue.receive`).
+        :meth:`pgqueue.Queue.receive`), on the block's own loop: a block that blocks the loop
+        (``time.sleep``, a blocking client) holds the heartbeats up, and a lease it outlasts runs
+        out (blocking work goes to ``asyncio.to_thread``).
 
         Raises:
             InvalidArgument: lock_ms is 0. And what the block raises.

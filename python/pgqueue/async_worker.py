@@ -20,7 +20,11 @@ message is given back all the same, and whatever its task does later is ignored.
 Handler timeouts: unlike a thread, a coroutine can be stopped. Past ``timeout`` its task is
 cancelled and the message failed with ``HandlerTimeout``; a handler that swallows the
 cancellation still has its result ignored, and is let go 2 s later if it has not ended, or at
-once when the worker stops meanwhile (the message failed, its slot freed).
+once when the worker stops meanwhile (the message failed, its slot freed). The timeout and the
+heartbeats run on the handlers' loop: a handler that blocks it (``time.sleep``, a blocking
+client) holds both up, so its timeout is not kept and a lease it outlasts runs out (blocking
+work goes to ``asyncio.to_thread``). A handler that has ended when a stop finds its delivery
+unfinished (the moment before its task runs on) keeps its outcome.
 
 Cancelling :meth:`AsyncWorker.run` stops the worker as ``stop(now=True)`` does, then the
 cancellation goes on; a database call in flight is awaited first (see ``_do``).
@@ -451,7 +455,7 @@ class AsyncWorker(WorkerCore):
             return exc
         return None
 
-    async def _call_within(self, msg: Message, limit: float) -> tuple[BaseException | None, bool, bool]:
+    async def _call_within(self, d: Delivery, limit: float) -> tuple[BaseException | None, bool, bool]:
         """:meth:`_call` with a time limit: (what it raised, whether it ran out of time, whether
         the handler's task was cancelled from outside the worker). The handler runs in a task of
         its own, cancelled at ``limit``; one that has not ended
@@ -460,11 +464,25 @@ class AsyncWorker(WorkerCore):
         slot freed (awaited inline, it held both until it returned: a review; the ``Worker``
         gives up a thread the same way). A cancellation of this delivery's task (the shutdown)
         before the limit is passed on to the handler's, which is awaited as before; one within
-        those seconds after it lets the handler go at once, its message failed all the same."""
+        those seconds after it lets the handler go at once, its message failed all the same. A
+        cancellation that finds the handler already ended (it came between the handler's end and
+        this task's next turn) leaves its outcome standing, as it stands inline."""
+        msg = d.message
         handler = asyncio.ensure_future(self._call(msg))
         try:
             await asyncio.wait({handler}, timeout=limit)
         except asyncio.CancelledError:
+            if handler.done() and not handler.cancelled():
+                # The shutdown (stop(now=True), or its grace running out) found this delivery
+                # unfinished in the moment between its handler's end and this task's turn: the
+                # handler ran to its end, so its outcome stands and the message is settled by it,
+                # not given back to run again (it was, its log saying the handler had not
+                # finished, where a handler awaited inline had its outcome: a review)
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                d.released = False
+                return handler.result(), False, False
             handler.cancel()
             await asyncio.wait({handler})  # (a cancellation again: given up, as inline)
             raise
@@ -515,7 +533,7 @@ class AsyncWorker(WorkerCore):
             if limit is None:
                 error = await self._call(d.message)
             else:
-                error, timed_out, released = await self._call_within(d.message, limit)
+                error, timed_out, released = await self._call_within(d, limit)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if d.released or (task is not None and task.cancelling() > 0):

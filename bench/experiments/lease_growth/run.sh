@@ -12,7 +12,9 @@
 #   HOLD      seconds of a held snapshot (case a: REPEATABLE READ that read another table; 60)
 #   BACKLOG   messages enqueued and vacuumed before each design's run (default 20000)
 #   CONSUMERS pgbench clients consuming (default 4; 2 produce)
-# DESIGNS (environment): which of the designs below to run, in order (default "delete update narrow")
+# DESIGNS (environment): which of the designs below to run, in order (default "delete update narrow";
+#   "hot" is run only when named)
+# FILLFACTOR (environment): the hot design's table fillfactor (default 50)
 # The designs, each on a fresh copy of the table, one after the other:
 #   delete  the take deletes the message (delete mode)
 #   update  the lease is an UPDATE of the message's row (locked_until, attempts: pgqueue's lease,
@@ -21,6 +23,10 @@
 #           messages that have one (NOT EXISTS); the completion deletes both rows, the message's
 #           first (deleting the lease first deadlocked with a take that had locked the message
 #           and waited on the lease's key)
+#   hot     update's statements on a table that no index reads locked_until or attempts of (the
+#           ready index without its predicate, no index of the leases) and whose pages keep
+#           free space (FILLFACTOR): a lease is then a HOT update, its new version on the same
+#           page and no new index entry; the take filters leased messages on the row
 # Each consumer walks from its own last take (a client-side cursor, as held_pgbench/run.sh's
 # bare mode), so that no design walks the hold's dead entries from the bottom; the narrow
 # design's consumers may still fall behind (their completions wait on takes: docs/performance.md,
@@ -30,7 +36,7 @@
 # produced and consumed during it, and growth over produced x bytes a live message: the bench's
 # "growth vs their size" (bench/report.py, _held_growth_ratio); then the same less the growth of
 # the live set (consumers that fell behind leave live messages, not bloat), and the consumers'
-# mean latency a run of their script.
+# mean latency a run of their script, and the table's updates and how many of them were HOT.
 set -euo pipefail
 CONN=${1:?conninfo}; RATE=${2:-500}; HOLD=${3:-60}; BACKLOG=${4:-20000}; NC=${5:-4}
 DB=lease_growth
@@ -96,6 +102,21 @@ CREATE TABLE lg.lease (id bigint PRIMARY KEY, queue_id integer NOT NULL, until b
 CREATE INDEX ON lg.lease (queue_id, until, id);
 SQL
   [ "$design" = narrow ] || psql "$D" -qX -c "DROP TABLE lg.lease" >/dev/null
+  if [ "$design" = hot ]; then
+    # no index reads locked_until or attempts (the ready index without its predicate, no index
+    # of the leases), so that a lease is a HOT update when its page has room, which the table's
+    # fillfactor leaves: the take filters leased messages on the row, not in the index
+    psql "$D" -qX -v ON_ERROR_STOP=1 >/dev/null <<SQL
+ALTER TABLE lg.m SET (fillfactor = ${FILLFACTOR:-50});
+DO \$\$ DECLARE r record; BEGIN
+  FOR r IN SELECT indexrelid::regclass AS i FROM pg_index WHERE indrelid = 'lg.m'::regclass
+              AND pg_get_indexdef(indexrelid) ~ 'locked_until|attempts' LOOP
+    EXECUTE format('DROP INDEX %s', r.i);
+  END LOOP;
+END \$\$;
+CREATE INDEX m_ready_all ON lg.m (queue_id, dequeue_at, id);
+SQL
+  fi
   E=$(size)
   psql "$D" -qX -v ON_ERROR_STOP=1 >/dev/null <<SQL
 INSERT INTO lg.m (id, queue_id, dequeue_at, attempts, created_at, content)
@@ -109,7 +130,7 @@ SQL
   # (planned on the statistics of an empty lg.lease, the narrow design's take read it whole,
   # dead rows and all once the hold had piled them up: 74 ms to 4.7 s a script run on average,
   # the consumers falling behind; every design's statements are meant to be index probes)
-  (cd "$W" && PGOPTIONS="$PGOPTIONS -c enable_seqscan=off -c enable_hashjoin=off -c enable_mergejoin=off" pgbench -n -f "$design.sql" -D k=0 -D i=0 -c "$NC" -j 2 -R "$RATE" -T "$T" --aggregate-interval=1 -l --log-prefix="c_$design" "$D" >"c_$design.out" 2>&1) &
+  (cd "$W" && PGOPTIONS="$PGOPTIONS -c enable_seqscan=off -c enable_hashjoin=off -c enable_mergejoin=off" pgbench -n -f "${design/hot/update}.sql" -D k=0 -D i=0 -c "$NC" -j 2 -R "$RATE" -T "$T" --aggregate-interval=1 -l --log-prefix="c_$design" "$D" >"c_$design.out" 2>&1) &
   PC=$!
   sleep 10
   S0=$(size); H0=$(date +%s)
@@ -137,5 +158,7 @@ print(f"{design:7} live message {per:.0f} bytes; growth during the {h1 - h0}-s h
 PY
   grep -h "aborted\|failed transactions: [1-9]" "$W/c_$design.out" "$W/p_$design.out" || true
   sed -n 's/^latency average = \(.*\)/  consumers: latency average \1 a script run/p' "$W/c_$design.out"
+  sleep 1  # (the consumers' statistics reach the shared counters when their backends end)
+  psql "$D" -qXAt -c "SELECT format('  updates %s, of them HOT %s', n_tup_upd, n_tup_hot_upd) FROM pg_stat_user_tables WHERE relid = 'lg.m'::regclass"
 done
 rm -rf "$W"
