@@ -2784,3 +2784,26 @@ def test_a_connection_the_server_ended_while_idle_is_opened_again_for_the_call(
             time.sleep(1.2)
         assert (mine.stats().ready, mine.stats().leased) == (1, 0)
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == []
+
+
+def test_a_payload_a_text_reader_could_not_dequeue_is_refused_before_it_is_sent(queue: Queue) -> None:
+    """A payload over codec.MAX_CONTENT (500,000,000 bytes) is refused with UnsupportedPayload and
+    nothing sent: one of 540 MB went in and then failed every dequeue and peek of its queue with
+    XX000 (its hex text form passed PostgreSQL's 1 GB), and one over 1 GB closed the connection;
+    an enqueue_many whose payloads pass 1,000,000,000 bytes in all is refused with
+    InvalidArgument (its statement's parameters passed 1 GB: the connection closed). A review."""
+    from pgqueue import codec
+    from pgqueue._core import MAX_CALL_CONTENT
+
+    assert codec.MAX_CONTENT == 500_000_000 and MAX_CALL_CONTENT == 1_000_000_000
+    at_limit = b"\0" * codec.MAX_CONTENT
+    assert codec.encode(at_limit) == (at_limit, None)
+    for payload in (at_limit + b"\0", memoryview(at_limit + b"\0"), "\0" * (codec.MAX_CONTENT + 1)):
+        with pytest.raises(errors.UnsupportedPayload, match="500,000,001 bytes is over the 500,000,000"):
+            queue.enqueue(payload)
+    del at_limit
+    third = b"\0" * 333_333_334  # three of them: 1,000,000,002 bytes
+    with pytest.raises(errors.InvalidArgument, match="1,000,000,002 bytes of payloads in one call"):
+        queue.enqueue_many([third, third, third])
+    assert queue.enqueue("still usable") > 0  # the connection was kept
+    assert queue.stats(exact=True).total == 1

@@ -8,6 +8,7 @@ JS array sent by pg for JSON is not JSON."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -209,6 +210,52 @@ def test_node_consume_reads_latin1_and_ascii_as_python_does(node_dir: Path, dsn:
     assert got[latin]["payload"] == "\x80\xe9\x9f"
     assert got[ascii_ok]["payload"] == "ok"
     assert got[ascii_bad]["rejected"] is True and "not ASCII" in got[ascii_bad]["error"]
+
+
+#: Content and content types whose reading content.mjs must share with the Python client (a
+#: review found each of these read otherwise by Node, or read where Python refuses).
+DECODE_CASES = [
+    ("636166c3a9", "text/plain;\u00a0charset=latin1"),  # no charset to Python: UTF-8
+    ("636166c3a9", "\u00a0text/plain"),  # not a text type: bytes
+    ("feff00680069", "text/plain; charset=utf-16"),  # a big-endian mark, dropped
+    ("fffe68006900", "text/plain; charset=utf-16"),
+    ("68006900", "text/plain; charset=UTF_16"),  # no mark: little-endian
+    ("fffe68006900", "text/plain; charset=utf-16le"),  # a mark of an explicit order is text
+    ("feff007b007d", "application/json; charset=utf-16"),
+    ("6869", "text/plain; charset="),  # an empty charset names none: refused
+    ("6869", 'text/plain; charset="utf-8'),  # an unbalanced quote
+    ("80828c9f41", "text/plain; charset=windows-1252"),
+    ("61", "text/plain; charset=cp1252"),
+    *[(f"{b:02x}", "text/plain; charset=cp1252") for b in (0x81, 0x8D, 0x8F, 0x90, 0x9D)],  # undefined
+    ("efbbbf7b7d", "application/json"),
+    ("efbbbf6869", "text/plain"),
+]
+
+
+def test_content_mjs_decodes_as_the_python_client_does(node_dir: Path) -> None:
+    """content.mjs's decode against pgqueue.codec.decode on the same bytes: the same value, or
+    both refuse (the examples dead-letter what they cannot decode)."""
+    from pgqueue import codec
+
+    script = ("import { decode } from './content.mjs';\n"
+              "const cases = JSON.parse(process.argv[2]);\n"
+              "console.log(JSON.stringify(cases.map(([hex, ct]) => {\n"
+              "  try { return { ok: decode(Buffer.from(hex, 'hex'), ct) }; } catch (e) { return { err: String(e) }; }\n"
+              "})));\n")
+    (node_dir / "decode_cases.mjs").write_text(script)
+    proc = subprocess.run(["node", "decode_cases.mjs", json.dumps(DECODE_CASES)], cwd=node_dir,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    node_reads = json.loads(proc.stdout)
+    for (hex_, ctype), got in zip(DECODE_CASES, node_reads, strict=True):
+        try:
+            value = codec.decode(bytes.fromhex(hex_), ctype)
+        except ValueError as exc:
+            assert "err" in got, (hex_, ctype, f"Python refuses ({exc}), Node reads", got)
+            continue
+        if isinstance(value, bytes):
+            value = {"base64": base64.b64encode(value).decode()}
+        assert got == {"ok": value}, (hex_, ctype, value, got)
 
 
 def slow_copy(node_dir: Path, driver: str) -> str:

@@ -541,7 +541,7 @@ def test_large_payloads_go_in_calls_of_bounded_size(dsn: str, conn: Conn, as_tas
     assert payloads(conn) == [f"r{i:02}" for i in range(25)]
     monkeypatch.setattr(_encode, "MAX_CONTENT_BYTES", 5)
     with pytest.raises(InvalidArgument, match=r"payload column 'payload' is 6 bytes in row 2 of partition 0: a "
-                                              r"message holds at most 5 bytes \(PostgreSQL's 1 GB per value\)"):
+                                              r"message holds at most 5 bytes \(read as text, a value is twice its size"):
         writer(dsn, commitMode="job").write(batches(["small", "large!"], 2))
     assert len(payloads(conn)) == 25 and one(conn, "SELECT count(*) FROM pgqueue.spark_staging") == 0
 

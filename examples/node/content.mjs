@@ -5,6 +5,11 @@
 // gives { kind: "text/plain", params: { charset: "ISO-8859-1" } }. Media types are
 // case-insensitive (RFC 9110), so "Application/JSON" is JSON too; a semicolon inside a quoted
 // value does not start a parameter (name="a;charset=x" names no charset), as in the Python client.
+// Parts are trimmed of ASCII white space only, as message_create_text and the Python client trim
+// them: String.prototype.trim() also takes Unicode's (a no-break space before "charset"), and such
+// a content type, which names no charset to the server and to Python, was read in its charset.
+const blanks = (s) => s.replace(/^[ \t\r\n\f\v]+|[ \t\r\n\f\v]+$/g, "");
+
 export function mediaType(contentType) {
   const items = [""];
   let quoted = false, escaped = false;
@@ -20,11 +25,13 @@ export function mediaType(contentType) {
   for (const item of rest) {
     const at = item.indexOf("=");
     if (at <= 0) continue;
-    let value = item.slice(at + 1).trim();
-    if (/^".*"$/s.test(value)) value = value.slice(1, -1).replace(/\\(.)/gs, "$1");
-    params[item.slice(0, at).trim().toLowerCase()] = value;
+    let value = blanks(item.slice(at + 1));
+    // a quoted string loses its quotes and escapes; an unbalanced quote at either end is dropped
+    if (value.length >= 2 && /^".*"$/s.test(value)) value = value.slice(1, -1).replace(/\\(.)/gs, "$1");
+    else value = value.replace(/^"+|"+$/g, "");
+    params[blanks(item.slice(0, at)).toLowerCase()] = value;
   }
-  return { kind: head.trim().toLowerCase(), params };
+  return { kind: blanks(head).toLowerCase(), params };
 }
 
 // A decoder for a charset label. The WHATWG labels that TextDecoder knows spell "utf_8" and
@@ -32,12 +39,45 @@ export function mediaType(contentType) {
 // and TextDecoder reads ISO-8859-1 / latin-1 and US-ASCII as windows-1252: bytes 0x80-0x9F
 // became "€", "‚"... where Python reads U+0080-U+009F, and bytes above 0x7F in "ASCII" text were
 // taken instead of refused. Those two are decoded here as Python decodes them.
+// windows-1252 too: TextDecoder's mapping of it depends on how Node was built (Node 20 here read
+// byte 0x80 as U+0080, where Python reads "€", and took the five bytes cp1252 leaves undefined);
+// it is decoded here from its table, the undefined bytes refused. And "utf-16" is read as Python
+// reads it: a byte-order mark says the byte order and is dropped, none means little-endian
+// (TextDecoder's "utf-16" is little-endian whatever the mark says).
 const LATIN1 = new Set(["iso-8859-1", "iso8859-1", "latin-1", "latin1", "latin", "l1", "cp819", "8859"]);
 const ASCII = new Set(["us-ascii", "ascii", "646", "ansi-x3.4-1968", "iso646-us", "cp367", "csascii", "us"]);
 
+const CP1252 = new Set(["cp1252", "windows-1252", "1252"]);
+const CP1252_HIGH = "\u20ac\0\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\0\u017d\0"
+  + "\0\u2018\u2019\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\0\u017e\u0178";
+const UTF16 = new Set(["utf-16", "utf16", "u16"]);
+
 function decoderFor(charset) {
-  const label = charset.trim().toLowerCase().replaceAll("_", "-");
+  const label = blanks(charset).toLowerCase().replaceAll("_", "-");
   if (LATIN1.has(label)) return { decode: (bytes) => Buffer.from(bytes).toString("latin1") };
+  if (CP1252.has(label)) {
+    return {
+      decode(bytes) {
+        let out = "";
+        for (const [at, b] of bytes.entries()) {
+          const char = b >= 0x80 && b <= 0x9f ? CP1252_HIGH[b - 0x80] : String.fromCharCode(b);
+          if (char === "\0" && b !== 0) throw new TypeError(`byte 0x${b.toString(16)} at ${at} is not in cp1252`);
+          out += char;
+        }
+        return out;
+      },
+    };
+  }
+  if (UTF16.has(label)) {
+    return {
+      decode(bytes) {
+        const big = bytes.length >= 2 && bytes[0] === 0xfe && bytes[1] === 0xff;
+        const little = bytes.length >= 2 && bytes[0] === 0xff && bytes[1] === 0xfe;
+        const rest = big || little ? bytes.subarray(2) : bytes;
+        return new TextDecoder(big ? "utf-16be" : "utf-16le", { fatal: true, ignoreBOM: true }).decode(rest);
+      },
+    };
+  }
   if (ASCII.has(label)) {
     return {
       decode(bytes) {
@@ -65,7 +105,8 @@ export function decode(content, contentType) {
   const { kind, params } = mediaType(contentType);
   const json = kind === "application/json" || kind.endsWith("+json");
   if (!json && !kind.startsWith("text/")) return { base64: content.toString("base64") };
-  const text = decoderFor(params.charset || "utf-8").decode(content);
+  // (an empty charset names none: refused, as Python refuses it, not read as UTF-8)
+  const text = decoderFor(params.charset ?? "utf-8").decode(content);
   // a byte-order mark before JSON is not part of the value (RFC 8259); in text it is kept
   return json ? JSON.parse(text.replace(/^\uFEFF/, "")) : text;
 }

@@ -945,6 +945,12 @@ def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When
     )
 
 
+#: The most payload bytes one ``enqueue_many`` sends: its statement's parameters travel in one
+#: protocol message, which PostgreSQL takes up to 1 GB (a larger one closed the connection:
+#: ``ConnectionFailed``, the caller's transaction lost; a review); the margin is for the rest.
+MAX_CALL_CONTENT = 1_000_000_000
+
+
 def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None = None,
                  at: When | None = None, priority: int | None = None, task: str | None = None,
                  groups: Iterable[str | None] | None = None,
@@ -953,6 +959,12 @@ def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None 
     plan = schedule(delay, at, priority)
     codec.with_task(None, task)  # a bad task is refused with no payloads too, as a bad delay is
     encoded = [(c, codec.with_task(t, task)) for c, t in map(codec.encode, _items("payloads", payloads, "payloads"))]
+    total = sum(len(c) for c, _ in encoded)
+    if total > MAX_CALL_CONTENT:
+        raise InvalidArgument(
+            f"enqueue_many: {total:,} bytes of payloads in one call is over the {MAX_CALL_CONTENT:,} it "
+            "sends (PostgreSQL takes a statement's parameters in at most 1 GB; a larger one dropped the "
+            "connection); enqueue them in smaller batches")
     per_key = _per_message("keys", keys, len(encoded))
     return Call(
         _sql.ENQUEUE_MANY,

@@ -48,6 +48,14 @@ TASK_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 #: The content type of raw bytes that name a task.
 OCTETS = "application/octet-stream"
 
+#: The largest message content pgqueue's clients send: 500,000,000 bytes. PostgreSQL holds 1 GB
+#: in a value, but a consumer that reads content as text (psql, most drivers' default, this
+#: client) gets ``bytea`` as hex, twice its size, in a row that must also fit in 1 GB: a message
+#: of about 512 MB or more that a binary parameter let in could not be dequeued, peeked or
+#: cancelled (XX000, "invalid memory alloc request size"), and stood first in its queue for good
+#: (a review). The margin leaves room for the row's other columns.
+MAX_CONTENT = 500_000_000
+
 
 def with_task(content_type: str | None, task: str | None) -> str | None:
     """Return ``content_type`` with ``; task=<task>`` added (None: unchanged).
@@ -85,23 +93,36 @@ def encode(payload: object) -> tuple[bytes, str | None]:
     Raises:
         UnsupportedPayload: the payload is not JSON-serialisable (also NaN and infinities,
             which JSON cannot express, and values nested deeper than the interpreter's
-            recursion limit), or a string in it holds a lone surrogate (no UTF-8 form). It is
-            a ``TypeError`` and a ``ValueError`` too.
+            recursion limit), or a string in it holds a lone surrogate (no UTF-8 form), or its
+            content would be over :data:`MAX_CONTENT` bytes. It is a ``TypeError`` and a
+            ``ValueError`` too.
     """
     if isinstance(payload, (bytes, bytearray, memoryview)):
+        _check_size(payload.nbytes if isinstance(payload, memoryview) else len(payload))
         return bytes(payload), None
     try:
         if isinstance(payload, str):
-            return payload.encode("utf-8"), TEXT
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        if isinstance(payload, (dict, list, tuple)):
-            _refuse_clashing_keys(payload)
-        return text.encode("utf-8"), JSON
+            content, content_type = payload.encode("utf-8"), TEXT
+        else:
+            text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            if isinstance(payload, (dict, list, tuple)):
+                _refuse_clashing_keys(payload)
+            content, content_type = text.encode("utf-8"), JSON
     except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
         raise UnsupportedPayload(
             f"cannot encode a payload of type {type(payload).__name__}: pass bytes, str or a "
             f"JSON-serialisable value ({exc})"
         ) from exc
+    _check_size(len(content))
+    return content, content_type
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_CONTENT:
+        raise UnsupportedPayload(
+            f"a payload of {size:,} bytes is over the {MAX_CONTENT:,} bytes a message holds (PostgreSQL "
+            "returns no value over 1 GB, and a consumer that reads it as text gets twice its size); store "
+            "it elsewhere and enqueue its address")
 
 
 #: The types whose values hold nothing to look into for keys.

@@ -35,23 +35,29 @@ PRIVILEGES: Final[LiteralString] = (
     "pg_catalog.has_column_privilege('pgqueue.message', 'attempts', 'SELECT')"
 )
 
-# Messages under a live lease (being handled), soonest expiry first: the index
-# message_leased_idx serves the per-queue form. A lease names no holder: the row has no worker
-# column, only its expiry, its attempt (the fencing token) and, for a Spark claim, an expiry in
-# the year 9999. LEASED_COUNTS_ONLY leaves out the attempt, for a role that may read only the
-# columns queue_stats needs (the monitor recipe of docs/grants.sql).
+# Messages under a live lease (being handled), soonest expiry first: a walk of
+# message_leased_idx per queue, from the clock read once (pgqueue.now_ms() is volatile: in the
+# WHERE clause it is no index condition, and the page of all queues read the whole table, a
+# parallel scan, and the page of one queue every leased row of it: a review). A lease names no
+# holder: the row has no worker column, only its expiry, its attempt (the fencing token) and,
+# for a Spark claim, an expiry in the year 9999. LEASED_COUNTS_ONLY leaves out the attempt, for a
+# role that may read only the columns queue_stats needs (the monitor recipe of docs/grants.sql).
 LEASED: Final[LiteralString] = (
-    "SELECT m.id, q.name, m.attempts, m.locked_until, m.created_at, pgqueue.now_ms() "
-    "FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
-    "WHERE m.locked_until IS NOT NULL AND m.locked_until > pgqueue.now_ms() "
-    "AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
+    "SELECT m.id, q.name, m.attempts, m.locked_until, m.created_at, n.now "
+    "FROM (SELECT pgqueue.now_ms() AS now) AS n CROSS JOIN pgqueue.queue AS q CROSS JOIN LATERAL ("
+    "SELECT l.id, l.attempts, l.locked_until, l.created_at FROM pgqueue.message AS l "
+    "WHERE l.queue_id = q.id AND l.locked_until IS NOT NULL AND l.locked_until > n.now "
+    "ORDER BY l.locked_until, l.id LIMIT %(limit)s::bigint) AS m "
+    "WHERE (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
     "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
 )
 LEASED_COUNTS_ONLY: Final[LiteralString] = (
-    "SELECT m.id, q.name, NULL::integer, m.locked_until, m.created_at, pgqueue.now_ms() "
-    "FROM pgqueue.message m JOIN pgqueue.queue q ON q.id = m.queue_id "
-    "WHERE m.locked_until IS NOT NULL AND m.locked_until > pgqueue.now_ms() "
-    "AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
+    "SELECT m.id, q.name, NULL::integer, m.locked_until, m.created_at, n.now "
+    "FROM (SELECT pgqueue.now_ms() AS now) AS n CROSS JOIN pgqueue.queue AS q CROSS JOIN LATERAL ("
+    "SELECT l.id, l.locked_until, l.created_at FROM pgqueue.message AS l "
+    "WHERE l.queue_id = q.id AND l.locked_until IS NOT NULL AND l.locked_until > n.now "
+    "ORDER BY l.locked_until, l.id LIMIT %(limit)s::bigint) AS m "
+    "WHERE (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
     "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
 )
 
@@ -137,6 +143,13 @@ DEAD_LETTERS_SHOWN_BEFORE: Final[LiteralString] = (
 # takes ids, so the ids of the letters dead by then are read in the same statement.
 DEAD_NEWEST: Final[LiteralString] = (  # and how many there are: the confirmation's exact count
     "SELECT max(d.dead_at), count(*) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text)")
+# The action counts again, in its own transaction, the letters dead by that bound: dead_at is
+# the clock of the transaction that dead-lettered the message, so one that committed after the
+# page was shown (a consumer failing a message inside a longer transaction of its own) can be
+# dead by it too; a count that differs from the page's sends the confirmation again (a review).
+DEAD_COUNT_UPTO: Final[LiteralString] = (
+    "SELECT count(*) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q "
+    "WHERE q.name = %(queue)s::text) AND d.dead_at <= %(upto)s::bigint")
 DEAD_REQUEUE_UPTO: Final[LiteralString] = (
     "SELECT pgqueue.dead_letter_requeue(%(queue)s::text, ARRAY(SELECT d.id FROM pgqueue.dead_letters AS d "
     "WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text) AND d.dead_at <= %(upto)s::bigint ORDER BY d.id))"

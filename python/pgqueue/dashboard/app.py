@@ -722,6 +722,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             detail = (f"The database did not run this page's statement within {options.wait:g} s, most likely "
                       "held by a lock another session has on pgqueue's tables (LOCK TABLE, VACUUM FULL, a long "
                       "migration); nothing was changed. Reload the page later.")
+        elif exc.sqlstate == "PQ003":  # a requeue into a queue at its max_size: a refusal, not a fault
+            title, detail, status = "Queue full", exc.hint, 409
         else:
             title, detail, status = "Database error", exc.hint, 500
         if request.path.startswith("/api/"):
@@ -853,8 +855,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if not every and not ids:
             abort(400, "choose dead letters (or all of them) first")
         here = _page_values(*_page_args(request.form))  # the page of dead letters to go back to
-        if request.form.get("confirm") != "yes":
-            upto = None
+        def confirmation(changed: int | None = None) -> tuple[str, int] | str:
+            upto = counted = None
             if every:  # the newest death this page sees bounds what the confirmation acts on
                 if not p.read_dead:
                     raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
@@ -867,23 +869,34 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                     row = conn.execute(_sql.DEAD_NEWEST, {"queue": name}).fetchone()
                 upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
                 counted = 0 if row is None else int(row[1])  # exactly what "all" acts on
-            return render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
-                                   every=every, upto=upto, dead=counted if every else None, here=here)
-        newest = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
+            page = render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
+                                   every=every, upto=upto, dead=counted, here=here, changed=changed)
+            return page if changed is None else (page, 409)
+
+        if request.form.get("confirm") != "yes":
+            return confirmation()
+        newest = counted = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
         if every:
             try:
-                newest = int(request.form.get("upto", ""))
+                newest, counted = int(request.form.get("upto", "")), int(request.form.get("counted", ""))
             except ValueError:
                 newest = -2
             # (-1: there were none; beyond the bigint range, or its end that + 1 passes, was a 500)
-            if not -1 <= newest < _BIGINT_MAX:
+            if not -1 <= newest < _BIGINT_MAX or not 0 <= counted <= _BIGINT_MAX:
                 abort(400, "this confirmation does not say which dead letters it counted: "
                            "go back to the dead letters and choose again")
-        # one statement, in a transaction without the statement_timeout of the pages: a purge of
-        # many letters runs to its end; a lock it waits for past lock_timeout changes nothing
+        # one statement (after the count of "all"), in a transaction without the statement_timeout
+        # of the pages: a purge of many letters runs to its end; a lock it waits for past
+        # lock_timeout changes nothing
+        changed = n = 0
         with _unbounded() as conn:
             queue = Queue(conn, name)
-            if every and action == "requeue":
+            if every:
+                row = conn.execute(_sql.DEAD_COUNT_UPTO, {"queue": name, "upto": newest}).fetchone()
+                changed = (0 if row is None else int(row[0])) - counted
+            if changed:
+                pass  # (the confirmation again, below, once this connection is back in the pool)
+            elif every and action == "requeue":
                 row = conn.execute(_sql.DEAD_REQUEUE_UPTO, {"queue": name, "upto": newest}).fetchone()
                 n = 0 if row is None else int(row[0])
             elif every:
@@ -892,6 +905,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 n = queue.requeue_dead(ids)
             else:
                 n = queue.purge_dead(ids)
+        if changed:
+            return confirmation(changed=changed)
         values: dict[str, Any] = {"name": name, "done": "requeued" if action == "requeue" else "purged", "n": n,
                                   **here}
         return redirect(url_for("dead_page", **values), 303)

@@ -104,8 +104,9 @@ processing, so the sink only appends.
     ``stream:<query id>:<batch id>`` (``commitMode=task`` is refused there).
 ``batchSize`` (default 5000)
     rows per SQL call; a call also carries at most 64 MB of payloads (a larger payload goes alone),
-    as PostgreSQL takes at most 1 GB in a value. A payload over 1023 MB fails its task, naming the
-    row.
+    as PostgreSQL takes at most 1 GB in a value. A payload over 500,000,000 bytes fails its task,
+    naming the row (the Python client's limit, ``pgqueue.codec.MAX_CONTENT``: read as text, a
+    value is twice its size).
 
 Reading, batch and streaming:
 

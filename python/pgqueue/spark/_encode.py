@@ -45,10 +45,10 @@ __all__ = ["WritePlan", "Chunk", "encode_batch", "decode_payload", "MAX_PRIORITY
 MAX_PRIORITY = 2**31 - 1
 #: The longest delay (ms) a bigint holds; the server saturates now + delay at the same bound.
 MAX_DELAY_MS = 2**63 - 1
-#: The largest message content a write takes: PostgreSQL holds at most 1 GB in a value (and in
-#: the one-element array that carries it), so a larger row fails its task, naming it, before
-#: anything is sent.
-MAX_CONTENT_BYTES = 2**30 - 2**20
+#: The largest message content a write takes, the Python client's (:data:`pgqueue.codec.MAX_CONTENT`:
+#: a consumer reading text gets twice its size, in a row PostgreSQL holds within 1 GB), so a
+#: larger row fails its task, naming it, before anything is sent.
+MAX_CONTENT_BYTES = codec.MAX_CONTENT
 #: The most content bytes one SQL call carries (besides ``batchSize`` rows): a call's array is
 #: one value, so 5000 rows of 300 kB would pass PostgreSQL's 1 GB; a larger row goes alone.
 MAX_CALL_BYTES = 64 * 2**20
@@ -460,7 +460,8 @@ def _payloads(plan: WritePlan, column: Any, partition: int, first_row: int) -> t
             raise InvalidArgument(
                 f"payload column {plan.payload_column!r} is {len(content)} bytes in "
                 f"{_where(partition, first_row + i)}: a message holds at most {MAX_CONTENT_BYTES} bytes "
-                "(PostgreSQL's 1 GB per value); store a larger object elsewhere and enqueue its address"
+                "(read as text, a value is twice its size, and PostgreSQL returns none over 1 GB); store a "
+                "larger object elsewhere and enqueue its address"
             )
     return contents, content_type
 
