@@ -9,8 +9,8 @@
 #
 # extension/src/ is the source of the current version: schema.sql (the install-time schema
 # check), tables/, dump.sql (pg_dump registration, extension only), functions/<kind>/<name>.sql,
-# views/, triggers/, data/. Released scripts in extension/ (pgqueue--0.1.sql and the upgrade
-# deltas pgqueue--A--B.sql) are frozen; the delta to the current version is written by hand and
+# views/, triggers/, data/, privileges/ (what must run once every object is made). Released
+# scripts in extension/ (pgqueue--0.1.sql and the upgrade deltas pgqueue--A--B.sql) are frozen; the delta to the current version is written by hand and
 # tests/test_upgrade.py proves it gives the same catalog as the full script built here (as
 # installed: the tests refuse to start when the installed files are not this build, tests/conftest.py).
 EXTENSION  = pgqueue
@@ -24,7 +24,8 @@ SRC_TIME   = extension/src/functions/time/now_ms.sql \
 SRC_FUNCS  = $(SRC_TIME) $(filter-out $(SRC_TIME),$(sort $(wildcard extension/src/functions/*/*.sql)))
 SRC_REST   = $(sort $(wildcard extension/src/views/*.sql)) \
              $(sort $(wildcard extension/src/triggers/*.sql)) \
-             $(sort $(wildcard extension/src/data/*.sql))
+             $(sort $(wildcard extension/src/data/*.sql)) \
+             $(sort $(wildcard extension/src/privileges/*.sql))
 SRC        = extension/src/schema.sql $(SRC_TABLES) extension/src/dump.sql $(SRC_FUNCS) $(SRC_REST)
 SRC_PLAIN  = extension/src/schema.sql $(SRC_TABLES) $(SRC_FUNCS) $(SRC_REST)
 

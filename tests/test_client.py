@@ -2807,3 +2807,32 @@ def test_a_payload_a_text_reader_could_not_dequeue_is_refused_before_it_is_sent(
         queue.enqueue_many([third, third, third])
     assert queue.enqueue("still usable") > 0  # the connection was kept
     assert queue.stats(exact=True).total == 1
+
+
+class _Counting(Relay):
+    """A relay that counts the bytes the client sends."""
+
+    sent = 0
+
+    def passing(self, data: bytes, answers: bool) -> bytes | None:
+        if not answers:
+            self.sent += len(data)
+        return None
+
+
+def test_enqueue_many_sends_its_payloads_at_their_size(pg_server: Server, dsn: str) -> None:
+    """enqueue_many's contents go as a binary bytea[]: sent as text, each went as hex, twice its
+    size, so 600 MB of payloads (within MAX_CALL_CONTENT) passed PostgreSQL's 1 GB for a
+    protocol message and closed the connection (a review). Counted on the wire here with 4 MB."""
+    relay = _Counting(pg_server)
+    try:
+        with Queue(make_conninfo(dsn, host="127.0.0.1", port=str(relay.port)), "jobs") as q:
+            q.create()
+            before = relay.sent
+            payload = os.urandom(1_000_000)
+            ids = q.enqueue_many([payload] * 4)
+            sent = relay.sent - before
+            assert [m.payload for m in q.dequeue(4, lock_ms=0)] == [payload] * 4
+        assert len(ids) == 4 and 4_000_000 < sent < 4_400_000, sent
+    finally:
+        relay.close()

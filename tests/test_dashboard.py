@@ -716,6 +716,23 @@ def test_all_asks_again_when_a_letter_committed_after_the_confirmation(conn: psy
     assert sorted(d.id for d in Queue(conn, "default").dead_letters()) == sorted([row[0], early])
     response = client.post(f"/queues/default/dead/{action}", data=hidden_fields(again))
     assert response.status_code == 303 and Queue(conn, "default").stats().dead == 0
+    # a late letter while another is purged by id meanwhile: the same count, not the same letters
+    conn.execute("SELECT pgqueue.message_create('default', 'c'::bytea)")
+    Queue(conn, "default").purge_dead()
+    with psycopg.connect(dsn) as late:
+        row = late.execute("SELECT id, attempts FROM pgqueue.message_dequeue('default')").fetchone()
+        assert row is not None
+        late.execute("SELECT pgqueue.message_reject(%s, %s, 'late')", row)
+        time.sleep(0.01)
+        gone = dead_letter(conn, "default")
+        page = client.post(f"/queues/default/dead/{action}", data={"all": "1", "csrf_token": token}).get_data(
+            as_text=True)
+        assert "All 1 dead letters" in page
+        late.commit()
+    assert Queue(conn, "default").purge_dead([gone]) == 1
+    response = client.post(f"/queues/default/dead/{action}", data=hidden_fields(page))
+    assert response.status_code == 409 and "it counted 1; by its time of death 1 now" in response.get_data(as_text=True)
+    assert [d.id for d in Queue(conn, "default").dead_letters()] == [row[0]]
 
 
 @pytest.mark.parametrize("queue", [None, "lz"])

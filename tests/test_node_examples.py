@@ -229,7 +229,17 @@ DECODE_CASES = [
     *[(f"{b:02x}", "text/plain; charset=cp1252") for b in (0x81, 0x8D, 0x8F, 0x90, 0x9D)],  # undefined
     ("efbbbf7b7d", "application/json"),
     ("efbbbf6869", "text/plain"),
+    ("ff41", "text/plain; charset=ibm819"),  # Python's latin-1 aliases (a leading 0xFF was dropped)
+    ("ff80", "text/plain; charset=iso_8859-1:1987"),
+    ("ff80", "text/plain; charset=CSISOLatin1"),
+    ("".join(f"{b:02x}" for b in range(256) if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)),
+     "text/plain; charset=windows_1252"),
 ]
+
+#: Charsets that TextDecoder reads as another (WHATWG: ISO-8859-9 as windows-1254, TIS-620 as
+#: windows-874): content.mjs refuses them rather than read 0x80-0x9F as letters Python does not.
+REFUSED_BY_NODE = [("80", "text/plain; charset=latin5"), ("80", "text/plain; charset=ISO-8859-9"),
+                   ("80", "text/plain; charset=tis-620")]
 
 
 def test_content_mjs_decodes_as_the_python_client_does(node_dir: Path) -> None:
@@ -243,10 +253,14 @@ def test_content_mjs_decodes_as_the_python_client_does(node_dir: Path) -> None:
               "  try { return { ok: decode(Buffer.from(hex, 'hex'), ct) }; } catch (e) { return { err: String(e) }; }\n"
               "})));\n")
     (node_dir / "decode_cases.mjs").write_text(script)
-    proc = subprocess.run(["node", "decode_cases.mjs", json.dumps(DECODE_CASES)], cwd=node_dir,
+    proc = subprocess.run(["node", "decode_cases.mjs", json.dumps(DECODE_CASES + REFUSED_BY_NODE)], cwd=node_dir,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     node_reads = json.loads(proc.stdout)
+    for case, got in zip(REFUSED_BY_NODE, node_reads[len(DECODE_CASES):], strict=True):
+        assert "err" in got and "another charset" in got["err"], (case, got)
+        assert isinstance(codec.decode(bytes.fromhex(case[0]), case[1]), str)  # (Python reads it)
+    node_reads = node_reads[:len(DECODE_CASES)]
     for (hex_, ctype), got in zip(DECODE_CASES, node_reads, strict=True):
         try:
             value = codec.decode(bytes.fromhex(hex_), ctype)

@@ -717,8 +717,10 @@ def test_a_schema_the_install_makes_keeps_no_create_from_default_privileges(
 
 
 def test_owner_only_objects_take_no_privilege_from_default_privileges(pg_server: Server, owner: tuple[str, str]) -> None:
-    """The installing role's default privileges on tables and sequences (ALTER DEFAULT PRIVILEGES
-    ... GRANT ALL ON TABLES / SEQUENCES TO an application role, as some managed setups have) gave
+    """The installing role's default privileges on tables, sequences and functions (ALTER DEFAULT
+    PRIVILEGES ... GRANT ALL ON TABLES / SEQUENCES / FUNCTIONS TO an application role, as some
+    managed setups have; functions: the six SECURITY DEFINER ones were that role's to run, and
+    with them the owner's rights: a second review) gave
     that role write access to pgqueue.queue_size on a fresh install and a plain install, while the
     0.3 -> 0.4 update took it back: the two catalogs differed, and the role could bypass
     max_size by writing the accounting row (a review). Every way of installing now leaves
@@ -732,12 +734,15 @@ def test_owner_only_objects_take_no_privilege_from_default_privileges(pg_server:
     owner_only = ("SELECT c.relname::text, c.relacl::text FROM pg_class c "
                   "WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind IN ('r', 'S') "
                   "AND (c.relname = 'message_group_lock' OR left(c.relname::text, 10) = 'queue_size') ORDER BY 1")
+    # the SECURITY DEFINER functions: their owner's rights to anyone who may run them (a review)
+    definer_acls = ("SELECT p.oid::regprocedure::text, p.proacl::text FROM pg_proc p "
+                    "WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef ORDER BY 1")
     every_acl = ("SELECT c.relname::text, c.relacl::text FROM pg_class c "
                  "WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind IN ('r', 'S', 'v') "
                  "AND c.relname <> 'install' ORDER BY 1")
     try:
         with psycopg.connect(pg_server.dsn(db, user=role), autocommit=True) as conn:
-            for kind in ("TABLES", "SEQUENCES"):
+            for kind in ("TABLES", "SEQUENCES", "FUNCTIONS"):
                 conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT ALL ON {} TO {}").format(
                     sql.SQL(kind), sql.Identifier(other)))
             acls: dict[str, list[tuple[str, str]]] = {}
@@ -756,7 +761,12 @@ def test_owner_only_objects_take_no_privilege_from_default_privileges(pg_server:
                 assert [acl for _, acl in rows if acl is not None and other in acl] == [], install
                 message_acl = one(conn, "SELECT relacl::text FROM pg_class WHERE oid = 'pgqueue.message'::regclass")
                 assert other in message_acl, (install, message_acl)  # (the default privileges applied)
-                acls[install] = conn.execute(every_acl).fetchall()  # type: ignore[arg-type]
+                definers = conn.execute(definer_acls).fetchall()  # type: ignore[arg-type]
+                assert len(definers) == 6 and [f for f, acl in definers if other in (acl or "")] == [], \
+                    (install, definers)
+                assert other in one(conn, "SELECT proacl::text FROM pg_proc WHERE oid = "  # (applied there too)
+                                          "'pgqueue.message_create(text, bytea, bigint, text, text, text)'::regprocedure")
+                acls[install] = conn.execute(every_acl).fetchall() + definers  # type: ignore[arg-type,operator]
                 installer.uninstall(conn, report=lambda line: None)
             assert acls["0.3, then ALTER EXTENSION pgqueue UPDATE"] == acls["CREATE EXTENSION pgqueue"]
             assert acls["plain"] == acls["CREATE EXTENSION pgqueue"]

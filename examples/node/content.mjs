@@ -44,16 +44,27 @@ export function mediaType(contentType) {
 // it is decoded here from its table, the undefined bytes refused. And "utf-16" is read as Python
 // reads it: a byte-order mark says the byte order and is dropped, none means little-endian
 // (TextDecoder's "utf-16" is little-endian whatever the mark says).
-const LATIN1 = new Set(["iso-8859-1", "iso8859-1", "latin-1", "latin1", "latin", "l1", "cp819", "8859"]);
-const ASCII = new Set(["us-ascii", "ascii", "646", "ansi-x3.4-1968", "iso646-us", "cp367", "csascii", "us"]);
-
-const CP1252 = new Set(["cp1252", "windows-1252", "1252"]);
+// The sets below hold names as Python compares them (lower case, each run of characters other
+// than letters, digits and "." one "_", none at either end), with Python's aliases.
+const pythonName = (charset) => charset.toLowerCase().replace(/[^a-z0-9.]+/g, "_").replace(/^_+|_+$/g, "");
+const LATIN1 = new Set(["latin_1", "iso8859_1", "iso_8859_1", "8859", "cp819", "csisolatin1", "ibm819", "iso8859",
+  "iso_8859_1_1987", "iso_ir_100", "l1", "latin", "latin1"]);
+const ASCII = new Set(["ascii", "646", "ansi_x3.4_1968", "ansi_x3.4_1986", "ansi_x3_4_1968", "cp367", "csascii",
+  "ibm367", "iso646_us", "iso_646.irv_1991", "iso_ir_6", "us", "us_ascii"]);
+const CP1252 = new Set(["cp1252", "windows_1252", "1252"]);
 const CP1252_HIGH = "\u20ac\0\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\0\u017d\0"
   + "\0\u2018\u2019\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\0\u017e\u0178";
-const UTF16 = new Set(["utf-16", "utf16", "u16"]);
+const UTF16 = new Set(["utf_16", "utf16", "u16"]);
+// Names TextDecoder reads as another charset (WHATWG's: ISO-8859-9 as windows-1254, TIS-620 and
+// ISO-8859-11 as windows-874, whose bytes 0x80-0x9F are letters where Python's are controls):
+// refused rather than read otherwise.
+const NOT_AS_NAMED = new Set(["latin_5", "iso8859_9", "iso_8859_9", "csisolatin5", "iso_8859_9_1989", "iso_ir_148",
+  "l5", "latin5", "iso8859_11", "iso_8859_11", "iso_8859_11_2001", "thai", "tis_620", "tis620", "iso_ir_166",
+  "tis_620_0", "tis_620_2529_0", "tis_620_2529_1"]);
 
 function decoderFor(charset) {
-  const label = blanks(charset).toLowerCase().replaceAll("_", "-");
+  const label = pythonName(charset);
+  if (NOT_AS_NAMED.has(label)) throw new RangeError(`charset ${charset} is read by TextDecoder as another charset`);
   if (LATIN1.has(label)) return { decode: (bytes) => Buffer.from(bytes).toString("latin1") };
   if (CP1252.has(label)) {
     return {

@@ -948,6 +948,8 @@ def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When
 #: The most payload bytes one ``enqueue_many`` sends: its statement's parameters travel in one
 #: protocol message, which PostgreSQL takes up to 1 GB (a larger one closed the connection:
 #: ``ConnectionFailed``, the caller's transaction lost; a review); the margin is for the rest.
+#: The contents go as a binary array (``_sql.ENQUEUE_MANY``'s ``%(contents)b``): as text each
+#: went as hex, twice its size, and 600 MB of payloads closed the connection (a review).
 MAX_CALL_CONTENT = 1_000_000_000
 
 

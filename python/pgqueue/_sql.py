@@ -31,7 +31,7 @@ ENQUEUE: Final[LiteralString] = (
 
 ENQUEUE_MANY: Final[LiteralString] = (
     "SELECT b.id FROM pgqueue.message_create_batch("
-    "p_queue => %(queue)s::text, p_contents => %(contents)s::bytea[], "
+    "p_queue => %(queue)s::text, p_contents => %(contents)b::bytea[], "
     "p_dequeue_at => coalesce(%(dequeue_at)s::bigint, pgqueue.now_ms() + %(delay_ms)s::bigint), "
     "p_content_types => %(content_types)s::text[], p_groups => %(groups)s::text[], p_keys => %(keys)s::text[]"
     ") WITH ORDINALITY AS b(id, n) ORDER BY b.n"

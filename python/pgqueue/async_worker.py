@@ -481,7 +481,8 @@ class AsyncWorker(WorkerCore):
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()
-                d.released = False
+                if d.finished is None:  # (not given up meanwhile: a delivery is finished once)
+                    d.released = False
                 return handler.result(), False, False
             handler.cancel()
             await asyncio.wait({handler})  # (a cancellation again: given up, as inline)

@@ -689,8 +689,9 @@ class Queue:
                 returned and nothing is enqueued.
 
         Raises:
-            QueueNotFound, QueueFull, InvalidQueueName (a NUL in the name too), UnsupportedPayload,
-            InvalidArgument (a NUL in ``group`` or ``key`` too, refused before anything is sent);
+            QueueNotFound, QueueFull, InvalidQueueName (a NUL in the name too), UnsupportedPayload
+            (also a payload over 500,000,000 bytes, ``codec.MAX_CONTENT``), InvalidArgument (a NUL
+            in ``group`` or ``key`` too, refused before anything is sent);
             NeedsReadCommitted for a new ``key`` into a queue with ``key_window_ms`` in a REPEATABLE
             READ or SERIALIZABLE transaction; SerializationFailure (40001, any level) in a
             transaction of the caller's when the enqueue waited (for another producer's
@@ -715,7 +716,9 @@ class Queue:
             QueueNotFound, QueueFull (nothing is enqueued), InvalidQueueName, UnsupportedPayload;
             InvalidArgument: ``payloads``, ``groups`` or ``keys`` is not an iterable of them (one
             value, None, a single str or bytes, a mapping), ``groups`` or ``keys`` has another
-            count than ``payloads``, or a value is invalid (as for :meth:`enqueue`);
+            count than ``payloads``, a value is invalid (as for :meth:`enqueue`), or the payloads
+            pass 1,000,000,000 bytes in all (``_core.MAX_CALL_CONTENT``: enqueue them in smaller
+            batches); UnsupportedPayload for one over 500,000,000 bytes (``codec.MAX_CONTENT``);
             SerializationFailure with ``keys`` as for :meth:`enqueue` (nothing is enqueued).
         """
         return self._connector.run(

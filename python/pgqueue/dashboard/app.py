@@ -855,8 +855,8 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         if not every and not ids:
             abort(400, "choose dead letters (or all of them) first")
         here = _page_values(*_page_args(request.form))  # the page of dead letters to go back to
-        def confirmation(changed: int | None = None) -> tuple[str, int] | str:
-            upto = counted = None
+        def confirmation(changed: tuple[int, int] | None = None) -> tuple[str, int] | str:
+            upto = counted = id_sum = None
             if every:  # the newest death this page sees bounds what the confirmation acts on
                 if not p.read_dead:
                     raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
@@ -869,31 +869,36 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                     row = conn.execute(_sql.DEAD_NEWEST, {"queue": name}).fetchone()
                 upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
                 counted = 0 if row is None else int(row[1])  # exactly what "all" acts on
+                id_sum = 0 if row is None else int(row[2])
             page = render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
-                                   every=every, upto=upto, dead=counted, here=here, changed=changed)
+                                   every=every, upto=upto, dead=counted, id_sum=id_sum, here=here, changed=changed)
             return page if changed is None else (page, 409)
 
         if request.form.get("confirm") != "yes":
             return confirmation()
-        newest = counted = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
+        newest = counted = id_sum = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
         if every:
             try:
                 newest, counted = int(request.form.get("upto", "")), int(request.form.get("counted", ""))
+                id_sum = int(request.form.get("id_sum", ""))
             except ValueError:
                 newest = -2
             # (-1: there were none; beyond the bigint range, or its end that + 1 passes, was a 500)
-            if not -1 <= newest < _BIGINT_MAX or not 0 <= counted <= _BIGINT_MAX:
+            if not -1 <= newest < _BIGINT_MAX or not 0 <= counted <= _BIGINT_MAX or id_sum < 0:
                 abort(400, "this confirmation does not say which dead letters it counted: "
                            "go back to the dead letters and choose again")
         # one statement (after the count of "all"), in a transaction without the statement_timeout
         # of the pages: a purge of many letters runs to its end; a lock it waits for past
         # lock_timeout changes nothing
-        changed = n = 0
+        changed: tuple[int, int] | None = None
+        n = 0
         with _unbounded() as conn:
             queue = Queue(conn, name)
             if every:
                 row = conn.execute(_sql.DEAD_COUNT_UPTO, {"queue": name, "upto": newest}).fetchone()
-                changed = (0 if row is None else int(row[0])) - counted
+                now = (0, 0) if row is None else (int(row[0]), int(row[1]))
+                if now != (counted, id_sum):
+                    changed = (counted, now[0])
             if changed:
                 pass  # (the confirmation again, below, once this connection is back in the pool)
             elif every and action == "requeue":
