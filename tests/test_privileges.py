@@ -484,6 +484,37 @@ def test_the_recipe_takes_the_definer_functions_back_from_public(roles: Roles, p
     assert run(roles.dsn(roles.producer), "SELECT count(*) FROM pgqueue.schedule_run()") == [(0,)]  # fired already
 
 
+def test_the_recipe_takes_the_definer_functions_back_from_default_privileges(roles: Roles, pg_server: Server,
+                                                                              dbname: str) -> None:
+    """The install takes the SECURITY DEFINER functions back from the roles the owner's default
+    privileges on functions name, but a restored dump of a plain install creates them again, and
+    those roles had them back: the recipe takes them back from those roles too (a review)."""
+    with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+        owner.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO {} WITH GRANT OPTION").format(
+            sql.Identifier(roles.nobody)))
+        owner.execute(sql.SQL("GRANT USAGE ON SCHEMA pgqueue TO {}").format(sql.Identifier(roles.nobody)))
+        definers = [name for (name,) in owner.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p "
+            "WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef").fetchall()]
+        assert len(definers) == 6
+        for name in definers:  # what the restore's CREATE FUNCTION under those defaults gives
+            owner.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {} WITH GRANT OPTION").format(
+                sql.SQL(name), sql.Identifier(roles.nobody)))
+    try:
+        assert run(roles.dsn(roles.nobody), "SELECT count(*) FROM pgqueue.schedule_run()") == [(0,)]
+        # (a grant it passed on: the recipe's REVOKE ... CASCADE takes that back too)
+        run(roles.dsn(roles.nobody), sql.SQL("GRANT EXECUTE ON FUNCTION pgqueue._queue_quiesce(integer) TO {}").format(
+            sql.Identifier(roles.consumer)).as_string())
+        apply_recipes(pg_server, dbname, {"producer": roles.producer, "consumer": roles.consumer, "admin": roles.admin})
+        denied(roles.dsn(roles.nobody), "SELECT * FROM pgqueue.schedule_run()")
+        denied(roles.dsn(roles.consumer), "SELECT pgqueue._queue_quiesce(1)")
+        assert run(roles.dsn(roles.producer), "SELECT count(*) FROM pgqueue.schedule_run()") == [(0,)]
+    finally:
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
+            owner.execute(sql.SQL("ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM {}").format(
+                sql.Identifier(roles.nobody)))
+
+
 def test_producers_and_consumers_make_sure_of_their_queue(roles: Roles) -> None:
     """queue_create with p_if_not_exists of a queue that exists is a read: a producer or a
     consumer of docs/grants.sql (which may not create queues) may call it at start, also in a

@@ -953,6 +953,34 @@ def enqueue(queue: str, payload: object, *, delay: Delay | None = None, at: When
 MAX_CALL_CONTENT = 1_000_000_000
 
 
+#: The most payload bytes one call sends on a cursor that binds its parameters on the client
+#: (``psycopg.ClientCursor``): it writes ``bytea`` into the statement's text as hex, twice its
+#: size, and PostgreSQL takes a statement of up to 1 GB (a review).
+MAX_CLIENT_BOUND_CONTENT = 500_000_000
+
+
+def check_client_bound(params: Mapping[str, object], client_binding: bool) -> None:
+    """Refuse a call whose payloads a client-binding cursor would write past what PostgreSQL
+    takes in one statement (:data:`MAX_CLIENT_BOUND_CONTENT`), before anything is sent.
+
+    Raises:
+        InvalidArgument: the call's ``bytea`` parameters pass it in all.
+    """
+    if not client_binding:
+        return
+    total = 0
+    for value in params.values():
+        if isinstance(value, bytes):
+            total += len(value)
+        elif isinstance(value, list):
+            total += sum(len(v) for v in value if isinstance(v, bytes))
+    if total > MAX_CLIENT_BOUND_CONTENT:
+        raise InvalidArgument(
+            f"{total:,} bytes of payloads in one call on a connection whose cursors bind parameters on "
+            f"the client (psycopg.ClientCursor: bytea goes as hex, twice its size) is over the "
+            f"{MAX_CLIENT_BOUND_CONTENT:,} it sends; enqueue less at a time, or use a server-binding cursor")
+
+
 def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None = None,
                  at: When | None = None, priority: int | None = None, task: str | None = None,
                  groups: Iterable[str | None] | None = None,

@@ -180,6 +180,7 @@ async def _statement(conn: psycopg.AsyncConnection[Any], call: Call[T],
     try:
         with translating():
             async with _cursor(conn) as cur:
+                _core.check_client_bound(call.params, isinstance(cur, psycopg.AsyncClientCursor))
                 _core.utf8_texts(conn.info.encoding, cur.adapters)
                 _core.psycopg_arrays(call.params, cur.adapters)
                 await cur.execute(call.query, call.params)

@@ -200,6 +200,7 @@ def _statement(conn: psycopg.Connection[Any], call: Call[T]) -> T:
             call = call.untranslatable  # a text the server's encoding cannot hold: its ASCII twin
     try:
         with translating(), _cursor(conn) as cur:
+            _core.check_client_bound(call.params, isinstance(cur, psycopg.ClientCursor))
             _core.utf8_texts(conn.info.encoding, cur.adapters)
             _core.psycopg_arrays(call.params, cur.adapters)
             rows = cur.execute(call.query, call.params).fetchall()

@@ -141,15 +141,18 @@ DEAD_LETTERS_SHOWN_BEFORE: Final[LiteralString] = (
 # by the newest dead_at it saw (NULL: none), not on letters that died after it was shown.
 # Purge takes the bound itself (dead_letter_purge's p_before, dead_at < bound + 1); requeue
 # takes ids, so the ids of the letters dead by then are read in the same statement.
-DEAD_NEWEST: Final[LiteralString] = (  # and how many there are (the confirmation's exact count), and the sum of their ids
-    "SELECT max(d.dead_at), count(*), coalesce(sum(d.id), 0) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text)")
+DEAD_NEWEST: Final[LiteralString] = (  # and how many there are (the confirmation's exact count), and which (_IDS_HASH)
+    "SELECT max(d.dead_at), count(*), coalesce(sum(pg_catalog.hashint8extended(d.id, 0)::numeric), 0) "
+    "FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text)")
 # The action counts again, in its own transaction, the letters dead by that bound: dead_at is
 # the clock of the transaction that dead-lettered the message, so one that committed after the
 # page was shown (a consumer failing a message inside a longer transaction of its own) can be
-# dead by it too; a count or a sum of ids that differs from the page's sends the confirmation
-# again (a review; the sum tells a late letter from one requeued or purged meanwhile).
+# dead by it too; a count or a hash of the ids that differs from the page's sends the
+# confirmation again (a review). The hash is the sum of the ids' 64-bit hashes: a late letter and
+# one requeued or purged meanwhile leave the count as it was, and a sum of the ids themselves
+# could be met again by other ids (a second review).
 DEAD_COUNT_UPTO: Final[LiteralString] = (
-    "SELECT count(*), coalesce(sum(d.id), 0) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q "
+    "SELECT count(*), coalesce(sum(pg_catalog.hashint8extended(d.id, 0)::numeric), 0) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q "
     "WHERE q.name = %(queue)s::text) AND d.dead_at <= %(upto)s::bigint")
 DEAD_REQUEUE_UPTO: Final[LiteralString] = (
     "SELECT pgqueue.dead_letter_requeue(%(queue)s::text, ARRAY(SELECT d.id FROM pgqueue.dead_letters AS d "

@@ -856,7 +856,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             abort(400, "choose dead letters (or all of them) first")
         here = _page_values(*_page_args(request.form))  # the page of dead letters to go back to
         def confirmation(changed: tuple[int, int] | None = None) -> tuple[str, int] | str:
-            upto = counted = id_sum = None
+            upto = counted = ids_hash = None
             if every:  # the newest death this page sees bounds what the confirmation acts on
                 if not p.read_dead:
                     raise PgQueueError(f"permission denied: role {p.role} may not read pgqueue.dead_letters and pgqueue.queue",
@@ -869,22 +869,22 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                     row = conn.execute(_sql.DEAD_NEWEST, {"queue": name}).fetchone()
                 upto = -1 if row is None or row[0] is None else int(row[0])  # -1: there were none
                 counted = 0 if row is None else int(row[1])  # exactly what "all" acts on
-                id_sum = 0 if row is None else int(row[2])
+                ids_hash = 0 if row is None else int(row[2])
             page = render_template("confirm.html", p=p, writable=True, name=name, action=action, ids=ids,
-                                   every=every, upto=upto, dead=counted, id_sum=id_sum, here=here, changed=changed)
+                                   every=every, upto=upto, dead=counted, ids_hash=ids_hash, here=here, changed=changed)
             return page if changed is None else (page, 409)
 
         if request.form.get("confirm") != "yes":
             return confirmation()
-        newest = counted = id_sum = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
+        newest = counted = ids_hash = 0  # (the "upto" of "all": the newest dead_at its confirmation counted)
         if every:
             try:
                 newest, counted = int(request.form.get("upto", "")), int(request.form.get("counted", ""))
-                id_sum = int(request.form.get("id_sum", ""))
+                ids_hash = int(request.form.get("ids_hash", ""))
             except ValueError:
                 newest = -2
             # (-1: there were none; beyond the bigint range, or its end that + 1 passes, was a 500)
-            if not -1 <= newest < _BIGINT_MAX or not 0 <= counted <= _BIGINT_MAX or id_sum < 0:
+            if not -1 <= newest < _BIGINT_MAX or not 0 <= counted <= _BIGINT_MAX:
                 abort(400, "this confirmation does not say which dead letters it counted: "
                            "go back to the dead letters and choose again")
         # one statement (after the count of "all"), in a transaction without the statement_timeout
@@ -897,7 +897,7 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
             if every:
                 row = conn.execute(_sql.DEAD_COUNT_UPTO, {"queue": name, "upto": newest}).fetchone()
                 now = (0, 0) if row is None else (int(row[0]), int(row[1]))
-                if now != (counted, id_sum):
+                if now != (counted, ids_hash):
                     changed = (counted, now[0])
             if changed:
                 pass  # (the confirmation again, below, once this connection is back in the pool)
