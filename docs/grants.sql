@@ -19,15 +19,15 @@
 REVOKE ALL ON FUNCTION pgqueue._queue_reserve(integer, bigint), pgqueue._queue_pin(integer),
                        pgqueue._queue_quiesce(integer), pgqueue._message_group_lock(integer, text),
                        pgqueue._message_group_hand(integer, text), pgqueue.schedule_run(integer) FROM PUBLIC;
--- ... and from the roles the owner's default privileges on functions name (ALTER DEFAULT
--- PRIVILEGES ... GRANT EXECUTE ON FUNCTIONS TO an application role): the install takes them back
--- from those, but a restored dump of a plain install creates the functions again, which gives
--- them back (the roles below are granted theirs after this)
+-- ... and from the roles that default privileges on functions name (ALTER DEFAULT PRIVILEGES ...
+-- GRANT EXECUTE ON FUNCTIONS TO an application role): the install takes them back from those,
+-- but a dump of a plain install restored where the restoring role (a superuser, say, before it
+-- sets the owner) has default privileges on functions creates them under those. Any role's:
+-- the functions' creator is not recorded. The roles below are granted theirs after this.
 SELECT DISTINCT format('REVOKE ALL ON FUNCTION %s FROM %s CASCADE', p.oid::regprocedure,
                        CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END)
   FROM pg_proc p
-  JOIN pg_default_acl d ON d.defaclrole = p.proowner AND d.defaclobjtype = 'f'
-                       AND d.defaclnamespace IN (0, p.pronamespace)
+  JOIN pg_default_acl d ON d.defaclobjtype = 'f' AND d.defaclnamespace IN (0, p.pronamespace)
  CROSS JOIN aclexplode(d.defaclacl) a
  WHERE p.pronamespace = 'pgqueue'::regnamespace AND p.prosecdef AND a.grantee <> p.proowner
    AND a.privilege_type = 'EXECUTE' \gexec

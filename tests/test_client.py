@@ -2840,19 +2840,22 @@ def test_enqueue_many_sends_its_payloads_at_their_size(pg_server: Server, dsn: s
 
 def test_a_client_binding_cursor_sends_at_most_what_its_hex_form_allows(dsn: str) -> None:
     """On a connection whose cursors bind on the client (psycopg.ClientCursor), bytea goes into
-    the statement's text as hex, twice its size: payloads within MAX_CALL_CONTENT (600 MB)
-    made a statement over PostgreSQL's 1 GB, which closed the connection (a review). Such a
-    call over 500,000,000 bytes in all is refused before anything is sent, sync and async."""
+    the statement's text as one hex string literal, twice its size, which PostgreSQL's parser
+    reads under 2^29 characters: 600 MB of payloads (within MAX_CALL_CONTENT) closed the
+    connection, and one payload of 270,000,000 bytes failed with XX000 once sent (two reviews).
+    A call over 250,000,000 bytes in all is refused before anything is sent, sync and async."""
     from pgqueue import AsyncQueue
     from pgqueue._core import MAX_CLIENT_BOUND_CONTENT
 
-    assert MAX_CLIENT_BOUND_CONTENT == 500_000_000
-    half = b"\0" * 250_000_001
+    assert MAX_CLIENT_BOUND_CONTENT == 250_000_000
+    half = b"\0" * 125_000_001
     with psycopg.connect(dsn, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
         q = Queue(conn, "default")
-        with pytest.raises(errors.InvalidArgument, match="500,000,002 bytes of payloads in one call on a connection "
+        with pytest.raises(errors.InvalidArgument, match="250,000,002 bytes of payloads in one call on a connection "
                                                          "whose cursors bind parameters on the client"):
             q.enqueue_many([half, half])
+        with pytest.raises(errors.InvalidArgument, match="270,000,000 bytes of payloads in one call"):
+            q.enqueue(b"\0" * 270_000_000)
         assert q.enqueue_many([b"a", b"b"]) == [1, 2] and q.stats(exact=True).total == 2
 
     async def on_asyncio() -> None:

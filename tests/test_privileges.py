@@ -488,10 +488,15 @@ def test_the_recipe_takes_the_definer_functions_back_from_default_privileges(rol
                                                                               dbname: str) -> None:
     """The install takes the SECURITY DEFINER functions back from the roles the owner's default
     privileges on functions name, but a restored dump of a plain install creates them again, and
-    those roles had them back: the recipe takes them back from those roles too (a review)."""
+    those roles had them back: the recipe takes them back from those roles too (a review), also
+    when the default privileges are another role's than the owner's, as a superuser's that
+    restores and then sets the owner (a second review: the recipe read the owner's only)."""
     with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
-        owner.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO {} WITH GRANT OPTION").format(
-            sql.Identifier(roles.nobody)))
+        owner.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} GRANT EXECUTE ON FUNCTIONS TO {} "
+                              "WITH GRANT OPTION").format(sql.Identifier(roles.admin), sql.Identifier(roles.nobody)))
+        row = owner.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgqueue'::regnamespace AND prosecdef "
+                            "AND proowner = (SELECT oid FROM pg_roles WHERE rolname = %s)", (roles.admin,)).fetchone()
+        assert row == (0,)  # (not the owner's default privileges)
         owner.execute(sql.SQL("GRANT USAGE ON SCHEMA pgqueue TO {}").format(sql.Identifier(roles.nobody)))
         definers = [name for (name,) in owner.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p "
@@ -511,8 +516,8 @@ def test_the_recipe_takes_the_definer_functions_back_from_default_privileges(rol
         assert run(roles.dsn(roles.producer), "SELECT count(*) FROM pgqueue.schedule_run()") == [(0,)]
     finally:
         with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as owner:
-            owner.execute(sql.SQL("ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM {}").format(
-                sql.Identifier(roles.nobody)))
+            owner.execute(sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} REVOKE EXECUTE ON FUNCTIONS FROM {}").format(
+                sql.Identifier(roles.admin), sql.Identifier(roles.nobody)))
 
 
 def test_producers_and_consumers_make_sure_of_their_queue(roles: Roles) -> None:

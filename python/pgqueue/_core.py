@@ -954,9 +954,12 @@ MAX_CALL_CONTENT = 1_000_000_000
 
 
 #: The most payload bytes one call sends on a cursor that binds its parameters on the client
-#: (``psycopg.ClientCursor``): it writes ``bytea`` into the statement's text as hex, twice its
-#: size, and PostgreSQL takes a statement of up to 1 GB (a review).
-MAX_CLIENT_BOUND_CONTENT = 500_000_000
+#: (``psycopg.ClientCursor``): it writes ``bytea`` into the statement's text as one hex string
+#: literal (an array of them for ``enqueue_many``), twice its size, and PostgreSQL's parser
+#: reads a literal of less than 2^29 characters (a longer one failed with XX000, "invalid memory
+#: alloc request size 1073741824", after it was sent: 270,000,000 bytes did; two reviews). The
+#: margin is for an array's quoting, up to 10 characters an element.
+MAX_CLIENT_BOUND_CONTENT = 250_000_000
 
 
 def check_client_bound(params: Mapping[str, object], client_binding: bool) -> None:
@@ -977,8 +980,9 @@ def check_client_bound(params: Mapping[str, object], client_binding: bool) -> No
     if total > MAX_CLIENT_BOUND_CONTENT:
         raise InvalidArgument(
             f"{total:,} bytes of payloads in one call on a connection whose cursors bind parameters on "
-            f"the client (psycopg.ClientCursor: bytea goes as hex, twice its size) is over the "
-            f"{MAX_CLIENT_BOUND_CONTENT:,} it sends; enqueue less at a time, or use a server-binding cursor")
+            f"the client (psycopg.ClientCursor: bytea goes as a hex string literal, twice its size, and "
+            f"PostgreSQL reads none of 2^29 characters or more) is over the {MAX_CLIENT_BOUND_CONTENT:,} "
+            "it sends; enqueue less at a time, or use a server-binding cursor")
 
 
 def enqueue_many(queue: str, payloads: Iterable[object], *, delay: Delay | None = None,
