@@ -10,9 +10,10 @@
 # extension/src/ is the source of the current version: schema.sql (the install-time schema
 # check), tables/, dump.sql (pg_dump registration, extension only), functions/<kind>/<name>.sql,
 # views/, triggers/, data/, privileges/ (what must run once every object is made). Released
-# scripts in extension/ (pgqueue--0.1.sql and the upgrade deltas pgqueue--A--B.sql) are frozen; the delta to the current version is written by hand and
-# tests/test_upgrade.py proves it gives the same catalog as the full script built here (as
-# installed: the tests refuse to start when the installed files are not this build, tests/conftest.py).
+# scripts in extension/ (pgqueue--0.1.sql and the upgrade deltas pgqueue--A--B.sql) are frozen;
+# the delta to the current version is written by hand and tests/test_upgrade.py proves it gives
+# the same catalog as the full script built here (as installed: the tests refuse to start when
+# the installed files are not this build, tests/conftest.py).
 EXTENSION  = pgqueue
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
 

@@ -42,24 +42,21 @@ PRIVILEGES: Final[LiteralString] = (
 # holder: the row has no worker column, only its expiry, its attempt (the fencing token) and,
 # for a Spark claim, an expiry in the year 9999. LEASED_COUNTS_ONLY leaves out the attempt, for a
 # role that may read only the columns queue_stats needs (the monitor recipe of docs/grants.sql).
+_LEASED_FROM: Final[LiteralString] = (
+    "FROM (SELECT pgqueue.now_ms() AS now) AS n CROSS JOIN pgqueue.queue AS q CROSS JOIN LATERAL (")
+_LEASED_WALK: Final[LiteralString] = (
+    "FROM pgqueue.message AS l "
+    "WHERE l.queue_id = q.id AND l.locked_until IS NOT NULL AND l.locked_until > n.now "
+    "ORDER BY l.locked_until, l.id LIMIT %(limit)s::bigint) AS m "
+    "WHERE (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
+    "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
+)
 LEASED: Final[LiteralString] = (
-    "SELECT m.id, q.name, m.attempts, m.locked_until, m.created_at, n.now "
-    "FROM (SELECT pgqueue.now_ms() AS now) AS n CROSS JOIN pgqueue.queue AS q CROSS JOIN LATERAL ("
-    "SELECT l.id, l.attempts, l.locked_until, l.created_at FROM pgqueue.message AS l "
-    "WHERE l.queue_id = q.id AND l.locked_until IS NOT NULL AND l.locked_until > n.now "
-    "ORDER BY l.locked_until, l.id LIMIT %(limit)s::bigint) AS m "
-    "WHERE (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
-    "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
-)
+    "SELECT m.id, q.name, m.attempts, m.locked_until, m.created_at, n.now " + _LEASED_FROM
+    + "SELECT l.id, l.attempts, l.locked_until, l.created_at " + _LEASED_WALK)
 LEASED_COUNTS_ONLY: Final[LiteralString] = (
-    "SELECT m.id, q.name, NULL::integer, m.locked_until, m.created_at, n.now "
-    "FROM (SELECT pgqueue.now_ms() AS now) AS n CROSS JOIN pgqueue.queue AS q CROSS JOIN LATERAL ("
-    "SELECT l.id, l.locked_until, l.created_at FROM pgqueue.message AS l "
-    "WHERE l.queue_id = q.id AND l.locked_until IS NOT NULL AND l.locked_until > n.now "
-    "ORDER BY l.locked_until, l.id LIMIT %(limit)s::bigint) AS m "
-    "WHERE (%(queue)s::text IS NULL OR q.name = %(queue)s::text) "
-    "ORDER BY m.locked_until, m.id LIMIT %(limit)s::bigint"
-)
+    "SELECT m.id, q.name, NULL::integer, m.locked_until, m.created_at, n.now " + _LEASED_FROM
+    + "SELECT l.id, l.locked_until, l.created_at " + _LEASED_WALK)
 
 #: locked_until of a message held by a Spark claim (9999-12-31 23:59:59.999 UTC).
 SPARK_CLAIM_LOCKED_UNTIL: Final = 253402300799999
@@ -141,8 +138,10 @@ DEAD_LETTERS_SHOWN_BEFORE: Final[LiteralString] = (
 # by the newest dead_at it saw (NULL: none), not on letters that died after it was shown.
 # Purge takes the bound itself (dead_letter_purge's p_before, dead_at < bound + 1); requeue
 # takes ids, so the ids of the letters dead by then are read in the same statement.
-DEAD_NEWEST: Final[LiteralString] = (  # and how many there are (the confirmation's exact count), and which (_IDS_HASH)
-    "SELECT max(d.dead_at), count(*), coalesce(sum(pg_catalog.hashint8extended(d.id, 0)::numeric), 0) "
+# (which letters: the sum of the ids' 64-bit hashes, DEAD_COUNT_UPTO below)
+_IDS_HASH: Final[LiteralString] = "coalesce(sum(pg_catalog.hashint8extended(d.id, 0)::numeric), 0)"
+DEAD_NEWEST: Final[LiteralString] = (  # and how many there are (the confirmation's exact count), and which
+    "SELECT max(d.dead_at), count(*), " + _IDS_HASH + " "
     "FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q WHERE q.name = %(queue)s::text)")
 # The action counts again, in its own transaction, the letters dead by that bound: dead_at is
 # the clock of the transaction that dead-lettered the message, so one that committed after the
@@ -152,7 +151,7 @@ DEAD_NEWEST: Final[LiteralString] = (  # and how many there are (the confirmatio
 # one requeued or purged meanwhile leave the count as it was, and a sum of the ids themselves
 # could be met again by other ids (a second review).
 DEAD_COUNT_UPTO: Final[LiteralString] = (
-    "SELECT count(*), coalesce(sum(pg_catalog.hashint8extended(d.id, 0)::numeric), 0) FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q "
+    "SELECT count(*), " + _IDS_HASH + " FROM pgqueue.dead_letters AS d WHERE d.queue_id = (SELECT q.id FROM pgqueue.queue AS q "
     "WHERE q.name = %(queue)s::text) AND d.dead_at <= %(upto)s::bigint")
 DEAD_REQUEUE_UPTO: Final[LiteralString] = (
     "SELECT pgqueue.dead_letter_requeue(%(queue)s::text, ARRAY(SELECT d.id FROM pgqueue.dead_letters AS d "

@@ -899,18 +899,17 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
                 now = (0, 0) if row is None else (int(row[0]), int(row[1]))
                 if now != (counted, ids_hash):
                     changed = (counted, now[0])
-            if changed:
-                pass  # (the confirmation again, below, once this connection is back in the pool)
-            elif every and action == "requeue":
-                row = conn.execute(_sql.DEAD_REQUEUE_UPTO, {"queue": name, "upto": newest}).fetchone()
-                n = 0 if row is None else int(row[0])
-            elif every:
-                n = queue.purge_dead(None, before=newest + 1)  # dead_at < upto + 1
-            elif action == "requeue":
-                n = queue.requeue_dead(ids)
-            else:
-                n = queue.purge_dead(ids)
-        if changed:
+            if changed is None:
+                if every and action == "requeue":
+                    row = conn.execute(_sql.DEAD_REQUEUE_UPTO, {"queue": name, "upto": newest}).fetchone()
+                    n = 0 if row is None else int(row[0])
+                elif every:
+                    n = queue.purge_dead(None, before=newest + 1)  # dead_at < upto + 1
+                elif action == "requeue":
+                    n = queue.requeue_dead(ids)
+                else:
+                    n = queue.purge_dead(ids)
+        if changed is not None:  # (the confirmation again, once this connection is back in the pool)
             return confirmation(changed=changed)
         values: dict[str, Any] = {"name": name, "done": "requeued" if action == "requeue" else "purged", "n": n,
                                   **here}
