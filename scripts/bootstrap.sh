@@ -2,8 +2,9 @@
 # Prepare a fresh Debian 12 machine for pgqueue: system packages, the extension installed into
 # the local PostgreSQL 15, and a virtualenv (.venv) with pinned Python packages and pgqueue itself.
 # Safe to run again: each step is skipped when already done, and one that is not says so first.
-# PGQUEUE_WITH_SPARK=0, PGQUEUE_WITH_BROWSER=0, PGQUEUE_WITH_NODE=0 and PGQUEUE_WITH_BENCH=0 skip
-# what only the Spark, browser, Node and benchmark suites need (scripts/demo.sh skips all four).
+# PGQUEUE_WITH_SPARK=0, PGQUEUE_WITH_BROWSER=0, PGQUEUE_WITH_NODE=0, PGQUEUE_WITH_BENCH=0 and
+# PGQUEUE_WITH_POOLER=0 skip what only the Spark, browser, Node, benchmark and pooler suites need
+# (scripts/demo.sh skips all five).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +44,11 @@ if [ "${PGQUEUE_WITH_BENCH:-1}" = "1" ] \
    && { [ -z "$pg_config" ] || [ "$("$pg_config" --sharedir)" = /usr/share/postgresql/15 ]; } \
    && [ ! -f /usr/share/postgresql/15/extension/pgq.control ]; then
     need_apt+=(postgresql-15-pgq3)
+fi
+# tests/test_pooler.py runs pgqueue through Debian's PgBouncer in transaction mode
+# (PGQUEUE_WITH_POOLER=0 skips it; those tests then fail, they never skip)
+if [ "${PGQUEUE_WITH_POOLER:-1}" = "1" ] && ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+    need_apt+=(pgbouncer)
 fi
 if [ "${PGQUEUE_WITH_SPARK:-1}" = "1" ] && ! command -v java >/dev/null; then
     need_apt+=(openjdk-17-jre-headless)

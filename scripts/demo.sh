@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The demo needs no Java, browser, Node or benchmark peers: skip the parts of the bootstrap that
-# only those test suites need (scripts/test.sh installs them). The bootstrap says what it installs;
+# The demo needs no Java, browser, Node, benchmark peers or pooler: skip the parts of the
+# bootstrap that only those test suites need (scripts/test.sh installs them). The bootstrap says what it installs;
 # on a machine that has everything it prints nothing.
 echo "demo.sh: checking this machine for what the demo needs (scripts/bootstrap.sh)"
-PGQUEUE_WITH_SPARK=0 PGQUEUE_WITH_BROWSER=0 PGQUEUE_WITH_NODE=0 PGQUEUE_WITH_BENCH=0 scripts/bootstrap.sh
+PGQUEUE_WITH_SPARK=0 PGQUEUE_WITH_BROWSER=0 PGQUEUE_WITH_NODE=0 PGQUEUE_WITH_BENCH=0 PGQUEUE_WITH_POOLER=0 \
+    scripts/bootstrap.sh
 
 exec .venv/bin/pgqueue demo "$@"

@@ -446,8 +446,9 @@ def test_receive_settles_on_a_new_connection_when_its_own_was_lost_meanwhile(
             terminated = conn.execute(
                 "SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend' AND query <> '' "  # (the heartbeats': none yet)
-                "AND strpos(query, 'message_heartbeat') = 0").fetchall()
+                "AND backend_type = 'client backend' AND query <> '' "  # (the heartbeats': none yet, ...
+                "AND strpos(query, 'message_heartbeat') = 0 "
+                "AND query <> 'SELECT pg_catalog.pg_backend_pid()'").fetchall()  # (... but the pooler check)
             assert terminated == [(True,)], terminated
             if outcome == "fail":
                 1 / 0  # noqa: B018
@@ -2865,3 +2866,45 @@ def test_a_client_binding_cursor_sends_at_most_what_its_hex_form_allows(dsn: str
                 await AsyncQueue(conn, "default").enqueue_many([half, half])
 
     asyncio.run(on_asyncio())
+
+
+@pytest.mark.parametrize("datestyle", ["German", "SQL, DMY", "Postgres, MDY"])
+def test_the_times_read_whatever_the_sessions_datestyle(dsn: str, datestyle: str) -> None:
+    """psycopg parses a timestamptz's text in the ISO DateStyle only: with a role's or session's
+    DateStyle 'German', Queue.settings(), list_queues, list_schedules (and so the workers'
+    start, `pgqueue queue list`, the metrics and the dashboard) raised NotImplementedError (a
+    review). The times are read as epoch microseconds now, the same instant as under ISO."""
+    from pgqueue.schedules import create_schedule, list_schedules
+
+    Queue(dsn, "ds").create()
+    create_schedule(dsn, "ds_every", "ds", "x", every=60)
+    iso = Queue(dsn, "ds").settings().created_at
+    odd = make_conninfo(dsn, options=f"-c DateStyle={datestyle.replace(' ', '')}")
+    with psycopg.connect(odd) as conn:
+        assert str(conn.execute("SHOW DateStyle").fetchone()[0]).startswith(datestyle)  # type: ignore[index]
+    with Queue(odd, "ds") as queue:
+        assert queue.settings().created_at == iso and iso.tzinfo == timezone.utc
+    assert [q.created_at for q in list_queues(odd) if q.queue == "ds"] == [iso]
+    (entry,) = [s for s in list_schedules(odd) if s.name == "ds_every"]
+    assert abs(entry.created_at - datetime.now(timezone.utc)) < timedelta(minutes=5)
+    proc = subprocess.run([str(Path(sys.executable).with_name("pgqueue")), "queue", "list", "--dsn", odd],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "ds" in proc.stdout, proc.stderr
+
+
+def test_a_text_enqueue_warns_nothing_without_standard_conforming_strings(
+        conn: psycopg.Connection[Any]) -> None:
+    """A plain literal with a backslash in message_create_text ('[^\\x01-\\x7f]') sent every
+    client a WARNING "nonstandard use of escape in a string literal" when the session ran with
+    standard_conforming_strings off (a review); the result was right all along."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(f"{d.severity}: {d.message_primary}"))
+    conn.execute("SET standard_conforming_strings = off")
+    for text, ok in (("abc", True), ("caf\u00e9", False)):
+        try:
+            conn.execute("SELECT pgqueue.message_create_text('default', %s, NULL, 'text/plain; charset=us-ascii')",
+                         (text,))
+            assert ok, text
+        except psycopg.errors.InvalidParameterValue:
+            assert not ok, text
+    assert notices == [], notices

@@ -20,6 +20,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -447,6 +448,21 @@ def test_index_shows_queues_with_counts_and_settings(conn: psycopg.Connection[An
     response = client.get("/")
     assert "script-src 'self'" in response.headers["Content-Security-Policy"]
     assert response.headers["X-Frame-Options"] == "DENY"
+
+
+def test_pages_whatever_the_sessions_datestyle(conn: psycopg.Connection[Any], dsn: str, make_app: Any) -> None:
+    """With DateStyle 'German' (a role's setting, here the connection string's) the index and a
+    queue's page answered 500: psycopg parses timestamps' text in ISO only (a review)."""
+    conn.execute("SELECT pgqueue.queue_create('emails')")
+    Queue(conn, "emails").enqueue("x")
+    with psycopg.connect(dsn, autocommit=True) as other:  # a session the workers' list shows
+        other.execute("LISTEN \"pgqueue.emails\"")
+        client = make_app(dsn=make_conninfo(dsn, options="-c DateStyle=German")).test_client()
+        for path in ("/", "/queues/emails"):
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.get_data(as_text=True)[:2000])
+        page = client.get("/queues/emails").get_data(as_text=True)
+        assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>", page), page
 
 
 def test_peek_shows_payloads_by_content_type(conn: psycopg.Connection[Any], make_app: Any) -> None:

@@ -462,3 +462,32 @@ def test_model_order(conn: psycopg.Connection[Any], ops: list[tuple[str, Any]], 
             assert dequeue_ids(conn, queue, arg, MODES[mode]) == [m for _, m in expected]
     pending.sort()
     assert drain(conn, queue, 3, MODES[mode]) == [m for _, m in pending]
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_clock_set_back_does_not_hide_new_messages_below_a_sessions_hints(
+        conn: psycopg.Connection[Any], grouped: bool) -> None:
+    """A server clock set back (an NTP step, a clock that ran ahead and was corrected) leaves a
+    consumer session's hints where the clock of their time put them, above the keys that the
+    clock gives now: a message enqueued after the step lay below them, and the session took
+    nothing until the clock came back past its hint. Its hints (H, L, F) are set here as a
+    session that read the clock a day later leaves them; its next take finds the new message."""
+    day = 86_400_000 * (1000 if grouped else 1)  # (turn keys are in microseconds)
+    conn.execute("SELECT pgqueue.queue_create('stepped', p_group_concurrency => %s)", (1 if grouped else None,))
+    group = "g" if grouped else None
+    conn.execute("SELECT pgqueue.message_create('stepped', 'before', p_group => %s)", (group,))
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('stepped', 1, 0)").fetchone() == (1,)
+    name = f"pgqueue.{'turn_' if grouped else ''}hint_" + str(
+        conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'stepped'").fetchone()[0])  # type: ignore[index]
+    conn.execute(
+        "WITH s AS (SELECT split_part(current_setting(%(name)s), ' ', 1)::bigint[] AS a), "
+        "     f AS (SELECT (pgqueue.now_ms() * %(unit)s + %(day)s)::bigint AS h) "
+        "SELECT set_config(%(name)s, b::text || ' ' || hashtext(b::text), false) "
+        "  FROM (SELECT s.a[1:1] || ARRAY[f.h, 0] || s.a[4:9] || ARRAY[pgqueue.now_ms() + 86400000, 0] "
+        "               || s.a[12:13] || ARRAY[f.h, 0] || s.a[16:] AS b FROM s, f) AS t",
+        {"name": name, "unit": 1000 if grouped else 1, "day": day})
+    state = conn.execute("SELECT split_part(current_setting(%s), ' ', 1)::bigint[]", (name,)).fetchone()[0]  # type: ignore[index]
+    assert state[1] > 0 and state[9] > 0 and state[13] > 0  # (H, L and F a day ahead: the forged state is used)
+    conn.execute("SELECT pgqueue.message_create('stepped', 'after', p_group => %s)", (group,))
+    got = conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('stepped', 1, 0)").fetchall()
+    assert got == [("after",)]

@@ -593,6 +593,31 @@ def test_the_commands_startup_timeout_bounds_the_wait(dsn: str, door: Door, comm
 
 
 @pytest.mark.parametrize("command", ["worker", "scheduler"])
+def test_a_start_that_times_out_on_a_read_only_server_says_read_only(
+        dsn: str, conn: psycopg.Connection[Any], command: str) -> None:
+    """The error of a start given up on a read-only database (a hot standby) is the read-only
+    refusal, not "got no answer in time": the last wait ends at the deadline, so the attempt
+    after it was cut short at once and its OutOfTime was reported instead (a review, on a
+    standby, with every --startup-timeout from 1 to 8 s)."""
+    make_queue(dsn)
+    _read_only(conn, True)
+    try:
+        for seconds in ("1", "2.5"):
+            if command == "worker":
+                argv = ["worker", dsn, "jobs", "worker_handlers:obey", "--startup-timeout", seconds]
+            else:
+                argv = ["scheduler", "--dsn", dsn, "--startup-timeout", seconds]
+            proc = subprocess.run([str(PGQUEUE), *argv], cwd=TESTS, capture_output=True, text=True, timeout=60,
+                                  check=False)
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("pgqueue: error: ")]
+            assert proc.returncode == 1, proc.stderr
+            assert len(errors) == 1 and "gave up" in errors[0], proc.stderr
+            assert "read-only" in errors[0] and "no answer in time" not in errors[0], proc.stderr
+    finally:
+        _read_only(conn, False)
+
+
+@pytest.mark.parametrize("command", ["worker", "scheduler"])
 def test_the_commands_end_at_once_on_what_no_wait_mends(pg_server: Server, dbname: str, door: Door,
                                                         command: str) -> None:
     """A refused login, a database that does not exist, a bad connection string: one line, exit 1,

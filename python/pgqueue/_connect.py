@@ -14,23 +14,45 @@ that level: on a connection opened for them alone when the client has a connecti
 (:meth:`pgqueue.client._Connector._run_alone`), in a pool's lent connection's transaction, and
 in a transaction of the command line's connection (``pgqueue.cli._read_committed``).
 
+Behind a pooler, psycopg's prepared statements (after 5 runs of one, on the server session under
+a name such as ``_pg3_0``) meet another client's of the same name on a server connection they
+share, or find theirs missing on the next one lent ("prepared statement "_pg3_0" already exists":
+PgBouncer 1.20 and older, or 1.21 and later with its default ``max_prepared_statements = 0``; a
+worker's threads died of it, a review). So such a connection is opened with them off
+(``prepare_threshold`` None) when its backend pid is not its server process's
+(:func:`behind_pooler`: PgBouncer's, pgcat's made-up pid; one round trip as it opens), unless
+the caller gives a ``prepare_threshold``. Connections and pools handed over are left as they
+are (README, "Behind a connection pooler").
+
 tests/test_own_connections.py checks that no module opens a connection without going through
-here.
+here; tests/test_pooler.py runs pgqueue through PgBouncer in transaction mode.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
-from pgqueue import _core
+from pgqueue import _core, _sql
+
+#: the connections opened here whose backend pid is not their server process's
+_POOLED: weakref.WeakSet[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = weakref.WeakSet()
 
 
 def connect(conninfo: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """``psycopg.connect(conninfo, **kwargs)`` for a connection pgqueue opens itself: UTF8 unless
-    the connection string sets a ``client_encoding``."""
+    the connection string sets a ``client_encoding``; without prepared statements behind a pooler
+    (see the module), unless ``kwargs`` has a ``prepare_threshold``."""
     conn: psycopg.Connection[Any] = psycopg.connect(conninfo, **{**_core.utf8(conninfo), **kwargs})
+    if "prepare_threshold" not in kwargs:
+        try:
+            fit_for_pooler(conn)
+        except BaseException:
+            conn.close()
+            raise
     return conn
 
 
@@ -38,4 +60,38 @@ async def connect_async(conninfo: str, **kwargs: Any) -> psycopg.AsyncConnection
     """:func:`connect` for an ``AsyncConnection``."""
     conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
         conninfo, **{**_core.utf8(conninfo), **kwargs})
+    if "prepare_threshold" not in kwargs:
+        try:
+            async with conn.cursor(row_factory=tuple_row) as cur:  # (whatever the caller's row factory)
+                pid = await (await cur.execute(_sql.BACKEND_PID)).fetchone()
+            if not conn.autocommit:
+                await conn.rollback()
+            _note(conn, pid)
+        except BaseException:
+            await conn.close()
+            raise
     return conn
+
+
+def fit_for_pooler(conn: psycopg.Connection[Any]) -> None:
+    """Turn ``conn``'s prepared statements off if it goes through a pooler (its backend pid is
+    not its server process's); a pool's ``configure`` too (the dashboard's). Leaves no
+    transaction open."""
+    with conn.cursor(row_factory=tuple_row) as cur:  # (whatever the caller's row factory)
+        pid = cur.execute(_sql.BACKEND_PID).fetchone()
+    if not conn.autocommit:
+        conn.rollback()
+    _note(conn, pid)
+
+
+def _note(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], pid: tuple[Any, ...] | None) -> None:
+    if pid is not None and pid[0] != conn.info.backend_pid:
+        conn.prepare_threshold = None
+        _POOLED.add(conn)
+
+
+def behind_pooler(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn``, opened here, was found to go through a pooler (its backend pid is not
+    its server process's). A pooler in session mode gives such pids too: this says a pooler is
+    there, not which mode it runs in."""
+    return conn in _POOLED

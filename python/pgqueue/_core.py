@@ -872,16 +872,20 @@ def settings_from_row(row: Row) -> QueueSettings:
         retry_cap_ms=int(row[4]),
         max_size=None if row[5] is None else int(row[5]),
         notify=bool(row[6]),
-        created_at=_utc(row[7]),
+        created_at=_utc(int(row[7])),
         group_concurrency=None if row[8] is None else int(row[8]),
         key_window_ms=int(row[9]),
         rate_limit=None if row[10] is None else int(row[10]),
     )
 
 
-def _utc(at: datetime) -> datetime:
-    """A timestamptz as psycopg loads it (in the session's TimeZone) as an aware UTC datetime."""
-    return at.astimezone(timezone.utc)
+def _utc(microseconds: int) -> datetime:
+    """A timestamptz read as microseconds since the epoch (``_sql.QUEUE_LIST``) as an aware UTC
+    datetime, clamped as :func:`pgqueue.message.to_datetime` clamps."""
+    try:
+        return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=microseconds)
+    except OverflowError:
+        return (datetime.max if microseconds > 0 else datetime.min).replace(tzinfo=timezone.utc)
 
 
 def dead_letter_from_row(row: Row) -> DeadLetter:
@@ -1370,7 +1374,7 @@ def schedule_list() -> Call[list[ScheduleEntry]]:
         content = bytes(row[4])
         return ScheduleEntry(name=row[0], queue=row[1], every_ms=row[2], cron=row[3],
                              payload=_payload(content, row[5]), content_type=row[5], missed=row[6],
-                             next_run=to_datetime(int(row[7])), created_at=_utc(row[8]))
+                             next_run=to_datetime(int(row[7])), created_at=_utc(int(row[8])))
 
     return Call(_sql.SCHEDULE_LIST, {}, lambda rows: [entry(r) for r in rows])
 

@@ -454,6 +454,21 @@ def check_startup_timeout(startup_timeout: float | None) -> None:
 _REPEAT_WARNING = 60.0
 
 
+def warn_if_listening_through_a_pooler(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], queue: str,
+                                       poll_max: float) -> bool:
+    """Log once (the caller keeps the answer) that a LISTEN connection goes through a pooler,
+    whose transaction mode passes no notification on (PgBouncer lends the server connection
+    that listened to other clients, and drops what arrives on it meanwhile): the worker then
+    finds new messages by polling alone, with no other sign of it (a review)."""
+    if not _connect.behind_pooler(conn):
+        return False
+    log.warning("the LISTEN connection of queue %r goes through a connection pooler (its backend pid is not its "
+                "server process's): NOTIFY wake-ups reach it only if the pooler runs in session mode; in "
+                "transaction mode the worker finds new messages by polling alone, at most %g s apart (README, "
+                "\"Behind a connection pooler\")", queue, poll_max)
+    return True
+
+
 def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None], *, stop: threading.Event,
                       timeout: float | None, outage: Outage) -> psycopg.Connection[Any]:
     """Connect, check that the database can be used (``check``, which must also check that it
@@ -475,6 +490,7 @@ def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None]
     deadline = None if timeout is None else started + timeout
     bound = deadline if timeout else None  # (0: one attempt, as long as its connect_timeout)
     warned: float | None = None
+    last: BaseException | None = None  # the failure before this attempt's
     while True:
         try:
             conn = connect_unless_stopped(dsn, stop, bound)
@@ -490,7 +506,12 @@ def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None]
             if left is not None and left <= 0:
                 if not timeout:
                     raise
-                raise _gave_up(exc, now - started) from exc
+                # An attempt that the deadline cut short (the last wait ends at the deadline, so
+                # the last attempt has next to no time) says less than the failure before it:
+                # a read-only server's start gave up with "got no answer in time" (a review).
+                raise _gave_up(last if isinstance(exc, OutOfTime) and last is not None else exc,
+                               now - started) from exc
+            last = exc
             wait = backoff.next()
             then = f"trying again in {wait:g}s"
             outage.failed(_start_failure(exc), then)

@@ -78,6 +78,7 @@ from pgqueue._worker_core import (
     is_async_handler,
     is_read_only,
     stop_signals,
+    warn_if_listening_through_a_pooler,
 )
 from pgqueue.async_client import AsyncQueue, _AsyncConnector, _answered, _ended_while_idle
 from pgqueue.errors import ConnectionFailed, PgQueueError
@@ -563,10 +564,12 @@ class AsyncWorker(WorkerCore):
         backoff = 0.5
         outage = Outage(log, "LISTEN connection")
         listened = False  # the last connection listened: one that fails is replaced at once, quietly
+        pooled = False  # warned that it goes through a pooler
         while True:
             try:
                 async with await _connect.connect_async(self._dsn, autocommit=True) as conn:
                     await conn.execute(listen_statement(self._name))
+                    pooled = pooled or warn_if_listening_through_a_pooler(conn, self._name, self._poll_max)
                     self._notify()  # something may have arrived while we were connecting
                     backoff, listened = 0.5, True
                     outage.worked()

@@ -50,7 +50,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from pgqueue import _core
+from pgqueue import _connect, _core
 from pgqueue._worker_core import _SIGNALS
 from pgqueue.client import Queue
 from pgqueue.compat import check_server, server_pgqueue
@@ -760,6 +760,7 @@ def run_workload(queue: Queue, dsn: str, jobs: list[dict[str, Any]], options: De
                for _ in range(options.workers)]
     # The producers share a pool: each enqueue borrows a connection and commits.
     pool: ConnectionPool[Any] = ConnectionPool(dsn, min_size=options.producers, kwargs=_core.utf8(dsn),
+                                               configure=_connect.fit_for_pooler,  # (as pgqueue._connect)
                                                max_size=options.producers, open=True)
     producer_queue = Queue(pool, queue.name)
     stop_producing = threading.Event()

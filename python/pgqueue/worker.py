@@ -88,6 +88,7 @@ from pgqueue._worker_core import (
     is_read_only,
     log,
     stop_signals,
+    warn_if_listening_through_a_pooler,
 )
 from pgqueue.client import Queue, _Connector, _ended_while_idle
 from pgqueue.errors import PgQueueError
@@ -559,11 +560,13 @@ class Worker(WorkerCore):
         backoff = 0.5
         outage = Outage(log, "LISTEN connection")
         listened = False  # the last connection listened: one that fails is replaced at once, quietly
+        pooled = False  # warned that it goes through a pooler
         while not self._listen_stop.is_set():
             try:
                 # (given up at once when the worker stops: run() does not wait for connect_timeout)
                 with connect_unless_stopped(self._dsn, self._listen_stop) as conn:
                     conn.execute(listen_statement(self._name))
+                    pooled = pooled or warn_if_listening_through_a_pooler(conn, self._name, self._poll_max)
                     self._events.put(_NOTIFIED)  # something may have arrived while we were connecting
                     backoff, listened = 0.5, True
                     outage.worked()

@@ -22,3 +22,9 @@ CREATE TRIGGER message_placed_low_update
     AFTER UPDATE OF dequeue_at, locked_until ON pgqueue.message
     FOR EACH ROW WHEN (NEW.write_mark IS NOT DISTINCT FROM OLD.write_mark)
     EXECUTE FUNCTION pgqueue._message_placed_low();
+-- ALWAYS: also in a session with session_replication_role = replica (a logical replication
+-- apply, a migration tool, a data load), where ordinary triggers do not fire: a priority
+-- message, a fail to 0 or a requeue written there was never found by the consumers whose hints
+-- had moved past it (a review; tests/test_held_hints.py... see sql/30_consume).
+ALTER TABLE pgqueue.message ENABLE ALWAYS TRIGGER message_placed_low;
+ALTER TABLE pgqueue.message ENABLE ALWAYS TRIGGER message_placed_low_update;

@@ -65,9 +65,12 @@ SPARK_CLAIM_LOCKED_UNTIL: Final = 253402300799999
 # (application_name pgqueue-worker), other clients are recognised by what they run. The
 # query text of another role's session is "<insufficient privilege>" unless the dashboard's
 # role has pg_read_all_stats. The dashboard's own sessions are left out.
+# (Their times as epoch milliseconds, not timestamptz: psycopg parses a timestamp's text in the
+# ISO DateStyle only, and a role with DateStyle 'German' had the pages answer 500: a review.)
 SESSIONS: Final[LiteralString] = (
-    "SELECT a.pid, a.application_name, a.usename::text, a.client_addr::text, a.backend_start, "
-    "a.state, a.state_change, a.wait_event_type, a.wait_event, a.query "
+    "SELECT a.pid, a.application_name, a.usename::text, a.client_addr::text, "
+    "(extract(epoch FROM a.backend_start) * 1000)::bigint, "
+    "a.state, (extract(epoch FROM a.state_change) * 1000)::bigint, a.wait_event_type, a.wait_event, a.query "
     "FROM pg_catalog.pg_stat_activity a "
     "WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid() "
     "AND a.backend_type = 'client backend' "

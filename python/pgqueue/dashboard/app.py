@@ -501,10 +501,12 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
     # database was back. Given up as soon as a page would, the next page tries at once.)
     # (check_within, connect_timeout: a server that stops answering, rather than refusing, held a
     # page for minutes, and the pool's connection attempts, past its return, for up to 130 s)
-    # (no configure: the pages' timeouts are set in each transaction, by database() below)
+    # (configure sets no session setting: the pages' timeouts are set in each transaction, by
+    # database() below; it turns prepared statements off behind a pooler, as pgqueue._connect does)
     pool: ConnectionPool[Any] = ConnectionPool(conninfo, min_size=1, max_size=4, open=False, timeout=options.wait,
                                                kwargs={"autocommit": True,
                                                        **connect_timeout_kwargs(conninfo, math.ceil(options.wait))},
+                                               configure=_connect.fit_for_pooler,
                                                name="pgqueue-dashboard", check=check_within(options.wait),
                                                reconnect_timeout=options.wait)
     pool.open(wait=False)

@@ -100,6 +100,20 @@ BEGIN
                     USING ERRCODE = '40001',
                           HINT = 'Retry the transaction, or enqueue to grouped queues under READ COMMITTED.';
             END IF;
+            IF p_key IS NOT NULL THEN
+                -- The key again, in a snapshot taken now that the group's lock is held: the look
+                -- above may have run before a message of this group with the key committed, while
+                -- this call waited for the lock, and a consumer may be completing that message
+                -- now, its hand-off waiting for the lock this call holds. The INSERT's conflict on
+                -- the key would wait for that consumer: a deadlock of two single calls (a review;
+                -- specs/idempotent_create.spec). That message is still visible here (its DELETE
+                -- has not committed): its id is the answer, as if the look had run a moment later.
+                SELECT m.id INTO v_id FROM pgqueue.message m
+                 WHERE m.queue_id = p_queue.id AND m.idem_key = p_key;
+                IF FOUND THEN
+                    RETURN v_id;
+                END IF;
+            END IF;
             v_turn := NULL;  -- (a round of this loop after a key's conflict decides again)
             v_hand := false;
             IF pgqueue._message_group_room(p_queue.id, p_group, p_queue.group_concurrency) THEN

@@ -42,7 +42,9 @@ BEGIN
     IF p_content_type IS DISTINCT FROM 'text/plain; charset=utf-8'
        AND strpos(lower(p_content_type), 'charset') > 0 THEN
         -- ASCII: no character (no byte, in a SQL_ASCII database) above 127
-        v_ascii := p_content !~ '[^\x01-\x7f]';
+        -- (an E'' literal: a plain one with a backslash warned under standard_conforming_strings
+        -- = off, a review)
+        v_ascii := p_content !~ E'[^\\x01-\\x7f]';
         SELECT CASE WHEN p.raw ~ E'^("[^"\\\\]*"|[^"\\\\]*)$' THEN btrim(p.raw, '"') ELSE p.raw END INTO v_charset
           FROM unnest((string_to_array(p_content_type, ';'))[2:]) AS i(item)
                CROSS JOIN LATERAL (SELECT btrim(substr(i.item, strpos(i.item, '=') + 1), E' \t\r\n\f\v') AS raw) AS p
