@@ -491,3 +491,40 @@ def test_a_clock_set_back_does_not_hide_new_messages_below_a_sessions_hints(
     conn.execute("SELECT pgqueue.message_create('stepped', 'after', p_group => %s)", (group,))
     got = conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('stepped', 1, 0)").fetchall()
     assert got == [("after",)]
+
+
+def test_a_clock_set_back_does_not_hide_a_set_aside_transactions_message(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """The reset above covers the restart points of the transactions a session set aside too: a
+    transaction set aside before the step, which enqueues after it and commits once the hint has
+    passed its message, sends the hint back to its restart point, which was above the clock as
+    well: its message was never found by that session (a review of the first reset)."""
+    conn.execute("SELECT pgqueue.queue_create('stepped_r')")
+    conn.execute("SELECT pgqueue.message_create('stepped_r', 'p0')")
+    assert conn.execute("SELECT count(*) FROM pgqueue.message_dequeue('stepped_r', 1, 0)").fetchone() == (1,)
+    name = "pgqueue.hint_" + str(conn.execute("SELECT id FROM pgqueue.queue WHERE name = 'stepped_r'").fetchone()[0])  # type: ignore[index]
+    with psycopg.connect(dsn) as late, psycopg.connect(dsn, autocommit=True) as producer:
+        xid = late.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]  # type: ignore[index]
+        # H, L and F a day ahead, and the late transaction set aside with its R a day ahead too
+        conn.execute(
+            "WITH s AS (SELECT split_part(current_setting(%(name)s), ' ', 1)::bigint[] AS a), "
+            "     f AS (SELECT pgqueue.now_ms() + 86400000 AS h) "
+            "SELECT set_config(%(name)s, b::text || ' ' || hashtext(b::text), false) "
+            "  FROM (SELECT s.a[1:1] || ARRAY[f.h, 0] || s.a[4:9] || ARRAY[f.h, 0] || s.a[12:13] || ARRAY[f.h, 0] "
+            "               || ARRAY[1, %(xid)s, f.h, 0, f.h, 0] AS b FROM s, f) AS t",
+            {"name": name, "xid": xid})
+        late.execute("SELECT pgqueue.message_create('stepped_r', 't')")
+        time.sleep(0.01)
+        for i in range(6):
+            producer.execute("SELECT pgqueue.message_create('stepped_r', %s)", (f"q{i}",))
+        got = []
+        for _ in range(6):  # (the q's: the hint moves past 't', which is not visible yet)
+            got += conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('stepped_r', 1, 0)").fetchall()
+            time.sleep(0.03)
+        state = conn.execute("SELECT split_part(current_setting(%s), ' ', 1)::bigint[]", (name,)).fetchone()[0]  # type: ignore[index]
+        assert state[15] == 1 and state[16] == xid, state  # (still set aside)
+        late.commit()
+    time.sleep(0.03)
+    for _ in range(4):
+        got += conn.execute("SELECT convert_from(content, 'UTF8') FROM pgqueue.message_dequeue('stepped_r', 1, 0)").fetchall()
+        time.sleep(0.03)
+    assert sorted(g[0] for g in got) == ["q0", "q1", "q2", "q3", "q4", "q5", "t"], got

@@ -2,8 +2,8 @@
 
 Such a pooler lends a server connection to one client for one transaction, then to another.
 psycopg prepares a statement on the server session after its 5th run, under a name such as
-``_pg3_0``: behind PgBouncer 1.18 (Debian 12's, and any up to 1.20, or a later one with its
-default ``max_prepared_statements = 0``) two clients' ``_pg3_0`` met on a shared server
+``_pg3_0``: behind PgBouncer 1.18 (Debian 12's, and any up to 1.20, or a later one with
+``max_prepared_statements = 0``) two clients' ``_pg3_0`` met on a shared server
 connection ("prepared statement "_pg3_0" already exists"), or one's was missing on the next
 connection lent. A review ran two Workers of 4 slots through it: both threads died after 48 of
 2,000 messages; ``pgqueue metrics`` scrapes answered ``pgqueue_up 0``, ``pgqueue stats --watch``
@@ -208,3 +208,28 @@ def test_the_commands_through_the_pooler(pooled_dsn: str) -> None:
             assert "pgqueue_up 1" in out and metrics.error is None, (out, metrics.error)
     finally:
         metrics.close()
+
+
+def test_a_scrape_through_a_saturated_pooler_ends_within_its_timeout(pooled_dsn: str) -> None:
+    """The check that turns prepared statements off waits for a server connection as any query
+    does: with both of the pool's server connections held by open transactions, a metrics
+    scrape with a 2-s timeout hung in it past the timeout (up to PgBouncer's query_wait_timeout,
+    120 s: a review). It runs within the reading's limits now: pgqueue_up 0 in seconds."""
+    make_queue(pooled_dsn)
+    holders = [psycopg.connect(pooled_dsn) for _ in range(2)]  # (each transaction holds a server connection)
+    try:
+        for holder in holders:
+            holder.execute("SELECT 1")  # (a transaction begins: not autocommit)
+        metrics = QueueMetrics(pooled_dsn, timeout=2)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(metrics.render()), daemon=True)
+        started = time.monotonic()
+        reader.start()
+        reader.join(30)
+        took = time.monotonic() - started
+        assert not reader.is_alive(), "the scrape still waits after 30 s"
+        assert "pgqueue_up 0" in out[0] and took < 15, (took, out)
+        metrics.close()
+    finally:
+        for holder in holders:
+            holder.close()

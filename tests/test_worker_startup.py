@@ -617,6 +617,30 @@ def test_a_start_that_times_out_on_a_read_only_server_says_read_only(
         _read_only(conn, False)
 
 
+def test_a_start_whose_last_check_had_time_and_ran_out_of_it_says_so(
+        dsn: str, conn: psycopg.Connection[Any]) -> None:
+    """The read-only refusals before it are not the reason when the last attempt had time: the
+    database took writes again, but the start-up check waited on a lock until the deadline. The
+    first fix of the test above reported "read-only" here too (a second review)."""
+    make_queue(dsn)
+    _read_only(conn, True)
+    proc = subprocess.Popen([str(PGQUEUE), "worker", dsn, "jobs", "worker_handlers:obey", "--startup-timeout", "6"],
+                            cwd=TESTS, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(1.0)  # refused as read-only (tries at 0, 0.1, 0.3, 0.7 s; the next at 1.5 s)
+        with psycopg.connect(dsn) as locker:
+            _read_only(conn, False)
+            locker.execute("LOCK TABLE pgqueue.queue IN ACCESS EXCLUSIVE MODE")  # the check waits on it
+            _, err = proc.communicate(timeout=60)
+    finally:
+        _read_only(conn, False)
+        if proc.poll() is None:
+            proc.kill()
+    errors = [line for line in err.splitlines() if line.startswith("pgqueue: error: ")]
+    assert proc.returncode == 1 and len(errors) == 1, err
+    assert "no answer in time" in errors[0] and "read-only" not in errors[0], err
+
+
 @pytest.mark.parametrize("command", ["worker", "scheduler"])
 def test_the_commands_end_at_once_on_what_no_wait_mends(pg_server: Server, dbname: str, door: Door,
                                                         command: str) -> None:

@@ -17,7 +17,7 @@ in a transaction of the command line's connection (``pgqueue.cli._read_committed
 Behind a pooler, psycopg's prepared statements (after 5 runs of one, on the server session under
 a name such as ``_pg3_0``) meet another client's of the same name on a server connection they
 share, or find theirs missing on the next one lent ("prepared statement "_pg3_0" already exists":
-PgBouncer 1.20 and older, or 1.21 and later with its default ``max_prepared_statements = 0``; a
+PgBouncer 1.20 and older, or 1.21 and later with ``max_prepared_statements = 0``; a
 worker's threads died of it, a review). So such a connection is opened with them off
 (``prepare_threshold`` None) when its backend pid is not its server process's
 (:func:`behind_pooler`: PgBouncer's, pgcat's made-up pid; one round trip as it opens), unless
@@ -40,14 +40,19 @@ from pgqueue import _core, _sql
 
 #: the connections opened here whose backend pid is not their server process's
 _POOLED: weakref.WeakSet[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = weakref.WeakSet()
+#: and those checked
+_CHECKED: weakref.WeakSet[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = weakref.WeakSet()
 
 
-def connect(conninfo: str, **kwargs: Any) -> psycopg.Connection[Any]:
+def connect(conninfo: str, *, pooler_check: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
     """``psycopg.connect(conninfo, **kwargs)`` for a connection pgqueue opens itself: UTF8 unless
     the connection string sets a ``client_encoding``; without prepared statements behind a pooler
-    (see the module), unless ``kwargs`` has a ``prepare_threshold``."""
+    (see the module), unless ``kwargs`` has a ``prepare_threshold``. ``pooler_check`` False: the
+    caller runs :func:`fit_for_pooler` itself, within its own time limit (its query waits for a
+    server connection a saturated pooler lends: a metrics scrape hung past its timeout, up to
+    PgBouncer's query_wait_timeout, a review)."""
     conn: psycopg.Connection[Any] = psycopg.connect(conninfo, **{**_core.utf8(conninfo), **kwargs})
-    if "prepare_threshold" not in kwargs:
+    if pooler_check and "prepare_threshold" not in kwargs:
         try:
             fit_for_pooler(conn)
         except BaseException:
@@ -76,7 +81,10 @@ async def connect_async(conninfo: str, **kwargs: Any) -> psycopg.AsyncConnection
 def fit_for_pooler(conn: psycopg.Connection[Any]) -> None:
     """Turn ``conn``'s prepared statements off if it goes through a pooler (its backend pid is
     not its server process's); a pool's ``configure`` too (the dashboard's). Leaves no
-    transaction open."""
+    transaction open (an autocommit connection's transaction block is left as it is). Once a
+    connection: a second call does nothing."""
+    if conn in _CHECKED:
+        return
     with conn.cursor(row_factory=tuple_row) as cur:  # (whatever the caller's row factory)
         pid = cur.execute(_sql.BACKEND_PID).fetchone()
     if not conn.autocommit:
@@ -85,6 +93,7 @@ def fit_for_pooler(conn: psycopg.Connection[Any]) -> None:
 
 
 def _note(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], pid: tuple[Any, ...] | None) -> None:
+    _CHECKED.add(conn)
     if pid is not None and pid[0] != conn.info.backend_pid:
         conn.prepare_threshold = None
         _POOLED.add(conn)

@@ -491,6 +491,7 @@ def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None]
     bound = deadline if timeout else None  # (0: one attempt, as long as its connect_timeout)
     warned: float | None = None
     last: BaseException | None = None  # the failure before this attempt's
+    at_deadline = False  # this attempt began when the last wait ended at the deadline
     while True:
         try:
             conn = connect_unless_stopped(dsn, stop, bound)
@@ -506,10 +507,11 @@ def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None]
             if left is not None and left <= 0:
                 if not timeout:
                     raise
-                # An attempt that the deadline cut short (the last wait ends at the deadline, so
-                # the last attempt has next to no time) says less than the failure before it:
-                # a read-only server's start gave up with "got no answer in time" (a review).
-                raise _gave_up(last if isinstance(exc, OutOfTime) and last is not None else exc,
+                # An attempt begun as the last wait ended at the deadline has next to no time:
+                # its OutOfTime says less than the failure before it (a read-only server's start
+                # gave up with "got no answer in time", a review). One that had time and ran out
+                # of it (a check that waits on a lock) is reported as it is (a second review).
+                raise _gave_up(last if at_deadline and isinstance(exc, OutOfTime) and last is not None else exc,
                                now - started) from exc
             last = exc
             wait = backoff.next()
@@ -521,6 +523,7 @@ def wait_for_database(dsn: str, check: Callable[[psycopg.Connection[Any]], None]
                 warned = now
                 outage._log.warning("still waiting for the database after %.0f s: %s; %s", now - started,
                                     _start_failure(exc), then)
+        at_deadline = left is not None and wait >= left
         if stop.wait(wait if left is None else min(wait, left)):
             raise Stopped()
 

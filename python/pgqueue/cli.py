@@ -1554,9 +1554,10 @@ class _KeptConnection:
         if self._own is None and not self._conn.closed:
             return self._conn
         self.close()
-        conn = _connect.connect(self._dsn, autocommit=True, **connect_timeout_kwargs(self._dsn, 10))
+        conn = _connect.connect(self._dsn, autocommit=True, pooler_check=False, **connect_timeout_kwargs(self._dsn, 10))
         try:
             with self._cut(conn, time.monotonic() + WATCH_ROUND_LIMIT):
+                _connect.fit_for_pooler(conn)  # (within the round's limit, as the check)
                 check_server(conn)
         except BaseException:
             conn.close()

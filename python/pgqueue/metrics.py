@@ -351,6 +351,7 @@ class QueueMetrics:
             conn = self._connect(deadline)
             try:
                 with _cut_at(conn, deadline), self._bounded(conn):
+                    _connect.fit_for_pooler(conn)  # (within the reading's limits, as the rest)
                     # each new connection: the database may have changed (restored, upgraded)
                     # since the last one, or been out of reach when the command started
                     check_server(conn)
@@ -369,7 +370,8 @@ class QueueMetrics:
         connect_timeout: three hosts that did not answer took three timeouts, a review.)"""
         params = conninfo_to_dict(self._dsn)
         if "connect_timeout" in params:
-            return _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics")
+            return _connect.connect(self._dsn, autocommit=True, application_name="pgqueue-metrics",
+                                    pooler_check=False)  # (in the reading's limits: _connection)
         attempts = _resolved(params, deadline)  # (a name that does not resolve raises here, as connect does)
         failures: list[psycopg.OperationalError] = []
         most = self._connect_timeout()
@@ -380,7 +382,7 @@ class QueueMetrics:
             # an equal share of what is left to each host not tried yet
             timeout = min(most, max(2, math.floor(left / (len(attempts) - i))))
             try:
-                return _connect.connect(make_conninfo("", **attempt), autocommit=True,
+                return _connect.connect(make_conninfo("", **attempt), autocommit=True, pooler_check=False,
                                         application_name="pgqueue-metrics", connect_timeout=timeout)
             except psycopg.OperationalError as exc:
                 failures.append(exc)

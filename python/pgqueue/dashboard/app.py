@@ -526,10 +526,11 @@ def create_app(options: Options, *, start_sampler: bool = True) -> Flask:
         # the charts stale and no error shown: a review. A pass longer than that, however it
         # spends the time, is given up as well, as README says; the pages are not cut)
         with _cut_at(conn, time.monotonic() + options.wait + CUT_AFTER, "dashboard sampler"), bound(conn):
+            _connect.fit_for_pooler(conn)  # (once a connection, within the pass's limits)
             yield
 
     def sampler_connection() -> psycopg.Connection[Any]:
-        return _connect.connect(conninfo, autocommit=True, **connect_timeout_kwargs(conninfo, 10))
+        return _connect.connect(conninfo, autocommit=True, pooler_check=False, **connect_timeout_kwargs(conninfo, 10))
 
     sampler = Sampler(sampler_connection, interval=options.sample_interval, history=options.history,
                       bound=sampler_bound)

@@ -215,6 +215,12 @@ BEGIN
     IF v_s[2] > v_due OR v_s[10] > p_now OR v_s[14] > v_due THEN
         v_s[2] := c_min; v_s[3] := c_min; v_s[6] := 0; v_s[10] := c_min; v_s[11] := c_min;
         v_s[14] := c_min; v_s[15] := c_min;
+        -- and the R of each transaction set aside (where H and L go back to when it ends): R above
+        -- the clock too, so a row such a transaction keyed with the clock now and committed
+        -- after H had passed it was never found (a review)
+        IF v_s[16] > 0 THEN
+            v_s[17 + v_s[16] : 16 + 5 * v_s[16]] := array_fill(c_min, ARRAY[(4 * v_s[16])::integer]);
+        END IF;
     END IF;
     -- Candidates 20 ms old or more (compared as "v_s[6] <= p_now - 20", not "p_now - v_s[6] >=
     -- 20": a state set by hand must not make the subtraction overflow).
