@@ -38,10 +38,9 @@ from psycopg.rows import tuple_row
 
 from pgqueue import _core, _sql
 
-#: the connections opened here whose backend pid is not their server process's
-_POOLED: weakref.WeakSet[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = weakref.WeakSet()
-#: and those checked
-_CHECKED: weakref.WeakSet[psycopg.Connection[Any] | psycopg.AsyncConnection[Any]] = weakref.WeakSet()
+#: the connections checked here, each with whether its backend pid is not its server process's
+_POOLED: weakref.WeakKeyDictionary[psycopg.Connection[Any] | psycopg.AsyncConnection[Any], bool] = \
+    weakref.WeakKeyDictionary()
 
 
 def connect(conninfo: str, *, pooler_check: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
@@ -83,7 +82,7 @@ def fit_for_pooler(conn: psycopg.Connection[Any]) -> None:
     not its server process's); a pool's ``configure`` too (the dashboard's). Leaves no
     transaction open (an autocommit connection's transaction block is left as it is). Once a
     connection: a second call does nothing."""
-    if conn in _CHECKED:
+    if conn in _POOLED:
         return
     with conn.cursor(row_factory=tuple_row) as cur:  # (whatever the caller's row factory)
         pid = cur.execute(_sql.BACKEND_PID).fetchone()
@@ -93,14 +92,13 @@ def fit_for_pooler(conn: psycopg.Connection[Any]) -> None:
 
 
 def _note(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], pid: tuple[Any, ...] | None) -> None:
-    _CHECKED.add(conn)
-    if pid is not None and pid[0] != conn.info.backend_pid:
+    _POOLED[conn] = pid is not None and pid[0] != conn.info.backend_pid
+    if _POOLED[conn]:
         conn.prepare_threshold = None
-        _POOLED.add(conn)
 
 
 def behind_pooler(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether ``conn``, opened here, was found to go through a pooler (its backend pid is not
     its server process's). A pooler in session mode gives such pids too: this says a pooler is
     there, not which mode it runs in."""
-    return conn in _POOLED
+    return _POOLED.get(conn, False)
